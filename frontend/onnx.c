@@ -1,0 +1,878 @@
+/* onnx.c — the frontend: an ONNX model file → a Graph.
+ *
+ * The file is untrusted, so everything here is a check followed by a copy:
+ *
+ *   read the bytes (kept in g->model_bytes: export rewrites the original)
+ *   → check protobuf nesting depth (protobuf-c recurses without a limit)
+ *   → unpack with protobuf-c code generated from the system's onnx.proto
+ *   → opset of the default domain must be 13..17
+ *   → initializers      → R_CONST values with host data (raw, typed or external)
+ *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
+ *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
+ *   → graph outputs     → g->output
+ *
+ * Every problem with the model is one fatal() line: "MODEL: what, where, and
+ * what to do".  Names are kept byte-exact in the IR (export and later error
+ * messages use them); in our own messages they pass through q(), which
+ * replaces control characters and truncates, so a message stays one line.
+ *
+ * ONNX values are looked up by name in a small open-addressing table.  Before
+ * loading, every name the file defines is entered as RESERVED; a name gets its
+ * value id when its definition is reached.  That tells "defined later" (not
+ * topologically sorted) from "never defined", and lets derived names (tensor
+ * attributes, omitted outputs) avoid every name of the file.
+ *
+ * Data is copied into the IR arena in host byte order; the raw_data and
+ * external formats are little-endian, so fsdpc assumes a little-endian host.
+ */
+#define _XOPEN_SOURCE 700  /* realpath, pread */
+#include "ir.h"
+#include "onnx.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+    OPSET_MIN = 13, OPSET_MAX = 17,
+    MAX_DEPTH = 100,                 /* protobuf message nesting we accept */
+    MAX_SHOWN = 5,                   /* node names listed per unsupported op */
+    MAX_KINDS = 16,                  /* unsupported op types listed */
+};
+#define AT(t) ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##t
+#define MAX_NUMEL ((int64_t)1 << 40)
+#define MAX_MODEL_BYTES ((size_t)2 << 30)
+
+enum { UNSEEN = -3, RESERVED = -2 };  /* name table ids besides value ids */
+
+typedef struct { const char *key; int id; } Name;
+
+static Graph *G;
+static const char *path;              /* opt->model, prefix of every message */
+static const char *dir, *dir_real;          /* the model's directory, as given and resolved */
+static uint8_t *bytes;                /* the file, kept for export */
+static Onnx__ModelProto *model;       /* kept alive until exit */
+static Name *names;
+static size_t ncap, nused;
+
+/* ---- messages ------------------------------------------------------------ */
+
+__attribute__((format(printf, 1, 2)))
+static _Noreturn void bad(const char *fmt, ...)
+{
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = ir_alloc((size_t)n + 1);
+    vsnprintf(msg, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    va_end(ap);
+    fatal("%s: %s", path, msg);
+}
+
+/* A name as it may appear in a one-line message. */
+static const char *q(const char *s)
+{
+    if (!s)
+        return "";
+    size_t n = strnlen(s, 81);
+    char *r = ir_alloc(n + 4);
+    for (size_t i = 0; i < n && i < 80; i++)
+        r[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    if (n > 80)
+        strcpy(r + 80, "...");
+    return r;
+}
+
+static const char *shape_str(const Shape *s)
+{
+    const char *r = "[";
+    for (int i = 0; i < s->rank; i++)
+        r = ir_fmt("%s%s%lld", r, i ? ", " : "", (long long)s->dim[i]);
+    return ir_fmt("%s]", r);
+}
+
+/* ---- the name table -------------------------------------------------------- */
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603u;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211u;
+    return h;
+}
+
+static Name *probe(Name *tab, size_t cap, const char *key)
+{
+    size_t i = hash(key) & (cap - 1);
+    while (tab[i].key && strcmp(tab[i].key, key))
+        i = (i + 1) & (cap - 1);
+    return &tab[i];
+}
+
+static int find(const char *key)
+{
+    if (!ncap)
+        return UNSEEN;
+    Name *e = probe(names, ncap, key);
+    return e->key ? e->id : UNSEEN;
+}
+
+/* The entry for key, entered as RESERVED if new. */
+static Name *slot(const char *key)
+{
+    if (2 * (nused + 1) > ncap) {
+        size_t cap = ncap ? 2 * ncap : 1024;
+        Name *tab = ir_alloc(cap * sizeof *tab);
+        for (size_t i = 0; i < ncap; i++)
+            if (names[i].key)
+                *probe(tab, cap, names[i].key) = names[i];
+        names = tab;
+        ncap = cap;
+    }
+    Name *e = probe(names, ncap, key);
+    if (!e->key) {
+        e->key = key;
+        e->id = RESERVED;
+        nused++;
+    }
+    return e;
+}
+
+/* base, or base_1, base_2, ...: a name nothing in the file or the IR uses. */
+static const char *fresh(const char *base)
+{
+    const char *s = base;
+    for (int k = 1; find(s) != UNSEEN; k++)
+        s = ir_fmt("%s_%d", base, k);
+    return s;
+}
+
+static int use(const char *name, const char *what, int required)
+{
+    if (!*name) {
+        if (required)
+            bad("%s leaves a required input empty", what);
+        return -1;
+    }
+    int id = find(name);
+    if (id == RESERVED)
+        bad("%s uses '%s' before the node that defines it (ONNX nodes must be topologically "
+            "sorted)", what, q(name));
+    if (id < 0)
+        bad("%s uses '%s', which no earlier node, input or initializer defines", what, q(name));
+    return id;
+}
+
+static void define(const char *name, int v, const char *what)
+{
+    Name *e = slot(name);
+    if (e->id >= 0)
+        bad("%s defines '%s', which is already defined (an ONNX value has one producer)", what,
+            q(name));
+    e->id = v;
+}
+
+/* ---- reading and unpacking ------------------------------------------------ */
+
+static size_t read_model(void)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fatal("%s: cannot open the model: %s", path, strerror(errno));
+    size_t n = 0, cap = 1 << 20;
+    bytes = malloc(cap);
+    for (;;) {
+        if (!bytes)
+            fatal("%s: out of memory reading the model", path);
+        n += fread(bytes + n, 1, cap - n, f);
+        if (n > MAX_MODEL_BYTES)
+            bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
+                "external data (onnx.save_model(m, path, save_as_external_data=True))");
+        if (n < cap)
+            break;
+        cap = 2 * cap > MAX_MODEL_BYTES ? MAX_MODEL_BYTES + 1 : 2 * cap;
+        bytes = realloc(bytes, cap);
+    }
+    if (ferror(f))
+        fatal("%s: cannot read the model: %s", path, strerror(errno));
+    fclose(f);
+    return n;
+}
+
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int sh = 0; sh < 64 && *p < end; sh += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
+/* Walk the wire format with the generated descriptors, checking that messages
+ * nest at most MAX_DEPTH deep (a 30 KB file of nested subgraphs overflows
+ * protobuf-c's stack otherwise).  -1: malformed; 1: too deep; 0: fine. */
+static int check_depth(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                       int depth)
+{
+    if (depth > MAX_DEPTH)
+        return 1;
+    while (p < end) {
+        uint64_t tag, len;
+        if (varint(&p, end, &tag))
+            return -1;
+        switch (tag & 7) {
+        case 0: if (varint(&p, end, &len)) return -1; break;
+        case 1: if (end - p < 8) return -1; p += 8; break;
+        case 5: if (end - p < 4) return -1; p += 4; break;
+        case 2: {
+            if (varint(&p, end, &len) || len > (uint64_t)(end - p))
+                return -1;
+            const ProtobufCFieldDescriptor *f =
+                tag >> 3 <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                int r = check_depth(f->descriptor, p, p + len, depth + 1);
+                if (r)
+                    return r;
+            }
+            p += len;
+            break;
+        }
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
+static Onnx__ModelProto *unpack(const uint8_t *buf, size_t len)
+{
+    if (!len)
+        bad("the file is empty (not an ONNX model)");
+    int r = check_depth(&onnx__model_proto__descriptor, buf, buf + len, 0);
+    if (r > 0)
+        bad("messages nest more than %d deep (subgraphs inside subgraphs); fsdpc does not "
+            "accept such a model", MAX_DEPTH);
+    Onnx__ModelProto *m = r ? NULL : onnx__model_proto__unpack(NULL, len, buf);
+    if (!m)
+        bad("not an ONNX model (protobuf parse failed; is the file truncated?)");
+    return m;
+}
+
+static int default_domain(const char *d)
+{
+    return !d || !*d || !strcmp(d, "ai.onnx");
+}
+
+static void check_opset(const Onnx__ModelProto *m)
+{
+    int64_t v = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++)
+        if (default_domain(m->opset_import[i]->domain))
+            v = m->opset_import[i]->version;
+    if (v < 0)
+        bad("the model imports no opset of the default ONNX domain; fsdpc supports opsets %d to %d",
+            OPSET_MIN, OPSET_MAX);
+    if (v < OPSET_MIN || v > OPSET_MAX)
+        bad("the model uses ONNX opset %lld; fsdpc supports opsets %d to %d (convert it with "
+            "onnx.version_converter.convert_version(model, %d))", (long long)v, OPSET_MIN,
+            OPSET_MAX, OPSET_MAX);
+}
+
+/* ---- tensors --------------------------------------------------------------- */
+
+static DType dtype_of(int32_t t)
+{
+    switch (t) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return DT_F32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return DT_F64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return DT_I64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return DT_I32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return DT_BOOL;
+    default: return DT_UNDEF;
+    }
+}
+
+/* "has dtype FLOAT16, which fsdpc does not support (use float32)" */
+static _Noreturn void bad_dtype(const char *what, int32_t t)
+{
+    static const char *name[] = {
+        "UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING",
+        "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
+        "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+        "FLOAT4E2M1"};
+    int n = (int)(sizeof name / sizeof *name);
+    const char *tn = t >= 0 && t < n ? name[t] : ir_fmt("%d (unknown)", t);
+    const char *hint = t == 0 ? "the model must declare a dtype"
+                     : t == 10 || t == 16 || (t >= 17 && t <= 20) || t == 23 ? "use float32"
+                     : (t >= 2 && t <= 5) || t == 12 || t == 13 || t == 21 || t == 22
+                         ? "use int64 or int32"
+                         : "supported: float32, float64, int64, int32, bool";
+    bad("%s has dtype %s, which fsdpc does not support (%s)", what, tn, hint);
+}
+
+static int64_t make_shape(Shape *s, size_t n, const int64_t *dims, const char *what)
+{
+    if (n > MAX_RANK)
+        bad("%s has rank %zu; fsdpc supports rank <= %d", what, n, MAX_RANK);
+    s->rank = (int)n;
+    int64_t numel = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (dims[i] < 0)
+            bad("%s has negative dim %zu (%lld)", what, i, (long long)dims[i]);
+        s->dim[i] = dims[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (dims[i] && numel > MAX_NUMEL / dims[i])
+            bad("%s has more than 2^40 elements; fsdpc cannot hold it", what);
+        numel *= dims[i];
+    }
+    return numel;
+}
+
+static int64_t parse_count(const char *s, const char *key, const char *what)
+{
+    int64_t v = 0;
+    if (!s || !*s)
+        bad("%s external data has an empty '%s'", what, key);
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (INT64_MAX - 9) / 10)
+            bad("%s external data '%s' is not a byte count", what, key);
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}
+
+static int escapes(const char *loc)
+{
+    if (loc[0] == '/')
+        return 1;
+    for (const char *c = loc;; c++) {      /* c: start of a path component */
+        if (c[0] == '.' && c[1] == '.' && (c[2] == '/' || !c[2]))
+            return 1;
+        if (!(c = strchr(c, '/')))
+            return 0;
+    }
+}
+
+/* realpath real must be dir_real or below it */
+static int inside(const char *real)
+{
+    size_t n = strlen(dir_real);
+    if (!strcmp(dir_real, "/"))
+        return 1;
+    return !strncmp(real, dir_real, n) && (real[n] == '/' || !real[n]);
+}
+
+static void *external_data(const Onnx__TensorProto *t, const char *what, size_t bytes)
+{
+    const char *loc = NULL, *off_s = NULL, *len_s = NULL;
+    for (size_t i = 0; i < t->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *e = t->external_data[i];
+        if (!e->key)
+            continue;
+        if (!strcmp(e->key, "location")) loc = e->value;
+        else if (!strcmp(e->key, "offset")) off_s = e->value;
+        else if (!strcmp(e->key, "length")) len_s = e->value;
+    }
+    if (!loc || !*loc)
+        bad("%s is stored as external data but names no 'location'", what);
+    int64_t off = off_s ? parse_count(off_s, "offset", what) : 0;
+    if (len_s && parse_count(len_s, "length", what) != (int64_t)bytes)
+        bad("%s external data has length %s, but its dtype and shape need %zu bytes", what,
+            q(len_s), bytes);
+    if (escapes(loc))
+        bad("%s external data path '%s' escapes the model directory (keep the data files "
+            "beside the model, with relative paths)", what, q(loc));
+    char *r = realpath(ir_fmt("%s/%s", dir, loc), NULL);
+    if (!r)
+        bad("%s external data file '%s' (in %s): %s", what, q(loc), q(dir), strerror(errno));
+    char *real = ir_strdup(r);
+    free(r);
+    if (!inside(real))
+        bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
+            q(loc), q(real));
+    int fd = open(real, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st))
+        bad("%s external data file '%s': %s", what, q(loc), strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        bad("%s external data file '%s' is not a regular file", what, q(loc));
+    if (off > st.st_size || (int64_t)bytes > st.st_size - off)
+        bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
+            what, bytes, (long long)off, q(loc), (long long)st.st_size);
+    uint8_t *p = ir_alloc(bytes);
+    for (size_t got = 0; got < bytes;) {
+        ssize_t r = pread(fd, p + got, bytes - got, (off_t)(off + (int64_t)got));
+        if (r <= 0)
+            bad("%s: reading its external data file '%s' failed: %s", what, q(loc),
+                r ? strerror(errno) : "unexpected end of file");
+        got += (size_t)r;
+    }
+    close(fd);
+    return p;
+}
+
+static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)
+{
+    size_t have = 0;
+    const void *src = NULL;
+    const char *field = "";
+    switch (dt) {
+    case DT_F32: have = t->n_float_data; src = t->float_data; field = "float_data"; break;
+    case DT_F64: have = t->n_double_data; src = t->double_data; field = "double_data"; break;
+    case DT_I64: have = t->n_int64_data; src = t->int64_data; field = "int64_data"; break;
+    case DT_I32: case DT_BOOL: have = t->n_int32_data; src = t->int32_data; field = "int32_data"; break;
+    default: die("typed_data: dtype %d", dt);
+    }
+    if ((int64_t)have != numel)
+        bad("%s has %zu values in %s, but its shape needs %lld", what, have, field,
+            (long long)numel);
+    size_t es = dtype_size(dt);
+    uint8_t *p = ir_alloc((size_t)numel * es);
+    if (dt == DT_BOOL)
+        for (int64_t i = 0; i < numel; i++)
+            p[i] = t->int32_data[i] != 0;
+    else if (numel)
+        memcpy(p, src, (size_t)numel * es);
+    return p;
+}
+
+/* A tensor → a new R_CONST value named name (init: initializer index or -1). */
+static int const_tensor(const char *name, const Onnx__TensorProto *t, const char *what, int init)
+{
+    DType dt = dtype_of(t->data_type);
+    if (dt == DT_UNDEF)
+        bad_dtype(what, t->data_type);
+    Shape s;
+    int64_t numel = make_shape(&s, t->n_dims, t->dims, what);
+    size_t bytes = (size_t)numel * dtype_size(dt);
+    void *data;
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        data = external_data(t, what, bytes);
+    } else if (t->has_raw_data) {
+        if (t->raw_data.len != bytes)
+            bad("%s has %zu bytes of raw_data, but its dtype and shape %s need %zu", what,
+                t->raw_data.len, shape_str(&s), bytes);
+        data = ir_alloc(bytes);
+        if (bytes)
+            memcpy(data, t->raw_data.data, bytes);
+    } else {
+        data = typed_data(t, what, dt, numel);
+    }
+    if (dt == DT_BOOL)
+        for (size_t i = 0; i < bytes; i++)
+            ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
+    int v = ir_value(G, name, dt, &s, R_CONST);
+    G->val[v].data = data;
+    G->val[v].init_index = init;
+    G->val[v].persistent = 1;
+    return v;
+}
+
+/* A list of n scalars → an R_CONST of shape [n] (or [] when scalar). */
+static int const_list(const char *name, DType dt, const void *src, size_t n, int scalar)
+{
+    Shape s = {.rank = !scalar, .dim = {(int64_t)n}};
+    int v = ir_value(G, name, dt, &s, R_CONST);
+    void *p = ir_alloc(n * dtype_size(dt) + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == DT_F32) ((float *)p)[i] = ((const float *)src)[i];
+        else ((int64_t *)p)[i] = ((const int64_t *)src)[i];
+    }
+    G->val[v].data = p;
+    G->val[v].persistent = 1;
+    return v;
+}
+
+/* ---- initializers and graph inputs ----------------------------------------- */
+
+static void load_initializers(const Onnx__GraphProto *gp)
+{
+    if (gp->n_sparse_initializer)
+        bad("the graph has sparse initializers, which fsdpc does not support (store them dense)");
+    if (gp->n_initializer > INT_MAX / 2)
+        bad("the graph has too many initializers");
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *t = gp->initializer[i];
+        if (!t->name || !*t->name)
+            bad("initializer #%zu has no name", i);
+        const char *what = ir_fmt("initializer '%s'", q(t->name));
+        if (find(t->name) >= 0)
+            bad("%s is defined twice (initializer names must be unique)", what);
+        define(t->name, const_tensor(t->name, t, what, (int)i), what);
+    }
+}
+
+/* Calls fn(dim_param) for every symbolic dim of the graph's typed values. */
+static void each_dim_param(const Onnx__GraphProto *gp, void (*fn)(const char *, void *), void *ctx)
+{
+    size_t n[3] = {gp->n_input, gp->n_output, gp->n_value_info};
+    Onnx__ValueInfoProto **vi[3] = {gp->input, gp->output, gp->value_info};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n[k]; i++) {
+            const Onnx__TypeProto *tp = vi[k][i]->type;
+            if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+                !tp->tensor_type->shape)
+                continue;
+            const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
+            for (size_t d = 0; d < sp->n_dim; d++)
+                if (sp->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                    sp->dim[d]->dim_param && *sp->dim[d]->dim_param)
+                    fn(sp->dim[d]->dim_param, ctx);
+        }
+}
+
+/* Looks for want; lists the first 10 distinct names for the message. */
+typedef struct { const char *want; int found, n; const char *seen[10]; char *list; } DimScan;
+
+static void scan_dim(const char *p, void *ctx)
+{
+    DimScan *d = ctx;
+    d->found |= !strcmp(p, d->want);
+    for (int i = 0; i < d->n && i < 10; i++)
+        if (!strcmp(d->seen[i], p))
+            return;
+    if (d->n <= 10)
+        d->list = d->n == 10 ? ir_fmt("%s, ...", d->list)
+                             : ir_fmt("%s%s%s", d->list, d->n ? ", " : "", q(d->seen[d->n] = p));
+    d->n += d->n <= 10;
+}
+
+/* Every --dim NAME must name a symbolic dim of the model (catches typos). */
+static void check_dim_options(const Options *opt, const Onnx__GraphProto *gp)
+{
+    for (int i = 0; i < opt->ndims; i++) {
+        DimScan d = {.want = opt->dim_name[i], .list = ""};
+        each_dim_param(gp, scan_dim, &d);
+        if (!d.found)
+            fatal("--dim %s: the model has no dimension named '%s' (%s%s)", q(d.want), q(d.want),
+                  d.n ? "its symbolic dims: " : "it has no symbolic dims", d.list);
+    }
+}
+
+static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
+{
+    const char *what = ir_fmt("input '%s'", q(in->name));
+    const Onnx__TypeProto *tp = in->type;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+        bad("%s is not a tensor (fsdpc needs a tensor type with dtype and shape)", what);
+    DType dt = dtype_of(tp->tensor_type->elem_type);
+    if (dt == DT_UNDEF)
+        bad_dtype(what, tp->tensor_type->elem_type);
+    const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
+    if (!sp)
+        bad("%s has no shape; the model must declare it (fsdpc compiles static shapes)", what);
+    if (sp->n_dim > MAX_RANK)
+        bad("%s has rank %zu; fsdpc supports rank <= %d", what, sp->n_dim, MAX_RANK);
+    Shape s = {.rank = (int)sp->n_dim};
+    for (size_t i = 0; i < sp->n_dim; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (d->dim_value < 0)   /* 0 is a legal (empty) ONNX size */
+                bad("%s dim %zu is %lld; sizes cannot be negative", what, i, (long long)d->dim_value);
+            s.dim[i] = d->dim_value;
+            continue;
+        }
+        if (d->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM || !d->dim_param ||
+            !*d->dim_param)
+            bad("%s dim %zu has neither a size nor a name; the model must declare it (re-export "
+                "with a fixed or named dim, then bind names with --dim NAME=N)", what, i);
+        int k = 0;
+        while (k < opt->ndims && strcmp(opt->dim_name[k], d->dim_param))
+            k++;
+        if (k == opt->ndims)
+            bad("%s dim %zu is symbolic ('%s'): bind it with --dim %s=N", what, i,
+                q(d->dim_param), q(d->dim_param));
+        if (opt->dim_value[k] <= 0)
+            fatal("--dim %s=%lld: a dimension must be positive", q(d->dim_param),
+                  (long long)opt->dim_value[k]);
+        s.dim[i] = opt->dim_value[k];
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < s.rank; i++) {
+        if (s.dim[i] && numel > MAX_NUMEL / s.dim[i])
+            bad("%s has more than 2^40 elements (shape %s)", what, shape_str(&s));
+        numel *= s.dim[i];
+    }
+    int v = ir_value(G, in->name, dt, &s, R_INPUT);
+    slot(G->val[v].name)->id = v;
+    G->input[G->ninput++] = v;
+}
+
+static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
+{
+    if (gp->n_input > INT_MAX / 2)
+        bad("the graph has too many inputs");
+    G->input = ir_alloc(sizeof(int) * (gp->n_input + 1));
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *in = gp->input[i];
+        if (!in->name || !*in->name)
+            bad("graph input #%zu has no name", i);
+        int id = find(in->name);
+        if (id >= 0 && G->val[id].init_index >= 0)
+            continue;                 /* old-style ONNX: initializers listed as inputs */
+        if (id >= 0)
+            bad("input '%s' is listed twice among the graph inputs", q(in->name));
+        load_input(opt, in);
+    }
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+static int op_lookup(const Onnx__NodeProto *n)
+{
+    if (!default_domain(n->domain) || !n->op_type)
+        return -1;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (op_info[op].onnx && !strcmp(op_info[op].name, n->op_type))
+            return op;
+    return -1;
+}
+
+static const char *node_label(size_t i, const Onnx__NodeProto *n)
+{
+    const char *op = q(n->op_type);
+    return n->name && *n->name ? ir_fmt("node '%s' (%s)", q(n->name), op)
+                               : ir_fmt("node #%zu (%s)", i, op);
+}
+
+typedef struct { const char *op, *dom; int n; char *names; } Unsup;
+
+/* All unsupported nodes in one message, grouped by op type. */
+static void check_ops(const Onnx__GraphProto *gp)
+{
+    Unsup u[MAX_KINDS];
+    int nu = 0, other = 0;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *n = gp->node[i];
+        if (op_lookup(n) >= 0)
+            continue;
+        const char *op = n->op_type ? n->op_type : "", *dom = n->domain ? n->domain : "";
+        int k = 0;
+        while (k < nu && (strcmp(u[k].op, op) || strcmp(u[k].dom, dom)))
+            k++;
+        if (k == nu && nu == MAX_KINDS) {
+            other++;
+            continue;
+        }
+        if (k == nu)
+            u[nu++] = (Unsup){.op = op, .dom = dom, .names = ""};
+        const char *nn = n->name && *n->name ? ir_fmt("'%s'", q(n->name)) : ir_fmt("#%zu", i);
+        if (u[k].n <= MAX_SHOWN)
+            u[k].names = ir_fmt("%s%s%s", u[k].names, u[k].n ? ", " : "",
+                                u[k].n < MAX_SHOWN ? nn : "...");
+        u[k].n++;
+    }
+    if (!nu)
+        return;
+    char *s = "";
+    for (int k = 0; k < nu; k++)
+        s = ir_fmt("%s%s%s%s%s%s (node%s %s)", s, k ? ", " : "", q(u[k].op),
+                   *u[k].dom ? " [domain " : "", q(u[k].dom), *u[k].dom ? "]" : "",
+                   u[k].n > 1 ? "s" : "", u[k].names);
+    if (other)
+        s = ir_fmt("%s, and %d more node%s of other ops", s, other, other > 1 ? "s" : "");
+    s = ir_fmt("%s; fsdpc supports:", s);
+    for (int op = 0, first = 1; op < OP_COUNT; op++)
+        if (op_info[op].onnx) {
+            s = ir_fmt("%s%s %s", s, first ? "" : ",", op_info[op].name);
+            first = 0;
+        }
+    bad("unsupported ops: %s", s);
+}
+
+static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
+{
+    if (!a->name || !*a->name)
+        bad("%s has an attribute without a name", what);
+    const char *aw = ir_fmt("%s attribute '%s'", what, q(a->name));
+    Attr *r;
+    switch (a->type) {
+    case AT(INT):
+        ir_attr_add(G, nid, a->name, A_INT)->i = a->i;
+        break;
+    case AT(FLOAT):
+        ir_attr_add(G, nid, a->name, A_FLOAT)->f = a->f;
+        break;
+    case AT(INTS):
+        if (a->n_ints > INT_MAX)
+            bad("%s is too long", aw);
+        r = ir_attr_add(G, nid, a->name, A_INTS);
+        r->n = (int)a->n_ints;
+        r->ints = ir_alloc(sizeof(int64_t) * (a->n_ints + 1));
+        if (a->n_ints)
+            memcpy(r->ints, a->ints, sizeof(int64_t) * a->n_ints);
+        break;
+    case AT(FLOATS):
+        if (a->n_floats > INT_MAX)
+            bad("%s is too long", aw);
+        r = ir_attr_add(G, nid, a->name, A_FLOATS);
+        r->n = (int)a->n_floats;
+        r->floats = ir_alloc(sizeof(double) * (a->n_floats + 1));
+        for (size_t i = 0; i < a->n_floats; i++)
+            r->floats[i] = a->floats[i];
+        break;
+    case AT(STRING):
+        if (a->s.len && memchr(a->s.data, 0, a->s.len))
+            bad("%s contains a NUL byte", aw);
+        r = ir_attr_add(G, nid, a->name, A_STRING);
+        r->s = ir_alloc(a->s.len + 1);
+        if (a->s.len)
+            memcpy(r->s, a->s.data, a->s.len);
+        break;
+    case AT(TENSOR): {
+        if (!a->t)
+            bad("%s has no tensor", aw);
+        int t = const_tensor(fresh(ir_fmt("%s.%s", G->node[nid].name, a->name)), a->t, aw, -1);
+        define(G->val[t].name, t, aw);
+        ir_attr_add(G, nid, a->name, A_TENSOR)->t = t;
+        break;
+    }
+    default: {
+        static const char *tn[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH",
+                                   "FLOATS", "INTS", "STRINGS", "TENSORS", "GRAPHS",
+                                   "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
+        int k = (int)a->type;
+        bad("%s has type %s, which fsdpc does not support in attributes", aw,
+            k >= 0 && k < (int)(sizeof tn / sizeof *tn) ? tn[k] : ir_fmt("%d", k));
+    }
+    }
+}
+
+/* Constant: no node; its output becomes an R_CONST value. */
+static void constant_node(const Onnx__NodeProto *n, const char *what)
+{
+    if (n->n_input || n->n_output != 1 || !*n->output[0])
+        bad("%s must have no inputs and one output", what);
+    if (n->n_attribute != 1 || !n->attribute[0]->name)
+        bad("%s must have exactly one attribute (value, value_float, value_floats, value_int or "
+            "value_ints)", what);
+    const Onnx__AttributeProto *a = n->attribute[0];
+    const char *out = n->output[0], *an = a->name;
+    const char *aw = ir_fmt("%s attribute '%s'", what, q(an));
+    int v;
+    if (!strcmp(an, "value") && a->type == AT(TENSOR) && a->t)
+        v = const_tensor(out, a->t, aw, -1);
+    else if (!strcmp(an, "value_float") && a->type == AT(FLOAT))
+        v = const_list(out, DT_F32, &a->f, 1, 1);
+    else if (!strcmp(an, "value_floats") && a->type == AT(FLOATS))
+        v = const_list(out, DT_F32, a->floats, a->n_floats, 0);
+    else if (!strcmp(an, "value_int") && a->type == AT(INT))
+        v = const_list(out, DT_I64, &a->i, 1, 1);
+    else if (!strcmp(an, "value_ints") && a->type == AT(INTS))
+        v = const_list(out, DT_I64, a->ints, a->n_ints, 0);
+    else
+        bad("%s is not supported (fsdpc accepts value, value_float(s) and value_int(s); not "
+            "sparse_value or strings)", aw);
+    define(out, v, what);
+}
+
+static void load_node(size_t idx, const Onnx__NodeProto *n)
+{
+    Op op = (Op)op_lookup(n);
+    const OpInfo *oi = &op_info[op];
+    const char *what = node_label(idx, n);
+    if (op == OP_Constant) {
+        constant_node(n, what);
+        return;
+    }
+    /* fixed arity: all inputs required; variable: Gemm has an optional C */
+    int lo = oi->nin >= 0 ? oi->nin : op == OP_Gemm ? 2 : 1;
+    int hi = oi->nin >= 0 ? oi->nin : op == OP_Gemm ? 3 : INT_MAX / 2;
+    if ((int64_t)n->n_input < lo || (int64_t)n->n_input > hi)
+        bad("%s has %zu input%s; %s takes %s", what, n->n_input, n->n_input == 1 ? "" : "s", oi->name,
+            lo == hi ? ir_fmt("%d", lo) : hi < INT_MAX / 2 ? ir_fmt("%d to %d", lo, hi)
+                                                         : ir_fmt("at least %d", lo));
+    if (n->n_output < 1 || (int)n->n_output > oi->nout || !*n->output[0])
+        bad("%s has %zu output%s; %s has %d", what, n->n_output, n->n_output == 1 ? "" : "s",
+            oi->name, oi->nout);
+    int *in = ir_alloc(sizeof(int) * (n->n_input + 1));
+    for (size_t i = 0; i < n->n_input; i++)
+        in[i] = use(n->input[i], what, (int)i < lo);
+    const char *nname = n->name && *n->name ? n->name : ir_fmt("%s_%d", oi->name, G->nnode);
+    int *out = ir_alloc(sizeof(int) * (size_t)(oi->nout + 1));
+    for (int k = 0; k < oi->nout; k++) {
+        int named = k < (int)n->n_output && *n->output[k];
+        const char *on = named ? n->output[k] : fresh(ir_fmt("%s.out%d", nname, k));
+        out[k] = ir_value(G, on, DT_UNDEF, NULL, R_ACT);
+        define(G->val[out[k]].name, out[k], what);
+    }
+    int id = ir_node(G, op, nname, (int)n->n_input, in, oi->nout, out);
+    for (size_t i = 0; i < n->n_attribute; i++)
+        add_attr(id, n->attribute[i], what);
+}
+
+/* Enter every name the file defines, so derived names avoid them all. */
+static void reserve_names(const Onnx__GraphProto *gp)
+{
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        if (gp->initializer[i]->name)
+            slot(gp->initializer[i]->name);
+    for (size_t i = 0; i < gp->n_input; i++)
+        if (gp->input[i]->name)
+            slot(gp->input[i]->name);
+    for (size_t i = 0; i < gp->n_node; i++)
+        for (size_t k = 0; k < gp->node[i]->n_output; k++)
+            if (*gp->node[i]->output[k])
+                slot(gp->node[i]->output[k]);
+}
+
+static void load_outputs(const Onnx__GraphProto *gp)
+{
+    if (gp->n_output > INT_MAX / 2)
+        bad("the graph has too many outputs");
+    G->output = ir_alloc(sizeof(int) * (gp->n_output + 1));
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = gp->output[i]->name;
+        int id = name ? find(name) : UNSEEN;
+        if (id < 0)
+            bad("graph output '%s' is not defined by any node, input or initializer", q(name));
+        G->output[G->noutput++] = id;
+    }
+}
+
+static void model_dir(void)
+{
+    const char *slash = strrchr(path, '/');
+    dir = !slash ? "." : slash == path ? "/" : ir_fmt("%.*s", (int)(slash - path), path);
+    char *r = realpath(dir, NULL);
+    if (!r)
+        fatal("%s: cannot resolve the model's directory: %s", path, strerror(errno));
+    dir_real = ir_strdup(r);
+    free(r);
+}
+
+Graph *onnx_load(const Options *opt)
+{
+    path = opt->model;
+    G = ir_new(opt);
+    size_t len = read_model();
+    G->model_bytes = bytes;
+    G->model_len = len;
+    model = unpack(bytes, len);
+    if (!model->graph)
+        bad("the model has no graph");
+    check_opset(model);
+    model_dir();
+    const Onnx__GraphProto *gp = model->graph;
+    if (gp->n_node > INT_MAX / 4)
+        bad("the graph has too many nodes");
+    check_dim_options(opt, gp);
+    check_ops(gp);
+    reserve_names(gp);
+    load_initializers(gp);
+    load_inputs(opt, gp);
+    for (size_t i = 0; i < gp->n_node; i++)
+        load_node(i, gp->node[i]);
+    load_outputs(gp);
+    return G;
+}

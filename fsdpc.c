@@ -1,0 +1,159 @@
+/* fsdpc.c — the compiler driver: flags, then the pipeline as a literal list.
+ *
+ *   fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [--optimizer adamw|sgd] ...
+ *
+ * Each pass is one file in passes/ with one entry function; after each the
+ * IR can be verified (--verify) and printed (--dump-after NAME).
+ */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "usage: fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [options]\n"
+    "  --target cpu            code for CPUs (MPI collectives, CBLAS); the only target so far\n"
+    "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS\n"
+    "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
+    "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
+    "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
+    "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
+    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard memplan)\n"
+    "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
+    "  --verify                check the IR after every pass\n"
+    "  --emit-c                keep the generated C as OUT.c\n"
+    "  --cc PATH               C compiler for the generated step\n";
+
+static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
+                               "units", "shard", "memplan", NULL};
+
+static int64_t parse_int(const char *flag, const char *s, int64_t min)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < min)
+        fatal("%s: '%s' is not an integer >= %lld", flag, s, (long long)min);
+    return v;
+}
+
+static void parse_loss(Options *o, const char *s)
+{
+    const char *colon = strchr(s, ':'), *comma = colon ? strchr(colon, ',') : NULL;
+    if (!colon || !comma || comma == colon + 1 || !comma[1] || strchr(comma + 1, ','))
+        fatal("--loss '%s': expected KIND:PRED,TARGET, e.g. --loss mse:y,target", s);
+    size_t k = (size_t)(colon - s);
+    if (k == 3 && !strncmp(s, "mse", 3))
+        o->loss = LOSS_MSE;
+    else if (k == 13 && !strncmp(s, "cross_entropy", 13))
+        o->loss = LOSS_CE;
+    else
+        fatal("--loss '%s': unknown kind (supported: mse, cross_entropy)", s);
+    o->loss_pred = ir_fmt("%.*s", (int)(comma - colon - 1), colon + 1);
+    o->loss_target = ir_strdup(comma + 1);
+}
+
+static void parse_args(Options *o, int argc, char **argv)
+{
+    o->target = "cpu";
+    o->wrap_size = 100000000;
+    o->world = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define VALUE() (i + 1 < argc ? argv[++i] : (fatal("%s needs a value (see --help)", a), ""))
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            exit(0);
+        } else if (!strcmp(a, "-o")) {
+            o->out = VALUE();
+        } else if (!strcmp(a, "--target")) {
+            o->target = VALUE();
+            if (strcmp(o->target, "cpu"))
+                fatal("--target %s: only the cpu target exists in this build", o->target);
+        } else if (!strcmp(a, "--loss")) {
+            parse_loss(o, VALUE());
+        } else if (!strcmp(a, "--optimizer")) {
+            const char *v = VALUE();
+            if (!strcmp(v, "adamw"))
+                o->optimizer = OPT_ADAMW;
+            else if (!strcmp(v, "sgd"))
+                o->optimizer = OPT_SGD;
+            else
+                fatal("--optimizer %s: expected adamw or sgd", v);
+        } else if (!strcmp(a, "--dim")) {
+            const char *v = VALUE(), *eq = strchr(v, '=');
+            if (!eq || eq == v)
+                fatal("--dim '%s': expected NAME=VALUE", v);
+            if (o->ndims == 64)
+                fatal("--dim: at most 64 dimensions");
+            o->dim_name[o->ndims] = ir_fmt("%.*s", (int)(eq - v), v);
+            o->dim_value[o->ndims++] = parse_int("--dim", eq + 1, 1);
+        } else if (!strcmp(a, "--wrap")) {
+            const char *v = VALUE();
+            if (strncmp(v, "size:", 5))
+                fatal("--wrap '%s': expected size:N", v);
+            o->wrap_size = parse_int("--wrap size", v + 5, 1);
+        } else if (!strcmp(a, "--dump-after")) {
+            o->dump_after = VALUE();
+            int ok = 0;
+            for (int k = 0; passes[k]; k++)
+                ok |= !strcmp(passes[k], o->dump_after);
+            if (!ok)
+                fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
+                      "shard memplan)", o->dump_after);
+        } else if (!strcmp(a, "--report")) {
+            o->report = 1;
+        } else if (!strcmp(a, "--world")) {
+            o->world = (int)parse_int("--world", VALUE(), 1);
+        } else if (!strcmp(a, "--verify")) {
+            o->verify = 1;
+        } else if (!strcmp(a, "--emit-c")) {
+            o->keep_c = 1;
+        } else if (!strcmp(a, "--cc")) {
+            o->cc = VALUE();
+        } else if (a[0] == '-') {
+            fatal("unknown flag '%s' (see --help)", a);
+        } else if (o->model) {
+            fatal("two models given ('%s' and '%s')", o->model, a);
+        } else {
+            o->model = a;
+        }
+#undef VALUE
+    }
+    if (!o->model)
+        fatal("no model given (see --help)");
+    if (!o->out && !o->report && !o->dump_after)
+        fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
+}
+
+static void after(Graph *g, const char *pass)
+{
+    if (g->opt->verify)
+        ir_verify(g, pass);
+    if (g->opt->dump_after && !strcmp(g->opt->dump_after, pass)) {
+        printf("# after %s\n", pass);
+        ir_print(stdout, g);
+    }
+}
+
+#define RUN(p) (pass_##p(g), after(g, #p))
+
+int main(int argc, char **argv)
+{
+    Options o = {0};
+    parse_args(&o, argc, argv);
+    Graph *g = onnx_load(&o);
+    after(g, "frontend");
+    RUN(fold);
+    RUN(shape);
+    RUN(loss);
+    RUN(autodiff);
+    RUN(optim);
+    RUN(units);
+    RUN(shard);
+    RUN(memplan);
+    if (o.report)
+        cg_report(stdout, g, o.world);
+    if (o.out)
+        cg_cpu(g);
+    return 0;
+}

@@ -1,0 +1,279 @@
+/* ir.c — building and querying the Graph.
+ *
+ * Values and nodes live in growable arrays inside the Graph and are named by
+ * their index.  Everything is allocated from one bump arena that lives until
+ * the compiler exits: passes create freely and never free.
+ */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const OpInfo op_info[OP_COUNT] = {
+#define OP(name, onnx, nin, nout, flags) {#name, onnx, nin, nout, flags},
+#include "ops.def"
+#undef OP
+};
+
+/* ---- memory: a chain of big blocks, released by the OS at exit ---------- */
+enum { BLOCK = 1 << 20 };
+static char *blk;
+static size_t blk_used, blk_cap;
+
+void *ir_alloc(size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > blk_cap - blk_used) {
+        size_t cap = n > BLOCK ? n : BLOCK;
+        blk = calloc(1, cap);
+        if (!blk)
+            fatal("out of memory (%zu bytes)", cap);
+        blk_used = 0;
+        blk_cap = cap;
+    }
+    void *p = blk + blk_used;
+    blk_used += n;
+    return p;
+}
+
+char *ir_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(ir_alloc(n), s, n);
+}
+
+char *ir_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = ir_alloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Grow an array of elements of size sz to hold at least need; new part zeroed. */
+static void *grow(void *p, int *cap, int need, size_t sz)
+{
+    if (need <= *cap)
+        return p;
+    int ncap = *cap ? *cap * 2 : 64;
+    while (ncap < need)
+        ncap *= 2;
+    void *q = ir_alloc((size_t)ncap * sz);
+    if (p)
+        memcpy(q, p, (size_t)*cap * sz);
+    *cap = ncap;
+    return q;
+}
+
+/* ---- errors ------------------------------------------------------------ */
+_Noreturn void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fsdpc: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fsdpc: internal error at %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (this is a bug in fsdpc; please report it with the model)\n", stderr);
+    va_end(ap);
+    abort();
+}
+
+/* ---- graph --------------------------------------------------------------- */
+Graph *ir_new(const Options *opt)
+{
+    Graph *g = ir_alloc(sizeof *g);
+    g->opt = opt;
+    g->loss = g->loss_avg = -1;
+    return g;
+}
+
+int ir_value(Graph *g, const char *name, DType dt, const Shape *s, Role role)
+{
+    g->val = grow(g->val, &g->capval, g->nval + 1, sizeof(Value));
+    int id = g->nval++;
+    Value *v = &g->val[id];
+    memset(v, 0, sizeof *v);
+    v->name = ir_strdup(name);
+    v->dtype = dt;
+    if (s)
+        v->shape = *s;
+    v->role = role;
+    v->unit = -1;
+    v->producer = -1;
+    v->init_index = -1;
+    v->grad = -1;
+    v->alias_of = -1;
+    return id;
+}
+
+int ir_node(Graph *g, Op op, const char *name, int nin, const int *in, int nout, const int *out)
+{
+    g->node = grow(g->node, &g->capnode, g->nnode + 1, sizeof(Node));
+    int id = g->nnode++;
+    Node *n = &g->node[id];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->name = ir_strdup(name && *name ? name : ir_fmt("%s_%d", op_info[op].name, id));
+    n->nin = nin;
+    n->nout = nout;
+    n->in = ir_alloc(sizeof(int) * (size_t)(nin + 1));
+    n->out = ir_alloc(sizeof(int) * (size_t)(nout + 1));
+    if (nin)
+        memcpy(n->in, in, sizeof(int) * (size_t)nin);
+    if (nout)
+        memcpy(n->out, out, sizeof(int) * (size_t)nout);
+    n->unit = -1;
+    for (int i = 0; i < nout; i++)
+        g->val[out[i]].producer = id;
+    return id;
+}
+
+int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out)
+{
+    int in[2] = {a, b};
+    return ir_node(g, op, name, b < 0 ? 1 : 2, in, 1, &out);
+}
+
+Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k)
+{
+    Node *n = &g->node[node];
+    Attr *a = ir_alloc(sizeof(Attr) * (size_t)(n->nattr + 1));
+    if (n->nattr)
+        memcpy(a, n->attr, sizeof(Attr) * (size_t)n->nattr);
+    n->attr = a;
+    Attr *r = &a[n->nattr++];
+    r->name = ir_strdup(name);
+    r->kind = k;
+    r->t = -1;
+    return r;
+}
+
+const Attr *ir_attr(const Node *n, const char *name)
+{
+    for (int i = 0; i < n->nattr; i++)
+        if (!strcmp(n->attr[i].name, name))
+            return &n->attr[i];
+    return NULL;
+}
+
+int64_t ir_attr_i(const Node *n, const char *name, int64_t def)
+{
+    const Attr *a = ir_attr(n, name);
+    return a && a->kind == A_INT ? a->i : def;
+}
+
+double ir_attr_f(const Node *n, const char *name, double def)
+{
+    const Attr *a = ir_attr(n, name);
+    if (!a)
+        return def;
+    return a->kind == A_FLOAT ? a->f : a->kind == A_INT ? (double)a->i : def;
+}
+
+int ir_find_value(const Graph *g, const char *name)
+{
+    for (int i = 0; i < g->nval; i++)
+        if (!strcmp(g->val[i].name, name))
+            return i;
+    return -1;
+}
+
+int64_t shape_numel(const Shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dim[i];
+    return n;
+}
+
+int shape_eq(const Shape *a, const Shape *b)
+{
+    if (a->rank != b->rank)
+        return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i])
+            return 0;
+    return 1;
+}
+
+size_t dtype_size(DType t)
+{
+    switch (t) {
+    case DT_F32: case DT_I32: return 4;
+    case DT_F64: case DT_I64: return 8;
+    case DT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+const char *dtype_name(DType t)
+{
+    static const char *names[DT_COUNT] = {"undef", "f32", "f64", "i64", "i32", "bool"};
+    return t < DT_COUNT ? names[t] : "?";
+}
+
+const char *role_name(Role r)
+{
+    static const char *names[R_COUNT] = {"act", "input", "param", "const", "grad", "optstate",
+                                         "flat", "flatgrad", "shard", "gradshard", "stateshard"};
+    return r < R_COUNT ? names[r] : "?";
+}
+
+int64_t value_numel(const Graph *g, int v)
+{
+    return shape_numel(&g->val[v].shape);
+}
+
+void ir_link(Graph *g)
+{
+    for (int i = 0; i < g->nval; i++) {
+        g->val[i].producer = -1;
+        g->val[i].nuses = 0;
+    }
+    for (int i = 0; i < g->nnode; i++) {
+        Node *n = &g->node[i];
+        for (int j = 0; j < n->nout; j++)
+            g->val[n->out[j]].producer = i;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0)
+                g->val[n->in[j]].nuses++;
+    }
+}
+
+void ir_set_nodes(Graph *g, Node *nodes, int n)
+{
+    g->node = nodes;
+    g->nnode = g->capnode = n;
+    ir_link(g);
+}
+
+int ir_const(Graph *g, const char *name, DType dt, const Shape *s, const void *data)
+{
+    int v = ir_value(g, name, dt, s, R_CONST);
+    size_t n = (size_t)shape_numel(s) * dtype_size(dt);
+    g->val[v].data = memcpy(ir_alloc(n ? n : 1), data, n);
+    g->val[v].persistent = 1;
+    return v;
+}
+
+int ir_like(Graph *g, const char *name, int like, Role role)
+{
+    Shape s = g->val[like].shape; /* copy: ir_value may move g->val */
+    return ir_value(g, name, g->val[like].dtype, &s, role);
+}

@@ -1,0 +1,226 @@
+/* ir.h — the one header of the compiler: IR structs, op table, pass entry points.
+ *
+ * A Graph owns arrays of Values and Nodes referenced by integer ids; there are
+ * no pointers between IR objects.  The order of g->nodes IS the program order:
+ * every pass leaves the nodes topologically sorted, and after the schedule pass
+ * that order is the order the executable runs them in.
+ *
+ * Memory: the compiler is short-lived and allocates from one arena that is
+ * released at exit (ir_alloc / ir_strdup); passes never free.
+ */
+#ifndef FSDPC_IR_H
+#define FSDPC_IR_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define MAX_RANK 8
+
+typedef enum {
+    DT_UNDEF,
+    DT_F32,  /* float     (ONNX FLOAT = 1)   */
+    DT_F64,  /* double    (ONNX DOUBLE = 11) */
+    DT_I64,  /* int64_t   (ONNX INT64 = 7)   */
+    DT_I32,  /* int32_t   (ONNX INT32 = 6)   */
+    DT_BOOL, /* uint8_t   (ONNX BOOL = 9)    */
+    DT_COUNT
+} DType;
+
+typedef enum {
+#define OP(name, onnx, nin, nout, flags) OP_##name,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} Op;
+
+enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8 };
+
+typedef struct {
+    const char *name;
+    int onnx, nin, nout, flags;
+} OpInfo;
+extern const OpInfo op_info[OP_COUNT];
+
+typedef struct {
+    int rank;
+    int64_t dim[MAX_RANK];
+} Shape;
+
+typedef enum {
+    R_ACT,       /* activation / temporary of the step */
+    R_INPUT,     /* graph input fed from data each step (first axis = batch) */
+    R_PARAM,     /* trainable parameter (a view into its unit's gathered flat buffer after shard) */
+    R_CONST,     /* constant: non-trainable initializer, Constant node, folded value */
+    R_GRAD,      /* gradient of a parameter (a view into its unit's flat grad after shard) */
+    R_OPTSTATE,  /* per-parameter optimizer state before shard (m, v, momentum) */
+    R_FLAT,      /* a unit's gathered flat parameter, padded to W*ceil(n/W) at run time */
+    R_FLATGRAD,  /* a unit's flat gradient, same size as R_FLAT */
+    R_SHARD,     /* this rank's shard of a unit's flat parameter (persistent) */
+    R_GRADSHARD, /* this rank's shard of the averaged flat gradient (persistent) */
+    R_STATESHARD,/* this rank's shard of an optimizer state (persistent); attr in Value.state */
+    R_COUNT
+} Role;
+
+/* Where a value lives at run time (memplan). */
+typedef enum {
+    LOC_NONE,   /* not yet planned */
+    LOC_ARENA,  /* arena + off: fixed compile-time offset, independent of world size */
+    LOC_SLOT,   /* slot[slot] + off: one of the unit-sized slots (size depends on world size) */
+    LOC_SHARD,  /* per-unit shard storage: (unit, state kind), length ceil(n/W) */
+} LocKind;
+
+typedef struct {
+    LocKind kind;
+    int slot;       /* LOC_SLOT */
+    int unit;       /* LOC_SHARD */
+    int state;      /* LOC_SHARD: 0 param, 1 grad, 2.. optimizer states */
+    int64_t off;    /* bytes */
+} Loc;
+
+typedef struct {
+    char *name;      /* ONNX name, or a derived one ("fc1.weight.grad") */
+    DType dtype;
+    Shape shape;
+    Role role;
+    int unit;        /* FSDP unit, -1 if none */
+    int producer;    /* node id, -1 for inputs/params/consts (recomputed by ir_link) */
+    int nuses;       /* number of node inputs reading it (ir_link) */
+    void *data;      /* R_CONST / R_PARAM: host bytes (numel * size) */
+    int init_index;  /* index of the ONNX initializer it came from, -1 otherwise */
+    int grad;        /* R_PARAM: value id of its gradient (autodiff), -1 otherwise */
+    int state;       /* R_STATESHARD: which state (2 = m / momentum, 3 = v) */
+    int alias_of;    /* -1, or the value this one is a view of (shares its bytes) */
+    int64_t alias_off; /* bytes into alias_of */
+    int persistent;  /* lives across steps (consts, shards) */
+    Loc loc;         /* filled by memplan */
+} Value;
+
+typedef enum { A_INT, A_FLOAT, A_INTS, A_FLOATS, A_STRING, A_TENSOR } AttrKind;
+
+typedef struct {
+    char *name;
+    AttrKind kind;
+    int64_t i;
+    double f;
+    int64_t *ints;
+    double *floats;
+    int n;           /* length of ints / floats */
+    char *s;
+    int t;           /* A_TENSOR: value id of a R_CONST holding it */
+} Attr;
+
+typedef struct {
+    Op op;
+    char *name;      /* ONNX node name or a derived one; never empty */
+    int nin, nout;
+    int *in;         /* value ids; -1 marks an omitted optional input */
+    int *out;
+    int nattr;
+    Attr *attr;
+    int unit;        /* collectives / optimizer: the unit; -1 otherwise */
+} Node;
+
+typedef struct {
+    char *name;      /* "unit0", ... ; "root" for the last */
+    int nparams;
+    int *params;     /* value ids of R_PARAM, in flat order */
+    int64_t *offset; /* element offset of each param inside the flat buffer */
+    int64_t numel;   /* sum of param numels (unpadded) */
+    DType dtype;
+    int flat, flatgrad, shard, gradshard; /* value ids (shard pass) */
+    int state[2];    /* optimizer state shard value ids, -1 if unused */
+} Unit;
+
+typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
+typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
+
+typedef struct {
+    const char *model;       /* path of the .onnx */
+    const char *out;         /* -o */
+    const char *target;      /* "cpu" (cuda: later issue) */
+    LossKind loss;
+    const char *loss_pred, *loss_target;
+    OptKind optimizer;
+    int ndims;
+    const char *dim_name[64];
+    int64_t dim_value[64];
+    int64_t wrap_size;       /* --wrap size:N, parameters per unit */
+    const char *dump_after;  /* pass name or NULL */
+    int report;
+    int world;               /* --world N for --report (default 2) */
+    int verify;              /* run ir_verify after each pass (--verify, tests) */
+    const char *cc;          /* C compiler for the generated step */
+    int keep_c;              /* --emit-c: keep OUT.c */
+} Options;
+
+typedef struct {
+    Value *val; int nval, capval;
+    Node *node; int nnode, capnode;
+    int *input; int ninput;     /* graph inputs fed by data (R_INPUT) */
+    int *output; int noutput;   /* ONNX graph outputs */
+    int loss;                   /* value id of the scalar loss, -1 before loss pass */
+    int loss_avg;               /* value id of the all-reduced loss (what is reported) */
+    int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
+    Unit *unit; int nunit;
+    int nslot;                  /* memplan: number of unit-sized slots */
+    int64_t arena_bytes;        /* memplan: W-independent part of the arena */
+    int64_t const_bytes;        /* memplan: bytes of constants inside the arena */
+    int64_t peak_act_bytes;     /* memplan: peak of activations (no slots, no consts) */
+    /* the original model, kept for export */
+    const uint8_t *model_bytes; size_t model_len;
+    const Options *opt;
+} Graph;
+
+/* ir.c: construction and queries */
+void *ir_alloc(size_t n);                         /* zeroed, never NULL, freed at exit */
+char *ir_strdup(const char *s);
+char *ir_fmt(const char *fmt, ...);               /* ir_alloc'ed sprintf */
+Graph *ir_new(const Options *opt);
+int ir_value(Graph *g, const char *name, DType dt, const Shape *s, Role role);
+int ir_node(Graph *g, Op op, const char *name, int nin, const int *in, int nout, const int *out);
+int ir_const(Graph *g, const char *name, DType dt, const Shape *s, const void *data);
+int ir_like(Graph *g, const char *name, int like, Role role); /* same dtype/shape as value like */
+int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out); /* 1 or 2 inputs (b=-1) */
+Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k);
+const Attr *ir_attr(const Node *n, const char *name);
+int64_t ir_attr_i(const Node *n, const char *name, int64_t def);
+double ir_attr_f(const Node *n, const char *name, double def);
+int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
+int64_t shape_numel(const Shape *s);
+int shape_eq(const Shape *a, const Shape *b);
+size_t dtype_size(DType t);
+const char *dtype_name(DType t);
+const char *role_name(Role r);
+int64_t value_numel(const Graph *g, int v);
+void ir_link(Graph *g);                           /* recompute producer / nuses */
+void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
+
+/* print.c / verify.c */
+void ir_print(FILE *f, const Graph *g);
+void ir_verify(const Graph *g, const char *after);
+
+/* errors: user input vs internal bug (see README "Errors") */
+_Noreturn void fatal(const char *fmt, ...);       /* "fsdpc: error: ..." exit 1 */
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...); /* internal bug: abort */
+
+/* frontend/onnx.c */
+Graph *onnx_load(const Options *opt);
+
+/* passes/: one entry function each, run in the literal list in fsdpc.c */
+void pass_fold(Graph *g);
+void shape_node(Graph *g, int node);              /* shape.c: infer one node's outputs */
+void pass_shape(Graph *g);
+void pass_loss(Graph *g);
+void pass_autodiff(Graph *g);
+void pass_optim(Graph *g);
+void pass_units(Graph *g);
+void pass_shard(Graph *g);
+void pass_memplan(Graph *g);
+
+/* codegen/ */
+void cg_report(FILE *f, const Graph *g, int world);
+void cg_cpu(const Graph *g);                      /* writes OUT.c, OUT.init, builds OUT */
+
+#endif

@@ -1,0 +1,81 @@
+/* verify.c — structural checks run after every pass (fsdpc --verify, on in tests).
+ *
+ * Checks: ids in range; op arity as in ops.def; single assignment (one
+ * producer per value); topological order (a value is produced before it is
+ * read, or needs no producer: inputs, constants, parameters, shards); after
+ * the shape pass every value a node touches has a dtype.  A failure is a bug
+ * in the pass named, never a user error: it aborts through die().
+ */
+#include "ir.h"
+
+#include <string.h>
+
+static int needs_producer(const Value *v)
+{
+    switch (v->role) {
+    case R_INPUT: case R_CONST: case R_PARAM: case R_OPTSTATE:
+    case R_SHARD: case R_GRADSHARD: case R_STATESHARD:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+static void check_value_id(const Graph *g, const Node *n, int v, const char *after)
+{
+    if (v < 0 || v >= g->nval)
+        die("after %s: node '%s' (%s) refers to value %d of %d", after, n->name,
+            op_info[n->op].name, v, g->nval);
+}
+
+void ir_verify(const Graph *g, const char *after)
+{
+    static const char *untyped[] = {"frontend", "fold", NULL};
+    int typed = 1;
+    for (int i = 0; untyped[i]; i++)
+        if (!strcmp(after, untyped[i]))
+            typed = 0;
+
+    char *made = ir_alloc((size_t)g->nval + 1);
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        const OpInfo *oi = &op_info[n->op];
+        if (oi->nin >= 0 && n->nin != oi->nin)
+            die("after %s: node '%s' (%s) has %d inputs, expected %d", after, n->name, oi->name,
+                n->nin, oi->nin);
+        if (n->nout != oi->nout)
+            die("after %s: node '%s' (%s) has %d outputs, expected %d", after, n->name, oi->name,
+                n->nout, oi->nout);
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (v == -1 && oi->nin < 0)
+                continue; /* omitted optional input */
+            check_value_id(g, n, v, after);
+            const Value *x = &g->val[v];
+            int root = x->alias_of >= 0 ? x->alias_of : v;
+            if (needs_producer(&g->val[root]) && !made[root])
+                die("after %s: node '%s' (%s) reads '%s' before it is produced", after, n->name,
+                    oi->name, x->name);
+            if (typed && x->dtype == DT_UNDEF)
+                die("after %s: value '%s' has no dtype", after, x->name);
+        }
+        for (int j = 0; j < n->nout; j++) {
+            int v = n->out[j];
+            check_value_id(g, n, v, after);
+            if (made[v])
+                die("after %s: value '%s' produced twice", after, g->val[v].name);
+            made[v] = 1;
+            if (g->val[v].alias_of >= 0)
+                made[g->val[v].alias_of] = 1; /* a view written: its buffer is live */
+            if (typed && g->val[v].dtype == DT_UNDEF)
+                die("after %s: value '%s' has no dtype", after, g->val[v].name);
+        }
+    }
+    if (g->loss >= 0 && !made[g->loss])
+        die("after %s: the loss '%s' is never produced", after, g->val[g->loss].name);
+    for (int v = 0; v < g->nval; v++) {
+        const Value *x = &g->val[v];
+        if (x->alias_of >= g->nval || (x->alias_of >= 0 && g->val[x->alias_of].alias_of >= 0))
+            die("after %s: value '%s' is a view of a view", after, x->name);
+    }
+}

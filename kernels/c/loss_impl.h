@@ -1,0 +1,77 @@
+/* loss_impl.h — typed bodies of loss.c, included once per dtype with
+ * T (element type) and S (name suffix) defined.  No include guard on purpose. */
+
+void KFN(k_mse)(T *loss, const T *p, const T *t, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)p[i] - (double)t[i];
+        s += d * d;
+    }
+    loss[0] = n > 0 ? (T)(s / (double)n) : (T)NAN;  /* torch: mean of nothing */
+}
+
+/* PyTorch's mse_loss_backward: norm = 2/n rounded to T, norm (p - t) dloss. */
+void KFN(k_mse_grad)(T *dp, const T *dloss, const T *p, const T *t, int64_t n)
+{
+    if (n <= 0)
+        return;
+    const T norm = (T)(2.0 / (double)n), g = dloss[0];
+    for (int64_t i = 0; i < n; i++)
+        dp[i] = norm * (p[i] - t[i]) * g;
+}
+
+static double KFN(row_max)(const T *x, int64_t n)
+{
+    double mx = x[0];
+    for (int64_t j = 1; j < n; j++)
+        if (x[j] > mx)
+            mx = x[j];
+    return mx;
+}
+
+static double KFN(logsumexp)(const T *x, int64_t n)
+{
+    double mx = KFN(row_max)(x, n), s = 0;
+    for (int64_t j = 0; j < n; j++)
+        s += exp((double)x[j] - mx);
+    return mx + log(s);
+}
+
+int64_t KFN(k_cross_entropy)(T *loss, const T *x, const int64_t *labels,
+                             int64_t rows, int64_t classes)
+{
+    double s = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (labels[r] < 0 || labels[r] >= classes)
+            return r;
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * classes;
+        s += KFN(logsumexp)(xr, classes) - (double)xr[labels[r]];
+    }
+    loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
+    return -1;
+}
+
+/* Row by row: dx holds exp(x - max) first (x is not read again, so dx may
+ * alias x), then becomes scale (softmax - onehot) with scale = dloss/rows. */
+void KFN(k_cross_entropy_grad)(T *dx, const T *dloss, const T *x,
+                               const int64_t *labels, int64_t rows,
+                               int64_t classes)
+{
+    if (rows <= 0 || classes <= 0)
+        return;
+    const double scale = (double)dloss[0] / (double)rows;
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * classes;
+        T *dr = dx + r * classes;
+        double mx = KFN(row_max)(xr, classes), sum = 0;
+        for (int64_t j = 0; j < classes; j++) {
+            double e = exp((double)xr[j] - mx);
+            dr[j] = (T)e;
+            sum += e;
+        }
+        for (int64_t j = 0; j < classes; j++)
+            dr[j] = (T)(scale * ((double)dr[j] / sum - (j == labels[r])));
+    }
+}

@@ -1,0 +1,40 @@
+/* matmul_impl.h — typed body of matmul.c, included once per dtype with
+ * T (element type), S (name suffix) and K_GEMM (cblas_sgemm / cblas_dgemm)
+ * defined.  No include guard on purpose. */
+
+/* C (m x n, dense) = op(A) op(B) + beta C for one matrix pair. */
+static void KFN(gemm)(T *c, const T *a, const T *b, int64_t m, int64_t n,
+                      int64_t k, int ta, int tb, double beta)
+{
+    check_dims(m, n, k);
+    K_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+           tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, (T)1, a,
+           (int)(ta ? m : k), b, (int)(tb ? k : n), (T)beta, c, (int)n);
+}
+
+/* C = beta C over len elements, beta == 0 writing exact zeros. */
+static void KFN(scale_c)(T *c, int64_t len, double beta)
+{
+    const T s = (T)beta;
+    for (int64_t i = 0; i < len; i++)
+        c[i] = beta == 0 ? (T)0 : s * c[i];
+}
+
+void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
+                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                   double beta)
+{
+    if (batch <= 0 || m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        KFN(scale_c)(c, batch * m * n, beta);
+        return;
+    }
+    /* shared B, A batches contiguous and untransposed: one tall GEMM */
+    if ((batch == 1 || (sb == 0 && !ta && sa == m * k)) && batch * m <= INT_MAX) {
+        KFN(gemm)(c, a, b, batch * m, n, k, ta, tb, beta);
+        return;
+    }
+    for (int64_t i = 0; i < batch; i++)
+        KFN(gemm)(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta);
+}

@@ -1,0 +1,50 @@
+/* optim_impl.h — typed bodies of optim.c, included once per dtype with
+ * T (element type), S (name suffix) and KM_SQRT defined.  No include guard on
+ * purpose. */
+
+/* torch.optim.AdamW, _single_tensor_adamw (amsgrad off, maximize off):
+ *   param.mul_(1 - lr*wd)
+ *   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+ *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+ *   step_size = lr / (1 - beta1**step);  bc2_sqrt = sqrt(1 - beta2**step)
+ *   denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+ *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom */
+void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
+                  double beta1, double beta2, double eps, double wd,
+                  int64_t step)
+{
+    const double bc1 = 1 - pow(beta1, (double)step);
+    const double bc2 = 1 - pow(beta2, (double)step);
+    const T decay = (T)(1 - lr * wd), neg_step = (T)(-(lr / bc1));
+    const T b1 = (T)beta1, c1 = (T)(1 - beta1), b2 = (T)beta2, c2 = (T)(1 - beta2);
+    const T bc2_sqrt = (T)sqrt(bc2), teps = (T)eps;
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = p[i] * decay;
+        m[i] = m[i] * b1 + c1 * g[i];
+        v[i] = v[i] * b2 + c2 * g[i] * g[i];
+        T denom = KM_SQRT(v[i]) / bc2_sqrt + teps;
+        p[i] = p[i] + neg_step * m[i] / denom;
+    }
+}
+
+/* torch.optim.SGD, _single_tensor_sgd (dampening 0, nesterov off):
+ *   if wd != 0: d_p = d_p.add(param, alpha=wd)
+ *   if momentum != 0: buf = clone(d_p) on the first step,
+ *                     else buf.mul_(momentum).add_(d_p); d_p = buf
+ *   param.add_(d_p, alpha=-lr)
+ * The first step is step == 1 (buf is then written, never read). */
+void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
+                double momentum, double wd, int64_t step)
+{
+    const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);
+    for (int64_t i = 0; i < n; i++) {
+        T d = g[i];
+        if (wd != 0)  /* skipped, not multiplied by 0: an inf p stays out of d */
+            d = d + twd * p[i];
+        if (momentum != 0) {
+            buf[i] = step == 1 ? d : buf[i] * mom + d;
+            d = buf[i];
+        }
+        p[i] = p[i] + neg_lr * d;
+    }
+}

@@ -1,0 +1,258 @@
+/* autodiff.c — reverse mode: d loss / d every trainable initializer.
+ *
+ * requires: loss.
+ * ensures:  float initializers on a differentiable path to the loss become
+ *           R_PARAM (the rest stay constants/buffers); each parameter's
+ *           .grad names the value holding its full gradient; the backward
+ *           nodes follow the forward ones (g->nfwd marks the boundary).
+ *
+ * Two sweeps over the node list mark what matters: `fwd` = depends on a
+ * float initializer, `bwd` = reaches the loss; a value on both is active.
+ * The reverse sweep then applies one rule per op, each written with forward
+ * ops plus a few gradient ops of fsdpc's own, and sums contributions when a
+ * value feeds several nodes.  Broadcasting is undone by sum_to().
+ */
+#include "ir.h"
+
+#include <string.h>
+
+/* Does input i of op carry a gradient? */
+static int diff_input(Op op, int i)
+{
+    switch (op) {
+    case OP_Reshape: case OP_MseLoss: case OP_CrossEntropyLoss:
+        return i == 0;
+    case OP_AllReduce:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+
+static int emit(Graph *g, Op op, const char *name, int a, int b)
+{
+    int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
+    int n = ir_node1(g, op, name, a, b, y);
+    shape_node(g, n);
+    return y;
+}
+
+static int emit_matmul(Graph *g, const char *name, int a, int b, int ta, int tb)
+{
+    int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
+    int n = ir_node1(g, OP_MatMul, name, a, b, y);
+    ir_attr_add(g, n, "transA", A_INT)->i = ta;
+    ir_attr_add(g, n, "transB", A_INT)->i = tb;
+    shape_node(g, n);
+    return y;
+}
+
+static int emit_scale(Graph *g, const char *name, int x, double alpha)
+{
+    int y = ir_like(g, ir_fmt("%s.out", name), x, R_ACT);
+    int n = ir_node1(g, OP_Scale, name, x, -1, y);
+    ir_attr_add(g, n, "alpha", A_FLOAT)->f = alpha;
+    return y;
+}
+
+static int emit_reshape(Graph *g, const char *name, int x, const Shape *to)
+{
+    Shape s1 = {1, {to->rank}};
+    int sh = ir_const(g, ir_fmt("%s.shape", name), DT_I64, &s1, to->dim);
+    return emit(g, OP_Reshape, name, x, sh);
+}
+
+/* dy summed down to the shape of value `like` (undoes numpy broadcasting) */
+static int sum_to(Graph *g, const char *name, int dy, int like)
+{
+    Shape from = g->val[dy].shape, to = g->val[like].shape;
+    if (shape_eq(&from, &to))
+        return dy;
+    if (shape_numel(&from) == shape_numel(&to))
+        return emit_reshape(g, name, dy, &to);
+    int y = ir_like(g, ir_fmt("%s.out", name), like, R_ACT);
+    g->val[y].dtype = g->val[dy].dtype;
+    ir_node1(g, OP_ReduceSumTo, name, dy, -1, y);
+    return y;
+}
+
+static void accumulate(Graph *g, int *grad, int v, int contrib, const char *name)
+{
+    grad[v] = grad[v] < 0 ? contrib : emit(g, OP_Add, ir_fmt("%s.acc", name), grad[v], contrib);
+}
+
+/* Gradients of y = op(A) op(B).  Returns dA, dB in d[0], d[1] (-1 if not needed). */
+static void matmul_grad(Graph *g, const Node *n, int dy, const int *need, int d[2])
+{
+    int a = n->in[0], b = n->in[1];
+    int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
+    const char *nm = n->name;
+    d[0] = d[1] = -1;
+    if (need[0]) {
+        const char *s = ir_fmt("%s.dA", nm);
+        d[0] = ta ? emit_matmul(g, s, b, dy, tb, 1) : emit_matmul(g, s, dy, b, 0, !tb);
+        d[0] = sum_to(g, ir_fmt("%s.sum", s), d[0], a);
+    }
+    if (need[1]) {
+        const char *s = ir_fmt("%s.dB", nm);
+        int aa = a, dd = dy;
+        if (g->val[b].shape.rank == 2 && g->val[a].shape.rank > 2 && !ta) {
+            /* B is shared by every batch: fold the batch into rows so dB is one
+             * GEMM instead of a batch of full-size partial products. */
+            const Shape *sa = &g->val[a].shape, *sy = &g->val[dy].shape;
+            Shape fa = {2, {shape_numel(sa) / sa->dim[sa->rank - 1], sa->dim[sa->rank - 1]}};
+            Shape fy = {2, {shape_numel(sy) / sy->dim[sy->rank - 1], sy->dim[sy->rank - 1]}};
+            aa = emit_reshape(g, ir_fmt("%s.flatA", s), a, &fa);
+            dd = emit_reshape(g, ir_fmt("%s.flatdY", s), dy, &fy);
+        }
+        d[1] = tb ? emit_matmul(g, s, dd, aa, 1, ta) : emit_matmul(g, s, aa, dd, !ta, 0);
+        d[1] = sum_to(g, ir_fmt("%s.sum", s), d[1], b);
+    }
+}
+
+/* Apply node n's rule: add the contribution of dy = grad[out] to its inputs. */
+static void node_grad(Graph *g, int id, int *grad, const char *active)
+{
+    Node n = g->node[id]; /* copy: emitting nodes moves g->node */
+    int y = n.out[0], dy = grad[y];
+    int need[2] = {0, 0};
+    for (int i = 0; i < n.nin && i < 2; i++)
+        need[i] = n.in[i] >= 0 && active[n.in[i]] && diff_input(n.op, i);
+    if (!need[0] && !need[1])
+        return;
+    int a = n.in[0], b = n.nin > 1 ? n.in[1] : -1;
+    const char *nm = ir_fmt("%s.bwd", n.name);
+    int d[2] = {-1, -1};
+    switch (n.op) {
+    case OP_Add:
+    case OP_Sub:
+        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), dy, a);
+        if (need[1]) {
+            int t = n.op == OP_Sub ? emit_scale(g, ir_fmt("%s.neg", nm), dy, -1.0) : dy;
+            d[1] = sum_to(g, ir_fmt("%s.b", nm), t, b);
+        }
+        break;
+    case OP_Mul:
+        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), emit(g, OP_Mul, ir_fmt("%s.mula", nm), dy, b), a);
+        if (need[1]) d[1] = sum_to(g, ir_fmt("%s.b", nm), emit(g, OP_Mul, ir_fmt("%s.mulb", nm), dy, a), b);
+        break;
+    case OP_Div:
+        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), emit(g, OP_Div, ir_fmt("%s.diva", nm), dy, b), a);
+        if (need[1]) { /* d b = -dy * y / b */
+            int t = emit(g, OP_Mul, ir_fmt("%s.dyy", nm), dy, y);
+            t = emit(g, OP_Div, ir_fmt("%s.divb", nm), t, b);
+            t = emit_scale(g, ir_fmt("%s.negb", nm), t, -1.0);
+            d[1] = sum_to(g, ir_fmt("%s.b", nm), t, b);
+        }
+        break;
+    case OP_Relu: d[0] = emit(g, OP_ReluGrad, nm, dy, y); break;
+    case OP_Tanh: d[0] = emit(g, OP_TanhGrad, nm, dy, y); break;
+    case OP_Sigmoid: d[0] = emit(g, OP_SigmoidGrad, nm, dy, y); break;
+    case OP_Identity: case OP_Copy: d[0] = dy; break;
+    case OP_Scale: d[0] = emit_scale(g, nm, dy, ir_attr_f(&n, "alpha", 1.0)); break;
+    case OP_Reshape: d[0] = emit_reshape(g, nm, dy, &g->val[a].shape); break;
+    case OP_Transpose: {
+        int r = g->val[a].shape.rank;
+        int64_t inv[MAX_RANK];
+        const Attr *p = ir_attr(&n, "perm");
+        for (int i = 0; i < r; i++)
+            inv[p ? p->ints[i] : r - 1 - i] = i;
+        int t = ir_value(g, ir_fmt("%s.out", nm), DT_UNDEF, NULL, R_ACT);
+        int k = ir_node1(g, OP_Transpose, nm, dy, -1, t);
+        Attr *at = ir_attr_add(g, k, "perm", A_INTS);
+        at->n = r;
+        at->ints = ir_alloc(sizeof(int64_t) * (size_t)r);
+        memcpy(at->ints, inv, sizeof(int64_t) * (size_t)r);
+        shape_node(g, k);
+        d[0] = t;
+        break;
+    }
+    case OP_MatMul: matmul_grad(g, &n, dy, need, d); break;
+    case OP_MseLoss: {
+        int t = ir_like(g, ir_fmt("%s.out", nm), a, R_ACT);
+        int in[3] = {dy, a, b};
+        ir_node(g, OP_MseLossGrad, nm, 3, in, 1, &t);
+        d[0] = t;
+        break;
+    }
+    case OP_CrossEntropyLoss: {
+        int t = ir_like(g, ir_fmt("%s.out", nm), a, R_ACT);
+        int in[3] = {dy, a, b};
+        ir_node(g, OP_CrossEntropyGrad, nm, 3, in, 1, &t);
+        d[0] = t;
+        break;
+    }
+    default:
+        die("no gradient rule for %s (node '%s')", op_info[n.op].name, n.name);
+    }
+    for (int i = 0; i < 2; i++)
+        if (need[i])
+            accumulate(g, grad, n.in[i], d[i], nm);
+}
+
+/* fwd: depends on a float initializer; bwd: reaches the loss. */
+static char *mark_active(Graph *g)
+{
+    int nv = g->nval;
+    char *fwd = ir_alloc((size_t)nv), *bwd = ir_alloc((size_t)nv), *act = ir_alloc((size_t)nv);
+    for (int v = 0; v < nv; v++)
+        fwd[v] = g->val[v].role == R_CONST && g->val[v].init_index >= 0 && is_float(g->val[v].dtype);
+    for (int i = 0; i < g->nnode; i++) {
+        Node *n = &g->node[i];
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0 && fwd[n->in[j]] && diff_input(n->op, j))
+                for (int k = 0; k < n->nout; k++)
+                    fwd[n->out[k]] = is_float(g->val[n->out[k]].dtype);
+    }
+    bwd[g->loss] = 1;
+    for (int i = g->nnode - 1; i >= 0; i--) {
+        Node *n = &g->node[i];
+        int live = 0;
+        for (int k = 0; k < n->nout; k++)
+            live |= bwd[n->out[k]];
+        for (int j = 0; live && j < n->nin; j++)
+            if (n->in[j] >= 0 && diff_input(n->op, j))
+                bwd[n->in[j]] = 1;
+    }
+    for (int v = 0; v < nv; v++)
+        act[v] = fwd[v] && bwd[v];
+    return act;
+}
+
+void pass_autodiff(Graph *g)
+{
+    char *active = mark_active(g);
+    int nparam = 0;
+    for (int v = 0; v < g->nval; v++)
+        if (active[v] && g->val[v].role == R_CONST) {
+            g->val[v].role = R_PARAM;
+            g->val[v].persistent = 0;
+            nparam++;
+        }
+    if (!nparam)
+        fatal("%s: the loss depends on no float initializer: nothing to train", g->opt->model);
+
+    int nfwd = g->nfwd = g->nnode;
+    int *grad = ir_alloc(sizeof(int) * (size_t)g->nval * 2 + 16);
+    for (int v = 0; v < g->nval; v++)
+        grad[v] = -1;
+    Shape scalar = {0};
+    grad[g->loss] = ir_value(g, "loss.grad", g->val[g->loss].dtype, &scalar, R_ACT);
+    ir_node(g, OP_Ones, "loss.grad", 0, NULL, 1, &grad[g->loss]);
+
+    int nval0 = g->nval; /* values made below are never differentiated */
+    for (int i = nfwd - 1; i >= 0; i--) {
+        Node *n = &g->node[i];
+        if (n->nout == 1 && n->out[0] < nval0 && active[n->out[0]] && grad[n->out[0]] >= 0)
+            node_grad(g, i, grad, active);
+    }
+    for (int v = 0; v < nval0; v++)
+        if (g->val[v].role == R_PARAM) {
+            if (grad[v] < 0)
+                die("parameter '%s' got no gradient", g->val[v].name);
+            g->val[v].grad = grad[v];
+        }
+    ir_link(g);
+}

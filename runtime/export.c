@@ -1,0 +1,401 @@
+/* export.c — --export-onnx: the trained parameters written back into the
+ * original ONNX model.
+ *
+ * Rank 0 reads the original model bytes from the init file, every rank sends
+ * its parameter shard of every unit to rank 0 (MPI_Gather), rank 0 replaces
+ * the data of each parameter's initializer by the trained values (raw_data,
+ * little-endian; typed fields and external data cleared; name, dims and
+ * data_type kept), packs the model and writes it atomically:
+ * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.
+ *
+ * protobuf-c ownership: the unpacked message owns every array and string it
+ * points to.  Each modified TensorProto is saved by value before it is
+ * pointed at our buffers and restored after packing, so that
+ * onnx__model_proto__free_unpacked frees exactly what it allocated.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "onnx.pb-c.h"
+#include "rt_priv.h"
+
+/* ONNX TensorProto.DataType */
+enum { ONNX_FLOAT = 1, ONNX_DOUBLE = 11 };
+
+typedef struct {
+    const char *name;
+    Onnx__TensorProto *t;
+} InitRef;
+
+typedef struct {
+    Onnx__TensorProto *t;
+    Onnx__TensorProto saved;  /* the unpacked state, restored before free */
+    void *conv;               /* owned conversion buffer (dtype differs), or NULL */
+} Patch;
+
+typedef struct {
+    const char *path;
+    char err[1024];
+    uint8_t *model;           /* original bytes */
+    Onnx__ModelProto *mp;
+    char **full;              /* per unit: world*shard_len gathered elements */
+    InitRef *refs;
+    size_t nrefs;
+    Patch *patch;
+    int npatch;
+    uint8_t *out;
+} Export;
+
+static int xfail(Export *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int xfail(Export *x, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->err, sizeof x->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int cmp_ref(const void *a, const void *b)
+{
+    return strcmp(((const InitRef *)a)->name, ((const InitRef *)b)->name);
+}
+
+static int pread_all(int fd, void *buf, size_t n, int64_t off)
+{
+    char *p = buf;
+    while (n > 0) {
+        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t r = pread(fd, p, k, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO; /* shorter than promised */
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t r = write(fd, p, k);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* rank 0: read and unpack the model, index the initializers, allocate the gather buffers */
+static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
+{
+    const RtModel *m = c->m;
+    if (m->model_len <= 0)
+        return xfail(x, "this build does not embed the original ONNX model; cannot export");
+    if ((uint64_t)m->model_len > (uint64_t)SIZE_MAX)
+        return xfail(x, "embedded ONNX model too large");
+    size_t len = (size_t)m->model_len;
+    x->model = malloc(len);
+    if (!x->model)
+        return xfail(x, "out of memory reading the ONNX model (%zu bytes)", len);
+    if (pread_all(init_fd, x->model, len, m->model_off) != 0)
+        return xfail(x, "reading the ONNX model from %s: %s", init_path, strerror(errno));
+    x->mp = onnx__model_proto__unpack(NULL, len, x->model);
+    if (!x->mp)
+        return xfail(x, "the ONNX model embedded in %s cannot be parsed (corrupt init file?)", init_path);
+    Onnx__GraphProto *g = x->mp->graph;
+    if (!g)
+        return xfail(x, "the embedded ONNX model has no graph");
+    x->nrefs = g->n_initializer;
+    x->refs = calloc(x->nrefs ? x->nrefs : 1, sizeof *x->refs);
+    if (!x->refs)
+        return xfail(x, "out of memory");
+    for (size_t i = 0; i < x->nrefs; i++) {
+        x->refs[i].t = g->initializer[i];
+        x->refs[i].name = g->initializer[i]->name ? g->initializer[i]->name : "";
+    }
+    qsort(x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
+    x->full = calloc(m->nunit ? (size_t)m->nunit : 1, sizeof *x->full);
+    x->patch = calloc(m->nparam ? (size_t)m->nparam : 1, sizeof *x->patch);
+    if (!x->full || !x->patch)
+        return xfail(x, "out of memory");
+    for (int u = 0; u < m->nunit; u++) {
+        size_t n = (size_t)c->world * (size_t)c->shard_len[u] * (size_t)rt_elem_size(m->unit[u].dtype);
+        x->full[u] = malloc(n ? n : 1);
+        if (!x->full[u])
+            return xfail(x, "out of memory gathering unit '%s' (%zu bytes)", m->unit[u].name, n);
+    }
+    return 0;
+}
+
+/* rank 0: point every parameter's initializer at its trained values */
+static int patch_params(Export *x, RtCtx *c)
+{
+    const RtModel *m = c->m;
+    for (int i = 0; i < m->nparam; i++) {
+        const RtParam *p = &m->param[i];
+        const char *pname = p->name ? p->name : "";
+        InitRef key = {pname, NULL};
+        InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
+        if (!r)
+            return xfail(x, "parameter '%s' is not an initializer of the embedded ONNX model", pname);
+        Onnx__TensorProto *t = r->t;
+        for (int j = 0; j < x->npatch; j++)
+            if (x->patch[j].t == t)
+                return xfail(x, "parameter '%s' is listed twice", pname);
+        if (p->unit < 0 || p->unit >= m->nunit || p->offset < 0 || p->numel < 0 ||
+            p->offset > m->unit[p->unit].numel - p->numel)
+            return xfail(x, "parameter '%s' lies outside its unit (corrupt model tables)", pname);
+        int64_t n = 1;
+        for (size_t d = 0; d < t->n_dims; d++)
+            if (t->dims[d] < 0 || __builtin_mul_overflow(n, t->dims[d], &n))
+                return xfail(x, "initializer '%s' has an invalid shape", pname);
+        if (n != p->numel)
+            return xfail(x, "initializer '%s' has %lld elements in the ONNX model but %lld were trained",
+                         pname, (long long)n, (long long)p->numel);
+        int udt = m->unit[p->unit].dtype;
+        int64_t ues = rt_elem_size(udt);
+        const char *src = x->full[p->unit] + p->offset * ues;
+        int tdt = t->has_data_type ? t->data_type : 0;
+        if (tdt != ONNX_FLOAT && tdt != ONNX_DOUBLE)
+            return xfail(x, "initializer '%s' has ONNX data type %d; only float and double parameters "
+                         "can be exported", pname, tdt);
+        if (udt != RT_F32 && udt != RT_F64)
+            return xfail(x, "parameter '%s' has unsupported dtype code %d", pname, udt);
+        Patch *pt = &x->patch[x->npatch++];
+        pt->t = t;
+        pt->saved = *t;
+        size_t tes = tdt == ONNX_FLOAT ? 4 : 8;
+        uint8_t *bytes;
+        if ((tdt == ONNX_FLOAT) == (udt == RT_F32)) {
+            bytes = (uint8_t *)src;
+        } else {
+            pt->conv = malloc(n ? (size_t)n * tes : 1);
+            if (!pt->conv)
+                return xfail(x, "out of memory converting '%s'", pname);
+            if (tdt == ONNX_FLOAT) {
+                const double *s = (const double *)(const void *)src;
+                float *d = pt->conv;
+                for (int64_t k = 0; k < n; k++)
+                    d[k] = (float)s[k];
+            } else {
+                const float *s = (const float *)(const void *)src;
+                double *d = pt->conv;
+                for (int64_t k = 0; k < n; k++)
+                    d[k] = s[k];
+            }
+            bytes = pt->conv;
+        }
+        t->has_raw_data = 1;
+        t->raw_data.data = bytes;
+        t->raw_data.len = (size_t)n * tes;
+        t->n_float_data = 0;
+        t->float_data = NULL;
+        t->n_double_data = 0;
+        t->double_data = NULL;
+        t->n_int32_data = 0;
+        t->int32_data = NULL;
+        t->n_int64_data = 0;
+        t->int64_data = NULL;
+        t->n_uint64_data = 0;
+        t->uint64_data = NULL;
+        t->n_string_data = 0;
+        t->string_data = NULL;
+        t->n_external_data = 0;
+        t->external_data = NULL;
+        t->has_data_location = 1;
+        t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+    }
+    return 0;
+}
+
+/* the directory part of path (malloc'd), "." if none */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir;
+    if (!slash)
+        dir = strdup(".");
+    else if (slash == path)
+        dir = strdup("/");
+    else {
+        dir = malloc((size_t)(slash - path) + 1);
+        if (dir) {
+            memcpy(dir, path, (size_t)(slash - path));
+            dir[slash - path] = 0;
+        }
+    }
+    return dir;
+}
+
+int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen)
+{
+    if (m->model_len <= 0) {
+        snprintf(err, errlen, "--export-onnx %s: this build does not embed the original ONNX model", path);
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "--export-onnx %s: is a directory", path);
+        return -1;
+    }
+    char *dir = dir_of(path);
+    if (!dir) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    if (stat(dir, &st) != 0) {
+        snprintf(err, errlen, "--export-onnx %s: directory %s: %s", path, dir, strerror(errno));
+        rc = -1;
+    } else if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "--export-onnx %s: %s is not a directory", path, dir);
+        rc = -1;
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(err, errlen, "--export-onnx %s: directory %s is not writable: %s", path, dir, strerror(errno));
+        rc = -1;
+    }
+    free(dir);
+    return rc;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char *dir = dir_of(path);
+    if (!dir) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+static int write_atomic(Export *x, const uint8_t *buf, size_t len)
+{
+    size_t tl = strlen(x->path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp)
+        return xfail(x, "out of memory");
+    snprintf(tmp, tl, "%s.tmp.%ld", x->path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        xfail(x, "cannot create %s: %s", tmp, strerror(e));
+        free(tmp);
+        return -1;
+    }
+    const char *stage = "writing";
+    if (write_all(fd, buf, len) != 0 || (stage = "syncing", fsync(fd) != 0)) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        xfail(x, "%s %s: %s", stage, tmp, strerror(e));
+        free(tmp);
+        return -1;
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        xfail(x, "closing %s: %s", tmp, strerror(e));
+        free(tmp);
+        return -1;
+    }
+    if (rename(tmp, x->path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        xfail(x, "cannot rename %s to %s: %s", tmp, x->path, strerror(e));
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    if (fsync_dir_of(x->path) != 0)
+        return xfail(x, "syncing the directory of %s: %s", x->path, strerror(errno));
+    return 0;
+}
+
+static int finish(Export *x, RtCtx *c)
+{
+    if (patch_params(x, c) != 0)
+        return -1;
+    size_t len = onnx__model_proto__get_packed_size(x->mp);
+    x->out = malloc(len ? len : 1);
+    if (!x->out)
+        return xfail(x, "out of memory packing the ONNX model (%zu bytes)", len);
+    size_t got = onnx__model_proto__pack(x->mp, x->out);
+    if (got != len)
+        return xfail(x, "internal error: packed %zu bytes, expected %zu", got, len);
+    return write_atomic(x, x->out, len);
+}
+
+static void cleanup(Export *x, const RtModel *m)
+{
+    for (int i = x->npatch - 1; i >= 0; i--) {
+        *x->patch[i].t = x->patch[i].saved;
+        free(x->patch[i].conv);
+    }
+    if (x->mp)
+        onnx__model_proto__free_unpacked(x->mp, NULL);
+    if (x->full)
+        for (int u = 0; u < m->nunit; u++)
+            free(x->full[u]);
+    free(x->full);
+    free(x->patch);
+    free(x->refs);
+    free(x->model);
+    free(x->out);
+}
+
+int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_path)
+{
+    const RtModel *m = c->m;
+    Export x;
+    memset(&x, 0, sizeof x);
+    x.path = path;
+    int ok = 1;
+    if (c->rank == 0)
+        ok = prepare(&x, c, init_fd, init_path) == 0;
+    RT_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (ok) {
+        for (int u = 0; u < m->nunit; u++)
+            rt_gather_shards(c, c->rank == 0 ? x.full[u] : NULL, c->shard[u * RT_NSTATE + RT_S_PARAM],
+                             c->shard_len[u], m->unit[u].dtype, 0);
+        if (c->rank == 0)
+            ok = finish(&x, c) == 0;
+    }
+    if (c->rank == 0 && !ok) {
+        fprintf(stderr, "%s: error: --export-onnx %s: %s\n", rt_prog, path, x.err);
+        fflush(stderr);
+    }
+    cleanup(&x, m);
+    RT_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    return ok ? 0 : 1;
+}

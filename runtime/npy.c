@@ -1,0 +1,356 @@
+/* npy.c — strict, bounded reader of NumPy .npy files (see npy.h).
+ *
+ * Format (numpy.lib.format): "\x93NUMPY", major, minor, then the header
+ * length (uint16 LE for 1.0, uint32 LE for 2.0 and 3.0), then the header: a
+ * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+ * padded with spaces and ended by '\n', then the raw C-order data.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+const char *npy_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case RT_F32: return "float32";
+    case RT_F64: return "float64";
+    case RT_I64: return "int64";
+    case RT_I32: return "int32";
+    case RT_BOOL: return "bool";
+    default: return "?";
+    }
+}
+
+size_t npy_elem_size(int dtype)
+{
+    switch (dtype) {
+    case RT_F32: return 4;
+    case RT_F64: return 8;
+    case RT_I64: return 8;
+    case RT_I32: return 4;
+    case RT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+/* ---- header dict parser: a cursor over [p, end) that never reads past end ---- */
+
+typedef struct {
+    const char *p, *end;
+} Cur;
+
+static void skip_ws(Cur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int peek(Cur *c) { return c->p < c->end ? (unsigned char)*c->p : -1; }
+
+static int accept(Cur *c, char ch)
+{
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* a quoted Python string without escapes; -1 if malformed or longer than cap-1 */
+static int parse_str(Cur *c, char *out, size_t cap)
+{
+    skip_ws(c);
+    int q = peek(c);
+    if (q != '\'' && q != '"')
+        return -1;
+    c->p++;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != q) {
+        if (*c->p == '\\' || n + 1 >= cap)
+            return -1;
+        out[n++] = *c->p++;
+    }
+    if (c->p >= c->end)
+        return -1; /* unterminated */
+    c->p++;
+    out[n] = 0;
+    return 0;
+}
+
+static int match_word(Cur *c, const char *w)
+{
+    size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n) != 0)
+        return 0;
+    /* the word must end here (no "Falsey") */
+    if ((size_t)(c->end - c->p) > n) {
+        char nx = c->p[n];
+        if ((nx >= 'a' && nx <= 'z') || (nx >= 'A' && nx <= 'Z') || (nx >= '0' && nx <= '9') || nx == '_')
+            return 0;
+    }
+    c->p += n;
+    return 1;
+}
+
+/* non-negative decimal integer (optional Python 2 'L' suffix); -1 bad, -2 overflow */
+static int parse_dim(Cur *c, int64_t *out)
+{
+    skip_ws(c);
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+        return -1;
+    int64_t v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        int d = *c->p - '0';
+        if (v > (INT64_MAX - d) / 10)
+            return -2;
+        v = v * 10 + d;
+        c->p++;
+    }
+    if (c->p < c->end && (*c->p == 'L' || *c->p == 'l'))
+        c->p++;
+    *out = v;
+    return 0;
+}
+
+static int parse_shape(Cur *c, NpyArray *a, char *err, size_t errlen)
+{
+    if (!accept(c, '('))
+        return fail(err, errlen, "bad header: 'shape' is not a tuple");
+    int n = 0;
+    int trailing_comma = 0;
+    for (;;) {
+        if (accept(c, ')'))
+            break;
+        if (n > 0 && !trailing_comma)
+            return fail(err, errlen, "bad header: malformed 'shape' tuple");
+        int64_t d;
+        int rc = parse_dim(c, &d);
+        if (rc == -2)
+            return fail(err, errlen, "bad header: a dimension of 'shape' overflows int64");
+        if (rc < 0)
+            return fail(err, errlen, "bad header: malformed 'shape' tuple");
+        if (n >= RT_MAX_RANK)
+            return fail(err, errlen, "arrays of more than %d dimensions are not supported", RT_MAX_RANK);
+        a->shape[n++] = d;
+        trailing_comma = accept(c, ',');
+    }
+    /* Python: "(5)" is the int 5, not a tuple */
+    if (n == 1 && !trailing_comma)
+        return fail(err, errlen, "bad header: malformed 'shape' tuple (a 1-tuple needs a comma)");
+    a->rank = n;
+    return 0;
+}
+
+static int parse_descr(const char *d, NpyArray *a, char *err, size_t errlen)
+{
+    static const struct {
+        const char *descr;
+        int dtype;
+    } ok[] = {
+        {"<f4", RT_F32}, {"<f8", RT_F64}, {"<i8", RT_I64}, {"<i4", RT_I32}, {"|b1", RT_BOOL},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(d, ok[i].descr) == 0) {
+            a->dtype = ok[i].dtype;
+            return 0;
+        }
+    if (strcmp(d, "|u1") == 0)
+        return fail(err, errlen,
+                    "dtype uint8 ('|u1') is not supported; convert the array with "
+                    ".astype(numpy.float32) (or the dtype of the model input) before saving");
+    if (d[0] == '>')
+        return fail(err, errlen,
+                    "big-endian dtype '%s' is not supported; save it as little-endian "
+                    "(arr.astype(arr.dtype.newbyteorder('<')))", d);
+    return fail(err, errlen,
+                "unsupported dtype '%s' (supported: float32 '<f4', float64 '<f8', int64 '<i8', "
+                "int32 '<i4', bool '|b1')", d);
+}
+
+static int parse_header(const char *h, size_t hl, NpyArray *a, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < hl; i++) {
+        unsigned char ch = (unsigned char)h[i];
+        if (ch >= 0x7f || (ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r'))
+            return fail(err, errlen, "bad header: unexpected byte 0x%02x at header offset %zu", ch, i);
+    }
+    Cur c = {h, h + hl};
+    if (!accept(&c, '{'))
+        return fail(err, errlen, "bad header: not a dict");
+    int have_descr = 0, have_fortran = 0, have_shape = 0;
+    int first = 1;
+    for (;;) {
+        if (accept(&c, '}'))
+            break;
+        if (!first && !accept(&c, ','))
+            return fail(err, errlen, "bad header: expected ',' or '}' in the dict");
+        if (!first && accept(&c, '}'))
+            break; /* trailing comma */
+        first = 0;
+        char key[32];
+        if (parse_str(&c, key, sizeof key) != 0)
+            return fail(err, errlen, "bad header: malformed dict key");
+        if (!accept(&c, ':'))
+            return fail(err, errlen, "bad header: expected ':' after '%s'", key);
+        skip_ws(&c);
+        if (strcmp(key, "descr") == 0) {
+            if (have_descr++)
+                return fail(err, errlen, "bad header: duplicate key 'descr'");
+            char d[32];
+            if (peek(&c) == '[')
+                return fail(err, errlen, "structured dtypes are not supported");
+            if (parse_str(&c, d, sizeof d) != 0)
+                return fail(err, errlen, "bad header: malformed 'descr'");
+            if (parse_descr(d, a, err, errlen) != 0)
+                return -1;
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (have_fortran++)
+                return fail(err, errlen, "bad header: duplicate key 'fortran_order'");
+            if (match_word(&c, "True"))
+                return fail(err, errlen,
+                            "Fortran-order arrays are not supported; save numpy.ascontiguousarray(arr)");
+            if (!match_word(&c, "False"))
+                return fail(err, errlen, "bad header: 'fortran_order' is not True or False");
+        } else if (strcmp(key, "shape") == 0) {
+            if (have_shape++)
+                return fail(err, errlen, "bad header: duplicate key 'shape'");
+            if (parse_shape(&c, a, err, errlen) != 0)
+                return -1;
+        } else {
+            return fail(err, errlen, "bad header: unknown key '%s'", key);
+        }
+    }
+    skip_ws(&c);
+    if (c.p != c.end)
+        return fail(err, errlen, "bad header: unexpected text after the dict");
+    if (!have_descr)
+        return fail(err, errlen, "bad header: missing key 'descr'");
+    if (!have_fortran)
+        return fail(err, errlen, "bad header: missing key 'fortran_order'");
+    if (!have_shape)
+        return fail(err, errlen, "bad header: missing key 'shape'");
+    return 0;
+}
+
+int npy_parse(const void *buf, size_t len, NpyArray *a, char *err, size_t errlen)
+{
+    static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+    const unsigned char *b = buf;
+    memset(a, 0, sizeof *a);
+    if (len < 10)
+        return fail(err, errlen, "not a .npy file (only %zu bytes)", len);
+    if (memcmp(b, magic, 6) != 0)
+        return fail(err, errlen, "not a .npy file (bad magic)");
+    int major = b[6], minor = b[7];
+    size_t pre, hl;
+    if (major == 1 && minor == 0) {
+        pre = 10;
+        hl = (size_t)b[8] | (size_t)b[9] << 8;
+    } else if ((major == 2 || major == 3) && minor == 0) {
+        pre = 12;
+        if (len < pre)
+            return fail(err, errlen, "truncated .npy header");
+        hl = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+    } else {
+        return fail(err, errlen, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)",
+                    major, minor);
+    }
+    if (hl > len - pre)
+        return fail(err, errlen, "truncated .npy header (header length %zu, file has %zu bytes)",
+                    hl, len);
+    a->major = major;
+    a->minor = minor;
+    if (parse_header((const char *)b + pre, hl, a, err, errlen) != 0)
+        return -1;
+    size_t es = npy_elem_size(a->dtype);
+    uint64_t numel = 1;
+    for (int i = 0; i < a->rank; i++)
+        if (__builtin_mul_overflow(numel, (uint64_t)a->shape[i], &numel) || numel > (uint64_t)INT64_MAX)
+            return fail(err, errlen, "bad header: shape is too large (element count overflows)");
+    uint64_t nbytes;
+    if (__builtin_mul_overflow(numel, (uint64_t)es, &nbytes) || nbytes > (uint64_t)INT64_MAX ||
+        nbytes > (uint64_t)SIZE_MAX)
+        return fail(err, errlen, "bad header: shape is too large (byte count overflows)");
+    size_t off = pre + hl;
+    if (nbytes > len - off)
+        return fail(err, errlen, "truncated: the header promises %llu data bytes, the file holds %zu",
+                    (unsigned long long)nbytes, len - off);
+    a->numel = (int64_t)numel;
+    a->nbytes = (size_t)nbytes;
+    a->data = (const char *)b + off;
+    return 0;
+}
+
+int npy_open(const char *path, NpyArray *a, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errlen, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, errlen, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return fail(err, errlen, "%s: file too large to map", path);
+    }
+    size_t len = (size_t)st.st_size;
+    void *map = NULL;
+    if (len > 0) {
+        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return fail(err, errlen, "%s: mmap: %s", path, strerror(e));
+        }
+    }
+    close(fd);
+    static const char empty[1];
+    char why[512];
+    if (npy_parse(map ? map : empty, len, a, why, sizeof why) != 0) {
+        if (map)
+            munmap(map, len);
+        memset(a, 0, sizeof *a);
+        return fail(err, errlen, "%s: %s", path, why);
+    }
+    a->map = map;
+    a->map_len = len;
+    return 0;
+}
+
+void npy_close(NpyArray *a)
+{
+    if (a->map)
+        munmap(a->map, a->map_len);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,46 @@
+/* npy.h — private to runtime/: a strict reader of NumPy .npy files.
+ *
+ * Files are untrusted: the header is parsed with bounds checks on every byte,
+ * the shape is checked for overflow and the data size against the file size.
+ * Supported dtypes: '<f4' '<f8' '<i8' '<i4' '|b1' (RT_F32 .. RT_BOOL);
+ * C order only; format versions 1.0, 2.0 and 3.0.  No MPI in here: the
+ * reader is tested standalone (tests/rt_npy_test.c).
+ */
+#ifndef FSDPC_NPY_H
+#define FSDPC_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt.h"
+
+typedef struct {
+    int dtype;                  /* RT_F32 .. RT_BOOL */
+    int rank;                   /* 0 for a scalar "()" */
+    int64_t shape[RT_MAX_RANK];
+    int64_t numel;              /* product of shape (1 for a scalar) */
+    const char *data;           /* numel * elem size bytes */
+    size_t nbytes;
+    int major, minor;           /* format version */
+    /* owned by npy_open */
+    void *map;
+    size_t map_len;
+} NpyArray;
+
+/* Parse a whole .npy image held in memory (buf, len).  On success fills *a
+ * (a->data points into buf) and returns 0; on failure writes a one-line
+ * reason (without the file name) to err and returns -1. */
+int npy_parse(const void *buf, size_t len, NpyArray *a, char *err, size_t errlen);
+
+/* Map PATH read-only and parse it.  On failure writes "PATH: reason" to err
+ * and returns -1 (nothing to close).  On success the caller owns a mapping
+ * released by npy_close. */
+int npy_open(const char *path, NpyArray *a, char *err, size_t errlen);
+void npy_close(NpyArray *a);
+
+/* "float32", "float64", "int64", "int32", "bool"; "?" for anything else */
+const char *npy_dtype_name(int dtype);
+/* bytes per element of an RT_* dtype, 0 if unknown */
+size_t npy_elem_size(int dtype);
+
+#endif

@@ -1,0 +1,103 @@
+/* rt.h — the runtime library inside every fsdpc executable.
+ *
+ * The compiler emits one C file per model: static tables describing the model
+ * (units, parameters, inputs, constants, the memory plan) and a step function
+ * that calls kernels and the collectives below in schedule order.  Its main()
+ * is `return rt_main(argc, argv, &model);`.  Everything that does not depend
+ * on the model — flags, MPI, the arena, data, initial weights, metrics,
+ * export — lives here.  This header never includes compiler headers; the
+ * compiler includes it to know the ABI it emits against.
+ *
+ * Memory: one allocation per rank, carved at start-up:
+ *   [ arena_bytes: fixed compile-time offsets (constants, inputs, activations) ]
+ *   [ nslot slots, each max_u W*ceil(numel_u/W) elements: gathered params, flat grads ]
+ *   [ per unit: RT_NSTATE shards of ceil(numel_u/W) elements: param, grad, optimizer ]
+ * Only the last two depend on the world size W, by the formulas above.
+ */
+#ifndef FSDPC_RT_H
+#define FSDPC_RT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* dtype codes: identical to the compiler's DType numbering */
+enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5 };
+enum { RT_ADAMW = 0, RT_SGD = 1 };
+/* shard kinds per unit: shard[u * RT_NSTATE + k] */
+enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
+
+#define RT_MAX_RANK 8
+#define RT_INIT_MAGIC "FSDPC-INIT-v1\0\0" /* 16 bytes incl. padding NULs */
+
+typedef struct {
+    const char *name;
+    int64_t numel;        /* unpadded flat length */
+    int dtype;
+    int nstate;           /* optimizer states used: 0, 1 (sgd momentum), 2 (adamw m, v) */
+    int64_t file_off;     /* OUT.init offset of the unpadded initial flat values */
+} RtUnit;
+
+typedef struct {
+    const char *name;     /* ONNX initializer name (for export) */
+    int unit;
+    int64_t offset;       /* element offset inside the unit's flat buffer */
+    int64_t numel;
+} RtParam;
+
+typedef struct {
+    const char *name;     /* graph input name, as in --data NAME=FILE.npy */
+    int dtype;
+    int rank;
+    int64_t shape[RT_MAX_RANK]; /* shape[0] = per-rank batch b */
+    int64_t arena_off;
+} RtInput;
+
+typedef struct {
+    int64_t file_off, arena_off, nbytes;  /* constants copied from OUT.init at start */
+} RtConst;
+
+struct RtCtx;
+
+typedef struct {
+    uint64_t id;          /* must equal the id in OUT.init */
+    const char *name;     /* model file name, for messages */
+    int nunit;   const RtUnit *unit;
+    int nparam;  const RtParam *param;
+    int ninput;  const RtInput *input;
+    int nconst;  const RtConst *cnst;
+    int64_t arena_bytes;  /* fixed part */
+    int nslot;
+    int64_t loss_off;     /* arena offset of the averaged loss scalar */
+    int loss_dtype;
+    int optimizer;        /* RT_ADAMW / RT_SGD */
+    int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
+    void (*step)(struct RtCtx *);
+} RtModel;
+
+typedef struct RtCtx {
+    const RtModel *m;
+    int rank, world;
+    char *arena;          /* fixed part */
+    char **slot;          /* nslot pointers */
+    int64_t slot_elems;   /* elements per slot (max over units of world * shard_len) */
+    char **shard;         /* nunit * RT_NSTATE pointers (NULL where unused) */
+    int64_t *shard_len;   /* per unit: ceil(numel / world) */
+    int64_t step;         /* 1-based, for bias correction */
+    double lr, weight_decay, beta1, beta2, eps, momentum;
+    void *impl;           /* runtime-private */
+} RtCtx;
+
+int rt_main(int argc, char **argv, const RtModel *m);
+
+/* Collectives (MPI on the CPU target).  Lengths are elements of dtype. */
+void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype);
+/* zero full[numel .. world*shard_len), average across ranks, keep this rank's shard */
+void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
+                           int64_t shard_len, int dtype);
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
+
+/* A run-time failure inside the step (e.g. a label out of range): prints
+ * "NAME: error: step S, rank R: <msg>" and brings every rank down. */
+_Noreturn void rt_step_fail(RtCtx *c, const char *fmt, ...);
+
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install what fsdpc needs on Debian 12, only what is missing.  Idempotent.
+#   scripts/setup.sh          build + run dependencies
+#   scripts/setup.sh --test   also the test oracles (PyTorch, ONNX, NumPy)
+set -euo pipefail
+pkgs=(cmake ninja-build gcc pkg-config libprotobuf-c-dev protobuf-c-compiler
+      libopenmpi-dev openmpi-bin libopenblas-dev python3-numpy python3-onnx)
+[ "${1:-}" = "--test" ] && pkgs+=(python3-torch)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

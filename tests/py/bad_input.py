@@ -1,0 +1,142 @@
+"""Bad input never crashes: each case gets one error line and a non-zero exit.
+
+usage: bad_input.py FSDPC WORKDIR
+
+Covers the compiler (not ONNX, truncated, unsupported ops, dims, external
+data, flags, loss names) and the executable (data files of the wrong
+dtype/shape, missing/unknown inputs, truncated .npy, bad flags, a foreign
+init file, labels outside the class range).
+"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, mpirun, run
+
+failures = []
+
+
+def expect_error(cmd, *needles, code=(1, 2), world=1):
+    p = run(mpirun(world, cmd), check=False)
+    err = p.stderr.strip()
+    lines = [l for l in err.splitlines() if l.strip()]
+    name = " ".join(os.path.basename(c) for c in cmd[:3])
+    ok = p.returncode in code if world == 1 else p.returncode != 0
+    if not ok:
+        failures.append("%s: exit %d, expected %s; stderr: %s" % (name, p.returncode, code, err[-500:]))
+    elif world == 1 and len(lines) != 1:
+        failures.append("%s: %d error lines, expected 1:\n%s" % (name, len(lines), err[-1000:]))
+    else:
+        miss = [n for n in needles if n not in err]
+        if miss:
+            failures.append("%s: error lacks %s: %s" % (name, miss, err[-500:]))
+        else:
+            print("ok  %-60s -> %s" % (" ".join(needles)[:60], lines[0][:150] if lines else ""))
+
+
+def mlp(path, extra_nodes=(), external=False, batch="batch"):
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])] + list(extra_nodes)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    if external:
+        onnx.save_model(m, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    else:
+        onnx.save(m, path)
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    J = lambda *p: os.path.join(work, *p)
+    good = J("good.onnx")
+    mlp(good)
+    base = ["--loss", "mse:y,t", "--dim", "batch=2"]
+
+    # --- compiler ---------------------------------------------------------
+    with open(J("random.onnx"), "wb") as f:
+        f.write(np.random.default_rng(0).bytes(3000))
+    expect_error([fsdpc, J("random.onnx"), "-o", J("o")] + base, "random.onnx", "not an ONNX model")
+    data = open(good, "rb").read()
+    with open(J("trunc.onnx"), "wb") as f:
+        f.write(data[: len(data) // 2])
+    expect_error([fsdpc, J("trunc.onnx"), "-o", J("o")] + base, "trunc.onnx")
+    expect_error([fsdpc, J("missing.onnx"), "-o", J("o")] + base, "missing.onnx")
+    mlp(J("unsup.onnx"), [helper.make_node("Softmax", ["y"], ["s1"], name="sm1"),
+                          helper.make_node("Softmax", ["s1"], ["s2"], name="sm2"),
+                          helper.make_node("Conv", ["s2", "s2"], ["c"], name="conv")])
+    expect_error([fsdpc, J("unsup.onnx"), "-o", J("o")] + base, "unsupported", "Softmax", "'sm1'", "'sm2'",
+                 "Conv", "'conv'")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t", "--dim", "batch=2", "--dim", "seq=4"],
+                 "seq", "batch")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t"], "batch", "--dim")
+    os.makedirs(J("ext"))
+    mlp(J("ext", "m.onnx"), external=True)
+    os.remove(J("ext", "w.bin"))
+    expect_error([fsdpc, J("ext", "m.onnx"), "-o", J("o")] + base, "w.bin", "'w'")
+    m = onnx.load(J("ext", "m.onnx"), load_external_data=False)
+    m.graph.initializer[0].external_data[0].value = "../good.onnx"
+    onnx.save(m, J("ext", "escape.onnx"))
+    expect_error([fsdpc, J("ext", "escape.onnx"), "-o", J("o")] + base, "escapes")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:nope,t", "--dim", "batch=2"], "nope", "y")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y", "--dim", "batch=2"], "--loss", "KIND:PRED,TARGET")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "hinge:y,t", "--dim", "batch=2"], "hinge")
+    expect_error([fsdpc, good, "-o", J("o"), "--optimizer", "adam"] + base, "adam")
+    expect_error([fsdpc, good, "-o", J("o"), "--wrap", "size:x"] + base, "--wrap")
+    expect_error([fsdpc, good, "-o", J("o"), "--frobnicate"] + base, "--frobnicate")
+    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "tpu"] + base, "tpu")
+    expect_error([fsdpc, good] + base + ["-o"], "-o")
+    expect_error([fsdpc, "-o", J("o")] + base, "no model")
+
+    # --- executable -------------------------------------------------------
+    exe = J("train")
+    run([fsdpc, good, "-o", exe, "--verify"] + base)
+    rng = np.random.default_rng(0)
+    np.save(J("x.npy"), rng.standard_normal((8, 3)).astype(np.float32))
+    np.save(J("t.npy"), rng.standard_normal((8, 4)).astype(np.float32))
+    np.save(J("x64.npy"), rng.standard_normal((8, 3)))
+    np.save(J("x5.npy"), rng.standard_normal((8, 5)).astype(np.float32))
+    raw = open(J("x.npy"), "rb").read()
+    with open(J("xtrunc.npy"), "wb") as f:
+        f.write(raw[:-7])
+    ok = ["--data", "t=" + J("t.npy"), "--steps", "2"]
+    run([exe, "--data", "x=" + J("x.npy")] + ok)  # the good case runs
+    expect_error([exe, "--data", "x=" + J("x64.npy")] + ok, "x64.npy", "float64")
+    expect_error([exe, "--data", "x=" + J("x5.npy")] + ok, "x5.npy", "3")
+    expect_error([exe, "--data", "x=" + J("xtrunc.npy")] + ok, "xtrunc.npy")
+    expect_error([exe, "--data", "x=" + J("nofile.npy")] + ok, "nofile.npy")
+    expect_error([exe] + ok, "'x'")
+    expect_error([exe, "--data", "x=" + J("x.npy"), "--data", "zz=" + J("x.npy")] + ok, "zz")
+    expect_error([exe, "--data", "x=" + J("x.npy"), "--bogus"] + ok, "--bogus")
+    expect_error([exe, "--data", "x=" + J("x.npy"), "--steps", "-3", "--data", "t=" + J("t.npy")], "--steps")
+    expect_error([exe, "--data", "x=" + J("x.npy"), "--lr", "abc"] + ok, "--lr")
+    other = J("other")
+    mlp(J("other.onnx"))
+    m = onnx.load(J("other.onnx"))
+    m.graph.initializer[0].raw_data = np.full((3, 4), 2, np.float32).tobytes()
+    onnx.save(m, J("other.onnx"))
+    run([fsdpc, J("other.onnx"), "-o", other] + base)
+    expect_error([exe, "--data", "x=" + J("x.npy"), "--init", other + ".init"] + ok, "other.init")
+
+    # labels outside the class range: a run-time error naming step and rank
+    ce = J("ce")
+    run([fsdpc, good, "-o", ce, "--loss", "cross_entropy:y,lab", "--dim", "batch=2"])
+    np.save(J("lab.npy"), np.array([0, 1, 2, 3, 1, 7, 0, 0], np.int64))
+    expect_error([ce, "--data", "x=" + J("x.npy"), "--data", "lab=" + J("lab.npy"), "--steps", "3"],
+                 "step 3", "rank 0", "label 7")
+    expect_error([ce, "--data", "x=" + J("x.npy"), "--data", "lab=" + J("lab.npy"), "--steps", "3"],
+                 "step 2", "rank 0", "label 7", world=2)
+    if failures:
+        raise SystemExit("FAILED:\n  " + "\n  ".join(failures))
+    print("OK bad_input")
+
+
+if __name__ == "__main__":
+    main()

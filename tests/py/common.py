@@ -1,0 +1,63 @@
+"""Shared helpers for the Python-driven tests (run with Debian's /usr/bin/python3).
+
+Each test script compiles a model with fsdpc, runs the executable at one or
+more world sizes and compares against an independent reference.  Failures
+raise; the script exits non-zero with the message.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+
+def run(cmd, check=True, env=None, timeout=600):
+    e = dict(os.environ)
+    e.setdefault("OPENBLAS_NUM_THREADS", "1")
+    e.setdefault("OMP_NUM_THREADS", "1")
+    if env:
+        e.update(env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+    if check and p.returncode != 0:
+        raise SystemExit("FAILED (%d): %s\nstdout:\n%s\nstderr:\n%s"
+                         % (p.returncode, " ".join(cmd), p.stdout[-4000:], p.stderr[-4000:]))
+    return p
+
+
+def mpirun(world, argv):
+    """argv run on `world` ranks; world 1 runs the executable alone (a singleton)."""
+    if world == 1:
+        return argv
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world)] + argv
+
+
+def read_metrics(path):
+    losses, memory = [], None
+    with open(path) as f:
+        for line in f:
+            o = json.loads(line)
+            if "memory" in o:
+                memory = o["memory"]
+            else:
+                losses.append(o["loss"])
+    return losses, memory
+
+
+def onnx_weights(path):
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def rel_err(a, b):
+    """norm-wise relative error: max|a-b| / max(max|b|, tiny)"""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def check(cond, msg):
+    if not cond:
+        raise SystemExit("FAILED: " + msg)

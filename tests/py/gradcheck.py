@@ -1,0 +1,149 @@
+"""Every gradient rule against central finite differences, in float64.
+
+usage: gradcheck.py FSDPC WORKDIR [CASE...]
+
+For each case a small float64 ONNX graph is built whose inputs of the op
+under test are trainable initializers.  The compiled executable gives:
+  - the loss at w0 (checked against a NumPy forward: forward correctness),
+  - the gradient, as w0 - w1 after one SGD step with lr 1, no momentum/decay,
+  - the loss at w0 +- h*d for random directions d (perturbed models).
+The directional derivative g.d must match (L+ - L-) / 2h.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, onnx_weights, read_metrics, run
+
+rng = np.random.default_rng(1)
+
+
+def r(*shape, lo=None):
+    a = rng.standard_normal(shape)
+    if lo is not None:  # keep away from kinks / zeros
+        a = np.sign(a) * (lo + np.abs(a))
+    return a
+
+
+def sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def softmax_ce(z, labels):
+    z = z - z.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    return np.mean(lse - np.take_along_axis(z, labels[..., None], -1)[..., 0])
+
+
+def gemm_ref(ta, tb, alpha, beta):
+    return lambda w, x: alpha * ((w["A"].T if ta else w["A"]) @ (w["B"].T if tb else w["B"])) + beta * w["C"]
+
+
+# name: (nodes, weights, forward(w) -> Y, loss kind)
+def cases():
+    c = {}
+    def ew(op, a, b, f):
+        c[op + "_" + "x".join(map(str, b.shape))] = ([helper.make_node(op, ["A", "B"], ["Y"])], {"A": a, "B": b}, f)
+    ew("Add", r(3, 4), r(4), lambda w: w["A"] + w["B"])
+    ew("Sub", r(3, 4), r(3, 1), lambda w: w["A"] - w["B"])
+    ew("Mul", r(2, 3, 4), r(3, 4), lambda w: w["A"] * w["B"])
+    ew("Div", r(3, 4), 1.5 + np.abs(r(4)), lambda w: w["A"] / w["B"])
+    for op, f in (("Relu", lambda a: np.maximum(a, 0)), ("Tanh", np.tanh), ("Sigmoid", sig)):
+        c[op] = ([helper.make_node(op, ["A"], ["Y"])], {"A": r(3, 5, lo=0.1)}, (lambda f: lambda w: f(w["A"]))(f))
+    c["MatMul"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(3, 4), "B": r(4, 5)},
+                   lambda w: w["A"] @ w["B"])
+    c["MatMul_batched_shared"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(2, 3, 4), "B": r(4, 5)},
+                                  lambda w: w["A"] @ w["B"])
+    c["MatMul_batched"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(2, 3, 4), "B": r(2, 4, 5)},
+                           lambda w: w["A"] @ w["B"])
+    c["MatMul_bcast_A"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(3, 4), "B": r(2, 4, 5)},
+                           lambda w: w["A"] @ w["B"])
+    for ta in (0, 1):
+        for tb in (0, 1):
+            for alpha, beta in ((1.0, 1.0), (0.7, 1.3)):
+                a = r(4, 3) if ta else r(3, 4)
+                b = r(5, 4) if tb else r(4, 5)
+                node = helper.make_node("Gemm", ["A", "B", "C"], ["Y"], transA=ta, transB=tb, alpha=alpha, beta=beta)
+                f = gemm_ref(ta, tb, alpha, beta)
+                c["Gemm_t%d%d_a%g" % (ta, tb, alpha)] = ([node], {"A": a, "B": b, "C": r(5)},
+                                                          (lambda f: lambda w: f(w, None))(f))
+    shape = numpy_helper.from_array(np.array([2, -1], dtype=np.int64), "shape")
+    c["Reshape"] = ([helper.make_node("Reshape", ["A", "shape"], ["R"]), helper.make_node("Mul", ["R", "K"], ["Y"])],
+                    {"A": r(3, 4), "K": r(2, 6), "shape": shape}, lambda w: w["A"].reshape(2, 6) * w["K"])
+    c["Transpose"] = ([helper.make_node("Transpose", ["A"], ["R"], perm=[2, 0, 1]),
+                       helper.make_node("Mul", ["R", "K"], ["Y"])],
+                      {"A": r(2, 3, 4), "K": r(4, 2, 3)}, lambda w: w["A"].transpose(2, 0, 1) * w["K"])
+    c["Identity_tied"] = ([helper.make_node("Identity", ["A"], ["R"]), helper.make_node("Mul", ["R", "A"], ["Y"])],
+                          {"A": r(3, 4)}, lambda w: w["A"] * w["A"])
+    ce_labels = rng.integers(0, 5, size=(2, 3))
+    c["CrossEntropy"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(2, 3, 4), "B": r(4, 5)},
+                         lambda w: w["A"] @ w["B"], ce_labels)
+    return c
+
+
+def build(path, nodes, weights, y_shape):
+    inits = []
+    for k, v in weights.items():
+        inits.append(v if isinstance(v, TensorProto) else numpy_helper.from_array(np.asarray(v, np.float64), k))
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, y_shape)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr):
+    onnx_path = os.path.join(work, tag + ".onnx")
+    build(onnx_path, nodes, weights, y_shape)
+    exe = os.path.join(work, tag)
+    run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", loss, "--optimizer", "sgd", "--verify"])
+    m = exe + ".jsonl"
+    out = exe + ".out.onnx"
+    run([exe, "--data", data, "--steps", "1", "--lr", str(lr), "--momentum", "0", "--weight-decay", "0",
+         "--metrics", m, "--export-onnx", out, "--quiet"])
+    losses, _ = read_metrics(m)
+    return losses[0], onnx_weights(out)
+
+
+def check_case(fsdpc, work, name, spec):
+    nodes, weights, fwd = spec[:3]
+    labels = spec[3] if len(spec) > 3 else None
+    w0 = {k: v for k, v in weights.items() if not isinstance(v, TensorProto)}
+    y0 = fwd(w0)
+    if labels is None:
+        t = r(*y0.shape)
+        np.save(os.path.join(work, name + ".t.npy"), t)
+        loss, data, ref = "mse:Y,T", "T=" + os.path.join(work, name + ".t.npy"), np.mean((y0 - t) ** 2)
+    else:
+        np.save(os.path.join(work, name + ".t.npy"), labels.astype(np.int64))
+        loss, data, ref = "cross_entropy:Y,T", "T=" + os.path.join(work, name + ".t.npy"), softmax_ce(y0, labels)
+    l0, w1 = compile_run(fsdpc, work, name, nodes, weights, list(y0.shape), loss, data, 1.0)
+    check(abs(l0 - ref) <= 1e-12 * max(1.0, abs(ref)), "%s: forward loss %.17g, NumPy %.17g" % (name, l0, ref))
+    grads = {k: w0[k] - w1[k] for k in w0}
+    h = 1e-6
+    for trial in range(2):
+        d = {k: rng.standard_normal(v.shape) for k, v in w0.items()}
+        lp, _ = compile_run(fsdpc, work, name + ".p", nodes, {**weights, **{k: w0[k] + h * d[k] for k in w0}},
+                            list(y0.shape), loss, data, 0.0)
+        lm, _ = compile_run(fsdpc, work, name + ".m", nodes, {**weights, **{k: w0[k] - h * d[k] for k in w0}},
+                            list(y0.shape), loss, data, 0.0)
+        fd = (lp - lm) / (2 * h)
+        an = sum(float(np.sum(grads[k] * d[k])) for k in w0)
+        check(abs(fd - an) <= 1e-6 * max(1.0, abs(an)), "%s: directional derivative %.12g, finite differences %.12g"
+              % (name, an, fd))
+    print("ok %-22s loss %.6f  |grad| %.4f" % (name, l0, np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))))
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    all_cases = cases()
+    names = sys.argv[3:] or list(all_cases)
+    for n in names:
+        check(n in all_cases, "no case " + n)
+        check_case(fsdpc, work, n, all_cases[n])
+    print("OK gradcheck: %d cases" % len(names))
+
+
+if __name__ == "__main__":
+    main()

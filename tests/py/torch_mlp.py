@@ -1,0 +1,106 @@
+"""An MLP exported from PyTorch trains in fsdpc exactly as in PyTorch.
+
+usage: torch_mlp.py FSDPC WORKDIR adamw|sgd
+
+PyTorch (Debian's 1.13, CPU) trains the model for 5 steps on a global batch
+of 12; fsdpc compiles the exported ONNX with the per-rank batch 12/W and runs
+it at W = 1, 2, 3, 4 ranks.  Losses and final weights must match PyTorch
+within 1e-5 (norm-wise relative), and per-rank model state must shrink as 1/W.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+from common import check, mpirun, onnx_weights, read_metrics, rel_err, run
+
+STEPS, GLOBAL_B, ROWS = 5, 12, 48
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 32)
+        self.fc2 = torch.nn.Linear(32, 32)
+        self.fc3 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc3(torch.relu(self.fc2(torch.tanh(self.fc1(x))))))
+
+
+def export(model, path):
+    x = torch.zeros(GLOBAL_B, 8)
+    torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+
+
+def reference(model, opt_name, x, t):
+    if opt_name == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    losses = []
+    for s in range(STEPS):
+        rows = [(s * GLOBAL_B + i) % ROWS for i in range(GLOBAL_B)]
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(torch.from_numpy(x[rows])), torch.from_numpy(t[rows]))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def main():
+    fsdpc, work, opt_name = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(work, exist_ok=True)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((ROWS, 8)).astype(np.float32)
+    t = rng.random((ROWS, 4)).astype(np.float32)
+    np.save(os.path.join(work, "x.npy"), x)
+    np.save(os.path.join(work, "t.npy"), t)
+    model = MLP()
+    onnx_path = os.path.join(work, "mlp.onnx")
+    export(model, onnx_path)
+    ref_losses, ref_w = reference(model, opt_name, x, t)
+    hyper = ["--lr", "0.01", "--weight-decay", "0.01"] if opt_name == "adamw" else \
+        ["--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.001"]
+
+    state = {}
+    for world in (1, 2, 3, 4):
+        exe = os.path.join(work, "train_w%d" % world)
+        run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", "mse:y,target",
+             "--optimizer", opt_name, "--dim", "batch=%d" % (GLOBAL_B // world), "--wrap", "size:200",
+             "--verify"])
+        metrics, out = exe + ".jsonl", exe + ".onnx"
+        run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"),
+                           "--data", "target=" + os.path.join(work, "t.npy"),
+                           "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper))
+        losses, mem = read_metrics(metrics)
+        check(len(losses) == STEPS, "world %d: %d losses, expected %d" % (world, len(losses), STEPS))
+        for s, (a, b) in enumerate(zip(losses, ref_losses)):
+            check(abs(a - b) <= 1e-5 * abs(b), "world %d step %d: loss %.9g vs PyTorch %.9g" % (world, s, a, b))
+        w = onnx_weights(out)
+        for name, ref in ref_w.items():
+            check(name in w, "world %d: exported model lacks '%s'" % (world, name))
+            check(w[name].shape == ref.shape and w[name].dtype == ref.dtype,
+                  "world %d: '%s' exported as %s %s" % (world, name, w[name].dtype, w[name].shape))
+            e = rel_err(w[name], ref)
+            check(e <= 1e-5, "world %d: weight '%s' differs from PyTorch by %.3g (relative)" % (world, name, e))
+        check(mem is not None and mem["world"] == world, "world %d: no memory report" % world)
+        state[world] = mem
+        print("world %d: losses %s, state/rank %d of %d B" % (world, " ".join("%.6f" % l for l in losses),
+                                                         mem["state_bytes"], mem["model_state_bytes"]))
+    total = state[1]["model_state_bytes"]
+    for world, mem in state.items():
+        # shards are ceil(n/W) per unit, each rounded to 64 B: allow that slack only
+        slack = 3 * 4 * 64 * 4
+        check(abs(mem["state_bytes"] * world - total) <= slack * world,
+              "world %d: per-rank state %d B is not ~1/%d of %d B" % (world, mem["state_bytes"], world, total))
+    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4" % opt_name)
+
+
+if __name__ == "__main__":
+    main()

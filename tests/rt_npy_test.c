@@ -1,0 +1,345 @@
+/* rt_npy_test.c — standalone test of the runtime's .npy reader (runtime/npy.c).
+ *
+ * Writes its own files (every supported dtype, format versions 1.0/2.0/3.0,
+ * scalar and 1-tuple shapes) and a set of broken ones (truncated, bad magic,
+ * Fortran order, malformed headers, overflowing shapes, ...), then checks
+ * that good files parse to the right dtype/shape/values and bad ones are
+ * rejected with a sensible message and without crashing.
+ * Build: cc -std=c11 -Iruntime tests/rt_npy_test.c runtime/npy.c
+ * Exit status 0 on success, 1 (with messages) on failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "npy.h"
+
+static int failures;
+static char tmpdir[] = "/tmp/rt_npy_test.XXXXXX";
+
+static void failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void failf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    failures++;
+}
+
+/* an .npy image: magic, version, header length, header (padded like numpy
+ * to a multiple of 64 with spaces and '\n' unless pad == 0), then data */
+typedef struct {
+    unsigned char *b;
+    size_t n;
+} Buf;
+
+static Buf make_npy(int major, int minor, const char *header, int pad, const void *data, size_t ndata)
+{
+    size_t pre = major == 1 ? 10 : 12;
+    size_t hl = strlen(header);
+    size_t total_h = hl;
+    if (pad) {
+        total_h = hl + 1; /* '\n' */
+        while ((pre + total_h) % 64)
+            total_h++;
+    }
+    Buf o;
+    o.n = pre + total_h + ndata;
+    o.b = malloc(o.n ? o.n : 1);
+    if (!o.b) {
+        perror("malloc");
+        exit(1);
+    }
+    memcpy(o.b, "\x93NUMPY", 6);
+    o.b[6] = (unsigned char)major;
+    o.b[7] = (unsigned char)minor;
+    if (major == 1) {
+        o.b[8] = (unsigned char)(total_h & 0xff);
+        o.b[9] = (unsigned char)(total_h >> 8);
+    } else {
+        for (int i = 0; i < 4; i++)
+            o.b[8 + i] = (unsigned char)(total_h >> (8 * i));
+    }
+    memcpy(o.b + pre, header, hl);
+    if (pad) {
+        memset(o.b + pre + hl, ' ', total_h - hl);
+        o.b[pre + total_h - 1] = '\n';
+    }
+    if (ndata)
+        memcpy(o.b + pre + total_h, data, ndata);
+    return o;
+}
+
+static void write_file(const char *path, const Buf *b)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (b->n && fwrite(b->b, 1, b->n, f) != b->n) || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* parse from memory AND through a file; both must agree */
+static int parse_both(const char *name, const Buf *b, NpyArray *a, char *err, size_t errlen)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.npy", tmpdir, name);
+    write_file(path, b);
+    NpyArray m;
+    char merr[512] = "";
+    int rm = npy_parse(b->b, b->n, &m, merr, sizeof merr);
+    int rf = npy_open(path, a, err, errlen);
+    unlink(path); /* a mapping outlives the name */
+    if (rm != rf)
+        failf("%s: npy_parse returned %d but npy_open %d (%s | %s)", name, rm, rf, merr, err);
+    if (rf == 0 && rm == 0) {
+        if (m.dtype != a->dtype || m.rank != a->rank || m.numel != a->numel || m.nbytes != a->nbytes ||
+            memcmp(m.data, a->data, a->nbytes) != 0)
+            failf("%s: npy_parse and npy_open disagree", name);
+    }
+    if (rf != 0 && strstr(err, path) == NULL)
+        failf("%s: npy_open's message does not name the file: %s", name, err);
+    return rf;
+}
+
+static void expect_ok(const char *name, int major, const char *header, int pad, const void *data, size_t ndata,
+                      int dtype, int rank, const int64_t *shape)
+{
+    Buf b = make_npy(major, 0, header, pad, data, ndata);
+    NpyArray a;
+    char err[512] = "";
+    if (parse_both(name, &b, &a, err, sizeof err) != 0) {
+        failf("%s: rejected a good file: %s", name, err);
+        free(b.b);
+        return;
+    }
+    if (a.dtype != dtype)
+        failf("%s: dtype %d, expected %d", name, a.dtype, dtype);
+    if (a.rank != rank)
+        failf("%s: rank %d, expected %d", name, a.rank, rank);
+    int64_t numel = 1;
+    for (int i = 0; i < rank && i < a.rank; i++) {
+        if (a.shape[i] != shape[i])
+            failf("%s: shape[%d] = %lld, expected %lld", name, i, (long long)a.shape[i], (long long)shape[i]);
+        numel *= shape[i];
+    }
+    if (a.numel != numel)
+        failf("%s: numel %lld, expected %lld", name, (long long)a.numel, (long long)numel);
+    if (a.nbytes != (size_t)numel * npy_elem_size(dtype))
+        failf("%s: nbytes %zu", name, a.nbytes);
+    if (a.major != major || a.minor != 0)
+        failf("%s: version %d.%d", name, a.major, a.minor);
+    if (a.nbytes && (a.nbytes > ndata || memcmp(a.data, data, a.nbytes) != 0))
+        failf("%s: data differs", name);
+    npy_close(&a);
+    free(b.b);
+}
+
+/* must be rejected; the message must contain `want` */
+static void expect_bad_buf(const char *name, const Buf *b, const char *want)
+{
+    NpyArray a;
+    char err[512] = "";
+    if (parse_both(name, b, &a, err, sizeof err) == 0) {
+        failf("%s: accepted a bad file", name);
+        npy_close(&a);
+        return;
+    }
+    if (want && strstr(err, want) == NULL)
+        failf("%s: message '%s' lacks '%s'", name, err, want);
+    if (strchr(err, '\n'))
+        failf("%s: message is not one line: '%s'", name, err);
+}
+
+static void expect_bad(const char *name, int major, int minor, const char *header, const void *data, size_t ndata,
+                       const char *want)
+{
+    Buf b = make_npy(major, minor, header, 1, data, ndata);
+    expect_bad_buf(name, &b, want);
+    free(b.b);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+
+    /* ---- good files ---- */
+    float f32[6] = {1.5f, -2, 3, 4.25f, 5, -6};
+    double f64[6] = {1.5, -2, 3e100, 4.25, 5, -6};
+    int64_t i64[6] = {1, -2, INT64_MAX, INT64_MIN, 5, 6};
+    int32_t i32[6] = {1, -2, 3, 2147483647, 5, -6};
+    unsigned char b1[6] = {1, 0, 1, 1, 0, 0};
+    int64_t s23[2] = {2, 3}, s6[1] = {6}, s5[1] = {5}, s0[1] = {0};
+    static const int versions[3] = {1, 2, 3};
+    for (int v = 0; v < 3; v++) {
+        int mj = versions[v];
+        char name[64];
+        snprintf(name, sizeof name, "f32_v%d", mj);
+        expect_ok(name, mj, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 1, f32, sizeof f32,
+                  RT_F32, 2, s23);
+        snprintf(name, sizeof name, "f64_v%d", mj);
+        expect_ok(name, mj, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), }", 1, f64, sizeof f64,
+                  RT_F64, 1, s6);
+        snprintf(name, sizeof name, "i64_v%d", mj);
+        expect_ok(name, mj, "{'descr': '<i8', 'fortran_order': False, 'shape': (3, 2), }", 1, i64, sizeof i64,
+                  RT_I64, 2, (const int64_t[]){3, 2});
+        snprintf(name, sizeof name, "i32_v%d", mj);
+        expect_ok(name, mj, "{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }", 1, i32, sizeof i32,
+                  RT_I32, 1, s6);
+        snprintf(name, sizeof name, "b1_v%d", mj);
+        expect_ok(name, mj, "{'descr': '|b1', 'fortran_order': False, 'shape': (1, 6), }", 1, b1, sizeof b1,
+                  RT_BOOL, 2, (const int64_t[]){1, 6});
+    }
+    expect_ok("scalar", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 1, f32, 4, RT_F32, 0, s6);
+    expect_ok("one_tuple", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", 1, f32, 20, RT_F32, 1,
+              s5);
+    expect_ok("empty", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (0,), }", 1, NULL, 0, RT_F64, 1, s0);
+    expect_ok("reordered_dquotes_nopad", 2,
+              "{\"shape\": (2,3), \"fortran_order\": False, \"descr\": \"<f4\"}", 0, f32, sizeof f32, RT_F32, 2,
+              s23);
+    expect_ok("py2_long", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }", 1, f32,
+              sizeof f32, RT_F32, 2, s23);
+    expect_ok("trailing_bytes", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", 1, f32,
+              sizeof f32, RT_F32, 1, s5);
+    expect_ok("eight_dims", 1,
+              "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 2, 3), }", 1, f32,
+              sizeof f32, RT_F32, 8, (const int64_t[]){1, 1, 1, 1, 1, 1, 2, 3});
+
+    /* ---- bad files ---- */
+    const char *okh = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    expect_bad("truncated_data", 1, 0, okh, f32, sizeof f32 - 1, "truncated");
+    expect_bad("no_data", 3, 0, okh, NULL, 0, "truncated");
+    {
+        Buf b = make_npy(1, 0, okh, 1, f32, sizeof f32);
+        b.b[0] = 'X';
+        expect_bad_buf("bad_magic", &b, "magic");
+        b.n = 40; /* cut inside the header */
+        b.b[0] = 0x93;
+        expect_bad_buf("truncated_header", &b, "truncated");
+        b.n = 9;
+        expect_bad_buf("too_short", &b, "not a .npy");
+        b.n = 0;
+        expect_bad_buf("empty_file", &b, "not a .npy");
+        free(b.b);
+    }
+    {
+        /* header length field pointing far beyond the file (v2: 32-bit length) */
+        Buf b = make_npy(2, 0, okh, 1, f32, sizeof f32);
+        b.b[8] = 0xff;
+        b.b[9] = 0xff;
+        b.b[10] = 0xff;
+        b.b[11] = 0xff;
+        expect_bad_buf("huge_header_len", &b, "truncated");
+        free(b.b);
+    }
+    expect_bad("version_4", 4, 0, okh, f32, sizeof f32, "version");
+    expect_bad("version_1_1", 1, 1, okh, f32, sizeof f32, "version");
+    expect_bad("fortran", 1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", f32, sizeof f32,
+               "Fortran");
+    expect_bad("uint8", 1, 0, "{'descr': '|u1', 'fortran_order': False, 'shape': (6,), }", b1, sizeof b1,
+               "uint8");
+    expect_bad("big_endian", 1, 0, "{'descr': '>f4', 'fortran_order': False, 'shape': (6,), }", f32, 24,
+               "big-endian");
+    expect_bad("float16", 1, 0, "{'descr': '<f2', 'fortran_order': False, 'shape': (6,), }", f32, 24,
+               "unsupported dtype");
+    expect_bad("structured", 1, 0, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }", f32,
+               24, "structured");
+    expect_bad("missing_shape", 1, 0, "{'descr': '<f4', 'fortran_order': False, }", f32, 24, "shape");
+    expect_bad("missing_descr", 1, 0, "{'fortran_order': False, 'shape': (6,), }", f32, 24, "descr");
+    expect_bad("missing_fortran", 1, 0, "{'descr': '<f4', 'shape': (6,), }", f32, 24, "fortran_order");
+    expect_bad("unknown_key", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'x': 1}", f32, 24,
+               "unknown key");
+    expect_bad("duplicate_key", 1, 0, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,)}",
+               f32, 24, "duplicate");
+    expect_bad("not_a_dict", 1, 0, "['descr', '<f4']", f32, 24, "bad header");
+    expect_bad("unclosed_dict", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,)", f32, 24,
+               "bad header");
+    expect_bad("unterminated_str", 1, 0, "{'fortran_order': False, 'shape': (6,), 'descr': '<f4", f32, 24,
+               "bad header");
+    expect_bad("shape_not_tuple", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': 6}", f32, 24,
+               "shape");
+    expect_bad("shape_no_comma", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6)}", f32, 24,
+               "shape");
+    expect_bad("shape_lone_comma", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (,)}", f32, 24,
+               "shape");
+    expect_bad("shape_negative", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (-6,)}", f32, 24,
+               "shape");
+    expect_bad("shape_float", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6.0,)}", f32, 24,
+               "shape");
+    expect_bad("shape_unclosed", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,", f32, 24,
+               "shape");
+    expect_bad("fortran_garbage", 1, 0, "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (6,)}", f32, 24,
+               "fortran_order");
+    expect_bad("dim_overflow", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+               f32, 24, "overflow");
+    expect_bad("numel_overflow", 1, 0,
+               "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", f32, 24,
+               "too large");
+    expect_bad("bytes_overflow", 1, 0,
+               "{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,)}", f32, 24, "too large");
+    expect_bad("huge_but_fits", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000)}",
+               f32, 24, "truncated");
+    expect_bad("nine_dims", 1, 0,
+               "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 6)}", f32, 24,
+               "dimensions");
+    expect_bad("trailing_text", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,)} junk", f32, 24,
+               "after the dict");
+    expect_bad("non_ascii", 1, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,)}\x01", f32, 24,
+               "unexpected byte");
+    expect_bad("escape_in_str", 1, 0, "{'descr': '<\\x66', 'fortran_order': False, 'shape': (6,)}", f32, 24,
+               "descr");
+    {
+        Buf b = make_npy(1, 0, okh, 1, f32, sizeof f32);
+        b.b[20] = 0; /* NUL inside the header */
+        expect_bad_buf("nul_in_header", &b, "unexpected byte");
+        free(b.b);
+    }
+
+    /* ---- npy_open on things that are not files ---- */
+    NpyArray a;
+    char err[512];
+    char path[256];
+    snprintf(path, sizeof path, "%s/does_not_exist.npy", tmpdir);
+    if (npy_open(path, &a, err, sizeof err) == 0 || !strstr(err, "No such file"))
+        failf("missing file: '%s'", err);
+    if (npy_open(tmpdir, &a, err, sizeof err) == 0 || !strstr(err, "not a regular file"))
+        failf("directory: '%s'", err);
+
+    /* every byte-prefix of a good file must be rejected cleanly (never read past the buffer) */
+    {
+        Buf b = make_npy(1, 0, okh, 1, f32, sizeof f32);
+        for (size_t n = 0; n < b.n; n++) {
+            unsigned char *copy = malloc(n ? n : 1); /* exact size: ASan catches overreads */
+            if (!copy)
+                return 1;
+            memcpy(copy, b.b, n);
+            NpyArray x;
+            char e[512];
+            if (npy_parse(copy, n, &x, e, sizeof e) == 0)
+                failf("prefix of %zu bytes accepted", n);
+            free(copy);
+        }
+        free(b.b);
+    }
+
+    if (rmdir(tmpdir) != 0)
+        perror(tmpdir);
+
+    if (failures) {
+        fprintf(stderr, "rt_npy_test: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("rt_npy_test: all passed\n");
+    return 0;
+}
