@@ -151,10 +151,12 @@ static void scale_avg(void *dst, const void *src, int64_t n, int dtype, int worl
 
 /* Reduce-scatter as MPI_Allreduce of the whole flat buffer followed by
  * taking this rank's slice.  Why not MPI_Reduce_scatter_block: Open MPI
- * 4.1's reduce_scatter_block on shared memory is about 2x slower than its
- * Allreduce on the same buffer (64 MiB, 2 ranks: ~52 ms vs ~25 ms, measured
- * on these machines), and the step only reads its own slice afterwards.
- * The result per element is the same sum either way. */
+ * 4.1's reduce_scatter_block on shared memory is slower than its Allreduce
+ * of the whole buffer (64 MiB float, 2 ranks, on these machines: ~52 ms vs
+ * ~25 ms for the bare calls; ~62 ms vs ~45 ms for this function, scaling
+ * included), although it moves half the data.  The step only reads its own
+ * slice afterwards, and each element is the same sum either way.  Revisit
+ * for multi-node runs, where reduce-scatter's smaller traffic should win. */
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
                            int64_t shard_len, int dtype)
 {

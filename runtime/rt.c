@@ -11,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -66,6 +67,9 @@ static int err_sync(void)
     int code = g_code;
     RT_MPI(MPI_Bcast(&code, 1, MPI_INT, low, MPI_COMM_WORLD));
     if (g_rank == low) {
+        for (char *p = g_err; *p; p++) /* one line, whatever the user typed */
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
         if (low != 0)
             fprintf(stderr, "%s: error: rank %d: %s\n", rt_prog, low, g_err);
         else
@@ -176,8 +180,8 @@ static void usage(const RtModel *m)
            "  --quiet                 no per-step lines\n"
            "  --help                  this text\n",
            rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
-    printf("\nModel inputs (b = per-rank batch; the global batch is b * ranks; "
-           "step s uses rows (s*b*ranks + rank*b + i) mod N):\n");
+    printf("\nModel inputs (one .npy each, N rows; b = rows per rank and step, so the global batch\n"
+           "is b * ranks; at step s = 0, 1, ... rank r reads rows (s*b*ranks + r*b + i) mod N, i < b):\n");
     if (m->ninput == 0)
         printf("  (none)\n");
     for (int i = 0; i < m->ninput; i++) {
@@ -199,7 +203,7 @@ static int parse_double(const char *flag, const char *s, double lo, double hi, i
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != 0 || *s == ' ' || *s == '\t' || errno == ERANGE || !isfinite(v)) {
+    if (end == s || *end != 0 || isspace((unsigned char)*s) || errno == ERANGE || !isfinite(v)) {
         err_set(2, "%s: invalid number '%s' (see --help)", flag, s);
         return -1;
     }
@@ -219,7 +223,7 @@ static int parse_steps(const char *flag, const char *s, int64_t *out)
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != 0 || *s == ' ' || *s == '\t' || *s == '+' || errno == ERANGE) {
+    if (end == s || *end != 0 || isspace((unsigned char)*s) || *s == '+' || errno == ERANGE) {
         err_set(2, "%s: invalid integer '%s' (see --help)", flag, s);
         return -1;
     }
@@ -587,7 +591,8 @@ static int carve(RtCtx *c, Mem *mem, char **base_out)
         mem->grad += sb;
         mem->optim += sb * (uint64_t)un->nstate;
         mem->model_state += (uint64_t)un->numel * (uint64_t)es * (uint64_t)(2 + un->nstate);
-        if (acc_add(&shard_bytes, round64(sb) * (uint64_t)(2 + un->nstate)) != 0)
+        uint64_t all;
+        if (__builtin_mul_overflow(round64(sb), (uint64_t)(2 + un->nstate), &all) || acc_add(&shard_bytes, all))
             goto too_big;
     }
     c->slot_elems = slot_elems;
@@ -794,13 +799,21 @@ static void print_memory(const RtCtx *c, const Mem *mem, FILE *mf)
                 mem->arena, mem->total);
 }
 
-/* JSON has no NaN/Inf */
-static void json_num(char *buf, size_t cap, double v)
+/* The shortest decimal that reads back as exactly v (v rounded to float
+ * first when is_f32: then at most 9 digits, i.e. %.9g); "null" for NaN and
+ * Inf, which JSON lacks. */
+static void json_num(char *buf, size_t cap, double v, int is_f32)
 {
-    if (isfinite(v))
-        snprintf(buf, cap, "%.9g", v);
-    else
+    if (!isfinite(v)) {
         snprintf(buf, cap, "null");
+        return;
+    }
+    for (int prec = is_f32 ? 6 : 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        double back = strtod(buf, NULL);
+        if (is_f32 ? (float)back == (float)v : back == v)
+            return;
+    }
 }
 
 static int metrics_flush(FILE **mf, const char *path)
@@ -914,7 +927,7 @@ int rt_main(int argc, char **argv, const RtModel *m)
         if (rt_export_check(m, o.export_path, why, sizeof why) != 0)
             err_set(1, "%s", why);
     }
-    if (g_rank == 0 && o.metrics) {
+    if (g_rank == 0 && o.metrics && !g_code) {
         mf = fopen(o.metrics, "w");
         if (!mf)
             err_set(1, "cannot open metrics file %s: %s", o.metrics, strerror(errno));
@@ -956,8 +969,8 @@ int rt_main(int argc, char **argv, const RtModel *m)
             }
             if (mf) {
                 char lb[64], lrb[64];
-                json_num(lb, sizeof lb, loss);
-                json_num(lrb, sizeof lrb, c->lr);
+                json_num(lb, sizeof lb, loss, m->loss_dtype == RT_F32);
+                json_num(lrb, sizeof lrb, c->lr, 0);
                 fprintf(mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.3f,\"lr\":%s}\n", (long long)(s + 1), lb, ms,
                         lrb);
                 if (metrics_flush(&mf, o.metrics) != 0)
