@@ -1,5 +1,5 @@
-/* rt_priv.h — private to runtime/ (rt.c, comm.c, export.c); never seen by
- * generated code.  Needs <mpi.h>. */
+/* rt_priv.h — private to runtime/ (rt.c, args.c, load.c, comm.c, export.c);
+ * never seen by generated code.  Needs <mpi.h>. */
 #ifndef FSDPC_RT_PRIV_H
 #define FSDPC_RT_PRIV_H
 
@@ -45,5 +45,69 @@ int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_pat
  * fail to export: the model is embedded and FILE's directory is writable.
  * Returns 0, or -1 with a one-line reason in err. */
 int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen);
+
+/* ------------------------------------------------ start-up errors (rt.c) */
+
+/* Record this rank's first start-up error (exit status code: 1, or 2 for a
+ * command-line error); rt.c agrees on it across ranks and prints it once. */
+void rt_err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------- flags (args.c) */
+
+typedef struct {
+    const char *name, *file;
+} RtDataArg;
+
+typedef struct {
+    RtDataArg *data;
+    int ndata;
+    int64_t steps, log_every;
+    double lr, wd, momentum, beta1, beta2, eps;
+    int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
+    const char *metrics, *export_path, *init;
+    int quiet;
+} RtOpts;
+
+/* 0: run; 1: --help; -1: error (rt_err_set called).  Free with rt_opts_free,
+ * whatever it returned. */
+int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o);
+void rt_opts_free(RtOpts *o);
+void rt_usage(const RtModel *m);
+
+/* ------------------------------------------- init file and data (load.c) */
+
+/* The memory of one rank, for the start-up report. */
+typedef struct {
+    uint64_t param, grad, optim, model_state, slots, arena, total;
+    uint64_t init_param_read;     /* parameter bytes this rank read from the init file */
+    uint64_t init_param_read_max; /* max over ranks (valid on rank 0 after start-up) */
+} RtMem;
+
+/* OUT.init beside the executable (from /proc/self/exe, else argv0); malloc'd */
+char *rt_default_init_path(const char *argv0);
+/* open and validate the init file; returns the fd, or -1 (rt_err_set called) */
+int rt_open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out);
+/* shard lengths, sizes, the one allocation and its carving into c; fills mem
+ * but for init_param_read*.  Returns 0 or -1 (rt_err_set called). */
+int rt_carve(RtCtx *c, RtMem *mem, char **base_out);
+/* constants and this rank's parameter shards from the init file; adds the
+ * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
+int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem);
+
+typedef struct RtFeed RtFeed;
+/* The training data: one mapped .npy per model input, and the row where the
+ * next global batch starts. */
+typedef struct {
+    RtFeed *feed;   /* m->ninput entries */
+    int64_t pos;    /* first row of the next global batch */
+    int64_t gstep;  /* rows per global batch, mod N */
+} RtData;
+
+/* match --data to the model inputs, open and check every file; returns 0 or
+ * -1 (rt_err_set called).  Close with rt_data_close, whatever it returned. */
+int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
+/* this rank's rows of the next global batch into the arena; then advance */
+void rt_data_next(RtCtx *c, RtData *d);
+void rt_data_close(const RtModel *m, RtData *d);
 
 #endif

@@ -94,6 +94,12 @@ def main():
         print("world %d: losses %s, state/rank %d of %d B" % (world, " ".join("%.6f" % l for l in losses),
                                                          mem["state_bytes"], mem["model_state_bytes"]))
     total = state[1]["model_state_bytes"]
+    full_read = state[1]["init_param_bytes_read"]
+    for world, mem in state.items():
+        # deferred init: no rank reads more than its own shard of each of the 3 units
+        bound = full_read // world + 3 * 4
+        check(mem["init_param_bytes_read_max"] <= bound, "world %d: a rank read %d B of initial parameters, "
+              "its shard is <= %d B" % (world, mem["init_param_bytes_read_max"], bound))
     for world, mem in state.items():
         # shards are ceil(n/W) per unit, each rounded to 64 B: allow that slack only
         slack = 3 * 4 * 64 * 4

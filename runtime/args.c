@@ -1,0 +1,268 @@
+/* args.c — the command line of a training executable: the options (RtOpts)
+ * with their defaults, --help text, and flag parsing.  Errors go through
+ * rt_err_set (status 2 for a bad command line), so that rt.c reports them
+ * once for all ranks.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "npy.h"
+#include "rt_priv.h"
+
+static const char *opt_name(int optimizer) { return optimizer == RT_SGD ? "sgd" : "adamw"; }
+
+static void usage_inputs(const RtModel *m)
+{
+    printf("\nModel inputs (one .npy each, N rows; b = rows per rank and step, so the global batch\n"
+           "is b * ranks; at step s = 0, 1, ... rank r reads rows (s*b*ranks + r*b + i) mod N, i < b):\n");
+    if (m->ninput == 0)
+        printf("  (none)\n");
+    for (int i = 0; i < m->ninput; i++) {
+        const RtInput *in = &m->input[i];
+        printf("  %-16s %s [", in->name, npy_dtype_name(in->dtype));
+        for (int d = 0; d < in->rank && d < RT_MAX_RANK; d++) {
+            if (d == 0)
+                printf("N");
+            else
+                printf(", %" PRId64, in->shape[d]);
+        }
+        printf("]  (b = %" PRId64 ")\n", in->rank > 0 ? in->shape[0] : 0);
+    }
+}
+
+void rt_usage(const RtModel *m)
+{
+    printf("usage: %s [options]            (one rank)\n"
+           "       mpirun -np N %s [options]   (N ranks; or srun)\n"
+           "Trains %s (built by fsdpc; optimizer %s).\n"
+           "\n"
+           "  --data NAME=FILE.npy    training data of model input NAME (one per input)\n"
+           "  --steps N               optimizer steps (default 10)\n"
+           "  --lr X                  learning rate (default 1e-3)\n"
+           "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for sgd)\n"
+           "  --momentum X            sgd momentum (default 0)\n"
+           "  --beta1 X, --beta2 X    adamw betas (default 0.9, 0.999)\n"
+           "  --eps X                 adamw epsilon (default 1e-8)\n"
+           "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
+           "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
+           "  --init FILE             initial weights (default: this executable's path + .init)\n"
+           "  --log-every N           print the step line of step 1, every N-th step and the\n"
+           "                          last step (default 1: every step; --metrics gets all)\n"
+           "  --quiet                 no per-step lines\n"
+           "  --help                  this text\n",
+           rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
+    usage_inputs(m);
+    fflush(stdout);
+}
+
+static int parse_double(const char *flag, const char *s, double lo, double hi, int hi_open, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != 0 || isspace((unsigned char)*s) || errno == ERANGE || !isfinite(v)) {
+        rt_err_set(2, "%s: invalid number '%s' (see --help)", flag, s);
+        return -1;
+    }
+    if (v < lo || v > hi || (hi_open && v == hi)) {
+        if (hi_open)
+            rt_err_set(2, "%s: %s is out of range [%g, %g)", flag, s, lo, hi);
+        else
+            rt_err_set(2, "%s: %s must be >= %g", flag, s, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* a decimal integer >= lo */
+static int parse_int(const char *flag, const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != 0 || isspace((unsigned char)*s) || *s == '+' || errno == ERANGE) {
+        rt_err_set(2, "%s: invalid integer '%s' (see --help)", flag, s);
+        return -1;
+    }
+    if (v < lo) {
+        rt_err_set(2, "%s: %s must be >= %" PRId64, flag, s, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* --data NAME=FILE.npy */
+static int add_data(RtOpts *o, const char *val)
+{
+    const char *e = strchr(val, '=');
+    if (!e || e == val || e[1] == 0) {
+        rt_err_set(2, "--data expects NAME=FILE.npy, got '%s' (see --help)", val);
+        return -1;
+    }
+    char *name = strndup(val, (size_t)(e - val));
+    if (!name) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < o->ndata; k++)
+        if (strcmp(o->data[k].name, name) == 0) {
+            rt_err_set(2, "--data %s is given twice", name);
+            free(name);
+            return -1;
+        }
+    o->data[o->ndata].name = name;
+    o->data[o->ndata].file = e + 1;
+    o->ndata++;
+    return 0;
+}
+
+static int is_file_flag(const char *flag)
+{
+    return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init");
+}
+
+/* one known flag that takes a value */
+static int set_flag(RtOpts *o, const char *flag, const char *val)
+{
+    int rc = 0;
+    if (strcmp(flag, "--data") == 0) {
+        rc = add_data(o, val);
+    } else if (strcmp(flag, "--steps") == 0) {
+        rc = parse_int(flag, val, 0, &o->steps);
+    } else if (strcmp(flag, "--log-every") == 0) {
+        rc = parse_int(flag, val, 1, &o->log_every);
+    } else if (strcmp(flag, "--lr") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->lr);
+    } else if (strcmp(flag, "--weight-decay") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->wd);
+        o->set_wd = 1;
+    } else if (strcmp(flag, "--momentum") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->momentum);
+        o->set_momentum = 1;
+    } else if (strcmp(flag, "--beta1") == 0) {
+        rc = parse_double(flag, val, 0, 1, 1, &o->beta1);
+        o->set_beta1 = 1;
+    } else if (strcmp(flag, "--beta2") == 0) {
+        rc = parse_double(flag, val, 0, 1, 1, &o->beta2);
+        o->set_beta2 = 1;
+    } else if (strcmp(flag, "--eps") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
+        o->set_eps = 1;
+    } else if (strcmp(flag, "--metrics") == 0) {
+        o->metrics = val;
+    } else if (strcmp(flag, "--export-onnx") == 0) {
+        o->export_path = val;
+    } else if (strcmp(flag, "--init") == 0) {
+        o->init = val;
+    }
+    if (rc != 0)
+        return -1;
+    if (*val == 0 && is_file_flag(flag)) {
+        rt_err_set(2, "%s: empty file name", flag);
+        return -1;
+    }
+    return 0;
+}
+
+static int takes_value(const char *flag)
+{
+    static const char *const with_value[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
+                                             "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
+                                             "--init", "--log-every"};
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+        if (strcmp(flag, with_value[k]) == 0)
+            return 1;
+    return 0;
+}
+
+static void set_defaults(const RtModel *m, RtOpts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->steps = 10;
+    o->log_every = 1;
+    o->lr = 1e-3;
+    o->wd = m->optimizer == RT_SGD ? 0.0 : 0.01;
+    o->momentum = 0;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+}
+
+/* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).
+ * 0: handled; 1: --help; -1: error. */
+static int parse_one(int argc, char **argv, int *i, RtOpts *o)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+        return 1;
+    if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+        rt_err_set(2, "unexpected argument '%s' (see --help)", a);
+        return -1;
+    }
+    char flag[64];
+    const char *eq = strchr(a, '='), *val = NULL;
+    size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+    if (fl >= sizeof flag) {
+        rt_err_set(2, "unknown flag '%.40s...' (see --help)", a);
+        return -1;
+    }
+    memcpy(flag, a, fl);
+    flag[fl] = 0;
+    if (strcmp(flag, "--quiet") == 0) {
+        if (eq) {
+            rt_err_set(2, "--quiet takes no value (see --help)");
+            return -1;
+        }
+        o->quiet = 1;
+        return 0;
+    }
+    if (!takes_value(flag)) {
+        rt_err_set(2, "unknown flag '%s' (see --help)", flag);
+        return -1;
+    }
+    if (eq)
+        val = eq + 1;
+    else if (*i + 1 < argc)
+        val = argv[++*i];
+    else {
+        rt_err_set(2, "missing value for '%s' (see --help)", flag);
+        return -1;
+    }
+    return set_flag(o, flag, val);
+}
+
+int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
+{
+    set_defaults(m, o);
+    o->data = calloc((size_t)argc + 1, sizeof *o->data);
+    if (!o->data) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        int rc = parse_one(argc, argv, &i, o);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+void rt_opts_free(RtOpts *o)
+{
+    if (!o->data)
+        return;
+    for (int k = 0; k < o->ndata; k++)
+        free((char *)o->data[k].name);
+    free(o->data);
+    o->data = NULL;
+    o->ndata = 0;
+}

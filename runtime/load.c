@@ -1,0 +1,459 @@
+/* load.c — what a rank reads at start-up and per step: the init file (open
+ * and validate it, carve the one allocation, load the constants and this
+ * rank's own parameter shards) and the training data (match --data to the
+ * model inputs, check the .npy files, copy each step's rows into the arena).
+ * Errors go through rt_err_set; rt.c agrees on them across ranks.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "npy.h"
+#include "rt_priv.h"
+
+#define ALIGN 64
+#define HEADER_BYTES 32 /* magic[16], id u64 LE, file size u64 LE */
+
+/* ---------------------------------------------------------------- init file */
+
+static int pread_all(int fd, void *buf, uint64_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n > 0) {
+        size_t k = n > ((uint64_t)1 << 30) ? ((size_t)1 << 30) : (size_t)n;
+        ssize_t r = pread(fd, p, k, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO; /* file shrank under us */
+            return -1;
+        }
+        p += r;
+        n -= (uint64_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static uint64_t le64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+    return v;
+}
+
+char *rt_default_init_path(const char *argv0)
+{
+    char exe[PATH_MAX + 1];
+    ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX);
+    const char *base = argv0;
+    if (n > 0) {
+        exe[n] = 0;
+        base = exe;
+    }
+    size_t l = strlen(base);
+    char *p = malloc(l + 6);
+    if (p) {
+        memcpy(p, base, l);
+        memcpy(p + l, ".init", 6);
+    }
+    return p;
+}
+
+/* a regular file of at least HEADER_BYTES; its size into *size */
+static int check_file(int fd, const char *path, uint64_t *size)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rt_err_set(1, "init file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rt_err_set(1, "init file %s is not a regular file", path);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    if (*size < HEADER_BYTES) {
+        rt_err_set(1, "%s is not an fsdpc init file (too short)", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* magic, build id and recorded size */
+static int check_header(int fd, const char *path, const RtModel *m, uint64_t size)
+{
+    unsigned char h[HEADER_BYTES];
+    if (pread_all(fd, h, HEADER_BYTES, 0) != 0) {
+        rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (memcmp(h, RT_INIT_MAGIC, 16) != 0) {
+        rt_err_set(1, "%s is not an fsdpc init file (bad magic)", path);
+        return -1;
+    }
+    if (le64(h + 16) != m->id) {
+        rt_err_set(1, "init file %s belongs to another build of the model; rebuild with fsdpc or pass --init", path);
+        return -1;
+    }
+    if (le64(h + 24) != size) {
+        rt_err_set(1, "init file %s is truncated or corrupt (its header says %" PRIu64 " bytes, the file has %" PRIu64 ")",
+                   path, le64(h + 24), size);
+        return -1;
+    }
+    return 0;
+}
+
+/* every range the tables point at must lie inside the file */
+static int check_ranges(const char *path, const RtModel *m, uint64_t size)
+{
+    for (int u = 0; u < m->nunit; u++) {
+        uint64_t end = (uint64_t)m->unit[u].file_off + (uint64_t)m->unit[u].numel * (uint64_t)rt_elem_size(m->unit[u].dtype);
+        if (end > size) {
+            rt_err_set(1, "init file %s is corrupt: unit '%s' lies beyond its end", path, m->unit[u].name);
+            return -1;
+        }
+    }
+    for (int i = 0; i < m->nconst; i++)
+        if ((uint64_t)m->cnst[i].file_off + (uint64_t)m->cnst[i].nbytes > size) {
+            rt_err_set(1, "init file %s is corrupt: constant %d lies beyond its end", path, i);
+            return -1;
+        }
+    if (m->model_len > 0 && (uint64_t)m->model_off + (uint64_t)m->model_len > size) {
+        rt_err_set(1, "init file %s is corrupt: the embedded model lies beyond its end", path);
+        return -1;
+    }
+    return 0;
+}
+
+int rt_open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rt_err_set(1, "cannot open init file %s: %s%s", path, strerror(errno),
+                   is_default ? " (it is written by fsdpc beside the executable; or pass --init FILE)" : "");
+        return -1;
+    }
+    uint64_t size = 0;
+    if (check_file(fd, path, &size) != 0 || check_header(fd, path, m, size) != 0 ||
+        check_ranges(path, m, size) != 0) {
+        close(fd);
+        return -1;
+    }
+    *size_out = size;
+    return fd;
+}
+
+/* ------------------------------------------------------------------- layout */
+
+static uint64_t round64(uint64_t x) { return (x + (ALIGN - 1)) & ~(uint64_t)(ALIGN - 1); }
+
+/* add with overflow detection into *acc; returns -1 on overflow */
+static int acc_add(uint64_t *acc, uint64_t x)
+{
+    return __builtin_add_overflow(*acc, x, acc) ? -1 : 0;
+}
+
+/* shard lengths into c, sizes into mem, the slot size and the allocation's
+ * total into *slot_bytes and mem->total; -1 on overflow */
+static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
+{
+    const RtModel *m = c->m;
+    int W = c->world;
+    int64_t slot_elems = 0, slot_es = 0;
+    uint64_t shard_bytes = 0;
+    for (int u = 0; u < m->nunit; u++) {
+        const RtUnit *un = &m->unit[u];
+        int64_t es = rt_elem_size(un->dtype);
+        int64_t L = (un->numel + W - 1) / W; /* numel <= INT64_MAX/16: no overflow */
+        c->shard_len[u] = L;
+        if ((int64_t)W * L > slot_elems)
+            slot_elems = (int64_t)W * L;
+        if (es > slot_es)
+            slot_es = es;
+        uint64_t sb = (uint64_t)L * (uint64_t)es;
+        mem->param += sb;
+        mem->grad += sb;
+        mem->optim += sb * (uint64_t)un->nstate;
+        mem->model_state += (uint64_t)un->numel * (uint64_t)es * (uint64_t)(2 + un->nstate);
+        uint64_t all;
+        if (__builtin_mul_overflow(round64(sb), (uint64_t)(2 + un->nstate), &all) || acc_add(&shard_bytes, all))
+            return -1;
+    }
+    c->slot_elems = slot_elems;
+    *slot_bytes = round64((uint64_t)slot_elems * (uint64_t)slot_es);
+    uint64_t total = round64((uint64_t)m->arena_bytes);
+    mem->arena = (uint64_t)m->arena_bytes;
+    if (__builtin_mul_overflow(*slot_bytes, (uint64_t)m->nslot, &mem->slots) || acc_add(&total, mem->slots) ||
+        acc_add(&total, shard_bytes))
+        return -1;
+    if (total == 0)
+        total = ALIGN;
+    if (total > (uint64_t)SIZE_MAX)
+        return -1;
+    mem->total = total;
+    return 0;
+}
+
+/* arena, slots, then per unit its param, grad and optimizer shards */
+static void lay_out(RtCtx *c, char *base, uint64_t slot_bytes)
+{
+    const RtModel *m = c->m;
+    char *p = base;
+    c->arena = p;
+    p += round64((uint64_t)m->arena_bytes);
+    for (int s = 0; s < m->nslot; s++) {
+        c->slot[s] = p;
+        p += slot_bytes;
+    }
+    for (int u = 0; u < m->nunit; u++) {
+        uint64_t sb = round64((uint64_t)c->shard_len[u] * (uint64_t)rt_elem_size(m->unit[u].dtype));
+        c->shard[u * RT_NSTATE + RT_S_PARAM] = p;
+        p += sb;
+        c->shard[u * RT_NSTATE + RT_S_GRAD] = p;
+        p += sb;
+        for (int k = 0; k < m->unit[u].nstate; k++) {
+            c->shard[u * RT_NSTATE + RT_S_M + k] = p;
+            p += sb;
+        }
+    }
+}
+
+int rt_carve(RtCtx *c, RtMem *mem, char **base_out)
+{
+    const RtModel *m = c->m;
+    c->shard_len = calloc((size_t)m->nunit + 1, sizeof *c->shard_len);
+    c->shard = calloc((size_t)m->nunit * RT_NSTATE + 1, sizeof *c->shard);
+    c->slot = calloc((size_t)m->nslot + 1, sizeof *c->slot);
+    if (!c->shard_len || !c->shard || !c->slot) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    memset(mem, 0, sizeof *mem);
+    uint64_t slot_bytes = 0;
+    if (plan_sizes(c, mem, &slot_bytes) != 0) {
+        rt_err_set(1, "the model does not fit the address space of one rank at %d ranks", c->world);
+        return -1;
+    }
+    char *base = aligned_alloc(ALIGN, (size_t)mem->total);
+    if (!base) {
+        rt_err_set(1, "cannot allocate %" PRIu64 " bytes for this rank (%d ranks): %s", mem->total, c->world,
+                   strerror(ENOMEM));
+        return -1;
+    }
+    memset(base, 0, (size_t)mem->total);
+    *base_out = base;
+    lay_out(c, base, slot_bytes);
+    return 0;
+}
+
+int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
+{
+    const RtModel *m = c->m;
+    for (int i = 0; i < m->nconst; i++) {
+        const RtConst *k = &m->cnst[i];
+        if (k->nbytes > 0 && pread_all(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off) != 0) {
+            rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    for (int u = 0; u < m->nunit; u++) {
+        const RtUnit *un = &m->unit[u];
+        int64_t es = rt_elem_size(un->dtype), L = c->shard_len[u];
+        int64_t start = (int64_t)c->rank * L, end = start + L;
+        if (end > un->numel)
+            end = un->numel;
+        if (start >= end)
+            continue; /* all padding */
+        uint64_t n = (uint64_t)((end - start) * es);
+        if (pread_all(fd, c->shard[u * RT_NSTATE + RT_S_PARAM], n, (uint64_t)(un->file_off + start * es)) != 0) {
+            rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
+            return -1;
+        }
+        mem->init_param_read += n;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------------- data */
+
+struct RtFeed {
+    NpyArray a;
+    const char *file;
+    int64_t rows;
+    uint64_t row_bytes;
+};
+
+static int dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int first_any)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int d = 0; d < rank && n < cap; d++) {
+        if (d == 0 && first_any)
+            n += (size_t)snprintf(buf + n, cap - n, "N");
+        else
+            n += (size_t)snprintf(buf + n, cap - n, d ? ", %" PRId64 : "%" PRId64, shape[d]);
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+    return 0;
+}
+
+/* every --data must name an input */
+static int check_data_names(const RtModel *m, const RtOpts *o)
+{
+    for (int k = 0; k < o->ndata; k++) {
+        int found = 0;
+        for (int i = 0; i < m->ninput; i++)
+            found |= strcmp(m->input[i].name, o->data[k].name) == 0;
+        if (!found) {
+            char list[1024];
+            size_t n = 0;
+            list[0] = 0;
+            for (int i = 0; i < m->ninput && n < sizeof list; i++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", m->input[i].name);
+            rt_err_set(1, "--data %s: the model has no input '%s' (model inputs: %s)", o->data[k].name,
+                       o->data[k].name, m->ninput ? list : "none");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* every input needs a --data: its file into feed[i].file */
+static int match_inputs(const RtModel *m, const RtOpts *o, RtFeed *feed)
+{
+    for (int i = 0; i < m->ninput; i++) {
+        const RtInput *in = &m->input[i];
+        int k;
+        for (k = 0; k < o->ndata; k++)
+            if (strcmp(in->name, o->data[k].name) == 0)
+                break;
+        if (k == o->ndata) {
+            char want[256];
+            dims_str(want, sizeof want, in->rank, in->shape, 1);
+            rt_err_set(1, "no data for model input '%s' (%s %s): pass --data %s=FILE.npy", in->name,
+                       npy_dtype_name(in->dtype), want, in->name);
+            return -1;
+        }
+        feed[i].file = o->data[k].file;
+    }
+    return 0;
+}
+
+/* open f->file and check it against input in (dtype, shape past the rows) */
+static int open_feed(const RtInput *in, RtFeed *f)
+{
+    char why[1024];
+    if (npy_open(f->file, &f->a, why, sizeof why) != 0) {
+        rt_err_set(1, "--data %s: %s", in->name, why);
+        return -1;
+    }
+    int same = f->a.dtype == in->dtype && f->a.rank == in->rank;
+    for (int d = 1; same && d < in->rank; d++)
+        same = f->a.shape[d] == in->shape[d];
+    if (!same) {
+        char want[256], got[256];
+        dims_str(want, sizeof want, in->rank, in->shape, 1);
+        dims_str(got, sizeof got, f->a.rank, f->a.shape, 0);
+        rt_err_set(1, "--data %s: %s holds %s %s; input '%s' needs %s %s", in->name, f->file,
+                   npy_dtype_name(f->a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
+        return -1;
+    }
+    f->rows = f->a.shape[0];
+    if (f->rows < 1) {
+        rt_err_set(1, "--data %s: %s has no rows", in->name, f->file);
+        return -1;
+    }
+    f->row_bytes = (uint64_t)f->a.nbytes / (uint64_t)f->rows;
+    return 0;
+}
+
+/* (a + b) mod n for a, b in [0, n) without overflow */
+static int64_t addmod(int64_t a, int64_t b, int64_t n) { return a >= n - b ? a - (n - b) : a + b; }
+
+/* (a * k) mod n for a >= 0, k >= 0, n >= 1, without overflow */
+static int64_t mulmod(int64_t a, int64_t k, int64_t n)
+{
+    int64_t r = 0;
+    a %= n;
+    while (k > 0) {
+        if (k & 1)
+            r = addmod(r, a, n);
+        a = addmod(a, a, n);
+        k >>= 1;
+    }
+    return r;
+}
+
+int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
+{
+    memset(d, 0, sizeof *d);
+    d->feed = calloc((size_t)m->ninput + 1, sizeof *d->feed);
+    if (!d->feed) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    if (check_data_names(m, o) != 0 || match_inputs(m, o, d->feed) != 0)
+        return -1;
+    RtFeed *feed = d->feed;
+    for (int i = 0; i < m->ninput; i++) {
+        if (open_feed(&m->input[i], &feed[i]) != 0)
+            return -1;
+        if (i > 0 && feed[i].rows != feed[0].rows) {
+            rt_err_set(1, "data files disagree on the number of rows: %s has %" PRId64 ", %s has %" PRId64,
+                       feed[0].file, feed[0].rows, feed[i].file, feed[i].rows);
+            return -1;
+        }
+    }
+    /* step s starts at row (s * b * world) mod N */
+    if (m->ninput > 0)
+        d->gstep = mulmod(m->input[0].shape[0], world, feed[0].rows);
+    return 0;
+}
+
+/* rows (pos + rank*b + i) mod N, i < b, of every input into the arena */
+void rt_data_next(RtCtx *c, RtData *d)
+{
+    const RtModel *m = c->m;
+    if (m->ninput == 0)
+        return;
+    for (int i = 0; i < m->ninput; i++) {
+        const RtInput *in = &m->input[i];
+        RtFeed *f = &d->feed[i];
+        int64_t b = in->shape[0], N = f->rows;
+        int64_t r = addmod(d->pos, mulmod(b, c->rank, N), N);
+        char *dst = c->arena + in->arena_off;
+        int64_t left = b;
+        while (left > 0) {
+            int64_t run = N - r < left ? N - r : left;
+            memcpy(dst, f->a.data + (uint64_t)r * f->row_bytes, (size_t)((uint64_t)run * f->row_bytes));
+            dst += (uint64_t)run * f->row_bytes;
+            left -= run;
+            r = 0;
+        }
+    }
+    d->pos = addmod(d->pos, d->gstep, d->feed[0].rows);
+}
+
+void rt_data_close(const RtModel *m, RtData *d)
+{
+    if (!d->feed)
+        return;
+    for (int i = 0; i < m->ninput; i++)
+        npy_close(&d->feed[i].a);
+    free(d->feed);
+    d->feed = NULL;
+}
