@@ -19,6 +19,7 @@ static const char *usage =
     "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
     "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard memplan)\n"
+    "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
@@ -100,6 +101,8 @@ static void parse_args(Options *o, int argc, char **argv)
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
                       "shard memplan)", o->dump_after);
+        } else if (!strcmp(a, "--eval")) {
+            o->eval = 1;
         } else if (!strcmp(a, "--report")) {
             o->report = 1;
         } else if (!strcmp(a, "--world")) {
@@ -121,6 +124,8 @@ static void parse_args(Options *o, int argc, char **argv)
     }
     if (!o->model)
         fatal("no model given (see --help)");
+    if (o->eval && (o->loss != LOSS_NONE || o->report))
+        fatal("--eval builds a forward-only executable: --loss and --report do not apply");
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
 }
@@ -145,6 +150,11 @@ int main(int argc, char **argv)
     after(g, "frontend");
     RUN(fold);
     RUN(shape);
+    if (o.eval) { /* forward only: every initializer stays a constant */
+        RUN(memplan);
+        cg_cpu(g);
+        return 0;
+    }
     RUN(loss);
     RUN(autodiff);
     RUN(optim);

@@ -168,6 +168,43 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
         (long long)k, ta, tb);
 }
 
+/* The kernels' code and parameters of a unary op (kernels/c/kernels.h). */
+static const char *unary_op(Op op)
+{
+    switch (op) {
+    case OP_Relu: return "K_RELU";
+    case OP_Tanh: return "K_TANH";
+    case OP_Sigmoid: return "K_SIGMOID";
+    case OP_Sqrt: return "K_SQRT";
+    case OP_Reciprocal: return "K_RECIPROCAL";
+    case OP_Exp: return "K_EXP";
+    case OP_Log: return "K_LOG";
+    case OP_Neg: return "K_NEG";
+    case OP_Abs: return "K_ABS";
+    case OP_Erf: return "K_ERF";
+    case OP_LeakyRelu: return "K_LEAKY_RELU";
+    case OP_Softplus: return "K_SOFTPLUS";
+    case OP_Clip: return "K_CLIP";
+    default: die("%s is not a unary op", op_info[op].name);
+    }
+}
+
+/* p0, p1 as C text (infinities spelled so the C compiler takes them) */
+static const char *unary_params(Op op, const Node *n)
+{
+    double p0 = 0, p1 = 0;
+    if (op == OP_LeakyRelu)
+        p0 = ir_attr_f(n, "alpha", 0.01);
+    if (op == OP_Softplus)
+        p0 = 1, p1 = 20;
+    if (op == OP_Clip) {
+        const char *lo = ir_attr(n, "min") ? ir_fmt("%.17g", ir_attr_f(n, "min", 0)) : "-INFINITY";
+        const char *hi = ir_attr(n, "max") ? ir_fmt("%.17g", ir_attr_f(n, "max", 0)) : "INFINITY";
+        return ir_fmt("%s, %s", lo, hi);
+    }
+    return ir_fmt("%.17g, %.17g", p0, p1);
+}
+
 static void emit_node(Buf *b, const Graph *g, const Node *n)
 {
     int y = n->nout ? n->out[0] : -1, x = n->nin ? n->in[0] : -1;
@@ -180,15 +217,19 @@ static void emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_Sub: emit_binary(b, g, n, 1); break;
     case OP_Mul: emit_binary(b, g, n, 2); break;
     case OP_Div: emit_binary(b, g, n, 3); break;
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid:
-        put(b, "    k_unary_%s(%d, %s, %s, %lld);\n", s, n->op == OP_Relu ? 0 : n->op == OP_Tanh ? 1 : 2,
-            P(g, y), P(g, x), (long long)ny);
+    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
+    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
+    case OP_Clip:
+        put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, unary_op(n->op), P(g, y), P(g, x),
+            (long long)ny, unary_params(n->op, n));
         break;
-    case OP_ReluGrad: case OP_TanhGrad: case OP_SigmoidGrad:
-        put(b, "    k_unary_grad_%s(%d, %s, %s, %s, %lld);\n", s,
-            n->op == OP_ReluGrad ? 0 : n->op == OP_TanhGrad ? 1 : 2, P(g, y), P(g, x),
-            P(g, n->in[1]), (long long)ny);
+    case OP_UnaryGrad: {
+        Op of = (Op)ir_attr_i(n, "of", -1);
+        put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, unary_op(of), P(g, y), P(g, x),
+            n->in[1] >= 0 ? P(g, n->in[1]) : "NULL", n->in[2] >= 0 ? P(g, n->in[2]) : "NULL",
+            (long long)ny, unary_params(of, n));
         break;
+    }
     case OP_Scale:
         put(b, "    k_scale_%s(%s, %s, %.17g, %lld);\n", s, P(g, y), P(g, x), ir_attr_f(n, "alpha", 1),
             (long long)ny);
@@ -388,6 +429,8 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
     for (int u = 0; u < g->nunit; u++)
         put(b, "    {%s, %lld, %d, %d, %lld},\n", cstr(g->unit[u].name), (long long)g->unit[u].numel,
             g->unit[u].dtype, nstate, (long long)L->unit_off[u]);
+    if (!g->nunit)
+        put(b, "    {0, 0, 0, 0, 0},\n"); /* C has no empty arrays; the count says 0 */
     put(b, "};\nstatic const RtParam params[] = {\n");
     for (int u = 0; u < g->nunit; u++)
         for (int i = 0; i < g->unit[u].nparams; i++) {
@@ -395,17 +438,21 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
             put(b, "    {%s, %d, %lld, %lld},\n", cstr(g->val[p].name), u, (long long)g->unit[u].offset[i],
                 (long long)value_numel(g, p));
         }
+    if (!g->nunit)
+        put(b, "    {0, 0, 0, 0},\n");
     put(b, "};\nstatic const RtInput inputs[] = {\n");
     int64_t batch = -1;
     for (int k = 0; k < g->ninput; k++) {
         const Value *x = &g->val[g->input[k]];
-        if (x->shape.rank < 1 || (batch >= 0 && x->shape.dim[0] != batch))
+        if (!g->opt->eval && (x->shape.rank < 1 || (batch >= 0 && x->shape.dim[0] != batch)))
             fatal("%s: input '%s' %s: every input needs the same leading batch dimension", g->opt->model,
                   x->name, x->shape.rank < 1 ? "is a scalar" : "has another batch size");
         batch = x->shape.dim[0];
         put(b, "    {%s, %d, %d, %s, %lld},\n", cstr(x->name), x->dtype, x->shape.rank,
             ints(x->shape.dim, x->shape.rank), (long long)x->loc.off);
     }
+    if (!g->ninput)
+        put(b, "    {0, 0, 0, {0}, 0},\n");
     put(b, "};\nstatic const RtConst consts[] = {\n");
     int nconst = 0;
     for (int v = 0; v < g->nval; v++)
@@ -418,8 +465,15 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
         }
     if (!nconst)
         put(b, "    {0, 0, 0},\n");
+    put(b, "};\nstatic const RtOutput outputs[] = {\n");
+    for (int k = 0; k < g->noutput; k++) {
+        const Value *x = &g->val[g->output[k]];
+        put(b, "    {%s, %d, %d, %s, %lld},\n", cstr(x->name), x->dtype, x->shape.rank,
+            ints(x->shape.dim, x->shape.rank), (long long)x->loc.off);
+    }
+    if (!g->noutput)
+        put(b, "    {0, 0, 0, {0}, 0},\n");
     put(b, "};\n\n");
-    (void)nconst;
 }
 
 static const char *base_name(const char *p)
@@ -433,7 +487,7 @@ static Buf emit_source(const Graph *g, const InitLayout *L)
     Buf b = {0};
     put(&b, "/* generated by fsdpc from %s: the training step, target cpu. Do not edit. */\n",
         ccomment(base_name(g->opt->model)));
-    put(&b, "#include <stdint.h>\n#include <string.h>\n#include \"rt.h\"\n#include \"kernels.h\"\n\n");
+    put(&b, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#include \"rt.h\"\n#include \"kernels.h\"\n\n");
     emit_tables(&b, g, L);
     put(&b, "static void step(RtCtx *c)\n{\n    char *A = c->arena;\n");
     for (int i = 0; i < g->nnode; i++)
@@ -451,11 +505,13 @@ static Buf emit_source(const Graph *g, const InitLayout *L)
     put(&b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
     put(&b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
     put(&b, "    .arena_bytes = %lld, .nslot = %d,\n", (long long)g->arena_bytes, g->nslot);
+    int la = g->loss_avg;
     put(&b, "    .loss_off = %lld, .loss_dtype = %d, .optimizer = %d,\n",
-        (long long)g->val[g->loss_avg].loc.off, g->val[g->loss_avg].dtype,
+        la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
         g->opt->optimizer == OPT_ADAMW ? RT_ADAMW : RT_SGD);
-    put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n};\n\n", (long long)L->model_off,
+    put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
+    put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n};\n\n", g->opt->eval, g->noutput);
     put(&b, "int main(int argc, char **argv) { return rt_main(argc, argv, &model); }\n");
     return b;
 }

@@ -152,6 +152,7 @@ typedef struct {
     int verify;              /* run ir_verify after each pass (--verify, tests) */
     const char *cc;          /* C compiler for the generated step */
     int keep_c;              /* --emit-c: keep OUT.c */
+    int eval;                /* --eval: forward-only executable, outputs written as .npy */
 } Options;
 
 typedef struct {

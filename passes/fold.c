@@ -3,7 +3,8 @@
  * requires: the frontend's graph (Constant nodes already turned into values).
  * ensures:  no Gemm remains: Y = alpha op(A) op(B) + beta C becomes
  *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C],
- *           so autodiff and codegen know one GEMM op.
+ *           so autodiff and codegen know one GEMM op;
+ *           Clip's optional min/max inputs (constants) become attributes.
  *
  * New nodes are appended to the graph with ir_node, then the node array is
  * rebuilt in program order from a list of ids.
@@ -45,12 +46,40 @@ static void expand_gemm(Graph *g, int id, int *order, int *n)
     }
 }
 
+/* A scalar constant input as a double, for attributes. */
+static double const_scalar(Graph *g, const Node *n, int v, const char *what)
+{
+    const Value *x = &g->val[v];
+    if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1)
+        fatal("%s: node '%s' (%s): %s '%s' must be a constant scalar", g->opt->model, n->name,
+              op_info[n->op].name, what, x->name);
+    switch (x->dtype) {
+    case DT_F32: return *(const float *)x->data;
+    case DT_F64: return *(const double *)x->data;
+    case DT_I64: return (double)*(const int64_t *)x->data;
+    case DT_I32: return *(const int32_t *)x->data;
+    default: fatal("%s: node '%s': %s has an unsupported dtype", g->opt->model, n->name, what);
+    }
+}
+
+static void clip_attrs(Graph *g, int id)
+{
+    Node n = g->node[id];
+    for (int i = 1; i < n.nin && i < 3; i++)
+        if (n.in[i] >= 0)
+            ir_attr_add(g, id, i == 1 ? "min" : "max", A_FLOAT)->f =
+                const_scalar(g, &n, n.in[i], i == 1 ? "min" : "max");
+    g->node[id].nin = 1;
+}
+
 void pass_fold(Graph *g)
 {
     int nn = g->nnode;
     int *order = ir_alloc(sizeof(int) * (size_t)(nn * 4 + 1));
     int n = 0;
     for (int i = 0; i < nn; i++) {
+        if (g->node[i].op == OP_Clip)
+            clip_attrs(g, i);
         if (g->node[i].op == OP_Gemm)
             expand_gemm(g, i, order, &n);
         else

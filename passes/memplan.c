@@ -121,8 +121,14 @@ void pass_memplan(Graph *g)
         def[g->input[k]] = -1;
         used[g->input[k]] = 1;
     }
-    last[root_of(g, g->loss_avg)] = nn;
-    used[g->loss_avg] = 1;
+    /* what the runtime reads after the step: the reported loss, or (eval) the outputs */
+    for (int k = 0; k < g->noutput + 1; k++) {
+        int v = k < g->noutput ? (g->opt->eval ? g->output[k] : -1) : g->loss_avg;
+        if (v < 0)
+            continue;
+        last[root_of(g, v)] = nn;
+        used[v] = used[root_of(g, v)] = 1;
+    }
 
     Item *acts = ir_alloc(sizeof(Item) * (size_t)nv);
     int nact = 0;

@@ -52,6 +52,8 @@ static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
     *dt = a->dtype;
     *s = a->shape;
     for (int i = 1; i < n->nin; i++) {
+        if (n->in[i] < 0)
+            continue; /* an unread optional input */
         const Value *b = &g->val[n->in[i]];
         if (b->dtype != a->dtype)
             bad(g, n, ir_fmt("input dtypes differ (%s and %s)", dtype_name(a->dtype),
@@ -177,8 +179,9 @@ void shape_node(Graph *g, int id)
     Value *in0 = n->nin > 0 && n->in[0] >= 0 ? &g->val[n->in[0]] : NULL;
     switch (n->op) {
     case OP_Add: case OP_Sub: case OP_Mul: case OP_Div:
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Identity:
-    case OP_ReluGrad: case OP_TanhGrad: case OP_SigmoidGrad: case OP_Scale:
+    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Identity: case OP_Sqrt:
+    case OP_Reciprocal: case OP_Exp: case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf:
+    case OP_LeakyRelu: case OP_Softplus: case OP_Clip: case OP_Scale: case OP_UnaryGrad:
         ew(g, n, &dt, &s);
         break;
     case OP_MatMul: matmul(g, n, &dt, &s); break;

@@ -1,7 +1,7 @@
-/* args.c — the command line of a training executable: the options (RtOpts)
- * with their defaults, --help text, and flag parsing.  Errors go through
- * rt_err_set (status 2 for a bad command line), so that rt.c reports them
- * once for all ranks.
+/* args.c — the command line of a training or forward-only (eval) executable:
+ * the options (RtOpts) with their defaults, --help text, and flag parsing.
+ * Each kind rejects the other's flags.  Errors go through rt_err_set (status
+ * 2 for a bad command line), so that rt.c reports them once for all ranks.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -37,8 +37,47 @@ static void usage_inputs(const RtModel *m)
     }
 }
 
+static void eval_usage(const RtModel *m)
+{
+    printf("usage: %s --out-dir DIR --input NAME=FILE ... [options]\n"
+           "Runs the forward pass of %s once (built by fsdpc --eval) and writes every graph\n"
+           "output to DIR/NAME.npy.\n"
+           "\n"
+           "  --input NAME=FILE       model input NAME from FILE.npy, or FILE.pb (a serialized ONNX\n"
+           "                          TensorProto); one per input, of its exact dtype and shape\n"
+           "  --out-dir DIR           where the outputs go (created if missing); required\n"
+           "  --init FILE             constants (default: this executable's path + .init)\n"
+           "  --quiet                 no progress lines\n"
+           "  --help                  this text\n"
+           "\nModel inputs:\n",
+           rt_prog, m->name ? m->name : "the model");
+    char dims[256];
+    if (m->ninput == 0)
+        printf("  (none)\n");
+    for (int i = 0; i < m->ninput; i++) {
+        rt_dims_str(dims, sizeof dims, m->input[i].rank, m->input[i].shape, 0);
+        printf("  %-16s %s %s\n", m->input[i].name, npy_dtype_name(m->input[i].dtype), dims);
+    }
+    printf("Model outputs:\n");
+    if (m->noutput == 0 || !m->output)
+        printf("  (none)\n");
+    for (int i = 0; m->output && i < m->noutput; i++) {
+        const RtOutput *out = &m->output[i];
+        char *f = out->name ? rt_output_file_name(out->name) : NULL;
+        rt_dims_str(dims, sizeof dims, out->rank, out->shape, 0);
+        printf("  %-16s %s %s  -> DIR/%s\n", out->name ? out->name : "?", npy_dtype_name(out->dtype), dims,
+               f ? f : "?");
+        free(f);
+    }
+    fflush(stdout);
+}
+
 void rt_usage(const RtModel *m)
 {
+    if (m->eval) {
+        eval_usage(m);
+        return;
+    }
     printf("usage: %s [options]            (one rank)\n"
            "       mpirun -np N %s [options]   (N ranks; or srun)\n"
            "Trains %s (built by fsdpc; optimizer %s).\n"
@@ -100,12 +139,13 @@ static int parse_int(const char *flag, const char *s, int64_t lo, int64_t *out)
     return 0;
 }
 
-/* --data NAME=FILE.npy */
-static int add_data(RtOpts *o, const char *val)
+/* --data NAME=FILE.npy, --input NAME=FILE */
+static int add_data(RtOpts *o, const char *flag, const char *val)
 {
     const char *e = strchr(val, '=');
     if (!e || e == val || e[1] == 0) {
-        rt_err_set(2, "--data expects NAME=FILE.npy, got '%s' (see --help)", val);
+        rt_err_set(2, "%s expects NAME=FILE%s, got '%s' (see --help)", flag,
+                   strcmp(flag, "--data") == 0 ? ".npy" : " (FILE.npy or FILE.pb)", val);
         return -1;
     }
     char *name = strndup(val, (size_t)(e - val));
@@ -115,7 +155,7 @@ static int add_data(RtOpts *o, const char *val)
     }
     for (int k = 0; k < o->ndata; k++)
         if (strcmp(o->data[k].name, name) == 0) {
-            rt_err_set(2, "--data %s is given twice", name);
+            rt_err_set(2, "%s %s is given twice", flag, name);
             free(name);
             return -1;
         }
@@ -127,15 +167,18 @@ static int add_data(RtOpts *o, const char *val)
 
 static int is_file_flag(const char *flag)
 {
-    return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init");
+    return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
+           !strcmp(flag, "--out-dir");
 }
 
 /* one known flag that takes a value */
 static int set_flag(RtOpts *o, const char *flag, const char *val)
 {
     int rc = 0;
-    if (strcmp(flag, "--data") == 0) {
-        rc = add_data(o, val);
+    if (strcmp(flag, "--data") == 0 || strcmp(flag, "--input") == 0) {
+        rc = add_data(o, flag, val);
+    } else if (strcmp(flag, "--out-dir") == 0) {
+        o->out_dir = val;
     } else if (strcmp(flag, "--steps") == 0) {
         rc = parse_int(flag, val, 0, &o->steps);
     } else if (strcmp(flag, "--log-every") == 0) {
@@ -173,15 +216,39 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     return 0;
 }
 
-static int takes_value(const char *flag)
+/* flags that take a value: for training executables, for eval ones, for both */
+static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
+                                          "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
+                                          "--log-every"};
+static const char *const eval_flags[] = {"--input", "--out-dir"};
+
+static int in_list(const char *flag, const char *const *list, size_t n)
 {
-    static const char *const with_value[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
-                                             "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
-                                             "--init", "--log-every"};
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-        if (strcmp(flag, with_value[k]) == 0)
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(flag, list[k]) == 0)
             return 1;
     return 0;
+}
+
+#define IN_LIST(flag, list) in_list(flag, list, sizeof list / sizeof list[0])
+
+/* 1: a value flag of m's kind; 0: unknown; -1: the other kind's (rt_err_set called) */
+static int takes_value(const RtModel *m, const char *flag)
+{
+    if (strcmp(flag, "--init") == 0)
+        return 1;
+    int train = IN_LIST(flag, train_flags), eval = IN_LIST(flag, eval_flags);
+    if (m->eval && train) {
+        rt_err_set(2, "%s is a training flag; this executable is forward-only (built with fsdpc --eval; "
+                      "see --help)", flag);
+        return -1;
+    }
+    if (!m->eval && eval) {
+        rt_err_set(2, "%s is a flag of forward-only executables (fsdpc --eval); this one trains%s (see --help)",
+                   flag, strcmp(flag, "--input") == 0 ? ": use --data NAME=FILE.npy" : "");
+        return -1;
+    }
+    return train || eval;
 }
 
 static void set_defaults(const RtModel *m, RtOpts *o)
@@ -199,7 +266,7 @@ static void set_defaults(const RtModel *m, RtOpts *o)
 
 /* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).
  * 0: handled; 1: --help; -1: error. */
-static int parse_one(int argc, char **argv, int *i, RtOpts *o)
+static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
 {
     const char *a = argv[*i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
@@ -225,7 +292,10 @@ static int parse_one(int argc, char **argv, int *i, RtOpts *o)
         o->quiet = 1;
         return 0;
     }
-    if (!takes_value(flag)) {
+    int tv = takes_value(m, flag);
+    if (tv < 0)
+        return -1;
+    if (tv == 0) {
         rt_err_set(2, "unknown flag '%s' (see --help)", flag);
         return -1;
     }
@@ -249,9 +319,13 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         return -1;
     }
     for (int i = 1; i < argc; i++) {
-        int rc = parse_one(argc, argv, &i, o);
+        int rc = parse_one(argc, argv, &i, m, o);
         if (rc != 0)
             return rc;
+    }
+    if (m->eval && !o->out_dir) {
+        rt_err_set(2, "--out-dir DIR is required (see --help)");
+        return -1;
     }
     return 0;
 }

@@ -296,11 +296,14 @@ struct RtFeed {
     uint64_t row_bytes;
 };
 
-static int dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int first_any)
+void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int first_any)
 {
     size_t n = 0;
+    if (cap == 0)
+        return;
+    buf[0] = 0;
     n += (size_t)snprintf(buf + n, cap - n, "[");
-    for (int d = 0; d < rank && n < cap; d++) {
+    for (int d = 0; d < rank && d < RT_MAX_RANK && n < cap; d++) {
         if (d == 0 && first_any)
             n += (size_t)snprintf(buf + n, cap - n, "N");
         else
@@ -308,11 +311,10 @@ static int dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int f
     }
     if (n < cap)
         snprintf(buf + n, cap - n, "]");
-    return 0;
 }
 
-/* every --data must name an input */
-static int check_data_names(const RtModel *m, const RtOpts *o)
+/* every NAME=FILE of flag must name an input */
+static int check_data_names(const RtModel *m, const RtOpts *o, const char *flag)
 {
     for (int k = 0; k < o->ndata; k++) {
         int found = 0;
@@ -324,7 +326,7 @@ static int check_data_names(const RtModel *m, const RtOpts *o)
             list[0] = 0;
             for (int i = 0; i < m->ninput && n < sizeof list; i++)
                 n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", m->input[i].name);
-            rt_err_set(1, "--data %s: the model has no input '%s' (model inputs: %s)", o->data[k].name,
+            rt_err_set(1, "%s %s: the model has no input '%s' (model inputs: %s)", flag, o->data[k].name,
                        o->data[k].name, m->ninput ? list : "none");
             return -1;
         }
@@ -332,9 +334,10 @@ static int check_data_names(const RtModel *m, const RtOpts *o)
     return 0;
 }
 
-/* every input needs a --data: its file into feed[i].file */
-static int match_inputs(const RtModel *m, const RtOpts *o, RtFeed *feed)
+int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files)
 {
+    if (check_data_names(m, o, flag) != 0)
+        return -1;
     for (int i = 0; i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
         int k;
@@ -343,12 +346,12 @@ static int match_inputs(const RtModel *m, const RtOpts *o, RtFeed *feed)
                 break;
         if (k == o->ndata) {
             char want[256];
-            dims_str(want, sizeof want, in->rank, in->shape, 1);
-            rt_err_set(1, "no data for model input '%s' (%s %s): pass --data %s=FILE.npy", in->name,
-                       npy_dtype_name(in->dtype), want, in->name);
+            rt_dims_str(want, sizeof want, in->rank, in->shape, !m->eval);
+            rt_err_set(1, "no data for model input '%s' (%s %s): pass %s %s=FILE.npy%s", in->name,
+                       npy_dtype_name(in->dtype), want, flag, in->name, m->eval ? " (or FILE.pb)" : "");
             return -1;
         }
-        feed[i].file = o->data[k].file;
+        files[i] = o->data[k].file;
     }
     return 0;
 }
@@ -366,8 +369,8 @@ static int open_feed(const RtInput *in, RtFeed *f)
         same = f->a.shape[d] == in->shape[d];
     if (!same) {
         char want[256], got[256];
-        dims_str(want, sizeof want, in->rank, in->shape, 1);
-        dims_str(got, sizeof got, f->a.rank, f->a.shape, 0);
+        rt_dims_str(want, sizeof want, in->rank, in->shape, 1);
+        rt_dims_str(got, sizeof got, f->a.rank, f->a.shape, 0);
         rt_err_set(1, "--data %s: %s holds %s %s; input '%s' needs %s %s", in->name, f->file,
                    npy_dtype_name(f->a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
         return -1;
@@ -406,7 +409,16 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
         rt_err_set(1, "out of memory");
         return -1;
     }
-    if (check_data_names(m, o) != 0 || match_inputs(m, o, d->feed) != 0)
+    const char **files = calloc((size_t)m->ninput + 1, sizeof *files);
+    if (!files) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    int rc = rt_match_inputs(m, o, "--data", files);
+    for (int i = 0; rc == 0 && i < m->ninput; i++)
+        d->feed[i].file = files[i];
+    free(files);
+    if (rc != 0)
         return -1;
     RtFeed *feed = d->feed;
     for (int i = 0; i < m->ninput; i++) {

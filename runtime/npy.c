@@ -1,4 +1,5 @@
-/* npy.c — strict, bounded reader of NumPy .npy files (see npy.h).
+/* npy.c — strict, bounded reader of NumPy .npy files, and an atomic writer
+ * of format 1.0 files (see npy.h).
  *
  * Format (numpy.lib.format): "\x93NUMPY", major, minor, then the header
  * length (uint16 LE for 1.0, uint32 LE for 2.0 and 3.0), then the header: a
@@ -13,6 +14,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -353,4 +355,135 @@ void npy_close(NpyArray *a)
     if (a->map)
         munmap(a->map, a->map_len);
     memset(a, 0, sizeof *a);
+}
+
+/* ------------------------------------------------------------------ writer */
+
+static const char *descr_of(int dtype)
+{
+    switch (dtype) {
+    case RT_F32: return "<f4";
+    case RT_F64: return "<f8";
+    case RT_I64: return "<i8";
+    case RT_I32: return "<i4";
+    case RT_BOOL: return "|b1";
+    default: return NULL;
+    }
+}
+
+size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *shape)
+{
+    const char *descr = descr_of(dtype);
+    if (!descr || rank < 0 || rank > RT_MAX_RANK || cap < 16)
+        return 0;
+    char dict[320]; /* at most ~230: 8 dims of 19 digits */
+    size_t n = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int d = 0; d < rank; d++) {
+        if (shape[d] < 0)
+            return 0;
+        n += (size_t)snprintf(dict + n, sizeof dict - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    }
+    n += (size_t)snprintf(dict + n, sizeof dict - n, "%s), }", rank == 1 ? "," : "");
+    if (n >= sizeof dict)
+        return 0;
+    size_t total = (10 + n + 1 + 63) / 64 * 64; /* magic+version+len, dict, '\n' */
+    if (total > cap)
+        return 0;
+    size_t hl = total - 10;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)(hl & 0xff);
+    buf[9] = (char)(hl >> 8);
+    memcpy(buf + 10, dict, n);
+    memset(buf + 10 + n, ' ', total - 10 - n - 1);
+    buf[total - 1] = '\n';
+    return total;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t r = write(fd, p, k);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* DIR/.BASE.tmp.PID for path DIR/BASE (BASE alone: .BASE.tmp.PID) */
+static char *tmp_path_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t tl = strlen(path) + 40;
+    char *tmp = malloc(tl);
+    if (tmp)
+        snprintf(tmp, tl, "%.*s.%s.tmp.%ld", (int)dl, path, path + dl, (long)getpid());
+    return tmp;
+}
+
+static int write_tmp(const char *tmp, const char *hdr, size_t hn, const void *data, size_t nbytes,
+                     char *err, size_t errlen)
+{
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a stale one of an earlier process with our pid */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    const char *stage = "writing";
+    if (write_all(fd, hdr, hn) != 0 || write_all(fd, data, nbytes) != 0 ||
+        (stage = "syncing", fsync(fd) != 0)) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return fail(err, errlen, "%s %s: %s", stage, tmp, strerror(e));
+    }
+    if (close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fail(err, errlen, "closing %s: %s", tmp, strerror(e));
+    }
+    return 0;
+}
+
+int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const void *data,
+             char *err, size_t errlen)
+{
+    char hdr[256];
+    size_t hn = npy_header(hdr, sizeof hdr, dtype, rank, shape);
+    if (hn == 0)
+        return fail(err, errlen, "%s: cannot describe dtype code %d, rank %d as .npy", path, dtype, rank);
+    uint64_t nbytes = npy_elem_size(dtype);
+    for (int d = 0; d < rank; d++)
+        if (__builtin_mul_overflow(nbytes, (uint64_t)shape[d], &nbytes) || nbytes > (uint64_t)SIZE_MAX)
+            return fail(err, errlen, "%s: array too large", path);
+    char *tmp = tmp_path_of(path);
+    if (!tmp)
+        return fail(err, errlen, "%s: out of memory", path);
+    int rc = write_tmp(tmp, hdr, hn, data, (size_t)nbytes, err, errlen);
+    if (rc == 0 && rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        rc = fail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+    }
+    free(tmp);
+    return rc;
+}
+
+int npy_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }

@@ -1,4 +1,5 @@
-/* npy.h — private to runtime/: a strict reader of NumPy .npy files.
+/* npy.h — private to runtime/: a strict reader of NumPy .npy files, and a
+ * writer (format 1.0, atomic).
  *
  * Files are untrusted: the header is parsed with bounds checks on every byte,
  * the shape is checked for overflow and the data size against the file size.
@@ -37,6 +38,20 @@ int npy_parse(const void *buf, size_t len, NpyArray *a, char *err, size_t errlen
  * released by npy_close. */
 int npy_open(const char *path, NpyArray *a, char *err, size_t errlen);
 void npy_close(NpyArray *a);
+
+/* The .npy 1.0 header (magic .. the dict padded with spaces and '\n' to a
+ * multiple of 64 bytes) of a C-order array into buf.  Returns its length, or
+ * 0 if dtype/rank is unsupported or cap is too small (256 is always enough). */
+size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *shape);
+
+/* Write a C-order .npy of dtype and shape (dims >= 0) holding data (numel *
+ * elem size bytes) to PATH atomically: DIR/.BASE.tmp.PID, written, fsync'ed,
+ * renamed to PATH.  The directory itself is not fsync'ed (npy_sync_dir).
+ * Returns 0, or -1 with a one-line reason naming the file in err. */
+int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const void *data,
+             char *err, size_t errlen);
+/* fsync directory DIR; 0 or -1 with errno set */
+int npy_sync_dir(const char *dir);
 
 /* "float32", "float64", "int64", "int32", "bool"; "?" for anything else */
 const char *npy_dtype_name(int dtype);

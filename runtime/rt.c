@@ -2,6 +2,7 @@
  * function: MPI, start-up (flags from args.c; init file, memory and data from
  * load.c), the step loop with its progress lines and metrics, export, and
  * errors (start-up errors agreed on by all ranks, rt_step_fail, MPI failures).
+ * Forward-only builds (m->eval) branch to eval.c right after MPI_Init.
  *
  * Start-up errors: every rank runs the same checks; local failures (a file
  * only one node misses, an allocation) are agreed on collectively, so that
@@ -47,9 +48,7 @@ void rt_err_set(int code, const char *fmt, ...)
     g_code = code;
 }
 
-/* Collective: did any rank fail?  The lowest failing rank prints its one
- * line; returns its exit status on every rank (0 if none failed). */
-static int err_sync(void)
+int rt_err_sync(void)
 {
     int key = g_code ? g_rank : g_world, low;
     RT_MPI(MPI_Allreduce(&key, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
@@ -293,12 +292,12 @@ static int load(Run *r, const char *argv0)
         rt_err_set(1, "out of memory");
     else
         r->init_fd = rt_open_init(r->ctx.m, r->init_path, o->init == NULL, &init_size);
-    int status = err_sync();
+    int status = rt_err_sync();
     if (status != 0)
         return status;
     if (rt_carve(&r->ctx, &r->mem, &r->base) == 0)
         rt_load_init(&r->ctx, r->init_fd, r->init_path, &r->mem);
-    if ((status = err_sync()) != 0)
+    if ((status = rt_err_sync()) != 0)
         return status;
     RT_MPI(MPI_Reduce(&r->mem.init_param_read, &r->mem.init_param_read_max, 1, MPI_UINT64_T, MPI_MAX, 0,
                       MPI_COMM_WORLD));
@@ -319,7 +318,7 @@ static int open_outputs(Run *r)
         if (!r->mf)
             rt_err_set(1, "cannot open metrics file %s: %s", o->metrics, strerror(errno));
     }
-    return err_sync();
+    return rt_err_sync();
 }
 
 /* Everything before the first step.  Returns the exit status; 0 to train
@@ -328,7 +327,7 @@ static int start_up(Run *r, int argc, char **argv, int *help)
 {
     const RtModel *m = r->ctx.m;
     int pf = rt_parse_flags(argc, argv, m, &r->o);
-    int status = err_sync();
+    int status = rt_err_sync();
     if (status != 0)
         return status;
     if (pf == 1) {
@@ -336,15 +335,15 @@ static int start_up(Run *r, int argc, char **argv, int *help)
         return 0;
     }
     check_model(m);
-    if ((status = err_sync()) != 0)
+    if ((status = rt_err_sync()) != 0)
         return status;
     set_hyper(&r->ctx, &r->o);
-    if ((status = err_sync()) != 0)
+    if ((status = rt_err_sync()) != 0)
         return status;
     if ((status = load(r, argv[0] ? argv[0] : "")) != 0)
         return status;
     rt_data_open(m, &r->o, g_world, &r->data);
-    if ((status = err_sync()) != 0)
+    if ((status = rt_err_sync()) != 0)
         return status;
     return open_outputs(r);
 }
@@ -448,6 +447,14 @@ int rt_main(int argc, char **argv, const RtModel *m)
     RT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
     RT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
+
+    if (m->eval) {
+        int status = rt_eval_main(argc, argv, m, g_rank, g_world);
+        fflush(stdout);
+        MPI_Finalize();
+        g_mpi_up = 0;
+        return status;
+    }
 
     Run run;
     Run *r = &run;

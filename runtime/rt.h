@@ -13,6 +13,11 @@
  *   [ nslot slots, each max_u W*ceil(numel_u/W) elements: gathered params, flat grads ]
  *   [ per unit: RT_NSTATE shards of ceil(numel_u/W) elements: param, grad, optimizer ]
  * Only the last two depend on the world size W, by the formulas above.
+ *
+ * Eval builds (fsdpc --eval, m->eval = 1) are forward-only: no units,
+ * parameters or slots (every initializer is a constant), inputs of exact
+ * shapes from --input, one call of step, then rank 0 writes m->output[]
+ * from the arena to --out-dir as .npy files (runtime/eval.c).
  */
 #ifndef FSDPC_RT_H
 #define FSDPC_RT_H
@@ -48,13 +53,21 @@ typedef struct {
     const char *name;     /* graph input name, as in --data NAME=FILE.npy */
     int dtype;
     int rank;
-    int64_t shape[RT_MAX_RANK]; /* shape[0] = per-rank batch b */
+    int64_t shape[RT_MAX_RANK]; /* shape[0] = per-rank batch b (eval: the exact shape, rank >= 0) */
     int64_t arena_off;
 } RtInput;
 
 typedef struct {
     int64_t file_off, arena_off, nbytes;  /* constants copied from OUT.init at start */
 } RtConst;
+
+typedef struct {
+    const char *name;     /* graph output name */
+    int dtype;
+    int rank;
+    int64_t shape[RT_MAX_RANK];
+    int64_t arena_off;
+} RtOutput;
 
 struct RtCtx;
 
@@ -72,6 +85,8 @@ typedef struct {
     int optimizer;        /* RT_ADAMW / RT_SGD */
     int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
     void (*step)(struct RtCtx *);
+    int eval;             /* 1: forward-only executable (fsdpc --eval): no units, no optimizer */
+    int noutput; const RtOutput *output; /* eval: the graph outputs, written after the step */
 } RtModel;
 
 typedef struct RtCtx {

@@ -1,4 +1,4 @@
-/* rt_priv.h — private to runtime/ (rt.c, args.c, load.c, comm.c, export.c);
+/* rt_priv.h — private to runtime/ (rt.c, args.c, load.c, comm.c, export.c, eval.c);
  * never seen by generated code.  Needs <mpi.h>. */
 #ifndef FSDPC_RT_PRIV_H
 #define FSDPC_RT_PRIV_H
@@ -10,6 +10,18 @@
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the fsdpc runtime assumes a little-endian host (init file, .npy and ONNX raw_data are little-endian)"
+/* ------------------------------------------- forward-only builds (eval.c) */
+
+/* The whole life of an eval executable between MPI_Init and MPI_Finalize
+ * (rt_main calls it when m->eval); returns the exit status. */
+int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world);
+/* DIR-relative file name (malloc'd, NULL if out of memory) of graph output
+ * name: bytes outside [A-Za-z0-9_.-] and a leading '.' become '_', + ".npy" */
+char *rt_output_file_name(const char *name);
+/* --input FILE.pb: an ONNX TensorProto of exactly in's dtype and shape into
+ * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
+int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
+
 #endif
 
 /* The program name used as the prefix of every message ("NAME: error: ..."). */
@@ -51,6 +63,9 @@ int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen
 /* Record this rank's first start-up error (exit status code: 1, or 2 for a
  * command-line error); rt.c agrees on it across ranks and prints it once. */
 void rt_err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Collective: did any rank fail?  The lowest failing rank prints its one
+ * line; returns its exit status on every rank (0 if none failed). */
+int rt_err_sync(void);
 
 /* ---------------------------------------------------------- flags (args.c) */
 
@@ -59,17 +74,18 @@ typedef struct {
 } RtDataArg;
 
 typedef struct {
-    RtDataArg *data;
+    RtDataArg *data;      /* --data (training) or --input (eval) NAME=FILE */
     int ndata;
     int64_t steps, log_every;
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
     const char *metrics, *export_path, *init;
+    const char *out_dir;  /* eval: --out-dir */
     int quiet;
 } RtOpts;
 
-/* 0: run; 1: --help; -1: error (rt_err_set called).  Free with rt_opts_free,
- * whatever it returned. */
+/* The flags of m's kind (training, or eval when m->eval).  0: run; 1: --help;
+ * -1: error (rt_err_set called).  Free with rt_opts_free, whatever it returned. */
 int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o);
 void rt_opts_free(RtOpts *o);
 void rt_usage(const RtModel *m);
@@ -94,6 +110,13 @@ int rt_carve(RtCtx *c, RtMem *mem, char **base_out);
  * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
 int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem);
 
+/* "[2, 3]" ("[N, 3]" when first_any; "[]" for rank 0) into buf */
+void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int first_any);
+/* Match the NAME=FILE arguments of flag (--data or --input) in o to the
+ * model inputs: each names an input, each input has one.  files[i] = the file
+ * of input i.  Returns 0 or -1 (rt_err_set called). */
+int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files);
+
 typedef struct RtFeed RtFeed;
 /* The training data: one mapped .npy per model input, and the row where the
  * next global batch starts. */
@@ -109,5 +132,17 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
 /* this rank's rows of the next global batch into the arena; then advance */
 void rt_data_next(RtCtx *c, RtData *d);
 void rt_data_close(const RtModel *m, RtData *d);
+
+/* ------------------------------------------- forward-only builds (eval.c) */
+
+/* The whole life of an eval executable between MPI_Init and MPI_Finalize
+ * (rt_main calls it when m->eval); returns the exit status. */
+int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world);
+/* DIR-relative file name (malloc'd, NULL if out of memory) of graph output
+ * name: bytes outside [A-Za-z0-9_.-] and a leading '.' become '_', + ".npy" */
+char *rt_output_file_name(const char *name);
+/* --input FILE.pb: an ONNX TensorProto of exactly in's dtype and shape into
+ * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
+int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
 
 #endif

@@ -1,168 +1,13 @@
-/* kernels_test.c — checks every reference kernel of kernels/c, f32 and f64.
+/* kernels_test.c — checks the core reference kernels of kernels/c (binary
+ * ops, scale / fill, matmul, transpose, reductions and ReduceMax's backward,
+ * losses, optimizers), f32 and f64.  kernels_ew_test.c and kernels_nn_test.c cover
+ * the rest; the harness (buffers, checks, finite differences) is ktest.h.
  *
- * How it works.  Each test is written once and run for both dtypes.  A Buf
- * holds a tensor as doubles (the f64 kernels work on them directly) plus a
- * float shadow for the f32 kernels; inputs are drawn as floats so both dtypes
- * see identical values.  Expected values come from naive loops written here
- * (unravel every index, no stride merging, no BLAS) or from constants worked
- * out by hand in the comments.  Every failing check prints what it was,
- * which element, expected and actual; main returns 1 if any check failed.
+ * Expected values come from naive loops written here (unravel every index,
+ * no stride merging, no BLAS) or from constants worked out by hand in the
+ * comments.
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "kernels.h"
-
-enum { F32, F64 };
-static const char *const dtname[] = {"f32", "f64"};
-
-static int checks, failures;
-static char what[256];  /* names the check in progress, for failure lines */
-
-#define CTX(...) snprintf(what, sizeof what, __VA_ARGS__)
-
-/* got ~ want elementwise: |got - want| <= tol (1 + |want|); tol 0 = exact.
- * NaN only matches NaN. */
-static void check(int dt, const double *got, const double *want, int64_t n, double tol)
-{
-    checks++;
-    for (int64_t i = 0; i < n; i++) {
-        int ok = isnan(want[i]) ? isnan(got[i])
-                                : fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i]));
-        if (!ok) {
-            printf("FAIL %s [%s] at %lld: expected %.17g, actual %.17g\n", what,
-                   dtname[dt], (long long)i, want[i], got[i]);
-            failures++;
-            return;
-        }
-    }
-}
-
-static void check_int(int dt, int64_t got, int64_t want)
-{
-    checks++;
-    if (got != want) {
-        printf("FAIL %s [%s]: expected %lld, actual %lld\n", what, dtname[dt],
-               (long long)want, (long long)got);
-        failures++;
-    }
-}
-
-/* default tolerance: a few roundings of the dtype */
-static double tol(int dt) { return dt == F32 ? 1e-5 : 1e-12; }
-
-/* ---- buffers ------------------------------------------------------------ */
-
-typedef struct {
-    int64_t n;
-    double *d;  /* values; the f64 kernels' storage */
-    float *f;   /* the f32 kernels' storage */
-} Buf;
-
-static Buf buf_new(int64_t n)
-{
-    Buf b = {n, calloc((size_t)n + 1, sizeof(double)), calloc((size_t)n + 1, sizeof(float))};
-    if (!b.d || !b.f) {
-        fprintf(stderr, "kernels_test: out of memory\n");
-        exit(2);
-    }
-    return b;
-}
-
-static void buf_free(Buf *b)
-{
-    free(b->d);
-    free(b->f);
-}
-
-/* before an f32 call: copy values into the float shadow */
-static void put(int dt, Buf *b)
-{
-    if (dt == F32)
-        for (int64_t i = 0; i < b->n; i++) b->f[i] = (float)b->d[i];
-}
-
-/* after an f32 call: read results back */
-static void get(int dt, Buf *b)
-{
-    if (dt == F32)
-        for (int64_t i = 0; i < b->n; i++) b->d[i] = b->f[i];
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15u;
-
-/* uniform in [lo, hi), rounded to float so both dtypes get the same input */
-static double rnd(double lo, double hi)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    double u = (double)((rng_state * 0x2545F4914F6CDD1Du) >> 11) / 9007199254740992.0;
-    return (float)(lo + (hi - lo) * u);
-}
-
-static void fill_rnd(Buf *b, double lo, double hi)
-{
-    for (int64_t i = 0; i < b->n; i++) b->d[i] = rnd(lo, hi);
-}
-
-static void fill_val(Buf *b, double v)
-{
-    for (int64_t i = 0; i < b->n; i++) b->d[i] = v;
-}
-
-static void set(Buf *b, const double *v)
-{
-    memcpy(b->d, v, (size_t)b->n * sizeof(double));
-}
-
-/* ---- index helpers for the naive loops ---------------------------------- */
-
-static int64_t numel(int rank, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < rank; d++) n *= shape[d];
-    return n;
-}
-
-/* idx = row-major unravel of lin over shape */
-static void unravel(int64_t lin, int rank, const int64_t *shape, int64_t *idx)
-{
-    for (int d = rank - 1; d >= 0; d--) {
-        idx[d] = lin % shape[d];
-        lin /= shape[d];
-    }
-}
-
-static int64_t dot(int rank, const int64_t *idx, const int64_t *st)
-{
-    int64_t o = 0;
-    for (int d = 0; d < rank; d++) o += idx[d] * st[d];
-    return o;
-}
-
-static void dense_strides(int rank, const int64_t *shape, int64_t *st)
-{
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= shape[d];
-    }
-}
-
-/* numpy broadcasting: strides of x (rank rx, right-aligned) over y's dims */
-static void bcast_strides(int ry, int rx, const int64_t *xshape, int64_t *st)
-{
-    int64_t dense[8];
-    dense_strides(rx, xshape, dense);
-    for (int d = 0; d < ry; d++) {
-        int xd = d - (ry - rx);
-        st[d] = xd < 0 || xshape[xd] == 1 ? 0 : dense[xd];
-    }
-}
+#include "ktest.h"
 
 /* ---- k_binary ----------------------------------------------------------- */
 
@@ -253,68 +98,26 @@ static void test_binary(int dt)
     }
 }
 
-/* ---- k_unary, k_unary_grad, k_scale, k_fill ----------------------------- */
+/* ---- k_scale, k_fill ---------------------------------------------------- */
 
-static double ref_unary(int op, double x)
+static void test_scale_fill(int dt)
 {
-    switch (op) {
-    case K_RELU: return x < 0 ? 0 : x;
-    case K_TANH: return tanh(x);
-    default: return 1 / (1 + exp(-x));
-    }
-}
-
-/* derivative as a function of the forward output y */
-static double ref_unary_grad(int op, double dy, double y)
-{
-    switch (op) {
-    case K_RELU: return y > 0 ? dy : 0;
-    case K_TANH: return dy * (1 - y * y);
-    default: return dy * y * (1 - y);
-    }
-}
-
-static void test_unary(int dt)
-{
-    static const char *const opname[] = {"relu", "tanh", "sigmoid"};
     const int64_t n = 1001;
-    Buf x = buf_new(n), y = buf_new(n), dy = buf_new(n), dx = buf_new(n), want = buf_new(n);
+    Buf x = buf_new(n), y = buf_new(n), want = buf_new(n);
     fill_rnd(&x, -6, 6);
-    x.d[0] = 0;
-    x.d[1] = -30;  /* sigmoid's exp(-x) well away from 0 */
-    x.d[2] = 30;
-    fill_rnd(&dy, -1, 1);
     put(dt, &x);
-    put(dt, &dy);
-    for (int op = K_RELU; op <= K_SIGMOID; op++) {
-        CTX("k_unary %s", opname[op]);
-        for (int64_t i = 0; i < n; i++) want.d[i] = ref_unary(op, x.d[i]);
-        if (dt == F32) k_unary_f32(op, y.f, x.f, n);
-        else k_unary_f64(op, y.d, x.d, n);
-        get(dt, &y);
-        check(dt, y.d, want.d, n, tol(dt));
-
-        CTX("k_unary_grad %s", opname[op]);
-        for (int64_t i = 0; i < n; i++) want.d[i] = ref_unary_grad(op, dy.d[i], y.d[i]);
-        if (dt == F32) k_unary_grad_f32(op, dx.f, dy.f, y.f, n);
-        else k_unary_grad_f64(op, dx.d, dy.d, y.d, n);
-        get(dt, &dx);
-        check(dt, dx.d, want.d, n, tol(dt));
-    }
     CTX("k_scale");
     for (int64_t i = 0; i < n; i++) want.d[i] = -0.3 * x.d[i];
-    if (dt == F32) k_scale_f32(y.f, x.f, -0.3, n);
-    else k_scale_f64(y.d, x.d, -0.3, n);
+    KCALL(k_scale, V(y), V(x), -0.3, n);
     get(dt, &y);
     check(dt, y.d, want.d, n, tol(dt));
 
     CTX("k_fill");
     fill_val(&want, 2.5);
-    if (dt == F32) k_fill_f32(y.f, 2.5, n);
-    else k_fill_f64(y.d, 2.5, n);
+    KCALL(k_fill, V(y), 2.5, n);
     get(dt, &y);
     check(dt, y.d, want.d, n, 0);
-    buf_free(&x), buf_free(&y), buf_free(&dy), buf_free(&dx), buf_free(&want);
+    buf_free(&x), buf_free(&y), buf_free(&want);
 }
 
 /* ---- k_matmul ----------------------------------------------------------- */
@@ -497,6 +300,126 @@ static void test_reduce_sum_to(int dt)
         CTX("k_reduce_sum_to case %zu", c);
         reduce_case(dt, cases[c].rank, cases[c].x, cases[c].y);
     }
+}
+
+/* ---- k_reduce, k_reduce_max_grad ---------------------------------------- */
+
+static double ref_fold(int op, double acc, double v)
+{
+    switch (op) {
+    case K_RMAX: return isnan(v) || v > acc ? v : acc;
+    case K_RMIN: return isnan(v) || v < acc ? v : acc;
+    default: return acc + v;
+    }
+}
+
+/* y = op over the dims where yshape is 1, naive; compared with k_reduce */
+static void kreduce_case(int dt, int op, int rank, const int64_t *xshape,
+                         const int64_t *yshape, Buf *x)
+{
+    static const double init[] = {0, 0, -INFINITY, INFINITY};
+    int64_t nx = numel(rank, xshape), ny = numel(rank, yshape), yst[8], xi[8], cnt = 1;
+    Buf y = buf_new(ny), want = buf_new(ny);
+    dense_strides(rank, yshape, yst);
+    for (int d = 0; d < rank; d++)
+        if (yshape[d] == 1) yst[d] = 0, cnt *= xshape[d];
+    fill_val(&want, init[op]);
+    for (int64_t i = 0; i < nx; i++) {
+        unravel(i, rank, xshape, xi);
+        want.d[dot(rank, xi, yst)] = ref_fold(op, want.d[dot(rank, xi, yst)], x->d[i]);
+    }
+    if (op == K_RMEAN)
+        for (int64_t i = 0; i < ny; i++) want.d[i] /= (double)cnt;  /* 0/0 = NaN */
+    fill_val(&y, 12345);  /* every element must be written */
+    put(dt, x), put(dt, &y);
+    KCALL(k_reduce, op, V(y), V(*x), rank, xshape, yshape);
+    get(dt, &y);
+    check(dt, y.d, want.d, ny, tol(dt));
+    buf_free(&y), buf_free(&want);
+}
+
+typedef struct {
+    int op, rank;
+    const int64_t *xshape, *yshape;
+} RedCtx;
+
+static void reduce_fwd(void *ctx, double *const *in, double *y)
+{
+    const RedCtx *c = ctx;
+    k_reduce_f64(c->op, y, in[0], c->rank, c->xshape, c->yshape);
+}
+
+static void test_reduce(int dt)
+{
+    static const char *const opname[] = {"sum", "mean", "max", "min"};
+    static const struct {
+        int rank;
+        int64_t x[3], y[3];
+    } cases[] = {
+        {2, {7, 300}, {1, 300}}, {2, {300, 7}, {300, 1}}, {3, {3, 600, 2}, {1, 600, 1}},
+        {3, {2, 0, 3}, {1, 1, 3}},  /* over nothing: 0, NaN, -inf, +inf */
+        {0, {0}, {0}},
+    };
+    const int64_t xs[3] = {2, 3, 4};
+    Buf x = buf_new(24), w = buf_new(24), dx = buf_new(24), y = buf_new(24);
+    fill_rnd(&x, -2, 2);
+    for (int op = K_RSUM; op <= K_RMIN; op++)
+        for (int mask = 0; mask < 8; mask++) {
+            int64_t ys[3];
+            for (int d = 0; d < 3; d++) ys[d] = mask >> d & 1 ? xs[d] : 1;
+            CTX("k_reduce %s [2,3,4] -> [%lld,%lld,%lld]", opname[op], (long long)ys[0],
+                (long long)ys[1], (long long)ys[2]);
+            kreduce_case(dt, op, 3, xs, ys, &x);
+            if (op < K_RMAX)
+                continue;
+            /* backward of max / min: no ties in random data, so FD applies */
+            int64_t ny = numel(3, ys);
+            fill_rnd(&w, -1, 1);
+            PUT(&x, &w);
+            KCALL(k_reduce, op, V(y), V(x), 3, xs, ys);
+            KCALL(k_reduce_max_grad, V(dx), V(w), V(x), V(y), 3, xs, ys);
+            GET(&dx);
+            RedCtx c = {op, 3, xs, ys};
+            double *in[1] = {x.d};
+            CTX("k_reduce_max_grad %s mask %d vs finite differences", opname[op], mask);
+            check_fd(dt, reduce_fwd, &c, in, 0, 24, w.d, ny, dx.d);
+        }
+    for (int op = K_RSUM; op <= K_RMIN; op++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            Buf xc = buf_new(numel(cases[k].rank, cases[k].x));
+            fill_rnd(&xc, -2, 2);
+            CTX("k_reduce %s case %zu", opname[op], k);
+            kreduce_case(dt, op, cases[k].rank, cases[k].x, cases[k].y, &xc);
+            buf_free(&xc);
+        }
+    /* NaN propagates through max and min (torch.amax) */
+    {
+        int64_t xsh[2] = {2, 5}, ysh[2] = {2, 1};
+        Buf xn = buf_new(10);
+        fill_rnd(&xn, -2, 2);
+        xn.d[2] = NAN;
+        for (int op = K_RSUM; op <= K_RMIN; op++) {
+            CTX("k_reduce %s with a NaN", opname[op]);
+            kreduce_case(dt, op, 2, xsh, ysh, &xn);
+        }
+        buf_free(&xn);
+    }
+    /* ties share the gradient evenly: rows {1,3,3,0} and {5,5,5,2}, dy {1,3} */
+    {
+        static const double xv[8] = {1, 3, 3, 0, 5, 5, 5, 2}, dyv[2] = {1, 3};
+        static const double want[8] = {0, 0.5, 0.5, 0, 1, 1, 1, 0};
+        int64_t xsh[2] = {2, 4}, ysh[2] = {2, 1};
+        Buf xt = buf_new(8), yt = buf_new(2), dyt = buf_new(2), dxt = buf_new(8);
+        set(&xt, xv), set(&dyt, dyv);
+        PUT(&xt, &dyt);
+        KCALL(k_reduce, K_RMAX, V(yt), V(xt), 2, xsh, ysh);
+        KCALL(k_reduce_max_grad, V(dxt), V(dyt), V(xt), V(yt), 2, xsh, ysh);
+        GET(&dxt);
+        CTX("k_reduce_max_grad splits ties evenly");
+        check(dt, dxt.d, want, 8, tol(dt));
+        buf_free(&xt), buf_free(&yt), buf_free(&dyt), buf_free(&dxt);
+    }
+    buf_free(&x), buf_free(&w), buf_free(&dx), buf_free(&y);
 }
 
 /* ---- losses ------------------------------------------------------------- */
@@ -769,12 +692,8 @@ static void test_sgd(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_binary, test_unary, test_matmul, test_transpose, test_reduce_sum_to,
-        test_mse, test_cross_entropy, test_adamw, test_sgd,
+        test_binary, test_scale_fill, test_matmul, test_transpose, test_reduce_sum_to,
+        test_reduce, test_mse, test_cross_entropy, test_adamw, test_sgd,
     };
-    for (int dt = F32; dt <= F64; dt++)
-        for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)
-            tests[t](dt);
-    printf("kernels_test: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

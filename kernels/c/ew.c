@@ -1,213 +1,251 @@
-/* ew.c — elementwise, layout and broadcast-reduction kernels.
+/* ew.c — elementwise kernels: broadcasting binary ops and comparisons,
+ * unary activations and their gradients, Where, Not, Cast, scale and fill.
  *
- * How it works.  Every strided kernel here (k_binary, k_transpose,
- * k_reduce_sum_to) first describes its index space as a Walk: a list of dims,
- * each with a length and the element stride of up to two operands along it.
- * Building the Walk drops size-1 dims and merges neighbours that are laid out
- * back to back in every operand, so [2,3,4] + [2,3,4] becomes one flat dim of
- * 24 and [2,3,4] + [4] becomes [6, 4] (b strides 0, 1): the common cases
- * collapse to a rank-1 or rank-2 walk.  The innermost dim is then run by
- * a tight loop specialised on its strides (contiguous / broadcast), and the
- * outer dims advance like an odometer.  A Walk can also be started at any
- * linear position, which is how k_binary and k_transpose split their output
- * across OpenMP threads when the build has -fopenmp.  k_transpose adds one
- * twist: when y's innermost dim is strided in x it copies in square tiles, so
- * a 2-D transpose does not miss the cache on every element.
+ * How it works.  The broadcasting kernels (k_binary, k_compare, k_where,
+ * k_where_grad) describe their index space as a Walk (walk.h): y is dense,
+ * each operand has a stride per dim (0 = broadcast), and walk_push merges
+ * dims that are back to back in every operand, so the common cases collapse
+ * to one or two dims.  The innermost dim runs as a tight loop specialised on
+ * its strides (contiguous / broadcast scalar / general), the outer dims
+ * advance like an odometer, and the output is split across OpenMP threads
+ * by linear position (par_range) when the build has -fopenmp.
  *
- * The typed bodies live in ew_impl.h, included once per dtype below.
+ * Unary ops are one switch per call with a plain loop per op.  Gradients
+ * read the forward input x or output y as PyTorch's derivatives.yaml does,
+ * so results track torch to the rounding of the dtype.  k_where and k_cast
+ * work on raw element bytes / dtype codes and serve every dtype; the typed
+ * bodies (float, double) are in ew_impl.h, included once per dtype below,
+ * and the int64 comparison is stamped from the same row macro.
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "walk.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+/* ---- comparisons: one body for every input type ------------------------- */
 
-/* Most dims a Walk holds after merging; ONNX models in practice stay <= 8. */
-#define K_MAX_RANK 16
-/* Below this many output elements a thread team costs more than it saves. */
-#define K_PAR_MIN ((int64_t)1 << 16)
-/* Columns summed at once by k_reduce_sum_to (double accumulators on stack). */
-#define K_TILE 256
-/* Side of the squares k_transpose copies when it cannot read x in rows. */
-#define K_BLOCK 16
+/* y[i] = a[i*ia] OP b[i*ib] for one innermost row of n. */
+#define K_CMP_ROW(OP)                                                              \
+    do {                                                                           \
+        if (ia == 1 && ib == 1)                                                    \
+            for (int64_t i = 0; i < n; i++) y[i] = a[i] OP b[i];                   \
+        else if (ia == 1 && ib == 0)                                               \
+            for (int64_t i = 0; i < n; i++) y[i] = a[i] OP b[0];                   \
+        else                                                                       \
+            for (int64_t i = 0; i < n; i++) y[i] = a[i * ia] OP b[i * ib];         \
+    } while (0)
 
-/* Internal bug (a caller broke a kernel's contract): say so and abort, also
- * in release builds, rather than write out of bounds. */
-static void die(const char *msg)
+/* Defines k_compare_S for element type T: a Walk over y with a, b strides. */
+#define K_DEFINE_COMPARE(T, S)                                                     \
+    static void compare_row_##S(int op, uint8_t *y, const T *a, const T *b,       \
+                                int64_t n, int64_t ia, int64_t ib)                 \
+    {                                                                              \
+        switch (op) {                                                              \
+        case K_EQ: K_CMP_ROW(==); break;                                           \
+        case K_LT: K_CMP_ROW(<); break;                                            \
+        case K_GT: K_CMP_ROW(>); break;                                            \
+        case K_LE: K_CMP_ROW(<=); break;                                           \
+        case K_GE: K_CMP_ROW(>=); break;                                           \
+        default: die("k_compare: unknown op");                                     \
+        }                                                                          \
+    }                                                                              \
+    void k_compare_##S(int op, uint8_t *y, const T *a, const T *b, int rank,       \
+                       const int64_t *shape, const int64_t *sa, const int64_t *sb) \
+    {                                                                              \
+        Walk w = {0};                                                              \
+        int64_t ia, ib, n;                                                         \
+        if (numel(rank, shape) == 0)                                               \
+            return;                                                                \
+        for (int d = 0; d < rank; d++)                                             \
+            walk_push(&w, shape[d], sa[d], sb[d]);                                 \
+        n = walk_pop(&w, &ia, &ib);                                                \
+        walk_seek(&w, 0);                                                          \
+        do {                                                                       \
+            compare_row_##S(op, y, a + w.oa, b + w.ob, n, ia, ib);                 \
+            y += n;                                                                \
+        } while (walk_next(&w));                                                   \
+    }
+
+K_DEFINE_COMPARE(float, f32)
+K_DEFINE_COMPARE(double, f64)
+K_DEFINE_COMPARE(int64_t, i64)
+
+/* ---- k_not, k_cast ------------------------------------------------------ */
+
+void k_not(uint8_t *y, const uint8_t *x, int64_t n)
 {
-    fprintf(stderr, "fsdpc kernels/c: %s\n", msg);
-    abort();
+    for (int64_t i = 0; i < n; i++)
+        y[i] = !x[i];
+}
+
+/* float -> integer in [lo, hi]: truncation toward zero, NaN -> 0, saturated
+ * (a C cast of an out-of-range float is undefined behaviour). */
+static int64_t float_to_int(double v, double lo, double hi)
+{
+    if (v != v)
+        return 0;
+    if (v <= lo)
+        return (int64_t)lo;
+    if (v >= hi)  /* the int64 bound 2^63 - 1 is not a double: 2^63 stands for it */
+        return hi >= 9223372036854775807.0 ? INT64_MAX : (int64_t)hi;
+    return (int64_t)v;
+}
+
+/* Reads element i of a K_DT_* array as double (floats) or int64 (ints). */
+static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64; }
+
+static double load_f(int dt, const void *x, int64_t i)
+{
+    return dt == K_DT_F32 ? ((const float *)x)[i] : ((const double *)x)[i];
+}
+
+static int64_t load_i(int dt, const void *x, int64_t i)
+{
+    switch (dt) {
+    case K_DT_I64: return ((const int64_t *)x)[i];
+    case K_DT_I32: return ((const int32_t *)x)[i];
+    case K_DT_U8: case K_DT_BOOL: return ((const uint8_t *)x)[i];
+    default: die("k_cast: unknown dtype"); return 0;
+    }
+}
+
+/* Element i of the source converted to dtype `to`, stored.  Going through
+ * double keeps f32 -> f64 exact and f64 -> f32 correctly rounded; integer
+ * sources go through int64 so i64 -> f32 rounds once. */
+static void cast_one(int to, void *y, int from, const void *x, int64_t i)
+{
+    if (is_float_dt(from)) {
+        double v = load_f(from, x, i);
+        switch (to) {
+        case K_DT_F32: ((float *)y)[i] = (float)v; return;
+        case K_DT_F64: ((double *)y)[i] = v; return;
+        case K_DT_I64: ((int64_t *)y)[i] = float_to_int(v, -9223372036854775808.0,
+                                                        9223372036854775807.0); return;
+        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)float_to_int(v, INT32_MIN, INT32_MAX); return;
+        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)float_to_int(v, 0, 255); return;
+        case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
+        }
+    } else {
+        int64_t v = load_i(from, x, i);
+        switch (to) {
+        case K_DT_F32: ((float *)y)[i] = (float)v; return;
+        case K_DT_F64: ((double *)y)[i] = (double)v; return;
+        case K_DT_I64: ((int64_t *)y)[i] = v; return;
+        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
+        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
+        case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
+        }
+    }
+    die("k_cast: unknown dtype");
+}
+
+static int dt_size(int dt)
+{
+    static const int size[] = {4, 8, 8, 4, 1, 1};
+    if (dt < 0 || dt > K_DT_BOOL)
+        die("k_cast: unknown dtype");
+    return size[dt];
+}
+
+/* The common float pairs get plain loops; everything else goes element by
+ * element through cast_one.  With y == x of equal size, element i is read
+ * before it is written, so in place is safe. */
+void k_cast(int to, void *y, int from, const void *x, int64_t n)
+{
+    if (to == from) {
+        if (y != x)
+            memmove(y, x, (size_t)n * (size_t)dt_size(to));
+    } else if (from == K_DT_F32 && to == K_DT_F64) {
+        for (int64_t i = 0; i < n; i++) ((double *)y)[i] = ((const float *)x)[i];
+    } else if (from == K_DT_F64 && to == K_DT_F32) {
+        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)((const double *)x)[i];
+    } else {
+        if (dt_size(to) != dt_size(from) && (const char *)y < (const char *)x +
+            n * dt_size(from) && (const char *)x < (const char *)y + n * dt_size(to))
+            die("k_cast: y overlaps x with a different element size");
+        for (int64_t i = 0; i < n; i++)
+            cast_one(to, y, from, x, i);
+    }
+}
+
+/* ---- k_where ------------------------------------------------------------ */
+
+/* One row of n esize-byte elements; U is the unsigned type of that size. */
+#define K_WHERE_ROW(U)                                                             \
+    do {                                                                           \
+        U *yy = y;                                                                 \
+        const U *aa = a, *bb = b;                                                  \
+        for (int64_t i = 0; i < n; i++)                                            \
+            yy[i] = c[i * ic] ? aa[i * ia] : bb[i * ib];                           \
+    } while (0)
+
+static void where_row(int esize, void *y, const uint8_t *c, const void *a, const void *b,
+                      int64_t n, int64_t ic, int64_t ia, int64_t ib)
+{
+    switch (esize) {
+    case 1: K_WHERE_ROW(uint8_t); break;
+    case 2: K_WHERE_ROW(uint16_t); break;
+    case 4: K_WHERE_ROW(uint32_t); break;
+    case 8: K_WHERE_ROW(uint64_t); break;
+    default: die("k_where: esize not 1, 2, 4 or 8");
+    }
 }
 
 typedef struct {
-    int rank;
-    int64_t shape[K_MAX_RANK];
-    int64_t sa[K_MAX_RANK], sb[K_MAX_RANK];  /* element strides of operands a, b */
-    int64_t idx[K_MAX_RANK];
-    int64_t oa, ob;                          /* offsets of the current index */
-} Walk;
+    int esize;
+    char *y;
+    const uint8_t *c;
+    const char *a, *b;
+    Walk outer;              /* sa, sb, sc = strides of a, b, c */
+    int64_t n, ia, ib, ic;   /* the innermost dim */
+} WhereJob;
 
-/* Appends dim (n, sa, sb) as the new innermost dim, merging it into the
- * previous one when that one steps exactly over n of these in both operands. */
-static void walk_push(Walk *w, int64_t n, int64_t sa, int64_t sb)
+static void where_range(void *ctx, int64_t lo, int64_t hi)
 {
-    int r = w->rank;
-    if (n == 1)
+    const WhereJob *j = ctx;
+    const int64_t e = j->esize;
+    Walk w = j->outer;
+    int64_t col = lo % j->n;
+    walk_seek(&w, lo / j->n);
+    for (int64_t pos = lo; pos < hi; col = 0, walk_next(&w)) {
+        int64_t len = min64(j->n - col, hi - pos);
+        where_row(j->esize, j->y + pos * e, j->c + w.oc + col * j->ic,
+                  j->a + (w.oa + col * j->ia) * e, j->b + (w.ob + col * j->ib) * e,
+                  len, j->ic, j->ia, j->ib);
+        pos += len;
+    }
+}
+
+void k_where(int esize, void *y, const uint8_t *c, const void *a, const void *b,
+             int rank, const int64_t *shape, const int64_t *sc, const int64_t *sa,
+             const int64_t *sb)
+{
+    WhereJob j = {.esize = esize, .y = y, .c = c, .a = a, .b = b};
+    int64_t total = numel(rank, shape);
+    if (total == 0)
         return;
-    if (r > 0 && w->sa[r - 1] == sa * n && w->sb[r - 1] == sb * n) {
-        w->shape[r - 1] *= n;
-        w->sa[r - 1] = sa;
-        w->sb[r - 1] = sb;
-        return;
-    }
-    if (r == K_MAX_RANK)
-        die("rank above 16 after merging dims");
-    w->shape[r] = n;
-    w->sa[r] = sa;
-    w->sb[r] = sb;
-    w->rank = r + 1;
-}
-
-/* Removes the innermost dim and returns its length and strides; an empty
- * walk yields a single element (length 1, strides 0). */
-static int64_t walk_pop(Walk *w, int64_t *sa, int64_t *sb)
-{
-    if (w->rank == 0) {
-        *sa = *sb = 0;
-        return 1;
-    }
-    w->rank--;
-    *sa = w->sa[w->rank];
-    *sb = w->sb[w->rank];
-    return w->shape[w->rank];
-}
-
-/* Removes dim d, returning its length and strides. */
-static int64_t walk_remove(Walk *w, int d, int64_t *sa, int64_t *sb)
-{
-    int64_t n = w->shape[d];
-    *sa = w->sa[d];
-    *sb = w->sb[d];
-    w->rank--;
-    for (int e = d; e < w->rank; e++) {
-        w->shape[e] = w->shape[e + 1];
-        w->sa[e] = w->sa[e + 1];
-        w->sb[e] = w->sb[e + 1];
-    }
-    return n;
-}
-
-/* The dim whose stride in operand a is sa, or -1. */
-static int walk_find_a(const Walk *w, int64_t sa)
-{
-    for (int d = 0; d < w->rank; d++)
-        if (w->sa[d] == sa)
-            return d;
-    return -1;
-}
-
-/* Positions the walk at linear (row-major) index pos. */
-static void walk_seek(Walk *w, int64_t pos)
-{
-    w->oa = w->ob = 0;
-    for (int d = w->rank - 1; d >= 0; d--) {
-        w->idx[d] = pos % w->shape[d];
-        pos /= w->shape[d];
-        w->oa += w->idx[d] * w->sa[d];
-        w->ob += w->idx[d] * w->sb[d];
-    }
-}
-
-/* Advances one step; returns 0 when it wrapped back to the start. */
-static int walk_next(Walk *w)
-{
-    for (int d = w->rank - 1; d >= 0; d--) {
-        w->oa += w->sa[d];
-        w->ob += w->sb[d];
-        if (++w->idx[d] < w->shape[d])
-            return 1;
-        w->oa -= w->sa[d] * w->shape[d];
-        w->ob -= w->sb[d] * w->shape[d];
-        w->idx[d] = 0;
-    }
-    return 0;
-}
-
-static int64_t numel(int rank, const int64_t *shape)
-{
-    int64_t n = 1;
     for (int d = 0; d < rank; d++)
-        n *= shape[d];
-    return n;
+        walk_push3(&j.outer, shape[d], sa[d], sb[d], sc[d]);
+    j.n = walk_pop3(&j.outer, &j.ia, &j.ib, &j.ic);
+    par_range(where_range, &j, total, 1);
 }
 
-/* Dense row-major stride of dim d. */
-static int64_t dense_stride(int rank, const int64_t *shape, int d)
-{
-    return numel(rank - d - 1, shape + d + 1);
-}
-
-/* Dense stride of dim i of transpose(x, perm). */
-static int64_t perm_stride(int rank, const int64_t *xshape, const int64_t *perm, int i)
-{
-    int64_t s = 1;
-    for (int e = i + 1; e < rank; e++)
-        s *= xshape[perm[e]];
-    return s;
-}
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* Runs f(ctx, lo, hi) over work units [0, total), split across threads when
- * the elements moved (unit_elems per unit) make a thread team pay. */
-static void par_range(void (*f)(void *, int64_t, int64_t), void *ctx, int64_t total,
-                      int64_t unit_elems)
-{
-#ifdef _OPENMP
-    if (total * unit_elems >= K_PAR_MIN && total > 1 && omp_get_max_threads() > 1 &&
-        !omp_in_parallel()) {
-#pragma omp parallel
-        {
-            int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-            int64_t chunk = (total + nt - 1) / nt;
-            int64_t lo = min64(t * chunk, total), hi = min64(lo + chunk, total);
-            if (lo < hi)
-                f(ctx, lo, hi);
-        }
-        return;
-    }
-#else
-    (void)unit_elems;
-#endif
-    f(ctx, 0, total);
-}
-
-#define KCAT_(a, b) a##_##b
-#define KCAT(a, b) KCAT_(a, b)
-#define KFN(name) KCAT(name, S)
+/* ---- typed bodies ------------------------------------------------------- */
 
 #define T float
 #define S f32
-#define KM_EXP expf
-#define KM_TANH tanhf
+#define KM(fn) fn##f
 #include "ew_impl.h"
 #undef T
 #undef S
-#undef KM_EXP
-#undef KM_TANH
+#undef KM
 
 #define T double
 #define S f64
-#define KM_EXP exp
-#define KM_TANH tanh
+#define KM(fn) fn
 #include "ew_impl.h"
 #undef T
 #undef S
-#undef KM_EXP
-#undef KM_TANH
+#undef KM

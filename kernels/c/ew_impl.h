@@ -1,23 +1,48 @@
 /* ew_impl.h — typed bodies of ew.c, included once per dtype with
- * T (element type), S (name suffix), KM_EXP and KM_TANH defined.
- * No include guard on purpose. */
+ * T (element type), S (name suffix) and KM(f) (libm name of f for T: expf or
+ * exp) defined.  No include guard on purpose. */
 
 /* ---- k_binary ---------------------------------------------------------- */
 
-/* One innermost row: y[i] = a[i*ia] OP b[i*ib], with the contiguous and
+/* a^b as torch computes it: exponents 2 and 3 by multiplication. */
+static inline T KFN(pow_t)(T a, T b)
+{
+    if (b == 2)
+        return a * a;
+    if (b == 3)
+        return a * a * a;
+    return KM(pow)(a, b);
+}
+
+static inline T KFN(pow_da)(T a, T b)
+{
+    return b == 0 ? (T)0 : b * KFN(pow_t)(a, b - 1);
+}
+
+static inline T KFN(pow_db)(T a, T b)
+{
+    return a == 0 && b >= 0 ? (T)0 : KFN(pow_t)(a, b) * KM(log)(a);
+}
+
+static inline T KFN(add)(T a, T b) { return a + b; }
+static inline T KFN(sub)(T a, T b) { return a - b; }
+static inline T KFN(mul)(T a, T b) { return a * b; }
+static inline T KFN(div)(T a, T b) { return a / b; }
+
+/* One innermost row: y[i] = F(a[i*ia], b[i*ib]), with the contiguous and
  * broadcast stride patterns written out so the compiler vectorises them. */
-#define K_ROW(OP)                                                           \
+#define K_ROW(F)                                                            \
     do {                                                                    \
         if (ia == 1 && ib == 1) {                                           \
-            for (int64_t i = 0; i < n; i++) y[i] = a[i] OP b[i];            \
+            for (int64_t i = 0; i < n; i++) y[i] = F(a[i], b[i]);           \
         } else if (ia == 1 && ib == 0) {                                    \
             const T bv = b[0];                                              \
-            for (int64_t i = 0; i < n; i++) y[i] = a[i] OP bv;              \
+            for (int64_t i = 0; i < n; i++) y[i] = F(a[i], bv);             \
         } else if (ia == 0 && ib == 1) {                                    \
             const T av = a[0];                                              \
-            for (int64_t i = 0; i < n; i++) y[i] = av OP b[i];              \
+            for (int64_t i = 0; i < n; i++) y[i] = F(av, b[i]);             \
         } else {                                                            \
-            for (int64_t i = 0; i < n; i++) y[i] = a[i * ia] OP b[i * ib];  \
+            for (int64_t i = 0; i < n; i++) y[i] = F(a[i * ia], b[i * ib]); \
         }                                                                   \
     } while (0)
 
@@ -25,10 +50,13 @@ static void KFN(binary_row)(int op, T *y, const T *a, const T *b, int64_t n,
                             int64_t ia, int64_t ib)
 {
     switch (op) {
-    case K_ADD: K_ROW(+); break;
-    case K_SUB: K_ROW(-); break;
-    case K_MUL: K_ROW(*); break;
-    case K_DIV: K_ROW(/); break;
+    case K_ADD: K_ROW(KFN(add)); break;
+    case K_SUB: K_ROW(KFN(sub)); break;
+    case K_MUL: K_ROW(KFN(mul)); break;
+    case K_DIV: K_ROW(KFN(div)); break;
+    case K_POW: K_ROW(KFN(pow_t)); break;
+    case K_POW_DA: K_ROW(KFN(pow_da)); break;
+    case K_POW_DB: K_ROW(KFN(pow_db)); break;
     default: die("k_binary: unknown op");
     }
 }
@@ -70,28 +98,89 @@ void KFN(k_binary)(int op, T *y, const T *a, const T *b, int rank,
     par_range(KFN(binary_range), &j, total, 1);
 }
 
-/* ---- k_unary, k_unary_grad, k_scale, k_fill ---------------------------- */
+/* ---- k_unary ------------------------------------------------------------ */
 
-void KFN(k_unary)(int op, T *y, const T *x, int64_t n)
+/* torch.nn.functional.softplus: beta x > threshold ? x : log1p(exp(beta x)) / beta */
+static void KFN(softplus)(T *y, const T *x, int64_t n, T beta, T thr)
 {
+    for (int64_t i = 0; i < n; i++) {
+        T bx = x[i] * beta;
+        y[i] = bx > thr ? x[i] : KM(log1p)(KM(exp)(bx)) / beta;
+    }
+}
+
+void KFN(k_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
+{
+    const T a = (T)p0, b = (T)p1;
     switch (op) {
     case K_RELU:  /* written so NaN passes through, as torch.relu does */
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (T)0 : x[i];
         break;
     case K_TANH:
-        for (int64_t i = 0; i < n; i++) y[i] = KM_TANH(x[i]);
+        for (int64_t i = 0; i < n; i++) y[i] = KM(tanh)(x[i]);
         break;
     case K_SIGMOID:  /* exp(-x) overflows to inf for x << 0: 1/inf = 0, fine */
-        for (int64_t i = 0; i < n; i++) y[i] = (T)1 / ((T)1 + KM_EXP(-x[i]));
+        for (int64_t i = 0; i < n; i++) y[i] = (T)1 / ((T)1 + KM(exp)(-x[i]));
         break;
+    case K_SQRT: for (int64_t i = 0; i < n; i++) y[i] = KM(sqrt)(x[i]); break;
+    case K_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = (T)1 / x[i]; break;
+    case K_EXP: for (int64_t i = 0; i < n; i++) y[i] = KM(exp)(x[i]); break;
+    case K_LOG: for (int64_t i = 0; i < n; i++) y[i] = KM(log)(x[i]); break;
+    case K_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
+    case K_ABS: for (int64_t i = 0; i < n; i++) y[i] = KM(fabs)(x[i]); break;
+    case K_ERF: for (int64_t i = 0; i < n; i++) y[i] = KM(erf)(x[i]); break;
+    case K_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : x[i] * a;
+        break;
+    case K_CLIP:  /* comparisons with NaN are false: NaN stays */
+        for (int64_t i = 0; i < n; i++) {
+            T v = x[i] < a ? a : x[i];
+            y[i] = v > b ? b : v;
+        }
+        break;
+    case K_SOFTPLUS: KFN(softplus)(y, x, n, a, b); break;
     default: die("k_unary: unknown op");
     }
 }
 
-/* Derivatives from the output y, in PyTorch's operation order:
- * threshold_backward (y <= 0 -> 0), tanh_backward dy (1 - y y),
- * sigmoid_backward dy (1 - y) y. */
-void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *y, int64_t n)
+/* ---- k_unary_grad ------------------------------------------------------- */
+
+/* The rules whose derivative is a function of the input x. */
+static void KFN(unary_grad_x)(int op, T *dx, const T *dy, const T *x, int64_t n,
+                              T a, T b)
+{
+    const T two_over_sqrt_pi = (T)1.1283791670955125739;
+    switch (op) {
+    case K_LOG: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / x[i]; break;
+    case K_ABS:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = x[i] > 0 ? dy[i] : x[i] < 0 ? -dy[i] : (T)0;
+        break;
+    case K_ERF:
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = dy[i] * two_over_sqrt_pi * KM(exp)(-x[i] * x[i]);
+        break;
+    case K_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : dy[i] * a;
+        break;
+    case K_CLIP:
+        for (int64_t i = 0; i < n; i++) dx[i] = x[i] >= a && x[i] <= b ? dy[i] : (T)0;
+        break;
+    case K_SOFTPLUS:
+        for (int64_t i = 0; i < n; i++) {
+            T bx = x[i] * a, z = KM(exp)(bx);
+            dx[i] = bx > b ? dy[i] : dy[i] * z / (z + (T)1);
+        }
+        break;
+    default: die("k_unary_grad: unknown op");
+    }
+}
+
+/* Derivatives in PyTorch's operation order: threshold_backward (y <= 0 -> 0),
+ * tanh_backward dy (1 - y y), sigmoid_backward dy (1 - y) y, sqrt dy / (2 y),
+ * reciprocal -dy (y y), exp dy y; the rest read x (unary_grad_x). */
+void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y,
+                       int64_t n, double p0, double p1)
 {
     switch (op) {
     case K_RELU:
@@ -103,9 +192,19 @@ void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *y, int64_t n)
     case K_SIGMOID:
         for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((T)1 - y[i]) * y[i];
         break;
-    default: die("k_unary_grad: unknown op");
+    case K_SQRT:
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / ((T)2 * y[i]);
+        break;
+    case K_RECIPROCAL:
+        for (int64_t i = 0; i < n; i++) dx[i] = -dy[i] * (y[i] * y[i]);
+        break;
+    case K_EXP: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i]; break;
+    case K_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -dy[i]; break;
+    default: KFN(unary_grad_x)(op, dx, dy, x, n, (T)p0, (T)p1);
     }
 }
+
+/* ---- k_scale, k_fill ---------------------------------------------------- */
 
 /* alpha is rounded to T first, as a float tensor times a Python scalar is. */
 void KFN(k_scale)(T *y, const T *x, double alpha, int64_t n)
@@ -122,173 +221,27 @@ void KFN(k_fill)(T *y, double v, int64_t n)
         y[i] = t;
 }
 
-/* ---- k_transpose -------------------------------------------------------- */
+/* ---- k_where_grad ------------------------------------------------------- */
 
-typedef struct {
-    T *y;
-    const T *x;
-    Walk outer;        /* y dims but the innermost; sa = x strides, sb = y strides */
-    int64_t n, ix;     /* innermost y dim and its stride in x */
-    int64_t nq, yq;    /* tiled path: the y dim contiguous in x, its y stride */
-} KFN(TransposeJob);
-
-/* Rows path: y[lo..hi) row by row, each row read from x with stride ix. */
-static void KFN(transpose_rows)(void *ctx, int64_t lo, int64_t hi)
+void KFN(k_where_grad)(T *da, T *db, const uint8_t *c, const T *dy, int rank,
+                       const int64_t *shape, const int64_t *sc)
 {
-    const KFN(TransposeJob) *j = ctx;
-    Walk w = j->outer;
-    int64_t col = lo % j->n;
-    walk_seek(&w, lo / j->n);
-    for (int64_t pos = lo; pos < hi; col = 0, walk_next(&w)) {
-        int64_t len = min64(j->n - col, hi - pos);
-        const T *xs = j->x + w.oa + col * j->ix;
-        T *ys = j->y + pos;
-        if (j->ix == 1)
-            memcpy(ys, xs, (size_t)len * sizeof(T));
-        else
-            for (int64_t i = 0; i < len; i++) ys[i] = xs[i * j->ix];
-        pos += len;
-    }
-}
-
-/* y[q][l] = x[q + l ix] for q in [q0, q1), all l < n, in K_BLOCK squares so
- * the x lines a square touches stay in cache while y is written in order. */
-static void KFN(transpose_block)(T *y, const T *x, int64_t q0, int64_t q1,
-                                 int64_t n, int64_t ix, int64_t yq)
-{
-    for (int64_t l0 = 0; l0 < n; l0 += K_BLOCK) {
-        int64_t l1 = min64(l0 + K_BLOCK, n);
-        for (int64_t q = q0; q < q1; q++)
-            for (int64_t l = l0; l < l1; l++)
-                y[q * yq + l] = x[q + l * ix];
-    }
-}
-
-/* Tiled path: work unit u = (outer position, K_BLOCK-strip of the q dim). */
-static void KFN(transpose_tiles)(void *ctx, int64_t lo, int64_t hi)
-{
-    const KFN(TransposeJob) *j = ctx;
-    const int64_t strips = (j->nq + K_BLOCK - 1) / K_BLOCK;
-    Walk w = j->outer;
-    walk_seek(&w, lo / strips);
-    for (int64_t u = lo; u < hi; u++) {
-        int64_t q0 = u % strips * K_BLOCK;
-        KFN(transpose_block)(j->y + w.ob, j->x + w.oa, q0, min64(q0 + K_BLOCK, j->nq),
-                             j->n, j->ix, j->yq);
-        if ((u + 1) % strips == 0)
-            walk_next(&w);
-    }
-}
-
-/* Walks y densely; y dim i steps x by x's stride along perm[i].  Dims that
- * stay adjacent under perm merge, so e.g. [B,S,H,D] -> [B,H,S,D] copies
- * whole D-rows with memcpy.  When y's innermost dim is strided in x, the
- * y dim that is contiguous in x is paired with it and copied in tiles. */
-void KFN(k_transpose)(T *y, const T *x, int rank, const int64_t *xshape,
-                      const int64_t *perm)
-{
-    KFN(TransposeJob) j = {.y = y, .x = x};
-    int64_t total = numel(rank, xshape), unused;
-    int q;
-    if (total == 0)
+    Walk w = {0};
+    int64_t ic, unused, n, pos = 0;
+    if (numel(rank, shape) == 0)
         return;
-    for (int i = 0; i < rank; i++)
-        walk_push(&j.outer, xshape[perm[i]], dense_stride(rank, xshape, (int)perm[i]),
-                  perm_stride(rank, xshape, perm, i));
-    j.n = walk_pop(&j.outer, &j.ix, &unused);
-    q = walk_find_a(&j.outer, 1);
-    if (j.ix == 1 || q < 0) {
-        par_range(KFN(transpose_rows), &j, total, 1);
-        return;
-    }
-    j.nq = walk_remove(&j.outer, q, &unused, &j.yq);
-    par_range(KFN(transpose_tiles), &j,
-              total / (j.nq * j.n) * ((j.nq + K_BLOCK - 1) / K_BLOCK), K_BLOCK * j.n);
-}
-
-/* ---- k_reduce_sum_to ---------------------------------------------------- */
-
-/* Four independent chains: one chain of double adds is bound by the add
- * latency, not by memory. */
-static double KFN(sum_row)(const T *x, int64_t n)
-{
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += x[i];
-        s1 += x[i + 1];
-        s2 += x[i + 2];
-        s3 += x[i + 3];
-    }
-    for (; i < n; i++)
-        s0 += x[i];
-    return (s0 + s1) + (s2 + s3);
-}
-
-/* Innermost x dim is reduced: each y element is a sum of contiguous runs of
- * n, one run per position of the outer reduced dims. */
-static void KFN(reduce_inner)(T *y, const T *x, Walk *kept, Walk *red, int64_t n)
-{
-    int64_t i = 0;
-    walk_seek(kept, 0);
+    for (int d = 0; d < rank; d++)
+        walk_push(&w, shape[d], sc[d], 0);
+    n = walk_pop(&w, &ic, &unused);
+    walk_seek(&w, 0);
     do {
-        double s = 0;
-        walk_seek(red, 0);
-        do
-            s += KFN(sum_row)(x + kept->oa + red->oa, n);
-        while (walk_next(red));
-        y[i++] = (T)s;
-    } while (walk_next(kept));
-}
-
-/* Innermost x dim is kept: y rows of n are summed over the reduced dims
- * K_TILE columns at a time, so x is read in contiguous runs and the double
- * accumulators fit on the stack. */
-static void KFN(reduce_outer)(T *y, const T *x, Walk *kept, Walk *red, int64_t n)
-{
-    double acc[K_TILE];
-    walk_seek(kept, 0);
-    do {
-        for (int64_t c0 = 0; c0 < n; c0 += K_TILE) {
-            int64_t t = min64(K_TILE, n - c0);
-            memset(acc, 0, sizeof acc);
-            walk_seek(red, 0);
-            do {
-                const T *xs = x + kept->oa + red->oa + c0;
-                for (int64_t c = 0; c < t; c++) acc[c] += xs[c];
-            } while (walk_next(red));
-            for (int64_t c = 0; c < t; c++) y[c0 + c] = (T)acc[c];
+        const uint8_t *cr = c + w.oa;
+        for (int64_t i = 0; i < n; i++) {
+            if (da)
+                da[pos + i] = cr[i * ic] ? dy[pos + i] : (T)0;
+            if (db)
+                db[pos + i] = cr[i * ic] ? (T)0 : dy[pos + i];
         }
-        y += n;
-    } while (walk_next(kept));
-}
-
-/* Splits x's dims into kept ones (yshape[d] == xshape[d]) and reduced ones
- * (yshape[d] == 1), each with its strides in x; y is dense over the kept
- * dims in order, so its index is a plain counter. */
-void KFN(k_reduce_sum_to)(T *y, const T *x, int rank, const int64_t *xshape,
-                          const int64_t *yshape)
-{
-    Walk kept = {0}, red = {0};
-    int inner_kept = 1;  /* x's innermost non-1 dim is kept (or there is none) */
-    int64_t n, unused;
-    if (numel(rank, xshape) == 0) {  /* sums over nothing are 0 */
-        KFN(k_fill)(y, 0, numel(rank, yshape));
-        return;
-    }
-    for (int d = 0; d < rank; d++) {
-        if (xshape[d] == 1)
-            continue;
-        inner_kept = yshape[d] != 1;
-        if (inner_kept && yshape[d] != xshape[d])
-            die("k_reduce_sum_to: y dim neither 1 nor x's");
-        walk_push(inner_kept ? &kept : &red, xshape[d],
-                  dense_stride(rank, xshape, d), 0);
-    }
-    /* the innermost non-1 dim has stride 1: only its length matters */
-    n = walk_pop(inner_kept ? &kept : &red, &unused, &unused);
-    if (inner_kept)
-        KFN(reduce_outer)(y, x, &kept, &red, n);
-    else
-        KFN(reduce_inner)(y, x, &kept, &red, n);
+        pos += n;
+    } while (walk_next(&w));
 }

@@ -1,62 +1,334 @@
 /* kernels.h — reference CPU kernels (C11), called by the generated step.
  *
- * Every kernel exists for float (_f32) and double (_f64); the two are stamped
- * from one body with a type macro.  Shapes are int64 element counts, tensors
- * are dense row-major unless strides are given.  Kernels never allocate and
- * never fail, except where a return value says so.
+ * Conventions (all kernels unless a comment says otherwise):
+ * - Arithmetic kernels exist for float (_f32) and double (_f64), stamped from
+ *   one body per source file with a type macro.  Pure data-movement kernels
+ *   (k_copy_strided, k_where, k_gather, k_trilu) take the element size in
+ *   bytes (esize 1, 2, 4 or 8) instead and serve every dtype.
+ * - Shapes and strides are int64 element counts; tensors are dense row-major
+ *   unless strides are given.  A stride of 0 broadcasts that dim.
+ * - Outputs are written, never accumulated into, except by kernels named
+ *   *accum* or where the comment says "+=".  An output that the contract does
+ *   not name as aliasable must not overlap any input.
+ * - Kernels never allocate.  Scratch memory comes from the caller (conv2d:
+ *   k_conv2d_workspace elements).  Kernels never fail, except where a return
+ *   value says so; a broken contract (bad op code, impossible shape) aborts
+ *   with a message.
+ * - Reductions (sums, means, variances, norm statistics) accumulate in
+ *   double for both dtypes; scalar parameters passed as double are rounded to
+ *   the tensor dtype first where PyTorch does the same.
+ * - Kernels parallelise with OpenMP only when built with -fopenmp; results
+ *   do not depend on the thread count.
  */
 #ifndef FSDPC_KERNELS_H
 #define FSDPC_KERNELS_H
 
 #include <stdint.h>
 
-enum { K_ADD, K_SUB, K_MUL, K_DIV };     /* k_binary ops */
-enum { K_RELU, K_TANH, K_SIGMOID };      /* k_unary / k_unary_grad ops */
+/* k_binary ops.  POW follows C pow (negative base, integral exponent is
+ * fine), with b == 2 and b == 3 computed as a*a and a*a*a like PyTorch.
+ * POW_DA / POW_DB are the local derivatives of a^b, so Pow's backward is
+ * da = reduce(dy * POW_DA(a,b)), db = reduce(dy * POW_DB(a,b)):
+ *   POW_DA = b == 0 ? 0 : b * a^(b-1)            (torch pow_backward_self)
+ *   POW_DB = a == 0 && b >= 0 ? 0 : a^b * log(a)  (torch pow_backward_exponent) */
+enum { K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_POW_DA, K_POW_DB };
 
-#define K_DECLARE(T, S)                                                              \
-/* y[idx] = a[idx . sa] OP b[idx . sb] for every idx of shape (rank dims);          \
- * y is dense; a stride of 0 broadcasts that dim. rank 0 = one element. */          \
-void k_binary_##S(int op, T *y, const T *a, const T *b, int rank,                   \
-                  const int64_t *shape, const int64_t *sa, const int64_t *sb);       \
-void k_unary_##S(int op, T *y, const T *x, int64_t n);                              \
-/* dx = dy * f'(.) written from the forward OUTPUT y */                              \
-void k_unary_grad_##S(int op, T *dx, const T *dy, const T *y, int64_t n);           \
-void k_scale_##S(T *y, const T *x, double alpha, int64_t n);                        \
-void k_fill_##S(T *y, double v, int64_t n);                                          \
-/* for i < batch: C_i = op(A_i) op(B_i) + beta C_i, op(A_i) is m x k, op(B_i) k x n;  \
- * A_i = a + i*sa, B_i = b + i*sb (0 = shared), C_i = c + i*m*n (dense).             \
- * ta: A_i is stored k x m; tb: B_i is stored n x k. */                              \
-void k_matmul_##S(T *c, const T *a, const T *b, int64_t batch, int64_t sa,          \
-                  int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,       \
-                  double beta);                                                      \
-/* y = transpose(x, perm): y.shape[i] = xshape[perm[i]] */                          \
-void k_transpose_##S(T *y, const T *x, int rank, const int64_t *xshape,             \
-                     const int64_t *perm);                                           \
-/* y = sum of x over the dims where yshape[i] == 1 != xshape[i] (same rank) */       \
-void k_reduce_sum_to_##S(T *y, const T *x, int rank, const int64_t *xshape,         \
-                         const int64_t *yshape);                                     \
-/* loss[0] = mean((p - t)^2) over n */                                               \
-void k_mse_##S(T *loss, const T *p, const T *t, int64_t n);                         \
-/* dp = dloss[0] * 2 (p - t) / n */                                                   \
-void k_mse_grad_##S(T *dp, const T *dloss, const T *p, const T *t, int64_t n);      \
-/* loss[0] = mean over rows of logsumexp(x_r) - x_r[label_r]; returns -1, or the     \
- * first row whose label is outside [0, classes) (loss then unwritten) */            \
-int64_t k_cross_entropy_##S(T *loss, const T *x, const int64_t *labels,              \
-                            int64_t rows, int64_t classes);                          \
-/* dx = dloss[0] * (softmax(x_r) - onehot(label_r)) / rows */                        \
-void k_cross_entropy_grad_##S(T *dx, const T *dloss, const T *x,                     \
-                              const int64_t *labels, int64_t rows, int64_t classes); \
-/* PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), \
- * bc = 1 - beta^step */                                                             \
-void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,  \
-                 double beta2, double eps, double wd, int64_t step);                 \
-/* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf;  \
- * momentum 0: p -= lr g and buf is untouched (may be NULL) */                       \
-void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,      \
+/* k_unary / k_unary_grad ops; p0, p1 are the op's parameters (unused: 0).
+ * Gradients follow PyTorch's derivatives.yaml, reading x or y as torch does. */
+enum {
+    K_RELU,        /* x < 0 ? 0 : x (NaN passes); grad: y <= 0 ? 0 : dy */
+    K_TANH,        /* grad: dy (1 - y y) */
+    K_SIGMOID,     /* grad: dy (1 - y) y */
+    K_SQRT,        /* grad: dy / (2 y) */
+    K_RECIPROCAL,  /* 1/x; grad: -dy y y */
+    K_EXP,         /* grad: dy y */
+    K_LOG,         /* grad: dy / x */
+    K_NEG,         /* grad: -dy */
+    K_ABS,         /* grad: dy sign(x), sign(0) = 0 */
+    K_ERF,         /* grad: dy 2/sqrt(pi) exp(-x x) */
+    K_LEAKY_RELU,  /* p0 = alpha: x > 0 ? x : alpha x; grad: x > 0 ? dy : alpha dy */
+    K_CLIP,        /* p0 = min, p1 = max (pass -INFINITY / INFINITY when absent):
+                    * min(max(x, p0), p1) as torch.clamp: NaN stays NaN, min > max
+                    * gives max; grad: p0 <= x <= p1 ? dy : 0 */
+    K_SOFTPLUS,    /* p0 = beta, p1 = threshold (torch: 1, 20): beta x > threshold ? x :
+                    * log1p(exp(beta x)) / beta; grad: beta x > threshold ? dy :
+                    * dy z / (z + 1), z = exp(beta x).  ONNX Softplus is beta 1 without a
+                    * threshold; threshold 20 agrees with it to float32 rounding. */
+};
+
+enum { K_EQ, K_LT, K_GT, K_LE, K_GE };  /* k_compare ops: a OP b */
+
+/* element types for k_cast.  BOOL and U8 are both one byte; casting TO bool
+ * gives x != 0 (NaN -> 1), to u8 the integer value. */
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL };
+
+enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) */
+
+/* k_reduce ops.  Over zero elements: SUM 0, MEAN NaN, MAX -inf, MIN +inf.
+ * MAX / MIN propagate NaN (torch.amax / amin). */
+enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
+
+/* 2-D convolution geometry, NCHW.  x: n x c x h x w; w: m x c/groups x kh x kw;
+ * y: n x m x oh x ow with oh = (h + pt + pb - dh (kh - 1) - 1) / sh + 1 (ow alike;
+ * the kernels check it).  ONNX pads [pt, pl, pb, pr]; auto_pad must already be
+ * resolved into explicit pads by the caller. */
+typedef struct {
+    int64_t n, c, h, w;       /* input */
+    int64_t m, kh, kw;        /* output channels, kernel */
+    int64_t oh, ow;           /* output */
+    int64_t sh, sw, dh, dw;   /* strides, dilations (>= 1) */
+    int64_t pt, pl, pb, pr;   /* pads: top, left, bottom, right (>= 0) */
+    int64_t groups;           /* divides c and m; c == m == groups is depthwise */
+} KConv2d;
+
+/* 2-D pooling geometry, NCHW: x n x c x h x w, y n x c x oh x ow, one kernel
+ * window kh x kw per output.  oh, ow come from k_pool_out_dim (which applies
+ * ceil_mode); windows hanging over the end are clipped, not an error. */
+typedef struct {
+    int64_t n, c, h, w;
+    int64_t kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw;   /* strides, dilations (>= 1) */
+    int64_t pt, pl, pb, pr;   /* pads (>= 0) */
+    int count_include_pad;    /* AveragePool: divisor counts padding taps */
+} KPool2d;
+
+#define K_DECLARE(T, S)                                                                 \
+/* ---- ew.c --------------------------------------------------------------- */         \
+/* y[idx] = a[idx . sa] OP b[idx . sb] for every idx of shape (rank dims);              \
+ * y is dense; a stride of 0 broadcasts that dim. rank 0 = one element.  y may          \
+ * alias a or b when that operand is dense over the same shape. */                      \
+void k_binary_##S(int op, T *y, const T *a, const T *b, int rank,                       \
+                  const int64_t *shape, const int64_t *sa, const int64_t *sb);          \
+/* y = op(x) over n elements (see the op enum for p0, p1); y may alias x */             \
+void k_unary_##S(int op, T *y, const T *x, int64_t n, double p0, double p1);            \
+/* dx = dy * op'(.) from the forward input x and output y (either may be NULL           \
+ * when the op's rule does not read it: see the op enum); dx may alias dy */            \
+void k_unary_grad_##S(int op, T *dx, const T *dy, const T *x, const T *y,               \
+                      int64_t n, double p0, double p1);                                 \
+void k_scale_##S(T *y, const T *x, double alpha, int64_t n);                            \
+void k_fill_##S(T *y, double v, int64_t n);                                             \
+/* y[idx] = a[idx . sa] OP b[idx . sb] as uint8 0/1, y dense (as k_binary) */           \
+void k_compare_##S(int op, uint8_t *y, const T *a, const T *b, int rank,                \
+                   const int64_t *shape, const int64_t *sa, const int64_t *sb);         \
+/* Where's backward over y's dense shape: da = c ? dy : 0, db = c ? 0 : dy, with        \
+ * c[idx . sc]; either output may be NULL.  Reduce each to its operand's shape          \
+ * with k_reduce_sum_to afterwards. */                                                  \
+void k_where_grad_##S(T *da, T *db, const uint8_t *c, const T *dy, int rank,            \
+                      const int64_t *shape, const int64_t *sc);                         \
+/* ---- copy.c ------------------------------------------------------------- */         \
+/* y = transpose(x, perm): y.shape[i] = xshape[perm[i]] */                              \
+void k_transpose_##S(T *y, const T *x, int rank, const int64_t *xshape,                 \
+                     const int64_t *perm);                                              \
+/* y[yoff + idx . ys] += x[xoff + idx . xs] for every idx of shape, in row-major        \
+ * idx order (serial, so y elements hit twice, ys 0, sum deterministically).            \
+ * Backward of Slice / Split / Concat parts and strided views; y must not overlap x.    \
+ * (For Expand / Tile backward k_reduce_sum_to is faster.) */                           \
+void k_accum_strided_##S(int rank, const int64_t *shape, T *y, int64_t yoff,            \
+                         const int64_t *ys, const T *x, int64_t xoff,                   \
+                         const int64_t *xs);                                            \
+/* ONNX Pad: y.shape[d] = xshape[d] + pads[d] + pads[rank + d] (pads in ONNX order:     \
+ * all begins, then all ends; negative = crop).  Outside x: CONSTANT writes value,      \
+ * EDGE repeats the border, REFLECT mirrors without repeating it (repeatedly, as        \
+ * numpy, if a pad exceeds the dim).  EDGE / REFLECT need non-empty dims. */            \
+void k_pad_##S(int mode, T *y, const T *x, int rank, const int64_t *xshape,             \
+               const int64_t *pads, double value);                                      \
+/* Pad's backward: dx (xshape, written) = sum of dy over the y elements that read       \
+ * each x element. */                                                                   \
+void k_pad_grad_##S(int mode, T *dx, const T *dy, int rank, const int64_t *xshape,      \
+                    const int64_t *pads);                                               \
+/* ---- matmul.c ----------------------------------------------------------- */         \
+/* for i < batch: C_i = op(A_i) op(B_i) + beta C_i, op(A_i) is m x k, op(B_i) k x n;    \
+ * A_i = a + i*sa, B_i = b + i*sb (0 = shared), C_i = c + i*m*n (dense).                \
+ * ta: A_i is stored k x m; tb: B_i is stored n x k.  beta 0 never reads C. */          \
+void k_matmul_##S(T *c, const T *a, const T *b, int64_t batch, int64_t sa,              \
+                  int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,          \
+                  double beta);                                                         \
+/* ---- reduce.c ----------------------------------------------------------- */         \
+/* y = sum of x over the dims where yshape[i] == 1 != xshape[i] (same rank) */          \
+void k_reduce_sum_to_##S(T *y, const T *x, int rank, const int64_t *xshape,             \
+                         const int64_t *yshape);                                        \
+/* ReduceSum / Mean / Max / Min: same shape convention as k_reduce_sum_to (reduced      \
+ * dims have yshape 1; keepdims is only a matter of the caller's y shape) */            \
+void k_reduce_##S(int op, T *y, const T *x, int rank, const int64_t *xshape,            \
+                  const int64_t *yshape);                                               \
+/* ReduceMax / ReduceMin backward as torch.amax / amin: the gradient of each group      \
+ * is split evenly among the x elements equal to its y:                                 \
+ * dx = x == y ? dy / count(x == y in the group) : 0 (y, dy have yshape). */            \
+void k_reduce_max_grad_##S(T *dx, const T *dy, const T *x, const T *y, int rank,        \
+                           const int64_t *xshape, const int64_t *yshape);               \
+/* Softmax (is_log 0) or LogSoftmax (is_log 1) over the middle dim of x viewed as       \
+ * outer x axis x inner (ONNX opset 13 axis a: outer = prod dims < a, inner =           \
+ * prod dims > a).  Max-shifted, sums in double.  y may alias x. */                     \
+void k_softmax_##S(int is_log, T *y, const T *x, int64_t outer, int64_t axis,           \
+                   int64_t inner);                                                      \
+/* backward from the forward output y: softmax dx = y (dy - sum(dy y));                 \
+ * log-softmax dx = dy - exp(y) sum(dy).  dx may alias dy. */                           \
+void k_softmax_grad_##S(int is_log, T *dx, const T *dy, const T *y, int64_t outer,      \
+                        int64_t axis, int64_t inner);                                   \
+/* ONNX Range: y[i] = start + i delta (in double), i < n; the caller computes           \
+ * n = max(ceil((limit - start) / delta), 0) */                                         \
+void k_range_##S(T *y, double start, double delta, int64_t n);                          \
+/* ---- norm.c ------------------------------------------------------------- */         \
+/* LayerNormalization, x viewed as outer x inner (inner = prod of dims >= axis):        \
+ * per row r: mean[r], invstd[r] = 1/sqrt(var + eps) (biased var, in double),           \
+ * y = (x - mean) invstd scale + bias; scale, bias have inner elements and may be       \
+ * NULL (1, 0).  mean, invstd (outer elements each) may be NULL when not needed.        \
+ * y may alias x. */                                                                    \
+void k_layernorm_##S(T *y, T *mean, T *invstd, const T *x, const T *scale,              \
+                     const T *bias, int64_t outer, int64_t inner, double eps);          \
+/* backward from the saved mean/invstd: dx (outer x inner), dscale, dbias (inner;      \
+ * all written, each NULL to skip).  scale may be NULL (1).  dx may alias dy. */        \
+void k_layernorm_grad_##S(T *dx, T *dscale, T *dbias, const T *dy, const T *x,          \
+                          const T *mean, const T *invstd, const T *scale,               \
+                          int64_t outer, int64_t inner);                                \
+/* BatchNormalization, training mode, x n x c x l (NCHW: l = h w; N x C: l = 1).        \
+ * Per channel: batch mean and biased var over n l (double) normalise x:                \
+ * y = (x - mean) invstd scale + bias, invstd = 1/sqrt(var + eps); saves mean,          \
+ * invstd (c each, NULL to skip).  Running stats, ONNX convention (momentum is the      \
+ * weight of the OLD value; torch momentum 0.1 exports as 0.9):                         \
+ *   rm_out = momentum rm_in + (1 - momentum) mean                                      \
+ *   rv_out = momentum rv_in + (1 - momentum) var n l / (n l - 1)   (UNBIASED, as       \
+ *   torch.nn.BatchNorm2d; the ONNX spec text uses the biased var).                     \
+ * rm_out / rv_out NULL: no update; they may alias rm_in / rv_in.  scale, bias NULL:    \
+ * 1, 0.  y may alias x.  n l == 1 makes rv_out NaN (torch raises instead). */          \
+void k_batchnorm_train_##S(T *y, T *mean, T *invstd, T *rm_out, T *rv_out,              \
+                           const T *x, const T *scale, const T *bias,                   \
+                           const T *rm_in, const T *rv_in, int64_t n, int64_t c,        \
+                           int64_t l, double eps, double momentum);                     \
+/* training-mode backward: dx, dscale, dbias (c; NULL to skip) from the saved mean      \
+ * and invstd.  dx may alias dy. */                                                     \
+void k_batchnorm_grad_##S(T *dx, T *dscale, T *dbias, const T *dy, const T *x,          \
+                          const T *mean, const T *invstd, const T *scale,               \
+                          int64_t n, int64_t c, int64_t l);                             \
+/* inference form: y = (x - mean) / sqrt(var + eps) scale + bias per channel.           \
+ * y may alias x. */                                                                    \
+void k_batchnorm_infer_##S(T *y, const T *x, const T *scale, const T *bias,             \
+                           const T *mean, const T *var, int64_t n, int64_t c,           \
+                           int64_t l, double eps);                                      \
+/* ---- conv.c ------------------------------------------------------------- */         \
+/* y = conv2d(x, w) + b (b: m elements, NULL for none); ws: k_conv2d_workspace(p)       \
+ * elements of T (NULL when that is 0).  GEMMs through k_matmul (CBLAS). */             \
+void k_conv2d_##S(const KConv2d *p, T *y, const T *x, const T *w, const T *b,           \
+                  T *ws);                                                               \
+/* dx (written) from dy and w */                                                        \
+void k_conv2d_grad_x_##S(const KConv2d *p, T *dx, const T *dy, const T *w, T *ws);      \
+/* dw (written) from dy and x */                                                        \
+void k_conv2d_grad_w_##S(const KConv2d *p, T *dw, const T *dy, const T *x, T *ws);      \
+/* db[m] = sum of dy over n, oh, ow (written) */                                        \
+void k_conv2d_grad_b_##S(const KConv2d *p, T *db, const T *dy);                         \
+/* MaxPool: y = max over each window's in-bounds taps (padding never wins; NaN          \
+ * propagates as torch); arg[] (int64, y's shape) = index ih w + iw within its          \
+ * (n, c) plane of the first maximum, as torch's indices (-1: empty window). */         \
+void k_maxpool2d_##S(const KPool2d *p, T *y, int64_t *arg, const T *x);                 \
+/* dx (written) = scatter-add of dy to the saved arg positions */                       \
+void k_maxpool2d_grad_##S(const KPool2d *p, T *dx, const T *dy, const int64_t *arg);    \
+/* AveragePool: sum of in-bounds taps / divisor; divisor = taps inside the padded       \
+ * extent [-pt, h + pb) x [-pl, w + pr) if count_include_pad, else in-bounds taps       \
+ * (torch avg_pool2d; ceil_mode windows are clipped at the padded extent) */            \
+void k_avgpool2d_##S(const KPool2d *p, T *y, const T *x);                               \
+void k_avgpool2d_grad_##S(const KPool2d *p, T *dx, const T *dy);                        \
+/* GlobalAveragePool: y[nc] = mean of x[nc][0..hw); backward dx = dy / hw */            \
+void k_global_avgpool_##S(T *y, const T *x, int64_t nc, int64_t hw);                    \
+void k_global_avgpool_grad_##S(T *dx, const T *dy, int64_t nc, int64_t hw);             \
+/* ---- gather.c ----------------------------------------------------------- */         \
+/* Gather's backward (embedding backward): dx (outer x axis x inner, zeroed here        \
+ * then +=) dx[o][idx[i]][:] += dy[o][i][:] in ascending i (deterministic);             \
+ * negative indices wrap; out-of-range ones (k_gather rejected them) are skipped. */    \
+void k_gather_grad_##S(T *dx, const T *dy, const int64_t *idx, int64_t outer,           \
+                       int64_t axis, int64_t inner, int64_t nidx);                      \
+/* ---- random.c ----------------------------------------------------------- */         \
+/* Dropout, training: mask[i] = u(seed, stream, step, i) >= ratio (uint8 0/1, NULL      \
+ * to skip), y = x mask s with s = 1 / (T)(1 - ratio) in T (as torch).  u: Philox       \
+ * (see k_philox4x32_10), so the mask depends only on (seed, stream, step, i):          \
+ * not on threads, and a recomputed forward gets the same mask.  ratio 0: y = x         \
+ * exactly, mask all 1; ratio >= 1: y = 0, mask all 0.  y may alias x. */               \
+void k_dropout_##S(T *y, uint8_t *mask, const T *x, int64_t n, double ratio,            \
+                   uint64_t seed, uint32_t stream, uint32_t step);                      \
+/* dx = dy mask s (ratio >= 1: 0).  dx may alias dy. */                                 \
+void k_dropout_grad_##S(T *dx, const T *dy, const uint8_t *mask, int64_t n,             \
+                        double ratio);                                                  \
+/* ---- loss.c ------------------------------------------------------------- */         \
+/* loss[0] = mean((p - t)^2) over n */                                                  \
+void k_mse_##S(T *loss, const T *p, const T *t, int64_t n);                             \
+/* dp = dloss[0] * 2 (p - t) / n */                                                     \
+void k_mse_grad_##S(T *dp, const T *dloss, const T *p, const T *t, int64_t n);          \
+/* loss[0] = mean over rows of logsumexp(x_r) - x_r[label_r]; returns -1, or the        \
+ * first row whose label is outside [0, classes) (loss then unwritten) */               \
+int64_t k_cross_entropy_##S(T *loss, const T *x, const int64_t *labels,                 \
+                            int64_t rows, int64_t classes);                             \
+/* dx = dloss[0] * (softmax(x_r) - onehot(label_r)) / rows */                           \
+void k_cross_entropy_grad_##S(T *dx, const T *dloss, const T *x,                        \
+                              const int64_t *labels, int64_t rows, int64_t classes);    \
+/* ---- optim.c ------------------------------------------------------------ */         \
+/* PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
+ * bc = 1 - beta^step */                                                                \
+void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
+                 double beta2, double eps, double wd, int64_t step);                    \
+/* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf;     \
+ * momentum 0: p -= lr g and buf is untouched (may be NULL) */                          \
+void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
                double wd, int64_t step);
 
 K_DECLARE(float, f32)
 K_DECLARE(double, f64)
 #undef K_DECLARE
+
+/* ---- int64 and dtype-generic kernels ------------------------------------ */
+
+/* k_compare on int64 inputs (same contract as the float ones) */
+void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t *b, int rank,
+                   const int64_t *shape, const int64_t *sa, const int64_t *sb);
+/* y[i] = !x[i] (bool: any nonzero byte is true); y may alias x */
+void k_not(uint8_t *y, const uint8_t *x, int64_t n);
+/* y = (to) x elementwise, n elements of dtype codes K_DT_*.  float -> float
+ * rounds to nearest; float -> int truncates toward zero, NaN gives 0 and
+ * out-of-range values saturate (ONNX leaves both undefined); int -> narrower
+ * int wraps (two's complement); -> BOOL is x != 0.  y may alias x only when
+ * both have the same element size. */
+void k_cast(int to, void *y, int from, const void *x, int64_t n);
+/* ONNX Where: y[idx] = c[idx . sc] ? a[idx . sa] : b[idx . sb] (c: bool bytes,
+ * nonzero = true), y dense over shape, every operand broadcast by its strides
+ * (0), esize-byte elements. */
+void k_where(int esize, void *y, const uint8_t *c, const void *a, const void *b,
+             int rank, const int64_t *shape, const int64_t *sc, const int64_t *sa,
+             const int64_t *sb);
+/* y[yoff + idx . ys] = x[xoff + idx . xs] for every idx of shape (esize-byte
+ * elements; strides may be negative or 0 in x).  The y positions must be
+ * distinct (ys is never 0 on a dim of length > 1) and must not overlap x.
+ * Slice (any steps: negative step = negative xs, xoff = the first element
+ * read), Split parts, Expand (xs 0), Tile (rank 2r: y viewed as
+ * [rep0, x0, rep1, x1, ..], x strides [0, xs0, 0, xs1, ..]) and each Concat
+ * input (x dense, y = the output's strides, yoff = the input's start along
+ * the axis times that axis's stride) are all one call. */
+void k_copy_strided(int esize, int rank, const int64_t *shape, void *y, int64_t yoff,
+                    const int64_t *ys, const void *x, int64_t xoff, const int64_t *xs);
+/* Trilu on the last two dims of batch x rows x cols: keep element (i, j) when
+ * j - i >= k (upper) or j - i <= k (lower), else 0 (all-zero bytes).  Also its
+ * own backward (apply to dy).  y may alias x. */
+void k_trilu(int esize, int upper, void *y, const void *x, int64_t batch,
+             int64_t rows, int64_t cols, int64_t k);
+/* k_range on int64: y[i] = start + i delta, i < n */
+void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n);
+/* Gather along an axis: x is outer x axis x inner, idx has nidx int64 entries
+ * (any shape, flattened), y is outer x nidx x inner: y[o][i][:] =
+ * x[o][idx[i]][:], negative indices counting from the end.  Returns -1, or
+ * the position in idx of the first index outside [-axis, axis) (y then
+ * unwritten). */
+int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t outer,
+                 int64_t axis, int64_t inner, int64_t nidx);
+/* Output length of one pooling / convolution dim (torch pooling_output_shape):
+ * (in + pb + pe - dilation (k - 1) - 1) / stride + 1, rounded up if ceil_mode,
+ * minus one if ceil_mode makes the last window start past in + pb. */
+int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pb, int64_t pe,
+                       int64_t dilation, int ceil_mode);
+/* Elements of T that k_conv2d_* need in ws: c/groups kh kw oh ow, or 0 for a
+ * 1x1 stride-1 unpadded convolution (which runs straight on x / dx). */
+int64_t k_conv2d_workspace(const KConv2d *p);
+/* Philox-4x32-10 (Salmon et al. 2011): out = bijection of ctr under key.
+ * k_dropout's u for element i is out[i % 4] / 2^32 with
+ * ctr = {i/4 low 32 bits, i/4 high 32 bits, step, stream} and
+ * key = {seed low 32 bits, seed high 32 bits}; a CUDA kernel doing the same
+ * reproduces the CPU mask bit for bit. */
+void k_philox4x32_10(uint32_t out[4], const uint32_t ctr[4], const uint32_t key[2]);
 
 #endif

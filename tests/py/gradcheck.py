@@ -53,6 +53,18 @@ def cases():
     ew("Div", r(3, 4), 1.5 + np.abs(r(4)), lambda w: w["A"] / w["B"])
     for op, f in (("Relu", lambda a: np.maximum(a, 0)), ("Tanh", np.tanh), ("Sigmoid", sig)):
         c[op] = ([helper.make_node(op, ["A"], ["Y"])], {"A": r(3, 5, lo=0.1)}, (lambda f: lambda w: f(w["A"]))(f))
+    pos = lambda *sh: 0.2 + np.abs(r(*sh))
+    for op, x, f, attrs in (("Sqrt", pos(3, 4), np.sqrt, {}), ("Reciprocal", r(3, 4, lo=0.3), lambda a: 1 / a, {}),
+                            ("Exp", r(3, 4), np.exp, {}), ("Log", pos(3, 4), np.log, {}),
+                            ("Neg", r(3, 4), lambda a: -a, {}), ("Abs", r(3, 4, lo=0.1), np.abs, {}),
+                            ("Erf", r(3, 4), np.vectorize(__import__("math").erf), {}),
+                            ("LeakyRelu", r(3, 4, lo=0.1), lambda a: np.where(a > 0, a, 0.25 * a), {"alpha": 0.25}),
+                            ("Softplus", r(3, 4), lambda a: np.log1p(np.exp(a)), {})):
+        c[op] = ([helper.make_node(op, ["A"], ["Y"], **attrs)], {"A": x}, (lambda f: lambda w: f(w["A"]))(f))
+    lo = numpy_helper.from_array(np.array(-0.5), "lo")
+    hi = numpy_helper.from_array(np.array(0.5), "hi")
+    c["Clip"] = ([helper.make_node("Clip", ["A", "lo", "hi"], ["Y"])], {"A": r(3, 4), "lo": lo, "hi": hi},
+                 lambda w: np.clip(w["A"], -0.5, 0.5))
     c["MatMul"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(3, 4), "B": r(4, 5)},
                    lambda w: w["A"] @ w["B"])
     c["MatMul_batched_shared"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(2, 3, 4), "B": r(4, 5)},

@@ -1,0 +1,38 @@
+/* norm.c — LayerNormalization and BatchNormalization, forward and backward.
+ *
+ * How it works.  Both normalise x by statistics of a group of elements:
+ * LayerNorm by row (x viewed as outer x inner, one group per row),
+ * BatchNorm by channel (x viewed as n x c x l, group = the n l elements of a
+ * channel).  Statistics are taken in double with two passes (mean, then the
+ * mean of squared deviations), which stays exact where E[x^2] - E[x]^2
+ * would cancel.  The forward saves mean and invstd = 1/sqrt(var + eps) in the
+ * tensor dtype for the backward.
+ *
+ * The backward is the usual closed form, per group of m elements with
+ * xhat = (x - mean) invstd and g = dy scale:
+ *   dx = invstd (g - mean(g) - xhat mean(g xhat))
+ * plus dscale = sum dy xhat, dbias = sum dy.  For BatchNorm those sums are
+ * per channel, the same groups as the statistics.  For LayerNorm they run
+ * down the columns, across rows, so a first pass accumulates them K_TILE
+ * columns at a time in double on the stack and a second pass writes dx row
+ * by row; every read of dy happens before dx is written at that place, so
+ * dx may alias dy.  Typed bodies are in norm_impl.h.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "walk.h"
+
+#define T float
+#define S f32
+#include "norm_impl.h"
+#undef T
+#undef S
+
+#define T double
+#define S f64
+#include "norm_impl.h"
+#undef T
+#undef S

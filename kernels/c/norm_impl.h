@@ -1,0 +1,218 @@
+/* norm_impl.h — typed bodies of norm.c, included once per dtype with
+ * T (element type) and S (name suffix) defined.  No include guard on purpose. */
+
+/* Mean and biased variance of x[0..m) in double, two passes. */
+static void KFN(moments)(const T *x, int64_t m, double *mean, double *var)
+{
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < m; i++)
+        s += x[i];
+    s /= (double)m;
+    for (int64_t i = 0; i < m; i++) {
+        double d = (double)x[i] - s;
+        q += d * d;
+    }
+    *mean = s;
+    *var = q / (double)m;
+}
+
+/* ---- LayerNormalization ------------------------------------------------- */
+
+typedef struct {
+    T *y, *mean, *invstd;
+    const T *x, *scale, *bias;
+    int64_t inner;
+    double eps;
+} KFN(LayerNormJob);
+
+static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(LayerNormJob) *j = ctx;
+    const int64_t n = j->inner;
+    for (int64_t r = lo; r < hi; r++) {
+        const T *x = j->x + r * n;
+        T *y = j->y + r * n;
+        double mu, var;
+        KFN(moments)(x, n, &mu, &var);
+        const double is = 1 / sqrt(var + j->eps);
+        for (int64_t i = 0; i < n; i++) {
+            double v = ((double)x[i] - mu) * is;
+            if (j->scale)
+                v *= j->scale[i];
+            if (j->bias)
+                v += j->bias[i];
+            y[i] = (T)v;
+        }
+        if (j->mean)
+            j->mean[r] = (T)mu;
+        if (j->invstd)
+            j->invstd[r] = (T)is;
+    }
+}
+
+void KFN(k_layernorm)(T *y, T *mean, T *invstd, const T *x, const T *scale,
+                      const T *bias, int64_t outer, int64_t inner, double eps)
+{
+    KFN(LayerNormJob) j = {y, mean, invstd, x, scale, bias, inner, eps};
+    if (inner <= 0)
+        return;
+    par_range(KFN(layernorm_rows), &j, outer, inner);
+}
+
+/* dscale, dbias over columns [c0, c0 + t): sums down all rows. */
+static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *x,
+                                     const T *mean, const T *invstd, int64_t outer,
+                                     int64_t inner, int64_t c0, int64_t t)
+{
+    double ds[K_TILE], db[K_TILE];
+    for (int64_t c = 0; c < t; c++)
+        ds[c] = db[c] = 0;
+    for (int64_t r = 0; r < outer; r++) {
+        const T *dyr = dy + r * inner + c0, *xr = x + r * inner + c0;
+        const double mu = mean[r], is = invstd[r];
+        for (int64_t c = 0; c < t; c++) {
+            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            db[c] += dyr[c];
+        }
+    }
+    for (int64_t c = 0; c < t; c++) {
+        if (dscale)
+            dscale[c0 + c] = (T)ds[c];
+        if (dbias)
+            dbias[c0 + c] = (T)db[c];
+    }
+}
+
+/* dx of one row of n. */
+static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
+                                    double is, const T *scale, int64_t n)
+{
+    double sg = 0, sgx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
+        sg += g;
+        sgx += g * (((double)x[i] - mu) * is);
+    }
+    sg /= (double)n;
+    sgx /= (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
+        dx[i] = (T)(is * (g - sg - ((double)x[i] - mu) * is * sgx));
+    }
+}
+
+void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
+                           const T *mean, const T *invstd, const T *scale,
+                           int64_t outer, int64_t inner)
+{
+    if (inner <= 0)
+        return;
+    if (dscale || dbias)
+        for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
+            KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, c0,
+                                     min64(K_TILE, inner - c0));
+    if (dx)
+        for (int64_t r = 0; r < outer; r++)
+            KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r],
+                                    invstd[r], scale, inner);
+}
+
+/* ---- BatchNormalization ------------------------------------------------- */
+
+/* s = sum of x, q = sum of (x - mu)^2 over channel ch of an n x c x l tensor. */
+static void KFN(channel_sums)(const T *x, int64_t n, int64_t c, int64_t l, int64_t ch,
+                              double mu, double *s, double *q)
+{
+    double a = 0, b = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const T *xr = x + (k * c + ch) * l;
+        for (int64_t i = 0; i < l; i++) {
+            double d = (double)xr[i] - mu;
+            a += xr[i];
+            b += d * d;
+        }
+    }
+    *s = a;
+    *q = b;
+}
+
+void KFN(k_batchnorm_train)(T *y, T *mean, T *invstd, T *rm_out, T *rv_out,
+                            const T *x, const T *scale, const T *bias, const T *rm_in,
+                            const T *rv_in, int64_t n, int64_t c, int64_t l, double eps,
+                            double momentum)
+{
+    const double m = (double)(n * l);
+    for (int64_t ch = 0; ch < c; ch++) {
+        double s, q, mu, var;
+        KFN(channel_sums)(x, n, c, l, ch, 0, &s, &q);
+        mu = s / m;
+        KFN(channel_sums)(x, n, c, l, ch, mu, &s, &q);
+        var = q / m;
+        const double is = 1 / sqrt(var + eps);
+        const double a = is * (scale ? (double)scale[ch] : 1.0);
+        const double b = bias ? (double)bias[ch] : 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            const T *xr = x + (k * c + ch) * l;
+            T *yr = y + (k * c + ch) * l;
+            for (int64_t i = 0; i < l; i++)
+                yr[i] = (T)(((double)xr[i] - mu) * a + b);
+        }
+        if (mean)
+            mean[ch] = (T)mu;
+        if (invstd)
+            invstd[ch] = (T)is;
+        if (rm_out)
+            rm_out[ch] = (T)(momentum * (double)rm_in[ch] + (1 - momentum) * mu);
+        if (rv_out)
+            rv_out[ch] = (T)(momentum * (double)rv_in[ch] + (1 - momentum) * (q / (m - 1)));
+    }
+}
+
+void KFN(k_batchnorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
+                           const T *mean, const T *invstd, const T *scale, int64_t n,
+                           int64_t c, int64_t l)
+{
+    const double m = (double)(n * l);
+    for (int64_t ch = 0; ch < c; ch++) {
+        const double mu = mean[ch], is = invstd[ch];
+        double sdy = 0, dot = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const T *xr = x + (k * c + ch) * l, *dyr = dy + (k * c + ch) * l;
+            for (int64_t i = 0; i < l; i++) {
+                sdy += dyr[i];
+                dot += ((double)xr[i] - mu) * (double)dyr[i];
+            }
+        }
+        if (dscale)
+            dscale[ch] = (T)(dot * is);
+        if (dbias)
+            dbias[ch] = (T)sdy;
+        if (!dx || m == 0)
+            continue;
+        const double w = scale ? (double)scale[ch] : 1.0;
+        const double gm = sdy / m, proj = dot * is * is / m;
+        for (int64_t k = 0; k < n; k++) {
+            const T *xr = x + (k * c + ch) * l, *dyr = dy + (k * c + ch) * l;
+            T *dxr = dx + (k * c + ch) * l;
+            for (int64_t i = 0; i < l; i++)
+                dxr[i] = (T)(((double)dyr[i] - gm - ((double)xr[i] - mu) * proj) * is * w);
+        }
+    }
+}
+
+void KFN(k_batchnorm_infer)(T *y, const T *x, const T *scale, const T *bias,
+                            const T *mean, const T *var, int64_t n, int64_t c, int64_t l,
+                            double eps)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        const double is = 1 / sqrt((double)var[ch] + eps), mu = mean[ch];
+        const double a = is * (scale ? (double)scale[ch] : 1.0);
+        const double b = bias ? (double)bias[ch] : 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            const T *xr = x + (k * c + ch) * l;
+            T *yr = y + (k * c + ch) * l;
+            for (int64_t i = 0; i < l; i++)
+                yr[i] = (T)(((double)xr[i] - mu) * a + b);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+/* reduce_impl.h — typed bodies of reduce.c, included once per dtype with
+ * T (element type), S (name suffix) and KM(f) (libm name of f for T: expf or
+ * exp) defined.  No include guard on purpose. */
+
+/* ---- k_reduce, k_reduce_sum_to ------------------------------------------ */
+
+/* Four independent chains: one chain of double adds is bound by the add
+ * latency, not by memory. */
+static double KFN(sum_row)(const T *x, int64_t n)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += x[i];
+        s1 += x[i + 1];
+        s2 += x[i + 2];
+        s3 += x[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += x[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* Folds one contiguous run of n into acc. */
+static double KFN(fold_row)(int op, double acc, const T *x, int64_t n)
+{
+    switch (op) {
+    case K_RMAX: for (int64_t i = 0; i < n; i++) acc = red_max(acc, x[i]); return acc;
+    case K_RMIN: for (int64_t i = 0; i < n; i++) acc = red_min(acc, x[i]); return acc;
+    default: return acc + KFN(sum_row)(x, n);
+    }
+}
+
+/* Innermost x dim is reduced: each y element folds contiguous runs of n,
+ * one run per position of the outer reduced dims. */
+static void KFN(reduce_inner)(int op, T *y, const T *x, Walk *kept, Walk *red,
+                              int64_t n, double scale)
+{
+    int64_t i = 0;
+    walk_seek(kept, 0);
+    do {
+        double acc = red_init(op);
+        walk_seek(red, 0);
+        do
+            acc = KFN(fold_row)(op, acc, x + kept->oa + red->oa, n);
+        while (walk_next(red));
+        y[i++] = (T)(acc * scale);
+    } while (walk_next(kept));
+}
+
+/* Folds the row xs[0..t) into acc[0..t) column by column. */
+static void KFN(fold_cols)(int op, double *acc, const T *xs, int64_t t)
+{
+    switch (op) {
+    case K_RMAX: for (int64_t c = 0; c < t; c++) acc[c] = red_max(acc[c], xs[c]); break;
+    case K_RMIN: for (int64_t c = 0; c < t; c++) acc[c] = red_min(acc[c], xs[c]); break;
+    default: for (int64_t c = 0; c < t; c++) acc[c] += xs[c];
+    }
+}
+
+/* Innermost x dim is kept: y rows of n are folded over the reduced dims
+ * K_TILE columns at a time, so x is read in contiguous runs and the double
+ * accumulators fit on the stack. */
+static void KFN(reduce_outer)(int op, T *y, const T *x, Walk *kept, Walk *red,
+                              int64_t n, double scale)
+{
+    double acc[K_TILE];
+    walk_seek(kept, 0);
+    do {
+        for (int64_t c0 = 0; c0 < n; c0 += K_TILE) {
+            int64_t t = min64(K_TILE, n - c0);
+            for (int64_t c = 0; c < t; c++) acc[c] = red_init(op);
+            walk_seek(red, 0);
+            do
+                KFN(fold_cols)(op, acc, x + kept->oa + red->oa + c0, t);
+            while (walk_next(red));
+            for (int64_t c = 0; c < t; c++) y[c0 + c] = (T)(acc[c] * scale);
+        }
+        y += n;
+    } while (walk_next(kept));
+}
+
+void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
+                   const int64_t *yshape)
+{
+    Walk kept = {0}, red = {0};
+    int64_t n, count;
+    double scale = 1;
+    if (op < K_RSUM || op > K_RMIN)
+        die("k_reduce: unknown op");
+    if (numel(rank, xshape) == 0) {  /* each group folds nothing */
+        KFN(k_fill)(y, op == K_RMEAN ? NAN : red_init(op), numel(rank, yshape));
+        return;
+    }
+    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
+    if (op == K_RMEAN)
+        scale = 1.0 / (double)count;
+    if (inner_kept)
+        KFN(reduce_outer)(op, y, x, &kept, &red, n, scale);
+    else
+        KFN(reduce_inner)(op, y, x, &kept, &red, n, scale);
+}
+
+void KFN(k_reduce_sum_to)(T *y, const T *x, int rank, const int64_t *xshape,
+                          const int64_t *yshape)
+{
+    KFN(k_reduce)(K_RSUM, y, x, rank, xshape, yshape);
+}
+
+/* ---- k_reduce_max_grad -------------------------------------------------- */
+
+/* Per y element: count the x elements equal to it, then write
+ * dx = (dy / count) * (x == y) — torch's amax backward, which also yields NaN
+ * when nothing matches (a NaN max). */
+void KFN(k_reduce_max_grad)(T *dx, const T *dy, const T *x, const T *y, int rank,
+                            const int64_t *xshape, const int64_t *yshape)
+{
+    Walk kept = {0}, red = {0};
+    int64_t n, count, i = 0;
+    if (numel(rank, xshape) == 0)
+        return;
+    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
+    /* put the popped innermost dim (stride 1) back: one walk per side */
+    walk_push(inner_kept ? &kept : &red, n, 1, 0);
+    walk_seek(&kept, 0);
+    do {
+        const T yv = y[i];
+        int64_t ties = 0;
+        walk_seek(&red, 0);
+        do
+            ties += x[kept.oa + red.oa] == yv;
+        while (walk_next(&red));
+        const T g = dy[i++] / (T)ties;
+        walk_seek(&red, 0);
+        do {
+            int64_t o = kept.oa + red.oa;
+            dx[o] = g * (T)(x[o] == yv);
+        } while (walk_next(&red));
+    } while (walk_next(&kept));
+}
+
+/* ---- k_softmax ---------------------------------------------------------- */
+
+/* One contiguous row of n (inner == 1).  exp(x - max) runs in T, as torch's
+ * does (the max is one of the x, so x - max is one rounding); the sum is in
+ * double. */
+static void KFN(softmax_row)(int lg, T *y, const T *x, int64_t n)
+{
+    T mx = (T)-INFINITY;
+    double s = 0;
+    for (int64_t j = 0; j < n; j++)
+        mx = (T)red_max(mx, x[j]);
+    if (lg) {
+        for (int64_t j = 0; j < n; j++)
+            s += KM(exp)(x[j] - mx);
+        const double ls = (double)mx + log(s);
+        for (int64_t j = 0; j < n; j++)
+            y[j] = (T)((double)x[j] - ls);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        T e = KM(exp)(x[j] - mx);
+        y[j] = e;
+        s += e;
+    }
+    const double inv = 1 / s;
+    for (int64_t j = 0; j < n; j++)
+        y[j] = (T)((double)y[j] * inv);
+}
+
+/* Columns [0, t) of one outer block, x and y rows `inner` apart. */
+static void KFN(softmax_tile)(int lg, T *y, const T *x, int64_t axis, int64_t inner,
+                              int64_t t)
+{
+    double s[K_TILE];
+    T mx[K_TILE];
+    for (int64_t c = 0; c < t; c++)
+        mx[c] = (T)-INFINITY, s[c] = 0;
+    for (int64_t a = 0; a < axis; a++)
+        for (int64_t c = 0; c < t; c++)
+            mx[c] = (T)red_max(mx[c], x[a * inner + c]);
+    for (int64_t a = 0; a < axis; a++)
+        for (int64_t c = 0; c < t; c++) {
+            T e = KM(exp)(x[a * inner + c] - mx[c]);
+            if (!lg)
+                y[a * inner + c] = e;
+            s[c] += e;
+        }
+    for (int64_t c = 0; c < t; c++)
+        s[c] = lg ? (double)mx[c] + log(s[c]) : 1 / s[c];
+    for (int64_t a = 0; a < axis; a++)
+        for (int64_t c = 0; c < t; c++) {
+            T *yp = y + a * inner + c;
+            *yp = lg ? (T)((double)x[a * inner + c] - s[c]) : (T)((double)*yp * s[c]);
+        }
+}
+
+void KFN(k_softmax)(int lg, T *y, const T *x, int64_t outer, int64_t axis,
+                    int64_t inner)
+{
+    for (int64_t o = 0; o < outer; o++) {
+        const int64_t off = o * axis * inner;
+        if (inner == 1) {
+            KFN(softmax_row)(lg, y + off, x + off, axis);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
+            KFN(softmax_tile)(lg, y + off + c0, x + off + c0, axis, inner,
+                              min64(K_TILE, inner - c0));
+    }
+}
+
+/* Columns [0, t) of one outer block: first the per-column sum (of dy y for
+ * softmax, of dy for log-softmax), then dx. */
+static void KFN(softmax_grad_tile)(int lg, T *dx, const T *dy, const T *y,
+                                   int64_t axis, int64_t inner, int64_t t)
+{
+    double s[K_TILE];
+    for (int64_t c = 0; c < t; c++)
+        s[c] = 0;
+    for (int64_t a = 0; a < axis; a++)
+        for (int64_t c = 0; c < t; c++) {
+            int64_t k = a * inner + c;
+            s[c] += lg ? (double)dy[k] : (double)dy[k] * (double)y[k];
+        }
+    for (int64_t a = 0; a < axis; a++)
+        for (int64_t c = 0; c < t; c++) {
+            int64_t k = a * inner + c;
+            dx[k] = lg ? (T)((double)dy[k] - exp((double)y[k]) * s[c])
+                        : (T)((double)y[k] * ((double)dy[k] - s[c]));
+        }
+}
+
+void KFN(k_softmax_grad)(int lg, T *dx, const T *dy, const T *y, int64_t outer,
+                         int64_t axis, int64_t inner)
+{
+    for (int64_t o = 0; o < outer; o++) {
+        const int64_t off = o * axis * inner;
+        for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
+            KFN(softmax_grad_tile)(lg, dx + off + c0, dy + off + c0, y + off + c0, axis,
+                                   inner, min64(K_TILE, inner - c0));
+    }
+}
+
+/* ---- k_range ------------------------------------------------------------ */
+
+void KFN(k_range)(T *y, double start, double delta, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (T)(start + (double)i * delta);
+}

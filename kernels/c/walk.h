@@ -1,0 +1,205 @@
+/* walk.h — private helpers shared by the kernels/c sources (not installed,
+ * not for callers of kernels.h).
+ *
+ * A Walk describes a strided index space: a list of dims, each with a length
+ * and the element stride of up to three operands (a, b, c) along it.
+ * walk_push drops size-1 dims and merges a dim into the previous one when
+ * that one steps exactly over it in every operand, so [2,3,4] + [2,3,4]
+ * becomes one flat dim of 24 and [2,3,4] + [4] becomes [6, 4] (b strides 0,
+ * 1): the common cases collapse to a rank-1 or rank-2 walk.  Kernels then
+ * pop the innermost dim, run it with a tight loop specialised on its
+ * strides, and advance the outer dims like an odometer (walk_next).  A Walk
+ * can be started at any linear position (walk_seek), which is how kernels
+ * split their output across OpenMP threads (par_range).
+ *
+ * Everything here is static inline so a source that does not use a helper
+ * does not warn; KFN(name) pastes the dtype suffix S onto a name for the
+ * *_impl.h bodies that each source includes once per dtype.
+ */
+#ifndef FSDPC_KERNELS_WALK_H
+#define FSDPC_KERNELS_WALK_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define KCAT_(a, b) a##_##b
+#define KCAT(a, b) KCAT_(a, b)
+#define KFN(name) KCAT(name, S)
+
+/* Most dims a Walk holds after merging; ONNX models in practice stay <= 8. */
+#define K_MAX_RANK 16
+/* Below this many elements a thread team costs more than it saves.  A test
+ * build may define it as 1 to split even tiny kernels across threads. */
+#ifndef K_PAR_MIN
+#define K_PAR_MIN ((int64_t)1 << 16)
+#endif
+/* Columns reduced at once with double accumulators on the stack. */
+#define K_TILE 256
+
+/* Internal bug (a caller broke a kernel's contract): say so and abort, also
+ * in release builds, rather than write out of bounds. */
+static inline void die(const char *msg)
+{
+    fprintf(stderr, "fsdpc kernels/c: %s\n", msg);
+    abort();
+}
+
+typedef struct {
+    int rank;
+    int64_t shape[K_MAX_RANK];
+    int64_t sa[K_MAX_RANK], sb[K_MAX_RANK], sc[K_MAX_RANK];  /* operand strides */
+    int64_t idx[K_MAX_RANK];
+    int64_t oa, ob, oc;  /* offsets of the current index */
+} Walk;
+
+/* Appends dim (n, sa, sb, sc) as the new innermost dim, merging it into the
+ * previous one when that one steps exactly over n of these in all operands. */
+static inline void walk_push3(Walk *w, int64_t n, int64_t sa, int64_t sb, int64_t sc)
+{
+    int r = w->rank;
+    if (n == 1)
+        return;
+    if (r > 0 && w->sa[r - 1] == sa * n && w->sb[r - 1] == sb * n && w->sc[r - 1] == sc * n) {
+        w->shape[r - 1] *= n;
+        w->sa[r - 1] = sa;
+        w->sb[r - 1] = sb;
+        w->sc[r - 1] = sc;
+        return;
+    }
+    if (r == K_MAX_RANK)
+        die("rank above 16 after merging dims");
+    w->shape[r] = n;
+    w->sa[r] = sa;
+    w->sb[r] = sb;
+    w->sc[r] = sc;
+    w->rank = r + 1;
+}
+
+static inline void walk_push(Walk *w, int64_t n, int64_t sa, int64_t sb)
+{
+    walk_push3(w, n, sa, sb, 0);
+}
+
+/* Removes the innermost dim and returns its length and strides; an empty
+ * walk yields a single element (length 1, strides 0). */
+static inline int64_t walk_pop3(Walk *w, int64_t *sa, int64_t *sb, int64_t *sc)
+{
+    if (w->rank == 0) {
+        *sa = *sb = *sc = 0;
+        return 1;
+    }
+    w->rank--;
+    *sa = w->sa[w->rank];
+    *sb = w->sb[w->rank];
+    *sc = w->sc[w->rank];
+    return w->shape[w->rank];
+}
+
+static inline int64_t walk_pop(Walk *w, int64_t *sa, int64_t *sb)
+{
+    int64_t sc;
+    return walk_pop3(w, sa, sb, &sc);
+}
+
+/* Removes dim d, returning its length and its a, b strides. */
+static inline int64_t walk_remove(Walk *w, int d, int64_t *sa, int64_t *sb)
+{
+    int64_t n = w->shape[d];
+    *sa = w->sa[d];
+    *sb = w->sb[d];
+    w->rank--;
+    for (int e = d; e < w->rank; e++) {
+        w->shape[e] = w->shape[e + 1];
+        w->sa[e] = w->sa[e + 1];
+        w->sb[e] = w->sb[e + 1];
+        w->sc[e] = w->sc[e + 1];
+    }
+    return n;
+}
+
+/* The dim whose stride in operand a is sa, or -1. */
+static inline int walk_find_a(const Walk *w, int64_t sa)
+{
+    for (int d = 0; d < w->rank; d++)
+        if (w->sa[d] == sa)
+            return d;
+    return -1;
+}
+
+/* Positions the walk at linear (row-major) index pos. */
+static inline void walk_seek(Walk *w, int64_t pos)
+{
+    w->oa = w->ob = w->oc = 0;
+    for (int d = w->rank - 1; d >= 0; d--) {
+        w->idx[d] = pos % w->shape[d];
+        pos /= w->shape[d];
+        w->oa += w->idx[d] * w->sa[d];
+        w->ob += w->idx[d] * w->sb[d];
+        w->oc += w->idx[d] * w->sc[d];
+    }
+}
+
+/* Advances one step; returns 0 when it wrapped back to the start. */
+static inline int walk_next(Walk *w)
+{
+    for (int d = w->rank - 1; d >= 0; d--) {
+        w->oa += w->sa[d];
+        w->ob += w->sb[d];
+        w->oc += w->sc[d];
+        if (++w->idx[d] < w->shape[d])
+            return 1;
+        w->oa -= w->sa[d] * w->shape[d];
+        w->ob -= w->sb[d] * w->shape[d];
+        w->oc -= w->sc[d] * w->shape[d];
+        w->idx[d] = 0;
+    }
+    return 0;
+}
+
+static inline int64_t numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* Dense row-major stride of dim d. */
+static inline int64_t dense_stride(int rank, const int64_t *shape, int d)
+{
+    return numel(rank - d - 1, shape + d + 1);
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Runs f(ctx, lo, hi) over work units [0, total), split across threads when
+ * the elements touched (unit_elems per unit) make a thread team pay. */
+static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
+                             int64_t total, int64_t unit_elems)
+{
+#ifdef _OPENMP
+    if (total * unit_elems >= K_PAR_MIN && total > 1 && omp_get_max_threads() > 1 &&
+        !omp_in_parallel()) {
+#pragma omp parallel
+        {
+            int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+            int64_t chunk = (total + nt - 1) / nt;
+            int64_t lo = min64(t * chunk, total), hi = min64(lo + chunk, total);
+            if (lo < hi)
+                f(ctx, lo, hi);
+        }
+        return;
+    }
+#else
+    (void)unit_elems;
+#endif
+    f(ctx, 0, total);
+}
+
+#endif

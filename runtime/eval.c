@@ -1,0 +1,365 @@
+/* eval.c — the life of a forward-only executable (fsdpc --eval, m->eval = 1)
+ * between MPI_Init and MPI_Finalize: flags (args.c), a check of the model
+ * tables, the output file names, the init file (constants only; load.c), the
+ * --input files (.npy here, .pb in tensor_pb.c) copied into the arena at
+ * their exact shapes, --out-dir, one call of the step, then rank 0 writes
+ * every graph output to DIR/<name>.npy atomically (npy.c) and syncs DIR.
+ *
+ * Every rank runs the same checks and the step (a forward-only step has no
+ * collectives; a singleton MPI run is the normal case); only rank 0 writes.
+ * Start-up and write errors are agreed on by all ranks (rt_err_sync) and
+ * printed once, as in training executables.
+ *
+ * Output file names: the graph output name, every byte outside
+ * [A-Za-z0-9_.-] replaced by '_' and a leading '.' by '_' (never a path
+ * escape, never a hidden file), then ".npy".  Two outputs that map to the
+ * same name are an error.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "npy.h"
+#include "rt_priv.h"
+
+#ifndef NAME_MAX
+#define NAME_MAX 255
+#endif
+
+typedef struct {
+    RtCtx ctx;
+    RtOpts o;
+    RtMem mem;
+    char *init_path, *base;
+    int init_fd;
+    char **fname; /* per output: the file name inside --out-dir */
+    char **path;  /* per output: DIR/fname */
+} Eval;
+
+/* ------------------------------------------------------------- model tables */
+
+#define BAD(...) do { rt_err_set(1, "corrupt model tables: " __VA_ARGS__); return -1; } while (0)
+
+/* an input or output: a known dtype, rank <= RT_MAX_RANK, inside the arena */
+static int check_tensor(const RtModel *m, const char *what, int i, const char *name, int dtype, int rank,
+                        const int64_t *shape, int64_t off)
+{
+    if (!name || !name[0] || rt_elem_size(dtype) == 0 || rank < 0 || rank > RT_MAX_RANK)
+        BAD("%s %d", what, i);
+    uint64_t bytes = (uint64_t)rt_elem_size(dtype);
+    for (int d = 0; d < rank; d++)
+        if (shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)shape[d], &bytes))
+            BAD("%s '%s' shape", what, name);
+    if (off < 0 || bytes > (uint64_t)m->arena_bytes || off > m->arena_bytes - (int64_t)bytes)
+        BAD("%s '%s' outside the arena", what, name);
+    return 0;
+}
+
+static int check_eval_model(const RtModel *m)
+{
+    if (m->nunit != 0 || m->nparam != 0 || m->nslot != 0)
+        BAD("a forward-only build with %d units, %d parameters, %d slots", m->nunit, m->nparam, m->nslot);
+    if (m->ninput < 0 || m->nconst < 0 || m->noutput < 0 || m->arena_bytes < 0)
+        BAD("negative count");
+    if ((m->ninput && !m->input) || (m->nconst && !m->cnst) || (m->noutput && !m->output) || !m->step)
+        BAD("missing table");
+    if (m->model_off < 0 || m->model_len < 0)
+        BAD("model range");
+    for (int i = 0; i < m->nconst; i++) {
+        const RtConst *k = &m->cnst[i];
+        if (k->nbytes < 0 || k->file_off < 0 || k->arena_off < 0 || k->arena_off > m->arena_bytes - k->nbytes)
+            BAD("constant %d outside the arena", i);
+    }
+    for (int i = 0; i < m->ninput; i++) {
+        const RtInput *in = &m->input[i];
+        if (check_tensor(m, "input", i, in->name, in->dtype, in->rank, in->shape, in->arena_off) != 0)
+            return -1;
+    }
+    for (int i = 0; i < m->noutput; i++) {
+        const RtOutput *out = &m->output[i];
+        if (check_tensor(m, "output", i, out->name, out->dtype, out->rank, out->shape, out->arena_off) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+#undef BAD
+
+/* ------------------------------------------------------------- output names */
+
+char *rt_output_file_name(const char *name)
+{
+    size_t n = strlen(name);
+    char *f = malloc(n + 5);
+    if (!f)
+        return NULL;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char ch = (unsigned char)name[k];
+        int ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                 ch == '.' || ch == '-';
+        f[k] = ok && !(k == 0 && ch == '.') ? (char)ch : '_';
+    }
+    memcpy(f + n, ".npy", 5);
+    return f;
+}
+
+/* file names and paths of every output; distinct, each fits NAME_MAX */
+static int output_paths(Eval *e)
+{
+    const RtModel *m = e->ctx.m;
+    const char *dir = e->o.out_dir;
+    size_t dl = strlen(dir);
+    int slash = dl > 0 && dir[dl - 1] == '/';
+    e->fname = calloc((size_t)m->noutput + 1, sizeof *e->fname);
+    e->path = calloc((size_t)m->noutput + 1, sizeof *e->path);
+    if (!e->fname || !e->path) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < m->noutput; i++) {
+        const char *name = m->output[i].name;
+        char *f = e->fname[i] = rt_output_file_name(name);
+        if (!f || !(e->path[i] = malloc(dl + strlen(f) + 2))) {
+            rt_err_set(1, "out of memory");
+            return -1;
+        }
+        sprintf(e->path[i], "%s%s%s", dir, slash ? "" : "/", f);
+        if (strlen(f) > NAME_MAX - 24) /* room for the temporary .NAME.tmp.PID */
+            rt_err_set(1, "output '%.60s...': the name is too long for a file name (%zu bytes)", name, strlen(name));
+        for (int j = 0; j < i; j++)
+            if (strcmp(e->fname[j], f) == 0)
+                rt_err_set(1, "outputs '%s' and '%s' would both be written to %s", m->output[j].name, name,
+                           e->path[i]);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- start-up */
+
+/* the init file, the allocation (the arena alone) and the constants */
+static int load(Eval *e, const char *argv0)
+{
+    const RtOpts *o = &e->o;
+    uint64_t init_size = 0;
+    e->init_path = o->init ? strdup(o->init) : rt_default_init_path(argv0);
+    if (!e->init_path)
+        rt_err_set(1, "out of memory");
+    else
+        e->init_fd = rt_open_init(e->ctx.m, e->init_path, o->init == NULL, &init_size);
+    int status = rt_err_sync();
+    if (status != 0)
+        return status;
+    if (rt_carve(&e->ctx, &e->mem, &e->base) == 0)
+        rt_load_init(&e->ctx, e->init_fd, e->init_path, &e->mem);
+    return rt_err_sync();
+}
+
+/* ".npy" / ".pb" (any case) at the end of the file name, else "" */
+static const char *extension(const char *file)
+{
+    const char *dot = strrchr(file, '.'), *slash = strrchr(file, '/');
+    if (!dot || (slash && dot < slash))
+        return "";
+    static const char *const known[] = {".npy", ".pb"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n = strlen(known[k]);
+        int same = strlen(dot) == n;
+        for (size_t j = 0; same && j < n; j++)
+            same = (dot[j] | 0x20) == known[k][j];
+        if (same)
+            return known[k];
+    }
+    return "";
+}
+
+/* FILE.npy of exactly in's dtype and shape into dst */
+static int read_npy(const RtInput *in, const char *file, void *dst)
+{
+    NpyArray a;
+    char why[1024];
+    if (npy_open(file, &a, why, sizeof why) != 0) {
+        rt_err_set(1, "--input %s: %s", in->name, why);
+        return -1;
+    }
+    int same = a.dtype == in->dtype && a.rank == in->rank;
+    for (int d = 0; same && d < in->rank; d++)
+        same = a.shape[d] == in->shape[d];
+    if (!same) {
+        char want[256], got[256];
+        rt_dims_str(want, sizeof want, in->rank, in->shape, 0);
+        rt_dims_str(got, sizeof got, a.rank, a.shape, 0);
+        rt_err_set(1, "--input %s: %s holds %s %s; input '%s' needs %s %s", in->name, file,
+                   npy_dtype_name(a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
+        npy_close(&a);
+        return -1;
+    }
+    if (a.nbytes)
+        memcpy(dst, a.data, a.nbytes);
+    npy_close(&a);
+    return 0;
+}
+
+/* every --input into the arena */
+static int read_inputs(Eval *e)
+{
+    const RtModel *m = e->ctx.m;
+    const char **files = calloc((size_t)m->ninput + 1, sizeof *files);
+    if (!files) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    int rc = rt_match_inputs(m, &e->o, "--input", files);
+    for (int i = 0; rc == 0 && i < m->ninput; i++) {
+        const RtInput *in = &m->input[i];
+        char *dst = e->ctx.arena + in->arena_off;
+        const char *ext = extension(files[i]);
+        if (strcmp(ext, ".pb") == 0)
+            rc = rt_read_tensor_pb(in, files[i], dst);
+        else if (strcmp(ext, ".npy") == 0)
+            rc = read_npy(in, files[i], dst);
+        else {
+            rt_err_set(1, "--input %s: %s: unknown file type (expected FILE.npy or FILE.pb)", in->name, files[i]);
+            rc = -1;
+        }
+        if (rc == 0 && in->dtype == RT_BOOL) { /* kernels see 0/1 only */
+            int64_t n = 1;
+            for (int d = 0; d < in->rank; d++)
+                n *= in->shape[d];
+            for (int64_t k = 0; k < n; k++)
+                dst[k] = dst[k] != 0;
+        }
+    }
+    free(files);
+    return rc;
+}
+
+/* rank 0: --out-dir exists (created if missing, one level) and is writable */
+static void prepare_out_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rt_err_set(1, "--out-dir %s: cannot create: %s", dir, strerror(errno));
+    else if (stat(dir, &st) != 0)
+        rt_err_set(1, "--out-dir %s: %s", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rt_err_set(1, "--out-dir %s: not a directory", dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        rt_err_set(1, "--out-dir %s: not writable: %s", dir, strerror(errno));
+}
+
+/* Everything before the step.  Returns the exit status; 0 to run (*help
+ * set when --help asked for the usage text instead). */
+static int start_up(Eval *e, int argc, char **argv, int *help)
+{
+    const RtModel *m = e->ctx.m;
+    int pf = rt_parse_flags(argc, argv, m, &e->o);
+    int status = rt_err_sync();
+    if (status != 0)
+        return status;
+    if (pf == 1) {
+        *help = 1;
+        return 0;
+    }
+    check_eval_model(m);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    output_paths(e);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    if ((status = load(e, argc > 0 && argv[0] ? argv[0] : "")) != 0)
+        return status;
+    read_inputs(e);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    if (e->ctx.rank == 0)
+        prepare_out_dir(e->o.out_dir);
+    return rt_err_sync();
+}
+
+/* ------------------------------------------------------------------ outputs */
+
+/* rank 0: every output to its file, then sync the directory */
+static void write_outputs(Eval *e)
+{
+    const RtModel *m = e->ctx.m;
+    for (int i = 0; i < m->noutput; i++) {
+        const RtOutput *out = &m->output[i];
+        char why[1024];
+        if (npy_save(e->path[i], out->dtype, out->rank, out->shape, e->ctx.arena + out->arena_off, why,
+                     sizeof why) != 0) {
+            rt_err_set(1, "output '%s': %s", out->name, why);
+            return;
+        }
+        if (!e->o.quiet) {
+            char dims[256];
+            rt_dims_str(dims, sizeof dims, out->rank, out->shape, 0);
+            printf("wrote %s (%s %s)\n", e->path[i], npy_dtype_name(out->dtype), dims);
+        }
+    }
+    if (npy_sync_dir(e->o.out_dir) != 0)
+        rt_err_set(1, "--out-dir %s: syncing the directory: %s", e->o.out_dir, strerror(errno));
+    fflush(stdout);
+}
+
+static void release(Eval *e)
+{
+    const RtModel *m = e->ctx.m;
+    for (int i = 0; i < m->noutput; i++) {
+        if (e->fname)
+            free(e->fname[i]);
+        if (e->path)
+            free(e->path[i]);
+    }
+    free(e->fname);
+    free(e->path);
+    if (e->init_fd >= 0)
+        close(e->init_fd);
+    free(e->init_path);
+    free(e->base);
+    free(e->ctx.slot);
+    free(e->ctx.shard);
+    free(e->ctx.shard_len);
+    rt_opts_free(&e->o);
+}
+
+int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world)
+{
+    Eval ev;
+    Eval *e = &ev;
+    memset(e, 0, sizeof *e);
+    e->ctx.m = m;
+    e->ctx.rank = rank;
+    e->ctx.world = world;
+    e->init_fd = -1;
+
+    int help = 0;
+    int status = start_up(e, argc, argv, &help);
+    if (status == 0 && help && rank == 0)
+        rt_usage(m);
+    if (status == 0 && !help) {
+        e->ctx.step = 1;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        m->step(&e->ctx);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        if (rank == 0) {
+            if (!e->o.quiet) {
+                printf("forward pass of %s: %.2f ms\n", m->name ? m->name : "the model", ms);
+                fflush(stdout);
+            }
+            write_outputs(e);
+        }
+        status = rt_err_sync();
+    }
+    release(e);
+    return status;
+}

@@ -1,0 +1,137 @@
+"""ONNX's backend node tests (Debian libonnx-testdata) through `fsdpc --eval`.
+
+usage: onnx_node_tests.py FSDPC WORKDIR [NAME_SUBSTRING...]
+
+For every case under /usr/share/libonnx-testdata/data/node: compile model.onnx
+with --eval, run it on test_data_set_0/input_*.pb, compare every output with
+output_*.pb (ONNX's backend tolerance: rtol 1e-3, atol 1e-7; exact for ints and
+bools).  fsdpc has static shapes, so inputs that an op needs as constants
+(Reshape's shape, Slice's starts, ...) are baked into the model as
+initializers from the case's own data before compiling.
+
+A case the compiler rejects with its "unsupported" message (an op, attribute
+or dtype outside the supported set, or an opset outside 13-17) is skipped and
+counted by reason; every other failure fails the test.
+"""
+import collections
+import glob
+import os
+import re
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from common import run
+
+ROOT = "/usr/share/libonnx-testdata/data/node"
+CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4], "Unsqueeze": [1],
+                "Squeeze": [1], "Pad": [1, 2], "ConstantOfShape": [0], "Range": [0, 1, 2], "Split": [1],
+                "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
+                "TopK": [1], "Resize": [1, 2, 3]}
+SKIP = re.compile(r"unsupported|not supported|does not support|fsdpc supports|opset|only rank|no dimension")
+
+
+def bake_constants(model, inputs):
+    """Turn graph inputs used in constant positions into initializers."""
+    names = {}
+    for node in model.graph.node:
+        for pos in CONST_INPUTS.get(node.op_type, []):
+            if pos < len(node.input) and node.input[pos]:
+                names[node.input[pos]] = True
+    keep = []
+    for i, vi in enumerate(model.graph.input):
+        if vi.name in names and vi.name in inputs:
+            model.graph.initializer.append(numpy_helper.from_array(inputs.pop(vi.name), vi.name))
+        else:
+            keep.append(vi)
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+
+
+def load_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return t.name, numpy_helper.to_array(t)
+
+
+def out_file(name):
+    s = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return "_" + s[1:] if s.startswith(".") else s
+
+
+def run_case(fsdpc, work, case):
+    d = os.path.join(ROOT, case)
+    model = onnx.load(os.path.join(d, "model.onnx"))
+    data = sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb")),
+                  key=lambda p: int(re.findall(r"(\d+)\.pb$", p)[0]))
+    init_names = {t.name for t in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            return "skip", "unsupported: non-tensor (sequence/optional) value '%s'" % vi.name
+    in_names = [vi.name for vi in model.graph.input if vi.name not in init_names]
+    inputs = {}
+    for name, path in zip(in_names, data):
+        inputs[name] = load_pb(path)[1]
+    bake_constants(model, inputs)
+    cdir = os.path.join(work, case)
+    os.makedirs(cdir, exist_ok=True)
+    mpath = os.path.join(cdir, "model.onnx")
+    onnx.save(model, mpath)
+    exe = os.path.join(cdir, "run")
+    p = run([fsdpc, mpath, "-o", exe, "--eval", "--verify"], check=False)
+    if p.returncode != 0:
+        msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+        if p.returncode == 1 and SKIP.search(msg):
+            return "skip", msg
+        return "fail", "compile: exit %d: %s" % (p.returncode, msg)
+    args = [exe, "--out-dir", os.path.join(cdir, "out"), "--quiet"]
+    for name, arr in inputs.items():
+        f = os.path.join(cdir, out_file(name) + ".in.npy")
+        np.save(f, arr)
+        args += ["--input", "%s=%s" % (name, f)]
+    p = run(args, check=False)
+    if p.returncode != 0:
+        return "fail", "run: exit %d: %s" % (p.returncode, p.stderr.strip()[-300:])
+    for k, vi in enumerate(model.graph.output):
+        ref = load_pb(os.path.join(d, "test_data_set_0", "output_%d.pb" % k))[1]
+        got = np.load(os.path.join(cdir, "out", out_file(vi.name) + ".npy"))
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            return "fail", "output %s: %s %s, expected %s %s" % (vi.name, got.dtype, got.shape, ref.dtype, ref.shape)
+        if ref.dtype.kind in "fc":
+            if not np.allclose(got, ref, rtol=1e-3, atol=1e-7, equal_nan=True):
+                return "fail", "output %s: max abs diff %.3g" % (vi.name, float(np.max(np.abs(got - ref))))
+        elif not np.array_equal(got, ref):
+            return "fail", "output %s differs" % vi.name
+    return "pass", ""
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    pats = sys.argv[3:]
+    cases = sorted(c for c in os.listdir(ROOT) if not pats or any(p in c for p in pats))
+    counts, reasons, fails = collections.Counter(), collections.Counter(), []
+    for case in cases:
+        status, msg = run_case(fsdpc, work, case)
+        counts[status] += 1
+        if status == "skip":
+            m = re.search(r"unsupported ops: (\w+)", msg)
+            reasons["op " + m.group(1) if m else re.sub(r".*: ", "", msg)[:70]] += 1
+        elif status == "fail":
+            fails.append("%s: %s" % (case, msg))
+        else:
+            print("pass", case)
+    print("\nskipped by reason (top 25):")
+    for r, n in reasons.most_common(25):
+        print("  %4d  %s" % (n, r))
+    for f in fails:
+        print("FAIL", f)
+    print("\nonnx node tests: %d passed, %d failed, %d skipped (unsupported) of %d"
+          % (counts["pass"], counts["fail"], counts["skip"], len(cases)))
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
