@@ -785,28 +785,28 @@ static void load_node(size_t idx, const Onnx__NodeProto *n)
         constant_node(n, what);
         return;
     }
-    /* fixed arity: all inputs required; variable: Gemm has an optional C */
-    int lo = oi->nin >= 0 ? oi->nin : op == OP_Gemm ? 2 : 1;
-    int hi = oi->nin >= 0 ? oi->nin : op == OP_Gemm ? 3 : INT_MAX / 2;
+    /* inputs [inmin, inmax) are optional (ops.def) */
+    int lo = oi->inmin, hi = oi->inmax >= 0 ? oi->inmax : INT_MAX / 2;
     if ((int64_t)n->n_input < lo || (int64_t)n->n_input > hi)
         bad("%s has %zu input%s; %s takes %s", what, n->n_input, n->n_input == 1 ? "" : "s", oi->name,
             lo == hi ? ir_fmt("%d", lo) : hi < INT_MAX / 2 ? ir_fmt("%d to %d", lo, hi)
                                                          : ir_fmt("at least %d", lo));
-    if (n->n_output < 1 || (int)n->n_output > oi->nout || !*n->output[0])
-        bad("%s has %zu output%s; %s has %d", what, n->n_output, n->n_output == 1 ? "" : "s",
-            oi->name, oi->nout);
+    int nout = oi->outmax >= 0 ? oi->outmax : (int)n->n_output;
+    if ((int)n->n_output < oi->outmin || (int)n->n_output > nout || !*n->output[0])
+        bad("%s has %zu output%s; %s has %d to %d", what, n->n_output, n->n_output == 1 ? "" : "s",
+            oi->name, oi->outmin, nout);
     int *in = ir_alloc(sizeof(int) * (n->n_input + 1));
     for (size_t i = 0; i < n->n_input; i++)
         in[i] = use(n->input[i], what, (int)i < lo);
     const char *nname = n->name && *n->name ? n->name : ir_fmt("%s_%d", oi->name, G->nnode);
-    int *out = ir_alloc(sizeof(int) * (size_t)(oi->nout + 1));
-    for (int k = 0; k < oi->nout; k++) {
+    int *out = ir_alloc(sizeof(int) * (size_t)(nout + 1));
+    for (int k = 0; k < nout; k++) {
         int named = k < (int)n->n_output && *n->output[k];
         const char *on = named ? n->output[k] : fresh(ir_fmt("%s.out%d", nname, k));
         out[k] = ir_value(G, on, DT_UNDEF, NULL, R_ACT);
         define(G->val[out[k]].name, out[k], what);
     }
-    int id = ir_node(G, op, nname, (int)n->n_input, in, oi->nout, out);
+    int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
 }

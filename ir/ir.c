@@ -11,7 +11,8 @@
 #include <string.h>
 
 const OpInfo op_info[OP_COUNT] = {
-#define OP(name, onnx, nin, nout, flags) {#name, onnx, nin, nout, flags},
+#define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) \
+    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags},
 #include "ops.def"
 #undef OP
 };

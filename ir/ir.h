@@ -28,7 +28,7 @@ typedef enum {
 } DType;
 
 typedef enum {
-#define OP(name, onnx, nin, nout, flags) OP_##name,
+#define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) OP_##name,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -38,7 +38,11 @@ enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8 };
 
 typedef struct {
     const char *name;
-    int onnx, nin, nout, flags;
+    int onnx;
+    int inmin, inmax;    /* inmax -1: unbounded */
+    int outmin, outmax;  /* outmax -1: as many as the node names */
+    unsigned diff;       /* bit i: input i carries a gradient */
+    int flags;
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
 
@@ -219,6 +223,31 @@ void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
 void pass_memplan(Graph *g);
+
+/* passes/autodiff.c: what gradient rules build with.  Each returns the new
+ * value's id; shapes come from shape_node. */
+#define GRAD_MAX_IN 8
+typedef struct {
+    Graph *g;
+    const Node *n;     /* the forward node (a copy: g->node moves while emitting) */
+    const char *name;  /* base name for the nodes a rule creates */
+    const int *dys;    /* dys[k]: gradient of output k, -1 = none (zero) */
+    const int *need;   /* need[i]: input i wants a gradient */
+    int *d;            /* out: d[i] = the contribution to input i's gradient */
+} GradCtx;
+int ad_emit(Graph *g, Op op, const char *name, int a, int b);    /* op(a[, b]) */
+int ad_scale(Graph *g, const char *name, int x, double alpha);
+int ad_reshape(Graph *g, const char *name, int x, const Shape *to);
+int ad_sum_to(Graph *g, const char *name, int dy, int like);     /* undo broadcasting */
+int ad_matmul(Graph *g, const char *name, int a, int b, int ta, int tb);
+/* op families (passes/grad_*.c): set cx->d for the needed inputs and return
+ * 1, or return 0 if the op is not the family's */
+int grad_tensor(GradCtx *cx);   /* shapes, indexing, data movement, comparisons */
+int grad_nn(GradCtx *cx);       /* conv, pooling, normalisation, softmax, reductions */
+/* shape rules of the families (passes/shape_*.c): type every output of node
+ * and return 1, or return 0 if the op is not the family's */
+int shape_tensor(Graph *g, int node);
+int shape_nn(Graph *g, int node);
 
 /* codegen/ */
 void cg_report(FILE *f, const Graph *g, int world);

@@ -40,15 +40,13 @@ void ir_verify(const Graph *g, const char *after)
     for (int i = 0; i < g->nnode; i++) {
         const Node *n = &g->node[i];
         const OpInfo *oi = &op_info[n->op];
-        if (oi->nin >= 0 && n->nin != oi->nin)
-            die("after %s: node '%s' (%s) has %d inputs, expected %d", after, n->name, oi->name,
-                n->nin, oi->nin);
-        if (n->nout != oi->nout)
-            die("after %s: node '%s' (%s) has %d outputs, expected %d", after, n->name, oi->name,
-                n->nout, oi->nout);
+        if (n->nin < oi->inmin || (oi->inmax >= 0 && n->nin > oi->inmax))
+            die("after %s: node '%s' (%s) has %d inputs", after, n->name, oi->name, n->nin);
+        if (n->nout < oi->outmin || (oi->outmax >= 0 && n->nout > oi->outmax))
+            die("after %s: node '%s' (%s) has %d outputs", after, n->name, oi->name, n->nout);
         for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
-            if (v == -1 && oi->nin < 0)
+            if (v == -1 && j >= oi->inmin)
                 continue; /* omitted optional input */
             check_value_id(g, n, v, after);
             const Value *x = &g->val[v];

@@ -10,28 +10,18 @@
  * float initializer, `bwd` = reaches the loss; a value on both is active.
  * The reverse sweep then applies one rule per op, each written with forward
  * ops plus a few gradient ops of fsdpc's own, and sums contributions when a
- * value feeds several nodes.  Broadcasting is undone by sum_to().
+ * value feeds several nodes.  Broadcasting is undone by ad_sum_to().
  */
 #include "ir.h"
 
 #include <string.h>
 
-/* Does input i of op carry a gradient? */
-static int diff_input(Op op, int i)
-{
-    switch (op) {
-    case OP_Reshape: case OP_MseLoss: case OP_CrossEntropyLoss:
-        return i == 0;
-    case OP_AllReduce:
-        return 0;
-    default:
-        return 1;
-    }
-}
+/* Does input i of op carry a gradient? (ops.def's diff column) */
+static int diff_input(Op op, int i) { return i < 32 && (op_info[op].diff >> i & 1u); }
 
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
-static int emit(Graph *g, Op op, const char *name, int a, int b)
+int ad_emit(Graph *g, Op op, const char *name, int a, int b)
 {
     int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
     int n = ir_node1(g, op, name, a, b, y);
@@ -39,7 +29,7 @@ static int emit(Graph *g, Op op, const char *name, int a, int b)
     return y;
 }
 
-static int emit_matmul(Graph *g, const char *name, int a, int b, int ta, int tb)
+int ad_matmul(Graph *g, const char *name, int a, int b, int ta, int tb)
 {
     int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
     int n = ir_node1(g, OP_MatMul, name, a, b, y);
@@ -49,7 +39,7 @@ static int emit_matmul(Graph *g, const char *name, int a, int b, int ta, int tb)
     return y;
 }
 
-static int emit_scale(Graph *g, const char *name, int x, double alpha)
+int ad_scale(Graph *g, const char *name, int x, double alpha)
 {
     int y = ir_like(g, ir_fmt("%s.out", name), x, R_ACT);
     int n = ir_node1(g, OP_Scale, name, x, -1, y);
@@ -57,21 +47,21 @@ static int emit_scale(Graph *g, const char *name, int x, double alpha)
     return y;
 }
 
-static int emit_reshape(Graph *g, const char *name, int x, const Shape *to)
+int ad_reshape(Graph *g, const char *name, int x, const Shape *to)
 {
     Shape s1 = {1, {to->rank}};
     int sh = ir_const(g, ir_fmt("%s.shape", name), DT_I64, &s1, to->dim);
-    return emit(g, OP_Reshape, name, x, sh);
+    return ad_emit(g, OP_Reshape, name, x, sh);
 }
 
 /* dy summed down to the shape of value `like` (undoes numpy broadcasting) */
-static int sum_to(Graph *g, const char *name, int dy, int like)
+int ad_sum_to(Graph *g, const char *name, int dy, int like)
 {
     Shape from = g->val[dy].shape, to = g->val[like].shape;
     if (shape_eq(&from, &to))
         return dy;
     if (shape_numel(&from) == shape_numel(&to))
-        return emit_reshape(g, name, dy, &to);
+        return ad_reshape(g, name, dy, &to);
     int y = ir_like(g, ir_fmt("%s.out", name), like, R_ACT);
     g->val[y].dtype = g->val[dy].dtype;
     ir_node1(g, OP_ReduceSumTo, name, dy, -1, y);
@@ -80,7 +70,7 @@ static int sum_to(Graph *g, const char *name, int dy, int like)
 
 static void accumulate(Graph *g, int *grad, int v, int contrib, const char *name)
 {
-    grad[v] = grad[v] < 0 ? contrib : emit(g, OP_Add, ir_fmt("%s.acc", name), grad[v], contrib);
+    grad[v] = grad[v] < 0 ? contrib : ad_emit(g, OP_Add, ir_fmt("%s.acc", name), grad[v], contrib);
 }
 
 /* dx = dy f'(.) of a unary op: UnaryGrad reads the forward input x and/or
@@ -110,8 +100,8 @@ static void matmul_grad(Graph *g, const Node *n, int dy, const int *need, int d[
     d[0] = d[1] = -1;
     if (need[0]) {
         const char *s = ir_fmt("%s.dA", nm);
-        d[0] = ta ? emit_matmul(g, s, b, dy, tb, 1) : emit_matmul(g, s, dy, b, 0, !tb);
-        d[0] = sum_to(g, ir_fmt("%s.sum", s), d[0], a);
+        d[0] = ta ? ad_matmul(g, s, b, dy, tb, 1) : ad_matmul(g, s, dy, b, 0, !tb);
+        d[0] = ad_sum_to(g, ir_fmt("%s.sum", s), d[0], a);
     }
     if (need[1]) {
         const char *s = ir_fmt("%s.dB", nm);
@@ -122,47 +112,57 @@ static void matmul_grad(Graph *g, const Node *n, int dy, const int *need, int d[
             const Shape *sa = &g->val[a].shape, *sy = &g->val[dy].shape;
             Shape fa = {2, {shape_numel(sa) / sa->dim[sa->rank - 1], sa->dim[sa->rank - 1]}};
             Shape fy = {2, {shape_numel(sy) / sy->dim[sy->rank - 1], sy->dim[sy->rank - 1]}};
-            aa = emit_reshape(g, ir_fmt("%s.flatA", s), a, &fa);
-            dd = emit_reshape(g, ir_fmt("%s.flatdY", s), dy, &fy);
+            aa = ad_reshape(g, ir_fmt("%s.flatA", s), a, &fa);
+            dd = ad_reshape(g, ir_fmt("%s.flatdY", s), dy, &fy);
         }
-        d[1] = tb ? emit_matmul(g, s, dd, aa, 1, ta) : emit_matmul(g, s, aa, dd, !ta, 0);
-        d[1] = sum_to(g, ir_fmt("%s.sum", s), d[1], b);
+        d[1] = tb ? ad_matmul(g, s, dd, aa, 1, ta) : ad_matmul(g, s, aa, dd, !ta, 0);
+        d[1] = ad_sum_to(g, ir_fmt("%s.sum", s), d[1], b);
     }
 }
 
-/* Apply node n's rule: add the contribution of dy = grad[out] to its inputs. */
+/* Apply node n's rule: add the contributions of its outputs' gradients to
+ * the gradients of its inputs. */
 static void node_grad(Graph *g, int id, int *grad, const char *active)
 {
     Node n = g->node[id]; /* copy: emitting nodes moves g->node */
-    int y = n.out[0], dy = grad[y];
-    int need[2] = {0, 0};
-    for (int i = 0; i < n.nin && i < 2; i++)
-        need[i] = n.in[i] >= 0 && active[n.in[i]] && diff_input(n.op, i);
-    if (!need[0] && !need[1])
+    int need[GRAD_MAX_IN] = {0}, d[GRAD_MAX_IN], any = 0;
+    int *dys = ir_alloc(sizeof(int) * (size_t)(n.nout + 1));
+    for (int k = 0; k < n.nout; k++)
+        dys[k] = grad[n.out[k]];
+    for (int i = 0; i < n.nin; i++) {
+        d[i < GRAD_MAX_IN ? i : 0] = -1;
+        int nd = n.in[i] >= 0 && active[n.in[i]] && diff_input(n.op, i);
+        if (nd && i >= GRAD_MAX_IN)
+            die("node '%s' (%s): gradient for input %d", n.name, op_info[n.op].name, i);
+        if (i < GRAD_MAX_IN)
+            any |= need[i] = nd;
+    }
+    if (!any)
         return;
+    int y = n.out[0], dy = dys[0];
     int a = n.in[0], b = n.nin > 1 ? n.in[1] : -1;
     const char *nm = ir_fmt("%s.bwd", n.name);
-    int d[2] = {-1, -1};
+    GradCtx cx = {g, &n, nm, dys, need, d};
     switch (n.op) {
     case OP_Add:
     case OP_Sub:
-        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), dy, a);
+        if (need[0]) d[0] = ad_sum_to(g, ir_fmt("%s.a", nm), dy, a);
         if (need[1]) {
-            int t = n.op == OP_Sub ? emit_scale(g, ir_fmt("%s.neg", nm), dy, -1.0) : dy;
-            d[1] = sum_to(g, ir_fmt("%s.b", nm), t, b);
+            int t = n.op == OP_Sub ? ad_scale(g, ir_fmt("%s.neg", nm), dy, -1.0) : dy;
+            d[1] = ad_sum_to(g, ir_fmt("%s.b", nm), t, b);
         }
         break;
     case OP_Mul:
-        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), emit(g, OP_Mul, ir_fmt("%s.mula", nm), dy, b), a);
-        if (need[1]) d[1] = sum_to(g, ir_fmt("%s.b", nm), emit(g, OP_Mul, ir_fmt("%s.mulb", nm), dy, a), b);
+        if (need[0]) d[0] = ad_sum_to(g, ir_fmt("%s.a", nm), ad_emit(g, OP_Mul, ir_fmt("%s.mula", nm), dy, b), a);
+        if (need[1]) d[1] = ad_sum_to(g, ir_fmt("%s.b", nm), ad_emit(g, OP_Mul, ir_fmt("%s.mulb", nm), dy, a), b);
         break;
     case OP_Div:
-        if (need[0]) d[0] = sum_to(g, ir_fmt("%s.a", nm), emit(g, OP_Div, ir_fmt("%s.diva", nm), dy, b), a);
+        if (need[0]) d[0] = ad_sum_to(g, ir_fmt("%s.a", nm), ad_emit(g, OP_Div, ir_fmt("%s.diva", nm), dy, b), a);
         if (need[1]) { /* d b = -dy * y / b */
-            int t = emit(g, OP_Mul, ir_fmt("%s.dyy", nm), dy, y);
-            t = emit(g, OP_Div, ir_fmt("%s.divb", nm), t, b);
-            t = emit_scale(g, ir_fmt("%s.negb", nm), t, -1.0);
-            d[1] = sum_to(g, ir_fmt("%s.b", nm), t, b);
+            int t = ad_emit(g, OP_Mul, ir_fmt("%s.dyy", nm), dy, y);
+            t = ad_emit(g, OP_Div, ir_fmt("%s.divb", nm), t, b);
+            t = ad_scale(g, ir_fmt("%s.negb", nm), t, -1.0);
+            d[1] = ad_sum_to(g, ir_fmt("%s.b", nm), t, b);
         }
         break;
     case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
@@ -171,8 +171,8 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
         d[0] = unary_grad(g, &n, nm, dy);
         break;
     case OP_Identity: case OP_Copy: d[0] = dy; break;
-    case OP_Scale: d[0] = emit_scale(g, nm, dy, ir_attr_f(&n, "alpha", 1.0)); break;
-    case OP_Reshape: d[0] = emit_reshape(g, nm, dy, &g->val[a].shape); break;
+    case OP_Scale: d[0] = ad_scale(g, nm, dy, ir_attr_f(&n, "alpha", 1.0)); break;
+    case OP_Reshape: d[0] = ad_reshape(g, nm, dy, &g->val[a].shape); break;
     case OP_Transpose: {
         int r = g->val[a].shape.rank;
         int64_t inv[MAX_RANK];
@@ -205,11 +205,15 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
         break;
     }
     default:
-        die("no gradient rule for %s (node '%s')", op_info[n.op].name, n.name);
+        if (!grad_tensor(&cx) && !grad_nn(&cx))
+            die("no gradient rule for %s (node '%s')", op_info[n.op].name, n.name);
     }
-    for (int i = 0; i < 2; i++)
-        if (need[i])
+    for (int i = 0; i < n.nin && i < GRAD_MAX_IN; i++)
+        if (need[i]) {
+            if (d[i] < 0)
+                die("node '%s' (%s): no gradient made for input %d", n.name, op_info[n.op].name, i);
             accumulate(g, grad, n.in[i], d[i], nm);
+        }
 }
 
 /* fwd: depends on a float initializer; bwd: reaches the loss. */
@@ -265,7 +269,10 @@ void pass_autodiff(Graph *g)
     int nval0 = g->nval; /* values made below are never differentiated */
     for (int i = nfwd - 1; i >= 0; i--) {
         Node *n = &g->node[i];
-        if (n->nout == 1 && n->out[0] < nval0 && active[n->out[0]] && grad[n->out[0]] >= 0)
+        int flows = 0;
+        for (int k = 0; k < n->nout; k++)
+            flows |= n->out[k] < nval0 && active[n->out[k]] && grad[n->out[k]] >= 0;
+        if (flows)
             node_grad(g, i, grad, active);
     }
     for (int v = 0; v < nval0; v++)

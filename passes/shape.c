@@ -194,6 +194,8 @@ void shape_node(Graph *g, int id)
         s = g->val[n->in[1]].shape;
         break;
     default:
+        if (shape_tensor(g, id) || shape_nn(g, id))
+            return;
         /* ops created with their output already typed (ReduceSumTo, Ones,
          * collectives, Free, optimizer updates) */
         return;

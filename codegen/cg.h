@@ -1,0 +1,27 @@
+/* cg.h — shared by the codegen files: a growable text buffer and the helpers
+ * that turn IR values into C expressions.  Never included by the runtime. */
+#ifndef FSDPC_CG_H
+#define FSDPC_CG_H
+
+#include "ir.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} Buf;
+
+void cg_put(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *cg_cstr(const char *s);       /* a C string literal of any bytes */
+const char *cg_comment(const char *s);    /* text safe inside a C comment */
+const char *cg_ctype(DType t);            /* "float", "int64_t", ... */
+const char *cg_sfx(DType t);              /* kernel suffix: "f32" / "f64" */
+const char *cg_ptr(const Graph *g, int v);/* typed pointer expression of value v */
+const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
+int cg_same_place(const Graph *g, int a, int b);
+void cg_emit_node(Buf *b, const Graph *g, const Node *n);
+
+/* op families (codegen/cpu_*.c): emit n and return 1, or return 0 if n is
+ * not theirs */
+int cg_tensor(Buf *b, const Graph *g, const Node *n);
+int cg_nn(Buf *b, const Graph *g, const Node *n);
+#endif

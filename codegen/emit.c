@@ -1,0 +1,299 @@
+/* emit.c — C text for one node of the step (the core op set), and the
+ * helpers every codegen file shares (codegen/cg.h).
+ *
+ * Each node becomes one kernel or collective call with pointers from the
+ * static plan.  Model names reach the C text only through cg_cstr (escaped
+ * string literals) and cg_comment (sanitised comments).
+ */
+#include "cg.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+void cg_put(Buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1 << 16;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = ir_alloc(cap);
+        if (b->len)
+            memcpy(nb, b->buf, b->len);
+        b->buf = nb;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* A C string literal for any bytes: only [A-Za-z0-9_ .,:/@-] pass through. */
+const char *cg_cstr(const char *s)
+{
+    char *o = ir_alloc(strlen(s) * 4 + 3), *p = o;
+    *p++ = '"';
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            strchr("_ .,:/@-", ch))
+            *p++ = (char)ch;
+        else
+            p += sprintf(p, "\\%03o", ch);
+    }
+    *p++ = '"';
+    *p = 0;
+    return o;
+}
+
+/* Text safe inside a C comment (no "*" "/" pairs, no control bytes). */
+const char *cg_comment(const char *s)
+{
+    char *o = ir_strdup(s);
+    for (char *p = o; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              strchr("_.,:@-[]()#", ch)))
+            *p = '_';
+    }
+    return o;
+}
+
+const char *cg_ctype(DType t)
+{
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    case DT_I64: return "int64_t";
+    case DT_I32: return "int32_t";
+    case DT_BOOL: return "uint8_t";
+    default: die("no C type for dtype %d", t);
+    }
+}
+
+const char *cg_sfx(DType t) { return t == DT_F64 ? "f64" : "f32"; }
+
+/* pointer expression for value v, typed */
+const char *cg_ptr(const Graph *g, int v)
+{
+    const Value *x = &g->val[v];
+    const Loc *l = &x->loc;
+    const char *t = cg_ctype(x->dtype);
+    switch (l->kind) {
+    case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
+    case LOC_SLOT: return ir_fmt("((%s *)(c->slot[%d] + %lld))", t, l->slot, (long long)l->off);
+    case LOC_SHARD:
+        return ir_fmt("((%s *)c->shard[%d * RT_NSTATE + %d])", t, l->unit, l->state);
+    default: die("value '%s' has no place in memory", x->name);
+    }
+}
+
+int cg_same_place(const Graph *g, int a, int b)
+{
+    const Loc *x = &g->val[a].loc, *y = &g->val[b].loc;
+    return x->kind == y->kind && x->slot == y->slot && x->unit == y->unit && x->state == y->state &&
+           x->off == y->off;
+}
+
+const char *cg_ints(const int64_t *v, int n)
+{
+    Buf b = {0};
+    cg_put(&b, "{");
+    for (int i = 0; i < n; i++)
+        cg_put(&b, i ? ", %lld" : "%lld", (long long)v[i]);
+    cg_put(&b, n ? "}" : "0}");
+    return b.buf;
+}
+
+static void emit_binary(Buf *b, const Graph *g, const Node *n, int kop)
+{
+    const Value *y = &g->val[n->out[0]];
+    int r = y->shape.rank;
+    int64_t sa[MAX_RANK], sb[MAX_RANK];
+    for (int k = 0; k < 2; k++) {
+        const Shape *s = &g->val[n->in[k]].shape;
+        int64_t *st = k ? sb : sa, acc = 1;
+        for (int i = r - 1; i >= 0; i--) {
+            int ia = i - (r - s->rank);
+            int64_t d = ia >= 0 ? s->dim[ia] : 1;
+            st[i] = d == 1 ? 0 : acc;
+            acc *= d;
+        }
+    }
+    cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(y->shape.dim, r),
+        cg_ints(sa, r), cg_ints(sb, r));
+    cg_put(b, "      k_binary_%s(%d, %s, %s, %s, %d, sh, sa, sb); }\n", cg_sfx(y->dtype), kop,
+        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r);
+}
+
+static void emit_matmul(Buf *b, const Graph *g, const Node *n)
+{
+    const Shape *sa = &g->val[n->in[0]].shape, *sb = &g->val[n->in[1]].shape;
+    const Shape *sy = &g->val[n->out[0]].shape;
+    int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
+    int64_t m = sy->dim[sy->rank - 2], nn = sy->dim[sy->rank - 1];
+    int64_t k = sa->dim[sa->rank - (ta ? 2 : 1)];
+    int64_t batch = shape_numel(sy) / (m * nn);
+    int64_t strA = shape_numel(sa) == m * k ? 0 : m * k, strB = shape_numel(sb) == k * nn ? 0 : k * nn;
+    cg_put(b, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, 0.0);\n",
+        cg_sfx(g->val[n->out[0]].dtype), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
+        (long long)batch, (long long)strA, (long long)strB, (long long)m, (long long)nn,
+        (long long)k, ta, tb);
+}
+
+/* The kernels' code and parameters of a unary op (kernels/c/kernels.h). */
+static const char *unary_op(Op op)
+{
+    switch (op) {
+    case OP_Relu: return "K_RELU";
+    case OP_Tanh: return "K_TANH";
+    case OP_Sigmoid: return "K_SIGMOID";
+    case OP_Sqrt: return "K_SQRT";
+    case OP_Reciprocal: return "K_RECIPROCAL";
+    case OP_Exp: return "K_EXP";
+    case OP_Log: return "K_LOG";
+    case OP_Neg: return "K_NEG";
+    case OP_Abs: return "K_ABS";
+    case OP_Erf: return "K_ERF";
+    case OP_LeakyRelu: return "K_LEAKY_RELU";
+    case OP_Softplus: return "K_SOFTPLUS";
+    case OP_Clip: return "K_CLIP";
+    default: die("%s is not a unary op", op_info[op].name);
+    }
+}
+
+/* p0, p1 as C text (infinities spelled so the C compiler takes them) */
+static const char *unary_params(Op op, const Node *n)
+{
+    double p0 = 0, p1 = 0;
+    if (op == OP_LeakyRelu)
+        p0 = ir_attr_f(n, "alpha", 0.01);
+    if (op == OP_Softplus)
+        p0 = 1, p1 = 20;
+    if (op == OP_Clip) {
+        const char *lo = ir_attr(n, "min") ? ir_fmt("%.17g", ir_attr_f(n, "min", 0)) : "-INFINITY";
+        const char *hi = ir_attr(n, "max") ? ir_fmt("%.17g", ir_attr_f(n, "max", 0)) : "INFINITY";
+        return ir_fmt("%s, %s", lo, hi);
+    }
+    return ir_fmt("%.17g, %.17g", p0, p1);
+}
+
+void cg_emit_node(Buf *b, const Graph *g, const Node *n)
+{
+    int y = n->nout ? n->out[0] : -1, x = n->nin ? n->in[0] : -1;
+    DType dt = y >= 0 ? g->val[y].dtype : g->val[x].dtype;
+    const char *s = cg_sfx(dt);
+    int64_t ny = y >= 0 ? value_numel(g, y) : 0;
+    cg_put(b, "    /* %s: %s */\n", cg_comment(n->name), op_info[n->op].name);
+    switch (n->op) {
+    case OP_Add: emit_binary(b, g, n, 0); break;
+    case OP_Sub: emit_binary(b, g, n, 1); break;
+    case OP_Mul: emit_binary(b, g, n, 2); break;
+    case OP_Div: emit_binary(b, g, n, 3); break;
+    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
+    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
+    case OP_Clip:
+        cg_put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, unary_op(n->op), cg_ptr(g, y), cg_ptr(g, x),
+            (long long)ny, unary_params(n->op, n));
+        break;
+    case OP_UnaryGrad: {
+        Op of = (Op)ir_attr_i(n, "of", -1);
+        cg_put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, unary_op(of), cg_ptr(g, y), cg_ptr(g, x),
+            n->in[1] >= 0 ? cg_ptr(g, n->in[1]) : "NULL", n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
+            (long long)ny, unary_params(of, n));
+        break;
+    }
+    case OP_Scale:
+        cg_put(b, "    k_scale_%s(%s, %s, %.17g, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x), ir_attr_f(n, "alpha", 1),
+            (long long)ny);
+        break;
+    case OP_Identity: case OP_Reshape: case OP_Copy:
+        if (cg_same_place(g, x, y))
+            cg_put(b, "    /* a view: no data moves */\n");
+        else
+            cg_put(b, "    memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
+                (long long)(ny * (int64_t)dtype_size(dt)));
+        break;
+    case OP_MatMul: emit_matmul(b, g, n); break;
+    case OP_Transpose: {
+        const Value *vx = &g->val[x];
+        int64_t perm[MAX_RANK];
+        const Attr *p = ir_attr(n, "perm");
+        for (int i = 0; i < vx->shape.rank; i++)
+            perm[i] = p ? p->ints[i] : vx->shape.rank - 1 - i;
+        cg_put(b, "    { static const int64_t xs[] = %s, pm[] = %s;\n", cg_ints(vx->shape.dim, vx->shape.rank),
+            cg_ints(perm, vx->shape.rank));
+        cg_put(b, "      k_transpose_%s(%s, %s, %d, xs, pm); }\n", s, cg_ptr(g, y), cg_ptr(g, x), vx->shape.rank);
+        break;
+    }
+    case OP_ReduceSumTo: {
+        const Shape *xs = &g->val[x].shape, *ys = &g->val[y].shape;
+        int64_t pad[MAX_RANK];
+        for (int i = 0; i < xs->rank; i++) {
+            int iy = i - (xs->rank - ys->rank);
+            pad[i] = iy >= 0 ? ys->dim[iy] : 1;
+        }
+        cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(xs->dim, xs->rank),
+            cg_ints(pad, xs->rank));
+        cg_put(b, "      k_reduce_sum_to_%s(%s, %s, %d, xs, ys); }\n", s, cg_ptr(g, y), cg_ptr(g, x), xs->rank);
+        break;
+    }
+    case OP_MseLoss:
+        cg_put(b, "    k_mse_%s(%s, %s, %s, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x), cg_ptr(g, n->in[1]),
+            (long long)value_numel(g, x));
+        break;
+    case OP_MseLossGrad:
+        cg_put(b, "    k_mse_grad_%s(%s, %s, %s, %s, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x), cg_ptr(g, n->in[1]),
+            cg_ptr(g, n->in[2]), (long long)ny);
+        break;
+    case OP_CrossEntropyLoss: {
+        const Shape *xs = &g->val[x].shape;
+        int64_t cls = xs->dim[xs->rank - 1], rows = shape_numel(xs) / cls;
+        cg_put(b, "    { int64_t bad = k_cross_entropy_%s(%s, %s, %s, %lld, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x),
+            cg_ptr(g, n->in[1]), (long long)rows, (long long)cls);
+        cg_put(b, "      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld in row %%lld of this rank's batch is "
+               "outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
+            (long long)cls, cg_cstr(g->val[n->in[1]].name), cg_ptr(g, n->in[1]));
+        break;
+    }
+    case OP_CrossEntropyGrad: {
+        const Shape *xs = &g->val[n->in[1]].shape;
+        int64_t cls = xs->dim[xs->rank - 1], rows = shape_numel(xs) / cls;
+        cg_put(b, "    k_cross_entropy_grad_%s(%s, %s, %s, %s, %lld, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x),
+            cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), (long long)rows, (long long)cls);
+        break;
+    }
+    case OP_Ones: cg_put(b, "    k_fill_%s(%s, 1.0, %lld);\n", s, cg_ptr(g, y), (long long)ny); break;
+    case OP_AllGather:
+        cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
+        break;
+    case OP_ReduceScatter:
+        cg_put(b, "    rt_reduce_scatter_avg(c, %s, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x),
+            (long long)g->unit[n->unit].numel, n->unit, dt);
+        break;
+    case OP_AllReduce:
+        cg_put(b, "    memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x), (long long)(ny * (int64_t)dtype_size(dt)));
+        cg_put(b, "    rt_allreduce_avg(c, %s, %lld, %d);\n", cg_ptr(g, y), (long long)ny, dt);
+        break;
+    case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
+    case OP_AdamW:
+        cg_put(b, "    k_adamw_%s(%s, %s, %s, %s, c->shard_len[%d], c->lr, c->beta1, c->beta2, c->eps, "
+               "c->weight_decay, c->step);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),
+            cg_ptr(g, n->in[3]), n->unit);
+        break;
+    case OP_Sgd:
+        cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->step);\n",
+            s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit);
+        break;
+    default:
+        if (!cg_tensor(b, g, n) && !cg_nn(b, g, n))
+            die("the cpu target has no code for %s (node '%s')", op_info[n->op].name, n->name);
+    }
+}
+
