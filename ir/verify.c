@@ -36,7 +36,7 @@ void ir_verify(const Graph *g, const char *after)
         if (!strcmp(after, untyped[i]))
             typed = 0;
 
-    char *made = ir_alloc((size_t)g->nval + 1);
+    char *made = ir_alloc((size_t)g->nval + 1), *freed = ir_alloc((size_t)g->nval + 1);
     for (int i = 0; i < g->nnode; i++) {
         const Node *n = &g->node[i];
         const OpInfo *oi = &op_info[n->op];
@@ -51,12 +51,17 @@ void ir_verify(const Graph *g, const char *after)
             check_value_id(g, n, v, after);
             const Value *x = &g->val[v];
             int root = x->alias_of >= 0 ? x->alias_of : v;
+            if (freed[root])
+                die("after %s: node '%s' (%s) reads '%s' after its buffer was freed", after, n->name,
+                    oi->name, x->name);
             if (needs_producer(&g->val[root]) && !made[root])
                 die("after %s: node '%s' (%s) reads '%s' before it is produced", after, n->name,
                     oi->name, x->name);
             if (typed && x->dtype == DT_UNDEF)
                 die("after %s: value '%s' has no dtype", after, x->name);
         }
+        if (n->op == OP_Free)
+            freed[n->in[0]] = 1;
         for (int j = 0; j < n->nout; j++) {
             int v = n->out[j];
             check_value_id(g, n, v, after);

@@ -38,6 +38,8 @@ static void make_views(Graph *g)
         if (o->alias_of >= 0)
             continue; /* already placed inside a flat buffer: codegen copies */
         int x = n->in[0];
+        if (g->val[root_of(g, x)].role == R_FLAT)
+            continue; /* a view of a gathered parameter would outlive its Free: copy */
         o->alias_of = root_of(g, x);
         o->alias_off = g->val[x].alias_of >= 0 ? g->val[x].alias_off : 0;
     }

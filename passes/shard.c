@@ -186,7 +186,10 @@ void pass_shard(Graph *g)
                        op == OP_AdamW ? 4 : 3, in, -1, u));
     }
 
-    Node *out = ir_alloc(sizeof(Node) * (size_t)(g->nval + nn + tail.len + 1) * 2);
+    int total = nn + tail.len;
+    for (int i = 0; i < nn; i++)
+        total += before[i].len + after[i].len;
+    Node *out = ir_alloc(sizeof(Node) * (size_t)(total + 1));
     int n = 0, nfwd = 0;
     for (int i = 0; i < nn; i++) {
         for (int k = 0; k < before[i].len; k++)
