@@ -152,7 +152,8 @@ int main(int argc, char **argv)
     RUN(shape);
     if (o.eval) { /* forward only: every initializer stays a constant */
         RUN(memplan);
-        cg_cpu(g);
+        if (o.out)
+            cg_cpu(g);
         return 0;
     }
     RUN(loss);

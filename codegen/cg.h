@@ -24,4 +24,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n);
  * not theirs */
 int cg_tensor(Buf *b, const Graph *g, const Node *n);
 int cg_nn(Buf *b, const Graph *g, const Node *n);
+/* the initializer name (a C literal) of constant v if the step writes it
+ * (Assign: BatchNormalization running statistics), else "0" */
+const char *cg_nn_state_name(const Graph *g, int v);
 #endif

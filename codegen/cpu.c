@@ -169,10 +169,10 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
     int nconst = 0;
     for (int v = 0; v < g->nval; v++)
         if (L->const_off[v] >= 0) {
-            cg_put(b, "    {%lld, %lld, %lld}, /* %s */\n", (long long)L->const_off[v],
+            cg_put(b, "    {%lld, %lld, %lld, %s}, /* %s */\n", (long long)L->const_off[v],
                 (long long)g->val[v].loc.off,
                 (long long)(value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype)),
-                cg_comment(g->val[v].name));
+                cg_nn_state_name(g, v), cg_comment(g->val[v].name));
             nconst++;
         }
     if (!nconst)

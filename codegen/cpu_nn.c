@@ -1,10 +1,501 @@
-/* cpu_nn.c — CPU code of the nn family (conv, pooling, normalisation, softmax, reductions, losses). */
+/* cpu_nn.c — CPU code of the nn family (conv, pooling, normalisation,
+ * softmax, reductions, dropout, losses) and of its backward ops.
+ *
+ * Each node is one or two kernel calls (kernels/c/kernels.h) with its
+ * geometry as a static KConv2d / KPool2d or shape arrays, except
+ * SoftmaxCrossEntropyLoss: k_softmax gives the log-probabilities and a
+ * short emitted loop does the rest (the label pick, ignore_index, class
+ * weights, the reduction), because no kernel has ONNX's ignore_index and
+ * weights; its backward scatters into dlog_prob the same way and finishes
+ * with k_softmax_grad.  NegativeLogLikelihoodLoss is the same loop on given
+ * log-probabilities, and its backward the same scatter.
+ *
+ * Dropout draws its mask from (NN_DROPOUT_SEED, the node's `stream` attribute
+ * (a hash of its ONNX name, see shape_nn.c), the step, the element index): not from the rank, as PyTorch DDP ranks
+ * seeded alike draw the same masks.  Assign is a memcpy into a constant's
+ * bytes in the arena, which the runtime loads once, so the value persists
+ * from step to step (BatchNormalization's running statistics).
+ */
 #include "cg.h"
+#include "../passes/nn.h"
+
+#include <string.h>
+
+static const char *P(const Graph *g, int v) { return cg_ptr(g, v); }
+static const char *opt(const Graph *g, int v) { return v >= 0 ? cg_ptr(g, v) : "NULL"; }
+static int input(const Node *n, int i) { return i < n->nin ? n->in[i] : -1; }
+
+/* the pointer of result i of a backward op with attribute need, or NULL */
+static const char *wanted(const Graph *g, const Node *n, int i)
+{
+    return ir_attr_i(n, "need", 0) >> i & 1 ? cg_ptr(g, n->out[i]) : "NULL";
+}
+
+static const char *conv_lit(const KConv2d *p)
+{
+    return ir_fmt("{.n = %lld, .c = %lld, .h = %lld, .w = %lld, .m = %lld, .kh = %lld, .kw = %lld, "
+                  ".oh = %lld, .ow = %lld, .sh = %lld, .sw = %lld, .dh = %lld, .dw = %lld, .pt = %lld, "
+                  ".pl = %lld, .pb = %lld, .pr = %lld, .groups = %lld}",
+                  (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->m,
+                  (long long)p->kh, (long long)p->kw, (long long)p->oh, (long long)p->ow, (long long)p->sh,
+                  (long long)p->sw, (long long)p->dh, (long long)p->dw, (long long)p->pt, (long long)p->pl,
+                  (long long)p->pb, (long long)p->pr, (long long)p->groups);
+}
+
+static const char *pool_lit(const KPool2d *p)
+{
+    return ir_fmt("{.n = %lld, .c = %lld, .h = %lld, .w = %lld, .kh = %lld, .kw = %lld, .oh = %lld, "
+                  ".ow = %lld, .sh = %lld, .sw = %lld, .dh = %lld, .dw = %lld, .pt = %lld, .pl = %lld, "
+                  ".pb = %lld, .pr = %lld, .count_include_pad = %d}",
+                  (long long)p->n, (long long)p->c, (long long)p->h, (long long)p->w, (long long)p->kh,
+                  (long long)p->kw, (long long)p->oh, (long long)p->ow, (long long)p->sh, (long long)p->sw,
+                  (long long)p->dh, (long long)p->dw, (long long)p->pt, (long long)p->pl, (long long)p->pb,
+                  (long long)p->pr, p->count_include_pad);
+}
+
+static Shape attr_shape(const Node *n, const char *name)
+{
+    const Attr *a = ir_attr(n, name);
+    Shape s = {a->n, {0}};
+    for (int i = 0; i < a->n; i++)
+        s.dim[i] = a->ints[i];
+    return s;
+}
+
+/* ---- Pow --------------------------------------------------------------- */
+
+/* strides of operand shape s broadcast to y (0 on broadcast dims) */
+static const char *bstrides(const Shape *s, const Shape *y)
+{
+    int64_t st[MAX_RANK], acc = 1;
+    for (int i = y->rank - 1; i >= 0; i--) {
+        int k = i - (y->rank - s->rank);
+        int64_t d = k >= 0 ? s->dim[k] : 1;
+        st[i] = d == 1 ? 0 : acc;
+        acc *= d;
+    }
+    return cg_ints(st, y->rank);
+}
+
+static void binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa,
+                   int bb, const char *pb)
+{
+    const Shape *ys = &g->val[y].shape;
+    cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(ys->dim, ys->rank),
+           bstrides(&g->val[a].shape, ys), bstrides(&g->val[bb].shape, ys));
+    cg_put(b, "      k_binary_%s(%s, %s, %s, %s, %d, sh, sa, sb); }\n", cg_sfx(g->val[y].dtype), op, py, pa, pb,
+           ys->rank);
+}
+
+static void emit_pow(Buf *b, const Graph *g, const Node *n)
+{
+    int y = n->out[0];
+    binary(b, g, "K_POW", y, P(g, y), n->in[0], P(g, n->in[0]), n->in[1], P(g, n->in[1]));
+}
+
+/* t = POW_DA or POW_DB (a, b) at dy's shape, then t *= dy */
+static void emit_pow_grad(Buf *b, const Graph *g, const Node *n)
+{
+    int t = n->out[0], dy = n->in[0];
+    const char *op = ir_attr_i(n, "wrt", 0) ? "K_POW_DB" : "K_POW_DA";
+    binary(b, g, op, t, P(g, t), n->in[1], P(g, n->in[1]), n->in[2], P(g, n->in[2]));
+    binary(b, g, "K_MUL", t, P(g, t), t, P(g, t), dy, P(g, dy));
+}
+
+/* ---- Conv -------------------------------------------------------------- */
+
+static void emit_conv(Buf *b, const Graph *g, const Node *n)
+{
+    KConv2d p;
+    nn_conv_geom(g, n, &g->val[n->in[0]].shape, &g->val[n->in[1]].shape, &p);
+    int ws = n->out[1];
+    cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
+    cg_put(b, "      k_conv2d_%s(&p, %s, %s, %s, %s, %s); }\n", cg_sfx(g->val[n->out[0]].dtype), P(g, n->out[0]),
+           P(g, n->in[0]), P(g, n->in[1]), opt(g, input(n, 2)), value_numel(g, ws) ? P(g, ws) : "NULL");
+}
+
+static void emit_conv_grad(Buf *b, const Graph *g, const Node *n)
+{
+    Shape xs = attr_shape(n, "xshape"), wsh = attr_shape(n, "wshape");
+    KConv2d p;
+    nn_conv_geom(g, n, &xs, &wsh, &p);
+    int need = (int)ir_attr_i(n, "need", 0), ws = n->out[3];
+    const char *s = cg_sfx(g->val[n->in[0]].dtype), *scr = value_numel(g, ws) ? P(g, ws) : "NULL";
+    cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
+    if (need & 1)
+        cg_put(b, "      k_conv2d_grad_x_%s(&p, %s, %s, %s, %s);\n", s, P(g, n->out[0]), P(g, n->in[0]),
+               P(g, n->in[2]), scr);
+    if (need & 2)
+        cg_put(b, "      k_conv2d_grad_w_%s(&p, %s, %s, %s, %s);\n", s, P(g, n->out[1]), P(g, n->in[0]),
+               P(g, n->in[1]), scr);
+    if (need & 4)
+        cg_put(b, "      k_conv2d_grad_b_%s(&p, %s, %s);\n", s, P(g, n->out[2]), P(g, n->in[0]));
+    cg_put(b, "    }\n");
+}
+
+/* ---- normalisation ------------------------------------------------------ */
+
+/* n, c, l of a BatchNormalization input */
+static void bn_dims(const Shape *x, int64_t d[3])
+{
+    d[0] = x->dim[0];
+    d[1] = x->dim[1];
+    d[2] = 1;
+    for (int i = 2; i < x->rank; i++)
+        d[2] *= x->dim[i];
+}
+
+/* An --eval build follows the ONNX spec, whose running var mixes in the
+ * biased batch variance; training follows torch.nn.BatchNorm (unbiased, as
+ * k_batchnorm_train).  The biased variance is 1 / invstd^2 - eps. */
+static void emit_onnx_running_var(Buf *b, const Graph *g, const Node *n, int64_t c, double eps, double mom)
+{
+    cg_put(b, "    for (int64_t k = 0; k < %lld; k++)\n", (long long)c);
+    cg_put(b, "        %s[k] = (%s)(%.17g * (double)%s[k] + %.17g * (1.0 / ((double)%s[k] * %s[k]) - %.17g));\n",
+           P(g, n->out[2]), cg_ctype(g->val[n->out[2]].dtype), mom, P(g, n->in[4]), 1 - mom, P(g, n->out[4]),
+           P(g, n->out[4]), eps);
+}
+
+static void emit_batchnorm(Buf *b, const Graph *g, const Node *n)
+{
+    int64_t d[3];
+    bn_dims(&g->val[n->in[0]].shape, d);
+    const char *s = cg_sfx(g->val[n->out[0]].dtype);
+    double eps = ir_attr_f(n, "epsilon", 1e-5), mom = ir_attr_f(n, "momentum", 0.9);
+    const int *in = n->in, *o = n->out;
+    int onnx_var = g->opt->eval; /* see emit_onnx_running_var */
+    if (nn_bn_training(n)) {
+        cg_put(b, "    k_batchnorm_train_%s(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g, %.17g);\n",
+               s, P(g, o[0]), P(g, o[3]), P(g, o[4]), P(g, o[1]), onnx_var ? "NULL" : P(g, o[2]), P(g, in[0]),
+               P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]), (long long)d[0], (long long)d[1], (long long)d[2],
+               eps, mom);
+        if (onnx_var)
+            emit_onnx_running_var(b, g, n, d[1], eps, mom);
+    } else
+        cg_put(b, "    k_batchnorm_infer_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g);\n", s, P(g, o[0]),
+               P(g, in[0]), P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]), (long long)d[0], (long long)d[1],
+               (long long)d[2], eps);
+}
+
+static void emit_batchnorm_grad(Buf *b, const Graph *g, const Node *n)
+{
+    int64_t d[3];
+    bn_dims(&g->val[n->in[0]].shape, d);
+    cg_put(b, "    k_batchnorm_grad_%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld);\n",
+           cg_sfx(g->val[n->in[0]].dtype), wanted(g, n, 0), wanted(g, n, 1), wanted(g, n, 2), P(g, n->in[0]),
+           P(g, n->in[1]), P(g, n->in[2]), P(g, n->in[3]), P(g, n->in[4]), (long long)d[0], (long long)d[1],
+           (long long)d[2]);
+}
+
+/* outer x inner of LayerNormalization's input (inner: the dims from axis) */
+static void ln_dims(const Graph *g, const Node *n, const Shape *x, int64_t *outer, int64_t *inner)
+{
+    int ax = nn_axis(g, n, ir_attr_i(n, "axis", -1), x->rank, "axis");
+    int64_t a;
+    nn_split(x, ax, outer, &a, inner);
+    *inner *= a;
+}
+
+static void emit_layernorm(Buf *b, const Graph *g, const Node *n)
+{
+    int64_t outer, inner;
+    ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
+    cg_put(b, "    k_layernorm_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype),
+           P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]), P(g, n->in[0]), P(g, n->in[1]), opt(g, input(n, 2)),
+           (long long)outer, (long long)inner, ir_attr_f(n, "epsilon", 1e-5));
+}
+
+static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
+{
+    int64_t outer, inner;
+    ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
+    cg_put(b, "    k_layernorm_grad_%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld);\n",
+           cg_sfx(g->val[n->in[0]].dtype), wanted(g, n, 0), wanted(g, n, 1), wanted(g, n, 2), P(g, n->in[0]),
+           P(g, n->in[1]), P(g, n->in[2]), P(g, n->in[3]), opt(g, input(n, 4)), (long long)outer,
+           (long long)inner);
+}
+
+/* ---- softmax ------------------------------------------------------------ */
+
+static void emit_softmax(Buf *b, const Graph *g, const Node *n, int grad)
+{
+    const Shape *x = &g->val[n->out[0]].shape;
+    int64_t o, a, i;
+    nn_split(x, nn_axis(g, n, ir_attr_i(n, "axis", -1), x->rank, "axis"), &o, &a, &i);
+    const char *s = cg_sfx(g->val[n->out[0]].dtype);
+    if (grad)
+        cg_put(b, "    k_softmax_grad_%s(%d, %s, %s, %s, %lld, %lld, %lld);\n", s, (int)ir_attr_i(n, "log", 0),
+               P(g, n->out[0]), P(g, n->in[0]), P(g, n->in[1]), (long long)o, (long long)a, (long long)i);
+    else
+        cg_put(b, "    k_softmax_%s(%d, %s, %s, %lld, %lld, %lld);\n", s, n->op == OP_LogSoftmax,
+               P(g, n->out[0]), P(g, n->in[0]), (long long)o, (long long)a, (long long)i);
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+/* is value v read by a node or a graph output? */
+static int is_read(const Graph *g, int v)
+{
+    for (int i = 0; i < g->noutput; i++)
+        if (g->output[i] == v)
+            return 1;
+    for (int i = 0; i < g->nnode; i++)
+        for (int j = 0; j < g->node[i].nin; j++)
+            if (g->node[i].in[j] == v)
+                return 1;
+    return 0;
+}
+
+static void emit_pool(Buf *b, const Graph *g, const Node *n)
+{
+    KPool2d p;
+    int grad = n->op == OP_MaxPoolGrad || n->op == OP_AveragePoolGrad;
+    nn_pool_geom(g, n, &g->val[grad ? n->out[0] : n->in[0]].shape, &p);
+    const char *s = cg_sfx(g->val[n->out[0]].dtype), *y = P(g, n->out[0]), *x = P(g, n->in[0]);
+    cg_put(b, "    { static const KPool2d p = %s;\n", pool_lit(&p));
+    switch (n->op) {
+    case OP_MaxPool:
+        cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(g, n->out[2]), x);
+        if (is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
+            cg_put(b, "      for (int64_t i = 0; i < %lld; i++) %s[i] = i / %lld * %lld + %s[i];\n",
+                   (long long)(p.n * p.c * p.oh * p.ow), P(g, n->out[1]), (long long)(p.oh * p.ow),
+                   (long long)(p.h * p.w), P(g, n->out[2]));
+        break;
+    case OP_MaxPoolGrad: cg_put(b, "      k_maxpool2d_grad_%s(&p, %s, %s, %s);\n", s, y, x, P(g, n->in[1])); break;
+    case OP_AveragePool: cg_put(b, "      k_avgpool2d_%s(&p, %s, %s);\n", s, y, x); break;
+    default: cg_put(b, "      k_avgpool2d_grad_%s(&p, %s, %s);\n", s, y, x); break;
+    }
+    cg_put(b, "    }\n");
+}
+
+static void emit_global_pool(Buf *b, const Graph *g, const Node *n)
+{
+    int grad = n->op == OP_GlobalAveragePoolGrad;
+    const Shape *x = &g->val[grad ? n->out[0] : n->in[0]].shape;
+    int64_t nc = x->dim[0] * x->dim[1], hw = shape_numel(x) / (nc ? nc : 1);
+    cg_put(b, "    k_global_avgpool%s_%s(%s, %s, %lld, %lld);\n", grad ? "_grad" : "", cg_sfx(g->val[n->out[0]].dtype),
+           P(g, n->out[0]), P(g, n->in[0]), (long long)nc, (long long)hw);
+}
+
+/* ---- reductions --------------------------------------------------------- */
+
+static const char *reduce_op(Op op)
+{
+    return op == OP_ReduceSum ? "K_RSUM" : op == OP_ReduceMean ? "K_RMEAN" : "K_RMAX";
+}
+
+static void copy_or_view(Buf *b, const Graph *g, int y, int x)
+{
+    if (cg_same_place(g, y, x))
+        cg_put(b, "    /* a view: no data moves */\n");
+    else
+        cg_put(b, "    memcpy(%s, %s, %lld);\n", P(g, y), P(g, x),
+               (long long)(value_numel(g, x) * (int64_t)dtype_size(g->val[x].dtype)));
+}
+
+static void emit_reduce(Buf *b, const Graph *g, const Node *n)
+{
+    const Shape *x = &g->val[n->in[0]].shape;
+    Shape kept;
+    char red[MAX_RANK];
+    if (!nn_reduce_dims(g, n, x, &kept, red)) {
+        copy_or_view(b, g, n->out[0], n->in[0]);
+        return;
+    }
+    cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank),
+           cg_ints(kept.dim, kept.rank));
+    cg_put(b, "      k_reduce_%s(%s, %s, %s, %d, xs, ys); }\n", cg_sfx(g->val[n->out[0]].dtype), reduce_op(n->op),
+           P(g, n->out[0]), P(g, n->in[0]), x->rank);
+}
+
+/* Sum / Mean: dx = dy broadcast (k_copy_strided, stride 0 on reduced dims),
+ * scaled by 1 / count for Mean; Max: split among the maxima */
+static void emit_reduce_grad(Buf *b, const Graph *g, const Node *n)
+{
+    const Shape *x = &g->val[n->out[0]].shape;
+    Shape y = attr_shape(n, "yshape");
+    Op of = (Op)ir_attr_i(n, "of", 0);
+    const char *s = cg_sfx(g->val[n->out[0]].dtype);
+    int64_t dense[MAX_RANK], ys[MAX_RANK], acc = 1, yacc = 1;
+    for (int i = x->rank - 1; i >= 0; i--) {
+        dense[i] = acc;
+        ys[i] = y.dim[i] == 1 ? 0 : yacc;
+        acc *= x->dim[i];
+        yacc *= y.dim[i];
+    }
+    if (of == OP_ReduceMax) {
+        cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank), cg_ints(y.dim, y.rank));
+        cg_put(b, "      k_reduce_max_grad_%s(%s, %s, %s, %s, %d, xs, ys); }\n", s, P(g, n->out[0]), P(g, n->in[0]),
+               P(g, n->in[1]), P(g, n->in[2]), x->rank);
+        return;
+    }
+    cg_put(b, "    { static const int64_t xs[] = %s, xst[] = %s, yst[] = %s;\n", cg_ints(x->dim, x->rank),
+           cg_ints(dense, x->rank), cg_ints(ys, x->rank));
+    cg_put(b, "      k_copy_strided(%d, %d, xs, %s, 0, xst, %s, 0, yst); }\n", (int)dtype_size(g->val[n->out[0]].dtype),
+           x->rank, P(g, n->out[0]), P(g, n->in[0]));
+    if (of == OP_ReduceMean)
+        cg_put(b, "    k_scale_%s(%s, %s, 1.0 / %lld, %lld);\n", s, P(g, n->out[0]), P(g, n->out[0]),
+               (long long)(acc / (yacc ? yacc : 1)), (long long)acc);
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+static void emit_dropout(Buf *b, const Graph *g, const Node *n)
+{
+    int y = n->out[0], x = n->in[0];
+    int64_t ny = value_numel(g, y);
+    if (!nn_dropout_training(g, n)) {
+        copy_or_view(b, g, y, x);
+        cg_put(b, "    memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
+        return;
+    }
+    cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, %.17g, %#llxull, %#xu, (uint32_t)c->step);\n",
+           cg_sfx(g->val[y].dtype), P(g, y), P(g, n->out[1]), P(g, x), (long long)ny, nn_dropout_ratio(g, n),
+           (unsigned long long)NN_DROPOUT_SEED, (unsigned)ir_attr_i(n, "stream", 0));
+}
+
+static void emit_dropout_grad(Buf *b, const Graph *g, const Node *n)
+{
+    cg_put(b, "    k_dropout_grad_%s(%s, %s, %s, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype), P(g, n->out[0]),
+           P(g, n->in[0]), P(g, n->in[1]), (long long)value_numel(g, n->out[0]), ir_attr_f(n, "ratio", 0));
+}
+
+/* ---- SoftmaxCrossEntropyLoss ------------------------------------------- */
+
+typedef struct {
+    int64_t n, c, d;     /* scores n x c x d (d: product of the trailing dims) */
+    int red, has_ii;
+    int64_t ii;
+    const char *t, *s;   /* C type and kernel suffix */
+} Sce;
+
+static Sce sce_dims(const Graph *g, const Node *n, int scores)
+{
+    const Shape *x = &g->val[scores].shape;
+    int64_t nc = x->dim[0] * x->dim[1];
+    Sce q = {x->dim[0], x->dim[1], nc ? shape_numel(x) / nc : 0,
+             nn_sce_reduction(g, n), ir_attr(n, "ignore_index") != NULL, ir_attr_i(n, "ignore_index", 0),
+             cg_ctype(g->val[scores].dtype), cg_sfx(g->val[scores].dtype)};
+    return q;
+}
+
+/* index of scores[n][l][j] for label position i = n D + j (D = q->d), as C text */
+static const char *sce_at(const Sce *q)
+{
+    if (q->d == 1)
+        return ir_fmt("i * %lld + l", (long long)q->c);
+    return ir_fmt("(i / %lld * %lld + l) * %lld + i %% %lld", (long long)q->d, (long long)q->c, (long long)q->d,
+                  (long long)q->d);
+}
+
+/* the loop head shared by forward and backward: l = label of position i,
+ * ignored positions skipped, w = its class weight */
+static void sce_loop(Buf *b, const Sce *q, const char *lab, const char *wt, const char *none_zero)
+{
+    cg_put(b, "      for (int64_t i = 0; i < %lld; i++) {\n        int64_t l = %s[i];\n",
+           (long long)(q->n * q->d), lab);
+    if (none_zero)
+        cg_put(b, "        %s[i] = 0;\n", none_zero);
+    if (q->has_ii)
+        cg_put(b, "        if (l == %lldLL) continue;\n", (long long)q->ii);
+    cg_put(b, "        double w = %s;\n", wt ? ir_fmt("(double)%s[l]", wt) : "1.0");
+}
+
+static void emit_sce(Buf *b, const Graph *g, const Node *n)
+{
+    Sce q = sce_dims(g, n, n->in[0]);
+    int nll = n->op == OP_NegativeLogLikelihoodLoss;
+    const char *lp = P(g, n->out[nll ? 0 : 1]), *lab = P(g, n->in[1]), *y = P(g, n->out[0]);
+    const char *wt = input(n, 2) >= 0 ? P(g, n->in[2]) : NULL;
+    cg_put(b, "    { double s = 0, ws = 0;\n");
+    if (nll)
+        lp = P(g, n->in[0]);
+    else
+        cg_put(b, "      k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(g, n->in[0]), (long long)q.n,
+               (long long)q.c, (long long)q.d);
+    sce_loop(b, &q, lab, NULL, q.red == NN_NONE ? y : NULL);
+    cg_put(b, "        if (l < 0 || l >= %lld) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's "
+           "batch is outside [0, %lld)\", %s, (long long)l, (long long)i);\n",
+           (long long)q.c, (long long)q.c, cg_cstr(g->val[n->in[1]].name));
+    if (wt)
+        cg_put(b, "        w = (double)%s[l];\n", wt);
+    cg_put(b, "        double v = -w * (double)%s[%s];\n", lp, sce_at(&q));
+    if (q.red == NN_NONE)
+        cg_put(b, "        %s[i] = (%s)v;\n", y, q.t);
+    cg_put(b, "        s += v;\n        ws += w;\n      }\n");
+    if (q.red == NN_NONE)
+        cg_put(b, "      (void)s; (void)ws; }\n");
+    else
+        cg_put(b, "      %s[0] = (%s)(%s); }\n", y, q.t, q.red == NN_SUM ? "s" : "s / ws");
+}
+
+/* in: log_prob, labels, dloss, weights, dlog_prob */
+static void emit_sce_grad(Buf *b, const Graph *g, const Node *n)
+{
+    Sce q = sce_dims(g, n, n->out[0]);
+    const char *dx = P(g, n->out[0]), *lp = P(g, n->in[0]), *lab = P(g, n->in[1]);
+    const char *wt = input(n, 3) >= 0 ? P(g, n->in[3]) : NULL;
+    int dl = input(n, 2), extra = input(n, 4);
+    cg_put(b, "    { double ws = 1;\n");
+    if (extra >= 0)
+        cg_put(b, "      memcpy(%s, %s, %lld);\n", dx, P(g, extra),
+               (long long)(value_numel(g, extra) * (int64_t)dtype_size(g->val[extra].dtype)));
+    else
+        cg_put(b, "      memset(%s, 0, %lld);\n", dx,
+               (long long)(value_numel(g, n->out[0]) * (int64_t)dtype_size(g->val[n->out[0]].dtype)));
+    if (dl >= 0 && q.red == NN_MEAN) {
+        cg_put(b, "      ws = 0;\n");
+        sce_loop(b, &q, lab, wt, NULL);
+        cg_put(b, "        ws += w;\n      }\n");
+    }
+    if (dl >= 0) {
+        sce_loop(b, &q, lab, wt, NULL);
+        cg_put(b, "        %s[%s] -= (%s)(w * (double)%s[%s] / ws);\n      }\n", dx, sce_at(&q), q.t, P(g, dl),
+               q.red == NN_NONE ? "i" : "0");
+    }
+    cg_put(b, "      (void)ws;\n");
+    if (!ir_attr_i(n, "nll", 0))
+        cg_put(b, "      k_softmax_grad_%s(1, %s, %s, %s, %lld, %lld, %lld);\n", q.s, dx, dx, lp, (long long)q.n,
+               (long long)q.c, (long long)q.d);
+    cg_put(b, "    }\n");
+}
+
+/* ---- the family --------------------------------------------------------- */
+
+const char *cg_nn_state_name(const Graph *g, int v)
+{
+    for (int i = 0; i < g->nnode; i++)
+        if (g->node[i].op == OP_Assign && g->node[i].in[0] == v && g->val[v].init_index >= 0)
+            return cg_cstr(g->val[v].name);
+    return "0";
+}
 
 int cg_nn(Buf *b, const Graph *g, const Node *n)
 {
-    (void)b;
-    (void)g;
-    (void)n;
-    return 0;
+    switch (n->op) {
+    case OP_Pow: emit_pow(b, g, n); break;
+    case OP_PowGrad: emit_pow_grad(b, g, n); break;
+    case OP_Conv: emit_conv(b, g, n); break;
+    case OP_ConvGrad: emit_conv_grad(b, g, n); break;
+    case OP_BatchNormalization: emit_batchnorm(b, g, n); break;
+    case OP_BatchNormGrad: emit_batchnorm_grad(b, g, n); break;
+    case OP_LayerNormalization: emit_layernorm(b, g, n); break;
+    case OP_LayerNormGrad: emit_layernorm_grad(b, g, n); break;
+    case OP_Softmax: case OP_LogSoftmax: emit_softmax(b, g, n, 0); break;
+    case OP_SoftmaxGrad: emit_softmax(b, g, n, 1); break;
+    case OP_MaxPool: case OP_MaxPoolGrad: case OP_AveragePool: case OP_AveragePoolGrad: emit_pool(b, g, n); break;
+    case OP_GlobalAveragePool: case OP_GlobalAveragePoolGrad: emit_global_pool(b, g, n); break;
+    case OP_ReduceMean: case OP_ReduceSum: case OP_ReduceMax: emit_reduce(b, g, n); break;
+    case OP_ReduceGrad: emit_reduce_grad(b, g, n); break;
+    case OP_Dropout: emit_dropout(b, g, n); break;
+    case OP_DropoutGrad: emit_dropout_grad(b, g, n); break;
+    case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: emit_sce(b, g, n); break;
+    case OP_SoftmaxCrossEntropyGrad: emit_sce_grad(b, g, n); break;
+    case OP_Assign:
+        cg_put(b, "    memcpy(%s, %s, %lld);\n", P(g, n->in[0]), P(g, n->in[1]),
+               (long long)(value_numel(g, n->in[1]) * (int64_t)dtype_size(g->val[n->in[1]].dtype)));
+        break;
+    default: return 0;
+    }
+    return 1;
 }

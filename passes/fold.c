@@ -1,49 +1,97 @@
-/* fold.c — canonicalise the imported graph.
+/* fold.c — canonicalise the imported graph and compute at compile time
+ * everything that does not depend on data.
  *
  * requires: the frontend's graph (Constant nodes already turned into values).
- * ensures:  no Gemm remains: Y = alpha op(A) op(B) + beta C becomes
- *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C],
- *           so autodiff and codegen know one GEMM op;
- *           Clip's optional min/max inputs (constants) become attributes.
+ * ensures:  the nodes are in program order and each was shaped (shape_node)
+ *           when the sweep reached it;
+ *           no Gemm remains: Y = alpha op(A) op(B) + beta C becomes
+ *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C];
+ *           Clip's min/max and the tensor family's shape-deciding inputs are
+ *           attributes (passes/tensor.h); CastLike is a Cast; comparisons
+ *           and Gather's indices read float32, float64 or int64 (int32 and
+ *           bool inputs get a Cast to int64); no Concat has more than
+ *           GRAD_MAX_IN inputs (longer ones nest);
+ *           every node whose inputs are all constants — Shape and Size
+ *           always, since shapes are static — is evaluated and its outputs
+ *           become constants, unless an input is a float initializer (a
+ *           parameter, which training changes) or an output would hold more
+ *           than FOLD_MAX elements.
  *
- * New nodes are appended to the graph with ir_node, then the node array is
- * rebuilt in program order from a list of ids.
- * Folding of shape arithmetic (Shape → Gather → Concat → Reshape chains)
- * belongs here too; the skeleton's op set has none, see the "Real models" issue.
+ * One sweep in program order: each node is first canonicalised (which may
+ * put new nodes before it), then either evaluated or shaped.  Shaping as we
+ * go is what lets torch.onnx's shape arithmetic vanish: with dims bound by
+ * --dim, Shape(x) is a constant, so the Gather → Unsqueeze → Concat feeding
+ * x.view(B, T, nh, hs)'s Reshape are too.
+ *
+ * Evaluation runs the reference kernels (kernels/c) that the executable
+ * calls, through the plans codegen emits (Move lists of passes/tensor.h),
+ * so a folded constant holds the bytes the step would have computed.
  */
 #include "ir.h"
+#include "kernels.h"
+#include "tensor.h"
 
-/* Append node op(a[, b]) named NODE/suffix; its output is `out`, or a new value. */
-static int part(Graph *g, int gemm, Op op, int a, int b, const char *suffix, int out, int *order, int *n)
+#include <string.h>
+
+enum { FOLD_MAX = 1 << 20 };   /* elements of the largest folded output */
+
+typedef struct {
+    Graph *g;
+    int *order;                /* node ids in the new program order */
+    int n, cap;
+} Sweep;
+
+static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+
+static void visit(Sweep *s, int id);
+
+/* ---- Gemm --------------------------------------------------------------- */
+
+/* Append node op(a[, b]) named GEMM/suffix and visit it; its output is `out`,
+ * or a new value. */
+static int part(Sweep *s, int gemm, Op op, int a, int b, const char *suffix, int out, double alpha)
 {
+    Graph *g = s->g;
     const char *name = ir_fmt("%s/%s", g->node[gemm].name, suffix);
     if (out < 0)
         out = ir_value(g, name, DT_UNDEF, NULL, R_ACT);
-    order[(*n)++] = ir_node1(g, op, name, a, b, out);
+    int id = ir_node1(g, op, name, a, b, out);
+    if (op == OP_Scale)
+        ir_attr_add(g, id, "alpha", A_FLOAT)->f = alpha;
+    if (op == OP_MatMul) {
+        ir_attr_add(g, id, "transA", A_INT)->i = ir_attr_i(&g->node[gemm], "transA", 0);
+        ir_attr_add(g, id, "transB", A_INT)->i = ir_attr_i(&g->node[gemm], "transB", 0);
+    }
+    visit(s, id);
     return out;
 }
 
-static void expand_gemm(Graph *g, int id, int *order, int *n)
+static void expand_gemm(Sweep *s, int id)
 {
-    Node gm = g->node[id]; /* copy: appending nodes moves g->node */
+    Node gm = s->g->node[id]; /* copy: appending nodes moves g->node */
     double alpha = ir_attr_f(&gm, "alpha", 1.0), beta = ir_attr_f(&gm, "beta", 1.0);
     int c = gm.nin > 2 ? gm.in[2] : -1, y = gm.out[0];
     int scaled = alpha != 1.0, biased = c >= 0 && beta != 0.0;
-    int t = part(g, id, OP_MatMul, gm.in[0], gm.in[1], "MatMul", scaled || biased ? -1 : y, order, n);
-    int mm = order[*n - 1];
-    ir_attr_add(g, mm, "transA", A_INT)->i = ir_attr_i(&gm, "transA", 0);
-    ir_attr_add(g, mm, "transB", A_INT)->i = ir_attr_i(&gm, "transB", 0);
-    if (scaled) {
-        t = part(g, id, OP_Scale, t, -1, "alpha", biased ? -1 : y, order, n);
-        ir_attr_add(g, order[*n - 1], "alpha", A_FLOAT)->f = alpha;
-    }
+    int t = part(s, id, OP_MatMul, gm.in[0], gm.in[1], "MatMul", scaled || biased ? -1 : y, 0);
+    if (scaled)
+        t = part(s, id, OP_Scale, t, -1, "alpha", biased ? -1 : y, alpha);
     if (biased) {
-        if (beta != 1.0) {
-            c = part(g, id, OP_Scale, c, -1, "beta", -1, order, n);
-            ir_attr_add(g, order[*n - 1], "alpha", A_FLOAT)->f = beta;
-        }
-        part(g, id, OP_Add, t, c, "Add", y, order, n);
+        if (beta != 1.0)
+            c = part(s, id, OP_Scale, c, -1, "beta", -1, beta);
+        part(s, id, OP_Add, t, c, "Add", y, 0);
     }
+}
+
+/* ---- inputs that must be constants -------------------------------------- */
+
+static const Value *const_in(Graph *g, const Node *n, int i, const char *what)
+{
+    const Value *x = &g->val[n->in[i]];
+    if (x->role != R_CONST || !x->data)
+        tensor_bad(g, n, "the %s input '%s' must be a constant; fsdpc has static shapes (it may "
+                   "depend only on constants, integer initializers and the shapes of values)",
+                   what, x->name);
+    return x;
 }
 
 /* A scalar constant input as a double, for attributes. */
@@ -53,13 +101,7 @@ static double const_scalar(Graph *g, const Node *n, int v, const char *what)
     if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1)
         fatal("%s: node '%s' (%s): %s '%s' must be a constant scalar", g->opt->model, n->name,
               op_info[n->op].name, what, x->name);
-    switch (x->dtype) {
-    case DT_F32: return *(const float *)x->data;
-    case DT_F64: return *(const double *)x->data;
-    case DT_I64: return (double)*(const int64_t *)x->data;
-    case DT_I32: return *(const int32_t *)x->data;
-    default: fatal("%s: node '%s': %s has an unsupported dtype", g->opt->model, n->name, what);
-    }
+    return tensor_const_f(x, 0);
 }
 
 static void clip_attrs(Graph *g, int id)
@@ -72,21 +114,472 @@ static void clip_attrs(Graph *g, int id)
     g->node[id].nin = 1;
 }
 
+/* The attribute `name` of node id, replacing one of that name. */
+static Attr *set_attr(Graph *g, int id, const char *name, AttrKind k)
+{
+    Node *n = &g->node[id];
+    for (int i = 0; i < n->nattr; i++)
+        if (!strcmp(n->attr[i].name, name)) {
+            n->attr[i].kind = k;
+            return &n->attr[i];
+        }
+    return ir_attr_add(g, id, name, k);
+}
+
+/* Which trailing inputs of an op become attributes, and how many of them ONNX requires. */
+typedef struct {
+    Op op;
+    int from, required;
+    const char *name[4];
+} ConstInputs;
+
+static const ConstInputs const_inputs[] = {
+    {OP_Squeeze, 1, 0, {"axes"}},
+    {OP_Unsqueeze, 1, 1, {"axes"}},
+    {OP_Slice, 1, 2, {"starts", "ends", "axes", "steps"}},
+    {OP_Split, 1, 0, {"split"}},
+    {OP_Expand, 1, 1, {"shape"}},
+    {OP_Tile, 1, 1, {"repeats"}},
+    {OP_Pad, 1, 1, {"pads", "value"}},
+    {OP_Trilu, 1, 0, {"k"}},
+    {OP_ConstantOfShape, 0, 1, {"shape"}},
+};
+
+static void to_attr(Graph *g, int id, const char *name, int v)
+{
+    const Node *n = &g->node[id];
+    const Value *x = &g->val[v];
+    int64_t cnt = shape_numel(&x->shape);
+    if (!strcmp(name, "value")) { /* Pad's constant_value: empty means absent */
+        if (cnt)
+            set_attr(g, id, name, A_TENSOR)->t = v;
+        return;
+    }
+    if (x->dtype != DT_I64 && x->dtype != DT_I32)
+        tensor_bad(g, n, "the %s input '%s' must be int64, not %s", name, x->name, dtype_name(x->dtype));
+    if (!strcmp(name, "k")) {
+        if (cnt != 1)
+            tensor_bad(g, n, "the k input '%s' must hold one value", x->name);
+        set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
+        return;
+    }
+    if (x->shape.rank > 1 || cnt > (1 << 20))
+        tensor_bad(g, n, "the %s input '%s' must be a 1-D list", name, x->name);
+    Attr *a = set_attr(g, id, name, A_INTS);
+    a->n = (int)cnt;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
+    for (int64_t i = 0; i < cnt; i++)
+        a->ints[i] = tensor_const_i(x, i);
+}
+
+static void inputs_to_attrs(Graph *g, int id, const ConstInputs *c)
+{
+    for (int i = 0; i < 4 && c->name[i]; i++) {
+        const Node *n = &g->node[id];
+        int k = c->from + i, present = k < n->nin && n->in[k] >= 0;
+        if (!present && i < c->required && !ir_attr(n, c->name[i]))
+            tensor_bad(g, n, "needs its %s input", c->name[i]);
+        if (present) {
+            const_in(g, n, k, c->name[i]);
+            to_attr(g, id, c->name[i], n->in[k]);
+        }
+    }
+    if (g->node[id].nin > c->from)
+        g->node[id].nin = c->from;
+}
+
+/* ---- inserted nodes ------------------------------------------------------- */
+
+static int nnew; /* numbers the names of inserted values */
+
+/* Input k of node id read through a Cast to int64 (comparisons, indices). */
+static void cast_input(Sweep *s, int id, int k)
+{
+    Graph *g = s->g;
+    int x = g->node[id].in[k];
+    if (x < 0 || (g->val[x].dtype != DT_I32 && g->val[x].dtype != DT_BOOL))
+        return;
+    const char *nm = ir_fmt("%s/cast%d", g->node[id].name, k);
+    int y = ir_value(g, ir_fmt("%s.%d", nm, nnew++), DT_UNDEF, NULL, R_ACT);
+    int c = ir_node1(g, OP_Cast, nm, x, -1, y);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
+    g->node[id].in[k] = y;
+    visit(s, c);
+}
+
+/* A Concat of more than GRAD_MAX_IN inputs (autodiff's limit) becomes nested
+ * Concats of at most GRAD_MAX_IN. */
+static void nest_concat(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    while (g->node[id].nin > GRAD_MAX_IN) {
+        Node n = g->node[id];
+        const char *nm = ir_fmt("%s/nest%d", n.name, nnew);
+        int y = ir_value(g, ir_fmt("%s.%d", nm, nnew++), DT_UNDEF, NULL, R_ACT);
+        int c = ir_node(g, OP_Concat, nm, GRAD_MAX_IN, n.in, 1, &y);
+        if (ir_attr(&n, "axis"))
+            ir_attr_add(g, c, "axis", A_INT)->i = ir_attr_i(&n, "axis", 0);
+        visit(s, c);
+        int *in = ir_alloc(sizeof(int) * (size_t)(n.nin - GRAD_MAX_IN + 2));
+        in[0] = y;
+        memcpy(in + 1, n.in + GRAD_MAX_IN, sizeof(int) * (size_t)(n.nin - GRAD_MAX_IN));
+        g->node[id].in = in;
+        g->node[id].nin = n.nin - GRAD_MAX_IN + 1;
+    }
+}
+
+static void castlike(Graph *g, int id)
+{
+    Node *n = &g->node[id];
+    if (g->val[n->in[1]].dtype == DT_UNDEF)
+        return; /* reported by the shape pass */
+    int64_t to = tensor_to_onnx(g->val[n->in[1]].dtype);
+    n->op = OP_Cast;
+    n->nin = 1;
+    set_attr(g, id, "to", A_INT)->i = to;
+}
+
+/* Rewrite node id into the form later passes expect, then visit it. */
+static void canon(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Op op = g->node[id].op;
+    for (size_t i = 0; i < sizeof const_inputs / sizeof *const_inputs; i++)
+        if (const_inputs[i].op == op)
+            inputs_to_attrs(g, id, &const_inputs[i]);
+    switch (op) {
+    case OP_Gemm: expand_gemm(s, id); return;
+    case OP_Clip: clip_attrs(g, id); break;
+    case OP_CastLike: castlike(g, id); break;
+    case OP_Gather: cast_input(s, id, 1); break;
+    case OP_Concat: nest_concat(s, id); break;
+    case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
+        cast_input(s, id, 0);
+        cast_input(s, id, 1);
+        break;
+    default: break;
+    }
+    visit(s, id);
+}
+
+/* ---- evaluation ------------------------------------------------------------ */
+
+static int is_binary(Op op) { return op == OP_Add || op == OP_Sub || op == OP_Mul || op == OP_Div; }
+
+/* the k_unary code of a unary op without parameters, or -1 */
+static int unary_kop(Op op)
+{
+    switch (op) {
+    case OP_Relu: return K_RELU;
+    case OP_Tanh: return K_TANH;
+    case OP_Sigmoid: return K_SIGMOID;
+    case OP_Sqrt: return K_SQRT;
+    case OP_Reciprocal: return K_RECIPROCAL;
+    case OP_Exp: return K_EXP;
+    case OP_Log: return K_LOG;
+    case OP_Neg: return K_NEG;
+    case OP_Abs: return K_ABS;
+    case OP_Erf: return K_ERF;
+    default: return -1;
+    }
+}
+
+static int foldable_op(Op op)
+{
+    switch (op) {
+    case OP_Shape: case OP_Size: case OP_Identity: case OP_Reshape: case OP_Squeeze:
+    case OP_Unsqueeze: case OP_Flatten: case OP_Concat: case OP_Split: case OP_Slice:
+    case OP_Gather: case OP_Expand: case OP_Tile: case OP_Pad: case OP_Transpose: case OP_Where:
+    case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
+    case OP_Not: case OP_Cast: case OP_Trilu: case OP_ConstantOfShape: case OP_Range:
+        return 1;
+    default:
+        return unary_kop(op) >= 0 || is_binary(op);
+    }
+}
+
+/* Are all inputs constants the step could not change? */
+static int inputs_known(const Graph *g, const Node *n)
+{
+    if (n->op == OP_Shape || n->op == OP_Size)
+        return 1; /* shapes are static */
+    for (int i = 0; i < n->nin; i++) {
+        const Value *x = n->in[i] >= 0 ? &g->val[n->in[i]] : NULL;
+        if (x && (x->role != R_CONST || !x->data || (x->init_index >= 0 && is_float(x->dtype))))
+            return 0;
+    }
+    return 1;
+}
+
+/* Arithmetic on constants, typed here: shape.c types float arithmetic only,
+ * and integer Add/Sub/Mul/Div/Neg/Abs are shape arithmetic.  0: not foldable. */
+static int arith_type(Graph *g, const Node *n)
+{
+    const Value *a = &g->val[n->in[0]], *b = n->nin > 1 ? &g->val[n->in[1]] : a;
+    if (a->dtype != b->dtype || a->dtype == DT_BOOL)
+        return 0;
+    if (!is_float(a->dtype) && !is_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
+        return 0;
+    Shape s = {.rank = a->shape.rank > b->shape.rank ? a->shape.rank : b->shape.rank};
+    for (int i = 0; i < s.rank; i++) {
+        int ia = i - (s.rank - a->shape.rank), ib = i - (s.rank - b->shape.rank);
+        int64_t da = ia >= 0 ? a->shape.dim[ia] : 1, db = ib >= 0 ? b->shape.dim[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return 0;
+        s.dim[i] = da == 1 ? db : da;
+    }
+    g->val[n->out[0]].dtype = a->dtype;
+    g->val[n->out[0]].shape = s;
+    return 1;
+}
+
+static void *data(const Graph *g, int v) { return g->val[v].data; }
+
+static void eval_unary(const Graph *g, const Node *n)
+{
+    const Value *x = &g->val[n->in[0]], *y = &g->val[n->out[0]];
+    int64_t cnt = shape_numel(&y->shape);
+    if (x->dtype == DT_F32)
+        k_unary_f32(unary_kop(n->op), y->data, x->data, cnt, 0, 0);
+    else if (x->dtype == DT_F64)
+        k_unary_f64(unary_kop(n->op), y->data, x->data, cnt, 0, 0);
+    else
+        for (int64_t i = 0; i < cnt; i++) { /* Neg, Abs of integers, wrapping */
+            int64_t v = tensor_const_i(x, i);
+            v = n->op == OP_Neg || v < 0 ? (int64_t)((uint64_t)0 - (uint64_t)v) : v;
+            k_cast(tensor_kdt(y->dtype), (char *)y->data + (size_t)i * dtype_size(y->dtype), K_DT_I64, &v, 1);
+        }
+}
+
+/* integer a OP b elementwise with broadcasting; int64 arithmetic, wrapping */
+static void int_arith(Graph *g, const Node *n)
+{
+    const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]], *y = &g->val[n->out[0]];
+    int64_t sa[MAX_RANK], sb[MAX_RANK], idx[MAX_RANK] = {0}, total = shape_numel(&y->shape);
+    size_t es = dtype_size(y->dtype);
+    tensor_bcast(&a->shape, &y->shape, sa);
+    tensor_bcast(&b->shape, &y->shape, sb);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t ia = 0, ib = 0;
+        for (int d = 0; d < y->shape.rank; d++) {
+            ia += idx[d] * sa[d];
+            ib += idx[d] * sb[d];
+        }
+        uint64_t va = (uint64_t)tensor_const_i(a, ia), vb = (uint64_t)tensor_const_i(b, ib), r;
+        switch (n->op) {
+        case OP_Add: r = va + vb; break;
+        case OP_Sub: r = va - vb; break;
+        case OP_Mul: r = va * vb; break;
+        default:
+            if (!vb)
+                tensor_bad(g, n, "integer division by zero in constant arithmetic");
+            r = (int64_t)va == INT64_MIN && (int64_t)vb == -1 ? va : (uint64_t)((int64_t)va / (int64_t)vb);
+        }
+        int64_t v = (int64_t)r;
+        k_cast(tensor_kdt(y->dtype), (char *)y->data + (size_t)i * es, K_DT_I64, &v, 1);
+        for (int d = y->shape.rank - 1; d >= 0 && ++idx[d] == y->shape.dim[d]; d--)
+            idx[d] = 0;
+    }
+}
+
+/* Broadcast strides of inputs 0..nin-1 into the output's shape. */
+static const Shape *bstrides(const Graph *g, const Node *n, int64_t (*st)[MAX_RANK])
+{
+    const Shape *y = &g->val[n->out[0]].shape;
+    for (int i = 0; i < n->nin; i++)
+        tensor_bcast(&g->val[n->in[i]].shape, y, st[i]);
+    return y;
+}
+
+static void eval_binary(const Graph *g, const Node *n)
+{
+    int64_t st[3][MAX_RANK];
+    const Shape *y = bstrides(g, n, st);
+    void *o = data(g, n->out[0]), *a = data(g, n->in[0]), *b = data(g, n->in[1]);
+    DType dt = g->val[n->in[0]].dtype;
+    int kop;
+    switch (n->op) {
+    case OP_Add: kop = K_ADD; break;
+    case OP_Sub: kop = K_SUB; break;
+    case OP_Mul: kop = K_MUL; break;
+    case OP_Div: kop = K_DIV; break;
+    case OP_Equal: kop = K_EQ; break;
+    case OP_Less: kop = K_LT; break;
+    case OP_Greater: kop = K_GT; break;
+    case OP_LessOrEqual: kop = K_LE; break;
+    default: kop = K_GE; break;
+    }
+    int cmp = g->val[n->out[0]].dtype == DT_BOOL;
+    if (cmp && dt == DT_F32) k_compare_f32(kop, o, a, b, y->rank, y->dim, st[0], st[1]);
+    else if (cmp && dt == DT_F64) k_compare_f64(kop, o, a, b, y->rank, y->dim, st[0], st[1]);
+    else if (cmp) k_compare_i64(kop, o, a, b, y->rank, y->dim, st[0], st[1]);
+    else if (dt == DT_F32) k_binary_f32(kop, o, a, b, y->rank, y->dim, st[0], st[1]);
+    else if (dt == DT_F64) k_binary_f64(kop, o, a, b, y->rank, y->dim, st[0], st[1]);
+    else int_arith((Graph *)g, n);
+}
+
+static void eval_moves(const Graph *g, const Node *n)
+{
+    Move *m;
+    int k = tensor_moves(g, n, &m);
+    uint64_t fill = n->op == OP_Pad || n->op == OP_ConstantOfShape ? tensor_fill(g, n) : 0;
+    int es = (int)dtype_size(g->val[n->out[0]].dtype);
+    for (int i = 0; i < k; i++)
+        k_copy_strided(es, m[i].rank, m[i].shape, data(g, n->out[m[i].dst]), m[i].yoff, m[i].ys,
+                       m[i].src < 0 ? (const void *)&fill : data(g, n->in[m[i].src]), m[i].xoff, m[i].xs);
+}
+
+static void eval_range(const Graph *g, const Node *n)
+{
+    const Value *s = &g->val[n->in[0]], *d = &g->val[n->in[2]];
+    int64_t len = tensor_range_len(g, n);
+    void *y = data(g, n->out[0]);
+    switch (s->dtype) {
+    case DT_F32: k_range_f32(y, tensor_const_f(s, 0), tensor_const_f(d, 0), len); break;
+    case DT_F64: k_range_f64(y, tensor_const_f(s, 0), tensor_const_f(d, 0), len); break;
+    case DT_I64: k_range_i64(y, tensor_const_i(s, 0), tensor_const_i(d, 0), len); break;
+    default: {
+        int64_t *t = ir_alloc(sizeof(int64_t) * (size_t)(len + 1));
+        k_range_i64(t, tensor_const_i(s, 0), tensor_const_i(d, 0), len);
+        k_cast(tensor_kdt(s->dtype), y, K_DT_I64, t, len);
+    }
+    }
+}
+
+static void eval_gather(const Graph *g, const Node *n)
+{
+    const Value *x = &g->val[n->in[0]], *ix = &g->val[n->in[1]];
+    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
+    int64_t outer, axdim, inner;
+    tensor_gather_dims(&x->shape, ax, &outer, &axdim, &inner);
+    if (k_gather((int)dtype_size(x->dtype), data(g, n->out[0]), x->data, ix->data, outer, axdim, inner,
+                 shape_numel(&ix->shape)) >= 0)
+        die("constant Gather indices passed the shape rule's check");
+}
+
+static void eval_shape(const Graph *g, const Node *n)
+{
+    const Shape *x = &g->val[n->in[0]].shape;
+    int64_t *y = data(g, n->out[0]);
+    if (n->op == OP_Size) {
+        y[0] = shape_numel(x);
+        return;
+    }
+    int r = x->rank;
+    int64_t s = ir_attr_i(n, "start", 0);
+    s = s < 0 ? s + r : s;
+    s = s < 0 ? 0 : s;
+    for (int64_t i = 0; i < value_numel(g, n->out[0]); i++)
+        y[i] = x->dim[s + i];
+}
+
+/* Compute node n's outputs (already typed, data allocated) on the host. */
+static void eval(const Graph *g, const Node *n)
+{
+    const Value *x = n->nin ? &g->val[n->in[0]] : NULL;
+    const Value *y = &g->val[n->out[0]];
+    int64_t cnt = shape_numel(&y->shape);
+    switch (n->op) {
+    case OP_Shape: case OP_Size: eval_shape(g, n); break;
+    case OP_Identity: case OP_Reshape: case OP_Squeeze: case OP_Unsqueeze: case OP_Flatten:
+        memcpy(y->data, x->data, (size_t)cnt * dtype_size(y->dtype));
+        break;
+    case OP_Concat: case OP_Split: case OP_Slice: case OP_Expand: case OP_Tile: case OP_Pad:
+    case OP_Transpose: case OP_ConstantOfShape:
+        eval_moves(g, n);
+        break;
+    case OP_Gather: eval_gather(g, n); break;
+    case OP_Where: {
+        int64_t st[3][MAX_RANK];
+        const Shape *s = bstrides(g, n, st);
+        k_where((int)dtype_size(y->dtype), y->data, x->data, data(g, n->in[1]), data(g, n->in[2]),
+                s->rank, s->dim, st[0], st[1], st[2]);
+        break;
+    }
+    case OP_Not: k_not(y->data, x->data, cnt); break;
+    case OP_Cast: k_cast(tensor_kdt(y->dtype), y->data, tensor_kdt(x->dtype), x->data, cnt); break;
+    case OP_Trilu: {
+        int64_t rows = x->shape.dim[x->shape.rank - 2], cols = x->shape.dim[x->shape.rank - 1];
+        k_trilu((int)dtype_size(x->dtype), (int)ir_attr_i(n, "upper", 1), y->data, x->data,
+                rows && cols ? cnt / (rows * cols) : 0, rows, cols, ir_attr_i(n, "k", 0));
+        break;
+    }
+    case OP_Range: eval_range(g, n); break;
+    default:
+        if (unary_kop(n->op) >= 0)
+            eval_unary(g, n);
+        else
+            eval_binary(g, n);
+    }
+}
+
+/* Evaluate node id if it can be; 1 if its outputs are constants now. */
+static int fold_node(Graph *g, int id)
+{
+    const Node *n = &g->node[id];
+    if (!foldable_op(n->op) || !inputs_known(g, n))
+        return 0;
+    int arith = is_binary(n->op) || unary_kop(n->op) >= 0;
+    if (arith && !arith_type(g, n))
+        return 0;
+    if (!arith)
+        shape_node(g, id);
+    n = &g->node[id];
+    for (int k = 0; k < n->nout; k++)
+        if (value_numel(g, n->out[k]) > FOLD_MAX) {
+            if (n->op == OP_Range && g->val[n->out[0]].dtype == DT_I32)
+                tensor_bad(g, n, "an int32 Range of more than %d elements is not supported (use int64)",
+                           FOLD_MAX);
+            return 0;
+        }
+    for (int k = 0; k < n->nout; k++) {
+        Value *y = &g->val[n->out[k]];
+        y->data = ir_alloc((size_t)value_numel(g, n->out[k]) * dtype_size(y->dtype) + 1);
+    }
+    eval(g, n);
+    for (int k = 0; k < n->nout; k++) {
+        Value *y = &g->val[n->out[k]];
+        y->role = R_CONST;
+        y->persistent = 1;
+    }
+    return 1;
+}
+
+static int typed_inputs(const Graph *g, const Node *n)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && g->val[n->in[i]].dtype == DT_UNDEF)
+            return 0; /* an input the shape pass will report */
+    return 1;
+}
+
+/* Fold or shape node id; keep it in the program unless folded. */
+static void visit(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    int typed = typed_inputs(g, &g->node[id]);
+    if (typed && fold_node(g, id))
+        return;
+    if (typed)
+        shape_node(g, id);
+    if (s->n == s->cap) {
+        int *o = ir_alloc(sizeof(int) * (size_t)(2 * s->cap + 16));
+        if (s->n)
+            memcpy(o, s->order, sizeof(int) * (size_t)s->n);
+        s->order = o;
+        s->cap = 2 * s->cap + 16;
+    }
+    s->order[s->n++] = id;
+}
+
 void pass_fold(Graph *g)
 {
+    Sweep s = {g, NULL, 0, 0};
     int nn = g->nnode;
-    int *order = ir_alloc(sizeof(int) * (size_t)(nn * 4 + 1));
-    int n = 0;
-    for (int i = 0; i < nn; i++) {
-        if (g->node[i].op == OP_Clip)
-            clip_attrs(g, i);
-        if (g->node[i].op == OP_Gemm)
-            expand_gemm(g, i, order, &n);
-        else
-            order[n++] = i;
-    }
-    Node *out = ir_alloc(sizeof(Node) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++)
-        out[i] = g->node[order[i]];
-    ir_set_nodes(g, out, n);
+    for (int i = 0; i < nn; i++)
+        canon(&s, i);
+    Node *out = ir_alloc(sizeof(Node) * (size_t)(s.n + 1));
+    for (int i = 0; i < s.n; i++)
+        out[i] = g->node[s.order[i]];
+    ir_set_nodes(g, out, s.n);
 }

@@ -1,8 +1,224 @@
-/* grad_nn.c — gradient rules of the nn family (conv, pooling, normalisation, softmax, reductions, losses). */
-#include "ir.h"
+/* grad_nn.c — gradient rules of the nn family (conv, pooling, normalisation,
+ * softmax, reductions, dropout, losses).
+ *
+ * Most rules are one backward op of fsdpc's own (ops.def: ConvGrad,
+ * BatchNormGrad, ...) that carries the forward node's attributes and reads
+ * what the forward kept for it as extra outputs: saved mean / invstd,
+ * MaxPool's argmax, Dropout's mask, the softmax or log-softmax output.  A
+ * backward op with several results (ConvGrad: dx, dw, db) has an attribute
+ * `need` (bit i: result i is wanted); unwanted results are empty values, and
+ * inputs only they would read are left out (-1), so nothing is kept alive for
+ * them.  Conv's backward has its own im2col scratch output: scratch lives for
+ * one node and is never kept from forward to backward.
+ *
+ * Pow's rule reads base and exponent (PowGrad, then undo broadcasting);
+ * inference-mode BatchNormalization's rule is written with forward ops.
+ */
+#include "nn.h"
+
+/* a new backward node NAME.sfx with the forward node's attributes */
+static int mk(GradCtx *cx, Op op, const char *sfx, int nin, const int *in, int nout, const int *out)
+{
+    int k = ir_node(cx->g, op, ir_fmt("%s.%s", cx->name, sfx), nin, in, nout, out);
+    for (int i = 0; i < cx->n->nattr; i++)
+        *ir_attr_add(cx->g, k, cx->n->attr[i].name, cx->n->attr[i].kind) = cx->n->attr[i];
+    return k;
+}
+
+static void ints_attr(Graph *g, int node, const char *name, const int64_t *v, int n)
+{
+    Attr *a = ir_attr_add(g, node, name, A_INTS);
+    a->n = n;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        a->ints[i] = v[i];
+}
+
+static int need_bits(const GradCtx *cx, int n)
+{
+    int bits = 0;
+    for (int i = 0; i < n; i++)
+        bits |= cx->need[i] ? 1 << i : 0;
+    return bits;
+}
+
+/* result `like`-shaped when wanted, else an empty value of its dtype */
+static int result(GradCtx *cx, const char *sfx, int like, int wanted)
+{
+    Graph *g = cx->g;
+    if (wanted)
+        return ir_like(g, ir_fmt("%s.%s", cx->name, sfx), like, R_ACT);
+    Shape empty = {1, {0}};
+    return ir_value(g, ir_fmt("%s.%s", cx->name, sfx), g->val[cx->n->in[0]].dtype, &empty, R_ACT);
+}
+
+static void pow_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    for (int i = 0; i < 2; i++) {
+        if (!cx->need[i])
+            continue;
+        int in[3] = {cx->dys[0], n->in[0], n->in[1]};
+        int t = ir_like(cx->g, ir_fmt("%s.d%d", cx->name, i), cx->dys[0], R_ACT);
+        int k = mk(cx, OP_PowGrad, ir_fmt("d%d", i), 3, in, 1, &t);
+        ir_attr_add(cx->g, k, "wrt", A_INT)->i = i;
+        cx->d[i] = ad_sum_to(cx->g, ir_fmt("%s.sum%d", cx->name, i), t, n->in[i]);
+    }
+}
+
+static void conv_grad(GradCtx *cx)
+{
+    Graph *g = cx->g;
+    const Node *n = cx->n;
+    int x = n->in[0], w = n->in[1], b = n->nin > 2 ? n->in[2] : -1;
+    KConv2d p;
+    nn_conv_geom(g, n, &g->val[x].shape, &g->val[w].shape, &p);
+    int in[3] = {cx->dys[0], cx->need[1] ? x : -1, cx->need[0] ? w : -1};
+    Shape ws = {1, {cx->need[0] || cx->need[1] ? nn_conv_ws(&p) : 0}};
+    int out[4] = {result(cx, "dx", x, cx->need[0]), result(cx, "dw", w, cx->need[1]),
+                  result(cx, "db", b >= 0 ? b : x, cx->need[2]),
+                  ir_value(g, ir_fmt("%s.scratch", cx->name), g->val[x].dtype, &ws, R_ACT)};
+    int k = mk(cx, OP_ConvGrad, "conv", 3, in, 4, out);
+    ir_attr_add(g, k, "need", A_INT)->i = need_bits(cx, 3);
+    ints_attr(g, k, "xshape", g->val[x].shape.dim, 4);
+    ints_attr(g, k, "wshape", g->val[w].shape.dim, 4);
+    for (int i = 0; i < 3; i++)
+        cx->d[i] = cx->need[i] ? out[i] : -1;
+}
+
+/* BatchNormGrad / LayerNormGrad: dx, dscale, dbias from the saved statistics
+ * (forward outputs s0, s1) */
+static void norm_grad(GradCtx *cx, Op op, int s0, int s1)
+{
+    const Node *n = cx->n;
+    int x = n->in[0], sc = n->nin > 1 ? n->in[1] : -1, b = n->nin > 2 ? n->in[2] : -1;
+    int in[5] = {cx->dys[0], x, n->out[s0], n->out[s1], sc};
+    int out[3] = {result(cx, "dx", x, cx->need[0]), result(cx, "dscale", sc >= 0 ? sc : x, cx->need[1]),
+                  result(cx, "dbias", b >= 0 ? b : x, cx->need[2])};
+    int k = mk(cx, op, "norm", 5, in, 3, out);
+    ir_attr_add(cx->g, k, "need", A_INT)->i = need_bits(cx, 3);
+    for (int i = 0; i < 3; i++)
+        cx->d[i] = cx->need[i] ? out[i] : -1;
+}
+
+/* y = (x - mean) s + bias per channel, s = scale / sqrt(var + eps), with the
+ * running statistics (constants): dx = dy s, dscale = sum dy (x - mean) /
+ * sqrt(var + eps), dbias = sum dy; channel vectors viewed as c x 1 x .. 1 */
+static void bn_infer_grad(GradCtx *cx)
+{
+    Graph *g = cx->g;
+    const Node *n = cx->n;
+    const char *nm = cx->name;
+    int x = n->in[0], dy = cx->dys[0], r = g->val[x].shape.rank;
+    Shape cs = {r - 1, {g->val[x].shape.dim[1]}}, vs = {1, {cs.dim[0]}};
+    for (int i = 1; i < r - 1; i++)
+        cs.dim[i] = 1;
+    Shape one = {0};
+    DType dt = g->val[x].dtype;
+    double e = ir_attr_f(n, "epsilon", 1e-5);
+    float ef = (float)e;
+    int eps = dt == DT_F32 ? ir_const(g, ir_fmt("%s.eps", nm), dt, &one, &ef) : ir_const(g, ir_fmt("%s.eps", nm), dt, &one, &e);
+    int sd = ad_emit(g, OP_Sqrt, ir_fmt("%s.sd", nm), ad_emit(g, OP_Add, ir_fmt("%s.ve", nm), n->in[4], eps), -1);
+    int sdc = ad_reshape(g, ir_fmt("%s.sdc", nm), sd, &cs);
+    if (cx->need[0]) {
+        int s = ad_reshape(g, ir_fmt("%s.sc", nm), ad_emit(g, OP_Div, ir_fmt("%s.s", nm), n->in[1], sd), &cs);
+        cx->d[0] = ad_emit(g, OP_Mul, ir_fmt("%s.dx", nm), dy, s);
+    }
+    if (cx->need[1]) {
+        int mc = ad_reshape(g, ir_fmt("%s.mc", nm), n->in[3], &cs);
+        int xh = ad_emit(g, OP_Div, ir_fmt("%s.xh", nm), ad_emit(g, OP_Sub, ir_fmt("%s.xc", nm), x, mc), sdc);
+        int t = ad_sum_to(g, ir_fmt("%s.dsc", nm), ad_emit(g, OP_Mul, ir_fmt("%s.dyxh", nm), dy, xh), sdc);
+        cx->d[1] = ad_reshape(g, ir_fmt("%s.dscale", nm), t, &vs);
+    }
+    if (cx->need[2])
+        cx->d[2] = ad_reshape(g, ir_fmt("%s.dbias", nm), ad_sum_to(g, ir_fmt("%s.db", nm), dy, sdc), &vs);
+}
+
+/* one-input rules: dx = OP(ins...) shaped like the forward input */
+static void simple(GradCtx *cx, Op op, int nin, const int *in)
+{
+    int dx = ir_like(cx->g, ir_fmt("%s.dx", cx->name), cx->n->in[0], R_ACT);
+    mk(cx, op, "dx", nin, in, 1, &dx);
+    cx->d[0] = dx;
+}
+
+static void softmax_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    int in[2] = {cx->dys[0], n->out[0]};
+    int dx = ir_like(cx->g, ir_fmt("%s.dx", cx->name), n->in[0], R_ACT);
+    int k = ir_node(cx->g, OP_SoftmaxGrad, cx->name, 2, in, 1, &dx);
+    int ax = nn_axis(cx->g, n, ir_attr_i(n, "axis", -1), cx->g->val[n->in[0]].shape.rank, "axis");
+    ir_attr_add(cx->g, k, "axis", A_INT)->i = ax;
+    ir_attr_add(cx->g, k, "log", A_INT)->i = n->op == OP_LogSoftmax;
+    cx->d[0] = dx;
+}
+
+static void reduce_grad(GradCtx *cx)
+{
+    Graph *g = cx->g;
+    const Node *n = cx->n;
+    Shape kept;
+    char red[MAX_RANK];
+    if (!nn_reduce_dims(g, n, &g->val[n->in[0]].shape, &kept, red)) {
+        cx->d[0] = cx->dys[0]; /* a no-op ReduceSum */
+        return;
+    }
+    int mx = n->op == OP_ReduceMax;
+    int in[3] = {cx->dys[0], mx ? n->in[0] : -1, mx ? n->out[0] : -1};
+    int dx = ir_like(g, ir_fmt("%s.dx", cx->name), n->in[0], R_ACT);
+    int k = ir_node(g, OP_ReduceGrad, cx->name, 3, in, 1, &dx);
+    ir_attr_add(g, k, "of", A_INT)->i = n->op;
+    ints_attr(g, k, "yshape", kept.dim, kept.rank);
+    cx->d[0] = dx;
+}
+
+static void dropout_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    if (!nn_dropout_training(cx->g, n)) {
+        cx->d[0] = cx->dys[0];
+        return;
+    }
+    int in[2] = {cx->dys[0], n->out[1]};
+    int dx = ir_like(cx->g, ir_fmt("%s.dx", cx->name), n->in[0], R_ACT);
+    int k = ir_node(cx->g, OP_DropoutGrad, cx->name, 2, in, 1, &dx);
+    ir_attr_add(cx->g, k, "ratio", A_FLOAT)->f = nn_dropout_ratio(cx->g, n);
+    cx->d[0] = dx;
+}
+
+/* SoftmaxCrossEntropyLoss's backward reads its log_prob output;
+ * NegativeLogLikelihoodLoss's (nll 1) reads no data, only labels and weights */
+static void sce_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    int nll = n->op == OP_NegativeLogLikelihoodLoss;
+    int in[5] = {nll ? n->in[0] : n->out[1], n->in[1], cx->dys[0], n->nin > 2 ? n->in[2] : -1, nll ? -1 : cx->dys[1]};
+    simple(cx, OP_SoftmaxCrossEntropyGrad, 5, in);
+    ir_attr_add(cx->g, cx->g->val[cx->d[0]].producer, "nll", A_INT)->i = nll;
+}
 
 int grad_nn(GradCtx *cx)
 {
-    (void)cx;
-    return 0;
+    const Node *n = cx->n;
+    int dy = cx->dys[0];
+    switch (n->op) {
+    case OP_Pow: pow_grad(cx); return 1;
+    case OP_Conv: conv_grad(cx); return 1;
+    case OP_BatchNormalization:
+        if (nn_bn_training(n))
+            norm_grad(cx, OP_BatchNormGrad, 3, 4);
+        else
+            bn_infer_grad(cx);
+        return 1;
+    case OP_LayerNormalization: norm_grad(cx, OP_LayerNormGrad, 1, 2); return 1;
+    case OP_Softmax: case OP_LogSoftmax: softmax_grad(cx); return 1;
+    case OP_MaxPool: simple(cx, OP_MaxPoolGrad, 2, (int[]){dy, n->out[2]}); return 1;
+    case OP_AveragePool: simple(cx, OP_AveragePoolGrad, 1, &dy); return 1;
+    case OP_GlobalAveragePool: simple(cx, OP_GlobalAveragePoolGrad, 1, &dy); return 1;
+    case OP_ReduceMean: case OP_ReduceSum: case OP_ReduceMax: reduce_grad(cx); return 1;
+    case OP_Dropout: dropout_grad(cx); return 1;
+    case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: sce_grad(cx); return 1;
+    default: return 0;
+    }
 }

@@ -1,11 +1,21 @@
-/* loss.c — append the training loss and the value every rank reports.
+/* loss.c — the training loss, the value every rank reports, and the state
+ * the forward pass writes back.
  *
  * requires: shape.
- * ensures:  g->loss is a scalar computed from --loss KIND:PRED,TARGET; TARGET
+ * ensures:  g->loss is a scalar: from --loss KIND:PRED,TARGET, where TARGET
  *           is a new graph input (R_INPUT, fed from data): same dtype and
- *           shape as PRED for mse, int64 labels of PRED's shape minus its last
- *           axis for cross_entropy.  g->loss_avg = AllReduce(loss): the mean
- *           over the global batch, since every rank holds an equal batch.
+ *           shape as PRED for mse, int64 labels of PRED's shape minus its
+ *           last axis for cross_entropy; or, without --loss, the model's own
+ *           loss: a scalar float graph output of a SoftmaxCrossEntropyLoss
+ *           or NegativeLogLikelihoodLoss (reduction mean or sum), whose
+ *           labels are a graph input already.
+ *           g->loss_avg = AllReduce(loss): the mean over ranks, each holding
+ *           an equal batch.
+ *           Each training-mode BatchNormalization whose running mean / var
+ *           are initializers is followed by Assign nodes that copy its
+ *           running-statistics outputs into those constants, so they persist
+ *           from step to step and are exported (a training-only write, so it
+ *           lives in this first training-only pass).
  */
 #include "ir.h"
 
@@ -24,13 +34,25 @@ static int find_pred(const Graph *g, const char *name)
     fatal("--loss: the model computes no value named '%s' (its outputs: %s)", name, list);
 }
 
-void pass_loss(Graph *g)
+/* a scalar float graph output made by SoftmaxCrossEntropyLoss or
+ * NegativeLogLikelihoodLoss, or -1 */
+static int own_loss(const Graph *g)
+{
+    for (int i = 0; i < g->noutput; i++) {
+        const Value *v = &g->val[g->output[i]];
+        int p = v->producer;
+        Op op = p >= 0 ? g->node[p].op : OP_COUNT;
+        if ((op == OP_SoftmaxCrossEntropyLoss || op == OP_NegativeLogLikelihoodLoss) && g->node[p].out[0] == g->output[i] &&
+            v->shape.rank == 0 && (v->dtype == DT_F32 || v->dtype == DT_F64))
+            return g->output[i];
+    }
+    return -1;
+}
+
+/* the loss node of --loss KIND:PRED,TARGET; TARGET becomes a graph input */
+static int appended_loss(Graph *g)
 {
     const Options *o = g->opt;
-    if (o->loss == LOSS_NONE)
-        fatal("%s: no loss given: pass --loss mse:PRED,TARGET or --loss cross_entropy:LOGITS,LABELS",
-              o->model);
-    ir_link(g);
     int pred = find_pred(g, o->loss_pred);
     Value *p = &g->val[pred];
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
@@ -59,9 +81,49 @@ void pass_loss(Graph *g)
     g->input = in;
 
     Shape scalar = {0};
-    DType dt = g->val[pred].dtype;
-    g->loss = ir_value(g, "loss", dt, &scalar, R_ACT);
-    ir_node1(g, op, "loss", pred, t, g->loss);
+    int loss = ir_value(g, "loss", g->val[pred].dtype, &scalar, R_ACT);
+    ir_node1(g, op, "loss", pred, t, loss);
+    return loss;
+}
+
+/* Assign running mean / var (inputs 3, 4) := the node's outputs 1, 2, right
+ * after each training-mode BatchNormalization: a later node sharing the
+ * statistics (a module applied twice) then sees them updated, as in torch. */
+static void write_back_stats(Graph *g)
+{
+    int nn = g->nnode, n = 0;
+    int *order = ir_alloc(sizeof(int) * (size_t)(3 * nn + 1));
+    for (int i = 0; i < nn; i++) {
+        order[n++] = i;
+        Node bn = g->node[i]; /* copy: ir_node moves g->node */
+        if (bn.op != OP_BatchNormalization || !ir_attr_i(&bn, "training_mode", 0))
+            continue;
+        for (int k = 1; k <= 2; k++) {
+            int dst = bn.in[k + 2];
+            if (g->val[dst].role != R_CONST || g->val[dst].init_index < 0)
+                continue; /* not an initializer: nothing persists */
+            int in[2] = {dst, bn.out[k]};
+            order[n++] = ir_node(g, OP_Assign, ir_fmt("%s.%s.update", bn.name, k == 1 ? "mean" : "var"), 2, in,
+                                 0, NULL);
+        }
+    }
+    Node *out = ir_alloc(sizeof(Node) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        out[i] = g->node[order[i]];
+    ir_set_nodes(g, out, n);
+}
+
+void pass_loss(Graph *g)
+{
+    const Options *o = g->opt;
+    ir_link(g);
+    write_back_stats(g);
+    g->loss = o->loss != LOSS_NONE ? appended_loss(g) : own_loss(g);
+    if (g->loss < 0)
+        fatal("%s: no loss given: pass --loss mse:PRED,TARGET or --loss cross_entropy:LOGITS,LABELS "
+              "(or end the model in a SoftmaxCrossEntropyLoss with reduction mean or sum)", o->model);
+    Shape scalar = {0};
+    DType dt = g->val[g->loss].dtype;
     g->loss_avg = ir_value(g, "loss.avg", dt, &scalar, R_ACT);
     ir_node1(g, OP_AllReduce, "loss.avg", g->loss, -1, g->loss_avg);
 }

@@ -20,8 +20,9 @@ static const char *opt_name(int optimizer) { return optimizer == RT_SGD ? "sgd" 
 
 static void usage_inputs(const RtModel *m)
 {
-    printf("\nModel inputs (one .npy each, N rows; b = rows per rank and step, so the global batch\n"
-           "is b * ranks; at step s = 0, 1, ... rank r reads rows (s*b*ranks + r*b + i) mod N, i < b):\n");
+    printf("\nModel inputs (one .npy each, N rows, or --tokens samples; b = rows per rank and step,\n"
+           "so the global batch is b * ranks; at step s = 0, 1, ... rank r reads rows\n"
+           "(s*b*ranks + r*b + i) mod N, i < b):\n");
     if (m->ninput == 0)
         printf("  (none)\n");
     for (int i = 0; i < m->ninput; i++) {
@@ -35,6 +36,11 @@ static void usage_inputs(const RtModel *m)
         }
         printf("]  (b = %" PRId64 ")\n", in->rank > 0 ? in->shape[0] : 0);
     }
+    int ti, tl;
+    char why[1024];
+    if (rt_token_inputs(m, NULL, &ti, &tl, why, sizeof why) == 0)
+        printf("--tokens feeds '%s' (tokens) and '%s' (labels: the tokens shifted by one) by default.\n",
+               m->input[ti].name, m->input[tl].name);
 }
 
 static void eval_usage(const RtModel *m)
@@ -83,6 +89,14 @@ void rt_usage(const RtModel *m)
            "Trains %s (built by fsdpc; optimizer %s).\n"
            "\n"
            "  --data NAME=FILE.npy    training data of model input NAME (one per input)\n"
+           "  --tokens FILE.bin       a token stream (uint16 little-endian, as nanoGPT's train.bin;\n"
+           "                          or llm.c's .bin with its 1024-byte header) feeding two int64\n"
+           "                          [N, T] inputs: sample k is tokens [k*T, k*T+T) and its labels\n"
+           "                          tokens [k*T+1, k*T+T+1); (ntokens-1)/T samples.  Other inputs\n"
+           "                          still come from --data (with as many rows as samples)\n"
+           "  --token-inputs IN,LAB   the inputs --tokens feeds (default: the model's first int64\n"
+           "                          [N, T] input and the other one, e.g. the labels input of\n"
+           "                          --loss cross_entropy:logits,labels)\n"
            "  --steps N               optimizer steps (default 10)\n"
            "  --lr X                  learning rate (default 1e-3)\n"
            "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for sgd)\n"
@@ -92,6 +106,9 @@ void rt_usage(const RtModel *m)
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
            "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
            "  --init FILE             initial weights (default: this executable's path + .init)\n"
+           "  --dump-grads DIR        after step 1, write the gradient of every parameter (averaged\n"
+           "                          over the global batch, before the optimizer) to DIR/NAME.npy\n"
+           "                          (rank 0; NAME sanitised as in --eval outputs; DIR is created)\n"
            "  --log-every N           print the step line of step 1, every N-th step and the\n"
            "                          last step (default 1: every step; --metrics gets all)\n"
            "  --quiet                 no per-step lines\n"
@@ -168,7 +185,7 @@ static int add_data(RtOpts *o, const char *flag, const char *val)
 static int is_file_flag(const char *flag)
 {
     return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
-           !strcmp(flag, "--out-dir");
+           !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads");
 }
 
 /* one known flag that takes a value */
@@ -206,6 +223,12 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         o->export_path = val;
     } else if (strcmp(flag, "--init") == 0) {
         o->init = val;
+    } else if (strcmp(flag, "--tokens") == 0) {
+        o->tokens = val;
+    } else if (strcmp(flag, "--token-inputs") == 0) {
+        o->token_inputs = val;
+    } else if (strcmp(flag, "--dump-grads") == 0) {
+        o->dump_grads = val;
     }
     if (rc != 0)
         return -1;
@@ -219,7 +242,7 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
 /* flags that take a value: for training executables, for eval ones, for both */
 static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
                                           "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
-                                          "--log-every"};
+                                          "--log-every", "--tokens", "--token-inputs", "--dump-grads"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -325,6 +348,14 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
     }
     if (m->eval && !o->out_dir) {
         rt_err_set(2, "--out-dir DIR is required (see --help)");
+        return -1;
+    }
+    if (o->token_inputs && !o->tokens) {
+        rt_err_set(2, "--token-inputs names the inputs fed by --tokens FILE.bin, which is missing (see --help)");
+        return -1;
+    }
+    if (o->dump_grads && o->steps < 1) {
+        rt_err_set(2, "--dump-grads writes the gradients of step 1; --steps 0 runs none (see --help)");
         return -1;
     }
     return 0;

@@ -5,7 +5,10 @@
  * its parameter shard of every unit to rank 0 (MPI_Gather), rank 0 replaces
  * the data of each parameter's initializer by the trained values (raw_data,
  * little-endian; typed fields and external data cleared; name, dims and
- * data_type kept), packs the model and writes it atomically:
+ * data_type kept), does the same for each initializer the step writes back
+ * (RtConst.name: BatchNormalization running statistics, rank 0's values,
+ * as PyTorch DDP broadcasts rank 0's buffers), packs the model and writes it
+ * atomically:
  * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.
  *
  * protobuf-c ownership: the unpacked message owns every array and string it
@@ -138,7 +141,7 @@ static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
     }
     qsort(x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
     x->full = calloc(m->nunit ? (size_t)m->nunit : 1, sizeof *x->full);
-    x->patch = calloc(m->nparam ? (size_t)m->nparam : 1, sizeof *x->patch);
+    x->patch = calloc((size_t)m->nparam + (size_t)m->nconst + 1, sizeof *x->patch);
     if (!x->full || !x->patch)
         return xfail(x, "out of memory");
     for (int u = 0; u < m->nunit; u++) {
@@ -148,6 +151,30 @@ static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
             return xfail(x, "out of memory gathering unit '%s' (%zu bytes)", m->unit[u].name, n);
     }
     return 0;
+}
+
+/* t's data := len raw bytes (little-endian), every other data field cleared */
+static void point_at(Onnx__TensorProto *t, uint8_t *bytes, size_t len)
+{
+    t->has_raw_data = 1;
+    t->raw_data.data = bytes;
+    t->raw_data.len = len;
+    t->n_float_data = 0;
+    t->float_data = NULL;
+    t->n_double_data = 0;
+    t->double_data = NULL;
+    t->n_int32_data = 0;
+    t->int32_data = NULL;
+    t->n_int64_data = 0;
+    t->int64_data = NULL;
+    t->n_uint64_data = 0;
+    t->uint64_data = NULL;
+    t->n_string_data = 0;
+    t->string_data = NULL;
+    t->n_external_data = 0;
+    t->external_data = NULL;
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
 }
 
 /* rank 0: point every parameter's initializer at its trained values */
@@ -208,25 +235,40 @@ static int patch_params(Export *x, RtCtx *c)
             }
             bytes = pt->conv;
         }
-        t->has_raw_data = 1;
-        t->raw_data.data = bytes;
-        t->raw_data.len = (size_t)n * tes;
-        t->n_float_data = 0;
-        t->float_data = NULL;
-        t->n_double_data = 0;
-        t->double_data = NULL;
-        t->n_int32_data = 0;
-        t->int32_data = NULL;
-        t->n_int64_data = 0;
-        t->int64_data = NULL;
-        t->n_uint64_data = 0;
-        t->uint64_data = NULL;
-        t->n_string_data = 0;
-        t->string_data = NULL;
-        t->n_external_data = 0;
-        t->external_data = NULL;
-        t->has_data_location = 1;
-        t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+        point_at(t, bytes, (size_t)n * tes);
+    }
+    return 0;
+}
+
+/* rank 0: point the initializer of every constant the step writes back
+ * (BatchNormalization running statistics) at its current bytes in the arena */
+static int patch_state(Export *x, RtCtx *c)
+{
+    const RtModel *m = c->m;
+    for (int i = 0; i < m->nconst; i++) {
+        const RtConst *k = &m->cnst[i];
+        if (!k->name)
+            continue;
+        InitRef key = {k->name, NULL};
+        InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
+        if (!r)
+            return xfail(x, "state '%s' is not an initializer of the embedded ONNX model", k->name);
+        Onnx__TensorProto *t = r->t;
+        int tdt = t->has_data_type ? t->data_type : 0;
+        int64_t n = 1;
+        for (size_t d = 0; d < t->n_dims; d++)
+            if (t->dims[d] < 0 || __builtin_mul_overflow(n, t->dims[d], &n))
+                return xfail(x, "initializer '%s' has an invalid shape", k->name);
+        if ((tdt != ONNX_FLOAT && tdt != ONNX_DOUBLE) || n * (tdt == ONNX_FLOAT ? 4 : 8) != k->nbytes)
+            return xfail(x, "initializer '%s' does not match the %lld bytes of its state", k->name,
+                         (long long)k->nbytes);
+        for (int j = 0; j < x->npatch; j++)
+            if (x->patch[j].t == t)
+                return xfail(x, "initializer '%s' is written twice", k->name);
+        Patch *pt = &x->patch[x->npatch++];
+        pt->t = t;
+        pt->saved = *t;
+        point_at(t, (uint8_t *)c->arena + k->arena_off, (size_t)k->nbytes);
     }
     return 0;
 }
@@ -344,7 +386,7 @@ static int write_atomic(Export *x, const uint8_t *buf, size_t len)
 
 static int finish(Export *x, RtCtx *c)
 {
-    if (patch_params(x, c) != 0)
+    if (patch_params(x, c) != 0 || patch_state(x, c) != 0)
         return -1;
     size_t len = onnx__model_proto__get_packed_size(x->mp);
     x->out = malloc(len ? len : 1);

@@ -1,7 +1,8 @@
 /* load.c — what a rank reads at start-up and per step: the init file (open
  * and validate it, carve the one allocation, load the constants and this
- * rank's own parameter shards) and the training data (match --data to the
- * model inputs, check the .npy files, copy each step's rows into the arena).
+ * rank's own parameter shards) and the training data (match --data and
+ * --tokens to the model inputs, check the .npy files, map the token stream,
+ * copy each step's samples into the arena).
  * Errors go through rt_err_set; rt.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -289,10 +291,13 @@ int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
 
 /* --------------------------------------------------------------------- data */
 
+enum { FEED_NPY = 0, FEED_TOKENS = 1, FEED_LABELS = 2 };
+
 struct RtFeed {
-    NpyArray a;
+    int kind;          /* FEED_* */
+    NpyArray a;        /* FEED_NPY */
     const char *file;
-    int64_t rows;
+    int64_t rows;      /* samples */
     uint64_t row_bytes;
 };
 
@@ -313,33 +318,130 @@ void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int firs
         snprintf(buf + n, cap - n, "]");
 }
 
-/* every NAME=FILE of flag must name an input */
-static int check_data_names(const RtModel *m, const RtOpts *o, const char *flag)
+/* "a, b, c" of the model inputs (all, or those with int64_2d set) into buf */
+static void input_list(char *buf, size_t cap, const RtModel *m, int int64_2d)
+{
+    size_t n = 0;
+    int k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m->ninput && n < cap; i++) {
+        if (int64_2d && !(m->input[i].dtype == RT_I64 && m->input[i].rank == 2))
+            continue;
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", k++ ? ", " : "", m->input[i].name);
+    }
+    if (k == 0)
+        snprintf(buf, cap, "none");
+}
+
+static int find_input(const RtModel *m, const char *name, size_t len)
+{
+    for (int i = 0; i < m->ninput; i++)
+        if (strlen(m->input[i].name) == len && strncmp(m->input[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+int rt_token_inputs(const RtModel *m, const char *spec, int *input, int *labels, char *err, size_t errlen)
+{
+    char list[1024];
+    int pick[2] = {-1, -1};
+    if (spec) {
+        const char *comma = strchr(spec, ',');
+        if (!comma || comma == spec || comma[1] == 0 || strchr(comma + 1, ',')) {
+            snprintf(err, errlen, "--token-inputs expects INPUT,LABELS (two model input names), got '%s'", spec);
+            return -1;
+        }
+        const char *name[2] = {spec, comma + 1};
+        size_t len[2] = {(size_t)(comma - spec), strlen(comma + 1)};
+        for (int k = 0; k < 2; k++) {
+            pick[k] = find_input(m, name[k], len[k]);
+            if (pick[k] < 0) {
+                input_list(list, sizeof list, m, 0);
+                snprintf(err, errlen, "--token-inputs: the model has no input '%.*s' (model inputs: %s)",
+                         (int)len[k], name[k], list);
+                return -1;
+            }
+        }
+        if (pick[0] == pick[1]) {
+            snprintf(err, errlen, "--token-inputs: INPUT and LABELS are both '%s'; they must be two inputs",
+                     m->input[pick[0]].name);
+            return -1;
+        }
+        for (int k = 0; k < 2; k++) {
+            const RtInput *in = &m->input[pick[k]];
+            if (in->dtype != RT_I64 || in->rank != 2) {
+                char dims[256];
+                rt_dims_str(dims, sizeof dims, in->rank, in->shape, 1);
+                snprintf(err, errlen, "--token-inputs: input '%s' is %s %s; --tokens feeds int64 [N, T] inputs",
+                         in->name, npy_dtype_name(in->dtype), dims);
+                return -1;
+            }
+        }
+    } else {
+        int n = 0;
+        for (int i = 0; i < m->ninput; i++)
+            if (m->input[i].dtype == RT_I64 && m->input[i].rank == 2) {
+                if (n < 2)
+                    pick[n] = i;
+                n++;
+            }
+        input_list(list, sizeof list, m, 1);
+        if (n < 2) {
+            snprintf(err, errlen, "--tokens feeds two int64 [N, T] inputs (the tokens and the next-token labels, "
+                     "e.g. from --loss cross_entropy:logits,labels); the model has %d (%s)", n, list);
+            return -1;
+        }
+        if (n > 2) {
+            snprintf(err, errlen, "--tokens: the model has %d int64 [N, T] inputs (%s); say which two it feeds "
+                     "with --token-inputs INPUT,LABELS", n, list);
+            return -1;
+        }
+    }
+    const RtInput *a = &m->input[pick[0]], *b = &m->input[pick[1]];
+    if (a->shape[1] != b->shape[1] || a->shape[1] < 1) {
+        snprintf(err, errlen, "--tokens: inputs '%s' [N, %" PRId64 "] and '%s' [N, %" PRId64 "] must have the "
+                 "same sequence length T >= 1", a->name, a->shape[1], b->name, b->shape[1]);
+        return -1;
+    }
+    *input = pick[0];
+    *labels = pick[1];
+    return 0;
+}
+
+/* every NAME=FILE of flag must name an input, and none one fed by --tokens */
+static int check_data_names(const RtModel *m, const RtOpts *o, const char *flag, const char *skip)
 {
     for (int k = 0; k < o->ndata; k++) {
-        int found = 0;
+        int found = -1;
         for (int i = 0; i < m->ninput; i++)
-            found |= strcmp(m->input[i].name, o->data[k].name) == 0;
-        if (!found) {
+            if (strcmp(m->input[i].name, o->data[k].name) == 0)
+                found = i;
+        if (found < 0) {
             char list[1024];
-            size_t n = 0;
-            list[0] = 0;
-            for (int i = 0; i < m->ninput && n < sizeof list; i++)
-                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", m->input[i].name);
+            input_list(list, sizeof list, m, 0);
             rt_err_set(1, "%s %s: the model has no input '%s' (model inputs: %s)", flag, o->data[k].name,
-                       o->data[k].name, m->ninput ? list : "none");
+                       o->data[k].name, list);
+            return -1;
+        }
+        if (skip && skip[found]) {
+            rt_err_set(2, "%s %s: input '%s' is fed by --tokens %s; drop one of the two", flag, o->data[k].name,
+                       o->data[k].name, o->tokens);
             return -1;
         }
     }
     return 0;
 }
 
-int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files)
+/* rt_match_inputs, but inputs with skip[i] set need no file (files[i] = NULL) */
+static int match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files, const char *skip)
 {
-    if (check_data_names(m, o, flag) != 0)
+    if (check_data_names(m, o, flag, skip) != 0)
         return -1;
     for (int i = 0; i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
+        files[i] = NULL;
+        if (skip && skip[i])
+            continue;
         int k;
         for (k = 0; k < o->ndata; k++)
             if (strcmp(in->name, o->data[k].name) == 0)
@@ -354,6 +456,11 @@ int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const c
         files[i] = o->data[k].file;
     }
     return 0;
+}
+
+int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files)
+{
+    return match_inputs(m, o, flag, files, NULL);
 }
 
 /* open f->file and check it against input in (dtype, shape past the rows) */
@@ -384,6 +491,86 @@ static int open_feed(const RtInput *in, RtFeed *f)
     return 0;
 }
 
+/* llm.c's .bin header: 256 int32 LE, [0] = magic, [1] = version (1: uint16
+ * tokens, 2: uint32), [2] = number of tokens */
+#define LLMC_MAGIC 20240520
+#define LLMC_HEADER 1024
+
+static uint32_t le32(const unsigned char *b)
+{
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+/* map o->tokens: a raw stream of uint16 LE tokens, or one with llm.c's header */
+static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
+{
+    const char *path = o->tokens;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rt_err_set(1, "--tokens %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rt_err_set(1, "--tokens %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rt_err_set(1, "--tokens %s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size == 0 || size > (uint64_t)SIZE_MAX) {
+        rt_err_set(1, "--tokens %s: %s", path, size ? "too large to map" : "the file is empty");
+        close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        rt_err_set(1, "--tokens %s: cannot map it: %s", path, strerror(map_errno));
+        return -1;
+    }
+    d->tok_map = map;
+    d->tok_map_len = (size_t)size;
+    const unsigned char *b = map;
+    uint64_t off = 0, ntok;
+    if (size >= LLMC_HEADER && le32(b) == LLMC_MAGIC) {
+        uint32_t version = le32(b + 4);
+        ntok = le32(b + 8);
+        if (version != 1) {
+            rt_err_set(1, "--tokens %s: llm.c token file version %u (%s); --tokens reads uint16 tokens "
+                          "(version 1) or a raw uint16 stream", path, version,
+                       version == 2 ? "uint32 tokens" : "unknown");
+            return -1;
+        }
+        if (size != LLMC_HEADER + 2 * ntok) {
+            rt_err_set(1, "--tokens %s: its llm.c header says %" PRIu64 " tokens (%" PRIu64 " bytes with the "
+                          "header), the file has %" PRIu64 " bytes", path, ntok, LLMC_HEADER + 2 * ntok, size);
+            return -1;
+        }
+        off = LLMC_HEADER;
+    } else {
+        if (size % 2 != 0) {
+            rt_err_set(1, "--tokens %s: %" PRIu64 " bytes, an odd number: not a stream of uint16 tokens", path,
+                       size);
+            return -1;
+        }
+        ntok = size / 2;
+    }
+    if (ntok < (uint64_t)T + 1) {
+        rt_err_set(1, "--tokens %s: %" PRIu64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
+                   path, ntok, T, T + 1);
+        return -1;
+    }
+    d->tok = (const uint16_t *)(b + off);
+    d->ntok = (int64_t)ntok;
+    return 0;
+}
+
 /* (a + b) mod n for a, b in [0, n) without overflow */
 static int64_t addmod(int64_t a, int64_t b, int64_t n) { return a >= n - b ? a - (n - b) : a + b; }
 
@@ -401,53 +588,172 @@ static int64_t mulmod(int64_t a, int64_t k, int64_t n)
     return r;
 }
 
-int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
+/* the feeds of --tokens: which inputs, the mapped stream */
+static int open_token_feeds(const RtModel *m, const RtOpts *o, RtData *d, char *skip)
 {
-    memset(d, 0, sizeof *d);
-    d->feed = calloc((size_t)m->ninput + 1, sizeof *d->feed);
-    if (!d->feed) {
-        rt_err_set(1, "out of memory");
+    char why[1024];
+    if (rt_token_inputs(m, o->token_inputs, &d->tok_input, &d->tok_labels, why, sizeof why) != 0) {
+        rt_err_set(o->token_inputs ? 2 : 1, "%s", why);
         return -1;
     }
-    const char **files = calloc((size_t)m->ninput + 1, sizeof *files);
-    if (!files) {
-        rt_err_set(1, "out of memory");
+    int64_t T = m->input[d->tok_input].shape[1];
+    if (open_tokens(o, T, d) != 0)
         return -1;
+    int64_t N = (d->ntok - 1) / T;
+    int idx[2] = {d->tok_input, d->tok_labels};
+    for (int k = 0; k < 2; k++) {
+        RtFeed *f = &d->feed[idx[k]];
+        f->kind = k == 0 ? FEED_TOKENS : FEED_LABELS;
+        f->file = o->tokens;
+        f->rows = N;
+        f->row_bytes = (uint64_t)T * sizeof(int64_t);
+        skip[idx[k]] = 1;
     }
-    int rc = rt_match_inputs(m, o, "--data", files);
-    for (int i = 0; rc == 0 && i < m->ninput; i++)
-        d->feed[i].file = files[i];
-    free(files);
-    if (rc != 0)
-        return -1;
-    RtFeed *feed = d->feed;
-    for (int i = 0; i < m->ninput; i++) {
-        if (open_feed(&m->input[i], &feed[i]) != 0)
-            return -1;
-        if (i > 0 && feed[i].rows != feed[0].rows) {
-            rt_err_set(1, "data files disagree on the number of rows: %s has %" PRId64 ", %s has %" PRId64,
-                       feed[0].file, feed[0].rows, feed[i].file, feed[i].rows);
-            return -1;
-        }
-    }
-    /* step s starts at row (s * b * world) mod N */
-    if (m->ninput > 0)
-        d->gstep = mulmod(m->input[0].shape[0], world, feed[0].rows);
     return 0;
 }
 
-/* rows (pos + rank*b + i) mod N, i < b, of every input into the arena */
+int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
+{
+    memset(d, 0, sizeof *d);
+    d->tok_input = d->tok_labels = -1;
+    d->feed = calloc((size_t)m->ninput + 1, sizeof *d->feed);
+    d->nfeed = d->feed ? m->ninput : 0;
+    char *skip = calloc((size_t)m->ninput + 1, 1);
+    const char **files = calloc((size_t)m->ninput + 1, sizeof *files);
+    if (!d->feed || !skip || !files) {
+        free(skip);
+        free(files);
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    if (o->tokens)
+        rc = open_token_feeds(m, o, d, skip);
+    if (rc == 0)
+        rc = match_inputs(m, o, "--data", files, skip);
+    for (int i = 0; rc == 0 && i < m->ninput; i++)
+        if (!skip[i])
+            d->feed[i].file = files[i];
+    free(files);
+    /* every .npy opens and fits its input; all feeds have the same samples */
+    int first = -1;
+    for (int i = 0; rc == 0 && i < m->ninput; i++) {
+        RtFeed *f = &d->feed[i];
+        if (f->kind == FEED_NPY && open_feed(&m->input[i], f) != 0) {
+            rc = -1;
+        } else if (first < 0) {
+            first = i;
+        } else if (f->rows != d->feed[first].rows) {
+            const RtFeed *a = &d->feed[first];
+            if (a->kind != FEED_NPY || f->kind != FEED_NPY) {
+                int n = a->kind == FEED_NPY ? first : i; /* the .npy one */
+                rt_err_set(1, "--data %s: %s has %" PRId64 " rows, but --tokens %s holds %" PRId64 " samples "
+                              "of T+1 = %" PRId64 " tokens; the two must agree", m->input[n].name,
+                           d->feed[n].file, d->feed[n].rows, o->tokens, a->kind == FEED_NPY ? f->rows : a->rows,
+                           m->input[d->tok_input].shape[1] + 1);
+            } else {
+                rt_err_set(1, "data files disagree on the number of rows: %s has %" PRId64 ", %s has %" PRId64,
+                           a->file, a->rows, f->file, f->rows);
+            }
+            rc = -1;
+        }
+    }
+    free(skip);
+    if (rc != 0)
+        return -1;
+    /* step s starts at sample (s * b * world) mod N */
+    if (m->ninput > 0) {
+        d->rows = d->feed[0].rows;
+        d->gstep = mulmod(m->input[0].shape[0], world, d->rows);
+    }
+    return 0;
+}
+
+/* FNV-1a over up to 1 MiB at the head and 1 MiB at the tail of [p, p+n) */
+static uint64_t sample_hash(const void *p, uint64_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull, cap = (uint64_t)1 << 20;
+    uint64_t head = n < cap ? n : cap, tail_from = n > 2 * cap ? n - cap : head;
+    for (uint64_t i = 0; i < head; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    for (uint64_t i = tail_from; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h ^ n;
+}
+
+int rt_data_agree(const RtOpts *o, const RtData *d)
+{
+    int rank = 0;
+    RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    uint64_t mine[4] = {(uint64_t)d->rows, (uint64_t)d->ntok, 0, 0}, ref[4];
+    if (d->tok)
+        mine[2] = sample_hash(d->tok, (uint64_t)d->ntok * 2);
+    for (int i = 0; d->feed && i < d->nfeed; i++)
+        if (d->feed[i].kind == FEED_NPY)
+            mine[3] = mine[3] * 31 + sample_hash(d->feed[i].a.data, d->feed[i].a.nbytes);
+    memcpy(ref, mine, sizeof ref);
+    RT_MPI(MPI_Bcast(ref, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    if (rank == 0)
+        return 0;
+    if (d->tok && ref[1] != mine[1]) {
+        rt_err_set(1, "--tokens %s: this rank reads %" PRIu64 " tokens, rank 0 reads %" PRIu64
+                      " (every rank must read the same file)", o->tokens, mine[1], ref[1]);
+        return -1;
+    }
+    if (d->tok && ref[2] != mine[2]) {
+        rt_err_set(1, "--tokens %s: this rank's copy of the file differs from rank 0's (every rank must read "
+                      "the same file)", o->tokens);
+        return -1;
+    }
+    if (ref[3] != mine[3]) {
+        rt_err_set(1, "this rank's --data files differ from rank 0's (every rank must read the same files)");
+        return -1;
+    }
+    if (ref[0] != mine[0]) {
+        rt_err_set(1, "this rank's data has %" PRIu64 " samples, rank 0's has %" PRIu64
+                      " (every rank must read the same files)", mine[0], ref[0]);
+        return -1;
+    }
+    return 0;
+}
+
+void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d)
+{
+    if (!d->tok || d->tok_input < 0)
+        return;
+    int64_t T = m->input[d->tok_input].shape[1];
+    printf("tokens %s: %" PRId64 " tokens%s, %" PRId64 " samples of T+1 = %" PRId64 " -> inputs '%s', '%s' "
+           "(shifted by one)\n", o->tokens, d->ntok,
+           (const char *)d->tok != (const char *)d->tok_map ? " (llm.c header)" : "", d->rows, T + 1,
+           m->input[d->tok_input].name, m->input[d->tok_labels].name);
+    fflush(stdout);
+}
+
+/* samples (pos + rank*b + i) mod N, i < b, of every input into the arena */
 void rt_data_next(RtCtx *c, RtData *d)
 {
     const RtModel *m = c->m;
     if (m->ninput == 0)
         return;
+    int64_t N = d->rows;
     for (int i = 0; i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
         RtFeed *f = &d->feed[i];
-        int64_t b = in->shape[0], N = f->rows;
+        int64_t b = in->shape[0];
         int64_t r = addmod(d->pos, mulmod(b, c->rank, N), N);
         char *dst = c->arena + in->arena_off;
+        if (f->kind != FEED_NPY) {
+            int64_t T = in->shape[1], *out = (int64_t *)(void *)dst;
+            const uint16_t *src0 = d->tok + (f->kind == FEED_LABELS);
+            for (int64_t s = 0; s < b; s++) {
+                const uint16_t *src = src0 + r * T; /* r*T + T + 1 <= ntok since r < N */
+                for (int64_t t = 0; t < T; t++)
+                    out[s * T + t] = src[t];
+                r = r + 1 == N ? 0 : r + 1;
+            }
+            continue;
+        }
         int64_t left = b;
         while (left > 0) {
             int64_t run = N - r < left ? N - r : left;
@@ -457,15 +763,20 @@ void rt_data_next(RtCtx *c, RtData *d)
             r = 0;
         }
     }
-    d->pos = addmod(d->pos, d->gstep, d->feed[0].rows);
+    d->pos = addmod(d->pos, d->gstep, N);
 }
 
 void rt_data_close(const RtModel *m, RtData *d)
 {
-    if (!d->feed)
-        return;
-    for (int i = 0; i < m->ninput; i++)
-        npy_close(&d->feed[i].a);
-    free(d->feed);
-    d->feed = NULL;
+    if (d->feed) {
+        for (int i = 0; i < m->ninput; i++)
+            if (d->feed[i].kind == FEED_NPY)
+                npy_close(&d->feed[i].a);
+        free(d->feed);
+        d->feed = NULL;
+    }
+    if (d->tok_map)
+        munmap(d->tok_map, d->tok_map_len);
+    d->tok_map = NULL;
+    d->tok = NULL;
 }

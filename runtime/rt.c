@@ -4,6 +4,11 @@
  * errors (start-up errors agreed on by all ranks, rt_step_fail, MPI failures).
  * Forward-only builds (m->eval) branch to eval.c right after MPI_Init.
  *
+ * --dump-grads DIR: after step 1, every unit's averaged gradient shards
+ * (left untouched by the optimizer) are gathered to rank 0, which writes one
+ * DIR/<parameter name>.npy per parameter, of the parameter's shape (read from
+ * the ONNX model embedded in the init file at start-up) and the unit's dtype.
+ *
  * Start-up errors: every rank runs the same checks; local failures (a file
  * only one node misses, an allocation) are agreed on collectively, so that
  * no rank is left waiting in a collective.  Exactly one line is printed, by
@@ -14,6 +19,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -21,10 +27,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "npy.h"
+#include "onnx.pb-c.h"
 #include "rt_priv.h"
+
+#ifndef NAME_MAX
+#define NAME_MAX 255
+#endif
 
 const char *rt_prog = "fsdpc-train";
 
@@ -244,6 +257,199 @@ static int metrics_flush(FILE **mf, const char *path)
 }
 
 
+/* ------------------------------------------------------------- --dump-grads */
+
+/* rank 0: where each parameter's gradient goes, and its shape */
+typedef struct {
+    char **path;                       /* per parameter: DIR/<name>.npy */
+    int *rank;                         /* per parameter: -1 = unknown (written flat) */
+    int64_t (*shape)[RT_MAX_RANK];
+} Dump;
+
+static void dump_free(const RtModel *m, Dump *d)
+{
+    for (int i = 0; d->path && i < m->nparam; i++)
+        free(d->path[i]);
+    free(d->path);
+    free(d->rank);
+    free(d->shape);
+    memset(d, 0, sizeof *d);
+}
+
+/* rank 0: --dump-grads DIR exists (created if missing, one level) and is writable */
+static int dump_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rt_err_set(1, "--dump-grads %s: cannot create: %s", dir, strerror(errno));
+    else if (stat(dir, &st) != 0)
+        rt_err_set(1, "--dump-grads %s: %s", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rt_err_set(1, "--dump-grads %s: not a directory", dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        rt_err_set(1, "--dump-grads %s: not writable: %s", dir, strerror(errno));
+    else
+        return 0;
+    return -1;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* rank 0: the parameters' shapes from the ONNX model embedded in the init
+ * file (d->rank[i] stays -1 where it cannot tell; those are written flat) */
+static void dump_shapes(const RtModel *m, Dump *d, int init_fd)
+{
+    if (m->model_len <= 0 || (uint64_t)m->model_len > (uint64_t)SIZE_MAX)
+        return;
+    uint8_t *buf = malloc((size_t)m->model_len);
+    if (!buf)
+        return;
+    Onnx__ModelProto *mp = NULL;
+    size_t got = 0;
+    while (got < (size_t)m->model_len) {
+        ssize_t k = pread(init_fd, buf + got, (size_t)m->model_len - got, (off_t)((size_t)m->model_off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    if (got == (size_t)m->model_len)
+        mp = onnx__model_proto__unpack(NULL, got, buf);
+    if (mp && mp->graph) {
+        Onnx__GraphProto *g = mp->graph;
+        for (int i = 0; i < m->nparam; i++) {
+            const RtParam *p = &m->param[i];
+            for (size_t k = 0; p->name && k < g->n_initializer; k++) {
+                const Onnx__TensorProto *t = g->initializer[k];
+                if (!t->name || strcmp(t->name, p->name) != 0 || t->n_dims > RT_MAX_RANK)
+                    continue;
+                int64_t n = 1;
+                for (size_t j = 0; j < t->n_dims; j++) {
+                    d->shape[i][j] = t->dims[j];
+                    n = t->dims[j] < 0 || (n && t->dims[j] > INT64_MAX / n) ? -1 : n * t->dims[j];
+                    if (n < 0)
+                        break;
+                }
+                if (n == p->numel)
+                    d->rank[i] = (int)t->n_dims;
+                break;
+            }
+        }
+    }
+    if (mp)
+        onnx__model_proto__free_unpacked(mp, NULL);
+    free(buf);
+}
+
+/* rank 0, at start-up: DIR, distinct file names that fit, the shapes */
+static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
+{
+    size_t np = m->nparam ? (size_t)m->nparam : 1, dl = strlen(dir);
+    int slash = dl > 0 && dir[dl - 1] == '/';
+    d->path = calloc(np, sizeof *d->path);
+    d->rank = malloc(np * sizeof *d->rank);
+    d->shape = calloc(np, sizeof *d->shape);
+    char **names = calloc(np, sizeof *names);
+    if (!d->path || !d->rank || !d->shape || !names) {
+        free(names);
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    int rc = dump_dir(dir);
+    for (int i = 0; rc == 0 && i < m->nparam; i++) {
+        const char *name = m->param[i].name ? m->param[i].name : "";
+        d->rank[i] = -1;
+        char *f = rt_output_file_name(name);
+        if (!f || !(d->path[i] = malloc(dl + strlen(f) + 2))) {
+            free(f);
+            rt_err_set(1, "out of memory");
+            rc = -1;
+            break;
+        }
+        sprintf(d->path[i], "%s%s%s", dir, slash ? "" : "/", f);
+        names[i] = d->path[i] + dl + !slash;
+        free(f);
+        if (strlen(names[i]) > NAME_MAX - 24) { /* room for the temporary .NAME.tmp.PID */
+            rt_err_set(1, "--dump-grads: parameter '%.60s...': the name is too long for a file name", name);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && m->nparam > 1) {
+        qsort(names, (size_t)m->nparam, sizeof *names, cmp_str);
+        for (int i = 1; i < m->nparam; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) {
+                rt_err_set(1, "--dump-grads: two parameters would both be written to %s%s%s", dir,
+                           slash ? "" : "/", names[i]);
+                rc = -1;
+                break;
+            }
+    }
+    free(names);
+    if (rc == 0) {
+        dump_shapes(m, d, init_fd);
+        for (int i = 0; i < m->nparam; i++)
+            if (d->rank[i] < 0) {
+                warn0("--dump-grads: no shape known for parameter '%s' (no embedded model?): its gradient is "
+                      "written flat", m->param[i].name ? m->param[i].name : "?");
+                break;
+            }
+    }
+    return rc;
+}
+
+/* Collective, after step 1: every unit's gradient shards to rank 0, which
+ * writes one file per parameter.  Returns the exit status (0: go on). */
+static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet)
+{
+    const RtModel *m = c->m;
+    char *full = NULL;
+    if (c->rank == 0) {
+        size_t most = 1;
+        for (int u = 0; u < m->nunit; u++) {
+            size_t n = (size_t)c->world * (size_t)c->shard_len[u] * (size_t)rt_elem_size(m->unit[u].dtype);
+            if (n > most)
+                most = n;
+        }
+        if (!(full = malloc(most)))
+            rt_err_set(1, "--dump-grads: out of memory gathering the gradients (%zu bytes)", most);
+    }
+    int status = rt_err_sync();
+    if (status != 0)
+        return status;
+    int failed = 0, nwritten = 0;
+    for (int u = 0; u < m->nunit; u++) {
+        int dt = m->unit[u].dtype;
+        int64_t es = rt_elem_size(dt);
+        rt_gather_shards(c, full, c->shard[u * RT_NSTATE + RT_S_GRAD], c->shard_len[u], dt, 0);
+        for (int i = 0; c->rank == 0 && !failed && i < m->nparam; i++) {
+            const RtParam *p = &m->param[i];
+            if (p->unit != u)
+                continue;
+            char why[1024];
+            int64_t flat = p->numel;
+            int rank = d->rank[i] < 0 ? 1 : d->rank[i];
+            const int64_t *shape = d->rank[i] < 0 ? &flat : d->shape[i];
+            if (npy_save(d->path[i], dt, rank, shape, full + p->offset * es, why, sizeof why) != 0) {
+                rt_err_set(1, "--dump-grads: parameter '%s': %s", p->name ? p->name : "?", why);
+                failed = 1;
+            }
+            nwritten++;
+        }
+    }
+    if (c->rank == 0 && !failed && npy_sync_dir(dir) != 0)
+        rt_err_set(1, "--dump-grads %s: syncing the directory: %s", dir, strerror(errno));
+    free(full);
+    if (c->rank == 0 && !failed && !quiet) {
+        printf("step 1: wrote the gradients of %d parameters to %s\n", nwritten, dir);
+        fflush(stdout);
+    }
+    return rt_err_sync();
+}
+
 /* --------------------------------------------------------------------- main */
 
 /* Everything one run holds, so that every exit path can release it. */
@@ -256,6 +462,7 @@ typedef struct {
     int init_fd;
     FILE *mf;
     int metrics_failed;
+    Dump dump;            /* rank 0, --dump-grads */
 } Run;
 
 /* optimizer hyper-parameters into c; warnings for flags the build ignores */
@@ -345,6 +552,15 @@ static int start_up(Run *r, int argc, char **argv, int *help)
     rt_data_open(m, &r->o, g_world, &r->data);
     if ((status = rt_err_sync()) != 0)
         return status;
+    rt_data_agree(&r->o, &r->data);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    if (g_rank == 0 && r->o.dump_grads)
+        dump_prepare(m, r->o.dump_grads, r->init_fd, &r->dump);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    if (g_rank == 0 && !r->o.quiet)
+        rt_data_describe(m, &r->o, &r->data);
     return open_outputs(r);
 }
 
@@ -382,7 +598,8 @@ static void report_step(Run *r, int64_t step, double loss, double ms)
     }
 }
 
-static void train(Run *r)
+/* the steps; returns the exit status (non-zero: --dump-grads failed) */
+static int train(Run *r)
 {
     RtCtx *c = &r->ctx;
     for (int64_t s = 0; s < r->o.steps; s++) {
@@ -396,7 +613,13 @@ static void train(Run *r)
         double loss = read_loss(c);
         if (g_rank == 0)
             report_step(r, c->step, loss, ms);
+        if (c->step == 1 && r->o.dump_grads) {
+            int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet);
+            if (status != 0)
+                return status;
+        }
     }
+    return 0;
 }
 
 /* export, close the metrics file; returns the exit status */
@@ -421,6 +644,7 @@ static void release(Run *r)
     if (r->mf)
         fclose(r->mf);
     rt_data_close(r->ctx.m, &r->data);
+    dump_free(r->ctx.m, &r->dump);
     if (r->init_fd >= 0)
         close(r->init_fd);
     free(r->init_path);
@@ -474,8 +698,9 @@ int rt_main(int argc, char **argv, const RtModel *m)
             if (metrics_flush(&r->mf, r->o.metrics) != 0)
                 r->metrics_failed = 1;
         }
-        train(r);
-        status = finish(r);
+        status = train(r);
+        if (status == 0)
+            status = finish(r);
     }
     release(r);
     fflush(stdout);

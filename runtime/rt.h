@@ -59,6 +59,8 @@ typedef struct {
 
 typedef struct {
     int64_t file_off, arena_off, nbytes;  /* constants copied from OUT.init at start */
+    const char *name;     /* ONNX initializer the step writes back (BatchNormalization running
+                           * statistics), exported with its current value; NULL for the others */
 } RtConst;
 
 typedef struct {

@@ -10,18 +10,6 @@
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the fsdpc runtime assumes a little-endian host (init file, .npy and ONNX raw_data are little-endian)"
-/* ------------------------------------------- forward-only builds (eval.c) */
-
-/* The whole life of an eval executable between MPI_Init and MPI_Finalize
- * (rt_main calls it when m->eval); returns the exit status. */
-int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world);
-/* DIR-relative file name (malloc'd, NULL if out of memory) of graph output
- * name: bytes outside [A-Za-z0-9_.-] and a leading '.' become '_', + ".npy" */
-char *rt_output_file_name(const char *name);
-/* --input FILE.pb: an ONNX TensorProto of exactly in's dtype and shape into
- * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
-int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
-
 #endif
 
 /* The program name used as the prefix of every message ("NAME: error: ..."). */
@@ -81,6 +69,9 @@ typedef struct {
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
     const char *metrics, *export_path, *init;
     const char *out_dir;  /* eval: --out-dir */
+    const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
+    const char *token_inputs; /* --token-inputs INPUT,LABELS (NULL: the defaults) */
+    const char *dump_grads;   /* --dump-grads DIR */
     int quiet;
 } RtOpts;
 
@@ -118,19 +109,41 @@ void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int firs
 int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files);
 
 typedef struct RtFeed RtFeed;
-/* The training data: one mapped .npy per model input, and the row where the
- * next global batch starts. */
+/* The training data: per model input a mapped .npy (--data) or a view of the
+ * token stream (--tokens: the tokens, or the labels = tokens shifted by one),
+ * and the sample where the next global batch starts.  Every feed has the
+ * same number of samples N (checked at open). */
 typedef struct {
     RtFeed *feed;   /* m->ninput entries */
-    int64_t pos;    /* first row of the next global batch */
-    int64_t gstep;  /* rows per global batch, mod N */
+    int nfeed;
+    int64_t rows;   /* N: samples in every feed */
+    int64_t pos;    /* first sample of the next global batch */
+    int64_t gstep;  /* samples per global batch, mod N */
+    /* --tokens: the mapped file, its tokens (past an llm.c header, if any) */
+    void *tok_map;
+    size_t tok_map_len;
+    const uint16_t *tok;
+    int64_t ntok;
+    int tok_input, tok_labels; /* model input indices fed from the stream (-1: none) */
 } RtData;
 
-/* match --data to the model inputs, open and check every file; returns 0 or
- * -1 (rt_err_set called).  Close with rt_data_close, whatever it returned. */
+/* match --data/--tokens to the model inputs, open and check every file;
+ * returns 0 or -1 (rt_err_set called).  Close with rt_data_close, whatever
+ * it returned. */
 int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
-/* this rank's rows of the next global batch into the arena; then advance */
+/* Collective, after every rank's rt_data_open succeeded: do all ranks see the
+ * same data (sample counts; --tokens: token count; checksums of the first and
+ * last MiB of the token stream and of every .npy's data)?  0, or -1
+ * (rt_err_set called on the ranks that differ from rank 0). */
+int rt_data_agree(const RtOpts *o, const RtData *d);
+/* this rank's samples of the next global batch into the arena; then advance */
 void rt_data_next(RtCtx *c, RtData *d);
+/* rank 0: one line on what --tokens feeds (nothing without --tokens) */
+void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d);
+/* --tokens: which inputs it feeds, by --token-inputs or the defaults (the
+ * first int64 rank-2 input, the other one).  0, or -1 with a one-line reason
+ * in err.  Also used by --help (args.c). */
+int rt_token_inputs(const RtModel *m, const char *spec, int *input, int *labels, char *err, size_t errlen);
 void rt_data_close(const RtModel *m, RtData *d);
 
 /* ------------------------------------------- forward-only builds (eval.c) */

@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc pkg-config libprotobuf-c-dev protobuf-c-compiler
       libopenmpi-dev openmpi-bin libopenblas-dev python3-numpy python3-onnx)
-[ "${1:-}" = "--test" ] && pkgs+=(python3-torch libonnx-testdata)
+[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -68,11 +68,11 @@ def main():
         f.write(data[: len(data) // 2])
     expect_error([fsdpc, J("trunc.onnx"), "-o", J("o")] + base, "trunc.onnx")
     expect_error([fsdpc, J("missing.onnx"), "-o", J("o")] + base, "missing.onnx")
-    mlp(J("unsup.onnx"), [helper.make_node("Softmax", ["y"], ["s1"], name="sm1"),
-                          helper.make_node("Softmax", ["s1"], ["s2"], name="sm2"),
-                          helper.make_node("Conv", ["s2", "s2"], ["c"], name="conv")])
-    expect_error([fsdpc, J("unsup.onnx"), "-o", J("o")] + base, "unsupported", "Softmax", "'sm1'", "'sm2'",
-                 "Conv", "'conv'")
+    mlp(J("unsup.onnx"), [helper.make_node("Hardmax", ["y"], ["s1"], name="sm1"),
+                          helper.make_node("Hardmax", ["s1"], ["s2"], name="sm2"),
+                          helper.make_node("ConvTranspose", ["s2", "s2"], ["c"], name="conv")])
+    expect_error([fsdpc, J("unsup.onnx"), "-o", J("o")] + base, "unsupported", "Hardmax", "'sm1'", "'sm2'",
+                 "ConvTranspose", "'conv'")
     expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t", "--dim", "batch=2", "--dim", "seq=4"],
                  "seq", "batch")
     expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t"], "batch", "--dim")

@@ -1,0 +1,362 @@
+"""The nn family's gradient rules against central finite differences, in float64.
+
+usage: gradcheck_nn.py FSDPC WORKDIR [CASE...]
+
+Same method as gradcheck.py (whose helpers it uses): each case is a small
+float64 graph whose op inputs are trainable initializers; the forward loss
+must match a NumPy reference and the gradient (one SGD step, lr 1) must match
+central finite differences along random directions.  Besides:
+  - BatchNorm_running_stats: the running mean / var exported after one
+    training step equal NumPy's update (ONNX momentum, unbiased variance);
+  - Dropout cases recompute the mask in NumPy (Philox-4x32-10 keyed by the
+    compile-time seed, counter = element / 4, step, hash of the node name),
+    so the forward is checked exactly and finite differences are valid: the
+    mask depends only on (seed, node, step, element);
+  - SCE_* / NLL_* cases end the model in SoftmaxCrossEntropyLoss or
+    LogSoftmax + NegativeLogLikelihoodLoss and compile without --loss: the
+    model's own loss is trained, its labels fed as data.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, onnx_weights, read_metrics, run
+from gradcheck import check_case, compile_run, r
+
+rng = np.random.default_rng(7)
+node = helper.make_node
+
+
+def const(name, a, dtype=np.float64):
+    return numpy_helper.from_array(np.asarray(a, dtype), name)
+
+
+def pos(*shape):
+    return 0.5 + np.abs(r(*shape))
+
+
+# ---- NumPy references -------------------------------------------------------
+
+def conv_ref(x, w, b, s, p, d, group):
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
+    oh = (h + p[0] + p[2] - d[0] * (kh - 1) - 1) // s[0] + 1
+    ow = (wd + p[1] + p[3] - d[1] * (kw - 1) - 1) // s[1] + 1
+    y = np.zeros((n, m, oh, ow))
+    mg = m // group
+    for gi in range(group):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, gi * cg:(gi + 1) * cg, i * d[0]:i * d[0] + s[0] * (oh - 1) + 1:s[0],
+                           j * d[1]:j * d[1] + s[1] * (ow - 1) + 1:s[1]]
+                y[:, gi * mg:(gi + 1) * mg] += np.einsum("nchw,mc->nmhw", patch, w[gi * mg:(gi + 1) * mg, :, i, j])
+    return y if b is None else y + b[None, :, None, None]
+
+
+def out_dim(n, k, s, pb, pe, d, ceil):
+    num = n + pb + pe - d * (k - 1) - 1
+    o = (-(-num // s) if ceil else num // s) + 1
+    return o - 1 if ceil and (o - 1) * s >= n + pb else o
+
+
+def pool_ref(x, k, s, p, d, ceil, kind, cip=0):
+    n, c, h, w = x.shape
+    oh, ow = out_dim(h, k[0], s[0], p[0], p[2], d[0], ceil), out_dim(w, k[1], s[1], p[1], p[3], d[1], ceil)
+    y = np.zeros((n, c, oh, ow))
+    for oy in range(oh):
+        for ox in range(ow):
+            ys = [oy * s[0] - p[0] + i * d[0] for i in range(k[0])]
+            xs = [ox * s[1] - p[1] + j * d[1] for j in range(k[1])]
+            iy = [t for t in ys if 0 <= t < h]
+            ix = [t for t in xs if 0 <= t < w]
+            win = x[:, :, iy][:, :, :, ix]
+            if kind == "max":
+                y[:, :, oy, ox] = win.max((2, 3))
+            else:
+                if cip:
+                    div = sum(-p[0] <= t < h + p[2] for t in ys) * sum(-p[1] <= t < w + p[3] for t in xs)
+                else:
+                    div = len(iy) * len(ix)
+                y[:, :, oy, ox] = win.sum((2, 3)) / div
+    return y
+
+
+def bn_ref(x, scale, bias, eps):
+    ax = (0,) + tuple(range(2, x.ndim))
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    mean, var = x.mean(ax), x.var(ax)
+    return (x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps) * scale.reshape(sh) + bias.reshape(sh)
+
+
+def ln_ref(x, scale, bias, axis, eps):
+    ax = tuple(range(axis % x.ndim, x.ndim))
+    mean, var = x.mean(ax, keepdims=True), x.var(ax, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+M32 = 0xFFFFFFFF
+SEED = 0x6673647063  # NN_DROPOUT_SEED in passes/nn.h
+
+
+def philox(ctr, key):
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & M32, (p0 >> 32) ^ c3 ^ k1, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+def fnv32(s):
+    h = 2166136261
+    for ch in s.encode():
+        h = ((h ^ ch) * 16777619) & M32
+    return h
+
+
+def dropout_mask(n, ratio, name, step=1):
+    stream, words = fnv32(name), []
+    for blk in range((n + 3) // 4):
+        words += philox((blk & M32, blk >> 32, step, stream), (SEED & M32, SEED >> 32))
+    return np.array([wd >= ratio * 4294967296.0 for wd in words[:n]])
+
+
+def sce_ref(z, labels, weights=None, ii=None, reduction="mean"):
+    logp = np.log(softmax(z, 1))
+    c = z.shape[1]
+    lab = np.where(labels == ii, 0, labels) if ii is not None else labels
+    picked = -np.take_along_axis(logp, lab[:, None], 1)[:, 0]
+    w = (weights[lab] if weights is not None else np.ones_like(picked)) * (labels != ii if ii is not None else 1)
+    assert c > labels.max()
+    if reduction == "none":
+        return picked * w
+    return (picked * w).sum() / (w.sum() if reduction == "mean" else 1)
+
+
+# ---- the cases ----------------------------------------------------------------
+
+def conv_cases(c):
+    def add(name, xs, ws, s, p, d, group, bias):
+        attrs = dict(strides=s, pads=p, dilations=d, group=group, kernel_shape=list(ws[2:]))
+        ins = ["X", "W"] + (["B"] if bias else [])
+        wts = {"X": r(*xs), "W": r(*ws)}
+        if bias:
+            wts["B"] = r(ws[0])
+        c[name] = ([node("Conv", ins, ["Y"], **attrs)], wts,
+                   lambda w: conv_ref(w["X"], w["W"], w.get("B"), s, p, d, group))
+    add("Conv_stride2_pads_bias", (2, 3, 7, 6), (4, 3, 3, 3), [2, 2], [1, 0, 2, 1], [1, 1], 1, True)
+    add("Conv_dilation", (1, 2, 7, 7), (3, 2, 3, 2), [1, 2], [1, 1, 1, 1], [2, 1], 1, False)
+    add("Conv_groups2", (2, 4, 5, 5), (6, 2, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 2, True)
+    add("Conv_depthwise", (2, 4, 6, 5), (4, 1, 3, 3), [2, 1], [1, 1, 0, 1], [1, 1], 4, True)
+    add("Conv_1x1", (2, 3, 4, 4), (5, 3, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True)
+
+
+def norm_cases(c):
+    eps, mom = 2.0 ** -8, 0.75  # exact in the float32 ONNX attributes
+    rm, rv = r(3), pos(3)
+    bn_w = {"X": r(4, 3, 3, 2), "S": pos(3), "Bb": r(3), "rm": const("rm", rm), "rv": const("rv", rv)}
+    c["BatchNorm_train"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps,
+                                  momentum=mom, training_mode=1)], bn_w,
+                            lambda w: bn_ref(w["X"], w["S"], w["Bb"], eps))
+    c["BatchNorm_train_2d"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps,
+                                     momentum=mom, training_mode=1)],
+                               {**bn_w, "X": r(6, 3)}, lambda w: bn_ref(w["X"], w["S"], w["Bb"], eps))
+    sh = (1, 3, 1, 1)
+    c["BatchNorm_inference"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps)],
+                                bn_w, lambda w: (w["X"] - rm.reshape(sh)) / np.sqrt(rv.reshape(sh) + eps)
+                                * w["S"].reshape(sh) + w["Bb"].reshape(sh))
+    c["LayerNorm_last"] = ([node("LayerNormalization", ["X", "S", "Bb"], ["Y"], epsilon=eps)],
+                           {"X": r(2, 3, 5), "S": r(5), "Bb": r(5)},
+                           lambda w: ln_ref(w["X"], w["S"], w["Bb"], -1, eps))
+    c["LayerNorm_axis1"] = ([node("LayerNormalization", ["X", "S", "Bb"], ["Y"], axis=1, epsilon=eps)],
+                            {"X": r(2, 3, 4), "S": r(3, 4), "Bb": r(3, 4)},
+                            lambda w: ln_ref(w["X"], w["S"], w["Bb"], 1, eps))
+    c["LayerNorm_nobias"] = ([node("LayerNormalization", ["X", "S"], ["Y"], epsilon=eps)],
+                             {"X": r(3, 6), "S": r(6)}, lambda w: ln_ref(w["X"], w["S"], 0, -1, eps))
+
+
+def pool_cases(c):
+    def add(name, op, xs, k, s, p, d=(1, 1), ceil=0, cip=0):
+        attrs = dict(kernel_shape=k, strides=s, pads=p, ceil_mode=ceil)
+        if op == "MaxPool":
+            attrs["dilations"] = list(d)
+        else:
+            attrs["count_include_pad"] = cip
+        kind = "max" if op == "MaxPool" else "avg"
+        c[name] = ([node(op, ["X"], ["Y"], **attrs)], {"X": r(*xs)},
+                   lambda w: pool_ref(w["X"], k, s, p, d, ceil, kind, cip))
+    add("MaxPool_pads", "MaxPool", (2, 3, 7, 6), [3, 3], [2, 2], [1, 1, 1, 1])
+    add("MaxPool_dilation_ceil", "MaxPool", (1, 2, 8, 7), [2, 3], [2, 2], [0, 1, 0, 1], d=(2, 1), ceil=1)
+    add("AveragePool_exclude_pad", "AveragePool", (2, 2, 6, 7), [3, 2], [2, 1], [1, 1, 1, 0], ceil=1)
+    add("AveragePool_include_pad", "AveragePool", (2, 2, 6, 7), [3, 3], [2, 2], [1, 1, 1, 1], cip=1)
+    c["GlobalAveragePool"] = ([node("GlobalAveragePool", ["X"], ["Y"])], {"X": r(2, 3, 4, 5)},
+                              lambda w: w["X"].mean((2, 3), keepdims=True))
+
+
+def reduce_cases(c):
+    for op, f in (("ReduceMean", np.mean), ("ReduceMax", np.max)):
+        for axes, keep in (([1], 1), ([0, 2], 0), ([-1], 0), (None, 1)):
+            attrs = {"keepdims": keep} if axes is None else {"axes": axes, "keepdims": keep}
+            tag = "all" if axes is None else "_".join(str(a) for a in axes).replace("-", "m")
+            c["%s_%s_k%d" % (op, tag, keep)] = (
+                [node(op, ["X"], ["Y"], **attrs)], {"X": r(2, 3, 4)},
+                (lambda f, ax, k: lambda w: f(w["X"], axis=None if ax is None else tuple(ax), keepdims=bool(k)))(
+                    f, axes, keep))
+    for axes, keep in (([1], 0), ([0, -1], 1)):
+        tag = "_".join(str(a) for a in axes).replace("-", "m")
+        c["ReduceSum_%s_k%d" % (tag, keep)] = (
+            [node("ReduceSum", ["X", "axes"], ["Y"], keepdims=keep)],
+            {"X": r(2, 3, 4), "axes": const("axes", axes, np.int64)},
+            (lambda ax, k: lambda w: w["X"].sum(tuple(ax), keepdims=bool(k)))(axes, keep))
+    c["ReduceSum_noaxes"] = ([node("ReduceSum", ["X"], ["Y"])], {"X": r(2, 3)},
+                             lambda w: w["X"].sum(keepdims=True))
+
+
+def misc_cases(c):
+    c["Pow_both"] = ([node("Pow", ["A", "B"], ["Y"])], {"A": pos(3, 4), "B": r(4)}, lambda w: w["A"] ** w["B"])
+    c["Pow_const_exponent"] = ([node("Pow", ["A", "e"], ["Y"])], {"A": r(3, 4), "e": const("e", 3.0)},
+                               lambda w: w["A"] ** 3)
+    c["Softmax"] = ([node("Softmax", ["X"], ["Y"])], {"X": r(3, 5)}, lambda w: softmax(w["X"], -1))
+    c["LogSoftmax_axis1"] = ([node("LogSoftmax", ["X"], ["Y"], axis=1)], {"X": r(2, 4, 3)},
+                             lambda w: np.log(softmax(w["X"], 1)))
+    for name, ratio, train in (("Dropout_ratio0", 0.0, True), ("Dropout_ratio0.3", 0.3, None)):
+        ins = ["X", "ratio"] + (["train"] if train is not None else [])
+        wts = {"X": r(5, 7), "ratio": const("ratio", ratio), "train": const("train", True, np.bool_)}
+        if ratio == 0:
+            f = lambda w: w["X"].copy()
+        else:
+            mask = dropout_mask(35, ratio, "drop").reshape(5, 7)
+            f = (lambda m, s: lambda w: w["X"] * m * s)(mask, 1.0 / (1.0 - ratio))
+        c[name] = ([node("Dropout", ins, ["Y"], name="drop")], wts, f)
+
+
+def cases():
+    c = {}
+    misc_cases(c)
+    conv_cases(c)
+    norm_cases(c)
+    pool_cases(c)
+    reduce_cases(c)
+    return c
+
+
+# ---- BatchNormalization's running statistics ---------------------------------
+
+def check_running_stats(fsdpc, work):
+    eps, mom = 2.0 ** -8, 0.75
+    x, rm, rv = r(4, 3, 2, 2), r(3), pos(3)
+    nodes = [node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps, momentum=mom,
+                  training_mode=1)]
+    w = {"X": x, "S": pos(3), "Bb": r(3), "rm": const("rm", rm), "rv": const("rv", rv)}
+    np.save(os.path.join(work, "bnstats.t.npy"), r(4, 3, 2, 2))
+    _, out = compile_run(fsdpc, work, "bnstats", nodes, w, [4, 3, 2, 2], "mse:Y,T",
+                         "T=" + os.path.join(work, "bnstats.t.npy"), 0.0)
+    ax = (0, 2, 3)
+    want_m = mom * rm + (1 - mom) * x.mean(ax)
+    want_v = mom * rv + (1 - mom) * x.var(ax, ddof=1)
+    for k, want in (("rm", want_m), ("rv", want_v)):
+        check(np.allclose(out[k], want, rtol=1e-13, atol=1e-15),
+              "BatchNorm running stat %s exported %s, NumPy %s" % (k, out[k], want))
+    print("ok %-22s running mean/var exported as NumPy's update" % "BatchNorm_running_stats")
+
+
+# ---- SoftmaxCrossEntropyLoss as the model's own loss --------------------------
+
+def sce_model(path, w, lshape, attrs, weights, nll):
+    ins = ["LP" if nll else "Z", "T"] + (["Wt"] if weights is not None else [])
+    nodes = [node("MatMul", ["A", "B"], ["Z0"]), node("Transpose", ["Z0"], ["Z"], perm=[0, 2, 1])
+             if len(lshape) == 2 else node("Identity", ["Z0"], ["Z"])]
+    if nll:
+        nodes.append(node("LogSoftmax", ["Z"], ["LP"], axis=1))
+    nodes.append(node("NegativeLogLikelihoodLoss" if nll else "SoftmaxCrossEntropyLoss", ins, ["loss"], **attrs))
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    if weights is not None:
+        inits.append(const("Wt", weights))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("T", TensorProto.INT64, list(lshape))],
+                          [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def sce_run(fsdpc, work, tag, w, lshape, attrs, weights, nll, labels_file, lr):
+    path = os.path.join(work, tag + ".onnx")
+    sce_model(path, w, lshape, attrs, weights, nll)
+    exe = os.path.join(work, tag)
+    run([fsdpc, path, "-o", exe, "--target", "cpu", "--optimizer", "sgd", "--verify"])
+    m, out = exe + ".jsonl", exe + ".out.onnx"
+    run([exe, "--data", "T=" + labels_file, "--steps", "1", "--lr", str(lr), "--momentum", "0",
+         "--weight-decay", "0", "--metrics", m, "--export-onnx", out, "--quiet"])
+    return read_metrics(m)[0][0], onnx_weights(out)
+
+
+def check_sce(fsdpc, work, name, seq, attrs, weights=None, nll=False):
+    n, k, c = 4, 3, 5
+    a_shape = (n, seq, k) if seq else (n, k)
+    w0 = {"A": r(*a_shape), "B": r(k, c)}
+    lshape = (n, seq) if seq else (n,)
+    labels = rng.integers(0, c, size=lshape)
+    ii = attrs.get("ignore_index")
+    if ii is not None:
+        labels.flat[::3] = ii
+    lf = os.path.join(work, name + ".t.npy")
+    np.save(lf, labels.astype(np.int64))
+
+    def fwd(w):
+        z = w["A"] @ w["B"]
+        z = z.transpose(0, 2, 1) if seq else z
+        return sce_ref(z, labels, weights, ii, attrs.get("reduction", "mean"))
+    l0, w1 = sce_run(fsdpc, work, name, w0, lshape, attrs, weights, nll, lf, 1.0)
+    ref = fwd(w0)
+    check(abs(l0 - ref) <= 1e-12 * max(1.0, abs(ref)), "%s: forward loss %.17g, NumPy %.17g" % (name, l0, ref))
+    grads = {key: w0[key] - w1[key] for key in w0}
+    h = 1e-6
+    for _ in range(2):
+        d = {key: rng.standard_normal(v.shape) for key, v in w0.items()}
+        lp, _ = sce_run(fsdpc, work, name + ".p", {key: w0[key] + h * d[key] for key in w0}, lshape, attrs,
+                        weights, nll, lf, 0.0)
+        lm, _ = sce_run(fsdpc, work, name + ".m", {key: w0[key] - h * d[key] for key in w0}, lshape, attrs,
+                        weights, nll, lf, 0.0)
+        fd, an = (lp - lm) / (2 * h), sum(float(np.sum(grads[key] * d[key])) for key in w0)
+        check(abs(fd - an) <= 1e-6 * max(1.0, abs(an)), "%s: directional derivative %.12g, finite differences "
+              "%.12g" % (name, an, fd))
+    print("ok %-22s loss %.6f (the model's own loss)" % (name, l0))
+
+
+SCE_CASES = {
+    "SCE_mean": (0, {}),
+    "SCE_mean_ignore_index_3d": (3, {"ignore_index": 2}),
+    "SCE_sum_weights": (0, {"reduction": "sum"}, np.array([0.5, 1.0, 2.0, 1.5, 0.25])),
+    "SCE_mean_weights_ignore": (2, {"ignore_index": 1}, np.array([0.5, 1.0, 2.0, 1.5, 0.25])),
+    "NLL_logsoftmax_ignore": (2, {"ignore_index": 3}, np.array([0.5, 1.0, 2.0, 1.5, 0.25]), True),
+    "NLL_sum": (0, {"reduction": "sum"}, None, True),
+}
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    all_cases = cases()
+    extra = ["BatchNorm_running_stats"] + list(SCE_CASES)
+    names = sys.argv[3:] or list(all_cases) + extra
+    for n in names:
+        check(n in all_cases or n in extra, "no case " + n)
+        if n == "BatchNorm_running_stats":
+            check_running_stats(fsdpc, work)
+        elif n in SCE_CASES:
+            check_sce(fsdpc, work, n, *SCE_CASES[n])
+        else:
+            check_case(fsdpc, work, n, all_cases[n])
+    print("OK gradcheck_nn: %d cases" % len(names))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""The tensor family's gradient rules against central finite differences, in float64.
+
+usage: gradcheck_tensor.py FSDPC WORKDIR [CASE...]
+
+Same method as gradcheck.py (whose helpers this imports): each case is a small
+float64 graph whose float initializers are trained; the executable's loss at
+w0 is checked against NumPy, its gradient (w0 - w1 after one SGD step with lr
+1) against (L(w0 + h d) - L(w0 - h d)) / 2h along random directions d.
+Integer and bool initializers (indices, conditions, slice bounds) are
+constants.
+
+Forward-only cases (--eval against NumPy, exact) cover what ONNX's node tests
+leave out at opsets 13-17 (Not, ConstantOfShape, Range and Trilu have no
+case there) and the run-time paths of folding-sized ops: outputs above
+fold's limit, integer Pad by strided copies, int32 / bool inputs that fold
+casts to int64.
+
+Then the shape arithmetic torch.onnx emits for x.view(B, T, nh, hs)
+(Shape -> Gather -> Div -> Unsqueeze -> Concat -> Reshape) must fold away:
+after `--dump-after fold` no Shape, Gather, Unsqueeze or Concat node is
+left, for a parameter and for a graph input whose dims are bound by --dim;
+the latter also runs (--eval) against NumPy.  Last, a shape-deciding input
+that is not a constant is one error line naming the node, op and input.
+"""
+import os
+import re
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, run
+from gradcheck import check_case, r
+
+I64 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def slice_ref(a, starts, ends, axes, steps):
+    idx = [slice(None)] * a.ndim
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        idx[ax] = slice(s, None if e < -a.shape[ax] else e, st)
+    return a[tuple(idx)]
+
+
+def trilu_ref(a, upper, k):
+    return np.triu(a, k) if upper else np.tril(a, k)
+
+
+# name: (nodes, weights, forward(w) -> Y)
+def cases():
+    c = {}
+    c["Concat"] = ([node("Concat", ["A", "B", "C"], ["Y"], axis=1)], {"A": r(2, 3), "B": r(2, 2), "C": r(2, 1)},
+                   lambda w: np.concatenate([w["A"], w["B"], w["C"]], 1))
+    many = {"X%d" % i: r(1, 2) for i in range(10)}  # > 8 inputs: fold nests it
+    c["Concat_10_inputs"] = ([node("Concat", list(many), ["Y"], axis=-2)], many,
+                             lambda w: np.concatenate([w["X%d" % i] for i in range(10)], 0))
+    c["Split_all_used"] = ([node("Split", ["A", "sp"], ["a", "b", "c"], axis=0),
+                            node("Concat", ["c", "a", "b"], ["Y"], axis=0)],
+                           {"A": r(6, 4), "sp": I64("sp", [1, 2, 3])},
+                           lambda w: np.concatenate([w["A"][3:], w["A"][:1], w["A"][1:3]], 0))
+    c["Split_one_unused"] = ([node("Split", ["A"], ["a", "b", "c"], axis=1),
+                              node("Mul", ["a", "K"], ["ak"]), node("Concat", ["ak", "c"], ["Y"], axis=1)],
+                             {"A": r(3, 6), "K": r(3, 2)},
+                             lambda w: np.concatenate([w["A"][:, :2] * w["K"], w["A"][:, 4:]], 1))
+    sl = ([1, -1, 0], [4, -100, 4], [0, 1, 2], [2, -2, 1])
+    c["Slice_neg_steps"] = ([node("Slice", ["A", "st", "en", "ax", "sp"], ["Y"])],
+                            {"A": r(5, 6, 4), "st": I64("st", sl[0]), "en": I64("en", sl[1]),
+                             "ax": I64("ax", sl[2]), "sp": I64("sp", sl[3])},
+                            lambda w: slice_ref(w["A"], *sl))
+    c["Slice_default_axes"] = ([node("Slice", ["A", "st", "en"], ["Y"])],
+                               {"A": r(4, 5), "st": I64("st", [1, -3]), "en": I64("en", [3, 1000])},
+                               lambda w: w["A"][1:3, -3:])
+    ids = np.array([[1, 3, 3], [0, 9, 1]])
+    c["Gather_embedding"] = ([node("Gather", ["E", "ids"], ["Y"])], {"E": r(10, 4), "ids": I64("ids", ids)},
+                             lambda w: w["E"][ids])
+    c["Gather_axis1_negative"] = ([node("Gather", ["E", "ids"], ["Y"], axis=1)],
+                                  {"E": r(3, 5), "ids": I64("ids", [-1, 2, 2, 0])},
+                                  lambda w: w["E"][:, [4, 2, 2, 0]])
+    c["Expand"] = ([node("Expand", ["A", "sh"], ["Y"])], {"A": r(3, 1), "sh": I64("sh", [2, 1, 4])},
+                   lambda w: np.broadcast_to(w["A"], (2, 3, 4)))
+    c["Tile"] = ([node("Tile", ["A", "rep"], ["Y"])], {"A": r(2, 3), "rep": I64("rep", [2, 3])},
+                 lambda w: np.tile(w["A"], (2, 3)))
+    pads = [2, 1, 1, 3]  # begins of dims 0, 1, then ends
+    npw = ((2, 1), (1, 3))
+    val = numpy_helper.from_array(np.array(0.5), "val")
+    c["Pad_constant"] = ([node("Pad", ["A", "pads", "val"], ["Y"], mode="constant")],
+                         {"A": r(3, 5), "pads": I64("pads", pads), "val": val},
+                         lambda w: np.pad(w["A"], npw, constant_values=0.5))
+    c["Pad_constant_crop"] = ([node("Pad", ["A", "pads"], ["Y"])], {"A": r(3, 5), "pads": I64("pads", [1, -1, 0, 2])},
+                              lambda w: np.pad(w["A"][:, 1:], ((1, 0), (0, 2))))
+    for mode in ("reflect", "edge"):
+        c["Pad_" + mode] = ([node("Pad", ["A", "pads"], ["Y"], mode=mode)], {"A": r(3, 5), "pads": I64("pads", pads)},
+                            (lambda m: lambda w: np.pad(w["A"], npw, mode=m))(mode))
+    cond = rng_bool((3, 4))
+    c["Where_broadcast"] = ([node("Where", ["cond", "A", "B"], ["Y"])],
+                            {"A": r(3, 4), "B": r(4), "cond": numpy_helper.from_array(cond, "cond")},
+                            lambda w: np.where(cond, w["A"], w["B"]))
+    c["Cast_f64_chain"] = ([node("Cast", ["A"], ["a"], to=TensorProto.DOUBLE), node("Mul", ["a", "K"], ["m"]),
+                            node("Cast", ["m"], ["Y"], to=TensorProto.DOUBLE)],
+                           {"A": r(3, 4), "K": r(3, 4)}, lambda w: w["A"] * w["K"])
+    c["Squeeze_Unsqueeze_Flatten"] = ([node("Squeeze", ["A", "ax1"], ["s"]), node("Unsqueeze", ["s", "ax03"], ["u"]),
+                                       node("Flatten", ["u"], ["f"], axis=2), node("Mul", ["f", "K"], ["Y"])],
+                                      {"A": r(3, 1, 4), "K": r(3, 4), "ax1": I64("ax1", [1]),
+                                       "ax03": I64("ax03", [0, -1])},
+                                      lambda w: w["A"].reshape(3, 4) * w["K"])
+    c["Trilu_upper_k1"] = ([node("Trilu", ["A", "k"], ["Y"])], {"A": r(2, 4, 5), "k": I64("k", 1)},
+                           lambda w: trilu_ref(w["A"], 1, 1))
+    c["Trilu_lower_kneg"] = ([node("Trilu", ["A", "k"], ["Y"], upper=0)], {"A": r(4, 4), "k": I64("k", -1)},
+                             lambda w: trilu_ref(w["A"], 0, -1))
+    c["Shape_chain_Reshape"] = (view_chain("A"), {"A": r(2, 3, 8), **view_consts()},
+                                lambda w: w["A"].reshape(2, 3, 2, 4))
+    return c
+
+
+def rng_bool(shape):
+    return np.random.default_rng(7).random(shape) < 0.5
+
+
+def view_consts():
+    return {"i0": I64("i0", 0), "i1": I64("i1", 1), "i2": I64("i2", 2), "nh": I64("nh", [2]),
+            "two": I64("two", 2)}
+
+
+def view_chain(x):
+    """x.view(B, T, nh, C // nh) as torch.onnx exports it with dynamic axes."""
+    n = [node("Shape", [x], ["shp"])]
+    for k in range(3):
+        n.append(node("Gather", ["shp", "i%d" % k], ["d%d" % k], axis=0))
+    n += [node("Div", ["d2", "two"], ["hs"]),
+          node("Unsqueeze", ["d0", "ax0"], ["u0"]), node("Unsqueeze", ["d1", "ax0"], ["u1"]),
+          node("Unsqueeze", ["hs", "ax0"], ["u3"]),
+          node("Concat", ["u0", "u1", "nh", "u3"], ["newshape"], axis=0),
+          node("Reshape", [x, "newshape"], ["Y"])]
+    n.insert(0, node("Constant", [], ["ax0"], value=helper.make_tensor("ax0", TensorProto.INT64, [1], [0])))
+    return n
+
+
+def dumped_ops(fsdpc, args):
+    p = run([fsdpc] + args + ["--dump-after", "fold"])
+    text = p.stdout.split("nodes:", 1)[1]
+    return [m.group(1) for m in re.finditer(r"^\s+(?:%\S+(?:, %\S+)* = )?(\w+)", text, re.M)]
+
+
+def check_folds(fsdpc, work):
+    # 1. the gradcheck case: Shape of a parameter
+    path = os.path.join(work, "Shape_chain_Reshape.onnx")
+    ops = dumped_ops(fsdpc, [path, "--loss", "mse:Y,T"])
+    left = [o for o in ops if o in ("Shape", "Gather", "Unsqueeze", "Concat", "Div")]
+    check(not left, "shape arithmetic left after fold: %s (nodes: %s)" % (left, ops))
+    # 2. a graph input with symbolic dims bound by --dim
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", 8])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
+    g = helper.make_graph(view_chain("x"), "view", [x], [y],
+                          [v for v in view_consts().values()])
+    path = os.path.join(work, "view_chain_input.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = os.path.join(work, "view_chain_input")
+    ops = dumped_ops(fsdpc, [path, "-o", exe, "--eval", "--dim", "B=3", "--dim", "T=5", "--verify"])
+    check(ops == ["Reshape"], "after fold with --dim B=3 --dim T=5: nodes %s, expected only Reshape" % ops)
+    xv = np.random.default_rng(3).standard_normal((3, 5, 8)).astype(np.float32)
+    np.save(exe + ".x.npy", xv)
+    out = os.path.join(work, "view_chain_out")
+    run([exe, "--input", "x=" + exe + ".x.npy", "--out-dir", out, "--quiet"])
+    got = np.load(os.path.join(out, "Y.npy"))
+    check(got.shape == (3, 5, 2, 4) and np.array_equal(got, xv.reshape(3, 5, 2, 4)),
+          "view chain output %s differs from x.reshape(3, 5, 2, 4)" % (got.shape,))
+    print("ok shape arithmetic folds: only Reshape left; --eval output matches NumPy")
+
+
+def vi(name, arr):
+    dt = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+          np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
+          np.dtype(np.bool_): TensorProto.BOOL}[arr.dtype]
+    return helper.make_tensor_value_info(name, dt, list(arr.shape))
+
+
+# name: (nodes, graph inputs {name: array}, constants {name: array}, expected {output: array})
+def forward_cases():
+    g = np.random.default_rng(5)
+    f = g.standard_normal((2, 3, 4)).astype(np.float32)
+    b1, b2 = g.random((3, 4)) < 0.5, g.random((4,)) < 0.5
+    i32 = g.integers(-5, 5, (3, 4)).astype(np.int32)
+    big = (1100, 1000)  # above fold's limit of 2^20 elements: computed at run time
+    xi = np.arange(6, dtype=np.int64).reshape(2, 3)
+    c = {}
+    c["Not"] = ([node("Not", ["b"], ["y"])], {"b": b1}, {}, {"y": ~b1})
+    c["Equal_bool"] = ([node("Equal", ["a", "b"], ["y"])], {"a": b1, "b": b2}, {}, {"y": b1 == b2})
+    c["Greater_int32"] = ([node("Greater", ["a", "k"], ["y"])], {"a": i32}, {"k": np.array(1, np.int32)},
+                          {"y": i32 > 1})
+    c["LessOrEqual"] = ([node("LessOrEqual", ["a", "b"], ["y"])], {"a": f[0], "b": f[1]}, {}, {"y": f[0] <= f[1]})
+    c["Gather_int32_indices"] = ([node("Gather", ["x", "i"], ["y"], axis=1)],
+                                 {"x": f, "i": np.array([[2, -1], [0, 0]], np.int32)}, {},
+                                 {"y": f[:, [[2, 2], [0, 0]]]})
+    c["ConstantOfShape_small"] = ([node("ConstantOfShape", ["s"], ["y"],
+                                        value=helper.make_tensor("v", TensorProto.INT64, [1], [7]))],
+                                  {}, {"s": np.array([2, 3], np.int64)}, {"y": np.full((2, 3), 7, np.int64)})
+    c["ConstantOfShape_large_int"] = ([node("ConstantOfShape", ["s"], ["y"],
+                                            value=helper.make_tensor("v", TensorProto.INT32, [1], [-3]))],
+                                      {}, {"s": np.array(big, np.int64)}, {"y": np.full(big, -3, np.int32)})
+    c["ConstantOfShape_large_float"] = ([node("ConstantOfShape", ["s"], ["y"])], {},
+                                        {"s": np.array(big, np.int64)}, {"y": np.zeros(big, np.float32)})
+    c["Range_int"] = ([node("Range", ["a", "l", "d"], ["y"])], {},
+                      {"a": np.array(10, np.int64), "l": np.array(-3, np.int64), "d": np.array(-4, np.int64)},
+                      {"y": np.arange(10, -3, -4, dtype=np.int64)})
+    c["Range_float_large"] = ([node("Range", ["a", "l", "d"], ["y"])], {},
+                              {"a": np.array(0.5), "l": np.array(1.2e6), "d": np.array(1.0)},
+                              {"y": np.arange(0.5, 1.2e6, 1.0)})
+    c["Trilu_input"] = ([node("Trilu", ["x"], ["y"], upper=0)], {"x": f}, {}, {"y": np.tril(f)})
+    c["Pad_reflect_int64_wraps"] = ([node("Pad", ["x", "p"], ["y"], mode="reflect")], {"x": xi},
+                                    {"p": np.array([1, 5, 0, 4], np.int64)},
+                                    {"y": np.pad(xi, ((1, 0), (5, 4)), mode="reflect")})
+    c["Pad_edge_bool"] = ([node("Pad", ["b", "p"], ["y"], mode="edge")], {"b": b1},
+                          {"p": np.array([0, 2, 1, 0], np.int64)},
+                          {"y": np.pad(b1, ((0, 1), (2, 0)), mode="edge")})
+    c["Where_int64"] = ([node("Where", ["b", "x", "z"], ["y"])], {"b": b2, "x": xi[:, :1].repeat(4, 1)},
+                        {"z": np.array([9], np.int64)}, {"y": np.where(b2, xi[:, :1], 9)})
+    c["Cast_bool_float_int"] = ([node("Cast", ["b"], ["t"], to=TensorProto.FLOAT),
+                                 node("Cast", ["x"], ["y2"], to=TensorProto.INT32)],
+                                {"b": b1, "x": f * 3}, {}, {"t": b1.astype(np.float32), "y2": (f * 3).astype(np.int32)})
+    c["Tile_Expand_int"] = ([node("Tile", ["x", "r"], ["t"]), node("Expand", ["t", "s"], ["y"])], {"x": xi},
+                            {"r": np.array([1, 2], np.int64), "s": np.array([3, 1, 1], np.int64)},
+                            {"y": np.broadcast_to(np.tile(xi, (1, 2)), (3, 2, 6))})
+    c["Size_Shape_start_end"] = ([node("Size", ["x"], ["n"]), node("Shape", ["x"], ["s"], start=-2, end=10)],
+                                 {"x": f}, {}, {"n": np.array(24, np.int64), "s": np.array([3, 4], np.int64)})
+    return c
+
+
+def check_forward(fsdpc, work, name, spec):
+    nodes, inputs, consts, want = spec
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    outs = [helper.make_tensor_value_info(k, TensorProto.UNDEFINED, None) for k in want]
+    g = helper.make_graph(nodes, name, [vi(k, v) for k, v in inputs.items()], outs, inits)
+    path = os.path.join(work, name + ".onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = os.path.join(work, name)
+    run([fsdpc, path, "-o", exe, "--eval", "--verify"])
+    args = [exe, "--out-dir", exe + ".out", "--quiet"]
+    for k, v in inputs.items():
+        np.save(exe + "." + k + ".npy", v)
+        args += ["--input", "%s=%s.%s.npy" % (k, exe, k)]
+    run(args)
+    for k, v in want.items():
+        got = np.load(os.path.join(exe + ".out", k + ".npy"))
+        check(got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v),
+              "%s: output %s %s %s, expected %s %s" % (name, k, got.dtype, got.shape, v.dtype, v.shape))
+    print("ok forward %-26s" % name)
+
+
+def check_errors(fsdpc, work):
+    """A shape-deciding input that is not a constant: one line naming node, op and input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    st = helper.make_tensor_value_info("st", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([node("Slice", ["x", "st", "en"], ["y"], name="sl")], "g", [x, st], [y],
+                          [I64("en", [3])])
+    path = os.path.join(work, "nonconst_slice.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    p = run([fsdpc, path, "-o", os.path.join(work, "nc"), "--loss", "mse:y,t", "--dim", "batch=2"], check=False)
+    msg = p.stderr.strip()
+    check(p.returncode == 1 and len(msg.splitlines()) == 1 and
+          all(w in msg for w in ("nonconst_slice.onnx", "'sl'", "Slice", "'st'", "must be a constant")),
+          "non-constant Slice starts: exit %d, %r" % (p.returncode, msg))
+    print("ok non-constant starts: %s" % msg)
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    all_cases, fwd = cases(), forward_cases()
+    names = sys.argv[3:] or list(all_cases) + list(fwd)
+    for n in names:
+        check(n in all_cases or n in fwd, "no case " + n)
+        if n in fwd:
+            check_forward(fsdpc, work, n, fwd[n])
+        else:
+            check_case(fsdpc, work, n, all_cases[n])
+    if "Shape_chain_Reshape" in names:
+        check_folds(fsdpc, work)
+    if not sys.argv[3:]:
+        check_errors(fsdpc, work)
+    print("OK gradcheck_tensor: %d cases" % len(names))
+
+
+if __name__ == "__main__":
+    main()
