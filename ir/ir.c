@@ -88,6 +88,17 @@ _Noreturn void fatal(const char *fmt, ...)
     exit(1);
 }
 
+_Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fsdpc: error: %s: node '%s' (%s): ", g->opt->model, n->name, op_info[n->op].name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;

@@ -207,6 +207,9 @@ void ir_verify(const Graph *g, const char *after);
 
 /* errors: user input vs internal bug (see README "Errors") */
 _Noreturn void fatal(const char *fmt, ...);       /* "fsdpc: error: ..." exit 1 */
+/* a user error at a node: "fsdpc: error: MODEL: node 'NAME' (Op): ..." exit 1 */
+_Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...); /* internal bug: abort */
 

@@ -88,7 +88,7 @@ static const Value *const_in(Graph *g, const Node *n, int i, const char *what)
 {
     const Value *x = &g->val[n->in[i]];
     if (x->role != R_CONST || !x->data)
-        tensor_bad(g, n, "the %s input '%s' must be a constant; fsdpc has static shapes (it may "
+        node_fatal(g, n, "the %s input '%s' must be a constant; fsdpc has static shapes (it may "
                    "depend only on constants, integer initializers and the shapes of values)",
                    what, x->name);
     return x;
@@ -156,15 +156,15 @@ static void to_attr(Graph *g, int id, const char *name, int v)
         return;
     }
     if (x->dtype != DT_I64 && x->dtype != DT_I32)
-        tensor_bad(g, n, "the %s input '%s' must be int64, not %s", name, x->name, dtype_name(x->dtype));
+        node_fatal(g, n, "the %s input '%s' must be int64, not %s", name, x->name, dtype_name(x->dtype));
     if (!strcmp(name, "k")) {
         if (cnt != 1)
-            tensor_bad(g, n, "the k input '%s' must hold one value", x->name);
+            node_fatal(g, n, "the k input '%s' must hold one value", x->name);
         set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
         return;
     }
     if (x->shape.rank > 1 || cnt > (1 << 20))
-        tensor_bad(g, n, "the %s input '%s' must be a 1-D list", name, x->name);
+        node_fatal(g, n, "the %s input '%s' must be a 1-D list", name, x->name);
     Attr *a = set_attr(g, id, name, A_INTS);
     a->n = (int)cnt;
     a->ints = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
@@ -178,7 +178,7 @@ static void inputs_to_attrs(Graph *g, int id, const ConstInputs *c)
         const Node *n = &g->node[id];
         int k = c->from + i, present = k < n->nin && n->in[k] >= 0;
         if (!present && i < c->required && !ir_attr(n, c->name[i]))
-            tensor_bad(g, n, "needs its %s input", c->name[i]);
+            node_fatal(g, n, "needs its %s input", c->name[i]);
         if (present) {
             const_in(g, n, k, c->name[i]);
             to_attr(g, id, c->name[i], n->in[k]);
@@ -372,7 +372,7 @@ static void int_arith(Graph *g, const Node *n)
         case OP_Mul: r = va * vb; break;
         default:
             if (!vb)
-                tensor_bad(g, n, "integer division by zero in constant arithmetic");
+                node_fatal(g, n, "integer division by zero in constant arithmetic");
             r = (int64_t)va == INT64_MIN && (int64_t)vb == -1 ? va : (uint64_t)((int64_t)va / (int64_t)vb);
         }
         int64_t v = (int64_t)r;
@@ -528,7 +528,7 @@ static int fold_node(Graph *g, int id)
     for (int k = 0; k < n->nout; k++)
         if (value_numel(g, n->out[k]) > FOLD_MAX) {
             if (n->op == OP_Range && g->val[n->out[0]].dtype == DT_I32)
-                tensor_bad(g, n, "an int32 Range of more than %d elements is not supported (use int64)",
+                node_fatal(g, n, "an int32 Range of more than %d elements is not supported (use int64)",
                            FOLD_MAX);
             return 0;
         }

@@ -18,8 +18,6 @@
  * for now; the mask of element i is a function of (seed, node, step, i). */
 #define NN_DROPOUT_SEED 0x6673647063ull /* "fsdpc" */
 
-_Noreturn void nn_bad(const Graph *g, const Node *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* axis attribute value a of a rank-r tensor, normalised to [0, r) */
 int nn_axis(const Graph *g, const Node *n, int64_t a, int r, const char *attr);

@@ -12,12 +12,7 @@
 
 #include <string.h>
 
-static const char *model(const Graph *g) { return g->opt->model; }
 
-_Noreturn static void bad(const Graph *g, const Node *n, const char *what)
-{
-    fatal("%s: node '%s' (%s): %s", model(g), n->name, op_info[n->op].name, what);
-}
 
 static const char *shape_str(const Shape *s)
 {
@@ -56,16 +51,16 @@ static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
             continue; /* an unread optional input */
         const Value *b = &g->val[n->in[i]];
         if (b->dtype != a->dtype)
-            bad(g, n, ir_fmt("input dtypes differ (%s and %s)", dtype_name(a->dtype),
+            node_fatal(g, n, "%s", ir_fmt("input dtypes differ (%s and %s)", dtype_name(a->dtype),
                              dtype_name(b->dtype)));
         Shape o;
         if (!broadcast(s, &b->shape, &o))
-            bad(g, n, ir_fmt("shapes %s and %s do not broadcast", shape_str(s),
+            node_fatal(g, n, "%s", ir_fmt("shapes %s and %s do not broadcast", shape_str(s),
                              shape_str(&b->shape)));
         *s = o;
     }
     if (!is_float(*dt) && n->op != OP_Identity)
-        bad(g, n, ir_fmt("dtype %s is not supported (float32 or float64 only)", dtype_name(*dt)));
+        node_fatal(g, n, "%s", ir_fmt("dtype %s is not supported (float32 or float64 only)", dtype_name(*dt)));
 }
 
 /* MatMul with fsdpc's transA/transB; both operands rank >= 2 with batch
@@ -76,27 +71,27 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
     const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]];
     int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
     if (a->shape.rank < 2 || b->shape.rank < 2)
-        bad(g, n, ir_fmt("operands %s and %s: only rank >= 2 MatMul is supported",
+        node_fatal(g, n, "%s", ir_fmt("operands %s and %s: only rank >= 2 MatMul is supported",
                          shape_str(&a->shape), shape_str(&b->shape)));
     if (a->dtype != b->dtype || !is_float(a->dtype))
-        bad(g, n, ir_fmt("dtypes %s and %s: need equal float dtypes", dtype_name(a->dtype),
+        node_fatal(g, n, "%s", ir_fmt("dtypes %s and %s: need equal float dtypes", dtype_name(a->dtype),
                          dtype_name(b->dtype)));
     int ra = a->shape.rank, rb = b->shape.rank;
     int64_t m = a->shape.dim[ra - (ta ? 1 : 2)], ka = a->shape.dim[ra - (ta ? 2 : 1)];
     int64_t kb = b->shape.dim[rb - (tb ? 1 : 2)], nn = b->shape.dim[rb - (tb ? 2 : 1)];
     if (ka != kb)
-        bad(g, n, ir_fmt("inner dimensions differ: %s x %s", shape_str(&a->shape),
+        node_fatal(g, n, "%s", ir_fmt("inner dimensions differ: %s x %s", shape_str(&a->shape),
                          shape_str(&b->shape)));
     Shape ba = a->shape, bb = b->shape, bo;
     ba.rank -= 2;
     bb.rank -= 2;
     if (!broadcast(&ba, &bb, &bo))
-        bad(g, n, ir_fmt("batch dims of %s and %s do not broadcast", shape_str(&a->shape),
+        node_fatal(g, n, "%s", ir_fmt("batch dims of %s and %s do not broadcast", shape_str(&a->shape),
                          shape_str(&b->shape)));
     int64_t nb = shape_numel(&bo);
     if ((shape_numel(&ba) != nb && shape_numel(&ba) != 1) ||
         (shape_numel(&bb) != nb && shape_numel(&bb) != 1))
-        bad(g, n, "partially broadcast batch dims are not supported");
+        node_fatal(g, n, "%s", "partially broadcast batch dims are not supported");
     *dt = a->dtype;
     *s = bo;
     s->dim[s->rank++] = m;
@@ -106,10 +101,10 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
 static const Value *const_input(Graph *g, const Node *n, int i, const char *what)
 {
     if (i >= n->nin || n->in[i] < 0)
-        bad(g, n, ir_fmt("missing %s input", what));
+        node_fatal(g, n, "%s", ir_fmt("missing %s input", what));
     const Value *v = &g->val[n->in[i]];
     if (v->role != R_CONST || !v->data)
-        bad(g, n, ir_fmt("the %s input '%s' must be a constant", what, v->name));
+        node_fatal(g, n, "%s", ir_fmt("the %s input '%s' must be a constant", what, v->name));
     return v;
 }
 
@@ -118,7 +113,7 @@ static void reshape(Graph *g, const Node *n, DType *dt, Shape *s)
     const Value *x = &g->val[n->in[0]];
     const Value *sh = const_input(g, n, 1, "shape");
     if (sh->dtype != DT_I64 || sh->shape.rank != 1 || sh->shape.dim[0] > MAX_RANK)
-        bad(g, n, "shape input must be a 1-D int64 constant of at most 8 elements");
+        node_fatal(g, n, "%s", "shape input must be a 1-D int64 constant of at most 8 elements");
     const int64_t *d = sh->data;
     int allowzero = (int)ir_attr_i(n, "allowzero", 0);
     int64_t known = 1;
@@ -128,16 +123,16 @@ static void reshape(Graph *g, const Node *n, DType *dt, Shape *s)
         int64_t v = d[i];
         if (v == 0 && !allowzero) {
             if (i >= x->shape.rank)
-                bad(g, n, "shape has 0 past the input's rank");
+                node_fatal(g, n, "%s", "shape has 0 past the input's rank");
             v = x->shape.dim[i];
         }
         if (v == -1) {
             if (neg >= 0)
-                bad(g, n, "shape has more than one -1");
+                node_fatal(g, n, "%s", "shape has more than one -1");
             neg = i;
             v = 1;
         } else if (v < 0) {
-            bad(g, n, ir_fmt("negative dimension %lld in shape", (long long)v));
+            node_fatal(g, n, "%s", ir_fmt("negative dimension %lld in shape", (long long)v));
         }
         s->dim[i] = v;
         known *= v;
@@ -145,11 +140,11 @@ static void reshape(Graph *g, const Node *n, DType *dt, Shape *s)
     int64_t total = shape_numel(&x->shape);
     if (neg >= 0) {
         if (known == 0 || total % known)
-            bad(g, n, ir_fmt("cannot reshape %s to the requested shape", shape_str(&x->shape)));
+            node_fatal(g, n, "%s", ir_fmt("cannot reshape %s to the requested shape", shape_str(&x->shape)));
         s->dim[neg] = total / known;
     }
     if (shape_numel(s) != total)
-        bad(g, n, ir_fmt("cannot reshape %s (%lld elements) to %s", shape_str(&x->shape),
+        node_fatal(g, n, "%s", ir_fmt("cannot reshape %s (%lld elements) to %s", shape_str(&x->shape),
                          (long long)total, shape_str(s)));
     *dt = x->dtype;
 }
@@ -160,12 +155,12 @@ static void transpose(Graph *g, const Node *n, DType *dt, Shape *s)
     const Attr *p = ir_attr(n, "perm");
     int r = x->shape.rank, seen[MAX_RANK] = {0};
     if (p && (p->kind != A_INTS || p->n != r))
-        bad(g, n, ir_fmt("perm must list %d axes", r));
+        node_fatal(g, n, "%s", ir_fmt("perm must list %d axes", r));
     s->rank = r;
     for (int i = 0; i < r; i++) {
         int64_t ax = p ? p->ints[i] : r - 1 - i;
         if (ax < 0 || ax >= r || seen[ax]++)
-            bad(g, n, "perm is not a permutation of the input's axes");
+            node_fatal(g, n, "%s", "perm is not a permutation of the input's axes");
         s->dim[i] = x->shape.dim[ax];
     }
     *dt = x->dtype;
@@ -211,7 +206,7 @@ void pass_shape(Graph *g)
         Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0 && g->val[n->in[j]].dtype == DT_UNDEF)
-                bad(g, n, ir_fmt("input '%s' has no known dtype", g->val[n->in[j]].name));
+                node_fatal(g, n, "%s", ir_fmt("input '%s' has no known dtype", g->val[n->in[j]].name));
         shape_node(g, i);
     }
 }

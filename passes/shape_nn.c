@@ -18,18 +18,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-_Noreturn void nn_bad(const Graph *g, const Node *n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *msg = ir_alloc((size_t)len + 1);
-    va_start(ap, fmt);
-    vsnprintf(msg, (size_t)len + 1, fmt, ap);
-    va_end(ap);
-    fatal("%s: node '%s' (%s): %s", g->opt->model, n->name, op_info[n->op].name, msg);
-}
 
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
@@ -41,7 +29,7 @@ static const Value *in_val(const Graph *g, const Node *n, int i)
 static void need_float(const Graph *g, const Node *n, const Value *x, const char *what)
 {
     if (!is_float(x->dtype))
-        nn_bad(g, n, "%s '%s' has dtype %s, which is not supported (float32 or float64 only)", what,
+        node_fatal(g, n, "%s '%s' has dtype %s, which is not supported (float32 or float64 only)", what,
                x->name, dtype_name(x->dtype));
 }
 
@@ -53,11 +41,11 @@ static void need_vec(const Graph *g, const Node *n, int i, const Value *x, int64
     if (!v)
         return;
     if (v->dtype != x->dtype)
-        nn_bad(g, n, "input %s '%s' has dtype %s but the data is %s; mixed dtypes are not supported",
+        node_fatal(g, n, "input %s '%s' has dtype %s but the data is %s; mixed dtypes are not supported",
                what, v->name, dtype_name(v->dtype), dtype_name(x->dtype));
     int rank_ok = n->op == OP_LayerNormalization || v->shape.rank == 1;
     if (shape_numel(&v->shape) != numel || !rank_ok)
-        nn_bad(g, n, "input %s '%s' must be a vector of %lld elements, one per %s (other shapes are "
+        node_fatal(g, n, "input %s '%s' must be a vector of %lld elements, one per %s (other shapes are "
                "not supported)", what, v->name,
                (long long)numel, n->op == OP_LayerNormalization ? "normalised element" : "channel");
 }
@@ -78,7 +66,7 @@ static Shape shape1(int64_t d) { return (Shape){1, {d}}; }
 int nn_axis(const Graph *g, const Node *n, int64_t a, int r, const char *attr)
 {
     if (a < -r || a >= r || r == 0)
-        nn_bad(g, n, "attribute %s = %lld is outside [-%d, %d) for a rank-%d input", attr,
+        node_fatal(g, n, "attribute %s = %lld is outside [-%d, %d) for a rank-%d input", attr,
                (long long)a, r, r, r);
     return (int)(a < 0 ? a + r : a);
 }
@@ -105,10 +93,10 @@ static void ints_attr(const Graph *g, const Node *n, const char *name, int len, 
     if (!a)
         return;
     if (a->kind != A_INTS || a->n != len)
-        nn_bad(g, n, "attribute %s must list %d integers for a 2-D %s", name, len, op_info[n->op].name);
+        node_fatal(g, n, "attribute %s must list %d integers for a 2-D %s", name, len, op_info[n->op].name);
     for (int i = 0; i < len; i++) {
         if (a->ints[i] < lo)
-            nn_bad(g, n, "attribute %s: %lld must be >= %lld", name, (long long)a->ints[i], (long long)lo);
+            node_fatal(g, n, "attribute %s: %lld must be >= %lld", name, (long long)a->ints[i], (long long)lo);
         v[i] = a->ints[i];
     }
 }
@@ -117,15 +105,15 @@ static void no_auto_pad(const Graph *g, const Node *n)
 {
     const Attr *a = ir_attr(n, "auto_pad");
     if (a && a->kind == A_STRING && strcmp(a->s, "NOTSET"))
-        nn_bad(g, n, "attribute auto_pad = %s is not supported (export with explicit pads)", a->s);
+        node_fatal(g, n, "attribute auto_pad = %s is not supported (export with explicit pads)", a->s);
 }
 
 static void need_2d(const Graph *g, const Node *n, const Shape *x)
 {
     if (x->rank < 3)
-        nn_bad(g, n, "the input has rank %d; %s needs (N, C, H, W)", x->rank, op_info[n->op].name);
+        node_fatal(g, n, "the input has rank %d; %s needs (N, C, H, W)", x->rank, op_info[n->op].name);
     if (x->rank != 4)
-        nn_bad(g, n, "attribute kernel_shape: a %d-D %s is not supported (fsdpc supports 2-D, NCHW)",
+        node_fatal(g, n, "attribute kernel_shape: a %d-D %s is not supported (fsdpc supports 2-D, NCHW)",
                x->rank - 2, op_info[n->op].name);
 }
 
@@ -147,10 +135,10 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
     need_2d(g, n, x);
     no_auto_pad(g, n);
     if (w->rank != 4)
-        nn_bad(g, n, "the weight must have rank 4 (m, c/group, kh, kw)");
+        node_fatal(g, n, "the weight must have rank 4 (m, c/group, kh, kw)");
     ints_attr(g, n, "kernel_shape", 2, 1, 0, ks);
     if (ir_attr(n, "kernel_shape") && (ks[0] != w->dim[2] || ks[1] != w->dim[3]))
-        nn_bad(g, n, "attribute kernel_shape differs from the weight's spatial dims");
+        node_fatal(g, n, "attribute kernel_shape differs from the weight's spatial dims");
     ints_attr(g, n, "strides", 2, 1, 1, st);
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
@@ -159,12 +147,12 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
                    .kh = w->dim[2], .kw = w->dim[3], .sh = st[0], .sw = st[1], .dh = dl[0], .dw = dl[1],
                    .pt = pd[0], .pl = pd[1], .pb = pd[2], .pr = pd[3], .groups = grp};
     if (grp < 1 || p->c % grp || p->m % grp || w->dim[1] * grp != p->c)
-        nn_bad(g, n, "attribute group = %lld does not fit %lld input and %lld output channels "
+        node_fatal(g, n, "attribute group = %lld does not fit %lld input and %lld output channels "
                "(weight dim 1 must be channels / group)", (long long)grp, (long long)p->c, (long long)p->m);
     p->oh = out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0);
     p->ow = out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0);
     if (p->oh < 1 || p->ow < 1)
-        nn_bad(g, n, "attribute kernel_shape: the (dilated) kernel is larger than the padded input");
+        node_fatal(g, n, "attribute kernel_shape: the (dilated) kernel is larger than the padded input");
 }
 
 int64_t nn_conv_ws(const KConv2d *p)
@@ -180,13 +168,13 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
     need_2d(g, n, x);
     no_auto_pad(g, n);
     if (!ir_attr(n, "kernel_shape"))
-        nn_bad(g, n, "attribute kernel_shape is required");
+        node_fatal(g, n, "attribute kernel_shape is required");
     ints_attr(g, n, "kernel_shape", 2, 1, 1, ks);
     ints_attr(g, n, "strides", 2, 1, 1, st);
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
     if (ir_attr_i(n, "storage_order", 0) != 0)
-        nn_bad(g, n, "attribute storage_order = 1 (column-major indices) is not supported");
+        node_fatal(g, n, "attribute storage_order = 1 (column-major indices) is not supported");
     int ceil = ir_attr_i(n, "ceil_mode", 0) != 0;
     *p = (KPool2d){.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .kh = ks[0], .kw = ks[1],
                    .sh = st[0], .sw = st[1], .dh = dl[0], .dw = dl[1], .pt = pd[0], .pl = pd[1], .pb = pd[2],
@@ -194,7 +182,7 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
     p->oh = out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, ceil);
     p->ow = out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, ceil);
     if (p->oh < 1 || p->ow < 1)
-        nn_bad(g, n, "attribute kernel_shape: the (dilated) window is larger than the padded input");
+        node_fatal(g, n, "attribute kernel_shape: the (dilated) window is larger than the padded input");
 }
 
 /* the axes of a Reduce node: attribute, or (ReduceSum) constant input 1 */
@@ -203,7 +191,7 @@ static const int64_t *reduce_axes(const Graph *g, const Node *n, int *na)
     if (n->op != OP_ReduceSum) {
         const Attr *a = ir_attr(n, "axes");
         if (a && a->kind != A_INTS)
-            nn_bad(g, n, "attribute axes must be a list of integers");
+            node_fatal(g, n, "attribute axes must be a list of integers");
         *na = a ? a->n : 0;
         return a ? a->ints : NULL;
     }
@@ -212,10 +200,10 @@ static const int64_t *reduce_axes(const Graph *g, const Node *n, int *na)
     if (!v)
         return NULL;
     if (v->role != R_CONST || !v->data)
-        nn_bad(g, n, "input axes '%s' must be a constant (shapes are static); a computed axes input "
+        node_fatal(g, n, "input axes '%s' must be a constant (shapes are static); a computed axes input "
                "is not supported", v->name);
     if (v->dtype != DT_I64 || v->shape.rank != 1)
-        nn_bad(g, n, "input axes '%s' must be a 1-D int64 tensor", v->name);
+        node_fatal(g, n, "input axes '%s' must be a 1-D int64 tensor", v->name);
     *na = (int)v->shape.dim[0];
     return v->data;
 }
@@ -233,7 +221,7 @@ int nn_reduce_dims(const Graph *g, const Node *n, const Shape *x, Shape *kept, c
     for (int i = 0; i < na; i++) {
         int d = nn_axis(g, n, ax[i], r, "axes");
         if (red[d])
-            nn_bad(g, n, "attribute axes lists axis %lld twice", (long long)ax[i]);
+            node_fatal(g, n, "attribute axes lists axis %lld twice", (long long)ax[i]);
         red[d] = 1;
     }
     for (int i = 0; i < r; i++)
@@ -249,13 +237,13 @@ static double const_scalar(const Graph *g, const Node *n, int i, const char *wha
     if (!v)
         return def;
     if (v->role != R_CONST || !v->data || shape_numel(&v->shape) != 1)
-        nn_bad(g, n, "input %s '%s' must be a constant scalar; a computed %s is not supported", what,
+        node_fatal(g, n, "input %s '%s' must be a constant scalar; a computed %s is not supported", what,
                v->name, what);
     switch (v->dtype) {
     case DT_F32: return *(const float *)v->data;
     case DT_F64: return *(const double *)v->data;
     case DT_BOOL: return *(const uint8_t *)v->data != 0;
-    default: nn_bad(g, n, "input %s '%s' has dtype %s, which is not supported", what, v->name,
+    default: node_fatal(g, n, "input %s '%s' has dtype %s, which is not supported", what, v->name,
                     dtype_name(v->dtype));
     }
 }
@@ -264,7 +252,7 @@ double nn_dropout_ratio(const Graph *g, const Node *n)
 {
     double r = const_scalar(g, n, 1, "ratio", 0.5);
     if (!(r >= 0 && r < 1))
-        nn_bad(g, n, "input ratio = %g must be in [0, 1)", r);
+        node_fatal(g, n, "input ratio = %g must be in [0, 1)", r);
     return r;
 }
 
@@ -283,7 +271,7 @@ int nn_sce_reduction(const Graph *g, const Node *n)
         return NN_SUM;
     if (!strcmp(s, "mean"))
         return NN_MEAN;
-    nn_bad(g, n, "attribute reduction = '%s' is not supported (none, sum or mean)", s);
+    node_fatal(g, n, "attribute reduction = '%s' is not supported (none, sum or mean)", s);
 }
 
 int nn_bn_training(const Node *n) { return ir_attr_i(n, "training_mode", 0) != 0; }
@@ -295,14 +283,14 @@ static void pow_rule(Graph *g, const Node *n)
     const Value *a = in_val(g, n, 0), *b = in_val(g, n, 1);
     need_float(g, n, a, "base");
     if (b->dtype != a->dtype)
-        nn_bad(g, n, "exponent '%s' has dtype %s and base %s: mixed-dtype Pow is not supported",
+        node_fatal(g, n, "exponent '%s' has dtype %s and base %s: mixed-dtype Pow is not supported",
                b->name, dtype_name(b->dtype), dtype_name(a->dtype));
     Shape o = {a->shape.rank > b->shape.rank ? a->shape.rank : b->shape.rank, {0}};
     for (int i = 0; i < o.rank; i++) {
         int ia = i - (o.rank - a->shape.rank), ib = i - (o.rank - b->shape.rank);
         int64_t da = ia >= 0 ? a->shape.dim[ia] : 1, db = ib >= 0 ? b->shape.dim[ib] : 1;
         if (da != db && da != 1 && db != 1)
-            nn_bad(g, n, "the shapes of base and exponent do not broadcast (dim %d: %lld vs %lld)", i,
+            node_fatal(g, n, "the shapes of base and exponent do not broadcast (dim %d: %lld vs %lld)", i,
                    (long long)da, (long long)db);
         o.dim[i] = da == 1 ? db : da;
     }
@@ -314,7 +302,7 @@ static void conv_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0), *w = in_val(g, n, 1);
     need_float(g, n, x, "input");
     if (w->dtype != x->dtype)
-        nn_bad(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", w->name,
+        node_fatal(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", w->name,
                dtype_name(w->dtype), dtype_name(x->dtype));
     KConv2d p;
     nn_conv_geom(g, n, &x->shape, &w->shape, &p);
@@ -329,7 +317,7 @@ static void batchnorm_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0);
     need_float(g, n, x, "input");
     if (x->shape.rank < 2)
-        nn_bad(g, n, "input '%s' needs rank >= 2 (N, C, ...)", x->name);
+        node_fatal(g, n, "input '%s' needs rank >= 2 (N, C, ...)", x->name);
     int64_t c = x->shape.dim[1];
     static const char *what[] = {"", "scale", "B", "input_mean", "input_var"};
     for (int i = 1; i < 5; i++)
@@ -346,7 +334,7 @@ static void layernorm_rule(Graph *g, const Node *n)
     need_float(g, n, x, "input");
     int ax = nn_axis(g, n, ir_attr_i(n, "axis", -1), x->shape.rank, "axis");
     if (ir_attr_i(n, "stash_type", 1) != 1)
-        nn_bad(g, n, "attribute stash_type = %lld is not supported (statistics are computed in double)",
+        node_fatal(g, n, "attribute stash_type = %lld is not supported (statistics are computed in double)",
                (long long)ir_attr_i(n, "stash_type", 1));
     Shape st = x->shape;
     int64_t inner = 1;
@@ -367,7 +355,7 @@ static void pool_rule(Graph *g, const Node *n)
     need_float(g, n, x, "input");
     if (n->op == OP_GlobalAveragePool) {
         if (x->shape.rank < 3)
-            nn_bad(g, n, "input '%s' needs rank >= 3 (N, C, spatial...)", x->name);
+            node_fatal(g, n, "input '%s' needs rank >= 3 (N, C, spatial...)", x->name);
         Shape y = x->shape;
         for (int i = 2; i < y.rank; i++)
             y.dim[i] = 1;
@@ -414,7 +402,7 @@ static void dropout_rule(Graph *g, const Node *n)
     need_float(g, n, x, "input");
     double ratio = nn_dropout_ratio(g, n);
     if (g->opt->eval && nn_dropout_training(g, n) && ratio > 0)
-        nn_bad(g, n, "input training_mode: dropping (ratio %g) is not supported in an --eval build, "
+        node_fatal(g, n, "input training_mode: dropping (ratio %g) is not supported in an --eval build, "
                "which is deterministic", ratio);
     set_out(g, n, 0, x->dtype, &x->shape);
     set_out(g, n, 1, DT_BOOL, &x->shape);
@@ -437,16 +425,16 @@ static void sce_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0), *l = in_val(g, n, 1);
     need_float(g, n, x, "scores");
     if (x->shape.rank < 2)
-        nn_bad(g, n, "scores '%s' need rank >= 2 (N, C, ...)", x->name);
+        node_fatal(g, n, "scores '%s' need rank >= 2 (N, C, ...)", x->name);
     if (l->dtype != DT_I64)
-        nn_bad(g, n, "labels '%s' have dtype %s, which is not supported (int64 only)", l->name,
+        node_fatal(g, n, "labels '%s' have dtype %s, which is not supported (int64 only)", l->name,
                dtype_name(l->dtype));
     Shape ls = x->shape;
     ls.rank--;
     for (int i = 1; i < ls.rank; i++)
         ls.dim[i] = x->shape.dim[i + 1];
     if (!shape_eq(&ls, &l->shape))
-        nn_bad(g, n, "labels '%s' must have the scores' shape without dim 1 (classes)", l->name);
+        node_fatal(g, n, "labels '%s' must have the scores' shape without dim 1 (classes)", l->name);
     need_vec(g, n, 2, x, x->shape.dim[1], "weights");
     Shape scalar = {0};
     set_out(g, n, 0, x->dtype, nn_sce_reduction(g, n) == NN_NONE ? &ls : &scalar);

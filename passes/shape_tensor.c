@@ -47,9 +47,9 @@ static void check_numel(const Graph *g, const Node *n, const Shape *s)
     int64_t t = 1;
     for (int i = 0; i < s->rank; i++) {
         if (s->dim[i] < 0)
-            tensor_bad(g, n, "the output would have a negative dimension (%s)", tensor_shape_str(s));
+            node_fatal(g, n, "the output would have a negative dimension (%s)", tensor_shape_str(s));
         if (s->dim[i] && t > MAX_NUMEL / s->dim[i])
-            tensor_bad(g, n, "the output would have more than 2^40 elements");
+            node_fatal(g, n, "the output would have more than 2^40 elements");
         t *= s->dim[i];
     }
 }
@@ -73,9 +73,9 @@ static void constant_of_shape(Graph *g, const Node *n)
     int k;
     const int64_t *d = tensor_ints(n, "shape", &k);
     if (!ir_attr(n, "shape"))
-        tensor_bad(g, n, "needs its shape input");
+        node_fatal(g, n, "needs its shape input");
     if (k > MAX_RANK)
-        tensor_bad(g, n, "output rank %d; fsdpc supports rank <= %d", k, MAX_RANK);
+        node_fatal(g, n, "output rank %d; fsdpc supports rank <= %d", k, MAX_RANK);
     Shape s = {k, {0}};
     for (int i = 0; i < k; i++)
         s.dim[i] = d[i];
@@ -93,7 +93,7 @@ static void squeeze(Graph *g, const Node *n)
     for (int i = 0; i < k; i++) {
         int d = tensor_axis(g, n, ax[i], x->rank, "axes entry");
         if (x->dim[d] != 1)
-            tensor_bad(g, n, "cannot squeeze dim %d of size %lld (shape %s)", d, (long long)x->dim[d],
+            node_fatal(g, n, "cannot squeeze dim %d of size %lld (shape %s)", d, (long long)x->dim[d],
                        tensor_shape_str(x));
         drop[d] = 1;
     }
@@ -110,15 +110,15 @@ static void unsqueeze(Graph *g, const Node *n)
     int k;
     const int64_t *ax = tensor_ints(n, "axes", &k);
     if (!ax)
-        tensor_bad(g, n, "needs its axes input");
+        node_fatal(g, n, "needs its axes input");
     int r = x->rank + k;
     if (r > MAX_RANK)
-        tensor_bad(g, n, "output rank %d; fsdpc supports rank <= %d", r, MAX_RANK);
+        node_fatal(g, n, "output rank %d; fsdpc supports rank <= %d", r, MAX_RANK);
     char ins[MAX_RANK] = {0};
     for (int i = 0; i < k; i++) {
         int d = tensor_axis(g, n, ax[i], r, "axes entry");
         if (ins[d]++)
-            tensor_bad(g, n, "axis %d is listed twice", d);
+            node_fatal(g, n, "axis %d is listed twice", d);
     }
     Shape s = {r, {0}};
     for (int d = 0, j = 0; d < r; d++)
@@ -131,7 +131,7 @@ static void flatten(Graph *g, const Node *n)
     const Shape *x = &in(g, n, 0)->shape;
     int64_t a = ir_attr_i(n, "axis", 1);
     if (a < -x->rank || a > x->rank)
-        tensor_bad(g, n, "axis %lld is outside [%d, %d]", (long long)a, -x->rank, x->rank);
+        node_fatal(g, n, "axis %lld is outside [%d, %d]", (long long)a, -x->rank, x->rank);
     a = a < 0 ? a + x->rank : a;
     Shape s = {2, {1, 1}};
     for (int d = 0; d < x->rank; d++)
@@ -143,9 +143,9 @@ static void concat(Graph *g, const Node *n)
 {
     const Value *x0 = in(g, n, 0);
     if (!ir_attr(n, "axis"))
-        tensor_bad(g, n, "needs the attribute axis");
+        node_fatal(g, n, "needs the attribute axis");
     if (x0->shape.rank == 0)
-        tensor_bad(g, n, "cannot concatenate scalars");
+        node_fatal(g, n, "cannot concatenate scalars");
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x0->shape.rank, "axis");
     Shape s = x0->shape;
     s.dim[ax] = 0;
@@ -155,7 +155,7 @@ static void concat(Graph *g, const Node *n)
         for (int d = 0; ok && d < s.rank; d++)
             ok = d == ax || x->shape.dim[d] == s.dim[d];
         if (!ok)
-            tensor_bad(g, n, "input '%s' (%s %s) does not fit '%s' (%s %s) along axis %d", x->name,
+            node_fatal(g, n, "input '%s' (%s %s) does not fit '%s' (%s %s) along axis %d", x->name,
                        dtype_name(x->dtype), tensor_shape_str(&x->shape), x0->name, dtype_name(x0->dtype),
                        tensor_shape_str(&x0->shape), ax);
         s.dim[ax] += x->shape.dim[ax];
@@ -171,18 +171,18 @@ static int64_t *split_sizes(const Graph *g, const Node *n, int ax)
     const int64_t *sp = tensor_ints(n, "split", &k);
     int64_t *out = ir_alloc(sizeof(int64_t) * (size_t)n->nout), sum = 0;
     if (sp && k != n->nout)
-        tensor_bad(g, n, "split lists %d sizes for %d outputs", k, n->nout);
+        node_fatal(g, n, "split lists %d sizes for %d outputs", k, n->nout);
     if (!sp && x->dim[ax] % n->nout)
-        tensor_bad(g, n, "dim %d of size %lld does not split into %d equal parts", ax,
+        node_fatal(g, n, "dim %d of size %lld does not split into %d equal parts", ax,
                    (long long)x->dim[ax], n->nout);
     for (int i = 0; i < n->nout; i++) {
         out[i] = sp ? sp[i] : x->dim[ax] / n->nout;
         if (out[i] < 0 || out[i] > x->dim[ax])
-            tensor_bad(g, n, "split size %lld is outside [0, %lld]", (long long)out[i], (long long)x->dim[ax]);
+            node_fatal(g, n, "split size %lld is outside [0, %lld]", (long long)out[i], (long long)x->dim[ax]);
         sum += out[i];
     }
     if (sum != x->dim[ax])
-        tensor_bad(g, n, "split sizes add up to %lld, but dim %d has %lld", (long long)sum, ax,
+        node_fatal(g, n, "split sizes add up to %lld, but dim %d has %lld", (long long)sum, ax,
                    (long long)x->dim[ax]);
     return out;
 }
@@ -191,7 +191,7 @@ static int split_axis(const Graph *g, const Node *n)
 {
     const Shape *x = &in(g, n, 0)->shape;
     if (x->rank == 0)
-        tensor_bad(g, n, "cannot split a scalar");
+        node_fatal(g, n, "cannot split a scalar");
     return tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->rank, "axis");
 }
 
@@ -219,14 +219,14 @@ static void gather(Graph *g, const Node *n)
 {
     const Value *x = in(g, n, 0), *ix = in(g, n, 1);
     if (ix->dtype != DT_I64)
-        tensor_bad(g, n, "indices '%s' are %s; Gather takes int64 or int32 indices", ix->name,
+        node_fatal(g, n, "indices '%s' are %s; Gather takes int64 or int32 indices", ix->name,
                    dtype_name(ix->dtype));
     if (x->shape.rank == 0)
-        tensor_bad(g, n, "cannot gather from a scalar");
+        node_fatal(g, n, "cannot gather from a scalar");
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
     int r = x->shape.rank - 1 + ix->shape.rank;
     if (r > MAX_RANK)
-        tensor_bad(g, n, "output rank %d; fsdpc supports rank <= %d", r, MAX_RANK);
+        node_fatal(g, n, "output rank %d; fsdpc supports rank <= %d", r, MAX_RANK);
     Shape s = {0};
     for (int d = 0; d < ax; d++)
         s.dim[s.rank++] = x->shape.dim[d];
@@ -238,7 +238,7 @@ static void gather(Graph *g, const Node *n)
     for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
         int64_t v = ((const int64_t *)ix->data)[i];
         if (v < -lim || v >= lim)
-            tensor_bad(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
+            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
                        (long long)i, ix->name, (long long)-lim, (long long)lim);
     }
     set_out(g, n, 0, x->dtype, &s);
@@ -250,14 +250,14 @@ static void expand(Graph *g, const Node *n)
     int k;
     const int64_t *d = tensor_ints(n, "shape", &k);
     if (!d && !ir_attr(n, "shape"))
-        tensor_bad(g, n, "needs its shape input");
+        node_fatal(g, n, "needs its shape input");
     if (k > MAX_RANK)
-        tensor_bad(g, n, "shape has %d entries; fsdpc supports rank <= %d", k, MAX_RANK);
+        node_fatal(g, n, "shape has %d entries; fsdpc supports rank <= %d", k, MAX_RANK);
     Shape t = {k, {0}}, s;
     for (int i = 0; i < k; i++)
         t.dim[i] = d[i];
     if (!broadcast(&x->shape, &t, &s))
-        tensor_bad(g, n, "cannot expand %s to %s", tensor_shape_str(&x->shape), tensor_shape_str(&t));
+        node_fatal(g, n, "cannot expand %s to %s", tensor_shape_str(&x->shape), tensor_shape_str(&t));
     check_numel(g, n, &s);
     set_out(g, n, 0, x->dtype, &s);
 }
@@ -268,13 +268,13 @@ static void tile(Graph *g, const Node *n)
     int k;
     const int64_t *rep = tensor_ints(n, "repeats", &k);
     if (k != x->shape.rank || (!rep && k))
-        tensor_bad(g, n, "repeats has %d entries for an input of rank %d", k, x->shape.rank);
+        node_fatal(g, n, "repeats has %d entries for an input of rank %d", k, x->shape.rank);
     Shape s = x->shape;
     for (int i = 0; i < k; i++) {
         if (rep[i] < 0)
-            tensor_bad(g, n, "repeats must not be negative");
+            node_fatal(g, n, "repeats must not be negative");
         if (rep[i] && s.dim[i] > MAX_NUMEL / rep[i])
-            tensor_bad(g, n, "the output would have more than 2^40 elements");
+            node_fatal(g, n, "the output would have more than 2^40 elements");
         s.dim[i] *= rep[i];
     }
     check_numel(g, n, &s);
@@ -287,16 +287,16 @@ static void pad(Graph *g, const Node *n)
     int k, r = x->shape.rank, mode = tensor_pad_mode(g, n);
     const int64_t *p = tensor_ints(n, "pads", &k);
     if (!p || k != 2 * r)
-        tensor_bad(g, n, "pads needs %d entries (begin and end of each dim), not %d", 2 * r, k);
+        node_fatal(g, n, "pads needs %d entries (begin and end of each dim), not %d", 2 * r, k);
     Shape s = x->shape;
     for (int d = 0; d < r; d++) {
         if (p[d] < -MAX_NUMEL || p[d] > MAX_NUMEL || p[r + d] < -MAX_NUMEL || p[r + d] > MAX_NUMEL)
-            tensor_bad(g, n, "pads of dim %d are beyond 2^40", d);
+            node_fatal(g, n, "pads of dim %d are beyond 2^40", d);
         s.dim[d] = x->shape.dim[d] + p[d] + p[r + d];
         if (s.dim[d] < 0)
-            tensor_bad(g, n, "pads crop dim %d of size %lld below zero", d, (long long)x->shape.dim[d]);
+            node_fatal(g, n, "pads crop dim %d of size %lld below zero", d, (long long)x->shape.dim[d]);
         if (mode != K_PAD_CONSTANT && x->shape.dim[d] == 0 && s.dim[d] > 0)
-            tensor_bad(g, n, "edge and reflect padding need a non-empty dim %d", d);
+            node_fatal(g, n, "edge and reflect padding need a non-empty dim %d", d);
     }
     tensor_value_attr(g, n);
     check_numel(g, n, &s);
@@ -308,11 +308,11 @@ static void where(Graph *g, const Node *n)
     const Value *c = in(g, n, 0), *a = in(g, n, 1), *b = in(g, n, 2);
     Shape s;
     if (c->dtype != DT_BOOL)
-        tensor_bad(g, n, "condition '%s' must be bool, not %s", c->name, dtype_name(c->dtype));
+        node_fatal(g, n, "condition '%s' must be bool, not %s", c->name, dtype_name(c->dtype));
     if (a->dtype != b->dtype)
-        tensor_bad(g, n, "x and y dtypes differ (%s and %s)", dtype_name(a->dtype), dtype_name(b->dtype));
+        node_fatal(g, n, "x and y dtypes differ (%s and %s)", dtype_name(a->dtype), dtype_name(b->dtype));
     if (!broadcast(&c->shape, &a->shape, &s) || !broadcast(&s, &b->shape, &s))
-        tensor_bad(g, n, "shapes %s, %s and %s do not broadcast", tensor_shape_str(&c->shape),
+        node_fatal(g, n, "shapes %s, %s and %s do not broadcast", tensor_shape_str(&c->shape),
                    tensor_shape_str(&a->shape), tensor_shape_str(&b->shape));
     set_out(g, n, 0, a->dtype, &s);
 }
@@ -322,10 +322,10 @@ static void compare(Graph *g, const Node *n)
     const Value *a = in(g, n, 0), *b = in(g, n, 1);
     Shape s;
     if (a->dtype != b->dtype || !(is_float(a->dtype) || a->dtype == DT_I64))
-        tensor_bad(g, n, "input dtypes %s and %s: need one dtype of float32, float64, int64, "
+        node_fatal(g, n, "input dtypes %s and %s: need one dtype of float32, float64, int64, "
                    "int32 or bool", dtype_name(a->dtype), dtype_name(b->dtype));
     if (!broadcast(&a->shape, &b->shape, &s))
-        tensor_bad(g, n, "shapes %s and %s do not broadcast", tensor_shape_str(&a->shape), tensor_shape_str(&b->shape));
+        node_fatal(g, n, "shapes %s and %s do not broadcast", tensor_shape_str(&a->shape), tensor_shape_str(&b->shape));
     set_out(g, n, 0, DT_BOOL, &s);
 }
 
@@ -334,7 +334,7 @@ static void cast(Graph *g, const Node *n)
     int64_t to = n->op == OP_CastLike ? tensor_to_onnx(in(g, n, 1)->dtype) : ir_attr_i(n, "to", 0);
     DType dt = tensor_from_onnx(to);
     if (dt == DT_UNDEF)
-        tensor_bad(g, n, "a cast to %s is not supported (fsdpc supports float32, float64, int64, "
+        node_fatal(g, n, "a cast to %s is not supported (fsdpc supports float32, float64, int64, "
                    "int32 and bool)", tensor_onnx_name(to));
     set_out(g, n, 0, dt, &in(g, n, 0)->shape);
 }
@@ -343,9 +343,9 @@ static void same_as_input(Graph *g, const Node *n, DType need)
 {
     const Value *x = in(g, n, 0);
     if (need != DT_UNDEF && x->dtype != need)
-        tensor_bad(g, n, "input '%s' is %s; it must be %s", x->name, dtype_name(x->dtype), dtype_name(need));
+        node_fatal(g, n, "input '%s' is %s; it must be %s", x->name, dtype_name(x->dtype), dtype_name(need));
     if (n->op == OP_Trilu && x->shape.rank < 2)
-        tensor_bad(g, n, "needs rank >= 2, not %d", x->shape.rank);
+        node_fatal(g, n, "needs rank >= 2, not %d", x->shape.rank);
     set_out(g, n, 0, x->dtype, &x->shape);
 }
 

@@ -23,18 +23,6 @@ enum { MAX_RUNS = 1024, MAX_BLOCKS = 1 << 16 };
 
 /* ---- messages, axes, strides, attributes ---------------------------------- */
 
-_Noreturn void tensor_bad(const Graph *g, const Node *n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *msg = ir_alloc((size_t)len + 1);
-    va_start(ap, fmt);
-    vsnprintf(msg, (size_t)len + 1, fmt, ap);
-    va_end(ap);
-    fatal("%s: node '%s' (%s): %s", g->opt->model, n->name, op_info[n->op].name, msg);
-}
 
 const char *tensor_shape_str(const Shape *s)
 {
@@ -49,7 +37,7 @@ const char *tensor_shape_str(const Shape *s)
 int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *what)
 {
     if (a < -r || a >= r)
-        tensor_bad(g, n, "%s %lld is outside [%d, %d) for rank %d", what, (long long)a, -r, r, r);
+        node_fatal(g, n, "%s %lld is outside [%d, %d) for rank %d", what, (long long)a, -r, r, r);
     return (int)(a < 0 ? a + r : a);
 }
 
@@ -166,9 +154,9 @@ void tensor_slice(const Graph *g, const Node *n, const Shape *x, int64_t *start,
     const int64_t *st = tensor_ints(n, "starts", &ns), *en = tensor_ints(n, "ends", &ne);
     const int64_t *ax = tensor_ints(n, "axes", &na), *sp = tensor_ints(n, "steps", &nt);
     if (!st || !en)
-        tensor_bad(g, n, "needs starts and ends");
+        node_fatal(g, n, "needs starts and ends");
     if (ne != ns || (ax && na != ns) || (sp && nt != ns))
-        tensor_bad(g, n, "starts, ends, axes and steps must have the same length");
+        node_fatal(g, n, "starts, ends, axes and steps must have the same length");
     char seen[MAX_RANK] = {0};
     for (int d = 0; d < x->rank; d++) {
         start[d] = 0;
@@ -177,13 +165,13 @@ void tensor_slice(const Graph *g, const Node *n, const Shape *x, int64_t *start,
     }
     for (int i = 0; i < ns; i++) {
         if (!ax && i >= x->rank)
-            tensor_bad(g, n, "%d starts for an input of rank %d", ns, x->rank);
+            node_fatal(g, n, "%d starts for an input of rank %d", ns, x->rank);
         int d = ax ? tensor_axis(g, n, ax[i], x->rank, "axes entry") : i;
         if (seen[d]++)
-            tensor_bad(g, n, "axis %d is sliced twice", d);
+            node_fatal(g, n, "axis %d is sliced twice", d);
         int64_t t = sp ? sp[i] : 1;
         if (t == 0)
-            tensor_bad(g, n, "steps must not be 0");
+            node_fatal(g, n, "steps must not be 0");
         slice_dim(x->dim[d], st[i], en[i], t, &start[d], &len[d]);
         step[d] = len[d] > 1 ? t : 1; /* a huge step never multiplies a stride */
     }
@@ -209,7 +197,7 @@ int tensor_pad_mode(const Graph *g, const Node *n)
         return K_PAD_REFLECT;
     if (!strcmp(m, "edge"))
         return K_PAD_EDGE;
-    tensor_bad(g, n, "mode '%s' is not supported (constant, reflect or edge)", m);
+    node_fatal(g, n, "mode '%s' is not supported (constant, reflect or edge)", m);
 }
 
 /* the tensor attribute `value`, or NULL */
@@ -219,7 +207,7 @@ const Value *tensor_value_attr(const Graph *g, const Node *n)
     if (!a)
         return NULL;
     if (a->kind != A_TENSOR || shape_numel(&g->val[a->t].shape) != 1)
-        tensor_bad(g, n, "value must be a tensor of one element");
+        node_fatal(g, n, "value must be a tensor of one element");
     return &g->val[a->t];
 }
 
@@ -244,28 +232,28 @@ int64_t tensor_range_len(const Graph *g, const Node *n)
     for (int i = 0; i < 3; i++) {
         v[i] = &g->val[n->in[i]];
         if (v[i]->role != R_CONST || !v[i]->data || shape_numel(&v[i]->shape) != 1)
-            tensor_bad(g, n, "input '%s' must be a constant scalar; fsdpc has static shapes",
+            node_fatal(g, n, "input '%s' must be a constant scalar; fsdpc has static shapes",
                        v[i]->name);
         if (v[i]->dtype != v[0]->dtype || v[i]->dtype == DT_BOOL)
-            tensor_bad(g, n, "start, limit and delta need one numeric dtype");
+            node_fatal(g, n, "start, limit and delta need one numeric dtype");
     }
     double cnt;
     if (is_float(v[0]->dtype)) {
         double s = tensor_const_f(v[0], 0), l = tensor_const_f(v[1], 0), d = tensor_const_f(v[2], 0);
         cnt = ceil((l - s) / d);
         if (d == 0 || cnt != cnt)
-            tensor_bad(g, n, "delta must be non-zero and the bounds finite");
+            node_fatal(g, n, "delta must be non-zero and the bounds finite");
     } else {
         int64_t s = tensor_const_i(v[0], 0), l = tensor_const_i(v[1], 0), d = tensor_const_i(v[2], 0);
         if (d == 0)
-            tensor_bad(g, n, "delta must not be 0");
+            node_fatal(g, n, "delta must not be 0");
         /* unsigned: the distance between any two int64 fits, and -INT64_MIN too */
         uint64_t dist = d > 0 ? (l > s ? (uint64_t)l - (uint64_t)s : 0) : (s > l ? (uint64_t)s - (uint64_t)l : 0);
         uint64_t step = d > 0 ? (uint64_t)d : (uint64_t)0 - (uint64_t)d;
         cnt = dist ? (double)((dist - 1) / step + 1) : 0;
     }
     if (cnt > (double)MAX_NUMEL)
-        tensor_bad(g, n, "the output would have more than 2^40 elements");
+        node_fatal(g, n, "the output would have more than 2^40 elements");
     return cnt > 0 ? (int64_t)cnt : 0;
 }
 
@@ -422,7 +410,7 @@ static int pad_runs(const Graph *g, const Node *n, int mode, int64_t xlen, int64
             continue;
         }
         if (k == MAX_RUNS)
-            tensor_bad(g, n, "reflect padding wraps around too often (more than %d pieces)", MAX_RUNS);
+            node_fatal(g, n, "reflect padding wraps around too often (more than %d pieces)", MAX_RUNS);
         run[k++] = (Run){i, 1, s, 1};
     }
     return k;
@@ -443,7 +431,7 @@ static int pad_border_moves(const Graph *g, const Node *n, int mode, Move **out)
         nrun[d] = pad_runs(g, n, mode, x->dim[d], y->dim[d], p[d], run[d]);
         total *= nrun[d];
         if (total > MAX_BLOCKS)
-            tensor_bad(g, n, "padding is cut into more than %d pieces", MAX_BLOCKS);
+            node_fatal(g, n, "padding is cut into more than %d pieces", MAX_BLOCKS);
     }
     Move *m = moves_alloc((int)total);
     for (int64_t b = 0; b < total; b++) {

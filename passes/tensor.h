@@ -18,8 +18,6 @@
 #include "ir.h"
 
 /* one line naming model, node and op, then exit 1 */
-_Noreturn void tensor_bad(const Graph *g, const Node *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* "[2,3,4]" (ir_alloc'ed) */
 const char *tensor_shape_str(const Shape *s);
