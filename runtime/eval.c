@@ -147,19 +147,7 @@ static int output_paths(Eval *e)
 /* the init file, the allocation (the arena alone) and the constants */
 static int load(Eval *e, const char *argv0)
 {
-    const RtOpts *o = &e->o;
-    uint64_t init_size = 0;
-    e->init_path = o->init ? strdup(o->init) : rt_default_init_path(argv0);
-    if (!e->init_path)
-        rt_err_set(1, "out of memory");
-    else
-        e->init_fd = rt_open_init(e->ctx.m, e->init_path, o->init == NULL, &init_size);
-    int status = rt_err_sync();
-    if (status != 0)
-        return status;
-    if (rt_carve(&e->ctx, &e->mem, &e->base) == 0)
-        rt_load_init(&e->ctx, e->init_fd, e->init_path, &e->mem);
-    return rt_err_sync();
+    return rt_start_init(&e->ctx, &e->mem, &e->base, e->o.init, argv0, &e->init_path, &e->init_fd);
 }
 
 /* ".npy" / ".pb" (any case) at the end of the file name, else "" */

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
+#include "npy.h"
 #include "rt_priv.h"
 
 /* ONNX TensorProto.DataType */
@@ -72,45 +73,6 @@ static int cmp_ref(const void *a, const void *b)
     return strcmp(((const InitRef *)a)->name, ((const InitRef *)b)->name);
 }
 
-static int pread_all(int fd, void *buf, size_t n, int64_t off)
-{
-    char *p = buf;
-    while (n > 0) {
-        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = pread(fd, p, k, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO; /* shorter than promised */
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = write(fd, p, k);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* rank 0: read and unpack the model, index the initializers, allocate the gather buffers */
 static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
 {
@@ -123,7 +85,7 @@ static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
     x->model = malloc(len);
     if (!x->model)
         return xfail(x, "out of memory reading the ONNX model (%zu bytes)", len);
-    if (pread_all(init_fd, x->model, len, m->model_off) != 0)
+    if (rt_pread_all(init_fd, x->model, len, (uint64_t)m->model_off) != 0)
         return xfail(x, "reading the ONNX model from %s: %s", init_path, strerror(errno));
     x->mp = onnx__model_proto__unpack(NULL, len, x->model);
     if (!x->mp)
@@ -356,7 +318,7 @@ static int write_atomic(Export *x, const uint8_t *buf, size_t len)
         return -1;
     }
     const char *stage = "writing";
-    if (write_all(fd, buf, len) != 0 || (stage = "syncing", fsync(fd) != 0)) {
+    if (rt_write_all(fd, buf, len) != 0 || (stage = "syncing", fsync(fd) != 0)) {
         int e = errno;
         close(fd);
         unlink(tmp);

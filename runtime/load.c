@@ -26,28 +26,6 @@
 
 /* ---------------------------------------------------------------- init file */
 
-static int pread_all(int fd, void *buf, uint64_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n > 0) {
-        size_t k = n > ((uint64_t)1 << 30) ? ((size_t)1 << 30) : (size_t)n;
-        ssize_t r = pread(fd, p, k, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO; /* file shrank under us */
-            return -1;
-        }
-        p += r;
-        n -= (uint64_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 static uint64_t le64(const unsigned char *b)
 {
     uint64_t v = 0;
@@ -98,7 +76,7 @@ static int check_file(int fd, const char *path, uint64_t *size)
 static int check_header(int fd, const char *path, const RtModel *m, uint64_t size)
 {
     unsigned char h[HEADER_BYTES];
-    if (pread_all(fd, h, HEADER_BYTES, 0) != 0) {
+    if (rt_pread_all(fd, h, HEADER_BYTES, 0) != 0) {
         rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
         return -1;
     }
@@ -266,7 +244,7 @@ int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
     const RtModel *m = c->m;
     for (int i = 0; i < m->nconst; i++) {
         const RtConst *k = &m->cnst[i];
-        if (k->nbytes > 0 && pread_all(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off) != 0) {
+        if (k->nbytes > 0 && rt_pread_all(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off) != 0) {
             rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
             return -1;
         }
@@ -280,7 +258,7 @@ int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
         if (start >= end)
             continue; /* all padding */
         uint64_t n = (uint64_t)((end - start) * es);
-        if (pread_all(fd, c->shard[u * RT_NSTATE + RT_S_PARAM], n, (uint64_t)(un->file_off + start * es)) != 0) {
+        if (rt_pread_all(fd, c->shard[u * RT_NSTATE + RT_S_PARAM], n, (uint64_t)(un->file_off + start * es)) != 0) {
             rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
             return -1;
         }
@@ -780,3 +758,21 @@ void rt_data_close(const RtModel *m, RtData *d)
     d->tok_map = NULL;
     d->tok = NULL;
 }
+
+int rt_start_init(RtCtx *c, RtMem *mem, char **base, const char *init, const char *argv0, char **path,
+                  int *fd)
+{
+    uint64_t init_size = 0;
+    *path = init ? strdup(init) : rt_default_init_path(argv0);
+    if (!*path)
+        rt_err_set(1, "out of memory");
+    else
+        *fd = rt_open_init(c->m, *path, init == NULL, &init_size);
+    int status = rt_err_sync();
+    if (status != 0)
+        return status;
+    if (rt_carve(c, mem, base) == 0)
+        rt_load_init(c, *fd, *path, mem);
+    return rt_err_sync();
+}
+

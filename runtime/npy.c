@@ -399,7 +399,29 @@ size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *sha
     return total;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
+int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n > 0) {
+        size_t k = n > ((uint64_t)1 << 30) ? ((size_t)1 << 30) : (size_t)n;
+        ssize_t r = pread(fd, p, k, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO; /* shorter than promised: the file shrank under us */
+            return -1;
+        }
+        p += r;
+        n -= (uint64_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int rt_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
@@ -437,7 +459,7 @@ static int write_tmp(const char *tmp, const char *hdr, size_t hn, const void *da
     if (fd < 0)
         return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     const char *stage = "writing";
-    if (write_all(fd, hdr, hn) != 0 || write_all(fd, data, nbytes) != 0 ||
+    if (rt_write_all(fd, hdr, hn) != 0 || rt_write_all(fd, data, nbytes) != 0 ||
         (stage = "syncing", fsync(fd) != 0)) {
         int e = errno;
         close(fd);

@@ -58,4 +58,9 @@ const char *npy_dtype_name(int dtype);
 /* bytes per element of an RT_* dtype, 0 if unknown */
 size_t npy_elem_size(int dtype);
 
+/* I/O that finishes or fails: retries EINTR and short counts (chunks of
+ * 1 GiB); pread past the end is EIO.  Return 0, or -1 with errno set. */
+int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off);
+int rt_write_all(int fd, const void *buf, size_t n);
+
 #endif

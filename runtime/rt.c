@@ -492,19 +492,8 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
  * then the max over ranks of the parameter bytes read, onto rank 0 */
 static int load(Run *r, const char *argv0)
 {
-    const RtOpts *o = &r->o;
-    uint64_t init_size = 0;
-    r->init_path = o->init ? strdup(o->init) : rt_default_init_path(argv0);
-    if (!r->init_path)
-        rt_err_set(1, "out of memory");
-    else
-        r->init_fd = rt_open_init(r->ctx.m, r->init_path, o->init == NULL, &init_size);
-    int status = rt_err_sync();
+    int status = rt_start_init(&r->ctx, &r->mem, &r->base, r->o.init, argv0, &r->init_path, &r->init_fd);
     if (status != 0)
-        return status;
-    if (rt_carve(&r->ctx, &r->mem, &r->base) == 0)
-        rt_load_init(&r->ctx, r->init_fd, r->init_path, &r->mem);
-    if ((status = rt_err_sync()) != 0)
         return status;
     RT_MPI(MPI_Reduce(&r->mem.init_param_read, &r->mem.init_param_read_max, 1, MPI_UINT64_T, MPI_MAX, 0,
                       MPI_COMM_WORLD));

@@ -100,6 +100,11 @@ int rt_carve(RtCtx *c, RtMem *mem, char **base_out);
 /* constants and this rank's parameter shards from the init file; adds the
  * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
 int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem);
+/* all of start-up's init work, agreed across ranks: open and check the init
+ * file (init, or the default beside argv0), carve the allocation, load it.
+ * *path is malloc'd, *fd open.  Returns 0, or the exit status every rank uses. */
+int rt_start_init(RtCtx *c, RtMem *mem, char **base, const char *init, const char *argv0, char **path,
+                  int *fd);
 
 /* "[2, 3]" ("[N, 3]" when first_any; "[]" for rank 0) into buf */
 void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int first_any);
