@@ -63,6 +63,13 @@ typedef struct {
                            * statistics), exported with its current value; NULL for the others */
 } RtConst;
 
+/* cuda target: one embedded NVRTC output per --arch */
+typedef struct {
+    const char *arch;     /* "sm_90" (cubin) or "compute_80" (PTX, for newer GPUs) */
+    const unsigned char *data;
+    int64_t len;
+} RtImage;
+
 typedef struct {
     const char *name;     /* graph output name */
     int dtype;
@@ -89,6 +96,11 @@ typedef struct {
     void (*step)(struct RtCtx *);
     int eval;             /* 1: forward-only executable (fsdpc --eval): no units, no optimizer */
     int noutput; const RtOutput *output; /* eval: the graph outputs, written after the step */
+    /* cuda target only (0 / NULL on cpu): */
+    int target_cuda;
+    int nimage; const RtImage *image;     /* kernels: cubins and PTX */
+    int ncheck; const char *const *check; /* messages of the step's device-side checks, in call
+                                           * order (kernels/cuda/kc.h, kc_next_check) */
 } RtModel;
 
 typedef struct RtCtx {
@@ -102,6 +114,11 @@ typedef struct RtCtx {
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
     void *impl;           /* runtime-private */
+    /* what the step runs on: the same layout as arena / slot / shard, in
+     * device memory on the cuda target, the same pointers on cpu */
+    char *dev_arena;
+    char **dev_slot;
+    char **dev_shard;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);
@@ -112,6 +129,11 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
                            int64_t shard_len, int dtype);
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
+
+/* Byte copies and fills inside the step (memcpy / memset on cpu; on cuda
+ * asynchronous device copies on the compute stream) */
+void rt_memcpy(void *dst, const void *src, int64_t bytes);
+void rt_memset(void *dst, int byte, int64_t bytes);
 
 /* A run-time failure inside the step (e.g. a label out of range): prints
  * "NAME: error: step S, rank R: <msg>" and brings every rank down. */

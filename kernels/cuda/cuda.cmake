@@ -1,0 +1,1 @@
+# kernels/cuda: owned by the kernels/cuda work (see kc.h)

@@ -1,0 +1,81 @@
+/* kc.h — the host side of kernels/cuda, shared by the CUDA runtime
+ * (runtime/dev_cuda.c), the launchers (kernels/cuda/launch.c) and the host
+ * emulation test (tests/kernels_cuda_test.cc).  C11 and C++ compatible.
+ *
+ * Shape of the CUDA target:
+ *   - kernels/cuda/*.cu hold the device kernels: `extern "C" __global__`,
+ *     compiled by NVRTC at fsdpc time (one cubin per --arch, plus PTX) and
+ *     embedded in the executable.  kernels.def lists every kernel with its
+ *     parameter types, in one place.
+ *   - kernels/cuda/launch.c implements the API of kernels/c/kernels.h for
+ *     the CUDA target under the prefix kc_ (kc_binary_f32 is k_binary_f32's
+ *     twin, same parameters, same contract; pointers are device pointers).
+ *     The generated step includes kc_map.h, which maps every k_ name it uses
+ *     to its kc_ twin, so one emitter serves both targets.
+ *   - Launchers never synchronise with the host.  They pick the geometry and
+ *     call kc_launch.  Scalars that change between steps (learning rate,
+ *     step counter) are read by the kernels from kc_step_params(), a device
+ *     copy the runtime refreshes before every step (so a captured CUDA Graph
+ *     stays valid); the launchers ignore the host values passed for them.
+ *   - Launchers of kernels that can find bad input (k_gather, the
+ *     cross-entropy losses) return -1 at once and have the kernel record the
+ *     first bad position in kc_next_check() (an int64 the runtime sets to -1
+ *     before each step and reads after it; one slot per checked call, in
+ *     call order, each call takes the next slot).
+ */
+#ifndef FSDPC_KC_H
+#define FSDPC_KC_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* small arrays (shapes, strides, permutations) passed to kernels by value */
+#define KC_MAX_RANK 8
+typedef struct {
+    int64_t d[KC_MAX_RANK];
+} KDims;
+
+/* kernel ids, in kernels.def order */
+enum {
+#define KC(name, params) KC_##name,
+#include "kernels.def"
+#undef KC
+    KC_COUNT
+};
+/* "k_binary_f32", ... : the extern "C" names in the .cu files */
+extern const char *const kc_names[KC_COUNT];
+
+/* Device-side scalars of the current step, refreshed by the runtime before
+ * each step (a host-to-device copy ordered before the step's kernels). */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay, momentum;
+    int64_t step; /* 1-based */
+    int64_t pad_;
+} KcStepParams;
+
+/* ---- implemented by the runtime (runtime/dev_cuda.c) or the emulator ---- */
+
+/* launch kernel id on the compute stream; args[i] points at the i-th
+ * argument's value, as cudaLaunchKernel takes them */
+void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **args);
+/* multiprocessors of the device (for grid sizing) */
+int kc_num_sms(void);
+/* device pointer to the current step's scalars */
+const KcStepParams *kc_step_params(void);
+/* device pointer to the next check slot (see above) */
+int64_t *kc_next_check(void);
+/* C_i = op(A_i) op(B_i) + beta C_i, row-major, the contract of k_matmul_f32
+ * (kernels.h).  The runtime does it with cuBLASLt. */
+void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+/* device-to-device copy / byte fill on the compute stream */
+void kc_memcpy(void *dst, const void *src, int64_t bytes);
+void kc_memset(void *dst, int byte, int64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/* rt_dev.h — where the step's memory lives.  Private to runtime/.
+ *
+ * The runtime always carves its one allocation in host memory (rt_carve)
+ * and does all of its host work there: loading the init file, writing each
+ * batch, reading the loss, exporting.  On the cpu target that memory is
+ * what the step runs on and every function below is (nearly) a no-op
+ * (dev_host.c).  On the cuda target (dev_cuda.c) the host allocation is a
+ * mirror: rt_dev_init picks the device and checks that the plan fits,
+ * rt_dev_attach allocates the same layout in device memory and points
+ * c->dev_arena / dev_slot / dev_shard at it, and the copies below move
+ * regions between the two.  The generated step only ever sees the dev_
+ * pointers.
+ */
+#ifndef FSDPC_RT_DEV_H
+#define FSDPC_RT_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt.h"
+
+/* Before carving: pick this rank's device (local rank modulo the devices),
+ * create streams and handles, and check that `bytes` of device memory are
+ * free.  0, or -1 with a one-line reason in err ("no CUDA driver", "no CUDA
+ * device", "needs X GiB, Y free", "built for sm_90, device is sm_80", ...). */
+int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen);
+/* --no-cuda-graph: run every step eagerly (call before rt_dev_attach) */
+void rt_dev_set_graph(int use_graph);
+/* After carving: the device copy of c->arena .. c->shard (same offsets),
+ * c->dev_* set, the whole host allocation [base, base + bytes) uploaded.
+ * 0, or -1 with a reason in err. */
+int rt_dev_attach(RtCtx *c, char *base, int64_t bytes, char *err, size_t errlen);
+/* host region [p, p + n) of the carved allocation to its device twin, and back */
+void rt_dev_upload(RtCtx *c, const void *p, int64_t n);
+void rt_dev_download(RtCtx *c, void *p, int64_t n);
+/* one training step: m->step on the device (after warm-up, a CUDA Graph
+ * replay unless disabled), then the checks of the step; returns when the
+ * loss can be read (after rt_dev_download of it) */
+void rt_dev_step(RtCtx *c);
+void rt_dev_finish(RtCtx *c);
+
+#endif
