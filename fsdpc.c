@@ -6,13 +6,17 @@
  * IR can be verified (--verify) and printed (--dump-after NAME).
  */
 #include "ir.h"
+#include "fsdpc_config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char *usage =
     "usage: fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [options]\n"
-    "  --target cpu            code for CPUs (MPI collectives, CBLAS); the only target so far\n"
+    "  --target cuda|cpu       cuda: NVIDIA GPUs (NVRTC kernels, cuBLASLt, NCCL, CUDA Graphs);\n"
+    "                          cpu: CPUs (MPI collectives, CBLAS)\n"
+    "  --arch sm_XY[,sm_XY..]  cuda: GPU archs to compile for (default " FSDPC_DEFAULT_ARCH "), plus PTX\n"
+    "                          of the lowest for newer GPUs\n"
     "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS\n"
     "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
     "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
@@ -68,8 +72,10 @@ static void parse_args(Options *o, int argc, char **argv)
             o->out = VALUE();
         } else if (!strcmp(a, "--target")) {
             o->target = VALUE();
-            if (strcmp(o->target, "cpu"))
-                fatal("--target %s: only the cpu target exists in this build", o->target);
+            if (strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
+                fatal("--target %s: expected cuda or cpu", o->target);
+        } else if (!strcmp(a, "--arch")) {
+            o->arch = VALUE();
         } else if (!strcmp(a, "--loss")) {
             parse_loss(o, VALUE());
         } else if (!strcmp(a, "--optimizer")) {
@@ -124,6 +130,8 @@ static void parse_args(Options *o, int argc, char **argv)
     }
     if (!o->model)
         fatal("no model given (see --help)");
+    if (o->arch && strcmp(o->target, "cuda"))
+        fatal("--arch applies to --target cuda only");
     if (o->eval && (o->loss != LOSS_NONE || o->report))
         fatal("--eval builds a forward-only executable: --loss and --report do not apply");
     if (!o->out && !o->report && !o->dump_after)
@@ -153,7 +161,7 @@ int main(int argc, char **argv)
     if (o.eval) { /* forward only: every initializer stays a constant */
         RUN(memplan);
         if (o.out)
-            cg_cpu(g);
+            cg_build(g);
         return 0;
     }
     RUN(loss);
@@ -165,6 +173,6 @@ int main(int argc, char **argv)
     if (o.report)
         cg_report(stdout, g, o.world);
     if (o.out)
-        cg_cpu(g);
+        cg_build(g);
     return 0;
 }

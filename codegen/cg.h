@@ -20,6 +20,17 @@ const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
 int cg_same_place(const Graph *g, int a, int b);
 void cg_emit_node(Buf *b, const Graph *g, const Node *n);
 
+/* The target being emitted (1: cuda): the step's pointers are the device
+ * ones (c->dev_*), and calls that check their input on the device register
+ * their message with cg_check, in call order (kernels/cuda/kc.h). */
+extern int cg_cuda;
+void cg_check(const char *msg);
+extern int cg_ncheck;
+extern const char **cg_checks;
+/* cuda.c: the kernels for every --arch into dir (images + images.S); the C
+ * text of `static const RtImage images[]` into tables; returns their count */
+int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
+
 /* op families (codegen/cpu_*.c): emit n and return 1, or return 0 if n is
  * not theirs */
 int cg_tensor(Buf *b, const Graph *g, const Node *n);

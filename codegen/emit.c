@@ -79,6 +79,23 @@ const char *cg_ctype(DType t)
 
 const char *cg_sfx(DType t) { return t == DT_F64 ? "f64" : "f32"; }
 
+int cg_cuda;
+int cg_ncheck;
+const char **cg_checks;
+
+void cg_check(const char *msg)
+{
+    static int cap;
+    if (cg_ncheck == cap) {
+        cap = cap ? cap * 2 : 16;
+        const char **n = ir_alloc(sizeof(char *) * (size_t)cap);
+        if (cg_ncheck)
+            memcpy(n, cg_checks, sizeof(char *) * (size_t)cg_ncheck);
+        cg_checks = n;
+    }
+    cg_checks[cg_ncheck++] = msg;
+}
+
 /* pointer expression for value v, typed */
 const char *cg_ptr(const Graph *g, int v)
 {
@@ -87,9 +104,10 @@ const char *cg_ptr(const Graph *g, int v)
     const char *t = cg_ctype(x->dtype);
     switch (l->kind) {
     case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
-    case LOC_SLOT: return ir_fmt("((%s *)(c->slot[%d] + %lld))", t, l->slot, (long long)l->off);
+    case LOC_SLOT:
+        return ir_fmt("((%s *)(c->%sslot[%d] + %lld))", t, cg_cuda ? "dev_" : "", l->slot, (long long)l->off);
     case LOC_SHARD:
-        return ir_fmt("((%s *)c->shard[%d * RT_NSTATE + %d])", t, l->unit, l->state);
+        return ir_fmt("((%s *)c->%sshard[%d * RT_NSTATE + %d])", t, cg_cuda ? "dev_" : "", l->unit, l->state);
     default: die("value '%s' has no place in memory", x->name);
     }
 }
@@ -260,6 +278,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld in row %%lld of this rank's batch is "
                "outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
             (long long)cls, cg_cstr(g->val[n->in[1]].name), cg_ptr(g, n->in[1]));
+        cg_check(ir_fmt("%s: a label of this rank's batch is outside [0, %lld)", g->val[n->in[1]].name,
+                        (long long)cls));
         break;
     }
     case OP_CrossEntropyGrad: {

@@ -142,7 +142,8 @@ typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
 typedef struct {
     const char *model;       /* path of the .onnx */
     const char *out;         /* -o */
-    const char *target;      /* "cpu" (cuda: later issue) */
+    const char *target;      /* "cuda" or "cpu" */
+    const char *arch;        /* --arch sm_80,sm_90 (cuda; NULL: the default) */
     LossKind loss;
     const char *loss_pred, *loss_target;
     OptKind optimizer;
@@ -254,6 +255,6 @@ int shape_nn(Graph *g, int node);
 
 /* codegen/ */
 void cg_report(FILE *f, const Graph *g, int world);
-void cg_cpu(const Graph *g);                      /* writes OUT.c, OUT.init, builds OUT */
+void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
 
 #endif

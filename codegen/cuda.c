@@ -1,0 +1,358 @@
+/* cuda.c — what the cuda target adds to the executable: the device code.
+ *
+ * requires: the sources of kernels/cuda (embedded in fsdpc at build time,
+ *           gen/cuda_src.c) and NVRTC from the CUDA toolkit, loaded with
+ *           dlopen so that fsdpc itself runs without the toolkit for
+ *           --target cpu.
+ * ensures:  one cubin per --arch (sm_XY) plus PTX for the lowest arch
+ *           (compute_XY: newer GPUs JIT it), written into a temporary
+ *           directory with an assembler file that embeds them (.incbin) and
+ *           the C text of the RtImage table that names them.
+ *
+ * Kernel cache: compiling every kernel takes seconds per arch, so each
+ * output is kept in $FSDPC_CACHE_DIR (else $XDG_CACHE_HOME/fsdpc, else
+ * ~/.cache/fsdpc) under a key hashing the source text, the NVRTC options and
+ * the NVRTC version.  An entry is written atomically and checked (magic,
+ * key, length, checksum) when read; a bad or unreadable entry is compiled
+ * again, and a cache that cannot be written is only a warning.
+ *
+ * A compile error in kernels/cuda or in generated kernels is a bug in
+ * fsdpc, never in the user's model: the message says so and prints the
+ * NVRTC log.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cg.h"
+#include "fsdpc_config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* the sources of kernels/cuda, in concatenation order (gen/cuda_src.c) */
+extern const char *const fsdpc_cuda_src_name[];
+extern const char *const fsdpc_cuda_src_text[];
+extern const int fsdpc_cuda_src_count;
+
+/* ---- NVRTC through dlopen ------------------------------------------------ */
+typedef int nvrtcResult_;
+typedef struct _nvrtcProgram *nvrtcProgram_;
+static struct {
+    nvrtcResult_ (*create)(nvrtcProgram_ *, const char *, const char *, int, const char *const *,
+                           const char *const *);
+    nvrtcResult_ (*compile)(nvrtcProgram_, int, const char *const *);
+    nvrtcResult_ (*destroy)(nvrtcProgram_ *);
+    nvrtcResult_ (*log_size)(nvrtcProgram_, size_t *);
+    nvrtcResult_ (*log)(nvrtcProgram_, char *);
+    nvrtcResult_ (*cubin_size)(nvrtcProgram_, size_t *);
+    nvrtcResult_ (*cubin)(nvrtcProgram_, char *);
+    nvrtcResult_ (*ptx_size)(nvrtcProgram_, size_t *);
+    nvrtcResult_ (*ptx)(nvrtcProgram_, char *);
+    nvrtcResult_ (*version)(int *, int *);
+    const char *(*errstr)(nvrtcResult_);
+    int major, minor;
+} nv;
+
+static void load_nvrtc(void)
+{
+    if (nv.create)
+        return;
+    static const char *names[] = {"libnvrtc.so.13", "libnvrtc.so", FSDPC_CUDA_LIBDIR "/libnvrtc.so.13", NULL};
+    void *h = NULL;
+    for (int i = 0; names[i] && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fatal("--target cuda: cannot load NVRTC (libnvrtc.so.13): %s; install the CUDA 13 toolkit or add its "
+              "lib64 directory to LD_LIBRARY_PATH", dlerror());
+#define SYM(field, name)                                                        \
+    do {                                                                        \
+        *(void **)&nv.field = dlsym(h, name);                                   \
+        if (!nv.field)                                                          \
+            fatal("--target cuda: NVRTC has no %s (need CUDA 13)", name);       \
+    } while (0)
+    SYM(create, "nvrtcCreateProgram");
+    SYM(compile, "nvrtcCompileProgram");
+    SYM(destroy, "nvrtcDestroyProgram");
+    SYM(log_size, "nvrtcGetProgramLogSize");
+    SYM(log, "nvrtcGetProgramLog");
+    SYM(cubin_size, "nvrtcGetCUBINSize");
+    SYM(cubin, "nvrtcGetCUBIN");
+    SYM(ptx_size, "nvrtcGetPTXSize");
+    SYM(ptx, "nvrtcGetPTX");
+    SYM(version, "nvrtcVersion");
+    SYM(errstr, "nvrtcGetErrorString");
+#undef SYM
+    if (nv.version(&nv.major, &nv.minor))
+        fatal("--target cuda: nvrtcVersion failed");
+}
+
+/* ---- the translation unit ------------------------------------------------ */
+
+/* All .cu files after the header, in order: one program, one launch table. */
+static const char *program_text(void)
+{
+    Buf b = {0};
+    cg_put(&b, "#include \"%s\"\n", fsdpc_cuda_src_name[0]);
+    for (int i = 1; i < fsdpc_cuda_src_count; i++)
+        cg_put(&b, "/* ---- %s ---- */\n%s\n", fsdpc_cuda_src_name[i], fsdpc_cuda_src_text[i]);
+    return b.buf ? b.buf : "";
+}
+
+/* NVRTC options besides the arch (also part of the cache key) */
+#define COMMON_OPTS "--std=c++17", "-default-device", "-I" FSDPC_CUDA_INCDIR
+static const char *const common_opts[] = {COMMON_OPTS};
+
+typedef struct {
+    const char *arch;      /* "sm_90" or "compute_80" */
+    const char *text;      /* the program */
+    unsigned char *data;   /* out */
+    size_t len;
+    char *log;             /* on failure */
+    int failed;
+} Job;
+
+static void *compile_job(void *arg)
+{
+    Job *j = arg;
+    nvrtcProgram_ p;
+    const char *hdr_name = fsdpc_cuda_src_name[0], *hdr_text = fsdpc_cuda_src_text[0];
+    if (nv.create(&p, j->text, "fsdpc_kernels.cu", 1, &hdr_text, &hdr_name)) {
+        j->failed = 1;
+        j->log = ir_strdup("nvrtcCreateProgram failed");
+        return NULL;
+    }
+    char archopt[64];
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", j->arch);
+    const char *opts[] = {archopt, COMMON_OPTS};
+    int rc = nv.compile(p, (int)(sizeof opts / sizeof *opts), opts);
+    size_t ls = 0;
+    nv.log_size(p, &ls);
+    char *log = malloc(ls + 1);
+    if (log) {
+        log[0] = 0;
+        if (ls)
+            nv.log(p, log);
+        log[ls] = 0;
+    }
+    if (rc) {
+        j->failed = 1;
+        j->log = log;
+        nv.destroy(&p);
+        return NULL;
+    }
+    free(log);
+    int is_ptx = !strncmp(j->arch, "compute_", 8);
+    size_t n = 0;
+    if (is_ptx ? nv.ptx_size(p, &n) : nv.cubin_size(p, &n)) {
+        j->failed = 1;
+        j->log = ir_strdup("cannot read NVRTC's output");
+        nv.destroy(&p);
+        return NULL;
+    }
+    j->data = malloc(n ? n : 1);
+    if (!j->data || (is_ptx ? nv.ptx(p, (char *)j->data) : nv.cubin(p, (char *)j->data))) {
+        j->failed = 1;
+        j->log = ir_strdup("cannot read NVRTC's output");
+    }
+    j->len = n;
+    nv.destroy(&p);
+    return NULL;
+}
+
+/* ---- the cache ----------------------------------------------------------- */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+static const char *cache_dir(void)
+{
+    const char *d = getenv("FSDPC_CACHE_DIR");
+    if (d && *d)
+        return d;
+    d = getenv("XDG_CACHE_HOME");
+    if (d && *d)
+        return ir_fmt("%s/fsdpc", d);
+    d = getenv("HOME");
+    return d && *d ? ir_fmt("%s/.cache/fsdpc", d) : NULL;
+}
+
+#define CACHE_MAGIC "FSDPC-NVRTC-v1\n"
+
+static uint64_t job_key(const Job *j)
+{
+    uint64_t h = fnv(14695981039346656037ull, j->text, strlen(j->text));
+    h = fnv(h, fsdpc_cuda_src_text[0], strlen(fsdpc_cuda_src_text[0]));
+    h = fnv(h, j->arch, strlen(j->arch));
+    for (size_t i = 0; i < sizeof common_opts / sizeof *common_opts; i++)
+        h = fnv(h, common_opts[i], strlen(common_opts[i]) + 1);
+    int v[2] = {nv.major, nv.minor};
+    return fnv(h, v, sizeof v);
+}
+
+static int cache_read(Job *j, const char *dir, uint64_t key)
+{
+    if (!dir)
+        return 0;
+    FILE *f = fopen(ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch), "rb");
+    if (!f)
+        return 0;
+    char magic[16] = {0};
+    uint64_t hdr[3]; /* key, length, checksum */
+    int ok = fread(magic, 1, 16, f) == 16 && !memcmp(magic, CACHE_MAGIC, 16) && fread(hdr, 8, 3, f) == 3 &&
+             hdr[0] == key && hdr[1] > 0 && hdr[1] < ((uint64_t)1 << 31);
+    if (ok) {
+        j->data = malloc(hdr[1]);
+        ok = j->data && fread(j->data, 1, hdr[1], f) == hdr[1] &&
+             fnv(14695981039346656037ull, j->data, hdr[1]) == hdr[2];
+        j->len = hdr[1];
+    }
+    fclose(f);
+    if (!ok) {
+        free(j->data);
+        j->data = NULL;
+    }
+    return ok;
+}
+
+static void cache_write(const Job *j, const char *dir, uint64_t key)
+{
+    if (!dir)
+        return;
+    /* mkdir -p: the parents of the default dir may not exist yet */
+    char *p = ir_strdup(dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    mkdir(p, 0755);
+    const char *path = ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch);
+    const char *tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    uint64_t hdr[3] = {key, j->len, fnv(14695981039346656037ull, j->data, j->len)};
+    int ok = f && fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(hdr, 8, 3, f) == 3 &&
+             fwrite(j->data, 1, j->len, f) == j->len;
+    if (f && fclose(f))
+        ok = 0;
+    if (!ok || rename(tmp, path)) {
+        unlink(tmp);
+        fprintf(stderr, "fsdpc: warning: cannot write the kernel cache %s (%s); kernels will be compiled "
+                "again next time\n", dir, strerror(errno));
+    }
+}
+
+/* ---- the archs ------------------------------------------------------------ */
+
+/* "sm_80,sm_90" -> the list, validated; the PTX arch is the lowest one */
+static int parse_archs(const char *spec, int *sm, int max)
+{
+    int n = 0;
+    const char *s = spec;
+    while (*s) {
+        int v = 0, digits = 0;
+        if (strncmp(s, "sm_", 3))
+            fatal("--arch %s: expected a comma-separated list like sm_80,sm_90", spec);
+        s += 3;
+        while (*s >= '0' && *s <= '9' && digits < 4)
+            v = v * 10 + (*s++ - '0'), digits++;
+        if (*s == 'a' && s[1] != ',') /* sm_90a: arch-specific features; not used by our kernels */
+            fatal("--arch %s: arch-specific targets (sm_90a) are not supported; use sm_90", spec);
+        if (!digits || (*s && *s != ','))
+            fatal("--arch %s: expected a comma-separated list like sm_80,sm_90", spec);
+        if (v < 70)
+            fatal("--arch sm_%d: the cuda target needs sm_70 or newer (bf16 and the kernels' shuffles)", v);
+        if (n == max)
+            fatal("--arch %s: at most %d archs", spec, max);
+        int dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= sm[i] == v;
+        if (!dup)
+            sm[n++] = v;
+        if (*s == ',')
+            s++;
+    }
+    if (!n)
+        fatal("--arch: empty list");
+    return n;
+}
+
+/* Compile for every arch (cache first, threads for the rest); write the
+ * images into dir, the .S that embeds them, and the RtImage table `images`
+ * as C into tables.  Returns the number of images. */
+int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path)
+{
+    load_nvrtc();
+    if (fsdpc_cuda_src_count < 1)
+        die("this fsdpc was built without kernels/cuda sources");
+    int sm[16];
+    int nsm = parse_archs(g->opt->arch ? g->opt->arch : FSDPC_DEFAULT_ARCH, sm, 16);
+    int lowest = sm[0];
+    for (int i = 1; i < nsm; i++)
+        lowest = sm[i] < lowest ? sm[i] : lowest;
+    int njob = nsm + 1;
+    Job *job = ir_alloc(sizeof(Job) * (size_t)njob);
+    const char *text = program_text();
+    for (int i = 0; i < nsm; i++)
+        job[i] = (Job){.arch = ir_fmt("sm_%d", sm[i]), .text = text};
+    job[nsm] = (Job){.arch = ir_fmt("compute_%d", lowest), .text = text};
+    const char *cdir = cache_dir();
+    uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
+    pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
+    int *started = ir_alloc(sizeof(int) * (size_t)njob);
+    for (int i = 0; i < njob; i++) {
+        key[i] = job_key(&job[i]);
+        if (cache_read(&job[i], cdir, key[i]))
+            continue;
+        started[i] = !pthread_create(&th[i], NULL, compile_job, &job[i]);
+        if (!started[i])
+            compile_job(&job[i]);
+    }
+    for (int i = 0; i < njob; i++)
+        if (started[i]) {
+            pthread_join(th[i], NULL);
+            if (!job[i].failed)
+                cache_write(&job[i], cdir, key[i]);
+        }
+    for (int i = 0; i < njob; i++)
+        if (job[i].failed) {
+            fprintf(stderr, "%s\n", job[i].log ? job[i].log : "");
+            die("NVRTC failed to compile the device kernels for %s: this is a bug in fsdpc, not in the model "
+                "(NVRTC's log is above; please report it)", job[i].arch);
+        }
+    /* the images and the assembler file that embeds them */
+    Buf s = {0};
+    cg_put(&s, "\t.section .rodata\n");
+    cg_put(tables, "static const RtImage images[] = {\n");
+    for (int i = 0; i < njob; i++) {
+        const char *path = ir_fmt("%s/img%d.bin", dir, i);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(job[i].data, 1, job[i].len, f) != job[i].len || fclose(f))
+            fatal("%s: cannot write: %s", path, strerror(errno));
+        /* dir comes from mkdtemp: only [A-Za-z0-9/._-], safe inside the quotes */
+        cg_put(&s, "\t.global fsdpc_img%d\n\t.balign 64\nfsdpc_img%d:\n\t.incbin \"%s\"\n", i, i, path);
+        cg_put(tables, "    {\"%s\", fsdpc_img%d, %lld},\n", job[i].arch, i, (long long)job[i].len);
+    }
+    cg_put(&s, "\t.section .note.GNU-stack,\"\",@progbits\n");
+    cg_put(tables, "};\n\n");
+    Buf decl = {0};
+    for (int i = 0; i < njob; i++)
+        cg_put(&decl, "extern const unsigned char fsdpc_img%d[];\n", i);
+    cg_put(&decl, "%s", tables->buf);
+    *tables = decl;
+    const char *sp = ir_fmt("%s/images.S", dir);
+    FILE *f = fopen(sp, "w");
+    if (!f || fwrite(s.buf, 1, s.len, f) != s.len || fclose(f))
+        fatal("%s: cannot write: %s", sp, strerror(errno));
+    *asm_path = sp;
+    for (int i = 0; i < njob; i++)
+        free(job[i].data);
+    return njob;
+}
