@@ -65,7 +65,7 @@ def fsdpc_step_ms(model, d, B, T, idx, labels, work):
     path = os.path.join(work, "gpt.onnx")
     export(model, path, B=B, T=T)
     exe = os.path.join(work, "train")
-    subprocess.run([args.fsdpc, path, "-o", exe, "--loss", "cross_entropy:logits,labels",
+    subprocess.run([args.fsdpc, path, "-o", exe, "--target", "cpu", "--loss", "cross_entropy:logits,labels",
                     "--dim", "batch=%d" % B], check=True)
     np.save(os.path.join(work, "idx.npy"), idx.numpy())
     np.save(os.path.join(work, "lab.npy"), labels.numpy())

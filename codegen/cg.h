@@ -20,9 +20,11 @@ const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
 int cg_same_place(const Graph *g, int a, int b);
 void cg_emit_node(Buf *b, const Graph *g, const Node *n);
 
-/* The target being emitted (1: cuda): the step's pointers are the device
- * ones (c->dev_*), and calls that check their input on the device register
- * their message with cg_check, in call order (kernels/cuda/kc.h). */
+/* The target being emitted (1: cuda).  The step is the same text for both:
+ * it uses the device pointers (c->dev_*, the host ones on cpu) and
+ * rt_memcpy / rt_memset, and calls that check their input on the device
+ * register their message with cg_check, in call order (kernels/cuda/kc.h).
+ * Only kernels/cuda/kc_map.h, included on cuda, makes its k_ calls launch. */
 extern int cg_cuda;
 void cg_check(const char *msg);
 extern int cg_ncheck;

@@ -2,13 +2,13 @@
  * softmax, reductions, dropout, losses) and of its backward ops.
  *
  * Each node is one or two kernel calls (kernels/c/kernels.h) with its
- * geometry as a static KConv2d / KPool2d or shape arrays, except
- * SoftmaxCrossEntropyLoss: k_softmax gives the log-probabilities and a
- * short emitted loop does the rest (the label pick, ignore_index, class
- * weights, the reduction), because no kernel has ONNX's ignore_index and
- * weights; its backward scatters into dlog_prob the same way and finishes
- * with k_softmax_grad.  NegativeLogLikelihoodLoss is the same loop on given
- * log-probabilities, and its backward the same scatter.
+ * geometry as a static KConv2d / KPool2d or shape arrays; the step never
+ * touches tensor data itself (on the cuda target it lives on the device).
+ * SoftmaxCrossEntropyLoss is k_softmax (the log-probabilities) then
+ * k_nll_loss (the label pick, ignore_index, class weights, the reduction);
+ * its backward is k_nll_loss_grad (the scatter into dlog_prob) then
+ * k_softmax_grad.  NegativeLogLikelihoodLoss is k_nll_loss alone on given
+ * log-probabilities, and its backward k_nll_loss_grad alone.
  *
  * Dropout draws its mask from (NN_DROPOUT_SEED, the node's `stream` attribute
  * (a hash of its ONNX name, see shape_nn.c), the step, the element index): not from the rank, as PyTorch DDP ranks
@@ -19,6 +19,7 @@
 #include "cg.h"
 #include "../passes/nn.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static const char *P(const Graph *g, int v) { return cg_ptr(g, v); }
@@ -147,13 +148,12 @@ static void bn_dims(const Shape *x, int64_t d[3])
 
 /* An --eval build follows the ONNX spec, whose running var mixes in the
  * biased batch variance; training follows torch.nn.BatchNorm (unbiased, as
- * k_batchnorm_train).  The biased variance is 1 / invstd^2 - eps. */
+ * k_batchnorm_train).  k_bn_running_var recovers the biased variance from
+ * the saved invstd (1 / invstd^2 - eps). */
 static void emit_onnx_running_var(Buf *b, const Graph *g, const Node *n, int64_t c, double eps, double mom)
 {
-    cg_put(b, "    for (int64_t k = 0; k < %lld; k++)\n", (long long)c);
-    cg_put(b, "        %s[k] = (%s)(%.17g * (double)%s[k] + %.17g * (1.0 / ((double)%s[k] * %s[k]) - %.17g));\n",
-           P(g, n->out[2]), cg_ctype(g->val[n->out[2]].dtype), mom, P(g, n->in[4]), 1 - mom, P(g, n->out[4]),
-           P(g, n->out[4]), eps);
+    cg_put(b, "    k_bn_running_var_%s(%s, %s, %s, %lld, %.17g, %.17g);\n", cg_sfx(g->val[n->out[2]].dtype),
+           P(g, n->out[2]), P(g, n->in[4]), P(g, n->out[4]), (long long)c, eps, mom);
 }
 
 static void emit_batchnorm(Buf *b, const Graph *g, const Node *n)
@@ -256,6 +256,9 @@ static void emit_pool(Buf *b, const Graph *g, const Node *n)
     switch (n->op) {
     case OP_MaxPool:
         cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(g, n->out[2]), x);
+        if (is_read(g, n->out[1]) && cg_cuda)
+            fatal("node '%s' (MaxPool): its Indices output is not supported by --target cuda yet; use --target cpu",
+                  n->name);
         if (is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
             cg_put(b, "      for (int64_t i = 0; i < %lld; i++) %s[i] = i / %lld * %lld + %s[i];\n",
                    (long long)(p.n * p.c * p.oh * p.ow), P(g, n->out[1]), (long long)(p.oh * p.ow),
@@ -289,7 +292,7 @@ static void copy_or_view(Buf *b, const Graph *g, int y, int x)
     if (cg_same_place(g, y, x))
         cg_put(b, "    /* a view: no data moves */\n");
     else
-        cg_put(b, "    memcpy(%s, %s, %lld);\n", P(g, y), P(g, x),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(g, y), P(g, x),
                (long long)(value_numel(g, x) * (int64_t)dtype_size(g->val[x].dtype)));
 }
 
@@ -346,7 +349,7 @@ static void emit_dropout(Buf *b, const Graph *g, const Node *n)
     int64_t ny = value_numel(g, y);
     if (!nn_dropout_training(g, n)) {
         copy_or_view(b, g, y, x);
-        cg_put(b, "    memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
+        cg_put(b, "    rt_memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
         return;
     }
     cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, %.17g, %#llxull, %#xu, (uint32_t)c->step);\n",
@@ -366,7 +369,7 @@ typedef struct {
     int64_t n, c, d;     /* scores n x c x d (d: product of the trailing dims) */
     int red, has_ii;
     int64_t ii;
-    const char *t, *s;   /* C type and kernel suffix */
+    const char *s;       /* kernel suffix */
 } Sce;
 
 static Sce sce_dims(const Graph *g, const Node *n, int scores)
@@ -375,89 +378,48 @@ static Sce sce_dims(const Graph *g, const Node *n, int scores)
     int64_t nc = x->dim[0] * x->dim[1];
     Sce q = {x->dim[0], x->dim[1], nc ? shape_numel(x) / nc : 0,
              nn_sce_reduction(g, n), ir_attr(n, "ignore_index") != NULL, ir_attr_i(n, "ignore_index", 0),
-             cg_ctype(g->val[scores].dtype), cg_sfx(g->val[scores].dtype)};
+             cg_sfx(g->val[scores].dtype)};
     return q;
 }
 
-/* index of scores[n][l][j] for label position i = n D + j (D = q->d), as C text */
-static const char *sce_at(const Sce *q)
+/* the k_nll_loss(_grad) arguments after the labels: weights, n, c, d, the
+ * reduction and ignore_index */
+static const char *nll_args(const Sce *q, const char *wt)
 {
-    if (q->d == 1)
-        return ir_fmt("i * %lld + l", (long long)q->c);
-    return ir_fmt("(i / %lld * %lld + l) * %lld + i %% %lld", (long long)q->d, (long long)q->c, (long long)q->d,
-                  (long long)q->d);
-}
-
-/* the loop head shared by forward and backward: l = label of position i,
- * ignored positions skipped, w = its class weight */
-static void sce_loop(Buf *b, const Sce *q, const char *lab, const char *wt, const char *none_zero)
-{
-    cg_put(b, "      for (int64_t i = 0; i < %lld; i++) {\n        int64_t l = %s[i];\n",
-           (long long)(q->n * q->d), lab);
-    if (none_zero)
-        cg_put(b, "        %s[i] = 0;\n", none_zero);
-    if (q->has_ii)
-        cg_put(b, "        if (l == %lldLL) continue;\n", (long long)q->ii);
-    cg_put(b, "        double w = %s;\n", wt ? ir_fmt("(double)%s[l]", wt) : "1.0");
+    static const char *const red[] = {[NN_NONE] = "K_LOSS_NONE", [NN_SUM] = "K_LOSS_SUM",
+                                      [NN_MEAN] = "K_LOSS_MEAN"};
+    const char *ii = q->ii == INT64_MIN ? "INT64_MIN" : ir_fmt("%lldLL", (long long)q->ii);
+    return ir_fmt("%s, %lld, %lld, %lld, %s, %d, %s", wt ? wt : "NULL", (long long)q->n, (long long)q->c,
+                  (long long)q->d, red[q->red], q->has_ii, ii);
 }
 
 static void emit_sce(Buf *b, const Graph *g, const Node *n)
 {
     Sce q = sce_dims(g, n, n->in[0]);
     int nll = n->op == OP_NegativeLogLikelihoodLoss;
-    const char *lp = P(g, n->out[nll ? 0 : 1]), *lab = P(g, n->in[1]), *y = P(g, n->out[0]);
-    const char *wt = input(n, 2) >= 0 ? P(g, n->in[2]) : NULL;
-    cg_put(b, "    { double s = 0, ws = 0;\n");
-    if (nll)
-        lp = P(g, n->in[0]);
-    else
-        cg_put(b, "      k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(g, n->in[0]), (long long)q.n,
+    const char *lp = P(g, nll ? n->in[0] : n->out[1]), *lab = P(g, n->in[1]);
+    const char *wt = input(n, 2) >= 0 ? P(g, n->in[2]) : NULL, *lname = g->val[n->in[1]].name;
+    if (!nll)
+        cg_put(b, "    k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(g, n->in[0]), (long long)q.n,
                (long long)q.c, (long long)q.d);
-    sce_loop(b, &q, lab, NULL, q.red == NN_NONE ? y : NULL);
-    cg_put(b, "        if (l < 0 || l >= %lld) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's "
-           "batch is outside [0, %lld)\", %s, (long long)l, (long long)i);\n",
-           (long long)q.c, (long long)q.c, cg_cstr(g->val[n->in[1]].name));
-    if (wt)
-        cg_put(b, "        w = (double)%s[l];\n", wt);
-    cg_put(b, "        double v = -w * (double)%s[%s];\n", lp, sce_at(&q));
-    if (q.red == NN_NONE)
-        cg_put(b, "        %s[i] = (%s)v;\n", y, q.t);
-    cg_put(b, "        s += v;\n        ws += w;\n      }\n");
-    if (q.red == NN_NONE)
-        cg_put(b, "      (void)s; (void)ws; }\n");
-    else
-        cg_put(b, "      %s[0] = (%s)(%s); }\n", y, q.t, q.red == NN_SUM ? "s" : "s / ws");
+    cg_put(b, "    { int64_t bad = k_nll_loss_%s(%s, %s, %s, %s);\n", q.s, P(g, n->out[0]), lp, lab, nll_args(&q, wt));
+    cg_put(b, "      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's batch is "
+           "outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
+           (long long)q.c, cg_cstr(lname), lab);
+    cg_check(ir_fmt("%s: a label of this rank's batch is outside [0, %lld)", lname, (long long)q.c));
 }
 
-/* in: log_prob, labels, dloss, weights, dlog_prob */
+/* in: log_prob, labels, dloss, weights, dlog_prob (the other consumers' part) */
 static void emit_sce_grad(Buf *b, const Graph *g, const Node *n)
 {
     Sce q = sce_dims(g, n, n->out[0]);
-    const char *dx = P(g, n->out[0]), *lp = P(g, n->in[0]), *lab = P(g, n->in[1]);
+    const char *dx = P(g, n->out[0]), *lp = P(g, n->in[0]);
     const char *wt = input(n, 3) >= 0 ? P(g, n->in[3]) : NULL;
-    int dl = input(n, 2), extra = input(n, 4);
-    cg_put(b, "    { double ws = 1;\n");
-    if (extra >= 0)
-        cg_put(b, "      memcpy(%s, %s, %lld);\n", dx, P(g, extra),
-               (long long)(value_numel(g, extra) * (int64_t)dtype_size(g->val[extra].dtype)));
-    else
-        cg_put(b, "      memset(%s, 0, %lld);\n", dx,
-               (long long)(value_numel(g, n->out[0]) * (int64_t)dtype_size(g->val[n->out[0]].dtype)));
-    if (dl >= 0 && q.red == NN_MEAN) {
-        cg_put(b, "      ws = 0;\n");
-        sce_loop(b, &q, lab, wt, NULL);
-        cg_put(b, "        ws += w;\n      }\n");
-    }
-    if (dl >= 0) {
-        sce_loop(b, &q, lab, wt, NULL);
-        cg_put(b, "        %s[%s] -= (%s)(w * (double)%s[%s] / ws);\n      }\n", dx, sce_at(&q), q.t, P(g, dl),
-               q.red == NN_NONE ? "i" : "0");
-    }
-    cg_put(b, "      (void)ws;\n");
+    cg_put(b, "    k_nll_loss_grad_%s(%s, %s, %s, %s, %s);\n", q.s, dx, opt(g, input(n, 4)), opt(g, input(n, 2)),
+           P(g, n->in[1]), nll_args(&q, wt));
     if (!ir_attr_i(n, "nll", 0))
-        cg_put(b, "      k_softmax_grad_%s(1, %s, %s, %s, %lld, %lld, %lld);\n", q.s, dx, dx, lp, (long long)q.n,
+        cg_put(b, "    k_softmax_grad_%s(1, %s, %s, %s, %lld, %lld, %lld);\n", q.s, dx, dx, lp, (long long)q.n,
                (long long)q.c, (long long)q.d);
-    cg_put(b, "    }\n");
 }
 
 /* ---- the family --------------------------------------------------------- */
@@ -492,7 +454,7 @@ int cg_nn(Buf *b, const Graph *g, const Node *n)
     case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: emit_sce(b, g, n); break;
     case OP_SoftmaxCrossEntropyGrad: emit_sce_grad(b, g, n); break;
     case OP_Assign:
-        cg_put(b, "    memcpy(%s, %s, %lld);\n", P(g, n->in[0]), P(g, n->in[1]),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(g, n->in[0]), P(g, n->in[1]),
                (long long)(value_numel(g, n->in[1]) * (int64_t)dtype_size(g->val[n->in[1]].dtype)));
         break;
     default: return 0;

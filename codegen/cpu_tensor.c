@@ -16,6 +16,7 @@
 #include "../passes/tensor.h"
 
 #include <math.h>
+#include <string.h>
 
 static const char *sfx(DType t)
 {
@@ -54,8 +55,24 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
     int k = tensor_moves(g, n, &m);
     int es = (int)dtype_size(val(g, n->out[0])->dtype);
     uint64_t fill = n->op == OP_Pad || n->op == OP_ConstantOfShape ? tensor_fill(g, n) : 0;
+    int fills = 0;
+    for (int i = 0; i < k; i++)
+        fills |= m[i].src < 0;
+    if (cg_cuda && fills) { /* the device cannot read a host constant: fill all of y, then copy x over it */
+        const Value *y = val(g, n->out[0]);
+        if (y->dtype != DT_F32)
+            fatal("node '%s' (%s): a %s fill computed at run time is not supported by --target cuda yet; use "
+                  "--target cpu", n->name, op_info[n->op].name, dtype_name(y->dtype));
+        float f;
+        uint32_t bits = (uint32_t)fill;
+        memcpy(&f, &bits, sizeof f);
+        cg_put(b, "    k_fill_f32(%s, %.9g, %lld);\n", cg_ptr(g, n->out[0]), (double)f,
+            (long long)value_numel(g, n->out[0]));
+    }
     for (int i = 0; i < k; i++) {
         const Move *v = &m[i];
+        if (cg_cuda && v->src < 0)
+            continue;
         int64_t cnt = 1;
         for (int d = 0; d < v->rank; d++)
             cnt *= v->shape[d];
@@ -77,7 +94,7 @@ static void emit_view(Buf *b, const Graph *g, const Node *n)
     if (cg_same_place(g, x, y))
         cg_put(b, "    /* a view: no data moves */\n");
     else
-        cg_put(b, "    memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
             (long long)(value_numel(g, y) * (int64_t)dtype_size(val(g, y)->dtype)));
 }
 
@@ -179,7 +196,7 @@ static void emit_zero(Buf *b, const Graph *g, int y)
     if (is_float(v->dtype))
         cg_put(b, "    k_fill_%s(%s, 0.0, %lld);\n", sfx(v->dtype), cg_ptr(g, y), (long long)value_numel(g, y));
     else
-        cg_put(b, "    memset(%s, 0, %lld);\n", cg_ptr(g, y),
+        cg_put(b, "    rt_memset(%s, 0, %lld);\n", cg_ptr(g, y),
             (long long)(value_numel(g, y) * (int64_t)dtype_size(v->dtype)));
 }
 

@@ -104,10 +104,9 @@ const char *cg_ptr(const Graph *g, int v)
     const char *t = cg_ctype(x->dtype);
     switch (l->kind) {
     case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
-    case LOC_SLOT:
-        return ir_fmt("((%s *)(c->%sslot[%d] + %lld))", t, cg_cuda ? "dev_" : "", l->slot, (long long)l->off);
+    case LOC_SLOT: return ir_fmt("((%s *)(c->dev_slot[%d] + %lld))", t, l->slot, (long long)l->off);
     case LOC_SHARD:
-        return ir_fmt("((%s *)c->%sshard[%d * RT_NSTATE + %d])", t, cg_cuda ? "dev_" : "", l->unit, l->state);
+        return ir_fmt("((%s *)c->dev_shard[%d * RT_NSTATE + %d])", t, l->unit, l->state);
     default: die("value '%s' has no place in memory", x->name);
     }
 }
@@ -235,7 +234,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         if (cg_same_place(g, x, y))
             cg_put(b, "    /* a view: no data moves */\n");
         else
-            cg_put(b, "    memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
+            cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
                 (long long)(ny * (int64_t)dtype_size(dt)));
         break;
     case OP_MatMul: emit_matmul(b, g, n); break;
@@ -298,7 +297,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             (long long)g->unit[n->unit].numel, n->unit, dt);
         break;
     case OP_AllReduce:
-        cg_put(b, "    memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x), (long long)(ny * (int64_t)dtype_size(dt)));
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x), (long long)(ny * (int64_t)dtype_size(dt)));
         cg_put(b, "    rt_allreduce_avg(c, %s, %lld, %d);\n", cg_ptr(g, y), (long long)ny, dt);
         break;
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;

@@ -1,7 +1,8 @@
 /* args.c — the command line of a training or forward-only (eval) executable:
  * the options (RtOpts) with their defaults, --help text, and flag parsing.
- * Each kind rejects the other's flags.  Errors go through rt_err_set (status
- * 2 for a bad command line), so that rt.c reports them once for all ranks.
+ * Each kind rejects the other's flags; cpu builds reject the cuda target's
+ * (--rendezvous, --no-cuda-graph).  Errors go through rt_err_set (status 2
+ * for a bad command line), so that rt.c reports them once for all ranks.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -13,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npy.h"
 #include "rt_priv.h"
 
 static const char *opt_name(int optimizer) { return optimizer == RT_SGD ? "sgd" : "adamw"; }
@@ -43,6 +43,19 @@ static void usage_inputs(const RtModel *m)
                m->input[ti].name, m->input[tl].name);
 }
 
+/* the cuda target's flags (both kinds) */
+static void usage_cuda(const RtModel *m)
+{
+    if (!m->target_cuda)
+        return;
+    printf("  --rendezvous SPEC       how the ranks find rank 0: file:PATH (a file every rank can\n"
+           "                          read; rank 0 writes its address there) or tcp:HOST:PORT (rank 0\n"
+           "                          listens on PORT).  Default: MASTER_ADDR and MASTER_PORT, else\n"
+           "                          (under mpirun, one node) a file in /tmp.  Ranks come from\n"
+           "                          mpirun, srun, or RANK and WORLD_SIZE\n"
+           "  --no-cuda-graph         run every step eagerly instead of replaying a CUDA Graph\n");
+}
+
 static void eval_usage(const RtModel *m)
 {
     printf("usage: %s --out-dir DIR --input NAME=FILE ... [options]\n"
@@ -54,9 +67,10 @@ static void eval_usage(const RtModel *m)
            "  --out-dir DIR           where the outputs go (created if missing); required\n"
            "  --init FILE             constants (default: this executable's path + .init)\n"
            "  --quiet                 no progress lines\n"
-           "  --help                  this text\n"
-           "\nModel inputs:\n",
+           "  --help                  this text\n",
            rt_prog, m->name ? m->name : "the model");
+    usage_cuda(m);
+    printf("\nModel inputs:\n");
     char dims[256];
     if (m->ninput == 0)
         printf("  (none)\n");
@@ -114,6 +128,7 @@ void rt_usage(const RtModel *m)
            "  --quiet                 no per-step lines\n"
            "  --help                  this text\n",
            rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
+    usage_cuda(m);
     usage_inputs(m);
     fflush(stdout);
 }
@@ -229,6 +244,13 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         o->token_inputs = val;
     } else if (strcmp(flag, "--dump-grads") == 0) {
         o->dump_grads = val;
+    } else if (strcmp(flag, "--rendezvous") == 0) {
+        if (strncmp(val, "file:", 5) == 0 || strncmp(val, "tcp:", 4) == 0) {
+            o->rendezvous = val;
+        } else {
+            rt_err_set(2, "--rendezvous expects file:PATH or tcp:HOST:PORT, got '%s' (see --help)", val);
+            rc = -1;
+        }
     }
     if (rc != 0)
         return -1;
@@ -255,11 +277,22 @@ static int in_list(const char *flag, const char *const *list, size_t n)
 
 #define IN_LIST(flag, list) in_list(flag, list, sizeof list / sizeof list[0])
 
-/* 1: a value flag of m's kind; 0: unknown; -1: the other kind's (rt_err_set called) */
+/* 0, or -1 for a cuda target's flag in a cpu build (rt_err_set called) */
+static int cuda_only(const RtModel *m, const char *flag)
+{
+    if (m->target_cuda)
+        return 0;
+    rt_err_set(2, "%s: only for executables built with --target cuda", flag);
+    return -1;
+}
+
+/* 1: a value flag of m's kind; 0: unknown; -1: the other kind's or target's (rt_err_set called) */
 static int takes_value(const RtModel *m, const char *flag)
 {
     if (strcmp(flag, "--init") == 0)
         return 1;
+    if (strcmp(flag, "--rendezvous") == 0)
+        return cuda_only(m, flag) == 0 ? 1 : -1;
     int train = IN_LIST(flag, train_flags), eval = IN_LIST(flag, eval_flags);
     if (m->eval && train) {
         rt_err_set(2, "%s is a training flag; this executable is forward-only (built with fsdpc --eval; "
@@ -307,12 +340,16 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
     }
     memcpy(flag, a, fl);
     flag[fl] = 0;
-    if (strcmp(flag, "--quiet") == 0) {
+    int quiet = strcmp(flag, "--quiet") == 0, no_graph = strcmp(flag, "--no-cuda-graph") == 0;
+    if (quiet || no_graph) {
         if (eq) {
-            rt_err_set(2, "--quiet takes no value (see --help)");
+            rt_err_set(2, "%s takes no value (see --help)", flag);
             return -1;
         }
-        o->quiet = 1;
+        if (no_graph && cuda_only(m, flag) != 0)
+            return -1;
+        o->quiet |= quiet;
+        o->no_cuda_graph |= no_graph;
         return 0;
     }
     int tv = takes_value(m, flag);
@@ -341,11 +378,17 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         rt_err_set(1, "out of memory");
         return -1;
     }
+    /* past an error, go on (rt_err_set keeps the first): the control plane
+     * starts anyway, to agree on it, and needs a later --rendezvous */
+    int failed = 0;
     for (int i = 1; i < argc; i++) {
         int rc = parse_one(argc, argv, &i, m, o);
-        if (rc != 0)
-            return rc;
+        if (rc == 1 && !failed)
+            return 1;
+        failed |= rc < 0;
     }
+    if (failed)
+        return -1;
     if (m->eval && !o->out_dir) {
         rt_err_set(2, "--out-dir DIR is required (see --help)");
         return -1;

@@ -1,45 +1,17 @@
-/* comm.c — collectives of the CPU target over MPI_COMM_WORLD.
+/* comm.c — the step's collectives on the CPU target, over MPI_COMM_WORLD
+ * (the cuda target's are comm_nccl.c).
  *
  * Lengths are elements of the given dtype.  MPI counts are int: transfers
- * beyond RT_MPI_CHUNK elements are cut into several calls (gathers use a
- * resized datatype so that every rank's piece still lands at rank*shard_len).
+ * beyond RT_MPI_CHUNK elements are cut into several calls (the allgather is
+ * rt_mpi_gather, shared with the control plane in ctl_mpi.c).
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "rt_mpi.h"
 #include "rt_priv.h"
-
-/* Largest element count of one MPI call; overridable for tests of the chunked paths. */
-#ifndef RT_MPI_CHUNK
-#define RT_MPI_CHUNK INT_MAX
-#endif
-
-int64_t rt_elem_size(int dtype)
-{
-    switch (dtype) {
-    case RT_F32: return 4;
-    case RT_F64: return 8;
-    case RT_I64: return 8;
-    case RT_I32: return 4;
-    case RT_BOOL: return 1;
-    default: return 0;
-    }
-}
-
-MPI_Datatype rt_mpi_type(int dtype)
-{
-    switch (dtype) {
-    case RT_F32: return MPI_FLOAT;
-    case RT_F64: return MPI_DOUBLE;
-    case RT_I64: return MPI_INT64_T;
-    case RT_I32: return MPI_INT32_T;
-    case RT_BOOL: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;
-    }
-}
 
 static MPI_Datatype float_type(RtCtx *c, int dtype, const char *what)
 {
@@ -57,68 +29,20 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb)
     return na > 0 && nb > 0 && x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
 }
 
-void rt_gather_shards(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype, int root)
-{
-    MPI_Datatype t = rt_mpi_type(dtype);
-    int64_t es = rt_elem_size(dtype);
-    const char *what = root < 0 ? "rt_allgather" : "gather";
-    if (t == MPI_DATATYPE_NULL)
-        rt_step_fail(c, "%s: unsupported dtype code %d", what, dtype);
-    if (shard_len < 0)
-        rt_step_fail(c, "%s: negative length %lld", what, (long long)shard_len);
-    if (shard_len == 0)
-        return;
-    int W = c->world;
-    char *f = full;
-    const char *s = shard;
-    int have_full = root < 0 || c->rank == root;
-    /* this rank's own piece may already sit in place (allgather only) */
-    const void *in_place = NULL;
-    if (root < 0) {
-        char *mine = f + (int64_t)c->rank * shard_len * es;
-        if (s == mine)
-            in_place = MPI_IN_PLACE;
-        else if (overlap(s, shard_len * es, f, (int64_t)W * shard_len * es))
-            rt_step_fail(c, "rt_allgather: shard and full buffers overlap");
-    }
-    if (W == 1) {
-        if (have_full && !in_place)
-            memmove(f, s, (size_t)(shard_len * es));
-        return;
-    }
-    int64_t cmax = RT_MPI_CHUNK / W;
-    if (cmax < 1)
-        cmax = 1;
-    if (shard_len <= cmax) {
-        int n = (int)shard_len;
-        if (root < 0)
-            RT_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : s, n, t, f, n, t, MPI_COMM_WORLD));
-        else
-            RT_MPI(MPI_Gather(s, n, t, have_full ? f : NULL, n, t, root, MPI_COMM_WORLD));
-        return;
-    }
-    /* chunked: piece [off, off+n) of every rank; the receive type spans n
-     * elements but has the extent of a whole shard, so rank r's piece goes
-     * to full + (r*shard_len + off)*es */
-    for (int64_t off = 0; off < shard_len; off += cmax) {
-        int n = (int)(shard_len - off < cmax ? shard_len - off : cmax);
-        MPI_Datatype piece, rtype;
-        RT_MPI(MPI_Type_contiguous(n, t, &piece));
-        RT_MPI(MPI_Type_create_resized(piece, 0, (MPI_Aint)(shard_len * es), &rtype));
-        RT_MPI(MPI_Type_commit(&rtype));
-        const void *sb = in_place ? MPI_IN_PLACE : (const void *)(s + off * es);
-        if (root < 0)
-            RT_MPI(MPI_Allgather(sb, n, t, f + off * es, 1, rtype, MPI_COMM_WORLD));
-        else
-            RT_MPI(MPI_Gather(sb, n, t, have_full ? f + off * es : NULL, 1, rtype, root, MPI_COMM_WORLD));
-        RT_MPI(MPI_Type_free(&rtype));
-        RT_MPI(MPI_Type_free(&piece));
-    }
-}
-
 void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype)
 {
-    rt_gather_shards(c, full, shard, shard_len, dtype, -1);
+    static const MPI_Datatype types[] = {[RT_F32] = MPI_FLOAT, [RT_F64] = MPI_DOUBLE, [RT_I64] = MPI_INT64_T,
+                                         [RT_I32] = MPI_INT32_T, [RT_BOOL] = MPI_UINT8_T};
+    int64_t es = rt_elem_size(dtype);
+    if (es == 0)
+        rt_step_fail(c, "rt_allgather: unsupported dtype code %d", dtype);
+    if (shard_len < 0)
+        rt_step_fail(c, "rt_allgather: negative length %lld", (long long)shard_len);
+    /* this rank's own piece may already sit in place */
+    const char *mine = (const char *)full + (int64_t)c->rank * shard_len * es;
+    if (shard != mine && overlap(shard, shard_len * es, full, (int64_t)c->world * shard_len * es))
+        rt_step_fail(c, "rt_allgather: shard and full buffers overlap");
+    rt_mpi_gather(full, shard == mine ? MPI_IN_PLACE : shard, shard_len, types[dtype], es, -1);
 }
 
 /* in-place MPI_Allreduce(SUM) of n elements, in int-sized pieces */

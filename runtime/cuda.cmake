@@ -1,1 +1,61 @@
-# the cuda runtime library (fsdpc_rt_cuda): see rt_dev.h, rt_ctl.h
+# runtime/cuda.cmake — the cuda target's device layer (included by the top
+# CMakeLists after find_package(CUDAToolkit)):
+#
+#   fsdpc_rt_cuda_dev  dev_cuda.c (rt_dev.h on a GPU), kc_rt.c (the runtime
+#                      half of kernels/cuda/kc.h: launches, cuBLASLt GEMM),
+#                      comm_nccl.c (rt.h's collectives over NCCL)
+#   FSDPC_CUDA_LINK    what a cuda executable links after the runtime core
+#                      and kernels/cuda, as one string for the C compiler
+#                      line (FSDPC_CUDA_LINK_LIST: the same as a CMake list):
+#                      the static CUDA runtime (no libcudart.so needed at run
+#                      time), cuBLASLt, NCCL and the system libraries.  Never
+#                      libcuda (the driver) and never MPI: the executable
+#                      starts anywhere and says why it cannot run.
+#   tests              cuda_rt_nodriver: the device layer links on its own
+#                      (control plane stubbed) and, without a driver, fails
+#                      with its one-line reason.  On a GPU the same program
+#                      checks GEMMs, collectives at world 1, CUDA Graph
+#                      replay and device checks (tests/gpu/run.sh runs it).
+
+find_library(FSDPC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+  PATH_SUFFIXES lib lib64)
+find_path(FSDPC_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+if(NOT FSDPC_NCCL_LIBRARY OR NOT FSDPC_NCCL_INCLUDE_DIR)
+  message(FATAL_ERROR "NCCL (nccl.h and libnccl.so) not found next to the CUDA toolkit "
+    "(${CUDAToolkit_LIBRARY_DIR}); set FSDPC_NCCL_LIBRARY and FSDPC_NCCL_INCLUDE_DIR")
+endif()
+if(NOT CUDA_cudart_static_LIBRARY OR NOT CUDA_cublasLt_LIBRARY)
+  message(FATAL_ERROR "the CUDA toolkit in ${CUDAToolkit_LIBRARY_DIR} lacks libcudart_static.a or libcublasLt")
+endif()
+get_filename_component(_fsdpc_nccl_dir ${FSDPC_NCCL_LIBRARY} DIRECTORY)
+get_filename_component(_fsdpc_lt_dir ${CUDA_cublasLt_LIBRARY} DIRECTORY)
+
+set(FSDPC_CUDA_LINK_LIST
+  ${CUDA_cudart_static_LIBRARY}
+  -L${_fsdpc_lt_dir} -L${_fsdpc_nccl_dir} -lcublasLt -lnccl
+  # found there on machines laid out like this one; elsewhere LD_LIBRARY_PATH
+  -Wl,-rpath,${_fsdpc_lt_dir} -Wl,-rpath,${_fsdpc_nccl_dir}
+  -ldl -lrt -lpthread -lm)
+list(REMOVE_DUPLICATES FSDPC_CUDA_LINK_LIST)
+string(JOIN " " FSDPC_CUDA_LINK ${FSDPC_CUDA_LINK_LIST})
+
+add_library(fsdpc_rt_cuda_dev STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/dev_cuda.c
+  ${CMAKE_CURRENT_LIST_DIR}/kc_rt.c
+  ${CMAKE_CURRENT_LIST_DIR}/comm_nccl.c)
+target_include_directories(fsdpc_rt_cuda_dev PRIVATE
+  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda
+  ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
+target_compile_options(fsdpc_rt_cuda_dev PRIVATE ${FSDPC_WARN})
+set_target_properties(fsdpc_rt_cuda_dev PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+# the device layer against a stubbed control plane (tests/gpu/rt_dev_test.c)
+add_executable(cuda_rt_dev_test ${CMAKE_SOURCE_DIR}/tests/gpu/rt_dev_test.c)
+target_include_directories(cuda_rt_dev_test PRIVATE
+  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda
+  ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
+target_compile_options(cuda_rt_dev_test PRIVATE ${FSDPC_WARN})
+target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev ${FSDPC_CUDA_LINK_LIST})
+# exit 77: a GPU is present, so the no-driver path cannot be checked here
+add_test(NAME cuda_rt_nodriver COMMAND cuda_rt_dev_test nodriver)
+set_tests_properties(cuda_rt_nodriver PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,12 +1,13 @@
 /* eval.c — the life of a forward-only executable (fsdpc --eval, m->eval = 1)
- * between MPI_Init and MPI_Finalize: flags (args.c), a check of the model
- * tables, the output file names, the init file (constants only; load.c), the
- * --input files (.npy here, .pb in tensor_pb.c) copied into the arena at
- * their exact shapes, --out-dir, one call of the step, then rank 0 writes
- * every graph output to DIR/<name>.npy atomically (npy.c) and syncs DIR.
+ * after its flags (args.c) and the control plane (rt.c): a check of the
+ * model tables, the output file names, the init file (constants only;
+ * load.c), the --input files (.npy here, .pb in tensor_pb.c) copied into the
+ * arena at their exact shapes and uploaded (rt_dev.h), --out-dir, one step,
+ * then rank 0 downloads every graph output and writes it to DIR/<name>.npy
+ * atomically (npy.c) and syncs DIR.
  *
  * Every rank runs the same checks and the step (a forward-only step has no
- * collectives; a singleton MPI run is the normal case); only rank 0 writes.
+ * collectives; a single rank is the normal case); only rank 0 writes.
  * Start-up and write errors are agreed on by all ranks (rt_err_sync) and
  * printed once, as in training executables.
  *
@@ -27,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "rt_dev.h"
 #include "rt_priv.h"
 
 #ifndef NAME_MAX
@@ -36,7 +37,7 @@
 
 typedef struct {
     RtCtx ctx;
-    RtOpts o;
+    const RtOpts *o;
     RtMem mem;
     char *init_path, *base;
     int init_fd;
@@ -115,7 +116,7 @@ char *rt_output_file_name(const char *name)
 static int output_paths(Eval *e)
 {
     const RtModel *m = e->ctx.m;
-    const char *dir = e->o.out_dir;
+    const char *dir = e->o->out_dir;
     size_t dl = strlen(dir);
     int slash = dl > 0 && dir[dl - 1] == '/';
     e->fname = calloc((size_t)m->noutput + 1, sizeof *e->fname);
@@ -143,12 +144,6 @@ static int output_paths(Eval *e)
 }
 
 /* ---------------------------------------------------------------- start-up */
-
-/* the init file, the allocation (the arena alone) and the constants */
-static int load(Eval *e, const char *argv0)
-{
-    return rt_start_init(&e->ctx, &e->mem, &e->base, e->o.init, argv0, &e->init_path, &e->init_fd);
-}
 
 /* ".npy" / ".pb" (any case) at the end of the file name, else "" */
 static const char *extension(const char *file)
@@ -204,7 +199,7 @@ static int read_inputs(Eval *e)
         rt_err_set(1, "out of memory");
         return -1;
     }
-    int rc = rt_match_inputs(m, &e->o, "--input", files);
+    int rc = rt_match_inputs(m, e->o, "--input", files);
     for (int i = 0; rc == 0 && i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
         char *dst = e->ctx.arena + in->arena_off;
@@ -223,6 +218,12 @@ static int read_inputs(Eval *e)
                 n *= in->shape[d];
             for (int64_t k = 0; k < n; k++)
                 dst[k] = dst[k] != 0;
+        }
+        if (rc == 0) {
+            int64_t bytes = rt_elem_size(in->dtype);
+            for (int d = 0; d < in->rank; d++)
+                bytes *= in->shape[d];
+            rt_dev_upload(&e->ctx, dst, bytes);
         }
     }
     free(files);
@@ -243,32 +244,26 @@ static void prepare_out_dir(const char *dir)
         rt_err_set(1, "--out-dir %s: not writable: %s", dir, strerror(errno));
 }
 
-/* Everything before the step.  Returns the exit status; 0 to run (*help
- * set when --help asked for the usage text instead). */
-static int start_up(Eval *e, int argc, char **argv, int *help)
+/* Everything before the step: the init file (constants) and the device
+ * (load.c), the inputs, --out-dir.  Returns the exit status; 0 to run. */
+static int start_up(Eval *e, const char *argv0)
 {
     const RtModel *m = e->ctx.m;
-    int pf = rt_parse_flags(argc, argv, m, &e->o);
-    int status = rt_err_sync();
-    if (status != 0)
-        return status;
-    if (pf == 1) {
-        *help = 1;
-        return 0;
-    }
+    int status;
     check_eval_model(m);
     if ((status = rt_err_sync()) != 0)
         return status;
     output_paths(e);
     if ((status = rt_err_sync()) != 0)
         return status;
-    if ((status = load(e, argc > 0 && argv[0] ? argv[0] : "")) != 0)
+    status = rt_start_init(&e->ctx, &e->mem, &e->base, e->o, argv0, &e->init_path, &e->init_fd);
+    if (status != 0)
         return status;
     read_inputs(e);
     if ((status = rt_err_sync()) != 0)
         return status;
     if (e->ctx.rank == 0)
-        prepare_out_dir(e->o.out_dir);
+        prepare_out_dir(e->o->out_dir);
     return rt_err_sync();
 }
 
@@ -280,26 +275,30 @@ static void write_outputs(Eval *e)
     const RtModel *m = e->ctx.m;
     for (int i = 0; i < m->noutput; i++) {
         const RtOutput *out = &m->output[i];
-        char why[1024];
-        if (npy_save(e->path[i], out->dtype, out->rank, out->shape, e->ctx.arena + out->arena_off, why,
-                     sizeof why) != 0) {
+        char why[1024], *data = e->ctx.arena + out->arena_off;
+        int64_t bytes = rt_elem_size(out->dtype);
+        for (int d = 0; d < out->rank; d++)
+            bytes *= out->shape[d];
+        rt_dev_download(&e->ctx, data, bytes);
+        if (npy_save(e->path[i], out->dtype, out->rank, out->shape, data, why, sizeof why) != 0) {
             rt_err_set(1, "output '%s': %s", out->name, why);
             return;
         }
-        if (!e->o.quiet) {
+        if (!e->o->quiet) {
             char dims[256];
             rt_dims_str(dims, sizeof dims, out->rank, out->shape, 0);
             printf("wrote %s (%s %s)\n", e->path[i], npy_dtype_name(out->dtype), dims);
         }
     }
-    if (npy_sync_dir(e->o.out_dir) != 0)
-        rt_err_set(1, "--out-dir %s: syncing the directory: %s", e->o.out_dir, strerror(errno));
+    if (npy_sync_dir(e->o->out_dir) != 0)
+        rt_err_set(1, "--out-dir %s: syncing the directory: %s", e->o->out_dir, strerror(errno));
     fflush(stdout);
 }
 
 static void release(Eval *e)
 {
     const RtModel *m = e->ctx.m;
+    rt_dev_finish(&e->ctx);
     for (int i = 0; i < m->noutput; i++) {
         if (e->fname)
             free(e->fname[i]);
@@ -315,10 +314,9 @@ static void release(Eval *e)
     free(e->ctx.slot);
     free(e->ctx.shard);
     free(e->ctx.shard_len);
-    rt_opts_free(&e->o);
 }
 
-int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world)
+int rt_eval_main(const RtOpts *o, const char *argv0, const RtModel *m, int rank, int world)
 {
     Eval ev;
     Eval *e = &ev;
@@ -326,21 +324,19 @@ int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world)
     e->ctx.m = m;
     e->ctx.rank = rank;
     e->ctx.world = world;
+    e->o = o;
     e->init_fd = -1;
 
-    int help = 0;
-    int status = start_up(e, argc, argv, &help);
-    if (status == 0 && help && rank == 0)
-        rt_usage(m);
-    if (status == 0 && !help) {
+    int status = start_up(e, argv0);
+    if (status == 0) {
         e->ctx.step = 1;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        m->step(&e->ctx);
+        rt_dev_step(&e->ctx);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
         if (rank == 0) {
-            if (!e->o.quiet) {
+            if (!e->o->quiet) {
                 printf("forward pass of %s: %.2f ms\n", m->name ? m->name : "the model", ms);
                 fflush(stdout);
             }

@@ -2,7 +2,8 @@
  * original ONNX model.
  *
  * Rank 0 reads the original model bytes from the init file, every rank sends
- * its parameter shard of every unit to rank 0 (MPI_Gather), rank 0 replaces
+ * its parameter shard of every unit to rank 0 (rt_ctl_gather; from the
+ * device first: rt_dev_download), rank 0 replaces
  * the data of each parameter's initializer by the trained values (raw_data,
  * little-endian; typed fields and external data cleared; name, dims and
  * data_type kept), does the same for each initializer the step writes back
@@ -28,7 +29,8 @@
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
-#include "npy.h"
+#include "rt_ctl.h"
+#include "rt_dev.h"
 #include "rt_priv.h"
 
 /* ONNX TensorProto.DataType */
@@ -211,6 +213,7 @@ static int patch_state(Export *x, RtCtx *c)
         const RtConst *k = &m->cnst[i];
         if (!k->name)
             continue;
+        rt_dev_download(c, c->arena + k->arena_off, k->nbytes);
         InitRef key = {k->name, NULL};
         InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
         if (!r)
@@ -387,11 +390,14 @@ int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_pat
     int ok = 1;
     if (c->rank == 0)
         ok = prepare(&x, c, init_fd, init_path) == 0;
-    RT_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    rt_ctl_bcast(&ok, sizeof ok, 0);
     if (ok) {
-        for (int u = 0; u < m->nunit; u++)
-            rt_gather_shards(c, c->rank == 0 ? x.full[u] : NULL, c->shard[u * RT_NSTATE + RT_S_PARAM],
-                             c->shard_len[u], m->unit[u].dtype, 0);
+        for (int u = 0; u < m->nunit; u++) {
+            char *param = c->shard[u * RT_NSTATE + RT_S_PARAM];
+            int64_t bytes = c->shard_len[u] * rt_elem_size(m->unit[u].dtype);
+            rt_dev_download(c, param, bytes);
+            rt_ctl_gather(param, bytes, c->rank == 0 ? x.full[u] : NULL, 0);
+        }
         if (c->rank == 0)
             ok = finish(&x, c) == 0;
     }
@@ -400,6 +406,6 @@ int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_pat
         fflush(stderr);
     }
     cleanup(&x, m);
-    RT_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    rt_ctl_bcast(&ok, sizeof ok, 0);
     return ok ? 0 : 1;
 }

@@ -1,8 +1,9 @@
 /* load.c — what a rank reads at start-up and per step: the init file (open
  * and validate it, carve the one allocation, load the constants and this
- * rank's own parameter shards) and the training data (match --data and
- * --tokens to the model inputs, check the .npy files, map the token stream,
- * copy each step's samples into the arena).
+ * rank's own parameter shards, hand it to the device layer) and the training
+ * data (match --data and --tokens to the model inputs, check the .npy files,
+ * map the token stream, copy each step's samples into the arena and upload
+ * them).
  * Errors go through rt_err_set; rt.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -18,7 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "rt_ctl.h"
+#include "rt_dev.h"
 #include "rt_priv.h"
 
 #define ALIGN 64
@@ -34,7 +36,8 @@ static uint64_t le64(const unsigned char *b)
     return v;
 }
 
-char *rt_default_init_path(const char *argv0)
+/* OUT.init beside the executable (from /proc/self/exe, else argv0); malloc'd */
+static char *default_init_path(const char *argv0)
 {
     char exe[PATH_MAX + 1];
     ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX);
@@ -118,7 +121,8 @@ static int check_ranges(const char *path, const RtModel *m, uint64_t size)
     return 0;
 }
 
-int rt_open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
+/* open and validate the init file; returns the fd, or -1 (rt_err_set called) */
+static int open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -181,7 +185,7 @@ static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
         return -1;
     if (total == 0)
         total = ALIGN;
-    if (total > (uint64_t)SIZE_MAX)
+    if (total > (uint64_t)SIZE_MAX || total > (uint64_t)INT64_MAX)
         return -1;
     mem->total = total;
     return 0;
@@ -211,7 +215,9 @@ static void lay_out(RtCtx *c, char *base, uint64_t slot_bytes)
     }
 }
 
-int rt_carve(RtCtx *c, RtMem *mem, char **base_out)
+/* the tables of c (shard lengths, slot and shard pointers) and the sizes:
+ * mem, *slot_bytes.  0, or -1 (rt_err_set called). */
+static int plan(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
 {
     const RtModel *m = c->m;
     c->shard_len = calloc((size_t)m->nunit + 1, sizeof *c->shard_len);
@@ -222,11 +228,16 @@ int rt_carve(RtCtx *c, RtMem *mem, char **base_out)
         return -1;
     }
     memset(mem, 0, sizeof *mem);
-    uint64_t slot_bytes = 0;
-    if (plan_sizes(c, mem, &slot_bytes) != 0) {
+    if (plan_sizes(c, mem, slot_bytes) != 0) {
         rt_err_set(1, "the model does not fit the address space of one rank at %d ranks", c->world);
         return -1;
     }
+    return 0;
+}
+
+/* the one allocation of the planned mem->total bytes, zeroed, carved into c */
+static int carve(RtCtx *c, const RtMem *mem, uint64_t slot_bytes, char **base_out)
+{
     char *base = aligned_alloc(ALIGN, (size_t)mem->total);
     if (!base) {
         rt_err_set(1, "cannot allocate %" PRIu64 " bytes for this rank (%d ranks): %s", mem->total, c->world,
@@ -239,7 +250,9 @@ int rt_carve(RtCtx *c, RtMem *mem, char **base_out)
     return 0;
 }
 
-int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
+/* constants and this rank's parameter shards from the init file; adds the
+ * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
+static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
 {
     const RtModel *m = c->m;
     for (int i = 0; i < m->nconst; i++) {
@@ -660,10 +673,8 @@ static uint64_t sample_hash(const void *p, uint64_t n)
     return h ^ n;
 }
 
-int rt_data_agree(const RtOpts *o, const RtData *d)
+int rt_data_agree(const RtOpts *o, const RtData *d, int rank)
 {
-    int rank = 0;
-    RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     uint64_t mine[4] = {(uint64_t)d->rows, (uint64_t)d->ntok, 0, 0}, ref[4];
     if (d->tok)
         mine[2] = sample_hash(d->tok, (uint64_t)d->ntok * 2);
@@ -671,7 +682,7 @@ int rt_data_agree(const RtOpts *o, const RtData *d)
         if (d->feed[i].kind == FEED_NPY)
             mine[3] = mine[3] * 31 + sample_hash(d->feed[i].a.data, d->feed[i].a.nbytes);
     memcpy(ref, mine, sizeof ref);
-    RT_MPI(MPI_Bcast(ref, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    rt_ctl_bcast(ref, sizeof ref, 0);
     if (rank == 0)
         return 0;
     if (d->tok && ref[1] != mine[1]) {
@@ -708,7 +719,32 @@ void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d)
     fflush(stdout);
 }
 
-/* samples (pos + rank*b + i) mod N, i < b, of every input into the arena */
+/* b samples from sample r on (wrapping at N) of feed f into dst */
+static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst, int64_t r, int64_t b)
+{
+    int64_t N = d->rows;
+    if (f->kind != FEED_NPY) {
+        int64_t T = in->shape[1], *out = (int64_t *)(void *)dst;
+        const uint16_t *src0 = d->tok + (f->kind == FEED_LABELS);
+        for (int64_t s = 0; s < b; s++) {
+            const uint16_t *src = src0 + r * T; /* r*T + T + 1 <= ntok since r < N */
+            for (int64_t t = 0; t < T; t++)
+                out[s * T + t] = src[t];
+            r = r + 1 == N ? 0 : r + 1;
+        }
+        return;
+    }
+    while (b > 0) {
+        int64_t run = N - r < b ? N - r : b;
+        memcpy(dst, f->a.data + (uint64_t)r * f->row_bytes, (size_t)((uint64_t)run * f->row_bytes));
+        dst += (uint64_t)run * f->row_bytes;
+        b -= run;
+        r = 0;
+    }
+}
+
+/* samples (pos + rank*b + i) mod N, i < b, of every input into the arena
+ * and to the device */
 void rt_data_next(RtCtx *c, RtData *d)
 {
     const RtModel *m = c->m;
@@ -717,29 +753,11 @@ void rt_data_next(RtCtx *c, RtData *d)
     int64_t N = d->rows;
     for (int i = 0; i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
-        RtFeed *f = &d->feed[i];
+        const RtFeed *f = &d->feed[i];
         int64_t b = in->shape[0];
-        int64_t r = addmod(d->pos, mulmod(b, c->rank, N), N);
         char *dst = c->arena + in->arena_off;
-        if (f->kind != FEED_NPY) {
-            int64_t T = in->shape[1], *out = (int64_t *)(void *)dst;
-            const uint16_t *src0 = d->tok + (f->kind == FEED_LABELS);
-            for (int64_t s = 0; s < b; s++) {
-                const uint16_t *src = src0 + r * T; /* r*T + T + 1 <= ntok since r < N */
-                for (int64_t t = 0; t < T; t++)
-                    out[s * T + t] = src[t];
-                r = r + 1 == N ? 0 : r + 1;
-            }
-            continue;
-        }
-        int64_t left = b;
-        while (left > 0) {
-            int64_t run = N - r < left ? N - r : left;
-            memcpy(dst, f->a.data + (uint64_t)r * f->row_bytes, (size_t)((uint64_t)run * f->row_bytes));
-            dst += (uint64_t)run * f->row_bytes;
-            left -= run;
-            r = 0;
-        }
+        fill(d, f, in, dst, addmod(d->pos, mulmod(b, c->rank, N), N), b);
+        rt_dev_upload(c, dst, b * (int64_t)f->row_bytes);
     }
     d->pos = addmod(d->pos, d->gstep, N);
 }
@@ -759,20 +777,27 @@ void rt_data_close(const RtModel *m, RtData *d)
     d->tok = NULL;
 }
 
-int rt_start_init(RtCtx *c, RtMem *mem, char **base, const char *init, const char *argv0, char **path,
+int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char *argv0, char **path,
                   int *fd)
 {
-    uint64_t init_size = 0;
-    *path = init ? strdup(init) : rt_default_init_path(argv0);
-    if (!*path)
-        rt_err_set(1, "out of memory");
-    else
-        *fd = rt_open_init(c->m, *path, init == NULL, &init_size);
+    char why[1024];
+    uint64_t slot_bytes = 0, init_size = 0;
+    if (plan(c, mem, &slot_bytes) == 0 &&
+        rt_dev_init(c->m, c->rank, c->world, (int64_t)mem->total, why, sizeof why) != 0)
+        rt_err_set(1, "%s", why);
     int status = rt_err_sync();
     if (status != 0)
         return status;
-    if (rt_carve(c, mem, base) == 0)
-        rt_load_init(c, *fd, *path, mem);
+    rt_dev_set_graph(!o->no_cuda_graph);
+    *path = o->init ? strdup(o->init) : default_init_path(argv0);
+    if (!*path)
+        rt_err_set(1, "out of memory");
+    else
+        *fd = open_init(c->m, *path, o->init == NULL, &init_size);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    if (carve(c, mem, slot_bytes, base) == 0 && load_init(c, *fd, *path, mem) == 0 &&
+        rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
+        rt_err_set(1, "%s", why);
     return rt_err_sync();
 }
-

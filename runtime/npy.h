@@ -57,6 +57,7 @@ int npy_sync_dir(const char *dir);
 const char *npy_dtype_name(int dtype);
 /* bytes per element of an RT_* dtype, 0 if unknown */
 size_t npy_elem_size(int dtype);
+int64_t rt_elem_size(int dtype);
 
 /* I/O that finishes or fails: retries EINTR and short counts (chunks of
  * 1 GiB); pread past the end is EIO.  Return 0, or -1 with errno set. */

@@ -1,8 +1,10 @@
-/* rt.c — rt_main: the life of a training executable around the model's step
- * function: MPI, start-up (flags from args.c; init file, memory and data from
- * load.c), the step loop with its progress lines and metrics, export, and
- * errors (start-up errors agreed on by all ranks, rt_step_fail, MPI failures).
- * Forward-only builds (m->eval) branch to eval.c right after MPI_Init.
+/* rt.c — rt_main: the life of an executable around the model's step
+ * function: flags (args.c), the control plane (rt_ctl.h), start-up (init
+ * file, memory and data from load.c; the device from rt_dev.h), the step
+ * loop with its progress lines and metrics, export, and start-up errors
+ * (agreed on by all ranks).  Forward-only builds (m->eval) branch to eval.c
+ * once the control plane is up.  No MPI here: this file, like the rest of
+ * the target-neutral core, runs on MPI (cpu) and TCP (cuda) control planes.
  *
  * --dump-grads DIR: after step 1, every unit's averaged gradient shards
  * (left untouched by the optimizer) are gathered to rank 0, which writes one
@@ -13,7 +15,7 @@
  * only one node misses, an allocation) are agreed on collectively, so that
  * no rank is left waiting in a collective.  Exactly one line is printed, by
  * the lowest failing rank, and every rank exits with the same status after
- * MPI_Finalize (1, or 2 for command-line errors).
+ * rt_ctl_finalize (1, or 2 for command-line errors).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -21,9 +23,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,21 +31,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "npy.h"
 #include "onnx.pb-c.h"
+#include "rt_ctl.h"
+#include "rt_dev.h"
 #include "rt_priv.h"
 
 #ifndef NAME_MAX
 #define NAME_MAX 255
 #endif
 
-const char *rt_prog = "fsdpc-train";
-
 /* ------------------------------------------------------------------ errors */
 
 static int g_rank, g_world = 1;
-static pthread_t g_main_thread;
-static int g_mpi_up;
 
 static char g_err[2048];
 static int g_code; /* 0: no error on this rank; else the exit status */
@@ -61,25 +58,29 @@ void rt_err_set(int code, const char *fmt, ...)
     g_code = code;
 }
 
+/* this rank's error, as one line */
+static void print_err(void)
+{
+    for (char *p = g_err; *p; p++) /* one line, whatever the user typed */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    if (g_rank != 0)
+        fprintf(stderr, "%s: error: rank %d: %s\n", rt_prog, g_rank, g_err);
+    else
+        fprintf(stderr, "%s: error: %s\n", rt_prog, g_err);
+    fflush(stderr);
+}
+
 int rt_err_sync(void)
 {
-    int key = g_code ? g_rank : g_world, low;
-    RT_MPI(MPI_Allreduce(&key, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (low >= g_world)
+    /* the lowest failing rank and its status, in one reduction */
+    int64_t key = g_code ? (int64_t)g_rank << 8 | (g_code > 0 && g_code < 256 ? g_code : 1) : INT64_MAX;
+    rt_ctl_allreduce_i64(&key, 1, RT_CTL_MIN);
+    if (key == INT64_MAX)
         return 0;
-    int code = g_code;
-    RT_MPI(MPI_Bcast(&code, 1, MPI_INT, low, MPI_COMM_WORLD));
-    if (g_rank == low) {
-        for (char *p = g_err; *p; p++) /* one line, whatever the user typed */
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                *p = '?';
-        if (low != 0)
-            fprintf(stderr, "%s: error: rank %d: %s\n", rt_prog, low, g_err);
-        else
-            fprintf(stderr, "%s: error: %s\n", rt_prog, g_err);
-        fflush(stderr);
-    }
-    return code;
+    if (g_rank == (int)(key >> 8))
+        print_err();
+    return (int)(key & 0xff);
 }
 
 static void warn0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -95,57 +96,6 @@ static void warn0(const char *fmt, ...)
     fflush(stderr);
     va_end(ap);
 }
-
-static int on_main_thread(void) { return pthread_equal(pthread_self(), g_main_thread); }
-
-static atomic_flag g_dying = ATOMIC_FLAG_INIT;
-
-static _Noreturn void die_now(int world)
-{
-    if (world > 1)
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    if (g_mpi_up && on_main_thread())
-        MPI_Finalize();
-    exit(1);
-}
-
-static _Noreturn void hang(void)
-{
-    for (;;)
-        pause(); /* another thread is bringing the process down */
-}
-
-_Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
-{
-    if (atomic_flag_test_and_set(&g_dying))
-        hang();
-    char es[MPI_MAX_ERROR_STRING + 1];
-    int n = 0;
-    if (MPI_Error_string(rc, es, &n) != MPI_SUCCESS)
-        n = snprintf(es, sizeof es, "MPI error %d", rc);
-    es[n < 0 ? 0 : n > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : n] = 0;
-    fprintf(stderr, "%s: error: rank %d: %s:%d: %s failed: %s\n", rt_prog, g_rank, file, line, call, es);
-    fflush(stderr);
-    die_now(g_world);
-}
-
-_Noreturn void rt_step_fail(RtCtx *c, const char *fmt, ...)
-{
-    if (atomic_flag_test_and_set(&g_dying))
-        hang();
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    long long step = c ? (long long)c->step : 0;
-    int rank = c ? c->rank : g_rank;
-    fprintf(stderr, "%s: error: step %lld, rank %d: %s\n", rt_prog, step, rank, msg);
-    fflush(stdout);
-    fflush(stderr);
-    die_now(c ? c->world : g_world);
-}
-
 
 /* ------------------------------------------------------------- model tables */
 
@@ -423,8 +373,10 @@ static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet)
     int failed = 0, nwritten = 0;
     for (int u = 0; u < m->nunit; u++) {
         int dt = m->unit[u].dtype;
-        int64_t es = rt_elem_size(dt);
-        rt_gather_shards(c, full, c->shard[u * RT_NSTATE + RT_S_GRAD], c->shard_len[u], dt, 0);
+        int64_t es = rt_elem_size(dt), bytes = c->shard_len[u] * es;
+        char *grad = c->shard[u * RT_NSTATE + RT_S_GRAD];
+        rt_dev_download(c, grad, bytes);
+        rt_ctl_gather(grad, bytes, full, 0);
         for (int i = 0; c->rank == 0 && !failed && i < m->nparam; i++) {
             const RtParam *p = &m->param[i];
             if (p->unit != u)
@@ -488,15 +440,16 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
     c->eps = o->eps;
 }
 
-/* the init file, the allocation, constants and this rank's parameter shards;
- * then the max over ranks of the parameter bytes read, onto rank 0 */
+/* the device, the init file, the allocation, constants and this rank's
+ * parameter shards; then the max over ranks of the parameter bytes read */
 static int load(Run *r, const char *argv0)
 {
-    int status = rt_start_init(&r->ctx, &r->mem, &r->base, r->o.init, argv0, &r->init_path, &r->init_fd);
+    int status = rt_start_init(&r->ctx, &r->mem, &r->base, &r->o, argv0, &r->init_path, &r->init_fd);
     if (status != 0)
         return status;
-    RT_MPI(MPI_Reduce(&r->mem.init_param_read, &r->mem.init_param_read_max, 1, MPI_UINT64_T, MPI_MAX, 0,
-                      MPI_COMM_WORLD));
+    int64_t most = (int64_t)r->mem.init_param_read;
+    rt_ctl_allreduce_i64(&most, 1, RT_CTL_MAX);
+    r->mem.init_param_read_max = (uint64_t)most;
     return 0;
 }
 
@@ -517,31 +470,24 @@ static int open_outputs(Run *r)
     return rt_err_sync();
 }
 
-/* Everything before the first step.  Returns the exit status; 0 to train
- * (*help set when --help asked for the usage text instead). */
-static int start_up(Run *r, int argc, char **argv, int *help)
+/* Everything between the flags and the first step.  Returns the exit
+ * status; 0 to train. */
+static int start_up(Run *r, const char *argv0)
 {
     const RtModel *m = r->ctx.m;
-    int pf = rt_parse_flags(argc, argv, m, &r->o);
-    int status = rt_err_sync();
-    if (status != 0)
-        return status;
-    if (pf == 1) {
-        *help = 1;
-        return 0;
-    }
+    int status;
     check_model(m);
     if ((status = rt_err_sync()) != 0)
         return status;
     set_hyper(&r->ctx, &r->o);
     if ((status = rt_err_sync()) != 0)
         return status;
-    if ((status = load(r, argv[0] ? argv[0] : "")) != 0)
+    if ((status = load(r, argv0)) != 0)
         return status;
     rt_data_open(m, &r->o, g_world, &r->data);
     if ((status = rt_err_sync()) != 0)
         return status;
-    rt_data_agree(&r->o, &r->data);
+    rt_data_agree(&r->o, &r->data, g_rank);
     if ((status = rt_err_sync()) != 0)
         return status;
     if (g_rank == 0 && r->o.dump_grads)
@@ -553,9 +499,10 @@ static int start_up(Run *r, int argc, char **argv, int *help)
     return open_outputs(r);
 }
 
-static double read_loss(const RtCtx *c)
+static double read_loss(RtCtx *c)
 {
     const RtModel *m = c->m;
+    rt_dev_download(c, c->arena + m->loss_off, rt_elem_size(m->loss_dtype));
     double loss;
     if (m->loss_dtype == RT_F32) {
         float f;
@@ -596,7 +543,7 @@ static int train(Run *r)
         rt_data_next(c, &r->data);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        c->m->step(c);
+        rt_dev_step(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
         double loss = read_loss(c);
@@ -624,12 +571,13 @@ static int finish(Run *r)
         }
         r->mf = NULL;
     }
-    RT_MPI(MPI_Bcast(&r->metrics_failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    rt_ctl_bcast(&r->metrics_failed, sizeof r->metrics_failed, 0);
     return r->metrics_failed ? 1 : status;
 }
 
 static void release(Run *r)
 {
+    rt_dev_finish(&r->ctx);
     if (r->mf)
         fclose(r->mf);
     rt_data_close(r->ctx.m, &r->data);
@@ -641,47 +589,22 @@ static void release(Run *r)
     free(r->ctx.slot);
     free(r->ctx.shard);
     free(r->ctx.shard_len);
-    rt_opts_free(&r->o);
 }
 
-int rt_main(int argc, char **argv, const RtModel *m)
+/* a training executable, after its flags and the control plane */
+static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
 {
-    if (argc > 0 && argv[0] && argv[0][0])
-        rt_prog = argv[0];
-    g_main_thread = pthread_self();
-    int provided = 0;
-    /* FUNNELED: kernels may run OpenMP threads; only this thread calls MPI */
-    int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    if (rc != MPI_SUCCESS) {
-        fprintf(stderr, "%s: error: MPI_Init failed (error %d)\n", rt_prog, rc);
-        return 1;
-    }
-    g_mpi_up = 1;
-    RT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
-    RT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
-
-    if (m->eval) {
-        int status = rt_eval_main(argc, argv, m, g_rank, g_world);
-        fflush(stdout);
-        MPI_Finalize();
-        g_mpi_up = 0;
-        return status;
-    }
-
     Run run;
     Run *r = &run;
     memset(r, 0, sizeof *r);
     r->ctx.m = m;
     r->ctx.rank = g_rank;
     r->ctx.world = g_world;
+    r->o = *o;
     r->init_fd = -1;
 
-    int help = 0;
-    int status = start_up(r, argc, argv, &help);
-    if (status == 0 && help && g_rank == 0)
-        rt_usage(m);
-    if (status == 0 && !help) {
+    int status = start_up(r, argv0);
+    if (status == 0) {
         if (g_rank == 0) {
             print_memory(&r->ctx, &r->mem, r->mf);
             if (metrics_flush(&r->mf, r->o.metrics) != 0)
@@ -692,8 +615,37 @@ int rt_main(int argc, char **argv, const RtModel *m)
             status = finish(r);
     }
     release(r);
+    return status;
+}
+
+int rt_main(int argc, char **argv, const RtModel *m)
+{
+    if (argc > 0 && argv[0] && argv[0][0])
+        rt_prog = argv[0];
+    const char *argv0 = argc > 0 && argv[0] ? argv[0] : "";
+    RtOpts o;
+    int pf = rt_parse_flags(argc, argv, m, &o); /* errors: agreed on below */
+    char why[1024] = "";
+    if (rt_ctl_init(&argc, &argv, o.rendezvous, m->id, &g_rank, &g_world, why, sizeof why) != 0) {
+        int status = 1; /* no agreement without a control plane: a flag error first, else why */
+        if (g_code) {
+            print_err();
+            status = g_code;
+        } else if (why[0]) {
+            fprintf(stderr, "%s: error: %s\n", rt_prog, why);
+        }
+        rt_opts_free(&o);
+        return status;
+    }
+    int status = rt_err_sync();
+    if (status == 0 && pf == 1) {
+        if (g_rank == 0)
+            rt_usage(m);
+    } else if (status == 0) {
+        status = m->eval ? rt_eval_main(&o, argv0, m, g_rank, g_world) : train_main(&o, argv0, m);
+    }
+    rt_opts_free(&o);
     fflush(stdout);
-    MPI_Finalize();
-    g_mpi_up = 0;
+    rt_ctl_finalize();
     return status;
 }

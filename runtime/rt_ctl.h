@@ -6,14 +6,20 @@
  *   ctl_mpi.c  (cpu)  MPI_COMM_WORLD; the step's collectives are MPI too.
  *   ctl_tcp.c  (cuda) no MPI: rank and world from the environment
  *                     (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/
- *                     NTASKS, or RANK/WORLD_SIZE), rendezvous by
- *                     --rendezvous file:PATH or MASTER_ADDR/MASTER_PORT, then a
- *                     star of TCP connections to rank 0.  World 1 needs
- *                     nothing.  Every call has a timeout: a rank that dies or
- *                     disagrees brings the others down with a message instead
- *                     of a hang.
- * All functions are collective (every rank calls them in the same order)
- * and fatal on failure (message, then every rank exits non-zero).
+ *                     NTASKS, or RANK/WORLD_SIZE; the first found wins),
+ *                     rendezvous by --rendezvous file:PATH or tcp:HOST:PORT,
+ *                     MASTER_ADDR/MASTER_PORT, or (under mpirun) a file in
+ *                     /tmp, then a star of TCP connections to rank 0.  World
+ *                     1 needs nothing.  Every blocking call has a timeout
+ *                     (FSDPC_CTL_TIMEOUT seconds, default 300; rendezvous
+ *                     FSDPC_CTL_CONNECT_TIMEOUT, default 120), and a
+ *                     watchdog thread notices a peer that exits or aborts
+ *                     while this rank is elsewhere (in the step): a rank
+ *                     that dies or disagrees brings the others down with a
+ *                     message instead of a hang.
+ * Collectives are called by the main thread only; every rank calls them in
+ * the same order.  They are fatal on failure (a one-line message, then
+ * every rank exits non-zero).
  */
 #ifndef FSDPC_RT_CTL_H
 #define FSDPC_RT_CTL_H
@@ -24,12 +30,23 @@
 enum { RT_CTL_MIN, RT_CTL_MAX, RT_CTL_SUM };
 
 /* Start the control plane.  rendezvous: the --rendezvous value or NULL
- * (ignored by ctl_mpi.c).  Returns 0 with *rank, *world set, or -1 with a
- * one-line reason in err (the caller prints it and exits 1). */
-int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, int *rank, int *world, char *err,
-                size_t errlen);
+ * (ctl_mpi.c takes none).  key: the executable's identity (RtModel.id);
+ * ranks with different keys are refused ("rank 3 runs another executable
+ * ...").  Returns 0 with *rank, *world set, or -1 with a one-line reason in
+ * err ("" when another rank prints it); then the control plane is down and
+ * the caller exits 1 (after printing a non-empty err).  A peer lost or
+ * silent during start-up ends the process as in the collectives below. */
+int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, int *rank, int *world,
+                char *err, size_t errlen);
+/* this rank's index among the ranks of its node (picks the GPU); after init */
+int rt_ctl_local_rank(void);
+/* collective: the end of a run that reached it on every rank */
 void rt_ctl_finalize(void);
-/* bring every rank down with exit status code (after this rank's message) */
+/* Bring every rank down with exit status code (after this rank's message;
+ * any thread; stdio is flushed).  The other ranks exit non-zero within
+ * seconds: MPI_Abort (ctl_mpi.c); told by rank 0, quietly with the same
+ * code, or, where the message was lost, naming the rank that vanished
+ * (ctl_tcp.c). */
 _Noreturn void rt_ctl_abort(int code);
 /* in place over all ranks, n int64 values */
 void rt_ctl_allreduce_i64(int64_t *x, int n, int op);

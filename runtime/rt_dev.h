@@ -10,6 +10,15 @@
  * c->dev_arena / dev_slot / dev_shard at it, and the copies below move
  * regions between the two.  The generated step only ever sees the dev_
  * pointers.
+ *
+ * Where the core (rt.c, load.c, eval.c, export.c) calls them: rt_dev_init
+ * after the flags and rt_ctl_init, before carving (its failure is a
+ * start-up error agreed on by all ranks); rt_dev_set_graph then;
+ * rt_dev_attach once the init file is loaded; rt_dev_upload of every input
+ * after each batch is written (and of eval inputs); rt_dev_step for every
+ * step; rt_dev_download of the loss after each step, of the gradient shards
+ * (--dump-grads) and parameter shards and written-back constants (export)
+ * before they are read, and of eval outputs; rt_dev_finish at the end.
  */
 #ifndef FSDPC_RT_DEV_H
 #define FSDPC_RT_DEV_H
@@ -33,10 +42,13 @@ int rt_dev_attach(RtCtx *c, char *base, int64_t bytes, char *err, size_t errlen)
 /* host region [p, p + n) of the carved allocation to its device twin, and back */
 void rt_dev_upload(RtCtx *c, const void *p, int64_t n);
 void rt_dev_download(RtCtx *c, void *p, int64_t n);
-/* one training step: m->step on the device (after warm-up, a CUDA Graph
- * replay unless disabled), then the checks of the step; returns when the
- * loss can be read (after rt_dev_download of it) */
+/* one step (training, or eval's forward pass): m->step on the device (after
+ * warm-up, a CUDA Graph replay unless disabled), then the checks of the
+ * step; returns when the loss can be read (after rt_dev_download of it) */
 void rt_dev_step(RtCtx *c);
+/* release what rt_dev_init / rt_dev_attach made; called once at the end of
+ * every run past its flags, whatever part of start-up it reached (also when
+ * rt_dev_init failed or was never called) */
 void rt_dev_finish(RtCtx *c);
 
 #endif

@@ -1,40 +1,31 @@
-/* rt_priv.h — private to runtime/ (rt.c, args.c, load.c, comm.c, export.c, eval.c);
- * never seen by generated code.  Needs <mpi.h>. */
+/* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, args.c,
+ * load.c, export.c, eval.c, fatal.c, npy.c, tensor_pb.c; and the control
+ * planes and device layers); never seen by generated code.  No MPI here:
+ * the control plane is rt_ctl.h, the step's memory rt_dev.h. */
 #ifndef FSDPC_RT_PRIV_H
 #define FSDPC_RT_PRIV_H
 
-#include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "npy.h" /* rt_elem_size, rt_pread_all, ... */
 #include "rt.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the fsdpc runtime assumes a little-endian host (init file, .npy and ONNX raw_data are little-endian)"
 #endif
 
+/* ----------------------------------------------------- fatal errors (fatal.c) */
+
 /* The program name used as the prefix of every message ("NAME: error: ..."). */
 extern const char *rt_prog;
 
-/* Report a failed MPI call and bring every rank down (MPI_Abort when the
- * world has more than one rank).  Used through RT_MPI. */
-_Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc);
-
-#define RT_MPI(call)                                              \
-    do {                                                          \
-        int rt_rc_ = (call);                                      \
-        if (rt_rc_ != MPI_SUCCESS)                                \
-            rt_mpi_fail(__FILE__, __LINE__, #call, rt_rc_);       \
-    } while (0)
-
-/* bytes per element of an RT_* dtype (0 if unknown) */
-int64_t rt_elem_size(int dtype);
-/* MPI datatype of an RT_* dtype, MPI_DATATYPE_NULL if none */
-MPI_Datatype rt_mpi_type(int dtype);
-
-/* Gather every rank's shard of shard_len elements into full (world*shard_len
- * elements, rank-major) on root, or on every rank when root < 0 (allgather).
- * Handles counts beyond INT_MAX.  full is only written on root. */
-void rt_gather_shards(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype, int root);
+/* The first thread of the process to call it returns (again on every later
+ * call); any other thread never returns: the process is going down.  Every
+ * fatal path calls it before printing, so that one message is printed. */
+void rt_fatal_claim(void);
+/* "NAME: error: MESSAGE" on stderr, then rt_ctl_abort(code) */
+_Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* --export-onnx: collective over all ranks.  init_fd is the open init file.
  * Returns 0 on every rank if FILE was written, 1 on every rank otherwise
@@ -72,6 +63,8 @@ typedef struct {
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
     const char *token_inputs; /* --token-inputs INPUT,LABELS (NULL: the defaults) */
     const char *dump_grads;   /* --dump-grads DIR */
+    const char *rendezvous;   /* --rendezvous SPEC (cuda target: rt_ctl_init) */
+    int no_cuda_graph;        /* --no-cuda-graph (cuda target) */
     int quiet;
 } RtOpts;
 
@@ -90,20 +83,15 @@ typedef struct {
     uint64_t init_param_read_max; /* max over ranks (valid on rank 0 after start-up) */
 } RtMem;
 
-/* OUT.init beside the executable (from /proc/self/exe, else argv0); malloc'd */
-char *rt_default_init_path(const char *argv0);
-/* open and validate the init file; returns the fd, or -1 (rt_err_set called) */
-int rt_open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out);
-/* shard lengths, sizes, the one allocation and its carving into c; fills mem
- * but for init_param_read*.  Returns 0 or -1 (rt_err_set called). */
-int rt_carve(RtCtx *c, RtMem *mem, char **base_out);
-/* constants and this rank's parameter shards from the init file; adds the
- * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
-int rt_load_init(RtCtx *c, int fd, const char *path, RtMem *mem);
-/* all of start-up's init work, agreed across ranks: open and check the init
- * file (init, or the default beside argv0), carve the allocation, load it.
- * *path is malloc'd, *fd open.  Returns 0, or the exit status every rank uses. */
-int rt_start_init(RtCtx *c, RtMem *mem, char **base, const char *init, const char *argv0, char **path,
+/* All of start-up's memory and init work, each step agreed across ranks:
+ * plan the one allocation (shard lengths into c, sizes into mem), the
+ * device (rt_dev_init, rt_dev_set_graph), open and check the init file
+ * (o->init, or OUT.init beside the executable), carve the allocation, load
+ * the constants and this rank's parameter shards, then the device copy
+ * (rt_dev_attach).  mem is filled but for init_param_read_max.  *path is
+ * malloc'd, *fd open.  Returns 0, or the exit status every
+ * rank uses. */
+int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char *argv0, char **path,
                   int *fd);
 
 /* "[2, 3]" ("[N, 3]" when first_any; "[]" for rank 0) into buf */
@@ -140,8 +128,9 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
  * same data (sample counts; --tokens: token count; checksums of the first and
  * last MiB of the token stream and of every .npy's data)?  0, or -1
  * (rt_err_set called on the ranks that differ from rank 0). */
-int rt_data_agree(const RtOpts *o, const RtData *d);
-/* this rank's samples of the next global batch into the arena; then advance */
+int rt_data_agree(const RtOpts *o, const RtData *d, int rank);
+/* this rank's samples of the next global batch into the arena (and to the
+ * device: rt_dev_upload); then advance */
 void rt_data_next(RtCtx *c, RtData *d);
 /* rank 0: one line on what --tokens feeds (nothing without --tokens) */
 void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d);
@@ -153,9 +142,9 @@ void rt_data_close(const RtModel *m, RtData *d);
 
 /* ------------------------------------------- forward-only builds (eval.c) */
 
-/* The whole life of an eval executable between MPI_Init and MPI_Finalize
- * (rt_main calls it when m->eval); returns the exit status. */
-int rt_eval_main(int argc, char **argv, const RtModel *m, int rank, int world);
+/* The life of an eval executable after its flags and rt_ctl_init (rt_main
+ * calls it when m->eval); returns the exit status. */
+int rt_eval_main(const RtOpts *o, const char *argv0, const RtModel *m, int rank, int world);
 /* DIR-relative file name (malloc'd, NULL if out of memory) of graph output
  * name: bytes outside [A-Za-z0-9_.-] and a leading '.' become '_', + ".npy" */
 char *rt_output_file_name(const char *name);

@@ -35,6 +35,6 @@ sys.exit(0 if last < 0.7 * first else 1)
 PY
 
 echo "== sample from the trained model (forward-only executable built from $out/trained.onnx)"
-build/fsdpc $out/trained.onnx -o $out/sample --eval --dim batch=1
+build/fsdpc $out/trained.onnx -o $out/sample --target cpu --eval --dim batch=1
 /usr/bin/python3 examples/sample.py $out/sample $out/sampling --prompt "This License " --chars 240
 echo "== trained model: $out/trained.onnx"

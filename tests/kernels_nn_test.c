@@ -1,9 +1,10 @@
 /* kernels_nn_test.c — checks the layer kernels of kernels/c (Softmax of
  * reduce.c, norm.c, conv.c, gather.c, random.c), f32 and f64: Softmax and
  * LogSoftmax, LayerNormalization, BatchNormalization (training, backward,
- * inference), Conv2d (strides, pads, dilations, groups, depthwise, the
- * direct 1x1 path), MaxPool / AveragePool / GlobalAveragePool, Gather and
- * its scatter-add backward, Dropout and its Philox generator.
+ * inference, the ONNX running variance), Conv2d (strides, pads, dilations,
+ * groups, depthwise, the direct 1x1 path), MaxPool / AveragePool /
+ * GlobalAveragePool, Gather and its scatter-add backward, Dropout and its
+ * Philox generator.
  *
  * Forwards are compared with naive loops written here (one output element
  * at a time, straight from the definitions); backwards with float64 central
@@ -181,6 +182,7 @@ static void batchnorm_case(int dt, int64_t n, int64_t c, int64_t l)
     Buf x = buf_new(t), s = buf_new(c), b = buf_new(c), y = buf_new(t), want = buf_new(t);
     Buf mu = buf_new(c), is = buf_new(c), rm = buf_new(c), rv = buf_new(c);
     Buf wmu = buf_new(c), wis = buf_new(c), wrm = buf_new(c), wrv = buf_new(c);
+    Buf wvar = buf_new(c), rv0 = buf_new(c), rv2 = buf_new(c);
     Buf w = buf_new(t), dx = buf_new(t), ds = buf_new(c), db = buf_new(c);
     fill_rnd(&x, -2, 3), fill_rnd(&s, 0.5, 1.5), fill_rnd(&b, -1, 1), fill_rnd(&w, -1, 1);
     fill_rnd(&rm, -0.5, 0.5), fill_rnd(&rv, 0.5, 2);
@@ -194,13 +196,15 @@ static void batchnorm_case(int dt, int64_t n, int64_t c, int64_t l)
         /* torch momentum 0.1 = ONNX 0.9; running var unbiased */
         wrm.d[ch] = 0.9 * rm.d[ch] + 0.1 * m;
         wrv.d[ch] = 0.9 * rv.d[ch] + 0.1 * v / (n * l - 1);
+        wvar.d[ch] = 0.9 * rv.d[ch] + 0.1 * v / (n * l);  /* ONNX spec: biased */
         for (int64_t k = 0; k < n; k++)
             for (int64_t i = 0; i < l; i++) {
                 int64_t o = (k * c + ch) * l + i;
                 want.d[o] = (x.d[o] - m) * wis.d[ch] * s.d[ch] + b.d[ch];
             }
     }
-    PUT(&x, &s, &b, &w, &rm, &rv);
+    memcpy(rv0.d, rv.d, (size_t)c * sizeof(double));
+    PUT(&x, &s, &b, &w, &rm, &rv, &rv0);
     CTX("k_batchnorm_train n=%lld c=%lld l=%lld", (long long)n, (long long)c, (long long)l);
     KCALL(k_batchnorm_train, V(y), V(mu), V(is), V(rm), V(rv), V(x), V(s), V(b), V(rm), V(rv),
           n, c, l, 1e-5, 0.9);  /* running stats updated in place */
@@ -212,6 +216,14 @@ static void batchnorm_case(int dt, int64_t n, int64_t c, int64_t l)
         (long long)l);
     check(dt, rm.d, wrm.d, c, tol(dt));
     check(dt, rv.d, wrv.d, c, tol(dt));
+    CTX("k_bn_running_var (biased, from invstd) n=%lld l=%lld", (long long)n, (long long)l);
+    KCALL(k_bn_running_var, V(rv2), V(rv0), V(is), c, 1e-5, 0.9);
+    GET(&rv2);
+    check(dt, rv2.d, wvar.d, c, tol(dt));
+    CTX("k_bn_running_var in place");
+    KCALL(k_bn_running_var, V(rv0), V(rv0), V(is), c, 1e-5, 0.9);
+    GET(&rv0);
+    check(dt, rv0.d, rv2.d, c, 0);
 
     KCALL(k_batchnorm_grad, V(dx), V(ds), V(db), V(w), V(x), V(mu), V(is), V(s), n, c, l);
     GET(&dx, &ds, &db);
@@ -239,6 +251,7 @@ static void batchnorm_case(int dt, int64_t n, int64_t c, int64_t l)
     buf_free(&x), buf_free(&s), buf_free(&b), buf_free(&y), buf_free(&want);
     buf_free(&mu), buf_free(&is), buf_free(&rm), buf_free(&rv);
     buf_free(&wmu), buf_free(&wis), buf_free(&wrm), buf_free(&wrv);
+    buf_free(&wvar), buf_free(&rv0), buf_free(&rv2);
     buf_free(&w), buf_free(&dx), buf_free(&ds), buf_free(&db);
 }
 

@@ -1,7 +1,8 @@
 /* kernels_test.c — checks the core reference kernels of kernels/c (binary
  * ops, scale / fill, matmul, transpose, reductions and ReduceMax's backward,
- * losses, optimizers), f32 and f64.  kernels_ew_test.c and kernels_nn_test.c cover
- * the rest; the harness (buffers, checks, finite differences) is ktest.h.
+ * losses (MSE, cross-entropy, negative log-likelihood), optimizers), f32 and
+ * f64.  kernels_ew_test.c and kernels_nn_test.c cover the rest; the harness
+ * (buffers, checks, finite differences) is ktest.h.
  *
  * Expected values come from naive loops written here (unravel every index,
  * no stride merging, no BLAS) or from constants worked out by hand in the
@@ -560,6 +561,133 @@ static void test_cross_entropy(int dt)
     check(dt, dxr, want_g, R * C, tol(dt));
 }
 
+/* ---- k_nll_loss, k_nll_loss_grad ---------------------------------------- */
+
+typedef struct {
+    int64_t n, c, d;
+    int red, has_ii;
+    int64_t ii;
+    const int64_t *lab;
+    const double *wt;  /* NULL: no class weights */
+} NllCtx;
+
+/* the definition, position by position (ONNX NegativeLogLikelihoodLoss) */
+static void ref_nll(const NllCtx *q, const double *lp, double *y)
+{
+    double s = 0, ws = 0;
+    for (int64_t k = 0; k < q->n; k++)
+        for (int64_t j = 0; j < q->d; j++) {
+            int64_t i = k * q->d + j, l = q->lab[i];
+            if (q->has_ii && l == q->ii) {
+                if (q->red == K_LOSS_NONE) y[i] = 0;
+                continue;
+            }
+            double w = q->wt ? q->wt[l] : 1, v = -w * lp[(k * q->c + l) * q->d + j];
+            if (q->red == K_LOSS_NONE) y[i] = v;
+            s += v, ws += w;
+        }
+    if (q->red != K_LOSS_NONE)
+        y[0] = q->red == K_LOSS_SUM ? s : s / ws;
+}
+
+static void nll_fwd(void *ctx, double *const *in, double *y)
+{
+    const NllCtx *q = ctx;
+    k_nll_loss_f64(y, in[0], q->lab, q->wt, q->n, q->c, q->d, q->red, q->has_ii, q->ii);
+}
+
+/* forward against ref_nll, backward against finite differences (the loss is
+ * linear in lp, so they are exact), with and without dx_in, in place, and
+ * with no dloss */
+static void nll_case(int dt, NllCtx q)
+{
+    const int64_t m = q.n * q.d, t = m * q.c, ny = q.red == K_LOSS_NONE ? m : 1;
+    Buf lp = buf_new(t), y = buf_new(ny), want = buf_new(ny), wt = buf_new(q.c);
+    Buf dl = buf_new(ny), dx = buf_new(t), extra = buf_new(t), sum = buf_new(t);
+    fill_rnd(&lp, -5, 0), fill_rnd(&wt, 0.5, 2), fill_rnd(&dl, -1, 1), fill_rnd(&extra, -1, 1);
+    const double *wv = q.wt ? wt.d : NULL;
+    q.wt = wv;
+    ref_nll(&q, lp.d, want.d);
+    PUT(&lp, &wt, &dl, &extra);
+    void *wp = q.wt ? V(wt) : NULL;
+    CTX("k_nll_loss n=%lld c=%lld d=%lld red %d weights %d ignore %d", (long long)q.n,
+        (long long)q.c, (long long)q.d, q.red, q.wt != NULL, q.has_ii);
+    check_int(dt, KCALL(k_nll_loss, V(y), V(lp), q.lab, wp, q.n, q.c, q.d, q.red, q.has_ii, q.ii),
+              -1);
+    GET(&y);
+    check(dt, y.d, want.d, ny, tol(dt));
+
+    KCALL(k_nll_loss_grad, V(dx), NULL, V(dl), q.lab, wp, q.n, q.c, q.d, q.red, q.has_ii, q.ii);
+    GET(&dx);
+    double *in[1] = {lp.d};
+    CTX("k_nll_loss_grad red %d weights %d ignore %d vs finite differences", q.red,
+        q.wt != NULL, q.has_ii);
+    check_fd(dt, nll_fwd, &q, in, 0, t, dl.d, ny, dx.d);
+    for (int64_t i = 0; i < t; i++) sum.d[i] = (double)(dt == F32 ? (float)(extra.d[i] + dx.d[i])
+                                                                  : extra.d[i] + dx.d[i]);
+    CTX("k_nll_loss_grad red %d onto dx_in, in place", q.red);
+    KCALL(k_nll_loss_grad, V(extra), V(extra), V(dl), q.lab, wp, q.n, q.c, q.d, q.red, q.has_ii,
+          q.ii);
+    GET(&extra);
+    check(dt, extra.d, sum.d, t, tol(dt));
+    CTX("k_nll_loss_grad without dloss copies dx_in");
+    KCALL(k_nll_loss_grad, V(dx), V(extra), NULL, q.lab, wp, q.n, q.c, q.d, q.red, q.has_ii,
+          q.ii);
+    GET(&dx);
+    check(dt, dx.d, extra.d, t, 0);
+    buf_free(&lp), buf_free(&y), buf_free(&want), buf_free(&wt);
+    buf_free(&dl), buf_free(&dx), buf_free(&extra), buf_free(&sum);
+}
+
+static void test_nll(int dt)
+{
+    static const int64_t lab_a[] = {3, 0, 1, 3, 2};                  /* n 5, c 4, d 1 */
+    static const int64_t lab_b[] = {2, 4, -100, 0, 1, 2, -100, 3};  /* n 2, c 5, d 4 */
+    static const int64_t lab_c[] = {2, 4, 2, 0, 1, 2, 3, 3};        /* n 4, c 5, d 2 */
+    static const double on = 1;                                      /* any non-NULL */
+    for (int red = K_LOSS_NONE; red <= K_LOSS_MEAN; red++) {
+        nll_case(dt, (NllCtx){5, 4, 1, red, 0, 0, lab_a, NULL});
+        nll_case(dt, (NllCtx){5, 4, 1, red, 0, 0, lab_a, &on});
+        nll_case(dt, (NllCtx){2, 5, 4, red, 1, -100, lab_b, &on});
+        nll_case(dt, (NllCtx){2, 5, 4, red, 1, -100, lab_b, NULL});
+        nll_case(dt, (NllCtx){4, 5, 2, red, 1, 2, lab_c, &on});  /* ignores a real class */
+    }
+    /* hand example: lp = log [[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]], labels [0, 1],
+     * weights [2, 1, 1]: mean = (2 log 2 + log(1/0.6)) / 3 = 0.6323733282952938 */
+    static const double lpv[] = {-0.6931471805599453, -1.3862943611198906, -1.3862943611198906,
+                                 -2.3025850929940455, -0.5108256237659907, -1.2039728043259361};
+    static const double wtv[] = {2, 1, 1};
+    static const int64_t lab_h[] = {0, 1};
+    const double want_h = 0.6323733282952938;
+    Buf lp = buf_new(6), wt = buf_new(3), y = buf_new(2);
+    set(&lp, lpv), set(&wt, wtv);
+    PUT(&lp, &wt);
+    CTX("k_nll_loss hand example, weighted mean");
+    check_int(dt, KCALL(k_nll_loss, V(y), V(lp), lab_h, V(wt), 2, 3, 1, K_LOSS_MEAN, 0, 0), -1);
+    GET(&y);
+    check(dt, y.d, &want_h, 1, tol(dt));
+
+    /* the first bad label that is not ignored comes back; loss unwritten */
+    static const int64_t bad[] = {0, -100, 7, -1};
+    const double sentinel = 42;
+    y.d[0] = sentinel;
+    PUT(&y);
+    CTX("k_nll_loss bad label after an ignored one");
+    check_int(dt, KCALL(k_nll_loss, V(y), V(lp), bad, NULL, 2, 3, 2, K_LOSS_SUM, 1, -100), 2);
+    GET(&y);
+    check(dt, y.d, &sentinel, 1, 0);
+    CTX("k_nll_loss bad label -1 without ignore_index");
+    check_int(dt, KCALL(k_nll_loss, V(y), V(lp), bad, NULL, 2, 3, 2, K_LOSS_SUM, 0, 0), 1);
+    /* every position ignored: mean is 0 / 0 */
+    static const int64_t all_ii[] = {1, 1};
+    const double nan_ = NAN;
+    CTX("k_nll_loss all ignored, mean");
+    check_int(dt, KCALL(k_nll_loss, V(y), V(lp), all_ii, NULL, 2, 3, 1, K_LOSS_MEAN, 1, 1), -1);
+    GET(&y);
+    check(dt, y.d, &nan_, 1, 0);
+    buf_free(&lp), buf_free(&wt), buf_free(&y);
+}
+
 /* ---- optimizers --------------------------------------------------------- */
 
 static void adamw_run(int dt, Buf *p, Buf *g, Buf *m, Buf *v, double lr, double b1,
@@ -693,7 +821,7 @@ int main(void)
 {
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_transpose, test_reduce_sum_to,
-        test_reduce, test_mse, test_cross_entropy, test_adamw, test_sgd,
+        test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -68,6 +68,10 @@ enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) *
  * MAX / MIN propagate NaN (torch.amax / amin). */
 enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
 
+/* k_nll_loss reductions (ONNX NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss
+ * "none", "sum", "mean") */
+enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
+
 /* 2-D convolution geometry, NCHW.  x: n x c x h x w; w: m x c/groups x kh x kw;
  * y: n x m x oh x ow with oh = (h + pt + pb - dh (kh - 1) - 1) / sh + 1 (ow alike;
  * the kernels check it).  ONNX pads [pt, pl, pb, pr]; auto_pad must already be
@@ -205,6 +209,12 @@ void k_batchnorm_grad_##S(T *dx, T *dscale, T *dbias, const T *dy, const T *x,  
 void k_batchnorm_infer_##S(T *y, const T *x, const T *scale, const T *bias,             \
                            const T *mean, const T *var, int64_t n, int64_t c,           \
                            int64_t l, double eps);                                      \
+/* The ONNX spec's running variance for a BatchNormalization that trains in an          \
+ * --eval build: rv_out = momentum rv_in + (1 - momentum) (1 / invstd^2 - eps), the     \
+ * biased batch variance recovered from k_batchnorm_train's saved invstd (in double;    \
+ * c channels).  rv_out may alias rv_in. */                                             \
+void k_bn_running_var_##S(T *rv_out, const T *rv_in, const T *invstd, int64_t c,        \
+                          double eps, double momentum);                                 \
 /* ---- conv.c ------------------------------------------------------------- */         \
 /* y = conv2d(x, w) + b (b: m elements, NULL for none); ws: k_conv2d_workspace(p)       \
  * elements of T (NULL when that is 0).  GEMMs through k_matmul (CBLAS). */             \
@@ -259,6 +269,24 @@ int64_t k_cross_entropy_##S(T *loss, const T *x, const int64_t *labels,         
 /* dx = dloss[0] * (softmax(x_r) - onehot(label_r)) / rows */                           \
 void k_cross_entropy_grad_##S(T *dx, const T *dloss, const T *x,                        \
                               const int64_t *labels, int64_t rows, int64_t classes);    \
+/* NegativeLogLikelihoodLoss on log-probabilities lp (n x c x d; d = product of         \
+ * the dims after the classes, 1 for n x c) and labels (n x d).  Position i has         \
+ * label l = labels[i]; it is ignored when has_ignore and l == ignore_index, else       \
+ * w = weights ? weights[l] : 1 and v = -w lp[i / d][l][i % d].  reduction              \
+ * K_LOSS_NONE: loss[i] = v (0 where ignored); K_LOSS_SUM: loss[0] = sum of v;          \
+ * K_LOSS_MEAN: loss[0] = sum of v / sum of w (NaN when all are ignored); sums in       \
+ * double.  Returns -1, or the first position whose label is neither ignored nor        \
+ * in [0, c) (loss then unwritten). */                                                  \
+int64_t k_nll_loss_##S(T *loss, const T *lp, const int64_t *labels, const T *weights,   \
+                       int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,  \
+                       int64_t ignore_index);                                           \
+/* its backward, all of dx (n x c x d) written: dx = dx_in (NULL: 0), then at each      \
+ * counted position dx[i / d][l][i % d] -= w g / ws with g = dloss[i] (NONE) or         \
+ * dloss[0], ws = sum of w (MEAN) or 1.  dloss NULL: dx = dx_in or 0 only.              \
+ * Labels outside [0, c) are skipped.  dx may alias dx_in. */                           \
+void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *labels,  \
+                         const T *weights, int64_t n, int64_t c, int64_t d,             \
+                         int reduction, int has_ignore, int64_t ignore_index);          \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step */                                                                \

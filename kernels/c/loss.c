@@ -1,22 +1,44 @@
-/* loss.c — mean-squared-error and softmax cross-entropy, forward and grad.
+/* loss.c — mean-squared-error, softmax cross-entropy and the negative
+ * log-likelihood (ONNX NegativeLogLikelihoodLoss, and SoftmaxCrossEntropyLoss
+ * after a log-softmax), forward and grad.
  *
- * How it works.  Both losses are means, reduced in double for either dtype
- * so the loss a run prints does not depend on the element count's rounding.
+ * How it works.  MSE and cross-entropy are means, reduced in double for
+ * either dtype so the loss a run prints does not depend on the element
+ * count's rounding.
  * Cross-entropy works row by row on logits x[rows][classes]: it subtracts the
  * row max before exponentiating (logsumexp(x) = max + log sum exp(x - max)),
  * so logits of 1000 are as safe as logits of 1.  The forward checks every
  * label before touching the loss and reports the first bad row; the grad
  * trusts the labels the forward accepted (and ignores an out-of-range one
  * rather than write outside the row).
+ *
+ * The negative log-likelihood has ONNX's extras: an ignore_index, class
+ * weights, the reductions none / sum / mean (a weighted mean: divided by the
+ * sum of the counted weights), and trailing dims (lp n x c x d).  Its grad
+ * is a scatter onto a copy of dx_in (or zeros), one element per counted
+ * position, so positions never collide.
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)
 #define KFN(name) KCAT(name, S)
+
+/* k_nll_loss: is label l of a position ignored? */
+static int nll_ignored(int64_t l, int has_ignore, int64_t ignore_index)
+{
+    return has_ignore && l == ignore_index;
+}
+
+/* index in lp (n x c x d) of class l at label position i (labels n x d) */
+static int64_t nll_at(int64_t i, int64_t l, int64_t c, int64_t d)
+{
+    return (i / d * c + l) * d + i % d;
+}
 
 #define T float
 #define S f32

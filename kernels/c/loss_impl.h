@@ -75,3 +75,64 @@ void KFN(k_cross_entropy_grad)(T *dx, const T *dloss, const T *x,
             dr[j] = (T)(scale * ((double)dr[j] / sum - (j == labels[r])));
     }
 }
+
+int64_t KFN(k_nll_loss)(T *loss, const T *lp, const int64_t *labels, const T *weights,
+                        int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,
+                        int64_t ignore_index)
+{
+    const int64_t m = n * d;
+    double s = 0, ws = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (!nll_ignored(labels[i], has_ignore, ignore_index) && (labels[i] < 0 || labels[i] >= c))
+            return i;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t l = labels[i];
+        if (nll_ignored(l, has_ignore, ignore_index)) {
+            if (reduction == K_LOSS_NONE)
+                loss[i] = 0;
+            continue;
+        }
+        const double w = weights ? (double)weights[l] : 1.0;
+        const double v = -w * (double)lp[nll_at(i, l, c, d)];
+        if (reduction == K_LOSS_NONE)
+            loss[i] = (T)v;
+        s += v;
+        ws += w;
+    }
+    if (reduction == K_LOSS_SUM)
+        loss[0] = (T)s;
+    else if (reduction == K_LOSS_MEAN)
+        loss[0] = (T)(s / ws);
+    return -1;
+}
+
+void KFN(k_nll_loss_grad)(T *dx, const T *dx_in, const T *dloss, const int64_t *labels,
+                          const T *weights, int64_t n, int64_t c, int64_t d, int reduction,
+                          int has_ignore, int64_t ignore_index)
+{
+    const int64_t m = n * d;
+    const size_t bytes = (size_t)(m * c) * sizeof(T);
+    double ws = 1;
+    if (!dx_in)
+        memset(dx, 0, bytes);
+    else if (dx != dx_in)
+        memcpy(dx, dx_in, bytes);
+    if (!dloss)
+        return;
+    if (reduction == K_LOSS_MEAN) {
+        ws = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t l = labels[i];
+            if (!nll_ignored(l, has_ignore, ignore_index) && l >= 0 && l < c)
+                ws += weights ? (double)weights[l] : 1.0;
+        }
+    }
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t l = labels[i];
+        if (nll_ignored(l, has_ignore, ignore_index) || l < 0 || l >= c)
+            continue;
+        const double w = weights ? (double)weights[l] : 1.0;
+        const double g = (double)dloss[reduction == K_LOSS_NONE ? i : 0];
+        dx[nll_at(i, l, c, d)] -= (T)(w * g / ws);
+    }
+}

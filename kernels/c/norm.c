@@ -16,7 +16,9 @@
  * down the columns, across rows, so a first pass accumulates them K_TILE
  * columns at a time in double on the stack and a second pass writes dx row
  * by row; every read of dy happens before dx is written at that place, so
- * dx may alias dy.  Typed bodies are in norm_impl.h.
+ * dx may alias dy.  k_bn_running_var gives an --eval build's BatchNorm the
+ * ONNX spec's running variance (biased) from the saved invstd.  Typed bodies
+ * are in norm_impl.h.
  */
 #include <math.h>
 #include <stdint.h>

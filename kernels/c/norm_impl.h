@@ -216,3 +216,12 @@ void KFN(k_batchnorm_infer)(T *y, const T *x, const T *scale, const T *bias,
         }
     }
 }
+
+void KFN(k_bn_running_var)(T *rv_out, const T *rv_in, const T *invstd, int64_t c, double eps,
+                           double momentum)
+{
+    for (int64_t k = 0; k < c; k++) {
+        const double is = invstd[k];
+        rv_out[k] = (T)(momentum * (double)rv_in[k] + (1 - momentum) * (1.0 / (is * is) - eps));
+    }
+}

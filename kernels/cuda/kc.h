@@ -3,7 +3,7 @@
  * emulation test (tests/kernels_cuda_test.cc).  C11 and C++ compatible.
  *
  * Shape of the CUDA target:
- *   - kernels/cuda/*.cu hold the device kernels: `extern "C" __global__`,
+ *   - the .cu files of kernels/cuda hold the device kernels: `extern "C" __global__`,
  *     compiled by NVRTC at fsdpc time (one cubin per --arch, plus PTX) and
  *     embedded in the executable.  kernels.def lists every kernel with its
  *     parameter types, in one place.
@@ -37,6 +37,11 @@ extern "C" {
 typedef struct {
     int64_t d[KC_MAX_RANK];
 } KDims;
+
+/* Most blocks a kernel that combines per-block partials into one value
+ * (the scalar losses, a full reduction) runs with: its partials live in a
+ * device array of this many slots (kernels/cuda/common.cuh). */
+#define KC_GRID_PARTIALS 1024
 
 /* kernel ids, in kernels.def order */
 enum {

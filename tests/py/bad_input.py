@@ -62,42 +62,42 @@ def main():
     # --- compiler ---------------------------------------------------------
     with open(J("random.onnx"), "wb") as f:
         f.write(np.random.default_rng(0).bytes(3000))
-    expect_error([fsdpc, J("random.onnx"), "-o", J("o")] + base, "random.onnx", "not an ONNX model")
+    expect_error([fsdpc, J("random.onnx"), "-o", J("o"), "--target", "cpu"] + base, "random.onnx", "not an ONNX model")
     data = open(good, "rb").read()
     with open(J("trunc.onnx"), "wb") as f:
         f.write(data[: len(data) // 2])
-    expect_error([fsdpc, J("trunc.onnx"), "-o", J("o")] + base, "trunc.onnx")
-    expect_error([fsdpc, J("missing.onnx"), "-o", J("o")] + base, "missing.onnx")
+    expect_error([fsdpc, J("trunc.onnx"), "-o", J("o"), "--target", "cpu"] + base, "trunc.onnx")
+    expect_error([fsdpc, J("missing.onnx"), "-o", J("o"), "--target", "cpu"] + base, "missing.onnx")
     mlp(J("unsup.onnx"), [helper.make_node("Hardmax", ["y"], ["s1"], name="sm1"),
                           helper.make_node("Hardmax", ["s1"], ["s2"], name="sm2"),
                           helper.make_node("ConvTranspose", ["s2", "s2"], ["c"], name="conv")])
-    expect_error([fsdpc, J("unsup.onnx"), "-o", J("o")] + base, "unsupported", "Hardmax", "'sm1'", "'sm2'",
+    expect_error([fsdpc, J("unsup.onnx"), "-o", J("o"), "--target", "cpu"] + base, "unsupported", "Hardmax", "'sm1'", "'sm2'",
                  "ConvTranspose", "'conv'")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t", "--dim", "batch=2", "--dim", "seq=4"],
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=2", "--dim", "seq=4"],
                  "seq", "batch")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t"], "batch", "--dim")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t"], "batch", "--dim")
     os.makedirs(J("ext"))
     mlp(J("ext", "m.onnx"), external=True)
     os.remove(J("ext", "w.bin"))
-    expect_error([fsdpc, J("ext", "m.onnx"), "-o", J("o")] + base, "w.bin", "'w'")
+    expect_error([fsdpc, J("ext", "m.onnx"), "-o", J("o"), "--target", "cpu"] + base, "w.bin", "'w'")
     m = onnx.load(J("ext", "m.onnx"), load_external_data=False)
     m.graph.initializer[0].external_data[0].value = "../good.onnx"
     onnx.save(m, J("ext", "escape.onnx"))
-    expect_error([fsdpc, J("ext", "escape.onnx"), "-o", J("o")] + base, "escapes")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:nope,t", "--dim", "batch=2"], "nope", "y")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y", "--dim", "batch=2"], "--loss", "KIND:PRED,TARGET")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "hinge:y,t", "--dim", "batch=2"], "hinge")
-    expect_error([fsdpc, good, "-o", J("o"), "--optimizer", "adam"] + base, "adam")
-    expect_error([fsdpc, good, "-o", J("o"), "--wrap", "size:x"] + base, "--wrap")
-    expect_error([fsdpc, good, "-o", J("o"), "--frobnicate"] + base, "--frobnicate")
-    expect_error([fsdpc, good, "-o", J("o"), "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
-    expect_error([fsdpc, good, "-o", J("o"), "--target", "tpu"] + base, "tpu")
+    expect_error([fsdpc, J("ext", "escape.onnx"), "-o", J("o"), "--target", "cpu"] + base, "escapes")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:nope,t", "--dim", "batch=2"], "nope", "y")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y", "--dim", "batch=2"], "--loss", "KIND:PRED,TARGET")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "hinge:y,t", "--dim", "batch=2"], "hinge")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--optimizer", "adam"] + base, "adam")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--target", "tpu"] + base, "tpu")
     expect_error([fsdpc, good] + base + ["-o"], "-o")
-    expect_error([fsdpc, "-o", J("o")] + base, "no model")
+    expect_error([fsdpc, "-o", J("o"), "--target", "cpu"] + base, "no model")
 
     # --- executable -------------------------------------------------------
     exe = J("train")
-    run([fsdpc, good, "-o", exe, "--verify"] + base)
+    run([fsdpc, good, "-o", exe, "--target", "cpu", "--verify"] + base)
     rng = np.random.default_rng(0)
     np.save(J("x.npy"), rng.standard_normal((8, 3)).astype(np.float32))
     np.save(J("t.npy"), rng.standard_normal((8, 4)).astype(np.float32))
@@ -122,12 +122,12 @@ def main():
     m = onnx.load(J("other.onnx"))
     m.graph.initializer[0].raw_data = np.full((3, 4), 2, np.float32).tobytes()
     onnx.save(m, J("other.onnx"))
-    run([fsdpc, J("other.onnx"), "-o", other] + base)
+    run([fsdpc, J("other.onnx"), "-o", other, "--target", "cpu"] + base)
     expect_error([exe, "--data", "x=" + J("x.npy"), "--init", other + ".init"] + ok, "other.init")
 
     # labels outside the class range: a run-time error naming step and rank
     ce = J("ce")
-    run([fsdpc, good, "-o", ce, "--loss", "cross_entropy:y,lab", "--dim", "batch=2"])
+    run([fsdpc, good, "-o", ce, "--target", "cpu", "--loss", "cross_entropy:y,lab", "--dim", "batch=2"])
     np.save(J("lab.npy"), np.array([0, 1, 2, 3, 1, 7, 0, 0], np.int64))
     expect_error([ce, "--data", "x=" + J("x.npy"), "--data", "lab=" + J("lab.npy"), "--steps", "3"],
                  "step 3", "rank 0", "label 7")

@@ -160,7 +160,7 @@ def check_folds(fsdpc, work):
     path = os.path.join(work, "view_chain_input.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     exe = os.path.join(work, "view_chain_input")
-    ops = dumped_ops(fsdpc, [path, "-o", exe, "--eval", "--dim", "B=3", "--dim", "T=5", "--verify"])
+    ops = dumped_ops(fsdpc, [path, "-o", exe, "--target", "cpu", "--eval", "--dim", "B=3", "--dim", "T=5", "--verify"])
     check(ops == ["Reshape"], "after fold with --dim B=3 --dim T=5: nodes %s, expected only Reshape" % ops)
     xv = np.random.default_rng(3).standard_normal((3, 5, 8)).astype(np.float32)
     np.save(exe + ".x.npy", xv)
@@ -238,7 +238,7 @@ def check_forward(fsdpc, work, name, spec):
     path = os.path.join(work, name + ".onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     exe = os.path.join(work, name)
-    run([fsdpc, path, "-o", exe, "--eval", "--verify"])
+    run([fsdpc, path, "-o", exe, "--target", "cpu", "--eval", "--verify"])
     args = [exe, "--out-dir", exe + ".out", "--quiet"]
     for k, v in inputs.items():
         np.save(exe + "." + k + ".npy", v)
@@ -260,7 +260,7 @@ def check_errors(fsdpc, work):
                           [I64("en", [3])])
     path = os.path.join(work, "nonconst_slice.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    p = run([fsdpc, path, "-o", os.path.join(work, "nc"), "--loss", "mse:y,t", "--dim", "batch=2"], check=False)
+    p = run([fsdpc, path, "-o", os.path.join(work, "nc"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=2"], check=False)
     msg = p.stderr.strip()
     check(p.returncode == 1 and len(msg.splitlines()) == 1 and
           all(w in msg for w in ("nonconst_slice.onnx", "'sl'", "Slice", "'st'", "must be a constant")),

@@ -15,7 +15,7 @@ PASSES = "frontend fold shape loss autodiff optim units shard memplan".split()
 
 def main():
     fsdpc, model = sys.argv[1], sys.argv[2]
-    base = [fsdpc, model, "--loss", "mse:y,target", "--dim", "batch=4", "--wrap", "size:1000", "--verify"]
+    base = [fsdpc, model, "--loss", "mse:y,target", "--dim", "batch=4", "--wrap", "size:1000", "--verify", "--target", "cpu"]
     for p in PASSES:
         out = run(base + ["--dump-after", p]).stdout
         check(out.startswith("# after " + p), "dump after %s: header missing" % p)

@@ -97,7 +97,7 @@ def run_case(fsdpc, work, case):
     mpath = os.path.join(cdir, "model.onnx")
     onnx.save(model, mpath)
     exe = os.path.join(cdir, "run")
-    p = run([fsdpc, mpath, "-o", exe, "--eval", "--verify"], check=False)
+    p = run([fsdpc, mpath, "-o", exe, "--target", "cpu", "--eval", "--verify"], check=False)
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
         if p.returncode == 1 and SKIP.search(msg):

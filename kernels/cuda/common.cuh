@@ -1,0 +1,246 @@
+/* common.cuh — what every kernels/cuda .cu file shares: integer types,
+ * device mirrors of the host structs and enums, index helpers, block
+ * reductions, the grid-wide combine of per-block partials, Philox.
+ *
+ * How the sources are built.  fsdpc hands NVRTC one translation unit: this
+ * header (as "common.cuh") followed by every .cu file in alphabetical order,
+ * compiled with --std=c++17 -default-device for each --arch.  So the .cu
+ * files never include each other, and nothing here may need a host header:
+ * NVRTC has no <stdint.h> or <math.h>, the integer types are defined below
+ * and the math is CUDA's builtin expf, logf, erff, ...  The same sources
+ * also compile as plain C++ in the host emulation test
+ * (tests/kernels_cuda_test.cc with tests/cuda_emu.h), which includes this
+ * header inside a namespace after defining the CUDA built-ins; KC_GLOBAL is
+ * how a kernel is declared (extern "C" __global__ on the device, a plain
+ * function in the emulation, where the kernels/c names are taken).
+ *
+ * Mirrors.  KDims, KcStepParams (kc.h), KConv2d, KPool2d and the op enums
+ * (kernels/c/kernels.h) are copied here field for field, value for value;
+ * the emulation test static_asserts that every layout and value agrees.
+ *
+ * Conventions of the kernels (see kernels.def for the list):
+ * - 1-D grids and blocks.  Elementwise kernels are grid-stride loops, so any
+ *   grid works; the index type I is uint32_t when the element count is
+ *   below 2^31 (cheap division) and int64_t otherwise.
+ * - Kernels that reduce with block_reduce need blockDim.x a multiple of 32
+ *   (at most 1024) and every thread of the block to reach it.
+ * - Deterministic: no float atomics; every sum runs in an order fixed by
+ *   the launch geometry alone.  Sums accumulate in double, like kernels/c.
+ * - Kernels that combine per-block partials into one scalar (grid_combine)
+ *   must run with at most KC_GRID_PARTIALS blocks and never concurrently
+ *   with each other (the step runs its kernels on one stream).
+ */
+#ifndef FSDPC_COMMON_CUH
+#define FSDPC_COMMON_CUH
+
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+
+#ifndef KC_GLOBAL
+#define KC_GLOBAL extern "C" __global__
+#endif
+#define KC_DEV static __device__ __forceinline__
+
+#define KC_INT32_LIMIT 2147483647LL
+#define KC_FULL_MASK 0xffffffffu
+
+/* ---- mirrors of kc.h and kernels/c/kernels.h ----------------------------- */
+
+#define KC_MAX_RANK 8
+#define KC_GRID_PARTIALS 1024
+typedef struct {
+    int64_t d[KC_MAX_RANK];
+} KDims;
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay, momentum;
+    int64_t step;
+    int64_t pad_;
+} KcStepParams;
+
+typedef struct {
+    int64_t n, c, h, w;
+    int64_t m, kh, kw;
+    int64_t oh, ow;
+    int64_t sh, sw, dh, dw;
+    int64_t pt, pl, pb, pr;
+    int64_t groups;
+} KConv2d;
+
+typedef struct {
+    int64_t n, c, h, w;
+    int64_t kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw;
+    int64_t pt, pl, pb, pr;
+    int count_include_pad;
+} KPool2d;
+
+enum { K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_POW_DA, K_POW_DB };
+enum {
+    K_RELU, K_TANH, K_SIGMOID, K_SQRT, K_RECIPROCAL, K_EXP, K_LOG, K_NEG, K_ABS, K_ERF,
+    K_LEAKY_RELU, K_CLIP, K_SOFTPLUS
+};
+enum { K_EQ, K_LT, K_GT, K_LE, K_GE };
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL };
+enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };
+enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
+enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
+
+/* ---- scalars ----------------------------------------------------------- */
+
+#define KC_INFF __int_as_float(0x7f800000)
+#define KC_INF __longlong_as_double(0x7ff0000000000000LL)
+#define KC_NANF __int_as_float(0x7fc00000)
+
+KC_DEV int64_t kc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+KC_DEV int64_t kc_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* max / min that let a NaN in and keep it (torch.amax, kernels/c red_max) */
+template <typename T> KC_DEV T kc_nanmax(T acc, T v) { return v > acc || v != v ? v : acc; }
+template <typename T> KC_DEV T kc_nanmin(T acc, T v) { return v < acc || v != v ? v : acc; }
+
+/* combining functors for the reductions */
+struct KcSum {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct KcMax {
+    template <typename T> __device__ T operator()(T a, T b) const { return kc_nanmax(a, b); }
+};
+struct KcMin {
+    template <typename T> __device__ T operator()(T a, T b) const { return kc_nanmin(a, b); }
+};
+
+/* ---- indices ------------------------------------------------------------- */
+
+/* first index of this thread and the grid-stride step */
+template <typename I> KC_DEV I kc_first() { return (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; }
+template <typename I> KC_DEV I kc_stride() { return (I)gridDim.x * (I)blockDim.x; }
+
+/* Offsets in up to three operands of row-major position i over shape
+ * (rank dims, each operand with its own strides; rank 0 = one element).
+ * Operands a caller does not need can repeat a stride array: the unused
+ * sums are dead code after inlining. */
+template <typename I>
+KC_DEV void kc_offsets(I i, int rank, const KDims &shape, const KDims &s0, const KDims &s1,
+                       const KDims &s2, int64_t &o0, int64_t &o1, int64_t &o2)
+{
+    o0 = o1 = o2 = 0;
+    if (rank == 1) {
+        o0 = (int64_t)i * s0.d[0];
+        o1 = (int64_t)i * s1.d[0];
+        o2 = (int64_t)i * s2.d[0];
+        return;
+    }
+#pragma unroll
+    for (int d = KC_MAX_RANK - 1; d >= 0; d--)
+        if (d < rank) {
+            const I n = (I)shape.d[d], q = i / n, r = i - q * n;
+            o0 += (int64_t)r * s0.d[d];
+            o1 += (int64_t)r * s1.d[d];
+            o2 += (int64_t)r * s2.d[d];
+            i = q;
+        }
+}
+
+template <typename I> KC_DEV int64_t kc_offset1(I i, int rank, const KDims &shape, const KDims &st)
+{
+    int64_t o, u1, u2;
+    kc_offsets(i, rank, shape, st, st, st, o, u1, u2);
+    return o;
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
+template <typename T, typename F> KC_DEV T warp_reduce(T v, F op)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_xor_sync(KC_FULL_MASK, v, o));
+    return v;
+}
+
+/* The op-reduction of v over the block, returned to every thread.  The
+ * order is fixed (a butterfly in each warp, then one over the warps), so
+ * the result depends only on blockDim.  Every thread must call it;
+ * blockDim.x is a multiple of 32.  Safe to call again right away. */
+template <typename T, typename F> KC_DEV T block_reduce(T v, T identity, F op)
+{
+    __shared__ T part[32];
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    v = warp_reduce(v, op);
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    v = lane < (blockDim.x >> 5) ? part[lane] : identity;
+    v = warp_reduce(v, op);
+    __syncthreads();
+    return v;
+}
+
+template <typename T> KC_DEV T block_sum(T v) { return block_reduce(v, (T)0, KcSum()); }
+
+/* Per-block partials of a grid-wide scalar reduction, combined by the block
+ * that finishes last (the threadFenceReduction pattern): each block stores
+ * its N values, then takes a ticket; the last one sums all blocks' values
+ * in block order, so the result is deterministic, and resets the ticket for
+ * the next launch (CUDA Graph replays included). */
+#define KC_PARTIAL_VALUES 2 /* most values one grid_combine carries */
+__device__ double kc_partial[KC_PARTIAL_VALUES * KC_GRID_PARTIALS];
+__device__ unsigned int kc_ticket;
+
+/* v[k] (block-reduced, the same in every thread) in; returns true in the
+ * last block only, with v[k] = the op-combination over all blocks */
+template <int N, typename F> KC_DEV bool grid_combine(double (&v)[N], double identity, F op)
+{
+    static_assert(N <= KC_PARTIAL_VALUES, "grid_combine: too many values");
+    __shared__ unsigned int ticket;
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < N; k++)
+            kc_partial[k * KC_GRID_PARTIALS + blockIdx.x] = v[k];
+        __threadfence();
+        ticket = atomicAdd(&kc_ticket, 1u);
+    }
+    __syncthreads();
+    if (ticket != gridDim.x - 1)
+        return false;
+    __threadfence();
+    const volatile double *p = kc_partial;
+    for (int k = 0; k < N; k++) {
+        double a = identity;
+        for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+            a = op(a, p[k * KC_GRID_PARTIALS + b]);
+        v[k] = block_reduce(a, identity, op);
+    }
+    if (threadIdx.x == 0)
+        kc_ticket = 0;
+    return true;
+}
+
+/* ---- Philox-4x32-10 (kernels/c k_philox4x32_10, bit for bit) ------------- */
+
+KC_DEV void kc_philox(uint32_t c[4], uint32_t k0, uint32_t k1)
+{
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        c[0] = hi1 ^ c[1] ^ k0;
+        c[1] = lo1;
+        c[2] = hi0 ^ c[3] ^ k1;
+        c[3] = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+}
+
+#endif

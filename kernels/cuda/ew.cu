@@ -1,0 +1,308 @@
+/* ew.cu — elementwise kernels, the twins of kernels/c/ew.c: broadcasting
+ * binary ops and comparisons, unary activations and their gradients, Where
+ * and its gradient, Not, Cast, scale and fill.
+ *
+ * Every kernel is a grid-stride loop over its dense output.  The launcher
+ * (launch.c) hands the broadcasting kernels an index space that is already
+ * merged (size-1 dims dropped, dims contiguous in every operand fused), so
+ * most calls arrive with rank 1 or 2 and kc_offsets does little division.
+ * The op is a switch inside the loop: it is uniform across the grid, so it
+ * costs a few instructions per element of a kernel bound by memory.  The
+ * arithmetic follows kernels/c operation for operation, in float, with the
+ * op parameters rounded to float by the launcher as kernels/c does.
+ */
+
+/* ---- k_binary ------------------------------------------------------------ */
+
+/* a^b as torch: exponents 2 and 3 by multiplication */
+KC_DEV float kc_powf(float a, float b)
+{
+    if (b == 2.f)
+        return a * a;
+    if (b == 3.f)
+        return a * a * a;
+    return powf(a, b);
+}
+
+KC_DEV float binary_op(int op, float a, float b)
+{
+    switch (op) {
+    case K_ADD: return a + b;
+    case K_SUB: return a - b;
+    case K_MUL: return a * b;
+    case K_DIV: return a / b;
+    case K_POW: return kc_powf(a, b);
+    case K_POW_DA: return b == 0.f ? 0.f : b * kc_powf(a, b - 1.f);
+    default: return a == 0.f && b >= 0.f ? 0.f : kc_powf(a, b) * logf(a); /* K_POW_DB */
+    }
+}
+
+template <typename I>
+KC_DEV void binary_loop(int op, float *y, const float *a, const float *b, I n, int rank,
+                        const KDims &shape, const KDims &sa, const KDims &sb)
+{
+    for (I i = kc_first<I>(); i < n; i += kc_stride<I>()) {
+        int64_t oa, ob, unused;
+        kc_offsets(i, rank, shape, sa, sb, sb, oa, ob, unused);
+        y[i] = binary_op(op, a[oa], b[ob]);
+    }
+}
+
+/* y[i] = a[off_a(i)] OP b[off_b(i)] over n = numel(shape); y may alias a
+ * dense operand */
+KC_GLOBAL void k_binary_f32(int op, float *y, const float *a, const float *b, int64_t n, int rank,
+                            KDims shape, KDims sa, KDims sb)
+{
+    if (n <= KC_INT32_LIMIT)
+        binary_loop<uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
+    else
+        binary_loop<int64_t>(op, y, a, b, n, rank, shape, sa, sb);
+}
+
+/* ---- comparisons ----------------------------------------------------------- */
+
+template <typename T> KC_DEV uint8_t compare_op(int op, T a, T b)
+{
+    switch (op) {
+    case K_EQ: return a == b;
+    case K_LT: return a < b;
+    case K_GT: return a > b;
+    case K_LE: return a <= b;
+    default: return a >= b;
+    }
+}
+
+template <typename T, typename I>
+KC_DEV void compare_loop(int op, uint8_t *y, const T *a, const T *b, I n, int rank,
+                         const KDims &shape, const KDims &sa, const KDims &sb)
+{
+    for (I i = kc_first<I>(); i < n; i += kc_stride<I>()) {
+        int64_t oa, ob, unused;
+        kc_offsets(i, rank, shape, sa, sb, sb, oa, ob, unused);
+        y[i] = compare_op(op, a[oa], b[ob]);
+    }
+}
+
+KC_GLOBAL void k_compare_f32(int op, uint8_t *y, const float *a, const float *b, int64_t n, int rank,
+                             KDims shape, KDims sa, KDims sb)
+{
+    if (n <= KC_INT32_LIMIT)
+        compare_loop<float, uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
+    else
+        compare_loop<float, int64_t>(op, y, a, b, n, rank, shape, sa, sb);
+}
+
+KC_GLOBAL void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t *b, int64_t n,
+                             int rank, KDims shape, KDims sa, KDims sb)
+{
+    if (n <= KC_INT32_LIMIT)
+        compare_loop<int64_t, uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
+    else
+        compare_loop<int64_t, int64_t>(op, y, a, b, n, rank, shape, sa, sb);
+}
+
+/* ---- k_unary, k_unary_grad -------------------------------------------------- */
+
+/* p0 = a, p1 = b as in kernels.h's op enum */
+KC_DEV float unary_op(int op, float x, float a, float b)
+{
+    switch (op) {
+    case K_RELU: return x < 0.f ? 0.f : x; /* NaN passes */
+    case K_TANH: return tanhf(x);
+    case K_SIGMOID: return 1.f / (1.f + expf(-x));
+    case K_SQRT: return sqrtf(x);
+    case K_RECIPROCAL: return 1.f / x;
+    case K_EXP: return expf(x);
+    case K_LOG: return logf(x);
+    case K_NEG: return -x;
+    case K_ABS: return fabsf(x);
+    case K_ERF: return erff(x);
+    case K_LEAKY_RELU: return x > 0.f ? x : x * a;
+    case K_CLIP: {
+        const float v = x < a ? a : x;
+        return v > b ? b : v;
+    }
+    default: { /* K_SOFTPLUS: beta a, threshold b */
+        const float bx = x * a;
+        return bx > b ? x : log1pf(expf(bx)) / a;
+    }
+    }
+}
+
+KC_GLOBAL void k_unary_f32(int op, float *y, const float *x, int64_t n, float p0, float p1)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = unary_op(op, x[i], p0, p1);
+}
+
+/* dx of element i; reads x[i] or y[i] only where the rule needs it (the
+ * other may be NULL), in PyTorch's operation order */
+KC_DEV float unary_grad_op(int op, float dy, const float *x, const float *y, int64_t i, float a,
+                           float b)
+{
+    switch (op) {
+    case K_RELU: return y[i] <= 0.f ? 0.f : dy;
+    case K_TANH: return dy * (1.f - y[i] * y[i]);
+    case K_SIGMOID: return dy * (1.f - y[i]) * y[i];
+    case K_SQRT: return dy / (2.f * y[i]);
+    case K_RECIPROCAL: return -dy * (y[i] * y[i]);
+    case K_EXP: return dy * y[i];
+    case K_NEG: return -dy;
+    case K_LOG: return dy / x[i];
+    case K_ABS: return x[i] > 0.f ? dy : x[i] < 0.f ? -dy : 0.f;
+    case K_ERF: return dy * 1.1283791670955126f * expf(-x[i] * x[i]);
+    case K_LEAKY_RELU: return x[i] > 0.f ? dy : dy * a;
+    case K_CLIP: return x[i] >= a && x[i] <= b ? dy : 0.f;
+    default: { /* K_SOFTPLUS */
+        const float bx = x[i] * a, z = expf(bx);
+        return bx > b ? dy : dy * z / (z + 1.f);
+    }
+    }
+}
+
+KC_GLOBAL void k_unary_grad_f32(int op, float *dx, const float *dy, const float *x, const float *y,
+                                int64_t n, float p0, float p1)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        dx[i] = unary_grad_op(op, dy[i], x, y, i, p0, p1);
+}
+
+/* ---- k_scale, k_fill, k_not ------------------------------------------------- */
+
+KC_GLOBAL void k_scale_f32(float *y, const float *x, float alpha, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = alpha * x[i];
+}
+
+KC_GLOBAL void k_fill_f32(float *y, float v, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = v;
+}
+
+KC_GLOBAL void k_not(uint8_t *y, const uint8_t *x, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = !x[i];
+}
+
+/* ---- k_where, k_where_grad -------------------------------------------------- */
+
+template <typename U, typename I>
+KC_DEV void where_loop(U *y, const uint8_t *c, const U *a, const U *b, I n, int rank,
+                       const KDims &shape, const KDims &sc, const KDims &sa, const KDims &sb)
+{
+    for (I i = kc_first<I>(); i < n; i += kc_stride<I>()) {
+        int64_t oc, oa, ob;
+        kc_offsets(i, rank, shape, sc, sa, sb, oc, oa, ob);
+        y[i] = c[oc] ? a[oa] : b[ob];
+    }
+}
+
+template <typename I>
+KC_DEV void where_esize(int esize, void *y, const uint8_t *c, const void *a, const void *b, I n,
+                        int rank, const KDims &shape, const KDims &sc, const KDims &sa,
+                        const KDims &sb)
+{
+    switch (esize) {
+    case 1:
+        where_loop((uint8_t *)y, c, (const uint8_t *)a, (const uint8_t *)b, n, rank, shape, sc, sa, sb);
+        break;
+    case 2:
+        where_loop((uint16_t *)y, c, (const uint16_t *)a, (const uint16_t *)b, n, rank, shape, sc, sa,
+                   sb);
+        break;
+    case 4:
+        where_loop((uint32_t *)y, c, (const uint32_t *)a, (const uint32_t *)b, n, rank, shape, sc, sa,
+                   sb);
+        break;
+    default:
+        where_loop((uint64_t *)y, c, (const uint64_t *)a, (const uint64_t *)b, n, rank, shape, sc, sa,
+                   sb);
+    }
+}
+
+/* ONNX Where on esize-byte elements, y dense over shape */
+KC_GLOBAL void k_where(int esize, void *y, const uint8_t *c, const void *a, const void *b, int64_t n,
+                       int rank, KDims shape, KDims sc, KDims sa, KDims sb)
+{
+    if (n <= KC_INT32_LIMIT)
+        where_esize<uint32_t>(esize, y, c, a, b, (uint32_t)n, rank, shape, sc, sa, sb);
+    else
+        where_esize<int64_t>(esize, y, c, a, b, n, rank, shape, sc, sa, sb);
+}
+
+/* da = c ? dy : 0, db = c ? 0 : dy over y's dense shape (either may be NULL) */
+KC_GLOBAL void k_where_grad_f32(float *da, float *db, const uint8_t *c, const float *dy, int64_t n,
+                                int rank, KDims shape, KDims sc)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
+        const bool take = c[kc_offset1(i, rank, shape, sc)] != 0;
+        if (da)
+            da[i] = take ? dy[i] : 0.f;
+        if (db)
+            db[i] = take ? 0.f : dy[i];
+    }
+}
+
+/* ---- k_cast ----------------------------------------------------------------- */
+
+/* float -> integer in [lo, hi]: toward zero, NaN -> 0, saturated (as
+ * kernels/c; 2^63 stands for the int64 bound, which no double holds) */
+KC_DEV int64_t cast_float_to_int(double v, double lo, double hi)
+{
+    if (v != v)
+        return 0;
+    if (v <= lo)
+        return (int64_t)lo;
+    if (v >= hi)
+        return hi >= 9223372036854775807.0 ? (int64_t)0x7fffffffffffffffLL : (int64_t)hi;
+    return (int64_t)v;
+}
+
+KC_DEV int64_t cast_load_int(int dt, const void *x, int64_t i)
+{
+    switch (dt) {
+    case K_DT_I64: return ((const int64_t *)x)[i];
+    case K_DT_I32: return ((const int32_t *)x)[i];
+    default: return ((const uint8_t *)x)[i]; /* U8, BOOL */
+    }
+}
+
+/* element i of x (dtype from) converted to dtype to and stored in y: floats
+ * go through double, integers through int64, as kernels/c's cast_one */
+KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
+{
+    if (from == K_DT_F32 || from == K_DT_F64) {
+        const double v = from == K_DT_F32 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+        switch (to) {
+        case K_DT_F32: ((float *)y)[i] = (float)v; return;
+        case K_DT_F64: ((double *)y)[i] = v; return;
+        case K_DT_I64:
+            ((int64_t *)y)[i] = cast_float_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
+            return;
+        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)cast_float_to_int(v, -2147483648.0, 2147483647.0); return;
+        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)cast_float_to_int(v, 0, 255); return;
+        default: ((uint8_t *)y)[i] = v != 0; return;
+        }
+    }
+    const int64_t v = cast_load_int(from, x, i);
+    switch (to) {
+    case K_DT_F32: ((float *)y)[i] = (float)v; return;
+    case K_DT_F64: ((double *)y)[i] = (double)v; return;
+    case K_DT_I64: ((int64_t *)y)[i] = v; return;
+    case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
+    case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
+    default: ((uint8_t *)y)[i] = v != 0; return;
+    }
+}
+
+/* y = (to) x for to != from (the launcher copies bytes when they are equal);
+ * in place is safe when both have one element size: element i is read
+ * before it is written, by the same thread */
+KC_GLOBAL void k_cast(int to, void *y, int from, const void *x, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        cast_one(to, y, from, x, i);
+}

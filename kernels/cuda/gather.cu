@@ -1,0 +1,82 @@
+/* gather.cu — Gather along one axis (any dtype) and its backward for
+ * float: the twins of kernels/c/gather.c.
+ *
+ * x is outer x axis x inner; every index selects a row of inner elements.
+ * The forward is a grid-stride copy of y's elements.  It cannot validate
+ * every index before writing (that would need a grid-wide barrier), so the
+ * threads first check the indices (a grid-stride pass over idx) and record
+ * each bad one's position in the check slot with atomicMin over unsigned
+ * (the runtime's -1 is the largest value, so the smallest bad position
+ * wins, as kernels/c's first bad index); the copy skips bad indices, and
+ * the runtime then fails the step.
+ *
+ * The backward adds dy's rows into dx at the selected rows; a repeated
+ * index adds twice.  dx is zeroed first (the launcher's kc_memset), then
+ * each thread owns a set of dx elements (a column, split by row into
+ * buckets for parallelism), walks the indices in ascending order and adds
+ * the ones that land in its elements: deterministic, no atomics, and every
+ * element's float sum is kernels/c's, in kernels/c's order.
+ */
+
+template <typename U, typename I>
+KC_DEV void gather_loop(U *y, const U *x, const int64_t *idx, I outer, I axis, I inner, I nidx,
+                        int64_t *check)
+{
+    const I n = outer * nidx * inner;
+    for (I i = kc_first<I>(); i < nidx; i += kc_stride<I>()) /* every index, even if y is empty */
+        if (idx[i] < -(int64_t)axis || idx[i] >= (int64_t)axis)
+            atomicMin((unsigned long long *)check, (unsigned long long)i);
+    for (I t = kc_first<I>(); t < n; t += kc_stride<I>()) {
+        const I col = t % inner, u = t / inner, i = u % nidx, o = u / nidx;
+        int64_t k = idx[i];
+        if (k < -(int64_t)axis || k >= (int64_t)axis)
+            continue; /* reported above; nothing to read */
+        if (k < 0)
+            k += (int64_t)axis;
+        y[t] = x[((int64_t)o * (int64_t)axis + k) * (int64_t)inner + (int64_t)col];
+    }
+}
+
+template <typename I>
+KC_DEV void gather_esize(int esize, void *y, const void *x, const int64_t *idx, I outer, I axis,
+                         I inner, I nidx, int64_t *check)
+{
+    switch (esize) {
+    case 1: gather_loop((uint8_t *)y, (const uint8_t *)x, idx, outer, axis, inner, nidx, check); break;
+    case 2: gather_loop((uint16_t *)y, (const uint16_t *)x, idx, outer, axis, inner, nidx, check); break;
+    case 4: gather_loop((uint32_t *)y, (const uint32_t *)x, idx, outer, axis, inner, nidx, check); break;
+    default: gather_loop((uint64_t *)y, (const uint64_t *)x, idx, outer, axis, inner, nidx, check);
+    }
+}
+
+/* y[o][i][:] = x[o][idx[i]][:]; the first bad index position goes to check */
+KC_GLOBAL void k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t outer,
+                        int64_t axis, int64_t inner, int64_t nidx, int64_t *check)
+{
+    if (outer * nidx * inner <= KC_INT32_LIMIT && nidx <= KC_INT32_LIMIT && axis <= KC_INT32_LIMIT)
+        gather_esize<uint32_t>(esize, y, x, idx, (uint32_t)outer, (uint32_t)axis, (uint32_t)inner,
+                               (uint32_t)nidx, check);
+    else
+        gather_esize<int64_t>(esize, y, x, idx, outer, axis, inner, nidx, check);
+}
+
+/* dx (zeroed by the launcher) [o][idx[i]][c] += dy[o][i][c], i ascending.
+ * Thread (b, o, c) owns the dx rows k with k mod buckets == b (buckets a
+ * power of two) of column c: it walks all indices and adds those landing in
+ * its rows, so each dx element is summed by one thread in index order
+ * whatever the bucket count.  c varies fastest across a warp, so the warp
+ * agrees on every branch and its dy / dx accesses are contiguous. */
+KC_GLOBAL void k_gather_grad_f32(float *dx, const float *dy, const int64_t *idx, int64_t outer,
+                                 int64_t axis, int64_t inner, int64_t nidx, int64_t buckets)
+{
+    for (int64_t t = kc_first<int64_t>(); t < buckets * outer * inner; t += kc_stride<int64_t>()) {
+        const int64_t c = t % inner, o = t / inner % outer, b = t / (inner * outer);
+        float *dxo = dx + o * axis * inner + c;
+        const float *dyo = dy + o * nidx * inner + c;
+        for (int64_t i = 0; i < nidx; i++) {
+            const int64_t k = idx[i] < 0 ? idx[i] + axis : idx[i];
+            if (k >= 0 && k < axis && (k & (buckets - 1)) == b)
+                dxo[k * inner] += dyo[i * inner];
+        }
+    }
+}

@@ -1,0 +1,90 @@
+/* kc_map.h — the kernels.h API on the cuda target.
+ *
+ * Every kernels.h function that the generated step calls with float32 or
+ * dtype-generic arguments has a twin in kernels/cuda/launch.c named kc_
+ * instead of k_, with the same parameters and contract (pointers are device
+ * pointers).  This header maps each k_ name to its twin and then includes
+ * kernels.h, so kernels.h's own declarations become the twins' prototypes:
+ * the two APIs cannot drift apart.  The generated step (codegen/cpu.c on
+ * the cuda target) and launch.c include it before anything else includes
+ * kernels.h.
+ *
+ * Not twinned: the float64 kernels (the cuda target computes in float32),
+ * k_accum_strided (no emitter calls it), and the host helpers
+ * k_pool_out_dim, k_conv2d_workspace and k_philox4x32_10, which the step
+ * never calls (codegen evaluates the first two at compile time).
+ */
+#ifndef FSDPC_KC_MAP_H
+#define FSDPC_KC_MAP_H
+
+#ifdef FSDPC_KERNELS_H
+#error "include kc_map.h before kernels.h: it renames kernels.h's declarations"
+#endif
+
+/* ew.c */
+#define k_binary_f32 kc_binary_f32
+#define k_unary_f32 kc_unary_f32
+#define k_unary_grad_f32 kc_unary_grad_f32
+#define k_scale_f32 kc_scale_f32
+#define k_fill_f32 kc_fill_f32
+#define k_compare_f32 kc_compare_f32
+#define k_compare_i64 kc_compare_i64
+#define k_where_grad_f32 kc_where_grad_f32
+#define k_not kc_not
+#define k_cast kc_cast
+#define k_where kc_where
+/* copy.c */
+#define k_copy_strided kc_copy_strided
+#define k_transpose_f32 kc_transpose_f32
+#define k_pad_f32 kc_pad_f32
+#define k_pad_grad_f32 kc_pad_grad_f32
+/* matmul.c */
+#define k_matmul_f32 kc_matmul_f32
+/* reduce.c */
+#define k_reduce_sum_to_f32 kc_reduce_sum_to_f32
+#define k_reduce_f32 kc_reduce_f32
+#define k_reduce_max_grad_f32 kc_reduce_max_grad_f32
+#define k_softmax_f32 kc_softmax_f32
+#define k_softmax_grad_f32 kc_softmax_grad_f32
+#define k_range_f32 kc_range_f32
+#define k_range_i64 kc_range_i64
+#define k_trilu kc_trilu
+/* norm.c */
+#define k_layernorm_f32 kc_layernorm_f32
+#define k_layernorm_grad_f32 kc_layernorm_grad_f32
+#define k_batchnorm_train_f32 kc_batchnorm_train_f32
+#define k_batchnorm_grad_f32 kc_batchnorm_grad_f32
+#define k_batchnorm_infer_f32 kc_batchnorm_infer_f32
+#define k_bn_running_var_f32 kc_bn_running_var_f32
+/* conv.c */
+#define k_conv2d_f32 kc_conv2d_f32
+#define k_conv2d_grad_x_f32 kc_conv2d_grad_x_f32
+#define k_conv2d_grad_w_f32 kc_conv2d_grad_w_f32
+#define k_conv2d_grad_b_f32 kc_conv2d_grad_b_f32
+#define k_maxpool2d_f32 kc_maxpool2d_f32
+#define k_maxpool2d_grad_f32 kc_maxpool2d_grad_f32
+#define k_avgpool2d_f32 kc_avgpool2d_f32
+#define k_avgpool2d_grad_f32 kc_avgpool2d_grad_f32
+#define k_global_avgpool_f32 kc_global_avgpool_f32
+#define k_global_avgpool_grad_f32 kc_global_avgpool_grad_f32
+/* gather.c */
+#define k_gather kc_gather
+#define k_gather_grad_f32 kc_gather_grad_f32
+/* random.c */
+#define k_dropout_f32 kc_dropout_f32
+#define k_dropout_grad_f32 kc_dropout_grad_f32
+/* loss.c */
+#define k_mse_f32 kc_mse_f32
+#define k_mse_grad_f32 kc_mse_grad_f32
+#define k_cross_entropy_f32 kc_cross_entropy_f32
+#define k_cross_entropy_grad_f32 kc_cross_entropy_grad_f32
+#define k_nll_loss_f32 kc_nll_loss_f32
+#define k_nll_loss_grad_f32 kc_nll_loss_grad_f32
+/* optim.c */
+#define k_adamw_f32 kc_adamw_f32
+#define k_sgd_f32 kc_sgd_f32
+
+#include "kernels.h"
+#include "kc.h"
+
+#endif

@@ -1,0 +1,231 @@
+/* norm.cu — LayerNormalization and BatchNormalization, forward and
+ * backward, and the ONNX running variance: the twins of kernels/c/norm.c.
+ *
+ * Both take statistics of a group in double with two passes (mean, then
+ * the mean of squared deviations), like kernels/c, then normalise:
+ *   LayerNorm  one block per row (grid-stride over rows);
+ *   BatchNorm  one block per channel, threads over its n l elements.
+ * Each pass is a strided loop of the block's threads plus block_reduce, so
+ * statistics are deterministic.  Outputs are written only after the last
+ * read of the inputs they may alias (y and x, dx and dy), and that read is
+ * by the same thread.
+ *
+ * LayerNorm's dscale / dbias sum down the columns, across rows: a second
+ * kernel (k_layernorm_grad_cols_f32) gives each block 32 columns and splits
+ * the rows among its warps, folding the warps' partials in order; the
+ * launcher runs it before the dx kernel, since dx may alias dy.
+ */
+
+/* ---- LayerNormalization -------------------------------------------------- */
+
+/* rows of inner elements: y = (x - mean) invstd scale + bias (scale, bias
+ * NULL: 1, 0); mean, invstd (NULL to skip) saved in float */
+KC_GLOBAL void k_layernorm_f32(float *y, float *mean, float *invstd, const float *x,
+                               const float *scale, const float *bias, int64_t outer, int64_t inner,
+                               double eps)
+{
+    for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+        const float *xr = x + r * inner;
+        float *yr = y + r * inner;
+        double s = 0, q = 0;
+        for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+            s += xr[i];
+        const double mu = block_sum(s) / (double)inner;
+        for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+            const double d = (double)xr[i] - mu;
+            q += d * d;
+        }
+        const double is = 1 / sqrt(block_sum(q) / (double)inner + eps);
+        for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+            double v = ((double)xr[i] - mu) * is;
+            if (scale)
+                v *= scale[i];
+            if (bias)
+                v += bias[i];
+            yr[i] = (float)v;
+        }
+        if (threadIdx.x == 0 && mean)
+            mean[r] = (float)mu;
+        if (threadIdx.x == 0 && invstd)
+            invstd[r] = (float)is;
+    }
+}
+
+/* dx of each row from the saved mean / invstd (scale NULL: 1):
+ * dx = invstd (g - mean(g) - xhat mean(g xhat)), g = dy scale */
+KC_GLOBAL void k_layernorm_grad_f32(float *dx, const float *dy, const float *x, const float *mean,
+                                    const float *invstd, const float *scale, int64_t outer,
+                                    int64_t inner)
+{
+    for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+        const int64_t off = r * inner;
+        const double mu = mean[r], is = invstd[r];
+        double sg = 0, sgx = 0;
+        for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+            const double g = scale ? (double)dy[off + i] * scale[i] : (double)dy[off + i];
+            sg += g;
+            sgx += g * (((double)x[off + i] - mu) * is);
+        }
+        sg = block_sum(sg) / (double)inner;
+        sgx = block_sum(sgx) / (double)inner;
+        for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+            const double g = scale ? (double)dy[off + i] * scale[i] : (double)dy[off + i];
+            dx[off + i] = (float)(is * (g - sg - ((double)x[off + i] - mu) * is * sgx));
+        }
+    }
+}
+
+/* dscale = sum over rows of dy xhat, dbias = sum of dy (each NULL to skip);
+ * a block takes 32 columns, warp w the rows w, w + warps, ... */
+KC_GLOBAL void k_layernorm_grad_cols_f32(float *dscale, float *dbias, const float *dy, const float *x,
+                                         const float *mean, const float *invstd, int64_t outer,
+                                         int64_t inner)
+{
+    __shared__ double ps[32][33], pb[32][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int64_t c0 = (int64_t)blockIdx.x * 32; c0 < inner; c0 += (int64_t)gridDim.x * 32) {
+        const int64_t c = c0 + lane;
+        double ds = 0, db = 0;
+        if (c < inner)
+            for (int64_t r = warp; r < outer; r += warps) {
+                const double d = dy[r * inner + c];
+                ds += d * (((double)x[r * inner + c] - (double)mean[r]) * (double)invstd[r]);
+                db += d;
+            }
+        ps[warp][lane] = ds;
+        pb[warp][lane] = db;
+        __syncthreads();
+        if (warp == 0 && c < inner) {
+            for (int w = 1; w < warps; w++) {
+                ds += ps[w][lane];
+                db += pb[w][lane];
+            }
+            if (dscale)
+                dscale[c] = (float)ds;
+            if (dbias)
+                dbias[c] = (float)db;
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- BatchNormalization -------------------------------------------------- */
+
+/* offset of element k (of n l) of channel ch in an n x c x l tensor */
+template <typename I> KC_DEV int64_t bn_at(I k, I l, int64_t c, int64_t ch)
+{
+    const I b = k / l;
+    return ((int64_t)b * c + ch) * (int64_t)l + (int64_t)(k - b * l);
+}
+
+template <typename I>
+KC_DEV void bn_train(float *y, float *mean, float *invstd, float *rm_out, float *rv_out,
+                     const float *x, const float *scale, const float *bias, const float *rm_in,
+                     const float *rv_in, I m, I l, int64_t c, double eps, double momentum)
+{
+    for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        double s = 0, q = 0;
+        for (I k = threadIdx.x; k < m; k += blockDim.x)
+            s += x[bn_at(k, l, c, ch)];
+        const double mu = block_sum(s) / (double)m;
+        for (I k = threadIdx.x; k < m; k += blockDim.x) {
+            const double d = (double)x[bn_at(k, l, c, ch)] - mu;
+            q += d * d;
+        }
+        q = block_sum(q);
+        const double is = 1 / sqrt(q / (double)m + eps);
+        const double a = is * (scale ? (double)scale[ch] : 1.0), b = bias ? (double)bias[ch] : 0.0;
+        for (I k = threadIdx.x; k < m; k += blockDim.x) {
+            const int64_t o = bn_at(k, l, c, ch);
+            y[o] = (float)(((double)x[o] - mu) * a + b);
+        }
+        if (threadIdx.x == 0) {
+            if (mean)
+                mean[ch] = (float)mu;
+            if (invstd)
+                invstd[ch] = (float)is;
+            if (rm_out)
+                rm_out[ch] = (float)(momentum * (double)rm_in[ch] + (1 - momentum) * mu);
+            if (rv_out)
+                rv_out[ch] = (float)(momentum * (double)rv_in[ch] + (1 - momentum) * (q / ((double)m - 1)));
+        }
+    }
+}
+
+/* training mode, x n x c x l, one block per channel (see kernels.h) */
+KC_GLOBAL void k_batchnorm_train_f32(float *y, float *mean, float *invstd, float *rm_out,
+                                     float *rv_out, const float *x, const float *scale,
+                                     const float *bias, const float *rm_in, const float *rv_in,
+                                     int64_t n, int64_t c, int64_t l, double eps, double momentum)
+{
+    if (n * l <= KC_INT32_LIMIT)
+        bn_train<uint32_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in,
+                           (uint32_t)(n * l), (uint32_t)l, c, eps, momentum);
+    else
+        bn_train<int64_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in, n * l, l, c,
+                          eps, momentum);
+}
+
+template <typename I>
+KC_DEV void bn_grad(float *dx, float *dscale, float *dbias, const float *dy, const float *x,
+                    const float *mean, const float *invstd, const float *scale, I m, I l, int64_t c)
+{
+    for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        const double mu = mean[ch], is = invstd[ch];
+        double sdy = 0, dot = 0;
+        for (I k = threadIdx.x; k < m; k += blockDim.x) {
+            const int64_t o = bn_at(k, l, c, ch);
+            sdy += dy[o];
+            dot += ((double)x[o] - mu) * (double)dy[o];
+        }
+        sdy = block_sum(sdy);
+        dot = block_sum(dot);
+        if (threadIdx.x == 0 && dscale)
+            dscale[ch] = (float)(dot * is);
+        if (threadIdx.x == 0 && dbias)
+            dbias[ch] = (float)sdy;
+        if (!dx || m == 0)
+            continue;
+        const double w = scale ? (double)scale[ch] : 1.0;
+        const double gm = sdy / (double)m, proj = dot * is * is / (double)m;
+        for (I k = threadIdx.x; k < m; k += blockDim.x) {
+            const int64_t o = bn_at(k, l, c, ch);
+            dx[o] = (float)(((double)dy[o] - gm - ((double)x[o] - mu) * proj) * is * w);
+        }
+    }
+}
+
+/* training-mode backward, one block per channel; dx may alias dy */
+KC_GLOBAL void k_batchnorm_grad_f32(float *dx, float *dscale, float *dbias, const float *dy,
+                                    const float *x, const float *mean, const float *invstd,
+                                    const float *scale, int64_t n, int64_t c, int64_t l)
+{
+    if (n * l <= KC_INT32_LIMIT)
+        bn_grad<uint32_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, (uint32_t)(n * l),
+                          (uint32_t)l, c);
+    else
+        bn_grad<int64_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, n * l, l, c);
+}
+
+/* inference: elementwise over n c l with the given statistics */
+KC_GLOBAL void k_batchnorm_infer_f32(float *y, const float *x, const float *scale, const float *bias,
+                                     const float *mean, const float *var, int64_t n, int64_t c,
+                                     int64_t l, double eps)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n * c * l; i += kc_stride<int64_t>()) {
+        const int64_t ch = i / l % c;
+        const double is = 1 / sqrt((double)var[ch] + eps), mu = mean[ch];
+        const double a = is * (scale ? (double)scale[ch] : 1.0), b = bias ? (double)bias[ch] : 0.0;
+        y[i] = (float)(((double)x[i] - mu) * a + b);
+    }
+}
+
+/* ONNX running variance from the saved invstd; rv_out may alias rv_in */
+KC_GLOBAL void k_bn_running_var_f32(float *rv_out, const float *rv_in, const float *invstd, int64_t c,
+                                    double eps, double momentum)
+{
+    for (int64_t k = kc_first<int64_t>(); k < c; k += kc_stride<int64_t>()) {
+        const double is = invstd[k];
+        rv_out[k] = (float)(momentum * (double)rv_in[k] + (1 - momentum) * (1.0 / (is * is) - eps));
+    }
+}

@@ -1,0 +1,251 @@
+/* reduce.cu — reductions over axes and ReduceMax's backward, Softmax and
+ * LogSoftmax with their backward, Range and Trilu: the twins of
+ * kernels/c/reduce.c.
+ *
+ * A reduction arrives as two merged index spaces (launch.c): the kept dims
+ * K (y is dense over them, in order) and the reduced dims R, each with its
+ * strides in x.  Three kernels cover the layouts:
+ *   rows  x's innermost dim is reduced: one block per output element (grid-
+ *         stride over outputs), threads striding over the group, so reads
+ *         are contiguous; block_reduce combines the threads.
+ *   cols  x's innermost dim is kept (a bias gradient, a mean over the batch):
+ *         a block takes 32 adjacent outputs, its warps split the group, and
+ *         each column's per-warp partials are folded in warp order.
+ *   all   every dim reduced into one value: all blocks stride over x and
+ *         grid_combine folds their partials (common.cuh).
+ * Sums accumulate in double, as kernels/c does; max / min propagate NaN.
+ *
+ * Softmax sees x as outer x axis x inner.  With inner == 1 each row is
+ * contiguous and gets a block (max, then the sum of exp in double, then the
+ * write); otherwise each (outer, inner) column is one thread's serial loop,
+ * coalesced across the threads of a warp.  The exponentials and the double
+ * sums follow kernels/c step for step.
+ */
+
+/* ---- k_reduce ------------------------------------------------------------ */
+
+KC_DEV double red_identity(int op)
+{
+    return op == K_RMAX ? -KC_INF : op == K_RMIN ? KC_INF : 0.0;
+}
+
+KC_DEV double red_fold(int op, double acc, double v)
+{
+    return op == K_RMAX ? kc_nanmax(acc, v) : op == K_RMIN ? kc_nanmin(acc, v) : acc + v;
+}
+
+/* the op-combination over the block (MEAN and SUM add) */
+KC_DEV double red_block(int op, double v)
+{
+    if (op == K_RMAX)
+        return block_reduce(v, -KC_INF, KcMax());
+    if (op == K_RMIN)
+        return block_reduce(v, KC_INF, KcMin());
+    return block_sum(v);
+}
+
+/* Innermost dim reduced: output o = kept position (krank dims, strides kst
+ * in x), its group the rrank reduced dims (strides rst), group elements
+ * each.  y = fold * scale (scale 1/count for MEAN, else 1). */
+KC_GLOBAL void k_reduce_rows_f32(int op, float *y, const float *x, int64_t nout, int64_t group,
+                                 int krank, KDims kshape, KDims kst, int rrank, KDims rshape,
+                                 KDims rst, double scale)
+{
+    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+        const float *xo = x + kc_offset1(o, krank, kshape, kst);
+        double acc = red_identity(op);
+        for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
+            acc = red_fold(op, acc, xo[kc_offset1(g, rrank, rshape, rst)]);
+        acc = red_block(op, acc);
+        if (threadIdx.x == 0)
+            y[o] = (float)(acc * scale);
+    }
+}
+
+/* Innermost dim kept: y is nko x nc (nc = that dim, stride 1 in x; ko runs
+ * over the other kept dims).  A block takes 32 columns of one ko; warp w
+ * folds group elements w, w + warps, ... for its lane's column. */
+KC_GLOBAL void k_reduce_cols_f32(int op, float *y, const float *x, int64_t nko, int64_t nc,
+                                 int64_t group, int krank, KDims kshape, KDims kst, int rrank,
+                                 KDims rshape, KDims rst, double scale)
+{
+    __shared__ double part[32][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int64_t ctiles = (nc + 31) / 32;
+    for (int64_t t = blockIdx.x; t < nko * ctiles; t += gridDim.x) {
+        const int64_t ko = t / ctiles, c = t % ctiles * 32 + lane;
+        double acc = red_identity(op);
+        if (c < nc) {
+            const float *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
+            for (int64_t g = warp; g < group; g += warps)
+                acc = red_fold(op, acc, xc[kc_offset1(g, rrank, rshape, rst)]);
+        }
+        part[warp][lane] = acc;
+        __syncthreads();
+        if (warp == 0 && c < nc) {
+            for (int w = 1; w < warps; w++)
+                acc = red_fold(op, acc, part[w][lane]);
+            y[ko * nc + c] = (float)(acc * scale);
+        }
+        __syncthreads();
+    }
+}
+
+/* Everything reduced: x is n dense elements, y one value. */
+KC_GLOBAL void k_reduce_all_f32(int op, float *y, const float *x, int64_t n, double scale)
+{
+    double v[1] = {red_identity(op)};
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        v[0] = red_fold(op, v[0], x[i]);
+    v[0] = red_block(op, v[0]);
+    const bool last = op == K_RMAX   ? grid_combine(v, -KC_INF, KcMax())
+                      : op == K_RMIN ? grid_combine(v, KC_INF, KcMin())
+                                     : grid_combine(v, 0.0, KcSum());
+    if (last && threadIdx.x == 0)
+        y[0] = (float)(v[0] * scale);
+}
+
+/* ReduceMax / Min backward, one block per output o (its group as in
+ * k_reduce_rows): count the x equal to y[o], then dx = x == y ? dy / count
+ * : 0 over the group (NaN when nothing matches, as torch). */
+KC_GLOBAL void k_reduce_max_grad_f32(float *dx, const float *dy, const float *x, const float *y,
+                                     int64_t nout, int64_t group, int krank, KDims kshape,
+                                     KDims kst, int rrank, KDims rshape, KDims rst)
+{
+    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+        const int64_t base = kc_offset1(o, krank, kshape, kst);
+        const float yv = y[o];
+        double ties = 0;
+        for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
+            ties += x[base + kc_offset1(g, rrank, rshape, rst)] == yv;
+        ties = block_sum(ties);
+        const float gv = dy[o] / (float)ties;
+        for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
+            const int64_t k = base + kc_offset1(g, rrank, rshape, rst);
+            dx[k] = gv * (float)(x[k] == yv);
+        }
+    }
+}
+
+/* ---- softmax ------------------------------------------------------------- */
+
+/* rows x len, contiguous rows, one block per row; y may alias x */
+KC_GLOBAL void k_softmax_rows_f32(int lg, float *y, const float *x, int64_t rows, int64_t len)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * len;
+        float *yr = y + r * len;
+        float mx = -KC_INFF;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            mx = kc_nanmax(mx, xr[j]);
+        mx = block_reduce(mx, -KC_INFF, KcMax());
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            s += expf(xr[j] - mx);
+        s = block_sum(s);
+        if (lg) {
+            const double ls = (double)mx + log(s);
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+                yr[j] = (float)((double)xr[j] - ls);
+        } else {
+            const double inv = 1 / s;
+            for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+                yr[j] = (float)((double)expf(xr[j] - mx) * inv);
+        }
+    }
+}
+
+/* outer x axis x inner with inner > 1: thread per (outer, inner) column */
+KC_GLOBAL void k_softmax_cols_f32(int lg, float *y, const float *x, int64_t outer, int64_t axis,
+                                  int64_t inner)
+{
+    for (int64_t t = kc_first<int64_t>(); t < outer * inner; t += kc_stride<int64_t>()) {
+        const int64_t off = t / inner * axis * inner + t % inner;
+        const float *xc = x + off;
+        float *yc = y + off;
+        float mx = -KC_INFF;
+        double s = 0;
+        for (int64_t a = 0; a < axis; a++)
+            mx = kc_nanmax(mx, xc[a * inner]);
+        for (int64_t a = 0; a < axis; a++)
+            s += expf(xc[a * inner] - mx);
+        const double ls = (double)mx + log(s), inv = 1 / s;
+        for (int64_t a = 0; a < axis; a++)
+            yc[a * inner] = lg ? (float)((double)xc[a * inner] - ls)
+                               : (float)((double)expf(xc[a * inner] - mx) * inv);
+    }
+}
+
+/* backward from y: softmax dx = y (dy - sum(dy y)), log-softmax
+ * dx = dy - exp(y) sum(dy), in double; dx may alias dy */
+KC_DEV float softmax_grad_one(int lg, float dy, float y, double s)
+{
+    return lg ? (float)((double)dy - exp((double)y) * s) : (float)((double)y * ((double)dy - s));
+}
+
+KC_GLOBAL void k_softmax_grad_rows_f32(int lg, float *dx, const float *dy, const float *y,
+                                       int64_t rows, int64_t len)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t off = r * len;
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            s += lg ? (double)dy[off + j] : (double)dy[off + j] * (double)y[off + j];
+        s = block_sum(s);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            dx[off + j] = softmax_grad_one(lg, dy[off + j], y[off + j], s);
+    }
+}
+
+KC_GLOBAL void k_softmax_grad_cols_f32(int lg, float *dx, const float *dy, const float *y,
+                                       int64_t outer, int64_t axis, int64_t inner)
+{
+    for (int64_t t = kc_first<int64_t>(); t < outer * inner; t += kc_stride<int64_t>()) {
+        const int64_t off = t / inner * axis * inner + t % inner;
+        double s = 0;
+        for (int64_t a = 0; a < axis; a++) {
+            const int64_t k = off + a * inner;
+            s += lg ? (double)dy[k] : (double)dy[k] * (double)y[k];
+        }
+        for (int64_t a = 0; a < axis; a++) {
+            const int64_t k = off + a * inner;
+            dx[k] = softmax_grad_one(lg, dy[k], y[k], s);
+        }
+    }
+}
+
+/* ---- k_range, k_trilu ---------------------------------------------------- */
+
+KC_GLOBAL void k_range_f32(float *y, double start, double delta, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = (float)(start + (double)i * delta);
+}
+
+KC_GLOBAL void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n)
+{
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = start + i * delta;
+}
+
+template <typename U>
+KC_DEV void trilu_loop(int upper, U *y, const U *x, int64_t n, int64_t rows, int64_t cols, int64_t k)
+{
+    for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
+        const int64_t j = t % cols, i = t / cols % rows;
+        const bool keep = upper ? j - i >= k : j - i <= k;
+        y[t] = keep ? x[t] : (U)0;
+    }
+}
+
+/* Trilu over n = batch rows cols esize-byte elements; y may alias x */
+KC_GLOBAL void k_trilu(int esize, int upper, void *y, const void *x, int64_t n, int64_t rows,
+                       int64_t cols, int64_t k)
+{
+    switch (esize) {
+    case 1: trilu_loop(upper, (uint8_t *)y, (const uint8_t *)x, n, rows, cols, k); break;
+    case 2: trilu_loop(upper, (uint16_t *)y, (const uint16_t *)x, n, rows, cols, k); break;
+    case 4: trilu_loop(upper, (uint32_t *)y, (const uint32_t *)x, n, rows, cols, k); break;
+    default: trilu_loop(upper, (uint64_t *)y, (const uint64_t *)x, n, rows, cols, k); break;
+    }
+}

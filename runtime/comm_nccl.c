@@ -1,0 +1,261 @@
+/* comm_nccl.c — the step's collectives for the cuda target (rt.h), over
+ * NCCL, with the same semantics as the cpu target's comm.c:
+ *   rt_allgather           every rank's shard into the full padded buffer
+ *                          (the own shard may already sit in place)
+ *   rt_reduce_scatter_avg  zero the padding [numel, world*shard_len), average
+ *                          the full buffers over the ranks, keep this rank's
+ *                          shard (which may sit in place in the full buffer)
+ *   rt_allreduce_avg       average in place over the ranks
+ * At world 1 no NCCL at all: the same results by device copies (unless
+ * FSDPC_NCCL_ALWAYS=1 made a one-rank communicator, to test this path).
+ *
+ * Stream order (the paper's): the collective runs on cu.comm.  An event
+ * recorded on cu.compute makes cu.comm wait for everything the step has
+ * enqueued so far; after the NCCL call an event recorded on cu.comm makes
+ * cu.compute wait for the collective.  Under stream capture the same calls
+ * fork cu.comm into the graph and join it back, so the recorded graph has
+ * the same dependencies.  (The padding fill and the world-1 copies go on
+ * cu.compute, in order.)
+ *
+ * The communicator: rank 0's ncclGetUniqueId, shared with rt_ctl_bcast,
+ * then ncclCommInitRankConfig in non-blocking mode, polled with the step
+ * timeout so that a missing rank cannot hang start-up.  Non-blocking also
+ * means any NCCL call may answer ncclInProgress: NCCL_CHECK then polls
+ * ncclCommGetAsyncError until it settles.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_check.h"
+#include "rt_ctl.h"
+#include "rt_priv.h"
+
+/* ----------------------------------------------------------- communicator */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* poll until the communicator leaves ncclInProgress or timeout_s pass;
+ * *timed_out tells which */
+static ncclResult_t settle(double timeout_s, int *timed_out)
+{
+    double t0 = now_s();
+    *timed_out = 0;
+    for (;;) {
+        ncclResult_t st = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError(cu.nccl, &st);
+        if (r != ncclSuccess)
+            return r;
+        if (st != ncclInProgress)
+            return st;
+        if (now_s() - t0 > timeout_s) {
+            *timed_out = 1;
+            return ncclInProgress;
+        }
+        struct timespec nap = {0, 20 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+ncclResult_t cu_nccl_settle(const char *what)
+{
+    int timed_out;
+    ncclResult_t r = settle(cu.timeout_s, &timed_out);
+    if (timed_out) {
+        cu_nccl_abort();
+        rt_fatal(1, "rank %d: NCCL call %s did not complete within %g s (FSDPC_STEP_TIMEOUT): another rank may be "
+                    "stuck or dead", cu.rank, what, cu.timeout_s);
+    }
+    return r;
+}
+
+ncclResult_t cu_nccl_async_error(void)
+{
+    if (!cu.nccl)
+        return ncclSuccess;
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(cu.nccl, &st);
+    if (r != ncclSuccess)
+        return r;
+    return st == ncclInProgress ? ncclSuccess : st;
+}
+
+int cu_nccl_init(char *err, size_t errlen)
+{
+    struct {
+        int64_t status;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (cu.rank == 0)
+        msg.status = (int64_t)ncclGetUniqueId(&msg.id);
+    rt_ctl_bcast(&msg, (int64_t)sizeof msg, 0);
+    if (msg.status != ncclSuccess) {
+        snprintf(err, errlen, "NCCL set-up: ncclGetUniqueId failed on rank 0: %s (NCCL_DEBUG=WARN tells more)",
+                 ncclGetErrorString((ncclResult_t)msg.status));
+        return -1;
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.commName = "fsdpc";
+    ncclResult_t r = ncclCommInitRankConfig(&cu.nccl, cu.world, msg.id, cu.rank, &cfg);
+    int timed_out = 0;
+    if (r == ncclInProgress && cu.nccl)
+        r = settle(cu.timeout_s, &timed_out);
+    if (r == ncclSuccess)
+        return 0;
+    const char *last = ncclGetLastError(cu.nccl);
+    if (timed_out)
+        snprintf(err, errlen, "NCCL set-up on GPU %d (%s) did not finish within %g s (FSDPC_STEP_TIMEOUT): a rank "
+                              "did not join, or the ranks cannot reach each other (NCCL_DEBUG=INFO tells more)",
+                 cu.device, cu.name, cu.timeout_s);
+    else
+        snprintf(err, errlen, "NCCL set-up on GPU %d (%s): ncclCommInitRankConfig failed: %s%s%s (%s)", cu.device,
+                 cu.name, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "",
+                 r == ncclInvalidUsage ? "two ranks on one GPU? start one rank per GPU"
+                                       : "NCCL_DEBUG=WARN tells more");
+    cu_nccl_abort();
+    return -1;
+}
+
+void cu_nccl_abort(void)
+{
+    if (!cu.nccl)
+        return;
+    ncclComm_t c = cu.nccl;
+    cu.nccl = NULL;
+    (void)ncclCommAbort(c); /* on the way out: nothing to do about a failure */
+}
+
+void cu_nccl_destroy(void)
+{
+    if (!cu.nccl)
+        return;
+    NCCL_CHECK(ncclCommFinalize(cu.nccl)); /* flushes outstanding work; settles by polling */
+    ncclComm_t c = cu.nccl;
+    cu.nccl = NULL;
+    ncclResult_t r = ncclCommDestroy(c);
+    if (r != ncclSuccess && r != ncclInProgress)
+        cu_fail_nccl(__FILE__, __LINE__, "ncclCommDestroy", r);
+}
+
+/* ------------------------------------------------------------- collectives */
+
+static ncclDataType_t nccl_type(RtCtx *c, int dtype, const char *what)
+{
+    switch (dtype) {
+    case RT_F32: return ncclFloat32;
+    case RT_F64: return ncclFloat64;
+    default: rt_step_fail(c, "%s: internal error: dtype code %d (float32 or float64 expected)", what, dtype);
+    }
+}
+
+/* do [a, a+na) and [b, b+nb) share a byte? */
+static int overlap(const void *a, int64_t na, const void *b, int64_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na > 0 && nb > 0 && x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
+}
+
+/* cu.comm waits for the work enqueued on cu.compute so far */
+static void fork_comm(void)
+{
+    CU_CHECK(cudaEventRecord(cu.ev_fork, cu.compute));
+    CU_CHECK(cudaStreamWaitEvent(cu.comm, cu.ev_fork, 0));
+}
+
+/* cu.compute waits for the collective */
+static void join_comm(void)
+{
+    CU_CHECK(cudaEventRecord(cu.ev_join, cu.comm));
+    CU_CHECK(cudaStreamWaitEvent(cu.compute, cu.ev_join, 0));
+    cu_debug_sync("a collective");
+}
+
+static void need_comm(RtCtx *c, const char *what)
+{
+    if (!cu.up || !cu.compute)
+        rt_step_fail(c, "%s: internal error: the GPU is not set up", what);
+    if (c->world > 1 && !cu.nccl)
+        rt_step_fail(c, "%s: internal error: no NCCL communicator at world %d", what, c->world);
+}
+
+void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype)
+{
+    const char *what = "rt_allgather";
+    ncclDataType_t t = nccl_type(c, dtype, what);
+    int64_t es = rt_elem_size(dtype);
+    if (shard_len < 0)
+        rt_step_fail(c, "%s: negative length %lld", what, (long long)shard_len);
+    if (shard_len == 0)
+        return;
+    need_comm(c, what);
+    char *f = full;
+    const char *mine = f + (int64_t)c->rank * shard_len * es;
+    int in_place = (const char *)shard == mine;
+    if (!in_place && overlap(shard, shard_len * es, f, (int64_t)c->world * shard_len * es))
+        rt_step_fail(c, "%s: shard and full buffers overlap", what);
+    if (!cu.nccl) { /* world 1 */
+        if (!in_place)
+            kc_memcpy(f, shard, shard_len * es);
+        return;
+    }
+    fork_comm();
+    /* in place: NCCL reads this rank's piece from full + rank * shard_len */
+    NCCL_CHECK(ncclAllGather(shard, full, (size_t)shard_len, t, cu.nccl, cu.comm));
+    join_comm();
+}
+
+void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t shard_len, int dtype)
+{
+    const char *what = "rt_reduce_scatter_avg";
+    ncclDataType_t t = nccl_type(c, dtype, what);
+    int64_t es = rt_elem_size(dtype);
+    int64_t total = (int64_t)c->world * shard_len;
+    if (shard_len < 0 || numel < 0 || numel > total)
+        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->world,
+                     (long long)shard_len);
+    if (shard_len == 0)
+        return;
+    need_comm(c, what);
+    char *f = full;
+    /* padding must not carry garbage into the sum */
+    if (total > numel)
+        kc_memset(f + numel * es, 0, (total - numel) * es);
+    char *mine = f + (int64_t)c->rank * shard_len * es;
+    if ((char *)shard != mine && overlap(shard, shard_len * es, f, total * es))
+        rt_step_fail(c, "%s: shard and full buffers overlap", what);
+    if (!cu.nccl) { /* world 1 */
+        if ((char *)shard != mine)
+            kc_memcpy(shard, mine, shard_len * es);
+        return;
+    }
+    fork_comm();
+    /* in place when shard == full + rank * shard_len, as NCCL allows */
+    NCCL_CHECK(ncclReduceScatter(full, shard, (size_t)shard_len, t, ncclAvg, cu.nccl, cu.comm));
+    join_comm();
+}
+
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    const char *what = "rt_allreduce_avg";
+    ncclDataType_t t = nccl_type(c, dtype, what);
+    if (n < 0)
+        rt_step_fail(c, "%s: negative length %lld", what, (long long)n);
+    if (n == 0)
+        return;
+    need_comm(c, what);
+    if (!cu.nccl) /* world 1 */
+        return;
+    fork_comm();
+    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, ncclAvg, cu.nccl, cu.comm));
+    join_comm();
+}

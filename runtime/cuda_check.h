@@ -1,0 +1,121 @@
+/* cuda_check.h — private to the cuda runtime (dev_cuda.c, kc_rt.c,
+ * comm_nccl.c): the one process-wide device state they share, and the
+ * checks every CUDA, cuBLASLt and NCCL call goes through.
+ *
+ * A failed check prints one line
+ *   NAME: error: rank R: CUDA call X failed at FILE:LINE: <reason> (hint)
+ * and brings every rank down (rt_fatal -> rt_ctl_abort(1)).  Start-up code
+ * that must return a reason instead (rt_dev_init, rt_dev_attach) does not
+ * use these macros.
+ *
+ * Streams: every kernel, cuBLASLt call, copy and fill of the step goes on
+ * cu.compute; NCCL runs on cu.comm, forked from and joined back into
+ * cu.compute with the events ev_fork / ev_join (comm_nccl.c).  Nothing else
+ * is ever enqueued, so stream order on cu.compute is the program order of
+ * the generated step.
+ */
+#ifndef FSDPC_CUDA_CHECK_H
+#define FSDPC_CUDA_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "kc.h"
+#include "rt.h"
+
+typedef struct {
+    int up;                    /* rt_dev_init succeeded: the fields below are valid */
+    const RtModel *m;
+    int rank, world;
+    int device;                /* CUDA ordinal */
+    int sm_count, cc;          /* multiprocessors; compute capability major*10+minor */
+    char name[256];            /* the GPU's name */
+    cudaLibrary_t lib;         /* the embedded kernels */
+    cudaKernel_t *kernel;      /* KC_COUNT handles, by kernel id */
+    int *smem_limit;           /* KC_COUNT: dynamic shared memory limit raised so far */
+    cudaStream_t compute;      /* the step */
+    cudaStream_t comm;         /* NCCL */
+    cudaEvent_t ev_fork, ev_join;
+    cublasLtHandle_t lt;
+    void *ws;                  /* cuBLASLt workspace */
+    size_t ws_bytes;
+    int tf32;                  /* 0: FSDPC_NO_TF32=1 */
+    int sync_debug;            /* FSDPC_CUDA_SYNC=1: synchronise and check after every launch */
+    KcStepParams *params_host; /* pinned */
+    KcStepParams *params_dev;
+    int64_t *check_host;       /* pinned, m->ncheck (at least 1) */
+    int64_t *check_dev;
+    int ncheck, next_check;    /* next_check: slots handed out in the step being recorded */
+    char *host_base, *dev_base; /* the carved host allocation and its device twin */
+    int64_t bytes;
+    ncclComm_t nccl;           /* NULL at world 1 (unless nccl_always) */
+    int nccl_always;           /* FSDPC_NCCL_ALWAYS=1: NCCL at world 1 too (tests the NCCL path on one GPU) */
+    double timeout_s;          /* FSDPC_STEP_TIMEOUT */
+} CuRt;
+
+extern CuRt cu;
+
+/* fatal reports (one line, then every rank exits 1) */
+_Noreturn void cu_fail_cuda(const char *file, int line, const char *call, cudaError_t e);
+_Noreturn void cu_fail_lt(const char *file, int line, const char *call, cublasStatus_t s);
+_Noreturn void cu_fail_nccl(const char *file, int line, const char *call, ncclResult_t r);
+/* "internal error (a bug in fsdpc, please report it): ..." */
+_Noreturn void cu_internal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define CU_CHECK(call)                                                 \
+    do {                                                               \
+        cudaError_t cu_e_ = (call);                                    \
+        if (cu_e_ != cudaSuccess)                                      \
+            cu_fail_cuda(__FILE__, __LINE__, #call, cu_e_);            \
+    } while (0)
+
+#define LT_CHECK(call)                                                 \
+    do {                                                               \
+        cublasStatus_t cu_s_ = (call);                                 \
+        if (cu_s_ != CUBLAS_STATUS_SUCCESS)                            \
+            cu_fail_lt(__FILE__, __LINE__, #call, cu_s_);              \
+    } while (0)
+
+/* The communicator is non-blocking: a call may answer ncclInProgress, and
+ * is then finished by polling (cu_nccl_settle, bounded by the timeout). */
+#define NCCL_CHECK(call)                                               \
+    do {                                                               \
+        ncclResult_t cu_r_ = (call);                                   \
+        if (cu_r_ == ncclInProgress)                                   \
+            cu_r_ = cu_nccl_settle(#call);                             \
+        if (cu_r_ != ncclSuccess)                                      \
+            cu_fail_nccl(__FILE__, __LINE__, #call, cu_r_);            \
+    } while (0)
+
+/* ---- comm_nccl.c ---- */
+/* Poll the communicator until it leaves ncclInProgress (at most the step
+ * timeout); returns its state. */
+ncclResult_t cu_nccl_settle(const char *what);
+/* 0, or the communicator's asynchronous error (ncclInProgress counts as none) */
+ncclResult_t cu_nccl_async_error(void);
+/* world > 1: create the communicator (collective over the control plane:
+ * every rank calls it at the same point, the first rt_dev_step).  0, or -1
+ * with a one-line reason in err. */
+int cu_nccl_init(char *err, size_t errlen);
+/* abort (after a failure) or destroy (normal end) the communicator */
+void cu_nccl_abort(void);
+void cu_nccl_destroy(void);
+
+/* ---- dev_cuda.c ---- */
+/* Wait until stream s is idle, polling; meanwhile watch the communicator's
+ * asynchronous errors and the step timeout (what names the wait in the
+ * message). */
+void cu_wait(cudaStream_t s, const char *what);
+/* FSDPC_CUDA_SYNC=1: wait for cu.compute after the work named what, so that
+ * a failure is reported there (no-op otherwise) */
+void cu_debug_sync(const char *what);
+
+/* ---- kc_rt.c ---- */
+/* release the cached cuBLASLt descriptors */
+void cu_gemm_cache_free(void);
+
+#endif

@@ -1,0 +1,316 @@
+/* kc_rt.c — the runtime half of kernels/cuda/kc.h: launches, the step's
+ * device scalars and check slots, GEMM through cuBLASLt, copies and fills.
+ * Everything is enqueued on cu.compute and nothing here waits for the GPU
+ * (but FSDPC_CUDA_SYNC=1, which waits after every launch to name a failing
+ * kernel), so every function may be recorded into a CUDA Graph.
+ *
+ * GEMM, row-major: C_i (m x n) = op(A_i) op(B_i) + beta C_i.  cuBLASLt is
+ * column-major, and a row-major X is the column-major X^T, so it computes
+ * C^T (n x m) = op(B)^T op(A)^T: its "A" is our B, its "B" our A.
+ *   our B stored k x n (tb 0): column-major n x k, ld n, no transpose
+ *   our B stored n x k (tb 1): column-major k x n, ld k, transposed
+ *   our A stored m x k (ta 0): column-major k x m, ld k, no transpose
+ *   our A stored k x m (ta 1): column-major m x k, ld m, transposed
+ *   C: column-major n x m, ld n
+ * Batches are strided (stride 0 broadcasts one matrix); a shared B with a
+ * dense, untransposed A folds the batch into m (one larger GEMM).
+ *
+ * Plan cache: descriptors, layouts and the heuristic's algorithm for each
+ * distinct (shape, strides, transposes, pointer alignment, TF32), in a small
+ * open-addressing table.  The set is fixed per model, so the eager warm-up
+ * step creates every plan and the captured and replayed steps reuse them.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+
+/* ------------------------------------------------------------- launches */
+
+void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **args)
+{
+    if (!cu.up)
+        cu_internal("kc_launch before the GPU was set up");
+    if (kernel < 0 || kernel >= KC_COUNT)
+        cu_internal("kc_launch: kernel id %d outside [0, %d)", kernel, KC_COUNT);
+    if (grid == 0)
+        return; /* an empty tensor: nothing to do */
+    if (block == 0 || block > 1024 || grid > 0x7fffffffu)
+        cu_internal("kernel %s launched with grid %u x block %u", kc_names[kernel], grid, block);
+    if (smem > (unsigned)cu.smem_limit[kernel]) { /* above 48 KiB needs an opt-in per kernel */
+        CU_CHECK(cudaFuncSetAttribute((const void *)cu.kernel[kernel], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem));
+        cu.smem_limit[kernel] = (int)smem;
+    }
+    dim3 g = {grid, 1, 1}, b = {block, 1, 1};
+    cudaError_t e = cudaLaunchKernel((const void *)cu.kernel[kernel], g, b, args, smem, cu.compute);
+    if (e != cudaSuccess || cu.sync_debug) {
+        char what[160];
+        snprintf(what, sizeof what, "cudaLaunchKernel of %s (grid %u, block %u, smem %u)", kc_names[kernel], grid,
+                 block, smem);
+        if (e != cudaSuccess)
+            cu_fail_cuda(__FILE__, __LINE__, what, e);
+        snprintf(what, sizeof what, "kernel %s (grid %u, block %u, smem %u)", kc_names[kernel], grid, block, smem);
+        cu_debug_sync(what);
+    }
+}
+
+int kc_num_sms(void)
+{
+    if (!cu.up)
+        cu_internal("kc_num_sms before the GPU was set up");
+    return cu.sm_count;
+}
+
+const KcStepParams *kc_step_params(void)
+{
+    if (!cu.up)
+        cu_internal("kc_step_params before the GPU was set up");
+    return cu.params_dev;
+}
+
+int64_t *kc_next_check(void)
+{
+    if (!cu.up)
+        cu_internal("kc_next_check before the GPU was set up");
+    if (cu.next_check >= cu.ncheck)
+        cu_internal("the step takes more device check slots than the model declares (%d)", cu.ncheck);
+    return &cu.check_dev[cu.next_check++];
+}
+
+/* -------------------------------------------------------- copies and fills */
+
+void kc_memcpy(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes < 0)
+        cu_internal("kc_memcpy of %lld bytes", (long long)bytes);
+    if (bytes == 0 || dst == src)
+        return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, cu.compute));
+    cu_debug_sync("a device-to-device copy");
+}
+
+void kc_memset(void *dst, int byte, int64_t bytes)
+{
+    if (bytes < 0)
+        cu_internal("kc_memset of %lld bytes", (long long)bytes);
+    if (bytes == 0)
+        return;
+    CU_CHECK(cudaMemsetAsync(dst, byte, (size_t)bytes, cu.compute));
+    cu_debug_sync("a device fill");
+}
+
+void rt_memcpy(void *dst, const void *src, int64_t bytes)
+{
+    kc_memcpy(dst, src, bytes);
+}
+
+void rt_memset(void *dst, int byte, int64_t bytes)
+{
+    kc_memset(dst, byte, bytes);
+}
+
+/* ----------------------------------------------------------------- GEMM */
+
+typedef struct {
+    int64_t m, n, k, batch, sa, sb; /* after folding */
+    int ta, tb, tf32;
+    int align;                      /* log2 of the byte alignment of A, B, C: bits 0-3, 4-7, 8-11 */
+} GemmKey;
+
+typedef struct {
+    GemmKey key;
+    int used;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+} GemmPlan;
+
+static GemmPlan *g_plan;
+static size_t g_cap, g_count; /* g_cap: a power of two, or 0 */
+
+static int key_eq(const GemmKey *x, const GemmKey *y)
+{
+    return x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch && x->sa == y->sa &&
+           x->sb == y->sb && x->ta == y->ta && x->tb == y->tb && x->tf32 == y->tf32 && x->align == y->align;
+}
+
+static uint64_t key_hash(const GemmKey *k)
+{
+    uint64_t v[] = {(uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k, (uint64_t)k->batch, (uint64_t)k->sa,
+                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2), (uint64_t)k->align};
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        h ^= v[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* the slot of key in a table of capacity cap: its plan, or the empty slot to fill */
+static GemmPlan *slot_of(GemmPlan *t, size_t cap, const GemmKey *k)
+{
+    size_t i = (size_t)key_hash(k) & (cap - 1);
+    while (t[i].used && !key_eq(&t[i].key, k))
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void grow(void)
+{
+    size_t cap = g_cap ? g_cap * 2 : 64;
+    GemmPlan *t = calloc(cap, sizeof *t);
+    if (!t)
+        cu_internal("out of memory for the GEMM plan cache");
+    for (size_t i = 0; i < g_cap; i++)
+        if (g_plan[i].used)
+            *slot_of(t, cap, &g_plan[i].key) = g_plan[i];
+    free(g_plan);
+    g_plan = t;
+    g_cap = cap;
+}
+
+/* log2 of the alignment of address p (and of every batch's matrix, when
+ * strided by stride_bytes), at most 256 bytes, cuBLASLt's default demand */
+static int align_log2(const void *p, int64_t stride_bytes)
+{
+    uintptr_t x = (uintptr_t)p | (uintptr_t)stride_bytes | (uintptr_t)256;
+    int l = 0;
+    while (!(x & 1))
+        x >>= 1, l++;
+    return l;
+}
+
+static void layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
+                   int64_t stride)
+{
+    LT_CHECK(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld));
+    if (batch > 1) {
+        int32_t b = (int32_t)batch;
+        LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
+        LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride));
+    }
+}
+
+static void make_plan(GemmPlan *p, const GemmKey *k)
+{
+    memset(p, 0, sizeof *p);
+    p->key = *k;
+    cublasComputeType_t ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LT_CHECK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
+    int32_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    uint64_t m = (uint64_t)k->m, n = (uint64_t)k->n, kk = (uint64_t)k->k;
+    if (k->tb)
+        layout(&p->la, kk, n, k->k, k->batch, k->sb);
+    else
+        layout(&p->la, n, kk, k->n, k->batch, k->sb);
+    if (k->ta)
+        layout(&p->lb, m, kk, k->m, k->batch, k->sa);
+    else
+        layout(&p->lb, kk, m, k->k, k->batch, k->sa);
+    layout(&p->lc, n, m, k->n, k->batch, k->m * k->n);
+
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = cu.ws_bytes;
+    /* our A, B, C's alignments; cuBLASLt's A is our B and its B our A */
+    uint32_t al_a = 1u << (k->align & 15), al_b = 1u << (k->align >> 4 & 15), al_c = 1u << (k->align >> 8 & 15);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_b,
+                                                  sizeof al_b));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_a,
+                                                  sizeof al_a));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                                  sizeof al_c));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                                  sizeof al_c));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+    LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (s != CUBLAS_STATUS_SUCCESS || nres < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+        cu_internal("cuBLASLt has no algorithm for the GEMM C[%lld x %lld] = A%s B%s (k %lld, batch %lld, strides "
+                    "%lld/%lld, alignment %u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n, k->ta ? "^T" : "",
+                    k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa, (long long)k->sb,
+                    al_a, al_b, al_c, k->tf32 ? "TF32" : "FP32",
+                    cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s : res.state));
+    p->algo = res.algo;
+    p->ws = res.workspaceSize;
+    p->used = 1;
+}
+
+void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    if (!cu.up)
+        cu_internal("kc_gemm_f32 before the GPU was set up");
+    if (batch < 0 || m < 0 || n < 0 || k < 0 || sa < 0 || sb < 0)
+        cu_internal("kc_gemm_f32: batch %lld, m %lld, n %lld, k %lld, strides %lld/%lld", (long long)batch,
+                    (long long)m, (long long)n, (long long)k, (long long)sa, (long long)sb);
+    if (batch == 0 || m == 0 || n == 0)
+        return;
+    if (k == 0) { /* C = beta C */
+        if (beta == 0)
+            kc_memset(c, 0, batch * m * n * (int64_t)sizeof(float));
+        else if (beta != 1)
+            cu_internal("kc_gemm_f32 with k = 0 and beta %g", beta);
+        return;
+    }
+    if (batch > 1 && sb == 0 && !ta && sa == m * k) { /* one matrix of batch*m rows */
+        m *= batch;
+        batch = 1;
+    }
+    if (batch == 1)
+        sa = sb = 0;
+    if (batch > 0x7fffffff)
+        cu_internal("kc_gemm_f32: batch %lld beyond cuBLASLt's int32", (long long)batch);
+    GemmKey key;
+    memset(&key, 0, sizeof key);
+    key.m = m, key.n = n, key.k = k, key.batch = batch, key.sa = sa, key.sb = sb;
+    key.ta = !!ta, key.tb = !!tb, key.tf32 = cu.tf32;
+    int64_t sc = batch > 1 ? m * n : 0;
+    key.align = align_log2(a, sa * 4) | align_log2(b, sb * 4) << 4 | align_log2(c, sc * 4) << 8;
+    if (2 * (g_count + 1) > g_cap)
+        grow();
+    GemmPlan *p = slot_of(g_plan, g_cap, &key);
+    if (!p->used) {
+        make_plan(p, &key);
+        g_count++;
+    }
+    float alpha = 1.0f, bf = (float)beta;
+    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &alpha, b, p->la, a, p->lb, &bf, c, p->lc, c, p->lc, &p->algo, cu.ws,
+                            p->ws, cu.compute));
+    if (cu.sync_debug) {
+        char what[200];
+        snprintf(what, sizeof what, "the cuBLASLt GEMM m %lld n %lld k %lld batch %lld", (long long)m, (long long)n,
+                 (long long)k, (long long)batch);
+        cu_debug_sync(what);
+    }
+}
+
+void cu_gemm_cache_free(void)
+{
+    for (size_t i = 0; i < g_cap; i++) {
+        GemmPlan *p = &g_plan[i];
+        if (!p->used)
+            continue;
+        /* teardown: a failure here cannot hurt the run that already ended */
+        (void)cublasLtMatrixLayoutDestroy(p->la);
+        (void)cublasLtMatrixLayoutDestroy(p->lb);
+        (void)cublasLtMatrixLayoutDestroy(p->lc);
+        (void)cublasLtMatmulDescDestroy(p->op);
+    }
+    free(g_plan);
+    g_plan = NULL;
+    g_cap = g_count = 0;
+}

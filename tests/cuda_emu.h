@@ -1,0 +1,260 @@
+/* cuda_emu.h — just enough of CUDA, on the host, to run the kernels of
+ * kernels/cuda as plain C++ (tests/kernels_cuda_test.cc).
+ *
+ * How it works.  A launch runs its blocks one after another; a block runs
+ * its blockDim.x threads as fibers (ucontext) on the calling OS thread.  A
+ * scheduler resumes the runnable fibers round-robin, each until it finishes
+ * or waits at a barrier:
+ *   __syncthreads()        waits until every thread of the block arrived;
+ *   __shfl_*_sync          each lane writes its value into a per-thread
+ *                          exchange slot, waits for its warp, reads its
+ *                          source lane's slot, waits again;
+ * so the block behaves as if its threads ran concurrently, and a thread
+ * that races ahead of a missing barrier reads what the others have not
+ * written yet.  If a round makes no progress while threads are waiting (a
+ * barrier some threads never reach, or reach after exiting), the launch
+ * aborts with a message: on a GPU that is a hang or undefined behaviour.
+ * Shuffles demand a full mask and a full warp, as the kernels promise.
+ *
+ * threadIdx, blockIdx, blockDim and gridDim are globals the scheduler sets
+ * before resuming a fiber.  __shared__ is `static`: one copy per kernel (or
+ * per template instance), which is right because blocks never overlap (and
+ * wrong values left by the previous block are what a GPU leaves too).
+ * __device__, __global__ and __forceinline__ go away; atomics use
+ * std::atomic_ref; the math functions are libm's.  KC_GLOBAL is empty, so
+ * the kernels are ordinary functions: the test includes the sources inside
+ * a namespace, away from the kernels/c functions of the same names.
+ * Everything is single-threaded, so results are deterministic.
+ */
+#ifndef FSDPC_CUDA_EMU_H
+#define FSDPC_CUDA_EMU_H
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <math.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+constexpr int warpSize = 32;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define KC_GLOBAL
+
+namespace emu {
+
+constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
+
+struct Fiber {
+    ucontext_t ctx;
+    bool done;
+    const unsigned *wait_on; /* a generation counter this fiber waits to change */
+    unsigned wait_seen;
+};
+
+struct State {
+    std::vector<Fiber> fiber;
+    std::vector<char *> stack;
+    std::vector<unsigned> warp_arrived, warp_gen;
+    std::vector<uint64_t> xchg; /* one shuffle slot per thread */
+    unsigned arrived = 0, gen = 0;
+    Fiber *cur = nullptr;
+    ucontext_t sched;
+    const std::function<void()> *body = nullptr;
+    const char *kernel = "?";
+    long launches = 0, blocks = 0, threads = 0;
+};
+inline State st;
+
+[[noreturn]] inline void fail(const char *msg)
+{
+    fprintf(stderr, "cuda_emu: kernel %s, block %u, thread %u: %s\n", st.kernel, blockIdx.x, threadIdx.x,
+            msg);
+    abort();
+}
+
+inline char *stack_for(size_t i)
+{
+    while (st.stack.size() <= i) {
+        const size_t page = 4096;
+        void *p = mmap(nullptr, kStack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            fail("cannot map a fiber stack");
+        mprotect(p, page, PROT_NONE); /* the stack grows down into the guard */
+        st.stack.push_back((char *)p + page);
+    }
+    return st.stack[i];
+}
+
+inline void fiber_main()
+{
+    (*st.body)();
+    st.cur->done = true; /* uc_link returns to the scheduler */
+}
+
+/* the current fiber waits until *gen differs from seen */
+inline void wait_change(const unsigned *gen, unsigned seen)
+{
+    st.cur->wait_on = gen;
+    st.cur->wait_seen = seen;
+    swapcontext(&st.cur->ctx, &st.sched);
+}
+
+/* Runs one block of blockDim.x fibers to completion. */
+inline void run_block()
+{
+    const unsigned n = blockDim.x, warps = (n + 31) / 32;
+    st.fiber.assign(n, Fiber{});
+    st.warp_arrived.assign(warps, 0);
+    st.warp_gen.assign(warps, 0);
+    st.xchg.assign(n, 0);
+    st.arrived = 0;
+    for (unsigned t = 0; t < n; t++) {
+        Fiber &f = st.fiber[t];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stack_for(t);
+        f.ctx.uc_stack.ss_size = kStack;
+        f.ctx.uc_link = &st.sched;
+        makecontext(&f.ctx, fiber_main, 0);
+    }
+    for (;;) {
+        bool progress = false, all_done = true;
+        for (unsigned t = 0; t < n; t++) {
+            Fiber &f = st.fiber[t];
+            if (f.done)
+                continue;
+            all_done = false;
+            if (f.wait_on && *f.wait_on == f.wait_seen)
+                continue;
+            f.wait_on = nullptr;
+            st.cur = &f;
+            threadIdx.x = t;
+            swapcontext(&st.sched, &f.ctx);
+            progress = true;
+        }
+        if (all_done)
+            return;
+        if (!progress)
+            fail("deadlock: a barrier that not every thread of the block reaches");
+    }
+}
+
+/* Runs body for every thread of a grid x block launch. */
+inline void run(const char *kernel, unsigned grid, unsigned block, const std::function<void()> &body)
+{
+    st.kernel = kernel;
+    if (grid < 1 || block < 1 || block > 1024)
+        fail("bad launch geometry");
+    st.body = &body;
+    gridDim.x = grid;
+    blockDim.x = block;
+    st.launches++;
+    for (unsigned b = 0; b < grid; b++) {
+        blockIdx.x = b;
+        run_block();
+    }
+    st.blocks += grid;
+    st.threads += (long)grid * block;
+}
+
+inline void sync_block()
+{
+    const unsigned seen = st.gen;
+    if (++st.arrived == blockDim.x) { /* the last one releases the others */
+        st.arrived = 0;
+        st.gen++;
+        return;
+    }
+    wait_change(&st.gen, seen);
+}
+
+inline void sync_warp()
+{
+    const unsigned w = threadIdx.x / 32, size = std::min(32u, blockDim.x - w * 32);
+    const unsigned seen = st.warp_gen[w];
+    if (++st.warp_arrived[w] == size) {
+        st.warp_arrived[w] = 0;
+        st.warp_gen[w]++;
+        return;
+    }
+    wait_change(&st.warp_gen[w], seen);
+}
+
+/* value of lane src of this thread's warp (every lane calls it) */
+template <typename T> T shuffle(unsigned mask, T v, unsigned src)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+    const unsigned base = threadIdx.x & ~31u;
+    if (mask != 0xffffffffu || base + 32 > blockDim.x)
+        fail("shuffle without a full mask and a full warp");
+    uint64_t slot = 0;
+    memcpy(&slot, &v, sizeof v);
+    st.xchg[threadIdx.x] = slot;
+    sync_warp();
+    T r;
+    memcpy(&r, &st.xchg[base + src], sizeof r);
+    sync_warp();
+    return r;
+}
+
+} // namespace emu
+
+inline void __syncthreads() { emu::sync_block(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::sync_warp(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lanemask)
+{
+    return emu::shuffle(mask, v, (threadIdx.x & 31u) ^ (unsigned)lanemask);
+}
+template <typename T> T __shfl_down_sync(unsigned mask, T v, unsigned delta)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    return emu::shuffle(mask, v, lane + delta < 32 ? lane + delta : lane);
+}
+template <typename T> T __shfl_sync(unsigned mask, T v, int src)
+{
+    return emu::shuffle(mask, v, (unsigned)src & 31u);
+}
+
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v)
+{
+    std::atomic_ref<unsigned long long> a(*p);
+    unsigned long long old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+
+inline float __int_as_float(int v)
+{
+    float f;
+    memcpy(&f, &v, sizeof f);
+    return f;
+}
+inline double __longlong_as_double(long long v)
+{
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+
+#endif

@@ -1,0 +1,304 @@
+"""tests/gpu/run.sh run: the cuda executables that prep.py built, on this machine's GPU.
+
+usage: python3 tests/gpu/gpu_run.py OUTDIR      (run.sh sets LD_LIBRARY_PATH first)
+
+1. the device layer's own test (cuda_rt_dev_test: GEMMs, collectives at
+   world 1, graph replay, device checks, FSDPC_CUDA_SYNC=1);
+2. the check models (GPT, ResNet-18) against their CPU reference losses:
+   FSDPC_NO_TF32=1 with and without CUDA Graphs must agree within 1e-4
+   (relative, every step); TF32 is reported, not asserted;
+3. the benchmark models with and without CUDA Graphs (TF32, the default),
+   and the benchmark GPT in PyTorch eager and torch.compile;
+4. a table: throughput, step time (median of the steps after the first
+   two: warm-up and capture), achieved TFLOPS, MFU against the GPU's dense
+   TF32 peak, peak device memory against the compile-time plan.
+FLOPs per step: GPT 6 x parameters x tokens (attention's T^2 terms not
+counted); ResNet 3 x the forward pass's 2 x multiply-adds of every
+convolution and linear layer (BatchNorm, ReLU, pooling, additions not
+counted).  Writes OUTDIR/report.txt and results.json (and copies them, with
+the logs, to $OUT when set).  Exit 1 when a check failed.
+"""
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUDGET = float(os.environ.get("GPU_RUN_BUDGET", "560"))  # seconds for everything
+T0 = time.time()
+TOL = 1e-4
+
+# dense TF32 tensor-core peak, TFLOPS (NVIDIA's data sheets: half the sparse figure)
+PEAK_TF32 = [("H100 PCIe", 378.0), ("H100 NVL", 417.5), ("H200 NVL", 417.5), ("GH200", 494.7), ("H200", 494.7),
+             ("H100", 494.7), ("A100", 156.0), ("L40S", 183.0), ("L4", 60.0), ("A10", 62.5)]
+
+
+def left():
+    return BUDGET - (time.time() - T0)
+
+
+class Run:
+    def __init__(self, out):
+        self.out = out
+        self.logdir = os.path.join(out, "logs")
+        os.makedirs(self.logdir, exist_ok=True)
+        self.rows, self.failures, self.notes = [], [], []
+
+    def sh(self, tag, cmd, timeout, env=None):
+        """(rc, stdout, stderr); rc 124 on timeout, None when skipped for lack of time"""
+        t = min(timeout, left() - 10)
+        if t < 15:
+            self.notes.append("%s: skipped (out of time)" % tag)
+            return None, "", ""
+        e = dict(os.environ)
+        e.update(env or {})
+        print("gpu_run: %s: %s" % (tag, " ".join(cmd)), flush=True)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=t, cwd=self.out)
+            rc, so, se = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as x:
+            rc = 124
+            so = x.stdout.decode() if isinstance(x.stdout, bytes) else (x.stdout or "")
+            se = (x.stderr.decode() if isinstance(x.stderr, bytes) else (x.stderr or "")) + "\n[timed out]"
+        with open(os.path.join(self.logdir, tag + ".log"), "w") as f:
+            f.write("$ %s\n[rc %s]\n--- stdout\n%s\n--- stderr\n%s\n" % (" ".join(cmd), rc, so, se))
+        return rc, so, se
+
+    def fail(self, msg):
+        print("gpu_run: FAIL " + msg, flush=True)
+        self.failures.append(msg)
+
+
+def gpu_info():
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        name, mem, drv = [s.strip() for s in q.split(",")]
+        return name, mem, drv
+    except Exception as x:  # noqa: BLE001 - informational only
+        return "unknown GPU (%s)" % x, "?", "?"
+
+
+def peak_for(name):
+    for key, v in PEAK_TF32:
+        if key in name:
+            return v
+    return None
+
+
+def unpack(out, models):
+    for exe in [m["exe"] for m in models] + ["cuda_rt_dev_test"]:  # in case the copy lost the mode
+        path = os.path.join(out, exe)
+        if os.path.exists(path):
+            os.chmod(path, 0o755)
+    for m in models:
+        init = m["init"]
+        if init.endswith(".gz"):
+            dst = os.path.join(out, init[:-3])
+            if not os.path.exists(dst):
+                with gzip.open(os.path.join(out, init), "rb") as f, open(dst + ".tmp", "wb") as g:
+                    shutil.copyfileobj(f, g, 1 << 24)
+                os.replace(dst + ".tmp", dst)
+        gen = m.get("gen")
+        rng = np.random.default_rng(0)
+        if gen and "tokens" in gen and not os.path.exists(os.path.join(out, m["name"] + ".tokens.bin")):
+            rng.integers(0, gen["vocab"], gen["tokens"]).astype("<u2").tofile(os.path.join(out, m["name"] +
+                                                                                           ".tokens.bin"))
+        if gen and "images" in gen and not os.path.exists(os.path.join(out, m["name"] + "_x.npy")):
+            n, s = gen["images"], gen["size"]
+            np.save(os.path.join(out, m["name"] + "_x.npy"), rng.standard_normal((n, 3, s, s), dtype=np.float32))
+            np.save(os.path.join(out, m["name"] + "_labels.npy"), rng.integers(0, gen["classes"], n).astype(np.int64))
+
+
+def device_layer(r):
+    exe = os.path.join(r.out, "cuda_rt_dev_test")
+    if not os.path.exists(exe):
+        r.notes.append("cuda_rt_dev_test not carried: the device layer's own test did not run")
+        return
+    for tag, args, env, want in [("nodriver", ["nodriver"], {}, 77), ("graph", ["graph"], {}, 0),
+                                 ("eager", ["eager"], {}, 0), ("check", ["check"], {}, 0),
+                                 ("sync", ["eager"], {"FSDPC_CUDA_SYNC": "1"}, 0),
+                                 ("notf32", ["graph"], {"FSDPC_NO_TF32": "1"}, 0),
+                                 ("nccl-graph", ["graph"], {"FSDPC_NCCL_ALWAYS": "1"}, 0),
+                                 ("nccl-eager", ["eager"], {"FSDPC_NCCL_ALWAYS": "1"}, 0)]:
+        rc, so, se = r.sh("rt_dev_test_" + tag, [exe] + args, 120, env)
+        if rc is None:
+            continue
+        ok = rc == want
+        line = (so.strip().splitlines() or [""])[-1]
+        r.rows.append(dict(section="device layer", model="cuda_rt_dev_test", run=tag,
+                           result="pass" if ok else "FAIL (rc %s)" % rc, detail=line))
+        if not ok:
+            r.fail("cuda_rt_dev_test %s: exit %s (want %d): %s" % (tag, rc, want, (se.strip() or so.strip())[-500:]))
+
+
+def parse_metrics(path):
+    losses, times, mem = [], [], None
+    if not os.path.exists(path):
+        return losses, times, mem
+    for line in open(path):
+        o = json.loads(line)
+        if "memory" in o:
+            mem = o["memory"]
+        elif "step" in o:
+            losses.append(o["loss"])
+            times.append(o["time_ms"])
+    return losses, times, mem
+
+
+def parse_meminfo(stdout):
+    for line in stdout.splitlines():
+        if line.startswith("fsdpc-cuda-mem:"):
+            kv = {}
+            for tok in line.split()[1:]:
+                if "=" in tok:
+                    k, v = tok.split("=", 1)
+                    kv[k] = v
+            return kv
+    return None
+
+
+def run_model(r, m, tag, env, extra, peak, timeout):
+    metrics = os.path.join(r.out, "%s.%s.jsonl" % (m["name"], tag))
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = ["./" + m["exe"]] + m["args"] + ["--steps", str(m["steps"]), "--metrics", metrics, "--quiet"] + extra
+    e = {"FSDPC_CUDA_MEMINFO": "1", "FSDPC_STEP_TIMEOUT": "60"}  # a hang ends in a minute, with a message
+    e.update(env)
+    rc, so, se = r.sh("%s.%s" % (m["name"], tag), cmd, timeout, e)
+    if rc is None:
+        return None
+    losses, times, mem = parse_metrics(metrics)
+    if rc != 0 or len(losses) != m["steps"]:
+        r.fail("%s %s: exit %s, %d of %d steps: %s" % (m["name"], tag, rc, len(losses), m["steps"],
+                                                       (se.strip() or so.strip())[-600:]))
+        return None
+    steady = times[2:] if len(times) > 3 else times
+    ms = statistics.median(steady)
+    tflops = m["flops_per_step"] / (ms * 1e-3) / 1e12
+    mi = parse_meminfo(so) or {}
+    row = dict(section="check" if m["check"] else "benchmark", model=m["name"], run=tag, steps=m["steps"],
+               rate=m["items_per_step"] / (ms * 1e-3), unit=m["unit"], step_ms=ms, tflops=tflops,
+               mfu=tflops / peak if peak else None, peak_used=int(mi["peak_used"]) if "peak_used" in mi else None,
+               context_used=int(mi["context_used"]) if "context_used" in mi else None, plan=m["plan_bytes"],
+               rt_total=mem.get("total_bytes") if mem else None, losses=losses)
+    if m["check"]:
+        ref = m["cpu_losses"]
+        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
+        row["max_rel"] = rel
+        strict = env.get("FSDPC_NO_TF32") == "1"
+        row["result"] = ("pass" if rel <= TOL else "FAIL") if strict else "(TF32: not asserted)"
+        if strict and rel > TOL:
+            worst = max(range(len(ref)), key=lambda i: abs(losses[i] - ref[i]) / abs(ref[i]))
+            r.fail("%s %s: loss differs from the CPU by %.3g (> %g) at step %d: %.9g vs %.9g"
+                   % (m["name"], tag, rel, TOL, worst + 1, losses[worst], ref[worst]))
+    r.rows.append(row)
+    return row
+
+
+def torch_bench(r, manifest_path, peak, models):
+    m = next((x for x in models if x["name"] == "gpt_bench"), None)
+    if m is None:
+        return
+    rc, so, se = r.sh("torch_gpt_bench", [sys.executable, os.path.join(HERE, "torch_gpt_bench.py"), manifest_path,
+                                          "--steps", "10"], 330)
+    if rc is None:
+        return
+    if rc != 0:
+        last = [l for l in (se.strip() or so.strip()).splitlines() if l.strip()][-1:] or [""]
+        r.notes.append("torch_gpt_bench: exit %s: %s (logs/torch_gpt_bench.log)" % (rc, last[0][-300:]))
+    for line in so.splitlines():
+        if not line.startswith("{"):
+            continue
+        o = json.loads(line)
+        ms = o["step_ms"]
+        tflops = m["flops_per_step"] / (ms * 1e-3) / 1e12
+        r.rows.append(dict(section="benchmark", model="gpt_bench", run=o["mode"], steps=o["steps"],
+                           rate=o["items_per_step"] / (ms * 1e-3), unit="tokens", step_ms=ms, tflops=tflops,
+                           mfu=tflops / peak if peak else None, peak_used=o["peak_reserved"],
+                           context_used=None, plan=None, torch_alloc=o["peak_allocated"],
+                           compile_s=o.get("compile_s")))
+
+
+def gib(b):
+    return "%.2f" % (b / 2**30) if b is not None else "-"
+
+
+def table(r, gpu, peak):
+    lines = ["GPU: %s (%s, driver %s); dense TF32 peak %s TFLOPS" % (gpu[0], gpu[1], gpu[2],
+                                                                     "%.1f" % peak if peak else "unknown")]
+    hdr = "%-16s %-22s %5s %14s %9s %8s %6s %14s %9s  %s" % ("model", "run", "steps", "throughput", "step ms",
+                                                              "TFLOPS", "MFU", "peak GiB (ctx)", "plan GiB",
+                                                              "vs CPU")
+    lines += [hdr, "-" * len(hdr)]
+    for w in r.rows:
+        if w["section"] == "device layer":
+            lines.append("%-16s %-22s %s  %s" % (w["model"][:16], w["run"], w["result"], w["detail"][:90]))
+            continue
+        rate = "%.0f %s/s" % (w["rate"], "tok" if w["unit"] == "tokens" else "img")
+        peak_s = gib(w["peak_used"]) + (" (%s)" % gib(w["context_used"]) if w.get("context_used") else "")
+        if w.get("torch_alloc") is not None:
+            peak_s = "%s alloc %s" % (gib(w["peak_used"]), gib(w["torch_alloc"]))
+        vs = ""
+        if "max_rel" in w:
+            vs = "%s max rel %.2e" % (w["result"], w["max_rel"])
+        elif w.get("compile_s"):
+            vs = "(compile+warm-up %.0f s)" % w["compile_s"]
+        lines.append("%-16s %-22s %5d %14s %9.2f %8.2f %6s %14s %9s  %s" % (
+            w["model"], w["run"], w["steps"], rate, w["step_ms"], w["tflops"],
+            "%.1f%%" % (100 * w["mfu"]) if w["mfu"] is not None else "-", peak_s, gib(w["plan"]), vs))
+    lines.append("FLOPs: GPT 6 x params x tokens (no attention T^2 term); ResNet 3 x forward (2 x conv/linear "
+                 "multiply-adds). Peak: cudaMemGetInfo's used bytes (whole device, CUDA context included; "
+                 "'ctx' = before fsdpc's allocations); PyTorch: max reserved, and allocated. Plan: fsdpc --report.")
+    for n in r.notes:
+        lines.append("note: " + n)
+    lines.append("RESULT: %s" % ("PASS" if not r.failures else "FAIL (%d): %s" % (len(r.failures),
+                                                                                "; ".join(r.failures))))
+    return "\n".join(lines)
+
+
+def main():
+    out = os.path.abspath(sys.argv[1])
+    manifest_path = os.path.join(out, "manifest.json")
+    models = json.load(open(manifest_path))["models"]
+    r = Run(out)
+    gpu = gpu_info()
+    peak = peak_for(gpu[0])
+    print("gpu_run: %s; %d models; budget %.0f s" % (gpu[0], len(models), BUDGET), flush=True)
+    unpack(out, models)
+    device_layer(r)
+    for m in models:
+        if m["check"]:
+            run_model(r, m, "fp32-graph", {"FSDPC_NO_TF32": "1"}, [], peak, 90)
+            run_model(r, m, "fp32-eager", {"FSDPC_NO_TF32": "1"}, ["--no-cuda-graph"], peak, 90)
+            run_model(r, m, "tf32-graph", {}, [], peak, 90)
+    for m in models:
+        if not m["check"]:
+            run_model(r, m, "tf32-graph", {}, [], peak, 180)
+            run_model(r, m, "tf32-eager", {}, ["--no-cuda-graph"], peak, 180)
+    torch_bench(r, manifest_path, peak, models)
+    text = table(r, gpu, peak)
+    print(text, flush=True)
+    with open(os.path.join(out, "report.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(dict(gpu=gpu, peak_tf32=peak, rows=r.rows, failures=r.failures, notes=r.notes), f, indent=1)
+    dst = os.environ.get("OUT")
+    if dst and os.path.isdir(dst):
+        shutil.copy(os.path.join(out, "report.txt"), dst)
+        shutil.copy(os.path.join(out, "results.json"), dst)
+        with tarfile.open(os.path.join(dst, "logs.tar.gz"), "w:gz") as t:
+            t.add(r.logdir, arcname="logs")
+    print("gpu_run: %.0f s" % (time.time() - T0))
+    sys.exit(1 if r.failures else 0)
+
+
+if __name__ == "__main__":
+    main()

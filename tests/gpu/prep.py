@@ -1,0 +1,286 @@
+"""tests/gpu/run.sh prepare: everything the GPU run needs, built on a CPU machine.
+
+usage: /usr/bin/python3 tests/gpu/prep.py OUTDIR FSDPC [--quick]
+
+Writes into OUTDIR (flat, so it can be carried to the GPU machine whole):
+  manifest.json        the models: how to run them, their CPU reference losses,
+                       parameters, FLOPs per step, the compile-time memory plan
+  gpt_check            examples/gpt.onnx (2 layers, d 64, T 64), batch 8, AdamW:
+                       --target cuda executable (+ .init), the token file, and
+                       the --target cpu run's losses (the reference)
+  resnet_check         torchvision ResNet-18 (10 classes), float32, 64x64,
+                       batch 16, SGD with momentum: the same, data as .npy
+  gpt_bench            a GPT-2-small-shaped model (default 12 layers, d 768,
+                       12 heads, T 1024, vocab 50304, batch 8): cuda only
+  resnet_bench         ResNet-18 (1000 classes), 224x224, batch 128: cuda only
+  cuda_rt_dev_test     the device layer's own test (if the build has it)
+Large .init files are stored gzipped (*.init.gz): the benchmark models'
+initial weights are random normal numbers repeating with a period of 4093
+values (scaled to each tensor's std), which compresses ~1000x, so that a
+124M-parameter model fits the 64 MiB that travels to the GPU machine;
+speed does not depend on the values.  (ResNet check weights are tiled too.)
+
+Environment: GPT_BENCH="layers,embd,heads,T,vocab,batch" and
+RESNET_BENCH="size,batch" override the benchmark shapes.
+--quick: small benchmark shapes (to try this script out).
+"""
+import copy
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torchvision
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from gpt import GPT, GPTConfig, export as export_gpt  # noqa: E402
+
+PERIOD = 4093
+LOSS = ["--loss", "cross_entropy:logits,labels"]
+
+
+def log(msg):
+    print("prep: " + msg, flush=True)
+
+
+def run(cmd, timeout=3600, env=None):
+    e = dict(os.environ)
+    e.setdefault("OPENBLAS_NUM_THREADS", str(os.cpu_count() or 1))
+    e.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    if env:
+        e.update(env)
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit("prep: FAILED (%d): %s\nstdout:\n%s\nstderr:\n%s"
+                         % (p.returncode, " ".join(cmd), p.stdout[-4000:], p.stderr[-4000:]))
+    return p, time.time() - t0
+
+
+def tile_weights(model, seed=0):
+    """every parameter with spread becomes base[i % PERIOD] * std + mean (same scale, compressible)"""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(PERIOD, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            if n < 2:
+                continue
+            std, mean = p.double().std().item(), p.double().mean().item()
+            if std == 0:
+                continue
+            reps = -(-n // PERIOD)
+            p.copy_((base.repeat(reps)[:n] * std + mean).view_as(p).to(p.dtype))
+
+
+def nparams(model):
+    return sum(p.numel() for p in model.parameters())  # tied weights once
+
+
+def export_resnet(model, path, size):
+    x = torch.zeros(2, 3, size, size)
+    with warnings.catch_warnings():  # "Removing mutation from node aten::add_ on ... num_batches_tracked"
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def resnet_fwd_flops(model, size):
+    """2 x multiply-adds of every Conv2d and Linear for one image (BN, ReLU, pooling, adds not counted)"""
+    macs = [0]
+
+    def hook(mod, inp, out):
+        if isinstance(mod, torch.nn.Conv2d):
+            k = mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+            macs[0] += out[0].numel() * k
+        elif isinstance(mod, torch.nn.Linear):
+            macs[0] += mod.in_features * mod.out_features
+    hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    m = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        m(torch.zeros(1, 3, size, size))
+    for h in hs:
+        h.remove()
+    return 2 * macs[0]
+
+
+def plan_bytes(fsdpc, onnx_path, flags):
+    p, _ = run([fsdpc, onnx_path] + flags + ["--report", "--world", "1"])
+    m = re.search(r"planned peak\s+(\d+) B", p.stdout)
+    if not m:
+        raise SystemExit("prep: no 'planned peak' in fsdpc --report:\n" + p.stdout[-2000:])
+    return int(m.group(1)), p.stdout
+
+
+def compile_both(fsdpc, onnx_path, out, name, flags, cpu):
+    """cuda executable OUT/name (and OUT/name_cpu for the reference); the plan; the report text"""
+    plan, report = plan_bytes(fsdpc, onnx_path, flags)
+    with open(os.path.join(out, name + ".report.txt"), "w") as f:
+        f.write(report)
+    _, t = run([fsdpc, onnx_path, "-o", os.path.join(out, name), "--target", "cuda", "--arch", "sm_90"] + flags)
+    log("%s: --target cuda built in %.1f s (plan %.3f GiB per rank)" % (name, t, plan / 2**30))
+    if cpu:
+        _, t = run([fsdpc, onnx_path, "-o", os.path.join(out, name + "_cpu"), "--target", "cpu"] + flags)
+        log("%s: --target cpu built in %.1f s" % (name, t))
+    return plan
+
+
+def cpu_losses(out, name, args, steps):
+    metrics = os.path.join(out, name + "_cpu.jsonl")
+    _, t = run([os.path.join(out, name + "_cpu")] + args + ["--steps", str(steps), "--metrics", metrics, "--quiet"],
+               env={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"step"' in l]
+    if len(losses) != steps:
+        raise SystemExit("prep: %s: %d CPU losses, expected %d" % (name, len(losses), steps))
+    log("%s: CPU reference, %d steps in %.1f s: loss %.6f -> %.6f" % (name, steps, t, losses[0], losses[-1]))
+    return losses
+
+
+def gzip_init(out, name):
+    src = os.path.join(out, name + ".init")
+    with open(src, "rb") as f, gzip.open(src + ".gz", "wb", compresslevel=6) as g:
+        shutil.copyfileobj(f, g, 1 << 24)
+    log("%s.init: %.1f MiB -> %.2f MiB gzipped" % (name, os.path.getsize(src) / 2**20,
+                                                   os.path.getsize(src + ".gz") / 2**20))
+    os.remove(src)
+    return name + ".init.gz"
+
+
+def gpt_check(fsdpc, out, steps):
+    name, B, T = "gpt_check", 8, 64
+    corpus = "/usr/share/common-licenses/GPL-3"
+    toks = np.frombuffer(open(corpus, "rb").read(), np.uint8).astype("<u2")
+    toks.tofile(os.path.join(out, name + ".tokens.bin"))
+    flags = LOSS + ["--optimizer", "adamw", "--dim", "batch=%d" % B, "--wrap", "size:30000"]
+    onnx_path = os.path.join(ROOT, "examples", "gpt.onnx")
+    plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=True)
+    args = ["--tokens", name + ".tokens.bin", "--lr", "1e-3", "--weight-decay", "0.01"]
+    cwd = os.getcwd()
+    os.chdir(out)
+    try:
+        losses = cpu_losses(out, name, args, steps)
+    finally:
+        os.chdir(cwd)
+    import onnx
+    n = sum(int(np.prod(t.dims)) for t in onnx.load(onnx_path).graph.initializer if not t.name.endswith(".mask"))
+    return dict(name=name, kind="gpt", exe=name, init=name + ".init", args=args, steps=steps, check=True,
+                cpu_losses=losses, params=n, unit="tokens", items_per_step=B * T, flops_per_step=6 * n * B * T,
+                plan_bytes=plan, batch=B, config=dict(T=T, source="examples/gpt.onnx"))
+
+
+def resnet_check(fsdpc, out, steps):
+    name, B, S, classes, N = "resnet_check", 16, 64, 10, 32
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=classes)
+    tile_weights(model, seed=1)
+    model.train()
+    onnx_path = os.path.join(out, name + ".onnx")
+    export_resnet(model, onnx_path, S)
+    rng = np.random.default_rng(0)
+    np.save(os.path.join(out, name + "_x.npy"), rng.standard_normal((N, 3, S, S)).astype(np.float32))
+    np.save(os.path.join(out, name + "_labels.npy"), rng.integers(0, classes, N).astype(np.int64))
+    flags = LOSS + ["--optimizer", "sgd", "--dim", "batch=%d" % B, "--wrap", "size:2000000"]
+    plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=True)
+    args = ["--data", "x=%s_x.npy" % name, "--data", "labels=%s_labels.npy" % name, "--lr", "0.01",
+            "--momentum", "0.9"]
+    cwd = os.getcwd()
+    os.chdir(out)
+    try:
+        losses = cpu_losses(out, name, args, steps)
+    finally:
+        os.chdir(cwd)
+    os.remove(onnx_path)
+    fl = resnet_fwd_flops(model, S)
+    return dict(name=name, kind="resnet", exe=name, init=gzip_init(out, name), args=args, steps=steps, check=True,
+                cpu_losses=losses, params=nparams(model), unit="images", items_per_step=B,
+                flops_per_step=3 * fl * B, plan_bytes=plan, batch=B, config=dict(size=S, classes=classes))
+
+
+def gpt_bench(fsdpc, out, steps, shape):
+    L, D, H, T, V, B = shape
+    name = "gpt_bench"
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=V, n_layer=L, n_head=H, n_embd=D, block_size=T, dropout=0.0, tied=True)
+    model = GPT(cfg)
+    tile_weights(model, seed=2)
+    onnx_path = os.path.join(out, name + ".onnx")
+    t0 = time.time()
+    export_gpt(model, onnx_path, 1, T)
+    log("%s: exported %d parameters in %.1f s" % (name, nparams(model), time.time() - t0))
+    import onnx
+    shapes = [[t.name, list(t.dims)] for t in onnx.load(onnx_path, load_external_data=False).graph.initializer]
+    flags = LOSS + ["--optimizer", "adamw", "--dim", "batch=%d" % B, "--wrap", "size:%d" % max(12 * D * D, 1000)]
+    plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=False)
+    os.remove(onnx_path)
+    n = nparams(model)
+    return dict(name=name, kind="gpt", exe=name, init=gzip_init(out, name),
+                args=["--tokens", name + ".tokens.bin", "--lr", "3e-4", "--weight-decay", "0.1"], steps=steps,
+                check=False, params=n, unit="tokens", items_per_step=B * T, flops_per_step=6 * n * B * T,
+                plan_bytes=plan, batch=B, gen=dict(tokens=(steps + 2) * B * T + 1, vocab=V),
+                config=dict(vocab=V, layers=L, heads=H, embd=D, T=T, tied=True, onnx_shapes=shapes))
+
+
+def resnet_bench(fsdpc, out, steps, shape):
+    S, B = shape
+    name, classes = "resnet_bench", 1000
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=classes)
+    tile_weights(model, seed=3)
+    model.train()
+    onnx_path = os.path.join(out, name + ".onnx")
+    export_resnet(model, onnx_path, S)
+    flags = LOSS + ["--optimizer", "sgd", "--dim", "batch=%d" % B, "--wrap", "size:2000000"]
+    plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=False)
+    os.remove(onnx_path)
+    fl = resnet_fwd_flops(model, S)
+    return dict(name=name, kind="resnet", exe=name, init=gzip_init(out, name),
+                args=["--data", "x=%s_x.npy" % name, "--data", "labels=%s_labels.npy" % name, "--lr", "0.1",
+                      "--momentum", "0.9"], steps=steps, check=False, params=nparams(model), unit="images",
+                items_per_step=B, flops_per_step=3 * fl * B, plan_bytes=plan, batch=B,
+                gen=dict(images=B, size=S, classes=classes), config=dict(size=S, classes=classes))
+
+
+def shape_env(var, default, n):
+    v = os.environ.get(var)
+    if not v:
+        return default
+    parts = [int(x) for x in v.split(",")]
+    if len(parts) != n:
+        raise SystemExit("prep: %s='%s': expected %d comma-separated integers" % (var, v, n))
+    return tuple(parts)
+
+
+def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    out, fsdpc = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    quick = "--quick" in sys.argv[3:]
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(os.cpu_count() or 1)
+    gpt_shape = shape_env("GPT_BENCH", (2, 128, 4, 128, 256, 4) if quick else (12, 768, 12, 1024, 50304, 8), 6)
+    resnet_shape = shape_env("RESNET_BENCH", (64, 8) if quick else (224, 128), 2)
+    models = [gpt_check(fsdpc, out, 20), resnet_check(fsdpc, out, 8),
+              gpt_bench(fsdpc, out, 20, gpt_shape), resnet_bench(fsdpc, out, 20, resnet_shape)]
+    for m in models:  # the CPU executables stay behind: only their losses travel
+        cpu = os.path.join(out, m["exe"] + "_cpu")
+        for f in (cpu, cpu + ".init"):
+            if os.path.exists(f):
+                os.remove(f)
+    manifest = dict(created=time.strftime("%Y-%m-%d %H:%M:%S"), fsdpc=fsdpc, models=models)
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    log("wrote %s/manifest.json (%d models)" % (out, len(models)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,968 @@
+/* kernels_cuda_test.cc — runs the CUDA target's kernels without a GPU and
+ * checks every kc_ launcher against its kernels/c twin (ctest
+ * kernels_cuda_emu).
+ *
+ * How it works.  kernels/cuda's sources are compiled here as C++ inside
+ * namespace dev, on top of tests/cuda_emu.h (fibers for threads, barriers,
+ * shuffles).  This file provides what the runtime provides on a GPU:
+ *   kc_launch      dispatches on the kernel id to the emulated kernel, with
+ *                  the arguments unpacked by the kernel's own parameter
+ *                  types; each kernels.def row's types are matched against
+ *                  the definition at compile time;
+ *   kc_gemm_f32    a reference loop (double accumulation);
+ *   kc_memcpy / kc_memset, kc_num_sms() = 3, kc_step_params(),
+ *   kc_next_check  host memory ("device" memory is host memory here).
+ * launch.c is linked unchanged (libfsdpc_kernels_cuda), kernels/c too
+ * (libfsdpc_kernels), and each test calls a kc_ function and its k_ twin on
+ * the same random inputs: shapes with odd sizes, rank 0 and 1, broadcasting,
+ * more elements than one block and than one grid (3 SMs hold 24 blocks of
+ * 256), aliasing where the contract allows it.  Floats must agree to 1e-5
+ * relative (|a - b| <= 1e-5 (1 + |b|)); copies, masks, integers, indices
+ * and the check slots must agree exactly.  A failing check prints what it
+ * was and where; the exit status is 1 if any failed.
+ */
+#include "cuda_emu.h"
+
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+extern "C" {
+#include "kc.h"
+#include "kernels.h"
+}
+
+/* ---- the device code, as C++ ------------------------------------------------ */
+
+namespace dev {
+#include "common.cuh"
+/* alphabetical, as fsdpc concatenates them */
+#include "conv.cu"
+#include "copy.cu"
+#include "ew.cu"
+#include "gather.cu"
+#include "loss.cu"
+#include "norm.cu"
+#include "optim.cu"
+#include "random.cu"
+#include "reduce.cu"
+
+/* Copies each argument from args[i] into a value of the kernel's parameter
+ * type (as cudaLaunchKernel does) and runs the grid. */
+template <typename... P, size_t... I>
+void launch_unpacked(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void **args,
+                     std::index_sequence<I...>)
+{
+    std::tuple<std::decay_t<P>...> vals;
+    (memcpy((void *)&std::get<I>(vals), args[I], sizeof(std::get<I>(vals))), ...);
+    emu::run(name, grid, block, [&] { std::apply(fn, vals); });
+}
+
+template <typename... P>
+void launch_kernel(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void **args)
+{
+    launch_unpacked(name, fn, grid, block, args, std::index_sequence_for<P...>{});
+}
+
+static void dispatch(int id, unsigned grid, unsigned block, void **args)
+{
+    switch (id) {
+#define KC(name, params)                                                                           \
+    case KC_##name: {                                                                              \
+        using Fn = void params; /* kernels.def's types, in the device namespace */                \
+        Fn *fn = &name;         /* a row that disagrees with its kernel stops the build */         \
+        launch_kernel(#name, fn, grid, block, args);                                               \
+        return;                                                                                    \
+    }
+#include "kernels.def"
+#undef KC
+    }
+    fprintf(stderr, "kc_launch: unknown kernel id %d\n", id);
+    abort();
+}
+} // namespace dev
+
+/* the mirrors in common.cuh must match kc.h and kernels.h byte for byte */
+#define SAME_FIELD(T, f) static_assert(offsetof(T, f) == offsetof(dev::T, f), #T "." #f)
+static_assert(sizeof(KDims) == sizeof(dev::KDims) && KC_MAX_RANK == 8, "KDims");
+static_assert(sizeof(KcStepParams) == sizeof(dev::KcStepParams), "KcStepParams");
+SAME_FIELD(KcStepParams, lr);
+SAME_FIELD(KcStepParams, momentum);
+SAME_FIELD(KcStepParams, step);
+static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
+SAME_FIELD(KConv2d, n);
+SAME_FIELD(KConv2d, m);
+SAME_FIELD(KConv2d, oh);
+SAME_FIELD(KConv2d, sh);
+SAME_FIELD(KConv2d, pt);
+SAME_FIELD(KConv2d, groups);
+static_assert(sizeof(KPool2d) == sizeof(dev::KPool2d), "KPool2d");
+SAME_FIELD(KPool2d, kh);
+SAME_FIELD(KPool2d, oh);
+SAME_FIELD(KPool2d, pr);
+SAME_FIELD(KPool2d, count_include_pad);
+/* KC_MAX_RANK and KC_GRID_PARTIALS are macros of both kc.h and common.cuh:
+ * a different value is a redefinition, which -Werror stops */
+#define SAME_ENUM(e) static_assert((int)e == (int)dev::e, #e);
+#define ENUMS(X)                                                                                   \
+    X(K_ADD) X(K_SUB) X(K_MUL) X(K_DIV) X(K_POW) X(K_POW_DA) X(K_POW_DB) X(K_RELU) X(K_TANH)      \
+    X(K_SIGMOID) X(K_SQRT) X(K_RECIPROCAL) X(K_EXP) X(K_LOG) X(K_NEG) X(K_ABS) X(K_ERF)          \
+    X(K_LEAKY_RELU) X(K_CLIP) X(K_SOFTPLUS) X(K_EQ) X(K_LT) X(K_GT) X(K_LE) X(K_GE) X(K_DT_F32)  \
+    X(K_DT_F64) X(K_DT_I64) X(K_DT_I32) X(K_DT_U8) X(K_DT_BOOL) X(K_PAD_CONSTANT)                 \
+    X(K_PAD_REFLECT) X(K_PAD_EDGE) X(K_RSUM) X(K_RMEAN) X(K_RMAX) X(K_RMIN) X(K_LOSS_NONE)        \
+    X(K_LOSS_SUM) X(K_LOSS_MEAN)
+ENUMS(SAME_ENUM)
+
+/* ---- the runtime's side, emulated --------------------------------------------------- */
+
+static KcStepParams step_params;
+static int64_t check_slot[16];
+static int next_slot;
+
+extern "C" {
+void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **args)
+{
+    if (smem != 0) {
+        fprintf(stderr, "kc_launch: dynamic shared memory is not emulated\n");
+        abort();
+    }
+    dev::dispatch(kernel, grid, block, args);
+}
+int kc_num_sms(void) { return 3; }
+const KcStepParams *kc_step_params(void) { return &step_params; }
+int64_t *kc_next_check(void) { return &check_slot[next_slot++ % 16]; }
+void kc_memcpy(void *dst, const void *src, int64_t bytes) { memmove(dst, src, (size_t)bytes); }
+void kc_memset(void *dst, int byte, int64_t bytes) { memset(dst, byte, (size_t)bytes); }
+
+void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    for (int64_t i = 0; i < batch; i++) {
+        const float *A = a + i * sa, *B = b + i * sb;
+        float *C = c + i * m * n;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t q = 0; q < n; q++) {
+                double s = 0;
+                for (int64_t l = 0; l < k; l++)
+                    s += (double)A[ta ? l * m + r : r * k + l] * B[tb ? q * k + l : l * n + q];
+                C[r * n + q] = (float)(beta == 0 ? s : s + beta * C[r * n + q]);
+            }
+    }
+}
+}
+
+/* the kc_ twins: kernels.h's prototypes under the kc_ names */
+#define TWINS(X)                                                                                   \
+    X(binary_f32) X(unary_f32) X(unary_grad_f32) X(scale_f32) X(fill_f32) X(compare_f32)          \
+    X(compare_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
+    X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(reduce_sum_to_f32) X(reduce_f32)                   \
+    X(reduce_max_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
+    X(layernorm_f32) X(layernorm_grad_f32) X(batchnorm_train_f32) X(batchnorm_grad_f32)           \
+    X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
+    X(conv2d_grad_w_f32) X(conv2d_grad_b_f32) X(maxpool2d_f32) X(maxpool2d_grad_f32)              \
+    X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
+    X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
+    X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
+    X(adamw_f32) X(sgd_f32)
+#define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
+TWINS(DECLARE_TWIN)
+
+/* ---- checks and inputs ------------------------------------------------------------- */
+
+static int checks, failures;
+static char what[256];
+#define CTX(...) snprintf(what, sizeof what, __VA_ARGS__)
+
+/* |got - want| <= tol (1 + |want|); tol 0: equal (NaN matches NaN) */
+static void check_f(const float *got, const float *want, int64_t n, double tol)
+{
+    checks++;
+    for (int64_t i = 0; i < n; i++) {
+        const double g = got[i], w = want[i];
+        const bool ok = std::isnan(w) ? std::isnan(g) : g == w || fabs(g - w) <= tol * (1 + fabs(w));
+        if (!ok) {
+            printf("FAIL %s at %lld: expected %.9g, actual %.9g\n", what, (long long)i, w, g);
+            failures++;
+            return;
+        }
+    }
+}
+
+static void check_bytes(const void *got, const void *want, size_t n)
+{
+    checks++;
+    for (size_t i = 0; i < n; i++)
+        if (((const uint8_t *)got)[i] != ((const uint8_t *)want)[i]) {
+            printf("FAIL %s at byte %zu: expected %u, actual %u\n", what, i, ((const uint8_t *)want)[i],
+                   ((const uint8_t *)got)[i]);
+            failures++;
+            return;
+        }
+}
+
+static void check_int(int64_t got, int64_t want)
+{
+    checks++;
+    if (got != want) {
+        printf("FAIL %s: expected %lld, actual %lld\n", what, (long long)want, (long long)got);
+        failures++;
+    }
+}
+
+constexpr double TOL = 1e-5;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double uni(double lo, double hi)
+{
+    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+    return lo + (hi - lo) * (double)((rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+static int64_t below(int64_t n) { return (int64_t)uni(0, (double)n) % n; }
+
+using F = std::vector<float>;
+static F rnd(int64_t n, double lo, double hi)
+{
+    F v((size_t)n + 1); /* + 1: never a zero-length buffer */
+    for (auto &x : v)
+        x = (float)uni(lo, hi);
+    return v;
+}
+static int64_t numel(const std::vector<int64_t> &s)
+{
+    return std::accumulate(s.begin(), s.end(), (int64_t)1, std::multiplies<int64_t>());
+}
+/* numpy broadcast strides of shape x (right-aligned) over rank r */
+static std::vector<int64_t> bstrides(int r, const std::vector<int64_t> &x)
+{
+    std::vector<int64_t> st((size_t)r + 1, 0);
+    int64_t acc = 1;
+    for (int d = (int)x.size() - 1; d >= 0; d--) {
+        st[(size_t)(d + r - (int)x.size())] = x[(size_t)d] == 1 ? 0 : acc;
+        acc *= x[(size_t)d];
+    }
+    return st;
+}
+static std::string dims(const std::vector<int64_t> &s)
+{
+    std::string o = "[";
+    for (size_t i = 0; i < s.size(); i++)
+        o += (i ? "," : "") + std::to_string(s[i]);
+    return o + "]";
+}
+
+/* ---- ew ------------------------------------------------------------------------ */
+
+struct Bcast {
+    std::vector<int64_t> y, a, b;
+};
+static const Bcast bcast_cases[] = {
+    {{}, {}, {}},                     /* rank 0 */
+    {{7}, {7}, {7}},                  {{7}, {7}, {1}},          {{1}, {1}, {1}},
+    {{3, 5}, {3, 5}, {5}},            {{3, 5}, {3, 1}, {1, 5}}, {{2, 3, 4, 5}, {2, 3, 4, 5}, {3, 1, 5}},
+    {{4, 1, 3}, {1, 1, 3}, {4, 1, 1}}, {{10007}, {10007}, {10007}}, /* more than a grid */
+    {{97, 131}, {97, 131}, {131}},
+};
+
+static void test_binary()
+{
+    for (const Bcast &c : bcast_cases)
+        for (int op = K_ADD; op <= K_POW_DB; op++) {
+            const int r = (int)c.y.size();
+            const int64_t n = numel(c.y);
+            auto sa = bstrides(r, c.a), sb = bstrides(r, c.b);
+            F a = rnd(numel(c.a), 0.5, 2), b = rnd(numel(c.b), -2, 2), want(n + 1), got(n + 1);
+            k_binary_f32(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            kc_binary_f32(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            CTX("kc_binary op %d y %s a %s b %s", op, dims(c.y).c_str(), dims(c.a).c_str(), dims(c.b).c_str());
+            check_f(got.data(), want.data(), n, TOL);
+            if (c.a == c.y) { /* y aliasing a */
+                CTX("kc_binary op %d in place, y %s", op, dims(c.y).c_str());
+                kc_binary_f32(op, a.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+                check_f(a.data(), want.data(), n, TOL);
+            }
+        }
+}
+
+static void test_compare_where()
+{
+    for (const Bcast &c : bcast_cases) {
+        const int r = (int)c.y.size();
+        const int64_t n = numel(c.y), na = numel(c.a), nb = numel(c.b);
+        auto sa = bstrides(r, c.a), sb = bstrides(r, c.b);
+        F a(na + 1), b(nb + 1);
+        std::vector<int64_t> ia(na + 1), ib(nb + 1);
+        for (int64_t i = 0; i < na; i++) a[i] = (float)(ia[i] = below(4) - 2); /* ties */
+        for (int64_t i = 0; i < nb; i++) b[i] = (float)(ib[i] = below(4) - 2);
+        std::vector<uint8_t> want(n + 1), got(n + 1);
+        for (int op = K_EQ; op <= K_GE; op++) {
+            k_compare_f32(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            kc_compare_f32(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            CTX("kc_compare_f32 op %d y %s", op, dims(c.y).c_str());
+            check_bytes(got.data(), want.data(), (size_t)n);
+            k_compare_i64(op, want.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data());
+            kc_compare_i64(op, got.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data());
+            CTX("kc_compare_i64 op %d y %s", op, dims(c.y).c_str());
+            check_bytes(got.data(), want.data(), (size_t)n);
+        }
+        /* Where: condition broadcast like a, values like b and y */
+        std::vector<uint8_t> cond(na + 1);
+        for (auto &v : cond)
+            v = (uint8_t)below(3); /* 2 is true too */
+        auto sy = bstrides(r, c.y);
+        for (int esize : {1, 2, 4, 8}) {
+            std::vector<uint8_t> va((size_t)(n + 1) * 8), vb((size_t)(nb + 1) * 8), w((size_t)(n + 1) * 8),
+                g((size_t)(n + 1) * 8);
+            for (auto &v : va) v = (uint8_t)below(256);
+            for (auto &v : vb) v = (uint8_t)below(256);
+            k_where(esize, w.data(), cond.data(), va.data(), vb.data(), r, c.y.data(), sa.data(), sy.data(),
+                    sb.data());
+            kc_where(esize, g.data(), cond.data(), va.data(), vb.data(), r, c.y.data(), sa.data(), sy.data(),
+                     sb.data());
+            CTX("kc_where esize %d y %s", esize, dims(c.y).c_str());
+            check_bytes(g.data(), w.data(), (size_t)(n * esize));
+        }
+        F dy = rnd(n, -1, 1), wa(n + 1), wb(n + 1), ga(n + 1), gb(n + 1);
+        k_where_grad_f32(wa.data(), wb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        kc_where_grad_f32(ga.data(), gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        CTX("kc_where_grad y %s", dims(c.y).c_str());
+        check_f(ga.data(), wa.data(), n, 0);
+        check_f(gb.data(), wb.data(), n, 0);
+        kc_where_grad_f32(nullptr, gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        CTX("kc_where_grad db only, y %s", dims(c.y).c_str());
+        check_f(gb.data(), wb.data(), n, 0);
+    }
+}
+
+static void test_unary()
+{
+    static const double p[][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0},
+                                  {0, 0}, {0, 0}, {0, 0}, {0.1, 0}, {-0.5, 0.7}, {1, 20}};
+    for (int64_t n : {1, 1000, 10007})
+        for (int op = K_RELU; op <= K_SOFTPLUS; op++) {
+            const bool pos = op == K_SQRT || op == K_LOG;
+            F x = rnd(n, pos ? 0.1 : -3, 3), dy = rnd(n, -1, 1), y(n + 1), want(n + 1), got(n + 1);
+            if (n > 1)
+                x[0] = NAN;
+            k_unary_f32(op, want.data(), x.data(), n, p[op][0], p[op][1]);
+            kc_unary_f32(op, got.data(), x.data(), n, p[op][0], p[op][1]);
+            CTX("kc_unary op %d n %lld", op, (long long)n);
+            check_f(got.data(), want.data(), n, TOL);
+            y = want;
+            x[0] = 0.5f;
+            k_unary_f32(op, y.data(), x.data(), n, p[op][0], p[op][1]);
+            k_unary_grad_f32(op, want.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            kc_unary_grad_f32(op, got.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            CTX("kc_unary_grad op %d n %lld", op, (long long)n);
+            check_f(got.data(), want.data(), n, TOL);
+            kc_unary_grad_f32(op, dy.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            CTX("kc_unary_grad op %d, dx aliasing dy", op);
+            check_f(dy.data(), want.data(), n, TOL);
+        }
+    const int64_t n = 3001;
+    F x = rnd(n, -5, 5), want(n + 1), got(n + 1);
+    k_scale_f32(want.data(), x.data(), 0.3, n);
+    kc_scale_f32(got.data(), x.data(), 0.3, n);
+    CTX("kc_scale");
+    check_f(got.data(), want.data(), n, 0);
+    k_fill_f32(want.data(), 1.0 / 3, n);
+    kc_fill_f32(got.data(), 1.0 / 3, n);
+    CTX("kc_fill");
+    check_f(got.data(), want.data(), n, 0);
+    std::vector<uint8_t> b(n), wn(n), gn(n);
+    for (auto &v : b)
+        v = (uint8_t)below(3);
+    k_not(wn.data(), b.data(), n);
+    kc_not(gn.data(), b.data(), n);
+    CTX("kc_not");
+    check_bytes(gn.data(), wn.data(), (size_t)n);
+}
+
+static void test_cast()
+{
+    static const int size[] = {4, 8, 8, 4, 1, 1};
+    static const double vals[] = {0, -0.0, 1.5, -2.7, 255.9, 256, -1, 3e9, -3e9, 1e19, -1e19, INFINITY, -INFINITY,
+                                  NAN, 2, 127, 7.25};
+    const int64_t n = 3 * (int64_t)(sizeof vals / sizeof vals[0]);
+    for (int from = K_DT_F32; from <= K_DT_BOOL; from++) {
+        std::vector<uint8_t> x((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++) { /* every value, and random bits for the integers */
+            const double v = vals[i % (n / 3)];
+            switch (from) {
+            case K_DT_F32: ((float *)x.data())[i] = (float)v; break;
+            case K_DT_F64: ((double *)x.data())[i] = v; break;
+            case K_DT_I64: ((int64_t *)x.data())[i] = (int64_t)(uni(-1, 1) * 9e18); break;
+            case K_DT_I32: ((int32_t *)x.data())[i] = (int32_t)(uni(-1, 1) * 2e9); break;
+            default: x[(size_t)i] = (uint8_t)below(256);
+            }
+        }
+        for (int to = K_DT_F32; to <= K_DT_BOOL; to++) {
+            std::vector<uint8_t> want((size_t)n * 8), got((size_t)n * 8);
+            k_cast(to, want.data(), from, x.data(), n);
+            kc_cast(to, got.data(), from, x.data(), n);
+            CTX("kc_cast %d -> %d", from, to);
+            check_bytes(got.data(), want.data(), (size_t)(n * size[to]));
+            if (size[to] == size[from]) { /* in place */
+                std::vector<uint8_t> inplace = x;
+                kc_cast(to, inplace.data(), from, inplace.data(), n);
+                CTX("kc_cast %d -> %d in place", from, to);
+                check_bytes(inplace.data(), want.data(), (size_t)(n * size[to]));
+            }
+        }
+    }
+}
+
+/* ---- copy ------------------------------------------------------------------------ */
+
+static void test_copy_strided()
+{
+    struct Case {
+        std::vector<int64_t> shape, ys, xs;
+        int64_t yoff, xoff, ylen, xlen;
+    };
+    static const Case cases[] = {
+        {{}, {}, {}, 3, 5, 8, 8},                           /* one element */
+        {{5}, {1}, {-1}, 0, 4, 5, 5},                        /* reversed slice */
+        {{3, 4}, {4, 1}, {0, 1}, 0, 0, 12, 4},               /* Expand of a row */
+        {{3, 4}, {10, 1}, {4, 1}, 6, 0, 30, 12},             /* a Concat part */
+        {{2, 3, 5}, {15, 5, 1}, {40, -8, 2}, 0, 17, 30, 80}, /* a strided Slice */
+        {{4, 50, 70}, {3500, 70, 1}, {0, 70, 1}, 0, 0, 14000, 3500}, /* Tile/Expand, > one grid */
+    };
+    for (const Case &c : cases)
+        for (int es : {1, 2, 4, 8}) {
+            std::vector<uint8_t> x((size_t)c.xlen * 8), want((size_t)c.ylen * 8, 7), got((size_t)c.ylen * 8, 7);
+            for (auto &v : x)
+                v = (uint8_t)below(256);
+            const int r = (int)c.shape.size();
+            k_copy_strided(es, r, c.shape.data(), want.data(), c.yoff, c.ys.data(), x.data(), c.xoff, c.xs.data());
+            kc_copy_strided(es, r, c.shape.data(), got.data(), c.yoff, c.ys.data(), x.data(), c.xoff, c.xs.data());
+            CTX("kc_copy_strided esize %d shape %s", es, dims(c.shape).c_str());
+            check_bytes(got.data(), want.data(), want.size());
+        }
+    struct T {
+        std::vector<int64_t> shape, perm;
+    };
+    static const T tcases[] = {
+        {{37, 53}, {1, 0}},          {{4, 5, 6}, {2, 1, 0}},     {{4, 5, 6}, {1, 2, 0}},
+        {{4, 5, 6}, {2, 0, 1}},      {{4, 5, 6}, {0, 2, 1}},     {{2, 3, 4, 5}, {0, 2, 1, 3}},
+        {{3, 1, 70, 40}, {0, 3, 2, 1}}, {{1, 9}, {1, 0}},        {{130, 3}, {1, 0}},
+    };
+    for (const T &c : tcases) {
+        const int64_t n = numel(c.shape);
+        F x = rnd(n, -1, 1), want(n + 1), got(n + 1);
+        k_transpose_f32(want.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
+        kc_transpose_f32(got.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
+        CTX("kc_transpose %s perm %s", dims(c.shape).c_str(), dims(c.perm).c_str());
+        check_f(got.data(), want.data(), n, 0);
+    }
+}
+
+static void test_pad()
+{
+    struct Case {
+        std::vector<int64_t> x, pads;
+    };
+    static const Case cases[] = {
+        {{}, {}},                           {{3}, {5, 4}},  /* reflect more than the dim: repeatedly */
+        {{3, 4}, {1, 2, 2, 1}},             {{1, 4}, {2, 0, 1, 3}},
+        {{2, 3, 5}, {0, 1, 2, 1, 0, 3}},    {{6, 7}, {-1, 2, -2, 1}}, /* crops (constant only) */
+        {{2, 40, 60}, {0, 3, 3, 0, 3, 3}},  /* more than a grid */
+    };
+    for (const Case &c : cases)
+        for (int mode = K_PAD_CONSTANT; mode <= K_PAD_EDGE; mode++) {
+            bool crop = false;
+            for (int64_t p : c.pads)
+                crop |= p < 0;
+            if (crop && mode != K_PAD_CONSTANT)
+                continue;
+            const int r = (int)c.x.size();
+            std::vector<int64_t> ys(c.x);
+            for (int d = 0; d < r; d++)
+                ys[d] += c.pads[d] + c.pads[r + d];
+            const int64_t nx = numel(c.x), ny = numel(ys);
+            F x = rnd(nx, -1, 1), dy = rnd(ny, -1, 1), want(ny + 1), got(ny + 1), wdx(nx + 1), gdx(nx + 1);
+            k_pad_f32(mode, want.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
+            kc_pad_f32(mode, got.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
+            CTX("kc_pad mode %d x %s pads %s", mode, dims(c.x).c_str(), dims(c.pads).c_str());
+            check_f(got.data(), want.data(), ny, 0);
+            k_pad_grad_f32(mode, wdx.data(), dy.data(), r, c.x.data(), c.pads.data());
+            kc_pad_grad_f32(mode, gdx.data(), dy.data(), r, c.x.data(), c.pads.data());
+            CTX("kc_pad_grad mode %d x %s pads %s", mode, dims(c.x).c_str(), dims(c.pads).c_str());
+            check_f(gdx.data(), wdx.data(), nx, 0); /* same additions in the same order */
+        }
+}
+
+/* ---- reduce ---------------------------------------------------------------------- */
+
+static void test_reduce()
+{
+    struct Case {
+        std::vector<int64_t> x, y;
+    };
+    static const Case cases[] = {
+        {{5, 7}, {5, 1}},       {{5, 7}, {1, 7}},          {{5, 7}, {1, 1}},     {{2, 3, 4, 5}, {2, 1, 4, 1}},
+        {{2, 3, 4, 5}, {1, 3, 1, 5}}, {{3, 1, 4}, {3, 1, 1}}, {{}, {}},           {{6}, {6}},
+        {{70001}, {1}},          /* one value, grid-wide */
+        {{300, 33}, {300, 1}},  /* more rows than a grid */
+        {{2000, 40}, {1, 40}},  /* long columns */
+        {{0, 3}, {1, 3}},       /* empty groups */
+    };
+    for (const Case &c : cases)
+        for (int op = K_RSUM; op <= K_RMIN; op++) {
+            const int r = (int)c.x.size();
+            const int64_t nx = numel(c.x), ny = numel(c.y);
+            F x = rnd(nx, -1, 1), want(ny + 1), got(ny + 1);
+            if (nx > 10 && op >= K_RMAX)
+                x[(size_t)(nx / 2)] = NAN; /* propagates */
+            k_reduce_f32(op, want.data(), x.data(), r, c.x.data(), c.y.data());
+            kc_reduce_f32(op, got.data(), x.data(), r, c.x.data(), c.y.data());
+            CTX("kc_reduce op %d x %s y %s", op, dims(c.x).c_str(), dims(c.y).c_str());
+            check_f(got.data(), want.data(), ny, TOL);
+            if (op == K_RSUM) {
+                kc_reduce_sum_to_f32(got.data(), x.data(), r, c.x.data(), c.y.data());
+                CTX("kc_reduce_sum_to x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
+                check_f(got.data(), want.data(), ny, TOL);
+            }
+            if (op != K_RMAX || nx == 0)
+                continue;
+            for (int64_t i = 0; i < nx; i++) /* few levels: ties */
+                x[i] = (float)below(3);
+            F y(ny + 1), dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
+            k_reduce_f32(op, y.data(), x.data(), r, c.x.data(), c.y.data());
+            k_reduce_max_grad_f32(wdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
+            kc_reduce_max_grad_f32(gdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
+            CTX("kc_reduce_max_grad x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
+            check_f(gdx.data(), wdx.data(), nx, 0);
+        }
+}
+
+static void test_softmax()
+{
+    static const int64_t cases[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 300}, {1, 1, 1}, {1, 1, 5},
+                                       {6, 1000, 1}, {300, 3, 1}};
+    for (const auto &c : cases)
+        for (int lg = 0; lg < 2; lg++) {
+            const int64_t n = c[0] * c[1] * c[2];
+            F x = rnd(n, -4, 4), dy = rnd(n, -1, 1), want(n + 1), got(n + 1), wdx(n + 1), gdx(n + 1);
+            x[0] += 1000; /* needs the max shift */
+            k_softmax_f32(lg, want.data(), x.data(), c[0], c[1], c[2]);
+            kc_softmax_f32(lg, got.data(), x.data(), c[0], c[1], c[2]);
+            CTX("kc_softmax log %d %lldx%lldx%lld", lg, (long long)c[0], (long long)c[1], (long long)c[2]);
+            check_f(got.data(), want.data(), n, TOL);
+            kc_softmax_f32(lg, x.data(), x.data(), c[0], c[1], c[2]);
+            CTX("kc_softmax log %d in place", lg);
+            check_f(x.data(), want.data(), n, TOL);
+            k_softmax_grad_f32(lg, wdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            kc_softmax_grad_f32(lg, gdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            CTX("kc_softmax_grad log %d %lldx%lldx%lld", lg, (long long)c[0], (long long)c[1],
+                (long long)c[2]);
+            check_f(gdx.data(), wdx.data(), n, TOL);
+            kc_softmax_grad_f32(lg, dy.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            CTX("kc_softmax_grad log %d, dx aliasing dy", lg);
+            check_f(dy.data(), wdx.data(), n, TOL);
+        }
+}
+
+static void test_range_trilu()
+{
+    F want(1001), got(1001);
+    k_range_f32(want.data(), -3.5, 0.37, 1000);
+    kc_range_f32(got.data(), -3.5, 0.37, 1000);
+    CTX("kc_range_f32");
+    check_f(got.data(), want.data(), 1000, 0);
+    std::vector<int64_t> wi(1000), gi(1000);
+    k_range_i64(wi.data(), 7, -3, 1000);
+    kc_range_i64(gi.data(), 7, -3, 1000);
+    CTX("kc_range_i64");
+    check_bytes(gi.data(), wi.data(), 8000);
+    for (int es : {1, 4, 8})
+        for (int upper = 0; upper < 2; upper++)
+            for (int64_t k : {-1, 0, 2, 9}) {
+                const int64_t n = 2 * 5 * 7;
+                std::vector<uint8_t> x((size_t)n * 8), w((size_t)n * 8), g((size_t)n * 8);
+                for (auto &v : x)
+                    v = (uint8_t)(1 + below(255));
+                k_trilu(es, upper, w.data(), x.data(), 2, 5, 7, k);
+                kc_trilu(es, upper, g.data(), x.data(), 2, 5, 7, k);
+                CTX("kc_trilu esize %d upper %d k %lld", es, upper, (long long)k);
+                check_bytes(g.data(), w.data(), (size_t)(n * es));
+                kc_trilu(es, upper, x.data(), x.data(), 2, 5, 7, k);
+                CTX("kc_trilu esize %d upper %d k %lld in place", es, upper, (long long)k);
+                check_bytes(x.data(), w.data(), (size_t)(n * es));
+            }
+}
+
+/* ---- norm ------------------------------------------------------------------------ */
+
+static void test_layernorm()
+{
+    static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}};
+    for (const auto &c : cases)
+        for (int affine = 0; affine < 2; affine++) {
+            const int64_t o = c[0], in = c[1], n = o * in;
+            F x = rnd(n, -2, 3), s = rnd(in, 0.5, 1.5), b = rnd(in, -1, 1), dy = rnd(n, -1, 1);
+            F wy(n + 1), gy(n + 1), wm(o + 1), gm(o + 1), wi(o + 1), gi(o + 1);
+            const float *sp = affine ? s.data() : nullptr, *bp = affine ? b.data() : nullptr;
+            k_layernorm_f32(wy.data(), wm.data(), wi.data(), x.data(), sp, bp, o, in, 1e-5);
+            kc_layernorm_f32(gy.data(), gm.data(), gi.data(), x.data(), sp, bp, o, in, 1e-5);
+            CTX("kc_layernorm %lldx%lld affine %d", (long long)o, (long long)in, affine);
+            check_f(gy.data(), wy.data(), n, TOL);
+            check_f(gm.data(), wm.data(), o, TOL);
+            check_f(gi.data(), wi.data(), o, TOL);
+            F wdx(n + 1), gdx(n + 1), wds(in + 1), gds(in + 1), wdb(in + 1), gdb(in + 1);
+            k_layernorm_grad_f32(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
+                                 in);
+            kc_layernorm_grad_f32(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp,
+                                  o, in);
+            CTX("kc_layernorm_grad %lldx%lld affine %d", (long long)o, (long long)in, affine);
+            check_f(gdx.data(), wdx.data(), n, TOL);
+            check_f(gds.data(), wds.data(), in, TOL);
+            check_f(gdb.data(), wdb.data(), in, TOL);
+            kc_layernorm_grad_f32(dy.data(), nullptr, gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
+                                  in);
+            CTX("kc_layernorm_grad %lldx%lld, dx aliasing dy, no dscale", (long long)o, (long long)in);
+            check_f(dy.data(), wdx.data(), n, TOL);
+            check_f(gdb.data(), wdb.data(), in, TOL);
+            kc_layernorm_f32(x.data(), nullptr, nullptr, x.data(), sp, bp, o, in, 1e-5);
+            CTX("kc_layernorm %lldx%lld in place", (long long)o, (long long)in);
+            check_f(x.data(), wy.data(), n, TOL);
+        }
+}
+
+static void test_batchnorm()
+{
+    static const int64_t cases[][3] = {{3, 4, 5}, {6, 3, 1}, {2, 3, 1000}, {1, 2, 1}};
+    for (const auto &c : cases) {
+        const int64_t n = c[0], ch = c[1], l = c[2], t = n * ch * l;
+        F x = rnd(t, -2, 3), s = rnd(ch, 0.5, 1.5), b = rnd(ch, -1, 1), rm = rnd(ch, -0.5, 0.5),
+          rv = rnd(ch, 0.5, 2), dy = rnd(t, -1, 1);
+        F wy(t + 1), gy(t + 1), wm(ch + 1), gm(ch + 1), wi(ch + 1), gi(ch + 1);
+        F wrm(ch + 1), grm(ch + 1), wrv(ch + 1), grv(ch + 1);
+        k_batchnorm_train_f32(wy.data(), wm.data(), wi.data(), wrm.data(), wrv.data(), x.data(), s.data(), b.data(),
+                              rm.data(), rv.data(), n, ch, l, 1e-5, 0.9);
+        kc_batchnorm_train_f32(gy.data(), gm.data(), gi.data(), grm.data(), grv.data(), x.data(), s.data(), b.data(),
+                               rm.data(), rv.data(), n, ch, l, 1e-5, 0.9);
+        CTX("kc_batchnorm_train n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
+        check_f(gy.data(), wy.data(), t, TOL);
+        check_f(gm.data(), wm.data(), ch, TOL);
+        check_f(gi.data(), wi.data(), ch, TOL);
+        check_f(grm.data(), wrm.data(), ch, TOL);
+        check_f(grv.data(), wrv.data(), ch, TOL);
+        k_bn_running_var_f32(wrv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
+        kc_bn_running_var_f32(grv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
+        CTX("kc_bn_running_var c=%lld", (long long)ch);
+        check_f(grv.data(), wrv.data(), ch, TOL);
+        F wdx(t + 1), gdx(t + 1), wds(ch + 1), gds(ch + 1), wdb(ch + 1), gdb(ch + 1);
+        k_batchnorm_grad_f32(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(), n,
+                             ch, l);
+        kc_batchnorm_grad_f32(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(),
+                              n, ch, l);
+        CTX("kc_batchnorm_grad n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
+        check_f(gdx.data(), wdx.data(), t, TOL);
+        check_f(gds.data(), wds.data(), ch, TOL);
+        check_f(gdb.data(), wdb.data(), ch, TOL);
+        kc_batchnorm_grad_f32(dy.data(), nullptr, nullptr, dy.data(), x.data(), wm.data(), wi.data(), s.data(), n, ch,
+                              l);
+        CTX("kc_batchnorm_grad, dx aliasing dy");
+        check_f(dy.data(), wdx.data(), t, TOL);
+        k_batchnorm_infer_f32(wy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
+        kc_batchnorm_infer_f32(gy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
+        CTX("kc_batchnorm_infer n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
+        check_f(gy.data(), wy.data(), t, TOL);
+    }
+}
+
+/* ---- conv and pooling ------------------------------------------------------------- */
+
+/* n c h w, m kh kw, sh sw dh dw, pt pl pb pr, groups (as kernels_nn_test.c) */
+static const int64_t conv_cases[][16] = {
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},   {1, 2, 8, 7, 3, 3, 2, 2, 2, 2, 1, 1, 0, 2, 1, 1},
+    {2, 4, 6, 5, 6, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1, 2},   {1, 3, 5, 6, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3},
+    {2, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},   {1, 4, 5, 5, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 2},
+    {1, 2, 12, 11, 3, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1}, {3, 4, 3, 3, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2},
+};
+
+static void test_conv()
+{
+    for (const auto &v : conv_cases) {
+        KConv2d p = {};
+        p.n = v[0], p.c = v[1], p.h = v[2], p.w = v[3], p.m = v[4], p.kh = v[5], p.kw = v[6];
+        p.sh = v[7], p.sw = v[8], p.dh = v[9], p.dw = v[10], p.pt = v[11], p.pl = v[12], p.pb = v[13];
+        p.pr = v[14], p.groups = v[15];
+        p.oh = k_pool_out_dim(p.h, p.kh, p.sh, p.pt, p.pb, p.dh, 0);
+        p.ow = k_pool_out_dim(p.w, p.kw, p.sw, p.pl, p.pr, p.dw, 0);
+        const int64_t nx = p.n * p.c * p.h * p.w, nw = p.m * (p.c / p.groups) * p.kh * p.kw;
+        const int64_t ny = p.n * p.m * p.oh * p.ow, nws = k_conv2d_workspace(&p);
+        F x = rnd(nx, -1, 1), w = rnd(nw, -1, 1), b = rnd(p.m, -1, 1), dy = rnd(ny, -1, 1), ws(nws + 1);
+        F wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN), wdw(nw + 1), gdw(nw + 1, NAN);
+        F wdb(p.m + 1), gdb(p.m + 1);
+        float *wsp = nws ? ws.data() : nullptr;
+        const int64_t *s = v;
+        k_conv2d_f32(&p, wy.data(), x.data(), w.data(), b.data(), wsp);
+        kc_conv2d_f32(&p, gy.data(), x.data(), w.data(), b.data(), wsp);
+        CTX("kc_conv2d case n%lld c%lld %lldx%lld m%lld k%lld groups %lld", (long long)s[0], (long long)s[1],
+            (long long)s[2], (long long)s[3], (long long)s[4], (long long)s[5], (long long)s[15]);
+        check_f(gy.data(), wy.data(), ny, TOL);
+        const std::string geom = what;
+        k_conv2d_grad_x_f32(&p, wdx.data(), dy.data(), w.data(), wsp);
+        kc_conv2d_grad_x_f32(&p, gdx.data(), dy.data(), w.data(), wsp);
+        CTX("%s: grad_x", geom.c_str());
+        check_f(gdx.data(), wdx.data(), nx, TOL);
+        k_conv2d_grad_w_f32(&p, wdw.data(), dy.data(), x.data(), wsp);
+        kc_conv2d_grad_w_f32(&p, gdw.data(), dy.data(), x.data(), wsp);
+        CTX("%s: grad_w", geom.c_str());
+        check_f(gdw.data(), wdw.data(), nw, TOL);
+        k_conv2d_grad_b_f32(&p, wdb.data(), dy.data());
+        kc_conv2d_grad_b_f32(&p, gdb.data(), dy.data());
+        CTX("%s: grad_b", geom.c_str());
+        check_f(gdb.data(), wdb.data(), p.m, TOL);
+    }
+}
+
+/* n c h w, kh kw, sh sw, dh dw, pt pl pb pr, ceil, count_include_pad */
+static const int64_t pool_cases[][16] = {
+    {2, 3, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0}, {1, 2, 7, 7, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 1, 0},
+    {1, 2, 7, 9, 2, 3, 1, 2, 2, 1, 1, 0, 0, 2, 0, 1}, {2, 2, 6, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1},
+    {1, 1, 5, 5, 3, 2, 2, 3, 1, 1, 1, 0, 1, 1, 1, 0}, {4, 8, 20, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+};
+
+static void test_pool()
+{
+    for (const auto &v : pool_cases) {
+        KPool2d p = {};
+        p.n = v[0], p.c = v[1], p.h = v[2], p.w = v[3], p.kh = v[4], p.kw = v[5], p.sh = v[6], p.sw = v[7];
+        p.dh = v[8], p.dw = v[9], p.pt = v[10], p.pl = v[11], p.pb = v[12], p.pr = v[13];
+        p.count_include_pad = (int)v[15];
+        p.oh = k_pool_out_dim(p.h, p.kh, p.sh, p.pt, p.pb, p.dh, (int)v[14]);
+        p.ow = k_pool_out_dim(p.w, p.kw, p.sw, p.pl, p.pr, p.dw, (int)v[14]);
+        const int64_t nx = p.n * p.c * p.h * p.w, ny = p.n * p.c * p.oh * p.ow;
+        F x = rnd(nx, -2, 2), dy = rnd(ny, -1, 1), wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN);
+        for (int64_t i = 0; i < nx; i += 3)
+            x[i] = (float)below(3); /* ties: the first maximum wins */
+        std::vector<int64_t> warg(ny + 1), garg(ny + 1);
+        k_maxpool2d_f32(&p, wy.data(), warg.data(), x.data());
+        kc_maxpool2d_f32(&p, gy.data(), garg.data(), x.data());
+        CTX("kc_maxpool2d %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh, (long long)p.ow);
+        check_f(gy.data(), wy.data(), ny, 0);
+        check_bytes(garg.data(), warg.data(), (size_t)ny * 8);
+        k_maxpool2d_grad_f32(&p, wdx.data(), dy.data(), warg.data());
+        kc_maxpool2d_grad_f32(&p, gdx.data(), dy.data(), warg.data());
+        CTX("kc_maxpool2d_grad %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh,
+            (long long)p.ow);
+        check_f(gdx.data(), wdx.data(), nx, 0);
+        k_avgpool2d_f32(&p, wy.data(), x.data());
+        kc_avgpool2d_f32(&p, gy.data(), x.data());
+        CTX("kc_avgpool2d %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh, (long long)p.ow);
+        check_f(gy.data(), wy.data(), ny, TOL);
+        k_avgpool2d_grad_f32(&p, wdx.data(), dy.data());
+        kc_avgpool2d_grad_f32(&p, gdx.data(), dy.data());
+        CTX("kc_avgpool2d_grad %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh,
+            (long long)p.ow);
+        check_f(gdx.data(), wdx.data(), nx, 0);
+        const int64_t nc = p.n * p.c, hw = p.h * p.w;
+        k_global_avgpool_f32(wy.data(), x.data(), nc, hw);
+        kc_global_avgpool_f32(gy.data(), x.data(), nc, hw);
+        CTX("kc_global_avgpool %lldx%lld", (long long)nc, (long long)hw);
+        check_f(gy.data(), wy.data(), nc, TOL);
+        k_global_avgpool_grad_f32(wdx.data(), dy.data(), nc, hw);
+        kc_global_avgpool_grad_f32(gdx.data(), dy.data(), nc, hw);
+        CTX("kc_global_avgpool_grad %lldx%lld", (long long)nc, (long long)hw);
+        check_f(gdx.data(), wdx.data(), nx, 0);
+    }
+}
+
+/* ---- gather, dropout ------------------------------------------------------------------ */
+
+static void test_gather()
+{
+    static const int64_t cases[][4] = {{1, 10, 4, 7}, {3, 5, 1, 6}, {2, 7, 33, 9}, {1, 50, 64, 200}, {2, 3, 0, 4}};
+    for (const auto &c : cases)
+        for (int es : {1, 2, 4, 8}) {
+            const int64_t outer = c[0], axis = c[1], inner = c[2], nidx = c[3];
+            const int64_t nx = outer * axis * inner, ny = outer * nidx * inner;
+            std::vector<int64_t> idx(nidx);
+            for (auto &v : idx)
+                v = below(2 * axis) - axis; /* negative ones count from the end; repeats */
+            std::vector<uint8_t> x((size_t)(nx + 1) * 8), w((size_t)(ny + 1) * 8), g((size_t)(ny + 1) * 8);
+            for (auto &v : x)
+                v = (uint8_t)below(256);
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_gather esize %d outer %lld axis %lld inner %lld", es, (long long)outer, (long long)axis,
+                (long long)inner);
+            check_int(k_gather(es, w.data(), x.data(), idx.data(), outer, axis, inner, nidx), -1);
+            check_int(kc_gather(es, g.data(), x.data(), idx.data(), outer, axis, inner, nidx), -1);
+            check_int(check_slot[0], -1);
+            check_bytes(g.data(), w.data(), (size_t)(ny * es));
+            idx[nidx - 1] = axis, idx[nidx / 2] = -axis - 1; /* the first bad one must come back */
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_gather bad index, outer %lld inner %lld", (long long)outer, (long long)inner);
+            kc_gather(es, g.data(), x.data(), idx.data(), outer, axis, inner, nidx);
+            check_int(check_slot[0], k_gather(es, w.data(), x.data(), idx.data(), outer, axis, inner, nidx));
+            check_int(next_slot, 1);
+            if (es != 4)
+                continue;
+            idx[nidx - 1] = 0, idx[nidx / 2] = 1;
+            F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
+            k_gather_grad_f32(wdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
+            kc_gather_grad_f32(gdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
+            CTX("kc_gather_grad outer %lld axis %lld inner %lld", (long long)outer, (long long)axis, (long long)inner);
+            check_f(gdx.data(), wdx.data(), nx, 0);
+        }
+}
+
+static void test_dropout()
+{
+    for (int64_t n : {1, 7, 10007})
+        for (double ratio : {0.0, 0.3, 0.9, 1.0}) {
+            F x = rnd(n, -1, 1), wy(n + 1), gy(n + 1), dy = rnd(n, -1, 1), wdx(n + 1), gdx(n + 1);
+            std::vector<uint8_t> wm(n + 1), gm(n + 1);
+            step_params.step = 12;
+            k_dropout_f32(wy.data(), wm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 12);
+            kc_dropout_f32(gy.data(), gm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 999); /* step ignored */
+            CTX("kc_dropout n %lld ratio %g (step from the step params)", (long long)n, ratio);
+            check_bytes(gm.data(), wm.data(), (size_t)n);
+            check_f(gy.data(), wy.data(), n, 0);
+            k_dropout_grad_f32(wdx.data(), dy.data(), wm.data(), n, ratio);
+            kc_dropout_grad_f32(gdx.data(), dy.data(), wm.data(), n, ratio);
+            CTX("kc_dropout_grad n %lld ratio %g", (long long)n, ratio);
+            check_f(gdx.data(), wdx.data(), n, 0);
+            kc_dropout_f32(x.data(), nullptr, x.data(), n, ratio, 0x1234567890abcdefull, 77, 0);
+            CTX("kc_dropout n %lld ratio %g in place, no mask", (long long)n, ratio);
+            check_f(x.data(), wy.data(), n, 0);
+        }
+}
+
+/* ---- losses, optimizers ------------------------------------------------------------------ */
+
+static void test_mse_ce()
+{
+    for (int64_t n : {0, 1, 1000, 20011}) {
+        F p = rnd(n, -3, 3), t = rnd(n, -3, 3), wl(1), gl(1), dl = rnd(1, 0.5, 2), wd(n + 1), gd(n + 1);
+        k_mse_f32(wl.data(), p.data(), t.data(), n);
+        kc_mse_f32(gl.data(), p.data(), t.data(), n);
+        CTX("kc_mse n %lld", (long long)n);
+        check_f(gl.data(), wl.data(), 1, TOL);
+        k_mse_grad_f32(wd.data(), dl.data(), p.data(), t.data(), n);
+        kc_mse_grad_f32(gd.data(), dl.data(), p.data(), t.data(), n);
+        CTX("kc_mse_grad n %lld", (long long)n);
+        check_f(gd.data(), wd.data(), n, TOL);
+    }
+    static const int64_t cases[][2] = {{1, 3}, {7, 11}, {300, 7}, {5, 1500}};
+    for (const auto &c : cases) {
+        const int64_t rows = c[0], cls = c[1], n = rows * cls;
+        F x = rnd(n, -4, 4), wl(1), gl(1), dl = rnd(1, 0.5, 2), wd(n + 1), gd(n + 1);
+        std::vector<int64_t> lab(rows);
+        for (auto &l : lab)
+            l = below(cls);
+        x[0] = 1000;
+        check_slot[0] = -1, next_slot = 0;
+        CTX("kc_cross_entropy %lldx%lld", (long long)rows, (long long)cls);
+        check_int(kc_cross_entropy_f32(gl.data(), x.data(), lab.data(), rows, cls), -1);
+        check_int(k_cross_entropy_f32(wl.data(), x.data(), lab.data(), rows, cls), -1);
+        check_int(check_slot[0], -1);
+        check_f(gl.data(), wl.data(), 1, TOL);
+        k_cross_entropy_grad_f32(wd.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        kc_cross_entropy_grad_f32(gd.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        CTX("kc_cross_entropy_grad %lldx%lld", (long long)rows, (long long)cls);
+        check_f(gd.data(), wd.data(), n, TOL);
+        kc_cross_entropy_grad_f32(x.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        CTX("kc_cross_entropy_grad %lldx%lld, dx aliasing x", (long long)rows, (long long)cls);
+        check_f(x.data(), wd.data(), n, TOL);
+        lab[rows - 1] = cls, lab[rows / 2] = -1;
+        check_slot[0] = -1, next_slot = 0;
+        kc_cross_entropy_f32(gl.data(), x.data(), lab.data(), rows, cls);
+        CTX("kc_cross_entropy bad label %lldx%lld", (long long)rows, (long long)cls);
+        check_int(check_slot[0], k_cross_entropy_f32(wl.data(), x.data(), lab.data(), rows, cls));
+    }
+}
+
+static void test_nll()
+{
+    struct Case {
+        int64_t n, c, d;
+        bool weights, ignore;
+        int64_t ii;
+    };
+    static const Case cases[] = {{5, 4, 1, false, false, 0}, {5, 4, 1, true, false, 0}, {2, 5, 4, false, true, -100},
+                                 {4, 5, 2, true, true, 2},   {300, 10, 9, true, true, 3}};
+    for (const Case &q : cases)
+        for (int red = K_LOSS_NONE; red <= K_LOSS_MEAN; red++) {
+            const int64_t m = q.n * q.d, t = m * q.c, ny = red == K_LOSS_NONE ? m : 1;
+            F lp = rnd(t, -5, 0), wt = rnd(q.c, 0.5, 2), wl(ny + 1), gl(ny + 1), dl = rnd(ny, -1, 1);
+            F extra = rnd(t, -1, 1), wdx(t + 1), gdx(t + 1, NAN);
+            std::vector<int64_t> lab(m);
+            for (int64_t i = 0; i < m; i++)
+                lab[i] = q.ignore && i % 3 == 1 ? q.ii : below(q.c);
+            const float *w = q.weights ? wt.data() : nullptr;
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_nll_loss n %lld c %lld d %lld red %d weights %d ignore %d", (long long)q.n, (long long)q.c,
+                (long long)q.d, red, q.weights, q.ignore);
+            check_int(k_nll_loss_f32(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
+            check_int(kc_nll_loss_f32(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
+            check_int(check_slot[0], -1);
+            check_f(gl.data(), wl.data(), ny, TOL);
+            k_nll_loss_grad_f32(wdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            kc_nll_loss_grad_f32(gdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            CTX("kc_nll_loss_grad red %d", red);
+            check_f(gdx.data(), wdx.data(), t, TOL);
+            k_nll_loss_grad_f32(wdx.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            kc_nll_loss_grad_f32(extra.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
+                                 q.ii);
+            CTX("kc_nll_loss_grad onto dx_in, in place, red %d", red);
+            check_f(extra.data(), wdx.data(), t, TOL);
+            kc_nll_loss_grad_f32(gdx.data(), extra.data(), nullptr, lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            CTX("kc_nll_loss_grad without dloss, red %d", red);
+            check_f(gdx.data(), extra.data(), t, 0);
+            lab[m - 1] = q.c, lab[m / 2] = -7; /* bad, unless ignored */
+            check_slot[0] = -1, next_slot = 0;
+            kc_nll_loss_f32(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            CTX("kc_nll_loss bad label, red %d", red);
+            check_int(check_slot[0], k_nll_loss_f32(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
+                                                   q.ii));
+        }
+}
+
+static void test_optim()
+{
+    for (int64_t n : {1, 1000, 10007})
+        for (int step = 1; step <= 2; step++) {
+            step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, step, 0};
+            F p = rnd(n, -1, 1), g = rnd(n, -1, 1), m = rnd(n, -0.1, 0.1), v = rnd(n, 0, 0.01);
+            F p2 = p, m2 = m, v2 = v;
+            k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step);
+            kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9); /* from step_params */
+            CTX("kc_adamw n %lld step %d", (long long)n, step);
+            check_f(p2.data(), p.data(), n, TOL);
+            check_f(m2.data(), m.data(), n, TOL);
+            check_f(v2.data(), v.data(), n, TOL);
+            for (double mom : {0.0, 0.9})
+                for (double wd : {0.0, 0.01}) {
+                    step_params.lr = 0.1, step_params.momentum = mom, step_params.weight_decay = wd;
+                    F q = rnd(n, -1, 1), buf = rnd(n, -1, 1), q2 = q, buf2 = buf;
+                    k_sgd_f32(q.data(), g.data(), buf.data(), n, 0.1, mom, wd, step);
+                    kc_sgd_f32(q2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9);
+                    CTX("kc_sgd n %lld step %d momentum %g wd %g", (long long)n, step, mom, wd);
+                    check_f(q2.data(), q.data(), n, TOL);
+                    check_f(buf2.data(), buf.data(), n, 0);
+                }
+        }
+    F a = rnd(2 * 3 * 4, -1, 1), b = rnd(4 * 5, -1, 1), c(2 * 3 * 5 + 1), c2(2 * 3 * 5 + 1);
+    k_matmul_f32(c.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
+    kc_matmul_f32(c2.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
+    CTX("kc_matmul (kc_gemm_f32)");
+    check_f(c2.data(), c.data(), 30, TOL);
+}
+
+int main()
+{
+    static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
+                                      test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
+                                      test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
+                                      test_mse_ce, test_nll, test_optim};
+    for (auto t : tests)
+        t();
+    printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,
+           failures, emu::st.launches, emu::st.blocks, emu::st.threads);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,158 @@
+"""--target cuda without a GPU: what CI can check of the cuda target.
+
+usage: cuda_target.py FSDPC WORKDIR
+
+1. fsdpc --target cuda builds training executables for the shipped GPT and a
+   float32 ResNet-18 (torchvision, exported in training mode), NVRTC compiling
+   every kernel of kernels/cuda for sm_80 and sm_90 plus PTX.
+2. The executables need neither the driver (libcuda) nor MPI nor
+   protobuf-c at load time (readelf NEEDED), embed a cubin per arch and PTX,
+   and, started here (no driver), exit non-zero with one clear line -- also
+   at world 2 under mpirun, where both ranks meet through the TCP control
+   plane first.
+3. The kernel cache: a second build compiles nothing (entries untouched); a
+   corrupted entry is detected, compiled again and rewritten.
+4. Bad cuda flags and float64 models give one-line errors.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+from common import mpirun, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def needed(exe):
+    out = subprocess.run(["readelf", "-d", exe], capture_output=True, text=True, check=True).stdout
+    return [l.split("[")[1].split("]")[0] for l in out.splitlines() if "(NEEDED)" in l]
+
+
+def expect_error(cmd, *words, env=None):
+    p = run(cmd, check=False, env=env)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    if p.returncode == 0 or not lines or any(w not in p.stderr for w in words):
+        raise SystemExit("FAILED: %s\nexpected a non-zero exit and an error with %s, got %d:\n%s%s"
+                         % (" ".join(cmd), words, p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    return p, lines
+
+
+def export_resnet(path):
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    m.train()
+    x = torch.zeros(2, 3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(m, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    cache = os.path.join(work, "cache")
+    env = {"FSDPC_CACHE_DIR": cache}
+    gpt = os.path.join(ROOT, "examples", "gpt.onnx")
+    resnet = os.path.join(work, "resnet18.onnx")
+    export_resnet(resnet)
+    common = ["--target", "cuda", "--loss", "cross_entropy:logits,labels", "--optimizer", "adamw", "--verify"]
+
+    # 1. build both (the first build fills the cache)
+    exes = {}
+    for name, model, extra in (("gpt", gpt, ["--dim", "batch=4", "--wrap", "size:30000"]),
+                               ("resnet18", resnet, ["--dim", "batch=2", "--wrap", "size:2000000"])):
+        exe = os.path.join(work, name)
+        run([fsdpc, model, "-o", exe] + common + extra, env=env, timeout=900)
+        exes[name] = exe
+    entries = sorted(os.listdir(cache))
+    archs = sorted(e.split(".", 1)[1] for e in entries)
+    if archs != ["compute_80", "sm_80", "sm_90"]:
+        raise SystemExit("FAILED: kernel cache holds %s, expected sm_80, sm_90 and compute_80 entries" % entries)
+
+    # 2. what the executables need, what they embed, how they fail here
+    for name, exe in exes.items():
+        libs = needed(exe)
+        bad = [l for l in libs if l.startswith(("libcuda.so", "libmpi", "libprotobuf-c", "libcudart"))]
+        if bad:
+            raise SystemExit("FAILED: %s needs %s at load time (NEEDED: %s)" % (name, bad, libs))
+        with open(exe, "rb") as f:
+            blob = f.read()
+        if blob.count(b"\x7fELF") < 3 or b".target sm_80" not in blob:
+            raise SystemExit("FAILED: %s does not embed cubins and sm_80 PTX" % name)
+        data = data_flags(work, name)
+        p, lines = expect_error([exe, "--steps", "1"] + data, "CUDA")
+        if len(lines) != 1 or "no CUDA driver" not in lines[0] and "no CUDA device" not in lines[0]:
+            raise SystemExit("FAILED: %s without a GPU should print one line about the missing driver/device, "
+                             "got:\n%s" % (name, p.stderr))
+        print("%s: NEEDED %s; without a GPU: %s" % (name, " ".join(libs), lines[0]))
+    gpt_exe = exes["gpt"]
+    p, lines = expect_error(mpirun(2, [gpt_exe, "--steps", "1"] + data_flags(work, "gpt")), "CUDA",
+                            env={"FSDPC_CTL_TIMEOUT": "60"})
+    if sum("CUDA" in l for l in lines) != 1:
+        raise SystemExit("FAILED: at world 2 exactly one rank should report the missing GPU, got:\n%s" % p.stderr)
+    print("gpt at world 2 without a GPU: %s" % [l for l in lines if "CUDA" in l][0])
+
+    # 3. the cache: nothing recompiled, corruption detected and repaired
+    stamp = {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in entries}
+    run([fsdpc, gpt, "-o", os.path.join(work, "gpt2")] + common + ["--dim", "batch=4"], env=env)
+    if {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in os.listdir(cache)} != stamp:
+        raise SystemExit("FAILED: a second build with the same kernels rewrote the cache")
+    victim = os.path.join(cache, [e for e in entries if e.endswith("sm_90")][0])
+    with open(victim, "r+b") as f:
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0xFF]))
+    run([fsdpc, gpt, "-o", os.path.join(work, "gpt3")] + common + ["--dim", "batch=4"], env=env)
+    with open(victim, "rb") as f:
+        f.seek(200)
+        if f.read(1) != b:
+            raise SystemExit("FAILED: a corrupted cache entry was not compiled again and rewritten")
+
+    # 4. bad flags, float64 models
+    base = [fsdpc, gpt, "-o", os.path.join(work, "x"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=2"]
+    expect_error(base + ["--target", "cuda", "--arch", "sm_60"], "sm_70")
+    expect_error(base + ["--target", "cuda", "--arch", "compute_90"], "--arch")
+    expect_error(base + ["--target", "cpu", "--arch", "sm_90"], "--target cuda")
+    expect_error(base + ["--target", "tpu"], "cuda or cpu")
+    mlp64 = os.path.join(work, "mlp64.onnx")
+    make_f64_mlp(mlp64)
+    expect_error([fsdpc, mlp64, "-o", os.path.join(work, "y"), "--target", "cuda", "--loss", "mse:y,target",
+                  "--dim", "batch=2"], "float64", "--target cpu")
+    print("OK cuda_target: GPT and ResNet-18 built for sm_80, sm_90 + PTX; no libcuda/MPI/protobuf-c needed; "
+          "clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag errors")
+
+
+def data_flags(work, name):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    if name == "gpt":
+        path = os.path.join(work, "tokens.bin")
+        rng.integers(0, 256, 4096).astype("<u2").tofile(path)
+        return ["--tokens", path]
+    x, y = os.path.join(work, "x.npy"), os.path.join(work, "labels.npy")
+    np.save(x, rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+    np.save(y, rng.integers(0, 10, 8).astype(np.int64))
+    return ["--data", "x=" + x, "--data", "labels=" + y]
+
+
+def make_f64_mlp(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    w = numpy_helper.from_array(np.ones((3, 2), np.float64), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "f64",
+                          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["batch", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["batch", 2])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+/* rt_comm_ctl.c — test only: the step's collectives (rt.h) through the
+ * control plane (rt_ctl.h), so that a cpu-target step links with the
+ * target-neutral core, ctl_tcp.c and dev_host.c and runs at any world size
+ * without MPI (tests/py/ctl_tcp_train.py).  Slow and simple: everything
+ * goes through rank 0, which sums in rank order in double. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_ctl.h"
+#include "rt_priv.h"
+
+/* x := the average over ranks of x (n float32 / float64 elements) */
+static void average(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    int64_t es = rt_elem_size(dtype), b = n * es;
+    if (c->world == 1 || n == 0)
+        return;
+    if (dtype != RT_F32 && dtype != RT_F64)
+        rt_step_fail(c, "rt_comm_ctl: dtype %d", dtype);
+    char *all = c->rank == 0 ? malloc((size_t)(b * c->world)) : NULL;
+    if (c->rank == 0 && !all)
+        rt_step_fail(c, "rt_comm_ctl: out of memory");
+    rt_ctl_gather(x, b, all, 0);
+    for (int64_t i = 0; c->rank == 0 && i < n; i++) {
+        double s = 0;
+        for (int q = 0; q < c->world; q++) {
+            const char *p = all + q * b + i * es;
+            s += dtype == RT_F32 ? *(const float *)(const void *)p : *(const double *)(const void *)p;
+        }
+        if (dtype == RT_F32)
+            ((float *)x)[i] = (float)(s / c->world);
+        else
+            ((double *)x)[i] = s / c->world;
+    }
+    free(all);
+    rt_ctl_bcast(x, b, 0);
+}
+
+void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t len, int dtype)
+{
+    int64_t b = len * rt_elem_size(dtype);
+    char *mine = malloc((size_t)b + 1); /* shard may lie inside full */
+    if (!mine)
+        rt_step_fail(c, "rt_comm_ctl: out of memory");
+    memcpy(mine, shard, (size_t)b);
+    rt_ctl_gather(mine, b, full, 0);
+    rt_ctl_bcast(full, b * c->world, 0);
+    free(mine);
+}
+
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype) { average(c, x, n, dtype); }
+
+void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t len, int dtype)
+{
+    int64_t es = rt_elem_size(dtype), total = len * c->world;
+    memset((char *)full + numel * es, 0, (size_t)((total - numel) * es));
+    average(c, full, total, dtype);
+    memmove(shard, (char *)full + c->rank * len * es, (size_t)(len * es));
+}
