@@ -13,8 +13,8 @@
 
 static const char *usage =
     "usage: fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [options]\n"
-    "  --target cuda|cpu       cuda: NVIDIA GPUs (NVRTC kernels, cuBLASLt, NCCL, CUDA Graphs);\n"
-    "                          cpu: CPUs (MPI collectives, CBLAS)\n"
+    "  --target cuda|cpu       cuda (the default): NVIDIA GPUs (NVRTC kernels, cuBLASLt, NCCL,\n"
+    "                          CUDA Graphs); cpu: CPUs (MPI collectives, CBLAS)\n"
     "  --arch sm_XY[,sm_XY..]  cuda: GPU archs to compile for (default " FSDPC_DEFAULT_ARCH "), plus PTX\n"
     "                          of the lowest for newer GPUs\n"
     "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS\n"
@@ -59,7 +59,7 @@ static void parse_loss(Options *o, const char *s)
 
 static void parse_args(Options *o, int argc, char **argv)
 {
-    o->target = "cpu";
+    o->target = "cuda";
     o->wrap_size = 100000000;
     o->world = 2;
     for (int i = 1; i < argc; i++) {

@@ -33,7 +33,7 @@ extern const char **cg_checks;
  * text of `static const RtImage images[]` into tables; returns their count */
 int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
 
-/* op families (codegen/cpu_*.c): emit n and return 1, or return 0 if n is
+/* op families (codegen/emit_*.c): emit n and return 1, or return 0 if n is
  * not theirs */
 int cg_tensor(Buf *b, const Graph *g, const Node *n);
 int cg_nn(Buf *b, const Graph *g, const Node *n);

@@ -14,7 +14,7 @@ or from the command line (writes the ONNX file with freshly initialised weights)
 
 then
 
-    fsdpc OUT.onnx -o train --loss cross_entropy:logits,labels --dim batch=4
+    fsdpc OUT.onnx -o train --target cpu --loss cross_entropy:logits,labels --dim batch=4
     ./train --tokens train.bin --steps 100
 
 The model follows Karpathy's nanoGPT (model.py): token embedding wte + position

@@ -2,7 +2,7 @@
 
     python3 examples/sample.py EVAL_EXE WORKDIR [--prompt TEXT] [--chars 200] [--temp 0.8] [--seed 0]
 
-EVAL_EXE was built with `fsdpc trained.onnx -o EVAL_EXE --eval --dim batch=1`: it reads
+EVAL_EXE was built with `fsdpc trained.onnx -o EVAL_EXE --target cpu --eval --dim batch=1`: it reads
 input_ids [1, T] and writes logits [1, T, 256].  Each new byte is drawn from the
 logits at the last position of the window of the last T bytes (left-padded with
 spaces), with temperature TEMP.  Needs only NumPy.

@@ -1,6 +1,6 @@
 /* tensor.h — what the tensor family's files share (passes/tensor.c defines
  * it; passes/shape_tensor.c, passes/grad_tensor.c, passes/fold.c and
- * codegen/cpu_tensor.c use it): the checked
+ * codegen/emit_tensor.c use it): the checked
  * reading of a node's attributes and the description of its data movement,
  * written once and used both by fold (evaluating constants on the host with
  * the kernels) and by codegen (emitting the same kernel calls).

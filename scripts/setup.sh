@@ -3,13 +3,20 @@
 #   scripts/setup.sh          build + run dependencies
 #   scripts/setup.sh --test   also the test oracles (PyTorch, ONNX, NumPy)
 set -euo pipefail
-pkgs=(cmake ninja-build gcc pkg-config libprotobuf-c-dev protobuf-c-compiler
+pkgs=(cmake ninja-build gcc g++ binutils pkg-config libprotobuf-c-dev protobuf-c-compiler
       libopenmpi-dev openmpi-bin libopenblas-dev python3-numpy python3-onnx)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The CUDA 13 toolkit (NVRTC, cuBLASLt, NCCL, cudart) is not a Debian
+# package: it must be installed already (no driver or GPU is needed to build).
+if ! [ -e /usr/local/cuda/lib64/libnvrtc.so ] && ! command -v nvcc >/dev/null; then
+  echo "setup: the CUDA 13 toolkit is missing (NVRTC, cuBLASLt, NCCL, cudart under /usr/local/cuda):" \
+       "install it from NVIDIA (no GPU or driver needed to build and test)" >&2
+  exit 1
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -5,7 +5,7 @@
  * instead of k_, with the same parameters and contract (pointers are device
  * pointers).  This header maps each k_ name to its twin and then includes
  * kernels.h, so kernels.h's own declarations become the twins' prototypes:
- * the two APIs cannot drift apart.  The generated step (codegen/cpu.c on
+ * the two APIs cannot drift apart.  The generated step (codegen/exe.c on
  * the cuda target) and launch.c include it before anything else includes
  * kernels.h.
  *

@@ -1,4 +1,4 @@
-/* cpu_tensor.c — CPU code of the tensor family (shapes, indexing, data
+/* emit_tensor.c — the step code of the tensor family (shapes, indexing, data
  * movement, comparisons) and of its backward ops.
  *
  * Pure data movement (Slice, Split, Concat, Expand, Tile, integer Pad and

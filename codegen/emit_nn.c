@@ -1,4 +1,4 @@
-/* cpu_nn.c — CPU code of the nn family (conv, pooling, normalisation,
+/* emit_nn.c — the step code of the nn family (conv, pooling, normalisation,
  * softmax, reductions, dropout, losses) and of its backward ops.
  *
  * Each node is one or two kernel calls (kernels/c/kernels.h) with its

@@ -1,4 +1,4 @@
-/* cpu.c — the executable of either target: C source for the step, the init
+/* exe.c — the executable of either target: C source for the step, the init
  * file, the build.  The cuda target differs only in what the step's calls
  * resolve to (kernels/cuda/kc_map.h), the pointers it uses (c->dev_*), the
  * embedded device code (cuda.c) and the libraries it links.
@@ -133,8 +133,11 @@ static void write_init(const Graph *g, const InitLayout *L, const char *path)
     pad_to(f, L->size, tmp);
     if (fflush(f) || fsync(fileno(f)) || fclose(f))
         fatal("%s: write failed: %s", tmp, strerror(errno));
-    if (rename(tmp, path))
-        fatal("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    if (rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        fatal("%s: cannot write: %s", path, strerror(e));
+    }
 }
 
 /* ---- the C source ------------------------------------------------------- */
@@ -332,6 +335,9 @@ void cg_build(const Graph *g)
         unlink(cpath);
     if (dir)
         remove_tree(dir, nimage);
-    if (rename(tmp, out))
-        fatal("%s: cannot rename to %s: %s", tmp, out, strerror(errno));
+    if (rename(tmp, out)) {
+        int e = errno;
+        unlink(tmp);
+        fatal("%s: cannot write the executable: %s", out, strerror(e));
+    }
 }
