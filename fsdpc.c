@@ -22,15 +22,17 @@ static const char *usage =
     "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
     "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
     "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
-    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard memplan)\n"
+    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard fuse\n"
+    "                          memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
+    "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
     "  --cc PATH               C compiler for the generated step\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
-                               "units", "shard", "memplan", NULL};
+                               "units", "shard", "fuse", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
 {
@@ -106,7 +108,9 @@ static void parse_args(Options *o, int argc, char **argv)
                 ok |= !strcmp(passes[k], o->dump_after);
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard memplan)", o->dump_after);
+                      "shard fuse memplan)", o->dump_after);
+        } else if (!strcmp(a, "--no-fuse")) {
+            o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
             o->eval = 1;
         } else if (!strcmp(a, "--report")) {
@@ -159,6 +163,7 @@ int main(int argc, char **argv)
     RUN(fold);
     RUN(shape);
     if (o.eval) { /* forward only: every initializer stays a constant */
+        RUN(fuse);
         RUN(memplan);
         if (o.out)
             cg_build(g);
@@ -169,6 +174,7 @@ int main(int argc, char **argv)
     RUN(optim);
     RUN(units);
     RUN(shard);
+    RUN(fuse);
     RUN(memplan);
     if (o.report)
         cg_report(stdout, g, o.world);

@@ -33,6 +33,17 @@ extern const char **cg_checks;
  * text of `static const RtImage images[]` into tables; returns their count */
 int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
 
+/* the kernels.h op code of a unary op ("K_RELU") and its two parameters as
+ * C text (emit.c) */
+const char *cg_unary_op(Op op);
+const char *cg_unary_params(Op op, const Node *n);
+/* a Fused node (emit_fused.c): on cpu an inline loop; on cuda a launch of a
+ * generated kernel whose source goes to cg_fused_src, its name to
+ * cg_fused_names (cg_nfused of them) */
+void cg_emit_fused(Buf *b, const Graph *g, const Node *n);
+extern Buf cg_fused_src;
+extern int cg_nfused;
+
 /* op families (codegen/emit_*.c): emit n and return 1, or return 0 if n is
  * not theirs */
 int cg_tensor(Buf *b, const Graph *g, const Node *n);

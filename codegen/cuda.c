@@ -91,13 +91,16 @@ static void load_nvrtc(void)
 
 /* ---- the translation unit ------------------------------------------------ */
 
-/* All .cu files after the header, in order: one program, one launch table. */
+/* All .cu files after the header, in order, then the model's generated
+ * kernels: one program. */
 static const char *program_text(void)
 {
     Buf b = {0};
     cg_put(&b, "#include \"%s\"\n", fsdpc_cuda_src_name[0]);
     for (int i = 1; i < fsdpc_cuda_src_count; i++)
         cg_put(&b, "/* ---- %s ---- */\n%s\n", fsdpc_cuda_src_name[i], fsdpc_cuda_src_text[i]);
+    if (cg_fused_src.len) /* this model's fused elementwise kernels (emit_fused.c) */
+        cg_put(&b, "/* ---- generated ---- */\n%s", cg_fused_src.buf);
     return b.buf ? b.buf : "";
 }
 

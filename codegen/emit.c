@@ -165,7 +165,7 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
 }
 
 /* The kernels' code and parameters of a unary op (kernels/c/kernels.h). */
-static const char *unary_op(Op op)
+const char *cg_unary_op(Op op)
 {
     switch (op) {
     case OP_Relu: return "K_RELU";
@@ -186,7 +186,7 @@ static const char *unary_op(Op op)
 }
 
 /* p0, p1 as C text (infinities spelled so the C compiler takes them) */
-static const char *unary_params(Op op, const Node *n)
+const char *cg_unary_params(Op op, const Node *n)
 {
     double p0 = 0, p1 = 0;
     if (op == OP_LeakyRelu)
@@ -216,14 +216,14 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
     case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
     case OP_Clip:
-        cg_put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, unary_op(n->op), cg_ptr(g, y), cg_ptr(g, x),
-            (long long)ny, unary_params(n->op, n));
+        cg_put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, cg_unary_op(n->op), cg_ptr(g, y), cg_ptr(g, x),
+            (long long)ny, cg_unary_params(n->op, n));
         break;
     case OP_UnaryGrad: {
         Op of = (Op)ir_attr_i(n, "of", -1);
-        cg_put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, unary_op(of), cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, cg_unary_op(of), cg_ptr(g, y), cg_ptr(g, x),
             n->in[1] >= 0 ? cg_ptr(g, n->in[1]) : "NULL", n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
-            (long long)ny, unary_params(of, n));
+            (long long)ny, cg_unary_params(of, n));
         break;
     }
     case OP_Scale:
@@ -301,6 +301,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    rt_allreduce_avg(c, %s, %lld, %d);\n", cg_ptr(g, y), (long long)ny, dt);
         break;
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
+    case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW:
         cg_put(b, "    k_adamw_%s(%s, %s, %s, %s, c->shard_len[%d], c->lr, c->beta1, c->beta2, c->eps, "
                "c->weight_decay, c->step);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),

@@ -136,6 +136,14 @@ typedef struct {
     int state[2];    /* optimizer state shard value ids, -1 if unused */
 } Unit;
 
+/* A group of elementwise nodes that run as one loop (passes/fuse.c): the
+ * member nodes, copied, in program order; the last one's output is the
+ * Fused node's output, the others' outputs live only inside the loop. */
+typedef struct {
+    int n;
+    Node *member;
+} Fusion;
+
 typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
 typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
 
@@ -158,6 +166,7 @@ typedef struct {
     const char *cc;          /* C compiler for the generated step */
     int keep_c;              /* --emit-c: keep OUT.c */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
+    int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
 } Options;
 
 typedef struct {
@@ -169,6 +178,7 @@ typedef struct {
     int loss_avg;               /* value id of the all-reduced loss (what is reported) */
     int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
     Unit *unit; int nunit;
+    Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
     int nslot;                  /* memplan: number of unit-sized slots */
     int64_t arena_bytes;        /* memplan: W-independent part of the arena */
     int64_t const_bytes;        /* memplan: bytes of constants inside the arena */
@@ -226,6 +236,7 @@ void pass_autodiff(Graph *g);
 void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
+void pass_fuse(Graph *g);
 void pass_memplan(Graph *g);
 
 /* passes/autodiff.c: what gradient rules build with.  Each returns the new

@@ -35,7 +35,8 @@ typedef struct {
     int sm_count, cc;          /* multiprocessors; compute capability major*10+minor */
     char name[256];            /* the GPU's name */
     cudaLibrary_t lib;         /* the embedded kernels */
-    cudaKernel_t *kernel;      /* KC_COUNT handles, by kernel id */
+    cudaKernel_t *kernel;      /* nkernel handles, by kernel id: kc_names, then the model's fused kernels */
+    int nkernel;               /* KC_COUNT + m->nfused */
     int *smem_limit;           /* KC_COUNT: dynamic shared memory limit raised so far */
     cudaStream_t compute;      /* the step */
     cudaStream_t comm;         /* NCCL */
@@ -117,5 +118,8 @@ void cu_debug_sync(const char *what);
 /* ---- kc_rt.c ---- */
 /* release the cached cuBLASLt descriptors */
 void cu_gemm_cache_free(void);
+
+/* the name of kernel id k (kernels.def, or the model's generated fused kernels) */
+const char *cu_kernel_name(int k);
 
 #endif

@@ -292,6 +292,11 @@ static int pick_image(const RtModel *m, int cc)
     return best;
 }
 
+const char *cu_kernel_name(int k)
+{
+    return k < KC_COUNT ? kc_names[k] : cu.m->fused[k - KC_COUNT];
+}
+
 static int load_kernels(const RtModel *m, char *err, size_t errlen)
 {
     int i = pick_image(m, cu.cc);
@@ -326,22 +331,25 @@ static int load_kernels(const RtModel *m, char *err, size_t errlen)
                                    "--arch sm_%d", im->arch, cu.device, cu.name, cu.cc, cudaGetErrorString(e), why,
                       cu.cc);
     }
-    cu.kernel = calloc(KC_COUNT ? KC_COUNT : 1, sizeof *cu.kernel);
-    cu.smem_limit = calloc(KC_COUNT ? KC_COUNT : 1, sizeof *cu.smem_limit);
+    if (m->nfused < 0 || (m->nfused > 0 && !m->fused))
+        return reason(err, errlen, "corrupt model tables: %d fused kernels without names", m->nfused);
+    cu.nkernel = KC_COUNT + m->nfused;
+    cu.kernel = calloc((size_t)cu.nkernel, sizeof *cu.kernel);
+    cu.smem_limit = calloc((size_t)cu.nkernel, sizeof *cu.smem_limit);
     if (!cu.kernel || !cu.smem_limit)
         return reason(err, errlen, "out of memory loading the GPU code");
-    for (int k = 0; k < KC_COUNT; k++) {
-        e = cudaLibraryGetKernel(&cu.kernel[k], cu.lib, kc_names[k]);
+    for (int k = 0; k < cu.nkernel; k++) {
+        e = cudaLibraryGetKernel(&cu.kernel[k], cu.lib, cu_kernel_name(k));
         if (e != cudaSuccess)
             return reason(err, errlen, "internal error (a bug in fsdpc, please report it): kernel %s is missing "
-                                       "from the embedded GPU code (%s): %s", kc_names[k], im->arch,
+                                       "from the embedded GPU code (%s): %s", cu_kernel_name(k), im->arch,
                           cudaGetErrorString(e));
         /* loads the module now (lazy loading would defer an arch mismatch to the first launch) */
         struct cudaFuncAttributes fa;
         e = cudaFuncGetAttributes(&fa, (const void *)cu.kernel[k]);
         if (e != cudaSuccess)
             return reason(err, errlen, "cannot load kernel %s from the embedded GPU code (%s) on GPU %d (%s, "
-                                       "sm_%d): %s: rebuild with --arch sm_%d", kc_names[k], im->arch, cu.device,
+                                       "sm_%d): %s: rebuild with --arch sm_%d", cu_kernel_name(k), im->arch, cu.device,
                           cu.name, cu.cc, cudaGetErrorString(e), cu.cc);
         cu.smem_limit[k] = 48 * 1024;
     }
@@ -481,7 +489,11 @@ int rt_dev_attach(RtCtx *c, char *base, int64_t bytes, char *err, size_t errlen)
                    (g_dev_shard = calloc((size_t)(m->nunit > 0 ? m->nunit : 1) * RT_NSTATE, sizeof *g_dev_shard)) ==
                        NULL) {
             snprintf(why, sizeof why, "out of memory");
-        } else if ((e = cudaMemcpy(cu.dev_base, base, (size_t)bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        } else if ((e = cudaMemcpy(cu.dev_base, base, (size_t)bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
+                   /* from pageable memory cudaMemcpy returns once the bytes are staged, its DMA maybe still
+                    * in flight on the legacy stream, which cu.compute (non-blocking) does not wait for; so do
+                    * create_handles' cudaMemsets.  Finish all of it before any step work is queued. */
+                   (e = cudaDeviceSynchronize()) != cudaSuccess) {
             snprintf(why, sizeof why, "uploading the initial state to GPU %d (%s): %s", cu.device, cu.name,
                      cudaGetErrorString(e));
         } else {

@@ -34,12 +34,12 @@ void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **
 {
     if (!cu.up)
         cu_internal("kc_launch before the GPU was set up");
-    if (kernel < 0 || kernel >= KC_COUNT)
-        cu_internal("kc_launch: kernel id %d outside [0, %d)", kernel, KC_COUNT);
+    if (kernel < 0 || kernel >= cu.nkernel)
+        cu_internal("kc_launch: kernel id %d outside [0, %d)", kernel, cu.nkernel);
     if (grid == 0)
         return; /* an empty tensor: nothing to do */
     if (block == 0 || block > 1024 || grid > 0x7fffffffu)
-        cu_internal("kernel %s launched with grid %u x block %u", kc_names[kernel], grid, block);
+        cu_internal("kernel %s launched with grid %u x block %u", cu_kernel_name(kernel), grid, block);
     if (smem > (unsigned)cu.smem_limit[kernel]) { /* above 48 KiB needs an opt-in per kernel */
         CU_CHECK(cudaFuncSetAttribute((const void *)cu.kernel[kernel], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
@@ -49,11 +49,11 @@ void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **
     cudaError_t e = cudaLaunchKernel((const void *)cu.kernel[kernel], g, b, args, smem, cu.compute);
     if (e != cudaSuccess || cu.sync_debug) {
         char what[160];
-        snprintf(what, sizeof what, "cudaLaunchKernel of %s (grid %u, block %u, smem %u)", kc_names[kernel], grid,
+        snprintf(what, sizeof what, "cudaLaunchKernel of %s (grid %u, block %u, smem %u)", cu_kernel_name(kernel), grid,
                  block, smem);
         if (e != cudaSuccess)
             cu_fail_cuda(__FILE__, __LINE__, what, e);
-        snprintf(what, sizeof what, "kernel %s (grid %u, block %u, smem %u)", kc_names[kernel], grid, block, smem);
+        snprintf(what, sizeof what, "kernel %s (grid %u, block %u, smem %u)", cu_kernel_name(kernel), grid, block, smem);
         cu_debug_sync(what);
     }
 }
@@ -198,15 +198,21 @@ static void layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int6
     }
 }
 
+/* the operation descriptor: compute type ct, cuBLASLt's A = our B, B = our A */
+static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k)
+{
+    cublasLtMatmulDesc_t op;
+    LT_CHECK(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F));
+    int32_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    return op;
+}
+
 static void make_plan(GemmPlan *p, const GemmKey *k)
 {
     memset(p, 0, sizeof *p);
     p->key = *k;
-    cublasComputeType_t ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    LT_CHECK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
-    int32_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     uint64_t m = (uint64_t)k->m, n = (uint64_t)k->n, kk = (uint64_t)k->k;
     if (k->tb)
         layout(&p->la, kk, n, k->k, k->batch, k->sb);
@@ -234,16 +240,28 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
                                                   sizeof al_c));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    memset(&res, 0, sizeof res);
-    cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    /* TF32 first (unless FSDPC_NO_TF32); a shape or alignment no TF32 kernel
+     * takes falls back to exact FP32 rather than ending the run */
+    for (int exact = !k->tf32; exact < 2; exact++) {
+        p->op = make_op(exact ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, k);
+        nres = 0;
+        memset(&res, 0, sizeof res);
+        s = cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+        if (s == CUBLAS_STATUS_SUCCESS && nres >= 1 && res.state == CUBLAS_STATUS_SUCCESS)
+            break;
+        (void)cublasLtMatmulDescDestroy(p->op);
+        p->op = NULL;
+    }
     LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (s != CUBLAS_STATUS_SUCCESS || nres < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+    if (!p->op)
         cu_internal("cuBLASLt has no algorithm for the GEMM C[%lld x %lld] = A%s B%s (k %lld, batch %lld, strides "
                     "%lld/%lld, alignment %u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n, k->ta ? "^T" : "",
                     k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa, (long long)k->sb,
-                    al_a, al_b, al_c, k->tf32 ? "TF32" : "FP32",
-                    cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s : res.state));
+                    al_a, al_b, al_c, k->tf32 ? "TF32 or FP32" : "FP32",
+                    cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s
+                                            : nres < 1                  ? CUBLAS_STATUS_NOT_SUPPORTED
+                                                                        : res.state));
     p->algo = res.algo;
     p->ws = res.workspaceSize;
     p->used = 1;
@@ -278,8 +296,10 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
     memset(&key, 0, sizeof key);
     key.m = m, key.n = n, key.k = k, key.batch = batch, key.sa = sa, key.sb = sb;
     key.ta = !!ta, key.tb = !!tb, key.tf32 = cu.tf32;
-    int64_t sc = batch > 1 ? m * n : 0;
-    key.align = align_log2(a, sa * 4) | align_log2(b, sb * 4) << 4 | align_log2(c, sc * 4) << 8;
+    /* the alignment an algorithm may assume covers the pointer, the batch
+     * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*) */
+    int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n;
+    key.align = align_log2(a, (sa | lda) * 4) | align_log2(b, (sb | ldb) * 4) << 4 | align_log2(c, (sc | n) * 4) << 8;
     if (2 * (g_count + 1) > g_cap)
         grow();
     GemmPlan *p = slot_of(g_plan, g_cap, &key);

@@ -101,6 +101,8 @@ typedef struct {
     int nimage; const RtImage *image;     /* kernels: cubins and PTX */
     int ncheck; const char *const *check; /* messages of the step's device-side checks, in call
                                            * order (kernels/cuda/kc.h, kc_next_check) */
+    int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
+                                           * launched as kc_launch(KC_COUNT + k, ...) */
 } RtModel;
 
 typedef struct RtCtx {

@@ -5,8 +5,8 @@
  *
  * ARCHS is a comma-separated list (sm_80,sm_90).  The program is what
  * codegen/cuda.c builds: `#include "common.cuh"` and then every .cu file in
- * the order given, which must be alphabetical (the order of
- * FSDPC_CUDA_SOURCES); common.cuh is handed to NVRTC as that header.  Each
+ * the order given, the .cu files alphabetical (the order of
+ * FSDPC_CUDA_SOURCES; a trailing header such as kernels/c/fused.h is text like them); common.cuh is handed to NVRTC as that header.  Each
  * arch is compiled with --std=c++17 -default-device -I DIR (default
  * /usr/local/cuda/include) to a cubin; -v adds --ptxas-options=-v, whose
  * per-kernel registers, stack and spills go to the log.  The NVRTC log is
@@ -50,7 +50,9 @@ static char *program(int n, char **files)
     size_t cap = 64, len = 0;
     char **text = malloc(sizeof(char *) * (size_t)n);
     for (int i = 0; i < n; i++) {
-        if (i > 0 && strcmp(base_name(files[i - 1]), base_name(files[i])) >= 0) {
+        const char *a = i > 0 ? strrchr(files[i - 1], '.') : NULL, *b = strrchr(files[i], '.');
+        if (a && b && !strcmp(a, ".cu") && !strcmp(b, ".cu") &&
+            strcmp(base_name(files[i - 1]), base_name(files[i])) >= 0) {
             fprintf(stderr, "nvrtc_compile: %s must come before %s (alphabetical order)\n",
                     files[i], files[i - 1]);
             exit(2);

@@ -11,7 +11,9 @@ set(_kc ${CMAKE_CURRENT_LIST_DIR})
 set(FSDPC_CUDA_SOURCES
   ${_kc}/common.cuh
   ${_kc}/conv.cu ${_kc}/copy.cu ${_kc}/ew.cu ${_kc}/gather.cu ${_kc}/loss.cu
-  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu)
+  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu
+  # last: the element functions the generated fused kernels call (shared with the cpu step)
+  ${_kc}/../c/fused.h)
 add_library(fsdpc_kernels_cuda STATIC ${_kc}/launch.c)
 target_include_directories(fsdpc_kernels_cuda PUBLIC ${_kc} ${CMAKE_CURRENT_LIST_DIR}/../c)
 target_compile_options(fsdpc_kernels_cuda PRIVATE ${FSDPC_WARN})

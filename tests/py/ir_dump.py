@@ -10,7 +10,7 @@ import tempfile
 
 from common import check, mpirun, run
 
-PASSES = "frontend fold shape loss autodiff optim units shard memplan".split()
+PASSES = "frontend fold shape loss autodiff optim units shard fuse memplan".split()
 
 
 def main():
@@ -20,6 +20,13 @@ def main():
         out = run(base + ["--dump-after", p]).stdout
         check(out.startswith("# after " + p), "dump after %s: header missing" % p)
         check("nodes:" in out, "dump after %s: no node list" % p)
+    # fuse: elementwise chains become Fused nodes (not with --no-fuse); the GPT's GELU and its backward
+    gpt = [fsdpc, os.path.join(os.path.dirname(model), "gpt.onnx"), "--loss", "cross_entropy:logits,labels",
+           "--dim", "batch=2", "--verify", "--target", "cpu", "--dump-after", "fuse"]
+    fused = re.findall(r'= Fused .* ops="([A-Za-z,]+)"', run(gpt).stdout)
+    check(fused.count("Erf,Add") == 2 and fused.count("Mul,Mul,UnaryGrad,Div,Add") == 2,
+          "fuse: the GPT's GELU forward and backward groups, got %s" % fused)
+    check("Fused" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse still fused")
     fold = run(base + ["--dump-after", "fold"]).stdout
     check(not re.search(r"= Gemm ", fold) and re.search(r"= MatMul ", fold), "fold: Gemm not decomposed")
     shard = run(base + ["--dump-after", "shard"]).stdout

@@ -1,0 +1,150 @@
+/* emit_fused.c — the code of a Fused node (passes/fuse.c): one loop over
+ * the output's elements that loads each outside input once (broadcast by
+ * index arithmetic on compile-time constants), computes every member node
+ * into a local with kernels/c/fused.h, and stores the root's value.
+ *
+ * cpu: the loop is inline in the step.  cuda: the same body becomes a
+ * generated kernel `fsdpc_fused<K>` (a grid-stride loop) appended to the
+ * program NVRTC compiles, and the step launches it through kc_launch with
+ * id KC_COUNT + K; the executable's RtModel lists the names.
+ */
+#include "cg.h"
+#include "kernels.h"
+#include "fused.h"
+
+#include <string.h>
+
+_Static_assert((int)KF_ADD == (int)K_ADD && (int)KF_SUB == (int)K_SUB && (int)KF_MUL == (int)K_MUL && (int)KF_DIV == (int)K_DIV && (int)KF_POW == (int)K_POW,
+               "fused.h binary op codes follow kernels.h");
+_Static_assert((int)KF_RELU == (int)K_RELU && (int)KF_TANH == (int)K_TANH && (int)KF_SIGMOID == (int)K_SIGMOID && (int)KF_SQRT == (int)K_SQRT &&
+                   (int)KF_RECIPROCAL == (int)K_RECIPROCAL && (int)KF_EXP == (int)K_EXP && (int)KF_LOG == (int)K_LOG && (int)KF_NEG == (int)K_NEG &&
+                   (int)KF_ABS == (int)K_ABS && (int)KF_ERF == (int)K_ERF && (int)KF_LEAKY_RELU == (int)K_LEAKY_RELU && (int)KF_CLIP == (int)K_CLIP &&
+                   (int)KF_SOFTPLUS == (int)K_SOFTPLUS,
+               "fused.h unary op codes follow kernels.h");
+
+Buf cg_fused_src;
+int cg_nfused;
+
+/* index of input v (broadcast into shape y) at flat output position i */
+static const char *index_expr(const Graph *g, int v, const Shape *y)
+{
+    const Shape *s = &g->val[v].shape;
+    int r = y->rank;
+    int64_t st[MAX_RANK], ost[MAX_RANK], acc = 1, oacc = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        int ia = d - (r - s->rank);
+        int64_t dim = ia >= 0 ? s->dim[ia] : 1;
+        st[d] = dim == 1 ? 0 : acc;
+        acc *= dim;
+        ost[d] = oacc;
+        oacc *= y->dim[d];
+    }
+    int dense = 1, zero = 1;
+    for (int d = 0; d < r; d++) {
+        dense &= st[d] == ost[d] || y->dim[d] == 1;
+        zero &= st[d] == 0 || y->dim[d] == 1;
+    }
+    if (zero)
+        return "0";
+    if (dense)
+        return "i";
+    Buf b = {0};
+    for (int d = 0; d < r; d++) {
+        if (st[d] == 0 || y->dim[d] == 1)
+            continue;
+        const char *pos = d == 0 ? ir_fmt("i / %lldLL", (long long)ost[d])
+                                 : ost[d] == 1 ? ir_fmt("i %% %lldLL", (long long)y->dim[d])
+                                               : ir_fmt("i / %lldLL %% %lldLL", (long long)ost[d], (long long)y->dim[d]);
+        cg_put(&b, "%s(%s) * %lldLL", b.len ? " + " : "", pos, (long long)st[d]);
+    }
+    return b.buf;
+}
+
+static const char *kf_code(const char *k) { return ir_fmt("KF_%s", k + 2); } /* "K_RELU" -> "KF_RELU" */
+
+/* operand v of a member: a local of an earlier member, or outside input */
+static const char *operand(const Fusion *f, int k, const Node *n, int v)
+{
+    if (v < 0)
+        return NULL;
+    for (int j = 0; j < k; j++)
+        if (f->member[j].out[0] == v)
+            return ir_fmt("t%d", j);
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] == v)
+            return ir_fmt("x%d", i);
+    die("fused operand '%s' is neither inside nor an input", "?");
+}
+
+/* the loop body for element i: loads, members, the store into y */
+static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
+{
+    const Fusion *f = &g->fusion[ir_attr_i(n, "group", -1)];
+    const Value *yv = &g->val[n->out[0]];
+    const char *T = cg_ctype(yv->dtype), *S = cg_sfx(yv->dtype);
+    for (int i = 0; i < n->nin; i++)
+        cg_put(b, "%sconst %s x%d = in%d[%s];\n", ind, T, i, i, index_expr(g, n->in[i], &yv->shape));
+    for (int k = 0; k < f->n; k++) {
+        const Node *m = &f->member[k];
+        const char *a = operand(f, k, n, m->in[0]), *e;
+        switch (m->op) {
+        case OP_Add: case OP_Sub: case OP_Mul: case OP_Div: case OP_Pow: {
+            const char *op = m->op == OP_Add ? "KF_ADD" : m->op == OP_Sub ? "KF_SUB" : m->op == OP_Mul ? "KF_MUL"
+                           : m->op == OP_Div ? "KF_DIV" : "KF_POW";
+            e = ir_fmt("kf_binary_%s(%s, %s, %s)", S, op, a, operand(f, k, n, m->in[1]));
+            break;
+        }
+        case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;
+        case OP_UnaryGrad: {
+            Op of = (Op)ir_attr_i(m, "of", -1);
+            const char *x = m->nin > 1 ? operand(f, k, n, m->in[1]) : NULL;
+            const char *y = m->nin > 2 ? operand(f, k, n, m->in[2]) : NULL;
+            e = ir_fmt("kf_unary_grad_%s(%s, %s, %s, %s, %s)", S, kf_code(cg_unary_op(of)), a,
+                       x ? x : ir_fmt("(%s)0", T), y ? y : ir_fmt("(%s)0", T), cg_unary_params(of, m));
+            break;
+        }
+        default:
+            e = ir_fmt("kf_unary_%s(%s, %s, %s)", S, kf_code(cg_unary_op(m->op)), a, cg_unary_params(m->op, m));
+        }
+        cg_put(b, "%sconst %s t%d = %s; /* %s */\n", ind, T, k, e, cg_comment(m->name));
+    }
+    cg_put(b, "%sy[i] = t%d;\n", ind, f->n - 1);
+}
+
+void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
+{
+    const Value *yv = &g->val[n->out[0]];
+    const char *T = cg_ctype(yv->dtype);
+    int64_t total = value_numel(g, n->out[0]);
+    cg_put(b, "    /* fused: %s */\n", cg_comment(ir_attr(n, "ops")->s));
+    if (!total)
+        return;
+    if (!cg_cuda) {
+        cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
+        for (int i = 0; i < n->nin; i++)
+            cg_put(b, "      const %s *in%d = %s;\n", T, i, cg_ptr(g, n->in[i]));
+        cg_put(b, "      for (long long i = 0; i < %lldLL; i++) {\n", (long long)total);
+        body(b, g, n, "        ");
+        cg_put(b, "      } }\n");
+        return;
+    }
+    /* cuda: the kernel, then its launch */
+    int k = cg_nfused++;
+    Buf *s = &cg_fused_src;
+    cg_put(s, "extern \"C\" __global__ void fsdpc_fused%d(%s *y", k, T);
+    for (int i = 0; i < n->nin; i++)
+        cg_put(s, ", const %s *in%d", T, i);
+    cg_put(s, ", long long n)\n{\n    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+              "         i += (long long)gridDim.x * blockDim.x) {\n");
+    body(s, g, n, "        ");
+    cg_put(s, "    }\n}\n\n");
+    int64_t grid = (total + 255) / 256;
+    grid = grid > 8192 ? 8192 : grid;
+    cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
+    for (int i = 0; i < n->nin; i++)
+        cg_put(b, "      const %s *in%d = %s;\n", T, i, cg_ptr(g, n->in[i]));
+    cg_put(b, "      long long n = %lldLL;\n      void *args[] = {&y", (long long)total);
+    for (int i = 0; i < n->nin; i++)
+        cg_put(b, ", &in%d", i);
+    cg_put(b, ", &n};\n      kc_launch(KC_COUNT + %d, %lld, 256, 0, args); }\n", k, (long long)grid);
+}

@@ -1,0 +1,191 @@
+/* fuse.c — elementwise nodes into one loop each.
+ *
+ * requires: shard (the step's final node list; Free and the collectives in
+ *           place), shapes of every value.
+ * ensures:  every group of two or more fusable nodes (below) is replaced by
+ *           one Fused node at the place of the group's last node (its root):
+ *           inputs = the values the group reads from outside, output = the
+ *           root's output; g->fusion[attr group] keeps the member nodes in
+ *           program order.  The members' other outputs are no longer
+ *           produced or read by any node, so memplan gives them no memory:
+ *           that, and one pass over memory instead of one per node, is the
+ *           point.  --no-fuse leaves the graph as it is.
+ *
+ * Fusable: Add Sub Mul Div Pow, the unary ops, UnaryGrad, Scale, on float32
+ * or float64, every input of the node's dtype.  A group grows from its root
+ * backwards through inputs whose value
+ *   - is produced by a fusable node of the same phase (forward/backward),
+ *   - has exactly one use (inside the group), is an activation (not a view,
+ *     not a graph output) and has the root's shape (so it is one element
+ *     per loop iteration; outside inputs may broadcast),
+ *   - and no Free, collective, optimizer update or Assign stands between its
+ *     producer and the root (moving a read later never crosses the end of a
+ *     gathered buffer or a write of state).
+ * A group reads at most FUSE_MAX_IN outside values (kernel arguments).
+ */
+#include "ir.h"
+
+#include <string.h>
+
+#define FUSE_MAX_IN 12
+#define FUSE_MAX_MEMBERS 64
+
+static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+
+static int fusable(const Graph *g, const Node *n)
+{
+    switch (n->op) {
+    case OP_Add: case OP_Sub: case OP_Mul: case OP_Div: case OP_Pow:
+    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
+    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
+    case OP_UnaryGrad: case OP_Scale:
+        break;
+    case OP_Clip: /* fold made min and max attributes */
+        if (n->nin > 1 && ((n->in[1] >= 0) || (n->nin > 2 && n->in[2] >= 0)))
+            return 0;
+        break;
+    default: return 0;
+    }
+    if (n->nout != 1)
+        return 0;
+    DType t = g->val[n->out[0]].dtype;
+    if (!is_float(t))
+        return 0;
+    int ninput = n->op == OP_Clip ? 1 : n->nin;
+    for (int i = 0; i < ninput; i++)
+        if (n->in[i] >= 0 && g->val[n->in[i]].dtype != t)
+            return 0;
+    return 1;
+}
+
+static int is_barrier(const Node *n)
+{
+    int f = op_info[n->op].flags;
+    return n->op == OP_Free || n->op == OP_Assign || (f & (F_COLL | F_OPT));
+}
+
+static int is_output(const Graph *g, int v)
+{
+    for (int k = 0; k < g->noutput; k++)
+        if (g->output[k] == v)
+            return 1;
+    return v == g->loss || v == g->loss_avg;
+}
+
+void pass_fuse(Graph *g)
+{
+    if (g->opt->no_fuse)
+        return;
+    ir_link(g);
+    int nn = g->nnode;
+    int *group = ir_alloc(sizeof(int) * (size_t)nn);   /* node -> group, -1 */
+    int *barrier_before = ir_alloc(sizeof(int) * (size_t)(nn + 1)); /* barriers in [0, i) */
+    for (int i = 0; i < nn; i++) {
+        group[i] = -1;
+        barrier_before[i + 1] = barrier_before[i] + is_barrier(&g->node[i]);
+    }
+    Fusion *fu = ir_alloc(sizeof(Fusion) * (size_t)(nn / 2 + 1));
+    int nfu = 0;
+    int *members = ir_alloc(sizeof(int) * FUSE_MAX_MEMBERS);
+    for (int r = nn - 1; r >= 0; r--) {
+        const Node *root = &g->node[r];
+        if (group[r] >= 0 || !fusable(g, root))
+            continue;
+        const Value *ro = &g->val[root->out[0]];
+        int phase = r >= g->nfwd, nm = 1;
+        members[0] = r;
+        /* grow backwards: members[k]'s inputs, breadth-first */
+        for (int k = 0; k < nm; k++) {
+            const Node *m = &g->node[members[k]];
+            int ninput = m->op == OP_Clip ? 1 : m->nin;
+            for (int i = 0; i < ninput && nm < FUSE_MAX_MEMBERS; i++) {
+                int v = m->in[i];
+                if (v < 0)
+                    continue;
+                const Value *x = &g->val[v];
+                int p = x->producer;
+                if (p < 0 || group[p] >= 0 || !fusable(g, &g->node[p]) || (p >= g->nfwd) != phase ||
+                    x->nuses != 1 || x->role != R_ACT || x->alias_of >= 0 || is_output(g, v) ||
+                    x->dtype != ro->dtype || !shape_eq(&x->shape, &ro->shape) ||
+                    barrier_before[r] != barrier_before[p + 1])
+                    continue;
+                int dup = 0;
+                for (int j = 0; j < nm; j++)
+                    dup |= members[j] == p;
+                if (!dup)
+                    members[nm++] = p;
+            }
+        }
+        if (nm < 2)
+            continue;
+        /* program order; count the outside inputs */
+        for (int a = 1; a < nm; a++)
+            for (int b = a; b > 0 && members[b - 1] > members[b]; b--) {
+                int t = members[b];
+                members[b] = members[b - 1];
+                members[b - 1] = t;
+            }
+        int in[FUSE_MAX_IN], nin = 0, ok = 1;
+        for (int k = 0; k < nm && ok; k++) {
+            const Node *m = &g->node[members[k]];
+            int ninput = m->op == OP_Clip ? 1 : m->nin;
+            for (int i = 0; i < ninput && ok; i++) {
+                int v = m->in[i], inside = 0, seen = 0;
+                if (v < 0)
+                    continue;
+                for (int j = 0; j < k; j++)
+                    inside |= g->node[members[j]].out[0] == v;
+                for (int j = 0; j < nin; j++)
+                    seen |= in[j] == v;
+                if (inside || seen)
+                    continue;
+                if (nin == FUSE_MAX_IN)
+                    ok = 0;
+                else
+                    in[nin++] = v;
+            }
+        }
+        if (!ok)
+            continue;
+        Fusion *f = &fu[nfu];
+        f->n = nm;
+        f->member = ir_alloc(sizeof(Node) * (size_t)nm);
+        for (int k = 0; k < nm; k++) {
+            f->member[k] = g->node[members[k]];
+            group[members[k]] = nfu;
+        }
+        /* the root becomes the Fused node; the others are dropped below */
+        Node fz = {.op = OP_Fused, .name = ir_fmt("%s.fused", root->name), .nin = nin, .nout = 1, .unit = -1};
+        fz.in = ir_alloc(sizeof(int) * (size_t)nin);
+        memcpy(fz.in, in, sizeof(int) * (size_t)nin);
+        fz.out = ir_alloc(sizeof(int));
+        fz.out[0] = root->out[0];
+        fz.nattr = 2;
+        fz.attr = ir_alloc(sizeof(Attr) * 2);
+        fz.attr[0] = (Attr){.name = "group", .kind = A_INT, .i = nfu};
+        char *ops = ir_alloc((size_t)nm * 24 + 1);
+        for (int k = 0; k < nm; k++) {
+            strcat(ops, k ? "," : "");
+            strcat(ops, op_info[f->member[k].op].name);
+        }
+        fz.attr[1] = (Attr){.name = "ops", .kind = A_STRING, .s = ops};
+        g->node[r] = fz;
+        nfu++;
+    }
+    if (!nfu)
+        return;
+    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
+    int n = 0;
+    for (int i = 0; i < nn; i++)
+        if (group[i] < 0 || g->node[i].op == OP_Fused)
+            keep[n++] = g->node[i];
+    /* nfwd: the forward pass shrank by its fused members */
+    int nfwd = 0;
+    for (int i = 0; i < g->nfwd && i < nn; i++)
+        nfwd += group[i] < 0 || g->node[i].op == OP_Fused;
+    g->nfwd = nfwd;
+    g->fusion = fu;
+    g->nfusion = nfu;
+    ir_set_nodes(g, keep, n);
+    ir_link(g);
+}
