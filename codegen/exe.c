@@ -325,7 +325,8 @@ void cg_build(const Graph *g)
     char *dir = NULL;
     if (cg_cuda) {
         if (!*FSDPC_LIBS_CUDA)
-            fatal("--target cuda: this fsdpc was built without the cuda runtime libraries");
+            fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
+                  "rebuild fsdpc where the CUDA 13 toolkit is installed");
         check_cuda_dtypes(g);
         const char *t = getenv("TMPDIR");
         dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp");

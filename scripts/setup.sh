@@ -11,11 +11,10 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # The CUDA 13 toolkit (NVRTC, cuBLASLt, NCCL, cudart) is not a Debian
-# package: it must be installed already (no driver or GPU is needed to build).
+# package.  Without it fsdpc builds for --target cpu only (cmake warns too).
 if ! [ -e /usr/local/cuda/lib64/libnvrtc.so ] && ! command -v nvcc >/dev/null; then
-  echo "setup: the CUDA 13 toolkit is missing (NVRTC, cuBLASLt, NCCL, cudart under /usr/local/cuda):" \
-       "install it from NVIDIA (no GPU or driver needed to build and test)" >&2
-  exit 1
+  echo "setup: warning: no CUDA 13 toolkit (NVRTC, cuBLASLt, NCCL, cudart under /usr/local/cuda): fsdpc will" \
+       "build for --target cpu only and the cuda tests will be skipped; install it from NVIDIA for --target cuda" >&2
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
