@@ -230,20 +230,6 @@ static int read_inputs(Eval *e)
     return rc;
 }
 
-/* rank 0: --out-dir exists (created if missing, one level) and is writable */
-static void prepare_out_dir(const char *dir)
-{
-    struct stat st;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rt_err_set(1, "--out-dir %s: cannot create: %s", dir, strerror(errno));
-    else if (stat(dir, &st) != 0)
-        rt_err_set(1, "--out-dir %s: %s", dir, strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        rt_err_set(1, "--out-dir %s: not a directory", dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        rt_err_set(1, "--out-dir %s: not writable: %s", dir, strerror(errno));
-}
-
 /* Everything before the step: the init file (constants) and the device
  * (load.c), the inputs, --out-dir.  Returns the exit status; 0 to run. */
 static int start_up(Eval *e, const char *argv0)
@@ -263,7 +249,7 @@ static int start_up(Eval *e, const char *argv0)
     if ((status = rt_err_sync()) != 0)
         return status;
     if (e->ctx.rank == 0)
-        prepare_out_dir(e->o->out_dir);
+        rt_prepare_dir("--out-dir", e->o->out_dir);
     return rt_err_sync();
 }
 

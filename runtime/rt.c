@@ -226,18 +226,17 @@ static void dump_free(const RtModel *m, Dump *d)
     memset(d, 0, sizeof *d);
 }
 
-/* rank 0: --dump-grads DIR exists (created if missing, one level) and is writable */
-static int dump_dir(const char *dir)
+int rt_prepare_dir(const char *flag, const char *dir)
 {
     struct stat st;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rt_err_set(1, "--dump-grads %s: cannot create: %s", dir, strerror(errno));
+        rt_err_set(1, "%s %s: cannot create: %s", flag, dir, strerror(errno));
     else if (stat(dir, &st) != 0)
-        rt_err_set(1, "--dump-grads %s: %s", dir, strerror(errno));
+        rt_err_set(1, "%s %s: %s", flag, dir, strerror(errno));
     else if (!S_ISDIR(st.st_mode))
-        rt_err_set(1, "--dump-grads %s: not a directory", dir);
+        rt_err_set(1, "%s %s: not a directory", flag, dir);
     else if (access(dir, W_OK | X_OK) != 0)
-        rt_err_set(1, "--dump-grads %s: not writable: %s", dir, strerror(errno));
+        rt_err_set(1, "%s %s: not writable: %s", flag, dir, strerror(errno));
     else
         return 0;
     return -1;
@@ -309,7 +308,7 @@ static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
         rt_err_set(1, "out of memory");
         return -1;
     }
-    int rc = dump_dir(dir);
+    int rc = rt_prepare_dir("--dump-grads", dir);
     for (int i = 0; rc == 0 && i < m->nparam; i++) {
         const char *name = m->param[i].name ? m->param[i].name : "";
         d->rank[i] = -1;

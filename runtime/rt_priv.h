@@ -45,6 +45,9 @@ void rt_err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Collective: did any rank fail?  The lowest failing rank prints its one
  * line; returns its exit status on every rank (0 if none failed). */
 int rt_err_sync(void);
+/* rank 0: directory dir of flag (--dump-grads, --out-dir) exists (created if
+ * missing, one level) and is writable.  0, or -1 (rt_err_set called). */
+int rt_prepare_dir(const char *flag, const char *dir);
 
 /* ---------------------------------------------------------- flags (args.c) */
 
