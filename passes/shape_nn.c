@@ -10,8 +10,8 @@
  * model, the node, the op and the attribute, with "not supported" in it.
  *
  * Geometry: Conv and the pools are 2-D NCHW only, with explicit pads
- * (auto_pad NOTSET); output sizes follow k_pool_out_dim (restated here: the
- * compiler does not link the kernels).
+ * (auto_pad NOTSET); output sizes follow k_pool_out_dim (kernels.h), as the
+ * kernels' own geometry checks do.
  */
 #include "nn.h"
 
@@ -117,18 +117,6 @@ static void need_2d(const Graph *g, const Node *n, const Shape *x)
                x->rank - 2, op_info[n->op].name);
 }
 
-/* k_pool_out_dim restated */
-static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d, int ceil)
-{
-    int64_t num = in + pb + pe - d * (k - 1) - 1, out;
-    if (num < 0)
-        return 0;
-    out = (ceil ? (num + s - 1) / s : num / s) + 1;
-    if (ceil && (out - 1) * s >= in + pb)
-        out--;
-    return out;
-}
-
 void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w, KConv2d *p)
 {
     int64_t st[2], dl[2], pd[4], ks[2];
@@ -149,8 +137,8 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
     if (grp < 1 || p->c % grp || p->m % grp || w->dim[1] * grp != p->c)
         node_fatal(g, n, "attribute group = %lld does not fit %lld input and %lld output channels "
                "(weight dim 1 must be channels / group)", (long long)grp, (long long)p->c, (long long)p->m);
-    p->oh = out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0);
-    p->ow = out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0);
+    p->oh = k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0);
+    p->ow = k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0);
     if (p->oh < 1 || p->ow < 1)
         node_fatal(g, n, "attribute kernel_shape: the (dilated) kernel is larger than the padded input");
 }
@@ -179,8 +167,8 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
     *p = (KPool2d){.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .kh = ks[0], .kw = ks[1],
                    .sh = st[0], .sw = st[1], .dh = dl[0], .dw = dl[1], .pt = pd[0], .pl = pd[1], .pb = pd[2],
                    .pr = pd[3], .count_include_pad = ir_attr_i(n, "count_include_pad", 0) != 0};
-    p->oh = out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, ceil);
-    p->ow = out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, ceil);
+    p->oh = k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, ceil);
+    p->ow = k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, ceil);
     if (p->oh < 1 || p->ow < 1)
         node_fatal(g, n, "attribute kernel_shape: the (dilated) window is larger than the padded input");
 }

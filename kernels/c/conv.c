@@ -31,56 +31,17 @@
 #include "kernels.h"
 #include "walk.h"
 
-int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pb, int64_t pe,
-                       int64_t dilation, int ceil_mode)
-{
-    int64_t num = in + pb + pe - dilation * (k - 1) - 1, out;
-    if (num < 0 || stride <= 0)
-        return 0;
-    out = (ceil_mode ? (num + stride - 1) / stride : num / stride) + 1;
-    /* the last window must start inside the input or the begin padding */
-    if (ceil_mode && (out - 1) * stride >= in + pb)
-        out--;
-    return out;
-}
-
-static int conv_is_1x1(const KConv2d *p)
-{
-    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
-           p->pl == 0 && p->pb == 0 && p->pr == 0;
-}
-
-int64_t k_conv2d_workspace(const KConv2d *p)
-{
-    if (conv_is_1x1(p) || p->groups <= 0)
-        return 0;
-    return p->c / p->groups * p->kh * p->kw * p->oh * p->ow;
-}
-
 /* Aborts on geometry no caller should produce. */
-static void conv_check(const KConv2d *p)
+static void geometry_check(const char *kernel, const char *bad)
 {
-    if (p->groups <= 0 || p->c % p->groups || p->m % p->groups)
-        die("k_conv2d: groups must divide c and m");
-    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
-        p->pb < 0 || p->pr < 0)
-        die("k_conv2d: strides and dilations must be >= 1, pads >= 0");
-    if (p->oh != k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
-        p->ow != k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0))
-        die("k_conv2d: oh / ow do not match the geometry");
+    char msg[160];
+    if (bad) {
+        snprintf(msg, sizeof msg, "%s: %s", kernel, bad);
+        die(msg);
+    }
 }
-
-static void pool_check(const KPool2d *p)
-{
-    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 ||
-        p->pb < 0 || p->pr < 0)
-        die("k_pool2d: strides and dilations must be >= 1, pads >= 0");
-    if (p->oh < k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
-        p->oh > k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 1) ||
-        p->ow < k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0) ||
-        p->ow > k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 1))
-        die("k_pool2d: oh / ow do not match the geometry");
-}
+#define conv_check(p) geometry_check("k_conv2d", k_conv2d_bad(p))
+#define pool_check(p) geometry_check("k_pool2d", k_pool2d_bad(p))
 
 /* Output columns [*lo, *hi) whose tap ix = ox s - a lands in [0, w). */
 static void tap_range(int64_t a, int64_t s, int64_t w, int64_t ow, int64_t *lo,

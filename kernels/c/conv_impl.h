@@ -83,7 +83,7 @@ void KFN(k_conv2d)(const KConv2d *p, T *y, const T *x, const T *w, const T *b, T
     conv_check(p);
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
-    const int direct = conv_is_1x1(p);
+    const int direct = k_conv2d_is_direct(p);
     for (int64_t nb = 0; nb < p->n; nb++)
         for (int64_t gi = 0; gi < g; gi++) {
             const T *xg = x + (nb * p->c + gi * cg) * hw, *col = xg;
@@ -108,7 +108,7 @@ void KFN(k_conv2d_grad_x)(const KConv2d *p, T *dx, const T *dy, const T *w, T *w
     conv_check(p);
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
-    const int direct = conv_is_1x1(p);
+    const int direct = k_conv2d_is_direct(p);
     if (!direct)
         memset(dx, 0, (size_t)(p->n * p->c * hw) * sizeof(T));
     for (int64_t nb = 0; nb < p->n; nb++)
@@ -126,7 +126,7 @@ void KFN(k_conv2d_grad_w)(const KConv2d *p, T *dw, const T *dy, const T *x, T *w
     conv_check(p);
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
-    const int direct = conv_is_1x1(p);
+    const int direct = k_conv2d_is_direct(p);
     if (p->n == 0)
         memset(dw, 0, (size_t)(p->m * kk) * sizeof(T));
     for (int64_t nb = 0; nb < p->n; nb++)

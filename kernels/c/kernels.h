@@ -344,14 +344,66 @@ void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n);
  * unwritten). */
 int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t outer,
                  int64_t axis, int64_t inner, int64_t nidx);
+/* ---- convolution and pooling geometry (host arithmetic, inline: shared by
+ * kernels/c, the cuda launchers and the compiler's shape rules) ---------- */
+
 /* Output length of one pooling / convolution dim (torch pooling_output_shape):
  * (in + pb + pe - dilation (k - 1) - 1) / stride + 1, rounded up if ceil_mode,
  * minus one if ceil_mode makes the last window start past in + pb. */
-int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pb, int64_t pe,
-                       int64_t dilation, int ceil_mode);
+static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pb, int64_t pe,
+                                     int64_t dilation, int ceil_mode)
+{
+    int64_t num = in + pb + pe - dilation * (k - 1) - 1, out;
+    if (num < 0 || stride <= 0)
+        return 0;
+    out = (ceil_mode ? (num + stride - 1) / stride : num / stride) + 1;
+    /* the last window must start inside the input or the begin padding */
+    if (ceil_mode && (out - 1) * stride >= in + pb)
+        out--;
+    return out;
+}
+
+/* a 1x1 stride-1 unpadded convolution runs straight on x / dx (no workspace) */
+static inline int k_conv2d_is_direct(const KConv2d *p)
+{
+    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+           p->pb == 0 && p->pr == 0;
+}
+
 /* Elements of T that k_conv2d_* need in ws: c/groups kh kw oh ow, or 0 for a
- * 1x1 stride-1 unpadded convolution (which runs straight on x / dx). */
-int64_t k_conv2d_workspace(const KConv2d *p);
+ * direct convolution. */
+static inline int64_t k_conv2d_workspace(const KConv2d *p)
+{
+    if (k_conv2d_is_direct(p) || p->groups <= 0)
+        return 0;
+    return p->c / p->groups * p->kh * p->kw * p->oh * p->ow;
+}
+
+/* NULL, or what is wrong with geometry no caller should produce (the
+ * kernels abort with it) */
+static inline const char *k_conv2d_bad(const KConv2d *p)
+{
+    if (p->groups <= 0 || p->c % p->groups || p->m % p->groups)
+        return "groups must divide c and m";
+    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || p->pb < 0 || p->pr < 0)
+        return "strides and dilations must be >= 1, pads >= 0";
+    if (p->oh != k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
+        p->ow != k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0))
+        return "oh / ow do not match the geometry";
+    return 0;
+}
+
+static inline const char *k_pool2d_bad(const KPool2d *p)
+{
+    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || p->pb < 0 || p->pr < 0)
+        return "strides and dilations must be >= 1, pads >= 0";
+    if (p->oh < k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
+        p->oh > k_pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 1) ||
+        p->ow < k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0) ||
+        p->ow > k_pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 1))
+        return "oh / ow do not match the geometry";
+    return 0;
+}
 /* Philox-4x32-10 (Salmon et al. 2011): out = bijection of ctr under key.
  * k_dropout's u for element i is out[i % 4] / 2^32 with
  * ctr = {i/4 low 32 bits, i/4 high 32 bits, step, stream} and

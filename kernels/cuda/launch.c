@@ -634,36 +634,11 @@ void kc_bn_running_var_f32(float *rv_out, const float *rv_in, const float *invst
 
 /* ---- conv.c --------------------------------------------------------------------------- */
 
-/* k_pool_out_dim's rule (kernels/c/conv.c), for the geometry checks */
-static int64_t pool_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pb, int64_t pe,
-                            int64_t dilation, int ceil_mode)
-{
-    int64_t num = in + pb + pe - dilation * (k - 1) - 1, out;
-    if (num < 0 || stride <= 0)
-        return 0;
-    out = (ceil_mode ? (num + stride - 1) / stride : num / stride) + 1;
-    if (ceil_mode && (out - 1) * stride >= in + pb)
-        out--;
-    return out;
-}
-
 static void conv_check(const KConv2d *p)
 {
-    if (p->groups <= 0 || p->c % p->groups || p->m % p->groups)
-        die("k_conv2d", "groups must divide c and m");
-    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || p->pb < 0 ||
-        p->pr < 0)
-        die("k_conv2d", "strides and dilations must be >= 1, pads >= 0");
-    if (p->oh != pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
-        p->ow != pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0))
-        die("k_conv2d", "oh / ow do not match the geometry");
-}
-
-/* a 1x1 stride-1 unpadded convolution runs on x itself (no workspace) */
-static int conv_direct(const KConv2d *p)
-{
-    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-           p->pb == 0 && p->pr == 0;
+    const char *bad = k_conv2d_bad(p);
+    if (bad)
+        die("k_conv2d", bad);
 }
 
 /* col of image nb, group gi in ws (the caller's k_conv2d_workspace) */
@@ -679,13 +654,13 @@ void kc_conv2d_f32(const KConv2d *p, float *y, const float *x, const float *w, c
     conv_check(p);
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
-    if (conv_direct(p) && g == 1) /* y_i = w x_i for every image: one batched GEMM */
+    if (k_conv2d_is_direct(p) && g == 1) /* y_i = w x_i for every image: one batched GEMM */
         kc_gemm_f32(y, w, x, p->n, 0, p->c * hw, p->m, nout, kk, 0, 0, 0.0);
     else
         for (int64_t nb = 0; nb < p->n; nb++)
             for (int64_t gi = 0; gi < g; gi++) {
                 const float *xg = x + (nb * p->c + gi * cg) * hw, *col = xg;
-                if (!conv_direct(p)) {
+                if (!k_conv2d_is_direct(p)) {
                     im2col(p, ws, xg);
                     col = ws;
                 }
@@ -703,16 +678,16 @@ void kc_conv2d_grad_x_f32(const KConv2d *p, float *dx, const float *dy, const fl
     conv_check(p);
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
-    if (conv_direct(p) && g == 1) {
+    if (k_conv2d_is_direct(p) && g == 1) {
         kc_gemm_f32(dx, w, dy, p->n, 0, p->m * nout, kk, nout, p->m, 1, 0, 0.0);
         return;
     }
     for (int64_t nb = 0; nb < p->n; nb++)
         for (int64_t gi = 0; gi < g; gi++) {
             float *dxg = dx + (nb * p->c + gi * cg) * hw;
-            kc_gemm_f32(conv_direct(p) ? dxg : ws, w + gi * mg * kk, dy + (nb * p->m + gi * mg) * nout, 1,
+            kc_gemm_f32(k_conv2d_is_direct(p) ? dxg : ws, w + gi * mg * kk, dy + (nb * p->m + gi * mg) * nout, 1,
                         0, 0, kk, nout, mg, 1, 0, 0.0);
-            if (!conv_direct(p) && cg * hw > 0)
+            if (!k_conv2d_is_direct(p) && cg * hw > 0)
                 launch_k_col2im_f32(grid_for(cg * hw, KC_BLOCK), KC_BLOCK, *p, dxg, ws);
         }
 }
@@ -728,7 +703,7 @@ void kc_conv2d_grad_w_f32(const KConv2d *p, float *dw, const float *dy, const fl
     for (int64_t nb = 0; nb < p->n; nb++)
         for (int64_t gi = 0; gi < g; gi++) {
             const float *xg = x + (nb * p->c + gi * cg) * hw, *col = xg;
-            if (!conv_direct(p)) {
+            if (!k_conv2d_is_direct(p)) {
                 im2col(p, ws, xg);
                 col = ws;
             }
@@ -746,14 +721,9 @@ void kc_conv2d_grad_b_f32(const KConv2d *p, float *db, const float *dy)
 
 static void pool_check(const KPool2d *p)
 {
-    if (p->sh < 1 || p->sw < 1 || p->dh < 1 || p->dw < 1 || p->pt < 0 || p->pl < 0 || p->pb < 0 ||
-        p->pr < 0)
-        die("k_pool2d", "strides and dilations must be >= 1, pads >= 0");
-    if (p->oh < pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 0) ||
-        p->oh > pool_out_dim(p->h, p->kh, p->sh, p->pt, p->pb, p->dh, 1) ||
-        p->ow < pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 0) ||
-        p->ow > pool_out_dim(p->w, p->kw, p->sw, p->pl, p->pr, p->dw, 1))
-        die("k_pool2d", "oh / ow do not match the geometry");
+    const char *bad = k_pool2d_bad(p);
+    if (bad)
+        die("k_pool2d", bad);
 }
 
 void kc_maxpool2d_f32(const KPool2d *p, float *y, int64_t *arg, const float *x)
