@@ -23,10 +23,12 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n);
 /* The target being emitted (1: cuda).  The step is the same text for both:
  * it uses the device pointers (c->dev_*, the host ones on cpu) and
  * rt_memcpy / rt_memset, and calls that check their input on the device
- * register their message with cg_check, in call order (kernels/cuda/kc.h).
+ * register their message with cg_check_end, in call order (kernels/cuda/kc.h).
  * Only kernels/cuda/kc_map.h, included on cuda, makes its k_ calls launch. */
 extern int cg_cuda;
-void cg_check(const char *msg);
+/* closes a checked call `{ int64_t bad = k_...(...);`: on cpu with the host
+ * test of bad (cpu_test, the C text), on cuda by registering device_msg */
+void cg_check_end(Buf *b, const char *cpu_test, const char *device_msg);
 extern int cg_ncheck;
 extern const char **cg_checks;
 /* cuda.c: the kernels for every --arch into dir (images + images.S); the C

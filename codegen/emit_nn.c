@@ -403,10 +403,10 @@ static void emit_sce(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(g, n->in[0]), (long long)q.n,
                (long long)q.c, (long long)q.d);
     cg_put(b, "    { int64_t bad = k_nll_loss_%s(%s, %s, %s, %s);\n", q.s, P(g, n->out[0]), lp, lab, nll_args(&q, wt));
-    cg_put(b, "      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's batch is "
-           "outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
-           (long long)q.c, cg_cstr(lname), lab);
-    cg_check(ir_fmt("%s: a label of this rank's batch is outside [0, %lld)", lname, (long long)q.c));
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's "
+                           "batch is outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
+                           (long long)q.c, cg_cstr(lname), lab),
+                 ir_fmt("%s: a label of this rank's batch is outside [0, %lld)", lname, (long long)q.c));
 }
 
 /* in: log_prob, labels, dloss, weights, dlog_prob (the other consumers' part) */

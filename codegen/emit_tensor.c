@@ -136,11 +136,12 @@ static void emit_gather(Buf *b, const Graph *g, const Node *n)
     cg_put(b, "    { int64_t bad = k_gather(%d, %s, %s, %s, %lld, %lld, %lld, %lld);\n", (int)dtype_size(x->dtype),
         cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), (long long)outer, (long long)axdim,
         (long long)inner, (long long)nidx);
-    cg_put(b, "      if (bad >= 0) rt_step_fail(c, \"node %%s (Gather): index %%lld at position %%lld of %%s is "
-           "outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
-        (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]), cg_cstr(ix->name));
-    cg_check(ir_fmt("node %s (Gather): an index of %s is outside [-%lld, %lld)", n->name, ix->name,
-                    (long long)axdim, (long long)axdim));
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (Gather): index %%lld at position %%lld of "
+                           "%%s is outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
+                           (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
+                           cg_cstr(ix->name)),
+                 ir_fmt("node %s (Gather): an index of %s is outside [-%lld, %lld)", n->name, ix->name,
+                        (long long)axdim, (long long)axdim));
 }
 
 static void emit_pad(Buf *b, const Graph *g, const Node *n, int grad)
