@@ -21,9 +21,12 @@ static const char *usage =
     "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
     "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
     "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
+    "  --precision fp32|bf16   bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
+    "                          (float32 accumulation); float32 master shards, optimizer state,\n"
+    "                          gradient reduction and all other ops (default fp32)\n"
     "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
-    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard fuse\n"
-    "                          memplan)\n"
+    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
+    "                          precision fuse memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
@@ -32,7 +35,7 @@ static const char *usage =
     "  --cc PATH               C compiler for the generated step\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
-                               "units", "shard", "fuse", "memplan", NULL};
+                               "units", "shard", "precision", "fuse", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
 {
@@ -96,6 +99,16 @@ static void parse_args(Options *o, int argc, char **argv)
                 fatal("--dim: at most 64 dimensions");
             o->dim_name[o->ndims] = ir_fmt("%.*s", (int)(eq - v), v);
             o->dim_value[o->ndims++] = parse_int("--dim", eq + 1, 1);
+        } else if (!strcmp(a, "--precision")) {
+            const char *v = VALUE();
+            if (!strcmp(v, "fp32"))
+                o->precision = PREC_FP32;
+            else if (!strcmp(v, "bf16"))
+                o->precision = PREC_BF16;
+            else if (!strcmp(v, "fp16"))
+                fatal("--precision fp16 is not supported yet (it needs loss scaling): use bf16 or fp32");
+            else
+                fatal("--precision %s: expected fp32 or bf16", v);
         } else if (!strcmp(a, "--wrap")) {
             const char *v = VALUE();
             if (strncmp(v, "size:", 5))
@@ -108,7 +121,7 @@ static void parse_args(Options *o, int argc, char **argv)
                 ok |= !strcmp(passes[k], o->dump_after);
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard fuse memplan)", o->dump_after);
+                      "shard precision fuse memplan)", o->dump_after);
         } else if (!strcmp(a, "--no-fuse")) {
             o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
@@ -138,6 +151,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--arch applies to --target cuda only");
     if (o->eval && (o->loss != LOSS_NONE || o->report))
         fatal("--eval builds a forward-only executable: --loss and --report do not apply");
+    if (o->eval && o->precision != PREC_FP32)
+        fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
 }
@@ -174,6 +189,7 @@ int main(int argc, char **argv)
     RUN(optim);
     RUN(units);
     RUN(shard);
+    RUN(precision);
     RUN(fuse);
     RUN(memplan);
     if (o.report)

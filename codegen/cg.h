@@ -15,6 +15,7 @@ const char *cg_cstr(const char *s);       /* a C string literal of any bytes */
 const char *cg_comment(const char *s);    /* text safe inside a C comment */
 const char *cg_ctype(DType t);            /* "float", "int64_t", ... */
 const char *cg_sfx(DType t);              /* kernel suffix: "f32" / "f64" */
+const char *cg_kdt(DType t);              /* kernel dtype code: "K_DT_F32", ... */
 const char *cg_ptr(const Graph *g, int v);/* typed pointer expression of value v */
 const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
 int cg_same_place(const Graph *g, int a, int b);

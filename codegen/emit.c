@@ -73,7 +73,21 @@ const char *cg_ctype(DType t)
     case DT_I64: return "int64_t";
     case DT_I32: return "int32_t";
     case DT_BOOL: return "uint8_t";
+    case DT_BF16: return "uint16_t";
     default: die("no C type for dtype %d", t);
+    }
+}
+
+const char *cg_kdt(DType t)
+{
+    switch (t) {
+    case DT_F32: return "K_DT_F32";
+    case DT_F64: return "K_DT_F64";
+    case DT_I64: return "K_DT_I64";
+    case DT_I32: return "K_DT_I32";
+    case DT_BOOL: return "K_DT_BOOL";
+    case DT_BF16: return "K_DT_BF16";
+    default: die("no kernel dtype for %s", dtype_name(t));
     }
 }
 
@@ -168,8 +182,9 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     int64_t k = sa->dim[sa->rank - (ta ? 2 : 1)];
     int64_t batch = shape_numel(sy) / (m * nn);
     int64_t strA = shape_numel(sa) == m * k ? 0 : m * k, strB = shape_numel(sb) == k * nn ? 0 : k * nn;
-    cg_put(b, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, 0.0);\n",
-        cg_sfx(g->val[n->out[0]].dtype), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
+    /* --precision bf16: bfloat16 operands, float32 result */
+    const char *s = g->val[n->in[0]].dtype == DT_BF16 ? "bf16" : cg_sfx(g->val[n->out[0]].dtype);
+    cg_put(b, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, 0.0);\n", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
         (long long)batch, (long long)strA, (long long)strB, (long long)m, (long long)nn,
         (long long)k, ta, tb);
 }
@@ -254,6 +269,21 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         const Attr *p = ir_attr(n, "perm");
         for (int i = 0; i < vx->shape.rank; i++)
             perm[i] = p ? p->ints[i] : vx->shape.rank - 1 - i;
+        if (dt == DT_BF16) { /* a strided copy of 2-byte elements: y dense, x read along perm */
+            int r = vx->shape.rank;
+            int64_t xst[MAX_RANK], yst[MAX_RANK], xs[MAX_RANK], st = 1;
+            for (int i = r - 1; i >= 0; i--)
+                xst[i] = st, st *= vx->shape.dim[i];
+            st = 1;
+            for (int i = r - 1; i >= 0; i--)
+                yst[i] = st, st *= g->val[y].shape.dim[i];
+            for (int i = 0; i < r; i++)
+                xs[i] = xst[perm[i]];
+            cg_put(b, "    { static const int64_t sh[] = %s, ys[] = %s, xs[] = %s;\n", cg_ints(g->val[y].shape.dim, r),
+                cg_ints(yst, r), cg_ints(xs, r));
+            cg_put(b, "      k_copy_strided(2, %d, sh, %s, 0, ys, %s, 0, xs); }\n", r, cg_ptr(g, y), cg_ptr(g, x));
+            break;
+        }
         cg_put(b, "    { static const int64_t xs[] = %s, pm[] = %s;\n", cg_ints(vx->shape.dim, vx->shape.rank),
             cg_ints(perm, vx->shape.rank));
         cg_put(b, "      k_transpose_%s(%s, %s, %d, xs, pm); }\n", s, cg_ptr(g, y), cg_ptr(g, x), vx->shape.rank);
@@ -300,6 +330,14 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     }
     case OP_Ones: cg_put(b, "    k_fill_%s(%s, 1.0, %lld);\n", s, cg_ptr(g, y), (long long)ny); break;
     case OP_AllGather:
+        if (g->val[x].dtype != dt) { /* --precision: round this rank's piece into place, gather in place */
+            cg_put(b, "    { char *mine = (char *)%s + (int64_t)c->rank * c->shard_len[%d] * %d;\n", cg_ptr(g, y),
+                n->unit, (int)dtype_size(dt));
+            cg_put(b, "      k_cast(%s, mine, %s, %s, c->shard_len[%d]);\n", cg_kdt(dt), cg_kdt(g->val[x].dtype),
+                cg_ptr(g, x), n->unit);
+            cg_put(b, "      rt_allgather(c, %s, mine, c->shard_len[%d], %d); }\n", cg_ptr(g, y), n->unit, dt);
+            break;
+        }
         cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
         break;
     case OP_ReduceScatter:

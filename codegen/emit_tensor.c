@@ -35,18 +35,6 @@ static const char *num(double v)
     return ir_fmt("%.17g", v);
 }
 
-static const char *kdt_name(DType t)
-{
-    switch (t) {
-    case DT_F32: return "K_DT_F32";
-    case DT_F64: return "K_DT_F64";
-    case DT_I64: return "K_DT_I64";
-    case DT_I32: return "K_DT_I32";
-    case DT_BOOL: return "K_DT_BOOL";
-    default: die("no kernel dtype for %s", dtype_name(t));
-    }
-}
-
 static const Value *val(const Graph *g, int v) { return &g->val[v]; }
 
 static void emit_moves(Buf *b, const Graph *g, const Node *n)
@@ -258,8 +246,8 @@ int cg_tensor(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    k_not(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, n->in[0]), (long long)value_numel(g, y));
         return 1;
     case OP_Cast:
-        cg_put(b, "    k_cast(%s, %s, %s, %s, %lld);\n", kdt_name(vy->dtype), cg_ptr(g, y),
-            kdt_name(val(g, n->in[0])->dtype), cg_ptr(g, n->in[0]), (long long)value_numel(g, y));
+        cg_put(b, "    k_cast(%s, %s, %s, %s, %lld);\n", cg_kdt(vy->dtype), cg_ptr(g, y),
+            cg_kdt(val(g, n->in[0])->dtype), cg_ptr(g, n->in[0]), (long long)value_numel(g, y));
         return 1;
     case OP_Trilu: emit_trilu(b, g, n); return 1;
     case OP_Zeros: emit_zero(b, g, y); return 1;

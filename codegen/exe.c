@@ -241,12 +241,17 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     int nparam = 0;
     for (int u = 0; u < g->nunit; u++)
         nparam += g->unit[u].nparams;
+    cg_put(&b, "static const int slot_esize[] = {");
+    for (int s = 0; s < g->nslot; s++)
+        cg_put(&b, "%s%d", s ? ", " : "", g->slot_esize[s]);
+    cg_put(&b, "%s};\n", g->nslot ? "" : "0");
     cg_put(&b, "static const RtModel model = {\n");
     cg_put(&b, "    .id = 0x%016llxull, .name = %s,\n", (unsigned long long)L->id,
         cg_cstr(base_name(g->opt->model)));
     cg_put(&b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
     cg_put(&b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
-    cg_put(&b, "    .arena_bytes = %lld, .nslot = %d,\n", (long long)g->arena_bytes, g->nslot);
+    cg_put(&b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,
+        g->nslot);
     int la = g->loss_avg;
     cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .optimizer = %d,\n",
         la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,

@@ -1,7 +1,8 @@
 /* report.c — fsdpc --report: units and the planned memory of one rank.
  *
  * The figures follow the runtime's start-up carving exactly (runtime/rt.h):
- * the fixed arena, nslot slots of max_u W*ceil(n_u/W) elements, and per unit
+ * the fixed arena, nslot slots of max_u W*ceil(n_u/W) elements (of each
+ * slot's element size: 2 bytes for bf16 gathers), and per unit
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
@@ -13,12 +14,11 @@ void cg_report(FILE *f, const Graph *g, int world)
 {
     int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1;
     int64_t total_params = 0, state = 0, slot_elems = 0, model_state = 0;
-    size_t es = 0;
     fprintf(f, "units (world %d):\n", world);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
         int64_t len = (un->numel + world - 1) / world;
-        es = dtype_size(un->dtype);
+        size_t es = dtype_size(un->dtype);
         total_params += un->numel;
         state += (2 + nstate) * al(len * (int64_t)es);
         model_state += (2 + nstate) * un->numel * (int64_t)es;
@@ -27,7 +27,9 @@ void cg_report(FILE *f, const Graph *g, int world)
                 un->nparams, (long long)un->numel, (long long)len,
                 (long long)(len * world - un->numel));
     }
-    int64_t slots = g->nslot * al(slot_elems * (int64_t)es);
+    int64_t slots = 0;
+    for (int s = 0; s < g->nslot; s++)
+        slots += al(slot_elems * (int64_t)g->slot_esize[s]);
     int64_t total = al(g->arena_bytes) + slots + state;
     fprintf(f, "parameters: %lld in %d units\n", (long long)total_params, g->nunit);
     fprintf(f, "memory per rank (world %d):\n", world);

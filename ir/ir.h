@@ -24,6 +24,7 @@ typedef enum {
     DT_I64,  /* int64_t   (ONNX INT64 = 7)   */
     DT_I32,  /* int32_t   (ONNX INT32 = 6)   */
     DT_BOOL, /* uint8_t   (ONNX BOOL = 9)    */
+    DT_BF16, /* bfloat16 bits in a uint16_t (ONNX BFLOAT16 = 16); made by the precision pass only */
     DT_COUNT
 } DType;
 
@@ -146,6 +147,7 @@ typedef struct {
 
 typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
 typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
+typedef enum { PREC_FP32, PREC_BF16 } Precision;
 
 typedef struct {
     const char *model;       /* path of the .onnx */
@@ -167,6 +169,7 @@ typedef struct {
     int keep_c;              /* --emit-c: keep OUT.c */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
+    Precision precision;     /* --precision: the dtype parameters are gathered and GEMMs computed in */
 } Options;
 
 typedef struct {
@@ -180,6 +183,7 @@ typedef struct {
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
     int nslot;                  /* memplan: number of unit-sized slots */
+    int *slot_esize;            /* memplan: bytes per element of each slot (bf16 gathers: 2) */
     int64_t arena_bytes;        /* memplan: W-independent part of the arena */
     int64_t const_bytes;        /* memplan: bytes of constants inside the arena */
     int64_t peak_act_bytes;     /* memplan: peak of activations (no slots, no consts) */
@@ -236,6 +240,8 @@ void pass_autodiff(Graph *g);
 void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
+void pass_precision(Graph *g);
+int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16? */
 void pass_fuse(Graph *g);
 void pass_memplan(Graph *g);
 

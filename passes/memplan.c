@@ -8,8 +8,9 @@
  *     value alive at the same time occupies);
  *   - gathered flat parameters and flat gradients: LOC_SLOT, colored by
  *     liveness into g->nslot slots whose size is the largest unit padded for
- *     the world size (known at start-up) — the paper's "sum/F + the largest
- *     gathered units in flight";
+ *     the world size (known at start-up) times the slot's element size — the
+ *     paper's "sum/F + the largest gathered units in flight".  Buffers of one
+ *     element size share slots (bf16 gathers never take a float32 slot);
  *   - shards and optimizer state: LOC_SHARD, owned by the runtime;
  *   - views (parameters, gradients, Reshape/Identity outputs): their root's
  *     place plus the view offset.
@@ -136,6 +137,7 @@ void pass_memplan(Graph *g)
     int nact = 0;
     int64_t cbytes = 0;
     int64_t *slot_busy = ir_alloc(sizeof(int64_t) * (size_t)(nv + 1));
+    g->slot_esize = ir_alloc(sizeof(int) * (size_t)(nv + 1));
     g->nslot = 0;
     for (int v = 0; v < nv; v++) {
         Value *x = &g->val[v];
@@ -165,11 +167,11 @@ void pass_memplan(Graph *g)
         for (int k = 0; k < nact; k++) {
             if (acts[k].size != -1 || acts[k].def != pass)
                 continue;
-            int s = 0;
-            while (s < g->nslot && slot_busy[s] >= acts[k].def)
+            int s = 0, es = (int)dtype_size(g->val[acts[k].v].dtype);
+            while (s < g->nslot && (slot_busy[s] >= acts[k].def || g->slot_esize[s] != es))
                 s++;
             if (s == g->nslot)
-                g->nslot++;
+                g->slot_esize[g->nslot++] = es;
             slot_busy[s] = acts[k].last;
             g->val[acts[k].v].loc = (Loc){.kind = LOC_SLOT, .slot = s};
         }

@@ -84,7 +84,7 @@ DType tensor_from_onnx(int64_t code)
 
 int64_t tensor_to_onnx(DType t)
 {
-    static const int64_t code[DT_COUNT] = {0, 1, 11, 7, 6, 9};
+    static const int64_t code[DT_COUNT] = {0, 1, 11, 7, 6, 9, 16};
     return t < DT_COUNT ? code[t] : 0;
 }
 
@@ -96,6 +96,7 @@ int tensor_kdt(DType t)
     case DT_I64: return K_DT_I64;
     case DT_I32: return K_DT_I32;
     case DT_BOOL: return K_DT_BOOL;
+    case DT_BF16: return K_DT_BF16;
     default: die("no kernel dtype for %s", dtype_name(t));
     }
 }

@@ -154,7 +154,9 @@ static ncclDataType_t nccl_type(RtCtx *c, int dtype, const char *what)
     switch (dtype) {
     case RT_F32: return ncclFloat32;
     case RT_F64: return ncclFloat64;
-    default: rt_step_fail(c, "%s: internal error: dtype code %d (float32 or float64 expected)", what, dtype);
+    case RT_BF16: return ncclBfloat16;
+    default: rt_step_fail(c, "%s: internal error: dtype code %d (float32, float64 or bfloat16 expected)", what,
+                          dtype);
     }
 }
 

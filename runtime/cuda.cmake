@@ -44,7 +44,7 @@ add_library(fsdpc_rt_cuda_dev STATIC
   ${CMAKE_CURRENT_LIST_DIR}/kc_rt.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_nccl.c)
 target_include_directories(fsdpc_rt_cuda_dev PRIVATE
-  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda
+  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda ${CMAKE_SOURCE_DIR}/kernels/c
   ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
 target_compile_options(fsdpc_rt_cuda_dev PRIVATE ${FSDPC_WARN})
 set_target_properties(fsdpc_rt_cuda_dev PROPERTIES POSITION_INDEPENDENT_CODE ON)
@@ -52,7 +52,7 @@ set_target_properties(fsdpc_rt_cuda_dev PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # the device layer against a stubbed control plane (tests/gpu/rt_dev_test.c)
 add_executable(cuda_rt_dev_test ${CMAKE_SOURCE_DIR}/tests/gpu/rt_dev_test.c)
 target_include_directories(cuda_rt_dev_test PRIVATE
-  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda
+  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda ${CMAKE_SOURCE_DIR}/kernels/c
   ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
 target_compile_options(cuda_rt_dev_test PRIVATE ${FSDPC_WARN})
 target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev ${FSDPC_CUDA_LINK_LIST})

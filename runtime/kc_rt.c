@@ -14,11 +14,17 @@
  *   C: column-major n x m, ld n
  * Batches are strided (stride 0 broadcasts one matrix); a shared B with a
  * dense, untransposed A folds the batch into m (one larger GEMM).
+ * kc_gemm_f32 multiplies float32 A and B (on TF32 tensor cores unless
+ * FSDPC_NO_TF32); kc_gemm_bf16 takes bfloat16 A and B (CUDA_R_16BF) and
+ * writes the same float32 C under CUBLAS_COMPUTE_32F (--precision bf16: a
+ * product of two bfloat16 values is exact in float32, and the sums stay
+ * there).  One body serves both; only the operands' type and size differ.
  *
  * Plan cache: descriptors, layouts and the heuristic's algorithm for each
- * distinct (shape, strides, transposes, pointer alignment, TF32), in a small
- * open-addressing table.  The set is fixed per model, so the eager warm-up
- * step creates every plan and the captured and replayed steps reuse them.
+ * distinct (operand type, shape, strides, transposes, pointer alignment,
+ * TF32), in a small open-addressing table.  The set is fixed per model, so
+ * the eager warm-up step creates every plan and the captured and replayed
+ * steps reuse them.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -117,6 +123,7 @@ void rt_memset(void *dst, int byte, int64_t bytes)
 
 typedef struct {
     int64_t m, n, k, batch, sa, sb; /* after folding */
+    int type;                       /* A and B's cudaDataType_t: CUDA_R_32F or CUDA_R_16BF */
     int ta, tb, tf32;
     int align;                      /* log2 of the byte alignment of A, B, C: bits 0-3, 4-7, 8-11 */
 } GemmKey;
@@ -136,13 +143,15 @@ static size_t g_cap, g_count; /* g_cap: a power of two, or 0 */
 static int key_eq(const GemmKey *x, const GemmKey *y)
 {
     return x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch && x->sa == y->sa &&
-           x->sb == y->sb && x->ta == y->ta && x->tb == y->tb && x->tf32 == y->tf32 && x->align == y->align;
+           x->sb == y->sb && x->type == y->type && x->ta == y->ta && x->tb == y->tb && x->tf32 == y->tf32 &&
+           x->align == y->align;
 }
 
 static uint64_t key_hash(const GemmKey *k)
 {
     uint64_t v[] = {(uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k, (uint64_t)k->batch, (uint64_t)k->sa,
-                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2), (uint64_t)k->align};
+                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2), (uint64_t)k->align,
+                    (uint64_t)k->type};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         h ^= v[i];
@@ -186,10 +195,10 @@ static int align_log2(const void *p, int64_t stride_bytes)
     return l;
 }
 
-static void layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
-                   int64_t stride)
+static void layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                   int64_t batch, int64_t stride)
 {
-    LT_CHECK(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld));
+    LT_CHECK(cublasLtMatrixLayoutCreate(l, type, rows, cols, ld));
     if (batch > 1) {
         int32_t b = (int32_t)batch;
         LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
@@ -214,15 +223,16 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
     memset(p, 0, sizeof *p);
     p->key = *k;
     uint64_t m = (uint64_t)k->m, n = (uint64_t)k->n, kk = (uint64_t)k->k;
+    cudaDataType_t t = (cudaDataType_t)k->type;
     if (k->tb)
-        layout(&p->la, kk, n, k->k, k->batch, k->sb);
+        layout(&p->la, t, kk, n, k->k, k->batch, k->sb);
     else
-        layout(&p->la, n, kk, k->n, k->batch, k->sb);
+        layout(&p->la, t, n, kk, k->n, k->batch, k->sb);
     if (k->ta)
-        layout(&p->lb, m, kk, k->m, k->batch, k->sa);
+        layout(&p->lb, t, m, kk, k->m, k->batch, k->sa);
     else
-        layout(&p->lb, kk, m, k->k, k->batch, k->sa);
-    layout(&p->lc, n, m, k->n, k->batch, k->m * k->n);
+        layout(&p->lb, t, kk, m, k->k, k->batch, k->sa);
+    layout(&p->lc, CUDA_R_32F, n, m, k->n, k->batch, k->m * k->n);
 
     cublasLtMatmulPreference_t pref;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -258,7 +268,8 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
         cu_internal("cuBLASLt has no algorithm for the GEMM C[%lld x %lld] = A%s B%s (k %lld, batch %lld, strides "
                     "%lld/%lld, alignment %u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n, k->ta ? "^T" : "",
                     k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa, (long long)k->sb,
-                    al_a, al_b, al_c, k->tf32 ? "TF32 or FP32" : "FP32",
+                    al_a, al_b, al_c,
+                    k->type == CUDA_R_16BF ? "BF16 operands, FP32 compute" : k->tf32 ? "TF32 or FP32" : "FP32",
                     cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s
                                             : nres < 1                  ? CUBLAS_STATUS_NOT_SUPPORTED
                                                                         : res.state));
@@ -267,21 +278,23 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
     p->used = 1;
 }
 
-void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
-                 int64_t n, int64_t k, int ta, int tb, double beta)
+/* kc_gemm_f32 and kc_gemm_bf16 (fn, for messages): A and B are of type,
+ * esize bytes an element; C is float32 */
+static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, const void *a, const void *b,
+                 int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     if (!cu.up)
-        cu_internal("kc_gemm_f32 before the GPU was set up");
+        cu_internal("%s before the GPU was set up", fn);
     if (batch < 0 || m < 0 || n < 0 || k < 0 || sa < 0 || sb < 0)
-        cu_internal("kc_gemm_f32: batch %lld, m %lld, n %lld, k %lld, strides %lld/%lld", (long long)batch,
-                    (long long)m, (long long)n, (long long)k, (long long)sa, (long long)sb);
+        cu_internal("%s: batch %lld, m %lld, n %lld, k %lld, strides %lld/%lld", fn, (long long)batch, (long long)m,
+                    (long long)n, (long long)k, (long long)sa, (long long)sb);
     if (batch == 0 || m == 0 || n == 0)
         return;
     if (k == 0) { /* C = beta C */
         if (beta == 0)
             kc_memset(c, 0, batch * m * n * (int64_t)sizeof(float));
         else if (beta != 1)
-            cu_internal("kc_gemm_f32 with k = 0 and beta %g", beta);
+            cu_internal("%s with k = 0 and beta %g", fn, beta);
         return;
     }
     if (batch > 1 && sb == 0 && !ta && sa == m * k) { /* one matrix of batch*m rows */
@@ -291,15 +304,20 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
     if (batch == 1)
         sa = sb = 0;
     if (batch > 0x7fffffff)
-        cu_internal("kc_gemm_f32: batch %lld beyond cuBLASLt's int32", (long long)batch);
+        cu_internal("%s: batch %lld beyond cuBLASLt's int32", fn, (long long)batch);
     GemmKey key;
     memset(&key, 0, sizeof key);
     key.m = m, key.n = n, key.k = k, key.batch = batch, key.sa = sa, key.sb = sb;
-    key.ta = !!ta, key.tb = !!tb, key.tf32 = cu.tf32;
+    /* TF32 is a choice for float32 operands only (it rounds them to 10
+     * mantissa bits); bfloat16 ones, 7 bits, reach the tensor cores as they
+     * are under CUBLAS_COMPUTE_32F */
+    key.type = type, key.ta = !!ta, key.tb = !!tb, key.tf32 = type == CUDA_R_32F && cu.tf32;
     /* the alignment an algorithm may assume covers the pointer, the batch
-     * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*) */
+     * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*),
+     * in bytes: A and B have the operand type's elements, C float32 */
     int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n;
-    key.align = align_log2(a, (sa | lda) * 4) | align_log2(b, (sb | ldb) * 4) << 4 | align_log2(c, (sc | n) * 4) << 8;
+    key.align = align_log2(a, (sa | lda) * esize) | align_log2(b, (sb | ldb) * esize) << 4 |
+                align_log2(c, (sc | n) * (int64_t)sizeof(float)) << 8;
     if (2 * (g_count + 1) > g_cap)
         grow();
     GemmPlan *p = slot_of(g_plan, g_cap, &key);
@@ -312,10 +330,22 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
                             p->ws, cu.compute));
     if (cu.sync_debug) {
         char what[200];
-        snprintf(what, sizeof what, "the cuBLASLt GEMM m %lld n %lld k %lld batch %lld", (long long)m, (long long)n,
-                 (long long)k, (long long)batch);
+        snprintf(what, sizeof what, "the cuBLASLt GEMM (%s) m %lld n %lld k %lld batch %lld", fn, (long long)m,
+                 (long long)n, (long long)k, (long long)batch);
         cu_debug_sync(what);
     }
+}
+
+void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm("kc_gemm_f32", CUDA_R_32F, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+}
+
+void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                  int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm("kc_gemm_bf16", CUDA_R_16BF, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
 }
 
 void cu_gemm_cache_free(void)

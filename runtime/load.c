@@ -150,13 +150,13 @@ static int acc_add(uint64_t *acc, uint64_t x)
     return __builtin_add_overflow(*acc, x, acc) ? -1 : 0;
 }
 
-/* shard lengths into c, sizes into mem, the slot size and the allocation's
- * total into *slot_bytes and mem->total; -1 on overflow */
-static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
+/* shard lengths into c, sizes into mem and the allocation's total into
+ * mem->total; -1 on overflow */
+static int plan_sizes(RtCtx *c, RtMem *mem)
 {
     const RtModel *m = c->m;
     int W = c->world;
-    int64_t slot_elems = 0, slot_es = 0;
+    int64_t slot_elems = 0;
     uint64_t shard_bytes = 0;
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
@@ -165,8 +165,6 @@ static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
         c->shard_len[u] = L;
         if ((int64_t)W * L > slot_elems)
             slot_elems = (int64_t)W * L;
-        if (es > slot_es)
-            slot_es = es;
         uint64_t sb = (uint64_t)L * (uint64_t)es;
         mem->param += sb;
         mem->grad += sb;
@@ -177,11 +175,15 @@ static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
             return -1;
     }
     c->slot_elems = slot_elems;
-    *slot_bytes = round64((uint64_t)slot_elems * (uint64_t)slot_es);
+    for (int s = 0; s < m->nslot; s++) {
+        uint64_t sb;
+        if (__builtin_mul_overflow((uint64_t)slot_elems, (uint64_t)m->slot_esize[s], &sb) ||
+            acc_add(&mem->slots, round64(sb)))
+            return -1;
+    }
     uint64_t total = round64((uint64_t)m->arena_bytes);
     mem->arena = (uint64_t)m->arena_bytes;
-    if (__builtin_mul_overflow(*slot_bytes, (uint64_t)m->nslot, &mem->slots) || acc_add(&total, mem->slots) ||
-        acc_add(&total, shard_bytes))
+    if (acc_add(&total, mem->slots) || acc_add(&total, shard_bytes))
         return -1;
     if (total == 0)
         total = ALIGN;
@@ -192,7 +194,7 @@ static int plan_sizes(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
 }
 
 /* arena, slots, then per unit its param, grad and optimizer shards */
-static void lay_out(RtCtx *c, char *base, uint64_t slot_bytes)
+static void lay_out(RtCtx *c, char *base)
 {
     const RtModel *m = c->m;
     char *p = base;
@@ -200,7 +202,7 @@ static void lay_out(RtCtx *c, char *base, uint64_t slot_bytes)
     p += round64((uint64_t)m->arena_bytes);
     for (int s = 0; s < m->nslot; s++) {
         c->slot[s] = p;
-        p += slot_bytes;
+        p += round64((uint64_t)c->slot_elems * (uint64_t)m->slot_esize[s]);
     }
     for (int u = 0; u < m->nunit; u++) {
         uint64_t sb = round64((uint64_t)c->shard_len[u] * (uint64_t)rt_elem_size(m->unit[u].dtype));
@@ -216,8 +218,8 @@ static void lay_out(RtCtx *c, char *base, uint64_t slot_bytes)
 }
 
 /* the tables of c (shard lengths, slot and shard pointers) and the sizes:
- * mem, *slot_bytes.  0, or -1 (rt_err_set called). */
-static int plan(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
+ * mem.  0, or -1 (rt_err_set called). */
+static int plan(RtCtx *c, RtMem *mem)
 {
     const RtModel *m = c->m;
     c->shard_len = calloc((size_t)m->nunit + 1, sizeof *c->shard_len);
@@ -228,7 +230,7 @@ static int plan(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
         return -1;
     }
     memset(mem, 0, sizeof *mem);
-    if (plan_sizes(c, mem, slot_bytes) != 0) {
+    if (plan_sizes(c, mem) != 0) {
         rt_err_set(1, "the model does not fit the address space of one rank at %d ranks", c->world);
         return -1;
     }
@@ -236,7 +238,7 @@ static int plan(RtCtx *c, RtMem *mem, uint64_t *slot_bytes)
 }
 
 /* the one allocation of the planned mem->total bytes, zeroed, carved into c */
-static int carve(RtCtx *c, const RtMem *mem, uint64_t slot_bytes, char **base_out)
+static int carve(RtCtx *c, const RtMem *mem, char **base_out)
 {
     char *base = aligned_alloc(ALIGN, (size_t)mem->total);
     if (!base) {
@@ -246,7 +248,7 @@ static int carve(RtCtx *c, const RtMem *mem, uint64_t slot_bytes, char **base_ou
     }
     memset(base, 0, (size_t)mem->total);
     *base_out = base;
-    lay_out(c, base, slot_bytes);
+    lay_out(c, base);
     return 0;
 }
 
@@ -781,8 +783,8 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
                   int *fd)
 {
     char why[1024];
-    uint64_t slot_bytes = 0, init_size = 0;
-    if (plan(c, mem, &slot_bytes) == 0 &&
+    uint64_t init_size = 0;
+    if (plan(c, mem) == 0 &&
         rt_dev_init(c->m, c->rank, c->world, (int64_t)mem->total, why, sizeof why) != 0)
         rt_err_set(1, "%s", why);
     int status = rt_err_sync();
@@ -796,7 +798,7 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
         *fd = open_init(c->m, *path, o->init == NULL, &init_size);
     if ((status = rt_err_sync()) != 0)
         return status;
-    if (carve(c, mem, slot_bytes, base) == 0 && load_init(c, *fd, *path, mem) == 0 &&
+    if (carve(c, mem, base) == 0 && load_init(c, *fd, *path, mem) == 0 &&
         rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
         rt_err_set(1, "%s", why);
     return rt_err_sync();

@@ -57,7 +57,8 @@ size_t npy_elem_size(int dtype)
     }
 }
 
-int64_t rt_elem_size(int dtype) { return (int64_t)npy_elem_size(dtype); }
+/* bfloat16 is a step dtype (--precision bf16) but no .npy dtype */
+int64_t rt_elem_size(int dtype) { return dtype == RT_BF16 ? 2 : (int64_t)npy_elem_size(dtype); }
 
 /* ---- header dict parser: a cursor over [p, end) that never reads past end ---- */
 

@@ -10,7 +10,7 @@
  *
  * Memory: one allocation per rank, carved at start-up:
  *   [ arena_bytes: fixed compile-time offsets (constants, inputs, activations) ]
- *   [ nslot slots, each max_u W*ceil(numel_u/W) elements: gathered params, flat grads ]
+ *   [ nslot slots, each max_u W*ceil(numel_u/W) elements of slot_esize[s] bytes: gathered params, flat grads ]
  *   [ per unit: RT_NSTATE shards of ceil(numel_u/W) elements: param, grad, optimizer ]
  * Only the last two depend on the world size W, by the formulas above.
  *
@@ -26,7 +26,7 @@
 #include <stddef.h>
 
 /* dtype codes: identical to the compiler's DType numbering */
-enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5 };
+enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6 };
 enum { RT_ADAMW = 0, RT_SGD = 1 };
 /* shard kinds per unit: shard[u * RT_NSTATE + k] */
 enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
@@ -89,6 +89,7 @@ typedef struct {
     int nconst;  const RtConst *cnst;
     int64_t arena_bytes;  /* fixed part */
     int nslot;
+    const int *slot_esize; /* bytes per element of each slot */
     int64_t loss_off;     /* arena offset of the averaged loss scalar */
     int loss_dtype;
     int optimizer;        /* RT_ADAMW / RT_SGD */

@@ -249,6 +249,18 @@ inline float __int_as_float(int v)
     memcpy(&f, &v, sizeof f);
     return f;
 }
+inline unsigned __float_as_uint(float v)
+{
+    unsigned u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+inline float __uint_as_float(unsigned u)
+{
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
 inline double __longlong_as_double(long long v)
 {
     double d;

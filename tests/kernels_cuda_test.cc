@@ -9,7 +9,8 @@
  *                  the arguments unpacked by the kernel's own parameter
  *                  types; each kernels.def row's types are matched against
  *                  the definition at compile time;
- *   kc_gemm_f32    a reference loop (double accumulation);
+ *   kc_gemm_f32    a reference loop (double accumulation), kc_gemm_bf16
+ *                  the same on bfloat16 operands;
  *   kc_memcpy / kc_memset, kc_num_sms() = 3, kc_step_params(),
  *   kc_next_check  host memory ("device" memory is host memory here).
  * launch.c is linked unchanged (libfsdpc_kernels_cuda), kernels/c too
@@ -110,7 +111,7 @@ SAME_FIELD(KPool2d, count_include_pad);
     X(K_ADD) X(K_SUB) X(K_MUL) X(K_DIV) X(K_POW) X(K_POW_DA) X(K_POW_DB) X(K_RELU) X(K_TANH)      \
     X(K_SIGMOID) X(K_SQRT) X(K_RECIPROCAL) X(K_EXP) X(K_LOG) X(K_NEG) X(K_ABS) X(K_ERF)          \
     X(K_LEAKY_RELU) X(K_CLIP) X(K_SOFTPLUS) X(K_EQ) X(K_LT) X(K_GT) X(K_LE) X(K_GE) X(K_DT_F32)  \
-    X(K_DT_F64) X(K_DT_I64) X(K_DT_I32) X(K_DT_U8) X(K_DT_BOOL) X(K_PAD_CONSTANT)                 \
+    X(K_DT_F64) X(K_DT_I64) X(K_DT_I32) X(K_DT_U8) X(K_DT_BOOL) X(K_DT_BF16) X(K_PAD_CONSTANT)    \
     X(K_PAD_REFLECT) X(K_PAD_EDGE) X(K_RSUM) X(K_RMEAN) X(K_RMAX) X(K_RMIN) X(K_LOSS_NONE)        \
     X(K_LOSS_SUM) X(K_LOSS_MEAN)
 ENUMS(SAME_ENUM)
@@ -120,6 +121,25 @@ ENUMS(SAME_ENUM)
 static KcStepParams step_params;
 static int64_t check_slot[16];
 static int next_slot;
+
+/* C_i = op(A_i) op(B_i) + beta C_i in double, each operand element read as
+ * a float by value() */
+template <typename T, typename V>
+static void gemm_ref(float *c, const T *a, const T *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                     int64_t n, int64_t k, int ta, int tb, double beta, V value)
+{
+    for (int64_t i = 0; i < batch; i++) {
+        const T *A = a + i * sa, *B = b + i * sb;
+        float *C = c + i * m * n;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t q = 0; q < n; q++) {
+                double s = 0;
+                for (int64_t l = 0; l < k; l++)
+                    s += (double)value(A[ta ? l * m + r : r * k + l]) * value(B[tb ? q * k + l : l * n + q]);
+                C[r * n + q] = (float)(beta == 0 ? s : s + beta * C[r * n + q]);
+            }
+    }
+}
 
 extern "C" {
 void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **args)
@@ -139,17 +159,12 @@ void kc_memset(void *dst, int byte, int64_t bytes) { memset(dst, byte, (size_t)b
 void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb,
                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    for (int64_t i = 0; i < batch; i++) {
-        const float *A = a + i * sa, *B = b + i * sb;
-        float *C = c + i * m * n;
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t q = 0; q < n; q++) {
-                double s = 0;
-                for (int64_t l = 0; l < k; l++)
-                    s += (double)A[ta ? l * m + r : r * k + l] * B[tb ? q * k + l : l * n + q];
-                C[r * n + q] = (float)(beta == 0 ? s : s + beta * C[r * n + q]);
-            }
-    }
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, [](float v) { return v; });
+}
+void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_bf16_to_f32);
 }
 }
 
@@ -157,7 +172,7 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
 #define TWINS(X)                                                                                   \
     X(binary_f32) X(unary_f32) X(unary_grad_f32) X(scale_f32) X(fill_f32) X(compare_f32)          \
     X(compare_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
-    X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(reduce_sum_to_f32) X(reduce_f32)                   \
+    X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(matmul_bf16) X(reduce_sum_to_f32) X(reduce_f32)    \
     X(reduce_max_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
     X(layernorm_f32) X(layernorm_grad_f32) X(batchnorm_train_f32) X(batchnorm_grad_f32)           \
     X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
@@ -411,6 +426,171 @@ static void test_cast()
             }
         }
     }
+}
+
+/* bfloat16 casts: the device's twin of k_bf16_from_f32 / k_bf16_to_f32
+ * (kernels.h) and its place in k_cast.  Every result is checked against
+ * kernels/c's k_cast and against what the contract composes: bits worked
+ * out by hand, or, for dtypes other than float32, which meet bfloat16
+ * through float32, k_cast to / from K_DT_F32 and the kernels.h helpers. */
+
+static void check_u16(const uint16_t *got, const uint16_t *want, int64_t n)
+{
+    checks++;
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            printf("FAIL %s at %lld: expected 0x%04x, actual 0x%04x\n", what, (long long)i, want[i], got[i]);
+            failures++;
+            return;
+        }
+}
+
+static float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* float32 bits -> the bfloat16 bits the contract gives, worked out by hand */
+static const uint32_t bf16_round[][2] = {
+    {0x3f800000, 0x3f80}, {0xbf800000, 0xbf80}, /* +-1, exact */
+    {0x3f808000, 0x3f80}, {0x3f818000, 0x3f82}, /* halfway: down to even, up to even */
+    {0xbf808000, 0xbf80}, {0xbf818000, 0xbf82}, /* the same, negative */
+    {0x3f808001, 0x3f81}, {0x3f817fff, 0x3f81}, /* just above / below halfway */
+    {0x40490fdb, 0x4049},                       /* pi */
+    {0x7f800000, 0x7f80}, {0xff800000, 0xff80}, /* +-inf */
+    {0x7f7fffff, 0x7f80}, {0xff7fffff, 0xff80}, /* +-float max: rounds to +-inf */
+    {0x7f7f7fff, 0x7f7f},                       /* below halfway: bfloat16's max */
+    {0x7f7f8000, 0x7f80},                       /* halfway from bfloat16's max (odd) to inf: inf */
+    {0x7fc00000, 0x7fc0}, {0xffc00000, 0xffc0}, /* quiet NaNs keep their sign */
+    {0x7f800001, 0x7fc0}, {0xff800001, 0xffc0}, /* signalling NaNs are quieted, never inf */
+    {0x7f81ffff, 0x7fc1}, {0x7fffffff, 0x7fff}, /* payloads keep their top bits */
+    {0x00000000, 0x0000}, {0x80000000, 0x8000}, /* +-0 */
+    {0x00000001, 0x0000}, {0x80000001, 0x8000}, /* the smallest denormals: to +-0 */
+    {0x00008000, 0x0000}, {0x00018000, 0x0002}, /* denormal ties, to even */
+    {0x00010000, 0x0001}, {0x8001ffff, 0x8002}, /* denormals */
+    {0x007fffff, 0x0080},                       /* the largest denormal rounds to a normal */
+};
+
+/* doubles -> bfloat16 bits by hand: the double first rounds to float */
+static const struct {
+    double v;
+    uint16_t bits;
+} bf16_round_f64[] = {
+    {1 + 0x1p-8 + 0x1p-30, 0x3f80}, /* float 1 + 2^-8 exactly, then a tie to even (not 0x3f81) */
+    {1 + 0x1p-8 + 0x1p-20, 0x3f81}, /* above halfway in float already */
+    {1e39, 0x7f80},      {-1e39, 0xff80},  /* beyond float: +-inf */
+    {3.4028235e38, 0x7f80},                /* float max, then inf */
+    {1e-50, 0x0000},     {-1e-50, 0x8000}, /* below float: +-0 */
+    {-0.0, 0x8000},      {INFINITY, 0x7f80}, {-INFINITY, 0xff80},
+    {NAN, 0x7fc0},       {-NAN, 0xffc0},
+    {-2.75, 0xc030},
+};
+
+static void test_cast_bf16()
+{
+    const int64_t nr = (int64_t)(sizeof bf16_round / sizeof bf16_round[0]);
+    std::vector<float> xr(nr);
+    std::vector<uint16_t> wr(nr), gr(nr), hr(nr);
+    for (int64_t i = 0; i < nr; i++) {
+        xr[i] = f32_of_bits(bf16_round[i][0]);
+        wr[i] = (uint16_t)bf16_round[i][1];
+        hr[i] = k_bf16_from_f32(xr[i]);
+    }
+    kc_cast(K_DT_BF16, gr.data(), K_DT_F32, xr.data(), nr);
+    CTX("kc_cast f32 -> bf16: ties, infinities, NaNs, float max, zeros, denormals");
+    check_u16(gr.data(), wr.data(), nr);
+    CTX("k_bf16_from_f32 (kernels.h) on the same values");
+    check_u16(hr.data(), wr.data(), nr);
+    k_cast(K_DT_BF16, hr.data(), K_DT_F32, xr.data(), nr);
+    CTX("k_cast (kernels/c) f32 -> bf16 on the same values");
+    check_u16(hr.data(), wr.data(), nr);
+
+    const int64_t nd = (int64_t)(sizeof bf16_round_f64 / sizeof bf16_round_f64[0]);
+    std::vector<double> xd(nd);
+    std::vector<uint16_t> wd(nd), gd(nd);
+    for (int64_t i = 0; i < nd; i++)
+        xd[i] = bf16_round_f64[i].v, wd[i] = bf16_round_f64[i].bits;
+    kc_cast(K_DT_BF16, gd.data(), K_DT_F64, xd.data(), nd);
+    CTX("kc_cast f64 -> bf16: through float");
+    check_u16(gd.data(), wd.data(), nd);
+    k_cast(K_DT_BF16, gd.data(), K_DT_F64, xd.data(), nd);
+    CTX("k_cast (kernels/c) f64 -> bf16 on the same values");
+    check_u16(gd.data(), wd.data(), nd);
+
+    /* every float class at random, and ties and near-ties in every binade */
+    const int64_t n = 30011;
+    std::vector<float> xf(n);
+    std::vector<uint16_t> want(n), got(n);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t hi = (uint32_t)below(65536) << 16, low[] = {(uint32_t)below(65536), 0x8000, 0x7fff, 0x8001};
+        xf[i] = f32_of_bits(hi | low[i % 4]);
+        want[i] = k_bf16_from_f32(xf[i]);
+    }
+    kc_cast(K_DT_BF16, got.data(), K_DT_F32, xf.data(), n);
+    CTX("kc_cast f32 -> bf16, %lld random floats", (long long)n);
+    check_u16(got.data(), want.data(), n);
+    k_cast(K_DT_BF16, want.data(), K_DT_F32, xf.data(), n);
+    CTX("kc_cast f32 -> bf16, %lld random floats, against k_cast", (long long)n);
+    check_u16(got.data(), want.data(), n);
+
+    /* from bfloat16: all 65536 values; float32 gets the bits << 16 */
+    std::vector<uint16_t> h(65536);
+    std::vector<uint32_t> wbits(65536);
+    std::vector<float> wide(65536);
+    for (uint32_t i = 0; i < 65536; i++) {
+        h[i] = (uint16_t)i, wbits[i] = i << 16, wide[i] = k_bf16_to_f32((uint16_t)i);
+    }
+    CTX("k_bf16_to_f32 (kernels.h): the top half of a float");
+    check_bytes(wide.data(), wbits.data(), wbits.size() * 4);
+    for (int to = K_DT_F32; to <= K_DT_BOOL; to++) {
+        static const int size[] = {4, 8, 8, 4, 1, 1};
+        std::vector<uint8_t> w(65536 * 8), d(65536 * 8), g(65536 * 8);
+        k_cast(to, w.data(), K_DT_F32, wide.data(), 65536);
+        k_cast(to, d.data(), K_DT_BF16, h.data(), 65536);
+        kc_cast(to, g.data(), K_DT_BF16, h.data(), 65536);
+        CTX("kc_cast bf16 -> %d, every bfloat16, against float32 -> %d", to, to);
+        check_bytes(g.data(), w.data(), (size_t)65536 * size[to]);
+        CTX("kc_cast bf16 -> %d, every bfloat16, against k_cast", to);
+        check_bytes(g.data(), d.data(), (size_t)65536 * size[to]);
+    }
+
+    /* to bfloat16 from the other dtypes: float32 first, then rounded */
+    for (int from = K_DT_F64; from <= K_DT_BOOL; from++) {
+        std::vector<uint8_t> x((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++)
+            switch (from) {
+            case K_DT_F64: /* any magnitude a float has, and beyond; a few specials */
+                ((double *)x.data())[i] = i < nd ? bf16_round_f64[i].v : uni(-1, 1) * pow(2.0, uni(-160, 160));
+                break;
+            case K_DT_I64: /* large and near 2^24, where float rounds first */
+                ((int64_t *)x.data())[i] = i % 2 ? (int64_t)(uni(-1, 1) * 9e18) : (1 << 24) + below(64) - 32;
+                break;
+            case K_DT_I32: ((int32_t *)x.data())[i] = (int32_t)(uni(-1, 1) * 2e9); break;
+            default: x[(size_t)i] = (uint8_t)below(256);
+            }
+        std::vector<float> f(n);
+        std::vector<uint16_t> w(n), d(n), g(n);
+        k_cast(K_DT_F32, f.data(), from, x.data(), n);
+        for (int64_t i = 0; i < n; i++)
+            w[i] = k_bf16_from_f32(f[i]);
+        k_cast(K_DT_BF16, d.data(), from, x.data(), n);
+        kc_cast(K_DT_BF16, g.data(), from, x.data(), n);
+        CTX("kc_cast %d -> bf16, against %d -> float32 -> bf16", from, from);
+        check_u16(g.data(), w.data(), n);
+        CTX("kc_cast %d -> bf16, against k_cast", from);
+        check_u16(g.data(), d.data(), n);
+    }
+
+    /* bfloat16 to itself: the bytes as they are, in place too */
+    std::vector<uint16_t> copy(65536, 7);
+    kc_cast(K_DT_BF16, copy.data(), K_DT_BF16, h.data(), 65536);
+    CTX("kc_cast bf16 -> bf16");
+    check_u16(copy.data(), h.data(), 65536);
+    kc_cast(K_DT_BF16, copy.data(), K_DT_BF16, copy.data(), 65536);
+    CTX("kc_cast bf16 -> bf16 in place");
+    check_u16(copy.data(), h.data(), 65536);
 }
 
 /* ---- copy ------------------------------------------------------------------------ */
@@ -954,12 +1134,70 @@ static void test_optim()
     check_f(c2.data(), c.data(), 30, TOL);
 }
 
+/* kc_matmul_bf16 (emulated kc_gemm_bf16) on operands rounded to bfloat16,
+ * against a double reference built here from op(A) and op(B) spelled out,
+ * and against its kernels/c twin k_matmul_bf16 */
+static void test_matmul_bf16()
+{
+    struct Case {
+        int64_t batch, m, n, k;
+        int ta, tb;
+        int64_t sa, sb;
+        double beta;
+    };
+    static const Case cases[] = {
+        {1, 3, 5, 4, 0, 0, 0, 0, 0.0},
+        {2, 3, 5, 4, 1, 0, 12, 20, 0.0},         /* A stored k x m, both batched */
+        {3, 4, 6, 7, 0, 1, 28, 0, 0.0},          /* B stored n x k, shared (sb 0) */
+        {2, 5, 3, 6, 1, 1, 31, 19, 1.0},         /* gaps between the batches; C += */
+        {4, 7, 2, 9, 0, 0, 63, 0, 0.5},          /* dense A, shared B (one tall GEMM on a GPU) */
+        {2, 17, 33, 65, 1, 1, 17 * 65 + 3, 0, 0.0},
+    };
+    for (const Case &q : cases) {
+        const int64_t na = (q.batch - 1) * q.sa + q.m * q.k, nb = (q.batch - 1) * q.sb + q.k * q.n;
+        const int64_t nc = q.batch * q.m * q.n;
+        std::vector<uint16_t> a(na), b(nb);
+        for (auto &v : a)
+            v = k_bf16_from_f32((float)uni(-2, 2));
+        for (auto &v : b)
+            v = k_bf16_from_f32((float)uni(-2, 2));
+        F c0 = rnd(nc, -1, 1), got = c0, twin = c0, want(nc + 1);
+        if (q.beta == 0) /* beta 0 never reads C */
+            std::fill(got.begin(), got.end(), NAN);
+        for (int64_t i = 0; i < q.batch; i++) {
+            std::vector<double> opa(q.m * q.k), opb(q.k * q.n); /* m x k and k x n, row-major */
+            for (int64_t r = 0; r < q.m; r++)
+                for (int64_t l = 0; l < q.k; l++)
+                    opa[r * q.k + l] = k_bf16_to_f32(a[i * q.sa + (q.ta ? l * q.m + r : r * q.k + l)]);
+            for (int64_t l = 0; l < q.k; l++)
+                for (int64_t c = 0; c < q.n; c++)
+                    opb[l * q.n + c] = k_bf16_to_f32(b[i * q.sb + (q.tb ? c * q.k + l : l * q.n + c)]);
+            for (int64_t r = 0; r < q.m; r++)
+                for (int64_t c = 0; c < q.n; c++) {
+                    double s = q.beta * c0[i * q.m * q.n + r * q.n + c];
+                    for (int64_t l = 0; l < q.k; l++)
+                        s += opa[r * q.k + l] * opb[l * q.n + c];
+                    want[i * q.m * q.n + r * q.n + c] = (float)s;
+                }
+        }
+        kc_matmul_bf16(got.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb, q.beta);
+        CTX("kc_matmul_bf16 batch %lld m %lld n %lld k %lld ta %d tb %d sa %lld sb %lld beta %g",
+            (long long)q.batch, (long long)q.m, (long long)q.n, (long long)q.k, q.ta, q.tb, (long long)q.sa,
+            (long long)q.sb, q.beta);
+        check_f(got.data(), want.data(), nc, TOL);
+        k_matmul_bf16(twin.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb, q.beta);
+        CTX("k_matmul_bf16 (kernels/c) batch %lld m %lld n %lld k %lld ta %d tb %d", (long long)q.batch,
+            (long long)q.m, (long long)q.n, (long long)q.k, q.ta, q.tb);
+        check_f(got.data(), twin.data(), nc, TOL);
+    }
+}
+
 int main()
 {
     static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
                                       test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
-                                      test_mse_ce, test_nll, test_optim};
+                                      test_mse_ce, test_nll, test_optim, test_cast_bf16, test_matmul_bf16};
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

@@ -456,6 +456,56 @@ static void test_cast(int dt)
     free(xf);
 }
 
+/* bfloat16: rounding to nearest even on the bits, NaN, infinities, overflow,
+ * subnormals, signed zero; and the other dtypes through float */
+static void test_cast_bf16(int dt)
+{
+    static const uint32_t f32_bits[] = {
+        0x3F800000, 0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x80000000, 0x7F800000, 0xFF800000,
+        0x7FC00000, 0x7F800001, 0xFFC00001, 0x7F7FFFFF, 0x7F7F8000, 0x00000001, 0x00008000, 0x00018000,
+        0xBF808000};
+    static const uint16_t want16[] = {
+        0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x3F80, 0x8000, 0x7F80, 0xFF80,
+        0x7FC0, 0x7FC0, 0xFFC0, 0x7F80, 0x7F80, 0x0000, 0x0000, 0x0002,
+        0xBF80};
+    enum { N = sizeof f32_bits / sizeof f32_bits[0] };
+    if (dt == F32)
+        return;  /* dtype-generic: run once */
+    float *x = xalloc(N, sizeof(float));
+    uint16_t *y = xalloc(N, 2);
+    memcpy(x, f32_bits, sizeof f32_bits);
+    CTX("k_cast f32 -> bf16");
+    k_cast(K_DT_BF16, y, K_DT_F32, x, N);
+    check_bytes(dt, y, want16, sizeof want16);
+    /* back: exact, the bits in the top half */
+    uint32_t back[N], wantb[N];
+    for (int i = 0; i < N; i++)
+        wantb[i] = (uint32_t)want16[i] << 16;
+    CTX("k_cast bf16 -> f32");
+    k_cast(K_DT_F32, back, K_DT_BF16, y, N);
+    check_bytes(dt, back, wantb, sizeof wantb);
+    /* double goes through float: 1 + 2^-8 + 2^-30 is 1 + 2^-8 in float, a tie, so 1 */
+    double d[3] = {1.0 + 0x1p-8 + 0x1p-30, -3.0, 1e300};
+    uint16_t wd[3] = {0x3F80, 0xC040, 0x7F80}, yd[3];
+    CTX("k_cast f64 -> bf16");
+    k_cast(K_DT_BF16, yd, K_DT_F64, d, 3);
+    check_bytes(dt, yd, wd, sizeof wd);
+    /* integers through float; to integers truncating as from float */
+    int64_t iv[3] = {257, -1, (1LL << 40) + 1}, back_i[3], want_i[3] = {256, -1, 1LL << 40};
+    uint16_t yi[3];
+    CTX("k_cast i64 -> bf16 -> i64");
+    k_cast(K_DT_BF16, yi, K_DT_I64, iv, 3);
+    k_cast(K_DT_I64, back_i, K_DT_BF16, yi, 3);
+    check_bytes(dt, back_i, want_i, sizeof want_i);
+    /* to bool: NaN and -0 */
+    uint16_t bv[3] = {0x7FC0, 0x8000, 0x3F80};
+    uint8_t yb[3], wb[3] = {1, 0, 1};
+    CTX("k_cast bf16 -> bool");
+    k_cast(K_DT_BOOL, yb, K_DT_BF16, bv, 3);
+    check_bytes(dt, yb, wb, sizeof wb);
+    free(x), free(y);
+}
+
 /* ---- strided copy and accumulate ---------------------------------------- */
 
 /* Expected y of a strided copy: y[yoff + i.ys] = x[xoff + i.xs]. */
@@ -698,7 +748,7 @@ static void test_trilu_range(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_unary, test_unary_special, test_pow, test_compare, test_where, test_cast,
+        test_unary, test_unary_special, test_pow, test_compare, test_where, test_cast, test_cast_bf16,
         test_copy, test_pad, test_trilu_range,
     };
     return ktest_main("kernels_ew_test", tests, sizeof tests / sizeof tests[0]);

@@ -202,6 +202,58 @@ static void test_matmul(int dt)
     }
 }
 
+/* k_matmul_bf16: bfloat16 operands, float result; the reference multiplies
+ * the rounded operands in double, so only float32 accumulation differs */
+static void matmul_bf16_case(const Gemm *g)
+{
+    int64_t na = (g->batch - 1) * g->sa + g->m * g->k;
+    int64_t nb = (g->batch - 1) * g->sb + g->k * g->n;
+    int64_t nc = g->batch * g->m * g->n;
+    Buf a = buf_new(na), b = buf_new(nb), c = buf_new(nc), want = buf_new(nc);
+    uint16_t *a16 = xalloc((size_t)na, 2), *b16 = xalloc((size_t)nb, 2);
+    fill_rnd(&a, -1, 1);
+    fill_rnd(&b, -1, 1);
+    for (int64_t i = 0; i < na; i++)
+        a.d[i] = k_bf16_to_f32(a16[i] = k_bf16_from_f32((float)a.d[i]));
+    for (int64_t i = 0; i < nb; i++)
+        b.d[i] = k_bf16_to_f32(b16[i] = k_bf16_from_f32((float)b.d[i]));
+    if (g->beta == 0)
+        fill_val(&c, NAN);
+    else
+        fill_rnd(&c, -1, 1);
+    memcpy(want.d, c.d, (size_t)nc * sizeof(double));
+    ref_matmul(want.d, a.d, b.d, g);
+    put(F32, &c);
+    k_matmul_bf16(c.f, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb, g->beta);
+    get(F32, &c);
+    check(F32, c.d, want.d, nc, 10 * tol(F32));
+    free(a16), free(b16);
+    buf_free(&a), buf_free(&b), buf_free(&c), buf_free(&want);
+}
+
+static void test_matmul_bf16(int dt)
+{
+    if (dt != F32)
+        return;
+    /* small; past the row, column and depth blocks of the widening (512, 512, 256) */
+    static const int64_t sizes[][3] = {{5, 4, 3}, {513, 9, 257}, {7, 515, 260}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int64_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], mk = m * k, kn = k * n;
+        const int64_t modes[][3] = {{1, 0, 0}, {2, mk, kn}, {2, mk, 0}, {2, mk + 2, 0}, {2, 0, kn}};
+        for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++)
+            for (int t = 0; t < 4; t++) {
+                Gemm g = {modes[md][0], modes[md][1], modes[md][2], m, n, k, t & 1, t >> 1, md == 1 ? 0.5 : 0.0};
+                CTX("k_matmul_bf16 m=%lld n=%lld k=%lld batch=%lld sa=%lld sb=%lld ta=%d tb=%d beta=%g",
+                    (long long)m, (long long)n, (long long)k, (long long)g.batch, (long long)g.sa,
+                    (long long)g.sb, g.ta, g.tb, g.beta);
+                matmul_bf16_case(&g);
+            }
+    }
+    Gemm g = {2, 0, 0, 3, 4, 0, 0, 0, 0.0};
+    CTX("k_matmul_bf16 k=0");
+    matmul_bf16_case(&g);
+}
+
 /* ---- k_transpose -------------------------------------------------------- */
 
 static void transpose_case(int dt, int rank, const int64_t *xshape, const int64_t *perm)
@@ -820,7 +872,7 @@ static void test_sgd(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_binary, test_scale_fill, test_matmul, test_transpose, test_reduce_sum_to,
+        test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);

@@ -94,11 +94,15 @@ static int64_t float_to_int(double v, double lo, double hi)
 }
 
 /* Reads element i of a K_DT_* array as double (floats) or int64 (ints). */
-static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64; }
+static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16; }
 
 static double load_f(int dt, const void *x, int64_t i)
 {
-    return dt == K_DT_F32 ? ((const float *)x)[i] : ((const double *)x)[i];
+    switch (dt) {
+    case K_DT_F32: return ((const float *)x)[i];
+    case K_DT_BF16: return k_bf16_to_f32(((const uint16_t *)x)[i]);
+    default: return ((const double *)x)[i];
+    }
 }
 
 static int64_t load_i(int dt, const void *x, int64_t i)
@@ -113,7 +117,8 @@ static int64_t load_i(int dt, const void *x, int64_t i)
 
 /* Element i of the source converted to dtype `to`, stored.  Going through
  * double keeps f32 -> f64 exact and f64 -> f32 correctly rounded; integer
- * sources go through int64 so i64 -> f32 rounds once. */
+ * sources go through int64 so i64 -> f32 rounds once.  To bfloat16 goes
+ * through float (two roundings from double or int64, as PyTorch's). */
 static void cast_one(int to, void *y, int from, const void *x, int64_t i)
 {
     if (is_float_dt(from)) {
@@ -126,6 +131,7 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
         case K_DT_I32: ((int32_t *)y)[i] = (int32_t)float_to_int(v, INT32_MIN, INT32_MAX); return;
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)float_to_int(v, 0, 255); return;
         case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
+        case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
         }
     } else {
         int64_t v = load_i(from, x, i);
@@ -136,6 +142,7 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
         case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
         case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
+        case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
         }
     }
     die("k_cast: unknown dtype");
@@ -143,10 +150,16 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1};
-    if (dt < 0 || dt > K_DT_BOOL)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2};
+    if (dt < 0 || dt > K_DT_BF16)
         die("k_cast: unknown dtype");
     return size[dt];
+}
+
+/* do n elements of ey bytes at y share a byte with n of ex bytes at x? */
+static int overlaps(const void *y, const void *x, int64_t n, int ey, int ex)
+{
+    return (const char *)y < (const char *)x + n * ex && (const char *)x < (const char *)y + n * ey;
 }
 
 /* The common float pairs get plain loops; everything else goes element by
@@ -161,9 +174,12 @@ void k_cast(int to, void *y, int from, const void *x, int64_t n)
         for (int64_t i = 0; i < n; i++) ((double *)y)[i] = ((const float *)x)[i];
     } else if (from == K_DT_F64 && to == K_DT_F32) {
         for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)((const double *)x)[i];
+    } else if (from == K_DT_F32 && to == K_DT_BF16 && !overlaps(y, x, n, 2, 4)) {
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_bf16_from_f32(((const float *)x)[i]);
+    } else if (from == K_DT_BF16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
+        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_bf16_to_f32(((const uint16_t *)x)[i]);
     } else {
-        if (dt_size(to) != dt_size(from) && (const char *)y < (const char *)x +
-            n * dt_size(from) && (const char *)x < (const char *)y + n * dt_size(to))
+        if (dt_size(to) != dt_size(from) && overlaps(y, x, n, dt_size(to), dt_size(from)))
             die("k_cast: y overlaps x with a different element size");
         for (int64_t i = 0; i < n; i++)
             cast_one(to, y, from, x, i);

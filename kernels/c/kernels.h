@@ -59,8 +59,9 @@ enum {
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };  /* k_compare ops: a OP b */
 
 /* element types for k_cast.  BOOL and U8 are both one byte; casting TO bool
- * gives x != 0 (NaN -> 1), to u8 the integer value. */
-enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL };
+ * gives x != 0 (NaN -> 1), to u8 the integer value.  BF16 is bfloat16 stored
+ * as its 16 bits (uint16_t): the top half of a float32. */
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16 };
 
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) */
 
@@ -300,6 +301,28 @@ void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum, 
 K_DECLARE(float, f32)
 K_DECLARE(double, f64)
 #undef K_DECLARE
+
+/* ---- bfloat16 (--precision bf16) ---------------------------------------- */
+
+/* float -> bfloat16 bits, rounded to nearest even; infinities stay, a NaN
+ * stays a (quiet) NaN of the same sign.  bfloat16 -> float is exact. */
+static inline uint16_t k_bf16_from_f32(float f)
+{
+    union { float f; uint32_t u; } x = {f};
+    if ((x.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x.u >> 16) | 0x0040u);
+    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+}
+static inline float k_bf16_to_f32(uint16_t h)
+{
+    union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+    return x.f;
+}
+/* k_matmul with bfloat16 operands and a float32 result, accumulated in
+ * float32 (the contract of a mixed-precision GEMM: every product of two
+ * bfloat16 values is exact in float32); otherwise as k_matmul_f32. */
+void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
+                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

@@ -261,6 +261,35 @@ KC_DEV int64_t cast_float_to_int(double v, double lo, double hi)
     return (int64_t)v;
 }
 
+/* kernels.h's k_bf16_from_f32 bit for bit: NVRTC cannot include kernels.h,
+ * and CUDA's __float2bfloat16_rn needs cuda_bf16.h and gives a canonical
+ * NaN (0x7fff), where the CPU keeps the sign.  Adding 0x7fff plus the
+ * lowest kept bit rounds to nearest even; a carry out of the mantissa steps
+ * the exponent, up to infinity past bfloat16's largest finite value.  A NaN
+ * is handled first because that addition could carry it into an infinity. */
+KC_DEV uint16_t kc_bf16_from_f32(float f)
+{
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* exact: bfloat16 is the top half of a float */
+KC_DEV float kc_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+KC_DEV bool cast_is_float(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16; }
+
+/* a float dtype's element as double: exact for all three */
+KC_DEV double cast_load_float(int dt, const void *x, int64_t i)
+{
+    switch (dt) {
+    case K_DT_F32: return ((const float *)x)[i];
+    case K_DT_F64: return ((const double *)x)[i];
+    default: return kc_bf16_to_f32(((const uint16_t *)x)[i]); /* BF16 */
+    }
+}
+
 KC_DEV int64_t cast_load_int(int dt, const void *x, int64_t i)
 {
     switch (dt) {
@@ -271,11 +300,23 @@ KC_DEV int64_t cast_load_int(int dt, const void *x, int64_t i)
 }
 
 /* element i of x (dtype from) converted to dtype to and stored in y: floats
- * go through double, integers through int64, as kernels/c's cast_one */
+ * go through double, integers through int64, as kernels/c's cast_one.  To
+ * bfloat16, everything first becomes a float (f64 and int64 round there)
+ * and then rounds once more, as kernels/c does.  float32 <-> bfloat16 only
+ * moves bits, never through a GPU float conversion, which may hand back a
+ * canonical NaN where the CPU keeps the NaN's sign. */
 KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
 {
-    if (from == K_DT_F32 || from == K_DT_F64) {
-        const double v = from == K_DT_F32 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+    if (from == K_DT_F32 && to == K_DT_BF16) {
+        ((uint16_t *)y)[i] = kc_bf16_from_f32(((const float *)x)[i]);
+        return;
+    }
+    if (from == K_DT_BF16 && to == K_DT_F32) {
+        ((float *)y)[i] = kc_bf16_to_f32(((const uint16_t *)x)[i]);
+        return;
+    }
+    if (cast_is_float(from)) {
+        const double v = cast_load_float(from, x, i);
         switch (to) {
         case K_DT_F32: ((float *)y)[i] = (float)v; return;
         case K_DT_F64: ((double *)y)[i] = v; return;
@@ -284,6 +325,7 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
             return;
         case K_DT_I32: ((int32_t *)y)[i] = (int32_t)cast_float_to_int(v, -2147483648.0, 2147483647.0); return;
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)cast_float_to_int(v, 0, 255); return;
+        case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
         default: ((uint8_t *)y)[i] = v != 0; return;
         }
     }
@@ -294,6 +336,7 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
     case K_DT_I64: ((int64_t *)y)[i] = v; return;
     case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
     case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
+    case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
     default: ((uint8_t *)y)[i] = v != 0; return;
     }
 }

@@ -76,6 +76,10 @@ int64_t *kc_next_check(void);
  * (kernels.h).  The runtime does it with cuBLASLt. */
 void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb,
                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+/* the same with bfloat16 A and B (their uint16_t bits) and a float32 C,
+ * accumulated in float32: the contract of k_matmul_bf16 */
+void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* device-to-device copy / byte fill on the compute stream */
 void kc_memcpy(void *dst, const void *src, int64_t bytes);
 void kc_memset(void *dst, int byte, int64_t bytes);

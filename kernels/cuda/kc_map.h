@@ -1,18 +1,19 @@
 /* kc_map.h — the kernels.h API on the cuda target.
  *
- * Every kernels.h function that the generated step calls with float32 or
- * dtype-generic arguments has a twin in kernels/cuda/launch.c named kc_
- * instead of k_, with the same parameters and contract (pointers are device
- * pointers).  This header maps each k_ name to its twin and then includes
- * kernels.h, so kernels.h's own declarations become the twins' prototypes:
- * the two APIs cannot drift apart.  The generated step (codegen/exe.c on
- * the cuda target) and launch.c include it before anything else includes
- * kernels.h.
+ * Every kernels.h function that the generated step calls with float32,
+ * bfloat16 (k_matmul_bf16) or dtype-generic arguments has a twin in
+ * kernels/cuda/launch.c named kc_ instead of k_, with the same parameters
+ * and contract (pointers are device pointers).  This header maps each k_
+ * name to its twin and then includes kernels.h, so kernels.h's own
+ * declarations become the twins' prototypes: the two APIs cannot drift
+ * apart.  The generated step (codegen/exe.c on the cuda target) and
+ * launch.c include it before anything else includes kernels.h.
  *
  * Not twinned: the float64 kernels (the cuda target computes in float32),
  * k_accum_strided (no emitter calls it), and the host helpers
  * k_pool_out_dim, k_conv2d_workspace and k_philox4x32_10, which the step
- * never calls (codegen evaluates the first two at compile time).
+ * never calls (codegen evaluates the first two at compile time), and the
+ * scalar k_bf16_from_f32 / k_bf16_to_f32 (tensors convert with k_cast).
  */
 #ifndef FSDPC_KC_MAP_H
 #define FSDPC_KC_MAP_H
@@ -40,6 +41,7 @@
 #define k_pad_grad_f32 kc_pad_grad_f32
 /* matmul.c */
 #define k_matmul_f32 kc_matmul_f32
+#define k_matmul_bf16 kc_matmul_bf16
 /* reduce.c */
 #define k_reduce_sum_to_f32 kc_reduce_sum_to_f32
 #define k_reduce_f32 kc_reduce_f32

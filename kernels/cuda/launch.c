@@ -19,9 +19,10 @@
  *   ignored.  Checked kernels (Gather, cross-entropy, the NLL loss) take
  *   their slot from kc_next_check() on every call, launch or not, and
  *   return -1.
- * - GEMMs go to kc_gemm_f32 (the runtime's cuBLASLt); convolution is
- *   im2col + GEMM per (image, group) in the caller's workspace, exactly
- *   kernels/c's decomposition and workspace (k_conv2d_workspace elements).
+ * - GEMMs go to kc_gemm_f32 / kc_gemm_bf16 (the runtime's cuBLASLt);
+ *   convolution is im2col + GEMM per (image, group) in the caller's
+ *   workspace, exactly kernels/c's decomposition and workspace
+ *   (k_conv2d_workspace elements).
  */
 #include <math.h>
 #include <stdio.h>
@@ -305,8 +306,8 @@ void kc_not(uint8_t *y, const uint8_t *x, int64_t n)
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1};
-    if (dt < K_DT_F32 || dt > K_DT_BOOL)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2};
+    if (dt < K_DT_F32 || dt > K_DT_BF16)
         die("k_cast", "unknown dtype");
     return size[dt];
 }
@@ -438,6 +439,12 @@ void kc_matmul_f32(float *c, const float *a, const float *b, int64_t batch, int6
                    int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     kc_gemm_f32(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+}
+
+void kc_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                    int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    kc_gemm_bf16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
 }
 
 /* ---- reduce.c ------------------------------------------------------------------- */

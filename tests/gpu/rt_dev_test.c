@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "cuda_check.h"
+#include "kernels.h" /* the bfloat16 rounding of the CPU target */
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
@@ -192,7 +193,8 @@ static void setup(const char *ptx)
     g_m.name = "rt_dev_test";
     g_m.nunit = 1, g_m.unit = &g_unit;
     g_m.arena_bytes = ARENA;
-    g_m.nslot = 1;
+    static const int slot_esize[1] = {4};
+    g_m.nslot = 1, g_m.slot_esize = slot_esize;
     g_m.loss_off = OFF_LOSS, g_m.loss_dtype = RT_F32;
     g_m.optimizer = RT_ADAMW;
     g_m.step = test_step;
@@ -263,9 +265,19 @@ static void ref_gemm(double *c, const float *a, const float *b, int64_t batch, i
             }
 }
 
-/* one GEMM case on the device against the reference; returns the error */
+/* the float32 operand x of n elements, rounded to bfloat16: the rounded
+ * values back in x, their bits at bits */
+static void round_bf16(float *x, uint16_t *bits, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = k_bf16_to_f32(bits[i] = k_bf16_from_f32(x[i]));
+}
+
+/* one GEMM case on the device against the reference; returns the error.
+ * bf16: A and B go to the device as bfloat16 (kc_gemm_bf16), the reference
+ * multiplies the rounded values */
 static double gemm_case(int64_t m, int64_t n, int64_t k, int64_t batch, int bca, int bcb, int ta, int tb,
-                        double beta, int misalign)
+                        double beta, int misalign, int bf16)
 {
     int64_t sa = bca ? 0 : m * k, sb = bcb ? 0 : k * n;
     int64_t na = (bca ? 1 : batch) * m * k, nb = (bcb ? 1 : batch) * k * n, nc = batch * m * n;
@@ -282,13 +294,31 @@ static double gemm_case(int64_t m, int64_t n, int64_t k, int64_t batch, int bca,
     double *want = malloc((size_t)nc * sizeof *want);
     CHECK(c0 && want, "out of memory");
     memcpy(c0, hc, (size_t)nc * sizeof *c0);
-    ref_gemm(want, ha, hb, batch, sa, sb, m, n, k, ta, tb, beta, c0);
-    rt_dev_upload(&g_c, ha, na * 4);
-    rt_dev_upload(&g_c, hb, nb * 4);
+    /* bf16: the bits replace the floats in place, from the start of the
+     * float array (2-byte misalignment: misalign bf16 elements) */
+    uint16_t *a16 = (uint16_t *)(g_base + OFF_A) + misalign, *b16 = (uint16_t *)(g_base + OFF_B) + misalign;
+    float *ra = malloc((size_t)na * sizeof *ra), *rb = malloc((size_t)nb * sizeof *rb);
+    CHECK(ra && rb, "out of memory");
+    memcpy(ra, ha, (size_t)na * sizeof *ra);
+    memcpy(rb, hb, (size_t)nb * sizeof *rb);
+    if (bf16) {
+        round_bf16(ra, a16, na);
+        round_bf16(rb, b16, nb);
+    }
+    ref_gemm(want, ra, rb, batch, sa, sb, m, n, k, ta, tb, beta, c0);
+    free(ra);
+    free(rb);
+    int64_t es = bf16 ? 2 : 4;
+    rt_dev_upload(&g_c, bf16 ? (void *)a16 : (void *)ha, na * es);
+    rt_dev_upload(&g_c, bf16 ? (void *)b16 : (void *)hb, nb * es);
     rt_dev_upload(&g_c, hc, nc * 4);
     char *d = g_c.dev_arena;
-    kc_gemm_f32((float *)(d + OFF_C) + misalign, (const float *)(d + OFF_A) + misalign,
-                (const float *)(d + OFF_B) + misalign, batch, sa, sb, m, n, k, ta, tb, beta);
+    if (bf16)
+        kc_gemm_bf16((float *)(d + OFF_C) + misalign, (const uint16_t *)(d + OFF_A) + misalign,
+                     (const uint16_t *)(d + OFF_B) + misalign, batch, sa, sb, m, n, k, ta, tb, beta);
+    else
+        kc_gemm_f32((float *)(d + OFF_C) + misalign, (const float *)(d + OFF_A) + misalign,
+                    (const float *)(d + OFF_B) + misalign, batch, sa, sb, m, n, k, ta, tb, beta);
     rt_dev_download(&g_c, hc, nc * 4);
     double err = 0, scale = 1e-30;
     for (int64_t i = 0; i < nc; i++) {
@@ -304,8 +334,9 @@ static void gemms(void)
 {
     static const int64_t shapes[][3] = {{5, 7, 3}, {64, 48, 32}, {33, 17, 129}, {1, 256, 64}};
     int ncase = 0;
-    double worst = 0, worst_tf32 = 0;
-    for (int tf32 = 0; tf32 <= 1; tf32++) {
+    double worst = 0, worst_tf32 = 0, worst_bf16 = 0;
+    for (int mode = 0; mode < 3; mode++) { /* FP32, TF32, BF16 operands */
+        int tf32 = mode == 1, bf16 = mode == 2;
         cu.tf32 = tf32;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int batch = 1; batch <= 3; batch += 2)
@@ -316,16 +347,14 @@ static void gemms(void)
                             double beta = bi ? 0.5 : 0.0;
                             int mis = (int)((s + (size_t)t) % 2); /* 4-byte aligned pointers too */
                             double e = gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], batch, bca, bcb, ta, tb,
-                                                 beta, mis);
+                                                 beta, mis, bf16);
                             double tol = tf32 ? 2e-2 : 1e-5;
                             CHECK(e <= tol, "GEMM m %lld n %lld k %lld batch %d bcast %d/%d ta %d tb %d beta %g "
                                   "misaligned %d %s: relative error %.3g > %g", (long long)shapes[s][0],
                                   (long long)shapes[s][1], (long long)shapes[s][2], batch, bca, bcb, ta, tb, beta,
-                                  mis, tf32 ? "TF32" : "FP32", e, tol);
-                            if (tf32)
-                                worst_tf32 = fmax(worst_tf32, e);
-                            else
-                                worst = fmax(worst, e);
+                                  mis, bf16 ? "BF16 operands" : tf32 ? "TF32" : "FP32", e, tol);
+                            double *w = bf16 ? &worst_bf16 : tf32 ? &worst_tf32 : &worst;
+                            *w = fmax(*w, e);
                             ncase++;
                         }
     }
@@ -343,7 +372,8 @@ static void gemms(void)
                 (const float *)(g_c.dev_arena + OFF_B), 2, 0, 0, 2, 3, 0, 0, 0, 0.0);
     rt_dev_download(&g_c, hc, 48);
     CHECK(hc[0] == 0.0f && hc[11] == 0.0f, "k = 0, beta 0 left C");
-    printf("OK gemm: %d cases; worst relative error FP32 %.2e, TF32 %.2e\n", ncase, worst, worst_tf32);
+    printf("OK gemm: %d cases; worst relative error FP32 %.2e, TF32 %.2e, BF16 operands (against the rounded "
+           "operands) %.2e\n", ncase, worst, worst_tf32, worst_bf16);
 }
 
 static void collectives(void)

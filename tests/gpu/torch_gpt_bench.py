@@ -8,7 +8,8 @@ mask, exact GELU, tied lm_head), built with the configuration prep.py
 exported to ONNX for fsdpc; its parameter and buffer shapes are checked
 against the ONNX initializers recorded in the manifest.  Like fsdpc's default
 cuda build: float32 with TF32 matrix products, AdamW (fused), the cross-entropy
-loss read back every step.  One JSON line per mode on stdout:
+loss read back every step; modes "eager bf16" / "compile bf16" add
+torch.autocast(bfloat16), to set beside fsdpc --precision bf16.  One JSON line per mode on stdout:
   {"mode": "torch eager", "step_ms": ..., "steps": N, "items_per_step": B*T,
    "peak_allocated": bytes, "peak_reserved": bytes, "compile_s": s}
 """
@@ -47,7 +48,16 @@ def bench(mode, model, cfg, x, y, steps, warmup):
         logits = model(idx)
         return F.cross_entropy(logits.view(-1, V), tgt.reshape(-1))
 
-    fn = torch.compile(train_loss) if mode == "compile" else train_loss
+    # "... bf16": torch.autocast(bfloat16) around the forward, the recipe closest to
+    # fsdpc --precision bf16 (bf16 GEMMs, fp32 master weights and optimizer)
+    base, _, amp = mode.partition(" ")
+    if amp == "bf16":
+        plain = train_loss
+
+        def train_loss(idx, tgt):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return plain(idx, tgt)
+    fn = torch.compile(train_loss) if base == "compile" else train_loss
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, betas=(0.9, 0.999), eps=1e-8,
                             fused=True)
     torch.cuda.synchronize()
@@ -67,7 +77,7 @@ def bench(mode, model, cfg, x, y, steps, warmup):
             times.append(time.perf_counter() - ts)
     return dict(mode="torch " + mode, step_ms=1e3 * statistics.median(times), steps=steps,
                 items_per_step=x.numel(), peak_allocated=torch.cuda.max_memory_allocated(),
-                peak_reserved=torch.cuda.max_memory_reserved(), compile_s=warm_s if mode == "compile" else 0.0,
+                peak_reserved=torch.cuda.max_memory_reserved(), compile_s=warm_s if base == "compile" else 0.0,
                 loss=float(loss.item()))
 
 
@@ -77,7 +87,7 @@ def main():
     ap.add_argument("--model", default="gpt_bench")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--modes", default="eager,compile", help="eager, compile, 'eager bf16', 'compile bf16'")
     a = ap.parse_args()
     entry = next((m for m in json.load(open(a.manifest))["models"] if m["name"] == a.model), None)
     if entry is None:

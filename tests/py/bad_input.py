@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from common import check, mpirun, run
+from common import mpirun, run
 
 failures = []
 
@@ -90,6 +90,17 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--optimizer", "adam"] + base, "adam")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision fp8")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp16"] + base, "fp16", "bf16")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--eval", "--precision", "bf16", "--dim", "batch=2"],
+                 "--eval", "--precision")
+    w64 = numpy_helper.from_array(np.ones((3, 4), np.float64), "w")
+    g64 = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                            [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["batch", 3])],
+                            [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["batch", 4])], [w64])
+    onnx.save(helper.make_model(g64, opset_imports=[helper.make_opsetid("", 17)]), J("f64.onnx"))
+    expect_error([fsdpc, J("f64.onnx"), "-o", J("o"), "--target", "cpu", "--precision", "bf16"] + base,
+                 "--precision bf16", "float32 model", "f64")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--target", "tpu"] + base, "tpu")
     expect_error([fsdpc, good] + base + ["-o"], "-o")

@@ -7,7 +7,6 @@ raise; the script exits non-zero with the message.
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 

@@ -10,7 +10,7 @@ import tempfile
 
 from common import check, mpirun, run
 
-PASSES = "frontend fold shape loss autodiff optim units shard fuse memplan".split()
+PASSES = "frontend fold shape loss autodiff optim units shard precision fuse memplan".split()
 
 
 def main():
@@ -27,6 +27,22 @@ def main():
     check(fused.count("Erf,Add") == 2 and fused.count("Mul,Mul,UnaryGrad,Div,Add") == 2,
           "fuse: the GPT's GELU forward and backward groups, got %s" % fused)
     check("Fused" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse still fused")
+    # precision bf16: the gathered buffers and parameter views are bf16, every MatMul reads two bf16 operands
+    # and writes f32, the shards and optimizer stay f32, bf16 values are only read by what may read them
+    prec = gpt[:-1] + ["precision", "--precision", "bf16"]
+    out = run(prec).stdout
+    dtype = dict(re.findall(r"^\s+%(\d+) (\w+)\[", out, re.M))
+    nodes = out.split("nodes:")[1]
+    gathers = re.findall(r"%(\d+) = AllGather %(\d+)", nodes)
+    check(gathers and all(dtype[y] == "bf16" and dtype[x] == "f32" for y, x in gathers),
+          "precision: AllGather not f32 shard -> bf16 flat: %s" % gathers)
+    mms = re.findall(r"%(\d+) = MatMul %(\d+), %(\d+)", nodes)
+    check(len(mms) > 20 and all(dtype[a] == dtype[b] == "bf16" and dtype[y] == "f32" for y, a, b in mms),
+          "precision: a MatMul without bf16 operands and an f32 result")
+    check(re.search(r'AdamW %\d+, %\d+', nodes) and not re.search(r"bf16\[\d+\] (shard|gradshard|stateshard)", out),
+          "precision: shards or optimizer state in bf16")
+    check("MatMul" in run(gpt[:-1] + ["precision"]).stdout and " bf16[" not in run(gpt[:-1] + ["precision"]).stdout,
+          "precision: fp32 (the default) changed the graph")
     fold = run(base + ["--dump-after", "fold"]).stdout
     check(not re.search(r"= Gemm ", fold) and re.search(r"= MatMul ", fold), "fold: Gemm not decomposed")
     shard = run(base + ["--dump-after", "shard"]).stdout
@@ -42,13 +58,13 @@ def main():
           "unit0 reduce-scatter order")
 
     with tempfile.TemporaryDirectory() as d:
-        for world in (1, 3):
-            rep = run(base + ["--report", "--world", str(world)]).stdout
+        for world, prec in ((1, "fp32"), (3, "fp32"), (3, "bf16")):
+            rep = run(base + ["--report", "--world", str(world), "--precision", prec]).stdout
             check(re.search(r"unit0\s+2 params\s+1088 elements", rep), "report: unit0 counts:\n" + rep)
             check(re.search(r"root\s+2 params\s+65 elements", rep), "report: root counts:\n" + rep)
             planned = int(re.search(r"planned peak\s+(\d+) B", rep).group(1))
             exe = os.path.join(d, "t")
-            run(base + ["-o", exe])
+            run(base + ["-o", exe, "--precision", prec])
             import numpy as np
             np.save(os.path.join(d, "x.npy"), np.zeros((16, 16), np.float32))
             np.save(os.path.join(d, "y.npy"), np.zeros((16, 1), np.float32))
@@ -57,9 +73,9 @@ def main():
                                "target=" + os.path.join(d, "y.npy"), "--steps", "1", "--metrics", m]))
             import json
             mem = json.loads(open(m).readline())["memory"]
-            check(mem["total_bytes"] == planned, "world %d: runtime carved %d B, plan says %d B"
-                  % (world, mem["total_bytes"], planned))
-            print("world %d: planned = carved = %d B" % (world, planned))
+            check(mem["total_bytes"] == planned, "world %d %s: runtime carved %d B, plan says %d B"
+                  % (world, prec, mem["total_bytes"], planned))
+            print("world %d %s: planned = carved = %d B" % (world, prec, planned))
     print("OK ir_dump")
 
 

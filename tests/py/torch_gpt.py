@@ -31,10 +31,9 @@ VOCAB, LAYERS, HEADS, EMBD, T = 64, 2, 2, 32, 16
 GLOBAL_B, STEPS, NSAMPLES = 4, 20, 40
 
 
-def main():
-    fsdpc, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    torch.set_num_threads(1)
+def token_data(work):
+    """the token file fsdpc reads (--tokens) and rank_batches(step, world) -> the ranks' (inputs, labels),
+    the same samples in the same order"""
     rng = np.random.default_rng(0)
     toks = rng.integers(0, VOCAB, NSAMPLES * T + 1).astype(np.uint16)
     tok_path = os.path.join(work, "tokens.bin")
@@ -48,6 +47,14 @@ def main():
         y = np.stack([toks[k * T + 1: k * T + T + 1] for k in ks]).astype(np.int64)
         return [(torch.from_numpy(x[r * b:(r + 1) * b]), torch.from_numpy(y[r * b:(r + 1) * b]))
                 for r in range(world)]
+    return tok_path, rank_batches
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    torch.set_num_threads(1)
+    tok_path, rank_batches = token_data(work)
 
     def loss_fn(model, x, y):
         return model.loss(x, y)

@@ -1,0 +1,130 @@
+/* precision.c — mixed precision: bfloat16 parameters for all-gather and GEMMs.
+ *
+ * requires: shard.
+ * ensures (--precision bf16; fp32 leaves the graph as it is):
+ *   - every unit's gathered flat buffers, forward and backward, and the
+ *     parameter views into them are bfloat16; AllGather reads the float32
+ *     shard and writes the bfloat16 flat buffer (codegen rounds this rank's
+ *     piece into place, then gathers in place), so the collective moves half
+ *     the bytes and the gathered units take half the memory;
+ *   - every float32 MatMul reads bfloat16 operands (Cast nodes made once per
+ *     value, before its first MatMul reader) and writes float32, accumulated
+ *     in float32 — the GEMMs of forward and backward alike, as torch.autocast
+ *     does; a cast activation kept for the backward is kept as bfloat16;
+ *   - data movement (Transpose, Gather of a table, Identity, Reshape) of a
+ *     bfloat16 value stays bfloat16;
+ *   - everything else reads float32: a bfloat16 input gets one Cast back per
+ *     value (so LayerNorm scales, biases, Conv weights compute in float32 on
+ *     the rounded values);
+ *   - gradients, their reduction, the master shards and the optimizer state
+ *     stay float32 (FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)).
+ * The set of ops that may read bfloat16 is precision_reads_bf16; ir_verify
+ * holds every later pass to it.
+ */
+#include "ir.h"
+
+#include <string.h>
+
+enum { ONNX_FLOAT = 1, ONNX_BFLOAT16 = 16 };
+
+/* ops whose input 0 is only moved: a bfloat16 input gives a bfloat16 output */
+static int moves_input0(Op op)
+{
+    return op == OP_Transpose || op == OP_Gather || op == OP_Identity || op == OP_Reshape;
+}
+
+int precision_reads_bf16(const Node *n, int input)
+{
+    switch (n->op) {
+    case OP_MatMul: case OP_Free: return 1;
+    case OP_Cast: return input == 0;
+    default: return input == 0 && moves_input0(n->op);
+    }
+}
+
+typedef struct {
+    Graph *g;
+    Node *out;
+    int n;
+    int *as16, *as32; /* per value: its Cast to bfloat16 / float32, -1 if none yet */
+} Rewrite;
+
+/* the value v cast to dtype `to`, made once, before the node being emitted */
+static int cast_of(Rewrite *w, int v, DType to)
+{
+    int *cache = to == DT_BF16 ? w->as16 : w->as32;
+    if (cache[v] >= 0)
+        return cache[v];
+    Graph *g = w->g;
+    Shape s = g->val[v].shape; /* ir_value may move g->val */
+    int c = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
+    Attr *a = ir_alloc(sizeof(Attr));
+    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : ONNX_FLOAT};
+    Node n = {.op = OP_Cast, .name = ir_fmt("%s.to_%s", g->val[v].name, dtype_name(to)), .nin = 1, .nout = 1,
+              .in = ir_alloc(sizeof(int)), .out = ir_alloc(sizeof(int)), .nattr = 1, .attr = a, .unit = -1};
+    n.in[0] = v;
+    n.out[0] = c;
+    w->out[w->n++] = n;
+    return cache[v] = c;
+}
+
+/* the gathered buffers of every unit and the parameter views into them */
+static void gather_in_bf16(Graph *g)
+{
+    int nval = g->nval;
+    for (int u = 0; u < g->nunit; u++)
+        if (g->unit[u].dtype != DT_F32)
+            fatal("--precision bf16 needs a float32 model: unit %s holds %s parameters (use --precision fp32)",
+                  g->unit[u].name, dtype_name(g->unit[u].dtype));
+    for (int v = 0; v < nval; v++)
+        if (g->val[v].role == R_FLAT)
+            g->val[v].dtype = DT_BF16;
+    for (int v = 0; v < nval; v++) {
+        Value *x = &g->val[v];
+        if (x->role != R_PARAM || x->alias_of < 0 || g->val[x->alias_of].role != R_FLAT)
+            continue;
+        x->dtype = DT_BF16;
+        x->alias_off = x->alias_off / (int64_t)dtype_size(DT_F32) * (int64_t)dtype_size(DT_BF16);
+    }
+}
+
+void pass_precision(Graph *g)
+{
+    if (g->opt->precision == PREC_FP32)
+        return;
+    gather_in_bf16(g);
+    int nn = g->nnode, nval = g->nval;
+    Rewrite w = {.g = g};
+    /* at most one cast per input of every node, plus the node itself */
+    int room = nn;
+    for (int i = 0; i < nn; i++)
+        room += g->node[i].nin;
+    w.out = ir_alloc(sizeof(Node) * (size_t)(room + 1));
+    w.as16 = ir_alloc(sizeof(int) * (size_t)(nval + room));
+    w.as32 = ir_alloc(sizeof(int) * (size_t)(nval + room));
+    for (int v = 0; v < nval + room; v++)
+        w.as16[v] = w.as32[v] = -1;
+    int nfwd = 0;
+    for (int i = 0; i < nn; i++) {
+        Node n = g->node[i];
+        int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1));
+        memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
+        n.in = in;
+        if (n.op == OP_MatMul && g->val[n.out[0]].dtype == DT_F32) {
+            for (int j = 0; j < 2; j++)
+                if (g->val[in[j]].dtype == DT_F32)
+                    in[j] = cast_of(&w, in[j], DT_BF16);
+        } else if (moves_input0(n.op) && g->val[in[0]].dtype == DT_BF16) {
+            g->val[n.out[0]].dtype = DT_BF16;
+        } else {
+            for (int j = 0; j < n.nin; j++)
+                if (in[j] >= 0 && g->val[in[j]].dtype == DT_BF16 && !precision_reads_bf16(&n, j))
+                    in[j] = cast_of(&w, in[j], DT_F32);
+        }
+        w.out[w.n++] = n;
+        if (i + 1 == g->nfwd)
+            nfwd = w.n;
+    }
+    ir_set_nodes(g, w.out, w.n);
+    g->nfwd = nfwd;
+}

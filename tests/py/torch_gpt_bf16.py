@@ -1,0 +1,162 @@
+"""--precision bf16 trains the GPT as PyTorch does with the same mixed precision.
+
+usage: torch_gpt_bf16.py FSDPC WORKDIR
+
+The model and data are torch_gpt.py's (tied GPT, vocab 64, 2 layers, T 16, global
+batch 4).  fsdpc compiles it with --precision bf16: parameters gathered as
+bfloat16, every MatMul on bfloat16 operands with float32 accumulation and a
+float32 result, everything else float32, float32 master weights, gradient
+reduction and AdamW.  The oracle is that recipe written in PyTorch: each step
+reads the parameters rounded to bfloat16 (gradients pass straight through the
+rounding to the float32 masters), and every matmul, forward and backward,
+rounds its two operands to bfloat16 and multiplies in float32.
+
+Checks at world 1 and 2:
+  - step-1 loss within 1e-5 of the oracle, and at least 10 times closer to it
+    than to plain float32 PyTorch's: it is really bfloat16;
+  - every step-1 gradient within 5e-3 of the oracle (||g - ref|| / ||ref||) and
+    at least 2 times closer to it than to float32 PyTorch's.  Not closer: rounding
+    to bfloat16 is discontinuous, so where fsdpc's and PyTorch's float32 sums
+    differ in the last bit an operand can round to the neighbouring bfloat16,
+    2^-8 apart, and the gradients of the first layer collect those flips (the
+    oracle computed with float64 sums differs from itself by 5e-4 this way);
+  - all 20 losses within 1e-4 of the oracle;
+  - the run is world-invariant: world 2's losses equal world 1's within 1e-4.
+"""
+import copy
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+from common import check  # noqa: E402
+from gpt import GPT, GPTConfig, export  # noqa: E402
+from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data  # noqa: E402
+from torch_ref import compile_exe, reference, safe_name, train_exe  # noqa: E402
+
+
+def bf16(x):
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+class Round(torch.autograd.Function):
+    """a float32 master read as bfloat16; its gradient passes through"""
+    @staticmethod
+    def forward(ctx, x):
+        return bf16(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+class MatMul16(torch.autograd.Function):
+    """a @ b on bfloat16-rounded operands in float32, and so its backward"""
+    @staticmethod
+    def forward(ctx, a, b):
+        a, b = bf16(a), bf16(b)
+        ctx.save_for_backward(a, b)
+        return torch.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        dy = bf16(dy)
+        da = torch.matmul(dy, b.transpose(-2, -1))
+        db = torch.matmul(a.transpose(-2, -1), dy)
+        # undo broadcasting of a shared operand (x @ W with x batched)
+        while db.dim() > b.dim():
+            db = db.sum(0)
+        while da.dim() > a.dim():
+            da = da.sum(0)
+        return da, db
+
+
+def mixed_precision_loss(model, x, y):
+    """model.loss(x, y) with the recipe of --precision bf16"""
+    params = dict(model.named_parameters())
+    rounded = {n: Round.apply(p) for n, p in params.items()}
+    # tied weights: every name of a parameter reads the same rounded tensor
+    for name, t in model.state_dict(keep_vars=True).items():
+        for n, p in params.items():
+            if t is p:
+                rounded[name] = rounded[n]
+    matmul, linear = torch.Tensor.__matmul__, F.linear
+    torch.Tensor.__matmul__ = lambda a, b: MatMul16.apply(a, b)
+    F.linear = lambda x, w, b=None: MatMul16.apply(x, w.t()) + (b if b is not None else 0)
+    try:
+        with torch.nn.utils.stateless._reparametrize_module(model, rounded):
+            return model.loss(x, y)
+    finally:
+        torch.Tensor.__matmul__, F.linear = matmul, linear
+
+
+def fro_err(a, b):
+    """||a - b|| / ||b||: rounding flips are sparse, bfloat16 rounding everywhere is not"""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def grads_of(model, dump):
+    sd = model.state_dict(keep_vars=True)
+    files = set(os.listdir(dump))
+    out = {}
+    for name, p in model.named_parameters():
+        hits = [k for k, v in sd.items() if v is p and safe_name(k) in files]
+        check(len(hits) == 1, "parameter %s: %d gradient files in %s" % (name, len(hits), dump))
+        out[name] = np.load(os.path.join(dump, safe_name(hits[0])))
+    return out
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    torch.set_num_threads(1)
+    tok_path, rank_batches = token_data(work)
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=EMBD, block_size=T,
+                          dropout=0.0, tied=True))
+    onnx_path = os.path.join(work, "gpt.onnx")
+    export(copy.deepcopy(model), onnx_path, GLOBAL_B, T)
+    f32_losses, f32_grads = reference(copy.deepcopy(model), lambda m, x, y: m.loss(x, y), rank_batches, 1, 1)
+
+    runs = {}
+    for world in (1, 2):
+        ref_model = copy.deepcopy(model)
+        ref_losses, ref_grads = reference(ref_model, mixed_precision_loss, rank_batches, world, STEPS)
+        exe = os.path.join(work, "gpt_bf16_w%d" % world)
+        compile_exe(fsdpc, onnx_path, exe, GLOBAL_B // world, ["--precision", "bf16"])
+        losses, dump = train_exe(exe, world, ["--tokens", tok_path], STEPS, work)
+        tag = "bf16 world %d" % world
+        e1 = abs(losses[0] - ref_losses[0]) / abs(ref_losses[0])
+        l32 = abs(losses[0] - f32_losses[0]) / abs(f32_losses[0])
+        check(e1 <= 1e-5 and l32 >= 10 * e1, "%s: step 1 loss %.9g vs the PyTorch recipe %.9g (rel %.3g), "
+              "vs float32 PyTorch %.9g (rel %.3g)" % (tag, losses[0], ref_losses[0], e1, f32_losses[0], l32))
+        got = grads_of(ref_model, dump)
+        worst, closest32 = (0.0, ""), (float("inf"), "")
+        for name, g in got.items():
+            e, e32 = fro_err(g, ref_grads[name]), fro_err(g, f32_grads[name])
+            worst = max(worst, (e, name))
+            closest32 = min(closest32, (e32 / max(e, 1e-12), name))
+            check(e <= 5e-3, "%s: gradient of %s differs from the PyTorch recipe by %.3g" % (tag, name, e))
+            check(e32 >= 2 * e, "%s: gradient of %s is as close to float32 PyTorch (%.3g) as to the bf16 "
+                  "recipe (%.3g): is it really computed in bfloat16?" % (tag, name, e32, e))
+        el = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        check(el <= 1e-4, "%s: losses differ from the PyTorch recipe by up to %.3g (rel)" % (tag, el))
+        print("%s: step-1 loss rel %.2g (float32 PyTorch: %.2g), gradients within %.2g of the recipe (worst %s), at least %.0fx "
+              "closer than to float32 (%s); %d losses within %.2g"
+              % (tag, e1, l32, worst[0], worst[1], closest32[0], closest32[1], len(losses), el))
+        runs[world] = losses
+    ew = max(abs(a - b) / abs(b) for a, b in zip(runs[1], runs[2]))
+    check(ew <= 1e-4, "bf16: world 2 losses differ from world 1 by up to %.3g (rel)" % ew)
+    print("OK torch_gpt_bf16: world 1 and 2 follow the PyTorch bf16 recipe; world 1 vs 2 losses within %.2g" % ew)
+
+
+if __name__ == "__main__":
+    main()
