@@ -49,10 +49,13 @@ static void usage_cuda(const RtModel *m)
     if (!m->target_cuda)
         return;
     printf("  --rendezvous SPEC       how the ranks find rank 0: file:PATH (a file every rank can\n"
-           "                          read; rank 0 writes its address there) or tcp:HOST:PORT (rank 0\n"
-           "                          listens on PORT).  Default: MASTER_ADDR and MASTER_PORT, else\n"
-           "                          (under mpirun, one node) a file in /tmp.  Ranks come from\n"
-           "                          mpirun, srun, or RANK and WORLD_SIZE\n"
+           "                          read; rank 0 writes its address there), tcp:HOST:PORT (rank 0\n"
+           "                          listens on PORT) or mpi (Open MPI's library, loaded at run\n"
+           "                          time, broadcasts rank 0's address).  Default: MASTER_ADDR and\n"
+           "                          MASTER_PORT, else under mpirun or srun mpi when libmpi.so.40\n"
+           "                          loads ($FSDPC_MPI_LIB: another path, or none), else (mpirun,\n"
+           "                          one node) a file in /tmp.  Ranks come from mpirun, srun, or\n"
+           "                          RANK and WORLD_SIZE\n"
            "  --no-cuda-graph         run every step eagerly instead of replaying a CUDA Graph\n");
 }
 
@@ -245,10 +248,10 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--dump-grads") == 0) {
         o->dump_grads = val;
     } else if (strcmp(flag, "--rendezvous") == 0) {
-        if (strncmp(val, "file:", 5) == 0 || strncmp(val, "tcp:", 4) == 0) {
+        if (strncmp(val, "file:", 5) == 0 || strncmp(val, "tcp:", 4) == 0 || strcmp(val, "mpi") == 0) {
             o->rendezvous = val;
         } else {
-            rt_err_set(2, "--rendezvous expects file:PATH or tcp:HOST:PORT, got '%s' (see --help)", val);
+            rt_err_set(2, "--rendezvous expects file:PATH, tcp:HOST:PORT or mpi, got '%s' (see --help)", val);
             rc = -1;
         }
     }

@@ -10,7 +10,11 @@
  *                               the others poll PATH
  *   --rendezvous tcp:HOST:PORT  rank 0 listens on PORT (also MASTER_ADDR and
  *                               MASTER_PORT when there is no --rendezvous)
- *   neither, under mpirun       file:/tmp/fsdpc-rdv-<job id>-<uid> (one node)
+ *   --rendezvous mpi            rank 0 takes an ephemeral port; MPI (Open MPI
+ *                               loaded at run time: rdv_mpi.c) broadcasts
+ *                               "HOST PORT" to the others
+ *   neither, under mpirun/srun  mpi if Open MPI's library loads, else
+ *                               file:/tmp/fsdpc-rdv-<job id>-<uid> (one node)
  * Every rank sends a hello (rank, world, the executable's key, host); rank 0
  * waits for all of them and answers OK, or ABORT after the first bad one
  * (which it reports).
@@ -469,6 +473,7 @@ static int find_ranks(const char **source, char *err, size_t errlen)
 
 typedef struct {
     int file;                 /* 1: PATH holds "HOST PORT"; 0: HOST:PORT given */
+    int mpi;                  /* 1: MPI carries "HOST PORT"; 2: MPI if it loads, else the file (if set) */
     char path[PATH_MAX];
     int check_owner;          /* the default file in /tmp: written by this user */
     char host[256];
@@ -542,8 +547,10 @@ static int pick_rendezvous(const char *spec, Rdv *r, const char *source, char *e
             snprintf(err, errlen, "--rendezvous %.200s: expected tcp:HOST:PORT with a PORT in 1..65535", spec);
             return -1;
         }
+    } else if (spec && strcmp(spec, "mpi") == 0) {
+        r->mpi = 1;
     } else if (spec) {
-        snprintf(err, errlen, "--rendezvous %.200s: expected file:PATH or tcp:HOST:PORT", spec);
+        snprintf(err, errlen, "--rendezvous %.200s: expected file:PATH, tcp:HOST:PORT or mpi", spec);
         return -1;
     } else if (ma || mp) {
         if (!ma || !mp || !*ma || strlen(ma) >= sizeof r->host || parse_port(mp, r->port, sizeof r->port) != 0) {
@@ -553,15 +560,20 @@ static int pick_rendezvous(const char *spec, Rdv *r, const char *source, char *e
         }
         snprintf(r->host, sizeof r->host, "%s", ma);
     } else if (mpirun_job(job, sizeof job)) {
+        r->mpi = 2;
         r->file = 1;
         r->check_owner = 1;
         snprintf(r->path, sizeof r->path, "/tmp/fsdpc-rdv-%s-%ld", job, (long)geteuid());
+    } else if (strcmp(source, "RANK") != 0) { /* mpirun, srun, PMI: MPI may know */
+        r->mpi = 1;
     } else {
         snprintf(err, errlen, "rank %d of %d (from %s): no rendezvous; pass --rendezvous file:PATH (a path every "
                  "rank can read) or tcp:HOST:PORT, or set MASTER_ADDR and MASTER_PORT", g.rank, g.world, source);
         return -1;
     }
-    if (r->file)
+    if (r->mpi == 1)
+        snprintf(r->what, sizeof r->what, "rendezvous through MPI");
+    else if (r->file)
         snprintf(r->what, sizeof r->what, "rendezvous file %s", r->path);
     else
         snprintf(r->what, sizeof r->what, "rendezvous at %s:%s", r->host, r->port);
@@ -635,6 +647,24 @@ static int write_rdv_file(const Rdv *r, int port, char *err, size_t errlen)
     return 0;
 }
 
+enum { RDV_LINE = 300 };
+
+/* "HOST PORT\n" (from the file or MPI) into r.  1, or -1 (err) */
+static int parse_rdv_line(Rdv *r, char *buf, char *err, size_t errlen)
+{
+    char *sp = strchr(buf, ' '), *nl = strchr(buf, '\n');
+    if (nl)
+        *nl = 0;
+    if (!nl || !sp || sp == buf || (size_t)(sp - buf) >= sizeof r->host ||
+        parse_port(sp + 1, r->port, sizeof r->port) != 0) {
+        snprintf(err, errlen, "rank %d: the %s does not hold \"HOST PORT\"", g.rank, r->what);
+        return -1;
+    }
+    memcpy(r->host, buf, (size_t)(sp - buf));
+    r->host[sp - buf] = 0;
+    return 1;
+}
+
 /* the others: rank 0's address from the rendezvous file.  1: read; 0: not
  * there yet; -1: unusable (err) */
 static int read_rdv_file(Rdv *r, char *err, size_t errlen)
@@ -646,7 +676,7 @@ static int read_rdv_file(Rdv *r, char *err, size_t errlen)
         snprintf(err, errlen, "rank %d: cannot read the %s: %s", g.rank, r->what, strerror(errno));
         return -1;
     }
-    char buf[300];
+    char buf[RDV_LINE];
     struct stat st;
     ssize_t n = fstat(fd, &st) == 0 ? read(fd, buf, sizeof buf - 1) : -1;
     close(fd);
@@ -657,16 +687,29 @@ static int read_rdv_file(Rdv *r, char *err, size_t errlen)
         return -1;
     }
     buf[n] = 0;
-    char *sp = strchr(buf, ' '), *nl = strchr(buf, '\n');
-    if (!nl)
+    if (!strchr(buf, '\n'))
         return 0; /* not complete (it is renamed into place, so only on odd file systems) */
-    *nl = 0;
-    if (!sp || sp == buf || (size_t)(sp - buf) >= sizeof r->host || parse_port(sp + 1, r->port, sizeof r->port) != 0) {
-        snprintf(err, errlen, "rank %d: the %s does not hold \"HOST PORT\"", g.rank, r->what);
-        return -1;
+    return parse_rdv_line(r, buf, err, errlen);
+}
+
+/* rank 0's "HOST PORT" line (rank 0: given; the others: received) through
+ * MPI.  1: done (r->file cleared); 0: no MPI library and a file to fall back
+ * to (r->mpi cleared); -1: err */
+static int rdv_mpi(Rdv *r, char *line, char *err, size_t errlen)
+{
+    int rc = rt_rdv_mpi(line, RDV_LINE, g.rank, g.world, err, errlen);
+    if (rc == 0 && r->mpi == 2) {
+        r->mpi = 0;
+        return 0;
     }
-    memcpy(r->host, buf, (size_t)(sp - buf));
-    r->host[sp - buf] = 0;
+    if (rc == 0)
+        snprintf(err, errlen, "rank %d: rendezvous through MPI, but Open MPI's library (libmpi.so.40, or "
+                 "$FSDPC_MPI_LIB) is not here; pass --rendezvous file:PATH or tcp:HOST:PORT, or set MASTER_ADDR and "
+                 "MASTER_PORT", g.rank);
+    if (rc <= 0)
+        return -1;
+    r->file = 0;
+    snprintf(r->what, sizeof r->what, "rendezvous through MPI");
     return 1;
 }
 
@@ -715,6 +758,10 @@ static int try_connect(const Rdv *r, double deadline, char *why, size_t whylen, 
 /* the others: connect to rank 0 before the start-up deadline */
 static int join(Rdv *r, char *err, size_t errlen)
 {
+    char line[RDV_LINE] = "";
+    int shared = r->mpi ? rdv_mpi(r, line, err, errlen) : 0;
+    if (shared < 0 || (shared > 0 && parse_rdv_line(r, line, err, errlen) < 0))
+        return -1;
     double deadline = now() + g.connect_timeout;
     char why[512];
     snprintf(why, sizeof why, "waiting for rank 0 to write the %.400s", r->what);
@@ -810,10 +857,16 @@ static int greet(int fd, uint64_t key, char (*hosts)[64], char *bad, size_t badl
  * ABORT to all and the first bad hello's reason in err */
 static int host_world(Rdv *r, uint64_t key, char *err, size_t errlen)
 {
-    int port = r->file ? 0 : atoi(r->port);
+    int port = r->file || r->mpi ? 0 : atoi(r->port);
     int lfd = listen_any(&port, err, errlen);
     if (lfd < 0)
         return -1;
+    char line[RDV_LINE];
+    snprintf(line, sizeof line, "%s %d\n", g.host, port);
+    if (r->mpi && rdv_mpi(r, line, err, errlen) < 0) {
+        close(lfd);
+        return -1;
+    }
     if (r->file && write_rdv_file(r, port, err, errlen) != 0) {
         close(lfd);
         return -1;

@@ -155,4 +155,9 @@ char *rt_output_file_name(const char *name);
  * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
 int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
 
+/* rdv_mpi.c (the cuda target's control plane): rank 0's cap-byte line to
+ * every rank through Open MPI loaded at run time.  1: done; 0: no MPI
+ * library here (nothing happened); -1: err. */
+int rt_rdv_mpi(char *line, int cap, int rank, int world, char *err, size_t errlen);
+
 #endif

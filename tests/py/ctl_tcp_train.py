@@ -4,10 +4,14 @@ The example MLP is built with the cpu runtime (MPI) as the reference, and with
 fsdpc --cc CC_TCP, a wrapper that links the runtime core + ctl_tcp.c instead,
 with the host device layer and tests/rt_comm_ctl.c (the step's collectives
 through the control plane).  The TCP executables link no MPI.  At world 1,
-2 (RANK/WORLD_SIZE + MASTER_ADDR/MASTER_PORT) and 3 (mpirun: the default
-rendezvous file) their losses and exported weights match the reference; a
-start-up error on one rank is printed once, by that rank; a rank killed
-mid-run takes the others down within seconds, with a message naming it.
+2 (RANK/WORLD_SIZE + MASTER_ADDR/MASTER_PORT) and 3 (mpirun: the default,
+Open MPI's library loaded at run time for the rendezvous — glibc's
+LD_DEBUG=files shows every rank loading it) their losses and exported
+weights match the reference, and so at world 3 under mpirun with
+FSDPC_MPI_LIB=none (no rank loads it: the /tmp rendezvous file); an
+FSDPC_MPI_LIB that does not load is a one-line error per rank; a start-up
+error on one rank is printed once, by that rank; a rank killed mid-run
+takes the others down within seconds, with a message naming it.
 
 usage: ctl_tcp_train.py FSDPC MODEL.onnx CC_TCP WORK
 """
@@ -71,18 +75,42 @@ def main():
     ref_losses, _ = read_metrics(J("ref.jsonl"))
     ref_w = onnx_weights(J("ref.onnx"))
 
-    for world in (1, 2, 3):
+    def mpi_loads(tag):
+        """how many processes of tag's run dlopen'ed libmpi.so.40 (LD_DEBUG=files output)"""
+        n = 0
+        for f in os.listdir(J()):
+            if f.startswith(tag + ".ld."):
+                n += any("libmpi.so.40" in l and "dynamically loaded by" in l and "tcp_w" in l
+                         for l in open(J(f), errors="replace"))
+        return n
+
+    built = set()
+    for world, how in ((1, "alone"), (2, "env"), (3, "mpirun"), (3, "mpirun, no MPI library: the file")):
         exe = J("tcp_w%d" % world)
-        build(exe, world, cc_tcp)
+        if exe not in built:
+            build(exe, world, cc_tcp)
+            built.add(exe)
         libs = run(["ldd", exe]).stdout
         check("libmpi" not in libs, "%s links MPI:\n%s" % (exe, libs))
-        tag = "tcp_w%d" % world
-        if world == 2:
+        tag = "tcp_w%d_%s" % (world, how.split()[0])
+        if how == "env":
             res = finish(launch(2, lambda r: args(exe, tag)))
             for r, (code, o, e) in enumerate(res):
                 check(code == 0, "world 2, rank %d: exit %d\n%s" % (r, code, e[-2000:]))
+        elif world > 1:
+            tag += "_file" if "file" in how else ""
+            for f in os.listdir(J()):
+                if f.startswith(tag + ".ld."):  # an earlier run's
+                    os.remove(J(f))
+            env = {"LD_DEBUG": "files", "LD_DEBUG_OUTPUT": J(tag + ".ld")}
+            if "file" in how:
+                env["FSDPC_MPI_LIB"] = "none"
+            run(mpirun(world, args(exe, tag)), env=env)
+            want = 0 if "file" in how else world
+            check(mpi_loads(tag) == want, "world %d (%s): %d ranks loaded libmpi.so.40, expected %d"
+                  % (world, how, mpi_loads(tag), want))
         else:
-            run(mpirun(world, args(exe, tag)))
+            run(args(exe, tag))
         losses, mem = read_metrics(J(tag + ".jsonl"))
         check(mem is not None and mem["world"] == world, "world %d: no memory report" % world)
         check(len(losses) == STEPS, "world %d: %d losses" % (world, len(losses)))
@@ -91,7 +119,14 @@ def main():
         w = onnx_weights(J(tag + ".onnx"))
         for name, ref in ref_w.items():
             check(name in w and rel_err(w[name], ref) <= 1e-5, "world %d: weight '%s' differs" % (world, name))
-        print("world %d: losses match, %s" % (world, " ".join("%.6f" % l for l in losses)))
+        print("world %d (%s): losses match, %s" % (world, how, " ".join("%.6f" % l for l in losses)))
+
+    # an MPI library that does not load: one line per rank, exit 1
+    p = run(mpirun(2, args(J("tcp_w2"), "nompi")), check=False, env={"FSDPC_MPI_LIB": J("no", "libmpi.so")})
+    lines = [l for l in p.stderr.splitlines() if "FSDPC_MPI_LIB=" in l]
+    check(p.returncode != 0 and len(lines) == 2, "FSDPC_MPI_LIB that does not load: exit %d, stderr:\n%s"
+          % (p.returncode, p.stderr[-2000:]))
+    print("FSDPC_MPI_LIB that does not load:", lines[0])
 
     # a start-up error on rank 1 only: one line, by rank 1; every rank exits 1
     exe = J("tcp_w2")

@@ -13,7 +13,8 @@ usage: cuda_target.py FSDPC WORKDIR
 3. The kernel cache: a second build compiles nothing (entries untouched); a
    corrupted entry is detected, compiled again and rewritten.
 4. --precision bf16 builds, its step calls the bf16 GEMM and casts, and it
-   fails here like the others.
+   fails here like the others; --rendezvous mpi is accepted, a bad one is a
+   usage error.
 5. Bad cuda flags and float64 models give one-line errors.
 """
 import os
@@ -123,15 +124,20 @@ def main():
         if f.read(1) != b:
             raise SystemExit("FAILED: a corrupted cache entry was not compiled again and rewritten")
 
-    # 4. --precision bf16 builds (bf16 casts and GEMMs in the step) and starts as far as this machine allows
+    # 4. --precision bf16 builds (bf16 casts and GEMMs in the step) and starts as far as this machine allows;
+    # --rendezvous mpi is a run flag of cuda executables, a bad one a one-line usage error
     bf16 = os.path.join(work, "gpt_bf16")
     run([fsdpc, gpt, "-o", bf16, "--precision", "bf16", "--emit-c"] + gpt_flags, env=env)
     src = open(bf16 + ".c").read()
     if "k_matmul_bf16(" not in src or "K_DT_BF16" not in src:
         raise SystemExit("FAILED: the bf16 cuda step calls no bf16 GEMM or cast")
-    p, nogpu = expect_error([bf16, "--steps", "1"] + data_flags(work, "gpt"), "CUDA")
+    p, nogpu = expect_error([bf16, "--steps", "1", "--rendezvous", "mpi"] + data_flags(work, "gpt"), "CUDA")
     if len(nogpu) != 1:
         raise SystemExit("FAILED: gpt_bf16 without a GPU: expected one line, got:\n%s" % p.stderr)
+    p, _ = expect_error([bf16, "--steps", "1", "--rendezvous", "carrier-pigeon"] + data_flags(work, "gpt"),
+                            "--rendezvous", "mpi")
+    if p.returncode != 2:
+        raise SystemExit("FAILED: a bad --rendezvous should exit 2, got %d" % p.returncode)
     print("gpt --precision bf16: built (bf16 GEMMs and casts in the step); without a GPU: %s" % nogpu[0])
 
     # 5. bad flags, float64 models
