@@ -344,20 +344,37 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    rt_reduce_scatter_avg(c, %s, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x),
             (long long)g->unit[n->unit].numel, n->unit, dt);
         break;
-    case OP_AllReduce:
-        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x), (long long)(ny * (int64_t)dtype_size(dt)));
-        cg_put(b, "    rt_allreduce_avg(c, %s, %lld, %d);\n", cg_ptr(g, y), (long long)ny, dt);
+    case OP_AllReduce: {
+        /* the gradient norm's (a sum) runs only when clipping */
+        const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
+        if (ir_attr_i(n, "sum", 0))
+            cg_put(b, "    if (c->clip_norm > 0) {\n");
+        cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
+            (long long)(ny * (int64_t)dtype_size(dt)));
+        cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
+            (long long)ny, dt);
+        if (ir_attr_i(n, "sum", 0))
+            cg_put(b, "    }\n");
+        break;
+    }
+    case OP_GradNormSq:
+        cg_put(b, "    if (c->clip_norm > 0) {\n");
+        for (int i = 0; i < n->nin; i++)
+            cg_put(b, "      k_sum_squares_%s(%s, %s, c->shard_len[%d], %d);\n", s, cg_ptr(g, y), cg_ptr(g, n->in[i]),
+                g->val[n->in[i]].unit, i > 0);
+        cg_put(b, "    }\n");
         break;
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
     case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW:
         cg_put(b, "    k_adamw_%s(%s, %s, %s, %s, c->shard_len[%d], c->lr, c->beta1, c->beta2, c->eps, "
-               "c->weight_decay, c->step);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),
-            cg_ptr(g, n->in[3]), n->unit);
+               "c->weight_decay, c->step, %s, c->clip_norm);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
+            cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]), n->unit, cg_ptr(g, n->in[4]));
         break;
     case OP_Sgd:
-        cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->step);\n",
-            s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit);
+        cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->step, %s, "
+               "c->clip_norm);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit,
+            cg_ptr(g, n->in[3]));
         break;
     default:
         if (!cg_tensor(b, g, n) && !cg_nn(b, g, n))

@@ -115,7 +115,7 @@ Graph *ir_new(const Options *opt)
 {
     Graph *g = ir_alloc(sizeof *g);
     g->opt = opt;
-    g->loss = g->loss_avg = -1;
+    g->loss = g->loss_avg = g->grad_norm_sq = -1;
     return g;
 }
 

@@ -179,6 +179,7 @@ typedef struct {
     int *output; int noutput;   /* ONNX graph outputs */
     int loss;                   /* value id of the scalar loss, -1 before loss pass */
     int loss_avg;               /* value id of the all-reduced loss (what is reported) */
+    int grad_norm_sq;           /* shard: the global squared gradient norm (--clip-grad-norm), -1 before */
     int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */

@@ -11,7 +11,11 @@
  *     (a Copy is inserted where a gradient cannot be written in place), and
  *     a ReduceScatter that averages it into this rank's R_GRADSHARD as soon
  *     as the unit's last gradient is produced;
- *   - one optimizer update on the flat shards replacing the per-parameter ones.
+ *   - one optimizer update on the flat shards replacing the per-parameter ones;
+ *     before the updates, GradNormSq of every gradient shard and its AllReduce
+ *     (sum): g->grad_norm_sq, the global squared norm that the updates read to
+ *     clip by (the step computes it only when --clip-grad-norm is given; a
+ *     shard's padding is zero, so nothing is counted twice).
  * Shard lengths are ceil(numel / world): the world size is a run-time fact,
  * so shapes here are nominal ([numel]) and the runtime sizes them.
  */
@@ -180,10 +184,32 @@ void pass_shard(Graph *g)
         }
         push(&after[gdone], mk(OP_ReduceScatter, ir_fmt("%s.reduce_scatter", un->name), 1,
                                &un->flatgrad, un->gradshard, u));
-        int in[4] = {un->shard, un->gradshard, un->state[0], un->state[1]};
         Op op = g->opt->optimizer == OPT_ADAMW ? OP_AdamW : OP_Sgd;
+        int in[5] = {un->shard, un->gradshard, un->state[0], op == OP_AdamW ? un->state[1] : -1, -1};
         push(&tail, mk(op, ir_fmt("%s.%s", un->name, op == OP_AdamW ? "adamw" : "sgd"),
-                       op == OP_AdamW ? 4 : 3, in, -1, u));
+                       op == OP_AdamW ? 5 : 4, in, -1, u));
+    }
+    if (g->nunit > 0) { /* the global squared gradient norm, read by every update */
+        Shape scalar = {0};
+        DType dt = g->unit[0].dtype;
+        int *shards = ir_alloc(sizeof(int) * (size_t)g->nunit);
+        for (int u = 0; u < g->nunit; u++)
+            shards[u] = g->unit[u].gradshard;
+        int local = ir_value(g, "grad_norm_sq.local", dt, &scalar, R_ACT);
+        g->grad_norm_sq = ir_value(g, "grad_norm_sq", dt, &scalar, R_ACT);
+        Node sum = mk(OP_AllReduce, "grad_norm_sq", 1, &local, g->grad_norm_sq, -1);
+        sum.attr = ir_alloc(sizeof(Attr));
+        sum.attr[0] = (Attr){.name = "sum", .kind = A_INT, .i = 1};
+        sum.nattr = 1;
+        List head = {0};
+        push(&head, mk(OP_GradNormSq, "grad_norm_sq.local", g->nunit, shards, local, -1));
+        push(&head, sum);
+        for (int k = 0; k < tail.len; k++) {
+            Node *n = &tail.n[k];
+            n->in[n->nin - 1] = g->grad_norm_sq;
+            push(&head, *n);
+        }
+        tail = head;
     }
 
     int total = nn + tail.len;

@@ -120,6 +120,14 @@ void rt_usage(const RtModel *m)
            "  --momentum X            sgd momentum (default 0)\n"
            "  --beta1 X, --beta2 X    adamw betas (default 0.9, 0.999)\n"
            "  --eps X                 adamw epsilon (default 1e-8)\n"
+           "  --clip-grad-norm X      scale the gradient to global L2 norm at most X before each\n"
+           "                          update (torch.nn.utils.clip_grad_norm_; the norm over every\n"
+           "                          rank's shard); metrics then report grad_norm (default: none)\n"
+           "  --lr-schedule constant|cosine\n"
+           "                          cosine: lr * s/W for steps s <= W (--warmup-steps W, default 0),\n"
+           "                          then cosine decay from lr to --min-lr X (default lr/10) at step\n"
+           "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
+           "                          (the default): lr, after the same linear warmup\n"
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
            "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
            "  --init FILE             initial weights (default: this executable's path + .init)\n"
@@ -235,6 +243,22 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--eps") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
         o->set_eps = 1;
+    } else if (strcmp(flag, "--clip-grad-norm") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->clip);
+    } else if (strcmp(flag, "--lr-schedule") == 0) {
+        o->cosine = strcmp(val, "cosine") == 0;
+        if (!o->cosine && strcmp(val, "constant") != 0) {
+            rt_err_set(2, "--lr-schedule expects constant or cosine, got '%s' (see --help)", val);
+            rc = -1;
+        }
+    } else if (strcmp(flag, "--warmup-steps") == 0) {
+        rc = parse_int(flag, val, 0, &o->warmup);
+    } else if (strcmp(flag, "--decay-steps") == 0) {
+        rc = parse_int(flag, val, 1, &o->decay_steps);
+        o->set_decay = 1;
+    } else if (strcmp(flag, "--min-lr") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->min_lr);
+        o->set_min_lr = 1;
     } else if (strcmp(flag, "--metrics") == 0) {
         o->metrics = val;
     } else if (strcmp(flag, "--export-onnx") == 0) {
@@ -267,7 +291,9 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
 /* flags that take a value: for training executables, for eval ones, for both */
 static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
                                           "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
-                                          "--log-every", "--tokens", "--token-inputs", "--dump-grads"};
+                                          "--log-every", "--tokens", "--token-inputs", "--dump-grads",
+                                          "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
+                                          "--decay-steps", "--min-lr"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -404,7 +430,32 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         rt_err_set(2, "--dump-grads writes the gradients of step 1; --steps 0 runs none (see --help)");
         return -1;
     }
+    if (!o->cosine && (o->set_decay || o->set_min_lr)) {
+        rt_err_set(2, "--decay-steps and --min-lr shape --lr-schedule cosine, which is not given (see --help)");
+        return -1;
+    }
+    if (!o->set_decay)
+        o->decay_steps = o->steps;
+    if (!o->set_min_lr)
+        o->min_lr = o->lr / 10;
+    if (o->cosine && o->decay_steps <= o->warmup) {
+        rt_err_set(2, "--lr-schedule cosine decays after --warmup-steps %" PRId64 " until step %" PRId64
+                      " (--decay-steps, default --steps): give a later one", o->warmup, o->decay_steps);
+        return -1;
+    }
     return 0;
+}
+
+double rt_lr_at(const RtOpts *o, int64_t step)
+{
+    if (step <= o->warmup)
+        return o->lr * (double)step / (double)o->warmup;
+    if (!o->cosine)
+        return o->lr;
+    if (step >= o->decay_steps)
+        return o->min_lr;
+    double t = (double)(step - o->warmup) / (double)(o->decay_steps - o->warmup);
+    return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1 + cos(3.14159265358979323846 * t));
 }
 
 void rt_opts_free(RtOpts *o)

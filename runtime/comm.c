@@ -109,13 +109,25 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
     scale_avg(d, mine, shard_len, dtype, c->world);
 }
 
-void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
+/* in place: the sum over ranks, or (avg) that divided by the world size */
+static void allreduce(RtCtx *c, void *x, int64_t n, int dtype, int avg, const char *what)
 {
-    MPI_Datatype t = float_type(c, dtype, "rt_allreduce_avg");
+    MPI_Datatype t = float_type(c, dtype, what);
     if (n < 0)
-        rt_step_fail(c, "rt_allreduce_avg: negative length %lld", (long long)n);
+        rt_step_fail(c, "%s: negative length %lld", what, (long long)n);
     if (c->world == 1 || n == 0)
         return;
     allreduce_sum(x, n, t, rt_elem_size(dtype));
-    scale_avg(x, x, n, dtype, c->world);
+    if (avg)
+        scale_avg(x, x, n, dtype, c->world);
+}
+
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    allreduce(c, x, n, dtype, 1, "rt_allreduce_avg");
+}
+
+void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    allreduce(c, x, n, dtype, 0, "rt_allreduce_sum");
 }

@@ -5,7 +5,7 @@
  *   rt_reduce_scatter_avg  zero the padding [numel, world*shard_len), average
  *                          the full buffers over the ranks, keep this rank's
  *                          shard (which may sit in place in the full buffer)
- *   rt_allreduce_avg       average in place over the ranks
+ *   rt_allreduce_avg       average in place over the ranks (rt_allreduce_sum: the sum)
  * At world 1 no NCCL at all: the same results by device copies (unless
  * FSDPC_NCCL_ALWAYS=1 made a one-rank communicator, to test this path).
  *
@@ -246,9 +246,9 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
     join_comm();
 }
 
-void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
+/* in place, op ncclAvg or ncclSum */
+static void allreduce(RtCtx *c, void *x, int64_t n, int dtype, ncclRedOp_t op, const char *what)
 {
-    const char *what = "rt_allreduce_avg";
     ncclDataType_t t = nccl_type(c, dtype, what);
     if (n < 0)
         rt_step_fail(c, "%s: negative length %lld", what, (long long)n);
@@ -258,6 +258,16 @@ void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
     if (!cu.nccl) /* world 1 */
         return;
     fork_comm();
-    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, ncclAvg, cu.nccl, cu.comm));
+    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, op, cu.nccl, cu.comm));
     join_comm();
+}
+
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    allreduce(c, x, n, dtype, ncclAvg, "rt_allreduce_avg");
+}
+
+void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype)
+{
+    allreduce(c, x, n, dtype, ncclSum, "rt_allreduce_sum");
 }

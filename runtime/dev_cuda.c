@@ -598,6 +598,7 @@ void rt_dev_step(RtCtx *c)
     hp->eps = c->eps;
     hp->weight_decay = c->weight_decay;
     hp->momentum = c->momentum;
+    hp->clip_norm = c->clip_norm;
     hp->step = c->step;
     hp->pad_ = 0;
     CU_CHECK(cudaMemcpyAsync(cu.params_dev, hp, sizeof *hp, cudaMemcpyHostToDevice, cu.compute));

@@ -117,6 +117,8 @@ static int check_model(const RtModel *m)
         BAD("loss dtype %d", m->loss_dtype);
     if (m->loss_off < 0 || m->loss_off > m->arena_bytes - rt_elem_size(m->loss_dtype))
         BAD("loss offset %" PRId64 " outside the arena", m->loss_off);
+    if (m->gnorm_off < -1 || (m->gnorm_off >= 0 && (m->nunit < 1 || m->gnorm_off > m->arena_bytes - 8)))
+        BAD("gradient norm offset %" PRId64, m->gnorm_off);
     if (m->model_off < 0 || m->model_len < 0)
         BAD("model range");
     for (int u = 0; u < m->nunit; u++) {
@@ -434,7 +436,10 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
                               "(unit '%s'); rebuild with momentum or drop --momentum", o->momentum, m->unit[u].name);
                 break;
             }
-    c->lr = o->lr;
+    c->lr = rt_lr_at(o, 1);
+    c->clip_norm = o->clip;
+    if (o->clip > 0 && m->gnorm_off < 0)
+        rt_err_set(1, "--clip-grad-norm: this executable computes no gradient norm (rebuild it with this fsdpc)");
     c->weight_decay = o->wd;
     c->momentum = o->momentum;
     c->beta1 = o->beta1;
@@ -501,24 +506,24 @@ static int start_up(Run *r, const char *argv0)
     return open_outputs(r);
 }
 
-static double read_loss(RtCtx *c)
+/* a float scalar of the step's arena (the loss, the gradient norm) */
+static double read_scalar(RtCtx *c, int64_t off, int dtype)
 {
-    const RtModel *m = c->m;
-    rt_dev_download(c, c->arena + m->loss_off, rt_elem_size(m->loss_dtype));
-    double loss;
-    if (m->loss_dtype == RT_F32) {
+    rt_dev_download(c, c->arena + off, rt_elem_size(dtype));
+    double v;
+    if (dtype == RT_F32) {
         float f;
-        memcpy(&f, c->arena + m->loss_off, sizeof f);
-        loss = f;
+        memcpy(&f, c->arena + off, sizeof f);
+        v = f;
     } else {
-        memcpy(&loss, c->arena + m->loss_off, sizeof loss);
+        memcpy(&v, c->arena + off, sizeof v);
     }
-    return loss;
+    return v;
 }
 
 /* rank 0: the step line (step 1, every --log-every-th, the last) and the
  * metrics line (every step) */
-static void report_step(Run *r, int64_t step, double loss, double ms)
+static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms)
 {
     const RtOpts *o = &r->o;
     int log = step == 1 || step % o->log_every == 0 || step == o->steps;
@@ -530,7 +535,13 @@ static void report_step(Run *r, int64_t step, double loss, double ms)
         char lb[64], lrb[64];
         json_num(lb, sizeof lb, loss, r->ctx.m->loss_dtype == RT_F32);
         json_num(lrb, sizeof lrb, r->ctx.lr, 0);
-        fprintf(r->mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.3f,\"lr\":%s}\n", (long long)step, lb, ms, lrb);
+        fprintf(r->mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.3f,\"lr\":%s", (long long)step, lb, ms, lrb);
+        if (gnorm >= 0) { /* --clip-grad-norm: the norm before clipping, as clip_grad_norm_ returns it */
+            char gb[64];
+            json_num(gb, sizeof gb, gnorm, 0);
+            fprintf(r->mf, ",\"grad_norm\":%s", gb);
+        }
+        fputs("}\n", r->mf);
         if (metrics_flush(&r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
     }
@@ -542,15 +553,18 @@ static int train(Run *r)
     RtCtx *c = &r->ctx;
     for (int64_t s = 0; s < r->o.steps; s++) {
         c->step = s + 1;
+        c->lr = rt_lr_at(&r->o, c->step);
         rt_data_next(c, &r->data);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         rt_dev_step(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        double loss = read_loss(c);
+        const RtModel *m = c->m;
+        double loss = read_scalar(c, m->loss_off, m->loss_dtype);
+        double gnorm = c->clip_norm > 0 ? sqrt(read_scalar(c, m->gnorm_off, m->unit[0].dtype)) : -1;
         if (g_rank == 0)
-            report_step(r, c->step, loss, ms);
+            report_step(r, c->step, loss, gnorm, ms);
         if (c->step == 1 && r->o.dump_grads) {
             int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet);
             if (status != 0)

@@ -91,6 +91,7 @@ typedef struct {
     int nslot;
     const int *slot_esize; /* bytes per element of each slot */
     int64_t loss_off;     /* arena offset of the averaged loss scalar */
+    int64_t gnorm_off;    /* arena offset of the global squared gradient norm (units' dtype), -1: none */
     int loss_dtype;
     int optimizer;        /* RT_ADAMW / RT_SGD */
     int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
@@ -116,6 +117,7 @@ typedef struct RtCtx {
     int64_t *shard_len;   /* per unit: ceil(numel / world) */
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
+    double clip_norm;     /* --clip-grad-norm (0: none): the step computes the gradient norm */
     void *impl;           /* runtime-private */
     /* what the step runs on: the same layout as arena / slot / shard, in
      * device memory on the cuda target, the same pointers on cpu */
@@ -132,6 +134,7 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
                            int64_t shard_len, int dtype);
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
+void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype);
 
 /* Byte copies and fills inside the step (memcpy / memset on cpu; on cuda
  * asynchronous device copies on the compute stream) */

@@ -61,6 +61,11 @@ typedef struct {
     int64_t steps, log_every;
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
+    double clip;              /* --clip-grad-norm (0: none) */
+    int cosine;               /* --lr-schedule cosine (0: constant) */
+    int64_t warmup, decay_steps; /* --warmup-steps, --decay-steps (0: --steps) */
+    double min_lr;            /* --min-lr */
+    int set_min_lr, set_decay;
     const char *metrics, *export_path, *init;
     const char *out_dir;  /* eval: --out-dir */
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
@@ -74,6 +79,8 @@ typedef struct {
 /* The flags of m's kind (training, or eval when m->eval).  0: run; 1: --help;
  * -1: error (rt_err_set called).  Free with rt_opts_free, whatever it returned. */
 int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o);
+/* the learning rate of 1-based step under o's schedule */
+double rt_lr_at(const RtOpts *o, int64_t step);
 void rt_opts_free(RtOpts *o);
 void rt_usage(const RtModel *m);
 

@@ -18,7 +18,8 @@
  * the same random inputs: shapes with odd sizes, rank 0 and 1, broadcasting,
  * more elements than one block and than one grid (3 SMs hold 24 blocks of
  * 256), aliasing where the contract allows it.  Floats must agree to 1e-5
- * relative (|a - b| <= 1e-5 (1 + |b|)); copies, masks, integers, indices
+ * relative (|a - b| <= 1e-5 (1 + |b|)), the optimizers and the squared
+ * norm exactly; copies, masks, integers, indices
  * and the check slots must agree exactly.  A failing check prints what it
  * was and where; the exit status is 1 if any failed.
  */
@@ -91,6 +92,7 @@ static_assert(sizeof(KDims) == sizeof(dev::KDims) && KC_MAX_RANK == 8, "KDims");
 static_assert(sizeof(KcStepParams) == sizeof(dev::KcStepParams), "KcStepParams");
 SAME_FIELD(KcStepParams, lr);
 SAME_FIELD(KcStepParams, momentum);
+SAME_FIELD(KcStepParams, clip_norm);
 SAME_FIELD(KcStepParams, step);
 static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
 SAME_FIELD(KConv2d, n);
@@ -180,7 +182,7 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
     X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
-    X(adamw_f32) X(sgd_f32)
+    X(adamw_f32) X(sgd_f32) X(sum_squares_f32)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
 
@@ -1103,35 +1105,86 @@ static void test_nll()
         }
 }
 
+/* The optimizers are compared exactly: on the host the emulated kernel
+ * and kernels/c do the same float operations in the same order (only a
+ * GPU may contract some into FMAs), so an exact match also pins the clip
+ * factor to kernels/c's double arithmetic (for 17 and 1 a factor computed
+ * in float would differ).
+ *
+ * Clipping cases, the clip norm and gsq[0] (the squared gradient norm):
+ * off (gsq not read: its NaN would show), a factor well below 1, one just
+ * below 1 (2 / (2 + 1e-6)), exactly 1 (the norm below the clip), a NaN
+ * norm (NaN passes into every update, as in torch) and an infinite one
+ * (factor 0). */
+struct Clip {
+    double clip;
+    float gsq;
+};
+static const Clip clip_cases[] = {{0.0, NAN}, {1.0, 17.0f}, {2.0, 4.0f}, {100.0, 40.0f}, {1.0, NAN}, {1.0, INFINITY}};
+
+static void test_adamw(int64_t n, int step, const F &g, const Clip &q)
+{
+    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, 0};
+    F p = rnd(n, -1, 1), m = rnd(n, -0.1, 0.1), v = rnd(n, 0, 0.01);
+    F p2 = p, m2 = m, v2 = v;
+    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip);
+    /* 9: the hyper-parameters and the clip norm come from step_params */
+    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9);
+    CTX("kc_adamw n %lld step %d clip %g gsq %g", (long long)n, step, q.clip, q.gsq);
+    check_f(p2.data(), p.data(), n, 0);
+    check_f(m2.data(), m.data(), n, 0);
+    check_f(v2.data(), v.data(), n, 0);
+}
+
+static void test_sgd(int64_t n, int step, const F &g, const Clip &q)
+{
+    for (double mom : {0.0, 0.9})
+        for (double wd : {0.0, 0.01}) {
+            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, 0};
+            F p = rnd(n, -1, 1), buf = rnd(n, -1, 1), p2 = p, buf2 = buf;
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9);
+            CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g", (long long)n, step, mom, wd, q.clip,
+                q.gsq);
+            check_f(p2.data(), p.data(), n, 0);
+            check_f(buf2.data(), buf.data(), n, 0);
+        }
+}
+
 static void test_optim()
 {
     for (int64_t n : {1, 1000, 10007})
-        for (int step = 1; step <= 2; step++) {
-            step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, step, 0};
-            F p = rnd(n, -1, 1), g = rnd(n, -1, 1), m = rnd(n, -0.1, 0.1), v = rnd(n, 0, 0.01);
-            F p2 = p, m2 = m, v2 = v;
-            k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step);
-            kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9); /* from step_params */
-            CTX("kc_adamw n %lld step %d", (long long)n, step);
-            check_f(p2.data(), p.data(), n, TOL);
-            check_f(m2.data(), m.data(), n, TOL);
-            check_f(v2.data(), v.data(), n, TOL);
-            for (double mom : {0.0, 0.9})
-                for (double wd : {0.0, 0.01}) {
-                    step_params.lr = 0.1, step_params.momentum = mom, step_params.weight_decay = wd;
-                    F q = rnd(n, -1, 1), buf = rnd(n, -1, 1), q2 = q, buf2 = buf;
-                    k_sgd_f32(q.data(), g.data(), buf.data(), n, 0.1, mom, wd, step);
-                    kc_sgd_f32(q2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9);
-                    CTX("kc_sgd n %lld step %d momentum %g wd %g", (long long)n, step, mom, wd);
-                    check_f(q2.data(), q.data(), n, TOL);
-                    check_f(buf2.data(), buf.data(), n, 0);
-                }
-        }
+        for (int step = 1; step <= 2; step++)
+            for (const Clip &q : clip_cases) {
+                const F g = rnd(n, -1, 1);
+                test_adamw(n, step, g, q);
+                test_sgd(n, step, g, q);
+            }
     F a = rnd(2 * 3 * 4, -1, 1), b = rnd(4 * 5, -1, 1), c(2 * 3 * 5 + 1), c2(2 * 3 * 5 + 1);
     k_matmul_f32(c.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
     kc_matmul_f32(c2.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
     CTX("kc_matmul (kc_gemm_f32)");
     check_f(c2.data(), c.data(), 30, TOL);
+}
+
+/* kc_sum_squares_f32 against k_sum_squares_f32: from an empty x (y is
+ * still written) to more elements than one grid, y set or added to.  Both
+ * sum in double and round to float once; the orders of the additions
+ * differ, so the double sums may differ in their last bits, but for these
+ * inputs none falls close enough to a float rounding boundary to change
+ * the float: compared exactly (another input could make it one ulp). */
+static void test_sum_squares()
+{
+    for (int64_t n : {0, 1, 7, 1001, 10007, 200003})
+        for (int acc = 0; acc <= 1; acc++) {
+            const F x = rnd(n, -2, 2);
+            const float y0 = acc ? 3.25f : NAN; /* NaN: accumulate 0 must overwrite it */
+            F want{y0}, got{y0};
+            k_sum_squares_f32(want.data(), x.data(), n, acc);
+            kc_sum_squares_f32(got.data(), x.data(), n, acc);
+            CTX("kc_sum_squares n %lld accumulate %d", (long long)n, acc);
+            check_f(got.data(), want.data(), 1, 0);
+        }
 }
 
 /* kc_matmul_bf16 (emulated kc_gemm_bf16) on operands rounded to bfloat16,
@@ -1197,7 +1250,8 @@ int main()
     static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
                                       test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
-                                      test_mse_ce, test_nll, test_optim, test_cast_bf16, test_matmul_bf16};
+                                      test_mse_ce, test_nll, test_optim, test_sum_squares, test_cast_bf16,
+                                      test_matmul_bf16};
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

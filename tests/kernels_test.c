@@ -746,8 +746,8 @@ static void adamw_run(int dt, Buf *p, Buf *g, Buf *m, Buf *v, double lr, double 
                       double b2, double eps, double wd, int64_t step)
 {
     put(dt, g);
-    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, step);
-    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, step);
+    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, step, NULL, 0);
+    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, step, NULL, 0);
     get(dt, p), get(dt, m), get(dt, v);
 }
 
@@ -823,8 +823,8 @@ static void sgd_run(int dt, Buf *p, const double *gv, Buf *buf, double lr,
     Buf g = buf_new(p->n);
     set(&g, gv);
     put(dt, &g);
-    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, step);
-    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, step);
+    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, step, NULL, 0);
+    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, step, NULL, 0);
     get(dt, p);
     if (buf) get(dt, buf);
     buf_free(&g);
@@ -869,11 +869,78 @@ static void test_sgd(int dt)
     buf_free(&p), buf_free(&buf);
 }
 
+/* ---- clipping: k_sum_squares, k_clip_coef, the updates' clip ------------- */
+
+static void test_clip(int dt)
+{
+    /* sum of squares, accumulated over calls: 3^2 + 4^2 = 25, + 12^2 = 169 */
+    Buf x = buf_new(2), x2 = buf_new(1), y = buf_new(1);
+    static const double xv[] = {3, 4}, x2v[] = {12}, w25[] = {25}, w169[] = {169};
+    set(&x, xv), set(&x2, x2v), fill_val(&y, NAN);
+    put(dt, &x), put(dt, &x2), put(dt, &y);
+    KCALL(k_sum_squares, V(y), V(x), 2, 0);
+    get(dt, &y);
+    CTX("k_sum_squares");
+    check(dt, y.d, w25, 1, 0);
+    KCALL(k_sum_squares, V(y), V(x2), 1, 1);
+    get(dt, &y);
+    CTX("k_sum_squares accumulate");
+    check(dt, y.d, w169, 1, 0);
+    KCALL(k_sum_squares, V(y), V(x2), 0, 0);
+    get(dt, &y);
+    CTX("k_sum_squares n = 0");
+    check(dt, y.d, (const double[]){0}, 1, 0);
+    /* clip_grad_norm_'s factor: max / (norm + 1e-6), at most 1, NaN stays */
+    CTX("k_clip_coef");
+    double cc[4] = {k_clip_coef(25, 1), k_clip_coef(25, 10), k_clip_coef(25, 0), k_clip_coef(NAN, 1)};
+    const double wcc[3] = {1 / (5 + 1e-6), 1, 1};
+    check(dt, cc, wcc, 3, 0);
+    check_int(dt, isnan(cc[3]) != 0, 1);
+    /* an update with clip equals the plain update of g * (T)coef, bit for bit; a
+     * clip above the norm changes nothing */
+    const int64_t n = 7;
+    for (int opt = 0; opt < 2; opt++)
+        for (int active = 0; active < 2; active++) {
+            Buf p1 = buf_new(n), p2 = buf_new(n), g = buf_new(n), gs = buf_new(n), gsq = buf_new(1);
+            Buf m1 = buf_new(n), m2 = buf_new(n), v1 = buf_new(n), v2 = buf_new(n);
+            fill_rnd(&p1, -1, 1), fill_rnd(&g, -2, 2), fill_rnd(&m1, -1, 1), fill_rnd(&v1, 0, 1);
+            put(dt, &g);
+            get(dt, &g); /* the values as the dtype holds them */
+            double s = 0;
+            for (int64_t i = 0; i < n; i++)
+                s += g.d[i] * g.d[i];
+            gsq.d[0] = s;
+            put(dt, &gsq);
+            get(dt, &gsq);
+            double clip = active ? 0.5 : 1e6, coef = k_clip_coef(gsq.d[0], clip);
+            for (int64_t i = 0; i < n; i++)
+                gs.d[i] = dt == F32 ? (double)(g.f[i] * (float)coef) : g.d[i] * coef;
+            memcpy(p2.d, p1.d, (size_t)n * 8), memcpy(m2.d, m1.d, (size_t)n * 8), memcpy(v2.d, v1.d, (size_t)n * 8);
+            put(dt, &p1), put(dt, &p2), put(dt, &m1), put(dt, &m2), put(dt, &v1), put(dt, &v2), put(dt, &gs);
+            if (opt == 0) {
+                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), clip);
+                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), 0.0);
+            } else {
+                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 3, V(gsq), clip);
+                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 3, V(gsq), 0.0);
+            }
+            get(dt, &p1), get(dt, &p2), get(dt, &m1), get(dt, &m2);
+            CTX("%s with clip %g (coefficient %.9g) = the update of the scaled gradient", opt ? "k_sgd" : "k_adamw",
+                clip, coef);
+            check(dt, p1.d, p2.d, n, 0);
+            check(dt, m1.d, m2.d, n, 0);
+            check_int(dt, active ? coef < 1 : coef == 1, 1);
+            buf_free(&p1), buf_free(&p2), buf_free(&g), buf_free(&gs), buf_free(&gsq);
+            buf_free(&m1), buf_free(&m2), buf_free(&v1), buf_free(&v2);
+        }
+    buf_free(&x), buf_free(&x2), buf_free(&y);
+}
+
 int main(void)
 {
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
-        test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd,
+        test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -9,8 +9,9 @@
 #include "rt_ctl.h"
 #include "rt_priv.h"
 
-/* x := the average over ranks of x (n float32 / float64 elements) */
-static void average(RtCtx *c, void *x, int64_t n, int dtype)
+/* x := the sum over ranks of x, divided by the world size when avg (n
+ * float32 / float64 elements) */
+static void reduce(RtCtx *c, void *x, int64_t n, int dtype, int avg)
 {
     int64_t es = rt_elem_size(dtype), b = n * es;
     if (c->world == 1 || n == 0)
@@ -27,10 +28,12 @@ static void average(RtCtx *c, void *x, int64_t n, int dtype)
             const char *p = all + q * b + i * es;
             s += dtype == RT_F32 ? *(const float *)(const void *)p : *(const double *)(const void *)p;
         }
+        if (avg)
+            s /= c->world;
         if (dtype == RT_F32)
-            ((float *)x)[i] = (float)(s / c->world);
+            ((float *)x)[i] = (float)s;
         else
-            ((double *)x)[i] = s / c->world;
+            ((double *)x)[i] = s;
     }
     free(all);
     rt_ctl_bcast(x, b, 0);
@@ -48,12 +51,14 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t len, int dtyp
     free(mine);
 }
 
-void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype) { average(c, x, n, dtype); }
+void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype) { reduce(c, x, n, dtype, 1); }
+
+void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype) { reduce(c, x, n, dtype, 0); }
 
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t len, int dtype)
 {
     int64_t es = rt_elem_size(dtype), total = len * c->world;
     memset((char *)full + numel * es, 0, (size_t)((total - numel) * es));
-    average(c, full, total, dtype);
+    reduce(c, full, total, dtype, 1);
     memmove(shard, (char *)full + c->rank * len * es, (size_t)(len * es));
 }

@@ -289,18 +289,34 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
                          const T *weights, int64_t n, int64_t c, int64_t d,             \
                          int reduction, int has_ignore, int64_t ignore_index);          \
 /* ---- optim.c ------------------------------------------------------------ */         \
-/* PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
+/* Both updates first clip: with clip > 0 the gradient is g * (T)k_clip_coef(gsq[0],    \
+ * clip), gsq[0] the squared norm of the whole gradient (clip 0: g as it is, gsq may    \
+ * be NULL).                                                                            \
+ * PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step */                                                                \
 void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
-                 double beta2, double eps, double wd, int64_t step);                    \
+                 double beta2, double eps, double wd, int64_t step, const T *gsq,       \
+                 double clip);                                                          \
 /* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf;     \
  * momentum 0: p -= lr g and buf is untouched (may be NULL) */                          \
 void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
-               double wd, int64_t step);
+               double wd, int64_t step, const T *gsq, double clip);                     \
+/* y[0] = sum of x[i]^2 (accumulated in double), plus y[0] when accumulate */           \
+void k_sum_squares_##S(T *y, const T *x, int64_t n, int accumulate);
 
 K_DECLARE(float, f32)
 K_DECLARE(double, f64)
 #undef K_DECLARE
+
+/* torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) clamped to at
+ * most 1 (NaN stays NaN), norm = sqrt(gsq); clip <= 0: 1 (no clipping) */
+static inline double k_clip_coef(double gsq, double clip)
+{
+    if (!(clip > 0))
+        return 1;
+    double c = clip / (__builtin_sqrt(gsq) + 1e-6);
+    return c > 1 ? 1 : c;
+}
 
 /* ---- bfloat16 (--precision bf16) ---------------------------------------- */
 

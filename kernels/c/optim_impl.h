@@ -11,17 +11,20 @@
  *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom */
 void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
                   double beta1, double beta2, double eps, double wd,
-                  int64_t step)
+                  int64_t step, const T *gsq, double clip)
 {
+    const int clipping = clip > 0;
+    const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
     const double bc1 = 1 - pow(beta1, (double)step);
     const double bc2 = 1 - pow(beta2, (double)step);
     const T decay = (T)(1 - lr * wd), neg_step = (T)(-(lr / bc1));
     const T b1 = (T)beta1, c1 = (T)(1 - beta1), b2 = (T)beta2, c2 = (T)(1 - beta2);
     const T bc2_sqrt = (T)sqrt(bc2), teps = (T)eps;
     for (int64_t i = 0; i < n; i++) {
+        const T gi = clipping ? g[i] * coef : g[i];  /* grad.mul_(clip_coef) */
         p[i] = p[i] * decay;
-        m[i] = m[i] * b1 + c1 * g[i];
-        v[i] = v[i] * b2 + c2 * g[i] * g[i];
+        m[i] = m[i] * b1 + c1 * gi;
+        v[i] = v[i] * b2 + c2 * gi * gi;
         T denom = KM_SQRT(v[i]) / bc2_sqrt + teps;
         p[i] = p[i] + neg_step * m[i] / denom;
     }
@@ -34,11 +37,13 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
  *   param.add_(d_p, alpha=-lr)
  * The first step is step == 1 (buf is then written, never read). */
 void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
-                double momentum, double wd, int64_t step)
+                double momentum, double wd, int64_t step, const T *gsq, double clip)
 {
+    const int clipping = clip > 0;
+    const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
     const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);
     for (int64_t i = 0; i < n; i++) {
-        T d = g[i];
+        T d = clipping ? g[i] * coef : g[i];
         if (wd != 0)  /* skipped, not multiplied by 0: an inf p stays out of d */
             d = d + twd * p[i];
         if (momentum != 0) {
@@ -47,4 +52,12 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
         }
         p[i] = p[i] + neg_lr * d;
     }
+}
+
+void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    y[0] = (T)(accumulate ? (double)y[0] + s : s);
 }

@@ -64,6 +64,7 @@ typedef struct {
 
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay, momentum;
+    double clip_norm;
     int64_t step;
     int64_t pad_;
 } KcStepParams;

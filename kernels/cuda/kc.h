@@ -57,7 +57,8 @@ extern const char *const kc_names[KC_COUNT];
  * each step (a host-to-device copy ordered before the step's kernels). */
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay, momentum;
-    int64_t step; /* 1-based */
+    double clip_norm; /* --clip-grad-norm; 0: the optimizers do not clip */
+    int64_t step;     /* 1-based */
     int64_t pad_;
 } KcStepParams;
 

@@ -14,7 +14,8 @@
  *   blocks as the device holds at once (kc_num_sms() x 2048 threads).
  * - Block-per-row kernels (softmax, norms, reductions, losses) size their
  *   blocks to the row: about four elements a thread, one warp to 1024.
- * - Scalars that change between steps (learning rate, step) are read by
+ * - Scalars that change between steps (learning rate, step), and the
+ *   optimizer settings beside them (betas, clip norm, ...), are read by
  *   the kernels from kc_step_params(); the host values passed for them are
  *   ignored.  Checked kernels (Gather, cross-entropy, the NLL loss) take
  *   their slot from kc_next_check() on every call, launch or not, and
@@ -892,19 +893,27 @@ void kc_nll_loss_grad_f32(float *dx, const float *dx_in, const float *dloss, con
 
 /* ---- optim.c ------------------------------------------------------------------------------ */
 
-/* the hyper-parameters and step come from kc_step_params() */
+/* The hyper-parameters, the step and the clip norm come from kc_step_params();
+ * gsq (the squared norm, on the device) is passed on for the kernel to read
+ * when clipping. */
 void kc_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double wd, int64_t step)
+                  double beta2, double eps, double wd, int64_t step, const float *gsq, double clip)
 {
-    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step;
+    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step, (void)clip;
     if (n > 0)
-        launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, kc_step_params());
+        launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, gsq, kc_step_params());
 }
 
 void kc_sgd_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double wd,
-                int64_t step)
+                int64_t step, const float *gsq, double clip)
 {
-    (void)lr, (void)momentum, (void)wd, (void)step;
+    (void)lr, (void)momentum, (void)wd, (void)step, (void)clip;
     if (n > 0)
-        launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, kc_step_params());
+        launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, gsq, kc_step_params());
+}
+
+/* launched for n == 0 too: y[0] is still written (0, or y[0] kept) */
+void kc_sum_squares_f32(float *y, const float *x, int64_t n, int accumulate)
+{
+    launch_k_sum_squares_f32(partial_grid(grid_for(n, KC_BLOCK)), KC_BLOCK, y, x, n, accumulate);
 }

@@ -1,5 +1,6 @@
-/* optim.cu — optimizer updates on a (shard of a) flat parameter: the twins
- * of kernels/c/optim.c, one grid-stride pass each.
+/* optim.cu — optimizer updates on a (shard of a) flat parameter and the
+ * squared gradient norm that clips them: the twins of kernels/c/optim.c,
+ * one grid-stride pass each.
  *
  * The hyper-parameters and the step come from the device copy of the
  * step's KcStepParams (kc.h), not from kernel arguments, so a captured
@@ -9,19 +10,38 @@
  * single-tensor update in float in the same operation order.  (The device
  * may contract a * b + c into one FMA, so results can differ from kernels/c
  * in the last bit.)
+ *
+ * Clipping (--clip-grad-norm) is torch.nn.utils.clip_grad_norm_: the step
+ * sums every shard's squared gradient with k_sum_squares_f32, all-reduces
+ * the sum into gsq[0], and the updates scale each gradient element by one
+ * float coefficient before using it.  gsq is a device pointer, read only
+ * when the step params ask for clipping.
  */
 
+/* clip_grad_norm_'s factor exactly as kernels.h k_clip_coef computes it
+ * (double, clamped to 1, a NaN norm passes), rounded to float once; 1
+ * without clipping, and g * 1.0f is g, so the unclipped update is unchanged */
+KC_DEV float clip_coef(const float *gsq, const KcStepParams *sp)
+{
+    const double clip = sp->clip_norm;
+    if (!(clip > 0))
+        return 1.f;
+    const double c = clip / (sqrt((double)gsq[0]) + 1e-6);
+    return (float)(c > 1 ? 1 : c);
+}
+
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
-KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n,
+KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, const float *gsq,
                            const KcStepParams *sp)
 {
+    const float coef = clip_coef(gsq, sp);
     const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->step;
     const double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
     const float decay = (float)(1 - lr * sp->weight_decay), neg_step = (float)(-(lr / bc1));
     const float b1 = (float)beta1, c1 = (float)(1 - beta1), b2 = (float)beta2, c2 = (float)(1 - beta2);
     const float bc2_sqrt = (float)sqrt(bc2), eps = (float)sp->eps;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
-        const float gi = g[i];
+        const float gi = g[i] * coef;
         const float pi = p[i] * decay;
         const float mi = m[i] * b1 + c1 * gi;
         const float vi = v[i] * b2 + c2 * gi * gi;
@@ -34,13 +54,15 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
 
 /* torch.optim.SGD (dampening 0, nesterov off); buf untouched without
  * momentum (may be NULL then) */
-KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const KcStepParams *sp)
+KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const float *gsq,
+                         const KcStepParams *sp)
 {
+    const float coef = clip_coef(gsq, sp);
     const double wd = sp->weight_decay, momentum = sp->momentum;
     const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-sp->lr);
     const bool first = sp->step == 1;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
-        float d = g[i];
+        float d = g[i] * coef;
         if (wd != 0) /* skipped, not multiplied by 0: an inf p stays out of d */
             d = d + twd * p[i];
         if (momentum != 0) {
@@ -49,4 +71,17 @@ KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const 
         }
         p[i] = p[i] + neg_lr * d;
     }
+}
+
+/* y[0] = the sum of x[i]^2 in double (plus y[0] when accumulate), reduced
+ * like k_mse_f32: block sums, then the last block adds them in block order.
+ * Every launch writes y, n == 0 included (the sum is then 0). */
+KC_GLOBAL void k_sum_squares_f32(float *y, const float *x, int64_t n, int accumulate)
+{
+    double v[1] = {0};
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        v[0] += (double)x[i] * (double)x[i];
+    v[0] = block_sum(v[0]);
+    if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
+        y[0] = (float)(accumulate ? (double)y[0] + v[0] : v[0]);
 }

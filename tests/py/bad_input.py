@@ -128,6 +128,12 @@ def main():
     expect_error([exe, "--data", "x=" + J("x.npy"), "--bogus"] + ok, "--bogus")
     expect_error([exe, "--data", "x=" + J("x.npy"), "--steps", "-3", "--data", "t=" + J("t.npy")], "--steps")
     expect_error([exe, "--data", "x=" + J("x.npy"), "--lr", "abc"] + ok, "--lr")
+    X = ["--data", "x=" + J("x.npy")] + ok
+    expect_error([exe, "--clip-grad-norm", "-1"] + X, "--clip-grad-norm", code=(2,))
+    expect_error([exe, "--lr-schedule", "linear"] + X, "--lr-schedule", "constant or cosine", code=(2,))
+    expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine", code=(2,))
+    expect_error([exe, "--lr-schedule", "cosine", "--warmup-steps", "4"] + X, "--warmup-steps 4", "--decay-steps",
+                 code=(2,))
     other = J("other")
     mlp(J("other.onnx"))
     m = onnx.load(J("other.onnx"))

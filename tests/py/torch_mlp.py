@@ -6,9 +6,19 @@ PyTorch (Debian's 1.13, CPU) trains the model for 5 steps on a global batch
 of 12; fsdpc compiles the exported ONNX with the per-rank batch 12/W and runs
 it at W = 1, 2, 3, 4 ranks.  Losses and final weights must match PyTorch
 within 1e-5 (norm-wise relative), and per-rank model state must shrink as 1/W.
+Then the same executables at W = 1, 2, 3 with the run flags --clip-grad-norm
+and --lr-schedule cosine (warmup, decay, min-lr) for 8 steps against PyTorch's
+clip_grad_norm_ and a LambdaLR of the same schedule: losses and weights within
+1e-5, the metrics' grad_norm (before clipping) within 1e-5 of the norm
+clip_grad_norm_ returns (clipping active on some steps, not on others), and
+their lr equal to the scheduler's.
 """
+import math
+import copy
 import os
 import sys
+
+import json
 
 import numpy as np
 import torch
@@ -36,20 +46,42 @@ def export(model, path):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 
 
-def reference(model, opt_name, x, t):
+# the clipped, scheduled run: steps, clip, warmup, decay steps, min lr (as a fraction of lr)
+SCHED_STEPS, CLIP, WARMUP, DECAY, MIN_FRAC = 8, 0.038, 2, 7, 0.2
+
+
+def sched_lr(lr, step):
+    """fsdpc's --lr-schedule cosine at 1-based step"""
+    if step <= WARMUP:
+        return lr * step / WARMUP
+    if step >= DECAY:
+        return lr * MIN_FRAC
+    t = (step - WARMUP) / (DECAY - WARMUP)
+    return lr * MIN_FRAC + 0.5 * (lr - lr * MIN_FRAC) * (1 + math.cos(math.pi * t))
+
+
+def reference(model, opt_name, x, t, steps=STEPS, clip=None):
+    """losses, weights, and with clip (then also the cosine schedule) the norms and lrs of each step"""
     if opt_name == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    losses = []
-    for s in range(STEPS):
+    base = opt.param_groups[0]["lr"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: sched_lr(base, e + 1) / base) if clip else None
+    losses, norms, lrs = [], [], []
+    for s in range(steps):
         rows = [(s * GLOBAL_B + i) % ROWS for i in range(GLOBAL_B)]
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(torch.from_numpy(x[rows])), torch.from_numpy(t[rows]))
         loss.backward()
+        if clip:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+            lrs.append(opt.param_groups[0]["lr"])
         opt.step()
+        if sched:
+            sched.step()
         losses.append(loss.item())
-    return losses, {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    return losses, {k: v.detach().numpy() for k, v in model.state_dict().items()}, norms, lrs
 
 
 def main():
@@ -64,7 +96,8 @@ def main():
     model = MLP()
     onnx_path = os.path.join(work, "mlp.onnx")
     export(model, onnx_path)
-    ref_losses, ref_w = reference(model, opt_name, x, t)
+    init = copy.deepcopy(model)
+    ref_losses, ref_w, _, _ = reference(model, opt_name, x, t)
     hyper = ["--lr", "0.01", "--weight-decay", "0.01"] if opt_name == "adamw" else \
         ["--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.001"]
 
@@ -105,7 +138,36 @@ def main():
         slack = 3 * 4 * 64 * 4
         check(abs(mem["state_bytes"] * world - total) <= slack * world,
               "world %d: per-rank state %d B is not ~1/%d of %d B" % (world, mem["state_bytes"], world, total))
-    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4" % opt_name)
+
+    # run flags on the same executables: clipping by the global norm, a cosine schedule with warmup
+    ref_losses, ref_w, ref_norms, ref_lrs = reference(init, opt_name, x, t, SCHED_STEPS, CLIP)
+    check(min(ref_norms) < CLIP < max(ref_norms), "the test wants clipping active on some steps only: norms %s"
+          % ref_norms)
+    base = float(hyper[1])
+    sched = ["--clip-grad-norm", str(CLIP), "--lr-schedule", "cosine", "--warmup-steps", str(WARMUP),
+             "--decay-steps", str(DECAY), "--min-lr", repr(base * MIN_FRAC)]
+    for world in (1, 2, 3):
+        exe = os.path.join(work, "train_w%d" % world)
+        metrics, out = exe + ".clip.jsonl", exe + ".clip.onnx"
+        run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"),
+                           "--data", "target=" + os.path.join(work, "t.npy"), "--steps", str(SCHED_STEPS),
+                           "--metrics", metrics, "--export-onnx", out] + hyper + sched))
+        rows = [json.loads(l) for l in open(metrics) if '"step"' in l]
+        check(len(rows) == SCHED_STEPS, "clip world %d: %d steps" % (world, len(rows)))
+        for s, (r, lb, nb, lrb) in enumerate(zip(rows, ref_losses, ref_norms, ref_lrs)):
+            check(abs(r["loss"] - lb) <= 1e-5 * abs(lb), "clip world %d step %d: loss %.9g vs PyTorch %.9g"
+                  % (world, s + 1, r["loss"], lb))
+            check(abs(r["grad_norm"] - nb) <= 1e-5 * nb, "clip world %d step %d: grad_norm %.9g vs PyTorch %.9g"
+                  % (world, s + 1, r["grad_norm"], nb))
+            check(abs(r["lr"] - lrb) <= 1e-12 * lrb, "clip world %d step %d: lr %.17g vs PyTorch %.17g"
+                  % (world, s + 1, r["lr"], lrb))
+        w = onnx_weights(out)
+        for name, ref in ref_w.items():
+            e = rel_err(w[name], ref)
+            check(e <= 1e-5, "clip world %d: weight '%s' differs from PyTorch by %.3g" % (world, name, e))
+        print("clip world %d: norms %s (clip %g), lrs %s match" % (world, " ".join("%.4f" % r["grad_norm"] for r in rows),
+                                                                   CLIP, " ".join("%.4g" % r["lr"] for r in rows)))
+    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4; clipped and scheduled at world 1-3" % opt_name)
 
 
 if __name__ == "__main__":
