@@ -76,12 +76,14 @@ def main():
     ref_w = onnx_weights(J("ref.onnx"))
 
     def mpi_loads(tag):
-        """how many processes of tag's run dlopen'ed libmpi.so.40 (LD_DEBUG=files output)"""
+        """how many of our processes in tag's run dlopen'ed libmpi.so.40 (LD_DEBUG=files output: one file per
+        process; ours name the executable; under ASan the loader names libasan, which intercepts dlopen)"""
         n = 0
         for f in os.listdir(J()):
             if f.startswith(tag + ".ld."):
-                n += any("libmpi.so.40" in l and "dynamically loaded by" in l and "tcp_w" in l
-                         for l in open(J(f), errors="replace"))
+                lines = open(J(f), errors="replace").read().splitlines()
+                ours = any("tcp_w" in l for l in lines)
+                n += ours and any("file=libmpi.so.40" in l and "dynamically loaded by" in l for l in lines)
         return n
 
     built = set()
