@@ -24,6 +24,11 @@ static const char *usage =
     "  --precision fp32|bf16   bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
     "                          (float32 accumulation); float32 master shards, optimizer state,\n"
     "                          gradient reduction and all other ops (default fp32)\n"
+    "  --shard full|grad_op|none|hybrid:F\n"
+    "                          FULL_SHARD (default); SHARD_GRAD_OP: no reshard after forward;\n"
+    "                          NO_SHARD: every rank holds the model, gradients all-reduced (DDP);\n"
+    "                          HYBRID_SHARD: shard in groups of F consecutive ranks, all-reduce\n"
+    "                          across groups (the world size must be a multiple of F)\n"
     "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
     "                          precision fuse memplan)\n"
@@ -109,6 +114,21 @@ static void parse_args(Options *o, int argc, char **argv)
                 fatal("--precision fp16 is not supported yet (it needs loss scaling): use bf16 or fp32");
             else
                 fatal("--precision %s: expected fp32 or bf16", v);
+        } else if (!strcmp(a, "--shard")) {
+            const char *v = VALUE();
+            if (!strcmp(v, "full"))
+                o->shard = SHARD_FULL;
+            else if (!strcmp(v, "grad_op"))
+                o->shard = SHARD_GRAD_OP;
+            else if (!strcmp(v, "none"))
+                o->shard = SHARD_NONE;
+            else if (!strncmp(v, "hybrid:", 7)) {
+                o->shard = SHARD_HYBRID;
+                o->hybrid = (int)parse_int("--shard hybrid:F", v + 7, 1);
+                if (o->hybrid > (1 << 20))
+                    fatal("--shard %s: at most %d ranks in a group", v, 1 << 20);
+            } else
+                fatal("--shard %s: expected full, grad_op, none or hybrid:F", v);
         } else if (!strcmp(a, "--wrap")) {
             const char *v = VALUE();
             if (strncmp(v, "size:", 5))
@@ -151,6 +171,11 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--arch applies to --target cuda only");
     if (o->eval && (o->loss != LOSS_NONE || o->report))
         fatal("--eval builds a forward-only executable: --loss and --report do not apply");
+    if (o->shard == SHARD_HYBRID && o->report && o->world % o->hybrid)
+        fatal("--shard hybrid:%d needs a world size that is a multiple of %d; --world %d is not", o->hybrid,
+              o->hybrid, o->world);
+    if (o->eval && o->shard != SHARD_FULL)
+        fatal("--eval builds a forward-only executable: --shard does not apply");
     if (o->eval && o->precision != PREC_FP32)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (!o->out && !o->report && !o->dump_after)

@@ -129,8 +129,8 @@ const char *cg_ptr(const Graph *g, int v)
     switch (l->kind) {
     case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
     case LOC_SLOT: return ir_fmt("((%s *)(c->dev_slot[%d] + %lld))", t, l->slot, (long long)l->off);
-    case LOC_SHARD:
-        return ir_fmt("((%s *)c->dev_shard[%d * RT_NSTATE + %d])", t, l->unit, l->state);
+    case LOC_SHARD: /* off: a parameter view of a NO_SHARD shard */
+        return ir_fmt("((%s *)(c->dev_shard[%d * RT_NSTATE + %d] + %lld))", t, l->unit, l->state, (long long)l->off);
     default: die("value '%s' has no place in memory", x->name);
     }
 }

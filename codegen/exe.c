@@ -253,7 +253,9 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,
         g->nslot);
     int la = g->loss_avg;
-    cg_put(&b, "    .gnorm_off = %lld,\n", g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL);
+    cg_put(&b, "    .gnorm_off = %lld, .shard_group = %d,\n",
+        g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
+        g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0);
     cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .optimizer = %d,\n",
         la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
         g->opt->optimizer == OPT_ADAMW ? RT_ADAMW : RT_SGD);

@@ -14,18 +14,20 @@ void cg_report(FILE *f, const Graph *g, int world)
 {
     int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1;
     int64_t total_params = 0, state = 0, slot_elems = 0, model_state = 0;
-    fprintf(f, "units (world %d):\n", world);
+    /* the shard group: every rank, one (NO_SHARD) or hybrid's F */
+    int F = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : world;
+    fprintf(f, "units (world %d, shard groups of %d):\n", world, F);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
-        int64_t len = (un->numel + world - 1) / world;
+        int64_t len = (un->numel + F - 1) / F;
         size_t es = dtype_size(un->dtype);
         total_params += un->numel;
         state += (2 + nstate) * al(len * (int64_t)es);
         model_state += (2 + nstate) * un->numel * (int64_t)es;
-        slot_elems = slot_elems > len * world ? slot_elems : len * world;
+        slot_elems = slot_elems > len * F ? slot_elems : len * F;
         fprintf(f, "  %-8s %6d params %12lld elements  shard %lld (+%lld padding)\n", un->name,
                 un->nparams, (long long)un->numel, (long long)len,
-                (long long)(len * world - un->numel));
+                (long long)(len * F - un->numel));
     }
     int64_t slots = 0;
     for (int s = 0; s < g->nslot; s++)

@@ -148,6 +148,10 @@ typedef struct {
 typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
 typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
+/* --shard: FULL_SHARD, SHARD_GRAD_OP (no reshard after forward), NO_SHARD
+ * (every rank the whole model: DDP), HYBRID_SHARD (shard inside groups of
+ * Options.hybrid consecutive ranks, replicate across groups) */
+typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardMode;
 
 typedef struct {
     const char *model;       /* path of the .onnx */
@@ -170,6 +174,8 @@ typedef struct {
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
     Precision precision;     /* --precision: the dtype parameters are gathered and GEMMs computed in */
+    ShardMode shard;         /* --shard */
+    int hybrid;              /* --shard hybrid:F: F, the ranks of a shard group */
 } Options;
 
 typedef struct {

@@ -16,8 +16,19 @@
  *     (sum): g->grad_norm_sq, the global squared norm that the updates read to
  *     clip by (the step computes it only when --clip-grad-norm is given; a
  *     shard's padding is zero, so nothing is counted twice).
- * Shard lengths are ceil(numel / world): the world size is a run-time fact,
- * so shapes here are nominal ([numel]) and the runtime sizes them.
+ * Shard lengths are ceil(numel / F), F the ranks of a shard group (the
+ * world, 1 for NO_SHARD, --shard hybrid:F): the world size is a run-time
+ * fact, so shapes here are nominal ([numel]) and the runtime sizes them.
+ * The strategies (--shard) change the gathers:
+ *   full, hybrid  as above (hybrid: the runtime's collectives span a group,
+ *                 and the gradient is all-reduced across the groups);
+ *   grad_op       one gather per step: the forward's buffer stays gathered
+ *                 until the last backward use (no reshard after forward);
+ *   none          no gather at all: the parameters are views of the shard,
+ *                 which holds the whole flat parameter (F = 1); the
+ *                 ReduceScatter then averages over every rank.  With
+ *                 --precision bf16 one "gather" per step (of one rank: the
+ *                 bf16 copy of the shard) as grad_op.
  */
 #include "ir.h"
 
@@ -103,10 +114,15 @@ void pass_shard(Graph *g)
     for (int v = 0; v < nval0; v++)
         bview[v] = -1;
 
+    ShardMode mode = g->opt->shard;
+    /* parameters live in a gathered buffer; NO_SHARD too with --precision bf16, where the "gather" of one
+     * rank is the bf16 copy of the shard (made once per step, kept until the last backward use) */
+    int gather = mode != SHARD_NONE || g->opt->precision != PREC_FP32;
+    int reshard = mode == SHARD_FULL || mode == SHARD_HYBRID;  /* freed after forward, gathered again */
     for (int u = 0; u < g->nunit; u++) {
         Unit *un = &g->unit[u];
-        int flat = un->flat = flat_value(g, u, "flat", R_FLAT);
-        int bflat = flat_value(g, u, "flat.bwd", R_FLAT);
+        int flat = un->flat = gather ? flat_value(g, u, "flat", R_FLAT) : -1;
+        int bflat = reshard ? flat_value(g, u, "flat.bwd", R_FLAT) : -1;
         un->flatgrad = flat_value(g, u, "flatgrad", R_FLATGRAD);
         un->shard = flat_value(g, u, "shard", R_SHARD);
         un->gradshard = flat_value(g, u, "gradshard", R_GRADSHARD);
@@ -118,15 +134,18 @@ void pass_shard(Graph *g)
         for (int i = 0; i < un->nparams; i++) {
             int p = un->params[i];
             int64_t off = un->offset[i] * (int64_t)dtype_size(un->dtype);
-            g->val[p].alias_of = flat;
+            g->val[p].alias_of = gather ? flat : un->shard;
             g->val[p].alias_off = off;
+            if (!reshard)
+                continue; /* the backward reads the same views */
             int b = ir_like(g, ir_fmt("%s@bwd", g->val[p].name), p, R_PARAM);
             g->val[b].alias_of = bflat;
             g->val[b].alias_off = off;
             g->val[b].unit = u;
             bview[p] = b;
         }
-        g->val[bflat].unit = u;
+        if (bflat >= 0)
+            g->val[bflat].unit = u;
     }
     rewrite_backward(g, bview);
     ir_link(g);
@@ -157,12 +176,17 @@ void pass_shard(Graph *g)
         }
         if (flast < 0)
             die("unit %s is never read by the forward pass", un->name);
-        int bflat = g->val[bview[un->params[0]]].alias_of;
-        push(&before[ffirst], mk(OP_AllGather, ir_fmt("%s.gather", un->name), 1, &un->shard, un->flat, u));
-        push(&after[flast], mk(OP_Free, ir_fmt("%s.free", un->name), 1, &un->flat, -1, u));
-        if (blast >= 0) {
-            push(&before[bfirst], mk(OP_AllGather, ir_fmt("%s.gather.bwd", un->name), 1, &un->shard, bflat, u));
-            push(&after[blast], mk(OP_Free, ir_fmt("%s.free.bwd", un->name), 1, &bflat, -1, u));
+        if (reshard) {
+            int bflat = g->val[bview[un->params[0]]].alias_of;
+            push(&before[ffirst], mk(OP_AllGather, ir_fmt("%s.gather", un->name), 1, &un->shard, un->flat, u));
+            push(&after[flast], mk(OP_Free, ir_fmt("%s.free", un->name), 1, &un->flat, -1, u));
+            if (blast >= 0) {
+                push(&before[bfirst], mk(OP_AllGather, ir_fmt("%s.gather.bwd", un->name), 1, &un->shard, bflat, u));
+                push(&after[blast], mk(OP_Free, ir_fmt("%s.free.bwd", un->name), 1, &bflat, -1, u));
+            }
+        } else if (gather) { /* grad_op: gathered from the first forward use to the last backward one */
+            push(&before[ffirst], mk(OP_AllGather, ir_fmt("%s.gather", un->name), 1, &un->shard, un->flat, u));
+            push(&after[blast >= 0 ? blast : flast], mk(OP_Free, ir_fmt("%s.free", un->name), 1, &un->flat, -1, u));
         }
         /* gradients into the flat gradient, copying where needed */
         for (int i = 0; i < un->nparams; i++) {

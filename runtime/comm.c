@@ -1,5 +1,7 @@
-/* comm.c — the step's collectives on the CPU target, over MPI_COMM_WORLD
- * (the cuda target's are comm_nccl.c).
+/* comm.c — the step's collectives on the CPU target, over MPI (the cuda
+ * target's are comm_nccl.c): gathers inside the shard group, gradients
+ * averaged over the group and then the replicas (--shard), the loss over
+ * every rank.
  *
  * Lengths are elements of the given dtype.  MPI counts are int: transfers
  * beyond RT_MPI_CHUNK elements are cut into several calls (the allgather is
@@ -29,6 +31,25 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb)
     return na > 0 && nb > 0 && x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
 }
 
+/* The communicators of this rank's shard group (F consecutive ranks) and of
+ * its replicas (the ranks at the same place in the other groups), split off
+ * MPI_COMM_WORLD at the step's first collective, which every rank reaches
+ * in the same order. */
+static MPI_Comm g_group = MPI_COMM_NULL, g_repl = MPI_COMM_NULL;
+
+static void comms(RtCtx *c)
+{
+    if (g_group != MPI_COMM_NULL)
+        return;
+    if (c->sf == c->world) {
+        g_group = MPI_COMM_WORLD;
+        g_repl = MPI_COMM_SELF;
+        return;
+    }
+    RT_MPI(MPI_Comm_split(MPI_COMM_WORLD, c->rank / c->sf, c->srank, &g_group));
+    RT_MPI(MPI_Comm_split(MPI_COMM_WORLD, c->srank, c->rank / c->sf, &g_repl));
+}
+
 void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype)
 {
     static const MPI_Datatype types[] = {[RT_F32] = MPI_FLOAT, [RT_F64] = MPI_DOUBLE, [RT_I64] = MPI_INT64_T,
@@ -39,20 +60,21 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
         rt_step_fail(c, "rt_allgather: unsupported dtype code %d", dtype);
     if (shard_len < 0)
         rt_step_fail(c, "rt_allgather: negative length %lld", (long long)shard_len);
+    comms(c);
     /* this rank's own piece may already sit in place */
-    const char *mine = (const char *)full + (int64_t)c->rank * shard_len * es;
-    if (shard != mine && overlap(shard, shard_len * es, full, (int64_t)c->world * shard_len * es))
+    const char *mine = (const char *)full + (int64_t)c->srank * shard_len * es;
+    if (shard != mine && overlap(shard, shard_len * es, full, (int64_t)c->sf * shard_len * es))
         rt_step_fail(c, "rt_allgather: shard and full buffers overlap");
-    rt_mpi_gather(full, shard == mine ? MPI_IN_PLACE : shard, shard_len, types[dtype], es, -1);
+    rt_mpi_gather(g_group, full, shard == mine ? MPI_IN_PLACE : shard, shard_len, types[dtype], es, -1);
 }
 
-/* in-place MPI_Allreduce(SUM) of n elements, in int-sized pieces */
-static void allreduce_sum(void *x, int64_t n, MPI_Datatype t, int64_t es)
+/* in-place MPI_Allreduce(SUM) of n elements over comm, in int-sized pieces */
+static void allreduce_sum(MPI_Comm comm, void *x, int64_t n, MPI_Datatype t, int64_t es)
 {
     char *p = x;
     for (int64_t off = 0; off < n; off += RT_MPI_CHUNK) {
         int k = (int)(n - off < RT_MPI_CHUNK ? n - off : RT_MPI_CHUNK);
-        RT_MPI(MPI_Allreduce(MPI_IN_PLACE, p + off * es, k, t, MPI_SUM, MPI_COMM_WORLD));
+        RT_MPI(MPI_Allreduce(MPI_IN_PLACE, p + off * es, k, t, MPI_SUM, comm));
     }
 }
 
@@ -87,17 +109,20 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
 {
     MPI_Datatype t = float_type(c, dtype, "rt_reduce_scatter_avg");
     int64_t es = rt_elem_size(dtype);
-    int64_t total = (int64_t)c->world * shard_len;
+    int64_t total = (int64_t)c->sf * shard_len;
     if (shard_len < 0 || numel < 0 || numel > total)
         rt_step_fail(c, "rt_reduce_scatter_avg: numel %lld does not fit %d shards of %lld",
-                     (long long)numel, c->world, (long long)shard_len);
+                     (long long)numel, c->sf, (long long)shard_len);
+    comms(c);
     char *f = full;
     /* padding must not carry garbage into the sum */
     if (total > numel)
         memset(f + numel * es, 0, (size_t)((total - numel) * es));
-    if (c->world > 1)
-        allreduce_sum(f, total, t, es);
-    char *mine = f + (int64_t)c->rank * shard_len * es;
+    if (c->sf > 1)
+        allreduce_sum(g_group, f, total, t, es);
+    char *mine = f + (int64_t)c->srank * shard_len * es;
+    if (c->world > c->sf) /* HYBRID, NO_SHARD: and over the replicas of this shard */
+        allreduce_sum(g_repl, mine, shard_len, t, es);
     char *d = shard;
     if (d != mine && overlap(d, shard_len * es, f, total * es))
         rt_step_fail(c, "rt_reduce_scatter_avg: shard and full buffers overlap");
@@ -109,15 +134,16 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
     scale_avg(d, mine, shard_len, dtype, c->world);
 }
 
-/* in place: the sum over ranks, or (avg) that divided by the world size */
+/* in place: the average over every rank (avg), or the sum over the group */
 static void allreduce(RtCtx *c, void *x, int64_t n, int dtype, int avg, const char *what)
 {
     MPI_Datatype t = float_type(c, dtype, what);
     if (n < 0)
         rt_step_fail(c, "%s: negative length %lld", what, (long long)n);
-    if (c->world == 1 || n == 0)
+    comms(c);
+    if ((avg ? c->world : c->sf) == 1 || n == 0)
         return;
-    allreduce_sum(x, n, t, rt_elem_size(dtype));
+    allreduce_sum(avg ? MPI_COMM_WORLD : g_group, x, n, t, rt_elem_size(dtype));
     if (avg)
         scale_avg(x, x, n, dtype, c->world);
 }

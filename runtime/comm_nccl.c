@@ -1,11 +1,13 @@
 /* comm_nccl.c — the step's collectives for the cuda target (rt.h), over
  * NCCL, with the same semantics as the cpu target's comm.c:
- *   rt_allgather           every rank's shard into the full padded buffer
- *                          (the own shard may already sit in place)
- *   rt_reduce_scatter_avg  zero the padding [numel, world*shard_len), average
- *                          the full buffers over the ranks, keep this rank's
- *                          shard (which may sit in place in the full buffer)
- *   rt_allreduce_avg       average in place over the ranks (rt_allreduce_sum: the sum)
+ *   rt_allgather           every shard of the group into the full padded
+ *                          buffer (the own shard may already sit in place)
+ *   rt_reduce_scatter_avg  zero the padding [numel, sf*shard_len), average
+ *                          the full buffers over the group, keep this rank's
+ *                          shard (which may sit in place in the full buffer),
+ *                          average it over the replicas (HYBRID, NO_SHARD)
+ *   rt_allreduce_avg       average in place over every rank (rt_allreduce_sum:
+ *                          the sum over the group)
  * At world 1 no NCCL at all: the same results by device copies (unless
  * FSDPC_NCCL_ALWAYS=1 made a one-rank communicator, to test this path).
  *
@@ -43,19 +45,43 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* poll until the communicator leaves ncclInProgress or timeout_s pass;
+/* the distinct live communicators into c[]; their count */
+static int live(ncclComm_t c[3])
+{
+    int n = 0;
+    ncclComm_t all[3] = {cu.nccl, cu.group, cu.repl};
+    for (int i = 0; i < 3; i++) {
+        int dup = all[i] == NULL;
+        for (int j = 0; j < n && !dup; j++)
+            dup = c[j] == all[i];
+        if (!dup)
+            c[n++] = all[i];
+    }
+    return n;
+}
+
+/* poll until no communicator is in ncclInProgress or timeout_s pass;
  * *timed_out tells which */
 static ncclResult_t settle(double timeout_s, int *timed_out)
 {
     double t0 = now_s();
     *timed_out = 0;
+    ncclComm_t c[3];
+    int n = live(c);
     for (;;) {
-        ncclResult_t st = ncclInProgress;
-        ncclResult_t r = ncclCommGetAsyncError(cu.nccl, &st);
-        if (r != ncclSuccess)
-            return r;
-        if (st != ncclInProgress)
-            return st;
+        int busy = 0;
+        for (int i = 0; i < n; i++) {
+            ncclResult_t st = ncclInProgress;
+            ncclResult_t r = ncclCommGetAsyncError(c[i], &st);
+            if (r != ncclSuccess)
+                return r;
+            if (st == ncclInProgress)
+                busy = 1;
+            else if (st != ncclSuccess)
+                return st;
+        }
+        if (!busy)
+            return ncclSuccess;
         if (now_s() - t0 > timeout_s) {
             *timed_out = 1;
             return ncclInProgress;
@@ -79,16 +105,45 @@ ncclResult_t cu_nccl_settle(const char *what)
 
 ncclResult_t cu_nccl_async_error(void)
 {
-    if (!cu.nccl)
-        return ncclSuccess;
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(cu.nccl, &st);
-    if (r != ncclSuccess)
-        return r;
-    return st == ncclInProgress ? ncclSuccess : st;
+    ncclComm_t c[3];
+    int n = live(c);
+    for (int i = 0; i < n; i++) {
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(c[i], &st);
+        if (r != ncclSuccess)
+            return r;
+        if (st != ncclSuccess && st != ncclInProgress)
+            return st;
+    }
+    return ncclSuccess;
 }
 
-int cu_nccl_init(char *err, size_t errlen)
+/* the shard group's and the replicas' communicators (after the world's):
+ * ncclCommSplit where they are neither every rank nor one rank */
+static int split(int sf, int srank, char *err, size_t errlen)
+{
+    cu.group = sf == cu.world ? cu.nccl : NULL;
+    cu.repl = sf == 1 ? cu.nccl : NULL;
+    if (sf == cu.world || sf == 1)
+        return 0;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.group, &cfg);
+    if (r == ncclSuccess || r == ncclInProgress)
+        r = ncclCommSplit(cu.nccl, srank, cu.rank / sf, &cu.repl, &cfg);
+    int timed_out = 0;
+    if (r == ncclInProgress)
+        r = settle(cu.timeout_s, &timed_out);
+    if (r == ncclSuccess)
+        return 0;
+    snprintf(err, errlen, "NCCL set-up on GPU %d (%s): splitting the shard groups of %d ranks%s: %s (NCCL_DEBUG=WARN "
+             "tells more)", cu.device, cu.name, sf, timed_out ? " did not finish within FSDPC_STEP_TIMEOUT" : "",
+             ncclGetErrorString(r));
+    cu_nccl_abort();
+    return -1;
+}
+
+int cu_nccl_init(int sf, int srank, char *err, size_t errlen)
 {
     struct {
         int64_t status;
@@ -111,7 +166,7 @@ int cu_nccl_init(char *err, size_t errlen)
     if (r == ncclInProgress && cu.nccl)
         r = settle(cu.timeout_s, &timed_out);
     if (r == ncclSuccess)
-        return 0;
+        return split(sf, srank, err, errlen);
     const char *last = ncclGetLastError(cu.nccl);
     if (timed_out)
         snprintf(err, errlen, "NCCL set-up on GPU %d (%s) did not finish within %g s (FSDPC_STEP_TIMEOUT): a rank "
@@ -128,23 +183,25 @@ int cu_nccl_init(char *err, size_t errlen)
 
 void cu_nccl_abort(void)
 {
-    if (!cu.nccl)
-        return;
-    ncclComm_t c = cu.nccl;
-    cu.nccl = NULL;
-    (void)ncclCommAbort(c); /* on the way out: nothing to do about a failure */
+    ncclComm_t c[3];
+    int n = live(c);
+    cu.nccl = cu.group = cu.repl = NULL;
+    for (int i = 0; i < n; i++)
+        (void)ncclCommAbort(c[i]); /* on the way out: nothing to do about a failure */
 }
 
 void cu_nccl_destroy(void)
 {
-    if (!cu.nccl)
-        return;
-    NCCL_CHECK(ncclCommFinalize(cu.nccl)); /* flushes outstanding work; settles by polling */
-    ncclComm_t c = cu.nccl;
-    cu.nccl = NULL;
-    ncclResult_t r = ncclCommDestroy(c);
-    if (r != ncclSuccess && r != ncclInProgress)
-        cu_fail_nccl(__FILE__, __LINE__, "ncclCommDestroy", r);
+    ncclComm_t c[3];
+    int n = live(c);
+    for (int i = n - 1; i >= 0; i--) /* the split ones before the one they came from */
+        NCCL_CHECK(ncclCommFinalize(c[i])); /* flushes outstanding work; settles by polling */
+    cu.nccl = cu.group = cu.repl = NULL;
+    for (int i = n - 1; i >= 0; i--) {
+        ncclResult_t r = ncclCommDestroy(c[i]);
+        if (r != ncclSuccess && r != ncclInProgress)
+            cu_fail_nccl(__FILE__, __LINE__, "ncclCommDestroy", r);
+    }
 }
 
 /* ------------------------------------------------------------- collectives */
@@ -201,18 +258,18 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
         return;
     need_comm(c, what);
     char *f = full;
-    const char *mine = f + (int64_t)c->rank * shard_len * es;
+    const char *mine = f + (int64_t)c->srank * shard_len * es;
     int in_place = (const char *)shard == mine;
-    if (!in_place && overlap(shard, shard_len * es, f, (int64_t)c->world * shard_len * es))
+    if (!in_place && overlap(shard, shard_len * es, f, (int64_t)c->sf * shard_len * es))
         rt_step_fail(c, "%s: shard and full buffers overlap", what);
-    if (!cu.nccl) { /* world 1 */
+    if (!cu.group) { /* a group of one */
         if (!in_place)
             kc_memcpy(f, shard, shard_len * es);
         return;
     }
     fork_comm();
-    /* in place: NCCL reads this rank's piece from full + rank * shard_len */
-    NCCL_CHECK(ncclAllGather(shard, full, (size_t)shard_len, t, cu.nccl, cu.comm));
+    /* in place: NCCL reads this rank's piece from full + srank * shard_len */
+    NCCL_CHECK(ncclAllGather(shard, full, (size_t)shard_len, t, cu.group, cu.comm));
     join_comm();
 }
 
@@ -221,9 +278,9 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
     const char *what = "rt_reduce_scatter_avg";
     ncclDataType_t t = nccl_type(c, dtype, what);
     int64_t es = rt_elem_size(dtype);
-    int64_t total = (int64_t)c->world * shard_len;
+    int64_t total = (int64_t)c->sf * shard_len;
     if (shard_len < 0 || numel < 0 || numel > total)
-        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->world,
+        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->sf,
                      (long long)shard_len);
     if (shard_len == 0)
         return;
@@ -232,33 +289,37 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
     /* padding must not carry garbage into the sum */
     if (total > numel)
         kc_memset(f + numel * es, 0, (total - numel) * es);
-    char *mine = f + (int64_t)c->rank * shard_len * es;
+    char *mine = f + (int64_t)c->srank * shard_len * es;
     if ((char *)shard != mine && overlap(shard, shard_len * es, f, total * es))
         rt_step_fail(c, "%s: shard and full buffers overlap", what);
-    if (!cu.nccl) { /* world 1 */
-        if ((char *)shard != mine)
-            kc_memcpy(shard, mine, shard_len * es);
+    if (!cu.group && (char *)shard != mine) /* a group of one */
+        kc_memcpy(shard, mine, shard_len * es);
+    if (!cu.group && !cu.repl)
         return;
-    }
     fork_comm();
-    /* in place when shard == full + rank * shard_len, as NCCL allows */
-    NCCL_CHECK(ncclReduceScatter(full, shard, (size_t)shard_len, t, ncclAvg, cu.nccl, cu.comm));
+    /* the group's average (in place when shard == full + srank * shard_len,
+     * as NCCL allows), then the average of that over the replicas: every rank's */
+    if (cu.group)
+        NCCL_CHECK(ncclReduceScatter(full, shard, (size_t)shard_len, t, ncclAvg, cu.group, cu.comm));
+    if (cu.repl)
+        NCCL_CHECK(ncclAllReduce(shard, shard, (size_t)shard_len, t, ncclAvg, cu.repl, cu.comm));
     join_comm();
 }
 
-/* in place, op ncclAvg or ncclSum */
+/* in place, op ncclAvg over every rank or ncclSum over the shard group */
 static void allreduce(RtCtx *c, void *x, int64_t n, int dtype, ncclRedOp_t op, const char *what)
 {
+    ncclComm_t comm = op == ncclAvg ? cu.nccl : cu.group;
     ncclDataType_t t = nccl_type(c, dtype, what);
     if (n < 0)
         rt_step_fail(c, "%s: negative length %lld", what, (long long)n);
     if (n == 0)
         return;
     need_comm(c, what);
-    if (!cu.nccl) /* world 1 */
+    if (!comm) /* one rank */
         return;
     fork_comm();
-    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, op, cu.nccl, cu.comm));
+    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, op, comm, cu.comm));
     join_comm();
 }
 

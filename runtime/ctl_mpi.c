@@ -113,12 +113,15 @@ void rt_ctl_bcast(void *buf, int64_t bytes, int root)
 
 void rt_ctl_gather(const void *mine, int64_t bytes, void *all, int root)
 {
-    rt_mpi_gather(all, mine, bytes, MPI_BYTE, 1, root);
+    rt_mpi_gather(MPI_COMM_WORLD, all, mine, bytes, MPI_BYTE, 1, root);
 }
 
-void rt_mpi_gather(void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root)
+void rt_mpi_gather(MPI_Comm comm, void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root)
 {
-    int W = g_world, have_full = root < 0 || g_rank == root;
+    int W, me;
+    RT_MPI(MPI_Comm_size(comm, &W));
+    RT_MPI(MPI_Comm_rank(comm, &me));
+    int have_full = root < 0 || me == root;
     char *f = full;
     const char *s = mine;
     if (n <= 0)
@@ -133,9 +136,9 @@ void rt_mpi_gather(void *full, const void *mine, int64_t n, MPI_Datatype t, int6
         cmax = 1;
     if (n <= cmax) {
         if (root < 0)
-            RT_MPI(MPI_Allgather(s, (int)n, t, f, (int)n, t, MPI_COMM_WORLD));
+            RT_MPI(MPI_Allgather(s, (int)n, t, f, (int)n, t, comm));
         else
-            RT_MPI(MPI_Gather(s, (int)n, t, have_full ? f : NULL, (int)n, t, root, MPI_COMM_WORLD));
+            RT_MPI(MPI_Gather(s, (int)n, t, have_full ? f : NULL, (int)n, t, root, comm));
         return;
     }
     /* chunked: piece [off, off+k) of every rank; the receive type spans k
@@ -149,9 +152,9 @@ void rt_mpi_gather(void *full, const void *mine, int64_t n, MPI_Datatype t, int6
         RT_MPI(MPI_Type_commit(&rtype));
         const void *sb = mine == MPI_IN_PLACE ? MPI_IN_PLACE : (const void *)(s + off * es);
         if (root < 0)
-            RT_MPI(MPI_Allgather(sb, k, t, f + off * es, 1, rtype, MPI_COMM_WORLD));
+            RT_MPI(MPI_Allgather(sb, k, t, f + off * es, 1, rtype, comm));
         else
-            RT_MPI(MPI_Gather(sb, k, t, have_full ? f + off * es : NULL, 1, rtype, root, MPI_COMM_WORLD));
+            RT_MPI(MPI_Gather(sb, k, t, have_full ? f + off * es : NULL, 1, rtype, root, comm));
         RT_MPI(MPI_Type_free(&rtype));
         RT_MPI(MPI_Type_free(&piece));
     }

@@ -53,7 +53,9 @@ typedef struct {
     int ncheck, next_check;    /* next_check: slots handed out in the step being recorded */
     char *host_base, *dev_base; /* the carved host allocation and its device twin */
     int64_t bytes;
-    ncclComm_t nccl;           /* NULL at world 1 (unless nccl_always) */
+    ncclComm_t nccl;           /* every rank; NULL at world 1 (unless nccl_always) */
+    ncclComm_t group, repl;    /* the shard group's and its replicas' (--shard): nccl itself when it is every
+                                * rank, split off it otherwise, NULL for one rank */
     int nccl_always;           /* FSDPC_NCCL_ALWAYS=1: NCCL at world 1 too (tests the NCCL path on one GPU) */
     double timeout_s;          /* FSDPC_STEP_TIMEOUT */
 } CuRt;
@@ -93,16 +95,17 @@ _Noreturn void cu_internal(const char *fmt, ...) __attribute__((format(printf, 1
     } while (0)
 
 /* ---- comm_nccl.c ---- */
-/* Poll the communicator until it leaves ncclInProgress (at most the step
- * timeout); returns its state. */
+/* Poll the communicators until none is in ncclInProgress (at most the step
+ * timeout); returns the first one's other state. */
 ncclResult_t cu_nccl_settle(const char *what);
-/* 0, or the communicator's asynchronous error (ncclInProgress counts as none) */
+/* 0, or a communicator's asynchronous error (ncclInProgress counts as none) */
 ncclResult_t cu_nccl_async_error(void);
-/* world > 1: create the communicator (collective over the control plane:
- * every rank calls it at the same point, the first rt_dev_step).  0, or -1
- * with a one-line reason in err. */
-int cu_nccl_init(char *err, size_t errlen);
-/* abort (after a failure) or destroy (normal end) the communicator */
+/* world > 1: create the communicators (collective over the control plane:
+ * every rank calls it at the same point, the first rt_dev_step): every
+ * rank's, then, for shard groups of sf ranks (this rank sf's srank-th),
+ * the group's and the replicas'.  0, or -1 with a one-line reason in err. */
+int cu_nccl_init(int sf, int srank, char *err, size_t errlen);
+/* abort (after a failure) or destroy (normal end) the communicators */
 void cu_nccl_abort(void);
 void cu_nccl_destroy(void);
 

@@ -587,7 +587,7 @@ void rt_dev_step(RtCtx *c)
     if ((c->world > 1 || cu.nccl_always) && !cu.nccl) {
         /* the first step: every rank is here, start-up having been agreed */
         char err[768];
-        if (cu_nccl_init(err, sizeof err) != 0)
+        if (cu_nccl_init(c->sf, c->srank, err, sizeof err) != 0)
             rt_fatal(1, "rank %d: %s", cu.rank, err);
     }
     KcStepParams *hp = cu.params_host;

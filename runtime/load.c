@@ -155,7 +155,7 @@ static int acc_add(uint64_t *acc, uint64_t x)
 static int plan_sizes(RtCtx *c, RtMem *mem)
 {
     const RtModel *m = c->m;
-    int W = c->world;
+    int W = c->sf;
     int64_t slot_elems = 0;
     uint64_t shard_bytes = 0;
     for (int u = 0; u < m->nunit; u++) {
@@ -267,7 +267,7 @@ static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
         int64_t es = rt_elem_size(un->dtype), L = c->shard_len[u];
-        int64_t start = (int64_t)c->rank * L, end = start + L;
+        int64_t start = (int64_t)c->srank * L, end = start + L;
         if (end > un->numel)
             end = un->numel;
         if (start >= end)

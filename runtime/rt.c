@@ -117,6 +117,8 @@ static int check_model(const RtModel *m)
         BAD("loss dtype %d", m->loss_dtype);
     if (m->loss_off < 0 || m->loss_off > m->arena_bytes - rt_elem_size(m->loss_dtype))
         BAD("loss offset %" PRId64 " outside the arena", m->loss_off);
+    if (m->shard_group < 0)
+        BAD("shard group %d", m->shard_group);
     if (m->gnorm_off < -1 || (m->gnorm_off >= 0 && (m->nunit < 1 || m->gnorm_off > m->arena_bytes - 8)))
         BAD("gradient norm offset %" PRId64, m->gnorm_off);
     if (m->model_off < 0 || m->model_len < 0)
@@ -484,6 +486,10 @@ static int start_up(Run *r, const char *argv0)
     const RtModel *m = r->ctx.m;
     int status;
     check_model(m);
+    if (g_world % r->ctx.sf != 0)
+        rt_err_set(1, "built with fsdpc --shard hybrid:%d, which shards inside groups of %d ranks: %d ranks are "
+                      "not a multiple of %d (run on a multiple, or rebuild with another --shard)", r->ctx.sf,
+                   r->ctx.sf, g_world, r->ctx.sf);
     if ((status = rt_err_sync()) != 0)
         return status;
     set_hyper(&r->ctx, &r->o);
@@ -616,6 +622,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     r->ctx.m = m;
     r->ctx.rank = g_rank;
     r->ctx.world = g_world;
+    r->ctx.sf = m->shard_group > 0 ? m->shard_group : g_world;
+    r->ctx.srank = g_rank % r->ctx.sf;
     r->o = *o;
     r->init_fd = -1;
 

@@ -10,9 +10,10 @@
  *
  * Memory: one allocation per rank, carved at start-up:
  *   [ arena_bytes: fixed compile-time offsets (constants, inputs, activations) ]
- *   [ nslot slots, each max_u W*ceil(numel_u/W) elements of slot_esize[s] bytes: gathered params, flat grads ]
- *   [ per unit: RT_NSTATE shards of ceil(numel_u/W) elements: param, grad, optimizer ]
- * Only the last two depend on the world size W, by the formulas above.
+ *   [ nslot slots, each max_u F*ceil(numel_u/F) elements of slot_esize[s] bytes: gathered params, flat grads ]
+ *   [ per unit: RT_NSTATE shards of ceil(numel_u/F) elements: param, grad, optimizer ]
+ * Only the last two depend on the world size: F is the shard group's size
+ * (the world size W for FULL_SHARD and SHARD_GRAD_OP, 1 for NO_SHARD).
  *
  * Eval builds (fsdpc --eval, m->eval = 1) are forward-only: no units,
  * parameters or slots (every initializer is a constant), inputs of exact
@@ -92,6 +93,8 @@ typedef struct {
     const int *slot_esize; /* bytes per element of each slot */
     int64_t loss_off;     /* arena offset of the averaged loss scalar */
     int64_t gnorm_off;    /* arena offset of the global squared gradient norm (units' dtype), -1: none */
+    int shard_group;      /* ranks per shard group (fsdpc --shard): 0 every rank (full, grad_op), 1 (none),
+                           * F (hybrid:F, the world a multiple of F) */
     int loss_dtype;
     int optimizer;        /* RT_ADAMW / RT_SGD */
     int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
@@ -110,11 +113,13 @@ typedef struct {
 typedef struct RtCtx {
     const RtModel *m;
     int rank, world;
+    int sf, srank;        /* ranks of this rank's shard group (F) and this rank's place in it: groups
+                           * are F consecutive ranks, shards ceil(numel / F) long */
     char *arena;          /* fixed part */
     char **slot;          /* nslot pointers */
-    int64_t slot_elems;   /* elements per slot (max over units of world * shard_len) */
+    int64_t slot_elems;   /* elements per slot (max over units of sf * shard_len) */
     char **shard;         /* nunit * RT_NSTATE pointers (NULL where unused) */
-    int64_t *shard_len;   /* per unit: ceil(numel / world) */
+    int64_t *shard_len;   /* per unit: ceil(numel / sf) */
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
     double clip_norm;     /* --clip-grad-norm (0: none): the step computes the gradient norm */
@@ -128,12 +133,18 @@ typedef struct RtCtx {
 
 int rt_main(int argc, char **argv, const RtModel *m);
 
-/* Collectives (MPI on the CPU target).  Lengths are elements of dtype. */
+/* Collectives (MPI on the CPU target, NCCL on cuda).  Lengths are elements
+ * of dtype.  "The group" is this rank's shard group (c->sf ranks); its
+ * replicas are the ranks at the same place of every other group. */
+/* every shard of the group into full (sf * shard_len elements) */
 void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, int dtype);
-/* zero full[numel .. world*shard_len), average across ranks, keep this rank's shard */
+/* zero full[numel .. sf*shard_len), average across all ranks (the group,
+ * then the replicas), keep this rank's shard */
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
                            int64_t shard_len, int dtype);
+/* average across all ranks */
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
+/* the sum across the group: over shards, every replica holding the same */
 void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype);
 
 /* Byte copies and fills inside the step (memcpy / memset on cpu; on cuda

@@ -24,10 +24,10 @@ _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
             rt_mpi_fail(__FILE__, __LINE__, #call, rt_rc_);       \
     } while (0)
 
-/* Every rank's n elements of type t (es bytes each) into full (world * n
- * elements, rank-major) on root, or on every rank when root < 0
+/* Every rank's n elements of type t (es bytes each) into full (size of
+ * comm * n elements, rank-major) on root, or on every rank when root < 0
  * (allgather; then mine may be MPI_IN_PLACE).  Counts beyond RT_MPI_CHUNK
  * are cut into several calls.  full is only written where it is gathered. */
-void rt_mpi_gather(void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root);
+void rt_mpi_gather(MPI_Comm comm, void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root);
 
 #endif

@@ -39,8 +39,17 @@ static void reduce(RtCtx *c, void *x, int64_t n, int dtype, int avg)
     rt_ctl_bcast(x, b, 0);
 }
 
+/* the shard group is every rank (FULL_SHARD, SHARD_GRAD_OP): what this test comm serves */
+static void full_shard_only(RtCtx *c)
+{
+    if (c->sf != c->world)
+        rt_step_fail(c, "rt_comm_ctl: shard groups of %d of %d ranks (--shard none/hybrid) are not served here",
+                     c->sf, c->world);
+}
+
 void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t len, int dtype)
 {
+    full_shard_only(c);
     int64_t b = len * rt_elem_size(dtype);
     char *mine = malloc((size_t)b + 1); /* shard may lie inside full */
     if (!mine)
@@ -57,6 +66,7 @@ void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype) { reduce(c, x, n,
 
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t len, int dtype)
 {
+    full_shard_only(c);
     int64_t es = rt_elem_size(dtype), total = len * c->world;
     memset((char *)full + numel * es, 0, (size_t)((total - numel) * es));
     reduce(c, full, total, dtype, 1);

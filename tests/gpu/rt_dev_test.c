@@ -210,7 +210,7 @@ static void setup(const char *ptx)
     g_shard[RT_S_PARAM] = g_base + ARENA + SHARD * 4;
     g_shard[RT_S_GRAD] = g_base + ARENA + 2 * SHARD * 4;
     g_c.m = &g_m;
-    g_c.rank = 0, g_c.world = 1;
+    g_c.rank = 0, g_c.world = 1, g_c.sf = 1, g_c.srank = 0;
     g_c.arena = g_base, g_c.slot = g_slot, g_c.shard = g_shard, g_c.shard_len = g_shard_len;
     g_c.slot_elems = SHARD;
 }

@@ -91,6 +91,10 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision fp8")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "zero3"] + base, "--shard zero3",
+                 "hybrid:F")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:0"] + base, "hybrid:F")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:x"] + base, "hybrid:F")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp16"] + base, "fp16", "bf16")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--eval", "--precision", "bf16", "--dim", "batch=2"],
                  "--eval", "--precision")

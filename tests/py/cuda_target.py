@@ -139,6 +139,10 @@ def main():
     if p.returncode != 2:
         raise SystemExit("FAILED: a bad --rendezvous should exit 2, got %d" % p.returncode)
     print("gpt --precision bf16: built (bf16 GEMMs and casts in the step); without a GPU: %s" % nogpu[0])
+    for strategy in ("grad_op", "none", "hybrid:2"):  # the strategies build for cuda too
+        run([fsdpc, gpt, "-o", os.path.join(work, "gpt_" + strategy.replace(":", "")), "--shard", strategy]
+            + gpt_flags, env=env)
+    print("gpt --shard grad_op / none / hybrid:2: built")
 
     # 5. bad flags, float64 models
     base = [fsdpc, gpt, "-o", os.path.join(work, "x"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=2"]

@@ -43,6 +43,14 @@ def main():
           "precision: shards or optimizer state in bf16")
     check("MatMul" in run(gpt[:-1] + ["precision"]).stdout and " bf16[" not in run(gpt[:-1] + ["precision"]).stdout,
           "precision: fp32 (the default) changed the graph")
+    # --shard: grad_op gathers once per unit (no reshard after forward), none never (parameters are views of
+    # their shards), hybrid like full (unit1 = fc2, read by forward and backward)
+    for strategy, gathers, frees in (("grad_op", 1, 1), ("none", 0, 0), ("hybrid:2", 2, 2), ("full", 2, 2)):
+        nodes = run(base + ["--dump-after", "shard", "--shard", strategy]).stdout.split("nodes:")[1]
+        g, f = len(re.findall(r'AllGather .*"unit1\.gather', nodes)), len(re.findall(r'Free .*"unit1\.free', nodes))
+        check((g, f) == (gathers, frees), "--shard %s: unit1 has %d gathers and %d frees, expected %d and %d"
+              % (strategy, g, f, gathers, frees))
+        check("ReduceScatter" in nodes and "GradNormSq" in nodes, "--shard %s: no ReduceScatter / GradNormSq" % strategy)
     fold = run(base + ["--dump-after", "fold"]).stdout
     check(not re.search(r"= Gemm ", fold) and re.search(r"= MatMul ", fold), "fold: Gemm not decomposed")
     shard = run(base + ["--dump-after", "shard"]).stdout
