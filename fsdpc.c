@@ -51,6 +51,15 @@ static int64_t parse_int(const char *flag, const char *s, int64_t min)
     return v;
 }
 
+/* v's index in names (NULL-terminated); a one-line error naming `expected` otherwise */
+static int pick(const char *flag, const char *v, const char *const *names, const char *expected)
+{
+    for (int k = 0; names[k]; k++)
+        if (!strcmp(v, names[k]))
+            return k;
+    fatal("%s %s: expected %s", flag, v, expected);
+}
+
 static void parse_loss(Options *o, const char *s)
 {
     const char *colon = strchr(s, ':'), *comma = colon ? strchr(colon, ',') : NULL;
@@ -89,13 +98,8 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--loss")) {
             parse_loss(o, VALUE());
         } else if (!strcmp(a, "--optimizer")) {
-            const char *v = VALUE();
-            if (!strcmp(v, "adamw"))
-                o->optimizer = OPT_ADAMW;
-            else if (!strcmp(v, "sgd"))
-                o->optimizer = OPT_SGD;
-            else
-                fatal("--optimizer %s: expected adamw or sgd", v);
+            static const char *const names[] = {"adamw", "sgd", NULL}; /* OptKind order */
+            o->optimizer = (OptKind)pick(a, VALUE(), names, "adamw or sgd");
         } else if (!strcmp(a, "--dim")) {
             const char *v = VALUE(), *eq = strchr(v, '=');
             if (!eq || eq == v)
@@ -105,30 +109,22 @@ static void parse_args(Options *o, int argc, char **argv)
             o->dim_name[o->ndims] = ir_fmt("%.*s", (int)(eq - v), v);
             o->dim_value[o->ndims++] = parse_int("--dim", eq + 1, 1);
         } else if (!strcmp(a, "--precision")) {
+            static const char *const names[] = {"fp32", "bf16", NULL}; /* Precision order */
             const char *v = VALUE();
-            if (!strcmp(v, "fp32"))
-                o->precision = PREC_FP32;
-            else if (!strcmp(v, "bf16"))
-                o->precision = PREC_BF16;
-            else if (!strcmp(v, "fp16"))
+            if (!strcmp(v, "fp16"))
                 fatal("--precision fp16 is not supported yet (it needs loss scaling): use bf16 or fp32");
-            else
-                fatal("--precision %s: expected fp32 or bf16", v);
+            o->precision = (Precision)pick(a, v, names, "fp32 or bf16");
         } else if (!strcmp(a, "--shard")) {
+            static const char *const names[] = {"full", "grad_op", "none", NULL}; /* ShardMode order */
             const char *v = VALUE();
-            if (!strcmp(v, "full"))
-                o->shard = SHARD_FULL;
-            else if (!strcmp(v, "grad_op"))
-                o->shard = SHARD_GRAD_OP;
-            else if (!strcmp(v, "none"))
-                o->shard = SHARD_NONE;
-            else if (!strncmp(v, "hybrid:", 7)) {
+            if (!strncmp(v, "hybrid:", 7)) {
                 o->shard = SHARD_HYBRID;
                 o->hybrid = (int)parse_int("--shard hybrid:F", v + 7, 1);
                 if (o->hybrid > (1 << 20))
                     fatal("--shard %s: at most %d ranks in a group", v, 1 << 20);
-            } else
-                fatal("--shard %s: expected full, grad_op, none or hybrid:F", v);
+            } else {
+                o->shard = (ShardMode)pick(a, v, names, "full, grad_op, none or hybrid:F");
+            }
         } else if (!strcmp(a, "--wrap")) {
             const char *v = VALUE();
             if (strncmp(v, "size:", 5))
