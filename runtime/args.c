@@ -129,6 +129,11 @@ void rt_usage(const RtModel *m)
            "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
            "                          (the default): lr, after the same linear warmup\n"
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
+           "  --ckpt-dir DIR          sharded checkpoints DIR/step-NNNNNNNN (DIR/latest names the newest\n"
+           "                          complete one) after every --ckpt-every K-th step and the last\n"
+           "  --resume PATH           continue from a checkpoint (PATH, or a --ckpt-dir's latest): at\n"
+           "                          its step + 1 up to --steps; any world size, --shard or layout of\n"
+           "                          the same model\n"
            "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
            "  --init FILE             initial weights (default: this executable's path + .init)\n"
            "  --dump-grads DIR        after step 1, write the gradient of every parameter (averaged\n"
@@ -211,7 +216,8 @@ static int add_data(RtOpts *o, const char *flag, const char *val)
 static int is_file_flag(const char *flag)
 {
     return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
-           !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads");
+           !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads") ||
+           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume");
 }
 
 /* one known flag that takes a value */
@@ -243,6 +249,12 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--eps") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
         o->set_eps = 1;
+    } else if (strcmp(flag, "--ckpt-dir") == 0) {
+        o->ckpt_dir = val;
+    } else if (strcmp(flag, "--ckpt-every") == 0) {
+        rc = parse_int(flag, val, 1, &o->ckpt_every);
+    } else if (strcmp(flag, "--resume") == 0) {
+        o->resume = val;
     } else if (strcmp(flag, "--clip-grad-norm") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->clip);
     } else if (strcmp(flag, "--lr-schedule") == 0) {
@@ -293,7 +305,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
                                           "--log-every", "--tokens", "--token-inputs", "--dump-grads",
                                           "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
-                                          "--decay-steps", "--min-lr"};
+                                          "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -428,6 +440,10 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
     }
     if (o->dump_grads && o->steps < 1) {
         rt_err_set(2, "--dump-grads writes the gradients of step 1; --steps 0 runs none (see --help)");
+        return -1;
+    }
+    if (o->ckpt_every && !o->ckpt_dir) {
+        rt_err_set(2, "--ckpt-every needs --ckpt-dir DIR (see --help)");
         return -1;
     }
     if (!o->cosine && (o->set_decay || o->set_min_lr)) {

@@ -421,6 +421,7 @@ typedef struct {
     FILE *mf;
     int metrics_failed;
     Dump dump;            /* rank 0, --dump-grads */
+    int64_t first;        /* steps already done (--resume: the checkpoint's step) */
 } Run;
 
 /* optimizer hyper-parameters into c; warnings for flags the build ignores */
@@ -553,11 +554,12 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
     }
 }
 
-/* the steps; returns the exit status (non-zero: --dump-grads failed) */
+/* the steps after r->first up to --steps, checkpointing as asked; returns the
+ * exit status (non-zero: --dump-grads or a checkpoint failed) */
 static int train(Run *r)
 {
     RtCtx *c = &r->ctx;
-    for (int64_t s = 0; s < r->o.steps; s++) {
+    for (int64_t s = r->first; s < r->o.steps; s++) {
         c->step = s + 1;
         c->lr = rt_lr_at(&r->o, c->step);
         rt_data_next(c, &r->data);
@@ -573,6 +575,11 @@ static int train(Run *r)
             report_step(r, c->step, loss, gnorm, ms);
         if (c->step == 1 && r->o.dump_grads) {
             int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet);
+            if (status != 0)
+                return status;
+        }
+        if (r->o.ckpt_dir && ((r->o.ckpt_every && c->step % r->o.ckpt_every == 0) || c->step == r->o.steps)) {
+            int status = rt_ckpt_save(c, r->o.ckpt_dir, c->step, r->data.pos);
             if (status != 0)
                 return status;
         }
@@ -628,6 +635,11 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     r->init_fd = -1;
 
     int status = start_up(r, argv0);
+    if (status == 0 && o->resume) {
+        status = rt_ckpt_resume(&r->ctx, o->resume, &r->first, &r->data.pos);
+        if (status == 0 && g_rank == 0 && !o->quiet)
+            printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
+    }
     if (status == 0) {
         if (g_rank == 0) {
             print_memory(&r->ctx, &r->mem, r->mf);

@@ -66,6 +66,9 @@ typedef struct {
     int64_t warmup, decay_steps; /* --warmup-steps, --decay-steps (0: --steps) */
     double min_lr;            /* --min-lr */
     int set_min_lr, set_decay;
+    const char *ckpt_dir;     /* --ckpt-dir DIR */
+    int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
+    const char *resume;       /* --resume PATH */
     const char *metrics, *export_path, *init;
     const char *out_dir;  /* eval: --out-dir */
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
@@ -161,6 +164,16 @@ char *rt_output_file_name(const char *name);
 /* --input FILE.pb: an ONNX TensorProto of exactly in's dtype and shape into
  * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
 int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
+
+/* ckpt.c: a checkpoint of the state after step into DIR/step-NNNNNNNN
+ * (pos: the data position the next step reads from); collective, returns
+ * the exit status every rank uses */
+int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos);
+/* --resume PATH: this rank's shards and the persistent state from a
+ * checkpoint of the same model (any world size, strategy or layout) after
+ * the init file was loaded; *step, *pos: where it was taken.  Collective;
+ * returns the exit status. */
+int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos);
 
 /* rdv_mpi.c (the cuda target's control plane): rank 0's cap-byte line to
  * every rank through Open MPI loaded at run time.  1: done; 0: no MPI
