@@ -30,6 +30,11 @@ static const char *usage =
     "                          HYBRID_SHARD: shard in groups of F consecutive ranks, all-reduce\n"
     "                          across groups (the world size must be a multiple of F)\n"
     "  --wrap size:N           FSDP unit = consecutive layers holding >= N parameters (default 100000000)\n"
+    "  --wrap blocks           one unit per repeated block (NAME.<i>. in the parameter names, e.g.\n"
+    "                          transformer.h.0., layer1.1.), the rest the root unit\n"
+    "  --wrap prefix:A,B,...   one unit per name prefix (the first that matches), the rest the root\n"
+    "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
+    "                          optimizer state (repeatable; they stay whole constants on every rank)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
     "                          precision fuse memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
@@ -127,9 +132,31 @@ static void parse_args(Options *o, int argc, char **argv)
             }
         } else if (!strcmp(a, "--wrap")) {
             const char *v = VALUE();
-            if (strncmp(v, "size:", 5))
-                fatal("--wrap '%s': expected size:N", v);
-            o->wrap_size = parse_int("--wrap size", v + 5, 1);
+            if (!strncmp(v, "size:", 5)) {
+                o->wrap = WRAP_SIZE;
+                o->wrap_size = parse_int("--wrap size", v + 5, 1);
+            } else if (!strcmp(v, "blocks")) {
+                o->wrap = WRAP_BLOCKS;
+            } else if (!strncmp(v, "prefix:", 7)) {
+                o->wrap = WRAP_PREFIX;
+                o->nprefix = 0;
+                for (const char *p = v + 7; *p;) {
+                    const char *e = strchr(p, ',');
+                    size_t n = e ? (size_t)(e - p) : strlen(p);
+                    if (!n || o->nprefix == 64)
+                        fatal("--wrap '%s': expected prefix:A,B,... (1 to 64 non-empty prefixes)", v);
+                    o->prefix[o->nprefix++] = ir_fmt("%.*s", (int)n, p);
+                    p += n + (e != NULL);
+                }
+                if (!o->nprefix)
+                    fatal("--wrap '%s': expected prefix:A,B,... (1 to 64 non-empty prefixes)", v);
+            } else {
+                fatal("--wrap '%s': expected size:N, blocks or prefix:A,B,...", v);
+            }
+        } else if (!strcmp(a, "--freeze")) {
+            if (o->nfreeze == 64)
+                fatal("--freeze: at most 64 patterns");
+            o->freeze[o->nfreeze++] = VALUE();
         } else if (!strcmp(a, "--dump-after")) {
             o->dump_after = VALUE();
             int ok = 0;

@@ -165,6 +165,11 @@ typedef struct {
     const char *dim_name[64];
     int64_t dim_value[64];
     int64_t wrap_size;       /* --wrap size:N, parameters per unit */
+    enum { WRAP_SIZE, WRAP_BLOCKS, WRAP_PREFIX } wrap;
+    int nprefix;             /* --wrap prefix:A,B,...: one unit per prefix */
+    const char *prefix[64];
+    int nfreeze;             /* --freeze PATTERN (fnmatch, repeatable): initializers kept fixed */
+    const char *freeze[64];
     const char *dump_after;  /* pass name or NULL */
     int report;
     int world;               /* --world N for --report (default 2) */

@@ -2,7 +2,9 @@
  *
  * requires: loss.
  * ensures:  float initializers on a differentiable path to the loss become
- *           R_PARAM (the rest stay constants/buffers); each parameter's
+ *           R_PARAM (the rest stay constants/buffers, and so do those that
+ *           match a --freeze pattern: no gradient, no optimizer state, their
+ *           values unchanged and exported as given); each parameter's
  *           .grad names the value holding its full gradient; the backward
  *           nodes follow the forward ones (g->nfwd marks the boundary).
  *
@@ -14,6 +16,7 @@
  */
 #include "ir.h"
 
+#include <fnmatch.h>
 #include <string.h>
 
 /* Does input i of op carry a gradient? (ops.def's diff column) */
@@ -216,13 +219,29 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
         }
 }
 
-/* fwd: depends on a float initializer; bwd: reaches the loss. */
+/* an initializer --freeze keeps fixed; used[k]: pattern k matched one */
+static int frozen(const Graph *g, const Value *x, char *used)
+{
+    int hit = 0;
+    for (int k = 0; k < g->opt->nfreeze; k++)
+        if (fnmatch(g->opt->freeze[k], x->name, 0) == 0)
+            hit = used[k] = 1;
+    return hit;
+}
+
+/* fwd: depends on a float initializer (not frozen); bwd: reaches the loss. */
 static char *mark_active(Graph *g)
 {
     int nv = g->nval;
     char *fwd = ir_alloc((size_t)nv), *bwd = ir_alloc((size_t)nv), *act = ir_alloc((size_t)nv);
-    for (int v = 0; v < nv; v++)
-        fwd[v] = g->val[v].role == R_CONST && g->val[v].init_index >= 0 && is_float(g->val[v].dtype);
+    char *used = ir_alloc((size_t)g->opt->nfreeze + 1);
+    for (int v = 0; v < nv; v++) {
+        const Value *x = &g->val[v];
+        fwd[v] = x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) && !frozen(g, x, used);
+    }
+    for (int k = 0; k < g->opt->nfreeze; k++)
+        if (!used[k])
+            fatal("--freeze '%s' matches no float initializer of %s", g->opt->freeze[k], g->opt->model);
     for (int i = 0; i < g->nnode; i++) {
         Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++)

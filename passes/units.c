@@ -9,8 +9,17 @@
  * grouped into layers by name prefix (everything before the last '.', so
  * "fc1.weight" and "fc1.bias" stay together); consecutive layers accumulate
  * into a unit until it holds at least N elements; what is left at the end
- * forms the root unit.  A parameter used twice (tied weights) is one
- * parameter, so it lands in one unit by construction.
+ * forms the root unit.
+ * Policy `--wrap blocks`: a name component that is an index (digits) after
+ * a container seen with at least two indices marks a repeated block
+ * ("transformer.h.0.", "layer2.1."); each block is a unit, the parameters
+ * outside every block form the root unit.
+ * Policy `--wrap prefix:A,B,...`: a unit per prefix, holding the parameters
+ * whose names start with it (the first listed that matches); the rest form
+ * the root unit.
+ * Units follow the order of their first parameter's first use.  A parameter
+ * used twice (tied weights) is one parameter, so it lands in one unit by
+ * construction, gathered around all its uses.
  */
 #include "ir.h"
 
@@ -62,11 +71,82 @@ static void close_unit(Graph *g, const int *params, int n, const char *name)
     g->nunit++;
 }
 
+/* "NAME.<digits>." of the repeated block that name belongs to (its first
+ * index component whose container has two indices or more), or NULL */
+static char *block_of(const Graph *g, const int *order, int n, const char *name)
+{
+    for (const char *p = strchr(name, '.'); p; p = strchr(p + 1, '.')) {
+        const char *q = p + 1;
+        size_t d = strspn(q, "0123456789");
+        if (!d || q[d] != '.')
+            continue;
+        size_t clen = (size_t)(p - name) + 1; /* "container." */
+        for (int i = 0; i < n; i++) { /* another index under the same container? */
+            const char *o = g->val[order[i]].name;
+            size_t od = strspn(o + clen, "0123456789");
+            if (!strncmp(o, name, clen) && od && o[clen + od] == '.' && (od != d || strncmp(o + clen, q, d)))
+                return ir_fmt("%.*s", (int)(clen + d + 1), name);
+        }
+    }
+    return NULL;
+}
+
+/* the unit key of every parameter under --wrap blocks / prefix (NULL: root) */
+static const char **keys(const Graph *g, const int *order, int n)
+{
+    const Options *o = g->opt;
+    const char **key = ir_alloc(sizeof(char *) * (size_t)(n + 1));
+    char *used = ir_alloc((size_t)o->nprefix + 1);
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = g->val[order[i]].name;
+        if (o->wrap == WRAP_BLOCKS)
+            key[i] = block_of(g, order, n, name);
+        for (int k = 0; o->wrap == WRAP_PREFIX && k < o->nprefix && !key[i]; k++)
+            if (!strncmp(name, o->prefix[k], strlen(o->prefix[k])))
+                key[i] = o->prefix[k], used[k] = 1;
+        any |= key[i] != NULL;
+    }
+    for (int k = 0; k < o->nprefix; k++)
+        if (o->wrap == WRAP_PREFIX && !used[k])
+            fatal("--wrap prefix: '%s' starts no parameter name of %s", o->prefix[k], o->model);
+    if (o->wrap == WRAP_BLOCKS && !any)
+        fatal("--wrap blocks: %s has no repeated blocks in its parameter names (NAME.0., NAME.1., ...); use "
+              "--wrap size:N or prefix:A,B,...", o->model);
+    return key;
+}
+
+/* one unit per distinct key, in order of first use, then the root */
+static void by_key(Graph *g, const int *order, int n, const char **key)
+{
+    int *members = ir_alloc(sizeof(int) * (size_t)(n + 1));
+    char *done = ir_alloc((size_t)n + 1);
+    for (int i = 0; i < n; i++) {
+        if (done[i] || !key[i])
+            continue;
+        int m = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && key[j] && !strcmp(key[j], key[i]))
+                members[m++] = order[j], done[j] = 1;
+        close_unit(g, members, m, ir_fmt("unit%d", g->nunit));
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!done[i])
+            members[m++] = order[i];
+    if (m)
+        close_unit(g, members, m, "root");
+}
+
 void pass_units(Graph *g)
 {
     int *order = ir_alloc(sizeof(int) * (size_t)g->nval);
     int n = first_use_order(g, order);
     g->unit = ir_alloc(sizeof(Unit) * (size_t)(n + 1));
+    if (g->opt->wrap != WRAP_SIZE) {
+        by_key(g, order, n, keys(g, order, n));
+        return;
+    }
     int64_t limit = g->opt->wrap_size;
     int start = 0;
     int64_t count = 0;

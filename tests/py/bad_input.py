@@ -91,6 +91,12 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision fp8")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "blocks"] + base, "--wrap blocks",
+                 "no repeated blocks")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "prefix:"] + base, "prefix:A,B")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "prefix:fc9"] + base, "'fc9'")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--freeze", "nothing*"] + base, "--freeze 'nothing*'")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--freeze", "*"] + base, "nothing to train")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "zero3"] + base, "--shard zero3",
                  "hybrid:F")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:0"] + base, "hybrid:F")

@@ -15,11 +15,14 @@ grad_op, 2/W for hybrid:2, the whole for none; grad_op keeps gathered
 buffers longer than full (more slot memory), none gathers nothing.  Errors:
 hybrid:2 on 3 ranks and --report --world 3 with hybrid:2 are one-line errors.
 With --precision bf16 (the GPT), grad_op, none and hybrid:2 at world 2-4
-follow bf16 FULL_SHARD at world 1 within 1e-4.
+follow bf16 FULL_SHARD at world 1 within 1e-4.  The wrap policies --wrap
+blocks and --wrap prefix:A,B make the GPT's two transformer blocks units
+(--report: unit0 unit1 root) and train as world-1 FULL_SHARD within 1e-5.
 """
 import copy
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -109,6 +112,24 @@ def main():
                           "(%d B) are not below full's (%d B)" % (tag, mem["slot_bytes"], ref_mem["slot_bytes"]))
                 print("%-22s losses and grad norms = world-1 full; state %6d B/rank (%s of %d B), slots %d B"
                       % (tag, mem["state_bytes"], "1/%d" % F if F > 1 else "all", whole, mem["slot_bytes"]))
+    # the wrap policies: other units, the same training (the GPT: 2 blocks + the root)
+    model, flags, data = models["gpt"]
+    ref = metrics(J("gpt_full_w1.jsonl"))[1], onnx_weights(J("gpt_full_w1.onnx"))
+    for wrap, world in (("blocks", 2), ("prefix:transformer.h.1,transformer.h.0", 3), ("blocks", 4)):
+        exe = J("gpt_wrap_%s_w%d" % (wrap.split(":")[0], world))
+        run([fsdpc, model, "-o", exe, "--target", "cpu", "--dim", "batch=%d" % (GLOBAL_B // world), "--verify"]
+            + flags + ["--wrap", wrap, "--shard", "hybrid:2" if world == 4 else "full"])
+        rep = run([fsdpc, model, "--report", "--world", str(world), "--dim", "batch=4"] + flags + ["--wrap", wrap]).stdout
+        units = re.findall(r"^  (unit\d+|root) ", rep, re.M)
+        check(units == ["unit0", "unit1", "root"], "--wrap %s: units %s, expected unit0 unit1 root" % (wrap, units))
+        run(mpirun(world, [exe] + data + train + ["--metrics", exe + ".jsonl", "--export-onnx", exe + ".onnx"]))
+        rows, w = metrics(exe + ".jsonl")[1], onnx_weights(exe + ".onnx")
+        e = max(abs(r["loss"] - q["loss"]) / q["loss"] for r, q in zip(rows, ref[0]))
+        ew = max(rel_err(w[k], v) for k, v in ref[1].items())
+        check(len(rows) == STEPS and e <= 1e-5 and ew <= 1e-5, "--wrap %s at world %d: losses %.3g, weights %.3g "
+              "from world-1 full" % (wrap, world, e, ew))
+        print("--wrap %-40s world %d: 3 units; losses within %.2g, weights %.2g of world-1 full" % (wrap, world, e, ew))
+
     # --precision bf16 under every strategy: the same rounding of the same values, float32 reductions
     model, flags, data = models["gpt"]
     ref = None

@@ -140,7 +140,7 @@ def main():
               "world %d: per-rank state %d B is not ~1/%d of %d B" % (world, mem["state_bytes"], world, total))
 
     # run flags on the same executables: clipping by the global norm, a cosine schedule with warmup
-    ref_losses, ref_w, ref_norms, ref_lrs = reference(init, opt_name, x, t, SCHED_STEPS, CLIP)
+    ref_losses, ref_w, ref_norms, ref_lrs = reference(copy.deepcopy(init), opt_name, x, t, SCHED_STEPS, CLIP)
     check(min(ref_norms) < CLIP < max(ref_norms), "the test wants clipping active on some steps only: norms %s"
           % ref_norms)
     base = float(hyper[1])
@@ -167,7 +167,36 @@ def main():
             check(e <= 1e-5, "clip world %d: weight '%s' differs from PyTorch by %.3g" % (world, name, e))
         print("clip world %d: norms %s (clip %g), lrs %s match" % (world, " ".join("%.4f" % r["grad_norm"] for r in rows),
                                                                    CLIP, " ".join("%.4g" % r["lr"] for r in rows)))
-    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4; clipped and scheduled at world 1-3" % opt_name)
+
+    # --freeze: fc1 stays as exported (no gradient, no optimizer state), the rest trains as in PyTorch
+    frozen = copy.deepcopy(init)
+    for p in frozen.fc1.parameters():
+        p.requires_grad_(False)
+    ref_losses, ref_w, _, _ = reference(frozen, opt_name, x, t)
+    init_w = {k: v.detach().numpy() for k, v in init.state_dict().items()}
+    for world in (1, 2):
+        exe = os.path.join(work, "freeze_w%d" % world)
+        run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", "mse:y,target", "--optimizer", opt_name,
+             "--dim", "batch=%d" % (GLOBAL_B // world), "--wrap", "size:200", "--freeze", "fc1.*", "--verify"])
+        metrics, out = exe + ".jsonl", exe + ".onnx"
+        run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
+            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper))
+        losses, mem = read_metrics(metrics)
+        for s, (a, b) in enumerate(zip(losses, ref_losses)):
+            check(abs(a - b) <= 1e-5 * abs(b), "freeze world %d step %d: loss %.9g vs PyTorch %.9g" % (world, s, a, b))
+        w = onnx_weights(out)
+        for name, ref in ref_w.items():
+            check(rel_err(w[name], ref) <= 1e-5, "freeze world %d: weight '%s' differs from PyTorch" % (world, name))
+        for name in ("fc1.weight", "fc1.bias"):
+            check(np.array_equal(w[name], init_w[name]), "freeze world %d: frozen %s changed" % (world, name))
+        n, nfc1 = sum(v.size for v in init_w.values()), 8 * 32 + 32
+        check(mem["model_state_bytes"] * n == state[1]["model_state_bytes"] * (n - nfc1),
+              "freeze world %d: model state %d B, expected the whole model's without fc1's %d of %d parameters"
+              % (world, mem["model_state_bytes"], nfc1, n))
+        print("freeze world %d: fc1 unchanged, the rest matches PyTorch; model state %d B"
+              % (world, mem["model_state_bytes"]))
+    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4; clipped and scheduled at world 1-3; frozen fc1"
+          % opt_name)
 
 
 if __name__ == "__main__":
