@@ -217,21 +217,13 @@ static void after(Graph *g, const char *pass)
 
 #define RUN(p) (pass_##p(g), after(g, #p))
 
-int main(int argc, char **argv)
+/* the training pipeline of o, frontend to memplan */
+static Graph *compile(const Options *o)
 {
-    Options o = {0};
-    parse_args(&o, argc, argv);
-    Graph *g = onnx_load(&o);
+    Graph *g = onnx_load(o);
     after(g, "frontend");
     RUN(fold);
     RUN(shape);
-    if (o.eval) { /* forward only: every initializer stays a constant */
-        RUN(fuse);
-        RUN(memplan);
-        if (o.out)
-            cg_build(g);
-        return 0;
-    }
     RUN(loss);
     RUN(autodiff);
     RUN(optim);
@@ -240,8 +232,52 @@ int main(int argc, char **argv)
     RUN(precision);
     RUN(fuse);
     RUN(memplan);
-    if (o.report)
+    return g;
+}
+
+/* --report: the planned memory and traffic of one rank under every strategy */
+static void compare_strategies(const Options *o)
+{
+    static const char *const names[] = {"full", "grad_op", "none", "hybrid"};
+    printf("strategies at world %d (this build: %s%s):\n", o->world, names[o->shard],
+           o->shard == SHARD_HYBRID ? ir_fmt(":%d", o->hybrid) : "");
+    printf("  %-10s %16s %16s %20s\n", "--shard", "planned peak B", "shards B", "sent per step B");
+    for (int s = SHARD_FULL; s <= SHARD_HYBRID; s++) {
+        Options v = *o;
+        v.shard = (ShardMode)s;
+        v.dump_after = NULL;
+        v.verify = 0;
+        if (s == SHARD_HYBRID) /* the build's F, else 2 where it divides the world */
+            v.hybrid = o->shard == SHARD_HYBRID ? o->hybrid : 2;
+        if (s == SHARD_HYBRID && (o->world % v.hybrid || v.hybrid >= o->world))
+            continue;
+        CgPlan p;
+        cg_plan(compile(&v), o->world, &p);
+        printf("  %-10s %16lld %16lld %20lld\n", s == SHARD_HYBRID ? ir_fmt("hybrid:%d", v.hybrid) : names[s],
+               (long long)p.total, (long long)p.state, (long long)p.sent);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    Options o = {0};
+    parse_args(&o, argc, argv);
+    if (o.eval) { /* forward only: every initializer stays a constant */
+        Graph *g = onnx_load(&o);
+        after(g, "frontend");
+        RUN(fold);
+        RUN(shape);
+        RUN(fuse);
+        RUN(memplan);
+        if (o.out)
+            cg_build(g);
+        return 0;
+    }
+    Graph *g = compile(&o);
+    if (o.report) {
         cg_report(stdout, g, o.world);
+        compare_strategies(&o);
+    }
     if (o.out)
         cg_build(g);
     return 0;

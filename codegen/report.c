@@ -8,37 +8,70 @@
  */
 #include "ir.h"
 
+#include <string.h>
+
 static int64_t al(int64_t x) { return (x + 63) / 64 * 64; }
+
+/* the ranks of a shard group at world: every rank, one (NO_SHARD) or hybrid's F */
+static int group_size(const Graph *g, int world)
+{
+    return g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : world;
+}
+
+void cg_plan(const Graph *g, int world, CgPlan *p)
+{
+    int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1, F = group_size(g, world);
+    int64_t slot_elems = 0;
+    memset(p, 0, sizeof *p);
+    for (int u = 0; u < g->nunit; u++) {
+        const Unit *un = &g->unit[u];
+        int64_t len = (un->numel + F - 1) / F, es = (int64_t)dtype_size(un->dtype);
+        p->params += un->numel;
+        p->state += (2 + nstate) * al(len * es);
+        p->model_state += (2 + nstate) * un->numel * es;
+        slot_elems = slot_elems > len * F ? slot_elems : len * F;
+    }
+    for (int s = 0; s < g->nslot; s++)
+        p->slots += al(slot_elems * (int64_t)g->slot_esize[s]);
+    p->total = al(g->arena_bytes) + p->slots + p->state;
+    /* bytes one rank sends per step under the ring algorithms' cost: a gather or
+     * reduce-scatter of S bytes over F ranks sends (F-1)/F S, an all-reduce of
+     * S over R ranks 2(R-1)/R S (HYBRID and NO_SHARD: the shard over the R
+     * replicas after the group's reduce-scatter) */
+    int R = world / F;
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        if (n->op != OP_AllGather && n->op != OP_ReduceScatter)
+            continue;
+        const Unit *un = &g->unit[n->unit];
+        int64_t len = (un->numel + F - 1) / F;
+        int64_t S = len * F * (int64_t)dtype_size(g->val[n->op == OP_AllGather ? n->out[0] : n->in[0]].dtype);
+        p->sent += S * (F - 1) / F;
+        if (n->op == OP_ReduceScatter)
+            p->sent += 2 * (R - 1) * (S / F) / R;
+    }
+}
 
 void cg_report(FILE *f, const Graph *g, int world)
 {
-    int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1;
-    int64_t total_params = 0, state = 0, slot_elems = 0, model_state = 0;
-    /* the shard group: every rank, one (NO_SHARD) or hybrid's F */
-    int F = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : world;
+    int F = group_size(g, world);
     fprintf(f, "units (world %d, shard groups of %d):\n", world, F);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
         int64_t len = (un->numel + F - 1) / F;
-        size_t es = dtype_size(un->dtype);
-        total_params += un->numel;
-        state += (2 + nstate) * al(len * (int64_t)es);
-        model_state += (2 + nstate) * un->numel * (int64_t)es;
-        slot_elems = slot_elems > len * F ? slot_elems : len * F;
         fprintf(f, "  %-8s %6d params %12lld elements  shard %lld (+%lld padding)\n", un->name,
                 un->nparams, (long long)un->numel, (long long)len,
                 (long long)(len * F - un->numel));
     }
-    int64_t slots = 0;
-    for (int s = 0; s < g->nslot; s++)
-        slots += al(slot_elems * (int64_t)g->slot_esize[s]);
-    int64_t total = al(g->arena_bytes) + slots + state;
-    fprintf(f, "parameters: %lld in %d units\n", (long long)total_params, g->nunit);
+    CgPlan p;
+    cg_plan(g, world, &p);
+    fprintf(f, "parameters: %lld in %d units\n", (long long)p.params, g->nunit);
     fprintf(f, "memory per rank (world %d):\n", world);
     fprintf(f, "  shards (params, grads, optimizer)  %14lld B  (unsharded model state %lld B)\n",
-            (long long)state, (long long)model_state);
-    fprintf(f, "  gathered slots (%d x unit)          %14lld B\n", g->nslot, (long long)slots);
+            (long long)p.state, (long long)p.model_state);
+    fprintf(f, "  gathered slots (%d x unit)          %14lld B\n", g->nslot, (long long)p.slots);
     fprintf(f, "  arena: constants                   %14lld B\n", (long long)g->const_bytes);
     fprintf(f, "  arena: activations (peak)          %14lld B\n", (long long)g->peak_act_bytes);
-    fprintf(f, "  planned peak                       %14lld B\n", (long long)total);
+    fprintf(f, "  planned peak                       %14lld B\n", (long long)p.total);
+    fprintf(f, "  sent per step (ring algorithms)    %14lld B\n", (long long)p.sent);
 }

@@ -854,6 +854,8 @@ static void model_dir(void)
 Graph *onnx_load(const Options *opt)
 {
     path = opt->model;
+    names = NULL; /* a fresh name table: fsdpc --report loads the model once per strategy */
+    ncap = nused = 0;
     G = ir_new(opt);
     size_t len = read_model();
     G->model_bytes = bytes;

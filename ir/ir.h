@@ -283,6 +283,11 @@ int shape_tensor(Graph *g, int node);
 int shape_nn(Graph *g, int node);
 
 /* codegen/ */
+/* --report: the planned memory of one rank at world (as the runtime carves it) and the bytes it sends per step */
+typedef struct {
+    int64_t params, state, model_state, slots, total, sent;
+} CgPlan;
+void cg_plan(const Graph *g, int world, CgPlan *p);
 void cg_report(FILE *f, const Graph *g, int world);
 void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
 

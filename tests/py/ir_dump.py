@@ -65,6 +65,19 @@ def main():
     check(first(r'"/fc1/Gemm/MatMul.dB"') < first(r'"unit0.reduce_scatter"') < first(r'"unit0.adamw"'),
           "unit0 reduce-scatter order")
 
+    # --report compares the strategies: planned peak, this rank's shards, bytes sent per step (ring cost)
+    rep = run(base + ["--report", "--world", "4"]).stdout
+    rows = {m[0]: [int(x) for x in m[1:]] for m in re.findall(r"^  (full|grad_op|none|hybrid:2)\s+(\d+)\s+(\d+)\s+(\d+)$",
+                                                            rep, re.M)}
+    check(set(rows) == {"full", "grad_op", "none", "hybrid:2"}, "report: strategy rows %s:\n%s" % (sorted(rows), rep))
+    n = 1088 + 4160 + 65  # the MLP's parameters, 4 bytes each; NO_SHARD all-reduces them: 2 (W-1)/W of the bytes
+    check(rows["none"][2] == 2 * 3 * n * 4 // 4, "report: none sends %d B, expected %d" % (rows["none"][2], 6 * n))
+    check(rows["grad_op"][2] < rows["full"][2] and rows["grad_op"][0] > rows["full"][0],
+          "report: grad_op should send less and plan more than full: %s" % rows)
+    check(abs(rows["none"][1] - 4 * rows["full"][1]) <= 4 * 3 * 4 * 64 and rows["hybrid:2"][1] > rows["full"][1],
+          "report: shards per rank should be all (none), 1/4 (full), 1/2 (hybrid:2): %s" % rows)
+    print("report at world 4: %s" % rows)
+
     with tempfile.TemporaryDirectory() as d:
         for world, prec in ((1, "fp32"), (3, "fp32"), (3, "bf16")):
             rep = run(base + ["--report", "--world", str(world), "--precision", prec]).stdout
