@@ -24,6 +24,9 @@ static const char *usage =
     "  --precision fp32|bf16   bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
     "                          (float32 accumulation); float32 master shards, optimizer state,\n"
     "                          gradient reduction and all other ops (default fp32)\n"
+    "  --reduce-dtype fp32|bf16\n"
+    "                          the dtype gradients are averaged across ranks in (default fp32; bf16\n"
+    "                          halves the bytes; the gradient shards and the optimizer stay fp32)\n"
     "  --shard full|grad_op|none|hybrid:F\n"
     "                          FULL_SHARD (default); SHARD_GRAD_OP: no reshard after forward;\n"
     "                          NO_SHARD: every rank holds the model, gradients all-reduced (DDP);\n"
@@ -119,6 +122,9 @@ static void parse_args(Options *o, int argc, char **argv)
             if (!strcmp(v, "fp16"))
                 fatal("--precision fp16 is not supported yet (it needs loss scaling): use bf16 or fp32");
             o->precision = (Precision)pick(a, v, names, "fp32 or bf16");
+        } else if (!strcmp(a, "--reduce-dtype")) {
+            static const char *const names[] = {"fp32", "bf16", NULL}; /* Precision order */
+            o->reduce_dtype = (Precision)pick(a, VALUE(), names, "fp32 or bf16");
         } else if (!strcmp(a, "--shard")) {
             static const char *const names[] = {"full", "grad_op", "none", NULL}; /* ShardMode order */
             const char *v = VALUE();
@@ -199,6 +205,8 @@ static void parse_args(Options *o, int argc, char **argv)
               o->hybrid, o->world);
     if (o->eval && o->shard != SHARD_FULL)
         fatal("--eval builds a forward-only executable: --shard does not apply");
+    if (o->eval && o->reduce_dtype != PREC_FP32)
+        fatal("--eval builds a forward-only executable: --reduce-dtype does not apply");
     if (o->eval && o->precision != PREC_FP32)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (!o->out && !o->report && !o->dump_after)

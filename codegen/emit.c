@@ -341,6 +341,11 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
         break;
     case OP_ReduceScatter:
+        if (n->nout == 2) { /* --reduce-dtype bf16: reduced in the bf16 buffer */
+            cg_put(b, "    rt_reduce_scatter_avg_bf16(c, %s, %s, %s, %lld, c->shard_len[%d]);\n", cg_ptr(g, y),
+                cg_ptr(g, x), cg_ptr(g, n->out[1]), (long long)g->unit[n->unit].numel, n->unit);
+            break;
+        }
         cg_put(b, "    rt_reduce_scatter_avg(c, %s, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x),
             (long long)g->unit[n->unit].numel, n->unit, dt);
         break;

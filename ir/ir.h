@@ -179,6 +179,7 @@ typedef struct {
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
     Precision precision;     /* --precision: the dtype parameters are gathered and GEMMs computed in */
+    Precision reduce_dtype;  /* --reduce-dtype: the dtype gradients are reduced in */
     ShardMode shard;         /* --shard */
     int hybrid;              /* --shard hybrid:F: F, the ranks of a shard group */
 } Options;

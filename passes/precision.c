@@ -16,8 +16,12 @@
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
  *     value (so LayerNorm scales, biases, Conv weights compute in float32 on
  *     the rounded values);
- *   - gradients, their reduction, the master shards and the optimizer state
- *     stay float32 (FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)).
+ *   - gradients, the master shards and the optimizer state stay float32
+ *     (FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)).
+ * --reduce-dtype bf16 (with either --precision): every ReduceScatter gets a
+ * second output, a bf16 buffer of the flat gradient's size that the runtime
+ * reduces in (half the bytes on the wire), the result landing in the fp32
+ * gradient shard.
  * The set of ops that may read bfloat16 is precision_reads_bf16; ir_verify
  * holds every later pass to it.
  */
@@ -88,8 +92,32 @@ static void gather_in_bf16(Graph *g)
     }
 }
 
+/* --reduce-dtype bf16: the bf16 reduction buffer of every ReduceScatter */
+static void reduce_in_bf16(Graph *g)
+{
+    for (int i = 0; i < g->nnode; i++) {
+        if (g->node[i].op != OP_ReduceScatter)
+            continue;
+        const Unit *un = &g->unit[g->node[i].unit];
+        if (un->dtype != DT_F32)
+            fatal("--reduce-dtype bf16 needs a float32 model: unit %s holds %s parameters", un->name,
+                  dtype_name(un->dtype));
+        Shape s = {1, {un->numel}};
+        int v = ir_value(g, ir_fmt("%s.flatgrad.bf16", un->name), DT_BF16, &s, R_FLATGRAD);
+        g->val[v].unit = g->node[i].unit;
+        Node *n = &g->node[i];
+        int *out = ir_alloc(sizeof(int) * 2);
+        out[0] = n->out[0];
+        out[1] = v;
+        n->out = out;
+        n->nout = 2;
+    }
+}
+
 void pass_precision(Graph *g)
 {
+    if (g->opt->reduce_dtype == PREC_BF16)
+        reduce_in_bf16(g);
     if (g->opt->precision == PREC_FP32)
         return;
     gather_in_bf16(g);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "rt_mpi.h"
 #include "rt_priv.h"
 
@@ -132,6 +133,52 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
         return;
     }
     scale_avg(d, mine, shard_len, dtype, c->world);
+}
+
+/* MPI_Op: inout[i] = bf16(float(in[i]) + float(inout[i])), on MPI_UINT16_T
+ * carrying bfloat16 bits (MPI has no bfloat16 type) */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = k_bf16_from_f32(k_bf16_to_f32(a[i]) + k_bf16_to_f32(b[i]));
+}
+
+/* in-place sum of n bfloat16 over comm, in int-sized pieces */
+static void allreduce_bf16(MPI_Comm comm, uint16_t *x, int64_t n)
+{
+    static MPI_Op op = MPI_OP_NULL;
+    if (op == MPI_OP_NULL)
+        RT_MPI(MPI_Op_create(bf16_sum, 1, &op));
+    for (int64_t off = 0; off < n; off += RT_MPI_CHUNK) {
+        int k = (int)(n - off < RT_MPI_CHUNK ? n - off : RT_MPI_CHUNK);
+        RT_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, k, MPI_UINT16_T, op, comm));
+    }
+}
+
+void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel,
+                                int64_t shard_len)
+{
+    int64_t total = (int64_t)c->sf * shard_len;
+    if (shard_len < 0 || numel < 0 || numel > total)
+        rt_step_fail(c, "rt_reduce_scatter_avg_bf16: numel %lld does not fit %d shards of %lld",
+                     (long long)numel, c->sf, (long long)shard_len);
+    comms(c);
+    float *f = full;
+    uint16_t *h = scratch;
+    if (total > numel)
+        memset(f + numel, 0, (size_t)(total - numel) * sizeof *f);
+    k_cast(K_DT_BF16, h, K_DT_F32, f, total);
+    if (c->sf > 1)
+        allreduce_bf16(g_group, h, total);
+    uint16_t *mine = h + (int64_t)c->srank * shard_len;
+    if (c->world > c->sf)
+        allreduce_bf16(g_repl, mine, shard_len);
+    float *d = shard, w = (float)c->world;
+    for (int64_t i = 0; i < shard_len; i++)
+        d[i] = k_bf16_to_f32(mine[i]) / w;
 }
 
 /* in place: the average over every rank (avg), or the sum over the group */

@@ -33,6 +33,8 @@
 #include <time.h>
 
 #include "cuda_check.h"
+#include "kc_map.h" /* kc_cast under kernels.h's name's contract */
+#include "kernels.h"
 #include "rt_ctl.h"
 #include "rt_priv.h"
 
@@ -304,6 +306,34 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
     if (cu.repl)
         NCCL_CHECK(ncclAllReduce(shard, shard, (size_t)shard_len, t, ncclAvg, cu.repl, cu.comm));
     join_comm();
+}
+
+void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel,
+                                int64_t shard_len)
+{
+    const char *what = "rt_reduce_scatter_avg_bf16";
+    int64_t total = (int64_t)c->sf * shard_len;
+    if (shard_len < 0 || numel < 0 || numel > total)
+        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->sf,
+                     (long long)shard_len);
+    if (shard_len == 0)
+        return;
+    need_comm(c, what);
+    float *f = full;
+    uint16_t *h = scratch, *mine = h + (int64_t)c->srank * shard_len;
+    if (total > numel)
+        kc_memset(f + numel, 0, (total - numel) * (int64_t)sizeof *f);
+    k_cast(K_DT_BF16, h, K_DT_F32, f, total);
+    if (cu.group || cu.repl) {
+        fork_comm();
+        /* the group's average in place, then the replicas': every rank's, in bfloat16 */
+        if (cu.group)
+            NCCL_CHECK(ncclReduceScatter(h, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.group, cu.comm));
+        if (cu.repl)
+            NCCL_CHECK(ncclAllReduce(mine, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.repl, cu.comm));
+        join_comm();
+    }
+    k_cast(K_DT_F32, shard, K_DT_BF16, mine, shard_len);
 }
 
 /* in place, op ncclAvg over every rank or ncclSum over the shard group */

@@ -55,7 +55,7 @@ target_include_directories(cuda_rt_dev_test PRIVATE
   ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda ${CMAKE_SOURCE_DIR}/kernels/c
   ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
 target_compile_options(cuda_rt_dev_test PRIVATE ${FSDPC_WARN})
-target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev ${FSDPC_CUDA_LINK_LIST})
+target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev fsdpc_kernels_cuda ${FSDPC_CUDA_LINK_LIST})
 # exit 77: a GPU is present, so the no-driver path cannot be checked here
 add_test(NAME cuda_rt_nodriver COMMAND cuda_rt_dev_test nodriver)
 set_tests_properties(cuda_rt_nodriver PROPERTIES SKIP_RETURN_CODE 77)

@@ -142,6 +142,11 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
  * then the replicas), keep this rank's shard */
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
                            int64_t shard_len, int dtype);
+/* rt_reduce_scatter_avg of a float32 full buffer reduced in bfloat16 (--reduce-dtype bf16): full
+ * rounded into scratch (bf16, sf*shard_len elements), summed there, this rank's piece
+ * divided by the world size into the float32 shard */
+void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel,
+                                int64_t shard_len);
 /* average across all ranks */
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
 /* the sum across the group: over shards, every replica holding the same */

@@ -62,6 +62,12 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t len, int dtyp
 
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype) { reduce(c, x, n, dtype, 1); }
 
+void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel, int64_t len)
+{
+    (void)shard, (void)full, (void)scratch, (void)numel, (void)len;
+    rt_step_fail(c, "rt_comm_ctl: --reduce-dtype bf16 is not served here");
+}
+
 void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype) { reduce(c, x, n, dtype, 0); }
 
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t len, int dtype)

@@ -91,6 +91,7 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision fp8")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--reduce-dtype", "fp8"] + base, "--reduce-dtype fp8")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "blocks"] + base, "--wrap blocks",
                  "no repeated blocks")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "prefix:"] + base, "prefix:A,B")

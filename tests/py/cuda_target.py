@@ -142,7 +142,10 @@ def main():
     for strategy in ("grad_op", "none", "hybrid:2"):  # the strategies build for cuda too
         run([fsdpc, gpt, "-o", os.path.join(work, "gpt_" + strategy.replace(":", "")), "--shard", strategy]
             + gpt_flags, env=env)
-    print("gpt --shard grad_op / none / hybrid:2: built")
+    run([fsdpc, gpt, "-o", os.path.join(work, "gpt_rd"), "--reduce-dtype", "bf16", "--emit-c"] + gpt_flags, env=env)
+    if "rt_reduce_scatter_avg_bf16(" not in open(os.path.join(work, "gpt_rd.c")).read():
+        raise SystemExit("FAILED: --reduce-dtype bf16's step does not reduce in bf16")
+    print("gpt --shard grad_op / none / hybrid:2 and --reduce-dtype bf16: built")
 
     # 5. bad flags, float64 models
     base = [fsdpc, gpt, "-o", os.path.join(work, "x"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=2"]
