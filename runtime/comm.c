@@ -110,15 +110,9 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel,
 {
     MPI_Datatype t = float_type(c, dtype, "rt_reduce_scatter_avg");
     int64_t es = rt_elem_size(dtype);
-    int64_t total = (int64_t)c->sf * shard_len;
-    if (shard_len < 0 || numel < 0 || numel > total)
-        rt_step_fail(c, "rt_reduce_scatter_avg: numel %lld does not fit %d shards of %lld",
-                     (long long)numel, c->sf, (long long)shard_len);
+    int64_t total = rt_rs_prepare(c, "rt_reduce_scatter_avg", full, numel, shard_len, es);
     comms(c);
     char *f = full;
-    /* padding must not carry garbage into the sum */
-    if (total > numel)
-        memset(f + numel * es, 0, (size_t)((total - numel) * es));
     if (c->sf > 1)
         allreduce_sum(g_group, f, total, t, es);
     char *mine = f + (int64_t)c->srank * shard_len * es;
@@ -161,15 +155,10 @@ static void allreduce_bf16(MPI_Comm comm, uint16_t *x, int64_t n)
 void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel,
                                 int64_t shard_len)
 {
-    int64_t total = (int64_t)c->sf * shard_len;
-    if (shard_len < 0 || numel < 0 || numel > total)
-        rt_step_fail(c, "rt_reduce_scatter_avg_bf16: numel %lld does not fit %d shards of %lld",
-                     (long long)numel, c->sf, (long long)shard_len);
+    int64_t total = rt_rs_prepare(c, "rt_reduce_scatter_avg_bf16", full, numel, shard_len, 4);
     comms(c);
     float *f = full;
     uint16_t *h = scratch;
-    if (total > numel)
-        memset(f + numel, 0, (size_t)(total - numel) * sizeof *f);
     k_cast(K_DT_BF16, h, K_DT_F32, f, total);
     if (c->sf > 1)
         allreduce_bf16(g_group, h, total);

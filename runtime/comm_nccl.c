@@ -280,17 +280,11 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
     const char *what = "rt_reduce_scatter_avg";
     ncclDataType_t t = nccl_type(c, dtype, what);
     int64_t es = rt_elem_size(dtype);
-    int64_t total = (int64_t)c->sf * shard_len;
-    if (shard_len < 0 || numel < 0 || numel > total)
-        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->sf,
-                     (long long)shard_len);
     if (shard_len == 0)
         return;
     need_comm(c, what);
+    int64_t total = rt_rs_prepare(c, what, full, numel, shard_len, es);
     char *f = full;
-    /* padding must not carry garbage into the sum */
-    if (total > numel)
-        kc_memset(f + numel * es, 0, (total - numel) * es);
     char *mine = f + (int64_t)c->srank * shard_len * es;
     if ((char *)shard != mine && overlap(shard, shard_len * es, f, total * es))
         rt_step_fail(c, "%s: shard and full buffers overlap", what);
@@ -312,17 +306,12 @@ void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch
                                 int64_t shard_len)
 {
     const char *what = "rt_reduce_scatter_avg_bf16";
-    int64_t total = (int64_t)c->sf * shard_len;
-    if (shard_len < 0 || numel < 0 || numel > total)
-        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->sf,
-                     (long long)shard_len);
     if (shard_len == 0)
         return;
     need_comm(c, what);
+    int64_t total = rt_rs_prepare(c, what, full, numel, shard_len, 4);
     float *f = full;
     uint16_t *h = scratch, *mine = h + (int64_t)c->srank * shard_len;
-    if (total > numel)
-        kc_memset(f + numel, 0, (total - numel) * (int64_t)sizeof *f);
     k_cast(K_DT_BF16, h, K_DT_F32, f, total);
     if (cu.group || cu.repl) {
         fork_comm();

@@ -165,6 +165,23 @@ char *rt_output_file_name(const char *name);
  * dst (rt_elem_size(dtype) * numel bytes).  Returns 0 or -1 (rt_err_set). */
 int rt_read_tensor_pb(const RtInput *in, const char *path, void *dst);
 
+/* For the reduce-scatters of comm.c / comm_nccl.c: checks that numel fits
+ * c->sf shards of shard_len (es-byte elements; else rt_step_fail naming
+ * what), zeroes full's padding [numel, sf*shard_len) so that it carries
+ * nothing into the sum (rt_memset: on the device on cuda) and returns
+ * sf*shard_len.  Inline: the device layer's self-test links no core. */
+static inline int64_t rt_rs_prepare(RtCtx *c, const char *what, void *full, int64_t numel, int64_t shard_len, int64_t es)
+{
+    int64_t total = (int64_t)c->sf * shard_len;
+    if (shard_len < 0 || numel < 0 || numel > total)
+        rt_step_fail(c, "%s: numel %lld does not fit %d shards of %lld", what, (long long)numel, c->sf,
+                     (long long)shard_len);
+    if (total > numel)
+        rt_memset((char *)full + numel * es, 0, (total - numel) * es);
+    return total;
+}
+
+
 /* ckpt.c: a checkpoint of the state after step into DIR/step-NNNNNNNN
  * (pos: the data position the next step reads from); collective, returns
  * the exit status every rank uses */
