@@ -246,8 +246,13 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_esize[s]);
     cg_put(&b, "%s};\n", g->nslot ? "" : "0");
     cg_put(&b, "static const RtModel model = {\n");
-    cg_put(&b, "    .id = 0x%016llxull, .name = %s,\n", (unsigned long long)L->id,
-        cg_cstr(base_name(g->opt->model)));
+    /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
+     * and the shard groups */
+    uint64_t key = fnv(L->id, step->buf, step->len);
+    int sg = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0;
+    key = fnv(key, &sg, sizeof sg);
+    cg_put(&b, "    .id = 0x%016llxull, .key = 0x%016llxull, .name = %s,\n", (unsigned long long)L->id,
+        (unsigned long long)key, cg_cstr(base_name(g->opt->model)));
     cg_put(&b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
     cg_put(&b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
     cg_put(&b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,

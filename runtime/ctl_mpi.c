@@ -41,7 +41,7 @@ static int same_executable(uint64_t key, char *err, size_t errlen)
         return 0;
     err[0] = 0;
     if (g_rank == low)
-        snprintf(err, errlen, "rank %d runs another executable (model id %016" PRIx64 "; rank 0 runs %016" PRIx64
+        snprintf(err, errlen, "rank %d runs another executable (key %016" PRIx64 "; rank 0 runs %016" PRIx64
                  "): start every rank with the same one", low, key, key0);
     return -1;
 }

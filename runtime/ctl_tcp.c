@@ -837,7 +837,7 @@ static int greet(int fd, uint64_t key, char (*hosts)[64], char *bad, size_t badl
     else if (g.peer[h.rank].fd >= 0)
         snprintf(why, sizeof why, "two processes claim rank %d (hosts %s and %s)", (int)h.rank, hosts[h.rank], h.host);
     else if (h.key != key)
-        snprintf(why, sizeof why, "rank %d (host %s) runs another executable (model id %016" PRIx64 "; rank 0 on %s "
+        snprintf(why, sizeof why, "rank %d (host %s) runs another executable (key %016" PRIx64 "; rank 0 on %s "
                  "runs %016" PRIx64 "): start every rank with the same one", (int)h.rank, h.host, h.key, g.host, key);
     if (why[0] && !bad[0])
         snprintf(bad, badlen, "%s", why);

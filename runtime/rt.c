@@ -662,7 +662,7 @@ int rt_main(int argc, char **argv, const RtModel *m)
     RtOpts o;
     int pf = rt_parse_flags(argc, argv, m, &o); /* errors: agreed on below */
     char why[1024] = "";
-    if (rt_ctl_init(&argc, &argv, o.rendezvous, m->id, &g_rank, &g_world, why, sizeof why) != 0) {
+    if (rt_ctl_init(&argc, &argv, o.rendezvous, m->key, &g_rank, &g_world, why, sizeof why) != 0) {
         int status = 1; /* no agreement without a control plane: a flag error first, else why */
         if (g_code) {
             print_err();

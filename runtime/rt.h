@@ -83,6 +83,8 @@ struct RtCtx;
 
 typedef struct {
     uint64_t id;          /* must equal the id in OUT.init */
+    uint64_t key;         /* this executable: id and the step's code (batch, strategy, layout); the ranks of a
+                           * run must agree on it */
     const char *name;     /* model file name, for messages */
     int nunit;   const RtUnit *unit;
     int nparam;  const RtParam *param;

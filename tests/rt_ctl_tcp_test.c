@@ -399,7 +399,7 @@ int main(void)
         {.name = "timeout", .world = 2, .body = late, .timeout = "1", .fails = 1, .code = 1, .within = 5,
          .msg = "rank 0: no answer from rank 1 within 1 s (allreduce"},
         {.name = "other_key", .world = 4, .body = small, .other_key = 3, .fails = 1, .code = 1, .within = 10,
-         .msg = "rank 3 (host ", .msg2 = "runs another executable (model id"},
+         .msg = "rank 3 (host ", .msg2 = "runs another executable (key"},
         {.name = "no_rendezvous", .world = 2, .body = small, .rendezvous = "", .fails = 1, .code = 1, .within = 5,
          .msg_rank = 1, .msg = "rank 1 of 2 (from RANK): no rendezvous"},
     };
