@@ -328,7 +328,9 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), (long long)rows, (long long)cls);
         break;
     }
-    case OP_Ones: cg_put(b, "    k_fill_%s(%s, 1.0, %lld);\n", s, cg_ptr(g, y), (long long)ny); break;
+    case OP_Ones: /* the seed: --accum averages the micro-steps, as the ranks are averaged */
+        cg_put(b, "    k_fill_%s(%s, 1.0 / (double)c->accum, %lld);\n", s, cg_ptr(g, y), (long long)ny);
+        break;
     case OP_AllGather:
         if (g->val[x].dtype != dt) { /* --precision: round this rank's piece into place, gather in place */
             cg_put(b, "    { char *mine = (char *)%s + (int64_t)c->rank * c->shard_len[%d] * %d;\n", cg_ptr(g, y),
@@ -340,15 +342,21 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         }
         cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
         break;
-    case OP_ReduceScatter:
-        if (n->nout == 2) { /* --reduce-dtype bf16: reduced in the bf16 buffer */
-            cg_put(b, "    rt_reduce_scatter_avg_bf16(c, %s, %s, %s, %lld, c->shard_len[%d]);\n", cg_ptr(g, y),
-                cg_ptr(g, x), cg_ptr(g, n->out[1]), (long long)g->unit[n->unit].numel, n->unit);
-            break;
-        }
-        cg_put(b, "    rt_reduce_scatter_avg(c, %s, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x),
-            (long long)g->unit[n->unit].numel, n->unit, dt);
+    case OP_ReduceScatter: {
+        /* in place, into this rank's piece of the flat gradient; then accumulated into the gradient shard
+         * (--accum: the shard holds the sum of the micro-steps') */
+        const char *T = cg_ctype(dt);
+        cg_put(b, "    { %s *mine = (%s *)((char *)%s + (int64_t)c->srank * c->shard_len[%d] * %d);\n", T, T, cg_ptr(g, x),
+            n->unit, (int)dtype_size(dt));
+        if (n->nout == 2) /* --reduce-dtype bf16: reduced in the bf16 buffer */
+            cg_put(b, "      rt_reduce_scatter_avg_bf16(c, mine, %s, %s, %lld, c->shard_len[%d]);\n", cg_ptr(g, x),
+                cg_ptr(g, n->out[1]), (long long)g->unit[n->unit].numel, n->unit);
+        else
+            cg_put(b, "      rt_reduce_scatter_avg(c, mine, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, x),
+                (long long)g->unit[n->unit].numel, n->unit, dt);
+        cg_put(b, "      k_grad_accum_%s(%s, mine, c->shard_len[%d], c->micro); }\n", s, cg_ptr(g, y), n->unit);
         break;
+    }
     case OP_AllReduce: {
         /* the gradient norm's (a sum) runs only when clipping */
         const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
@@ -373,12 +381,12 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW:
         cg_put(b, "    k_adamw_%s(%s, %s, %s, %s, c->shard_len[%d], c->lr, c->beta1, c->beta2, c->eps, "
-               "c->weight_decay, c->step, %s, c->clip_norm);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
-            cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]), n->unit, cg_ptr(g, n->in[4]));
+               "c->weight_decay, c->step, %s, c->clip_norm, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]),
+            cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]), n->unit, cg_ptr(g, n->in[4]));
         break;
     case OP_Sgd:
         cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->step, %s, "
-               "c->clip_norm);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit,
+               "c->clip_norm, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit,
             cg_ptr(g, n->in[3]));
         break;
     default:

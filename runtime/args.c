@@ -129,6 +129,9 @@ void rt_usage(const RtModel *m)
            "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
            "                          (the default): lr, after the same linear warmup\n"
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
+           "  --accum K               gradient accumulation: each step runs K micro-steps of the batch\n"
+           "                          this was built for, reduce-scatters each into the gradient shards\n"
+           "                          (--accum-mode comm) and updates once: as a batch K times larger\n"
            "  --ckpt-dir DIR          sharded checkpoints DIR/step-NNNNNNNN (DIR/latest names the newest\n"
            "                          complete one) after every --ckpt-every K-th step and the last\n"
            "  --resume PATH           continue from a checkpoint (PATH, or a --ckpt-dir's latest): at\n"
@@ -249,6 +252,17 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--eps") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
         o->set_eps = 1;
+    } else if (strcmp(flag, "--accum") == 0) {
+        rc = parse_int(flag, val, 1, &o->accum);
+    } else if (strcmp(flag, "--accum-mode") == 0) {
+        if (strcmp(val, "local") == 0) {
+            rt_err_set(2, "--accum-mode local (unsharded gradients kept over the micro-steps) is not supported yet; "
+                          "comm, the default, reduce-scatters every micro-step");
+            rc = -1;
+        } else if (strcmp(val, "comm") != 0) {
+            rt_err_set(2, "--accum-mode expects comm or local, got '%s' (see --help)", val);
+            rc = -1;
+        }
     } else if (strcmp(flag, "--ckpt-dir") == 0) {
         o->ckpt_dir = val;
     } else if (strcmp(flag, "--ckpt-every") == 0) {
@@ -305,7 +319,8 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
                                           "--log-every", "--tokens", "--token-inputs", "--dump-grads",
                                           "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
-                                          "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume"};
+                                          "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
+                                          "--accum", "--accum-mode"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -359,6 +374,7 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->eps = 1e-8;
+    o->accum = 1;
 }
 
 /* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).

@@ -600,7 +600,8 @@ void rt_dev_step(RtCtx *c)
     hp->momentum = c->momentum;
     hp->clip_norm = c->clip_norm;
     hp->step = c->step;
-    hp->pad_ = 0;
+    hp->micro = c->micro;
+    hp->accum = c->accum;
     CU_CHECK(cudaMemcpyAsync(cu.params_dev, hp, sizeof *hp, cudaMemcpyHostToDevice, cu.compute));
     if (cu.ncheck)
         CU_CHECK(cudaMemsetAsync(cu.check_dev, 0xff, (size_t)cu.ncheck * sizeof(int64_t), cu.compute));

@@ -310,7 +310,7 @@ int rt_eval_main(const RtOpts *o, const char *argv0, const RtModel *m, int rank,
     e->ctx.m = m;
     e->ctx.rank = rank;
     e->ctx.world = world;
-    e->ctx.sf = world, e->ctx.srank = rank;
+    e->ctx.sf = world, e->ctx.srank = rank, e->ctx.accum = 1;
     e->o = o;
     e->init_fd = -1;
 

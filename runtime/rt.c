@@ -562,14 +562,18 @@ static int train(Run *r)
     for (int64_t s = r->first; s < r->o.steps; s++) {
         c->step = s + 1;
         c->lr = rt_lr_at(&r->o, c->step);
-        rt_data_next(c, &r->data);
+        const RtModel *m = c->m;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        rt_dev_step(c);
+        double loss = 0;
+        for (c->micro = 0; c->micro < c->accum; c->micro++) { /* the last micro-step updates */
+            rt_data_next(c, &r->data);
+            rt_dev_step(c);
+            loss += read_scalar(c, m->loss_off, m->loss_dtype) / (double)c->accum;
+        }
+        c->micro = c->accum - 1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        const RtModel *m = c->m;
-        double loss = read_scalar(c, m->loss_off, m->loss_dtype);
         double gnorm = c->clip_norm > 0 ? sqrt(read_scalar(c, m->gnorm_off, m->unit[0].dtype)) : -1;
         if (g_rank == 0)
             report_step(r, c->step, loss, gnorm, ms);
@@ -630,6 +634,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     r->ctx.rank = g_rank;
     r->ctx.world = g_world;
     r->ctx.sf = m->shard_group > 0 ? m->shard_group : g_world;
+    r->ctx.accum = o->accum;
     r->ctx.srank = g_rank % r->ctx.sf;
     r->o = *o;
     r->init_fd = -1;

@@ -125,6 +125,8 @@ typedef struct RtCtx {
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
     double clip_norm;     /* --clip-grad-norm (0: none): the step computes the gradient norm */
+    int64_t micro, accum; /* --accum: micro-steps per step, and this one (0-based): gradients
+                           * accumulate over them, the update runs after the last */
     void *impl;           /* runtime-private */
     /* what the step runs on: the same layout as arena / slot / shard, in
      * device memory on the cuda target, the same pointers on cpu */

@@ -69,6 +69,7 @@ typedef struct {
     const char *ckpt_dir;     /* --ckpt-dir DIR */
     int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
     const char *resume;       /* --resume PATH */
+    int64_t accum;            /* --accum K: micro-steps per step (1) */
     const char *metrics, *export_path, *init;
     const char *out_dir;  /* eval: --out-dir */
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */

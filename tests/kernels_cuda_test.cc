@@ -18,8 +18,8 @@
  * the same random inputs: shapes with odd sizes, rank 0 and 1, broadcasting,
  * more elements than one block and than one grid (3 SMs hold 24 blocks of
  * 256), aliasing where the contract allows it.  Floats must agree to 1e-5
- * relative (|a - b| <= 1e-5 (1 + |b|)), the optimizers and the squared
- * norm exactly; copies, masks, integers, indices
+ * relative (|a - b| <= 1e-5 (1 + |b|)), the optimizers, the squared
+ * norm and gradient accumulation exactly; copies, masks, integers, indices
  * and the check slots must agree exactly.  A failing check prints what it
  * was and where; the exit status is 1 if any failed.
  */
@@ -94,6 +94,8 @@ SAME_FIELD(KcStepParams, lr);
 SAME_FIELD(KcStepParams, momentum);
 SAME_FIELD(KcStepParams, clip_norm);
 SAME_FIELD(KcStepParams, step);
+SAME_FIELD(KcStepParams, micro);
+SAME_FIELD(KcStepParams, accum);
 static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
 SAME_FIELD(KConv2d, n);
 SAME_FIELD(KConv2d, m);
@@ -182,7 +184,7 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
     X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
-    X(adamw_f32) X(sgd_f32) X(sum_squares_f32)
+    X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
 
@@ -1122,32 +1124,52 @@ struct Clip {
 };
 static const Clip clip_cases[] = {{0.0, NAN}, {1.0, 17.0f}, {2.0, 4.0f}, {100.0, 40.0f}, {1.0, NAN}, {1.0, INFINITY}};
 
-static void test_adamw(int64_t n, int step, const F &g, const Clip &q)
+/* --accum's micro-steps: the last of a step updates (1 of 1, 3 of 3); the
+ * ones before it must leave p and the moments as they were (the kernel
+ * returns at once), whatever clipping would do */
+struct Micro {
+    int64_t micro, accum;
+};
+static const Micro micro_cases[] = {{0, 1}, {2, 3}, {0, 3}, {1, 3}};
+
+/* the kc_ result against k_'s, and, when no update is due, against the
+ * state before the call, bit for bit (a skipped update writes nothing) */
+static void check_updated(const F &got, const F &want, const F &before, int64_t n, const Micro &u)
 {
-    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, 0};
-    F p = rnd(n, -1, 1), m = rnd(n, -0.1, 0.1), v = rnd(n, 0, 0.01);
-    F p2 = p, m2 = m, v2 = v;
-    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip);
-    /* 9: the hyper-parameters and the clip norm come from step_params */
-    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9);
-    CTX("kc_adamw n %lld step %d clip %g gsq %g", (long long)n, step, q.clip, q.gsq);
-    check_f(p2.data(), p.data(), n, 0);
-    check_f(m2.data(), m.data(), n, 0);
-    check_f(v2.data(), v.data(), n, 0);
+    check_f(got.data(), want.data(), n, 0);
+    if (u.micro != u.accum - 1)
+        check_bytes(got.data(), before.data(), before.size() * sizeof(float));
 }
 
-static void test_sgd(int64_t n, int step, const F &g, const Clip &q)
+static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
+{
+    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum};
+    const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
+    F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
+    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip,
+                u.micro, u.accum);
+    /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params */
+    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+    CTX("kc_adamw n %lld step %d clip %g gsq %g micro %lld of %lld", (long long)n, step, q.clip, q.gsq,
+        (long long)u.micro, (long long)u.accum);
+    check_updated(p2, p, p0, n, u);
+    check_updated(m2, m, m0, n, u);
+    check_updated(v2, v, v0, n, u);
+}
+
+static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
 {
     for (double mom : {0.0, 0.9})
         for (double wd : {0.0, 0.01}) {
-            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, 0};
-            F p = rnd(n, -1, 1), buf = rnd(n, -1, 1), p2 = p, buf2 = buf;
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9);
-            CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g", (long long)n, step, mom, wd, q.clip,
-                q.gsq);
-            check_f(p2.data(), p.data(), n, 0);
-            check_f(buf2.data(), buf.data(), n, 0);
+            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum};
+            const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
+            F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, u.micro, u.accum);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+            CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g micro %lld of %lld", (long long)n, step,
+                mom, wd, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
+            check_updated(p2, p, p0, n, u);
+            check_updated(buf2, buf, buf0, n, u);
         }
 }
 
@@ -1155,16 +1177,36 @@ static void test_optim()
 {
     for (int64_t n : {1, 1000, 10007})
         for (int step = 1; step <= 2; step++)
-            for (const Clip &q : clip_cases) {
-                const F g = rnd(n, -1, 1);
-                test_adamw(n, step, g, q);
-                test_sgd(n, step, g, q);
-            }
+            for (const Clip &q : clip_cases)
+                for (const Micro &u : micro_cases) {
+                    const F g = rnd(n, -1, 1);
+                    test_adamw(n, step, g, q, u);
+                    test_sgd(n, step, g, q, u);
+                }
     F a = rnd(2 * 3 * 4, -1, 1), b = rnd(4 * 5, -1, 1), c(2 * 3 * 5 + 1), c2(2 * 3 * 5 + 1);
     k_matmul_f32(c.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
     kc_matmul_f32(c2.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
     CTX("kc_matmul (kc_gemm_f32)");
     check_f(c2.data(), c.data(), 30, TOL);
+}
+
+/* kc_grad_accum_f32 against k_grad_accum_f32, bit for bit (one float add
+ * each): at micro-step 0 y is overwritten (its NaNs must not survive), at
+ * micro-step 2 added to; y's element past n stays as it was.  The host
+ * micro passed to kc_ is wrong on purpose: the kernel reads step_params. */
+static void test_grad_accum()
+{
+    for (int64_t n : {0, 1, 7, 1001, 10007})
+        for (int64_t micro : {0, 2}) {
+            step_params = KcStepParams{};
+            step_params.micro = micro, step_params.accum = 3;
+            const F x = rnd(n, -2, 2);
+            F want = micro == 0 ? F((size_t)n + 1, NAN) : rnd(n, -2, 2), got = want;
+            k_grad_accum_f32(want.data(), x.data(), n, micro);
+            kc_grad_accum_f32(got.data(), x.data(), n, micro == 0 ? 2 : 0);
+            CTX("kc_grad_accum n %lld micro %lld", (long long)n, (long long)micro);
+            check_bytes(got.data(), want.data(), want.size() * sizeof(float));
+        }
 }
 
 /* kc_sum_squares_f32 against k_sum_squares_f32: from an empty x (y is
@@ -1250,8 +1292,8 @@ int main()
     static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
                                       test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
-                                      test_mse_ce, test_nll, test_optim, test_sum_squares, test_cast_bf16,
-                                      test_matmul_bf16};
+                                      test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
+                                      test_cast_bf16, test_matmul_bf16};
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

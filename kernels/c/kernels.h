@@ -289,18 +289,22 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
                          const T *weights, int64_t n, int64_t c, int64_t d,             \
                          int reduction, int has_ignore, int64_t ignore_index);          \
 /* ---- optim.c ------------------------------------------------------------ */         \
-/* Both updates first clip: with clip > 0 the gradient is g * (T)k_clip_coef(gsq[0],    \
- * clip), gsq[0] the squared norm of the whole gradient (clip 0: g as it is, gsq may    \
- * be NULL).                                                                            \
+/* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
+ * otherwise they return at once).  They first clip: with clip > 0 the gradient is      \
+ * g * (T)k_clip_coef(gsq[0], clip), gsq[0] the squared norm of the whole gradient      \
+ * (clip 0: g as it is, gsq may be NULL).                                               \
  * PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step */                                                                \
 void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
                  double beta2, double eps, double wd, int64_t step, const T *gsq,       \
-                 double clip);                                                          \
+                 double clip, int64_t micro, int64_t accum);                            \
 /* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf;     \
  * momentum 0: p -= lr g and buf is untouched (may be NULL) */                          \
 void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
-               double wd, int64_t step, const T *gsq, double clip);                     \
+               double wd, int64_t step, const T *gsq, double clip, int64_t micro,       \
+               int64_t accum);                                                          \
+/* gradient accumulation (--accum): y = x at micro-step 0, y += x after it */           \
+void k_grad_accum_##S(T *y, const T *x, int64_t n, int64_t micro);                      \
 /* y[0] = sum of x[i]^2 (accumulated in double), plus y[0] when accumulate */           \
 void k_sum_squares_##S(T *y, const T *x, int64_t n, int accumulate);
 

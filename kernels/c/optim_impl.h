@@ -11,8 +11,10 @@
  *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom */
 void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
                   double beta1, double beta2, double eps, double wd,
-                  int64_t step, const T *gsq, double clip)
+                  int64_t step, const T *gsq, double clip, int64_t micro, int64_t accum)
 {
+    if (micro != accum - 1)
+        return;
     const int clipping = clip > 0;
     const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
     const double bc1 = 1 - pow(beta1, (double)step);
@@ -37,8 +39,11 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
  *   param.add_(d_p, alpha=-lr)
  * The first step is step == 1 (buf is then written, never read). */
 void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
-                double momentum, double wd, int64_t step, const T *gsq, double clip)
+                double momentum, double wd, int64_t step, const T *gsq, double clip,
+                int64_t micro, int64_t accum)
 {
+    if (micro != accum - 1)
+        return;
     const int clipping = clip > 0;
     const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
     const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);
@@ -60,4 +65,10 @@ void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
     for (int64_t i = 0; i < n; i++)
         s += (double)x[i] * (double)x[i];
     y[0] = (T)(accumulate ? (double)y[0] + s : s);
+}
+
+void KFN(k_grad_accum)(T *y, const T *x, int64_t n, int64_t micro)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = micro == 0 ? x[i] : y[i] + x[i];
 }

@@ -66,7 +66,7 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay, momentum;
     double clip_norm;
     int64_t step;
-    int64_t pad_;
+    int64_t micro, accum;
 } KcStepParams;
 
 typedef struct {

@@ -14,9 +14,10 @@
  *     to its kc_ twin, so one emitter serves both targets.
  *   - Launchers never synchronise with the host.  They pick the geometry and
  *     call kc_launch.  Scalars that change between steps (learning rate,
- *     step counter) are read by the kernels from kc_step_params(), a device
- *     copy the runtime refreshes before every step (so a captured CUDA Graph
- *     stays valid); the launchers ignore the host values passed for them.
+ *     step counter, --accum's micro-step) are read by the kernels from
+ *     kc_step_params(), a device copy the runtime refreshes before every
+ *     (micro-)step (so one captured CUDA Graph serves them all); the
+ *     launchers ignore the host values passed for them.
  *   - Launchers of kernels that can find bad input (k_gather, the
  *     cross-entropy losses) return -1 at once and have the kernel record the
  *     first bad position in kc_next_check() (an int64 the runtime sets to -1
@@ -59,7 +60,8 @@ typedef struct {
     double lr, beta1, beta2, eps, weight_decay, momentum;
     double clip_norm; /* --clip-grad-norm; 0: the optimizers do not clip */
     int64_t step;     /* 1-based */
-    int64_t pad_;
+    int64_t micro;    /* --accum: this micro-step of the step, 0-based */
+    int64_t accum;    /* micro-steps per step (the optimizers update at accum - 1) */
 } KcStepParams;
 
 /* ---- implemented by the runtime (runtime/dev_cuda.c) or the emulator ---- */

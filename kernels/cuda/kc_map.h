@@ -86,6 +86,7 @@
 #define k_adamw_f32 kc_adamw_f32
 #define k_sgd_f32 kc_sgd_f32
 #define k_sum_squares_f32 kc_sum_squares_f32
+#define k_grad_accum_f32 kc_grad_accum_f32
 
 #include "kernels.h"
 #include "kc.h"

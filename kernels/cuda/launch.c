@@ -893,23 +893,34 @@ void kc_nll_loss_grad_f32(float *dx, const float *dx_in, const float *dloss, con
 
 /* ---- optim.c ------------------------------------------------------------------------------ */
 
-/* The hyper-parameters, the step and the clip norm come from kc_step_params();
- * gsq (the squared norm, on the device) is passed on for the kernel to read
- * when clipping. */
+/* The hyper-parameters, the step, the clip norm and the micro-step come from
+ * kc_step_params(); gsq (the squared norm, on the device) is passed on for
+ * the kernel to read when clipping.  Launched at every micro-step: the
+ * kernel, not the host, decides whether this one updates (one captured
+ * graph replays them all). */
 void kc_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double wd, int64_t step, const float *gsq, double clip)
+                  double beta2, double eps, double wd, int64_t step, const float *gsq, double clip,
+                  int64_t micro, int64_t accum)
 {
-    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step, (void)clip;
+    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step, (void)clip, (void)micro, (void)accum;
     if (n > 0)
         launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, gsq, kc_step_params());
 }
 
 void kc_sgd_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double wd,
-                int64_t step, const float *gsq, double clip)
+                int64_t step, const float *gsq, double clip, int64_t micro, int64_t accum)
 {
-    (void)lr, (void)momentum, (void)wd, (void)step, (void)clip;
+    (void)lr, (void)momentum, (void)wd, (void)step, (void)clip, (void)micro, (void)accum;
     if (n > 0)
         launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, gsq, kc_step_params());
+}
+
+/* the micro-step comes from kc_step_params(), not from `micro` */
+void kc_grad_accum_f32(float *y, const float *x, int64_t n, int64_t micro)
+{
+    (void)micro;
+    if (n > 0)
+        launch_k_grad_accum_f32(grid_for(n, KC_BLOCK), KC_BLOCK, y, x, n, kc_step_params());
 }
 
 /* launched for n == 0 too: y[0] is still written (0, or y[0] kept) */

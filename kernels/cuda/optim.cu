@@ -16,6 +16,12 @@
  * the sum into gsq[0], and the updates scale each gradient element by one
  * float coefficient before using it.  gsq is a device pointer, read only
  * when the step params ask for clipping.
+ *
+ * Gradient accumulation (--accum K): the step runs K times per optimizer
+ * step with the same captured graph, so the micro-step is read from the
+ * step params too.  k_grad_accum_f32 sums each micro-step's gradient shard
+ * into the accumulated one, and the updates return at once except at the
+ * last micro-step (micro == accum - 1; accum 1 is every step).
  */
 
 /* clip_grad_norm_'s factor exactly as kernels.h k_clip_coef computes it
@@ -30,10 +36,15 @@ KC_DEV float clip_coef(const float *gsq, const KcStepParams *sp)
     return (float)(c > 1 ? 1 : c);
 }
 
+/* the optimizers update only at the step's last micro-step */
+KC_DEV bool update_now(const KcStepParams *sp) { return sp->micro == sp->accum - 1; }
+
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
 KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, const float *gsq,
                            const KcStepParams *sp)
 {
+    if (!update_now(sp))
+        return;
     const float coef = clip_coef(gsq, sp);
     const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->step;
     const double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
@@ -57,6 +68,8 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
 KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const float *gsq,
                          const KcStepParams *sp)
 {
+    if (!update_now(sp))
+        return;
     const float coef = clip_coef(gsq, sp);
     const double wd = sp->weight_decay, momentum = sp->momentum;
     const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-sp->lr);
@@ -84,4 +97,13 @@ KC_GLOBAL void k_sum_squares_f32(float *y, const float *x, int64_t n, int accumu
     v[0] = block_sum(v[0]);
     if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
         y[0] = (float)(accumulate ? (double)y[0] + v[0] : v[0]);
+}
+
+/* gradient accumulation: y = x at micro-step 0, y + x after it (one float
+ * add, bit for bit kernels/c's k_grad_accum) */
+KC_GLOBAL void k_grad_accum_f32(float *y, const float *x, int64_t n, const KcStepParams *sp)
+{
+    const bool first = sp->micro == 0;
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = first ? x[i] : y[i] + x[i];
 }

@@ -140,6 +140,8 @@ def main():
     expect_error([exe, "--data", "x=" + J("x.npy"), "--steps", "-3", "--data", "t=" + J("t.npy")], "--steps")
     expect_error([exe, "--data", "x=" + J("x.npy"), "--lr", "abc"] + ok, "--lr")
     X = ["--data", "x=" + J("x.npy")] + ok
+    expect_error([exe, "--accum", "0"] + X, "--accum", code=(2,))
+    expect_error([exe, "--accum-mode", "local"] + X, "--accum-mode local", "not supported yet", code=(2,))
     expect_error([exe, "--clip-grad-norm", "-1"] + X, "--clip-grad-norm", code=(2,))
     expect_error([exe, "--lr-schedule", "linear"] + X, "--lr-schedule", "constant or cosine", code=(2,))
     expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine", code=(2,))

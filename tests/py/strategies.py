@@ -18,6 +18,8 @@ With --precision bf16 (the GPT), grad_op, none and hybrid:2 at world 2-4
 follow bf16 FULL_SHARD at world 1 within 1e-4.  The wrap policies --wrap
 blocks and --wrap prefix:A,B make the GPT's two transformer blocks units
 (--report: unit0 unit1 root) and train as world-1 FULL_SHARD within 1e-5.
+--accum 3 with a third of the batch (world 2 full, world 4 hybrid:2) equals
+the whole batch within 1e-5 (losses, clipped gradient norms, weights).
 --reduce-dtype bf16 (world 1, 2 full, 4 hybrid:2, 2 none) follows the fp32
 reduction within 1e-4 and differs from it (the gradients really are
 rounded to bfloat16).
@@ -115,6 +117,23 @@ def main():
                           "(%d B) are not below full's (%d B)" % (tag, mem["slot_bytes"], ref_mem["slot_bytes"]))
                 print("%-22s losses and grad norms = world-1 full; state %6d B/rank (%s of %d B), slots %d B"
                       % (tag, mem["state_bytes"], "1/%d" % F if F > 1 else "all", whole, mem["slot_bytes"]))
+    # --accum 3 of a third of the batch (world 2: 2 per rank, or hybrid:2 at world 4: 1 per rank) = the batch
+    for name, (model, flags, data) in models.items():
+        ref = metrics(J("%s_full_w1.jsonl" % name))[1], onnx_weights(J("%s_full_w1.onnx" % name))
+        for strategy, world in (("full", 2), ("hybrid:2", 4)):
+            exe = J("%s_accum_%s_w%d" % (name, strategy.replace(":", ""), world))
+            run([fsdpc, model, "-o", exe, "--target", "cpu", "--dim", "batch=%d" % (GLOBAL_B // world // 3),
+                 "--shard", strategy, "--verify"] + flags)
+            run(mpirun(world, [exe] + data + train + ["--accum", "3", "--metrics", exe + ".jsonl", "--export-onnx",
+                                                     exe + ".onnx"]))
+            rows, w = metrics(exe + ".jsonl")[1], onnx_weights(exe + ".onnx")
+            e = max(max(abs(r[k] - q[k]) / q[k] for k in ("loss", "grad_norm")) for r, q in zip(rows, ref[0]))
+            ew = max(rel_err(w[k], v) for k, v in ref[1].items())
+            check(len(rows) == STEPS and e <= 1e-5 and ew <= 1e-5, "%s --accum 3 (%s, world %d): losses/norms %.3g, "
+                  "weights %.3g from world-1 full" % (name, strategy, world, e, ew))
+            print("%s --accum 3, batch %d/rank, %-8s world %d: losses, norms within %.2g, weights %.2g of world-1 full"
+                  % (name, GLOBAL_B // world // 3, strategy, world, e, ew))
+
     # the wrap policies: other units, the same training (the GPT: 2 blocks + the root)
     model, flags, data = models["gpt"]
     ref = metrics(J("gpt_full_w1.jsonl"))[1], onnx_weights(J("gpt_full_w1.onnx"))
