@@ -129,6 +129,9 @@ void rt_usage(const RtModel *m)
            "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
            "                          (the default): lr, after the same linear warmup\n"
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
+           "  --trace FILE.json       a Chrome trace (chrome://tracing, Perfetto) of the first steps:\n"
+           "                          every node of every rank, compute and collectives apart (cpu)\n"
+           "  --trace-steps N         steps traced (default 2)\n"
            "  --accum K               gradient accumulation: each step runs K micro-steps of the batch\n"
            "                          this was built for, reduce-scatters each into the gradient shards\n"
            "                          (--accum-mode comm) and updates once: as a batch K times larger\n"
@@ -220,7 +223,7 @@ static int is_file_flag(const char *flag)
 {
     return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
            !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads") ||
-           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume");
+           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume") || !strcmp(flag, "--trace");
 }
 
 /* one known flag that takes a value */
@@ -252,6 +255,10 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--eps") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
         o->set_eps = 1;
+    } else if (strcmp(flag, "--trace") == 0) {
+        o->trace = val;
+    } else if (strcmp(flag, "--trace-steps") == 0) {
+        rc = parse_int(flag, val, 1, &o->trace_steps);
     } else if (strcmp(flag, "--accum") == 0) {
         rc = parse_int(flag, val, 1, &o->accum);
     } else if (strcmp(flag, "--accum-mode") == 0) {
@@ -320,7 +327,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--log-every", "--tokens", "--token-inputs", "--dump-grads",
                                           "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
-                                          "--accum", "--accum-mode"};
+                                          "--accum", "--accum-mode", "--trace", "--trace-steps"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -375,6 +382,7 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->beta2 = 0.999;
     o->eps = 1e-8;
     o->accum = 1;
+    o->trace_steps = 2;
 }
 
 /* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).

@@ -441,6 +441,9 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
             }
     c->lr = rt_lr_at(o, 1);
     c->clip_norm = o->clip;
+    if (o->trace && m->target_cuda)
+        rt_err_set(2, "--trace: the cuda step runs asynchronously on the GPU and has no host timeline; use Nsight "
+                      "Systems (nsys profile) for its streams, or a --target cpu build");
     if (o->clip > 0 && m->gnorm_off < 0)
         rt_err_set(1, "--clip-grad-norm: this executable computes no gradient norm (rebuild it with this fsdpc)");
     c->weight_decay = o->wd;
@@ -645,6 +648,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }
+    if (status == 0 && o->trace && rt_trace_start(&r->ctx, o->trace_steps) != 0)
+        status = rt_err_sync();
     if (status == 0) {
         if (g_rank == 0) {
             print_memory(&r->ctx, &r->mem, r->mf);
@@ -652,6 +657,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
                 r->metrics_failed = 1;
         }
         status = train(r);
+        if (status == 0 && r->ctx.trace)
+            status = rt_trace_write(&r->ctx, o->trace);
         if (status == 0)
             status = finish(r);
     }

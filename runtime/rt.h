@@ -108,6 +108,9 @@ typedef struct {
     int nimage; const RtImage *image;     /* kernels: cubins and PTX */
     int ncheck; const char *const *check; /* messages of the step's device-side checks, in call
                                            * order (kernels/cuda/kc.h, kc_next_check) */
+    int nnode;            /* the step's nodes (--trace: names, and 1 where a collective) */
+    const char *const *trace_name;
+    const unsigned char *trace_coll;
     int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
 } RtModel;
@@ -128,6 +131,7 @@ typedef struct RtCtx {
     int64_t micro, accum; /* --accum: micro-steps per step, and this one (0-based): gradients
                            * accumulate over them, the update runs after the last */
     void *impl;           /* runtime-private */
+    void *trace;          /* --trace: the events recorded (NULL: off) */
     /* what the step runs on: the same layout as arena / slot / shard, in
      * device memory on the cuda target, the same pointers on cpu */
     char *dev_arena;
@@ -155,6 +159,9 @@ void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
 /* the sum across the group: over shards, every replica holding the same */
 void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype);
+
+/* --trace: node ended now (-1: the step starts), called by the step when c->trace */
+void rt_trace(RtCtx *c, int node);
 
 /* Byte copies and fills inside the step (memcpy / memset on cpu; on cuda
  * asynchronous device copies on the compute stream) */

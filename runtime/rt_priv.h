@@ -70,6 +70,8 @@ typedef struct {
     int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
     const char *resume;       /* --resume PATH */
     int64_t accum;            /* --accum K: micro-steps per step (1) */
+    const char *trace;        /* --trace FILE.json */
+    int64_t trace_steps;      /* --trace-steps N (2) */
     const char *metrics, *export_path, *init;
     const char *out_dir;  /* eval: --out-dir */
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
@@ -192,6 +194,12 @@ int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos);
  * the init file was loaded; *step, *pos: where it was taken.  Collective;
  * returns the exit status. */
 int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos);
+
+/* trace.c (--trace): record the first `steps` steps' node stamps (rt_trace);
+ * then write them, every rank's, as one Chrome trace (collective; returns the
+ * exit status) */
+int rt_trace_start(RtCtx *c, int64_t steps);
+int rt_trace_write(RtCtx *c, const char *path);
 
 /* rdv_mpi.c (the cuda target's control plane): rank 0's cap-byte line to
  * every rank through Open MPI loaded at run time.  1: done; 0: no MPI

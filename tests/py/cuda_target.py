@@ -138,6 +138,10 @@ def main():
                             "--rendezvous", "mpi")
     if p.returncode != 2:
         raise SystemExit("FAILED: a bad --rendezvous should exit 2, got %d" % p.returncode)
+    p, _ = expect_error([bf16, "--steps", "1", "--trace", os.path.join(work, "t.json")] + data_flags(work, "gpt"),
+                        "--trace", "Nsight")
+    if p.returncode != 2:
+        raise SystemExit("FAILED: --trace on a cuda executable should exit 2, got %d" % p.returncode)
     print("gpt --precision bf16: built (bf16 GEMMs and casts in the step); without a GPU: %s" % nogpu[0])
     for strategy in ("grad_op", "none", "hybrid:2"):  # the strategies build for cuda too
         run([fsdpc, gpt, "-o", os.path.join(work, "gpt_" + strategy.replace(":", "")), "--shard", strategy]

@@ -3,6 +3,7 @@ and the compile-time memory plan equal to what the executable carves.
 
 usage: ir_dump.py FSDPC MODEL.onnx   (the example MLP)
 """
+import json
 import os
 import re
 import sys
@@ -92,11 +93,29 @@ def main():
             m = os.path.join(d, "m.jsonl")
             run(mpirun(world, [exe, "--data", "x=" + os.path.join(d, "x.npy"), "--data",
                                "target=" + os.path.join(d, "y.npy"), "--steps", "1", "--metrics", m]))
-            import json
             mem = json.loads(open(m).readline())["memory"]
             check(mem["total_bytes"] == planned, "world %d %s: runtime carved %d B, plan says %d B"
                   % (world, prec, mem["total_bytes"], planned))
             print("world %d %s: planned = carved = %d B" % (world, prec, planned))
+            # --trace: every node of the first 2 steps of every rank, collectives on their own thread, in order
+            tr = os.path.join(d, "t.json")
+            run(mpirun(world, [exe, "--data", "x=" + os.path.join(d, "x.npy"), "--data", "target=" +
+                               os.path.join(d, "y.npy"), "--steps", "3", "--trace", tr, "--quiet"]))
+            ev = [e for e in json.load(open(tr))["traceEvents"] if e["ph"] == "X"]
+            nnode = len(run(base + ["--dump-after", "memplan", "--precision", prec]).stdout.split("nodes:")[1]
+                        .strip().splitlines())
+            for r in range(world):
+                mine = [e for e in ev if e["pid"] == r]
+                check(len(mine) == 2 * nnode and {e["args"]["step"] for e in mine} == {1, 2},
+                      "--trace rank %d: %d events of steps %s, expected 2 x %d" % (r, len(mine),
+                      sorted({e["args"]["step"] for e in mine}), nnode))
+                check(all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(mine, mine[1:])) and
+                      all(e["dur"] >= 0 for e in mine), "--trace rank %d: events overlap or go back" % r)
+                coll = {e["name"].split(" (")[1] for e in mine if e["tid"] == 1}
+                check(coll >= {"AllGather)", "ReduceScatter)", "AllReduce)"} and
+                      not any("Gather)" in e["name"] for e in mine if e["tid"] == 0 and "AllGather" in e["name"]),
+                      "--trace rank %d: collectives on thread 1: %s" % (r, coll))
+            print("world %d %s: --trace holds 2 x %d events per rank, collectives apart" % (world, prec, nnode))
     print("OK ir_dump")
 
 
