@@ -141,6 +141,9 @@ void rt_usage(const RtModel *m)
            "                          its step + 1 up to --steps; any world size, --shard or layout of\n"
            "                          the same model\n"
            "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
+           "  --export-safetensors FILE\n"
+           "                          write the trained parameters (and BatchNorm statistics) as\n"
+           "                          safetensors at the end, named as the model's initializers\n"
            "  --init FILE             initial weights (default: this executable's path + .init)\n"
            "  --dump-grads DIR        after step 1, write the gradient of every parameter (averaged\n"
            "                          over the global batch, before the optimizer) to DIR/NAME.npy\n"
@@ -223,7 +226,8 @@ static int is_file_flag(const char *flag)
 {
     return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
            !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads") ||
-           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume") || !strcmp(flag, "--trace");
+           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume") || !strcmp(flag, "--trace") ||
+           !strcmp(flag, "--export-safetensors");
 }
 
 /* one known flag that takes a value */
@@ -255,6 +259,8 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--eps") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->eps);
         o->set_eps = 1;
+    } else if (strcmp(flag, "--export-safetensors") == 0) {
+        o->export_st = val;
     } else if (strcmp(flag, "--trace") == 0) {
         o->trace = val;
     } else if (strcmp(flag, "--trace-steps") == 0) {
@@ -327,7 +333,8 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--log-every", "--tokens", "--token-inputs", "--dump-grads",
                                           "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
-                                          "--accum", "--accum-mode", "--trace", "--trace-steps"};
+                                          "--accum", "--accum-mode", "--trace", "--trace-steps",
+                                          "--export-safetensors"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)

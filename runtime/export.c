@@ -1,5 +1,6 @@
 /* export.c — --export-onnx: the trained parameters written back into the
- * original ONNX model.
+ * original ONNX model; --export-safetensors: the same tensors (every
+ * parameter and written-back state, by initializer name) as safetensors.
  *
  * Rank 0 reads the original model bytes from the init file, every rank sends
  * its parameter shard of every unit to rank 0 (rt_ctl_gather; from the
@@ -10,7 +11,10 @@
  * (RtConst.name: BatchNormalization running statistics, rank 0's values,
  * as PyTorch DDP broadcasts rank 0's buffers), packs the model and writes it
  * atomically:
- * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.
+ * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.  The
+ * safetensors file is the patched initializers in name order: an 8-byte
+ * little-endian header length, the JSON header (dtype, shape, data_offsets;
+ * names JSON-escaped; padded with spaces to 8 bytes), then the data.
  *
  * protobuf-c ownership: the unpacked message owns every array and string it
  * points to.  Each modified TensorProto is saved by value before it is
@@ -48,7 +52,8 @@ typedef struct {
 } Patch;
 
 typedef struct {
-    const char *path;
+    const char *path;         /* the file being written, for messages */
+    const char *flag;         /* --export-onnx / --export-safetensors */
     char err[1024];
     uint8_t *model;           /* original bytes */
     Onnx__ModelProto *mp;
@@ -257,15 +262,15 @@ static char *dir_of(const char *path)
     return dir;
 }
 
-int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen)
+int rt_export_check(const RtModel *m, const char *flag, const char *path, char *err, size_t errlen)
 {
     if (m->model_len <= 0) {
-        snprintf(err, errlen, "--export-onnx %s: this build does not embed the original ONNX model", path);
+        snprintf(err, errlen, "%s %s: this build does not embed the original ONNX model", flag, path);
         return -1;
     }
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--export-onnx %s: is a directory", path);
+        snprintf(err, errlen, "%s %s: is a directory", flag, path);
         return -1;
     }
     char *dir = dir_of(path);
@@ -275,13 +280,13 @@ int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen
     }
     int rc = 0;
     if (stat(dir, &st) != 0) {
-        snprintf(err, errlen, "--export-onnx %s: directory %s: %s", path, dir, strerror(errno));
+        snprintf(err, errlen, "%s %s: directory %s: %s", flag, path, dir, strerror(errno));
         rc = -1;
     } else if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--export-onnx %s: %s is not a directory", path, dir);
+        snprintf(err, errlen, "%s %s: %s is not a directory", flag, path, dir);
         rc = -1;
     } else if (access(dir, W_OK | X_OK) != 0) {
-        snprintf(err, errlen, "--export-onnx %s: directory %s is not writable: %s", path, dir, strerror(errno));
+        snprintf(err, errlen, "%s %s: directory %s is not writable: %s", flag, path, dir, strerror(errno));
         rc = -1;
     }
     free(dir);
@@ -349,10 +354,102 @@ static int write_atomic(Export *x, const uint8_t *buf, size_t len)
     return 0;
 }
 
-static int finish(Export *x, RtCtx *c)
+/* a growing byte buffer for the safetensors header */
+typedef struct {
+    char *b;
+    size_t n, cap;
+    int oom;
+} Str;
+
+static void put(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Str *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0 || s->oom)
+        return;
+    if (s->n + (size_t)k + 1 > s->cap) {
+        size_t cap = (s->n + (size_t)k + 1) * 2;
+        char *q = realloc(s->b, cap);
+        if (!q) {
+            s->oom = 1;
+            return;
+        }
+        s->b = q;
+        s->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(s->b + s->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    s->n += (size_t)k;
+}
+
+/* rank 0, after patching: the patched initializers as a safetensors file */
+static int write_safetensors(Export *x, const char *path)
+{
+    Str h = {0};
+    size_t off = 0;
+    put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"}");
+    for (size_t i = 0; i < x->nrefs; i++) { /* refs are in name order */
+        const Onnx__TensorProto *t = x->refs[i].t;
+        int j = 0;
+        while (j < x->npatch && x->patch[j].t != t)
+            j++;
+        if (j == x->npatch)
+            continue; /* not trained and not written back: a constant of the model */
+        put(&h, ",\"");
+        for (const unsigned char *p = (const unsigned char *)x->refs[i].name; *p; p++)
+            if (*p == '"' || *p == '\\')
+                put(&h, "\\%c", *p);
+            else if (*p < 0x20 || *p == 0x7f)
+                put(&h, "\\u%04x", *p);
+            else
+                put(&h, "%c", *p);
+        put(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t->data_type == ONNX_FLOAT ? "F32" : "F64");
+        for (size_t d = 0; d < t->n_dims; d++)
+            put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + t->raw_data.len);
+        off += t->raw_data.len;
+    }
+    put(&h, "}");
+    while (!h.oom && h.n % 8)
+        put(&h, " ");
+    size_t total = 8 + h.n + off;
+    uint8_t *buf = h.oom ? NULL : malloc(total);
+    if (!buf) {
+        free(h.b);
+        return xfail(x, "out of memory writing the safetensors file (%zu bytes)", total);
+    }
+    for (int k = 0; k < 8; k++)
+        buf[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
+    memcpy(buf + 8, h.b, h.n);
+    size_t at = 8 + h.n;
+    for (size_t i = 0; i < x->nrefs; i++)
+        for (int j = 0; j < x->npatch; j++)
+            if (x->patch[j].t == x->refs[i].t) {
+                memcpy(buf + at, x->refs[i].t->raw_data.data, x->refs[i].t->raw_data.len);
+                at += x->refs[i].t->raw_data.len;
+            }
+    x->path = path;
+    x->flag = "--export-safetensors";
+    int rc = write_atomic(x, buf, total);
+    free(buf);
+    free(h.b);
+    return rc;
+}
+
+static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_path)
 {
     if (patch_params(x, c) != 0 || patch_state(x, c) != 0)
         return -1;
+    if (st_path && write_safetensors(x, st_path) != 0)
+        return -1;
+    if (!onnx_path)
+        return 0;
+    x->path = onnx_path;
+    x->flag = "--export-onnx";
     size_t len = onnx__model_proto__get_packed_size(x->mp);
     x->out = malloc(len ? len : 1);
     if (!x->out)
@@ -381,12 +478,13 @@ static void cleanup(Export *x, const RtModel *m)
     free(x->out);
 }
 
-int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_path)
+int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path)
 {
     const RtModel *m = c->m;
     Export x;
     memset(&x, 0, sizeof x);
-    x.path = path;
+    x.path = onnx_path ? onnx_path : st_path;
+    x.flag = onnx_path ? "--export-onnx" : "--export-safetensors";
     int ok = 1;
     if (c->rank == 0)
         ok = prepare(&x, c, init_fd, init_path) == 0;
@@ -399,10 +497,10 @@ int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_pat
             rt_ctl_gather(param, bytes, c->rank == 0 ? x.full[u] : NULL, 0);
         }
         if (c->rank == 0)
-            ok = finish(&x, c) == 0;
+            ok = finish(&x, c, onnx_path, st_path) == 0;
     }
     if (c->rank == 0 && !ok) {
-        fprintf(stderr, "%s: error: --export-onnx %s: %s\n", rt_prog, path, x.err);
+        fprintf(stderr, "%s: error: %s %s: %s\n", rt_prog, x.flag, x.path, x.err);
         fflush(stderr);
     }
     cleanup(&x, m);

@@ -470,11 +470,12 @@ static int load(Run *r, const char *argv0)
 static int open_outputs(Run *r)
 {
     const RtOpts *o = &r->o;
-    if (g_rank == 0 && o->export_path) {
-        char why[1024];
-        if (rt_export_check(r->ctx.m, o->export_path, why, sizeof why) != 0)
-            rt_err_set(1, "%s", why);
-    }
+    char why[1024];
+    if (g_rank == 0 && o->export_path && rt_export_check(r->ctx.m, "--export-onnx", o->export_path, why, sizeof why))
+        rt_err_set(1, "%s", why);
+    else if (g_rank == 0 && o->export_st &&
+             rt_export_check(r->ctx.m, "--export-safetensors", o->export_st, why, sizeof why))
+        rt_err_set(1, "%s", why);
     if (g_rank == 0 && o->metrics && !g_code) {
         r->mf = fopen(o->metrics, "w");
         if (!r->mf)
@@ -598,7 +599,8 @@ static int train(Run *r)
 static int finish(Run *r)
 {
     int status = 0;
-    if (r->o.export_path && rt_export_onnx(&r->ctx, r->o.export_path, r->init_fd, r->init_path) != 0)
+    if ((r->o.export_path || r->o.export_st) &&
+        rt_export(&r->ctx, r->o.export_path, r->o.export_st, r->init_fd, r->init_path) != 0)
         status = 1;
     if (g_rank == 0 && r->mf) {
         if (fclose(r->mf) != 0) {

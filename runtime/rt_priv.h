@@ -27,15 +27,16 @@ void rt_fatal_claim(void);
 /* "NAME: error: MESSAGE" on stderr, then rt_ctl_abort(code) */
 _Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* --export-onnx: collective over all ranks.  init_fd is the open init file.
- * Returns 0 on every rank if FILE was written, 1 on every rank otherwise
- * (the message has been printed by rank 0). */
-int rt_export_onnx(RtCtx *c, const char *path, int init_fd, const char *init_path);
+/* --export-onnx / --export-safetensors (either path may be NULL): collective
+ * over all ranks.  init_fd is the open init file.  Returns 0 on every rank if
+ * the files were written, 1 on every rank otherwise (the message has been
+ * printed by rank 0). */
+int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path);
 
 /* Start-up check on rank 0, so that a run does not train for hours and then
  * fail to export: the model is embedded and FILE's directory is writable.
  * Returns 0, or -1 with a one-line reason in err. */
-int rt_export_check(const RtModel *m, const char *path, char *err, size_t errlen);
+int rt_export_check(const RtModel *m, const char *flag, const char *path, char *err, size_t errlen);
 
 /* ------------------------------------------------ start-up errors (rt.c) */
 
@@ -73,6 +74,7 @@ typedef struct {
     const char *trace;        /* --trace FILE.json */
     int64_t trace_steps;      /* --trace-steps N (2) */
     const char *metrics, *export_path, *init;
+    const char *export_st;    /* --export-safetensors FILE */
     const char *out_dir;  /* eval: --out-dir */
     const char *tokens;       /* --tokens FILE.bin (uint16 token stream) */
     const char *token_inputs; /* --token-inputs INPUT,LABELS (NULL: the defaults) */

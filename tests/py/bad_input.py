@@ -143,6 +143,9 @@ def main():
     expect_error([exe, "--accum", "0"] + X, "--accum", code=(2,))
     expect_error([exe, "--accum-mode", "local"] + X, "--accum-mode local", "not supported yet", code=(2,))
     expect_error([exe, "--clip-grad-norm", "-1"] + X, "--clip-grad-norm", code=(2,))
+    expect_error([exe, "--export-safetensors", work] + X, "--export-safetensors", "is a directory")
+    expect_error([exe, "--export-safetensors", J("no", "dir", "w.safetensors")] + X, "--export-safetensors",
+                 "no/dir")
     expect_error([exe, "--lr-schedule", "linear"] + X, "--lr-schedule", "constant or cosine", code=(2,))
     expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine", code=(2,))
     expect_error([exe, "--lr-schedule", "cosine", "--warmup-steps", "4"] + X, "--warmup-steps 4", "--decay-steps",

@@ -6,6 +6,7 @@ PyTorch (Debian's 1.13, CPU) trains the model for 5 steps on a global batch
 of 12; fsdpc compiles the exported ONNX with the per-rank batch 12/W and runs
 it at W = 1, 2, 3, 4 ranks.  Losses and final weights must match PyTorch
 within 1e-5 (norm-wise relative), and per-rank model state must shrink as 1/W.
+The --export-safetensors file holds the same tensors as the ONNX export.
 Then the same executables at W = 1, 2, 3 with the run flags --clip-grad-norm
 and --lr-schedule cosine (warmup, decay, min-lr) for 8 steps against PyTorch's
 clip_grad_norm_ and a LambdaLR of the same schedule: losses and weights within
@@ -37,6 +38,28 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         return torch.sigmoid(self.fc3(torch.relu(self.fc2(torch.tanh(self.fc1(x))))))
+
+
+def read_safetensors(path):
+    """name -> array of a safetensors file, checked against the format: 8-byte header length, JSON header,
+    tensors back to back in the data section"""
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    check(n % 8 == 0 and 8 + n <= len(raw), "%s: header length %d" % (path, n))
+    hdr = json.loads(raw[8:8 + n])
+    out, end = {}, 0
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        dt = {"F32": np.float32, "F64": np.float64}[t["dtype"]]
+        arr = np.frombuffer(raw[8 + n + a:8 + n + b], dt)
+        check(arr.size == int(np.prod(t["shape"])), "%s: %s: %d elements for shape %s" % (path, name, arr.size,
+                                                                                         t["shape"]))
+        out[name] = arr.reshape(t["shape"])
+        end = max(end, b)
+    check(8 + n + end == len(raw), "%s: %d bytes past the tensors" % (path, len(raw) - 8 - n - end))
+    return out
 
 
 def export(model, path):
@@ -107,10 +130,10 @@ def main():
         run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", "mse:y,target",
              "--optimizer", opt_name, "--dim", "batch=%d" % (GLOBAL_B // world), "--wrap", "size:200",
              "--verify"])
-        metrics, out = exe + ".jsonl", exe + ".onnx"
+        metrics, out, st = exe + ".jsonl", exe + ".onnx", exe + ".safetensors"
         run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"),
-                           "--data", "target=" + os.path.join(work, "t.npy"),
-                           "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper))
+                           "--data", "target=" + os.path.join(work, "t.npy"), "--steps", str(STEPS),
+                           "--metrics", metrics, "--export-onnx", out, "--export-safetensors", st] + hyper))
         losses, mem = read_metrics(metrics)
         check(len(losses) == STEPS, "world %d: %d losses, expected %d" % (world, len(losses), STEPS))
         for s, (a, b) in enumerate(zip(losses, ref_losses)):
@@ -123,6 +146,9 @@ def main():
             e = rel_err(w[name], ref)
             check(e <= 1e-5, "world %d: weight '%s' differs from PyTorch by %.3g (relative)" % (world, name, e))
         check(mem is not None and mem["world"] == world, "world %d: no memory report" % world)
+        sw = read_safetensors(st)
+        check(sorted(sw) == sorted(w) and all(np.array_equal(sw[k], w[k]) for k in w),
+              "world %d: the safetensors export differs from the ONNX export: %s vs %s" % (world, sorted(sw), sorted(w)))
         state[world] = mem
         print("world %d: losses %s, state/rank %d of %d B" % (world, " ".join("%.6f" % l for l in losses),
                                                          mem["state_bytes"], mem["model_state_bytes"]))
