@@ -51,15 +51,33 @@ typedef struct {
     Node *out;
     int n;
     int *as16, *as32; /* per value: its Cast to bfloat16 / float32, -1 if none yet */
+    int *view;        /* per value: the Reshape / Identity (index in out) that made it of a float32 value */
 } Rewrite;
 
-/* the value v cast to dtype `to`, made once, before the node being emitted */
+/* the value v cast to dtype `to`, made once, before the node being emitted.
+ * A view (Reshape, Identity) of a value already cast to bfloat16 becomes the
+ * same view of that cast instead of a second cast (the backward's flattened
+ * operands of a Linear's weight gradient, say). */
 static int cast_of(Rewrite *w, int v, DType to)
 {
     int *cache = to == DT_BF16 ? w->as16 : w->as32;
     if (cache[v] >= 0)
         return cache[v];
     Graph *g = w->g;
+    if (to == DT_BF16 && w->view[v] >= 0 && w->as16[w->out[w->view[v]].in[0]] >= 0) {
+        Node n = w->out[w->view[v]];
+        Shape s = g->val[v].shape; /* ir_value may move g->val */
+        int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1)), *out = ir_alloc(sizeof(int));
+        memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
+        in[0] = w->as16[n.in[0]];
+        out[0] = ir_value(g, ir_fmt("%s.bf16", g->val[v].name), DT_BF16, &s, R_ACT);
+        n.in = in;
+        n.out = out;
+        n.nout = 1;
+        n.name = ir_fmt("%s.bf16", n.name);
+        w->out[w->n++] = n;
+        return cache[v] = out[0];
+    }
     Shape s = g->val[v].shape; /* ir_value may move g->val */
     int c = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
     Attr *a = ir_alloc(sizeof(Attr));
@@ -130,8 +148,9 @@ void pass_precision(Graph *g)
     w.out = ir_alloc(sizeof(Node) * (size_t)(room + 1));
     w.as16 = ir_alloc(sizeof(int) * (size_t)(nval + room));
     w.as32 = ir_alloc(sizeof(int) * (size_t)(nval + room));
+    w.view = ir_alloc(sizeof(int) * (size_t)(nval + room));
     for (int v = 0; v < nval + room; v++)
-        w.as16[v] = w.as32[v] = -1;
+        w.as16[v] = w.as32[v] = w.view[v] = -1;
     int nfwd = 0;
     for (int i = 0; i < nn; i++) {
         Node n = g->node[i];
@@ -144,6 +163,8 @@ void pass_precision(Graph *g)
                     in[j] = cast_of(&w, in[j], DT_BF16);
         } else if (moves_input0(n.op) && g->val[in[0]].dtype == DT_BF16) {
             g->val[n.out[0]].dtype = DT_BF16;
+        } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {
+            w.view[n.out[0]] = w.n; /* a later bfloat16 cast of its output may view in[0]'s instead */
         } else {
             for (int j = 0; j < n.nin; j++)
                 if (in[j] >= 0 && g->val[in[j]].dtype == DT_BF16 && !precision_reads_bf16(&n, j))
@@ -153,6 +174,24 @@ void pass_precision(Graph *g)
         if (i + 1 == g->nfwd)
             nfwd = w.n;
     }
-    ir_set_nodes(g, w.out, w.n);
+    /* a float32 view whose only reader now reads the view of the cast is dead: drop it, so that what it
+     * viewed is not kept alive for it */
+    int *uses = ir_alloc(sizeof(int) * (size_t)(g->nval + 1));
+    for (int i = 0; i < w.n; i++)
+        for (int j = 0; j < w.out[i].nin; j++)
+            if (w.out[i].in[j] >= 0)
+                uses[w.out[i].in[j]]++;
+    for (int k = 0; k < g->noutput; k++)
+        uses[g->output[k]]++;
+    int m = 0;
+    for (int i = 0; i < w.n; i++) {
+        const Node *n = &w.out[i];
+        int dead = (n->op == OP_Reshape || n->op == OP_Identity) && w.view[n->out[0]] == i && !uses[n->out[0]];
+        if (!dead)
+            w.out[m++] = w.out[i];
+        if (i + 1 == nfwd)
+            nfwd = m;
+    }
+    ir_set_nodes(g, w.out, m);
     g->nfwd = nfwd;
 }
