@@ -647,6 +647,12 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     int status = start_up(r, argv0);
     if (status == 0 && o->resume) {
         status = rt_ckpt_resume(&r->ctx, o->resume, &r->first, &r->data.pos);
+        if (status == 0 && o->dump_grads && r->first >= 1) { /* every rank knows r->first: no sync needed */
+            if (g_rank == 0)
+                fprintf(stderr, "%s: error: --dump-grads writes the gradients of step 1, but --resume %s continues "
+                                "after step %lld; drop one of them\n", rt_prog, o->resume, (long long)r->first);
+            status = 2;
+        }
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }

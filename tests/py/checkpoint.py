@@ -285,6 +285,12 @@ def main():
           "stderr should name %s:\n%s" % (p.returncode, empty, p.stderr[-2000:]))
     print("bad flags   --resume %s: exit %d: %s" % (os.path.basename(empty), p.returncode,
                                                    p.stderr.strip().splitlines()[0][:150]))
+    p, _, _ = train(4, "full", "bad_dump", ["--resume", D, "--steps", str(STEPS), "--dump-grads", J("grads")],
+                    expect_ok=False)
+    check(p.returncode == 2 and "--dump-grads" in p.stderr and "step 1" in p.stderr,
+          "--dump-grads with --resume past step 1: exit %d, expected 2 and a message:\n%s" % (p.returncode,
+                                                                                        p.stderr[-2000:]))
+    print("bad flags   --dump-grads + --resume: exit 2")
     p, _, _ = train(1, "grad_op", "bad_every", ["--steps", str(STEPS), "--ckpt-dir", J("every0"),
                                                 "--ckpt-every", "0"], expect_ok=False)
     check(p.returncode == 2, "--ckpt-every 0: exit %d, expected 2:\n%s" % (p.returncode, p.stderr[-2000:]))
