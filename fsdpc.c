@@ -36,10 +36,17 @@ static const char *usage =
     "  --wrap blocks           one unit per repeated block (NAME.<i>. in the parameter names, e.g.\n"
     "                          transformer.h.0., layer1.1.), the rest the root unit\n"
     "  --wrap prefix:A,B,...   one unit per name prefix (the first that matches), the rest the root\n"
+    "  --prefetch backward_pre|backward_post|none\n"
+    "                          when a unit's backward all-gather starts: before the previous unit's\n"
+    "                          gradients are computed (default), after its reduce-scatter starts, or\n"
+    "                          when needed (collectives run beside compute: a thread on cpu, a stream\n"
+    "                          on cuda)\n"
+    "  --forward-prefetch      start each forward all-gather while the unit before computes\n"
+    "  --max-inflight K        prefetch never keeps more than K gathered units live (default 2)\n"
     "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
     "                          optimizer state (repeatable; they stay whole constants on every rank)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
-    "                          precision fuse memplan)\n"
+    "                          precision fuse schedule memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
@@ -48,7 +55,7 @@ static const char *usage =
     "  --cc PATH               C compiler for the generated step\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
-                               "units", "shard", "precision", "fuse", "memplan", NULL};
+                               "units", "shard", "precision", "fuse", "schedule", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
 {
@@ -159,6 +166,13 @@ static void parse_args(Options *o, int argc, char **argv)
             } else {
                 fatal("--wrap '%s': expected size:N, blocks or prefix:A,B,...", v);
             }
+        } else if (!strcmp(a, "--prefetch")) {
+            static const char *const names[] = {"backward_pre", "backward_post", "none", NULL}; /* Prefetch order */
+            o->prefetch = (Prefetch)pick(a, VALUE(), names, "backward_pre, backward_post or none");
+        } else if (!strcmp(a, "--forward-prefetch")) {
+            o->forward_prefetch = 1;
+        } else if (!strcmp(a, "--max-inflight")) {
+            o->max_inflight = (int)parse_int("--max-inflight", VALUE(), 1);
         } else if (!strcmp(a, "--freeze")) {
             if (o->nfreeze == 64)
                 fatal("--freeze: at most 64 patterns");
@@ -170,7 +184,7 @@ static void parse_args(Options *o, int argc, char **argv)
                 ok |= !strcmp(passes[k], o->dump_after);
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard precision fuse memplan)", o->dump_after);
+                      "shard precision fuse schedule memplan)", o->dump_after);
         } else if (!strcmp(a, "--no-fuse")) {
             o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
@@ -239,6 +253,7 @@ static Graph *compile(const Options *o)
     RUN(shard);
     RUN(precision);
     RUN(fuse);
+    RUN(schedule);
     RUN(memplan);
     return g;
 }

@@ -9,6 +9,13 @@ backward + gradient averaging + AdamW; the table gives the median step time
 after one warm-up step, the ratio fsdpc/DDP, and per rank: the model state
 (parameters, gradients, AdamW's two moments: fsdpc's shards of 1/2, DDP's
 whole copies) and the peak resident memory of the rank process (VmHWM).
+
+fsdpc wraps one unit per transformer block (--wrap blocks) and runs twice
+from one executable: with its communication thread (the collectives overlap
+compute as the schedule pass placed them) and with FSDPC_COMM_THREAD=0 (each
+collective inside the step: no overlap).  A third run writes --trace for 2
+steps; "overlap" is the share of the collectives' time on the communication
+thread during which the step's thread computed (not waiting), rank 0, step 2.
 """
 import argparse
 import json
@@ -89,19 +96,32 @@ def ddp(d, L, T, B, work):
     return max(r["ms"] for r in rs), rs[0]["state"], max(r["hwm"] for r in rs)
 
 
-def fsdpc(model, d, L, T, B, work):
+def overlap_share(trace):
+    """rank 0, step 2: the share of the communication thread's busy time during which the step computed"""
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e["ph"] == "X" and e["pid"] == 0
+          and e["args"]["step"] == 2]
+    busy = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["tid"] == 0 and "(Wait)" not in e["name"]]
+    comm = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["tid"] == 1]
+    total = sum(b - a for a, b in comm)
+    both = sum(max(0.0, min(b, y) - max(a, x)) for a, b in comm for x, y in busy)
+    return both / total if total else 0.0
+
+
+def fsdpc(model, d, L, T, B, work, thread=True, trace=None):
     path = os.path.join(work, "gpt.onnx")
-    export(model, path, B=B // WORLD, T=T)
     exe = os.path.join(work, "train")
-    subprocess.run([args.fsdpc, path, "-o", exe, "--target", "cpu", "--loss", "cross_entropy:logits,labels",
-                    "--dim", "batch=%d" % (B // WORLD)], check=True, capture_output=True)
-    rng = np.random.default_rng(0)
-    rng.integers(0, VOCAB, (args.steps + 2) * B * T + 1).astype("<u2").tofile(os.path.join(work, "tok.bin"))
+    if not os.path.exists(exe):
+        export(model, path, B=B // WORLD, T=T)
+        subprocess.run([args.fsdpc, path, "-o", exe, "--target", "cpu", "--loss", "cross_entropy:logits,labels",
+                        "--dim", "batch=%d" % (B // WORLD), "--wrap", "blocks"], check=True, capture_output=True)
+        rng = np.random.default_rng(0)
+        rng.integers(0, VOCAB, (args.steps + 2) * B * T + 1).astype("<u2").tofile(os.path.join(work, "tok.bin"))
     m = os.path.join(work, "m.jsonl")
     # each rank's peak resident memory: GNU time's %M (Debian package "time")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(WORLD), "-x", "OPENBLAS_NUM_THREADS=1",
-           "-x", "OMP_NUM_THREADS=1", "/usr/bin/time", "-f", "HWM %M", exe, "--tokens", os.path.join(work, "tok.bin"),
-           "--steps", str(args.steps + 1), "--lr", "1e-4", "--metrics", m, "--quiet"]
+           "-x", "OMP_NUM_THREADS=1", "-x", "FSDPC_COMM_THREAD=%d" % thread, "/usr/bin/time", "-f", "HWM %M", exe,
+           "--tokens", os.path.join(work, "tok.bin"), "--steps", str(2 if trace else args.steps + 1), "--lr", "1e-4",
+           "--metrics", m, "--quiet"] + (["--trace", trace] if trace else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
                                                                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
     if p.returncode != 0:
@@ -122,18 +142,21 @@ def main():
         ddp_rank()
         return
     print("2 ranks x 1 thread each; %d timed steps after 1 warm-up; global batch B, B/2 per rank" % args.steps)
-    print("%-14s %9s | %9s %9s %6s | %12s %12s | %12s %12s" % (
-        "d/L/T/B", "params", "DDP ms", "fsdpc ms", "ratio", "DDP state", "fsdpc state", "DDP peak RSS",
-        "fsdpc RSS"))
+    print("%-14s %9s | %9s %9s %6s | %12s %8s | %12s %12s | %12s %12s" % (
+        "d/L/T/B", "params", "DDP ms", "fsdpc ms", "ratio", "no-thread ms", "overlap", "DDP state", "fsdpc state",
+        "DDP peak RSS", "fsdpc RSS"))
     for d, L, T, B in SIZES:
         model = model_of(d, L, T)
         n = sum(p.numel() for p in model.parameters())
         with tempfile.TemporaryDirectory() as work:
             f_ms, f_state, f_hwm = fsdpc(model, d, L, T, B, work)
+            s_ms = fsdpc(model, d, L, T, B, work, thread=False)[0]
+            fsdpc(model, d, L, T, B, work, trace=os.path.join(work, "t.json"))
+            share = overlap_share(os.path.join(work, "t.json"))
             t_ms, t_state, t_hwm = ddp(d, L, T, B, work)
-        print("%-14s %9d | %9.1f %9.1f %6.2f | %10.1f MB %10.1f MB | %10.1f MB %10.1f MB" % (
-            "%d/%d/%d/%d" % (d, L, T, B), n, t_ms, f_ms, f_ms / t_ms, t_state / 1e6, f_state / 1e6, t_hwm / 1e6,
-            f_hwm / 1e6))
+        print("%-14s %9d | %9.1f %9.1f %6.2f | %12.1f %7.0f%% | %10.1f MB %10.1f MB | %10.1f MB %10.1f MB" % (
+            "%d/%d/%d/%d" % (d, L, T, B), n, t_ms, f_ms, f_ms / t_ms, s_ms, 100 * share, t_state / 1e6,
+            f_state / 1e6, t_hwm / 1e6, f_hwm / 1e6))
 
 
 if __name__ == "__main__":

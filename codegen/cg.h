@@ -45,6 +45,8 @@ const char *cg_unary_params(Op op, const Node *n);
  * cg_fused_names (cg_nfused of them) */
 void cg_emit_fused(Buf *b, const Graph *g, const Node *n);
 extern Buf cg_fused_src;
+/* the jobs of the scheduled collectives (static functions, before the step) */
+extern Buf cg_jobs;
 extern int cg_nfused;
 
 /* op families (codegen/emit_*.c): emit n and return 1, or return 0 if n is

@@ -210,6 +210,89 @@ const char *cg_unary_op(Op op)
     }
 }
 
+/* After the reduce-scatter of flat gradient x into this rank's piece of it: the gradient shard y is that
+ * piece (micro-step 0) or the sum of the micro-steps' (--accum-mode comm); with --accum-mode local (c->dev_acc)
+ * the piece of the unit's summed gradient, after the last micro-step only */
+static void emit_grad_accum(Buf *b, const Graph *g, int x, int y, int unit)
+{
+    DType dt = g->val[x].dtype;
+    const char *T = cg_ctype(dt);
+    cg_put(b, "    if (!c->dev_acc || c->micro + 1 == c->accum)\n");
+    cg_put(b, "      k_grad_accum_%s(%s, (%s *)((c->dev_acc ? c->dev_acc[%d] : (char *)%s) + (int64_t)c->srank * "
+           "c->shard_len[%d] * %d), c->shard_len[%d], c->dev_acc ? 0 : c->micro);\n", cg_sfx(dt), cg_ptr(g, y), T,
+           unit, cg_ptr(g, x), unit, (int)dtype_size(dt), unit);
+}
+
+/* the collective's own code: the calls its job runs */
+static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
+{
+    int x = n->in[0], y = n->out[0];
+    DType dt = g->val[y].dtype;
+    int64_t ny = value_numel(g, y);
+    switch (n->op) {
+    case OP_AllGather:
+        if (g->val[x].dtype != dt) { /* --precision: round this rank's piece into place, gather in place */
+            cg_put(b, "    { char *mine = (char *)%s + (int64_t)c->srank * c->shard_len[%d] * %d;\n", cg_ptr(g, y),
+                n->unit, (int)dtype_size(dt));
+            cg_put(b, "      k_cast(%s, mine, %s, %s, c->shard_len[%d]);\n", cg_kdt(dt), cg_kdt(g->val[x].dtype),
+                cg_ptr(g, x), n->unit);
+            cg_put(b, "      rt_allgather(c, %s, mine, c->shard_len[%d], %d); }\n", cg_ptr(g, y), n->unit, dt);
+            break;
+        }
+        cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
+        break;
+    case OP_ReduceScatter: {
+        /* in place, into this rank's piece of the flat gradient (accumulated into the shard after it);
+         * --accum-mode local: summed into the unit's unsharded gradient, which is reduced after the last
+         * micro-step */
+        dt = g->val[x].dtype;
+        const char *T = cg_ctype(dt);
+        int64_t numel = g->unit[n->unit].numel;
+        cg_put(b, "    %s *full = %s;\n", T, cg_ptr(g, x));
+        cg_put(b, "    if (c->dev_acc) {\n      k_grad_accum_%s((%s *)c->dev_acc[%d], full, %lld, c->micro);\n"
+               "      if (c->micro + 1 < c->accum)\n        return;\n      full = (%s *)c->dev_acc[%d];\n    }\n",
+               cg_sfx(dt), T, n->unit, (long long)numel, T, n->unit);
+        cg_put(b, "    %s *mine = (%s *)((char *)full + (int64_t)c->srank * c->shard_len[%d] * %d);\n", T, T, n->unit,
+            (int)dtype_size(dt));
+        if (n->nout == 2) /* --reduce-dtype bf16: reduced in the bf16 buffer */
+            cg_put(b, "    rt_reduce_scatter_avg_bf16(c, mine, full, %s, %lld, c->shard_len[%d]);\n",
+                cg_ptr(g, n->out[1]), (long long)numel, n->unit);
+        else
+            cg_put(b, "    rt_reduce_scatter_avg(c, mine, full, %lld, c->shard_len[%d], %d);\n", (long long)numel,
+                n->unit, dt);
+        break;
+    }
+    default: { /* AllReduce: the gradient norm's (a sum) runs only when clipping */
+        const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
+        if (ir_attr_i(n, "sum", 0))
+            cg_put(b, "    if (c->clip_norm > 0) {\n");
+        cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
+            (long long)(ny * (int64_t)dtype_size(dt)));
+        cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
+            (long long)ny, dt);
+        if (ir_attr_i(n, "sum", 0))
+            cg_put(b, "    }\n");
+    }
+    }
+}
+
+Buf cg_jobs;
+
+/* A collective becomes a job, a function of its own that rt_coll_start
+ * runs beside the step (the communication thread, the collective stream);
+ * its Wait node (the schedule pass's) waits for it. */
+static void emit_collective(Buf *b, const Graph *g, const Node *n)
+{
+    if (!ir_attr(n, "tag"))
+        die("collective '%s' was not scheduled", n->name);
+    int tag = (int)ir_attr_i(n, "tag", -1);
+    cg_put(&cg_jobs, "/* %s */\nstatic void coll%d(RtCtx *c)\n{\n    char *A = c->dev_arena;\n    (void)A;\n",
+        cg_comment(n->name), tag);
+    emit_collective_body(&cg_jobs, g, n);
+    cg_put(&cg_jobs, "}\n\n");
+    cg_put(b, "    rt_coll_start(c, %d, %d, coll%d);\n", tag, (int)(n - g->node), tag);
+}
+
 /* p0, p1 as C text (infinities spelled so the C compiler takes them) */
 const char *cg_unary_params(Op op, const Node *n)
 {
@@ -331,45 +414,14 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_Ones: /* the seed: --accum averages the micro-steps, as the ranks are averaged */
         cg_put(b, "    k_fill_%s(%s, 1.0 / (double)c->accum, %lld);\n", s, cg_ptr(g, y), (long long)ny);
         break;
-    case OP_AllGather:
-        if (g->val[x].dtype != dt) { /* --precision: round this rank's piece into place, gather in place */
-            cg_put(b, "    { char *mine = (char *)%s + (int64_t)c->rank * c->shard_len[%d] * %d;\n", cg_ptr(g, y),
-                n->unit, (int)dtype_size(dt));
-            cg_put(b, "      k_cast(%s, mine, %s, %s, c->shard_len[%d]);\n", cg_kdt(dt), cg_kdt(g->val[x].dtype),
-                cg_ptr(g, x), n->unit);
-            cg_put(b, "      rt_allgather(c, %s, mine, c->shard_len[%d], %d); }\n", cg_ptr(g, y), n->unit, dt);
-            break;
-        }
-        cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
+    case OP_AllGather: case OP_ReduceScatter: case OP_AllReduce:
+        emit_collective(b, g, n);
         break;
-    case OP_ReduceScatter: {
-        /* in place, into this rank's piece of the flat gradient; then accumulated into the gradient shard
-         * (--accum: the shard holds the sum of the micro-steps') */
-        const char *T = cg_ctype(dt);
-        cg_put(b, "    { %s *mine = (%s *)((char *)%s + (int64_t)c->srank * c->shard_len[%d] * %d);\n", T, T, cg_ptr(g, x),
-            n->unit, (int)dtype_size(dt));
-        if (n->nout == 2) /* --reduce-dtype bf16: reduced in the bf16 buffer */
-            cg_put(b, "      rt_reduce_scatter_avg_bf16(c, mine, %s, %s, %lld, c->shard_len[%d]);\n", cg_ptr(g, x),
-                cg_ptr(g, n->out[1]), (long long)g->unit[n->unit].numel, n->unit);
-        else
-            cg_put(b, "      rt_reduce_scatter_avg(c, mine, %s, %lld, c->shard_len[%d], %d);\n", cg_ptr(g, x),
-                (long long)g->unit[n->unit].numel, n->unit, dt);
-        cg_put(b, "      k_grad_accum_%s(%s, mine, c->shard_len[%d], c->micro); }\n", s, cg_ptr(g, y), n->unit);
+    case OP_Wait:
+        cg_put(b, "    rt_coll_wait(c, %lld);\n", (long long)ir_attr_i(n, "tag", -1));
+        if (ir_attr_i(n, "of", -1) == OP_ReduceScatter) /* in: flat gradient, gradient shard[, bf16 copy] */
+            emit_grad_accum(b, g, n->in[0], n->in[1], n->unit);
         break;
-    }
-    case OP_AllReduce: {
-        /* the gradient norm's (a sum) runs only when clipping */
-        const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
-        if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    if (c->clip_norm > 0) {\n");
-        cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
-            (long long)(ny * (int64_t)dtype_size(dt)));
-        cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
-            (long long)ny, dt);
-        if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    }\n");
-        break;
-    }
     case OP_GradNormSq:
         cg_put(b, "    if (c->clip_norm > 0) {\n");
         for (int i = 0; i < n->nin; i++)

@@ -208,6 +208,7 @@ static Buf emit_step(const Graph *g)
     cg_ncheck = 0;
     cg_nfused = 0;
     cg_fused_src = (Buf){0};
+    cg_jobs = (Buf){0};
     cg_put(&body, "static void step(RtCtx *c)\n{\n    char *A = c->dev_arena;\n");
     if (!cg_cuda)
         cg_put(&body, "    if (c->trace) rt_trace(c, -1);\n");
@@ -217,7 +218,10 @@ static Buf emit_step(const Graph *g)
             cg_put(&body, "    if (c->trace) rt_trace(c, %d);\n", i);
     }
     cg_put(&body, "}\n\n");
-    return body;
+    if (!cg_jobs.len)
+        return body;
+    cg_put(&cg_jobs, "%s", body.buf);
+    return cg_jobs;
 }
 
 static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images, int nimage)
@@ -246,14 +250,11 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     int nparam = 0;
     for (int u = 0; u < g->nunit; u++)
         nparam += g->unit[u].nparams;
-    /* --trace: every node's name and whether it is a collective */
+    /* --trace: every node's name */
     cg_put(&b, "static const char *const trace_name[] = {\n");
     for (int i = 0; i < g->nnode; i++)
         cg_put(&b, "    %s,\n", cg_cstr(ir_fmt("%s (%s)", g->node[i].name, op_info[g->node[i].op].name)));
-    cg_put(&b, "    0\n};\nstatic const unsigned char trace_coll[] = {");
-    for (int i = 0; i < g->nnode; i++)
-        cg_put(&b, "%s%d", i ? ", " : "", (op_info[g->node[i].op].flags & F_COLL) != 0);
-    cg_put(&b, "%s};\n", g->nnode ? "" : "0");
+    cg_put(&b, "    0\n};\n");
     cg_put(&b, "static const int slot_esize[] = {");
     for (int s = 0; s < g->nslot; s++)
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_esize[s]);
@@ -280,7 +281,8 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
-    cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .trace_coll = trace_coll,\n", g->nnode);
+    cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
+        g->ncoll);
     if (cg_cuda)
         cg_put(&b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
                "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);

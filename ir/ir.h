@@ -152,6 +152,8 @@ typedef enum { PREC_FP32, PREC_BF16 } Precision;
  * (every rank the whole model: DDP), HYBRID_SHARD (shard inside groups of
  * Options.hybrid consecutive ranks, replicate across groups) */
 typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardMode;
+/* --prefetch: when a backward gather starts (passes/schedule.c) */
+typedef enum { PREFETCH_PRE, PREFETCH_POST, PREFETCH_NONE } Prefetch;
 
 typedef struct {
     const char *model;       /* path of the .onnx */
@@ -182,6 +184,9 @@ typedef struct {
     Precision reduce_dtype;  /* --reduce-dtype: the dtype gradients are reduced in */
     ShardMode shard;         /* --shard */
     int hybrid;              /* --shard hybrid:F: F, the ranks of a shard group */
+    Prefetch prefetch;       /* --prefetch backward_pre|backward_post|none */
+    int forward_prefetch;    /* --forward-prefetch */
+    int max_inflight;        /* --max-inflight K: gathered buffers live at once by prefetch (0: 2) */
 } Options;
 
 typedef struct {
@@ -195,6 +200,7 @@ typedef struct {
     int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
+    int ncoll;                  /* schedule: collectives (tags 0 .. ncoll-1) */
     int nslot;                  /* memplan: number of unit-sized slots */
     int *slot_esize;            /* memplan: bytes per element of each slot (bf16 gathers: 2) */
     int64_t arena_bytes;        /* memplan: W-independent part of the arena */
@@ -256,6 +262,7 @@ void pass_shard(Graph *g);
 void pass_precision(Graph *g);
 int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16? */
 void pass_fuse(Graph *g);
+void pass_schedule(Graph *g);
 void pass_memplan(Graph *g);
 
 /* passes/autodiff.c: what gradient rules build with.  Each returns the new

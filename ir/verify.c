@@ -3,7 +3,9 @@
  * Checks: ids in range; op arity as in ops.def; single assignment (one
  * producer per value); topological order (a value is produced before it is
  * read, or needs no producer: inputs, constants, parameters, shards); after
- * the shape pass every value a node touches has a dtype.  A failure is a bug
+ * the shape pass every value a node touches has a dtype; after schedule
+ * every asynchronous collective has one later Wait, and no node between
+ * the two touches what it writes or writes what it reads.  A failure is a bug
  * in the pass named, never a user error: it aborts through die().
  */
 #include "ir.h"
@@ -26,6 +28,57 @@ static void check_value_id(const Graph *g, const Node *n, int v, const char *aft
     if (v < 0 || v >= g->nval)
         die("after %s: node '%s' (%s) refers to value %d of %d", after, n->name,
             op_info[n->op].name, v, g->nval);
+}
+
+static int root_of(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
+
+/* does n write buffer r (its outputs, and the inputs of in-place updates
+ * and reduce-scatters)? */
+static int writes_root(const Graph *g, const Node *n, int r)
+{
+    for (int j = 0; j < n->nout; j++)
+        if (root_of(g, n->out[j]) == r)
+            return 1;
+    int inplace = (op_info[n->op].flags & F_OPT) ? n->nin : n->op == OP_Assign || n->op == OP_ReduceScatter;
+    for (int j = 0; j < inplace && j < n->nin; j++)
+        if (n->in[j] >= 0 && root_of(g, n->in[j]) == r)
+            return 1;
+    return 0;
+}
+
+/* does b write a buffer that a touches? */
+static int clobbers(const Graph *g, const Node *a, const Node *b)
+{
+    for (int j = 0; j < a->nin + a->nout; j++) {
+        int v = j < a->nin ? a->in[j] : a->out[j - a->nin];
+        if (v >= 0 && writes_root(g, b, root_of(g, v)))
+            return 1;
+    }
+    return 0;
+}
+
+static int race(const Graph *g, const Node *a, const Node *b) { return clobbers(g, a, b) || clobbers(g, b, a); }
+
+/* the asynchronous collectives (attr tag) against the nodes until their Wait */
+static void check_waits(const Graph *g, const char *after)
+{
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *c = &g->node[i];
+        if (!(op_info[c->op].flags & F_COLL) || !ir_attr(c, "tag"))
+            continue;
+        int64_t tag = ir_attr_i(c, "tag", -1);
+        int j = i + 1;
+        for (; j < g->nnode; j++) {
+            const Node *n = &g->node[j];
+            if (n->op == OP_Wait && ir_attr_i(n, "tag", -1) == tag)
+                break;
+            if (race(g, c, n))
+                die("after %s: node '%s' (%s) runs while collective '%s' is in flight and touches its buffers", after,
+                    n->name, op_info[n->op].name, c->name);
+        }
+        if (j == g->nnode)
+            die("after %s: collective '%s' (tag %lld) is never waited for", after, c->name, (long long)tag);
+    }
 }
 
 void ir_verify(const Graph *g, const char *after)
@@ -78,6 +131,7 @@ void ir_verify(const Graph *g, const char *after)
                 die("after %s: value '%s' has no dtype", after, g->val[v].name);
         }
     }
+    check_waits(g, after);
     if (g->loss >= 0 && !made[g->loss])
         die("after %s: the loss '%s' is never produced", after, g->val[g->loss].name);
     for (int v = 0; v < g->nval; v++) {

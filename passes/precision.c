@@ -40,7 +40,7 @@ static int moves_input0(Op op)
 int precision_reads_bf16(const Node *n, int input)
 {
     switch (n->op) {
-    case OP_MatMul: case OP_Free: return 1;
+    case OP_MatMul: case OP_Free: case OP_Wait: return 1;
     case OP_Cast: return input == 0;
     default: return input == 0 && moves_input0(n->op);
     }

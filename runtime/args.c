@@ -133,8 +133,10 @@ void rt_usage(const RtModel *m)
            "                          every node of every rank, compute and collectives apart (cpu)\n"
            "  --trace-steps N         steps traced (default 2)\n"
            "  --accum K               gradient accumulation: each step runs K micro-steps of the batch\n"
-           "                          this was built for, reduce-scatters each into the gradient shards\n"
-           "                          (--accum-mode comm) and updates once: as a batch K times larger\n"
+           "                          this was built for and updates once: as a batch K times larger\n"
+           "  --accum-mode comm|local comm (default): each micro-step's gradient is reduce-scattered into\n"
+           "                          the gradient shards; local: summed in an unsharded gradient per unit\n"
+           "                          (more memory), reduce-scattered once, after the last micro-step\n"
            "  --ckpt-dir DIR          sharded checkpoints DIR/step-NNNNNNNN (DIR/latest names the newest\n"
            "                          complete one) after every --ckpt-every K-th step and the last\n"
            "  --resume PATH           continue from a checkpoint (PATH, or a --ckpt-dir's latest): at\n"
@@ -268,11 +270,9 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--accum") == 0) {
         rc = parse_int(flag, val, 1, &o->accum);
     } else if (strcmp(flag, "--accum-mode") == 0) {
-        if (strcmp(val, "local") == 0) {
-            rt_err_set(2, "--accum-mode local (unsharded gradients kept over the micro-steps) is not supported yet; "
-                          "comm, the default, reduce-scatters every micro-step");
-            rc = -1;
-        } else if (strcmp(val, "comm") != 0) {
+        if (strcmp(val, "local") == 0 || strcmp(val, "comm") == 0) {
+            o->accum_local = val[0] == 'l';
+        } else {
             rt_err_set(2, "--accum-mode expects comm or local, got '%s' (see --help)", val);
             rc = -1;
         }

@@ -226,9 +226,11 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb)
     return na > 0 && nb > 0 && x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
 }
 
-/* cu.comm waits for the work enqueued on cu.compute so far */
+/* cu.comm waits for the work enqueued on cu.compute so far (inside a job: it did already) */
 static void fork_comm(void)
 {
+    if (cu.cur == cu.comm)
+        return;
     CU_CHECK(cudaEventRecord(cu.ev_fork, cu.compute));
     CU_CHECK(cudaStreamWaitEvent(cu.comm, cu.ev_fork, 0));
 }
@@ -236,6 +238,8 @@ static void fork_comm(void)
 /* cu.compute waits for the collective */
 static void join_comm(void)
 {
+    if (cu.cur == cu.comm)
+        return; /* inside a job: at its Wait */
     CU_CHECK(cudaEventRecord(cu.ev_join, cu.comm));
     CU_CHECK(cudaStreamWaitEvent(cu.compute, cu.ev_join, 0));
     cu_debug_sync("a collective");
@@ -350,4 +354,31 @@ void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
 void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype)
 {
     allreduce(c, x, n, dtype, ncclSum, "rt_allreduce_sum");
+}
+
+/* A scheduled collective: its job's kernels, copies and NCCL calls go on
+ * cu.comm after everything cu.compute holds so far; cu.compute waits for its
+ * end at rt_coll_wait.  Jobs run in start order on the one stream. */
+void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))
+{
+    (void)node;
+    if (tag < 0 || tag >= c->m->ncoll || cu.cur != cu.compute)
+        rt_step_fail(c, "rt_coll_start: internal error: tag %d of %d (nested: %d)", tag, c->m->ncoll,
+                     cu.cur != cu.compute);
+    CU_CHECK(cudaEventRecord(cu.ev_fork, cu.compute));
+    CU_CHECK(cudaStreamWaitEvent(cu.comm, cu.ev_fork, 0));
+    cu.cur = cu.comm;
+    job(c);
+    cu.cur = cu.compute;
+    CU_CHECK(cudaEventRecord(cu.ev_coll[tag], cu.comm));
+    cu.coll_forked[tag] = 1;
+}
+
+void rt_coll_wait(RtCtx *c, int tag)
+{
+    if (tag < 0 || tag >= c->m->ncoll || !cu.coll_forked[tag])
+        rt_step_fail(c, "rt_coll_wait: internal error: tag %d was not started", tag);
+    CU_CHECK(cudaStreamWaitEvent(cu.compute, cu.ev_coll[tag], 0));
+    cu.coll_forked[tag] = 0;
+    cu_debug_sync("a collective");
 }

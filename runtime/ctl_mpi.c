@@ -15,7 +15,7 @@
 #include "rt_mpi.h"
 #include "rt_priv.h"
 
-static int g_rank, g_world = 1, g_local, g_up;
+static int g_rank, g_world = 1, g_local, g_up, g_serialized;
 static pthread_t g_main_thread;
 
 _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
@@ -52,12 +52,14 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
     (void)rendezvous; /* mpirun / srun did it */
     g_main_thread = pthread_self();
     int provided = 0;
-    /* FUNNELED: kernels may run OpenMP threads; only this thread calls MPI */
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    /* SERIALIZED: the step's collectives run on the communication thread
+     * (dev_host.c), the rest of MPI on this one, never both at once */
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) {
         snprintf(err, errlen, "MPI_Init failed (error %d)", rc);
         return -1;
     }
+    g_serialized = provided >= MPI_THREAD_SERIALIZED;
     g_up = 1;
     RT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
@@ -76,6 +78,8 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
 }
 
 int rt_ctl_local_rank(void) { return g_local; }
+
+int rt_ctl_threads(void) { return g_serialized; }
 
 void rt_ctl_finalize(void)
 {

@@ -1008,6 +1008,8 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
 
 int rt_ctl_local_rank(void) { return g.local; }
 
+int rt_ctl_threads(void) { return 1; } /* every operation holds g.lock */
+
 void rt_ctl_finalize(void)
 {
     if (!g.up)

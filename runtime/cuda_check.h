@@ -9,10 +9,13 @@
  * use these macros.
  *
  * Streams: every kernel, cuBLASLt call, copy and fill of the step goes on
- * cu.compute; NCCL runs on cu.comm, forked from and joined back into
- * cu.compute with the events ev_fork / ev_join (comm_nccl.c).  Nothing else
- * is ever enqueued, so stream order on cu.compute is the program order of
- * the generated step.
+ * cu.cur: cu.compute, except inside a collective's job (rt_coll_start,
+ * comm_nccl.c), where it is cu.comm.  A job forks cu.comm from cu.compute
+ * (ev_fork) and records its own event (ev_coll[tag]), which cu.compute waits
+ * for at the job's Wait (rt_coll_wait); a collective outside a job joins back
+ * at once (ev_join).  Nothing else is ever enqueued, so stream order is the
+ * program order of the generated step, and a captured step has the same
+ * dependencies.
  */
 #ifndef FSDPC_CUDA_CHECK_H
 #define FSDPC_CUDA_CHECK_H
@@ -41,6 +44,9 @@ typedef struct {
     cudaStream_t compute;      /* the step */
     cudaStream_t comm;         /* NCCL */
     cudaEvent_t ev_fork, ev_join;
+    cudaStream_t cur;          /* where the step's work goes now: compute, or comm inside a job */
+    cudaEvent_t *ev_coll;      /* m->ncoll: each collective's end (rt_coll_start / rt_coll_wait) */
+    unsigned char *coll_forked; /* m->ncoll: its job enqueued work on comm */
     cublasLtHandle_t lt;
     void *ws;                  /* cuBLASLt workspace */
     size_t ws_bytes;

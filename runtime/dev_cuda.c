@@ -54,8 +54,12 @@ CuRt cu;
 
 static int g_use_graph = 1;
 static int64_t g_nstep;              /* rt_dev_step calls so far */
-static cudaGraphExec_t g_exec;
-static char **g_dev_slot, **g_dev_shard; /* the arrays behind c->dev_slot / dev_shard */
+/* the captured step; [1]: a micro-step of --accum-mode local that only sums its gradients (the step's host
+ * code branches on it: no reduce-scatter) */
+static cudaGraphExec_t g_graphs[2];
+static int g_phase;
+#define g_exec g_graphs[g_phase]
+static char **g_dev_slot, **g_dev_shard, **g_dev_acc; /* the arrays behind c->dev_slot / dev_shard / dev_acc */
 static size_t g_mem_total, g_mem_base_used, g_mem_peak_used; /* cudaMemGetInfo samples */
 
 /* ------------------------------------------------------------------ errors */
@@ -366,6 +370,13 @@ static int create_handles(const RtModel *m, char *err, size_t errlen)
     TRY(cudaStreamCreateWithPriority(&cu.comm, cudaStreamNonBlocking, greatest), "creating streams");
     TRY(cudaEventCreateWithFlags(&cu.ev_fork, cudaEventDisableTiming), "creating events");
     TRY(cudaEventCreateWithFlags(&cu.ev_join, cudaEventDisableTiming), "creating events");
+    cu.cur = cu.compute;
+    cu.ev_coll = calloc((size_t)m->ncoll + 1, sizeof *cu.ev_coll);
+    cu.coll_forked = calloc((size_t)m->ncoll + 1, 1);
+    if (!cu.ev_coll || !cu.coll_forked)
+        return reason(err, errlen, "out of host memory for %d collective events", m->ncoll);
+    for (int k = 0; k < m->ncoll; k++)
+        TRY(cudaEventCreateWithFlags(&cu.ev_coll[k], cudaEventDisableTiming), "creating events");
     cublasStatus_t s = cublasLtCreate(&cu.lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         cu.lt = NULL;
@@ -487,7 +498,8 @@ int rt_dev_attach(RtCtx *c, char *base, int64_t bytes, char *err, size_t errlen)
             cu.dev_base = NULL;
         } else if ((g_dev_slot = calloc((size_t)(m->nslot > 0 ? m->nslot : 1), sizeof *g_dev_slot)) == NULL ||
                    (g_dev_shard = calloc((size_t)(m->nunit > 0 ? m->nunit : 1) * RT_NSTATE, sizeof *g_dev_shard)) ==
-                       NULL) {
+                       NULL ||
+                   (c->acc && (g_dev_acc = calloc((size_t)m->nunit + 1, sizeof *g_dev_acc)) == NULL)) {
             snprintf(why, sizeof why, "out of memory");
         } else if ((e = cudaMemcpy(cu.dev_base, base, (size_t)bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
                    /* from pageable memory cudaMemcpy returns once the bytes are staged, its DMA maybe still
@@ -502,8 +514,11 @@ int rt_dev_attach(RtCtx *c, char *base, int64_t bytes, char *err, size_t errlen)
                 g_dev_slot[i] = twin(c->slot[i]);
             for (int i = 0; i < m->nunit * RT_NSTATE; i++)
                 g_dev_shard[i] = twin(c->shard[i]);
+            for (int u = 0; c->acc && u < m->nunit; u++)
+                g_dev_acc[u] = twin(c->acc[u]);
             c->dev_slot = g_dev_slot;
             c->dev_shard = g_dev_shard;
+            c->dev_acc = g_dev_acc;
             ok = 1;
         }
     }
@@ -607,6 +622,7 @@ void rt_dev_step(RtCtx *c)
         CU_CHECK(cudaMemsetAsync(cu.check_dev, 0xff, (size_t)cu.ncheck * sizeof(int64_t), cu.compute));
 
     int graph = g_use_graph && !m->eval;
+    g_phase = c->acc && c->micro + 1 < c->accum;
     if (!graph || g_nstep == 0)
         run_step(c, 0);
     else if (!g_exec)
@@ -652,9 +668,12 @@ void rt_dev_finish(RtCtx *c)
     if (cu.up)
         RELEASE(cudaDeviceSynchronize());
     report_memory();
-    if (g_exec)
-        RELEASE(cudaGraphExecDestroy(g_exec));
-    g_exec = NULL;
+    for (g_phase = 0; g_phase < 2; g_phase++) {
+        if (g_exec)
+            RELEASE(cudaGraphExecDestroy(g_exec));
+        g_exec = NULL;
+    }
+    g_phase = 0;
     if (strict)
         cu_nccl_destroy();
     else
@@ -679,6 +698,13 @@ void rt_dev_finish(RtCtx *c)
     }
     if (cu.ev_join)
         RELEASE(cudaEventDestroy(cu.ev_join));
+    for (int k = 0; cu.ev_coll && cu.m && k < cu.m->ncoll; k++)
+        if (cu.ev_coll[k])
+            RELEASE(cudaEventDestroy(cu.ev_coll[k]));
+    free(cu.ev_coll);
+    free(cu.coll_forked);
+    cu.ev_coll = NULL;
+    cu.coll_forked = NULL;
     if (cu.ev_fork)
         RELEASE(cudaEventDestroy(cu.ev_fork));
     if (cu.comm)
@@ -691,7 +717,8 @@ void rt_dev_finish(RtCtx *c)
     free(cu.smem_limit);
     free(g_dev_slot);
     free(g_dev_shard);
-    g_dev_slot = g_dev_shard = NULL;
+    free(g_dev_acc);
+    g_dev_slot = g_dev_shard = g_dev_acc = NULL;
     if (c) {
         c->dev_arena = NULL;
         c->dev_slot = NULL;

@@ -1,6 +1,7 @@
 /* kc_rt.c — the runtime half of kernels/cuda/kc.h: launches, the step's
  * device scalars and check slots, GEMM through cuBLASLt, copies and fills.
- * Everything is enqueued on cu.compute and nothing here waits for the GPU
+ * Everything is enqueued on cu.cur (cu.compute, or cu.comm inside a collective's
+ * job: cuda_check.h) and nothing here waits for the GPU
  * (but FSDPC_CUDA_SYNC=1, which waits after every launch to name a failing
  * kernel), so every function may be recorded into a CUDA Graph.
  *
@@ -52,7 +53,7 @@ void kc_launch(int kernel, unsigned grid, unsigned block, unsigned smem, void **
         cu.smem_limit[kernel] = (int)smem;
     }
     dim3 g = {grid, 1, 1}, b = {block, 1, 1};
-    cudaError_t e = cudaLaunchKernel((const void *)cu.kernel[kernel], g, b, args, smem, cu.compute);
+    cudaError_t e = cudaLaunchKernel((const void *)cu.kernel[kernel], g, b, args, smem, cu.cur);
     if (e != cudaSuccess || cu.sync_debug) {
         char what[160];
         snprintf(what, sizeof what, "cudaLaunchKernel of %s (grid %u, block %u, smem %u)", cu_kernel_name(kernel), grid,
@@ -95,7 +96,7 @@ void kc_memcpy(void *dst, const void *src, int64_t bytes)
         cu_internal("kc_memcpy of %lld bytes", (long long)bytes);
     if (bytes == 0 || dst == src)
         return;
-    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, cu.compute));
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, cu.cur));
     cu_debug_sync("a device-to-device copy");
 }
 
@@ -105,7 +106,7 @@ void kc_memset(void *dst, int byte, int64_t bytes)
         cu_internal("kc_memset of %lld bytes", (long long)bytes);
     if (bytes == 0)
         return;
-    CU_CHECK(cudaMemsetAsync(dst, byte, (size_t)bytes, cu.compute));
+    CU_CHECK(cudaMemsetAsync(dst, byte, (size_t)bytes, cu.cur));
     cu_debug_sync("a device fill");
 }
 

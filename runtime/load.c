@@ -173,6 +173,8 @@ static int plan_sizes(RtCtx *c, RtMem *mem)
         uint64_t all;
         if (__builtin_mul_overflow(round64(sb), (uint64_t)(2 + un->nstate), &all) || acc_add(&shard_bytes, all))
             return -1;
+        if (c->acc && acc_add(&mem->accum, round64(sb * (uint64_t)W)))
+            return -1;
     }
     c->slot_elems = slot_elems;
     for (int s = 0; s < m->nslot; s++) {
@@ -183,7 +185,7 @@ static int plan_sizes(RtCtx *c, RtMem *mem)
     }
     uint64_t total = round64((uint64_t)m->arena_bytes);
     mem->arena = (uint64_t)m->arena_bytes;
-    if (acc_add(&total, mem->slots) || acc_add(&total, shard_bytes))
+    if (acc_add(&total, mem->slots) || acc_add(&total, shard_bytes) || acc_add(&total, mem->accum))
         return -1;
     if (total == 0)
         total = ALIGN;
@@ -193,7 +195,8 @@ static int plan_sizes(RtCtx *c, RtMem *mem)
     return 0;
 }
 
-/* arena, slots, then per unit its param, grad and optimizer shards */
+/* arena, slots, then per unit its param, grad and optimizer shards; then
+ * (--accum-mode local) per unit its summed flat gradient */
 static void lay_out(RtCtx *c, char *base)
 {
     const RtModel *m = c->m;
@@ -215,16 +218,24 @@ static void lay_out(RtCtx *c, char *base)
             p += sb;
         }
     }
+    for (int u = 0; c->acc && u < m->nunit; u++) {
+        c->acc[u] = p;
+        p += round64((uint64_t)c->sf * (uint64_t)c->shard_len[u] * (uint64_t)rt_elem_size(m->unit[u].dtype));
+    }
 }
 
 /* the tables of c (shard lengths, slot and shard pointers) and the sizes:
  * mem.  0, or -1 (rt_err_set called). */
-static int plan(RtCtx *c, RtMem *mem)
+static int plan(RtCtx *c, RtMem *mem, int local_accum)
 {
     const RtModel *m = c->m;
     c->shard_len = calloc((size_t)m->nunit + 1, sizeof *c->shard_len);
     c->shard = calloc((size_t)m->nunit * RT_NSTATE + 1, sizeof *c->shard);
     c->slot = calloc((size_t)m->nslot + 1, sizeof *c->slot);
+    if (local_accum && c->accum > 1 && !(c->acc = calloc((size_t)m->nunit + 1, sizeof *c->acc))) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
     if (!c->shard_len || !c->shard || !c->slot) {
         rt_err_set(1, "out of memory");
         return -1;
@@ -784,7 +795,7 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
 {
     char why[1024];
     uint64_t init_size = 0;
-    if (plan(c, mem) == 0 &&
+    if (plan(c, mem, o->accum_local) == 0 &&
         rt_dev_init(c->m, c->rank, c->world, (int64_t)mem->total, why, sizeof why) != 0)
         rt_err_set(1, "%s", why);
     int status = rt_err_sync();

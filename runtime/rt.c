@@ -168,20 +168,24 @@ static int check_model(const RtModel *m)
 static void print_memory(const RtCtx *c, const RtMem *mem, FILE *mf)
 {
     uint64_t state = mem->param + mem->grad + mem->optim;
+    char acc[64] = "";
+    if (mem->accum)
+        snprintf(acc, sizeof acc, ", local accumulation %" PRIu64 " B", mem->accum);
     printf("memory per rank: params %" PRIu64 " B, grads %" PRIu64 " B, optimizer %" PRIu64
            " B (state total %" PRIu64 " B of the whole model's %" PRIu64 " B), slots %" PRIu64
-           " B, arena %" PRIu64 " B, total %" PRIu64 " B; init params read %" PRIu64 " B\n",
-           mem->param, mem->grad, mem->optim, state, mem->model_state, mem->slots, mem->arena, mem->total,
+           " B, arena %" PRIu64 " B%s, total %" PRIu64 " B; init params read %" PRIu64 " B\n",
+           mem->param, mem->grad, mem->optim, state, mem->model_state, mem->slots, mem->arena, acc, mem->total,
            mem->init_param_read);
     fflush(stdout);
     if (mf)
         fprintf(mf,
                 "{\"memory\":{\"rank\":%d,\"world\":%d,\"param_bytes\":%" PRIu64 ",\"grad_bytes\":%" PRIu64
                 ",\"optim_bytes\":%" PRIu64 ",\"state_bytes\":%" PRIu64 ",\"model_state_bytes\":%" PRIu64
-                ",\"slot_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"total_bytes\":%" PRIu64
+                ",\"slot_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"accum_bytes\":%" PRIu64
+                ",\"total_bytes\":%" PRIu64
                 ",\"init_param_bytes_read\":%" PRIu64 ",\"init_param_bytes_read_max\":%" PRIu64 "}}\n",
                 c->rank, c->world, mem->param, mem->grad, mem->optim, state, mem->model_state, mem->slots,
-                mem->arena, mem->total, mem->init_param_read, mem->init_param_read_max);
+                mem->arena, mem->accum, mem->total, mem->init_param_read, mem->init_param_read_max);
 }
 /* The shortest decimal that reads back as exactly v (v rounded to float
  * first when is_f32: then at most 9 digits, i.e. %.9g); "null" for NaN and
@@ -627,6 +631,7 @@ static void release(Run *r)
     free(r->ctx.slot);
     free(r->ctx.shard);
     free(r->ctx.shard_len);
+    free(r->ctx.acc);
 }
 
 /* a training executable, after its flags and the control plane */

@@ -12,6 +12,7 @@
  *   [ arena_bytes: fixed compile-time offsets (constants, inputs, activations) ]
  *   [ nslot slots, each max_u F*ceil(numel_u/F) elements of slot_esize[s] bytes: gathered params, flat grads ]
  *   [ per unit: RT_NSTATE shards of ceil(numel_u/F) elements: param, grad, optimizer ]
+ *   [ --accum-mode local: per unit F*ceil(numel_u/F) elements: the summed flat gradient ]
  * Only the last two depend on the world size: F is the shard group's size
  * (the world size W for FULL_SHARD and SHARD_GRAD_OP, 1 for NO_SHARD).
  *
@@ -108,9 +109,9 @@ typedef struct {
     int nimage; const RtImage *image;     /* kernels: cubins and PTX */
     int ncheck; const char *const *check; /* messages of the step's device-side checks, in call
                                            * order (kernels/cuda/kc.h, kc_next_check) */
-    int nnode;            /* the step's nodes (--trace: names, and 1 where a collective) */
+    int nnode;            /* the step's nodes (--trace: their names) */
     const char *const *trace_name;
-    const unsigned char *trace_coll;
+    int ncoll;            /* the step's collectives (rt_coll_start tags 0 .. ncoll-1) */
     int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
 } RtModel;
@@ -130,6 +131,9 @@ typedef struct RtCtx {
     double clip_norm;     /* --clip-grad-norm (0: none): the step computes the gradient norm */
     int64_t micro, accum; /* --accum: micro-steps per step, and this one (0-based): gradients
                            * accumulate over them, the update runs after the last */
+    char **acc;           /* --accum-mode local (with accum > 1): per unit a flat gradient of
+                           * sf * shard_len elements summing the micro-steps, reduce-scattered
+                           * after the last; NULL otherwise (comm: reduce-scattered every one) */
     void *impl;           /* runtime-private */
     void *trace;          /* --trace: the events recorded (NULL: off) */
     /* what the step runs on: the same layout as arena / slot / shard, in
@@ -137,6 +141,7 @@ typedef struct RtCtx {
     char *dev_arena;
     char **dev_slot;
     char **dev_shard;
+    char **dev_acc;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);
@@ -159,6 +164,16 @@ void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype);
 /* the sum across the group: over shards, every replica holding the same */
 void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype);
+
+/* The step's collectives run beside it (fsdpc's schedule pass decides when):
+ * rt_coll_start hands job, which makes the calls above for the collective of
+ * tag (0 <= tag < m->ncoll, node: its index in the step, for --trace), to
+ * the communication thread (cpu; at world 1, or FSDPC_COMM_THREAD=0, it runs
+ * at once) or to the collective stream (cuda); rt_coll_wait(tag) returns
+ * (cuda: orders the compute stream) once it is done.  Jobs run one at a
+ * time in start order, so every rank issues the collectives in one order. */
+void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *));
+void rt_coll_wait(RtCtx *c, int tag);
 
 /* --trace: node ended now (-1: the step starts), called by the step when c->trace */
 void rt_trace(RtCtx *c, int node);

@@ -38,6 +38,10 @@ enum { RT_CTL_MIN, RT_CTL_MAX, RT_CTL_SUM };
  * silent during start-up ends the process as in the collectives below. */
 int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, int *rank, int *world,
                 char *err, size_t errlen);
+/* may the step's collectives be called from another thread than the one
+ * that called rt_ctl_init (one at a time, never beside a control-plane call:
+ * the communication thread)?  after init */
+int rt_ctl_threads(void);
 /* this rank's index among the ranks of its node (picks the GPU); after init */
 int rt_ctl_local_rank(void);
 /* collective: the end of a run that reached it on every rank */

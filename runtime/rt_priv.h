@@ -71,6 +71,7 @@ typedef struct {
     int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
     const char *resume;       /* --resume PATH */
     int64_t accum;            /* --accum K: micro-steps per step (1) */
+    int accum_local;          /* --accum-mode local */
     const char *trace;        /* --trace FILE.json */
     int64_t trace_steps;      /* --trace-steps N (2) */
     const char *metrics, *export_path, *init;
@@ -97,6 +98,7 @@ void rt_usage(const RtModel *m);
 /* The memory of one rank, for the start-up report. */
 typedef struct {
     uint64_t param, grad, optim, model_state, slots, arena, total;
+    uint64_t accum;               /* --accum-mode local: the unsharded gradient sums */
     uint64_t init_param_read;     /* parameter bytes this rank read from the init file */
     uint64_t init_param_read_max; /* max over ranks (valid on rank 0 after start-up) */
 } RtMem;
@@ -201,6 +203,9 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos);
  * then write them, every rank's, as one Chrome trace (collective; returns the
  * exit status) */
 int rt_trace_start(RtCtx *c, int64_t steps);
+/* the communication thread: the collective of node ran from t0 to t1 (rt_now_ns) */
+void rt_trace_coll(RtCtx *c, int node, int64_t t0, int64_t t1);
+int64_t rt_now_ns(void);
 int rt_trace_write(RtCtx *c, const char *path);
 
 /* rdv_mpi.c (the cuda target's control plane): rank 0's cap-byte line to

@@ -2,9 +2,12 @@
  *
  * The cpu step calls rt_trace after every node (and at its start) while
  * c->trace is set; each call stamps CLOCK_MONOTONIC, so node i ran between
- * the previous stamp and its own.  At the end every rank's events go to
- * rank 0, which writes one JSON file (atomically): one process per rank,
- * compute on thread 0 and collectives on thread 1, in microseconds since
+ * the previous stamp and its own (a collective's node: handing it over; its
+ * Wait node: the time the step waited for it).  The communication thread
+ * records each collective's own run (rt_trace_coll).  At the end every rank's
+ * events go to rank 0, which writes one JSON file (atomically): one process
+ * per rank, the step on thread 0 and the collectives on thread 1 (where
+ * they overlap the step), in microseconds since
  * rank 0's first stamp (the ranks' clocks are the host's: on one machine they
  * agree; across machines each rank is shifted by its clock's offset).  The
  * cuda step is asynchronous, so it has no host stamps: the executable refuses
@@ -13,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,13 +30,16 @@
 #include "rt_priv.h"
 
 typedef struct {
-    int64_t ns;
-    int32_t node, step;
+    int64_t t0, t1;      /* ns */
+    int32_t node, step;  /* node -2: padding */
+    int32_t tid, pad;    /* 0 the step, 1 the collectives */
 } Ev;
 
 typedef struct {
     Ev *ev;
     int64_t n, cap;
+    int64_t last;        /* the step's previous stamp */
+    pthread_mutex_t lock; /* two threads append */
 } Trace;
 
 static int64_t now_ns(void)
@@ -45,7 +52,7 @@ static int64_t now_ns(void)
 int rt_trace_start(RtCtx *c, int64_t steps)
 {
     Trace *t = calloc(1, sizeof *t);
-    int64_t cap = steps * ((int64_t)c->m->nnode + 1);
+    int64_t cap = steps * ((int64_t)c->m->nnode + c->m->ncoll) * (c->accum > 0 ? c->accum : 1);
     Ev *ev = cap > 0 ? malloc(sizeof *ev * (size_t)cap) : NULL;
     if (!t || (cap > 0 && !ev)) {
         free(t);
@@ -55,16 +62,34 @@ int rt_trace_start(RtCtx *c, int64_t steps)
     }
     t->ev = ev;
     t->cap = cap;
+    pthread_mutex_init(&t->lock, NULL);
     c->trace = t;
     return 0;
+}
+
+static void add(Trace *t, Ev e)
+{
+    pthread_mutex_lock(&t->lock);
+    if (t->n < t->cap)
+        t->ev[t->n++] = e;
+    pthread_mutex_unlock(&t->lock);
 }
 
 void rt_trace(RtCtx *c, int node)
 {
     Trace *t = c->trace;
-    if (t->n < t->cap)
-        t->ev[t->n++] = (Ev){now_ns(), node, (int32_t)c->step};
+    int64_t now = now_ns();
+    if (node >= 0)
+        add(t, (Ev){.t0 = t->last, .t1 = now, .node = node, .step = (int32_t)c->step});
+    t->last = now;
 }
+
+void rt_trace_coll(RtCtx *c, int node, int64_t t0, int64_t t1)
+{
+    add(c->trace, (Ev){.t0 = t0, .t1 = t1, .node = node, .step = (int32_t)c->step, .tid = 1});
+}
+
+int64_t rt_now_ns(void) { return now_ns(); }
 
 /* s as a JSON string body (names come from the model: untrusted) */
 static void json_str(FILE *f, const char *s)
@@ -103,10 +128,10 @@ int rt_trace_write(RtCtx *c, const char *path)
             char tmp[4096];
             snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
             FILE *f = fopen(tmp, "w");
-            int64_t t0 = all[0].ns;
+            int64_t t0 = INT64_MAX;
             for (int64_t i = 0; i < most * c->world; i++)
-                if (all[i].node >= -1 && all[i].ns < t0)
-                    t0 = all[i].ns;
+                if (all[i].node >= 0 && all[i].t0 < t0)
+                    t0 = all[i].t0;
             if (f) {
                 fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
                 int first = 1;
@@ -118,12 +143,12 @@ int rt_trace_write(RtCtx *c, const char *path)
                             "{\"name\": \"compute\"}},\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": "
                             "1, \"args\": {\"name\": \"collectives\"}}", r, r);
                     const Ev *e = all + (int64_t)r * most;
-                    for (int64_t i = 1; i < most && e[i].node >= -1; i++) {
+                    for (int64_t i = 0; i < most; i++) {
                         if (e[i].node < 0 || e[i].node >= m->nnode)
-                            continue; /* a step's start: the next stamps measure from it */
+                            continue; /* padding */
                         fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-                                "\"args\": {\"step\": %d}, \"name\": \"", r, m->trace_coll[e[i].node] ? 1 : 0,
-                                (double)(e[i - 1].ns - t0) / 1e3, (double)(e[i].ns - e[i - 1].ns) / 1e3, e[i].step);
+                                "\"args\": {\"step\": %d}, \"name\": \"", r, e[i].tid ? 1 : 0,
+                                (double)(e[i].t0 - t0) / 1e3, (double)(e[i].t1 - e[i].t0) / 1e3, e[i].step);
                         json_str(f, m->trace_name[e[i].node]);
                         fprintf(f, "\"}");
                     }
@@ -143,6 +168,7 @@ int rt_trace_write(RtCtx *c, const char *path)
     free(mine);
     free(all);
     free(t->ev);
+    pthread_mutex_destroy(&t->lock);
     free(t);
     c->trace = NULL;
     return status;

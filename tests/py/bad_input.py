@@ -141,7 +141,7 @@ def main():
     expect_error([exe, "--data", "x=" + J("x.npy"), "--lr", "abc"] + ok, "--lr")
     X = ["--data", "x=" + J("x.npy")] + ok
     expect_error([exe, "--accum", "0"] + X, "--accum", code=(2,))
-    expect_error([exe, "--accum-mode", "local"] + X, "--accum-mode local", "not supported yet", code=(2,))
+    expect_error([exe, "--accum-mode", "locale"] + X, "--accum-mode", "expects comm or local", code=(2,))
     expect_error([exe, "--clip-grad-norm", "-1"] + X, "--clip-grad-norm", code=(2,))
     expect_error([exe, "--export-safetensors", work] + X, "--export-safetensors", "is a directory")
     expect_error([exe, "--export-safetensors", J("no", "dir", "w.safetensors")] + X, "--export-safetensors",

@@ -11,7 +11,69 @@ import tempfile
 
 from common import check, mpirun, run
 
-PASSES = "frontend fold shape loss autodiff optim units shard precision fuse memplan".split()
+PASSES = "frontend fold shape loss autodiff optim units shard precision fuse schedule memplan".split()
+
+
+def schedule_order(cmd):
+    """the scheduled node list of cmd: (op, name) per line, and where each name is"""
+    nodes = run(cmd).stdout.split("nodes:")[1].strip().splitlines()
+    items = [(re.search(r"(?:= )?([A-Z]\w+)[ \n]", l.split("=", 1)[-1] if " = " in l else l).group(1),
+              re.search(r'# "(.*)"$', l).group(1)) for l in nodes]
+    return items, {name: i for i, (op, name) in enumerate(items)}
+
+
+def check_schedule(cmd, what):
+    """--prefetch / --forward-prefetch / --max-inflight as schedule.c promises, on the dump after schedule"""
+    def peak_live(items):
+        live = peak = 0
+        for op, n in items:
+            live += (op == "AllGather") - (op == "Free")
+            peak = max(peak, live)
+        return peak
+    needed = peak_live(schedule_order(cmd + ["--dump-after", "schedule", "--prefetch", "none"])[0])
+    for mode in ("backward_pre", "backward_post", "none"):
+        for fwd in ((), ("--forward-prefetch",)):
+            for K in (1, 2):
+                flags = ["--prefetch", mode, "--max-inflight", str(K)] + list(fwd)
+                items, at = schedule_order(cmd + ["--dump-after", "schedule"] + flags)
+                tag = "%s %s" % (what, " ".join(flags))
+                gathers = [n for op, n in items if op == "AllGather"]
+                fg = [n for n in gathers if not n.endswith(".bwd")]
+                bg = [n for n in gathers if n.endswith(".bwd")]
+                check(len(bg) >= 2 and len(fg) >= 2, "%s: gathers %s" % (tag, gathers))
+                # every collective has its wait after it; gathered buffers live at once <= max(K, without prefetch)
+                for op, n in items:
+                    if op in ("AllGather", "ReduceScatter", "AllReduce"):
+                        check(at.get(n + ".wait", -1) > at[n], "%s: %s is not waited for after it starts" % (tag, n))
+                peak = peak_live(items)
+                check(peak <= max(K, needed), "%s: %d gathered buffers live (K %d, %d without prefetch)"
+                      % (tag, peak, K, needed))
+                first_use = lambda g: next(i for i in range(at[g + ".wait"] + 1, len(items))
+                                           if items[i][0] not in ("Wait", "AllGather", "ReduceScatter", "AllReduce"))
+                for prev, cur in zip(bg, bg[1:]):
+                    if K == 1:  # never two live: the start follows the previous buffer's Free
+                        check(at[cur] > at[prev.replace(".gather.", ".free.")], "%s: %s before %s is freed"
+                              % (tag, cur, prev))
+                    elif mode == "backward_pre":  # before the previous unit's gradients are computed
+                        check(at[cur] < first_use(prev), "%s: %s not prefetched before %s's compute" % (tag, cur, prev))
+                    elif mode == "backward_post":  # right after the previous unit's reduce-scatter starts (if
+                        rs = prev.replace(".gather.bwd", ".reduce_scatter")  # that comes first: a tied unit's)
+                        check(at[cur] == at[rs] + 1 or (at[rs] > at[cur] and at[cur] + 1 == at[cur + ".wait"]),
+                              "%s: %s at %d, %s at %d" % (tag, cur, at[cur], rs, at[rs]))
+                    if mode == "none":  # started where needed: nothing runs between start and wait
+                        check(all(items[i][0] in ("Wait", "AllGather", "ReduceScatter", "AllReduce", "Free")
+                                  for i in range(at[cur], at[cur + ".wait"])), "%s: %s prefetched" % (tag, cur))
+                for prev, cur in zip(fg, fg[1:]):
+                    if fwd and K == 2 and needed == 1:
+                        check(at[cur] < first_use(prev), "%s: %s not prefetched before %s's compute" % (tag, cur, prev))
+                    if not fwd:
+                        check(at[cur] + 1 == at[cur + ".wait"], "%s: %s prefetched without --forward-prefetch"
+                              % (tag, cur))
+                # a reduce-scatter is waited for before the next one starts
+                rss = [n for op, n in items if op == "ReduceScatter"]
+                for a, b in zip(rss, rss[1:]):
+                    check(at[a + ".wait"] < at[b], "%s: two reduce-scatters in flight (%s, %s)" % (tag, a, b))
+    print("%s: prefetch modes, --forward-prefetch and --max-inflight 1, 2 placed as documented" % what)
 
 
 def main():
@@ -52,6 +114,8 @@ def main():
         check((g, f) == (gathers, frees), "--shard %s: unit1 has %d gathers and %d frees, expected %d and %d"
               % (strategy, g, f, gathers, frees))
         check("ReduceScatter" in nodes and "GradNormSq" in nodes, "--shard %s: no ReduceScatter / GradNormSq" % strategy)
+    check_schedule(base, "mlp")
+    check_schedule(gpt[:-2] + ["--wrap", "blocks"], "gpt --wrap blocks")
     fold = run(base + ["--dump-after", "fold"]).stdout
     check(not re.search(r"= Gemm ", fold) and re.search(r"= MatMul ", fold), "fold: Gemm not decomposed")
     shard = run(base + ["--dump-after", "shard"]).stdout
@@ -73,8 +137,10 @@ def main():
     check(set(rows) == {"full", "grad_op", "none", "hybrid:2"}, "report: strategy rows %s:\n%s" % (sorted(rows), rep))
     n = 1088 + 4160 + 65  # the MLP's parameters, 4 bytes each; NO_SHARD all-reduces them: 2 (W-1)/W of the bytes
     check(rows["none"][2] == 2 * 3 * n * 4 // 4, "report: none sends %d B, expected %d" % (rows["none"][2], 6 * n))
-    check(rows["grad_op"][2] < rows["full"][2] and rows["grad_op"][0] > rows["full"][0],
-          "report: grad_op should send less and plan more than full: %s" % rows)
+    # (grad_op keeps every unit gathered; full's in-flight reduce-scatter and prefetched gather take slots
+    # too: on this 3-unit MLP as many)
+    check(rows["grad_op"][2] < rows["full"][2] and rows["grad_op"][0] >= rows["full"][0],
+          "report: grad_op should send less and plan no less than full: %s" % rows)
     check(abs(rows["none"][1] - 4 * rows["full"][1]) <= 4 * 3 * 4 * 64 and rows["hybrid:2"][1] > rows["full"][1],
           "report: shards per rank should be all (none), 1/4 (full), 1/2 (hybrid:2): %s" % rows)
     print("report at world 4: %s" % rows)
@@ -97,25 +163,39 @@ def main():
             check(mem["total_bytes"] == planned, "world %d %s: runtime carved %d B, plan says %d B"
                   % (world, prec, mem["total_bytes"], planned))
             print("world %d %s: planned = carved = %d B" % (world, prec, planned))
-            # --trace: every node of the first 2 steps of every rank, collectives on their own thread, in order
+            # --trace: every node of the first 2 steps of every rank on thread 0, in order; every collective's
+            # run on thread 1, one at a time, after its start node began and before its Wait ended
             tr = os.path.join(d, "t.json")
             run(mpirun(world, [exe, "--data", "x=" + os.path.join(d, "x.npy"), "--data", "target=" +
                                os.path.join(d, "y.npy"), "--steps", "3", "--trace", tr, "--quiet"]))
             ev = [e for e in json.load(open(tr))["traceEvents"] if e["ph"] == "X"]
-            nnode = len(run(base + ["--dump-after", "memplan", "--precision", prec]).stdout.split("nodes:")[1]
-                        .strip().splitlines())
+            dump = run(base + ["--dump-after", "memplan", "--precision", prec]).stdout.split("nodes:")[1]
+            nnode = len(dump.strip().splitlines())
+            ncoll = len(re.findall(r"= (AllGather|ReduceScatter|AllReduce) .* tag=\d+", dump))
+            check(ncoll == len(re.findall(r" Wait .* tag=\d+", dump)) > 0, "schedule: %d collectives, waits:\n%s"
+                  % (ncoll, dump))
             for r in range(world):
-                mine = [e for e in ev if e["pid"] == r]
-                check(len(mine) == 2 * nnode and {e["args"]["step"] for e in mine} == {1, 2},
-                      "--trace rank %d: %d events of steps %s, expected 2 x %d" % (r, len(mine),
-                      sorted({e["args"]["step"] for e in mine}), nnode))
-                check(all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(mine, mine[1:])) and
-                      all(e["dur"] >= 0 for e in mine), "--trace rank %d: events overlap or go back" % r)
-                coll = {e["name"].split(" (")[1] for e in mine if e["tid"] == 1}
-                check(coll >= {"AllGather)", "ReduceScatter)", "AllReduce)"} and
-                      not any("Gather)" in e["name"] for e in mine if e["tid"] == 0 and "AllGather" in e["name"]),
-                      "--trace rank %d: collectives on thread 1: %s" % (r, coll))
-            print("world %d %s: --trace holds 2 x %d events per rank, collectives apart" % (world, prec, nnode))
+                for tid, n in ((0, nnode), (1, ncoll)):
+                    mine = sorted((e for e in ev if e["pid"] == r and e["tid"] == tid), key=lambda e: e["ts"])
+                    check(len(mine) == 2 * n and {e["args"]["step"] for e in mine} == {1, 2},
+                          "--trace rank %d thread %d: %d events of steps %s, expected 2 x %d" % (r, tid, len(mine),
+                          sorted({e["args"]["step"] for e in mine}), n))
+                    check(all(a["ts"] + a["dur"] <= b["ts"] + 1e-3 for a, b in zip(mine, mine[1:])) and
+                          all(e["dur"] >= 0 for e in mine), "--trace rank %d thread %d: events overlap" % (r, tid))
+                step = {(e["args"]["step"], e["name"]): e for e in ev if e["pid"] == r and e["tid"] == 0}
+                for e in ev:
+                    if e["pid"] != r or e["tid"] != 1:
+                        continue
+                    s, name = e["args"]["step"], e["name"]
+                    start, wait = step[(s, name)], step[(s, name.split(" (")[0] + ".wait (Wait)")]
+                    check(start["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= wait["ts"] + wait["dur"] + 1e-3,
+                          "--trace rank %d step %d: %s ran at %.1f+%.1f us, outside its start %.1f .. wait end %.1f"
+                          % (r, s, name, e["ts"], e["dur"], start["ts"], wait["ts"] + wait["dur"]))
+                coll = {e["name"].split(" (")[1] for e in ev if e["pid"] == r and e["tid"] == 1}
+                check(coll == {"AllGather)", "ReduceScatter)", "AllReduce)"}, "--trace rank %d: thread 1 ran %s"
+                      % (r, coll))
+            print("world %d %s: --trace holds 2 x %d step events and 2 x %d collectives per rank, each collective "
+                  "between its start and its wait" % (world, prec, nnode, ncoll))
     print("OK ir_dump")
 
 
