@@ -38,8 +38,10 @@ static const char *usage =
     "  --wrap prefix:A,B,...   one unit per name prefix (the first that matches), the rest the root\n"
     "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
     "                          optimizer state (repeatable; they stay whole constants on every rank)\n"
+    "  --recompute none|units  units: each unit's activations are recomputed in the backward from its\n"
+    "                          saved input, reusing the backward's gather (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
-    "                          precision fuse memplan)\n"
+    "                          precision recompute fuse memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
@@ -48,7 +50,7 @@ static const char *usage =
     "  --cc PATH               C compiler for the generated step\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
-                               "units", "shard", "precision", "fuse", "memplan", NULL};
+                               "units", "shard", "precision", "recompute", "fuse", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
 {
@@ -170,7 +172,10 @@ static void parse_args(Options *o, int argc, char **argv)
                 ok |= !strcmp(passes[k], o->dump_after);
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard precision fuse memplan)", o->dump_after);
+                      "shard precision recompute fuse memplan)", o->dump_after);
+        } else if (!strcmp(a, "--recompute")) {
+            static const char *const names[] = {"none", "units", NULL};
+            o->recompute = pick(a, VALUE(), names, "none or units");
         } else if (!strcmp(a, "--no-fuse")) {
             o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
@@ -238,6 +243,7 @@ static Graph *compile(const Options *o)
     RUN(units);
     RUN(shard);
     RUN(precision);
+    RUN(recompute);
     RUN(fuse);
     RUN(memplan);
     return g;
