@@ -212,6 +212,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--eval builds a forward-only executable: --shard does not apply");
     if (o->eval && o->reduce_dtype != PREC_FP32)
         fatal("--eval builds a forward-only executable: --reduce-dtype does not apply");
+    if (o->eval && o->recompute)
+        fatal("--eval builds a forward-only executable: --recompute does not apply");
     if (o->eval && o->precision != PREC_FP32)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (!o->out && !o->report && !o->dump_after)
@@ -272,6 +274,23 @@ static void compare_strategies(const Options *o)
     }
 }
 
+/* --report --recompute units: the planned activations beside those of --recompute none */
+static void compare_recompute(const Options *o, const Graph *g)
+{
+    Options v = *o;
+    v.recompute = 0;
+    v.dump_after = NULL;
+    v.verify = 0;
+    const Graph *h = compile(&v);
+    int n = 0;
+    for (int i = 0; i < g->nnode; i++)
+        n += strstr(g->node[i].name, "@recompute") != NULL;
+    printf("recompute units: %d nodes recomputed in the backward; planned activations %lld B, %lld B with "
+           "--recompute none (%.1f %% less)\n", n, (long long)g->peak_act_bytes, (long long)h->peak_act_bytes,
+           h->peak_act_bytes ? 100.0 * (double)(h->peak_act_bytes - g->peak_act_bytes) / (double)h->peak_act_bytes
+                             : 0.0);
+}
+
 int main(int argc, char **argv)
 {
     Options o = {0};
@@ -291,6 +310,8 @@ int main(int argc, char **argv)
     if (o.report) {
         cg_report(stdout, g, o.world);
         compare_strategies(&o);
+        if (o.recompute)
+            compare_recompute(&o, g);
     }
     if (o.out)
         cg_build(g);

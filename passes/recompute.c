@@ -50,12 +50,16 @@ typedef struct {
     int *first_bwd;    /* value: first backward node reading it, nn if none */
     int *last_read;    /* unit: last forward node reading one of its parameters */
     char *status;      /* value: 1 its recompute needs nothing new saved, 0 not */
+    char *reads_param; /* value: its recompute reads parameters (status 1 only) */
     char *recomp;      /* value: the backward reads its clone */
     char *pinned;      /* value: another clone reads it saved */
     char *need;        /* value: its producer is cloned */
     int *bview;        /* value: the backward view of a forward parameter view, -1 */
     int *bfree, *bgather; /* unit: Free / AllGather of the backward buffer, -1 */
+    int *glo;          /* unit: how far up its backward AllGather may move: past no Free */
     char *avail;       /* unit: the backward can read its parameters */
+    char *base;        /* node: clonable when its unit is recomputed */
+    char *on;          /* unit: recomputed */
 } Rc;
 
 static int is_param(const Graph *g, int v) { return v >= 0 && g->val[v].role == R_PARAM; }
@@ -108,6 +112,12 @@ static void find_buffers(Rc *r)
         const Node *n = &g->node[i];
         if (n->op == OP_AllGather && n->out[0] != g->unit[n->unit].flat)
             r->bgather[n->unit] = i; /* full, hybrid: the backward's own gather */
+    }
+    for (int u = 0; u < g->nunit; u++) {
+        r->glo[u] = -1;
+        for (int i = r->bgather[u] - 1; r->bgather[u] >= 0 && i >= 0 && r->glo[u] < 0; i--)
+            if (g->node[i].op == OP_Free)
+                r->glo[u] = i + 1;
     }
     for (int i = r->nfwd; i < r->nn; i++) {
         const Node *n = &g->node[i];
@@ -166,15 +176,19 @@ static void find_status(Rc *r)
     memset(r->status, 0, (size_t)g->nval);
     for (int i = 0; i < r->nfwd; i++) {
         const Node *n = &g->node[i];
-        int ok = r->clonable[i];
+        int ok = r->clonable[i], rp = 0;
         for (int j = 0; ok && j < n->nin; j++) {
             int x = n->in[j], p = producer_in(r, x);
+            rp |= is_param(g, x);
             if (p < 0 || r->seg[p] != r->seg[i])
                 continue; /* from outside the segment: the checkpoint boundary */
             ok = r->clonable[p] ? r->status[x] : r->first_bwd[x] < r->nn;
+            rp |= r->clonable[p] && r->reads_param[x];
         }
-        for (int k = 0; k < n->nout; k++)
+        for (int k = 0; k < n->nout; k++) {
             r->status[n->out[k]] = (char)ok;
+            r->reads_param[n->out[k]] = (char)rp;
+        }
     }
 }
 
@@ -186,12 +200,11 @@ static void choose(Rc *r)
     memset(r->pinned, 0, (size_t)g->nval);
     for (int i = 0; i < r->nfwd; i++) {
         const Node *n = &g->node[i];
-        int s = r->seg[i], later = 0;
-        for (int u = 0; u < g->nunit; u++)
-            later |= u != s && r->last_read[u] > i;
         for (int k = 0; k < n->nout; k++) {
             int v = n->out[k];
-            r->recomp[v] = (char)(r->clonable[i] && later && r->status[v] && r->first_bwd[v] < r->nn);
+            int u = r->seg[i], b = r->first_bwd[v];
+            int window = !r->reads_param[v] || (b >= r->glo[u] && (r->bfree[u] < 0 || b <= r->bfree[u]));
+            r->recomp[v] = (char)(r->clonable[i] && r->status[v] && b < r->nn && window);
         }
     }
     for (int pass = 0; pass < 2; pass++) { /* 0: find the pinned values; 1: the clones of what is left */
@@ -255,7 +268,7 @@ static int drop_late(Rc *r)
         const Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++) {
             int u = is_param(g, n->in[j]) ? g->val[n->in[j]].unit : -1;
-            if (u >= 0 && r->bfree[u] >= 0 && r->pos[i] > r->bfree[u]) {
+            if (u >= 0 && ((r->bfree[u] >= 0 && r->pos[i] > r->bfree[u]) || r->pos[i] < r->glo[u])) {
                 r->clonable[i] = 0;
                 dropped = 1;
                 break;
@@ -263,6 +276,108 @@ static int drop_late(Rc *r)
         }
     }
     return dropped;
+}
+
+/* ---- the estimate: peak of live activation bytes in the new order ----
+ * Values are numbered v (the original) and nv + v (its clone); a view
+ * (Reshape, Identity, ...) counts as its input's bytes, as memplan places it. */
+typedef struct {
+    const Rc *r;
+    int nv;
+    int *root;         /* 2 nv: the value whose bytes it is */
+    int64_t *def, *last;
+} Live;
+
+static int counted(const Graph *g, int v)
+{
+    Role k = g->val[v].role;
+    return g->val[v].alias_of < 0 && (k == R_ACT || k == R_INPUT || k == R_GRAD);
+}
+
+static void touch(Live *l, int id, int64_t t)
+{
+    int x = l->root[id];
+    if (l->def[x] < 0)
+        l->def[x] = t;
+    l->last[x] = l->last[x] > t ? l->last[x] : t;
+}
+
+/* node n at time t: a clone of segment seg (seg >= 0), or an original
+ * node, of the backward (bwd: its recomputed inputs are the clones) or not */
+static void live_node(Live *l, const Node *n, int seg, int bwd, int64_t t)
+{
+    const Rc *r = l->r;
+    const Graph *g = r->g;
+    int first = -1;
+    for (int j = 0; j < n->nin; j++) {
+        int x = n->in[j];
+        if (x < 0)
+            continue;
+        if (seg >= 0 ? cloned_with(r, x, seg) : bwd && r->recomp[x])
+            x += l->nv;
+        else if (seg >= 0 && r->bview[x] >= 0)
+            x = r->bview[x];
+        if (j == 0)
+            first = x;
+        touch(l, x, t);
+    }
+    for (int k = 0; k < n->nout; k++) {
+        int y = n->out[k] + (seg >= 0 ? l->nv : 0);
+        int fr = first >= 0 ? l->root[first] % l->nv : -1; /* memplan's make_views */
+        if (k == 0 && (op_info[n->op].flags & F_VIEW) && fr >= 0 && g->val[n->out[0]].alias_of < 0 &&
+            g->val[fr].role != R_FLAT && g->val[fr].alias_of < 0)
+            l->root[y] = l->root[first];
+        touch(l, y, t);
+    }
+}
+
+static int64_t estimate(const Rc *r)
+{
+    const Graph *g = r->g;
+    int nv = g->nval;
+    Live l = {.r = r, .nv = nv};
+    l.root = ir_alloc(sizeof(int) * (size_t)(2 * nv));
+    l.def = ir_alloc(sizeof(int64_t) * (size_t)(2 * nv));
+    l.last = ir_alloc(sizeof(int64_t) * (size_t)(2 * nv));
+    for (int v = 0; v < 2 * nv; v++) {
+        l.root[v] = v;
+        l.def[v] = -1;
+        l.last[v] = -1;
+    }
+    for (int k = 0; k < g->ninput; k++)
+        touch(&l, g->input[k], 0);
+    int64_t t = 1;
+    for (int i = 0; i < r->nn; i++) {
+        for (int k = 0; k < r->nfwd; k++)
+            if (r->cloned[k] && r->pos[k] == i)
+                live_node(&l, &g->node[k], r->seg[k], 0, t++);
+        live_node(&l, &g->node[i], -1, i >= r->nfwd, t++);
+    }
+    int64_t *delta = ir_alloc(sizeof(int64_t) * (size_t)(t + 2)), cur = 0, peak = 0;
+    for (int v = 0; v < 2 * nv; v++) {
+        if (l.def[v] < 0 || l.root[v] != v || !counted(g, v % nv))
+            continue;
+        int64_t size = (value_numel(g, v % nv) * (int64_t)dtype_size(g->val[v % nv].dtype) + 63) / 64 * 64;
+        delta[l.def[v]] += size;
+        delta[l.last[v] + 1] -= size;
+    }
+    for (int64_t k = 0; k <= t; k++) {
+        cur += delta[k];
+        peak = peak > cur ? peak : cur;
+    }
+    return peak;
+}
+
+/* the clones for the units switched on, and where they go */
+static void plan(Rc *r)
+{
+    for (int i = 0; i < r->nfwd; i++)
+        r->clonable[i] = (char)(r->base[i] && r->on[r->seg[i]]);
+    do { /* each round drops at least one clone: it ends */
+        find_status(r);
+        choose(r);
+        place(r);
+    } while (drop_late(r));
 }
 
 /* the clone of node n, reading clones, backward views and saved values */
@@ -354,12 +469,14 @@ void pass_recompute(Graph *g)
     r.first_bwd = ir_alloc(sizeof(int) * (size_t)nv);
     r.last_read = ir_alloc(sizeof(int) * (size_t)nu);
     r.status = ir_alloc((size_t)nv);
+    r.reads_param = ir_alloc((size_t)nv);
     r.recomp = ir_alloc((size_t)nv);
     r.pinned = ir_alloc((size_t)nv);
     r.need = ir_alloc((size_t)nv);
     r.bview = ir_alloc(sizeof(int) * (size_t)nv);
     r.bfree = ir_alloc(sizeof(int) * (size_t)nu);
     r.bgather = ir_alloc(sizeof(int) * (size_t)nu);
+    r.glo = ir_alloc(sizeof(int) * (size_t)nu);
     r.avail = ir_alloc((size_t)nu);
     for (int v = 0; v < nv; v++)
         r.first_bwd[v] = nn;
@@ -369,12 +486,32 @@ void pass_recompute(Graph *g)
                 r.first_bwd[g->node[i].in[j]] = i;
     find_segments(&r);
     find_buffers(&r);
+    r.base = ir_alloc((size_t)nn + 1);
+    r.on = ir_alloc((size_t)nu);
     for (int i = 0; i < r.nfwd; i++)
-        r.clonable[i] = (char)clonable(&r, i);
-    do { /* each round drops at least one clone: it ends */
-        find_status(&r);
-        choose(&r);
-        place(&r);
-    } while (drop_late(&r));
+        r.base[i] = (char)clonable(&r, i);
+    /* every unit, then without each one whose recompute does not lower the
+     * estimated peak (it would only cost time); again until none is dropped */
+    for (int u = 0; u < g->nunit; u++)
+        r.on[u] = 1;
+    plan(&r);
+    int64_t best = estimate(&r);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int u = 0; u < g->nunit; u++) {
+            if (!r.on[u])
+                continue;
+            r.on[u] = 0;
+            plan(&r);
+            int64_t e = estimate(&r);
+            if (e <= best) {
+                best = e;
+                changed = 1;
+            } else {
+                r.on[u] = 1;
+            }
+        }
+    }
+    plan(&r);
     emit(&r);
 }
