@@ -11,23 +11,28 @@
  *     longer kept from forward to backward: its producer, and what the
  *     producer needs from the segment, are cloned ("NAME@recompute") into
  *     the backward just before the first node that reads a clone's output,
- *     and the backward reads the clones.  Clones read u's backward
- *     parameter views (--shard full/hybrid: the `@bwd` views of the
- *     backward gathered buffer, whose AllGather moves up to the first clone
- *     if need be; grad_op, none: the forward's views), so no AllGather is
- *     added: the backward's gather is reused;
+ *     and the backward reads the clones;
+ *   - clones read u's backward parameter views (--shard full/hybrid: the
+ *     `@bwd` views of the backward gathered buffer; grad_op, none: the
+ *     forward's views), so no AllGather is added: the backward's gather is
+ *     reused.  That gather may move up to the first clone that needs it,
+ *     but past no Free, so the gathered buffers in flight (the slots) stay
+ *     as they were; a clone that would read parameters before that point or
+ *     after the buffer's Free is not made (what it makes stays saved);
  *   - what a segment reads from outside it (the block's input activation,
  *     the previous unit's output) stays saved: the checkpoint boundary;
- *   - kept as they are (outputs saved, never cloned): collectives, Free,
- *     optimizer updates, Assign (BatchNorm running statistics: a side
- *     effect), nodes that read another unit's parameters, nodes that read
- *     parameters the backward never gathers (a third gather would be
- *     needed) or would read them after the backward buffer's Free;
- *   - a value is recomputed only where that helps: some forward node of
- *     another unit runs after it (the last unit's backward follows its
- *     forward at once), its recompute saves nothing new (every value it
- *     reads from its own segment without cloning is saved anyway), and
- *     another unit's clones do not read it (they keep it saved);
+ *   - never cloned (outputs kept): collectives, Free, optimizer updates,
+ *     Assign (BatchNorm running statistics: a side effect), nodes that read
+ *     another unit's parameters or parameters the backward never gathers
+ *     (a third gather would be needed);
+ *   - a value stays saved where its recompute would need another value
+ *     saved that was not saved before, and where another unit's clones read
+ *     it (they keep it saved anyway);
+ *   - only where it pays: every unit is recomputed, then each unit whose
+ *     recompute does not lower the estimated peak of live activation bytes
+ *     (the sum over the new order, views counted once as memplan places
+ *     them) is left out again, until none is: the last unit, whose backward
+ *     follows its forward at once, typically gains nothing;
  *   - every clone computes bit for bit what its original did: the same
  *     kernel on the same bytes (the backward gather of an unchanged shard
  *     equals the forward's).  Dropout draws its mask from a counter-based
@@ -48,7 +53,6 @@ typedef struct {
     char *cloned;      /* node: a clone of it goes into the backward */
     int *pos;          /* node: the clone is inserted before this node */
     int *first_bwd;    /* value: first backward node reading it, nn if none */
-    int *last_read;    /* unit: last forward node reading one of its parameters */
     char *status;      /* value: 1 its recompute needs nothing new saved, 0 not */
     char *reads_param; /* value: its recompute reads parameters (status 1 only) */
     char *recomp;      /* value: the backward reads its clone */
@@ -76,10 +80,8 @@ static void find_segments(Rc *r)
 {
     Graph *g = r->g;
     int *first = ir_alloc(sizeof(int) * (size_t)(g->nunit + 1));
-    for (int u = 0; u < g->nunit; u++) {
+    for (int u = 0; u < g->nunit; u++)
         first[u] = r->nn;
-        r->last_read[u] = -1;
-    }
     for (int i = 0; i < r->nfwd; i++)
         for (int j = 0; j < g->node[i].nin; j++) {
             int v = g->node[i].in[j];
@@ -87,7 +89,6 @@ static void find_segments(Rc *r)
                 continue;
             int u = g->val[v].unit;
             first[u] = first[u] < i ? first[u] : i;
-            r->last_read[u] = i;
         }
     for (int i = 0; i < r->nfwd; i++) {
         r->seg[i] = -1;
@@ -129,8 +130,9 @@ static void find_buffers(Rc *r)
             r->avail[u] = 1;
         }
     }
-    for (int v = 0; v < g->nval; v++) {
+    for (int v = 0; v < g->nval; v++)
         r->bview[v] = -1;
+    for (int v = 0; v < g->nval; v++) {
         int u = g->val[v].unit;
         if (!is_param(g, v) || u < 0 || r->bgather[u] < 0 || g->val[v].alias_of != g->node[r->bgather[u]].out[0])
             continue;
@@ -467,7 +469,6 @@ void pass_recompute(Graph *g)
     r.cloned = ir_alloc((size_t)nn + 1);
     r.pos = ir_alloc(sizeof(int) * (size_t)(nn + 1));
     r.first_bwd = ir_alloc(sizeof(int) * (size_t)nv);
-    r.last_read = ir_alloc(sizeof(int) * (size_t)nu);
     r.status = ir_alloc((size_t)nv);
     r.reads_param = ir_alloc((size_t)nv);
     r.recomp = ir_alloc((size_t)nv);
