@@ -280,6 +280,20 @@ static int drop_late(Rc *r)
     return dropped;
 }
 
+/* the clones by place: head[i], then next[k], in forward order (one array) */
+static int *by_pos(const Rc *r)
+{
+    int *head = ir_alloc(sizeof(int) * (size_t)(r->nn + 1 + r->nfwd + 1)), *next = head + r->nn + 1;
+    for (int i = 0; i <= r->nn; i++)
+        head[i] = -1;
+    for (int k = r->nfwd - 1; k >= 0; k--)
+        if (r->cloned[k]) {
+            next[k] = head[r->pos[k]];
+            head[r->pos[k]] = k;
+        }
+    return head;
+}
+
 /* ---- the estimate: peak of live activation bytes in the new order ----
  * Values are numbered v (the original) and nv + v (its clone); a view
  * (Reshape, Identity, ...) counts as its input's bytes, as memplan places it. */
@@ -349,10 +363,10 @@ static int64_t estimate(const Rc *r)
     for (int k = 0; k < g->ninput; k++)
         touch(&l, g->input[k], 0);
     int64_t t = 1;
+    int *head = by_pos(r), *next = head + r->nn + 1;
     for (int i = 0; i < r->nn; i++) {
-        for (int k = 0; k < r->nfwd; k++)
-            if (r->cloned[k] && r->pos[k] == i)
-                live_node(&l, &g->node[k], r->seg[k], 0, t++);
+        for (int k = head[i]; k >= 0; k = next[k])
+            live_node(&l, &g->node[k], r->seg[k], 0, t++);
         live_node(&l, &g->node[i], -1, i >= r->nfwd, t++);
     }
     int64_t *delta = ir_alloc(sizeof(int64_t) * (size_t)(t + 2)), cur = 0, peak = 0;
@@ -429,14 +443,13 @@ static int emit(Rc *r)
         }
     }
     Node *out = ir_alloc(sizeof(Node) * (size_t)(r->nn + nclone + 1));
+    int *head = by_pos(r), *next = head + r->nn + 1;
     int m = 0;
     for (int i = 0; i < r->nn; i++) {
         for (int u = 0; u < g->nunit; u++)
             if (gpos[u] == i && r->bgather[u] != i)
                 out[m++] = g->node[r->bgather[u]];
-        for (int k = 0; k < r->nfwd; k++) {
-            if (!r->cloned[k] || r->pos[k] != i)
-                continue;
+        for (int k = head[i]; k >= 0; k = next[k]) {
             Node c = clone(r, k, copy);
             for (int o = 0; o < c.nout; o++)
                 copy[g->node[k].out[o]] = c.out[o];
