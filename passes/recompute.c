@@ -421,7 +421,7 @@ static Node clone(Rc *r, int k, const int *copy)
 /* the new node list: at each position the moved gathers, the clones in
  * forward order, then the node; backward readers of recomputed values
  * read the clones */
-static int emit(Rc *r)
+static void emit(Rc *r)
 {
     Graph *g = r->g;
     int nclone = 0, nval0 = g->nval;
@@ -467,7 +467,6 @@ static int emit(Rc *r)
         out[m++] = n;
     }
     ir_set_nodes(g, out, m);
-    return nclone;
 }
 
 void pass_recompute(Graph *g)
