@@ -45,8 +45,10 @@ static const char *usage =
     "  --max-inflight K        prefetch never keeps more than K gathered units live (default 2)\n"
     "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
     "                          optimizer state (repeatable; they stay whole constants on every rank)\n"
+    "  --recompute none|units  units: each unit's activations are recomputed in the backward from its\n"
+    "                          saved input, reusing the backward's gather (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
-    "                          precision fuse schedule memplan)\n"
+    "                          precision recompute fuse schedule memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
@@ -55,7 +57,7 @@ static const char *usage =
     "  --cc PATH               C compiler for the generated step\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
-                               "units", "shard", "precision", "fuse", "schedule", "memplan", NULL};
+                               "units", "shard", "precision", "recompute", "fuse", "schedule", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
 {
@@ -184,7 +186,10 @@ static void parse_args(Options *o, int argc, char **argv)
                 ok |= !strcmp(passes[k], o->dump_after);
             if (!ok)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard precision fuse schedule memplan)", o->dump_after);
+                      "shard precision recompute fuse schedule memplan)", o->dump_after);
+        } else if (!strcmp(a, "--recompute")) {
+            static const char *const names[] = {"none", "units", NULL};
+            o->recompute = pick(a, VALUE(), names, "none or units");
         } else if (!strcmp(a, "--no-fuse")) {
             o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
@@ -221,6 +226,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--eval builds a forward-only executable: --shard does not apply");
     if (o->eval && o->reduce_dtype != PREC_FP32)
         fatal("--eval builds a forward-only executable: --reduce-dtype does not apply");
+    if (o->eval && o->recompute)
+        fatal("--eval builds a forward-only executable: --recompute does not apply");
     if (o->eval && o->precision != PREC_FP32)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (!o->out && !o->report && !o->dump_after)
@@ -252,6 +259,7 @@ static Graph *compile(const Options *o)
     RUN(units);
     RUN(shard);
     RUN(precision);
+    RUN(recompute);
     RUN(fuse);
     RUN(schedule);
     RUN(memplan);
@@ -281,6 +289,23 @@ static void compare_strategies(const Options *o)
     }
 }
 
+/* --report --recompute units: the planned activations beside those of --recompute none */
+static void compare_recompute(const Options *o, const Graph *g)
+{
+    Options v = *o;
+    v.recompute = 0;
+    v.dump_after = NULL;
+    v.verify = 0;
+    const Graph *h = compile(&v);
+    int n = 0;
+    for (int i = 0; i < g->nnode; i++)
+        n += strstr(g->node[i].name, "@recompute") != NULL;
+    printf("recompute units: %d nodes recomputed in the backward; planned activations %lld B, %lld B with "
+           "--recompute none (%.1f %% less)\n", n, (long long)g->peak_act_bytes, (long long)h->peak_act_bytes,
+           h->peak_act_bytes ? 100.0 * (double)(h->peak_act_bytes - g->peak_act_bytes) / (double)h->peak_act_bytes
+                             : 0.0);
+}
+
 int main(int argc, char **argv)
 {
     Options o = {0};
@@ -300,6 +325,8 @@ int main(int argc, char **argv)
     if (o.report) {
         cg_report(stdout, g, o.world);
         compare_strategies(&o);
+        if (o.recompute)
+            compare_recompute(&o, g);
     }
     if (o.out)
         cg_build(g);

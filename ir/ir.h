@@ -180,6 +180,7 @@ typedef struct {
     int keep_c;              /* --emit-c: keep OUT.c */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
+    int recompute;           /* --recompute: 0 none, 1 units (activations recomputed in backward) */
     Precision precision;     /* --precision: the dtype parameters are gathered and GEMMs computed in */
     Precision reduce_dtype;  /* --reduce-dtype: the dtype gradients are reduced in */
     ShardMode shard;         /* --shard */
@@ -261,6 +262,7 @@ void pass_units(Graph *g);
 void pass_shard(Graph *g);
 void pass_precision(Graph *g);
 int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16? */
+void pass_recompute(Graph *g);
 void pass_fuse(Graph *g);
 void pass_schedule(Graph *g);
 void pass_memplan(Graph *g);
