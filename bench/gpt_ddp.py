@@ -117,21 +117,20 @@ def fsdpc(model, d, L, T, B, work, thread=True, trace=None):
         rng = np.random.default_rng(0)
         rng.integers(0, VOCAB, (args.steps + 2) * B * T + 1).astype("<u2").tofile(os.path.join(work, "tok.bin"))
     m = os.path.join(work, "m.jsonl")
-    # each rank's peak resident memory: GNU time's %M (Debian package "time")
+    # each rank's peak resident memory: GNU time's %M (Debian package "time"), into a file per rank
+    hwm_file = os.path.join(work, "hwm.")
+    for r in range(WORLD):
+        if os.path.exists(hwm_file + str(r)):
+            os.unlink(hwm_file + str(r))
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(WORLD), "-x", "OPENBLAS_NUM_THREADS=1",
-           "-x", "OMP_NUM_THREADS=1", "-x", "FSDPC_COMM_THREAD=%d" % thread, "/usr/bin/time", "-f", "HWM %M", exe,
-           "--tokens", os.path.join(work, "tok.bin"), "--steps", str(2 if trace else args.steps + 1), "--lr", "1e-4",
+           "-x", "OMP_NUM_THREADS=1", "-x", "FSDPC_COMM_THREAD=%d" % thread, "sh", "-c",
+           'exec /usr/bin/time -f "HWM %M" -o "$0$OMPI_COMM_WORLD_RANK" "$@"', hwm_file, exe, "--tokens", os.path.join(work, "tok.bin"), "--steps", str(2 if trace else args.steps + 1), "--lr", "1e-4",
            "--metrics", m, "--quiet"] + (["--trace", trace] if trace else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
                                                                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
     if p.returncode != 0:
         raise SystemExit("fsdpc failed:\n" + p.stderr[-2000:])
-    # the ranks' lines may interleave on the shared stderr: take every "HWM <kB>" wherever it is
-    import re
-    found = [int(k) * 1024 for k in re.findall(r"HWM (\d+)", p.stderr)]
-    if len(found) != WORLD:
-        raise SystemExit("fsdpc: expected %d peak-memory lines from GNU time, got:\n%s" % (WORLD, p.stderr[-2000:]))
-    hwm = max(found)
+    hwm = max(int(open(hwm_file + str(r)).read().split()[1]) * 1024 for r in range(WORLD))
     rows = [json.loads(l) for l in open(m)]
     times = [r["time_ms"] for r in rows if "step" in r]
     return float(np.median(times[1:])), rows[0]["memory"]["state_bytes"], hwm
