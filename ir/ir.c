@@ -273,6 +273,20 @@ void ir_link(Graph *g)
     }
 }
 
+int ir_root(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
+
+int ir_writes(const Graph *g, const Node *n, int r)
+{
+    for (int j = 0; j < n->nout; j++)
+        if (n->out[j] >= 0 && ir_root(g, n->out[j]) == r)
+            return 1;
+    int inplace = (op_info[n->op].flags & F_OPT) ? n->nin : n->op == OP_Assign || n->op == OP_ReduceScatter;
+    for (int j = 0; j < inplace && j < n->nin; j++)
+        if (n->in[j] >= 0 && ir_root(g, n->in[j]) == r)
+            return 1;
+    return 0;
+}
+
 void ir_set_nodes(Graph *g, Node *nodes, int n)
 {
     g->node = nodes;

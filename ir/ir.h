@@ -234,6 +234,10 @@ const char *dtype_name(DType t);
 const char *role_name(Role r);
 int64_t value_numel(const Graph *g, int v);
 void ir_link(Graph *g);                           /* recompute producer / nuses */
+int ir_root(const Graph *g, int v);               /* the value whose bytes v views (v itself if none) */
+/* does n write the bytes of root r: an output, or an input it updates in place (optimizer updates, Assign,
+ * ReduceScatter's flat gradient)? */
+int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
 
 /* print.c / verify.c */

@@ -30,28 +30,12 @@ static void check_value_id(const Graph *g, const Node *n, int v, const char *aft
             op_info[n->op].name, v, g->nval);
 }
 
-static int root_of(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
-
-/* does n write buffer r (its outputs, and the inputs of in-place updates
- * and reduce-scatters)? */
-static int writes_root(const Graph *g, const Node *n, int r)
-{
-    for (int j = 0; j < n->nout; j++)
-        if (root_of(g, n->out[j]) == r)
-            return 1;
-    int inplace = (op_info[n->op].flags & F_OPT) ? n->nin : n->op == OP_Assign || n->op == OP_ReduceScatter;
-    for (int j = 0; j < inplace && j < n->nin; j++)
-        if (n->in[j] >= 0 && root_of(g, n->in[j]) == r)
-            return 1;
-    return 0;
-}
-
 /* does b write a buffer that a touches? */
 static int clobbers(const Graph *g, const Node *a, const Node *b)
 {
     for (int j = 0; j < a->nin + a->nout; j++) {
         int v = j < a->nin ? a->in[j] : a->out[j - a->nin];
-        if (v >= 0 && writes_root(g, b, root_of(g, v)))
+        if (v >= 0 && ir_writes(g, b, ir_root(g, v)))
             return 1;
     }
     return 0;
@@ -103,7 +87,7 @@ void ir_verify(const Graph *g, const char *after)
                 continue; /* omitted optional input */
             check_value_id(g, n, v, after);
             const Value *x = &g->val[v];
-            int root = x->alias_of >= 0 ? x->alias_of : v;
+            int root = ir_root(g, v);
             if (freed[root])
                 die("after %s: node '%s' (%s) reads '%s' after its buffer was freed", after, n->name,
                     oi->name, x->name);

@@ -26,7 +26,6 @@ enum { ALIGN = 64 };
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
-static int root_of(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
 
 /* Outputs of Reshape / Identity become views of their input. */
 static void make_views(Graph *g)
@@ -39,9 +38,9 @@ static void make_views(Graph *g)
         if (o->alias_of >= 0)
             continue; /* already placed inside a flat buffer: codegen copies */
         int x = n->in[0];
-        if (g->val[root_of(g, x)].role == R_FLAT)
+        if (g->val[ir_root(g, x)].role == R_FLAT)
             continue; /* a view of a gathered parameter would outlive its Free: copy */
-        o->alias_of = root_of(g, x);
+        o->alias_of = ir_root(g, x);
         o->alias_off = g->val[x].alias_of >= 0 ? g->val[x].alias_off : 0;
     }
 }
@@ -106,7 +105,7 @@ void pass_memplan(Graph *g)
     for (int i = 0; i < nn; i++) {
         const Node *n = &g->node[i];
         for (int j = 0; j < n->nout; j++) {
-            int r = root_of(g, n->out[j]);
+            int r = ir_root(g, n->out[j]);
             used[n->out[j]] = used[r] = 1;
             if (def[r] < 0)
                 def[r] = i; /* first write of the value or of a view into it */
@@ -114,7 +113,7 @@ void pass_memplan(Graph *g)
         }
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0 && read_at_run_time(n, j)) {
-                int r = root_of(g, n->in[j]);
+                int r = ir_root(g, n->in[j]);
                 used[n->in[j]] = used[r] = 1;
                 last[r] = last[r] > i ? last[r] : i;
             }
@@ -129,8 +128,8 @@ void pass_memplan(Graph *g)
         int v = k < g->noutput ? (g->opt->eval ? g->output[k] : -1) : g->loss_avg;
         if (v < 0)
             continue;
-        last[root_of(g, v)] = nn;
-        used[v] = used[root_of(g, v)] = 1;
+        last[ir_root(g, v)] = nn;
+        used[v] = used[ir_root(g, v)] = 1;
     }
 
     Item *acts = ir_alloc(sizeof(Item) * (size_t)nv);

@@ -33,27 +33,12 @@
 
 #include <string.h>
 
-static int root(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
-
 static int is_coll(const Node *n) { return (op_info[n->op].flags & F_COLL) != 0; }
-
-/* does node n write value root r (an output, or an input it updates in place)? */
-static int writes(const Graph *g, const Node *n, int r)
-{
-    for (int j = 0; j < n->nout; j++)
-        if (n->out[j] >= 0 && root(g, n->out[j]) == r)
-            return 1;
-    int inplace = (op_info[n->op].flags & F_OPT) ? n->nin : n->op == OP_Assign || n->op == OP_ReduceScatter;
-    for (int j = 0; j < inplace && j < n->nin; j++)
-        if (n->in[j] >= 0 && root(g, n->in[j]) == r)
-            return 1;
-    return 0;
-}
 
 static int reads(const Graph *g, const Node *n, int r)
 {
     for (int j = 0; j < n->nin; j++)
-        if (n->in[j] >= 0 && root(g, n->in[j]) == r)
+        if (n->in[j] >= 0 && ir_root(g, n->in[j]) == r)
             return 1;
     return 0;
 }
@@ -62,15 +47,15 @@ static int reads(const Graph *g, const Node *n, int r)
 static int conflicts(const Graph *g, const Node *c, const Node *n)
 {
     for (int j = 0; j < c->nout; j++) {
-        int r = root(g, c->out[j]);
-        if (reads(g, n, r) || writes(g, n, r))
+        int r = ir_root(g, c->out[j]);
+        if (reads(g, n, r) || ir_writes(g, n, r))
             return 1;
     }
     for (int j = 0; j < c->nin; j++)
-        if (c->in[j] >= 0 && writes(g, n, root(g, c->in[j])))
+        if (c->in[j] >= 0 && ir_writes(g, n, ir_root(g, c->in[j])))
             return 1;
     if (c->op == OP_ReduceScatter) /* written in place */
-        return reads(g, n, root(g, c->in[0]));
+        return reads(g, n, ir_root(g, c->in[0]));
     return 0;
 }
 
@@ -78,7 +63,7 @@ static int conflicts(const Graph *g, const Node *c, const Node *n)
 static int free_of(const Graph *g, int flat)
 {
     for (int i = 0; i < g->nnode; i++)
-        if (g->node[i].op == OP_Free && root(g, g->node[i].in[0]) == flat)
+        if (g->node[i].op == OP_Free && ir_root(g, g->node[i].in[0]) == flat)
             return i;
     return g->nnode;
 }
@@ -95,7 +80,7 @@ void pass_schedule(Graph *g)
     for (int i = 0; i < nn; i++) {
         start[i] = i;
         if (g->node[i].op == OP_AllGather) {
-            fin[i] = free_of(g, root(g, g->node[i].out[0]));
+            fin[i] = free_of(g, ir_root(g, g->node[i].out[0]));
             gathers[ngather++] = i;
         }
     }

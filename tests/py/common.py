@@ -7,6 +7,7 @@ raise; the script exits non-zero with the message.
 import json
 import os
 import subprocess
+import warnings
 
 import numpy as np
 
@@ -60,3 +61,18 @@ def rel_err(a, b):
 def check(cond, msg):
     if not cond:
         raise SystemExit("FAILED: " + msg)
+
+
+def export_resnet(path):
+    """torchvision's ResNet-18 (10 classes, seed 0) exported in training mode, batch symbolic"""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    m.train()
+    x = torch.zeros(2, 3, 32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(m, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})

@@ -21,9 +21,8 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 
-from common import mpirun, run
+from common import export_resnet, mpirun, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,20 +39,6 @@ def expect_error(cmd, *words, env=None):
         raise SystemExit("FAILED: %s\nexpected a non-zero exit and an error with %s, got %d:\n%s%s"
                          % (" ".join(cmd), words, p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
     return p, lines
-
-
-def export_resnet(path):
-    import torch
-    import torchvision
-    torch.manual_seed(0)
-    m = torchvision.models.resnet18(num_classes=10)
-    m.train()
-    x = torch.zeros(2, 3, 32, 32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        torch.onnx.export(m, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
-                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def main():

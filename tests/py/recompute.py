@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import sys
-import warnings
 
 import numpy as np
 
@@ -42,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-from common import check, mpirun, onnx_weights, read_metrics, run  # noqa: E402
+from common import check, export_resnet, mpirun, onnx_weights, read_metrics, run  # noqa: E402
 
 GLOBAL_B, STEPS = 12, 6
 
@@ -100,20 +99,6 @@ def case(fsdpc, work, tag, model, flags, world, data, expect_saving=True):
     print("%-34s world %d: losses and weights bit-identical; AllGather %d = %d; %3d clones; activations %8d -> %8d B"
           % (tag, world, count(p0, r"= AllGather "), count(p1, r"= AllGather "), clones, a0, a1))
     return l0, a0, a1, clones, r1
-
-
-def export_resnet(path):
-    import torch
-    import torchvision
-    torch.manual_seed(0)
-    m = torchvision.models.resnet18(num_classes=10)
-    m.train()
-    x = torch.zeros(2, 3, 32, 32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        torch.onnx.export(m, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["x"], output_names=["logits"],
-                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def main():
