@@ -96,6 +96,8 @@ SAME_FIELD(KcStepParams, clip_norm);
 SAME_FIELD(KcStepParams, step);
 SAME_FIELD(KcStepParams, micro);
 SAME_FIELD(KcStepParams, accum);
+SAME_FIELD(KcStepParams, loss_scale);
+SAME_FIELD(KcStepParams, opt_step);
 static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
 SAME_FIELD(KConv2d, n);
 SAME_FIELD(KConv2d, m);
@@ -169,6 +171,11 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_bf16_to_f32);
+}
+void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_f16_to_f32);
 }
 }
 
@@ -1143,13 +1150,13 @@ static void check_updated(const F &got, const F &want, const F &before, int64_t 
 
 static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
 {
-    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum};
+    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum, 0.0, step};
     const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
     F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
     k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip,
-                u.micro, u.accum);
+                0.0, u.micro, u.accum);
     /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params */
-    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
     CTX("kc_adamw n %lld step %d clip %g gsq %g micro %lld of %lld", (long long)n, step, q.clip, q.gsq,
         (long long)u.micro, (long long)u.accum);
     check_updated(p2, p, p0, n, u);
@@ -1161,11 +1168,11 @@ static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro
 {
     for (double mom : {0.0, 0.9})
         for (double wd : {0.0, 0.01}) {
-            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum};
+            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum, 0.0, step};
             const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
             F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, u.micro, u.accum);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
             CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g micro %lld of %lld", (long long)n, step,
                 mom, wd, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
             check_updated(p2, p, p0, n, u);
