@@ -370,7 +370,7 @@ static inline uint16_t k_f16_from_f32(float f)
     union { float f; uint32_t u; } x = {f};
     uint32_t sign = (x.u >> 16) & 0x8000u, a = x.u & 0x7fffffffu;
     if (a > 0x7f800000u) /* NaN */
-        return (uint16_t)(sign | 0x7e00u | (a >> 13));
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) /* >= 65520, infinity included */
         return (uint16_t)(sign | 0x7c00u);
     if (a >= 0x38800000u) { /* a normal half: rebias the exponent (127 -> 15), round 13 bits off */

@@ -286,7 +286,7 @@ KC_DEV uint16_t kc_f16_from_f32(float f)
 {
     const uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u | (a >> 13));
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u)
         return (uint16_t)(sign | 0x7c00u);
     if (a >= 0x38800000u) {
