@@ -554,7 +554,8 @@ static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
     if (!isfinite(gsq)) {
         c->skipped++;
         if (!o->static_scale) {
-            c->loss_scale *= 0.5;
+            if (c->loss_scale * 0.5 >= 0x1p-126) /* S stays positive: a NaN the scale cannot cure keeps skipping */
+                c->loss_scale *= 0.5;
             c->scale_good = 0;
         }
         return 1;
