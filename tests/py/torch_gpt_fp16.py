@@ -35,6 +35,13 @@ S (the backward's seed is S), the gradient unscaled by the update.
    a growth count under way (--loss-scale-growth-interval 3), continues bit for bit: the later losses, loss scales, skips and the
    exported weights equal the uninterrupted run's.  A manifest of an fp32 run
    without the "updates" record (an older fsdpc's) still resumes bit for bit.
+4. Strategies.  With --clip-grad-norm 0.05 (active: the clip coefficient and
+   1/S fold into one factor) and a fixed --loss-scale 65536, world 4 --shard
+   hybrid:2 and world 1 --accum 2 at half the batch follow world 1's run:
+   no step skipped, losses and reported norms within 1e-4.  (Where a step
+   overflows depends on the per-rank batch -- each rank's gradient is scaled
+   before the average, as in PyTorch -- so skips are compared at one world
+   size only, in 2.)
 """
 import copy
 import os
@@ -250,6 +257,35 @@ def resume(fsdpc, exe, exe32, tok_path, work):
           "manifest without 'updates' too" % [o["loss_scale"] for o in full])
 
 
+def strategies(fsdpc, onnx_path, exe2, tok_path, work):
+    flags = ["--clip-grad-norm", "0.05", "--loss-scale", "65536"]
+    exe1 = os.path.join(work, "gpt_fp16_w1")
+    ref, _ = train(exe1, 1, tok_path, 12, "clip", flags)
+    check(not any(o["skipped"] for o in ref) and all(o["grad_norm"] > 0.05 for o in ref),
+          "strategies: expected no skips and active clipping: %s" % [(o["loss_scale"], o["grad_norm"]) for o in ref])
+    exe_h = os.path.join(work, "gpt_fp16_h2")
+    compile_exe(fsdpc, onnx_path, exe_h, GLOBAL_B // 4, ["--precision", "fp16", "--shard", "hybrid:2"])
+    exe_a = exe2  # per-rank batch 2: at world 1, --accum 2 is the global batch 4
+    worst = 0.0
+    for tag, e, world, extra in (("hybrid:2 world 4", exe_h, 4, []), ("accum 2 world 1", exe_a, 1, ["--accum", "2"])):
+        got, _ = train(e, world, tok_path, 12, "clip" + str(world), flags + extra)
+        check(len(got) == len(ref), "strategies %s: %d steps" % (tag, len(got)))
+        worst = max([worst] + [abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(got, ref)] +
+                    [abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(got, ref)])
+        for a, b in zip(got, ref):
+            check(a["skipped"] == b["skipped"] and a["loss_scale"] == b["loss_scale"],
+                  "strategies %s: step %d skipped %r scale %r, world 1 %r %r"
+                  % (tag, a["step"], a["skipped"], a["loss_scale"], b["skipped"], b["loss_scale"]))
+            check(abs(a["loss"] - b["loss"]) <= 1e-4 * abs(b["loss"]) and
+                  (a["grad_norm"] is None) == (b["grad_norm"] is None) and
+                  (a["grad_norm"] is None or abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * b["grad_norm"]),
+                  "strategies %s: step %d loss %r norm %r, world 1 %r %r"
+                  % (tag, a["step"], a["loss"], a["grad_norm"], b["loss"], b["grad_norm"]))
+    print("strategies: hybrid:2 at world 4 and --accum 2 follow world 1 under fp16 with clipping (norms %.3g to "
+          "%.3g against clip 0.05): losses and norms within %.2g"
+          % (min(o["grad_norm"] for o in ref), max(o["grad_norm"] for o in ref), worst))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -268,6 +304,7 @@ def main():
     exe32 = os.path.join(work, "gpt_fp32_w2")
     compile_exe(fsdpc, onnx_path, exe32, GLOBAL_B // 2)
     resume(fsdpc, exe, exe32, tok_path, work)
+    strategies(fsdpc, onnx_path, exe, tok_path, work)
     print("OK torch_gpt_fp16")
 
 
