@@ -21,9 +21,11 @@ static const char *usage =
     "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
     "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
     "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
-    "  --precision fp32|bf16   bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
+    "  --precision fp32|bf16|fp16\n"
+    "                          bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
     "                          (float32 accumulation); float32 master shards, optimizer state,\n"
-    "                          gradient reduction and all other ops (default fp32)\n"
+    "                          gradient reduction and all other ops (default fp32).  fp16: the same\n"
+    "                          in float16, with dynamic loss scaling (run options --loss-scale-*)\n"
     "  --reduce-dtype fp32|bf16\n"
     "                          the dtype gradients are averaged across ranks in (default fp32; bf16\n"
     "                          halves the bytes; the gradient shards and the optimizer stay fp32)\n"
@@ -126,14 +128,15 @@ static void parse_args(Options *o, int argc, char **argv)
             o->dim_name[o->ndims] = ir_fmt("%.*s", (int)(eq - v), v);
             o->dim_value[o->ndims++] = parse_int("--dim", eq + 1, 1);
         } else if (!strcmp(a, "--precision")) {
+            static const char *const names[] = {"fp32", "bf16", "fp16", NULL}; /* Precision order */
+            o->precision = (Precision)pick(a, VALUE(), names, "fp32, bf16 or fp16");
+        } else if (!strcmp(a, "--reduce-dtype")) {
             static const char *const names[] = {"fp32", "bf16", NULL}; /* Precision order */
             const char *v = VALUE();
             if (!strcmp(v, "fp16"))
-                fatal("--precision fp16 is not supported yet (it needs loss scaling): use bf16 or fp32");
-            o->precision = (Precision)pick(a, v, names, "fp32 or bf16");
-        } else if (!strcmp(a, "--reduce-dtype")) {
-            static const char *const names[] = {"fp32", "bf16", NULL}; /* Precision order */
-            o->reduce_dtype = (Precision)pick(a, VALUE(), names, "fp32 or bf16");
+                fatal("--reduce-dtype fp16 is not supported (float16 sums of gradients overflow without care): "
+                      "use fp32 or bf16 (with --precision fp16 too)");
+            o->reduce_dtype = (Precision)pick(a, v, names, "fp32 or bf16");
         } else if (!strcmp(a, "--shard")) {
             static const char *const names[] = {"full", "grad_op", "none", NULL}; /* ShardMode order */
             const char *v = VALUE();

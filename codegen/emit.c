@@ -73,7 +73,7 @@ const char *cg_ctype(DType t)
     case DT_I64: return "int64_t";
     case DT_I32: return "int32_t";
     case DT_BOOL: return "uint8_t";
-    case DT_BF16: return "uint16_t";
+    case DT_BF16: case DT_F16: return "uint16_t";
     default: die("no C type for dtype %d", t);
     }
 }
@@ -87,6 +87,7 @@ const char *cg_kdt(DType t)
     case DT_I32: return "K_DT_I32";
     case DT_BOOL: return "K_DT_BOOL";
     case DT_BF16: return "K_DT_BF16";
+    case DT_F16: return "K_DT_F16";
     default: die("no kernel dtype for %s", dtype_name(t));
     }
 }
@@ -182,8 +183,9 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     int64_t k = sa->dim[sa->rank - (ta ? 2 : 1)];
     int64_t batch = shape_numel(sy) / (m * nn);
     int64_t strA = shape_numel(sa) == m * k ? 0 : m * k, strB = shape_numel(sb) == k * nn ? 0 : k * nn;
-    /* --precision bf16: bfloat16 operands, float32 result */
-    const char *s = g->val[n->in[0]].dtype == DT_BF16 ? "bf16" : cg_sfx(g->val[n->out[0]].dtype);
+    /* --precision bf16 / fp16: 16-bit operands, float32 result */
+    DType da = g->val[n->in[0]].dtype;
+    const char *s = da == DT_BF16 ? "bf16" : da == DT_F16 ? "f16" : cg_sfx(g->val[n->out[0]].dtype);
     cg_put(b, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, 0.0);\n", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
         (long long)batch, (long long)strA, (long long)strB, (long long)m, (long long)nn,
         (long long)k, ta, tb);
@@ -262,10 +264,10 @@ static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
                 n->unit, dt);
         break;
     }
-    default: { /* AllReduce: the gradient norm's (a sum) runs only when clipping */
+    default: { /* AllReduce: the gradient norm's (a sum) runs only when clipping or loss scaling */
         const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
         if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    if (c->clip_norm > 0) {\n");
+            cg_put(b, "    if (c->clip_norm > 0 || c->loss_scale > 0) {\n");
         cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
             (long long)(ny * (int64_t)dtype_size(dt)));
         cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
@@ -352,7 +354,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         const Attr *p = ir_attr(n, "perm");
         for (int i = 0; i < vx->shape.rank; i++)
             perm[i] = p ? p->ints[i] : vx->shape.rank - 1 - i;
-        if (dt == DT_BF16) { /* a strided copy of 2-byte elements: y dense, x read along perm */
+        if (dtype_size(dt) == 2) { /* bf16 / f16: a strided copy of 2-byte elements: y dense, x read along perm */
             int r = vx->shape.rank;
             int64_t xst[MAX_RANK], yst[MAX_RANK], xs[MAX_RANK], st = 1;
             for (int i = r - 1; i >= 0; i--)
@@ -412,7 +414,10 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         break;
     }
     case OP_Ones: /* the seed: --accum averages the micro-steps, as the ranks are averaged */
-        cg_put(b, "    k_fill_%s(%s, 1.0 / (double)c->accum, %lld);\n", s, cg_ptr(g, y), (long long)ny);
+        if (g->opt->precision == PREC_FP16) /* times the loss scale, which changes between steps */
+            cg_put(b, "    k_loss_seed_f32(%s, %lld, c->loss_scale, c->accum);\n", cg_ptr(g, y), (long long)ny);
+        else
+            cg_put(b, "    k_fill_%s(%s, 1.0 / (double)c->accum, %lld);\n", s, cg_ptr(g, y), (long long)ny);
         break;
     case OP_AllGather: case OP_ReduceScatter: case OP_AllReduce:
         emit_collective(b, g, n);
@@ -423,22 +428,24 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             emit_grad_accum(b, g, n->in[0], n->in[1], n->unit);
         break;
     case OP_GradNormSq:
-        cg_put(b, "    if (c->clip_norm > 0) {\n");
+        cg_put(b, "    if (c->clip_norm > 0 || c->loss_scale > 0) {\n");
         for (int i = 0; i < n->nin; i++)
             cg_put(b, "      k_sum_squares_%s(%s, %s, c->shard_len[%d], %d);\n", s, cg_ptr(g, y), cg_ptr(g, n->in[i]),
                 g->val[n->in[i]].unit, i > 0);
+        if (g->opt->precision == PREC_FP16) /* the shards hold S times the gradient */
+            cg_put(b, "      k_unscale_sq_f32(%s, c->loss_scale);\n", cg_ptr(g, y));
         cg_put(b, "    }\n");
         break;
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
     case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW:
         cg_put(b, "    k_adamw_%s(%s, %s, %s, %s, c->shard_len[%d], c->lr, c->beta1, c->beta2, c->eps, "
-               "c->weight_decay, c->step, %s, c->clip_norm, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]),
+               "c->weight_decay, c->opt_step, %s, c->clip_norm, c->loss_scale, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]),
             cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]), n->unit, cg_ptr(g, n->in[4]));
         break;
     case OP_Sgd:
-        cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->step, %s, "
-               "c->clip_norm, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit,
+        cg_put(b, "    k_sgd_%s(%s, %s, %s, c->shard_len[%d], c->lr, c->momentum, c->weight_decay, c->opt_step, %s, "
+               "c->clip_norm, c->loss_scale, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), n->unit,
             cg_ptr(g, n->in[3]));
         break;
     default:

@@ -283,6 +283,8 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
     cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
         g->ncoll);
+    if (g->opt->precision == PREC_FP16)
+        cg_put(&b, "    .loss_scaling = 1,\n");
     if (cg_cuda)
         cg_put(&b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
                "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);

@@ -232,7 +232,7 @@ size_t dtype_size(DType t)
 {
     switch (t) {
     case DT_F32: case DT_I32: return 4;
-    case DT_BF16: return 2;
+    case DT_BF16: case DT_F16: return 2;
     case DT_F64: case DT_I64: return 8;
     case DT_BOOL: return 1;
     default: return 0;
@@ -241,7 +241,7 @@ size_t dtype_size(DType t)
 
 const char *dtype_name(DType t)
 {
-    static const char *names[DT_COUNT] = {"undef", "f32", "f64", "i64", "i32", "bool", "bf16"};
+    static const char *names[DT_COUNT] = {"undef", "f32", "f64", "i64", "i32", "bool", "bf16", "f16"};
     return t < DT_COUNT ? names[t] : "?";
 }
 

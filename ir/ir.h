@@ -25,6 +25,7 @@ typedef enum {
     DT_I32,  /* int32_t   (ONNX INT32 = 6)   */
     DT_BOOL, /* uint8_t   (ONNX BOOL = 9)    */
     DT_BF16, /* bfloat16 bits in a uint16_t (ONNX BFLOAT16 = 16); made by the precision pass only */
+    DT_F16,  /* IEEE binary16 bits in a uint16_t (ONNX FLOAT16 = 10); made by the precision pass only */
     DT_COUNT
 } DType;
 
@@ -147,7 +148,7 @@ typedef struct {
 
 typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
 typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
-typedef enum { PREC_FP32, PREC_BF16 } Precision;
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision; /* fp16: with loss scaling (runtime) */
 /* --shard: FULL_SHARD, SHARD_GRAD_OP (no reshard after forward), NO_SHARD
  * (every rank the whole model: DDP), HYBRID_SHARD (shard inside groups of
  * Options.hybrid consecutive ranks, replicate across groups) */
@@ -265,7 +266,8 @@ void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
 void pass_precision(Graph *g);
-int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16? */
+int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16 or float16? */
+DType precision_low(Precision p);               /* the 16-bit dtype of --precision bf16 / fp16 */
 void pass_recompute(Graph *g);
 void pass_fuse(Graph *g);
 void pass_schedule(Graph *g);

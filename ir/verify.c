@@ -96,8 +96,9 @@ void ir_verify(const Graph *g, const char *after)
                     oi->name, x->name);
             if (typed && x->dtype == DT_UNDEF)
                 die("after %s: value '%s' has no dtype", after, x->name);
-            if (x->dtype == DT_BF16 && !precision_reads_bf16(n, j))
-                die("after %s: node '%s' (%s) reads the bfloat16 value '%s'", after, n->name, oi->name, x->name);
+            if ((x->dtype == DT_BF16 || x->dtype == DT_F16) && !precision_reads_bf16(n, j))
+                die("after %s: node '%s' (%s) reads the %s value '%s'", after, n->name, oi->name,
+                    dtype_name(x->dtype), x->name);
         }
         if (n->op == OP_MatMul && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
             die("after %s: MatMul '%s' has operands of two dtypes", after, n->name);

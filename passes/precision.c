@@ -1,7 +1,10 @@
-/* precision.c — mixed precision: bfloat16 parameters for all-gather and GEMMs.
+/* precision.c — mixed precision: bfloat16 or float16 parameters for all-gather and GEMMs.
  *
  * requires: shard.
- * ensures (--precision bf16; fp32 leaves the graph as it is):
+ * ensures (--precision bf16; fp32 leaves the graph as it is; fp16 is the
+ * same with float16, "the low dtype", in place of bfloat16 throughout, and
+ * with loss scaling at run time: the seed, the gradient norm and the
+ * updates of codegen/emit.c read the step's loss scale):
  *   - every unit's gathered flat buffers, forward and backward, and the
  *     parameter views into them are bfloat16; AllGather reads the float32
  *     shard and writes the bfloat16 flat buffer (codegen rounds this rank's
@@ -29,7 +32,7 @@
 
 #include <string.h>
 
-enum { ONNX_FLOAT = 1, ONNX_BFLOAT16 = 16 };
+enum { ONNX_FLOAT = 1, ONNX_FLOAT16 = 10, ONNX_BFLOAT16 = 16 };
 
 /* ops whose input 0 is only moved: a bfloat16 input gives a bfloat16 output */
 static int moves_input0(Op op)
@@ -46,42 +49,47 @@ int precision_reads_bf16(const Node *n, int input)
     }
 }
 
+DType precision_low(Precision p) { return p == PREC_FP16 ? DT_F16 : DT_BF16; }
+
+static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
+
 typedef struct {
     Graph *g;
     Node *out;
     int n;
-    int *as16, *as32; /* per value: its Cast to bfloat16 / float32, -1 if none yet */
+    DType low;        /* DT_BF16 or DT_F16 */
+    int *as16, *as32; /* per value: its Cast to the low dtype / float32, -1 if none yet */
     int *view;        /* per value: the Reshape / Identity (index in out) that made it of a float32 value */
 } Rewrite;
 
-/* the value v cast to dtype `to`, made once, before the node being emitted.
- * A view (Reshape, Identity) of a value already cast to bfloat16 becomes the
+/* the value v cast to dtype `to` (w->low or float32), made once, before the node being emitted.
+ * A view (Reshape, Identity) of a value already cast to the low dtype becomes the
  * same view of that cast instead of a second cast (the backward's flattened
  * operands of a Linear's weight gradient, say). */
 static int cast_of(Rewrite *w, int v, DType to)
 {
-    int *cache = to == DT_BF16 ? w->as16 : w->as32;
+    int *cache = to == w->low ? w->as16 : w->as32;
     if (cache[v] >= 0)
         return cache[v];
     Graph *g = w->g;
-    if (to == DT_BF16 && w->view[v] >= 0 && w->as16[w->out[w->view[v]].in[0]] >= 0) {
+    if (to == w->low && w->view[v] >= 0 && w->as16[w->out[w->view[v]].in[0]] >= 0) {
         Node n = w->out[w->view[v]];
         Shape s = g->val[v].shape; /* ir_value may move g->val */
         int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1)), *out = ir_alloc(sizeof(int));
         memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
         in[0] = w->as16[n.in[0]];
-        out[0] = ir_value(g, ir_fmt("%s.bf16", g->val[v].name), DT_BF16, &s, R_ACT);
+        out[0] = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
         n.in = in;
         n.out = out;
         n.nout = 1;
-        n.name = ir_fmt("%s.bf16", n.name);
+        n.name = ir_fmt("%s.%s", n.name, dtype_name(to));
         w->out[w->n++] = n;
         return cache[v] = out[0];
     }
     Shape s = g->val[v].shape; /* ir_value may move g->val */
     int c = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
     Attr *a = ir_alloc(sizeof(Attr));
-    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : ONNX_FLOAT};
+    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : to == DT_F16 ? ONNX_FLOAT16 : ONNX_FLOAT};
     Node n = {.op = OP_Cast, .name = ir_fmt("%s.to_%s", g->val[v].name, dtype_name(to)), .nin = 1, .nout = 1,
               .in = ir_alloc(sizeof(int)), .out = ir_alloc(sizeof(int)), .nattr = 1, .attr = a, .unit = -1};
     n.in[0] = v;
@@ -90,23 +98,23 @@ static int cast_of(Rewrite *w, int v, DType to)
     return cache[v] = c;
 }
 
-/* the gathered buffers of every unit and the parameter views into them */
-static void gather_in_bf16(Graph *g)
+/* the gathered buffers of every unit and the parameter views into them, in the low dtype */
+static void gather_in_low(Graph *g, DType low)
 {
     int nval = g->nval;
     for (int u = 0; u < g->nunit; u++)
         if (g->unit[u].dtype != DT_F32)
-            fatal("--precision bf16 needs a float32 model: unit %s holds %s parameters (use --precision fp32)",
-                  g->unit[u].name, dtype_name(g->unit[u].dtype));
+            fatal("--precision %s needs a float32 model: unit %s holds %s parameters (use --precision fp32)",
+                  low == DT_F16 ? "fp16" : "bf16", g->unit[u].name, dtype_name(g->unit[u].dtype));
     for (int v = 0; v < nval; v++)
         if (g->val[v].role == R_FLAT)
-            g->val[v].dtype = DT_BF16;
+            g->val[v].dtype = low;
     for (int v = 0; v < nval; v++) {
         Value *x = &g->val[v];
         if (x->role != R_PARAM || x->alias_of < 0 || g->val[x->alias_of].role != R_FLAT)
             continue;
-        x->dtype = DT_BF16;
-        x->alias_off = x->alias_off / (int64_t)dtype_size(DT_F32) * (int64_t)dtype_size(DT_BF16);
+        x->dtype = low;
+        x->alias_off = x->alias_off / (int64_t)dtype_size(DT_F32) * (int64_t)dtype_size(low);
     }
 }
 
@@ -138,9 +146,10 @@ void pass_precision(Graph *g)
         reduce_in_bf16(g);
     if (g->opt->precision == PREC_FP32)
         return;
-    gather_in_bf16(g);
+    DType low = precision_low(g->opt->precision);
+    gather_in_low(g, low);
     int nn = g->nnode, nval = g->nval;
-    Rewrite w = {.g = g};
+    Rewrite w = {.g = g, .low = low};
     /* at most one cast per input of every node, plus the node itself */
     int room = nn;
     for (int i = 0; i < nn; i++)
@@ -160,14 +169,14 @@ void pass_precision(Graph *g)
         if (n.op == OP_MatMul && g->val[n.out[0]].dtype == DT_F32) {
             for (int j = 0; j < 2; j++)
                 if (g->val[in[j]].dtype == DT_F32)
-                    in[j] = cast_of(&w, in[j], DT_BF16);
-        } else if (moves_input0(n.op) && g->val[in[0]].dtype == DT_BF16) {
-            g->val[n.out[0]].dtype = DT_BF16;
+                    in[j] = cast_of(&w, in[j], low);
+        } else if (moves_input0(n.op) && g->val[in[0]].dtype == low) {
+            g->val[n.out[0]].dtype = low;
         } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {
             w.view[n.out[0]] = w.n; /* a later bfloat16 cast of its output may view in[0]'s instead */
         } else {
             for (int j = 0; j < n.nin; j++)
-                if (in[j] >= 0 && g->val[in[j]].dtype == DT_BF16 && !precision_reads_bf16(&n, j))
+                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !precision_reads_bf16(&n, j))
                     in[j] = cast_of(&w, in[j], DT_F32);
         }
         w.out[w.n++] = n;

@@ -14,8 +14,9 @@
  *   - one optimizer update on the flat shards replacing the per-parameter ones;
  *     before the updates, GradNormSq of every gradient shard and its AllReduce
  *     (sum): g->grad_norm_sq, the global squared norm that the updates read to
- *     clip by (the step computes it only when --clip-grad-norm is given; a
- *     shard's padding is zero, so nothing is counted twice).
+ *     clip by (the step computes it only when --clip-grad-norm is given, or
+ *     always under --precision fp16, where the updates skip on a non-finite
+ *     norm; a shard's padding is zero, so nothing is counted twice).
  * Shard lengths are ceil(numel / F), F the ranks of a shard group (the
  * world, 1 for NO_SHARD, --shard hybrid:F): the world size is a run-time
  * fact, so shapes here are nominal ([numel]) and the runtime sizes them.

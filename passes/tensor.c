@@ -97,6 +97,7 @@ int tensor_kdt(DType t)
     case DT_I32: return K_DT_I32;
     case DT_BOOL: return K_DT_BOOL;
     case DT_BF16: return K_DT_BF16;
+    case DT_F16: return K_DT_F16;
     default: die("no kernel dtype for %s", dtype_name(t));
     }
 }

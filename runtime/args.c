@@ -59,6 +59,19 @@ static void usage_cuda(const RtModel *m)
            "  --no-cuda-graph         run every step eagerly instead of replaying a CUDA Graph\n");
 }
 
+static void usage_fp16(const RtModel *m)
+{
+    if (!m->loss_scaling)
+        return;
+    printf("  --loss-scale-init S     built with --precision fp16: dynamic loss scaling starts at S\n"
+           "                          (default 65536 = 2^16).  A step whose gradient overflows (a\n"
+           "                          non-finite global norm, the same on every rank) is skipped and\n"
+           "                          S halves; S doubles after N steps without one\n"
+           "  --loss-scale-growth-interval N\n"
+           "                          that N (default 2000)\n"
+           "  --loss-scale S          a fixed loss scale instead (overflowing steps are still skipped)\n");
+}
+
 static void eval_usage(const RtModel *m)
 {
     printf("usage: %s --out-dir DIR --input NAME=FILE ... [options]\n"
@@ -156,6 +169,7 @@ void rt_usage(const RtModel *m)
            "  --help                  this text\n",
            rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
     usage_cuda(m);
+    usage_fp16(m);
     usage_inputs(m);
     fflush(stdout);
 }
@@ -310,6 +324,18 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         o->token_inputs = val;
     } else if (strcmp(flag, "--dump-grads") == 0) {
         o->dump_grads = val;
+    } else if (strcmp(flag, "--loss-scale-init") == 0 || strcmp(flag, "--loss-scale") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->loss_scale_init);
+        if (rc == 0 && !(o->loss_scale_init > 0 && o->loss_scale_init <= 0x1p126)) {
+            rt_err_set(2, "%s: %s is outside (0, 2^126]: give a positive loss scale (a power of two keeps "
+                          "unscaling exact)", flag, val);
+            rc = -1;
+        }
+        o->static_scale |= strcmp(flag, "--loss-scale") == 0;
+        o->set_scale_init |= strcmp(flag, "--loss-scale-init") == 0;
+    } else if (strcmp(flag, "--loss-scale-growth-interval") == 0) {
+        rc = parse_int(flag, val, 1, &o->growth_interval);
+        o->set_growth = 1;
     } else if (strcmp(flag, "--rendezvous") == 0) {
         if (strncmp(val, "file:", 5) == 0 || strncmp(val, "tcp:", 4) == 0 || strcmp(val, "mpi") == 0) {
             o->rendezvous = val;
@@ -334,7 +360,8 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
-                                          "--export-safetensors"};
+                                          "--export-safetensors", "--loss-scale-init",
+                                          "--loss-scale-growth-interval", "--loss-scale"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -363,6 +390,11 @@ static int takes_value(const RtModel *m, const char *flag)
         return 1;
     if (strcmp(flag, "--rendezvous") == 0)
         return cuda_only(m, flag) == 0 ? 1 : -1;
+    if (!strncmp(flag, "--loss-scale", 12) && IN_LIST(flag, train_flags) && !m->eval && !m->loss_scaling) {
+        rt_err_set(2, "%s: loss scaling is for executables built with fsdpc --precision fp16; this one was not "
+                      "(drop the flag, or rebuild with --precision fp16)", flag);
+        return -1;
+    }
     int train = IN_LIST(flag, train_flags), eval = IN_LIST(flag, eval_flags);
     if (m->eval && train) {
         rt_err_set(2, "%s is a training flag; this executable is forward-only (built with fsdpc --eval; "
@@ -390,6 +422,8 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->eps = 1e-8;
     o->accum = 1;
     o->trace_steps = 2;
+    o->loss_scale_init = 65536;
+    o->growth_interval = 2000;
 }
 
 /* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).
@@ -479,6 +513,11 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
     }
     if (!o->cosine && (o->set_decay || o->set_min_lr)) {
         rt_err_set(2, "--decay-steps and --min-lr shape --lr-schedule cosine, which is not given (see --help)");
+        return -1;
+    }
+    if (o->static_scale && (o->set_scale_init || o->set_growth)) {
+        rt_err_set(2, "--loss-scale S fixes the loss scale; --loss-scale-init and --loss-scale-growth-interval "
+                      "shape the dynamic one: give one or the other (see --help)");
         return -1;
     }
     if (!o->set_decay)

@@ -9,7 +9,11 @@
  *                   statistics: the RtConsts with a name), rank 0's;
  *   manifest        text, one record per line: the format, the step, the
  *                   data position, the world and shard group it was written
- *                   at, the optimizer, every unit's layout, every parameter
+ *                   at, the optimizer, the optimizer's update count
+ *                   ("updates"; fp16 skips steps) and, from fp16 builds, the
+ *                   loss scale, its good-step count and the skipped steps
+ *                   ("loss_scale"; older manifests lack both: updates =
+ *                   step, the flags' scale), every unit's layout, every parameter
  *                   (unit, offset, numel, hex-encoded name), every constant,
  *                   and every file with its size and FNV-1a-64 checksum.
  * (The dropout RNG is counter-based on the step: the step is its state.)
@@ -172,6 +176,9 @@ static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t
         return -1;
     fprintf(f, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
             c->world, c->sf, m->optimizer);
+    fprintf(f, "updates %" PRId64 "\n", c->updates);
+    if (m->loss_scaling) /* %.17g: the double back exactly */
+        fprintf(f, "loss_scale %.17g %" PRId64 " %" PRId64 "\n", c->loss_scale, c->scale_good, c->skipped);
     int64_t off = 0;
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
@@ -294,6 +301,10 @@ typedef struct {
     char dir[PATH_MAX];
     int64_t step, pos;
     int world, sf, optimizer;
+    int64_t updates;            /* -1: not recorded (then the step) */
+    int has_scale;              /* a loss_scale record: */
+    double scale;
+    int64_t scale_good, skipped;
     int nunit, nparam, nconst, nfile;
     CUnit *unit;
     CNamed *param, *cnst;
@@ -417,6 +428,13 @@ static int parse(Ckpt *k, const char *text, const char *path)
             k->sf = u;
         } else if (sscanf(rec, "optimizer %d%n", &u, &r) == 1 && !rec[r]) {
             k->optimizer = u;
+        } else if (sscanf(rec, "updates %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 0) {
+            k->updates = a;
+        } else if (sscanf(rec, "loss_scale %lf %" SCNd64 " %" SCNd64 "%n", &k->scale, &a, &b, &r) == 3 && !rec[r] &&
+                   k->scale > 0 && k->scale <= 0x1p126 && a >= 0 && b >= 0) {
+            k->has_scale = 1;
+            k->scale_good = a;
+            k->skipped = b;
         } else if (sscanf(rec, "unit %d %" SCNd64 " %d %d %" SCNd64 " %" SCNd64 "%n", &u, &a, &d, &ns, &b, &c2,
                           &r) == 6 && !rec[r]) {
             if (u != k->nunit || a < 0 || a > INT64_MAX / 64 || rt_elem_size(d) == 0 || ns < 0 || ns > 2 || b < 0 ||
@@ -470,6 +488,8 @@ static int parse(Ckpt *k, const char *text, const char *path)
     if (!ended || k->step < 1 || k->sf < 1 || k->world < 1 || k->world % k->sf || k->nunit < 1 ||
         k->nfile != k->sf + 1 || strcmp(k->file[k->sf].name, "consts.bin"))
         BAD("%s", path, line, "incomplete (no end, step, shard group, units or files)");
+    if (k->updates > k->step)
+        BAD("%s", path, line, "more optimizer updates than steps");
     int64_t off = 0;
     for (int u = 0; u < k->nunit; u++) {
         if (k->unit[u].off != off)
@@ -593,6 +613,7 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     const RtModel *m = c->m;
     Ckpt k;
     memset(&k, 0, sizeof k);
+    k.updates = -1;
     char mpath[PLEN], *text = NULL;
     int rc = resolve(path, k.dir, sizeof k.dir);
     if (rc == 0) {
@@ -667,6 +688,12 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     if (status == 0) {
         *step = k.step;
         *pos = k.pos;
+        c->updates = k.updates >= 0 ? k.updates : k.step;
+        if (m->loss_scaling && k.has_scale) { /* else the flags' scale: a checkpoint of an fp32 / bf16 run */
+            c->loss_scale = k.scale;
+            c->scale_good = k.scale_good;
+            c->skipped = k.skipped;
+        }
     }
     ckpt_free(&k);
     return status;

@@ -55,7 +55,7 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
 {
     static const MPI_Datatype types[] = {[RT_F32] = MPI_FLOAT, [RT_F64] = MPI_DOUBLE, [RT_I64] = MPI_INT64_T,
                                          [RT_I32] = MPI_INT32_T, [RT_BOOL] = MPI_UINT8_T,
-                                         [RT_BF16] = MPI_UINT16_T}; /* moved, never summed */
+                                         [RT_BF16] = MPI_UINT16_T, [RT_F16] = MPI_UINT16_T}; /* moved, never summed */
     int64_t es = rt_elem_size(dtype);
     if (es == 0)
         rt_step_fail(c, "rt_allgather: unsupported dtype code %d", dtype);

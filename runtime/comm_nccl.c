@@ -214,7 +214,8 @@ static ncclDataType_t nccl_type(RtCtx *c, int dtype, const char *what)
     case RT_F32: return ncclFloat32;
     case RT_F64: return ncclFloat64;
     case RT_BF16: return ncclBfloat16;
-    default: rt_step_fail(c, "%s: internal error: dtype code %d (float32, float64 or bfloat16 expected)", what,
+    case RT_F16: return ncclFloat16;
+    default: rt_step_fail(c, "%s: internal error: dtype code %d (float32, float64, bfloat16 or float16 expected)", what,
                           dtype);
     }
 }

@@ -617,6 +617,8 @@ void rt_dev_step(RtCtx *c)
     hp->step = c->step;
     hp->micro = c->micro;
     hp->accum = c->accum;
+    hp->loss_scale = c->loss_scale;
+    hp->opt_step = c->opt_step;
     CU_CHECK(cudaMemcpyAsync(cu.params_dev, hp, sizeof *hp, cudaMemcpyHostToDevice, cu.compute));
     if (cu.ncheck)
         CU_CHECK(cudaMemsetAsync(cu.check_dev, 0xff, (size_t)cu.ncheck * sizeof(int64_t), cu.compute));

@@ -19,7 +19,8 @@
  * FSDPC_NO_TF32); kc_gemm_bf16 takes bfloat16 A and B (CUDA_R_16BF) and
  * writes the same float32 C under CUBLAS_COMPUTE_32F (--precision bf16: a
  * product of two bfloat16 values is exact in float32, and the sums stay
- * there).  One body serves both; only the operands' type and size differ.
+ * there); kc_gemm_f16 the same with float16 A and B (CUDA_R_16F, --precision
+ * fp16).  One body serves all three; only the operands' type and size differ.
  *
  * Plan cache: descriptors, layouts and the heuristic's algorithm for each
  * distinct (operand type, shape, strides, transposes, pointer alignment,
@@ -124,7 +125,7 @@ void rt_memset(void *dst, int byte, int64_t bytes)
 
 typedef struct {
     int64_t m, n, k, batch, sa, sb; /* after folding */
-    int type;                       /* A and B's cudaDataType_t: CUDA_R_32F or CUDA_R_16BF */
+    int type;                       /* A and B's cudaDataType_t: CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F */
     int ta, tb, tf32;
     int align;                      /* log2 of the byte alignment of A, B, C: bits 0-3, 4-7, 8-11 */
 } GemmKey;
@@ -270,7 +271,10 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
                     "%lld/%lld, alignment %u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n, k->ta ? "^T" : "",
                     k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa, (long long)k->sb,
                     al_a, al_b, al_c,
-                    k->type == CUDA_R_16BF ? "BF16 operands, FP32 compute" : k->tf32 ? "TF32 or FP32" : "FP32",
+                    k->type == CUDA_R_16BF ? "BF16 operands, FP32 compute"
+                    : k->type == CUDA_R_16F ? "FP16 operands, FP32 compute"
+                    : k->tf32               ? "TF32 or FP32"
+                                            : "FP32",
                     cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s
                                             : nres < 1                  ? CUBLAS_STATUS_NOT_SUPPORTED
                                                                         : res.state));
@@ -279,7 +283,7 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
     p->used = 1;
 }
 
-/* kc_gemm_f32 and kc_gemm_bf16 (fn, for messages): A and B are of type,
+/* kc_gemm_f32, kc_gemm_bf16 and kc_gemm_f16 (fn, for messages): A and B are of type,
  * esize bytes an element; C is float32 */
 static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, const void *a, const void *b,
                  int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
@@ -347,6 +351,12 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
                   int64_t n, int64_t k, int ta, int tb, double beta)
 {
     gemm("kc_gemm_bf16", CUDA_R_16BF, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+}
+
+void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm("kc_gemm_f16", CUDA_R_16F, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
 }
 
 void cu_gemm_cache_free(void)

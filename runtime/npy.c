@@ -57,8 +57,11 @@ size_t npy_elem_size(int dtype)
     }
 }
 
-/* bfloat16 is a step dtype (--precision bf16) but no .npy dtype */
-int64_t rt_elem_size(int dtype) { return dtype == RT_BF16 ? 2 : (int64_t)npy_elem_size(dtype); }
+/* bfloat16 and float16 are step dtypes (--precision bf16 / fp16) but no .npy dtypes here */
+int64_t rt_elem_size(int dtype)
+{
+    return dtype == RT_BF16 || dtype == RT_F16 ? 2 : (int64_t)npy_elem_size(dtype);
+}
 
 /* ---- header dict parser: a cursor over [p, end) that never reads past end ---- */
 

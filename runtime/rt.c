@@ -362,8 +362,9 @@ static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
 }
 
 /* Collective, after step 1: every unit's gradient shards to rank 0, which
- * writes one file per parameter.  Returns the exit status (0: go on). */
-static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet)
+ * writes one file per parameter, divided by the loss scale step 1 ran with
+ * (scale; 0: none).  Returns the exit status (0: go on). */
+static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet, double scale)
 {
     const RtModel *m = c->m;
     char *full = NULL;
@@ -387,6 +388,15 @@ static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet)
         char *grad = c->shard[u * RT_NSTATE + RT_S_GRAD];
         rt_dev_download(c, grad, bytes);
         rt_ctl_gather(grad, bytes, full, 0);
+        if (c->rank == 0 && scale > 0 && dt == RT_F32) { /* fp16: the shards hold S times the gradient */
+            const float inv = (float)(1.0 / scale);
+            for (int64_t i = 0; i < (int64_t)c->world * c->shard_len[u]; i++) {
+                float f;
+                memcpy(&f, full + i * 4, 4);
+                f *= inv;
+                memcpy(full + i * 4, &f, 4);
+            }
+        }
         for (int i = 0; c->rank == 0 && !failed && i < m->nparam; i++) {
             const RtParam *p = &m->param[i];
             if (p->unit != u)
@@ -445,6 +455,7 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
             }
     c->lr = rt_lr_at(o, 1);
     c->clip_norm = o->clip;
+    c->loss_scale = m->loss_scaling ? o->loss_scale_init : 0; /* --resume may replace it (dynamic) */
     if (o->trace && m->target_cuda)
         rt_err_set(2, "--trace: the cuda step runs asynchronously on the GPU and has no host timeline; use Nsight "
                       "Systems (nsys profile) for its streams, or a --target cpu build");
@@ -536,13 +547,47 @@ static double read_scalar(RtCtx *c, int64_t off, int dtype)
     return v;
 }
 
+/* fp16, after a step that ran with the loss scale in c: an overflow (a
+ * non-finite global squared norm gsq, all-reduced: every rank decides the
+ * same) skipped the update, so the optimizers' count stays and S halves;
+ * otherwise S doubles after --loss-scale-growth-interval good steps in a
+ * row (torch.cuda.amp.GradScaler's rule).  --loss-scale fixes S.  Returns 1
+ * when the step was skipped. */
+static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
+{
+    if (!isfinite(gsq)) {
+        c->skipped++;
+        if (!o->static_scale) {
+            if (c->loss_scale * 0.5 >= 0x1p-126) /* S stays positive: a NaN the scale cannot cure keeps skipping */
+                c->loss_scale *= 0.5;
+            c->scale_good = 0;
+        }
+        return 1;
+    }
+    c->updates++;
+    if (!o->static_scale && ++c->scale_good >= o->growth_interval) {
+        c->scale_good = 0;
+        if (c->loss_scale * 2 <= 0x1p126) /* the seed stays a finite float */
+            c->loss_scale *= 2;
+    }
+    return 0;
+}
+
 /* rank 0: the step line (step 1, every --log-every-th, the last) and the
- * metrics line (every step) */
-static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms)
+ * metrics line (every step); scale: the loss scale the step ran with (fp16;
+ * 0 otherwise), skipped: its update was skipped for an overflow */
+static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms, double scale, int skipped)
 {
     const RtOpts *o = &r->o;
-    int log = step == 1 || step % o->log_every == 0 || step == o->steps;
-    if (!o->quiet && log) {
+    int log = step == 1 || step % o->log_every == 0 || step == o->steps || skipped;
+    if (!o->quiet && log && scale > 0) {
+        printf("step %lld/%lld  loss %.6f  %.2f ms  loss scale %g%s", (long long)step, (long long)o->steps, loss, ms,
+               scale, skipped ? "  skipped: the gradient overflowed" : "");
+        if (skipped)
+            printf(" (%lld skipped so far; loss scale now %g)", (long long)r->ctx.skipped, r->ctx.loss_scale);
+        printf("\n");
+        fflush(stdout);
+    } else if (!o->quiet && log) {
         printf("step %lld/%lld  loss %.6f  %.2f ms\n", (long long)step, (long long)o->steps, loss, ms);
         fflush(stdout);
     }
@@ -551,11 +596,15 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
         json_num(lb, sizeof lb, loss, r->ctx.m->loss_dtype == RT_F32);
         json_num(lrb, sizeof lrb, r->ctx.lr, 0);
         fprintf(r->mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.3f,\"lr\":%s", (long long)step, lb, ms, lrb);
-        if (gnorm >= 0) { /* --clip-grad-norm: the norm before clipping, as clip_grad_norm_ returns it */
+        if (gnorm >= 0 || isnan(gnorm)) { /* --clip-grad-norm, fp16: the norm before clipping, as
+                                           * clip_grad_norm_ returns it (null: an overflow) */
             char gb[64];
             json_num(gb, sizeof gb, gnorm, 0);
             fprintf(r->mf, ",\"grad_norm\":%s", gb);
         }
+        if (scale > 0)
+            fprintf(r->mf, ",\"loss_scale\":%.17g,\"skipped\":%s,\"skipped_total\":%lld", scale,
+                    skipped ? "true" : "false", (long long)r->ctx.skipped);
         fputs("}\n", r->mf);
         if (metrics_flush(&r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
@@ -569,7 +618,9 @@ static int train(Run *r)
     RtCtx *c = &r->ctx;
     for (int64_t s = r->first; s < r->o.steps; s++) {
         c->step = s + 1;
+        c->opt_step = c->updates + 1; /* fp16: a skipped step's update is not counted */
         c->lr = rt_lr_at(&r->o, c->step);
+        const double scale = c->loss_scale;
         const RtModel *m = c->m;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -582,11 +633,17 @@ static int train(Run *r)
         c->micro = c->accum - 1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        double gnorm = c->clip_norm > 0 ? sqrt(read_scalar(c, m->gnorm_off, m->unit[0].dtype)) : -1;
+        double gsq = c->clip_norm > 0 || m->loss_scaling ? read_scalar(c, m->gnorm_off, m->unit[0].dtype) : 1;
+        double gnorm = c->clip_norm > 0 || m->loss_scaling ? sqrt(gsq) : -1;
+        int skipped = 0;
+        if (m->loss_scaling)
+            skipped = loss_scale_update(c, &r->o, gsq);
+        else
+            c->updates++;
         if (g_rank == 0)
-            report_step(r, c->step, loss, gnorm, ms);
+            report_step(r, c->step, loss, gnorm, ms, scale, skipped);
         if (c->step == 1 && r->o.dump_grads) {
-            int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet);
+            int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet, scale);
             if (status != 0)
                 return status;
         }
@@ -658,6 +715,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
                                 "after step %lld; drop one of them\n", rt_prog, o->resume, (long long)r->first);
             status = 2;
         }
+        if (status == 0 && o->static_scale) /* --loss-scale fixes S, whatever the checkpoint ran with */
+            r->ctx.loss_scale = o->loss_scale_init;
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }

@@ -28,7 +28,7 @@
 #include <stddef.h>
 
 /* dtype codes: identical to the compiler's DType numbering */
-enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6 };
+enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6, RT_F16 = 7 };
 enum { RT_ADAMW = 0, RT_SGD = 1 };
 /* shard kinds per unit: shard[u * RT_NSTATE + k] */
 enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
@@ -114,6 +114,8 @@ typedef struct {
     int ncoll;            /* the step's collectives (rt_coll_start tags 0 .. ncoll-1) */
     int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
+    int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale,
+                           * always computes the gradient norm, and the updates skip an overflow */
 } RtModel;
 
 typedef struct RtCtx {
@@ -142,6 +144,14 @@ typedef struct RtCtx {
     char **dev_slot;
     char **dev_shard;
     char **dev_acc;
+    /* the optimizers' step count for this step's update (bias correction; 1-based): step, less the steps
+     * skipped for an overflow (fp16); updates: the updates done so far */
+    int64_t opt_step, updates;
+    /* --precision fp16 (m->loss_scaling): the loss scale S of this step (0 without loss scaling), the
+     * updates since S last changed (it doubles every --loss-scale-growth-interval of them), and the steps
+     * skipped so far */
+    double loss_scale;
+    int64_t scale_good, skipped;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);

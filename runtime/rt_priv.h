@@ -82,6 +82,10 @@ typedef struct {
     const char *dump_grads;   /* --dump-grads DIR */
     const char *rendezvous;   /* --rendezvous SPEC (cuda target: rt_ctl_init) */
     int no_cuda_graph;        /* --no-cuda-graph (cuda target) */
+    double loss_scale_init;   /* fp16 builds: --loss-scale-init S (65536), or the fixed --loss-scale S */
+    int64_t growth_interval;  /* --loss-scale-growth-interval N (2000): S doubles after N good steps */
+    int static_scale;         /* --loss-scale S given: S never changes (overflowing steps still skip) */
+    int set_scale_init, set_growth;
     int quiet;
 } RtOpts;
 

@@ -96,6 +96,8 @@ SAME_FIELD(KcStepParams, clip_norm);
 SAME_FIELD(KcStepParams, step);
 SAME_FIELD(KcStepParams, micro);
 SAME_FIELD(KcStepParams, accum);
+SAME_FIELD(KcStepParams, loss_scale);
+SAME_FIELD(KcStepParams, opt_step);
 static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
 SAME_FIELD(KConv2d, n);
 SAME_FIELD(KConv2d, m);
@@ -170,6 +172,11 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
 {
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_bf16_to_f32);
 }
+void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_f16_to_f32);
+}
 }
 
 /* the kc_ twins: kernels.h's prototypes under the kc_ names */
@@ -184,7 +191,8 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
     X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
-    X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32)
+    X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
+    X(unscale_sq_f32)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
 
@@ -1143,13 +1151,13 @@ static void check_updated(const F &got, const F &want, const F &before, int64_t 
 
 static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
 {
-    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum};
+    step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum, 0.0, step};
     const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
     F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
     k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip,
-                u.micro, u.accum);
+                0.0, u.micro, u.accum);
     /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params */
-    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
     CTX("kc_adamw n %lld step %d clip %g gsq %g micro %lld of %lld", (long long)n, step, q.clip, q.gsq,
         (long long)u.micro, (long long)u.accum);
     check_updated(p2, p, p0, n, u);
@@ -1161,11 +1169,11 @@ static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro
 {
     for (double mom : {0.0, 0.9})
         for (double wd : {0.0, 0.01}) {
-            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum};
+            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum, 0.0, step};
             const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
             F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, u.micro, u.accum);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9);
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
             CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g micro %lld of %lld", (long long)n, step,
                 mom, wd, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
             check_updated(p2, p, p0, n, u);
@@ -1231,9 +1239,13 @@ static void test_sum_squares()
 
 /* kc_matmul_bf16 (emulated kc_gemm_bf16) on operands rounded to bfloat16,
  * against a double reference built here from op(A) and op(B) spelled out,
- * and against its kernels/c twin k_matmul_bf16 */
-static void test_matmul_bf16()
+ * and against its kernels/c twin k_matmul_bf16; the same for float16
+ * (kc_matmul_f16, kc_gemm_f16, k_matmul_f16) when f16 */
+static void test_matmul_16(bool f16)
 {
+    auto round16 = [f16](float x) { return f16 ? k_f16_from_f32(x) : k_bf16_from_f32(x); };
+    auto wide = [f16](uint16_t h) { return f16 ? k_f16_to_f32(h) : k_bf16_to_f32(h); };
+    const char *name = f16 ? "f16" : "bf16";
     struct Case {
         int64_t batch, m, n, k;
         int ta, tb;
@@ -1253,9 +1265,9 @@ static void test_matmul_bf16()
         const int64_t nc = q.batch * q.m * q.n;
         std::vector<uint16_t> a(na), b(nb);
         for (auto &v : a)
-            v = k_bf16_from_f32((float)uni(-2, 2));
+            v = round16((float)uni(-2, 2));
         for (auto &v : b)
-            v = k_bf16_from_f32((float)uni(-2, 2));
+            v = round16((float)uni(-2, 2));
         F c0 = rnd(nc, -1, 1), got = c0, twin = c0, want(nc + 1);
         if (q.beta == 0) /* beta 0 never reads C */
             std::fill(got.begin(), got.end(), NAN);
@@ -1263,10 +1275,10 @@ static void test_matmul_bf16()
             std::vector<double> opa(q.m * q.k), opb(q.k * q.n); /* m x k and k x n, row-major */
             for (int64_t r = 0; r < q.m; r++)
                 for (int64_t l = 0; l < q.k; l++)
-                    opa[r * q.k + l] = k_bf16_to_f32(a[i * q.sa + (q.ta ? l * q.m + r : r * q.k + l)]);
+                    opa[r * q.k + l] = wide(a[i * q.sa + (q.ta ? l * q.m + r : r * q.k + l)]);
             for (int64_t l = 0; l < q.k; l++)
                 for (int64_t c = 0; c < q.n; c++)
-                    opb[l * q.n + c] = k_bf16_to_f32(b[i * q.sb + (q.tb ? c * q.k + l : l * q.n + c)]);
+                    opb[l * q.n + c] = wide(b[i * q.sb + (q.tb ? c * q.k + l : l * q.n + c)]);
             for (int64_t r = 0; r < q.m; r++)
                 for (int64_t c = 0; c < q.n; c++) {
                     double s = q.beta * c0[i * q.m * q.n + r * q.n + c];
@@ -1275,16 +1287,120 @@ static void test_matmul_bf16()
                     want[i * q.m * q.n + r * q.n + c] = (float)s;
                 }
         }
-        kc_matmul_bf16(got.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb, q.beta);
-        CTX("kc_matmul_bf16 batch %lld m %lld n %lld k %lld ta %d tb %d sa %lld sb %lld beta %g",
+        (f16 ? kc_matmul_f16 : kc_matmul_bf16)(got.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k,
+                                               q.ta, q.tb, q.beta);
+        CTX("kc_matmul_%s batch %lld m %lld n %lld k %lld ta %d tb %d sa %lld sb %lld beta %g", name,
             (long long)q.batch, (long long)q.m, (long long)q.n, (long long)q.k, q.ta, q.tb, (long long)q.sa,
             (long long)q.sb, q.beta);
         check_f(got.data(), want.data(), nc, TOL);
-        k_matmul_bf16(twin.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb, q.beta);
-        CTX("k_matmul_bf16 (kernels/c) batch %lld m %lld n %lld k %lld ta %d tb %d", (long long)q.batch,
+        (f16 ? k_matmul_f16 : k_matmul_bf16)(twin.data(), a.data(), b.data(), q.batch, q.sa, q.sb, q.m, q.n, q.k,
+                                             q.ta, q.tb, q.beta);
+        CTX("k_matmul_%s (kernels/c) batch %lld m %lld n %lld k %lld ta %d tb %d", name, (long long)q.batch,
             (long long)q.m, (long long)q.n, (long long)q.k, q.ta, q.tb);
         check_f(got.data(), twin.data(), nc, TOL);
     }
+}
+
+static void test_matmul_bf16() { test_matmul_16(false); }
+static void test_matmul_f16() { test_matmul_16(true); }
+
+/* float16 casts: kc_cast against kernels/c's k_cast and the kernels.h
+ * helpers: every float16 to float32 (and the other dtypes), and to float16
+ * from random floats of every class and from ties and near-ties */
+static void test_cast_f16()
+{
+    std::vector<uint16_t> h(65536);
+    std::vector<float> wide(65536);
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i, wide[i] = k_f16_to_f32((uint16_t)i);
+    for (int to = K_DT_F32; to <= K_DT_BOOL; to++) {
+        static const int size[] = {4, 8, 8, 4, 1, 1};
+        std::vector<uint8_t> w(65536 * 8), d(65536 * 8), g(65536 * 8);
+        k_cast(to, w.data(), K_DT_F32, wide.data(), 65536);
+        k_cast(to, d.data(), K_DT_F16, h.data(), 65536);
+        kc_cast(to, g.data(), K_DT_F16, h.data(), 65536);
+        CTX("kc_cast f16 -> %d, every float16, against float32 -> %d", to, to);
+        check_bytes(g.data(), w.data(), (size_t)65536 * size[to]);
+        CTX("kc_cast f16 -> %d, every float16, against k_cast", to);
+        check_bytes(g.data(), d.data(), (size_t)65536 * size[to]);
+    }
+    const int64_t n = 40009;
+    std::vector<float> xf(n);
+    std::vector<uint16_t> want(n), got(n), twin(n);
+    for (int64_t i = 0; i < n; i++) {
+        /* a random float, or one near a float16 rounding boundary: 13 low bits at / around the tie */
+        const uint32_t r = (uint32_t)below(65536) << 16 | (uint32_t)below(65536);
+        const uint32_t low[] = {0x1000, 0x0fff, 0x1001, 0x0000};
+        xf[i] = f32_of_bits(i % 5 == 4 ? r : ((r & ~0x1fffu) | low[i % 5]));
+        want[i] = k_f16_from_f32(xf[i]);
+    }
+    kc_cast(K_DT_F16, got.data(), K_DT_F32, xf.data(), n);
+    CTX("kc_cast f32 -> f16, %lld floats (ties, near-ties, random)", (long long)n);
+    check_u16(got.data(), want.data(), n);
+    k_cast(K_DT_F16, twin.data(), K_DT_F32, xf.data(), n);
+    CTX("kc_cast f32 -> f16 against k_cast");
+    check_u16(got.data(), twin.data(), n);
+    std::vector<double> xd(n);
+    for (int64_t i = 0; i < n; i++)
+        xd[i] = uni(-1, 1) * pow(2.0, uni(-30, 20)), want[i] = k_f16_from_f32((float)xd[i]);
+    kc_cast(K_DT_F16, got.data(), K_DT_F64, xd.data(), n);
+    CTX("kc_cast f64 -> f16 through float");
+    check_u16(got.data(), want.data(), n);
+}
+
+/* loss scaling: the seed and the unscaled norm read S from the step params
+ * (the host's values are ignored); the updates unscale and skip an overflow
+ * like kernels/c's */
+static void test_loss_scale()
+{
+    for (double S : {1.0, 65536.0, 0x1p40})
+        for (int64_t accum : {1, 3}) {
+            step_params = KcStepParams{};
+            step_params.loss_scale = S, step_params.accum = accum;
+            F got(1000, NAN), want(1000);
+            k_loss_seed_f32(want.data(), 1000, S, accum);
+            kc_loss_seed_f32(got.data(), 1000, 9, 9);
+            CTX("kc_loss_seed S %g accum %lld", S, (long long)accum);
+            check_f(got.data(), want.data(), 1000, 0);
+            F y{3.5e9f}, yw{3.5e9f};
+            k_unscale_sq_f32(yw.data(), S);
+            kc_unscale_sq_f32(y.data(), 9);
+            CTX("kc_unscale_sq S %g", S);
+            check_f(y.data(), yw.data(), 1, 0);
+        }
+    const int64_t n = 1000;
+    for (float gsq : {0.25f, INFINITY, NAN})
+        for (double clip : {0.0, 0.1})
+            for (int sgd = 0; sgd < 2; sgd++) {
+                step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.9, clip, 7, 0, 1, 1024.0, 3};
+                const F g = rnd(n, -1000, 1000), p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
+                F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
+                if (sgd) {
+                    k_sgd_f32(p.data(), g.data(), m.data(), n, 0.01, 0.9, 0.05, 3, &gsq, clip, 1024.0, 0, 1);
+                    kc_sgd_f32(p2.data(), g.data(), m2.data(), n, 9, 9, 9, 9, &gsq, 9, 9, 9, 9);
+                } else {
+                    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, 3, &gsq, clip,
+                                1024.0, 0, 1);
+                    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &gsq, 9, 9, 9, 9);
+                }
+                CTX("kc_%s with loss scale 1024, opt_step 3 (step 7), clip %g, gsq %g", sgd ? "sgd" : "adamw", clip,
+                    (double)gsq);
+                check_f(p2.data(), p.data(), n, 1e-6);
+                check_f(m2.data(), m.data(), n, 1e-6);
+                check_f(v2.data(), v.data(), n, 1e-6);
+                if (!(gsq < INFINITY)) { /* skipped: nothing written */
+                    CTX("kc_%s skips gsq %g", sgd ? "sgd" : "adamw", (double)gsq);
+                    check_bytes(p2.data(), p0.data(), p0.size() * sizeof(float));
+                    check_bytes(m2.data(), m0.data(), m0.size() * sizeof(float));
+                } else {
+                    CTX("kc_%s moved p with gsq %g", sgd ? "sgd" : "adamw", (double)gsq);
+                    checks++;
+                    if (p2 == p0) {
+                        printf("FAIL %s\n", what);
+                        failures++;
+                    }
+                }
+            }
 }
 
 int main()
@@ -1293,7 +1409,8 @@ int main()
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
                                       test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
                                       test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
-                                      test_cast_bf16, test_matmul_bf16};
+                                      test_cast_bf16, test_matmul_bf16, test_cast_f16, test_matmul_f16,
+                                      test_loss_scale};
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

@@ -506,6 +506,78 @@ static void test_cast_bf16(int dt)
     free(x), free(y);
 }
 
+/* float16: round to nearest even on the bits (ties both ways), overflow to
+ * infinity from 65520 on, the subnormal range (ties, the largest rounding up
+ * to the smallest normal, 2^-25 to zero), signed zeros, NaNs; back to float
+ * exactly for every one of the 65536 values; the other dtypes through float */
+static void test_cast_f16(int dt)
+{
+    static const uint32_t f32_bits[] = {
+        0x3F800000, 0x3F801000, 0x3F803000, 0x3F801001, 0x3F800FFF, /* 1; 1 + half an ulp: ties, near-ties */
+        0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, /* -0, +-inf, +-NaN */
+        0x7F7FFFFF, 0x477FE000, 0x477FEFFF, 0x477FF000, 0xC77FF000, /* float max; 65504; just below / at 65520 */
+        0x38800000, 0x387FC000, 0x387FF000,                         /* 2^-14; the largest subnormal; rounds up */
+        0x33800000, 0x33000000, 0x33000001, 0xB3400000, 0x33C00000, /* 2^-24; 2^-25 (tie to 0); subnormal ties */
+        0x3A500000, 0x40490FDB};                                    /* 0.00079345703; pi */
+    static const uint16_t want16[] = {
+        0x3C00, 0x3C00, 0x3C02, 0x3C01, 0x3C00,
+        0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE00,
+        0x7C00, 0x7BFF, 0x7BFF, 0x7C00, 0xFC00,
+        0x0400, 0x03FF, 0x0400,
+        0x0001, 0x0000, 0x0001, 0x8001, 0x0002,
+        0x1280, 0x4248};
+    enum { N = sizeof f32_bits / sizeof f32_bits[0] };
+    if (dt == F32)
+        return; /* dtype-generic: run once */
+    float *x = xalloc(N, sizeof(float));
+    uint16_t *y = xalloc(N, 2);
+    memcpy(x, f32_bits, sizeof f32_bits);
+    CTX("k_cast f32 -> f16");
+    k_cast(K_DT_F16, y, K_DT_F32, x, N);
+    check_bytes(dt, y, want16, sizeof want16);
+    CTX("k_f16_from_f32 on the same values");
+    for (int i = 0; i < N; i++)
+        y[i] = k_f16_from_f32(x[i]);
+    check_bytes(dt, y, want16, sizeof want16);
+    /* every float16 back to float and again: the same bits (NaNs quieted, sign kept) */
+    uint16_t *h = xalloc(65536, 2), *h2 = xalloc(65536, 2);
+    float *w = xalloc(65536, sizeof(float));
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    k_cast(K_DT_F32, w, K_DT_F16, h, 65536);
+    k_cast(K_DT_F16, h2, K_DT_F32, w, 65536);
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        int nan = (i & 0x7C00) == 0x7C00 && (i & 0x3FF);
+        bad += nan ? h2[i] != (uint16_t)(i | 0x200) || !isnan(w[i]) : h2[i] != i;
+    }
+    CTX("every f16 -> f32 -> f16 gives it back");
+    check_int(dt, bad, 0);
+    CTX("f16 -> f32 on 1, 65504, 2^-24, -0, inf");
+    float wv[5] = {w[0x3C00], w[0x7BFF], w[0x0001], w[0x8000], w[0x7C00]};
+    check_int(dt, wv[0] == 1.0f && wv[1] == 65504.0f && wv[2] == 0x1p-24f && wv[3] == 0.0f && signbit(wv[3]) &&
+                      isinf(wv[4]), 1);
+    /* double goes through float: 1 + 2^-11 + 2^-40 is 1 + 2^-11 in float, a tie, so 1 */
+    double d[3] = {1.0 + 0x1p-11 + 0x1p-40, -3.0, 1e300};
+    uint16_t wd[3] = {0x3C00, 0xC200, 0x7C00}, yd[3];
+    CTX("k_cast f64 -> f16");
+    k_cast(K_DT_F16, yd, K_DT_F64, d, 3);
+    check_bytes(dt, yd, wd, sizeof wd);
+    /* integers through float; to integers truncating as from float; 2049 rounds to 2048 */
+    int64_t iv[3] = {2049, -1, 100000}, back_i[3], want_i[3] = {2048, -1, INT64_MAX};
+    uint16_t yi[3];
+    CTX("k_cast i64 -> f16 -> i64 (100000 overflows to inf, saturating back)");
+    k_cast(K_DT_F16, yi, K_DT_I64, iv, 3);
+    k_cast(K_DT_I64, back_i, K_DT_F16, yi, 3);
+    check_bytes(dt, back_i, want_i, sizeof want_i);
+    uint16_t bv[3] = {0x7E00, 0x8000, 0x3C00};
+    uint8_t yb[3], wb[3] = {1, 0, 1};
+    CTX("k_cast f16 -> bool");
+    k_cast(K_DT_BOOL, yb, K_DT_F16, bv, 3);
+    check_bytes(dt, yb, wb, sizeof wb);
+    free(x), free(y), free(h), free(h2), free(w);
+}
+
 /* ---- strided copy and accumulate ---------------------------------------- */
 
 /* Expected y of a strided copy: y[yoff + i.ys] = x[xoff + i.xs]. */
@@ -748,7 +820,7 @@ static void test_trilu_range(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_unary, test_unary_special, test_pow, test_compare, test_where, test_cast, test_cast_bf16,
+        test_unary, test_unary_special, test_pow, test_compare, test_where, test_cast, test_cast_bf16, test_cast_f16,
         test_copy, test_pad, test_trilu_range,
     };
     return ktest_main("kernels_ew_test", tests, sizeof tests / sizeof tests[0]);

@@ -202,9 +202,10 @@ static void test_matmul(int dt)
     }
 }
 
-/* k_matmul_bf16: bfloat16 operands, float result; the reference multiplies
- * the rounded operands in double, so only float32 accumulation differs */
-static void matmul_bf16_case(const Gemm *g)
+/* k_matmul_bf16 / k_matmul_f16 (f16): 16-bit operands, float result; the
+ * reference multiplies the rounded operands in double, so only float32
+ * accumulation differs */
+static void matmul_16_case(const Gemm *g, int f16)
 {
     int64_t na = (g->batch - 1) * g->sa + g->m * g->k;
     int64_t nb = (g->batch - 1) * g->sb + g->k * g->n;
@@ -214,9 +215,11 @@ static void matmul_bf16_case(const Gemm *g)
     fill_rnd(&a, -1, 1);
     fill_rnd(&b, -1, 1);
     for (int64_t i = 0; i < na; i++)
-        a.d[i] = k_bf16_to_f32(a16[i] = k_bf16_from_f32((float)a.d[i]));
+        a.d[i] = f16 ? k_f16_to_f32(a16[i] = k_f16_from_f32((float)a.d[i]))
+                     : k_bf16_to_f32(a16[i] = k_bf16_from_f32((float)a.d[i]));
     for (int64_t i = 0; i < nb; i++)
-        b.d[i] = k_bf16_to_f32(b16[i] = k_bf16_from_f32((float)b.d[i]));
+        b.d[i] = f16 ? k_f16_to_f32(b16[i] = k_f16_from_f32((float)b.d[i]))
+                     : k_bf16_to_f32(b16[i] = k_bf16_from_f32((float)b.d[i]));
     if (g->beta == 0)
         fill_val(&c, NAN);
     else
@@ -224,17 +227,17 @@ static void matmul_bf16_case(const Gemm *g)
     memcpy(want.d, c.d, (size_t)nc * sizeof(double));
     ref_matmul(want.d, a.d, b.d, g);
     put(F32, &c);
-    k_matmul_bf16(c.f, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb, g->beta);
+    (f16 ? k_matmul_f16 : k_matmul_bf16)(c.f, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb,
+                                         g->beta);
     get(F32, &c);
     check(F32, c.d, want.d, nc, 10 * tol(F32));
     free(a16), free(b16);
     buf_free(&a), buf_free(&b), buf_free(&c), buf_free(&want);
 }
 
-static void test_matmul_bf16(int dt)
+static void matmul_16(int f16)
 {
-    if (dt != F32)
-        return;
+    const char *name = f16 ? "k_matmul_f16" : "k_matmul_bf16";
     /* small; past the row, column and depth blocks of the widening (512, 512, 256) */
     static const int64_t sizes[][3] = {{5, 4, 3}, {513, 9, 257}, {7, 515, 260}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -243,15 +246,40 @@ static void test_matmul_bf16(int dt)
         for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++)
             for (int t = 0; t < 4; t++) {
                 Gemm g = {modes[md][0], modes[md][1], modes[md][2], m, n, k, t & 1, t >> 1, md == 1 ? 0.5 : 0.0};
-                CTX("k_matmul_bf16 m=%lld n=%lld k=%lld batch=%lld sa=%lld sb=%lld ta=%d tb=%d beta=%g",
+                CTX("%s m=%lld n=%lld k=%lld batch=%lld sa=%lld sb=%lld ta=%d tb=%d beta=%g", name,
                     (long long)m, (long long)n, (long long)k, (long long)g.batch, (long long)g.sa,
                     (long long)g.sb, g.ta, g.tb, g.beta);
-                matmul_bf16_case(&g);
+                matmul_16_case(&g, f16);
             }
     }
     Gemm g = {2, 0, 0, 3, 4, 0, 0, 0, 0.0};
-    CTX("k_matmul_bf16 k=0");
-    matmul_bf16_case(&g);
+    CTX("%s k=0", name);
+    matmul_16_case(&g, f16);
+}
+
+static void test_matmul_bf16(int dt)
+{
+    if (dt == F32)
+        matmul_16(0);
+}
+
+/* float16 operands: the same GEMM with float16 rounding (10 mantissa bits),
+ * so the result must also be closer to the exact product of the unrounded
+ * operands than bfloat16's would be */
+static void test_matmul_f16(int dt)
+{
+    if (dt != F32)
+        return;
+    matmul_16(1);
+    float a[4] = {0.1f, 0.2f, 0.3f, 0.4f}, b[4] = {0.7f, -0.9f, 1.1f, 1.3f}, c[4];
+    uint16_t a16[4], b16[4];
+    for (int i = 0; i < 4; i++)
+        a16[i] = k_f16_from_f32(a[i]), b16[i] = k_f16_from_f32(b[i]);
+    k_matmul_f16(c, a16, b16, 1, 0, 0, 2, 2, 2, 0, 0, 0.0);
+    double exact = 0.1 * 0.7 + 0.2 * 1.1, half = (double)k_f16_to_f32(a16[0]) * k_f16_to_f32(b16[0]) +
+                                                  (double)k_f16_to_f32(a16[1]) * k_f16_to_f32(b16[2]);
+    CTX("k_matmul_f16 [0][0] = the float16-rounded operands' product, not the float32 one");
+    check_int(dt, fabs(c[0] - half) <= 1e-7 && fabs(half - exact) > 1e-6 && fabs(c[0] - exact) < 2e-3, 1);
 }
 
 /* ---- k_transpose -------------------------------------------------------- */
@@ -746,8 +774,8 @@ static void adamw_run(int dt, Buf *p, Buf *g, Buf *m, Buf *v, double lr, double 
                       double b2, double eps, double wd, int64_t step)
 {
     put(dt, g);
-    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 1);
-    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 1);
+    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 0, 1);
+    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 0, 1);
     get(dt, p), get(dt, m), get(dt, v);
 }
 
@@ -823,8 +851,8 @@ static void sgd_run(int dt, Buf *p, const double *gv, Buf *buf, double lr,
     Buf g = buf_new(p->n);
     set(&g, gv);
     put(dt, &g);
-    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 1);
-    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 1);
+    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 0, 1);
+    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 0, 1);
     get(dt, p);
     if (buf) get(dt, buf);
     buf_free(&g);
@@ -867,6 +895,69 @@ static void test_sgd(int dt)
     CTX("k_sgd momentum 0, wd 0");
     check(dt, p.d, want_nowd, 2, tol(dt));
     buf_free(&p), buf_free(&buf);
+}
+
+/* ---- loss scaling (--precision fp16): seed, unscaled norm, skipped updates -- */
+
+static void test_loss_scale(int dt)
+{
+    if (dt != F32)
+        return;
+    float y[5] = {0};
+    k_loss_seed_f32(y, 5, 65536, 4);
+    float want_seed[5] = {16384, 16384, 16384, 16384, 16384};
+    CTX("k_loss_seed_f32 S 65536 accum 4");
+    check_int(dt, memcmp(y, want_seed, sizeof y) == 0, 1);
+    float sq[1] = {3.0f * 65536.0f * 65536.0f};
+    k_unscale_sq_f32(sq, 65536);
+    CTX("k_unscale_sq_f32: S^2 3 -> 3");
+    check_int(dt, sq[0] == 3.0f, 1);
+    sq[0] = INFINITY;
+    k_unscale_sq_f32(sq, 1024);
+    CTX("k_unscale_sq_f32: inf stays inf (an overflow)");
+    check_int(dt, isinf(sq[0]) != 0, 1);
+    /* an update with scale S on S*g (clipped or not) = the plain update of g (clipped), bit for bit; a
+     * non-finite norm leaves p, m, v as they were */
+    const int64_t n = 9;
+    const double S = 1024;
+    for (int opt = 0; opt < 2; opt++)
+        for (int clip_on = 0; clip_on < 2; clip_on++) {
+            float p1[9], p2[9], m1[9], m2[9], v1[9], v2[9], g[9], gS[9], gsq[1] = {0};
+            for (int64_t i = 0; i < n; i++) {
+                p1[i] = p2[i] = (float)(0.1 * (double)i - 0.4);
+                m1[i] = m2[i] = (float)(0.01 * (double)i);
+                v1[i] = v2[i] = (float)(0.001 * (double)i);
+                g[i] = (float)(0.3 - 0.07 * (double)i);
+                gS[i] = g[i] * (float)S;
+                gsq[0] += g[i] * g[i];
+            }
+            double clip = clip_on ? 0.2 : 0;
+            if (opt == 0) {
+                k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 2, gsq, clip, S, 0, 1);
+                k_adamw_f32(p2, g, m2, v2, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 2, gsq, clip, 0.0, 0, 1);
+            } else {
+                k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 2, gsq, clip, S, 0, 1);
+                k_sgd_f32(p2, g, m2, n, 1e-2, 0.9, 0.1, 2, gsq, clip, 0.0, 0, 1);
+            }
+            CTX("%s with loss scale %g on the scaled gradient (clip %g) = the unscaled update",
+                opt ? "k_sgd" : "k_adamw", S, clip);
+            check_int(dt, !memcmp(p1, p2, sizeof p1) && !memcmp(m1, m2, sizeof m1) && !memcmp(v1, v2, sizeof v1), 1);
+            CTX("%s moved p", opt ? "k_sgd" : "k_adamw");
+            check_int(dt, p1[0] != (float)(-0.4), 1);
+            for (int bad = 0; bad < 2; bad++) {
+                memcpy(p2, p1, sizeof p1), memcpy(m2, m1, sizeof m1), memcpy(v2, v1, sizeof v1);
+                gsq[0] = bad ? NAN : INFINITY;
+                gS[0] = bad ? NAN : INFINITY;
+                if (opt == 0)
+                    k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, gsq, clip, S, 0, 1);
+                else
+                    k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 3, gsq, clip, S, 0, 1);
+                CTX("%s skips a step whose norm is %s: nothing written", opt ? "k_sgd" : "k_adamw",
+                    bad ? "NaN" : "inf");
+                check_int(dt, !memcmp(p1, p2, sizeof p1) && !memcmp(m1, m2, sizeof m1) && !memcmp(v1, v2, sizeof v1),
+                          1);
+            }
+        }
 }
 
 /* ---- clipping: k_sum_squares, k_clip_coef, the updates' clip ------------- */
@@ -918,11 +1009,11 @@ static void test_clip(int dt)
             memcpy(p2.d, p1.d, (size_t)n * 8), memcpy(m2.d, m1.d, (size_t)n * 8), memcpy(v2.d, v1.d, (size_t)n * 8);
             put(dt, &p1), put(dt, &p2), put(dt, &m1), put(dt, &m2), put(dt, &v1), put(dt, &v2), put(dt, &gs);
             if (opt == 0) {
-                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), clip, 0, 1);
-                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), 0.0, 0, 1);
+                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), 0.0, 0.0, 0, 1);
             } else {
-                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 3, V(gsq), clip, 0, 1);
-                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 3, V(gsq), 0.0, 0, 1);
+                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 3, V(gsq), 0.0, 0.0, 0, 1);
             }
             get(dt, &p1), get(dt, &p2), get(dt, &m1), get(dt, &m2);
             CTX("%s with clip %g (coefficient %.9g) = the update of the scaled gradient", opt ? "k_sgd" : "k_adamw",
@@ -941,6 +1032,7 @@ int main(void)
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
+        test_matmul_f16, test_loss_scale,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

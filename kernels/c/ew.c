@@ -94,13 +94,14 @@ static int64_t float_to_int(double v, double lo, double hi)
 }
 
 /* Reads element i of a K_DT_* array as double (floats) or int64 (ints). */
-static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16; }
+static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16 || dt == K_DT_F16; }
 
 static double load_f(int dt, const void *x, int64_t i)
 {
     switch (dt) {
     case K_DT_F32: return ((const float *)x)[i];
     case K_DT_BF16: return k_bf16_to_f32(((const uint16_t *)x)[i]);
+    case K_DT_F16: return k_f16_to_f32(((const uint16_t *)x)[i]);
     default: return ((const double *)x)[i];
     }
 }
@@ -117,8 +118,8 @@ static int64_t load_i(int dt, const void *x, int64_t i)
 
 /* Element i of the source converted to dtype `to`, stored.  Going through
  * double keeps f32 -> f64 exact and f64 -> f32 correctly rounded; integer
- * sources go through int64 so i64 -> f32 rounds once.  To bfloat16 goes
- * through float (two roundings from double or int64, as PyTorch's). */
+ * sources go through int64 so i64 -> f32 rounds once.  To bfloat16 and float16
+ * goes through float (two roundings from double or int64, as PyTorch's). */
 static void cast_one(int to, void *y, int from, const void *x, int64_t i)
 {
     if (is_float_dt(from)) {
@@ -132,6 +133,7 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)float_to_int(v, 0, 255); return;
         case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
         case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
+        case K_DT_F16: ((uint16_t *)y)[i] = k_f16_from_f32((float)v); return;
         }
     } else {
         int64_t v = load_i(from, x, i);
@@ -143,6 +145,7 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
         case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
         case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
+        case K_DT_F16: ((uint16_t *)y)[i] = k_f16_from_f32((float)v); return;
         }
     }
     die("k_cast: unknown dtype");
@@ -150,8 +153,8 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1, 2};
-    if (dt < 0 || dt > K_DT_BF16)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2};
+    if (dt < 0 || dt > K_DT_F16)
         die("k_cast: unknown dtype");
     return size[dt];
 }
@@ -178,6 +181,10 @@ void k_cast(int to, void *y, int from, const void *x, int64_t n)
         for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_bf16_from_f32(((const float *)x)[i]);
     } else if (from == K_DT_BF16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
         for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_bf16_to_f32(((const uint16_t *)x)[i]);
+    } else if (from == K_DT_F32 && to == K_DT_F16 && !overlaps(y, x, n, 2, 4)) {
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_f16_from_f32(((const float *)x)[i]);
+    } else if (from == K_DT_F16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
+        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_f16_to_f32(((const uint16_t *)x)[i]);
     } else {
         if (dt_size(to) != dt_size(from) && overlaps(y, x, n, dt_size(to), dt_size(from)))
             die("k_cast: y overlaps x with a different element size");

@@ -60,8 +60,9 @@ enum { K_EQ, K_LT, K_GT, K_LE, K_GE };  /* k_compare ops: a OP b */
 
 /* element types for k_cast.  BOOL and U8 are both one byte; casting TO bool
  * gives x != 0 (NaN -> 1), to u8 the integer value.  BF16 is bfloat16 stored
- * as its 16 bits (uint16_t): the top half of a float32. */
-enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16 };
+ * as its 16 bits (uint16_t): the top half of a float32.  F16 is IEEE binary16
+ * (float16) stored as its 16 bits. */
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
 
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) */
 
@@ -292,17 +293,21 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
  * otherwise they return at once).  They first clip: with clip > 0 the gradient is      \
  * g * (T)k_clip_coef(gsq[0], clip), gsq[0] the squared norm of the whole gradient      \
- * (clip 0: g as it is, gsq may be NULL).                                               \
+ * (clip 0: g as it is, gsq may be NULL).  Loss scaling (--precision fp16): scale > 0   \
+ * is the loss scale S, g holds S times the gradient and gsq[0] the squared norm of the \
+ * unscaled one (never NULL then); a non-finite gsq[0] (an overflow) skips the update,  \
+ * nothing written; otherwise g is multiplied by coef * (T)(1/S), one factor (scale 0:  \
+ * no loss scaling).                                                                    \
  * PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step */                                                                \
 void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
                  double beta2, double eps, double wd, int64_t step, const T *gsq,       \
-                 double clip, int64_t micro, int64_t accum);                            \
+                 double clip, double scale, int64_t micro, int64_t accum);              \
 /* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf;     \
  * momentum 0: p -= lr g and buf is untouched (may be NULL) */                          \
 void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
-               double wd, int64_t step, const T *gsq, double clip, int64_t micro,       \
-               int64_t accum);                                                          \
+               double wd, int64_t step, const T *gsq, double clip, double scale,        \
+               int64_t micro, int64_t accum);                                           \
 /* gradient accumulation (--accum): y = x at micro-step 0, y += x after it */           \
 void k_grad_accum_##S(T *y, const T *x, int64_t n, int64_t micro);                      \
 /* y[0] = sum of x[i]^2 (accumulated in double), plus y[0] when accumulate */           \
@@ -321,6 +326,15 @@ static inline double k_clip_coef(double gsq, double clip)
     double c = clip / (__builtin_sqrt(gsq) + 1e-6);
     return c > 1 ? 1 : c;
 }
+
+/* ---- loss scaling (--precision fp16; optim.c) ---------------------------- */
+
+/* the backward's seed d loss / d loss scaled by the loss scale: y[i] = (float)(scale /
+ * accum), n elements (--accum averages the micro-steps) */
+void k_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum);
+/* the squared norm of S times the gradient into the gradient's: y[0] = (float)(y[0] /
+ * scale^2), computed in double (S a power of two: exact) */
+void k_unscale_sq_f32(float *y, double scale);
 
 /* ---- bfloat16 (--precision bf16) ---------------------------------------- */
 
@@ -343,6 +357,54 @@ static inline float k_bf16_to_f32(uint16_t h)
  * bfloat16 values is exact in float32); otherwise as k_matmul_f32. */
 void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
                    int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+
+/* ---- float16 (--precision fp16) ------------------------------------------ */
+
+/* float -> IEEE binary16 bits, rounded to nearest even: above the largest
+ * half (65504) a value rounds to infinity from 65520 on, below 2^-14 to a
+ * subnormal half (multiples of 2^-24), below 2^-25 to a signed zero; a NaN
+ * stays a quiet NaN of the same sign with the top of its payload.  Plain C:
+ * no _Float16, no F16C. */
+static inline uint16_t k_f16_from_f32(float f)
+{
+    union { float f; uint32_t u; } x = {f};
+    uint32_t sign = (x.u >> 16) & 0x8000u, a = x.u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* >= 65520, infinity included */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) { /* a normal half: rebias the exponent (127 -> 15), round 13 bits off */
+        uint32_t r = a - 0x38000000u;
+        return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    if (a <= 0x33000000u) /* at most 2^-25, half the smallest subnormal: the tie goes to zero */
+        return (uint16_t)sign;
+    /* a subnormal half: round(value / 2^-24), value = m 2^(e-150) */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23); /* 14..24 */
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    q += rem > half || (rem == half && (q & 1u));
+    return (uint16_t)(sign | q); /* q = 1024 is the smallest normal half, as it should be */
+}
+/* IEEE binary16 bits -> float: exact (NaN payloads kept) */
+static inline float k_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    union { uint32_t u; float f; } x;
+    if (e == 0x1fu)
+        x.u = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        x.u = sign | ((e + 112u) << 23) | (m << 13);
+    else { /* zero or subnormal: m 2^-24, exact in float */
+        x.f = (float)m * 0x1p-24f;
+        x.u |= sign;
+    }
+    return x.f;
+}
+/* k_matmul with float16 operands and a float32 result, accumulated in
+ * float32 (every product of two float16 values is exact in float32); as
+ * k_matmul_bf16 otherwise */
+void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
+                  int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

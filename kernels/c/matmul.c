@@ -52,7 +52,7 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
 #undef S
 #undef K_GEMM
 
-/* ---- bfloat16 operands, float32 result ------------------------------------
+/* ---- bfloat16 or float16 operands, float32 result ------------------------
  *
  * Debian 12's OpenBLAS (0.3.21) declares cblas_sbgemm but does not export it,
  * and these CPUs have no AVX512-BF16, so a bfloat16 GEMM is a float32 GEMM of
@@ -63,33 +63,39 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
  * op(A) in BM x BK blocks, op(B) in BK x BN blocks, each block pair one
  * cblas_sgemm accumulating into C.  The widening costs m n k (1/BM + 1/BN)
  * conversions against the GEMM's 2 m n k flops.  The buffers make the kernel
- * non-reentrant: the step calls kernels from one thread. */
+ * non-reentrant: the step calls kernels from one thread.  float16 operands
+ * (k_matmul_f16) take the same path with another widening: float16 -> float
+ * is exact too, and a product of two float16 values (11-bit significands)
+ * fits float's 24 bits. */
 
 enum { BM = 512, BN = 512, BK = 256 };
 static float wide_a[BM * BK], wide_b[BK * BN];
 
-/* rows x cols block of the bfloat16 matrix x (ld columns), at (r0, c0),
- * transposed when tr (then x is read as cols x rows), into dense float w */
+/* rows x cols block of the 16-bit matrix x (ld columns; f16: float16, else
+ * bfloat16), at (r0, c0), transposed when tr (then x is read as cols x
+ * rows), into dense float w */
 static void widen(float *w, const uint16_t *x, int64_t ld, int tr, int64_t r0, int64_t c0, int64_t rows,
-                  int64_t cols)
+                  int64_t cols, int f16)
 {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            w[r * cols + c] = k_bf16_to_f32(tr ? x[(c0 + c) * ld + r0 + r] : x[(r0 + r) * ld + c0 + c]);
+        for (int64_t c = 0; c < cols; c++) {
+            uint16_t h = tr ? x[(c0 + c) * ld + r0 + r] : x[(r0 + r) * ld + c0 + c];
+            w[r * cols + c] = f16 ? k_f16_to_f32(h) : k_bf16_to_f32(h);
+        }
 }
 
-static void gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
-                      int tb, double beta)
+static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
+                    int tb, double beta, int f16)
 {
     for (int64_t i0 = 0; i0 < m; i0 += BM) {
         int64_t bm = m - i0 < BM ? m - i0 : BM;
         for (int64_t k0 = 0; k0 < k; k0 += BK) {
             int64_t bk = k - k0 < BK ? k - k0 : BK;
             /* op(A) is m x k: stored k x m (ld m) when ta, else m x k (ld k) */
-            widen(wide_a, a, ta ? m : k, ta, i0, k0, bm, bk);
+            widen(wide_a, a, ta ? m : k, ta, i0, k0, bm, bk, f16);
             for (int64_t j0 = 0; j0 < n; j0 += BN) {
                 int64_t bn = n - j0 < BN ? n - j0 : BN;
-                widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn);
+                widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn, f16);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, 1.0f, wide_a,
                             (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
             }
@@ -97,8 +103,8 @@ static void gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t m,
     }
 }
 
-void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
-                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+static void matmul_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                      int64_t m, int64_t n, int64_t k, int ta, int tb, double beta, int f16)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
@@ -108,9 +114,21 @@ void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch
     }
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) { /* shared B: one tall GEMM, as k_matmul_f32 */
-        gemm_bf16(c, a, b, batch * m, n, k, ta, tb, beta);
+        gemm_16(c, a, b, batch * m, n, k, ta, tb, beta, f16);
         return;
     }
     for (int64_t i = 0; i < batch; i++)
-        gemm_bf16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta);
+        gemm_16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta, f16);
+}
+
+void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, 0);
+}
+
+void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, 1);
 }

@@ -34,3 +34,17 @@
 #undef T
 #undef S
 #undef KM_SQRT
+
+/* ---- loss scaling (--precision fp16) ---- */
+
+void k_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum)
+{
+    const float v = (float)(scale / (double)accum);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = v;
+}
+
+void k_unscale_sq_f32(float *y, double scale)
+{
+    y[0] = (float)((double)y[0] / (scale * scale));
+}

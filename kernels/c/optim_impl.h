@@ -2,6 +2,15 @@
  * T (element type), S (name suffix) and KM_SQRT defined.  No include guard on
  * purpose. */
 
+/* the one factor the updates multiply the gradient by: clip_grad_norm_'s
+ * coefficient (1 without clipping) times the inverse loss scale (1/S in T,
+ * as GradScaler.unscale_; a power of two S makes the product exact) */
+static T KFN(update_coef)(const T *gsq, double clip, double scale)
+{
+    const T coef = clip > 0 ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
+    return scale > 0 ? coef * (T)(1.0 / scale) : coef;
+}
+
 /* torch.optim.AdamW, _single_tensor_adamw (amsgrad off, maximize off):
  *   param.mul_(1 - lr*wd)
  *   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
@@ -11,12 +20,12 @@
  *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom */
 void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
                   double beta1, double beta2, double eps, double wd,
-                  int64_t step, const T *gsq, double clip, int64_t micro, int64_t accum)
+                  int64_t step, const T *gsq, double clip, double scale, int64_t micro, int64_t accum)
 {
-    if (micro != accum - 1)
+    if (micro != accum - 1 || (scale > 0 && !isfinite((double)gsq[0])))
         return;
-    const int clipping = clip > 0;
-    const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
+    const int clipping = clip > 0 || scale > 0;
+    const T coef = KFN(update_coef)(gsq, clip, scale);
     const double bc1 = 1 - pow(beta1, (double)step);
     const double bc2 = 1 - pow(beta2, (double)step);
     const T decay = (T)(1 - lr * wd), neg_step = (T)(-(lr / bc1));
@@ -39,13 +48,13 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
  *   param.add_(d_p, alpha=-lr)
  * The first step is step == 1 (buf is then written, never read). */
 void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
-                double momentum, double wd, int64_t step, const T *gsq, double clip,
+                double momentum, double wd, int64_t step, const T *gsq, double clip, double scale,
                 int64_t micro, int64_t accum)
 {
-    if (micro != accum - 1)
+    if (micro != accum - 1 || (scale > 0 && !isfinite((double)gsq[0])))
         return;
-    const int clipping = clip > 0;
-    const T coef = clipping ? (T)k_clip_coef((double)gsq[0], clip) : (T)1;
+    const int clipping = clip > 0 || scale > 0;
+    const T coef = KFN(update_coef)(gsq, clip, scale);
     const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);
     for (int64_t i = 0; i < n; i++) {
         T d = clipping ? g[i] * coef : g[i];

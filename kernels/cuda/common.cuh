@@ -67,6 +67,8 @@ typedef struct {
     double clip_norm;
     int64_t step;
     int64_t micro, accum;
+    double loss_scale;
+    int64_t opt_step;
 } KcStepParams;
 
 typedef struct {
@@ -92,7 +94,7 @@ enum {
     K_LEAKY_RELU, K_CLIP, K_SOFTPLUS
 };
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };
-enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16 };
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };
 enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
 enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };

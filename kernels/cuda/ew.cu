@@ -278,14 +278,53 @@ KC_DEV uint16_t kc_bf16_from_f32(float f)
 /* exact: bfloat16 is the top half of a float */
 KC_DEV float kc_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-KC_DEV bool cast_is_float(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16; }
+/* kernels.h's k_f16_from_f32 bit for bit (CUDA's __float2half_rn needs
+ * cuda_fp16.h and makes NaNs canonical): round to nearest even, 65520 and
+ * above to infinity, subnormal halves below 2^-14, a quiet NaN of the same
+ * sign keeping the top of its payload */
+KC_DEV uint16_t kc_f16_from_f32(float f)
+{
+    const uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u)
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {
+        const uint32_t r = a - 0x38000000u;
+        return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    if (a <= 0x33000000u)
+        return (uint16_t)sign;
+    const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
+    return (uint16_t)(sign | q);
+}
 
-/* a float dtype's element as double: exact for all three */
+/* exact, NaN payloads kept (kernels.h's k_f16_to_f32) */
+KC_DEV float kc_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu)
+        return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    if (e)
+        return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+    return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f)); /* m 2^-24 */
+}
+
+KC_DEV bool cast_is_float(int dt)
+{
+    return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16 || dt == K_DT_F16;
+}
+
+/* a float dtype's element as double: exact for all four */
 KC_DEV double cast_load_float(int dt, const void *x, int64_t i)
 {
     switch (dt) {
     case K_DT_F32: return ((const float *)x)[i];
     case K_DT_F64: return ((const double *)x)[i];
+    case K_DT_F16: return kc_f16_to_f32(((const uint16_t *)x)[i]);
     default: return kc_bf16_to_f32(((const uint16_t *)x)[i]); /* BF16 */
     }
 }
@@ -301,8 +340,8 @@ KC_DEV int64_t cast_load_int(int dt, const void *x, int64_t i)
 
 /* element i of x (dtype from) converted to dtype to and stored in y: floats
  * go through double, integers through int64, as kernels/c's cast_one.  To
- * bfloat16, everything first becomes a float (f64 and int64 round there)
- * and then rounds once more, as kernels/c does.  float32 <-> bfloat16 only
+ * bfloat16 or float16, everything first becomes a float (f64 and int64 round
+ * there) and then rounds once more, as kernels/c does.  float32 <-> bfloat16 / float16 only
  * moves bits, never through a GPU float conversion, which may hand back a
  * canonical NaN where the CPU keeps the NaN's sign. */
 KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
@@ -313,6 +352,14 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
     }
     if (from == K_DT_BF16 && to == K_DT_F32) {
         ((float *)y)[i] = kc_bf16_to_f32(((const uint16_t *)x)[i]);
+        return;
+    }
+    if (from == K_DT_F32 && to == K_DT_F16) {
+        ((uint16_t *)y)[i] = kc_f16_from_f32(((const float *)x)[i]);
+        return;
+    }
+    if (from == K_DT_F16 && to == K_DT_F32) {
+        ((float *)y)[i] = kc_f16_to_f32(((const uint16_t *)x)[i]);
         return;
     }
     if (cast_is_float(from)) {
@@ -326,6 +373,7 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
         case K_DT_I32: ((int32_t *)y)[i] = (int32_t)cast_float_to_int(v, -2147483648.0, 2147483647.0); return;
         case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)cast_float_to_int(v, 0, 255); return;
         case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
+        case K_DT_F16: ((uint16_t *)y)[i] = kc_f16_from_f32((float)v); return;
         default: ((uint8_t *)y)[i] = v != 0; return;
         }
     }
@@ -337,6 +385,7 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
     case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
     case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
     case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
+    case K_DT_F16: ((uint16_t *)y)[i] = kc_f16_from_f32((float)v); return;
     default: ((uint8_t *)y)[i] = v != 0; return;
     }
 }

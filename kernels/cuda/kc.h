@@ -62,6 +62,9 @@ typedef struct {
     int64_t step;     /* 1-based */
     int64_t micro;    /* --accum: this micro-step of the step, 0-based */
     int64_t accum;    /* micro-steps per step (the optimizers update at accum - 1) */
+    double loss_scale;/* --precision fp16: the loss scale S (0: no loss scaling) */
+    int64_t opt_step; /* the optimizers' step count (bias correction, sgd's first step): step, less
+                       * the steps fp16 skipped */
 } KcStepParams;
 
 /* ---- implemented by the runtime (runtime/dev_cuda.c) or the emulator ---- */
@@ -83,6 +86,9 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
  * accumulated in float32: the contract of k_matmul_bf16 */
 void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+/* the same with float16 A and B (their uint16_t bits): the contract of k_matmul_f16 */
+void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* device-to-device copy / byte fill on the compute stream */
 void kc_memcpy(void *dst, const void *src, int64_t bytes);
 void kc_memset(void *dst, int byte, int64_t bytes);

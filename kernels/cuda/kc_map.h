@@ -1,7 +1,7 @@
 /* kc_map.h — the kernels.h API on the cuda target.
  *
  * Every kernels.h function that the generated step calls with float32,
- * bfloat16 (k_matmul_bf16) or dtype-generic arguments has a twin in
+ * bfloat16 (k_matmul_bf16), float16 (k_matmul_f16) or dtype-generic arguments has a twin in
  * kernels/cuda/launch.c named kc_ instead of k_, with the same parameters
  * and contract (pointers are device pointers).  This header maps each k_
  * name to its twin and then includes kernels.h, so kernels.h's own
@@ -13,7 +13,8 @@
  * k_accum_strided (no emitter calls it), and the host helpers
  * k_pool_out_dim, k_conv2d_workspace and k_philox4x32_10, which the step
  * never calls (codegen evaluates the first two at compile time), and the
- * scalar k_bf16_from_f32 / k_bf16_to_f32 (tensors convert with k_cast).
+ * scalar k_bf16_from_f32 / k_bf16_to_f32 / k_f16_from_f32 / k_f16_to_f32
+ * (tensors convert with k_cast).
  */
 #ifndef FSDPC_KC_MAP_H
 #define FSDPC_KC_MAP_H
@@ -42,6 +43,7 @@
 /* matmul.c */
 #define k_matmul_f32 kc_matmul_f32
 #define k_matmul_bf16 kc_matmul_bf16
+#define k_matmul_f16 kc_matmul_f16
 /* reduce.c */
 #define k_reduce_sum_to_f32 kc_reduce_sum_to_f32
 #define k_reduce_f32 kc_reduce_f32
@@ -87,6 +89,8 @@
 #define k_sgd_f32 kc_sgd_f32
 #define k_sum_squares_f32 kc_sum_squares_f32
 #define k_grad_accum_f32 kc_grad_accum_f32
+#define k_loss_seed_f32 kc_loss_seed_f32
+#define k_unscale_sq_f32 kc_unscale_sq_f32
 
 #include "kernels.h"
 #include "kc.h"

@@ -307,8 +307,8 @@ void kc_not(uint8_t *y, const uint8_t *x, int64_t n)
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1, 2};
-    if (dt < K_DT_F32 || dt > K_DT_BF16)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2};
+    if (dt < K_DT_F32 || dt > K_DT_F16)
         die("k_cast", "unknown dtype");
     return size[dt];
 }
@@ -446,6 +446,12 @@ void kc_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batc
                     int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     kc_gemm_bf16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+}
+
+void kc_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    kc_gemm_f16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
 }
 
 /* ---- reduce.c ------------------------------------------------------------------- */
@@ -893,24 +899,25 @@ void kc_nll_loss_grad_f32(float *dx, const float *dx_in, const float *dloss, con
 
 /* ---- optim.c ------------------------------------------------------------------------------ */
 
-/* The hyper-parameters, the step, the clip norm and the micro-step come from
- * kc_step_params(); gsq (the squared norm, on the device) is passed on for
- * the kernel to read when clipping.  Launched at every micro-step: the
+/* The hyper-parameters, the step, the clip norm, the loss scale and the
+ * micro-step come from kc_step_params(); gsq (the squared norm, on the
+ * device) is passed on for the kernel to read when clipping or loss scaling.  Launched at every micro-step: the
  * kernel, not the host, decides whether this one updates (one captured
  * graph replays them all). */
 void kc_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double wd, int64_t step, const float *gsq, double clip,
-                  int64_t micro, int64_t accum)
+                  double scale, int64_t micro, int64_t accum)
 {
-    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step, (void)clip, (void)micro, (void)accum;
+    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)step, (void)clip, (void)scale, (void)micro,
+        (void)accum;
     if (n > 0)
         launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, gsq, kc_step_params());
 }
 
 void kc_sgd_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double wd,
-                int64_t step, const float *gsq, double clip, int64_t micro, int64_t accum)
+                int64_t step, const float *gsq, double clip, double scale, int64_t micro, int64_t accum)
 {
-    (void)lr, (void)momentum, (void)wd, (void)step, (void)clip, (void)micro, (void)accum;
+    (void)lr, (void)momentum, (void)wd, (void)step, (void)clip, (void)scale, (void)micro, (void)accum;
     if (n > 0)
         launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, gsq, kc_step_params());
 }
@@ -927,4 +934,19 @@ void kc_grad_accum_f32(float *y, const float *x, int64_t n, int64_t micro)
 void kc_sum_squares_f32(float *y, const float *x, int64_t n, int accumulate)
 {
     launch_k_sum_squares_f32(partial_grid(grid_for(n, KC_BLOCK)), KC_BLOCK, y, x, n, accumulate);
+}
+
+/* loss scaling: the scale and accum come from kc_step_params() (the scale
+ * changes between replays of one graph), not from the arguments */
+void kc_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum)
+{
+    (void)scale, (void)accum;
+    if (n > 0)
+        launch_k_loss_seed_f32(grid_for(n, KC_BLOCK), KC_BLOCK, y, n, kc_step_params());
+}
+
+void kc_unscale_sq_f32(float *y, double scale)
+{
+    (void)scale;
+    launch_k_unscale_sq_f32(1, 1, y, kc_step_params());
 }

@@ -26,27 +26,36 @@
 
 /* clip_grad_norm_'s factor exactly as kernels.h k_clip_coef computes it
  * (double, clamped to 1, a NaN norm passes), rounded to float once; 1
- * without clipping, and g * 1.0f is g, so the unclipped update is unchanged */
+ * without clipping, and g * 1.0f is g, so the unclipped update is unchanged.
+ * Loss scaling (--precision fp16, loss_scale S > 0): times (float)(1/S), as
+ * kernels/c's update_coef. */
 KC_DEV float clip_coef(const float *gsq, const KcStepParams *sp)
 {
     const double clip = sp->clip_norm;
-    if (!(clip > 0))
-        return 1.f;
-    const double c = clip / (sqrt((double)gsq[0]) + 1e-6);
-    return (float)(c > 1 ? 1 : c);
+    float coef = 1.f;
+    if (clip > 0) {
+        const double c = clip / (sqrt((double)gsq[0]) + 1e-6);
+        coef = (float)(c > 1 ? 1 : c);
+    }
+    return sp->loss_scale > 0 ? coef * (float)(1.0 / sp->loss_scale) : coef;
 }
 
-/* the optimizers update only at the step's last micro-step */
-KC_DEV bool update_now(const KcStepParams *sp) { return sp->micro == sp->accum - 1; }
+/* the optimizers update only at the step's last micro-step, and under loss
+ * scaling only when the gradient's norm is finite (an overflow skips the
+ * step on every rank: gsq is all-reduced) */
+KC_DEV bool update_now(const float *gsq, const KcStepParams *sp)
+{
+    return sp->micro == sp->accum - 1 && !(sp->loss_scale > 0 && !(fabsf(gsq[0]) <= 3.40282347e38f));
+}
 
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
 KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, const float *gsq,
                            const KcStepParams *sp)
 {
-    if (!update_now(sp))
+    if (!update_now(gsq, sp))
         return;
     const float coef = clip_coef(gsq, sp);
-    const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->step;
+    const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->opt_step;
     const double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
     const float decay = (float)(1 - lr * sp->weight_decay), neg_step = (float)(-(lr / bc1));
     const float b1 = (float)beta1, c1 = (float)(1 - beta1), b2 = (float)beta2, c2 = (float)(1 - beta2);
@@ -68,12 +77,12 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
 KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const float *gsq,
                          const KcStepParams *sp)
 {
-    if (!update_now(sp))
+    if (!update_now(gsq, sp))
         return;
     const float coef = clip_coef(gsq, sp);
     const double wd = sp->weight_decay, momentum = sp->momentum;
     const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-sp->lr);
-    const bool first = sp->step == 1;
+    const bool first = sp->opt_step == 1;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
         float d = g[i] * coef;
         if (wd != 0) /* skipped, not multiplied by 0: an inf p stays out of d */
@@ -106,4 +115,21 @@ KC_GLOBAL void k_grad_accum_f32(float *y, const float *x, int64_t n, const KcSte
     const bool first = sp->micro == 0;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
         y[i] = first ? x[i] : y[i] + x[i];
+}
+
+/* loss scaling (--precision fp16): the backward's seed S / accum, and the
+ * squared norm of S times the gradient divided by S^2 (in double, one
+ * rounding), both reading S from the step params (kernels/c's
+ * k_loss_seed_f32 / k_unscale_sq_f32) */
+KC_GLOBAL void k_loss_seed_f32(float *y, int64_t n, const KcStepParams *sp)
+{
+    const float v = (float)(sp->loss_scale / (double)sp->accum);
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
+        y[i] = v;
+}
+
+KC_GLOBAL void k_unscale_sq_f32(float *y, const KcStepParams *sp)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        y[0] = (float)((double)y[0] / (sp->loss_scale * sp->loss_scale));
 }

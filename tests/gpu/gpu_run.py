@@ -7,7 +7,9 @@ usage: python3 tests/gpu/gpu_run.py OUTDIR      (run.sh sets LD_LIBRARY_PATH fir
 2. the check models (GPT, ResNet-18) against their CPU reference losses:
    FSDPC_NO_TF32=1 with and without CUDA Graphs must agree within 1e-4
    (relative, every step); TF32 is reported, not asserted; the GPT with
-   --precision bf16 against its own CPU run within the manifest's tol (2e-3);
+   --precision bf16 against its own CPU run within the manifest's tol (2e-3),
+   and with --precision fp16 (float16 GEMMs, dynamic loss scaling through the
+   step parameters of each graph replay) within its tol (1e-3);
 3. the benchmark models with and without CUDA Graphs (TF32, the default;
    the GPT also with --precision bf16), and the benchmark GPT in PyTorch
    eager and torch.compile, each in fp32 (TF32) and with
@@ -92,11 +94,11 @@ def gpu_info():
 
 
 def peak_for(name):
-    """{"fp32": dense TF32 peak, "bf16": dense BF16 peak} of the GPU, or Nones"""
+    """{"fp32": dense TF32 peak, "bf16": dense BF16 peak, "fp16": the same (FP16 = BF16 on these GPUs)}, or Nones"""
     for key, tf32, bf16 in PEAKS:
         if key in name:
-            return {"fp32": tf32, "bf16": bf16}
-    return {"fp32": None, "bf16": None}
+            return {"fp32": tf32, "bf16": bf16, "fp16": bf16}
+    return {"fp32": None, "bf16": None, "fp16": None}
 
 
 def unpack(out, models):
@@ -201,7 +203,7 @@ def run_model(r, m, tag, env, extra, peaks, timeout):
         rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
         row["max_rel"] = rel
         # bf16 GEMMs never use TF32; an fp32 run is asserted only with TF32 off
-        strict = env.get("FSDPC_NO_TF32") == "1" or m.get("precision") == "bf16"
+        strict = env.get("FSDPC_NO_TF32") == "1" or m.get("precision") in ("bf16", "fp16")
         tol = m.get("tol", TOL)
         row["result"] = ("pass" if rel <= tol else "FAIL") if strict else "(TF32: not asserted)"
         if strict and rel > tol:
@@ -286,9 +288,9 @@ def main():
     unpack(out, models)
     device_layer(r)
     for m in models:
-        if m["check"] and m.get("precision") == "bf16":
-            run_model(r, m, "bf16-graph", {}, [], peaks, 90)
-            run_model(r, m, "bf16-eager", {}, ["--no-cuda-graph"], peaks, 90)
+        if m["check"] and m.get("precision") in ("bf16", "fp16"):
+            run_model(r, m, m["precision"] + "-graph", {}, [], peaks, 90)
+            run_model(r, m, m["precision"] + "-eager", {}, ["--no-cuda-graph"], peaks, 90)
         elif m["check"]:
             run_model(r, m, "fp32-graph", {"FSDPC_NO_TF32": "1"}, [], peaks, 90)
             run_model(r, m, "fp32-eager", {"FSDPC_NO_TF32": "1"}, ["--no-cuda-graph"], peaks, 90)

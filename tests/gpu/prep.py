@@ -9,6 +9,7 @@ Writes into OUTDIR (flat, so it can be carried to the GPU machine whole):
                        --target cuda executable (+ .init), the token file, and
                        the --target cpu run's losses (the reference)
   gpt_check_bf16       the same with --precision bf16 (both targets)
+  gpt_check_fp16       the same with --precision fp16 (dynamic loss scaling)
   resnet_check         torchvision ResNet-18 (10 classes), float32, 64x64,
                        batch 16, SGD with momentum: the same, data as .npy
   gpt_bench            a GPT-2-small-shaped model (default 12 layers, d 768,
@@ -50,8 +51,9 @@ PERIOD = 4093
 LOSS = ["--loss", "cross_entropy:logits,labels"]
 # cuda vs cpu, relative, every step: fp32 (FSDPC_NO_TF32=1) differs in summation order only; bf16
 # also where an operand rounds to the neighbouring bfloat16 (2^-8 apart) because the float32 sums
-# before it differ in the last bit
-TOL = {"fp32": 1e-4, "bf16": 2e-3}
+# before it differ in the last bit; fp16 likewise with float16's neighbours (2^-11 apart), the loss
+# scale moving the same way on both targets (a step skipped on one only would show in the losses)
+TOL = {"fp32": 1e-4, "bf16": 2e-3, "fp16": 1e-3}
 
 
 def log(msg):
@@ -277,7 +279,8 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
     gpt_shape = shape_env("GPT_BENCH", (2, 128, 4, 128, 256, 4) if quick else (12, 768, 12, 1024, 50304, 8), 6)
     resnet_shape = shape_env("RESNET_BENCH", (64, 8) if quick else (224, 128), 2)
-    models = [gpt_check(fsdpc, out, 20), gpt_check(fsdpc, out, 20, "bf16"), resnet_check(fsdpc, out, 8),
+    models = [gpt_check(fsdpc, out, 20), gpt_check(fsdpc, out, 20, "bf16"), gpt_check(fsdpc, out, 20, "fp16"),
+              resnet_check(fsdpc, out, 8),
               gpt_bench(fsdpc, out, 20, gpt_shape), gpt_bench(fsdpc, out, 20, gpt_shape, "bf16"),
               resnet_bench(fsdpc, out, 20, resnet_shape)]
     for m in models:  # the CPU executables stay behind: only their losses travel

@@ -269,11 +269,18 @@ static void round_bf16(float *x, uint16_t *bits, int64_t n)
         x[i] = k_bf16_to_f32(bits[i] = k_bf16_from_f32(x[i]));
 }
 
+/* the same in float16 */
+static void round_f16(float *x, uint16_t *bits, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = k_f16_to_f32(bits[i] = k_f16_from_f32(x[i]));
+}
+
 /* one GEMM case on the device against the reference; returns the error.
  * bf16: A and B go to the device as bfloat16 (kc_gemm_bf16), the reference
- * multiplies the rounded values */
+ * multiplies the rounded values; f16: the same in float16 (kc_gemm_f16) */
 static double gemm_case(int64_t m, int64_t n, int64_t k, int64_t batch, int bca, int bcb, int ta, int tb,
-                        double beta, int misalign, int bf16)
+                        double beta, int misalign, int bf16, int f16)
 {
     int64_t sa = bca ? 0 : m * k, sb = bcb ? 0 : k * n;
     int64_t na = (bca ? 1 : batch) * m * k, nb = (bcb ? 1 : batch) * k * n, nc = batch * m * n;
@@ -300,16 +307,22 @@ static double gemm_case(int64_t m, int64_t n, int64_t k, int64_t batch, int bca,
     if (bf16) {
         round_bf16(ra, a16, na);
         round_bf16(rb, b16, nb);
+    } else if (f16) {
+        round_f16(ra, a16, na);
+        round_f16(rb, b16, nb);
     }
     ref_gemm(want, ra, rb, batch, sa, sb, m, n, k, ta, tb, beta, c0);
     free(ra);
     free(rb);
-    int64_t es = bf16 ? 2 : 4;
-    rt_dev_upload(&g_c, bf16 ? (void *)a16 : (void *)ha, na * es);
-    rt_dev_upload(&g_c, bf16 ? (void *)b16 : (void *)hb, nb * es);
+    int64_t es = bf16 || f16 ? 2 : 4;
+    rt_dev_upload(&g_c, es == 2 ? (void *)a16 : (void *)ha, na * es);
+    rt_dev_upload(&g_c, es == 2 ? (void *)b16 : (void *)hb, nb * es);
     rt_dev_upload(&g_c, hc, nc * 4);
     char *d = g_c.dev_arena;
-    if (bf16)
+    if (f16)
+        kc_gemm_f16((float *)(d + OFF_C) + misalign, (const uint16_t *)(d + OFF_A) + misalign,
+                    (const uint16_t *)(d + OFF_B) + misalign, batch, sa, sb, m, n, k, ta, tb, beta);
+    else if (bf16)
         kc_gemm_bf16((float *)(d + OFF_C) + misalign, (const uint16_t *)(d + OFF_A) + misalign,
                      (const uint16_t *)(d + OFF_B) + misalign, batch, sa, sb, m, n, k, ta, tb, beta);
     else
@@ -330,9 +343,9 @@ static void gemms(void)
 {
     static const int64_t shapes[][3] = {{5, 7, 3}, {64, 48, 32}, {33, 17, 129}, {1, 256, 64}};
     int ncase = 0;
-    double worst = 0, worst_tf32 = 0, worst_bf16 = 0;
-    for (int mode = 0; mode < 3; mode++) { /* FP32, TF32, BF16 operands */
-        int tf32 = mode == 1, bf16 = mode == 2;
+    double worst = 0, worst_tf32 = 0, worst_bf16 = 0, worst_f16 = 0;
+    for (int mode = 0; mode < 4; mode++) { /* FP32, TF32, BF16 operands, FP16 operands */
+        int tf32 = mode == 1, bf16 = mode == 2, f16 = mode == 3;
         cu.tf32 = tf32;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int batch = 1; batch <= 3; batch += 2)
@@ -343,13 +356,13 @@ static void gemms(void)
                             double beta = bi ? 0.5 : 0.0;
                             int mis = (int)((s + (size_t)t) % 2); /* 4-byte aligned pointers too */
                             double e = gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], batch, bca, bcb, ta, tb,
-                                                 beta, mis, bf16);
+                                                 beta, mis, bf16, f16);
                             double tol = tf32 ? 2e-2 : 1e-5;
                             CHECK(e <= tol, "GEMM m %lld n %lld k %lld batch %d bcast %d/%d ta %d tb %d beta %g "
                                   "misaligned %d %s: relative error %.3g > %g", (long long)shapes[s][0],
                                   (long long)shapes[s][1], (long long)shapes[s][2], batch, bca, bcb, ta, tb, beta,
-                                  mis, bf16 ? "BF16 operands" : tf32 ? "TF32" : "FP32", e, tol);
-                            double *w = bf16 ? &worst_bf16 : tf32 ? &worst_tf32 : &worst;
+                                  mis, f16 ? "FP16 operands" : bf16 ? "BF16 operands" : tf32 ? "TF32" : "FP32", e, tol);
+                            double *w = f16 ? &worst_f16 : bf16 ? &worst_bf16 : tf32 ? &worst_tf32 : &worst;
                             *w = fmax(*w, e);
                             ncase++;
                         }
@@ -369,7 +382,7 @@ static void gemms(void)
     rt_dev_download(&g_c, hc, 48);
     CHECK(hc[0] == 0.0f && hc[11] == 0.0f, "k = 0, beta 0 left C");
     printf("OK gemm: %d cases; worst relative error FP32 %.2e, TF32 %.2e, BF16 operands (against the rounded "
-           "operands) %.2e\n", ncase, worst, worst_tf32, worst_bf16);
+           "operands) %.2e, FP16 operands %.2e\n", ncase, worst, worst_tf32, worst_bf16, worst_f16);
 }
 
 static void collectives(void)

@@ -102,7 +102,9 @@ def main():
                  "hybrid:F")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:0"] + base, "hybrid:F")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:x"] + base, "hybrid:F")
-    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp16"] + base, "fp16", "bf16")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision", "fp16")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--reduce-dtype", "fp16"] + base, "--reduce-dtype fp16",
+                 "not supported", "bf16")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--eval", "--precision", "bf16", "--dim", "batch=2"],
                  "--eval", "--precision")
     w64 = numpy_helper.from_array(np.ones((3, 4), np.float64), "w")
@@ -112,6 +114,8 @@ def main():
     onnx.save(helper.make_model(g64, opset_imports=[helper.make_opsetid("", 17)]), J("f64.onnx"))
     expect_error([fsdpc, J("f64.onnx"), "-o", J("o"), "--target", "cpu", "--precision", "bf16"] + base,
                  "--precision bf16", "float32 model", "f64")
+    expect_error([fsdpc, J("f64.onnx"), "-o", J("o"), "--target", "cpu", "--precision", "fp16"] + base,
+                 "--precision fp16", "float32 model", "f64")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--target", "tpu"] + base, "tpu")
     expect_error([fsdpc, good] + base + ["-o"], "-o")
@@ -149,6 +153,16 @@ def main():
     expect_error([exe, "--lr-schedule", "linear"] + X, "--lr-schedule", "constant or cosine", code=(2,))
     expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine", code=(2,))
     expect_error([exe, "--lr-schedule", "cosine", "--warmup-steps", "4"] + X, "--warmup-steps 4", "--decay-steps",
+                 code=(2,))
+    # loss-scale flags: fp16 builds only, positive, one of static / dynamic
+    expect_error([exe, "--loss-scale-init", "1024"] + X, "--loss-scale-init", "--precision fp16", code=(2,))
+    exe16 = J("train16")
+    run([fsdpc, good, "-o", exe16, "--target", "cpu", "--precision", "fp16"] + base)
+    run([exe16, "--loss-scale-init", "1024", "--loss-scale-growth-interval", "3"] + X)  # the good case runs
+    expect_error([exe16, "--loss-scale-init", "0"] + X, "--loss-scale-init", "(0, 2^126]", code=(2,))
+    expect_error([exe16, "--loss-scale", "1e300"] + X, "--loss-scale", "(0, 2^126]", code=(2,))
+    expect_error([exe16, "--loss-scale-growth-interval", "0"] + X, "--loss-scale-growth-interval", code=(2,))
+    expect_error([exe16, "--loss-scale", "8", "--loss-scale-init", "8"] + X, "--loss-scale S", "one or the other",
                  code=(2,))
     other = J("other")
     mlp(J("other.onnx"))

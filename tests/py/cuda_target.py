@@ -14,7 +14,8 @@ usage: cuda_target.py FSDPC WORKDIR
    corrupted entry is detected, compiled again and rewritten.
 4. --precision bf16 builds, its step calls the bf16 GEMM and casts, and it
    fails here like the others; --rendezvous mpi is accepted, a bad one is a
-   usage error.
+   usage error.  --precision fp16 builds, its step calls the fp16 GEMM and
+   casts and the loss-scaling kernels, and takes --loss-scale-init.
 5. Bad cuda flags and float64 models give one-line errors.
 """
 import os
@@ -128,6 +129,20 @@ def main():
     if p.returncode != 2:
         raise SystemExit("FAILED: --trace on a cuda executable should exit 2, got %d" % p.returncode)
     print("gpt --precision bf16: built (bf16 GEMMs and casts in the step); without a GPU: %s" % nogpu[0])
+    # --precision fp16: float16 GEMMs and casts, the loss-scaled seed, the unscaled norm and the updates reading
+    # the loss scale (the kc_ twins take it from the step params uploaded before each graph replay)
+    fp16 = os.path.join(work, "gpt_fp16")
+    run([fsdpc, gpt, "-o", fp16, "--precision", "fp16", "--emit-c"] + gpt_flags, env=env)
+    src = open(fp16 + ".c").read()
+    for needle in ("k_matmul_f16(", "K_DT_F16", "k_loss_seed_f32(", "k_unscale_sq_f32(", "c->loss_scale, c->micro"):
+        if needle not in src:
+            raise SystemExit("FAILED: the fp16 cuda step lacks %s" % needle)
+    if "k_matmul_bf16(" in src or "K_DT_BF16" in src:
+        raise SystemExit("FAILED: the fp16 cuda step has bfloat16 GEMMs or casts")
+    p, nogpu = expect_error([fp16, "--steps", "1", "--loss-scale-init", "1024"] + data_flags(work, "gpt"), "CUDA")
+    if len(nogpu) != 1:
+        raise SystemExit("FAILED: gpt_fp16 without a GPU: expected one line, got:\n%s" % p.stderr)
+    print("gpt --precision fp16: built (fp16 GEMMs, casts and loss scaling in the step); without a GPU: %s" % nogpu[0])
     for strategy in ("grad_op", "none", "hybrid:2"):  # the strategies build for cuda too
         run([fsdpc, gpt, "-o", os.path.join(work, "gpt_" + strategy.replace(":", "")), "--shard", strategy]
             + gpt_flags, env=env)

@@ -106,6 +106,16 @@ def main():
           "precision: shards or optimizer state in bf16")
     check("MatMul" in run(gpt[:-1] + ["precision"]).stdout and " bf16[" not in run(gpt[:-1] + ["precision"]).stdout,
           "precision: fp32 (the default) changed the graph")
+    # precision fp16: the same with f16 in place of bf16, and no bf16 anywhere
+    out = run(gpt[:-1] + ["precision", "--precision", "fp16"]).stdout
+    dtype = dict(re.findall(r"^\s+%(\d+) (\w+)\[", out, re.M))
+    nodes = out.split("nodes:")[1]
+    gathers = re.findall(r"%(\d+) = AllGather %(\d+)", nodes)
+    mms = re.findall(r"%(\d+) = MatMul %(\d+), %(\d+)", nodes)
+    check(gathers and all(dtype[y] == "f16" and dtype[x] == "f32" for y, x in gathers) and len(mms) > 20 and
+          all(dtype[a] == dtype[b] == "f16" and dtype[y] == "f32" for y, a, b in mms) and " bf16[" not in out and
+          not re.search(r"f16\[\d+\] (shard|gradshard|stateshard)", out),
+          "precision fp16: AllGathers f32 -> f16, MatMuls f16 x f16 -> f32, shards f32 expected")
     # --shard: grad_op gathers once per unit (no reshard after forward), none never (parameters are views of
     # their shards), hybrid like full (unit1 = fc2, read by forward and backward)
     for strategy, gathers, frees in (("grad_op", 1, 1), ("none", 0, 0), ("hybrid:2", 2, 2), ("full", 2, 2)):
@@ -146,7 +156,7 @@ def main():
     print("report at world 4: %s" % rows)
 
     with tempfile.TemporaryDirectory() as d:
-        for world, prec in ((1, "fp32"), (3, "fp32"), (3, "bf16")):
+        for world, prec in ((1, "fp32"), (3, "fp32"), (3, "bf16"), (3, "fp16")):
             rep = run(base + ["--report", "--world", str(world), "--precision", prec]).stdout
             check(re.search(r"unit0\s+2 params\s+1088 elements", rep), "report: unit0 counts:\n" + rep)
             check(re.search(r"root\s+2 params\s+65 elements", rep), "report: root counts:\n" + rep)
