@@ -6,16 +6,18 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU).  Each rank gets one
 thread (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1, set explicitly for both
 sides: this machine has 2 cores).  A step = forward + cross-entropy +
 backward + gradient averaging + AdamW; the table gives the median step time
-after one warm-up step, the ratio fsdpc/DDP, and per rank: the model state
+after one warm-up step (the best of --repeat interleaved runs of each side:
+this machine's speed drifts by tens of percent from minute to minute), the ratio fsdpc/DDP, and per rank: the model state
 (parameters, gradients, AdamW's two moments: fsdpc's shards of 1/2, DDP's
 whole copies) and the peak resident memory of the rank process (VmHWM).
 
 fsdpc wraps one unit per transformer block (--wrap blocks) and runs twice
-from one executable: with its communication thread (the collectives overlap
-compute as the schedule pass placed them) and with FSDPC_COMM_THREAD=0 (each
-collective inside the step: no overlap).  A third run writes --trace for 2
-steps; "overlap" is the share of the collectives' time on the communication
-thread during which the step's thread computed (not waiting), rank 0, step 2.
+from one executable: as it decides by itself (here, 1 core per rank: the
+collectives inside the step) and with FSDPC_COMM_THREAD=1 (a communication
+thread: the collectives overlap compute as the schedule pass placed them).
+A third run, threaded, writes --trace for 2 steps; "overlap" is the share of
+the collectives' time on the communication thread during which the step's
+thread computed (not waiting), rank 0, step 2.
 """
 import argparse
 import json
@@ -27,6 +29,7 @@ import time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=5)
+ap.add_argument("--repeat", type=int, default=3, help="runs of each side, interleaved; the best median counts")
 ap.add_argument("--fsdpc", default=os.path.join(os.path.dirname(__file__), "..", "build", "fsdpc"))
 ap.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)  # internal: one DDP rank
 ap.add_argument("--size", default="", help=argparse.SUPPRESS)
@@ -107,7 +110,7 @@ def overlap_share(trace):
     return both / total if total else 0.0
 
 
-def fsdpc(model, d, L, T, B, work, thread=True, trace=None):
+def fsdpc(model, d, L, T, B, work, thread=None, trace=None):
     path = os.path.join(work, "gpt.onnx")
     exe = os.path.join(work, "train")
     if not os.path.exists(exe):
@@ -122,12 +125,15 @@ def fsdpc(model, d, L, T, B, work, thread=True, trace=None):
     for r in range(WORLD):
         if os.path.exists(hwm_file + str(r)):
             os.unlink(hwm_file + str(r))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.pop("FSDPC_COMM_THREAD", None)
+    if thread is not None:
+        env["FSDPC_COMM_THREAD"] = "1" if thread else "0"
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(WORLD), "-x", "OPENBLAS_NUM_THREADS=1",
-           "-x", "OMP_NUM_THREADS=1", "-x", "FSDPC_COMM_THREAD=%d" % thread, "sh", "-c",
+           "-x", "OMP_NUM_THREADS=1", "sh", "-c",
            'exec /usr/bin/time -f "HWM %M" -o "$0$OMPI_COMM_WORLD_RANK" "$@"', hwm_file, exe, "--tokens", os.path.join(work, "tok.bin"), "--steps", str(2 if trace else args.steps + 1), "--lr", "1e-4",
            "--metrics", m, "--quiet"] + (["--trace", trace] if trace else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-                                                                      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit("fsdpc failed:\n" + p.stderr[-2000:])
     hwm = max(int(open(hwm_file + str(r)).read().split()[1]) * 1024 for r in range(WORLD))
@@ -142,17 +148,21 @@ def main():
         return
     print("2 ranks x 1 thread each; %d timed steps after 1 warm-up; global batch B, B/2 per rank" % args.steps)
     print("%-14s %9s | %9s %9s %6s | %12s %8s | %12s %12s | %12s %12s" % (
-        "d/L/T/B", "params", "DDP ms", "fsdpc ms", "ratio", "no-thread ms", "overlap", "DDP state", "fsdpc state",
+        "d/L/T/B", "params", "DDP ms", "fsdpc ms", "ratio", "thread ms", "overlap", "DDP state", "fsdpc state",
         "DDP peak RSS", "fsdpc RSS"))
     for d, L, T, B in SIZES:
         model = model_of(d, L, T)
         n = sum(p.numel() for p in model.parameters())
         with tempfile.TemporaryDirectory() as work:
-            f_ms, f_state, f_hwm = fsdpc(model, d, L, T, B, work)
-            s_ms = fsdpc(model, d, L, T, B, work, thread=False)[0]
-            fsdpc(model, d, L, T, B, work, trace=os.path.join(work, "t.json"))
+            runs = []
+            for _ in range(args.repeat):  # interleaved: a slow minute of the machine hits every side
+                runs.append((fsdpc(model, d, L, T, B, work), fsdpc(model, d, L, T, B, work, thread=True)[0],
+                             ddp(d, L, T, B, work)))
+            f_ms, f_state, f_hwm = min((r[0] for r in runs), key=lambda x: x[0])
+            s_ms = min(r[1] for r in runs)
+            t_ms, t_state, t_hwm = min((r[2] for r in runs), key=lambda x: x[0])
+            fsdpc(model, d, L, T, B, work, thread=True, trace=os.path.join(work, "t.json"))
             share = overlap_share(os.path.join(work, "t.json"))
-            t_ms, t_state, t_hwm = ddp(d, L, T, B, work)
         print("%-14s %9d | %9.1f %9.1f %6.2f | %12.1f %7.0f%% | %10.1f MB %10.1f MB | %10.1f MB %10.1f MB" % (
             "%d/%d/%d/%d" % (d, L, T, B), n, t_ms, f_ms, f_ms / t_ms, s_ms, 100 * share, t_state / 1e6,
             f_state / 1e6, t_hwm / 1e6, f_hwm / 1e6))

@@ -15,7 +15,7 @@
 #include "rt_mpi.h"
 #include "rt_priv.h"
 
-static int g_rank, g_world = 1, g_local, g_up, g_serialized;
+static int g_rank, g_world = 1, g_local, g_nlocal, g_up, g_serialized;
 static pthread_t g_main_thread;
 
 _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
@@ -67,6 +67,7 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
     MPI_Comm node;
     RT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     RT_MPI(MPI_Comm_rank(node, &g_local));
+    RT_MPI(MPI_Comm_size(node, &g_nlocal));
     RT_MPI(MPI_Comm_free(&node));
     if (same_executable(key, err, errlen) != 0) {
         rt_ctl_finalize();
@@ -80,6 +81,8 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
 int rt_ctl_local_rank(void) { return g_local; }
 
 int rt_ctl_threads(void) { return g_serialized; }
+
+int rt_ctl_local_size(void) { return g_nlocal; }
 
 void rt_ctl_finalize(void)
 {

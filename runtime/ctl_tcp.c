@@ -1010,6 +1010,8 @@ int rt_ctl_local_rank(void) { return g.local; }
 
 int rt_ctl_threads(void) { return 1; } /* every operation holds g.lock */
 
+int rt_ctl_local_size(void) { return 0; } /* unknown */
+
 void rt_ctl_finalize(void)
 {
     if (!g.up)

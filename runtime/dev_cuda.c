@@ -664,6 +664,12 @@ static void report_memory(void)
             cu_fail_cuda(__FILE__, __LINE__, #call, rel_e_);           \
     } while (0)
 
+const char *rt_dev_overlap(RtCtx *c)
+{
+    (void)c;
+    return "on the collective stream (NCCL), forked from the compute stream and joined at each one's wait";
+}
+
 void rt_dev_finish(RtCtx *c)
 {
     int strict = cu.up;

@@ -7,17 +7,24 @@
  * collective stream: a FIFO of jobs, run one at a time in start order while
  * the step computes, so every rank issues its collectives in the step's
  * order and they overlap the compute the schedule put between a start and
- * its Wait.  It starts with the first job of a multi-rank run and stops in
- * rt_dev_finish.  At world 1, where the control plane cannot call from
- * another thread (rt_ctl_threads), or with FSDPC_COMM_THREAD=0, a job runs
- * at once on the step's thread (the same results, no overlap).
+ * its Wait.  It needs a core of its own: on shared memory a collective is
+ * CPU work (copies, sums, MPI polling for the peers), so beside a compute
+ * thread on the same core it only takes turns with it.  It runs where this
+ * rank has two cores or more (the CPUs it may run on, and its share of the
+ * node's: online CPUs / ranks on the node), and not at world 1, where the
+ * control plane cannot call from another thread (rt_ctl_threads), or with
+ * FSDPC_COMM_THREAD=0; FSDPC_COMM_THREAD=1 starts it whatever the cores.
+ * Without it a job runs at once on the step's thread (the same results, no
+ * overlap).  It starts at rt_dev_overlap and stops in rt_dev_finish.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rt_ctl.h"
 #include "rt_dev.h"
@@ -108,17 +115,43 @@ static void *comm_thread(void *arg)
     return NULL;
 }
 
-/* the first job decides: a thread, or in place */
+/* the cores this rank may count on: those it may run on, and at most its share of the node's */
+static long my_cores(void)
+{
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN), n = online > 0 ? online : 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < n)
+        n = CPU_COUNT(&set);
+    int local = rt_ctl_local_size();
+    if (local > 1 && online / local < n)
+        n = online / local;
+    return n > 1 ? n : 1;
+}
+
+static char g_mode[160];
+
+/* a thread, or in place (g_mode says which, and why) */
 static void decide(RtCtx *c)
 {
     const char *env = getenv("FSDPC_COMM_THREAD");
+    long cores = my_cores();
     ct.state = -1;
-    if (c->world == 1 || (env && !strcmp(env, "0")))
+    if (c->world == 1) {
+        snprintf(g_mode, sizeof g_mode, "inside the step (one rank)");
         return;
+    }
+    if (env && !strcmp(env, "0")) {
+        snprintf(g_mode, sizeof g_mode, "inside the step (FSDPC_COMM_THREAD=0)");
+        return;
+    }
     if (!rt_ctl_threads()) {
-        if (c->rank == 0)
-            fprintf(stderr, "%s: warning: the MPI library cannot take calls from a second thread "
-                            "(MPI_THREAD_SERIALIZED): collectives run inside the step, without overlap\n", rt_prog);
+        snprintf(g_mode, sizeof g_mode, "inside the step: the MPI library cannot take calls from a second thread "
+                 "(MPI_THREAD_SERIALIZED), so nothing overlaps");
+        return;
+    }
+    if (cores < 2 && !(env && !strcmp(env, "1"))) {
+        snprintf(g_mode, sizeof g_mode, "inside the step: 1 core for this rank, none spare for a communication "
+                 "thread (FSDPC_COMM_THREAD=1 starts it anyway)");
         return;
     }
     ct.cap = c->m->ncoll + 1;
@@ -127,6 +160,15 @@ static void decide(RtCtx *c)
     if (!ct.q || !ct.ticket || pthread_create(&ct.thread, NULL, comm_thread, NULL) != 0)
         rt_step_fail(c, "cannot start the communication thread");
     ct.state = 1;
+    snprintf(g_mode, sizeof g_mode, "on a communication thread beside the step (%ld core%s for this rank%s)", cores,
+             cores > 1 ? "s" : "", cores < 2 ? ", FSDPC_COMM_THREAD=1" : "");
+}
+
+const char *rt_dev_overlap(RtCtx *c)
+{
+    if (ct.state == 0)
+        decide(c);
+    return g_mode;
 }
 
 void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))

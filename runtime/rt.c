@@ -723,8 +723,11 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     if (status == 0 && o->trace && rt_trace_start(&r->ctx, o->trace_steps) != 0)
         status = rt_err_sync();
     if (status == 0) {
+        const char *overlap = rt_dev_overlap(&r->ctx);
         if (g_rank == 0) {
             print_memory(&r->ctx, &r->mem, r->mf);
+            if (!o->quiet)
+                printf("collectives: %s\n", overlap);
             if (metrics_flush(&r->mf, r->o.metrics) != 0)
                 r->metrics_failed = 1;
         }

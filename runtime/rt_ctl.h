@@ -42,6 +42,8 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
  * that called rt_ctl_init (one at a time, never beside a control-plane call:
  * the communication thread)?  after init */
 int rt_ctl_threads(void);
+/* the ranks on this rank's node (0: unknown); after init */
+int rt_ctl_local_size(void);
 /* this rank's index among the ranks of its node (picks the GPU); after init */
 int rt_ctl_local_rank(void);
 /* collective: the end of a run that reached it on every rank */

@@ -46,6 +46,10 @@ void rt_dev_download(RtCtx *c, void *p, int64_t n);
  * warm-up, a CUDA Graph replay unless disabled), then the checks of the
  * step; returns when the loss can be read (after rt_dev_download of it) */
 void rt_dev_step(RtCtx *c);
+/* how the step's collectives run beside it (for the start-up report); on cpu
+ * this decides whether rt_coll_start hands them to a communication thread
+ * (dev_host.c).  After rt_dev_attach, on every rank. */
+const char *rt_dev_overlap(RtCtx *c);
 /* release what rt_dev_init / rt_dev_attach made; called once at the end of
  * every run past its flags, whatever part of start-up it reached (also when
  * rt_dev_init failed or was never called) */

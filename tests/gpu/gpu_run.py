@@ -9,7 +9,9 @@ usage: python3 tests/gpu/gpu_run.py OUTDIR      (run.sh sets LD_LIBRARY_PATH fir
    (relative, every step); TF32 is reported, not asserted; the GPT with
    --precision bf16 against its own CPU run within the manifest's tol (2e-3),
    and with --precision fp16 (float16 GEMMs, dynamic loss scaling through the
-   step parameters of each graph replay) within its tol (1e-3);
+   step parameters of each graph replay) within its tol (1e-3); the fp32 GPT
+   with --accum 2 under --accum-mode comm and local (two captured graphs)
+   within 1e-5 of each other;
 3. the benchmark models with and without CUDA Graphs (TF32, the default;
    the GPT also with --precision bf16), and the benchmark GPT in PyTorch
    eager and torch.compile, each in fp32 (TF32) and with
@@ -214,6 +216,31 @@ def run_model(r, m, tag, env, extra, peaks, timeout):
     return row
 
 
+def accum_modes(r, m):
+    """--accum 2 on the fp32 check GPT with --accum-mode comm and local, both replayed as CUDA Graphs (local
+    captures two: a micro-step that only sums, and the last): the same losses within 1e-5"""
+    got = {}
+    for mode in ("comm", "local"):
+        metrics = os.path.join(r.out, "%s.accum-%s.jsonl" % (m["name"], mode))
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        cmd = ["./" + m["exe"]] + m["args"] + ["--steps", str(m["steps"]), "--accum", "2", "--accum-mode", mode,
+                                               "--metrics", metrics, "--quiet"]
+        rc, so, se = r.sh("%s.accum-%s" % (m["name"], mode), cmd, 90, {"FSDPC_NO_TF32": "1", "FSDPC_STEP_TIMEOUT": "60"})
+        if rc is None:
+            return
+        losses = parse_metrics(metrics)[0]
+        if rc != 0 or len(losses) != m["steps"]:
+            r.fail("%s --accum 2 --accum-mode %s: exit %s, %d of %d steps: %s" % (
+                m["name"], mode, rc, len(losses), m["steps"], (se.strip() or so.strip())[-600:]))
+            return
+        got[mode] = losses
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got["local"], got["comm"]))
+    r.notes.append("%s --accum 2: --accum-mode local's losses within %.3g of comm's" % (m["name"], rel))
+    if rel > 1e-5:
+        r.fail("%s --accum 2: --accum-mode local's losses differ from comm's by %.3g (> 1e-5)" % (m["name"], rel))
+
+
 def torch_bench(r, manifest_path, peaks, models):
     m = next((x for x in models if x["name"] == "gpt_bench"), None)
     if m is None:
@@ -295,6 +322,8 @@ def main():
             run_model(r, m, "fp32-graph", {"FSDPC_NO_TF32": "1"}, [], peaks, 90)
             run_model(r, m, "fp32-eager", {"FSDPC_NO_TF32": "1"}, ["--no-cuda-graph"], peaks, 90)
             run_model(r, m, "tf32-graph", {}, [], peaks, 90)
+            if m["kind"] == "gpt":
+                accum_modes(r, m)
     for m in models:
         if not m["check"]:
             p = "bf16" if m.get("precision") == "bf16" else "tf32"

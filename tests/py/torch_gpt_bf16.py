@@ -40,60 +40,75 @@ from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data
 from torch_ref import compile_exe, reference, safe_name, train_exe  # noqa: E402
 
 
-def bf16(x):
-    return x.to(torch.bfloat16).to(torch.float32)
+def recipe(dtype, scale=1.0):
+    """the loss function of --precision bf16 (dtype torch.bfloat16) or fp16 (torch.float16, loss scale S =
+    scale) as PyTorch computes it: every parameter read rounded to dtype, every matmul on dtype-rounded
+    operands in float32, and so their backward; with a loss scale the loss's gradient is S, and each
+    parameter's gradient is divided by S where it is read"""
+    def rnd(x):
+        return x.to(dtype).to(torch.float32)
+
+    class Round(torch.autograd.Function):
+        """a float32 master read in dtype"""
+        @staticmethod
+        def forward(ctx, x):
+            return rnd(x)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy / scale
+
+    class Seed(torch.autograd.Function):
+        """the loss, whose gradient is S instead of 1"""
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy * scale
+
+    class MatMul16(torch.autograd.Function):
+        """a @ b on dtype-rounded operands in float32, and so its backward"""
+        @staticmethod
+        def forward(ctx, a, b):
+            a, b = rnd(a), rnd(b)
+            ctx.save_for_backward(a, b)
+            return torch.matmul(a, b)
+
+        @staticmethod
+        def backward(ctx, dy):
+            a, b = ctx.saved_tensors
+            dy = rnd(dy)
+            da = torch.matmul(dy, b.transpose(-2, -1))
+            db = torch.matmul(a.transpose(-2, -1), dy)
+            # undo broadcasting of a shared operand (x @ W with x batched)
+            while db.dim() > b.dim():
+                db = db.sum(0)
+            while da.dim() > a.dim():
+                da = da.sum(0)
+            return da, db
+
+    def loss(model, x, y):
+        params = dict(model.named_parameters())
+        rounded = {n: Round.apply(p) for n, p in params.items()}
+        # tied weights: every name of a parameter reads the same rounded tensor
+        for name, t in model.state_dict(keep_vars=True).items():
+            for n, p in params.items():
+                if t is p:
+                    rounded[name] = rounded[n]
+        matmul, linear = torch.Tensor.__matmul__, F.linear
+        torch.Tensor.__matmul__ = lambda a, b: MatMul16.apply(a, b)
+        F.linear = lambda x, w, b=None: MatMul16.apply(x, w.t()) + (b if b is not None else 0)
+        try:
+            with torch.nn.utils.stateless._reparametrize_module(model, rounded):
+                return Seed.apply(model.loss(x, y))
+        finally:
+            torch.Tensor.__matmul__, F.linear = matmul, linear
+    return loss
 
 
-class Round(torch.autograd.Function):
-    """a float32 master read as bfloat16; its gradient passes through"""
-    @staticmethod
-    def forward(ctx, x):
-        return bf16(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy
-
-
-class MatMul16(torch.autograd.Function):
-    """a @ b on bfloat16-rounded operands in float32, and so its backward"""
-    @staticmethod
-    def forward(ctx, a, b):
-        a, b = bf16(a), bf16(b)
-        ctx.save_for_backward(a, b)
-        return torch.matmul(a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        a, b = ctx.saved_tensors
-        dy = bf16(dy)
-        da = torch.matmul(dy, b.transpose(-2, -1))
-        db = torch.matmul(a.transpose(-2, -1), dy)
-        # undo broadcasting of a shared operand (x @ W with x batched)
-        while db.dim() > b.dim():
-            db = db.sum(0)
-        while da.dim() > a.dim():
-            da = da.sum(0)
-        return da, db
-
-
-def mixed_precision_loss(model, x, y):
-    """model.loss(x, y) with the recipe of --precision bf16"""
-    params = dict(model.named_parameters())
-    rounded = {n: Round.apply(p) for n, p in params.items()}
-    # tied weights: every name of a parameter reads the same rounded tensor
-    for name, t in model.state_dict(keep_vars=True).items():
-        for n, p in params.items():
-            if t is p:
-                rounded[name] = rounded[n]
-    matmul, linear = torch.Tensor.__matmul__, F.linear
-    torch.Tensor.__matmul__ = lambda a, b: MatMul16.apply(a, b)
-    F.linear = lambda x, w, b=None: MatMul16.apply(x, w.t()) + (b if b is not None else 0)
-    try:
-        with torch.nn.utils.stateless._reparametrize_module(model, rounded):
-            return model.loss(x, y)
-    finally:
-        torch.Tensor.__matmul__, F.linear = matmul, linear
+mixed_precision_loss = recipe(torch.bfloat16)  # model.loss(x, y) with the recipe of --precision bf16
 
 
 def fro_err(a, b):

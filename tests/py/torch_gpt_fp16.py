@@ -50,7 +50,6 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
@@ -58,76 +57,15 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 from common import check, mpirun, onnx_weights, run  # noqa: E402
 from gpt import GPT, GPTConfig, export  # noqa: E402
 from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data  # noqa: E402
-from torch_gpt_bf16 import fro_err, grads_of  # noqa: E402
+from torch_gpt_bf16 import fro_err, grads_of, recipe  # noqa: E402
 from torch_ref import adamw_flags, compile_exe, reference, train_exe  # noqa: E402
 import json  # noqa: E402
 
 SCALE = 65536.0
 
 
-def f16(x):
-    return x.to(torch.float16).to(torch.float32)
-
-
-class Round(torch.autograd.Function):
-    """a float32 master read as float16; its gradient arrives scaled by S and is unscaled here"""
-    @staticmethod
-    def forward(ctx, x):
-        return f16(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy / SCALE
-
-
-class Seed(torch.autograd.Function):
-    """the loss, whose gradient is S instead of 1"""
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy * SCALE
-
-
-class MatMul16(torch.autograd.Function):
-    """a @ b on float16-rounded operands in float32, and so its backward"""
-    @staticmethod
-    def forward(ctx, a, b):
-        a, b = f16(a), f16(b)
-        ctx.save_for_backward(a, b)
-        return torch.matmul(a, b)
-
-    @staticmethod
-    def backward(ctx, dy):
-        a, b = ctx.saved_tensors
-        dy = f16(dy)
-        da = torch.matmul(dy, b.transpose(-2, -1))
-        db = torch.matmul(a.transpose(-2, -1), dy)
-        while db.dim() > b.dim():
-            db = db.sum(0)
-        while da.dim() > a.dim():
-            da = da.sum(0)
-        return da, db
-
-
-def mixed_precision_loss(model, x, y):
-    """model.loss(x, y) with the recipe of --precision fp16"""
-    params = dict(model.named_parameters())
-    rounded = {n: Round.apply(p) for n, p in params.items()}
-    for name, t in model.state_dict(keep_vars=True).items():
-        for n, p in params.items():
-            if t is p:
-                rounded[name] = rounded[n]
-    matmul, linear = torch.Tensor.__matmul__, F.linear
-    torch.Tensor.__matmul__ = lambda a, b: MatMul16.apply(a, b)
-    F.linear = lambda x, w, b=None: MatMul16.apply(x, w.t()) + (b if b is not None else 0)
-    try:
-        with torch.nn.utils.stateless._reparametrize_module(model, rounded):
-            return Seed.apply(model.loss(x, y))
-    finally:
-        torch.Tensor.__matmul__, F.linear = matmul, linear
+# model.loss(x, y) with the recipe of --precision fp16 (the loss scale fixed at S)
+mixed_precision_loss = recipe(torch.float16, SCALE)
 
 
 def metrics(path):
