@@ -111,6 +111,20 @@ def recipe(dtype, scale=1.0):
 mixed_precision_loss = recipe(torch.bfloat16)  # model.loss(x, y) with the recipe of --precision bf16
 
 
+def check_grads(tag, got, ref_grads, f32_grads, tol, dtype):
+    """every gradient within tol of the recipe's (||d|| / ||ref||) and at least 2x closer to it than to plain
+    float32 PyTorch's; returns the worst error and the smallest closeness ratio, with their names"""
+    worst, closest32 = (0.0, ""), (float("inf"), "")
+    for name, g in got.items():
+        e, e32 = fro_err(g, ref_grads[name]), fro_err(g, f32_grads[name])
+        worst = max(worst, (e, name))
+        closest32 = min(closest32, (e32 / max(e, 1e-12), name))
+        check(e <= tol, "%s: gradient of %s differs from the PyTorch recipe by %.3g" % (tag, name, e))
+        check(e32 >= 2 * e, "%s: gradient of %s is as close to float32 PyTorch (%.3g) as to the %s recipe (%.3g): "
+              "is it really computed in %s?" % (tag, name, e32, dtype, e, dtype))
+    return worst, closest32
+
+
 def fro_err(a, b):
     """||a - b|| / ||b||: rounding flips are sparse, bfloat16 rounding everywhere is not"""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -153,15 +167,7 @@ def main():
         l32 = abs(losses[0] - f32_losses[0]) / abs(f32_losses[0])
         check(e1 <= 1e-5 and l32 >= 10 * e1, "%s: step 1 loss %.9g vs the PyTorch recipe %.9g (rel %.3g), "
               "vs float32 PyTorch %.9g (rel %.3g)" % (tag, losses[0], ref_losses[0], e1, f32_losses[0], l32))
-        got = grads_of(ref_model, dump)
-        worst, closest32 = (0.0, ""), (float("inf"), "")
-        for name, g in got.items():
-            e, e32 = fro_err(g, ref_grads[name]), fro_err(g, f32_grads[name])
-            worst = max(worst, (e, name))
-            closest32 = min(closest32, (e32 / max(e, 1e-12), name))
-            check(e <= 5e-3, "%s: gradient of %s differs from the PyTorch recipe by %.3g" % (tag, name, e))
-            check(e32 >= 2 * e, "%s: gradient of %s is as close to float32 PyTorch (%.3g) as to the bf16 "
-                  "recipe (%.3g): is it really computed in bfloat16?" % (tag, name, e32, e))
+        worst, closest32 = check_grads(tag, grads_of(ref_model, dump), ref_grads, f32_grads, 5e-3, "bfloat16")
         el = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
         check(el <= 1e-4, "%s: losses differ from the PyTorch recipe by up to %.3g (rel)" % (tag, el))
         print("%s: step-1 loss rel %.2g (float32 PyTorch: %.2g), gradients within %.2g of the recipe (worst %s), at least %.0fx "
