@@ -212,6 +212,9 @@ const char *cg_unary_op(Op op)
     }
 }
 
+/* the step computes the global gradient norm (GradNormSq and its AllReduce) only when it uses it */
+static const char *const NORM_WANTED = "c->clip_norm > 0 || c->loss_scale > 0";
+
 /* After the reduce-scatter of flat gradient x into this rank's piece of it: the gradient shard y is that
  * piece (micro-step 0) or the sum of the micro-steps' (--accum-mode comm); with --accum-mode local (c->dev_acc)
  * the piece of the unit's summed gradient, after the last micro-step only */
@@ -264,10 +267,10 @@ static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
                 n->unit, dt);
         break;
     }
-    default: { /* AllReduce: the gradient norm's (a sum) runs only when clipping or loss scaling */
+    default: { /* AllReduce; the gradient norm's (a sum) only when it is used */
         const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
         if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    if (c->clip_norm > 0 || c->loss_scale > 0) {\n");
+            cg_put(b, "    if (%s) {\n", NORM_WANTED);
         cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
             (long long)(ny * (int64_t)dtype_size(dt)));
         cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
@@ -428,7 +431,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             emit_grad_accum(b, g, n->in[0], n->in[1], n->unit);
         break;
     case OP_GradNormSq:
-        cg_put(b, "    if (c->clip_norm > 0 || c->loss_scale > 0) {\n");
+        cg_put(b, "    if (%s) {\n", NORM_WANTED);
         for (int i = 0; i < n->nin; i++)
             cg_put(b, "      k_sum_squares_%s(%s, %s, c->shard_len[%d], %d);\n", s, cg_ptr(g, y), cg_ptr(g, n->in[i]),
                 g->val[n->in[i]].unit, i > 0);

@@ -59,15 +59,6 @@ static int conflicts(const Graph *g, const Node *c, const Node *n)
     return 0;
 }
 
-/* the original index of the Free of gathered buffer `flat` (nn if none) */
-static int free_of(const Graph *g, int flat)
-{
-    for (int i = 0; i < g->nnode; i++)
-        if (g->node[i].op == OP_Free && ir_root(g, g->node[i].in[0]) == flat)
-            return i;
-    return g->nnode;
-}
-
 void pass_schedule(Graph *g)
 {
     const Options *o = g->opt;
@@ -76,11 +67,17 @@ void pass_schedule(Graph *g)
     int *fin = ir_alloc(sizeof(int) * (size_t)(nn + 1));   /* per gather: index of its Free */
     int *use = ir_alloc(sizeof(int) * (size_t)(nn + 1));   /* per gather: its first use (where it is waited for) */
     int *gathers = ir_alloc(sizeof(int) * (size_t)(nn + 1));
+    int *freed_at = ir_alloc(sizeof(int) * (size_t)(g->nval + 1)); /* per gathered buffer: its Free */
     int ngather = 0;
+    for (int v = 0; v < g->nval; v++)
+        freed_at[v] = nn;
+    for (int i = 0; i < nn; i++)
+        if (g->node[i].op == OP_Free)
+            freed_at[ir_root(g, g->node[i].in[0])] = i;
     for (int i = 0; i < nn; i++) {
         start[i] = i;
         if (g->node[i].op == OP_AllGather) {
-            fin[i] = free_of(g, ir_root(g, g->node[i].out[0]));
+            fin[i] = freed_at[ir_root(g, g->node[i].out[0])];
             gathers[ngather++] = i;
         }
     }
@@ -100,8 +97,8 @@ void pass_schedule(Graph *g)
                     t = j + 1;
                     break;
                 }
-        for (int q = 0; q < k; q++) /* gathers start in their order */
-            t = t > start[gathers[q]] ? t : start[gathers[q]];
+        if (k > 0 && t < start[gathers[k - 1]]) /* gathers start in their order */
+            t = start[gathers[k - 1]];
         if (t > i)
             t = i;
         for (int j = i - 1; j >= t; j--) /* never across a node it conflicts with */

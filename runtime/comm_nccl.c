@@ -366,8 +366,7 @@ void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))
     if (tag < 0 || tag >= c->m->ncoll || cu.cur != cu.compute)
         rt_step_fail(c, "rt_coll_start: internal error: tag %d of %d (nested: %d)", tag, c->m->ncoll,
                      cu.cur != cu.compute);
-    CU_CHECK(cudaEventRecord(cu.ev_fork, cu.compute));
-    CU_CHECK(cudaStreamWaitEvent(cu.comm, cu.ev_fork, 0));
+    fork_comm();
     cu.cur = cu.comm;
     job(c);
     cu.cur = cu.compute;

@@ -57,8 +57,7 @@ static int64_t g_nstep;              /* rt_dev_step calls so far */
 /* the captured step; [1]: a micro-step of --accum-mode local that only sums its gradients (the step's host
  * code branches on it: no reduce-scatter) */
 static cudaGraphExec_t g_graphs[2];
-static int g_phase;
-#define g_exec g_graphs[g_phase]
+static int g_phase;                  /* which one this step runs */
 static char **g_dev_slot, **g_dev_shard, **g_dev_acc; /* the arrays behind c->dev_slot / dev_shard / dev_acc */
 static size_t g_mem_total, g_mem_base_used, g_mem_peak_used; /* cudaMemGetInfo samples */
 
@@ -562,7 +561,7 @@ void rt_dev_download(RtCtx *c, void *p, int64_t n)
 
 /* ----------------------------------------------------------------- the step */
 
-/* m->step with fresh check slots: eagerly, or recorded into g_exec */
+/* m->step with fresh check slots: eagerly, or recorded into g_graphs[g_phase] */
 static void run_step(RtCtx *c, int capture)
 {
     cu.next_check = 0;
@@ -575,10 +574,10 @@ static void run_step(RtCtx *c, int capture)
     CU_CHECK(cudaStreamBeginCapture(cu.compute, cudaStreamCaptureModeThreadLocal));
     c->m->step(c);
     CU_CHECK(cudaStreamEndCapture(cu.compute, &graph));
-    cudaError_t e = cudaGraphInstantiate(&g_exec, graph, 0);
+    cudaError_t e = cudaGraphInstantiate(&g_graphs[g_phase], graph, 0);
     cudaError_t d = cudaGraphDestroy(graph); /* the executable graph is independent of it */
     if (e != cudaSuccess) {
-        g_exec = NULL;
+        g_graphs[g_phase] = NULL;
         cu_fail_cuda(__FILE__, __LINE__, "cudaGraphInstantiate", e);
     }
     CU_CHECK(d);
@@ -627,10 +626,10 @@ void rt_dev_step(RtCtx *c)
     g_phase = c->acc && c->micro + 1 < c->accum;
     if (!graph || g_nstep == 0)
         run_step(c, 0);
-    else if (!g_exec)
+    else if (!g_graphs[g_phase])
         run_step(c, 1);
-    if (g_exec)
-        CU_CHECK(cudaGraphLaunch(g_exec, cu.compute));
+    if (g_graphs[g_phase])
+        CU_CHECK(cudaGraphLaunch(g_graphs[g_phase], cu.compute));
     if (cu.ncheck) /* pinned: done when the stream is */
         CU_CHECK(cudaMemcpyAsync(cu.check_host, cu.check_dev, (size_t)cu.ncheck * sizeof(int64_t),
                                  cudaMemcpyDeviceToHost, cu.compute));
@@ -676,10 +675,10 @@ void rt_dev_finish(RtCtx *c)
     if (cu.up)
         RELEASE(cudaDeviceSynchronize());
     report_memory();
-    for (g_phase = 0; g_phase < 2; g_phase++) {
-        if (g_exec)
-            RELEASE(cudaGraphExecDestroy(g_exec));
-        g_exec = NULL;
+    for (int k = 0; k < 2; k++) {
+        if (g_graphs[k])
+            RELEASE(cudaGraphExecDestroy(g_graphs[k]));
+        g_graphs[k] = NULL;
     }
     g_phase = 0;
     if (strict)

@@ -79,9 +79,8 @@ static struct {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t more, done_cv;
-    Job *q;                /* ring of cap jobs: [head, tail) queued */
+    Job *q;                /* ring of cap jobs: [head, tail) queued; jobs 1 .. head have finished */
     int64_t cap, head, tail;
-    int64_t done;          /* jobs finished (job numbers 1 .. done) */
     int64_t *ticket;       /* per tag: the number of its last job */
     int stop;
 } ct = {.lock = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER};
@@ -108,7 +107,6 @@ static void *comm_thread(void *arg)
         run_job(&j);
         pthread_mutex_lock(&ct.lock);
         ct.head++;
-        ct.done++;
         pthread_cond_broadcast(&ct.done_cv);
     }
     pthread_mutex_unlock(&ct.lock);
@@ -188,7 +186,7 @@ void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))
         rt_step_fail(c, "rt_coll_start: internal error: more than %lld collectives in flight", (long long)ct.cap);
     }
     ct.q[ct.tail % ct.cap] = j;
-    ct.ticket[tag] = ++ct.tail; /* job numbers count from 1: done >= ticket once it ran */
+    ct.ticket[tag] = ++ct.tail; /* job numbers count from 1: head >= ticket once it ran */
     pthread_cond_signal(&ct.more);
     pthread_mutex_unlock(&ct.lock);
 }
@@ -200,7 +198,7 @@ void rt_coll_wait(RtCtx *c, int tag)
     if (ct.state < 0)
         return;
     pthread_mutex_lock(&ct.lock);
-    while (ct.done < ct.ticket[tag])
+    while (ct.head < ct.ticket[tag])
         pthread_cond_wait(&ct.done_cv, &ct.lock);
     pthread_mutex_unlock(&ct.lock);
 }
@@ -220,4 +218,6 @@ void rt_dev_finish(RtCtx *c)
     ct.q = NULL;
     ct.ticket = NULL;
     ct.state = 0;
+    ct.stop = 0;
+    ct.head = ct.tail = 0;
 }
