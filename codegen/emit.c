@@ -186,9 +186,14 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     /* --precision bf16 / fp16: 16-bit operands, float32 result */
     DType da = g->val[n->in[0]].dtype;
     const char *s = da == DT_BF16 ? "bf16" : da == DT_F16 ? "f16" : cg_sfx(g->val[n->out[0]].dtype);
-    cg_put(b, "    k_matmul_%s(%s, %s, %s, %lld, %lld, %lld, %lld, %lld, %lld, %d, %d, 0.0);\n", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
-        (long long)batch, (long long)strA, (long long)strB, (long long)m, (long long)nn,
-        (long long)k, ta, tb);
+    if (n->op == OP_MatMulAdd) /* the epilogue's bias and addend, or NULL */
+        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
+               cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
+               n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL");
+    else
+        cg_put(b, "    k_matmul_%s(%s, %s, %s, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]));
+    cg_put(b, "%lld, %lld, %lld, %lld, %lld, %lld, %d, %d%s);\n", (long long)batch, (long long)strA,
+           (long long)strB, (long long)m, (long long)nn, (long long)k, ta, tb, n->op == OP_MatMul ? ", 0.0" : "");
 }
 
 /* The kernels' code and parameters of a unary op (kernels/c/kernels.h). */
@@ -350,7 +355,7 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
                 (long long)(ny * (int64_t)dtype_size(dt)));
         break;
-    case OP_MatMul: emit_matmul(b, g, n); break;
+    case OP_MatMul: case OP_MatMulAdd: emit_matmul(b, g, n); break;
     case OP_Transpose: {
         const Value *vx = &g->val[x];
         int64_t perm[MAX_RANK];

@@ -100,8 +100,12 @@ void ir_verify(const Graph *g, const char *after)
                 die("after %s: node '%s' (%s) reads the %s value '%s'", after, n->name, oi->name,
                     dtype_name(x->dtype), x->name);
         }
-        if (n->op == OP_MatMul && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
-            die("after %s: MatMul '%s' has operands of two dtypes", after, n->name);
+        if ((n->op == OP_MatMul || n->op == OP_MatMulAdd) && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
+            die("after %s: %s '%s' has operands of two dtypes", after, oi->name, n->name);
+        for (int j = 2; n->op == OP_MatMulAdd && j < 4; j++)
+            if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[0]].dtype)
+                die("after %s: MatMulAdd '%s' adds a %s value to its %s result", after, n->name,
+                    dtype_name(g->val[n->in[j]].dtype), dtype_name(g->val[n->out[0]].dtype));
         if (n->op == OP_Free)
             freed[n->in[0]] = 1;
         for (int j = 0; j < n->nout; j++) {

@@ -6,6 +6,11 @@
  *           when the sweep reached it;
  *           no Gemm remains: Y = alpha op(A) op(B) + beta C becomes
  *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C];
+ *           no MatMul reads a Transpose of the last two axes (it reads the
+ *           Transpose's input with its transA/transB flipped) and no such
+ *           Transpose is left unread; no Dropout that drops nothing (ratio
+ *           0 or not training, mask unread) remains: its readers read its
+ *           input;
  *           Clip's min/max and the tensor family's shape-deciding inputs are
  *           attributes (passes/tensor.h); CastLike is a Cast; comparisons
  *           and Gather's indices read float32, float64 or int64 (int32 and
@@ -29,6 +34,7 @@
  */
 #include "ir.h"
 #include "kernels.h"
+#include "nn.h"
 #include "tensor.h"
 
 #include <string.h>
@@ -47,6 +53,67 @@ static void visit(Sweep *s, int id);
 
 /* ---- Gemm --------------------------------------------------------------- */
 
+/* The attribute `name` of node id, replacing one of that name. */
+static Attr *set_attr(Graph *g, int id, const char *name, AttrKind k)
+{
+    Node *n = &g->node[id];
+    for (int i = 0; i < n->nattr; i++)
+        if (!strcmp(n->attr[i].name, name)) {
+            n->attr[i].kind = k;
+            return &n->attr[i];
+        }
+    return ir_attr_add(g, id, name, k);
+}
+
+/* ---- MatMul of a transposed operand ---------------------------------------- */
+
+/* The node of the sweep so far that writes value v, or -1. */
+static int sweep_producer(const Sweep *s, int v)
+{
+    for (int i = s->n - 1; i >= 0; i--) {
+        const Node *n = &s->g->node[s->order[i]];
+        for (int k = 0; k < n->nout; k++)
+            if (n->out[k] == v)
+                return s->order[i];
+    }
+    return -1;
+}
+
+/* Does Transpose t exchange the last two axes of its input and nothing else? */
+static int swaps_last_two(const Graph *g, const Node *t)
+{
+    int r = g->val[t->in[0]].shape.rank;
+    const Attr *p = ir_attr(t, "perm");
+    if (r < 2 || (p && p->n != r))
+        return 0;
+    for (int i = 0; i < r; i++) {
+        int64_t want = i < r - 2 ? i : i == r - 2 ? r - 1 : r - 2;
+        if ((p ? p->ints[i] : r - 1 - i) != want)
+            return 0;
+    }
+    return 1;
+}
+
+/* A MatMul operand that is such a Transpose of X reads X with the operand's
+ * transpose flag flipped instead.  This saves a copy, and it matters for
+ * parameters: training exports keep nn.Linear's W.t() as Transpose(W), whose
+ * output the backward reads too, so the copy of the gathered W would live
+ * from the forward to the backward and keep the unit unsharded in between.
+ * A Transpose left without readers is dropped at the end of the sweep. */
+static void matmul_operands(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    for (int k = 0; k < 2; k++) {
+        int p = sweep_producer(s, g->node[id].in[k]);
+        if (p < 0 || g->node[p].op != OP_Transpose || !swaps_last_two(g, &g->node[p]))
+            continue;
+        const char *flag = k ? "transB" : "transA";
+        int64_t t = ir_attr_i(&g->node[id], flag, 0);
+        g->node[id].in[k] = g->node[p].in[0];
+        set_attr(g, id, flag, A_INT)->i = !t;
+    }
+}
+
 /* Append node op(a[, b]) named GEMM/suffix and visit it; its output is `out`,
  * or a new value. */
 static int part(Sweep *s, int gemm, Op op, int a, int b, const char *suffix, int out, double alpha)
@@ -61,6 +128,7 @@ static int part(Sweep *s, int gemm, Op op, int a, int b, const char *suffix, int
     if (op == OP_MatMul) {
         ir_attr_add(g, id, "transA", A_INT)->i = ir_attr_i(&g->node[gemm], "transA", 0);
         ir_attr_add(g, id, "transB", A_INT)->i = ir_attr_i(&g->node[gemm], "transB", 0);
+        matmul_operands(s, id);
     }
     visit(s, id);
     return out;
@@ -112,18 +180,6 @@ static void clip_attrs(Graph *g, int id)
             ir_attr_add(g, id, i == 1 ? "min" : "max", A_FLOAT)->f =
                 const_scalar(g, &n, n.in[i], i == 1 ? "min" : "max");
     g->node[id].nin = 1;
-}
-
-/* The attribute `name` of node id, replacing one of that name. */
-static Attr *set_attr(Graph *g, int id, const char *name, AttrKind k)
-{
-    Node *n = &g->node[id];
-    for (int i = 0; i < n->nattr; i++)
-        if (!strcmp(n->attr[i].name, name)) {
-            n->attr[i].kind = k;
-            return &n->attr[i];
-        }
-    return ir_attr_add(g, id, name, k);
 }
 
 /* Which trailing inputs of an op become attributes, and how many of them ONNX requires. */
@@ -249,6 +305,7 @@ static void canon(Sweep *s, int id)
             inputs_to_attrs(g, id, &const_inputs[i]);
     switch (op) {
     case OP_Gemm: expand_gemm(s, id); return;
+    case OP_MatMul: matmul_operands(s, id); break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_CastLike: castlike(g, id); break;
     case OP_Gather: cast_input(s, id, 1); break;
@@ -572,6 +629,52 @@ static void visit(Sweep *s, int id)
     s->order[s->n++] = id;
 }
 
+/* ---- nodes that compute nothing --------------------------------------------- */
+
+/* Is value v a graph output or named by --loss (so it must keep its node)? */
+static int wanted(const Graph *g, int v)
+{
+    for (int k = 0; k < g->noutput; k++)
+        if (g->output[k] == v)
+            return 1;
+    const char *name = g->val[v].name, *pred = g->opt->loss_pred, *target = g->opt->loss_target;
+    return (pred && !strcmp(name, pred)) || (target && !strcmp(name, target));
+}
+
+/* Drops what is left unread after canonicalisation, and Dropout that drops
+ * nothing: ratio 0 (nanoGPT's default) or not training, its mask unread.
+ * Its readers read its input instead, so it costs no copy, no mask kept
+ * for the backward and no DropoutGrad, and a MatMul before it can take the
+ * Add after it as its epilogue (passes/fuse.c). */
+static void drop_identities(Graph *g)
+{
+    int *uses = ir_alloc(sizeof(int) * (size_t)(g->nval + 1)), *repl = ir_alloc(sizeof(int) * (size_t)(g->nval + 1));
+    for (int i = 0; i < g->nnode; i++)
+        for (int k = 0; k < g->node[i].nin; k++)
+            if (g->node[i].in[k] >= 0)
+                uses[g->node[i].in[k]]++;
+    for (int v = 0; v < g->nval; v++)
+        repl[v] = v;
+    int n = 0;
+    for (int i = 0; i < g->nnode; i++) {
+        Node *x = &g->node[i];
+        for (int k = 0; k < x->nin; k++)
+            if (x->in[k] >= 0)
+                x->in[k] = repl[x->in[k]];
+        int y = x->out[0];
+        if (x->op == OP_Transpose && !uses[y] && !wanted(g, y))
+            continue; /* left by matmul_operands */
+        if (x->op == OP_Dropout && (nn_dropout_ratio(g, x) == 0 || !nn_dropout_training(g, x)) && !wanted(g, y) &&
+            (x->nout < 2 || x->out[1] < 0 || (!uses[x->out[1]] && !wanted(g, x->out[1])))) {
+            repl[y] = x->in[0];
+            continue;
+        }
+        g->node[n++] = *x;
+    }
+    g->nnode = n;
+    ir_link(g);
+}
+
 void pass_fold(Graph *g)
 {
     Sweep s = {g, NULL, 0, 0};
@@ -579,7 +682,9 @@ void pass_fold(Graph *g)
     for (int i = 0; i < nn; i++)
         canon(&s, i);
     Node *out = ir_alloc(sizeof(Node) * (size_t)(s.n + 1));
+    int n = 0;
     for (int i = 0; i < s.n; i++)
-        out[i] = g->node[s.order[i]];
-    ir_set_nodes(g, out, s.n);
+        out[n++] = g->node[s.order[i]];
+    ir_set_nodes(g, out, n);
+    drop_identities(g);
 }

@@ -22,6 +22,18 @@
  *     producer and the root (moving a read later never crosses the end of a
  *     gathered buffer or a write of state).
  * A group reads at most FUSE_MAX_IN outside values (kernel arguments).
+ *
+ * Before that, GEMM epilogues: an Add of a MatMul's output and
+ *   - a bias, a vector over the output's last axis (every other dim 1), or
+ *   - an addend of the output's shape (a residual, a gradient sum),
+ * becomes one MatMulAdd node: the GEMM adds them as it writes its result
+ * (cuBLASLt's bias epilogue and C input; CBLAS's beta 1 onto C preset to
+ * them), so the product is never written and read back.  The product must
+ * have that one use, in the same phase.  The node takes the MatMul's place
+ * when the other input can be read there (it exists and nothing writes it
+ * in place: an activation, an input or a gathered parameter), else the
+ * Add's, with no barrier between.  A second Add may join the same node
+ * when the first filled the other slot.
  */
 #include "ir.h"
 
@@ -72,10 +84,100 @@ static int is_output(const Graph *g, int v)
     return v == g->loss || v == g->loss_avg;
 }
 
+/* Which MatMulAdd slot (2: bias, 3: addend) value o fills for output y, or -1. */
+static int epilogue_slot(const Graph *g, int o, int y)
+{
+    const Shape *so = &g->val[o].shape, *sy = &g->val[y].shape;
+    if (g->val[o].dtype != g->val[y].dtype)
+        return -1;
+    if (shape_eq(so, sy))
+        return 3;
+    if (so->rank < 1 || so->rank > sy->rank || so->dim[so->rank - 1] != sy->dim[sy->rank - 1])
+        return -1;
+    for (int i = 0; i < so->rank - 1; i++)
+        if (so->dim[i] != 1)
+            return -1;
+    return 2;
+}
+
+/* Can the merged node of MatMul p and Add r read the Add's other input o at
+ * p's place?  When o (and the buffer it views) already exists there and
+ * nothing writes it in place (activations, inputs, gathered parameters). */
+static int readable_at(const Graph *g, const int *producer, int o, int p)
+{
+    int root = ir_root(g, o);
+    Role role = g->val[root].role;
+    return producer[o] < p && producer[root] < p && (role == R_ACT || role == R_INPUT || role == R_FLAT);
+}
+
+static void gemm_epilogues(Graph *g)
+{
+    ir_link(g);
+    int nn = g->nnode, merged = 0;
+    int *barrier_before = ir_alloc(sizeof(int) * (size_t)(nn + 1));
+    char *dropped = ir_alloc((size_t)nn + 1);
+    for (int i = 0; i < nn; i++)
+        barrier_before[i + 1] = barrier_before[i] + is_barrier(&g->node[i]);
+    int *producer = ir_alloc(sizeof(int) * (size_t)(g->nval + 1));
+    for (int v = 0; v < g->nval; v++)
+        producer[v] = g->val[v].producer;
+    for (int r = 0; r < nn; r++) {
+        const Node *add = &g->node[r];
+        if (dropped[r] || add->op != OP_Add || !is_float(g->val[add->out[0]].dtype))
+            continue;
+        for (int side = 0; side < 2; side++) {
+            int x = add->in[side], o = add->in[!side], p = producer[x];
+            if (p < 0 || (g->node[p].op != OP_MatMul && g->node[p].op != OP_MatMulAdd))
+                continue;
+            const Value *xv = &g->val[x];
+            int slot = epilogue_slot(g, o, x);
+            if (xv->nuses != 1 || xv->role != R_ACT || xv->alias_of >= 0 || is_output(g, x) || slot < 0 ||
+                !shape_eq(&xv->shape, &g->val[add->out[0]].shape) || (p >= g->nfwd) != (r >= g->nfwd))
+                continue;
+            Node mm = g->node[p];
+            if (mm.op == OP_MatMulAdd && mm.in[slot] >= 0)
+                continue;
+            /* at p's place (the Add moves up: o is read earlier, never later), else at r's (the GEMM's reads
+             * move down: no barrier may stand between) */
+            int at = readable_at(g, producer, o, p) ? p : barrier_before[r] == barrier_before[p + 1] ? r : -1;
+            if (at < 0)
+                continue;
+            int *in = ir_alloc(sizeof(int) * 4);
+            in[0] = mm.in[0], in[1] = mm.in[1], in[2] = -1, in[3] = -1;
+            if (mm.op == OP_MatMulAdd)
+                in[2] = mm.in[2], in[3] = mm.in[3];
+            in[slot] = o;
+            mm.op = OP_MatMulAdd;
+            mm.in = in;
+            mm.nin = 4;
+            mm.out = ir_alloc(sizeof(int));
+            mm.out[0] = add->out[0];
+            mm.name = ir_fmt("%s+%s", mm.name, add->name);
+            dropped[at == p ? r : p] = 1;
+            g->node[at] = mm;
+            producer[mm.out[0]] = at;
+            merged++;
+            break;
+        }
+    }
+    if (!merged)
+        return;
+    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
+    int n = 0, nfwd = 0;
+    for (int i = 0; i < nn; i++)
+        if (!dropped[i]) {
+            keep[n++] = g->node[i];
+            nfwd += i < g->nfwd;
+        }
+    g->nfwd = nfwd;
+    ir_set_nodes(g, keep, n);
+}
+
 void pass_fuse(Graph *g)
 {
     if (g->opt->no_fuse)
         return;
+    gemm_epilogues(g);
     ir_link(g);
     int nn = g->nnode;
     int *group = ir_alloc(sizeof(int) * (size_t)nn);   /* node -> group, -1 */

@@ -44,6 +44,7 @@ int precision_reads_bf16(const Node *n, int input)
 {
     switch (n->op) {
     case OP_MatMul: case OP_Free: case OP_Wait: return 1;
+    case OP_MatMulAdd: return input < 2; /* the operands; the bias and addend have the float32 result's dtype */
     case OP_Cast: return input == 0;
     default: return input == 0 && moves_input0(n->op);
     }

@@ -21,6 +21,12 @@
  * product of two bfloat16 values is exact in float32, and the sums stay
  * there); kc_gemm_f16 the same with float16 A and B (CUDA_R_16F, --precision
  * fp16).  One body serves all three; only the operands' type and size differ.
+ * kc_gemm_add (a MatMulAdd) is the same GEMM with an epilogue: the addend
+ * is cuBLASLt's C input (D = AB + 1 C, C and D of one layout, D may be C)
+ * and the bias its CUBLASLT_EPILOGUE_BIAS, a vector over cuBLASLt's rows
+ * (our columns) broadcast over the rest and over the batches.  A shape for
+ * which no algorithm takes the bias epilogue is planned without it, and
+ * the launcher adds the bias with a kernel.
  *
  * Plan cache: descriptors, layouts and the heuristic's algorithm for each
  * distinct (operand type, shape, strides, transposes, pointer alignment,
@@ -127,7 +133,8 @@ typedef struct {
     int64_t m, n, k, batch, sa, sb; /* after folding */
     int type;                       /* A and B's cudaDataType_t: CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F */
     int ta, tb, tf32;
-    int align;                      /* log2 of the byte alignment of A, B, C: bits 0-3, 4-7, 8-11 */
+    int bias;                       /* a bias epilogue is wanted */
+    int align;                      /* log2 of the byte alignment of A, B, D, C, bias: 4 bits each */
 } GemmKey;
 
 typedef struct {
@@ -137,6 +144,7 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C = D */
     cublasLtMatmulAlgo_t algo;
     size_t ws;
+    int bias;                          /* the bias epilogue is in op (else the launcher adds the bias) */
 } GemmPlan;
 
 static GemmPlan *g_plan;
@@ -146,13 +154,13 @@ static int key_eq(const GemmKey *x, const GemmKey *y)
 {
     return x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch && x->sa == y->sa &&
            x->sb == y->sb && x->type == y->type && x->ta == y->ta && x->tb == y->tb && x->tf32 == y->tf32 &&
-           x->align == y->align;
+           x->bias == y->bias && x->align == y->align;
 }
 
 static uint64_t key_hash(const GemmKey *k)
 {
     uint64_t v[] = {(uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k, (uint64_t)k->batch, (uint64_t)k->sa,
-                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2), (uint64_t)k->align,
+                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2 | k->bias << 3), (uint64_t)k->align,
                     (uint64_t)k->type};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -209,18 +217,26 @@ static void layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows
     }
 }
 
-/* the operation descriptor: compute type ct, cuBLASLt's A = our B, B = our A */
-static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k)
+/* the operation descriptor: compute type ct, cuBLASLt's A = our B, B = our A;
+ * with bias (a pointer with the alignment the plan is for: the heuristic
+ * reads it) the bias epilogue, float32 like D */
+static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k, const float *bias)
 {
     cublasLtMatmulDesc_t op;
     LT_CHECK(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F));
     int32_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (bias) {
+        int32_t epi = CUBLASLT_EPILOGUE_BIAS, bt = CUDA_R_32F;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
     return op;
 }
 
-static void make_plan(GemmPlan *p, const GemmKey *k)
+static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
 {
     memset(p, 0, sizeof *p);
     p->key = *k;
@@ -240,7 +256,8 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = cu.ws_bytes;
     /* our A, B, C's alignments; cuBLASLt's A is our B and its B our A */
-    uint32_t al_a = 1u << (k->align & 15), al_b = 1u << (k->align >> 4 & 15), al_c = 1u << (k->align >> 8 & 15);
+    uint32_t al_a = 1u << (k->align & 15), al_b = 1u << (k->align >> 4 & 15), al_d = 1u << (k->align >> 8 & 15),
+             al_c = 1u << (k->align >> 12 & 15);
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_b,
                                                   sizeof al_b));
@@ -248,29 +265,33 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
                                                   sizeof al_a));
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
                                                   sizeof al_c));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
-                                                  sizeof al_c));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                  sizeof al_d));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
-    /* TF32 first (unless FSDPC_NO_TF32); a shape or alignment no TF32 kernel
-     * takes falls back to exact FP32 rather than ending the run */
-    for (int exact = !k->tf32; exact < 2; exact++) {
-        p->op = make_op(exact ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, k);
-        nres = 0;
-        memset(&res, 0, sizeof res);
-        s = cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
-        if (s == CUBLAS_STATUS_SUCCESS && nres >= 1 && res.state == CUBLAS_STATUS_SUCCESS)
-            break;
-        (void)cublasLtMatmulDescDestroy(p->op);
-        p->op = NULL;
-    }
+    /* with the bias epilogue if wanted, then without (the launcher adds the
+     * bias); TF32 first (unless FSDPC_NO_TF32): a shape or alignment no TF32
+     * kernel takes falls back to exact FP32 rather than ending the run */
+    for (int epi = k->bias; epi >= 0 && !p->op; epi--)
+        for (int exact = !k->tf32; exact < 2; exact++) {
+            p->op = make_op(exact ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, k, epi ? bias : NULL);
+            nres = 0;
+            memset(&res, 0, sizeof res);
+            s = cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+            if (s == CUBLAS_STATUS_SUCCESS && nres >= 1 && res.state == CUBLAS_STATUS_SUCCESS) {
+                p->bias = epi;
+                break;
+            }
+            (void)cublasLtMatmulDescDestroy(p->op);
+            p->op = NULL;
+        }
     LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (!p->op)
         cu_internal("cuBLASLt has no algorithm for the GEMM C[%lld x %lld] = A%s B%s (k %lld, batch %lld, strides "
-                    "%lld/%lld, alignment %u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n, k->ta ? "^T" : "",
-                    k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa, (long long)k->sb,
-                    al_a, al_b, al_c,
+                    "%lld/%lld, alignment %u/%u/%u/%u B, %s): %s", (long long)k->m, (long long)k->n,
+                    k->ta ? "^T" : "", k->tb ? "^T" : "", (long long)k->k, (long long)k->batch, (long long)k->sa,
+                    (long long)k->sb, al_a, al_b, al_d, al_c,
                     k->type == CUDA_R_16BF ? "BF16 operands, FP32 compute"
                     : k->type == CUDA_R_16F ? "FP16 operands, FP32 compute"
                     : k->tf32               ? "TF32 or FP32"
@@ -283,10 +304,12 @@ static void make_plan(GemmPlan *p, const GemmKey *k)
     p->used = 1;
 }
 
-/* kc_gemm_f32, kc_gemm_bf16 and kc_gemm_f16 (fn, for messages): A and B are of type,
- * esize bytes an element; C is float32 */
-static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, const void *a, const void *b,
-                 int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+/* D = op(A) op(B) + beta C [+ bias] for every kc_gemm_ (fn, for messages): A and B are of type, esize bytes
+ * an element; D (d) and C (c: d itself unless an addend) are float32.  Returns 0 when the bias is left to the
+ * caller, 1 when it was added (or is NULL). */
+static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, const float *c, double beta,
+                const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                int64_t n, int64_t k, int ta, int tb)
 {
     if (!cu.up)
         cu_internal("%s before the GPU was set up", fn);
@@ -294,13 +317,15 @@ static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, c
         cu_internal("%s: batch %lld, m %lld, n %lld, k %lld, strides %lld/%lld", fn, (long long)batch, (long long)m,
                     (long long)n, (long long)k, (long long)sa, (long long)sb);
     if (batch == 0 || m == 0 || n == 0)
-        return;
-    if (k == 0) { /* C = beta C */
+        return 1;
+    if (k == 0) { /* D = beta C */
         if (beta == 0)
-            kc_memset(c, 0, batch * m * n * (int64_t)sizeof(float));
+            kc_memset(d, 0, batch * m * n * (int64_t)sizeof(float));
         else if (beta != 1)
             cu_internal("%s with k = 0 and beta %g", fn, beta);
-        return;
+        else if (c != d)
+            kc_memcpy(d, c, batch * m * n * (int64_t)sizeof(float));
+        return !bias;
     }
     if (batch > 1 && sb == 0 && !ta && sa == m * k) { /* one matrix of batch*m rows */
         m *= batch;
@@ -316,22 +341,24 @@ static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, c
     /* TF32 is a choice for float32 operands only (it rounds them to 10
      * mantissa bits); bfloat16 ones, 7 bits, reach the tensor cores as they
      * are under CUBLAS_COMPUTE_32F */
-    key.type = type, key.ta = !!ta, key.tb = !!tb, key.tf32 = type == CUDA_R_32F && cu.tf32;
+    key.type = type, key.ta = !!ta, key.tb = !!tb, key.tf32 = type == CUDA_R_32F && cu.tf32, key.bias = !!bias;
     /* the alignment an algorithm may assume covers the pointer, the batch
      * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*),
-     * in bytes: A and B have the operand type's elements, C float32 */
-    int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n;
-    key.align = align_log2(a, (sa | lda) * esize) | align_log2(b, (sb | ldb) * esize) << 4 |
-                align_log2(c, (sc | n) * (int64_t)sizeof(float)) << 8;
+     * in bytes: A and B have the operand type's elements, C and D float32 */
+    int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n, ldc = (sc | n) * (int64_t)sizeof(float);
+    key.align = align_log2(a, (sa | lda) * esize) | align_log2(b, (sb | ldb) * esize) << 4 | align_log2(d, ldc) << 8 |
+                align_log2(c, ldc) << 12 | (bias ? align_log2(bias, 0) << 16 : 0);
     if (2 * (g_count + 1) > g_cap)
         grow();
     GemmPlan *p = slot_of(g_plan, g_cap, &key);
     if (!p->used) {
-        make_plan(p, &key);
+        make_plan(p, &key, bias);
         g_count++;
     }
+    if (p->bias) /* this call's vector (the plan was made for one of the same alignment) */
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     float alpha = 1.0f, bf = (float)beta;
-    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &alpha, b, p->la, a, p->lb, &bf, c, p->lc, c, p->lc, &p->algo, cu.ws,
+    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &alpha, b, p->la, a, p->lb, &bf, c, p->lc, d, p->lc, &p->algo, cu.ws,
                             p->ws, cu.compute));
     if (cu.sync_debug) {
         char what[200];
@@ -339,24 +366,35 @@ static void gemm(const char *fn, cudaDataType_t type, int64_t esize, float *c, c
                  (long long)n, (long long)k, (long long)batch);
         cu_debug_sync(what);
     }
+    return p->bias || !bias;
 }
 
 void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_f32", CUDA_R_32F, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+    gemm("kc_gemm_f32", CUDA_R_32F, 4, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                   int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_bf16", CUDA_R_16BF, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+    gemm("kc_gemm_bf16", CUDA_R_16BF, 2, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_f16", CUDA_R_16F, (int64_t)sizeof *a, c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
+    gemm("kc_gemm_f16", CUDA_R_16F, 2, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
+}
+
+int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
+                int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+{
+    static const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
+    if (type < KC_GEMM_F32 || type > KC_GEMM_F16)
+        cu_internal("kc_gemm_add: operand type %d", type);
+    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, add ? 1.0 : 0.0, bias,
+                a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void cu_gemm_cache_free(void)

@@ -10,7 +10,10 @@
  *                  types; each kernels.def row's types are matched against
  *                  the definition at compile time;
  *   kc_gemm_f32    a reference loop (double accumulation), kc_gemm_bf16
- *                  the same on bfloat16 operands;
+ *                  the same on bfloat16 operands; kc_gemm_add the same
+ *                  with the addend as C and the bias added after, or left
+ *                  to the launcher (returning 0) when emu_no_bias_epilogue,
+ *                  as a GPU does for a shape no cuBLASLt algorithm takes;
  *   kc_memcpy / kc_memset, kc_num_sms() = 3, kc_step_params(),
  *   kc_next_check  host memory ("device" memory is host memory here).
  * launch.c is linked unchanged (libfsdpc_kernels_cuda), kernels/c too
@@ -125,6 +128,7 @@ ENUMS(SAME_ENUM)
 /* ---- the runtime's side, emulated --------------------------------------------------- */
 
 static KcStepParams step_params;
+static bool emu_no_bias_epilogue;
 static int64_t check_slot[16];
 static int next_slot;
 
@@ -177,6 +181,26 @@ void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, 
 {
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_f16_to_f32);
 }
+int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
+                int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+{
+    if (add && add != c)
+        memmove(c, add, sizeof(float) * (size_t)(batch * m * n));
+    const double beta = add ? 1.0 : 0.0;
+    const uint16_t *a16 = (const uint16_t *)a, *b16 = (const uint16_t *)b;
+    if (type == KC_GEMM_F32)
+        gemm_ref(c, (const float *)a, (const float *)b, batch, sa, sb, m, n, k, ta, tb, beta,
+                 [](float v) { return v; });
+    else
+        gemm_ref(c, a16, b16, batch, sa, sb, m, n, k, ta, tb, beta,
+                 type == KC_GEMM_BF16 ? k_bf16_to_f32 : k_f16_to_f32);
+    if (!bias || emu_no_bias_epilogue)
+        return !bias;
+    for (int64_t r = 0; r < batch * m; r++)
+        for (int64_t q = 0; q < n; q++)
+            c[r * n + q] += bias[q];
+    return 1;
+}
 }
 
 /* the kc_ twins: kernels.h's prototypes under the kc_ names */
@@ -192,7 +216,7 @@ void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, 
     X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
     X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
-    X(unscale_sq_f32)
+    X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
 
@@ -1301,6 +1325,75 @@ static void test_matmul_16(bool f16)
     }
 }
 
+/* kc_matmul_add_{f32,bf16,f16} (the GEMM epilogue of a MatMulAdd) against
+ * k_matmul_add_* and a double reference: with no epilogue, a bias, an
+ * addend, both, and the addend being C itself (in place); the bias in
+ * cuBLASLt's epilogue and, as for a shape no algorithm takes, by the
+ * launcher's kernel */
+static void test_matmul_add()
+{
+    struct Case {
+        int64_t batch, m, n, k;
+        int ta, tb;
+        int64_t sa, sb;
+    };
+    static const Case cases[] = {
+        {1, 3, 5, 4, 0, 1, 0, 0},
+        {3, 4, 6, 7, 0, 1, 28, 0},        /* shared B (a Linear on [B, T, D]): one tall GEMM */
+        {2, 5, 3, 6, 1, 0, 30, 18},       /* both batched, A stored k x m */
+        {2, 17, 33, 65, 0, 0, 17 * 65, 65 * 33},
+    };
+    for (int type = KC_GEMM_F32; type <= KC_GEMM_F16; type++)
+        for (const Case &q : cases)
+            for (int epi = 0; epi < 5; epi++)       /* none, bias, addend, both, addend in place */
+                for (int fallback = 0; fallback < 2; fallback++) {
+                    const int64_t na = (q.batch - 1) * q.sa + q.m * q.k, nb = (q.batch - 1) * q.sb + q.k * q.n;
+                    const int64_t nc = q.batch * q.m * q.n;
+                    F af = rnd(na, -2, 2), bf = rnd(nb, -2, 2), bias = rnd(q.n, -1, 1), add = rnd(nc, -1, 1);
+                    std::vector<uint16_t> a16(na), b16(nb);
+                    auto round = [type](float x) { return type == KC_GEMM_BF16 ? k_bf16_from_f32(x) : k_f16_from_f32(x); };
+                    auto wide = [type](uint16_t h) { return type == KC_GEMM_BF16 ? k_bf16_to_f32(h) : k_f16_to_f32(h); };
+                    if (type != KC_GEMM_F32)
+                        for (int64_t i = 0; i < na + nb; i++) {
+                            uint16_t h = round(i < na ? af[i] : bf[i - na]);
+                            (i < na ? a16[i] : b16[i - na]) = h;
+                            (i < na ? af[i] : bf[i - na]) = wide(h);
+                        }
+                    const bool has_bias = epi == 1 || epi == 3, has_add = epi >= 2, in_place = epi == 4;
+                    F want(nc), got = in_place ? add : F(nc, NAN), twin = got;
+                    for (int64_t i = 0; i < q.batch; i++)
+                        for (int64_t r = 0; r < q.m; r++)
+                            for (int64_t c = 0; c < q.n; c++) {
+                                double sum = (has_add ? add[(i * q.m + r) * q.n + c] : 0) + (has_bias ? bias[c] : 0);
+                                for (int64_t l = 0; l < q.k; l++)
+                                    sum += (double)af[i * q.sa + (q.ta ? l * q.m + r : r * q.k + l)] *
+                                           bf[i * q.sb + (q.tb ? c * q.k + l : l * q.n + c)];
+                                want[(i * q.m + r) * q.n + c] = (float)sum;
+                            }
+                    const float *pb = has_bias ? bias.data() : nullptr;
+                    const float *pg = has_add ? (in_place ? got.data() : add.data()) : nullptr;
+                    const float *pt = has_add ? (in_place ? twin.data() : add.data()) : nullptr;
+                    emu_no_bias_epilogue = fallback;
+                    if (type == KC_GEMM_F32) {
+                        kc_matmul_add_f32(got.data(), af.data(), bf.data(), pb, pg, q.batch, q.sa, q.sb, q.m, q.n,
+                                          q.k, q.ta, q.tb);
+                        k_matmul_add_f32(twin.data(), af.data(), bf.data(), pb, pt, q.batch, q.sa, q.sb, q.m, q.n,
+                                         q.k, q.ta, q.tb);
+                    } else {
+                        auto kc = type == KC_GEMM_BF16 ? kc_matmul_add_bf16 : kc_matmul_add_f16;
+                        auto k = type == KC_GEMM_BF16 ? k_matmul_add_bf16 : k_matmul_add_f16;
+                        kc(got.data(), a16.data(), b16.data(), pb, pg, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb);
+                        k(twin.data(), a16.data(), b16.data(), pb, pt, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb);
+                    }
+                    emu_no_bias_epilogue = false;
+                    CTX("kc_matmul_add type %d batch %lld m %lld n %lld k %lld bias %d addend %d in place %d "
+                        "bias by the launcher %d", type, (long long)q.batch, (long long)q.m, (long long)q.n,
+                        (long long)q.k, has_bias, has_add, in_place, fallback);
+                    check_f(got.data(), want.data(), nc, TOL);
+                    check_f(twin.data(), want.data(), nc, TOL);
+                }
+}
+
 static void test_matmul_bf16() { test_matmul_16(false); }
 static void test_matmul_f16() { test_matmul_16(true); }
 
@@ -1410,7 +1503,7 @@ int main()
                                       test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
                                       test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
                                       test_cast_bf16, test_matmul_bf16, test_cast_f16, test_matmul_f16,
-                                      test_loss_scale};
+                                      test_loss_scale, test_matmul_add};
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

@@ -11,6 +11,10 @@
  * BLAS corner cases are handled here rather than passed through: k == 0 is a
  * plain C = beta C (BLAS would reject a zero leading dimension), and beta == 0
  * never reads C, so an uninitialised arena slot cannot leak NaN in.
+ *
+ * k_matmul_add (a MatMulAdd: the fuse pass's GEMM epilogue) presets C to
+ * bias + addend and runs the GEMM with beta 1, so CBLAS adds the product
+ * into it: one pass over C instead of the product's write, read and rewrite.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -131,4 +135,20 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, 1);
+}
+
+void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+{
+    if (bias || add)
+        epilogue_c_f32(c, bias, add, batch * m, n);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0, 0);
+}
+
+void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                      int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+{
+    if (bias || add)
+        epilogue_c_f32(c, bias, add, batch * m, n);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0, 1);
 }

@@ -38,3 +38,22 @@ void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
     for (int64_t i = 0; i < batch; i++)
         KFN(gemm)(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta);
 }
+
+/* C = bias (each row) + add over rows x n: the C that k_matmul_add's GEMM
+ * adds its product to (beta 1); add may be c itself */
+static void KFN(epilogue_c)(T *c, const T *bias, const T *add, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            T v = add ? add[r * n + j] : (T)0;
+            c[r * n + j] = bias ? v + bias[j] : v;
+        }
+}
+
+void KFN(k_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *add, int64_t batch,
+                       int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+{
+    if (bias || add)
+        KFN(epilogue_c)(c, bias, add, batch * m, n);
+    KFN(k_matmul)(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0);
+}

@@ -1,7 +1,7 @@
 /* kc_map.h — the kernels.h API on the cuda target.
  *
  * Every kernels.h function that the generated step calls with float32,
- * bfloat16 (k_matmul_bf16), float16 (k_matmul_f16) or dtype-generic arguments has a twin in
+ * bfloat16 (k_matmul_bf16, k_matmul_add_bf16), float16 (k_matmul_f16, k_matmul_add_f16) or dtype-generic arguments has a twin in
  * kernels/cuda/launch.c named kc_ instead of k_, with the same parameters
  * and contract (pointers are device pointers).  This header maps each k_
  * name to its twin and then includes kernels.h, so kernels.h's own
@@ -44,6 +44,9 @@
 #define k_matmul_f32 kc_matmul_f32
 #define k_matmul_bf16 kc_matmul_bf16
 #define k_matmul_f16 kc_matmul_f16
+#define k_matmul_add_f32 kc_matmul_add_f32
+#define k_matmul_add_bf16 kc_matmul_add_bf16
+#define k_matmul_add_f16 kc_matmul_add_f16
 /* reduce.c */
 #define k_reduce_sum_to_f32 kc_reduce_sum_to_f32
 #define k_reduce_f32 kc_reduce_f32

@@ -90,6 +90,17 @@ def main():
     check(fused.count("Erf,Add") == 2 and fused.count("Mul,Mul,UnaryGrad,Div,Add") == 2,
           "fuse: the GPT's GELU forward and backward groups, got %s" % fused)
     check("Fused" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse still fused")
+    # fold: nn.Linear's exported Transpose(W) is read through the MatMul's transB (no transposed copy of a
+    # gathered weight kept alive until the backward), and the GPT's Dropouts (ratio 0) are gone
+    fold = run(gpt[:-1] + ["fold"]).stdout.split("nodes:")[1]
+    check(len(re.findall(r"= MatMul .*transB=1", fold)) == 9 and not re.search(r"Transpose %\d+ perm=\[1,0\]", fold)
+          and "Dropout" not in fold, "fold: 9 MatMuls reading W with transB=1, no 2-D Transpose, no Dropout expected")
+    # fuse: GEMM epilogues. Each Linear's bias Add is in its GEMM, and so is the residual Add after
+    # attn.c_proj and mlp.c_proj (at the GEMM's place, before the unit's Free); --no-fuse: none
+    epi = re.findall(r"= MatMulAdd %\d+, %\d+, (%\d+|_), (%\d+|_) ", run(gpt).stdout)
+    check(len(epi) == 8 and all(b != "_" for b, _ in epi) and sum(a != "_" for _, a in epi) == 4,
+          "fuse: 8 MatMulAdds with a bias, 4 of them with the residual, expected; got %s" % epi)
+    check("MatMulAdd" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse made a MatMulAdd")
     # precision bf16: the gathered buffers and parameter views are bf16, every MatMul reads two bf16 operands
     # and writes f32, the shards and optimizer stay f32, bf16 values are only read by what may read them
     prec = gpt[:-1] + ["precision", "--precision", "bf16"]
