@@ -186,10 +186,10 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     /* --precision bf16 / fp16: 16-bit operands, float32 result */
     DType da = g->val[n->in[0]].dtype;
     const char *s = da == DT_BF16 ? "bf16" : da == DT_F16 ? "f16" : cg_sfx(g->val[n->out[0]].dtype);
-    if (n->op == OP_MatMulAdd) /* the epilogue's bias and addend, or NULL */
-        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
+    if (n->op == OP_MatMulAdd) /* alpha and the epilogue's bias and addend, or NULL */
+        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, %.17g, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
                cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
-               n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL");
+               n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL", ir_attr_f(n, "alpha", 1.0));
     else
         cg_put(b, "    k_matmul_%s(%s, %s, %s, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]));
     cg_put(b, "%lld, %lld, %lld, %lld, %lld, %lld, %d, %d%s);\n", (long long)batch, (long long)strA,

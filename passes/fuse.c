@@ -33,9 +33,12 @@
  * when the other input can be read there (it exists and nothing writes it
  * in place: an activation, an input or a gathered parameter), else the
  * Add's, with no barrier between.  A second Add may join the same node
- * when the first filled the other slot.
+ * when the first filled the other slot.  Before any Add joins, a scaling
+ * of the product by a constant (Mul or Div by a scalar constant, Scale:
+ * attention's 1/sqrt(d)) becomes the GEMM's alpha.
  */
 #include "ir.h"
+#include "tensor.h"
 
 #include <string.h>
 
@@ -110,6 +113,43 @@ static int readable_at(const Graph *g, const int *producer, int o, int p)
     return producer[o] < p && producer[root] < p && (role == R_ACT || role == R_INPUT || role == R_FLAT);
 }
 
+/* Is node r x * f (Mul or Div by a constant scalar, Scale) for an input x?  Then *x, *f. */
+static int scaling(const Graph *g, const Node *r, int *x, double *f)
+{
+    if (r->op == OP_Scale) {
+        *x = r->in[0], *f = ir_attr_f(r, "alpha", 1.0);
+        return 1;
+    }
+    if (r->op != OP_Mul && r->op != OP_Div)
+        return 0;
+    for (int side = 0; side < 2; side++) {
+        const Value *c = &g->val[r->in[!side]];
+        if ((r->op == OP_Div && side) || c->role != R_CONST || !c->data || shape_numel(&c->shape) != 1 ||
+            c->dtype != g->val[r->out[0]].dtype)
+            continue;
+        double v = tensor_const_f(c, 0);
+        if (r->op == OP_Div && v == 0)
+            return 0;
+        *x = r->in[side], *f = r->op == OP_Div ? 1 / v : v;
+        return 1;
+    }
+    return 0;
+}
+
+static void set_alpha(Graph *g, int id, double alpha)
+{
+    Node *n = &g->node[id];
+    for (int i = 0; i < n->nattr; i++)
+        if (!strcmp(n->attr[i].name, "alpha")) {
+            Attr *a = ir_alloc(sizeof(Attr) * (size_t)n->nattr); /* the node's old copy keeps its array */
+            memcpy(a, n->attr, sizeof(Attr) * (size_t)n->nattr);
+            a[i].f = alpha;
+            n->attr = a;
+            return;
+        }
+    ir_attr_add(g, id, "alpha", A_FLOAT)->f = alpha;
+}
+
 static void gemm_epilogues(Graph *g)
 {
     ir_link(g);
@@ -122,39 +162,48 @@ static void gemm_epilogues(Graph *g)
     for (int v = 0; v < g->nval; v++)
         producer[v] = g->val[v].producer;
     for (int r = 0; r < nn; r++) {
-        const Node *add = &g->node[r];
-        if (dropped[r] || add->op != OP_Add || !is_float(g->val[add->out[0]].dtype))
+        const Node *post = &g->node[r]; /* an Add or a scaling after the GEMM */
+        int xs;
+        double f = 1;
+        if (dropped[r] || (post->op != OP_Add && !scaling(g, post, &xs, &f)) ||
+            !is_float(g->val[post->out[0]].dtype))
             continue;
-        for (int side = 0; side < 2; side++) {
-            int x = add->in[side], o = add->in[!side], p = producer[x];
+        for (int side = 0; side < 2 - (post->op != OP_Add); side++) {
+            int scale = post->op != OP_Add, x = scale ? xs : post->in[side], o = scale ? -1 : post->in[!side];
+            int p = producer[x];
             if (p < 0 || (g->node[p].op != OP_MatMul && g->node[p].op != OP_MatMulAdd))
                 continue;
             const Value *xv = &g->val[x];
-            int slot = epilogue_slot(g, o, x);
+            int slot = scale ? 0 : epilogue_slot(g, o, x);
             if (xv->nuses != 1 || xv->role != R_ACT || xv->alias_of >= 0 || is_output(g, x) || slot < 0 ||
-                !shape_eq(&xv->shape, &g->val[add->out[0]].shape) || (p >= g->nfwd) != (r >= g->nfwd))
+                !shape_eq(&xv->shape, &g->val[post->out[0]].shape) || (p >= g->nfwd) != (r >= g->nfwd))
                 continue;
             Node mm = g->node[p];
-            if (mm.op == OP_MatMulAdd && mm.in[slot] >= 0)
+            /* a scale before any addition (it would scale those too), an addition into a free slot */
+            if (mm.op == OP_MatMulAdd && (scale ? mm.in[2] >= 0 || mm.in[3] >= 0 : mm.in[slot] >= 0))
                 continue;
             /* at p's place (the Add moves up: o is read earlier, never later), else at r's (the GEMM's reads
              * move down: no barrier may stand between) */
-            int at = readable_at(g, producer, o, p) ? p : barrier_before[r] == barrier_before[p + 1] ? r : -1;
+            int at = scale || readable_at(g, producer, o, p) ? p
+                     : barrier_before[r] == barrier_before[p + 1] ? r : -1;
             if (at < 0)
                 continue;
             int *in = ir_alloc(sizeof(int) * 4);
             in[0] = mm.in[0], in[1] = mm.in[1], in[2] = -1, in[3] = -1;
             if (mm.op == OP_MatMulAdd)
                 in[2] = mm.in[2], in[3] = mm.in[3];
-            in[slot] = o;
+            if (!scale)
+                in[slot] = o;
             mm.op = OP_MatMulAdd;
             mm.in = in;
             mm.nin = 4;
             mm.out = ir_alloc(sizeof(int));
-            mm.out[0] = add->out[0];
-            mm.name = ir_fmt("%s+%s", mm.name, add->name);
+            mm.out[0] = post->out[0];
+            mm.name = ir_fmt("%s+%s", mm.name, post->name);
             dropped[at == p ? r : p] = 1;
             g->node[at] = mm;
+            if (scale)
+                set_alpha(g, at, f * ir_attr_f(&mm, "alpha", 1.0));
             producer[mm.out[0]] = at;
             merged++;
             break;

@@ -304,11 +304,11 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
     p->used = 1;
 }
 
-/* D = op(A) op(B) + beta C [+ bias] for every kc_gemm_ (fn, for messages): A and B are of type, esize bytes
+/* D = alpha op(A) op(B) + beta C [+ bias] for every kc_gemm_ (fn, for messages): A and B are of type, esize bytes
  * an element; D (d) and C (c: d itself unless an addend) are float32.  Returns 0 when the bias is left to the
  * caller, 1 when it was added (or is NULL). */
-static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, const float *c, double beta,
-                const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, const float *c, double alpha,
+                double beta, const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                 int64_t n, int64_t k, int ta, int tb)
 {
     if (!cu.up)
@@ -357,8 +357,8 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, co
     }
     if (p->bias) /* this call's vector (the plan was made for one of the same alignment) */
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    float alpha = 1.0f, bf = (float)beta;
-    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &alpha, b, p->la, a, p->lb, &bf, c, p->lc, d, p->lc, &p->algo, cu.ws,
+    float af = (float)alpha, bf = (float)beta;
+    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &af, b, p->la, a, p->lb, &bf, c, p->lc, d, p->lc, &p->algo, cu.ws,
                             p->ws, cu.compute));
     if (cu.sync_debug) {
         char what[200];
@@ -372,28 +372,28 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, co
 void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_f32", CUDA_R_32F, 4, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
+    gemm("kc_gemm_f32", CUDA_R_32F, 4, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                   int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_bf16", CUDA_R_16BF, 2, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
+    gemm("kc_gemm_bf16", CUDA_R_16BF, 2, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    gemm("kc_gemm_f16", CUDA_R_16F, 2, c, c, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
+    gemm("kc_gemm_f16", CUDA_R_16F, 2, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
-                int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
     static const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
     if (type < KC_GEMM_F32 || type > KC_GEMM_F16)
         cu_internal("kc_gemm_add: operand type %d", type);
-    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, add ? 1.0 : 0.0, bias,
+    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, alpha, add ? 1.0 : 0.0, bias,
                 a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 

@@ -136,7 +136,7 @@ static int next_slot;
  * a float by value() */
 template <typename T, typename V>
 static void gemm_ref(float *c, const T *a, const T *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
-                     int64_t n, int64_t k, int ta, int tb, double beta, V value)
+                     int64_t n, int64_t k, int ta, int tb, double beta, V value, double alpha = 1)
 {
     for (int64_t i = 0; i < batch; i++) {
         const T *A = a + i * sa, *B = b + i * sb;
@@ -146,7 +146,7 @@ static void gemm_ref(float *c, const T *a, const T *b, int64_t batch, int64_t sa
                 double s = 0;
                 for (int64_t l = 0; l < k; l++)
                     s += (double)value(A[ta ? l * m + r : r * k + l]) * value(B[tb ? q * k + l : l * n + q]);
-                C[r * n + q] = (float)(beta == 0 ? s : s + beta * C[r * n + q]);
+                C[r * n + q] = (float)(beta == 0 ? alpha * s : alpha * s + beta * C[r * n + q]);
             }
     }
 }
@@ -182,7 +182,7 @@ void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, 
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_f16_to_f32);
 }
 int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
-                int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
     if (add && add != c)
         memmove(c, add, sizeof(float) * (size_t)(batch * m * n));
@@ -190,10 +190,10 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
     const uint16_t *a16 = (const uint16_t *)a, *b16 = (const uint16_t *)b;
     if (type == KC_GEMM_F32)
         gemm_ref(c, (const float *)a, (const float *)b, batch, sa, sb, m, n, k, ta, tb, beta,
-                 [](float v) { return v; });
+                 [](float v) { return v; }, alpha);
     else
         gemm_ref(c, a16, b16, batch, sa, sb, m, n, k, ta, tb, beta,
-                 type == KC_GEMM_BF16 ? k_bf16_to_f32 : k_f16_to_f32);
+                 type == KC_GEMM_BF16 ? k_bf16_to_f32 : k_f16_to_f32, alpha);
     if (!bias || emu_no_bias_epilogue)
         return !bias;
     for (int64_t r = 0; r < batch * m; r++)
@@ -1327,7 +1327,8 @@ static void test_matmul_16(bool f16)
 
 /* kc_matmul_add_{f32,bf16,f16} (the GEMM epilogue of a MatMulAdd) against
  * k_matmul_add_* and a double reference: with no epilogue, a bias, an
- * addend, both, and the addend being C itself (in place); the bias in
+ * addend, both, and the addend being C itself (in place), alpha 1 or not
+ * (1/8: an attention score's scale); the bias in
  * cuBLASLt's epilogue and, as for a shape no algorithm takes, by the
  * launcher's kernel */
 static void test_matmul_add()
@@ -1346,7 +1347,7 @@ static void test_matmul_add()
     for (int type = KC_GEMM_F32; type <= KC_GEMM_F16; type++)
         for (const Case &q : cases)
             for (int epi = 0; epi < 5; epi++)       /* none, bias, addend, both, addend in place */
-                for (int fallback = 0; fallback < 2; fallback++) {
+                for (int fallback = 0; fallback < 4; fallback++) { /* bit 0: the bias by the launcher, 1: alpha 1/8 */
                     const int64_t na = (q.batch - 1) * q.sa + q.m * q.k, nb = (q.batch - 1) * q.sb + q.k * q.n;
                     const int64_t nc = q.batch * q.m * q.n;
                     F af = rnd(na, -2, 2), bf = rnd(nb, -2, 2), bias = rnd(q.n, -1, 1), add = rnd(nc, -1, 1);
@@ -1360,35 +1361,39 @@ static void test_matmul_add()
                             (i < na ? af[i] : bf[i - na]) = wide(h);
                         }
                     const bool has_bias = epi == 1 || epi == 3, has_add = epi >= 2, in_place = epi == 4;
+                    const double alpha = fallback & 2 ? 0.125 : 1.0;
                     F want(nc), got = in_place ? add : F(nc, NAN), twin = got;
                     for (int64_t i = 0; i < q.batch; i++)
                         for (int64_t r = 0; r < q.m; r++)
                             for (int64_t c = 0; c < q.n; c++) {
-                                double sum = (has_add ? add[(i * q.m + r) * q.n + c] : 0) + (has_bias ? bias[c] : 0);
+                                double sum = 0;
                                 for (int64_t l = 0; l < q.k; l++)
                                     sum += (double)af[i * q.sa + (q.ta ? l * q.m + r : r * q.k + l)] *
                                            bf[i * q.sb + (q.tb ? c * q.k + l : l * q.n + c)];
-                                want[(i * q.m + r) * q.n + c] = (float)sum;
+                                want[(i * q.m + r) * q.n + c] = (float)(alpha * sum + (has_bias ? bias[c] : 0) +
+                                                                        (has_add ? add[(i * q.m + r) * q.n + c] : 0));
                             }
                     const float *pb = has_bias ? bias.data() : nullptr;
                     const float *pg = has_add ? (in_place ? got.data() : add.data()) : nullptr;
                     const float *pt = has_add ? (in_place ? twin.data() : add.data()) : nullptr;
-                    emu_no_bias_epilogue = fallback;
+                    emu_no_bias_epilogue = fallback & 1;
                     if (type == KC_GEMM_F32) {
-                        kc_matmul_add_f32(got.data(), af.data(), bf.data(), pb, pg, q.batch, q.sa, q.sb, q.m, q.n,
-                                          q.k, q.ta, q.tb);
-                        k_matmul_add_f32(twin.data(), af.data(), bf.data(), pb, pt, q.batch, q.sa, q.sb, q.m, q.n,
-                                         q.k, q.ta, q.tb);
+                        kc_matmul_add_f32(got.data(), af.data(), bf.data(), pb, pg, alpha, q.batch, q.sa, q.sb, q.m,
+                                          q.n, q.k, q.ta, q.tb);
+                        k_matmul_add_f32(twin.data(), af.data(), bf.data(), pb, pt, alpha, q.batch, q.sa, q.sb, q.m,
+                                         q.n, q.k, q.ta, q.tb);
                     } else {
                         auto kc = type == KC_GEMM_BF16 ? kc_matmul_add_bf16 : kc_matmul_add_f16;
                         auto k = type == KC_GEMM_BF16 ? k_matmul_add_bf16 : k_matmul_add_f16;
-                        kc(got.data(), a16.data(), b16.data(), pb, pg, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb);
-                        k(twin.data(), a16.data(), b16.data(), pb, pt, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta, q.tb);
+                        kc(got.data(), a16.data(), b16.data(), pb, pg, alpha, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta,
+                           q.tb);
+                        k(twin.data(), a16.data(), b16.data(), pb, pt, alpha, q.batch, q.sa, q.sb, q.m, q.n, q.k, q.ta,
+                          q.tb);
                     }
                     emu_no_bias_epilogue = false;
-                    CTX("kc_matmul_add type %d batch %lld m %lld n %lld k %lld bias %d addend %d in place %d "
+                    CTX("kc_matmul_add type %d batch %lld m %lld n %lld k %lld alpha %g bias %d addend %d in place %d "
                         "bias by the launcher %d", type, (long long)q.batch, (long long)q.m, (long long)q.n,
-                        (long long)q.k, has_bias, has_add, in_place, fallback);
+                        (long long)q.k, alpha, has_bias, has_add, in_place, fallback & 1);
                     check_f(got.data(), want.data(), nc, TOL);
                     check_f(twin.data(), want.data(), nc, TOL);
                 }

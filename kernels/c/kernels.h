@@ -149,11 +149,11 @@ void k_pad_grad_##S(int mode, T *dx, const T *dy, int rank, const int64_t *xshap
 void k_matmul_##S(T *c, const T *a, const T *b, int64_t batch, int64_t sa,              \
                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,          \
                   double beta);                                                         \
-/* the same with beta 0 plus the epilogue of a MatMulAdd: C_i += bias (n values, each   \
- * row; NULL: none) + ADD_i (dense like C_i, may be c itself; NULL: none) */            \
+/* a MatMulAdd: C_i = alpha op(A_i) op(B_i) + bias (n values, each row; NULL: none)    \
+ * + ADD_i (dense like C_i, may be c itself; NULL: none) */                             \
 void k_matmul_add_##S(T *c, const T *a, const T *b, const T *bias, const T *add,        \
-                      int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n,      \
-                      int64_t k, int ta, int tb);                                       \
+                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m,   \
+                      int64_t n, int64_t k, int ta, int tb);                            \
 /* ---- reduce.c ----------------------------------------------------------- */         \
 /* y = sum of x over the dims where yshape[i] == 1 != xshape[i] (same rank) */          \
 void k_reduce_sum_to_##S(T *y, const T *x, int rank, const int64_t *xshape,             \
@@ -364,7 +364,7 @@ void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch
                    int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* k_matmul_add with bfloat16 operands and a float32 result, bias and addend */
 void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
 
 /* ---- float16 (--precision fp16) ------------------------------------------ */
 
@@ -415,7 +415,7 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* k_matmul_add with float16 operands */
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                      int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
+                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

@@ -13,8 +13,8 @@
  * never reads C, so an uninitialised arena slot cannot leak NaN in.
  *
  * k_matmul_add (a MatMulAdd: the fuse pass's GEMM epilogue) presets C to
- * bias + addend and runs the GEMM with beta 1, so CBLAS adds the product
- * into it: one pass over C instead of the product's write, read and rewrite.
+ * bias + addend and runs the GEMM with beta 1 (and its alpha), so CBLAS
+ * adds the product into it: one pass over C instead of the product's write, read and rewrite.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -89,7 +89,7 @@ static void widen(float *w, const uint16_t *x, int64_t ld, int tr, int64_t r0, i
 }
 
 static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
-                    int tb, double beta, int f16)
+                    int tb, double alpha, double beta, int f16)
 {
     for (int64_t i0 = 0; i0 < m; i0 += BM) {
         int64_t bm = m - i0 < BM ? m - i0 : BM;
@@ -100,7 +100,7 @@ static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, i
             for (int64_t j0 = 0; j0 < n; j0 += BN) {
                 int64_t bn = n - j0 < BN ? n - j0 : BN;
                 widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn, f16);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, 1.0f, wide_a,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, (float)alpha, wide_a,
                             (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
             }
         }
@@ -108,7 +108,7 @@ static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, i
 }
 
 static void matmul_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
-                      int64_t m, int64_t n, int64_t k, int ta, int tb, double beta, int f16)
+                      int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
@@ -118,37 +118,37 @@ static void matmul_16(float *c, const uint16_t *a, const uint16_t *b, int64_t ba
     }
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) { /* shared B: one tall GEMM, as k_matmul_f32 */
-        gemm_16(c, a, b, batch * m, n, k, ta, tb, beta, f16);
+        gemm_16(c, a, b, batch * m, n, k, ta, tb, alpha, beta, f16);
         return;
     }
     for (int64_t i = 0; i < batch; i++)
-        gemm_16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta, f16);
+        gemm_16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta, f16);
 }
 
 void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                    int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, 0);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 0);
 }
 
 void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, 1);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 1);
 }
 
 void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
     if (bias || add)
         epilogue_c_f32(c, bias, add, batch * m, n);
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0, 0);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 0);
 }
 
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                      int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
     if (bias || add)
         epilogue_c_f32(c, bias, add, batch * m, n);
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0, 1);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 1);
 }

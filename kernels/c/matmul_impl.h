@@ -2,13 +2,13 @@
  * T (element type), S (name suffix) and K_GEMM (cblas_sgemm / cblas_dgemm)
  * defined.  No include guard on purpose. */
 
-/* C (m x n, dense) = op(A) op(B) + beta C for one matrix pair. */
+/* C (m x n, dense) = alpha op(A) op(B) + beta C for one matrix pair. */
 static void KFN(gemm)(T *c, const T *a, const T *b, int64_t m, int64_t n,
-                      int64_t k, int ta, int tb, double beta)
+                      int64_t k, int ta, int tb, double alpha, double beta)
 {
     check_dims(m, n, k);
     K_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-           tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, (T)1, a,
+           tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, (T)alpha, a,
            (int)(ta ? m : k), b, (int)(tb ? k : n), (T)beta, c, (int)n);
 }
 
@@ -20,9 +20,9 @@ static void KFN(scale_c)(T *c, int64_t len, double beta)
         c[i] = beta == 0 ? (T)0 : s * c[i];
 }
 
-void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
-                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
-                   double beta)
+static void KFN(matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
+                        int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                        double alpha, double beta)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
@@ -32,11 +32,18 @@ void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
     }
     /* shared B, A batches contiguous and untransposed: one tall GEMM */
     if ((batch == 1 || (sb == 0 && !ta && sa == m * k)) && batch * m <= INT_MAX) {
-        KFN(gemm)(c, a, b, batch * m, n, k, ta, tb, beta);
+        KFN(gemm)(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
         return;
     }
     for (int64_t i = 0; i < batch; i++)
-        KFN(gemm)(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, beta);
+        KFN(gemm)(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
+}
+
+void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
+                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                   double beta)
+{
+    KFN(matmul)(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta);
 }
 
 /* C = bias (each row) + add over rows x n: the C that k_matmul_add's GEMM
@@ -50,10 +57,11 @@ static void KFN(epilogue_c)(T *c, const T *bias, const T *add, int64_t rows, int
         }
 }
 
-void KFN(k_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *add, int64_t batch,
-                       int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+void KFN(k_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *add, double alpha,
+                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb)
 {
     if (bias || add)
         KFN(epilogue_c)(c, bias, add, batch * m, n);
-    KFN(k_matmul)(c, a, b, batch, sa, sb, m, n, k, ta, tb, bias || add ? 1.0 : 0.0);
+    KFN(matmul)(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0);
 }

@@ -91,13 +91,13 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
 /* the same with float16 A and B (their uint16_t bits): the contract of k_matmul_f16 */
 void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
-/* C_i = op(A_i) op(B_i) + bias + ADD_i (the contract of k_matmul_add_*, with
+/* C_i = alpha op(A_i) op(B_i) + bias + ADD_i (the contract of k_matmul_add_*, with
  * float32, bfloat16 or float16 A and B by type, a KcGemmType): ADD_i through cuBLASLt's C input (beta 1; may be c itself),
  * the bias through its bias epilogue.  Returns 0 when no cuBLASLt algorithm
  * takes the epilogue for this shape: then C holds the rest and the caller
  * adds the bias (1 otherwise, and when bias is NULL). */
 int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
-                int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
+                double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
 /* device-to-device copy / byte fill on the compute stream */
 void kc_memcpy(void *dst, const void *src, int64_t bytes);
 void kc_memset(void *dst, int byte, int64_t bytes);

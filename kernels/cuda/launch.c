@@ -457,31 +457,34 @@ void kc_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch
 /* the GEMM with its epilogue; a bias no cuBLASLt algorithm would add (kc_gemm_add
  * returns 0) is added here, row by row */
 static void matmul_add(KcGemmType type, float *c, const void *a, const void *b, const float *bias,
-                       const float *add, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
-                       int ta, int tb)
+                       const float *add, double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                       int64_t n, int64_t k, int ta, int tb)
 {
-    if (kc_gemm_add(type, c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb))
+    if (kc_gemm_add(type, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb))
         return;
     const int64_t shape[2] = {batch * m, n}, sc[2] = {n, 1}, sbias[2] = {0, 1};
     kc_binary_f32(K_ADD, c, c, bias, 2, shape, sc, sbias);
 }
 
 void kc_matmul_add_f32(float *c, const float *a, const float *b, const float *bias, const float *add,
-                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb)
 {
-    matmul_add(KC_GEMM_F32, c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb);
+    matmul_add(KC_GEMM_F32, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                        int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                        int tb)
 {
-    matmul_add(KC_GEMM_BF16, c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb);
+    matmul_add(KC_GEMM_BF16, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void kc_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb)
 {
-    matmul_add(KC_GEMM_F16, c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb);
+    matmul_add(KC_GEMM_F16, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb);
 }
 
 /* ---- reduce.c ------------------------------------------------------------------- */
