@@ -641,7 +641,7 @@ static int wanted(const Graph *g, int v)
     return (pred && !strcmp(name, pred)) || (target && !strcmp(name, target));
 }
 
-/* Drops what is left unread after canonicalisation, and Dropout that drops
+/* Drops the Transposes matmul_operands left unread, and Dropout that drops
  * nothing: ratio 0 (nanoGPT's default) or not training, its mask unread.
  * Its readers read its input instead, so it costs no copy, no mask kept
  * for the backward and no DropoutGrad, and a MatMul before it can take the

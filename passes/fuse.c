@@ -168,9 +168,9 @@ static void gemm_epilogues(Graph *g)
         if (dropped[r] || (post->op != OP_Add && !scaling(g, post, &xs, &f)) ||
             !is_float(g->val[post->out[0]].dtype))
             continue;
-        for (int side = 0; side < 2 - (post->op != OP_Add); side++) {
-            int scale = post->op != OP_Add, x = scale ? xs : post->in[side], o = scale ? -1 : post->in[!side];
-            int p = producer[x];
+        int scale = post->op != OP_Add;
+        for (int side = 0; side < (scale ? 1 : 2); side++) {
+            int x = scale ? xs : post->in[side], o = scale ? -1 : post->in[!side], p = producer[x];
             if (p < 0 || (g->node[p].op != OP_MatMul && g->node[p].op != OP_MatMulAdd))
                 continue;
             const Value *xv = &g->val[x];

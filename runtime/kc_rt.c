@@ -160,8 +160,8 @@ static int key_eq(const GemmKey *x, const GemmKey *y)
 static uint64_t key_hash(const GemmKey *k)
 {
     uint64_t v[] = {(uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k, (uint64_t)k->batch, (uint64_t)k->sa,
-                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2 | k->bias << 3), (uint64_t)k->align,
-                    (uint64_t)k->type};
+                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2 | k->bias << 3),
+                    (uint64_t)k->align, (uint64_t)k->type};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         h ^= v[i];
@@ -308,8 +308,8 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
  * an element; D (d) and C (c: d itself unless an addend) are float32.  Returns 0 when the bias is left to the
  * caller, 1 when it was added (or is NULL). */
 static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, const float *c, double alpha,
-                double beta, const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
-                int64_t n, int64_t k, int ta, int tb)
+                double beta, const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb,
+                int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
     if (!cu.up)
         cu_internal("%s before the GPU was set up", fn);
@@ -393,8 +393,8 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
     static const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
     if (type < KC_GEMM_F32 || type > KC_GEMM_F16)
         cu_internal("kc_gemm_add: operand type %d", type);
-    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, alpha, add ? 1.0 : 0.0, bias,
-                a, b, batch, sa, sb, m, n, k, ta, tb);
+    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, alpha, add ? 1.0 : 0.0,
+                bias, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
 void cu_gemm_cache_free(void)

@@ -1352,8 +1352,9 @@ static void test_matmul_add()
                     const int64_t nc = q.batch * q.m * q.n;
                     F af = rnd(na, -2, 2), bf = rnd(nb, -2, 2), bias = rnd(q.n, -1, 1), add = rnd(nc, -1, 1);
                     std::vector<uint16_t> a16(na), b16(nb);
-                    auto round = [type](float x) { return type == KC_GEMM_BF16 ? k_bf16_from_f32(x) : k_f16_from_f32(x); };
-                    auto wide = [type](uint16_t h) { return type == KC_GEMM_BF16 ? k_bf16_to_f32(h) : k_f16_to_f32(h); };
+                    const bool is_bf = type == KC_GEMM_BF16;
+                    auto round = [is_bf](float x) { return is_bf ? k_bf16_from_f32(x) : k_f16_from_f32(x); };
+                    auto wide = [is_bf](uint16_t h) { return is_bf ? k_bf16_to_f32(h) : k_f16_to_f32(h); };
                     if (type != KC_GEMM_F32)
                         for (int64_t i = 0; i < na + nb; i++) {
                             uint16_t h = round(i < na ? af[i] : bf[i - na]);

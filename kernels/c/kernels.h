@@ -364,7 +364,8 @@ void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch
                    int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* k_matmul_add with bfloat16 operands and a float32 result, bias and addend */
 void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb);
 
 /* ---- float16 (--precision fp16) ------------------------------------------ */
 
@@ -415,7 +416,8 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* k_matmul_add with float16 operands */
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
+                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                      int tb);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

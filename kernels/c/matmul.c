@@ -14,7 +14,8 @@
  *
  * k_matmul_add (a MatMulAdd: the fuse pass's GEMM epilogue) presets C to
  * bias + addend and runs the GEMM with beta 1 (and its alpha), so CBLAS
- * adds the product into it: one pass over C instead of the product's write, read and rewrite.
+ * adds the product into it: one pass over C instead of the product's
+ * write, read and rewrite.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -100,8 +101,8 @@ static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, i
             for (int64_t j0 = 0; j0 < n; j0 += BN) {
                 int64_t bn = n - j0 < BN ? n - j0 : BN;
                 widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn, f16);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, (float)alpha, wide_a,
-                            (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, (float)alpha,
+                            wide_a, (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
             }
         }
     }
@@ -137,18 +138,25 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
     matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 1);
 }
 
-void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+static void matmul_add_16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                          double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
+                          int ta, int tb, int f16)
 {
     if (bias || add)
         epilogue_c_f32(c, bias, add, batch * m, n);
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 0);
+    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, f16);
+}
+
+void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb)
+{
+    matmul_add_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 0);
 }
 
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
+                      double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                      int tb)
 {
-    if (bias || add)
-        epilogue_c_f32(c, bias, add, batch * m, n);
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 1);
+    matmul_add_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 1);
 }
