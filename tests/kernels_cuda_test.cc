@@ -298,8 +298,12 @@ static std::vector<int64_t> bstrides(int r, const std::vector<int64_t> &x)
 static std::string dims(const std::vector<int64_t> &s)
 {
     std::string o = "[";
-    for (size_t i = 0; i < s.size(); i++)
-        o += (i ? "," : "") + std::to_string(s[i]);
+    for (size_t i = 0; i < s.size(); i++) { /* appends only: GCC 12's -Wrestrict misfires at -O3 on
+                                             * const char * + std::string (GCC bug 105651) */
+        if (i)
+            o += ',';
+        o += std::to_string(s[i]);
+    }
     return o + "]";
 }
 

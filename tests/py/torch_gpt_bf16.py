@@ -14,12 +14,9 @@ rounds its two operands to bfloat16 and multiplies in float32.
 Checks at world 1 and 2:
   - step-1 loss within 1e-5 of the oracle, and at least 10 times closer to it
     than to plain float32 PyTorch's: it is really bfloat16;
-  - every step-1 gradient within 5e-3 of the oracle (||g - ref|| / ||ref||) and
-    at least 2 times closer to it than to float32 PyTorch's.  Not closer: rounding
-    to bfloat16 is discontinuous, so where fsdpc's and PyTorch's float32 sums
-    differ in the last bit an operand can round to the neighbouring bfloat16,
-    2^-8 apart, and the gradients of the first layer collect those flips (the
-    oracle computed with float64 sums differs from itself by 5e-4 this way);
+  - every step-1 gradient within 5e-3 of the oracle (||g - ref|| / ||ref||), and
+    computed in bfloat16: check_grads() says how that is told, and why it is
+    not "N times closer to the oracle than to float32";
   - all 20 losses within 1e-4 of the oracle;
   - the run is world-invariant: world 2's losses equal world 1's within 1e-4.
 """
@@ -112,16 +109,35 @@ mixed_precision_loss = recipe(torch.bfloat16)  # model.loss(x, y) with the recip
 
 
 def check_grads(tag, got, ref_grads, f32_grads, tol, dtype):
-    """every gradient within tol of the recipe's (||d|| / ||ref||) and at least 2x closer to it than to plain
-    float32 PyTorch's; returns the worst error and the smallest closeness ratio, with their names"""
+    """Every parameter's step-1 gradient g against the recipe's r and float32 PyTorch's f (distances
+    ||a - b|| / ||b||, fro_err):
+      (a) |g - r| <= tol: g follows the recipe;
+      (b) |g - f| >= |r - f| / 2: g carries the low-precision rounding, at the size the recipe's own has
+          (a float32 path through any parameter gives |g - f| ~ 1e-6, a thousandth of it);
+      (c) |g - r| < |g - f|: g is nearer the recipe than float32.
+    Why not "at least 2x nearer the recipe than float32", which this test asked until 2026-11: that ratio
+    is not a property of a correct recipe.  Rounding to 16 bits is discontinuous, so where two correct
+    implementations' float32 sums differ in the last bit an operand rounds to the neighbouring 16-bit
+    value, and the first layers' gradients collect those flips.  How many there are depends on the
+    summation order of every float32 op -- which OpenBLAS kernel the CPU gets included.  Measured with
+    one fsdpc --precision fp16 executable on one machine (2026-11-24, Intel Xeon with AVX-512):
+    OPENBLAS_CORETYPE=Haswell gives a worst ratio of 2.75, SkylakeX (the default there) 1.85 (at
+    transformer.h.0.ln_1.weight: |g - r| 3.55e-4, |g - f| 6.56e-4); the gradients were bit-identical
+    to those of the fsdpc before the fold/fuse rewrites (fee2b4c).  Two correct float16 recipes in
+    PyTorch that differ only in summing the matmuls in float64 instead of float32 are 1.3e-4 to 2.0e-4
+    apart on that layer, a third of |r - f|.  (b) and (c) held there with margins of 1.8x (b: worst
+    |g - f| / |r - f| = 0.91 fp16, 0.95 bf16) and 1.85x (c)."""
     worst, closest32 = (0.0, ""), (float("inf"), "")
     for name, g in got.items():
         e, e32 = fro_err(g, ref_grads[name]), fro_err(g, f32_grads[name])
+        d = fro_err(ref_grads[name], f32_grads[name])
         worst = max(worst, (e, name))
         closest32 = min(closest32, (e32 / max(e, 1e-12), name))
         check(e <= tol, "%s: gradient of %s differs from the PyTorch recipe by %.3g" % (tag, name, e))
-        check(e32 >= 2 * e, "%s: gradient of %s is as close to float32 PyTorch (%.3g) as to the %s recipe (%.3g): "
-              "is it really computed in %s?" % (tag, name, e32, dtype, e, dtype))
+        check(e32 >= 0.5 * d, "%s: gradient of %s is within %.3g of float32 PyTorch's, where the %s recipe is %.3g "
+              "away from it: is it really computed in %s?" % (tag, name, e32, dtype, d, dtype))
+        check(e < e32, "%s: gradient of %s is nearer float32 PyTorch's (%.3g) than the %s recipe's (%.3g)"
+              % (tag, name, e32, dtype, e))
     return worst, closest32
 
 
