@@ -69,10 +69,11 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
     RT_MPI(MPI_Comm_rank(node, &g_local));
     RT_MPI(MPI_Comm_size(node, &g_nlocal));
     RT_MPI(MPI_Comm_free(&node));
-    if (same_executable(key, err, errlen) != 0) {
-        rt_ctl_finalize();
+    /* on failure MPI stays up: the caller prints err, then calls
+     * rt_ctl_finalize, whose barrier keeps rank 0 from exiting (and mpirun
+     * from killing the job) before the rank with the message has written it */
+    if (same_executable(key, err, errlen) != 0)
         return -1;
-    }
     *rank = g_rank;
     *world = g_world;
     return 0;

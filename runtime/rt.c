@@ -756,7 +756,9 @@ int rt_main(int argc, char **argv, const RtModel *m)
             status = g_code;
         } else if (why[0]) {
             fprintf(stderr, "%s: error: %s\n", rt_prog, why);
+            fflush(stderr);
         }
+        rt_ctl_finalize();
         rt_opts_free(&o);
         return status;
     }

@@ -33,8 +33,9 @@ enum { RT_CTL_MIN, RT_CTL_MAX, RT_CTL_SUM };
  * (ctl_mpi.c takes none).  key: the executable's identity (RtModel.id);
  * ranks with different keys are refused ("rank 3 runs another executable
  * ...").  Returns 0 with *rank, *world set, or -1 with a one-line reason in
- * err ("" when another rank prints it); then the control plane is down and
- * the caller exits 1 (after printing a non-empty err).  A peer lost or
+ * err ("" when another rank prints it); the caller prints a non-empty err,
+ * then calls rt_ctl_finalize (which may hold the ranks together until every
+ * message is written) and exits 1.  A peer lost or
  * silent during start-up ends the process as in the collectives below. */
 int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, int *rank, int *world,
                 char *err, size_t errlen);
