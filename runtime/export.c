@@ -82,6 +82,7 @@ typedef struct {
     Patch *patch;
     int npatch, cap_patch;
     uint8_t *out;
+    char *data_path;          /* FILE.data (external data) */
     int init_fd;
     const char *init_path;
     const RtModel *m;
@@ -597,16 +598,14 @@ static int write_external(Export *x, const char *onnx_path)
 {
     const char *slash = strrchr(onnx_path, '/');
     size_t pl = strlen(onnx_path);
-    char *path = malloc(pl + 6), *tmp;
+    char *path = x->data_path = malloc(pl + 6), *tmp; /* kept until packed: location points into it */
     if (!path)
         return xfail(x, "out of memory");
     snprintf(path, pl + 6, "%s.data", onnx_path);
     const char *location = path + (slash ? (size_t)(slash - onnx_path) + 1 : 0); /* a bare file name */
     int fd = open_tmp(x, path, &tmp);
-    if (fd < 0) {
-        free(path);
+    if (fd < 0)
         return -1;
-    }
     Onnx__GraphProto *g = x->mp->graph;
     InitRef **by_index = calloc(x->nrefs + 1, sizeof *by_index);
     uint64_t off = 0;
@@ -640,7 +639,6 @@ static int write_external(Export *x, const char *onnx_path)
         close(fd);
         unlink(tmp);
         free(tmp);
-        free(path);
         return -1;
     }
     if (rc < 0 && !by_index)
@@ -653,7 +651,6 @@ static int write_external(Export *x, const char *onnx_path)
         snprintf(e, sizeof e, "%s", x->err);
         xfail(x, "%s (the external data file of the export)", e);
     }
-    free(path);
     return rc;
 }
 
@@ -696,6 +693,7 @@ static void cleanup(Export *x, const RtModel *m)
     free(x->refs);
     free(x->model);
     free(x->out);
+    free(x->data_path);
 }
 
 int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path)
