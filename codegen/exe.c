@@ -37,6 +37,8 @@ typedef struct {
     int64_t model_off, size;
     int64_t *const_off;  /* per value id, -1 if not stored */
     int64_t *unit_off;
+    int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
+    int next;
     uint64_t id;
 } InitLayout;
 
@@ -82,6 +84,24 @@ static InitLayout layout_init(const Graph *g)
             h = fnv(h, g->val[un->params[i]].data,
                     (size_t)(value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype)));
         h = fnv(h, &un->numel, sizeof un->numel);
+    }
+    /* the untrained initializers the model keeps in external data files: an export writes them beside itself */
+    L.ext_off = ir_alloc(sizeof(int64_t) * (size_t)(g->ninit + 1));
+    char *trained = ir_alloc((size_t)g->ninit + 1);
+    for (int u = 0; u < g->nunit; u++)
+        for (int i = 0; i < g->unit[u].nparams; i++) {
+            int k = g->val[g->unit[u].params[i]].init_index;
+            if (k >= 0 && k < g->ninit)
+                trained[k] = 1;
+        }
+    for (int i = 0; i < g->ninit; i++) {
+        L.ext_off[i] = -1;
+        if (!g->init_ext[i] || trained[i])
+            continue;
+        L.ext_off[i] = off;
+        L.next++;
+        off = al(off + g->init_ext_len[i]);
+        h = fnv(h, g->init_ext[i], (size_t)g->init_ext_len[i]);
     }
     L.size = off;
     L.id = h;
@@ -130,6 +150,11 @@ static void write_init(const Graph *g, const InitLayout *L, const char *path)
             write_all(f, g->val[un->params[i]].data,
                       (size_t)(value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype)), tmp);
     }
+    for (int i = 0; i < g->ninit; i++)
+        if (L->ext_off[i] >= 0) {
+            pad_to(f, L->ext_off[i], tmp);
+            write_all(f, g->init_ext[i], (size_t)g->init_ext_len[i], tmp);
+        }
     pad_to(f, L->size, tmp);
     if (fflush(f) || fsync(fileno(f)) || fclose(f))
         fatal("%s: write failed: %s", tmp, strerror(errno));
@@ -183,6 +208,12 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
             nconst++;
         }
     if (!nconst)
+        cg_put(b, "    {0, 0, 0},\n");
+    cg_put(b, "};\nstatic const RtExtern externs[] = {\n");
+    for (int i = 0; i < g->ninit; i++)
+        if (L->ext_off[i] >= 0)
+            cg_put(b, "    {%d, %lld, %lld},\n", i, (long long)L->ext_off[i], (long long)g->init_ext_len[i]);
+    if (!L->next)
         cg_put(b, "    {0, 0, 0},\n");
     cg_put(b, "};\nstatic const RtOutput outputs[] = {\n");
     for (int k = 0; k < g->noutput; k++) {
@@ -283,6 +314,7 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
     cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
         g->ncoll);
+    cg_put(&b, "    .nextern = %d, .ext = externs,\n", L->next);
     if (g->opt->precision == PREC_FP16)
         cg_put(&b, "    .loss_scaling = 1,\n");
     if (cg_cuda)

@@ -458,6 +458,10 @@ static int const_tensor(const char *name, const Onnx__TensorProto *t, const char
     void *data;
     if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         data = external_data(t, what, bytes);
+        if (init >= 0) {
+            G->init_ext[init] = data;
+            G->init_ext_len[init] = (int64_t)bytes;
+        }
     } else if (t->has_raw_data) {
         if (t->raw_data.len != bytes)
             bad("%s has %zu bytes of raw_data, but its dtype and shape %s need %zu", what,
@@ -501,6 +505,9 @@ static void load_initializers(const Onnx__GraphProto *gp)
         bad("the graph has sparse initializers, which fsdpc does not support (store them dense)");
     if (gp->n_initializer > INT_MAX / 2)
         bad("the graph has too many initializers");
+    G->ninit = (int)gp->n_initializer;
+    G->init_ext = ir_alloc(sizeof *G->init_ext * (gp->n_initializer + 1));
+    G->init_ext_len = ir_alloc(sizeof *G->init_ext_len * (gp->n_initializer + 1));
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name)

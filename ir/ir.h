@@ -210,6 +210,9 @@ typedef struct {
     int64_t peak_act_bytes;     /* memplan: peak of activations (no slots, no consts) */
     /* the original model, kept for export */
     const uint8_t *model_bytes; size_t model_len;
+    /* per ONNX initializer (ninit): the bytes read from its external data file, NULL if inline; OUT.init keeps
+     * the untrained ones, so that an export needs no original file */
+    const void **init_ext; int64_t *init_ext_len; int ninit;
     const Options *opt;
 } Graph;
 

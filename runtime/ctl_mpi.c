@@ -1,7 +1,10 @@
 /* ctl_mpi.c — the control plane of the cpu target (rt_ctl.h) over
  * MPI_COMM_WORLD: MPI_Init_thread and MPI_Finalize, the small collectives of
  * start-up and export, aborts (MPI_Abort), and the chunked gather that
- * comm.c's allgather shares (rt_mpi.h).
+ * comm.c's allgather shares (rt_mpi.h).  Its collectives, like the step's
+ * (dev_host.c), write the progress record (rt_priv.h) that the watchdog
+ * (wd_mpi.c) reads: started here once the ranks agree, stopped after a
+ * closing barrier.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -16,6 +19,7 @@
 #include "rt_priv.h"
 
 static int g_rank, g_world = 1, g_local, g_nlocal, g_up, g_serialized;
+static int g_watched; /* the watchdog runs */
 static pthread_t g_main_thread;
 
 _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
@@ -29,20 +33,23 @@ _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
     rt_fatal(1, "rank %d: %s:%d: %s failed: %s", g_rank, file, line, call, es);
 }
 
-/* every rank runs the executable of rank 0 (its key); else -1 with the
- * message in err on the lowest other rank ("" on the others) */
-static int same_executable(uint64_t key, char *err, size_t errlen)
+/* every rank runs the executable of rank 0 (its key) and has no local
+ * start-up error (mine: "" or its message); else -1 with the message in err
+ * on the lowest failing rank ("" on the others) */
+static int agree(uint64_t key, const char *mine, char *err, size_t errlen)
 {
     uint64_t key0 = key;
     RT_MPI(MPI_Bcast(&key0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
-    int bad = key0 != key ? g_rank : g_world, low = g_world;
+    int bad = key0 != key || mine[0] ? g_rank : g_world, low = g_world;
     RT_MPI(MPI_Allreduce(&bad, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (low == g_world)
         return 0;
     err[0] = 0;
-    if (g_rank == low)
+    if (g_rank == low && key0 != key)
         snprintf(err, errlen, "rank %d runs another executable (key %016" PRIx64 "; rank 0 runs %016" PRIx64
                  "): start every rank with the same one", low, key, key0);
+    else if (g_rank == low)
+        snprintf(err, errlen, "%s", mine);
     return -1;
 }
 
@@ -69,11 +76,20 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
     RT_MPI(MPI_Comm_rank(node, &g_local));
     RT_MPI(MPI_Comm_size(node, &g_nlocal));
     RT_MPI(MPI_Comm_free(&node));
+    /* the watchdog's timeout and side channel */
+    char mine[512] = "";
+    double timeout;
+    if (rt_step_timeout(&timeout, mine, sizeof mine) == 0)
+        rt_wd_open(g_rank, g_world, timeout, mine, sizeof mine);
     /* on failure MPI stays up: the caller prints err, then calls
      * rt_ctl_finalize, whose barrier keeps rank 0 from exiting (and mpirun
      * from killing the job) before the rank with the message has written it */
-    if (same_executable(key, err, errlen) != 0)
+    if (agree(key, mine, err, errlen) != 0) {
+        rt_wd_stop();
         return -1;
+    }
+    rt_wd_start();
+    g_watched = g_world > 1;
     *rank = g_rank;
     *world = g_world;
     return 0;
@@ -87,6 +103,13 @@ int rt_ctl_local_size(void) { return g_nlocal; }
 
 void rt_ctl_finalize(void)
 {
+    if (g_watched) { /* every rank is here before the watchdog stops: MPI_Finalize then waits on no one */
+        rt_progress_begin(RT_WAIT_BARRIER);
+        RT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        rt_progress_end();
+        rt_wd_stop();
+        g_watched = 0;
+    }
     if (g_up)
         MPI_Finalize();
     g_up = 0;
@@ -107,21 +130,30 @@ _Noreturn void rt_ctl_abort(int code)
 void rt_ctl_allreduce_i64(int64_t *x, int n, int op)
 {
     MPI_Op mop = op == RT_CTL_MIN ? MPI_MIN : op == RT_CTL_MAX ? MPI_MAX : MPI_SUM;
-    if (n > 0 && g_world > 1)
-        RT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_INT64_T, mop, MPI_COMM_WORLD));
+    if (n <= 0 || g_world == 1)
+        return;
+    rt_progress_begin(RT_WAIT_ALLREDUCE);
+    RT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_INT64_T, mop, MPI_COMM_WORLD));
+    rt_progress_end();
 }
 
 void rt_ctl_bcast(void *buf, int64_t bytes, int root)
 {
-    for (int64_t off = 0; g_world > 1 && off < bytes; off += RT_MPI_CHUNK) {
+    if (g_world == 1 || bytes <= 0)
+        return;
+    rt_progress_begin(RT_WAIT_BCAST);
+    for (int64_t off = 0; off < bytes; off += RT_MPI_CHUNK) {
         int k = (int)(bytes - off < RT_MPI_CHUNK ? bytes - off : RT_MPI_CHUNK);
         RT_MPI(MPI_Bcast((char *)buf + off, k, MPI_BYTE, root, MPI_COMM_WORLD));
     }
+    rt_progress_end();
 }
 
 void rt_ctl_gather(const void *mine, int64_t bytes, void *all, int root)
 {
+    rt_progress_begin(RT_WAIT_GATHER);
     rt_mpi_gather(MPI_COMM_WORLD, all, mine, bytes, MPI_BYTE, 1, root);
+    rt_progress_end();
 }
 
 void rt_mpi_gather(MPI_Comm comm, void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root)

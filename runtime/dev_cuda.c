@@ -407,15 +407,8 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
         return reason(err, errlen, "internal error (a bug in fsdpc): cpu model tables linked with the cuda runtime");
     if (m->ncheck > 0 && !m->check)
         return reason(err, errlen, "corrupt model tables: %d checks without messages", m->ncheck);
-    cu.timeout_s = 600;
-    const char *t = getenv("FSDPC_STEP_TIMEOUT");
-    if (t && *t) {
-        char *end;
-        double v = strtod(t, &end);
-        if (*end || !(v > 0))
-            return reason(err, errlen, "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0", t);
-        cu.timeout_s = v;
-    }
+    if (rt_step_timeout(&cu.timeout_s, err, errlen) != 0)
+        return -1;
     cu.sync_debug = env_flag("FSDPC_CUDA_SYNC");
     cu.tf32 = !env_flag("FSDPC_NO_TF32");
     cu.nccl_always = env_flag("FSDPC_NCCL_ALWAYS");

@@ -52,7 +52,11 @@ void rt_dev_upload(RtCtx *c, const void *p, int64_t n) { (void)c, (void)p, (void
 
 void rt_dev_download(RtCtx *c, void *p, int64_t n) { (void)c, (void)p, (void)n; }
 
-void rt_dev_step(RtCtx *c) { c->m->step(c); }
+void rt_dev_step(RtCtx *c)
+{
+    rt_progress_step(c->m, c->step); /* the progress record (rt_priv.h) */
+    c->m->step(c);
+}
 
 void rt_memcpy(void *dst, const void *src, int64_t bytes)
 {
@@ -88,7 +92,9 @@ static struct {
 static void run_job(const Job *j)
 {
     int64_t t0 = j->c->trace ? rt_now_ns() : 0;
+    rt_progress_begin(j->node);
     j->job(j->c);
+    rt_progress_end();
     if (j->c->trace)
         rt_trace_coll(j->c, j->node, t0, rt_now_ns());
 }

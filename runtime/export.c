@@ -12,9 +12,21 @@
  * as PyTorch DDP broadcasts rank 0's buffers), packs the model and writes it
  * atomically:
  * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.  The
- * safetensors file is the patched initializers in name order: an 8-byte
- * little-endian header length, the JSON header (dtype, shape, data_offsets;
- * names JSON-escaped; padded with spaces to 8 bytes), then the data.
+ * safetensors file is every float initializer in name order (trained,
+ * written back, or kept fixed: --freeze, or no gradient reaches it, with its
+ * original values): an 8-byte little-endian header length, the JSON header
+ * (dtype, shape, data_offsets; names JSON-escaped; padded with spaces to 8
+ * bytes), then the data.
+ *
+ * External data: when the original model kept any initializer in an
+ * external data file, or the export would pack to more than 1 GiB, the
+ * tensor data goes to one file beside the export, FILE.data, named in the
+ * model by its bare file name (location; offset and length, 64-byte aligned):
+ * every initializer that was external, and every trained or written-back
+ * one of 1 KiB or more (ONNX's default threshold); the others stay inline.
+ * The untrained external ones are copied from OUT.init (RtModel.ext: fsdpc
+ * stores them there), so the export needs no file of the original model.
+ * FILE.data is written (atomically) before the FILE that refers to it.
  *
  * protobuf-c ownership: the unpacked message owns every array and string it
  * points to.  Each modified TensorProto is saved by value before it is
@@ -24,6 +36,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,12 +56,17 @@ enum { ONNX_FLOAT = 1, ONNX_DOUBLE = 11 };
 typedef struct {
     const char *name;
     Onnx__TensorProto *t;
+    size_t index;             /* among the graph's initializers */
+    int external;             /* its data was in an external file of the original model */
 } InitRef;
 
 typedef struct {
     Onnx__TensorProto *t;
     Onnx__TensorProto saved;  /* the unpacked state, restored before free */
     void *conv;               /* owned conversion buffer (dtype differs), or NULL */
+    /* the export's external data entries (location, offset, length) */
+    Onnx__StringStringEntryProto kv[3], *kvp[3];
+    char num[2][24];
 } Patch;
 
 typedef struct {
@@ -60,9 +78,14 @@ typedef struct {
     char **full;              /* per unit: world*shard_len gathered elements */
     InitRef *refs;
     size_t nrefs;
+    int had_external;         /* some initializer of the original was external */
     Patch *patch;
-    int npatch;
+    int npatch, cap_patch;
     uint8_t *out;
+    char *data_path;          /* FILE.data (external data) */
+    int init_fd;
+    const char *init_path;
+    const RtModel *m;
 } Export;
 
 static int xfail(Export *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -100,17 +123,22 @@ static int prepare(Export *x, RtCtx *c, int init_fd, const char *init_path)
     Onnx__GraphProto *g = x->mp->graph;
     if (!g)
         return xfail(x, "the embedded ONNX model has no graph");
+    if (g->n_initializer > (size_t)INT_MAX / 2)
+        return xfail(x, "the embedded ONNX model has too many initializers");
     x->nrefs = g->n_initializer;
     x->refs = calloc(x->nrefs ? x->nrefs : 1, sizeof *x->refs);
     if (!x->refs)
         return xfail(x, "out of memory");
     for (size_t i = 0; i < x->nrefs; i++) {
-        x->refs[i].t = g->initializer[i];
-        x->refs[i].name = g->initializer[i]->name ? g->initializer[i]->name : "";
+        Onnx__TensorProto *t = g->initializer[i];
+        x->refs[i] = (InitRef){t->name ? t->name : "", t, i,
+                               t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL};
+        x->had_external |= x->refs[i].external;
     }
     qsort(x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
     x->full = calloc(m->nunit ? (size_t)m->nunit : 1, sizeof *x->full);
-    x->patch = calloc((size_t)m->nparam + (size_t)m->nconst + 1, sizeof *x->patch);
+    x->cap_patch = (int)x->nrefs + m->nparam + m->nconst + 1;
+    x->patch = calloc((size_t)x->cap_patch, sizeof *x->patch);
     if (!x->full || !x->patch)
         return xfail(x, "out of memory");
     for (int u = 0; u < m->nunit; u++) {
@@ -146,6 +174,26 @@ static void point_at(Onnx__TensorProto *t, uint8_t *bytes, size_t len)
     t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
 }
 
+/* t's patch: the state to restore saved on the first call */
+static Patch *add_patch(Export *x, Onnx__TensorProto *t)
+{
+    for (int j = 0; j < x->npatch; j++)
+        if (x->patch[j].t == t)
+            return &x->patch[j];
+    Patch *pt = &x->patch[x->npatch++]; /* cap_patch: one per initializer, parameter and constant */
+    pt->t = t;
+    pt->saved = *t;
+    return pt;
+}
+
+static int patched(const Export *x, const Onnx__TensorProto *t)
+{
+    for (int j = 0; j < x->npatch; j++)
+        if (x->patch[j].t == t)
+            return 1;
+    return 0;
+}
+
 /* rank 0: point every parameter's initializer at its trained values */
 static int patch_params(Export *x, RtCtx *c)
 {
@@ -153,14 +201,13 @@ static int patch_params(Export *x, RtCtx *c)
     for (int i = 0; i < m->nparam; i++) {
         const RtParam *p = &m->param[i];
         const char *pname = p->name ? p->name : "";
-        InitRef key = {pname, NULL};
+        InitRef key = {.name = pname};
         InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
         if (!r)
             return xfail(x, "parameter '%s' is not an initializer of the embedded ONNX model", pname);
         Onnx__TensorProto *t = r->t;
-        for (int j = 0; j < x->npatch; j++)
-            if (x->patch[j].t == t)
-                return xfail(x, "parameter '%s' is listed twice", pname);
+        if (patched(x, t))
+            return xfail(x, "parameter '%s' is listed twice", pname);
         if (p->unit < 0 || p->unit >= m->nunit || p->offset < 0 || p->numel < 0 ||
             p->offset > m->unit[p->unit].numel - p->numel)
             return xfail(x, "parameter '%s' lies outside its unit (corrupt model tables)", pname);
@@ -180,9 +227,7 @@ static int patch_params(Export *x, RtCtx *c)
                          "can be exported", pname, tdt);
         if (udt != RT_F32 && udt != RT_F64)
             return xfail(x, "parameter '%s' has unsupported dtype code %d", pname, udt);
-        Patch *pt = &x->patch[x->npatch++];
-        pt->t = t;
-        pt->saved = *t;
+        Patch *pt = add_patch(x, t);
         size_t tes = tdt == ONNX_FLOAT ? 4 : 8;
         uint8_t *bytes;
         if ((tdt == ONNX_FLOAT) == (udt == RT_F32)) {
@@ -219,7 +264,7 @@ static int patch_state(Export *x, RtCtx *c)
         if (!k->name)
             continue;
         rt_dev_download(c, c->arena + k->arena_off, k->nbytes);
-        InitRef key = {k->name, NULL};
+        InitRef key = {.name = k->name};
         InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
         if (!r)
             return xfail(x, "state '%s' is not an initializer of the embedded ONNX model", k->name);
@@ -232,12 +277,9 @@ static int patch_state(Export *x, RtCtx *c)
         if ((tdt != ONNX_FLOAT && tdt != ONNX_DOUBLE) || n * (tdt == ONNX_FLOAT ? 4 : 8) != k->nbytes)
             return xfail(x, "initializer '%s' does not match the %lld bytes of its state", k->name,
                          (long long)k->nbytes);
-        for (int j = 0; j < x->npatch; j++)
-            if (x->patch[j].t == t)
-                return xfail(x, "initializer '%s' is written twice", k->name);
-        Patch *pt = &x->patch[x->npatch++];
-        pt->t = t;
-        pt->saved = *t;
+        if (patched(x, t))
+            return xfail(x, "initializer '%s' is written twice", k->name);
+        add_patch(x, t);
         point_at(t, (uint8_t *)c->arena + k->arena_off, (size_t)k->nbytes);
     }
     return 0;
@@ -311,46 +353,105 @@ static int fsync_dir_of(const char *path)
     return rc;
 }
 
-static int write_atomic(Export *x, const uint8_t *buf, size_t len)
+/* path's temporary twin (malloc'd into *tmp), created for writing; the fd, or -1 (x->err) */
+static int open_tmp(Export *x, const char *path, char **tmp)
 {
-    size_t tl = strlen(x->path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp)
+    size_t tl = strlen(path) + 32;
+    *tmp = malloc(tl);
+    if (!*tmp)
         return xfail(x, "out of memory");
-    snprintf(tmp, tl, "%s.tmp.%ld", x->path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    snprintf(*tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
-        int e = errno;
-        xfail(x, "cannot create %s: %s", tmp, strerror(e));
-        free(tmp);
-        return -1;
+        xfail(x, "cannot create %s: %s", *tmp, strerror(errno));
+        free(*tmp);
+        *tmp = NULL;
     }
+    return fd;
+}
+
+/* fsync and close fd (the temporary tmp, freed), rename it to path, fsync the directory; on failure
+ * (rc != 0 on entry: a write failed, errno) the temporary is removed */
+static int commit_tmp(Export *x, int fd, char *tmp, const char *path, int rc)
+{
     const char *stage = "writing";
-    if (rt_write_all(fd, buf, len) != 0 || (stage = "syncing", fsync(fd) != 0)) {
+    if (rc != 0 || (stage = "syncing", fsync(fd) != 0) || (stage = "closing", close(fd) != 0)) {
         int e = errno;
-        close(fd);
+        if (strcmp(stage, "closing") != 0)
+            close(fd);
         unlink(tmp);
         xfail(x, "%s %s: %s", stage, tmp, strerror(e));
         free(tmp);
         return -1;
     }
-    if (close(fd) != 0) {
+    if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        xfail(x, "closing %s: %s", tmp, strerror(e));
-        free(tmp);
-        return -1;
-    }
-    if (rename(tmp, x->path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        xfail(x, "cannot rename %s to %s: %s", tmp, x->path, strerror(e));
+        xfail(x, "cannot rename %s to %s: %s", tmp, path, strerror(e));
         free(tmp);
         return -1;
     }
     free(tmp);
-    if (fsync_dir_of(x->path) != 0)
-        return xfail(x, "syncing the directory of %s: %s", x->path, strerror(errno));
+    if (fsync_dir_of(path) != 0)
+        return xfail(x, "syncing the directory of %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_atomic(Export *x, const uint8_t *buf, size_t len)
+{
+    char *tmp;
+    int fd = open_tmp(x, x->path, &tmp);
+    if (fd < 0)
+        return -1;
+    return commit_tmp(x, fd, tmp, x->path, rt_write_all(fd, buf, len));
+}
+
+/* the elements of t (-1: a bad shape) */
+static int64_t numel_of(const Onnx__TensorProto *t)
+{
+    int64_t n = 1;
+    for (size_t d = 0; d < t->n_dims; d++)
+        if (t->dims[d] < 0 || __builtin_mul_overflow(n, t->dims[d], &n))
+            return -1;
+    return n;
+}
+
+/* the current data of initializer r (trained, written back, or the original's: raw, typed float/double, or
+ * external, read from OUT.init into *owned, which the caller frees); 0, or -1 (x->err) */
+static int data_of(Export *x, const InitRef *r, const uint8_t **p, size_t *len, void **owned)
+{
+    const Onnx__TensorProto *t = r->t;
+    *owned = NULL;
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        const RtExtern *e = NULL;
+        for (int i = 0; i < x->m->nextern && !e; i++)
+            if (x->m->ext[i].init >= 0 && (size_t)x->m->ext[i].init == r->index)
+                e = &x->m->ext[i];
+        if (!e)
+            return xfail(x, "initializer '%s' is external data that the init file does not hold (rebuild the "
+                         "executable with this fsdpc)", r->name);
+        if ((uint64_t)e->nbytes > (uint64_t)SIZE_MAX)
+            return xfail(x, "initializer '%s' is too large", r->name);
+        *len = (size_t)e->nbytes;
+        *owned = malloc(*len ? *len : 1);
+        if (!*owned)
+            return xfail(x, "out of memory reading initializer '%s' (%zu bytes)", r->name, *len);
+        if (rt_pread_all(x->init_fd, *owned, *len, (uint64_t)e->file_off) != 0)
+            return xfail(x, "reading initializer '%s' from %s: %s", r->name, x->init_path, strerror(errno));
+        *p = *owned;
+    } else if (t->has_raw_data) {
+        *p = t->raw_data.data;
+        *len = t->raw_data.len;
+    } else if (t->data_type == ONNX_FLOAT) {
+        *p = (const uint8_t *)t->float_data;
+        *len = t->n_float_data * sizeof(float);
+    } else if (t->data_type == ONNX_DOUBLE) {
+        *p = (const uint8_t *)t->double_data;
+        *len = t->n_double_data * sizeof(double);
+    } else {
+        return xfail(x, "initializer '%s': internal error: data of ONNX type %d asked for", r->name,
+                     (int)t->data_type);
+    }
     return 0;
 }
 
@@ -386,57 +487,170 @@ static void put(Str *s, const char *fmt, ...)
     s->n += (size_t)k;
 }
 
-/* rank 0, after patching: the patched initializers as a safetensors file */
+/* rank 0, after patching: every float initializer as a safetensors file */
 static int write_safetensors(Export *x, const char *path)
 {
     Str h = {0};
     size_t off = 0;
+    x->path = path;
+    x->flag = "--export-safetensors";
+    int *keep = calloc(x->nrefs + 1, sizeof *keep);
+    if (!keep)
+        return xfail(x, "out of memory");
     put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"}");
     for (size_t i = 0; i < x->nrefs; i++) { /* refs are in name order */
-        const Onnx__TensorProto *t = x->refs[i].t;
-        int j = 0;
-        while (j < x->npatch && x->patch[j].t != t)
-            j++;
-        if (j == x->npatch)
-            continue; /* not trained and not written back: a constant of the model */
+        const InitRef *r = &x->refs[i];
+        const Onnx__TensorProto *t = r->t;
+        if (!t->has_data_type || (t->data_type != ONNX_FLOAT && t->data_type != ONNX_DOUBLE))
+            continue; /* an integer or boolean constant of the model: no state */
+        const uint8_t *p;
+        size_t len;
+        void *owned;
+        int64_t n = numel_of(t);
+        int rc = data_of(x, r, &p, &len, &owned);
+        free(owned);
+        if (rc != 0)
+            break;
+        if (n < 0 || len != (size_t)n * (t->data_type == ONNX_FLOAT ? 4 : 8)) {
+            xfail(x, "initializer '%s' has %zu bytes of data, which do not match its shape", r->name, len);
+            break;
+        }
+        keep[i] = 1;
         put(&h, ",\"");
-        for (const unsigned char *p = (const unsigned char *)x->refs[i].name; *p; p++)
-            if (*p == '"' || *p == '\\')
-                put(&h, "\\%c", *p);
-            else if (*p < 0x20 || *p == 0x7f)
-                put(&h, "\\u%04x", *p);
+        for (const unsigned char *q = (const unsigned char *)r->name; *q; q++)
+            if (*q == '"' || *q == '\\')
+                put(&h, "\\%c", *q);
+            else if (*q < 0x20 || *q == 0x7f)
+                put(&h, "\\u%04x", *q);
             else
-                put(&h, "%c", *p);
+                put(&h, "%c", *q);
         put(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t->data_type == ONNX_FLOAT ? "F32" : "F64");
         for (size_t d = 0; d < t->n_dims; d++)
             put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + t->raw_data.len);
-        off += t->raw_data.len;
+        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + len);
+        off += len;
+    }
+    if (x->err[0]) {
+        free(keep);
+        free(h.b);
+        return -1;
     }
     put(&h, "}");
     while (!h.oom && h.n % 8)
         put(&h, " ");
-    size_t total = 8 + h.n + off;
-    uint8_t *buf = h.oom ? NULL : malloc(total);
-    if (!buf) {
+    char *tmp;
+    int fd = h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &tmp);
+    if (fd < 0) {
+        free(keep);
         free(h.b);
-        return xfail(x, "out of memory writing the safetensors file (%zu bytes)", total);
+        return -1;
     }
+    uint8_t len8[8];
     for (int k = 0; k < 8; k++)
-        buf[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
-    memcpy(buf + 8, h.b, h.n);
-    size_t at = 8 + h.n;
-    for (size_t i = 0; i < x->nrefs; i++)
-        for (int j = 0; j < x->npatch; j++)
-            if (x->patch[j].t == x->refs[i].t) {
-                memcpy(buf + at, x->refs[i].t->raw_data.data, x->refs[i].t->raw_data.len);
-                at += x->refs[i].t->raw_data.len;
-            }
-    x->path = path;
-    x->flag = "--export-safetensors";
-    int rc = write_atomic(x, buf, total);
-    free(buf);
+        len8[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
+    int rc = rt_write_all(fd, len8, 8) != 0 || rt_write_all(fd, h.b, h.n) != 0 ? -1 : 0;
+    for (size_t i = 0; i < x->nrefs && rc == 0; i++) {
+        const uint8_t *p;
+        size_t len;
+        void *owned;
+        if (!keep[i])
+            continue;
+        if (data_of(x, &x->refs[i], &p, &len, &owned) != 0) {
+            free(owned);
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            free(keep);
+            free(h.b);
+            return -1;
+        }
+        rc = rt_write_all(fd, p, len);
+        free(owned);
+    }
+    free(keep);
     free(h.b);
+    return commit_tmp(x, fd, tmp, path, rc);
+}
+
+/* t's data in the export's external file, at off */
+static void make_external(Export *x, Onnx__TensorProto *t, const char *location, uint64_t off, uint64_t len)
+{
+    Patch *pt = add_patch(x, t);
+    snprintf(pt->num[0], sizeof pt->num[0], "%llu", (unsigned long long)off);
+    snprintf(pt->num[1], sizeof pt->num[1], "%llu", (unsigned long long)len);
+    const char *key[3] = {"location", "offset", "length"}, *val[3] = {location, pt->num[0], pt->num[1]};
+    for (int k = 0; k < 3; k++) {
+        onnx__string_string_entry_proto__init(&pt->kv[k]);
+        pt->kv[k].key = (char *)key[k];
+        pt->kv[k].value = (char *)val[k];
+        pt->kvp[k] = &pt->kv[k];
+    }
+    point_at(t, NULL, 0);
+    t->has_raw_data = 0;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    t->n_external_data = 3;
+    t->external_data = pt->kvp;
+}
+
+/* FILE.data beside the export, written atomically: the initializers that were external (copied from
+ * OUT.init unless trained) and the patched ones of 1 KiB or more; each tensor then points at its bytes */
+static int write_external(Export *x, const char *onnx_path)
+{
+    const char *slash = strrchr(onnx_path, '/');
+    size_t pl = strlen(onnx_path);
+    char *path = x->data_path = malloc(pl + 6), *tmp; /* kept until packed: location points into it */
+    if (!path)
+        return xfail(x, "out of memory");
+    snprintf(path, pl + 6, "%s.data", onnx_path);
+    const char *location = path + (slash ? (size_t)(slash - onnx_path) + 1 : 0); /* a bare file name */
+    int fd = open_tmp(x, path, &tmp);
+    if (fd < 0)
+        return -1;
+    Onnx__GraphProto *g = x->mp->graph;
+    InitRef **by_index = calloc(x->nrefs + 1, sizeof *by_index);
+    uint64_t off = 0;
+    int rc = by_index ? 0 : -1;
+    for (size_t i = 0; by_index && i < x->nrefs; i++)
+        by_index[x->refs[i].index] = &x->refs[i];
+    for (size_t i = 0; rc == 0 && i < g->n_initializer; i++) { /* in the model's order */
+        const InitRef *r = by_index[i];
+        Onnx__TensorProto *t = r->t;
+        int trained = patched(x, t);
+        if (!r->external && !(trained && t->has_raw_data && t->raw_data.len >= 1024))
+            continue;
+        const uint8_t *p;
+        size_t len;
+        void *owned;
+        static const uint8_t zero[64];
+        uint64_t pad = (64 - off % 64) % 64;
+        if (data_of(x, r, &p, &len, &owned) != 0) {
+            free(owned);
+            rc = 1;
+            break;
+        }
+        rc = rt_write_all(fd, zero, (size_t)pad) != 0 || rt_write_all(fd, p, len) != 0 ? -1 : 0;
+        free(owned);
+        off += pad;
+        make_external(x, t, location, off, len);
+        off += len;
+    }
+    free(by_index);
+    if (rc > 0) { /* x->err says why */
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    if (rc < 0 && !by_index)
+        errno = ENOMEM;
+    x->path = path;
+    rc = commit_tmp(x, fd, tmp, path, rc);
+    x->path = onnx_path;
+    if (rc != 0) { /* the message names the data file: keep it */
+        char e[sizeof x->err];
+        snprintf(e, sizeof e, "%s", x->err);
+        xfail(x, "%s (the external data file of the export)", e);
+    }
     return rc;
 }
 
@@ -450,6 +664,9 @@ static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_pat
         return 0;
     x->path = onnx_path;
     x->flag = "--export-onnx";
+    if ((x->had_external || onnx__model_proto__get_packed_size(x->mp) > ((size_t)1 << 30)) &&
+        write_external(x, onnx_path) != 0)
+        return -1;
     size_t len = onnx__model_proto__get_packed_size(x->mp);
     x->out = malloc(len ? len : 1);
     if (!x->out)
@@ -476,6 +693,7 @@ static void cleanup(Export *x, const RtModel *m)
     free(x->refs);
     free(x->model);
     free(x->out);
+    free(x->data_path);
 }
 
 int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path)
@@ -485,6 +703,9 @@ int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd,
     memset(&x, 0, sizeof x);
     x.path = onnx_path ? onnx_path : st_path;
     x.flag = onnx_path ? "--export-onnx" : "--export-safetensors";
+    x.init_fd = init_fd;
+    x.init_path = init_path;
+    x.m = m;
     int ok = 1;
     if (c->rank == 0)
         ok = prepare(&x, c, init_fd, init_path) == 0;

@@ -114,6 +114,12 @@ static int check_ranges(const char *path, const RtModel *m, uint64_t size)
             rt_err_set(1, "init file %s is corrupt: constant %d lies beyond its end", path, i);
             return -1;
         }
+    for (int i = 0; i < m->nextern; i++)
+        if (m->ext[i].file_off < 0 || m->ext[i].nbytes < 0 ||
+            (uint64_t)m->ext[i].file_off + (uint64_t)m->ext[i].nbytes > size) {
+            rt_err_set(1, "init file %s is corrupt: external initializer %d lies beyond its end", path, i);
+            return -1;
+        }
     if (m->model_len > 0 && (uint64_t)m->model_off + (uint64_t)m->model_len > size) {
         rt_err_set(1, "init file %s is corrupt: the embedded model lies beyond its end", path);
         return -1;

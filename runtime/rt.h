@@ -65,6 +65,13 @@ typedef struct {
                            * statistics), exported with its current value; NULL for the others */
 } RtConst;
 
+/* an initializer of the original model kept in an external data file and not trained: its bytes in OUT.init,
+ * from which --export-onnx copies them (the export then needs no file of the original) */
+typedef struct {
+    int init;             /* its index among the ONNX graph's initializers */
+    int64_t file_off, nbytes;
+} RtExtern;
+
 /* cuda target: one embedded NVRTC output per --arch */
 typedef struct {
     const char *arch;     /* "sm_90" (cubin) or "compute_80" (PTX, for newer GPUs) */
@@ -114,6 +121,7 @@ typedef struct {
     int ncoll;            /* the step's collectives (rt_coll_start tags 0 .. ncoll-1) */
     int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
+    int nextern; const RtExtern *ext; /* the untrained initializers stored as external data (export) */
     int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale,
                            * always computes the gradient norm, and the updates skip an overflow */
 } RtModel;

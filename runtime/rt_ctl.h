@@ -4,6 +4,9 @@
  *
  * Two implementations, one per target:
  *   ctl_mpi.c  (cpu)  MPI_COMM_WORLD; the step's collectives are MPI too.
+ *                     A watchdog thread (wd_mpi.c) ends a job whose
+ *                     collective makes no progress for FSDPC_STEP_TIMEOUT
+ *                     seconds, naming the ranks that did not arrive.
  *   ctl_tcp.c  (cuda) no MPI: rank and world from the environment
  *                     (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/
  *                     NTASKS, or RANK/WORLD_SIZE; the first found wins),

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "npy.h" /* rt_elem_size, rt_pread_all, ... */
 #include "rt.h"
@@ -37,6 +39,51 @@ int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd,
  * fail to export: the model is embedded and FILE's directory is writable.
  * Returns 0, or -1 with a one-line reason in err. */
 int rt_export_check(const RtModel *m, const char *flag, const char *path, char *err, size_t errlen);
+
+/* ------------------------------------------- the progress record (progress.c) */
+
+/* What this rank waits on with the other ranks: a node of the step (>= 0:
+ * its collective), or the control plane's; and the step it is in.  Written
+ * by the thread that makes the call (the step's, the communication thread:
+ * never two waits at once), with relaxed stores only; seq counts the waits
+ * begun, which every rank begins in the same order.  The cpu target's
+ * watchdog (wd_mpi.c) reads it. */
+enum { RT_WAIT_NONE = -1, RT_WAIT_ALLREDUCE = -2, RT_WAIT_BCAST = -3, RT_WAIT_GATHER = -4, RT_WAIT_BARRIER = -5,
+       RT_WAIT_FIRST = -5 };
+typedef struct {
+    const RtModel *m; /* the step's (its node names); NULL before the first step */
+    int64_t step, seq;
+    int what;
+} RtProgress;
+void rt_progress_step(const RtModel *m, int64_t step);
+void rt_progress_begin(int what);
+void rt_progress_end(void);
+void rt_progress_read(RtProgress *p);
+
+/* FSDPC_STEP_TIMEOUT: the seconds one wait on the other ranks (a collective,
+ * a step on the GPU) may make no progress before the job is brought down;
+ * default 600.  0, or -1 with a one-line reason in err.  Inline: the cuda
+ * device layer's self-test links no core. */
+static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
+{
+    const char *t = getenv("FSDPC_STEP_TIMEOUT");
+    *seconds = 600;
+    if (!t || !*t)
+        return 0;
+    char *end;
+    double v = strtod(t, &end);
+    if (*end || !(v > 0)) {
+        char shown[41];
+        size_t i = 0;
+        for (; t[i] && i + 1 < sizeof shown; i++) /* printable: it is echoed in a one-line message */
+            shown[i] = (unsigned char)t[i] < 0x20 || t[i] == 0x7f ? '?' : t[i];
+        shown[i] = 0;
+        snprintf(err, errlen, "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0", shown);
+        return -1;
+    }
+    *seconds = v;
+    return 0;
+}
 
 /* ------------------------------------------------ start-up errors (rt.c) */
 

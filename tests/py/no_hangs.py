@@ -11,10 +11,19 @@ case with a 60 s limit (a hang would hit it) and a measured exit time:
   - a label out of range read by rank 1 at step 3: the step failure names the
     step and rank and every rank stops;
   - rank 1 killed (SIGKILL) mid-run: mpirun ends the others;
+  - rank 1 stopped (SIGSTOP) mid-run, FSDPC_STEP_TIMEOUT=5, the collectives
+    inside the step and on the communication thread: rank 0's watchdog ends
+    the job within 15 s with one line naming itself, the step, the collective
+    and rank 1 as not responding;
+  - rank 0 blocked in a system call (opening a --metrics FIFO nobody reads)
+    while rank 1 waits at start-up: rank 1's line names rank 0, which answers
+    from its watchdog thread, with where it is;
+  - FSDPC_STEP_TIMEOUT that is not a number: one line, every rank exits 1;
   - --resume of a checkpoint only rank 0 can read (rank 1 points at an empty
     directory): every rank stops at start-up.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +53,58 @@ def expect_fail(tag, cmd, *needles):
         check(n in p.stderr, "%s: stderr lacks %r:\n%s" % (tag, n, p.stderr[-2000:]))
     line = next((l for l in p.stderr.splitlines() if all(n in l for n in needles[:1])), "")
     print("%-28s exit %d after %4.1f s: %s" % (tag, p.returncode, took, line.strip()[:130]))
+
+
+def rank_pid(exe, rank):
+    """the pid of the process of exe that mpirun started as rank"""
+    for d in os.listdir("/proc"):
+        try:
+            env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
+            argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if argv[0] == exe.encode() and ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
+            return int(d)
+    return None
+
+
+def stalled_rank(exe, data, comm_thread):
+    """rank 1 stopped mid-run: rank 0's watchdog names it and the job ends"""
+    tag = "rank 1 stopped (%s)" % ("comm thread" if comm_thread == "1" else "in the step")
+    env = dict(os.environ, FSDPC_STEP_TIMEOUT="5", FSDPC_COMM_THREAD=comm_thread)
+    proc = subprocess.Popen(mpmd([exe] + data + ["--steps", "100000000", "--log-every", "100000000"],
+                                 [exe] + data + ["--steps", "100000000"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    pid = None
+    try:
+        time.sleep(2)
+        check(proc.poll() is None, "%s: the long run ended early" % tag)
+        pid = rank_pid(exe, 1)
+        check(pid is not None, "%s: no process of rank 1" % tag)
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        out, err = proc.communicate(timeout=LIMIT)
+        took = time.time() - t0
+    except subprocess.TimeoutExpired:
+        check(False, "%s: the job still ran %d s after rank 1 stopped" % (tag, LIMIT))
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode != 0, "%s: mpirun exited 0" % tag)
+    check(took < 15, "%s: the job took %.1f s to end (FSDPC_STEP_TIMEOUT=5)" % (tag, took))
+    want = "communication thread" if comm_thread == "1" else "inside the step"
+    check(want in out, "%s: expected the collectives %s:\n%s" % (tag, want, out[-1000:]))
+    pat = (r"error: rank 0: step \d+: collective '[^']+ \((AllGather|ReduceScatter|AllReduce)\)' made no "
+           r"progress for 5 s \(FSDPC_STEP_TIMEOUT\): did not arrive: rank 1 not responding \(stopped")
+    lines = [l for l in err.splitlines() if "FSDPC_STEP_TIMEOUT" in l]
+    check(len(lines) == 1 and re.search(pat, lines[0]), "%s: expected one line matching %r:\n%s" % (tag, pat, err))
+    print("%-28s exit %d after %4.1f s: %s" % (tag, proc.returncode, took, lines[0].strip()[:150]))
 
 
 def main():
@@ -87,6 +148,30 @@ def main():
         check(False, "killing one rank left the other running for %d s" % LIMIT)
     check(proc.returncode != 0, "a killed rank: mpirun exited 0")
     print("%-28s exit %d after %4.1f s" % ("a rank killed mid-run", proc.returncode, time.time() - t0))
+    # a rank that stops: the watchdog names it, in the step and on the communication thread
+    stalled_rank(exe, data, "0")
+    stalled_rank(exe, data, "1")
+    # rank 0 blocked in open() of a FIFO: rank 1 times out at start-up, rank 0's watchdog answers
+    if os.path.exists(J("fifo")):
+        os.unlink(J("fifo"))
+    os.mkfifo(J("fifo"))
+    env = dict(os.environ, FSDPC_STEP_TIMEOUT="3")
+    t0 = time.time()
+    p = subprocess.run(mpmd([exe] + args + ["--metrics", J("fifo")], [exe] + args), capture_output=True, text=True,
+                       timeout=LIMIT, env=env)
+    took = time.time() - t0
+    check(p.returncode != 0 and took < 15, "a rank blocked: exit %d after %.1f s" % (p.returncode, took))
+    pat = (r"error: rank 1: start-up: the control plane's \w+ made no progress for 3 s \(FSDPC_STEP_TIMEOUT\): did "
+           r"not arrive: rank 0 is at start-up, outside any collective")
+    check(re.search(pat, p.stderr), "a rank blocked: stderr lacks %r:\n%s" % (pat, p.stderr))
+    print("%-28s exit %d after %4.1f s" % ("rank 0 blocked in open()", p.returncode, took))
+    # a timeout that is not a number: one line
+    env = dict(os.environ, FSDPC_STEP_TIMEOUT="5s")
+    p = subprocess.run(mpmd([exe] + args, [exe] + args), capture_output=True, text=True, timeout=LIMIT, env=env)
+    lines = [l for l in p.stderr.splitlines() if "FSDPC_STEP_TIMEOUT" in l]
+    check(p.returncode != 0 and len(lines) == 1 and "FSDPC_STEP_TIMEOUT='5s': expected a number of seconds > 0"
+          in lines[0], "FSDPC_STEP_TIMEOUT=5s: exit %d, expected one line:\n%s" % (p.returncode, p.stderr))
+    print("%-28s exit %d: %s" % ("FSDPC_STEP_TIMEOUT=5s", p.returncode, lines[0].strip()))
     # a checkpoint rank 0 reads and rank 1 cannot
     run([exe] + data + ["--steps", "2", "--ckpt-dir", J("ck"), "--quiet"])
     os.makedirs(J("empty"), exist_ok=True)

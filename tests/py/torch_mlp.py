@@ -12,7 +12,10 @@ and --lr-schedule cosine (warmup, decay, min-lr) for 8 steps against PyTorch's
 clip_grad_norm_ and a LambdaLR of the same schedule: losses and weights within
 1e-5, the metrics' grad_norm (before clipping) within 1e-5 of the norm
 clip_grad_norm_ returns (clipping active on some steps, not on others), and
-their lr equal to the scheduler's.
+their lr equal to the scheduler's.  --freeze fc1.*: the rest matches PyTorch,
+fc1 stays as exported, and the --export-safetensors file holds every
+initializer of the ONNX export, fc1's with their original values (a strict
+load_state_dict of it succeeds).
 """
 import math
 import copy
@@ -204,17 +207,24 @@ def main():
         exe = os.path.join(work, "freeze_w%d" % world)
         run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", "mse:y,target", "--optimizer", opt_name,
              "--dim", "batch=%d" % (GLOBAL_B // world), "--wrap", "size:200", "--freeze", "fc1.*", "--verify"])
-        metrics, out = exe + ".jsonl", exe + ".onnx"
+        metrics, out, st = exe + ".jsonl", exe + ".onnx", exe + ".safetensors"
         run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
-            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper))
+            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out,
+            "--export-safetensors", st] + hyper))
         losses, mem = read_metrics(metrics)
         for s, (a, b) in enumerate(zip(losses, ref_losses)):
             check(abs(a - b) <= 1e-5 * abs(b), "freeze world %d step %d: loss %.9g vs PyTorch %.9g" % (world, s, a, b))
         w = onnx_weights(out)
         for name, ref in ref_w.items():
             check(rel_err(w[name], ref) <= 1e-5, "freeze world %d: weight '%s' differs from PyTorch" % (world, name))
+        sw = read_safetensors(st)  # every initializer, the frozen ones too: a strict load_state_dict works
+        check(sorted(sw) == sorted(w) and all(np.array_equal(sw[k], w[k]) for k in w),
+              "freeze world %d: the safetensors export differs from the ONNX export: %s vs %s" % (world, sorted(sw), sorted(w)))
         for name in ("fc1.weight", "fc1.bias"):
             check(np.array_equal(w[name], init_w[name]), "freeze world %d: frozen %s changed" % (world, name))
+            check(np.array_equal(sw[name], init_w[name]), "freeze world %d: frozen %s in safetensors" % (world, name))
+        strict = copy.deepcopy(init)
+        strict.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sw.items()}, strict=True)
         n, nfc1 = sum(v.size for v in init_w.values()), 8 * 32 + 32
         check(mem["model_state_bytes"] * n == state[1]["model_state_bytes"] * (n - nfc1),
               "freeze world %d: model state %d B, expected the whole model's without fc1's %d of %d parameters"
