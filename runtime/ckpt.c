@@ -693,6 +693,8 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
             c->loss_scale = k.scale;
             c->scale_good = k.scale_good;
             c->skipped = k.skipped;
+        } else {
+            c->skipped = k.step - c->updates; /* --on-nonfinite skip */
         }
     }
     ckpt_free(&k);
