@@ -340,14 +340,20 @@ static int resolve(const char *path, char *dir, size_t cap)
         return 0;
     }
     snprintf(p, sizeof p, "%s/latest", path);
-    FILE *f = fopen(p, "r");
+    int fd = rt_open_regular(p, &st);
     char name[64] = "";
-    if (!f) {
+    if (fd == -2) {
+        rt_err_set(1, "--resume %s: %s: %s", path, p, rt_open_why(fd));
+        return -1;
+    }
+    if (fd < 0) {
         rt_err_set(1, "--resume %s: neither a checkpoint (no manifest) nor a --ckpt-dir (no latest)", path);
         return -1;
     }
-    int ok = fgets(name, sizeof name, f) != NULL;
-    fclose(f);
+    ssize_t got = read(fd, name, sizeof name - 1);
+    close(fd);
+    int ok = got > 0;
+    name[ok ? got : 0] = 0;
     size_t n = strlen(name);
     if (ok && n && name[n - 1] == '\n')
         name[--n] = 0;
@@ -516,10 +522,10 @@ static int verify(const Ckpt *k)
     int rc = 0;
     for (int i = 0; rc == 0 && i < k->nfile; i++) {
         snprintf(path, sizeof path, "%s/%s", k->dir, k->file[i].name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            rt_err_set(1, "--resume: %s: %s", path, strerror(errno));
+        int fd = rt_open_regular(path, &st);
+        if (fd < 0) {
+            rt_err_set(1, "--resume: %s: %s", path, rt_open_why(fd));
             rc = -1;
         } else if (st.st_size != k->file[i].bytes) {
             rt_err_set(1, "--resume: %s holds %lld bytes, the manifest says %lld: the checkpoint is damaged", path,
@@ -554,9 +560,11 @@ static int read_piece(Ckpt *k, int r, void *dst, int64_t n, int64_t off)
     if (k->fd[r] < 0) {
         char path[PLEN];
         snprintf(path, sizeof path, "%s/%s", k->dir, k->file[r].name);
-        k->fd[r] = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        k->fd[r] = rt_open_regular(path, &st);
         if (k->fd[r] < 0) {
-            rt_err_set(1, "--resume: %s: %s", path, strerror(errno));
+            rt_err_set(1, "--resume: %s: %s", path, rt_open_why(k->fd[r]));
+            k->fd[r] = -1;
             return -1;
         }
     }
@@ -618,11 +626,11 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     int rc = resolve(path, k.dir, sizeof k.dir);
     if (rc == 0) {
         snprintf(mpath, sizeof mpath, "%s/manifest", k.dir);
-        int fd = open(mpath, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0 || st.st_size > MAX_MANIFEST || !(text = calloc(1, (size_t)st.st_size + 1)) ||
+        int fd = rt_open_regular(mpath, &st);
+        if (fd < 0 || st.st_size > MAX_MANIFEST || !(text = calloc(1, (size_t)st.st_size + 1)) ||
             rt_pread_all(fd, text, (uint64_t)st.st_size, 0) != 0) {
-            rt_err_set(1, "--resume: cannot read %s: %s", mpath, fd < 0 ? strerror(errno) : "too large or unreadable");
+            rt_err_set(1, "--resume: cannot read %s: %s", mpath, fd < 0 ? rt_open_why(fd) : "too large or unreadable");
             rc = -1;
         }
         if (fd >= 0)
@@ -669,9 +677,10 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
                 }
                 char cpath[PLEN];
                 snprintf(cpath, sizeof cpath, "%s/consts.bin", k.dir);
-                int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+                struct stat st;
+                int fd = rt_open_regular(cpath, &st);
                 if (fd < 0 || rt_pread_all(fd, c->arena + cn->arena_off, (uint64_t)cn->nbytes, (uint64_t)q->offset)) {
-                    rt_err_set(1, "--resume: reading %s: %s", cpath, strerror(errno));
+                    rt_err_set(1, "--resume: reading %s: %s", cpath, fd < 0 ? rt_open_why(fd) : strerror(errno));
                     if (fd >= 0)
                         close(fd);
                     break;
