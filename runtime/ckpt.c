@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,37 +165,68 @@ static void hex(char *out, const char *s)
     *out = 0;
 }
 
-/* rank 0: the manifest into tmp */
+/* the manifest being written: every byte also hashed, for the end record */
+typedef struct {
+    FILE *f;
+    uint64_t h;
+    int bad;
+} Out;
+
+static void mput(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mput(Out *o, const char *fmt, ...)
+{
+    char small[512], *s = small;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof small && (s = malloc((size_t)n + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    if (n < 0 || !s) {
+        o->bad = 1;
+        return;
+    }
+    o->bad |= fwrite(s, 1, (size_t)n, o->f) != (size_t)n;
+    o->h = fnv(o->h, s, (size_t)n);
+    if (s != small)
+        free(s);
+}
+
+/* rank 0: the manifest into tmp; its last record, "end H", carries H, the
+ * FNV-1a-64 of every byte before it */
 static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t pos, const Written *ranks,
                           const Written *consts)
 {
     const RtModel *m = c->m;
     char path[PLEN];
     snprintf(path, sizeof path, "%s/manifest", tmp);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    Out o = {fopen(path, "w"), FNV0, 0};
+    if (!o.f)
         return -1;
-    fprintf(f, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
-            c->world, c->sf, m->optimizer);
-    fprintf(f, "updates %" PRId64 "\n", c->updates);
+    mput(&o, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
+        c->world, c->sf, m->optimizer);
+    mput(&o, "updates %" PRId64 "\n", c->updates);
     if (m->loss_scaling) /* %.17g: the double back exactly */
-        fprintf(f, "loss_scale %.17g %" PRId64 " %" PRId64 "\n", c->loss_scale, c->scale_good, c->skipped);
+        mput(&o, "loss_scale %.17g %" PRId64 " %" PRId64 "\n", c->loss_scale, c->scale_good, c->skipped);
     int64_t off = 0;
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
-        fprintf(f, "unit %d %" PRId64 " %d %d %" PRId64 " %" PRId64 "\n", u, un->numel, un->dtype, un->nstate,
-                c->shard_len[u], off);
+        mput(&o, "unit %d %" PRId64 " %d %d %" PRId64 " %" PRId64 "\n", u, un->numel, un->dtype, un->nstate,
+            c->shard_len[u], off);
         off += unit_block(c->shard_len[u], un->dtype, un->nstate);
     }
     for (int i = 0; i < m->nparam; i++) {
         const RtParam *p = &m->param[i];
         char *h = malloc(2 * strlen(p->name ? p->name : "") + 1);
         if (!h) {
-            fclose(f);
+            fclose(o.f);
             return -1;
         }
         hex(h, p->name ? p->name : "");
-        fprintf(f, "param %d %" PRId64 " %" PRId64 " %s\n", p->unit, p->offset, p->numel, h);
+        mput(&o, "param %d %" PRId64 " %" PRId64 " %s\n", p->unit, p->offset, p->numel, h);
         free(h);
     }
     int64_t coff = 0;
@@ -202,19 +234,20 @@ static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t
         if (m->cnst[i].name) {
             char *h = malloc(2 * strlen(m->cnst[i].name) + 1);
             if (!h) {
-                fclose(f);
+                fclose(o.f);
                 return -1;
             }
             hex(h, m->cnst[i].name);
-            fprintf(f, "const %" PRId64 " %" PRId64 " %s\n", m->cnst[i].nbytes, coff, h);
+            mput(&o, "const %" PRId64 " %" PRId64 " %s\n", m->cnst[i].nbytes, coff, h);
             coff += m->cnst[i].nbytes;
             free(h);
         }
     for (int r = 0; r < c->sf; r++)
-        fprintf(f, "file rank-%05d.bin %" PRId64 " %016" PRIx64 "\n", r, ranks[r].bytes, ranks[r].sum);
-    fprintf(f, "file consts.bin %" PRId64 " %016" PRIx64 "\nend\n", consts->bytes, consts->sum);
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    return fclose(f) != 0 || bad ? -1 : 0;
+        mput(&o, "file rank-%05d.bin %" PRId64 " %016" PRIx64 "\n", r, ranks[r].bytes, ranks[r].sum);
+    mput(&o, "file consts.bin %" PRId64 " %016" PRIx64 "\n", consts->bytes, consts->sum);
+    mput(&o, "end %016" PRIx64 "\n", o.h);
+    int bad = o.bad || ferror(o.f) || fflush(o.f) != 0 || fsync(fileno(o.f)) != 0;
+    return fclose(o.f) != 0 || bad ? -1 : 0;
 }
 
 /* rank 0: tmp becomes DIR/step-N (replacing one of that step), then latest points at it */
@@ -485,12 +518,20 @@ static int parse(Ckpt *k, const char *text, const char *path)
             snprintf(q[k->nfile].name, sizeof q[k->nfile].name, "%s", name);
             q[k->nfile].bytes = e;
             q[k->nfile++].sum = sum;
-        } else if (!strcmp(rec, "end")) {
+        } else if (sscanf(rec, "end %16" SCNx64 "%n", &sum, &r) == 1 && !rec[r] && r == 20) {
+            if (sum != fnv(FNV0, text, (size_t)(nl - len - text)))
+                BAD("%s", path, line, "the checksum does not match the manifest's content: it was edited or damaged "
+                    "(resume from another checkpoint)");
             ended = 1;
+        } else if (!strcmp(rec, "end")) {
+            BAD("%s", path, line, "no checksum on the end record (a manifest of an older fsdpc, or edited): "
+                "resume from a checkpoint this fsdpc wrote");
         } else {
             BAD("%s", path, line, "an unknown record");
         }
     }
+    if (ended && *p)
+        BAD("%s", path, line + 1, "content after the end record");
     if (!ended || k->step < 1 || k->sf < 1 || k->world < 1 || k->world % k->sf || k->nunit < 1 ||
         k->nfile != k->sf + 1 || strcmp(k->file[k->sf].name, "consts.bin"))
         BAD("%s", path, line, "incomplete (no end, step, shard group, units or files)");
