@@ -15,7 +15,10 @@
  *                   ("loss_scale"; older manifests lack both: updates =
  *                   step, the flags' scale), every unit's layout, every parameter
  *                   (unit, offset, numel, hex-encoded name), every constant,
- *                   and every file with its size and FNV-1a-64 checksum.
+ *                   and every file with its size and FNV-1a-64 checksum;
+ *                   the last record, "end H", carries H, the FNV-1a-64 of
+ *                   every byte before it (an edited step or data_pos is
+ *                   refused, as a damaged shard is).
  * (The dropout RNG is counter-based on the step: the step is its state.)
  *
  * Saving is collective: rank 0 makes DIR/.step-N.tmp, the writers fill and
