@@ -217,9 +217,6 @@ const char *cg_unary_op(Op op)
     }
 }
 
-/* the step computes the global gradient norm (GradNormSq and its AllReduce) only when it uses it */
-static const char *const NORM_WANTED = "c->clip_norm > 0 || c->loss_scale > 0";
-
 /* After the reduce-scatter of flat gradient x into this rank's piece of it: the gradient shard y is that
  * piece (micro-step 0) or the sum of the micro-steps' (--accum-mode comm); with --accum-mode local (c->dev_acc)
  * the piece of the unit's summed gradient, after the last micro-step only */
@@ -272,17 +269,10 @@ static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
                 n->unit, dt);
         break;
     }
-    default: { /* AllReduce; the gradient norm's (a sum) only when it is used */
-        const char *ind = ir_attr_i(n, "sum", 0) ? "      " : "    ";
-        if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    if (%s) {\n", NORM_WANTED);
-        cg_put(b, "%srt_memcpy(%s, %s, %lld);\n", ind, cg_ptr(g, y), cg_ptr(g, x),
-            (long long)(ny * (int64_t)dtype_size(dt)));
-        cg_put(b, "%srt_allreduce_%s(c, %s, %lld, %d);\n", ind, ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
+    default: /* AllReduce: the mean, or the sum (the gradient norm's) */
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x), (long long)(ny * (int64_t)dtype_size(dt)));
+        cg_put(b, "    rt_allreduce_%s(c, %s, %lld, %d);\n", ir_attr_i(n, "sum", 0) ? "sum" : "avg", cg_ptr(g, y),
             (long long)ny, dt);
-        if (ir_attr_i(n, "sum", 0))
-            cg_put(b, "    }\n");
-    }
     }
 }
 
@@ -435,15 +425,17 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         if (ir_attr_i(n, "of", -1) == OP_ReduceScatter) /* in: flat gradient, gradient shard[, bf16 copy] */
             emit_grad_accum(b, g, n->in[0], n->in[1], n->unit);
         break;
-    case OP_GradNormSq:
-        cg_put(b, "    if (%s) {\n", NORM_WANTED);
-        for (int i = 0; i < n->nin; i++)
-            cg_put(b, "      k_sum_squares_%s(%s, %s, c->shard_len[%d], %d);\n", s, cg_ptr(g, y), cg_ptr(g, n->in[i]),
+    case OP_GradNormSq: { /* in: the gradient shards, then the loss */
+        const int loss = n->in[n->nin - 1];
+        for (int i = 0; i < n->nin - 1; i++)
+            cg_put(b, "    k_sum_squares_%s(%s, %s, c->shard_len[%d], %d);\n", s, cg_ptr(g, y), cg_ptr(g, n->in[i]),
                 g->val[n->in[i]].unit, i > 0);
         if (g->opt->precision == PREC_FP16) /* the shards hold S times the gradient */
-            cg_put(b, "      k_unscale_sq_f32(%s, c->loss_scale);\n", cg_ptr(g, y));
-        cg_put(b, "    }\n");
+            cg_put(b, "    k_unscale_sq_f32(%s, c->loss_scale);\n", cg_ptr(g, y));
+        cg_put(b, "    k_nan_unless_finite(%s, %s, %s, %s);\n", cg_kdt(dt), cg_ptr(g, y), cg_kdt(g->val[loss].dtype),
+            cg_ptr(g, loss));
         break;
+    }
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
     case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW:

@@ -306,9 +306,12 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .gnorm_off = %lld, .shard_group = %d,\n",
         g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
         g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0);
-    cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .optimizer = %d,\n",
+    /* this rank's own loss: where it is a plain scalar of the averaged loss's dtype (memplan keeps it) */
+    int lr = g->loss >= 0 && la >= 0 && g->val[g->loss].dtype == g->val[la].dtype &&
+                     g->val[g->loss].loc.kind == LOC_ARENA ? g->loss : -1;
+    cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
         la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
-        g->opt->optimizer == OPT_ADAMW ? RT_ADAMW : RT_SGD);
+        lr >= 0 ? (long long)g->val[lr].loc.off : -1LL, g->opt->optimizer == OPT_ADAMW ? RT_ADAMW : RT_SGD);
     cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);

@@ -123,9 +123,10 @@ void pass_memplan(Graph *g)
         def[g->input[k]] = -1;
         used[g->input[k]] = 1;
     }
-    /* what the runtime reads after the step: the reported loss, or (eval) the outputs */
-    for (int k = 0; k < g->noutput + 1; k++) {
-        int v = k < g->noutput ? (g->opt->eval ? g->output[k] : -1) : g->loss_avg;
+    /* what the runtime reads after the step: the reported loss and this rank's own (the rank a
+     * non-finite loss came from), or (eval) the outputs */
+    for (int k = 0; k < g->noutput + 2; k++) {
+        int v = k < g->noutput ? (g->opt->eval ? g->output[k] : -1) : k == g->noutput ? g->loss_avg : g->loss;
         if (v < 0)
             continue;
         last[ir_root(g, v)] = nn;

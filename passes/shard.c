@@ -14,9 +14,10 @@
  *   - one optimizer update on the flat shards replacing the per-parameter ones;
  *     before the updates, GradNormSq of every gradient shard and its AllReduce
  *     (sum): g->grad_norm_sq, the global squared norm that the updates read to
- *     clip by (the step computes it only when --clip-grad-norm is given, or
- *     always under --precision fp16, where the updates skip on a non-finite
- *     norm; a shard's padding is zero, so nothing is counted twice).
+ *     clip by, and skip on when it is not finite (a shard's padding is zero,
+ *     so nothing is counted twice).  GradNormSq's last input is the reported
+ *     loss g->loss_avg (the same on every rank): a non-finite loss makes the
+ *     norm NaN, so no update runs on a step whose loss is not finite.
  * Shard lengths are ceil(numel / F), F the ranks of a shard group (the
  * world, 1 for NO_SHARD, --shard hybrid:F): the world size is a run-time
  * fact, so shapes here are nominal ([numel]) and the runtime sizes them.
@@ -217,9 +218,10 @@ void pass_shard(Graph *g)
     if (g->nunit > 0) { /* the global squared gradient norm, read by every update */
         Shape scalar = {0};
         DType dt = g->unit[0].dtype;
-        int *shards = ir_alloc(sizeof(int) * (size_t)g->nunit);
+        int *shards = ir_alloc(sizeof(int) * (size_t)(g->nunit + 1));
         for (int u = 0; u < g->nunit; u++)
             shards[u] = g->unit[u].gradshard;
+        shards[g->nunit] = g->loss_avg;
         int local = ir_value(g, "grad_norm_sq.local", dt, &scalar, R_ACT);
         g->grad_norm_sq = ir_value(g, "grad_norm_sq", dt, &scalar, R_ACT);
         Node sum = mk(OP_AllReduce, "grad_norm_sq", 1, &local, g->grad_norm_sq, -1);
@@ -227,7 +229,7 @@ void pass_shard(Graph *g)
         sum.attr[0] = (Attr){.name = "sum", .kind = A_INT, .i = 1};
         sum.nattr = 1;
         List head = {0};
-        push(&head, mk(OP_GradNormSq, "grad_norm_sq.local", g->nunit, shards, local, -1));
+        push(&head, mk(OP_GradNormSq, "grad_norm_sq.local", g->nunit + 1, shards, local, -1));
         push(&head, sum);
         for (int k = 0; k < tail.len; k++) {
             Node *n = &tail.n[k];

@@ -141,6 +141,11 @@ void rt_usage(const RtModel *m)
            "                          then cosine decay from lr to --min-lr X (default lr/10) at step\n"
            "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
            "                          (the default): lr, after the same linear warmup\n"
+           "  --on-nonfinite stop|skip\n"
+           "                          a step whose loss or gradient norm is not finite (NaN, inf) is\n"
+           "                          never applied; stop (the default): the run stops there with an\n"
+           "                          error, before any checkpoint or export of it; skip: the update is\n"
+           "                          skipped (counted in the step line and --metrics) and training goes on\n"
            "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
            "  --trace FILE.json       a Chrome trace (chrome://tracing, Perfetto) of the first steps:\n"
            "                          every node of every rank, compute and collectives apart (cpu)\n"
@@ -290,6 +295,13 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
             rt_err_set(2, "--accum-mode expects comm or local, got '%s' (see --help)", val);
             rc = -1;
         }
+    } else if (strcmp(flag, "--on-nonfinite") == 0) {
+        if (strcmp(val, "stop") == 0 || strcmp(val, "skip") == 0) {
+            o->skip_nonfinite = val[1] == 'k';
+        } else {
+            rt_err_set(2, "--on-nonfinite expects stop or skip, got '%s' (see --help)", val);
+            rc = -1;
+        }
     } else if (strcmp(flag, "--ckpt-dir") == 0) {
         o->ckpt_dir = val;
     } else if (strcmp(flag, "--ckpt-every") == 0) {
@@ -361,7 +373,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
                                           "--export-safetensors", "--loss-scale-init",
-                                          "--loss-scale-growth-interval", "--loss-scale"};
+                                          "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)

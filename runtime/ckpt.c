@@ -15,7 +15,10 @@
  *                   ("loss_scale"; older manifests lack both: updates =
  *                   step, the flags' scale), every unit's layout, every parameter
  *                   (unit, offset, numel, hex-encoded name), every constant,
- *                   and every file with its size and FNV-1a-64 checksum.
+ *                   and every file with its size and FNV-1a-64 checksum;
+ *                   the last record, "end H", carries H, the FNV-1a-64 of
+ *                   every byte before it (an edited step or data_pos is
+ *                   refused, as a damaged shard is).
  * (The dropout RNG is counter-based on the step: the step is its state.)
  *
  * Saving is collective: rank 0 makes DIR/.step-N.tmp, the writers fill and
@@ -39,6 +42,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,37 +168,68 @@ static void hex(char *out, const char *s)
     *out = 0;
 }
 
-/* rank 0: the manifest into tmp */
+/* the manifest being written: every byte also hashed, for the end record */
+typedef struct {
+    FILE *f;
+    uint64_t h;
+    int bad;
+} Out;
+
+static void mput(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mput(Out *o, const char *fmt, ...)
+{
+    char small[512], *s = small;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof small && (s = malloc((size_t)n + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    if (n < 0 || !s) {
+        o->bad = 1;
+        return;
+    }
+    o->bad |= fwrite(s, 1, (size_t)n, o->f) != (size_t)n;
+    o->h = fnv(o->h, s, (size_t)n);
+    if (s != small)
+        free(s);
+}
+
+/* rank 0: the manifest into tmp; its last record, "end H", carries H, the
+ * FNV-1a-64 of every byte before it */
 static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t pos, const Written *ranks,
                           const Written *consts)
 {
     const RtModel *m = c->m;
     char path[PLEN];
     snprintf(path, sizeof path, "%s/manifest", tmp);
-    FILE *f = fopen(path, "w");
-    if (!f)
+    Out o = {fopen(path, "w"), FNV0, 0};
+    if (!o.f)
         return -1;
-    fprintf(f, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
-            c->world, c->sf, m->optimizer);
-    fprintf(f, "updates %" PRId64 "\n", c->updates);
+    mput(&o, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
+        c->world, c->sf, m->optimizer);
+    mput(&o, "updates %" PRId64 "\n", c->updates);
     if (m->loss_scaling) /* %.17g: the double back exactly */
-        fprintf(f, "loss_scale %.17g %" PRId64 " %" PRId64 "\n", c->loss_scale, c->scale_good, c->skipped);
+        mput(&o, "loss_scale %.17g %" PRId64 " %" PRId64 "\n", c->loss_scale, c->scale_good, c->skipped);
     int64_t off = 0;
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
-        fprintf(f, "unit %d %" PRId64 " %d %d %" PRId64 " %" PRId64 "\n", u, un->numel, un->dtype, un->nstate,
-                c->shard_len[u], off);
+        mput(&o, "unit %d %" PRId64 " %d %d %" PRId64 " %" PRId64 "\n", u, un->numel, un->dtype, un->nstate,
+            c->shard_len[u], off);
         off += unit_block(c->shard_len[u], un->dtype, un->nstate);
     }
     for (int i = 0; i < m->nparam; i++) {
         const RtParam *p = &m->param[i];
         char *h = malloc(2 * strlen(p->name ? p->name : "") + 1);
         if (!h) {
-            fclose(f);
+            fclose(o.f);
             return -1;
         }
         hex(h, p->name ? p->name : "");
-        fprintf(f, "param %d %" PRId64 " %" PRId64 " %s\n", p->unit, p->offset, p->numel, h);
+        mput(&o, "param %d %" PRId64 " %" PRId64 " %s\n", p->unit, p->offset, p->numel, h);
         free(h);
     }
     int64_t coff = 0;
@@ -202,19 +237,20 @@ static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t
         if (m->cnst[i].name) {
             char *h = malloc(2 * strlen(m->cnst[i].name) + 1);
             if (!h) {
-                fclose(f);
+                fclose(o.f);
                 return -1;
             }
             hex(h, m->cnst[i].name);
-            fprintf(f, "const %" PRId64 " %" PRId64 " %s\n", m->cnst[i].nbytes, coff, h);
+            mput(&o, "const %" PRId64 " %" PRId64 " %s\n", m->cnst[i].nbytes, coff, h);
             coff += m->cnst[i].nbytes;
             free(h);
         }
     for (int r = 0; r < c->sf; r++)
-        fprintf(f, "file rank-%05d.bin %" PRId64 " %016" PRIx64 "\n", r, ranks[r].bytes, ranks[r].sum);
-    fprintf(f, "file consts.bin %" PRId64 " %016" PRIx64 "\nend\n", consts->bytes, consts->sum);
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    return fclose(f) != 0 || bad ? -1 : 0;
+        mput(&o, "file rank-%05d.bin %" PRId64 " %016" PRIx64 "\n", r, ranks[r].bytes, ranks[r].sum);
+    mput(&o, "file consts.bin %" PRId64 " %016" PRIx64 "\n", consts->bytes, consts->sum);
+    mput(&o, "end %016" PRIx64 "\n", o.h);
+    int bad = o.bad || ferror(o.f) || fflush(o.f) != 0 || fsync(fileno(o.f)) != 0;
+    return fclose(o.f) != 0 || bad ? -1 : 0;
 }
 
 /* rank 0: tmp becomes DIR/step-N (replacing one of that step), then latest points at it */
@@ -340,14 +376,20 @@ static int resolve(const char *path, char *dir, size_t cap)
         return 0;
     }
     snprintf(p, sizeof p, "%s/latest", path);
-    FILE *f = fopen(p, "r");
+    int fd = rt_open_regular(p, &st);
     char name[64] = "";
-    if (!f) {
+    if (fd == -2) {
+        rt_err_set(1, "--resume %s: %s: %s", path, p, rt_open_why(fd));
+        return -1;
+    }
+    if (fd < 0) {
         rt_err_set(1, "--resume %s: neither a checkpoint (no manifest) nor a --ckpt-dir (no latest)", path);
         return -1;
     }
-    int ok = fgets(name, sizeof name, f) != NULL;
-    fclose(f);
+    ssize_t got = read(fd, name, sizeof name - 1);
+    close(fd);
+    int ok = got > 0;
+    name[ok ? got : 0] = 0;
     size_t n = strlen(name);
     if (ok && n && name[n - 1] == '\n')
         name[--n] = 0;
@@ -479,12 +521,20 @@ static int parse(Ckpt *k, const char *text, const char *path)
             snprintf(q[k->nfile].name, sizeof q[k->nfile].name, "%s", name);
             q[k->nfile].bytes = e;
             q[k->nfile++].sum = sum;
-        } else if (!strcmp(rec, "end")) {
+        } else if (sscanf(rec, "end %16" SCNx64 "%n", &sum, &r) == 1 && !rec[r] && r == 20) {
+            if (sum != fnv(FNV0, text, (size_t)(nl - len - text)))
+                BAD("%s", path, line, "the checksum does not match the manifest's content: it was edited or damaged "
+                    "(resume from another checkpoint)");
             ended = 1;
+        } else if (!strcmp(rec, "end")) {
+            BAD("%s", path, line, "no checksum on the end record (a manifest of an older fsdpc, or edited): "
+                "resume from a checkpoint this fsdpc wrote");
         } else {
             BAD("%s", path, line, "an unknown record");
         }
     }
+    if (ended && *p)
+        BAD("%s", path, line + 1, "content after the end record");
     if (!ended || k->step < 1 || k->sf < 1 || k->world < 1 || k->world % k->sf || k->nunit < 1 ||
         k->nfile != k->sf + 1 || strcmp(k->file[k->sf].name, "consts.bin"))
         BAD("%s", path, line, "incomplete (no end, step, shard group, units or files)");
@@ -516,10 +566,10 @@ static int verify(const Ckpt *k)
     int rc = 0;
     for (int i = 0; rc == 0 && i < k->nfile; i++) {
         snprintf(path, sizeof path, "%s/%s", k->dir, k->file[i].name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            rt_err_set(1, "--resume: %s: %s", path, strerror(errno));
+        int fd = rt_open_regular(path, &st);
+        if (fd < 0) {
+            rt_err_set(1, "--resume: %s: %s", path, rt_open_why(fd));
             rc = -1;
         } else if (st.st_size != k->file[i].bytes) {
             rt_err_set(1, "--resume: %s holds %lld bytes, the manifest says %lld: the checkpoint is damaged", path,
@@ -554,9 +604,11 @@ static int read_piece(Ckpt *k, int r, void *dst, int64_t n, int64_t off)
     if (k->fd[r] < 0) {
         char path[PLEN];
         snprintf(path, sizeof path, "%s/%s", k->dir, k->file[r].name);
-        k->fd[r] = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        k->fd[r] = rt_open_regular(path, &st);
         if (k->fd[r] < 0) {
-            rt_err_set(1, "--resume: %s: %s", path, strerror(errno));
+            rt_err_set(1, "--resume: %s: %s", path, rt_open_why(k->fd[r]));
+            k->fd[r] = -1;
             return -1;
         }
     }
@@ -618,11 +670,11 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     int rc = resolve(path, k.dir, sizeof k.dir);
     if (rc == 0) {
         snprintf(mpath, sizeof mpath, "%s/manifest", k.dir);
-        int fd = open(mpath, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0 || st.st_size > MAX_MANIFEST || !(text = calloc(1, (size_t)st.st_size + 1)) ||
+        int fd = rt_open_regular(mpath, &st);
+        if (fd < 0 || st.st_size > MAX_MANIFEST || !(text = calloc(1, (size_t)st.st_size + 1)) ||
             rt_pread_all(fd, text, (uint64_t)st.st_size, 0) != 0) {
-            rt_err_set(1, "--resume: cannot read %s: %s", mpath, fd < 0 ? strerror(errno) : "too large or unreadable");
+            rt_err_set(1, "--resume: cannot read %s: %s", mpath, fd < 0 ? rt_open_why(fd) : "too large or unreadable");
             rc = -1;
         }
         if (fd >= 0)
@@ -669,9 +721,10 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
                 }
                 char cpath[PLEN];
                 snprintf(cpath, sizeof cpath, "%s/consts.bin", k.dir);
-                int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+                struct stat st;
+                int fd = rt_open_regular(cpath, &st);
                 if (fd < 0 || rt_pread_all(fd, c->arena + cn->arena_off, (uint64_t)cn->nbytes, (uint64_t)q->offset)) {
-                    rt_err_set(1, "--resume: reading %s: %s", cpath, strerror(errno));
+                    rt_err_set(1, "--resume: reading %s: %s", cpath, fd < 0 ? rt_open_why(fd) : strerror(errno));
                     if (fd >= 0)
                         close(fd);
                     break;
@@ -693,6 +746,8 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
             c->loss_scale = k.scale;
             c->scale_good = k.scale_good;
             c->skipped = k.skipped;
+        } else {
+            c->skipped = k.step - c->updates; /* --on-nonfinite skip */
         }
     }
     ckpt_free(&k);

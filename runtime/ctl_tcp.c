@@ -669,16 +669,16 @@ static int parse_rdv_line(Rdv *r, char *buf, char *err, size_t errlen)
  * there yet; -1: unusable (err) */
 static int read_rdv_file(Rdv *r, char *err, size_t errlen)
 {
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT)
+    struct stat st;
+    int fd = rt_open_regular(r->path, &st);
+    if (fd == -1 && errno == ENOENT)
         return 0;
     if (fd < 0) {
-        snprintf(err, errlen, "rank %d: cannot read the %s: %s", g.rank, r->what, strerror(errno));
+        snprintf(err, errlen, "rank %d: cannot read the %s: %s", g.rank, r->what, rt_open_why(fd));
         return -1;
     }
     char buf[RDV_LINE];
-    struct stat st;
-    ssize_t n = fstat(fd, &st) == 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n < 0)
         return 0;

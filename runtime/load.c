@@ -130,9 +130,10 @@ static int check_ranges(const char *path, const RtModel *m, uint64_t size)
 /* open and validate the init file; returns the fd, or -1 (rt_err_set called) */
 static int open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = rt_open_regular(path, &st);
     if (fd < 0) {
-        rt_err_set(1, "cannot open init file %s: %s%s", path, strerror(errno),
+        rt_err_set(1, "%s %s: %s%s", is_default ? "the init file" : "--init", path, rt_open_why(fd),
                    is_default ? " (it is written by fsdpc beside the executable; or pass --init FILE)" : "");
         return -1;
     }
@@ -515,20 +516,10 @@ static uint32_t le32(const unsigned char *b)
 static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
 {
     const char *path = o->tokens;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rt_err_set(1, "--tokens %s: %s", path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rt_err_set(1, "--tokens %s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rt_err_set(1, "--tokens %s: not a regular file", path);
-        close(fd);
+    int fd = rt_open_regular(path, &st);
+    if (fd < 0) {
+        rt_err_set(1, "--tokens %s: %s", path, rt_open_why(fd));
         return -1;
     }
     uint64_t size = (uint64_t)st.st_size;

@@ -315,19 +315,10 @@ int npy_parse(const void *buf, size_t len, NpyArray *a, char *err, size_t errlen
 int npy_open(const char *path, NpyArray *a, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return fail(err, errlen, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
-    }
+    int fd = rt_open_regular(path, &st);
+    if (fd < 0)
+        return fail(err, errlen, "%s: %s", path, rt_open_why(fd));
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
         return fail(err, errlen, "%s: file too large to map", path);
@@ -403,6 +394,36 @@ size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *sha
     memset(buf + 10 + n, ' ', total - 10 - n - 1);
     buf[total - 1] = '\n';
     return total;
+}
+
+int rt_open_regular(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    int flags;
+    if (fstat(fd, st) != 0 || (flags = fcntl(fd, F_GETFL)) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return -2;
+    }
+    if (fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+const char *rt_open_why(int rc)
+{
+    return rc == -2 ? "not a regular file (a FIFO, device or directory is never read: pass a file)" : strerror(errno);
 }
 
 int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off)

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "rt.h"
 
@@ -63,5 +64,14 @@ int64_t rt_elem_size(int dtype);
  * 1 GiB); pread past the end is EIO.  Return 0, or -1 with errno set. */
 int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off);
 int rt_write_all(int fd, const void *buf, size_t n);
+
+/* Every file a run reads is opened this way, so that none can hang it: opened
+ * O_NONBLOCK (a FIFO without a writer does not block the open), refused unless
+ * fstat says it is a regular file (a FIFO, device or directory could block or
+ * never end), then switched back to blocking reads.  Returns the fd (and its
+ * fstat in *st), -1 with errno set, or -2: not a regular file.  rt_open_why
+ * of that return says why, as a message's tail. */
+int rt_open_regular(const char *path, struct stat *st);
+const char *rt_open_why(int rc);
 
 #endif

@@ -121,6 +121,8 @@ static int check_model(const RtModel *m)
         BAD("shard group %d", m->shard_group);
     if (m->gnorm_off < -1 || (m->gnorm_off >= 0 && (m->nunit < 1 || m->gnorm_off > m->arena_bytes - 8)))
         BAD("gradient norm offset %" PRId64, m->gnorm_off);
+    if (m->rank_loss_off < -1 || m->rank_loss_off > m->arena_bytes - rt_elem_size(m->loss_dtype))
+        BAD("rank loss offset %" PRId64 " outside the arena", m->rank_loss_off);
     if (m->model_off < 0 || m->model_len < 0)
         BAD("model range");
     for (int u = 0; u < m->nunit; u++) {
@@ -547,12 +549,12 @@ static double read_scalar(RtCtx *c, int64_t off, int dtype)
     return v;
 }
 
-/* fp16, after a step that ran with the loss scale in c: an overflow (a
- * non-finite global squared norm gsq, all-reduced: every rank decides the
- * same) skipped the update, so the optimizers' count stays and S halves;
- * otherwise S doubles after --loss-scale-growth-interval good steps in a
- * row (torch.cuda.amp.GradScaler's rule).  --loss-scale fixes S.  Returns 1
- * when the step was skipped. */
+/* fp16, after a step with a finite loss that ran with the loss scale in c:
+ * an overflow (a non-finite global squared norm gsq, all-reduced: every rank
+ * decides the same) skipped the update, so the optimizers' count stays and S
+ * halves; otherwise S doubles after --loss-scale-growth-interval good steps
+ * in a row (torch.cuda.amp.GradScaler's rule).  --loss-scale fixes S.
+ * Returns 1 when the step was skipped. */
 static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
 {
     if (!isfinite(gsq)) {
@@ -575,20 +577,21 @@ static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
 
 /* rank 0: the step line (step 1, every --log-every-th, the last) and the
  * metrics line (every step); scale: the loss scale the step ran with (fp16;
- * 0 otherwise), skipped: its update was skipped for an overflow */
-static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms, double scale, int skipped)
+ * 0 otherwise), skipped: why its update was skipped (NULL: it was not) */
+static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms, double scale,
+                        const char *skipped)
 {
     const RtOpts *o = &r->o;
     int log = step == 1 || step % o->log_every == 0 || step == o->steps || skipped;
-    if (!o->quiet && log && scale > 0) {
-        printf("step %lld/%lld  loss %.6f  %.2f ms  loss scale %g%s", (long long)step, (long long)o->steps, loss, ms,
-               scale, skipped ? "  skipped: the gradient overflowed" : "");
+    if (!o->quiet && log) {
+        printf("step %lld/%lld  loss %.6f  %.2f ms", (long long)step, (long long)o->steps, loss, ms);
+        if (scale > 0)
+            printf("  loss scale %g", scale);
         if (skipped)
-            printf(" (%lld skipped so far; loss scale now %g)", (long long)r->ctx.skipped, r->ctx.loss_scale);
-        printf("\n");
-        fflush(stdout);
-    } else if (!o->quiet && log) {
-        printf("step %lld/%lld  loss %.6f  %.2f ms\n", (long long)step, (long long)o->steps, loss, ms);
+            printf("  skipped: %s (%lld skipped so far", skipped, (long long)r->ctx.skipped);
+        if (skipped && scale > 0)
+            printf("; loss scale now %g", r->ctx.loss_scale);
+        printf("%s\n", skipped ? ")" : "");
         fflush(stdout);
     }
     if (r->mf) {
@@ -603,43 +606,94 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
             fprintf(r->mf, ",\"grad_norm\":%s", gb);
         }
         if (scale > 0)
-            fprintf(r->mf, ",\"loss_scale\":%.17g,\"skipped\":%s,\"skipped_total\":%lld", scale,
-                    skipped ? "true" : "false", (long long)r->ctx.skipped);
+            fprintf(r->mf, ",\"loss_scale\":%.17g", scale);
+        if (scale > 0 || o->skip_nonfinite)
+            fprintf(r->mf, ",\"skipped\":%s,\"skipped_total\":%lld", skipped ? "true" : "false",
+                    (long long)r->ctx.skipped);
         fputs("}\n", r->mf);
         if (metrics_flush(&r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
     }
 }
 
+/* Collective, after a micro-step whose reported loss (the mean over ranks,
+ * the same on every rank) is not finite: the lowest rank whose own loss is
+ * not, -1 if none is known (the mean overflowed, or the build keeps no
+ * rank's loss) */
+static int nonfinite_loss_rank(RtCtx *c)
+{
+    const RtModel *m = c->m;
+    int mine = m->rank_loss_off >= 0 && !isfinite(read_scalar(c, m->rank_loss_off, m->loss_dtype));
+    int64_t key = mine ? c->rank : INT64_MAX;
+    rt_ctl_allreduce_i64(&key, 1, RT_CTL_MIN);
+    return key == INT64_MAX ? -1 : (int)key;
+}
+
+/* rank 0, --on-nonfinite stop: the run's last line (every rank exits 1) */
+static void report_stop(const Run *r, double loss, int loss_rank, double gsq)
+{
+    char what[128];
+    if (!isfinite(loss) && loss_rank >= 0)
+        snprintf(what, sizeof what, "the loss is %s on rank %d", isnan(loss) ? "NaN" : "infinite", loss_rank);
+    else if (!isfinite(loss))
+        snprintf(what, sizeof what, "the loss is %s", isnan(loss) ? "NaN" : "infinite");
+    else
+        snprintf(what, sizeof what, "the gradient norm is %s", isnan(gsq) ? "NaN" : "infinite");
+    fprintf(stderr, "%s: error: step %lld: %s; the run stops before its update (no checkpoint or export of it): "
+                    "check the data, lower --lr (or clip with --clip-grad-norm), or pass --on-nonfinite skip to "
+                    "skip such steps\n", rt_prog, (long long)r->ctx.step, what);
+    fflush(stderr);
+}
+
 /* the steps after r->first up to --steps, checkpointing as asked; returns the
- * exit status (non-zero: --dump-grads or a checkpoint failed) */
+ * exit status (non-zero: --dump-grads or a checkpoint failed, or a step was
+ * not finite under --on-nonfinite stop).  A step whose loss or gradient norm
+ * is not finite is never applied: the updates skip on a non-finite norm, a
+ * non-finite loss makes the norm NaN (codegen), and after a micro-step with
+ * a non-finite loss the step's later micro-steps only consume their data. */
 static int train(Run *r)
 {
     RtCtx *c = &r->ctx;
     for (int64_t s = r->first; s < r->o.steps; s++) {
         c->step = s + 1;
-        c->opt_step = c->updates + 1; /* fp16: a skipped step's update is not counted */
+        c->opt_step = c->updates + 1; /* a skipped step's update is not counted */
         c->lr = rt_lr_at(&r->o, c->step);
         const double scale = c->loss_scale;
         const RtModel *m = c->m;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         double loss = 0;
+        int loss_rank = -1, last_ran = 0;
         for (c->micro = 0; c->micro < c->accum; c->micro++) { /* the last micro-step updates */
             rt_data_next(c, &r->data);
+            if (!isfinite(loss))
+                continue;
             rt_dev_step(c);
+            last_ran = c->micro + 1 == c->accum;
             loss += read_scalar(c, m->loss_off, m->loss_dtype) / (double)c->accum;
+            if (!isfinite(loss))
+                loss_rank = nonfinite_loss_rank(c);
         }
         c->micro = c->accum - 1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        double gsq = c->clip_norm > 0 || m->loss_scaling ? read_scalar(c, m->gnorm_off, m->unit[0].dtype) : 1;
+        double gsq = last_ran && m->gnorm_off >= 0 ? read_scalar(c, m->gnorm_off, m->unit[0].dtype) : NAN;
         double gnorm = c->clip_norm > 0 || m->loss_scaling ? sqrt(gsq) : -1;
-        int skipped = 0;
-        if (m->loss_scaling)
-            skipped = loss_scale_update(c, &r->o, gsq);
-        else
+        const char *skipped = NULL;
+        if (m->loss_scaling && isfinite(loss)) {
+            if (loss_scale_update(c, &r->o, gsq))
+                skipped = "the gradient overflowed";
+        } else if (!isfinite(loss) || (m->gnorm_off >= 0 && !isfinite(gsq))) {
+            if (!r->o.skip_nonfinite) {
+                if (g_rank == 0)
+                    report_stop(r, loss, loss_rank, gsq);
+                return 1;
+            }
+            c->skipped++;
+            skipped = isfinite(loss) ? "the gradient is not finite" : "the loss is not finite";
+        } else {
             c->updates++;
+        }
         if (g_rank == 0)
             report_step(r, c->step, loss, gnorm, ms, scale, skipped);
         if (c->step == 1 && r->o.dump_grads) {

@@ -106,6 +106,8 @@ typedef struct {
     int shard_group;      /* ranks per shard group (fsdpc --shard): 0 every rank (full, grad_op), 1 (none),
                            * F (hybrid:F, the world a multiple of F) */
     int loss_dtype;
+    int64_t rank_loss_off; /* arena offset of this rank's own loss (before the average; loss_dtype),
+                            * read after a step whose loss is not finite: -1 none */
     int optimizer;        /* RT_ADAMW / RT_SGD */
     int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
     void (*step)(struct RtCtx *);
@@ -122,8 +124,7 @@ typedef struct {
     int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
     int nextern; const RtExtern *ext; /* the untrained initializers stored as external data (export) */
-    int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale,
-                           * always computes the gradient norm, and the updates skip an overflow */
+    int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale */
 } RtModel;
 
 typedef struct RtCtx {
@@ -138,7 +139,7 @@ typedef struct RtCtx {
     int64_t *shard_len;   /* per unit: ceil(numel / sf) */
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
-    double clip_norm;     /* --clip-grad-norm (0: none): the step computes the gradient norm */
+    double clip_norm;     /* --clip-grad-norm (0: none) */
     int64_t micro, accum; /* --accum: micro-steps per step, and this one (0-based): gradients
                            * accumulate over them, the update runs after the last */
     char **acc;           /* --accum-mode local (with accum > 1): per unit a flat gradient of
@@ -153,13 +154,13 @@ typedef struct RtCtx {
     char **dev_shard;
     char **dev_acc;
     /* the optimizers' step count for this step's update (bias correction; 1-based): step, less the steps
-     * skipped for an overflow (fp16); updates: the updates done so far */
-    int64_t opt_step, updates;
-    /* --precision fp16 (m->loss_scaling): the loss scale S of this step (0 without loss scaling), the
-     * updates since S last changed (it doubles every --loss-scale-growth-interval of them), and the steps
+     * skipped (an fp16 overflow, --on-nonfinite skip); updates: the updates done so far; skipped: the steps
      * skipped so far */
+    int64_t opt_step, updates, skipped;
+    /* --precision fp16 (m->loss_scaling): the loss scale S of this step (0 without loss scaling), the
+     * updates since S last changed (it doubles every --loss-scale-growth-interval of them) */
     double loss_scale;
-    int64_t scale_good, skipped;
+    int64_t scale_good;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);

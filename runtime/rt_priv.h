@@ -119,6 +119,7 @@ typedef struct {
     const char *resume;       /* --resume PATH */
     int64_t accum;            /* --accum K: micro-steps per step (1) */
     int accum_local;          /* --accum-mode local */
+    int skip_nonfinite;       /* --on-nonfinite skip (0: stop) */
     const char *trace;        /* --trace FILE.json */
     int64_t trace_steps;      /* --trace-steps N (2) */
     const char *metrics, *export_path, *init;

@@ -52,18 +52,14 @@ static int rt_dtype_of(int t)
 /* the whole file, if it is a regular file of at most limit bytes */
 static unsigned char *slurp(const RtInput *in, const char *path, uint64_t limit, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = rt_open_regular(path, &st);
     if (fd < 0) {
-        rt_err_set(1, "--input %s: %s: %s", in->name, path, strerror(errno));
+        rt_err_set(1, "--input %s: %s: %s", in->name, path, rt_open_why(fd));
         return NULL;
     }
-    struct stat st;
     unsigned char *buf = NULL;
-    if (fstat(fd, &st) != 0) {
-        rt_err_set(1, "--input %s: %s: %s", in->name, path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        rt_err_set(1, "--input %s: %s: not a regular file", in->name, path);
-    } else if ((uint64_t)st.st_size > limit || (uint64_t)st.st_size >= (uint64_t)SIZE_MAX) {
+    if ((uint64_t)st.st_size > limit || (uint64_t)st.st_size >= (uint64_t)SIZE_MAX) {
         rt_err_set(1, "--input %s: %s: %" PRIu64 " bytes is more than a TensorProto of input '%s' can need "
                       "(corrupt file?)", in->name, path, (uint64_t)st.st_size, in->name);
     } else if (!(buf = malloc((size_t)st.st_size + 1))) {

@@ -300,9 +300,10 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
  * g * (T)k_clip_coef(gsq[0], clip), gsq[0] the squared norm of the whole gradient      \
  * (clip 0: g as it is, gsq may be NULL).  Loss scaling (--precision fp16): scale > 0   \
  * is the loss scale S, g holds S times the gradient and gsq[0] the squared norm of the \
- * unscaled one (never NULL then); a non-finite gsq[0] (an overflow) skips the update,  \
- * nothing written; otherwise g is multiplied by coef * (T)(1/S), one factor (scale 0:  \
- * no loss scaling).                                                                    \
+ * unscaled one (never NULL then); otherwise g is multiplied by coef * (T)(1/S), one    \
+ * factor (scale 0: no loss scaling).  A non-finite gsq[0] (a NaN or inf gradient, an   \
+ * fp16 overflow, a non-finite loss: k_nan_unless_finite) skips the update, nothing     \
+ * written.                                                                             \
  * PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step */                                                                \
 void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
@@ -340,6 +341,13 @@ void k_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum);
 /* the squared norm of S times the gradient into the gradient's: y[0] = (float)(y[0] /
  * scale^2), computed in double (S a power of two: exact) */
 void k_unscale_sq_f32(float *y, double scale);
+
+/* ---- non-finite steps (optim.c) ------------------------------------------ */
+
+/* the gradient norm's guard: y[0] = NaN when x[0] is not finite, else y[0] as
+ * it is; y, x scalars of dtype K_DT_F32 or K_DT_F64 (the squared norm, the
+ * loss), so that a step with a non-finite loss updates nothing */
+void k_nan_unless_finite(int ydt, void *y, int xdt, const void *x);
 
 /* ---- bfloat16 (--precision bf16) ---------------------------------------- */
 

@@ -48,3 +48,16 @@ void k_unscale_sq_f32(float *y, double scale)
 {
     y[0] = (float)((double)y[0] / (scale * scale));
 }
+
+/* ---- non-finite steps ---- */
+
+void k_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
+{
+    const double v = xdt == K_DT_F64 ? *(const double *)x : (double)*(const float *)x;
+    if (isfinite(v))
+        return;
+    if (ydt == K_DT_F64)
+        *(double *)y = NAN;
+    else
+        *(float *)y = NAN;
+}

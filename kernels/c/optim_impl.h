@@ -22,7 +22,7 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
                   double beta1, double beta2, double eps, double wd,
                   int64_t step, const T *gsq, double clip, double scale, int64_t micro, int64_t accum)
 {
-    if (micro != accum - 1 || (scale > 0 && !isfinite((double)gsq[0])))
+    if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
         return;
     const int clipping = clip > 0 || scale > 0;
     const T coef = KFN(update_coef)(gsq, clip, scale);
@@ -51,7 +51,7 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
                 double momentum, double wd, int64_t step, const T *gsq, double clip, double scale,
                 int64_t micro, int64_t accum)
 {
-    if (micro != accum - 1 || (scale > 0 && !isfinite((double)gsq[0])))
+    if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
         return;
     const int clipping = clip > 0 || scale > 0;
     const T coef = KFN(update_coef)(gsq, clip, scale);

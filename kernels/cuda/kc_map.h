@@ -94,6 +94,7 @@
 #define k_grad_accum_f32 kc_grad_accum_f32
 #define k_loss_seed_f32 kc_loss_seed_f32
 #define k_unscale_sq_f32 kc_unscale_sq_f32
+#define k_nan_unless_finite kc_nan_unless_finite
 
 #include "kernels.h"
 #include "kc.h"

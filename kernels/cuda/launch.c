@@ -983,3 +983,8 @@ void kc_unscale_sq_f32(float *y, double scale)
     (void)scale;
     launch_k_unscale_sq_f32(1, 1, y, kc_step_params());
 }
+
+void kc_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
+{
+    launch_k_nan_unless_finite(1, 1, ydt, y, xdt, x);
+}

@@ -40,12 +40,12 @@ KC_DEV float clip_coef(const float *gsq, const KcStepParams *sp)
     return sp->loss_scale > 0 ? coef * (float)(1.0 / sp->loss_scale) : coef;
 }
 
-/* the optimizers update only at the step's last micro-step, and under loss
- * scaling only when the gradient's norm is finite (an overflow skips the
- * step on every rank: gsq is all-reduced) */
+/* the optimizers update only at the step's last micro-step, and only when
+ * the gradient's norm is finite (a NaN or inf gradient, an fp16 overflow, a
+ * non-finite loss skips the step on every rank: gsq is all-reduced) */
 KC_DEV bool update_now(const float *gsq, const KcStepParams *sp)
 {
-    return sp->micro == sp->accum - 1 && !(sp->loss_scale > 0 && !(fabsf(gsq[0]) <= 3.40282347e38f));
+    return sp->micro == sp->accum - 1 && (!gsq || fabsf(gsq[0]) <= 3.40282347e38f);
 }
 
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
@@ -132,4 +132,19 @@ KC_GLOBAL void k_unscale_sq_f32(float *y, const KcStepParams *sp)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0)
         y[0] = (float)((double)y[0] / (sp->loss_scale * sp->loss_scale));
+}
+
+/* the gradient norm's guard (kernels/c's k_nan_unless_finite): y[0] = NaN
+ * when the loss x[0] is not finite */
+KC_GLOBAL void k_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    const double v = xdt == K_DT_F64 ? *(const double *)x : (double)*(const float *)x;
+    if (fabs(v) < KC_INF)
+        return;
+    if (ydt == K_DT_F64)
+        *(double *)y = __longlong_as_double(0x7ff8000000000000LL);
+    else
+        *(float *)y = KC_NANF;
 }

@@ -35,7 +35,10 @@ per-rank batch is 12/W; each (world, strategy) executable is compiled once.
    and at world 1 (there with exactly one stderr line), a stderr line naming
    rank-00001.bin and "checksum"; C's files (names and sha256) are unchanged.
 5b. A tampered manifest (a parameter past its unit, truncated, a non-hex
-    name, an unknown record): one line naming the manifest, exit 1.
+    name, an unknown record, step 6 edited to step 4, data_pos edited, a
+    wrong checksum on the end record, none, a record after the end): one
+    line naming the manifest, exit 1; the step, data_pos and wrong-checksum
+    edits are refused for their checksum.
 6. Bad flags: --resume of a directory with neither manifest nor latest fails
    non-zero naming the path; --ckpt-every 0 exits 2.
 """
@@ -264,7 +267,14 @@ def main():
         "a truncated manifest": good[:param],
         "a name that is not hex": good[:param] + [" ".join(f[:4] + ["zz"])] + good[param + 1:],
         "an unknown record": good[:2] + ["rm -rf /"] + good[2:],
+        "step 6 edited to step 4": [("step 4" if l == "step %d" % INTERRUPT else l) for l in good],
+        "data_pos edited": [("data_pos 0" if l.startswith("data_pos ") else l) for l in good],
+        "a wrong checksum": good[:-1] + [good[-1][:-1] + ("0" if good[-1][-1] != "0" else "1")],
+        "no checksum": good[:-1] + ["end"],
+        "a record after the end": good + ["step 4"],
     }
+    check(good[-1].startswith("end ") and "step %d" % INTERRUPT in good and
+          any(l.startswith("data_pos ") and l != "data_pos 0" for l in good), "the manifest's records:\n%s" % good)
     for what, lines in tampered.items():
         T = J("tampered")
         shutil.rmtree(T, ignore_errors=True)
@@ -275,6 +285,8 @@ def main():
         errs = [l for l in p.stderr.splitlines() if l.strip()]
         check(p.returncode == 1 and len(errs) == 1 and "manifest" in errs[0],
               "%s: expected exit 1 and one line naming the manifest, got %d:\n%s" % (what, p.returncode, p.stderr))
+        if "edited" in what or "wrong" in what:
+            check("checksum does not match" in errs[0], "%s: the refusal does not name the checksum: %s" % (what, errs[0]))
         print("tampered    %-26s -> %s" % (what, errs[0][errs[0].find("--resume"):][:110]))
 
     # 6. bad flags

@@ -58,6 +58,21 @@ def rel_err(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
+def fnv1a64(data):
+    h = 14695981039346656037
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def write_manifest(path, records):
+    """a checkpoint manifest of these records (its end record's checksum dropped), with a new end record
+    carrying the FNV-1a-64 of every byte before it, as runtime/ckpt.c writes it"""
+    body = "".join(r + "\n" for r in records if r and not r.startswith("end"))
+    with open(path, "w") as f:
+        f.write(body + "end %016x\n" % fnv1a64(body.encode()))
+
+
 def check(cond, msg):
     if not cond:
         raise SystemExit("FAILED: " + msg)

@@ -21,9 +21,16 @@ case with a 60 s limit (a hang would hit it) and a measured exit time:
   - FSDPC_STEP_TIMEOUT that is not a number: one line, every rank exits 1;
   - --resume of a checkpoint only rank 0 can read (rank 1 points at an empty
     directory): every rank stops at start-up.
+Files that are not regular files are refused at once, never read (a FIFO
+without a writer would block the open, /dev/zero never ends), with one line
+naming the flag and the file and "not a regular file": a FIFO as --data on
+rank 1 only (world 2), and at world 1 a FIFO as --data, /dev/zero as --data,
+a FIFO as --init, as a checkpoint's manifest, as a --ckpt-dir's latest and as
+a checkpoint's rank-00000.bin (each --resume).
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +53,10 @@ def mpmd(*parts):
 
 def expect_fail(tag, cmd, *needles):
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        check(False, "%s: still running after %d s (a hang): %s" % (tag, LIMIT, " ".join(cmd)))
     took = time.time() - t0
     check(p.returncode != 0, "%s: exit 0, expected a failure" % tag)
     for n in needles:
@@ -109,7 +119,8 @@ def stalled_rank(exe, data, comm_thread):
 
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     J = lambda *p: os.path.join(work, *p)
     model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "mlp.onnx")
     rng = np.random.default_rng(0)
@@ -152,12 +163,10 @@ def main():
     stalled_rank(exe, data, "0")
     stalled_rank(exe, data, "1")
     # rank 0 blocked in open() of a FIFO: rank 1 times out at start-up, rank 0's watchdog answers
-    if os.path.exists(J("fifo")):
-        os.unlink(J("fifo"))
-    os.mkfifo(J("fifo"))
+    os.mkfifo(J("metrics.fifo"))
     env = dict(os.environ, FSDPC_STEP_TIMEOUT="3")
     t0 = time.time()
-    p = subprocess.run(mpmd([exe] + args + ["--metrics", J("fifo")], [exe] + args), capture_output=True, text=True,
+    p = subprocess.run(mpmd([exe] + args + ["--metrics", J("metrics.fifo")], [exe] + args), capture_output=True, text=True,
                        timeout=LIMIT, env=env)
     took = time.time() - t0
     check(p.returncode != 0 and took < 15, "a rank blocked: exit %d after %.1f s" % (p.returncode, took))
@@ -177,6 +186,24 @@ def main():
     os.makedirs(J("empty"), exist_ok=True)
     expect_fail("--resume unreadable on rank 1", mpmd([exe] + args + ["--resume", J("ck")],
                                                       [exe] + args + ["--resume", J("empty")]), "--resume")
+    # special files: refused, never read
+    os.mkfifo(J("fifo"))
+    bad = "not a regular file"
+    expect_fail("a FIFO as --data on rank 1", mpmd([exe] + args, [exe, "--data", "x=" + J("fifo"), "--data",
+                                                                  "target=" + J("t.npy"), "--steps", "5"]),
+                "--data x: " + J("fifo") + ": " + bad)
+    expect_fail("a FIFO as --data", [exe, "--data", "x=" + J("fifo"), "--data", "target=" + J("t.npy")],
+                "--data x: " + J("fifo") + ": " + bad)
+    expect_fail("/dev/zero as --data", [exe, "--data", "x=/dev/zero", "--data", "target=" + J("t.npy")],
+                "--data x: /dev/zero: " + bad)
+    expect_fail("a FIFO as --init", [exe] + args + ["--init", J("fifo")], "--init " + J("fifo") + ": " + bad)
+    for what in ("manifest", "latest", "rank-00000.bin"):
+        d = J("ck_" + what)
+        shutil.copytree(J("ck"), d)
+        f = os.path.join(d, what if what == "latest" else os.path.join("step-00000002", what))
+        os.remove(f)
+        os.mkfifo(f)
+        expect_fail("a FIFO as a checkpoint's " + what, [exe] + args + ["--resume", d], "--resume", f + ": " + bad)
     print("OK no_hangs: every disagreement and failure ends every rank with a message")
 
 

@@ -35,7 +35,8 @@ S (the backward's seed is S), the gradient unscaled by the update.
 3. Checkpoints.  Resuming at world 2 from a checkpoint taken after skips, with
    a growth count under way (--loss-scale-growth-interval 3), continues bit for bit: the later losses, loss scales, skips and the
    exported weights equal the uninterrupted run's.  A manifest of an fp32 run
-   without the "updates" record (an older fsdpc's) still resumes bit for bit.
+   without the "updates" record (an older fsdpc's; checksummed again) still
+   resumes bit for bit.
 4. Strategies.  With --clip-grad-norm 0.05 (active: the clip coefficient and
    1/S fold into one factor) and a fixed --loss-scale 65536, world 4 --shard
    hybrid:2 and world 1 --accum 2 at half the batch follow world 1's run:
@@ -55,7 +56,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 
-from common import check, mpirun, onnx_weights, run  # noqa: E402
+from common import check, mpirun, onnx_weights, run, write_manifest  # noqa: E402
 from gpt import GPT, GPTConfig, export  # noqa: E402
 from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data  # noqa: E402
 from torch_gpt_bf16 import check_grads, grads_of, recipe  # noqa: E402
@@ -177,8 +178,7 @@ def resume(fsdpc, exe, exe32, tok_path, work):
     with open(mp) as f:
         lines = f.read().split("\n")
     check(any(x.startswith("updates ") for x in lines), "resume: the fp32 manifest has no updates record")
-    with open(mp, "w") as f:
-        f.write("\n".join(x for x in lines if not x.startswith("updates ")))
+    write_manifest(mp, [x for x in lines if not x.startswith("updates ")])  # checksummed again
     rest32, w_rest32 = train(exe32, 2, tok_path, 10, "rest", ["--resume", ck32])
     check([o["loss"] for o in rest32] == [o["loss"] for o in f32[6:]], "resume: fp32 from an old manifest: losses "
           "%s, uninterrupted %s" % ([o["loss"] for o in rest32], [o["loss"] for o in f32[6:]]))
