@@ -73,7 +73,23 @@
     /* p0 = beta, p1 = threshold (torch: 1, 20); ONNX Softplus is beta 1 without a             \
      * threshold, which 20 agrees with to float32 rounding */                                  \
     U(SOFTPLUS, X, x * p0 > p1 ? x : M(log1p)(M(exp)(x * p0)) / p0,                            \
-      x * p0 > p1 ? dy : dy * M(exp)(x * p0) / (M(exp)(x * p0) + (T)1))
+      x * p0 > p1 ? dy : dy * M(exp)(x * p0) / (M(exp)(x * p0) + (T)1))                        \
+    U(COS, X, M(cos)(x), dy * -M(sin)(x))                                                      \
+    U(SIN, X, M(sin)(x), dy * M(cos)(x))                                                       \
+    /* piecewise constant: a zero gradient, as torch */                                        \
+    U(FLOOR, NONE, M(floor)(x), (T)0)                                                          \
+    U(CEIL, NONE, M(ceil)(x), (T)0)                                                            \
+    /* halves to even (ONNX, torch.round) */                                                   \
+    U(ROUND, NONE, M(rint)(x), (T)0)                                                           \
+    /* NaN stays NaN */                                                                        \
+    U(SIGN, NONE, x > 0 ? (T)1 : x < 0 ? (T)-1 : x, (T)0)                                      \
+    /* p0 = alpha, p1 = beta: min(max(alpha x + beta, 0), 1); the gradient as torch's          \
+     * hardsigmoid_backward (0 where clamped, the ends included) */                            \
+    U(HARD_SIGMOID, X, p0 * x + p1 < 0 ? (T)0 : p0 * x + p1 > 1 ? (T)1 : p0 * x + p1,          \
+      p0 * x + p1 > 0 && p0 * x + p1 < 1 ? dy * p0 : (T)0)                                     \
+    /* x min(max(x + 3, 0), 6) / 6 and its gradient, as torch.nn.functional.hardswish */       \
+    U(HARD_SWISH, X, x * (x + 3 < 0 ? (T)0 : x + 3 > 6 ? (T)6 : x + 3) / 6,                    \
+      x < -3 ? (T)0 : x <= 3 ? dy * (x / 3 + (T)0.5) : dy)
 
 /* the op codes (kernels.h's K_ADD, K_RELU, ... are these) */
 #define KF_CODE_(code, ...) KF_##code,
