@@ -36,10 +36,14 @@ extern const char **cg_checks;
  * text of `static const RtImage images[]` into tables; returns their count */
 int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
 
-/* the kernels.h op code of a unary op ("K_RELU") and its two parameters as
- * C text (emit.c) */
-const char *cg_unary_op(Op op);
+/* the kernels.h op code of an elementwise op ("K_RELU", "K_ADD") and a unary
+ * op's two parameters as C text (emit.c) */
+const char *cg_kernel_op(Op op);
 const char *cg_unary_params(Op op, const Node *n);
+/* y = a OP b (k_binary, op "K_ADD"...) broadcast to y's shape; py, pa, pb
+ * their pointers as C text (emit_nn.c) */
+void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa, int bb,
+               const char *pb);
 /* a Fused node (emit_fused.c): on cpu an inline loop; on cuda a launch of a
  * generated kernel whose source goes to cg_fused_src, its name to
  * cg_fused_names (cg_nfused of them) */

@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 
@@ -153,27 +154,6 @@ const char *cg_ints(const int64_t *v, int n)
     return b.buf;
 }
 
-static void emit_binary(Buf *b, const Graph *g, const Node *n, int kop)
-{
-    const Value *y = &g->val[n->out[0]];
-    int r = y->shape.rank;
-    int64_t sa[MAX_RANK], sb[MAX_RANK];
-    for (int k = 0; k < 2; k++) {
-        const Shape *s = &g->val[n->in[k]].shape;
-        int64_t *st = k ? sb : sa, acc = 1;
-        for (int i = r - 1; i >= 0; i--) {
-            int ia = i - (r - s->rank);
-            int64_t d = ia >= 0 ? s->dim[ia] : 1;
-            st[i] = d == 1 ? 0 : acc;
-            acc *= d;
-        }
-    }
-    cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(y->shape.dim, r),
-        cg_ints(sa, r), cg_ints(sb, r));
-    cg_put(b, "      k_binary_%s(%d, %s, %s, %s, %d, sh, sa, sb); }\n", cg_sfx(y->dtype), kop,
-        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r);
-}
-
 static void emit_matmul(Buf *b, const Graph *g, const Node *n)
 {
     const Shape *sa = &g->val[n->in[0]].shape, *sb = &g->val[n->in[1]].shape;
@@ -196,25 +176,12 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
            (long long)strB, (long long)m, (long long)nn, (long long)k, ta, tb, n->op == OP_MatMul ? ", 0.0" : "");
 }
 
-/* The kernels' code and parameters of a unary op (kernels/c/kernels.h). */
-const char *cg_unary_op(Op op)
+/* The kernels' code of an elementwise op ("K_RELU": its row in kernels/c/fused.h, ops.def's EW1 / EW2). */
+const char *cg_kernel_op(Op op)
 {
-    switch (op) {
-    case OP_Relu: return "K_RELU";
-    case OP_Tanh: return "K_TANH";
-    case OP_Sigmoid: return "K_SIGMOID";
-    case OP_Sqrt: return "K_SQRT";
-    case OP_Reciprocal: return "K_RECIPROCAL";
-    case OP_Exp: return "K_EXP";
-    case OP_Log: return "K_LOG";
-    case OP_Neg: return "K_NEG";
-    case OP_Abs: return "K_ABS";
-    case OP_Erf: return "K_ERF";
-    case OP_LeakyRelu: return "K_LEAKY_RELU";
-    case OP_Softplus: return "K_SOFTPLUS";
-    case OP_Clip: return "K_CLIP";
-    default: die("%s is not a unary op", op_info[op].name);
-    }
+    if (!(op_info[op].flags & (F_UNARY | F_BINARY)))
+        die("%s is not an elementwise op", op_info[op].name);
+    return ir_fmt("K_%s", op_info[op].kname);
 }
 
 /* After the reduce-scatter of flat gradient x into this rank's piece of it: the gradient shard y is that
@@ -293,20 +260,16 @@ static void emit_collective(Buf *b, const Graph *g, const Node *n)
     cg_put(b, "    rt_coll_start(c, %d, %d, coll%d);\n", tag, (int)(n - g->node), tag);
 }
 
-/* p0, p1 as C text (infinities spelled so the C compiler takes them) */
+/* a double as C text (infinities spelled so the C compiler takes them) */
+static const char *c_double(double v)
+{
+    return isinf(v) ? (v < 0 ? "-INFINITY" : "INFINITY") : ir_fmt("%.17g", v);
+}
+
+/* p0, p1 of unary op's kernel for node n (n: of op, or its UnaryGrad) as C text */
 const char *cg_unary_params(Op op, const Node *n)
 {
-    double p0 = 0, p1 = 0;
-    if (op == OP_LeakyRelu)
-        p0 = ir_attr_f(n, "alpha", 0.01);
-    if (op == OP_Softplus)
-        p0 = 1, p1 = 20;
-    if (op == OP_Clip) {
-        const char *lo = ir_attr(n, "min") ? ir_fmt("%.17g", ir_attr_f(n, "min", 0)) : "-INFINITY";
-        const char *hi = ir_attr(n, "max") ? ir_fmt("%.17g", ir_attr_f(n, "max", 0)) : "INFINITY";
-        return ir_fmt("%s, %s", lo, hi);
-    }
-    return ir_fmt("%.17g, %.17g", p0, p1);
+    return ir_fmt("%s, %s", c_double(ir_kernel_param(n, op, 0)), c_double(ir_kernel_param(n, op, 1)));
 }
 
 void cg_emit_node(Buf *b, const Graph *g, const Node *n)
@@ -317,19 +280,9 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     int64_t ny = y >= 0 ? value_numel(g, y) : 0;
     cg_put(b, "    /* %s: %s */\n", cg_comment(n->name), op_info[n->op].name);
     switch (n->op) {
-    case OP_Add: emit_binary(b, g, n, 0); break;
-    case OP_Sub: emit_binary(b, g, n, 1); break;
-    case OP_Mul: emit_binary(b, g, n, 2); break;
-    case OP_Div: emit_binary(b, g, n, 3); break;
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
-    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
-    case OP_Clip:
-        cg_put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, cg_unary_op(n->op), cg_ptr(g, y), cg_ptr(g, x),
-            (long long)ny, cg_unary_params(n->op, n));
-        break;
     case OP_UnaryGrad: {
         Op of = (Op)ir_attr_i(n, "of", -1);
-        cg_put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, cg_unary_op(of), cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    k_unary_grad_%s(%s, %s, %s, %s, %s, %lld, %s);\n", s, cg_kernel_op(of), cg_ptr(g, y), cg_ptr(g, x),
             n->in[1] >= 0 ? cg_ptr(g, n->in[1]) : "NULL", n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
             (long long)ny, cg_unary_params(of, n));
         break;
@@ -449,7 +402,13 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             cg_ptr(g, n->in[3]));
         break;
     default:
-        if (!cg_tensor(b, g, n) && !cg_nn(b, g, n))
+        if (op_info[n->op].flags & F_BINARY)
+            cg_binary(b, g, cg_kernel_op(n->op), y, cg_ptr(g, y), n->in[0], cg_ptr(g, n->in[0]), n->in[1],
+                      cg_ptr(g, n->in[1]));
+        else if (op_info[n->op].flags & F_UNARY)
+            cg_put(b, "    k_unary_%s(%s, %s, %s, %lld, %s);\n", s, cg_kernel_op(n->op), cg_ptr(g, y), cg_ptr(g, x),
+                   (long long)ny, cg_unary_params(n->op, n));
+        else if (!cg_tensor(b, g, n) && !cg_nn(b, g, n))
             die("the cpu target has no code for %s (node '%s')", op_info[n->op].name, n->name);
     }
 }

@@ -14,14 +14,6 @@
 
 #include <string.h>
 
-_Static_assert((int)KF_ADD == (int)K_ADD && (int)KF_SUB == (int)K_SUB && (int)KF_MUL == (int)K_MUL && (int)KF_DIV == (int)K_DIV && (int)KF_POW == (int)K_POW,
-               "fused.h binary op codes follow kernels.h");
-_Static_assert((int)KF_RELU == (int)K_RELU && (int)KF_TANH == (int)K_TANH && (int)KF_SIGMOID == (int)K_SIGMOID && (int)KF_SQRT == (int)K_SQRT &&
-                   (int)KF_RECIPROCAL == (int)K_RECIPROCAL && (int)KF_EXP == (int)K_EXP && (int)KF_LOG == (int)K_LOG && (int)KF_NEG == (int)K_NEG &&
-                   (int)KF_ABS == (int)K_ABS && (int)KF_ERF == (int)K_ERF && (int)KF_LEAKY_RELU == (int)K_LEAKY_RELU && (int)KF_CLIP == (int)K_CLIP &&
-                   (int)KF_SOFTPLUS == (int)K_SOFTPLUS,
-               "fused.h unary op codes follow kernels.h");
-
 Buf cg_fused_src;
 int cg_nfused;
 
@@ -60,8 +52,6 @@ static const char *index_expr(const Graph *g, int v, const Shape *y)
     return b.buf;
 }
 
-static const char *kf_code(const char *k) { return ir_fmt("KF_%s", k + 2); } /* "K_RELU" -> "KF_RELU" */
-
 /* operand v of a member: a local of an earlier member, or outside input */
 static const char *operand(const Fusion *f, int k, const Node *n, int v)
 {
@@ -88,23 +78,20 @@ static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
         const Node *m = &f->member[k];
         const char *a = operand(f, k, n, m->in[0]), *e;
         switch (m->op) {
-        case OP_Add: case OP_Sub: case OP_Mul: case OP_Div: case OP_Pow: {
-            const char *op = m->op == OP_Add ? "KF_ADD" : m->op == OP_Sub ? "KF_SUB" : m->op == OP_Mul ? "KF_MUL"
-                           : m->op == OP_Div ? "KF_DIV" : "KF_POW";
-            e = ir_fmt("kf_binary_%s(%s, %s, %s)", S, op, a, operand(f, k, n, m->in[1]));
-            break;
-        }
         case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;
         case OP_UnaryGrad: {
             Op of = (Op)ir_attr_i(m, "of", -1);
             const char *x = m->nin > 1 ? operand(f, k, n, m->in[1]) : NULL;
             const char *y = m->nin > 2 ? operand(f, k, n, m->in[2]) : NULL;
-            e = ir_fmt("kf_unary_grad_%s(%s, %s, %s, %s, %s)", S, kf_code(cg_unary_op(of)), a,
+            e = ir_fmt("kf_unary_grad_%s(KF_%s, %s, %s, %s, %s)", S, op_info[of].kname, a,
                        x ? x : ir_fmt("(%s)0", T), y ? y : ir_fmt("(%s)0", T), cg_unary_params(of, m));
             break;
         }
         default:
-            e = ir_fmt("kf_unary_%s(%s, %s, %s)", S, kf_code(cg_unary_op(m->op)), a, cg_unary_params(m->op, m));
+            if (op_info[m->op].flags & F_BINARY)
+                e = ir_fmt("kf_binary_%s(KF_%s, %s, %s)", S, op_info[m->op].kname, a, operand(f, k, n, m->in[1]));
+            else
+                e = ir_fmt("kf_unary_%s(KF_%s, %s, %s)", S, op_info[m->op].kname, a, cg_unary_params(m->op, m));
         }
         cg_put(b, "%sconst %s t%d = %s; /* %s */\n", ind, T, k, e, cg_comment(m->name));
     }

@@ -63,7 +63,7 @@ static Shape attr_shape(const Node *n, const char *name)
     return s;
 }
 
-/* ---- Pow --------------------------------------------------------------- */
+/* ---- broadcasting binary ops (ops.def's EW2), Pow's gradient --------------- */
 
 /* strides of operand shape s broadcast to y (0 on broadcast dims) */
 static const char *bstrides(const Shape *s, const Shape *y)
@@ -78,8 +78,8 @@ static const char *bstrides(const Shape *s, const Shape *y)
     return cg_ints(st, y->rank);
 }
 
-static void binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa,
-                   int bb, const char *pb)
+void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa, int bb,
+               const char *pb)
 {
     const Shape *ys = &g->val[y].shape;
     cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(ys->dim, ys->rank),
@@ -88,19 +88,13 @@ static void binary(Buf *b, const Graph *g, const char *op, int y, const char *py
            ys->rank);
 }
 
-static void emit_pow(Buf *b, const Graph *g, const Node *n)
-{
-    int y = n->out[0];
-    binary(b, g, "K_POW", y, P(g, y), n->in[0], P(g, n->in[0]), n->in[1], P(g, n->in[1]));
-}
-
 /* t = POW_DA or POW_DB (a, b) at dy's shape, then t *= dy */
 static void emit_pow_grad(Buf *b, const Graph *g, const Node *n)
 {
     int t = n->out[0], dy = n->in[0];
     const char *op = ir_attr_i(n, "wrt", 0) ? "K_POW_DB" : "K_POW_DA";
-    binary(b, g, op, t, P(g, t), n->in[1], P(g, n->in[1]), n->in[2], P(g, n->in[2]));
-    binary(b, g, "K_MUL", t, P(g, t), t, P(g, t), dy, P(g, dy));
+    cg_binary(b, g, op, t, P(g, t), n->in[1], P(g, n->in[1]), n->in[2], P(g, n->in[2]));
+    cg_binary(b, g, "K_MUL", t, P(g, t), t, P(g, t), dy, P(g, dy));
 }
 
 /* ---- Conv -------------------------------------------------------------- */
@@ -435,7 +429,6 @@ const char *cg_nn_state_name(const Graph *g, int v)
 int cg_nn(Buf *b, const Graph *g, const Node *n)
 {
     switch (n->op) {
-    case OP_Pow: emit_pow(b, g, n); break;
     case OP_PowGrad: emit_pow_grad(b, g, n); break;
     case OP_Conv: emit_conv(b, g, n); break;
     case OP_ConvGrad: emit_conv_grad(b, g, n); break;

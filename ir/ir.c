@@ -5,6 +5,7 @@
  * the compiler exits: passes create freely and never free.
  */
 #include "ir.h"
+#include "fused.h" /* the elementwise kernels' rows (ops.def's EW1, EW2) */
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -12,9 +13,16 @@
 
 const OpInfo op_info[OP_COUNT] = {
 #define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) \
-    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags},
+    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags, -1, NULL, {{NULL, 0}, {NULL, 0}}},
+#define A(attr, value) {#attr, value}
+#define V(value) {NULL, value}
+#define EW1(name, inmax, kernel, p0, p1) \
+    {#name, 1, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}},
+#define EW2(name, kernel) {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, {{NULL, 0}, {NULL, 0}}},
 #include "ops.def"
 #undef OP
+#undef A
+#undef V
 };
 
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
@@ -200,6 +208,12 @@ double ir_attr_f(const Node *n, const char *name, double def)
     if (!a)
         return def;
     return a->kind == A_FLOAT ? a->f : a->kind == A_INT ? (double)a->i : def;
+}
+
+double ir_kernel_param(const Node *n, Op op, int i)
+{
+    const OpParam *p = &op_info[op].param[i];
+    return p->attr ? ir_attr_f(n, p->attr, p->value) : p->value;
 }
 
 int ir_find_value(const Graph *g, const char *name)

@@ -36,7 +36,14 @@ typedef enum {
     OP_COUNT
 } Op;
 
-enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8 };
+enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32 };
+
+/* a parameter of an elementwise kernel: the float attribute attr of the node
+ * (value when absent), or the constant value (attr NULL) */
+typedef struct {
+    const char *attr;
+    double value;
+} OpParam;
 
 typedef struct {
     const char *name;
@@ -45,6 +52,11 @@ typedef struct {
     int outmin, outmax;  /* outmax -1: as many as the node names */
     unsigned diff;       /* bit i: input i carries a gradient */
     int flags;
+    /* F_UNARY / F_BINARY: the row of kernels/c/fused.h (KF_UNARY / KF_BINARY)
+     * that computes it, its name there ("RELU") and p0, p1 (unary) */
+    int kernel;
+    const char *kname;
+    OpParam param[2];
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
 
@@ -230,6 +242,10 @@ Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k);
 const Attr *ir_attr(const Node *n, const char *name);
 int64_t ir_attr_i(const Node *n, const char *name, int64_t def);
 double ir_attr_f(const Node *n, const char *name, double def);
+/* parameter i (0, 1) of the elementwise kernel of op (ops.def's EW1 p0, p1)
+ * for node n: n is a node of op, or its UnaryGrad (which carries its
+ * attributes) */
+double ir_kernel_param(const Node *n, Op op, int i);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
 int64_t shape_numel(const Shape *s);
 int shape_eq(const Shape *a, const Shape *b);

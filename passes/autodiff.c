@@ -15,6 +15,7 @@
  * value feeds several nodes.  Broadcasting is undone by ad_sum_to().
  */
 #include "ir.h"
+#include "fused.h"
 
 #include <fnmatch.h>
 #include <string.h>
@@ -77,18 +78,15 @@ static void accumulate(Graph *g, int *grad, int v, int contrib, const char *name
 }
 
 /* dx = dy f'(.) of a unary op: UnaryGrad reads the forward input x and/or
- * output y as the op's rule needs (kernels/c/kernels.h), and carries the
+ * output y as the op's kernel row says (kernels/c/fused.h), and carries the
  * forward node's attributes (alpha, min, max) plus `of`, the forward op. */
 static int unary_grad(Graph *g, const Node *f, const char *name, int dy)
 {
-    Op op = f->op;
-    int reads_y = op == OP_Relu || op == OP_Tanh || op == OP_Sigmoid || op == OP_Sqrt ||
-                  op == OP_Reciprocal || op == OP_Exp;
-    int reads_x = !reads_y && op != OP_Neg;
-    int in[3] = {dy, reads_x ? f->in[0] : -1, reads_y ? f->out[0] : -1};
+    int reads = kf_unary_reads(op_info[f->op].kernel);
+    int in[3] = {dy, reads & KF_READS_X ? f->in[0] : -1, reads & KF_READS_Y ? f->out[0] : -1};
     int dx = ir_like(g, ir_fmt("%s.out", name), dy, R_ACT);
     int k = ir_node(g, OP_UnaryGrad, name, 3, in, 1, &dx);
-    ir_attr_add(g, k, "of", A_INT)->i = op;
+    ir_attr_add(g, k, "of", A_INT)->i = f->op;
     for (int i = 0; i < f->nattr; i++)
         *ir_attr_add(g, k, f->attr[i].name, f->attr[i].kind) = f->attr[i];
     return dx;
@@ -168,11 +166,6 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
             d[1] = ad_sum_to(g, ir_fmt("%s.b", nm), t, b);
         }
         break;
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
-    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
-    case OP_Clip:
-        d[0] = unary_grad(g, &n, nm, dy);
-        break;
     case OP_Identity: case OP_Copy: d[0] = dy; break;
     case OP_Scale: d[0] = ad_scale(g, nm, dy, ir_attr_f(&n, "alpha", 1.0)); break;
     case OP_Reshape: d[0] = ad_reshape(g, nm, dy, &g->val[a].shape); break;
@@ -208,7 +201,9 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
         break;
     }
     default:
-        if (!grad_tensor(&cx) && !grad_nn(&cx))
+        if (op_info[n.op].flags & F_UNARY)
+            d[0] = unary_grad(g, &n, nm, dy);
+        else if (!grad_tensor(&cx) && !grad_nn(&cx))
             die("no gradient rule for %s (node '%s')", op_info[n.op].name, n.name);
     }
     for (int i = 0; i < n.nin && i < GRAD_MAX_IN; i++)

@@ -323,23 +323,8 @@ static void canon(Sweep *s, int id)
 
 static int is_binary(Op op) { return op == OP_Add || op == OP_Sub || op == OP_Mul || op == OP_Div; }
 
-/* the k_unary code of a unary op without parameters, or -1 */
-static int unary_kop(Op op)
-{
-    switch (op) {
-    case OP_Relu: return K_RELU;
-    case OP_Tanh: return K_TANH;
-    case OP_Sigmoid: return K_SIGMOID;
-    case OP_Sqrt: return K_SQRT;
-    case OP_Reciprocal: return K_RECIPROCAL;
-    case OP_Exp: return K_EXP;
-    case OP_Log: return K_LOG;
-    case OP_Neg: return K_NEG;
-    case OP_Abs: return K_ABS;
-    case OP_Erf: return K_ERF;
-    default: return -1;
-    }
-}
+/* the k_unary code of a unary op (its row in fused.h), or -1 */
+static int unary_kop(Op op) { return op_info[op].flags & F_UNARY ? op_info[op].kernel : -1; }
 
 static int foldable_op(Op op)
 {
@@ -372,7 +357,7 @@ static int inputs_known(const Graph *g, const Node *n)
  * and integer Add/Sub/Mul/Div/Neg/Abs are shape arithmetic.  0: not foldable. */
 static int arith_type(Graph *g, const Node *n)
 {
-    const Value *a = &g->val[n->in[0]], *b = n->nin > 1 ? &g->val[n->in[1]] : a;
+    const Value *a = &g->val[n->in[0]], *b = is_binary(n->op) ? &g->val[n->in[1]] : a;
     if (a->dtype != b->dtype || a->dtype == DT_BOOL)
         return 0;
     if (!is_float(a->dtype) && !is_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
@@ -396,10 +381,11 @@ static void eval_unary(const Graph *g, const Node *n)
 {
     const Value *x = &g->val[n->in[0]], *y = &g->val[n->out[0]];
     int64_t cnt = shape_numel(&y->shape);
+    double p0 = ir_kernel_param(n, n->op, 0), p1 = ir_kernel_param(n, n->op, 1);
     if (x->dtype == DT_F32)
-        k_unary_f32(unary_kop(n->op), y->data, x->data, cnt, 0, 0);
+        k_unary_f32(unary_kop(n->op), y->data, x->data, cnt, p0, p1);
     else if (x->dtype == DT_F64)
-        k_unary_f64(unary_kop(n->op), y->data, x->data, cnt, 0, 0);
+        k_unary_f64(unary_kop(n->op), y->data, x->data, cnt, p0, p1);
     else
         for (int64_t i = 0; i < cnt; i++) { /* Neg, Abs of integers, wrapping */
             int64_t v = tensor_const_i(x, i);

@@ -49,25 +49,18 @@ static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 static int fusable(const Graph *g, const Node *n)
 {
-    switch (n->op) {
-    case OP_Add: case OP_Sub: case OP_Mul: case OP_Div: case OP_Pow:
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Sqrt: case OP_Reciprocal: case OP_Exp:
-    case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf: case OP_LeakyRelu: case OP_Softplus:
-    case OP_UnaryGrad: case OP_Scale:
-        break;
-    case OP_Clip: /* fold made min and max attributes */
-        if (n->nin > 1 && ((n->in[1] >= 0) || (n->nin > 2 && n->in[2] >= 0)))
-            return 0;
-        break;
-    default: return 0;
-    }
+    if (!(op_info[n->op].flags & (F_UNARY | F_BINARY)) && n->op != OP_UnaryGrad && n->op != OP_Scale)
+        return 0;
+    if ((op_info[n->op].flags & F_UNARY) && n->nin > 1) /* Clip's bounds not (yet) attributes */
+        for (int i = 1; i < n->nin; i++)
+            if (n->in[i] >= 0)
+                return 0;
     if (n->nout != 1)
         return 0;
     DType t = g->val[n->out[0]].dtype;
     if (!is_float(t))
         return 0;
-    int ninput = n->op == OP_Clip ? 1 : n->nin;
-    for (int i = 0; i < ninput; i++)
+    for (int i = 0; i < n->nin; i++)
         if (n->in[i] >= 0 && g->val[n->in[i]].dtype != t)
             return 0;
     return 1;

@@ -173,10 +173,7 @@ void shape_node(Graph *g, int id)
     Shape s = {0};
     Value *in0 = n->nin > 0 && n->in[0] >= 0 ? &g->val[n->in[0]] : NULL;
     switch (n->op) {
-    case OP_Add: case OP_Sub: case OP_Mul: case OP_Div:
-    case OP_Relu: case OP_Tanh: case OP_Sigmoid: case OP_Identity: case OP_Sqrt:
-    case OP_Reciprocal: case OP_Exp: case OP_Log: case OP_Neg: case OP_Abs: case OP_Erf:
-    case OP_LeakyRelu: case OP_Softplus: case OP_Clip: case OP_Scale: case OP_UnaryGrad:
+    case OP_Identity: case OP_Scale: case OP_UnaryGrad:
         ew(g, n, &dt, &s);
         break;
     case OP_MatMul: matmul(g, n, &dt, &s); break;
@@ -191,6 +188,10 @@ void shape_node(Graph *g, int id)
     default:
         if (shape_tensor(g, id) || shape_nn(g, id))
             return;
+        if (op_info[n->op].flags & (F_UNARY | F_BINARY)) { /* the elementwise rows of ops.def */
+            ew(g, n, &dt, &s);
+            break;
+        }
         /* ops created with their output already typed (ReduceSumTo, Ones,
          * collectives, Free, optimizer updates) */
         return;

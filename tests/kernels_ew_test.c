@@ -34,6 +34,15 @@ static const UnaryCase unary_cases[] = {
     {K_CLIP, "clip", -3, 3, -1, 1.5},
     {K_SOFTPLUS, "softplus", -4, 4, 1, 20},
     {K_SOFTPLUS, "softplus beta 2 thr 3", -4, 4, 2, 3},
+    {K_COS, "cos", -4, 4, 0, 0},
+    {K_SIN, "sin", -4, 4, 0, 0},
+    {K_FLOOR, "floor", -4, 4, 0, 0},
+    {K_CEIL, "ceil", -4, 4, 0, 0},
+    {K_ROUND, "round", -4, 4, 0, 0},
+    {K_SIGN, "sign", -4, 4, 0, 0},
+    {K_HARD_SIGMOID, "hard_sigmoid", -4, 4, 0.2, 0.5},
+    {K_HARD_SIGMOID, "hard_sigmoid 1/6", -5, 5, 1.0 / 6, 0.5},
+    {K_HARD_SWISH, "hard_swish", -5, 5, 0, 0},
 };
 
 static double ref_unary(int op, double x, double a, double b)
@@ -51,7 +60,16 @@ static double ref_unary(int op, double x, double a, double b)
     case K_ERF: return erf(x);
     case K_LEAKY_RELU: return x > 0 ? x : a * x;
     case K_CLIP: return x != x ? x : fmin(fmax(x, a), b);
-    default: return a * x > b ? x : log1p(exp(a * x)) / a;
+    case K_SOFTPLUS: return a * x > b ? x : log1p(exp(a * x)) / a;
+    case K_COS: return cos(x);
+    case K_SIN: return sin(x);
+    case K_FLOOR: return floor(x);
+    case K_CEIL: return ceil(x);
+    case K_ROUND: return x - floor(x) == 0.5 ? 2 * round(x / 2) : round(x); /* halves to even */
+    case K_SIGN: return x > 0 ? 1 : x < 0 ? -1 : x;
+    case K_HARD_SIGMOID: return fmin(fmax(a * x + b, 0), 1);
+    case K_HARD_SWISH: return x * fmin(fmax(x + 3, 0), 6) / 6;
+    default: return NAN;
     }
 }
 
@@ -79,6 +97,14 @@ static void test_unary(int dt)
                 x.d[i] += 0.01;  /* off the kinks (0, clip bounds) */
             if (c->op == K_SOFTPLUS && fabs(c->p0 * x.d[i] - c->p1) < 1e-3)
                 x.d[i] += 0.01;
+            double frac = x.d[i] * 2 - floor(x.d[i] * 2); /* floor, ceil, round: off (half) integers */
+            if ((c->op == K_FLOOR || c->op == K_CEIL || c->op == K_ROUND) && (frac < 0.02 || frac > 0.98))
+                x.d[i] += 0.03;
+            double v = c->p0 * x.d[i] + c->p1;
+            if (c->op == K_HARD_SIGMOID && (fabs(v) < 1e-2 || fabs(v - 1) < 1e-2))
+                x.d[i] += 0.1;
+            if (c->op == K_HARD_SWISH && fabs(fabs(x.d[i]) - 3) < 1e-2)
+                x.d[i] += 0.05;
             want.d[i] = ref_unary(c->op, x.d[i], dt == F32 ? (float)c->p0 : c->p0,
                                   dt == F32 ? (float)c->p1 : c->p1);  /* rounded as T */
         }

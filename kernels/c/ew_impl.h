@@ -4,62 +4,34 @@
 
 /* ---- k_binary ---------------------------------------------------------- */
 
-/* a^b as torch computes it: exponents 2 and 3 by multiplication. */
-static inline T KFN(pow_t)(T a, T b)
-{
-    if (b == 2)
-        return a * a;
-    if (b == 3)
-        return a * a * a;
-    return KM(pow)(a, b);
-}
-
-static inline T KFN(pow_da)(T a, T b)
-{
-    return b == 0 ? (T)0 : b * KFN(pow_t)(a, b - 1);
-}
-
-static inline T KFN(pow_db)(T a, T b)
-{
-    return a == 0 && b >= 0 ? (T)0 : KFN(pow_t)(a, b) * KM(log)(a);
-}
-
-static inline T KFN(add)(T a, T b) { return a + b; }
-static inline T KFN(sub)(T a, T b) { return a - b; }
-static inline T KFN(mul)(T a, T b) { return a * b; }
-static inline T KFN(div)(T a, T b) { return a / b; }
-
-/* One innermost row: y[i] = F(a[i*ia], b[i*ib]), with the contiguous and
- * broadcast stride patterns written out so the compiler vectorises them. */
-#define K_ROW(F)                                                            \
-    do {                                                                    \
-        if (ia == 1 && ib == 1) {                                           \
-            for (int64_t i = 0; i < n; i++) y[i] = F(a[i], b[i]);           \
-        } else if (ia == 1 && ib == 0) {                                    \
-            const T bv = b[0];                                              \
-            for (int64_t i = 0; i < n; i++) y[i] = F(a[i], bv);             \
-        } else if (ia == 0 && ib == 1) {                                    \
-            const T av = a[0];                                              \
-            for (int64_t i = 0; i < n; i++) y[i] = F(av, b[i]);             \
-        } else {                                                            \
-            for (int64_t i = 0; i < n; i++) y[i] = F(a[i * ia], b[i * ib]); \
-        }                                                                   \
+/* One innermost row: y[i] = a[i*ia] OP b[i*ib] (fused.h's row for op), with
+ * the contiguous and broadcast stride patterns written out so the compiler
+ * vectorises them. */
+#define K_ROW(OP)                                                                          \
+    do {                                                                                   \
+        if (ia == 1 && ib == 1) {                                                          \
+            for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_binary)(OP, a[i], b[i]);         \
+        } else if (ia == 1 && ib == 0) {                                                   \
+            const T bv = b[0];                                                             \
+            for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_binary)(OP, a[i], bv);           \
+        } else if (ia == 0 && ib == 1) {                                                   \
+            const T av = a[0];                                                             \
+            for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_binary)(OP, av, b[i]);           \
+        } else {                                                                           \
+            for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_binary)(OP, a[i * ia], b[i * ib]); \
+        }                                                                                  \
     } while (0)
+#define K_ROW_CASE(code, ...) case K_##code: K_ROW(K_##code); break;
 
 static void KFN(binary_row)(int op, T *y, const T *a, const T *b, int64_t n,
                             int64_t ia, int64_t ib)
 {
     switch (op) {
-    case K_ADD: K_ROW(KFN(add)); break;
-    case K_SUB: K_ROW(KFN(sub)); break;
-    case K_MUL: K_ROW(KFN(mul)); break;
-    case K_DIV: K_ROW(KFN(div)); break;
-    case K_POW: K_ROW(KFN(pow_t)); break;
-    case K_POW_DA: K_ROW(KFN(pow_da)); break;
-    case K_POW_DB: K_ROW(KFN(pow_db)); break;
+    KF_BINARY(K_ROW_CASE)
     default: die("k_binary: unknown op");
     }
 }
+#undef K_ROW_CASE
 #undef K_ROW
 
 typedef struct {
@@ -98,111 +70,45 @@ void KFN(k_binary)(int op, T *y, const T *a, const T *b, int rank,
     par_range(KFN(binary_range), &j, total, 1);
 }
 
-/* ---- k_unary ------------------------------------------------------------ */
+/* ---- k_unary, k_unary_grad ---------------------------------------------- */
 
-/* torch.nn.functional.softplus: beta x > threshold ? x : log1p(exp(beta x)) / beta */
-static void KFN(softplus)(T *y, const T *x, int64_t n, T beta, T thr)
-{
-    for (int64_t i = 0; i < n; i++) {
-        T bx = x[i] * beta;
-        y[i] = bx > thr ? x[i] : KM(log1p)(KM(exp)(bx)) / beta;
-    }
-}
+/* one loop per op (fused.h's row), op a constant in each */
+#define K_UNARY_CASE(code, ...)                                                            \
+    case K_##code:                                                                         \
+        for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_unary)(K_##code, x[i], a, b);       \
+        break;
 
 void KFN(k_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
 {
     const T a = (T)p0, b = (T)p1;
     switch (op) {
-    case K_RELU:  /* written so NaN passes through, as torch.relu does */
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? (T)0 : x[i];
-        break;
-    case K_TANH:
-        for (int64_t i = 0; i < n; i++) y[i] = KM(tanh)(x[i]);
-        break;
-    case K_SIGMOID:  /* exp(-x) overflows to inf for x << 0: 1/inf = 0, fine */
-        for (int64_t i = 0; i < n; i++) y[i] = (T)1 / ((T)1 + KM(exp)(-x[i]));
-        break;
-    case K_SQRT: for (int64_t i = 0; i < n; i++) y[i] = KM(sqrt)(x[i]); break;
-    case K_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = (T)1 / x[i]; break;
-    case K_EXP: for (int64_t i = 0; i < n; i++) y[i] = KM(exp)(x[i]); break;
-    case K_LOG: for (int64_t i = 0; i < n; i++) y[i] = KM(log)(x[i]); break;
-    case K_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
-    case K_ABS: for (int64_t i = 0; i < n; i++) y[i] = KM(fabs)(x[i]); break;
-    case K_ERF: for (int64_t i = 0; i < n; i++) y[i] = KM(erf)(x[i]); break;
-    case K_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : x[i] * a;
-        break;
-    case K_CLIP:  /* comparisons with NaN are false: NaN stays */
-        for (int64_t i = 0; i < n; i++) {
-            T v = x[i] < a ? a : x[i];
-            y[i] = v > b ? b : v;
-        }
-        break;
-    case K_SOFTPLUS: KFN(softplus)(y, x, n, a, b); break;
+    KF_UNARY(K_UNARY_CASE)
     default: die("k_unary: unknown op");
     }
 }
+#undef K_UNARY_CASE
 
-/* ---- k_unary_grad ------------------------------------------------------- */
-
-/* The rules whose derivative is a function of the input x. */
-static void KFN(unary_grad_x)(int op, T *dx, const T *dy, const T *x, int64_t n,
-                              T a, T b)
-{
-    const T two_over_sqrt_pi = (T)1.1283791670955125739;
-    switch (op) {
-    case K_LOG: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / x[i]; break;
-    case K_ABS:
-        for (int64_t i = 0; i < n; i++)
-            dx[i] = x[i] > 0 ? dy[i] : x[i] < 0 ? -dy[i] : (T)0;
-        break;
-    case K_ERF:
-        for (int64_t i = 0; i < n; i++)
-            dx[i] = dy[i] * two_over_sqrt_pi * KM(exp)(-x[i] * x[i]);
-        break;
-    case K_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : dy[i] * a;
-        break;
-    case K_CLIP:
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] >= a && x[i] <= b ? dy[i] : (T)0;
-        break;
-    case K_SOFTPLUS:
-        for (int64_t i = 0; i < n; i++) {
-            T bx = x[i] * a, z = KM(exp)(bx);
-            dx[i] = bx > b ? dy[i] : dy[i] * z / (z + (T)1);
-        }
-        break;
-    default: die("k_unary_grad: unknown op");
+/* x and y are read only where the rule reads them (either may be NULL
+ * otherwise) */
+#define K_UNARY_GRAD_CASE(code, ...)                                                       \
+    case K_##code: {                                                                       \
+        const int rx = kf_unary_reads(K_##code) & KF_READS_X;                              \
+        const int ry = kf_unary_reads(K_##code) & KF_READS_Y;                              \
+        for (int64_t i = 0; i < n; i++)                                                    \
+            dx[i] = KFN(kf_unary_grad)(K_##code, dy[i], rx ? x[i] : (T)0, ry ? y[i] : (T)0, a, b); \
+        break;                                                                             \
     }
-}
 
-/* Derivatives in PyTorch's operation order: threshold_backward (y <= 0 -> 0),
- * tanh_backward dy (1 - y y), sigmoid_backward dy (1 - y) y, sqrt dy / (2 y),
- * reciprocal -dy (y y), exp dy y; the rest read x (unary_grad_x). */
 void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y,
                        int64_t n, double p0, double p1)
 {
+    const T a = (T)p0, b = (T)p1;
     switch (op) {
-    case K_RELU:
-        for (int64_t i = 0; i < n; i++) dx[i] = y[i] <= 0 ? (T)0 : dy[i];
-        break;
-    case K_TANH:
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((T)1 - y[i] * y[i]);
-        break;
-    case K_SIGMOID:
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * ((T)1 - y[i]) * y[i];
-        break;
-    case K_SQRT:
-        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / ((T)2 * y[i]);
-        break;
-    case K_RECIPROCAL:
-        for (int64_t i = 0; i < n; i++) dx[i] = -dy[i] * (y[i] * y[i]);
-        break;
-    case K_EXP: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i]; break;
-    case K_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -dy[i]; break;
-    default: KFN(unary_grad_x)(op, dx, dy, x, n, (T)p0, (T)p1);
+    KF_UNARY(K_UNARY_GRAD_CASE)
+    default: die("k_unary_grad: unknown op");
     }
 }
+#undef K_UNARY_GRAD_CASE
 
 /* ---- k_scale, k_fill ---------------------------------------------------- */
 

@@ -4,11 +4,16 @@
  * kernels by NVRTC (-default-device makes these device functions), so the
  * two targets' fused code computes alike.
  *
+ * It is also where the elementwise math is written, once (KF_BINARY,
+ * KF_UNARY below): the cpu kernels and the cuda kernels compute each element
+ * with the functions defined here, so every path computes alike.
+ *
  * kf_binary_S(op, a, b), kf_unary_S(op, x, p0, p1) and
  * kf_unary_grad_S(op, dy, x, y, p0, p1) follow the contracts of k_binary,
  * k_unary and k_unary_grad in kernels.h element by element, with the same
- * op codes; S is f32 or f64.  The generated code passes op as a constant, so
- * each switch folds to one expression.
+ * op codes; S is f32 or f64.  Callers pass op as a constant where they can
+ * (the generated code, the cpu kernels' loops), so each switch folds to one
+ * expression.
  */
 #ifndef FSDPC_FUSED_H
 #define FSDPC_FUSED_H
@@ -19,73 +24,140 @@
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
-/* op codes: kernels.h's enums, repeated for NVRTC (which never sees
- * kernels.h); static_asserts in codegen/emit_fused.c keep them equal */
-enum { KF_ADD, KF_SUB, KF_MUL, KF_DIV, KF_POW };
-enum {
-    KF_RELU, KF_TANH, KF_SIGMOID, KF_SQRT, KF_RECIPROCAL, KF_EXP, KF_LOG, KF_NEG, KF_ABS, KF_ERF,
-    KF_LEAKY_RELU, KF_CLIP, KF_SOFTPLUS
-};
+/* ---- the elementwise math, once ----------------------------------------
+ * Every elementwise op of the kernels is one row here; the cpu kernels
+ * (kernels/c/ew_impl.h), the cuda kernels (kernels/cuda/ew.cu), the fused
+ * loops (this file) and the op codes of kernels.h and common.cuh are all
+ * generated from these rows.  A row's expressions are in element type T,
+ * with M(f) the math function f for T (expf or exp) and INFINITY at hand.
+ *
+ * KF_BINARY(B): B(CODE, a OP b): y from a and b (k_binary).  POW_DA and
+ * POW_DB are the local derivatives of a^b (torch pow_backward_self and
+ * pow_backward_exponent), so Pow's backward is reduce(dy * POW_DA(a, b)).
+ *
+ * KF_UNARY(U): U(CODE, READS, y = f(x, p0, p1), dx = f'(dy, x, y, p0, p1)):
+ * p0, p1 are the op's parameters (ir/ops.def says where each comes from);
+ * READS is what the gradient reads besides dy, as PyTorch's
+ * derivatives.yaml does: X (the input), Y (the output) or NONE.  The
+ * compiler's autodiff hands UnaryGrad only that (kf_unary_reads). */
+#define KF_POWT(a, b) ((b) == 2 ? (a) * (a) : (b) == 3 ? (a) * (a) * (a) : M(pow)(a, b)) /* as torch */
 
-#define KF_DEFINE(T, S, M)                                                                     \
+#define KF_BINARY(B)                                                                           \
+    B(ADD, a + b)                                                                              \
+    B(SUB, a - b)                                                                              \
+    B(MUL, a * b)                                                                              \
+    B(DIV, a / b)                                                                              \
+    B(POW, KF_POWT(a, b))                                                                      \
+    B(POW_DA, b == 0 ? (T)0 : b * KF_POWT(a, b - 1))                                           \
+    B(POW_DB, a == 0 && b >= 0 ? (T)0 : KF_POWT(a, b) * M(log)(a))
+
+#define KF_UNARY(U)                                                                            \
+    /* NaN passes, as torch.relu */                                                            \
+    U(RELU, Y, x < 0 ? (T)0 : x, y <= 0 ? (T)0 : dy)                                           \
+    U(TANH, Y, M(tanh)(x), dy * ((T)1 - y * y))                                                \
+    /* exp(-x) overflows to inf for x << 0: 1/inf = 0, fine */                                 \
+    U(SIGMOID, Y, (T)1 / ((T)1 + M(exp)(-x)), dy * ((T)1 - y) * y)                             \
+    U(SQRT, Y, M(sqrt)(x), dy / ((T)2 * y))                                                    \
+    U(RECIPROCAL, Y, (T)1 / x, -dy * (y * y))                                                  \
+    U(EXP, Y, M(exp)(x), dy * y)                                                               \
+    U(LOG, X, M(log)(x), dy / x)                                                               \
+    U(NEG, NONE, -x, -dy)                                                                      \
+    /* the gradient's sign(0) is 0 */                                                          \
+    U(ABS, X, M(fabs)(x), x > 0 ? dy : x < 0 ? -dy : (T)0)                                     \
+    U(ERF, X, M(erf)(x), dy * (T)1.1283791670955125739 * M(exp)(-x * x))                      \
+    /* p0 = alpha */                                                                           \
+    U(LEAKY_RELU, X, x > 0 ? x : x * p0, x > 0 ? dy : dy * p0)                                 \
+    /* p0 = min, p1 = max (-INFINITY / INFINITY when absent), as torch.clamp:                  \
+     * NaN stays NaN, min > max gives max */                                                   \
+    U(CLIP, X, (x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x), x >= p0 && x <= p1 ? dy : (T)0) \
+    /* p0 = beta, p1 = threshold (torch: 1, 20); ONNX Softplus is beta 1 without a             \
+     * threshold, which 20 agrees with to float32 rounding */                                  \
+    U(SOFTPLUS, X, x * p0 > p1 ? x : M(log1p)(M(exp)(x * p0)) / p0,                            \
+      x * p0 > p1 ? dy : dy * M(exp)(x * p0) / (M(exp)(x * p0) + (T)1))                        \
+    U(COS, X, M(cos)(x), dy * -M(sin)(x))                                                      \
+    U(SIN, X, M(sin)(x), dy * M(cos)(x))                                                       \
+    /* piecewise constant: a zero gradient, as torch */                                        \
+    U(FLOOR, NONE, M(floor)(x), (T)0)                                                          \
+    U(CEIL, NONE, M(ceil)(x), (T)0)                                                            \
+    /* halves to even (ONNX, torch.round) */                                                   \
+    U(ROUND, NONE, M(rint)(x), (T)0)                                                           \
+    /* NaN stays NaN */                                                                        \
+    U(SIGN, NONE, x > 0 ? (T)1 : x < 0 ? (T)-1 : x, (T)0)                                      \
+    /* p0 = alpha, p1 = beta: min(max(alpha x + beta, 0), 1); the gradient as torch's          \
+     * hardsigmoid_backward (0 where clamped, the ends included) */                            \
+    U(HARD_SIGMOID, X, p0 * x + p1 < 0 ? (T)0 : p0 * x + p1 > 1 ? (T)1 : p0 * x + p1,          \
+      p0 * x + p1 > 0 && p0 * x + p1 < 1 ? dy * p0 : (T)0)                                     \
+    /* x min(max(x + 3, 0), 6) / 6 and its gradient, as torch.nn.functional.hardswish */       \
+    U(HARD_SWISH, X, x * (x + 3 < 0 ? (T)0 : x + 3 > 6 ? (T)6 : x + 3) / 6,                    \
+      x < -3 ? (T)0 : x <= 3 ? dy * (x / 3 + (T)0.5) : dy)
+
+/* the op codes (kernels.h's K_ADD, K_RELU, ... are these) */
+#define KF_CODE_(code, ...) KF_##code,
+enum { KF_BINARY(KF_CODE_) KF_BINARY_COUNT };
+enum { KF_UNARY(KF_CODE_) KF_UNARY_COUNT };
+#undef KF_CODE_
+
+/* what a unary op's gradient reads besides dy (a KF_READS_ mask) */
+enum { KF_READS_NONE = 0, KF_READS_X = 1, KF_READS_Y = 2 };
+#define KF_READS_(code, reads, ...) case KF_##code: return KF_READS_##reads;
+static inline int kf_unary_reads(int op)
+{
+    switch (op) {
+    KF_UNARY(KF_READS_)
+    default: return KF_READS_X | KF_READS_Y;
+    }
+}
+#undef KF_READS_
+
+/* kf_binary_S(op, a, b), kf_unary_S(op, x, p0, p1) and
+ * kf_unary_grad_S(op, dy, x, y, p0, p1): one element of each op (the
+ * gradient's x or y is ignored where kf_unary_reads says it is not read). */
+#define KF_B_(code, e) case KF_##code: return e;
+#define KF_U_(code, reads, f, df) case KF_##code: return f;
+#define KF_DU_(code, reads, f, df) case KF_##code: return df;
+/* T and M, which the rows use, are defined around each KF_DEFINE (a macro
+ * argument would not reach the rows: they are expanded after it is bound) */
+#if defined(T) || defined(M)
+#error "fused.h: include it before defining T or M"
+#endif
+#define KF_DEFINE(S)                                                                        \
     static inline T kf_binary_##S(int op, T a, T b)                                            \
     {                                                                                          \
         switch (op) {                                                                          \
-        case KF_ADD: return a + b;                                                             \
-        case KF_SUB: return a - b;                                                             \
-        case KF_MUL: return a * b;                                                             \
-        case KF_DIV: return a / b;                                                             \
-        default: /* KF_POW: exponents 2 and 3 by multiplication, as torch */                   \
-            return b == 2 ? a * a : b == 3 ? a * a * a : M(pow)(a, b);                         \
+        KF_BINARY(KF_B_)                                                                       \
+        default: return (T)0; /* no such op: callers check */                        \
         }                                                                                      \
     }                                                                                          \
     static inline T kf_unary_##S(int op, T x, T p0, T p1)                                      \
     {                                                                                          \
+        (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
-        case KF_RELU: return x < 0 ? (T)0 : x; /* NaN passes */                                \
-        case KF_TANH: return M(tanh)(x);                                                       \
-        case KF_SIGMOID: return (T)1 / ((T)1 + M(exp)(-x));                                    \
-        case KF_SQRT: return M(sqrt)(x);                                                       \
-        case KF_RECIPROCAL: return (T)1 / x;                                                   \
-        case KF_EXP: return M(exp)(x);                                                         \
-        case KF_LOG: return M(log)(x);                                                         \
-        case KF_NEG: return -x;                                                                \
-        case KF_ABS: return M(fabs)(x);                                                        \
-        case KF_ERF: return M(erf)(x);                                                         \
-        case KF_LEAKY_RELU: return x > 0 ? x : x * p0;                                         \
-        case KF_CLIP: { T v = x < p0 ? p0 : x; return v > p1 ? p1 : v; }                       \
-        default: { /* KF_SOFTPLUS: p0 beta, p1 threshold */                                    \
-            T bx = x * p0;                                                                     \
-            return bx > p1 ? x : M(log1p)(M(exp)(bx)) / p0;                                    \
-        }                                                                                      \
+        KF_UNARY(KF_U_)                                                                        \
+        default: return (T)0;                                                                 \
         }                                                                                      \
     }                                                                                          \
-    static inline T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                      \
+    static inline T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                    \
     {                                                                                          \
+        (void)x, (void)y, (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
-        case KF_RELU: return y <= 0 ? (T)0 : dy;                                               \
-        case KF_TANH: return dy * ((T)1 - y * y);                                              \
-        case KF_SIGMOID: return dy * ((T)1 - y) * y;                                           \
-        case KF_SQRT: return dy / ((T)2 * y);                                                  \
-        case KF_RECIPROCAL: return -dy * (y * y);                                              \
-        case KF_EXP: return dy * y;                                                            \
-        case KF_NEG: return -dy;                                                               \
-        case KF_LOG: return dy / x;                                                            \
-        case KF_ABS: return x > 0 ? dy : x < 0 ? -dy : (T)0;                                   \
-        case KF_ERF: return dy * (T)1.1283791670955125739 * M(exp)(-x * x);                   \
-        case KF_LEAKY_RELU: return x > 0 ? dy : dy * p0;                                       \
-        case KF_CLIP: return x >= p0 && x <= p1 ? dy : (T)0;                                   \
-        default: { /* KF_SOFTPLUS */                                                           \
-            T bx = x * p0, z = M(exp)(bx);                                                     \
-            return bx > p1 ? dy : dy * z / (z + (T)1);                                         \
-        }                                                                                      \
+        KF_UNARY(KF_DU_)                                                                       \
+        default: return (T)0;                                                               \
         }                                                                                      \
     }
 
-#define KF_M32(fn) fn##f
-#define KF_M64(fn) fn
-KF_DEFINE(float, f32, KF_M32)
-KF_DEFINE(double, f64, KF_M64)
+#define T float
+#define M(fn) fn##f
+KF_DEFINE(f32)
+#undef T
+#undef M
+#define T double
+#define M(fn) fn
+KF_DEFINE(f64)
+#undef T
+#undef M
 #undef KF_DEFINE
+#undef KF_B_
+#undef KF_U_
+#undef KF_DU_
 
 #endif

@@ -25,36 +25,19 @@
 
 #include <stdint.h>
 
-/* k_binary ops.  POW follows C pow (negative base, integral exponent is
- * fine), with b == 2 and b == 3 computed as a*a and a*a*a like PyTorch.
- * POW_DA / POW_DB are the local derivatives of a^b, so Pow's backward is
- * da = reduce(dy * POW_DA(a,b)), db = reduce(dy * POW_DB(a,b)):
- *   POW_DA = b == 0 ? 0 : b * a^(b-1)            (torch pow_backward_self)
- *   POW_DB = a == 0 && b >= 0 ? 0 : a^b * log(a)  (torch pow_backward_exponent) */
-enum { K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_POW_DA, K_POW_DB };
+#include "fused.h"
 
-/* k_unary / k_unary_grad ops; p0, p1 are the op's parameters (unused: 0).
- * Gradients follow PyTorch's derivatives.yaml, reading x or y as torch does. */
-enum {
-    K_RELU,        /* x < 0 ? 0 : x (NaN passes); grad: y <= 0 ? 0 : dy */
-    K_TANH,        /* grad: dy (1 - y y) */
-    K_SIGMOID,     /* grad: dy (1 - y) y */
-    K_SQRT,        /* grad: dy / (2 y) */
-    K_RECIPROCAL,  /* 1/x; grad: -dy y y */
-    K_EXP,         /* grad: dy y */
-    K_LOG,         /* grad: dy / x */
-    K_NEG,         /* grad: -dy */
-    K_ABS,         /* grad: dy sign(x), sign(0) = 0 */
-    K_ERF,         /* grad: dy 2/sqrt(pi) exp(-x x) */
-    K_LEAKY_RELU,  /* p0 = alpha: x > 0 ? x : alpha x; grad: x > 0 ? dy : alpha dy */
-    K_CLIP,        /* p0 = min, p1 = max (pass -INFINITY / INFINITY when absent):
-                    * min(max(x, p0), p1) as torch.clamp: NaN stays NaN, min > max
-                    * gives max; grad: p0 <= x <= p1 ? dy : 0 */
-    K_SOFTPLUS,    /* p0 = beta, p1 = threshold (torch: 1, 20): beta x > threshold ? x :
-                    * log1p(exp(beta x)) / beta; grad: beta x > threshold ? dy :
-                    * dy z / (z + 1), z = exp(beta x).  ONNX Softplus is beta 1 without a
-                    * threshold; threshold 20 agrees with it to float32 rounding. */
-};
+/* k_binary ops (K_ADD, ..., K_POW, K_POW_DA, K_POW_DB) and k_unary /
+ * k_unary_grad ops (K_RELU, ..., K_SOFTPLUS; p0, p1 are the op's parameters,
+ * unused: 0): the rows of fused.h's KF_BINARY and KF_UNARY, where each op's
+ * math is written.  POW follows C pow (a negative base with an integral
+ * exponent is fine), with b == 2 and b == 3 computed as a*a and a*a*a like
+ * PyTorch.  Gradients follow PyTorch's derivatives.yaml, reading x or y as
+ * torch does. */
+#define K_CODE_(code, ...) K_##code = KF_##code,
+enum { KF_BINARY(K_CODE_) K_BINARY_COUNT };
+enum { KF_UNARY(K_CODE_) K_UNARY_COUNT };
+#undef K_CODE_
 
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };  /* k_compare ops: a OP b */
 

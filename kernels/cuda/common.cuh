@@ -17,6 +17,8 @@
  * Mirrors.  KDims, KcStepParams (kc.h), KConv2d, KPool2d and the op enums
  * (kernels/c/kernels.h) are copied here field for field, value for value;
  * the emulation test static_asserts that every layout and value agrees.
+ * The elementwise math is not mirrored: kernels/c/fused.h, which comes
+ * second in the program, is the one table of it for both targets.
  *
  * Conventions of the kernels (see kernels.def for the list):
  * - 1-D grids and blocks.  Elementwise kernels are grid-stride loops, so any
@@ -88,11 +90,8 @@ typedef struct {
     int count_include_pad;
 } KPool2d;
 
-enum { K_ADD, K_SUB, K_MUL, K_DIV, K_POW, K_POW_DA, K_POW_DB };
-enum {
-    K_RELU, K_TANH, K_SIGMOID, K_SQRT, K_RECIPROCAL, K_EXP, K_LOG, K_NEG, K_ABS, K_ERF,
-    K_LEAKY_RELU, K_CLIP, K_SOFTPLUS
-};
+/* the k_binary and k_unary op codes are fused.h's (KF_ADD, KF_RELU, ...),
+ * which the program has right after this header */
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };
 enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };

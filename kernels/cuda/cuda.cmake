@@ -1,7 +1,7 @@
 # kernels/cuda: the cuda target's kernels (see kc.h).
 #
 # FSDPC_CUDA_SOURCES: the device sources in the order fsdpc hands them to
-# NVRTC (common.cuh, the header, then the .cu files alphabetically); the
+# NVRTC (common.cuh, the header, then fused.h, then the .cu files alphabetically); the
 # compiler embeds them and the test cuda_kernels_nvrtc compiles them.
 # fsdpc_kernels_cuda: the host launchers (launch.c), linked into cuda
 # executables; kc_launch, kc_gemm_f32 and the rest of kc.h's runtime side
@@ -10,10 +10,10 @@
 set(_kc ${CMAKE_CURRENT_LIST_DIR})
 set(FSDPC_CUDA_SOURCES
   ${_kc}/common.cuh
+  # second: the elementwise math (shared with the cpu kernels and the fused loops of both targets)
+  ${_kc}/../c/fused.h
   ${_kc}/conv.cu ${_kc}/copy.cu ${_kc}/ew.cu ${_kc}/gather.cu ${_kc}/loss.cu
-  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu
-  # last: the element functions the generated fused kernels call (shared with the cpu step)
-  ${_kc}/../c/fused.h)
+  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu)
 add_library(fsdpc_kernels_cuda STATIC ${_kc}/launch.c)
 target_include_directories(fsdpc_kernels_cuda PUBLIC ${_kc} ${CMAKE_CURRENT_LIST_DIR}/../c)
 target_compile_options(fsdpc_kernels_cuda PRIVATE ${FSDPC_WARN})

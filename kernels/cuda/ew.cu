@@ -14,29 +14,6 @@
 
 /* ---- k_binary ------------------------------------------------------------ */
 
-/* a^b as torch: exponents 2 and 3 by multiplication */
-KC_DEV float kc_powf(float a, float b)
-{
-    if (b == 2.f)
-        return a * a;
-    if (b == 3.f)
-        return a * a * a;
-    return powf(a, b);
-}
-
-KC_DEV float binary_op(int op, float a, float b)
-{
-    switch (op) {
-    case K_ADD: return a + b;
-    case K_SUB: return a - b;
-    case K_MUL: return a * b;
-    case K_DIV: return a / b;
-    case K_POW: return kc_powf(a, b);
-    case K_POW_DA: return b == 0.f ? 0.f : b * kc_powf(a, b - 1.f);
-    default: return a == 0.f && b >= 0.f ? 0.f : kc_powf(a, b) * logf(a); /* K_POW_DB */
-    }
-}
-
 template <typename I>
 KC_DEV void binary_loop(int op, float *y, const float *a, const float *b, I n, int rank,
                         const KDims &shape, const KDims &sa, const KDims &sb)
@@ -44,7 +21,7 @@ KC_DEV void binary_loop(int op, float *y, const float *a, const float *b, I n, i
     for (I i = kc_first<I>(); i < n; i += kc_stride<I>()) {
         int64_t oa, ob, unused;
         kc_offsets(i, rank, shape, sa, sb, sb, oa, ob, unused);
-        y[i] = binary_op(op, a[oa], b[ob]);
+        y[i] = kf_binary_f32(op, a[oa], b[ob]); /* fused.h */
     }
 }
 
@@ -103,68 +80,21 @@ KC_GLOBAL void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t
 
 /* ---- k_unary, k_unary_grad -------------------------------------------------- */
 
-/* p0 = a, p1 = b as in kernels.h's op enum */
-KC_DEV float unary_op(int op, float x, float a, float b)
-{
-    switch (op) {
-    case K_RELU: return x < 0.f ? 0.f : x; /* NaN passes */
-    case K_TANH: return tanhf(x);
-    case K_SIGMOID: return 1.f / (1.f + expf(-x));
-    case K_SQRT: return sqrtf(x);
-    case K_RECIPROCAL: return 1.f / x;
-    case K_EXP: return expf(x);
-    case K_LOG: return logf(x);
-    case K_NEG: return -x;
-    case K_ABS: return fabsf(x);
-    case K_ERF: return erff(x);
-    case K_LEAKY_RELU: return x > 0.f ? x : x * a;
-    case K_CLIP: {
-        const float v = x < a ? a : x;
-        return v > b ? b : v;
-    }
-    default: { /* K_SOFTPLUS: beta a, threshold b */
-        const float bx = x * a;
-        return bx > b ? x : log1pf(expf(bx)) / a;
-    }
-    }
-}
-
 KC_GLOBAL void k_unary_f32(int op, float *y, const float *x, int64_t n, float p0, float p1)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        y[i] = unary_op(op, x[i], p0, p1);
+        y[i] = kf_unary_f32(op, x[i], p0, p1); /* fused.h */
 }
 
-/* dx of element i; reads x[i] or y[i] only where the rule needs it (the
- * other may be NULL), in PyTorch's operation order */
-KC_DEV float unary_grad_op(int op, float dy, const float *x, const float *y, int64_t i, float a,
-                           float b)
-{
-    switch (op) {
-    case K_RELU: return y[i] <= 0.f ? 0.f : dy;
-    case K_TANH: return dy * (1.f - y[i] * y[i]);
-    case K_SIGMOID: return dy * (1.f - y[i]) * y[i];
-    case K_SQRT: return dy / (2.f * y[i]);
-    case K_RECIPROCAL: return -dy * (y[i] * y[i]);
-    case K_EXP: return dy * y[i];
-    case K_NEG: return -dy;
-    case K_LOG: return dy / x[i];
-    case K_ABS: return x[i] > 0.f ? dy : x[i] < 0.f ? -dy : 0.f;
-    case K_ERF: return dy * 1.1283791670955126f * expf(-x[i] * x[i]);
-    case K_LEAKY_RELU: return x[i] > 0.f ? dy : dy * a;
-    case K_CLIP: return x[i] >= a && x[i] <= b ? dy : 0.f;
-    default: { /* K_SOFTPLUS */
-        const float bx = x[i] * a, z = expf(bx);
-        return bx > b ? dy : dy * z / (z + 1.f);
-    }
-    }
-}
-
+/* x and y are read only where the op's rule reads them (the other may be
+ * NULL) */
 KC_GLOBAL void k_unary_grad_f32(int op, float *dx, const float *dy, const float *x, const float *y,
                                 int64_t n, float p0, float p1)
 {
+    const int reads = kf_unary_reads(op);
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        dx[i] = unary_grad_op(op, dy[i], x, y, i, p0, p1);
+        dx[i] = kf_unary_grad_f32(op, dy[i], reads & KF_READS_X ? x[i] : 0.f, reads & KF_READS_Y ? y[i] : 0.f,
+                                  p0, p1);
 }
 
 /* ---- k_scale, k_fill, k_not ------------------------------------------------- */

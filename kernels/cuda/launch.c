@@ -228,7 +228,7 @@ void kc_binary_f32(int op, float *y, const float *a, const float *b, int rank, c
 {
     const int64_t *st[2] = {sa, sb};
     KcWalk w;
-    if (op < K_ADD || op > K_POW_DB)
+    if (op < 0 || op >= K_BINARY_COUNT)
         die("k_binary", "unknown op");
     if (walk_build(&w, rank, shape, 2, st))
         launch_k_binary_f32(grid_for(w.n, KC_BLOCK), KC_BLOCK, op, y, a, b, w.n, w.rank, w.shape,
@@ -237,7 +237,7 @@ void kc_binary_f32(int op, float *y, const float *a, const float *b, int rank, c
 
 void kc_unary_f32(int op, float *y, const float *x, int64_t n, double p0, double p1)
 {
-    if (op < K_RELU || op > K_SOFTPLUS)
+    if (op < 0 || op >= K_UNARY_COUNT)
         die("k_unary", "unknown op");
     if (n > 0) /* p0, p1 rounded to float, as kernels/c */
         launch_k_unary_f32(grid_for(n, KC_BLOCK), KC_BLOCK, op, y, x, n, (float)p0, (float)p1);
@@ -246,7 +246,7 @@ void kc_unary_f32(int op, float *y, const float *x, int64_t n, double p0, double
 void kc_unary_grad_f32(int op, float *dx, const float *dy, const float *x, const float *y, int64_t n,
                        double p0, double p1)
 {
-    if (op < K_RELU || op > K_SOFTPLUS)
+    if (op < 0 || op >= K_UNARY_COUNT)
         die("k_unary_grad", "unknown op");
     if (n > 0)
         launch_k_unary_grad_f32(grid_for(n, KC_BLOCK), KC_BLOCK, op, dx, dy, x, y, n, (float)p0,

@@ -54,12 +54,23 @@ def cases():
     for op, f in (("Relu", lambda a: np.maximum(a, 0)), ("Tanh", np.tanh), ("Sigmoid", sig)):
         c[op] = ([helper.make_node(op, ["A"], ["Y"])], {"A": r(3, 5, lo=0.1)}, (lambda f: lambda w: f(w["A"]))(f))
     pos = lambda *sh: 0.2 + np.abs(r(*sh))
+    # x moved at least 0.1 away from the kinks k * period - shift(0) (piecewise functions)
+    def off_kinks(x, period, shift=lambda a: a):
+        d = np.mod(shift(x), period)
+        return np.where(d < 0.1, x + 0.15, np.where(d > period - 0.1, x - 0.15, x))
     for op, x, f, attrs in (("Sqrt", pos(3, 4), np.sqrt, {}), ("Reciprocal", r(3, 4, lo=0.3), lambda a: 1 / a, {}),
                             ("Exp", r(3, 4), np.exp, {}), ("Log", pos(3, 4), np.log, {}),
                             ("Neg", r(3, 4), lambda a: -a, {}), ("Abs", r(3, 4, lo=0.1), np.abs, {}),
                             ("Erf", r(3, 4), np.vectorize(__import__("math").erf), {}),
                             ("LeakyRelu", r(3, 4, lo=0.1), lambda a: np.where(a > 0, a, 0.25 * a), {"alpha": 0.25}),
-                            ("Softplus", r(3, 4), lambda a: np.log1p(np.exp(a)), {})):
+                            ("Softplus", r(3, 4), lambda a: np.log1p(np.exp(a)), {}),
+                            ("Cos", r(3, 4), np.cos, {}), ("Sin", r(3, 4), np.sin, {}),
+                            ("Floor", off_kinks(3 * r(3, 4), 1.0), np.floor, {}),
+                            ("Sign", r(3, 4, lo=0.1), np.sign, {}),
+                            ("HardSigmoid", off_kinks(4 * r(3, 4), 2.5, lambda a: a + 2.5),
+                             lambda a: np.clip(0.2 * a + 0.5, 0, 1), {}),
+                            ("HardSwish", off_kinks(5 * r(3, 4), 3.0, lambda a: a + 3),
+                             lambda a: a * np.clip(a + 3, 0, 6) / 6, {})):
         c[op] = ([helper.make_node(op, ["A"], ["Y"], **attrs)], {"A": x}, (lambda f: lambda w: f(w["A"]))(f))
     lo = numpy_helper.from_array(np.array(-0.5), "lo")
     hi = numpy_helper.from_array(np.array(0.5), "hi")

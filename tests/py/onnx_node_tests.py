@@ -34,7 +34,7 @@ CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4
                 "Squeeze": [1], "Pad": [1, 2], "ConstantOfShape": [0], "Range": [0, 1, 2], "Split": [1],
                 "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
                 "TopK": [1], "Resize": [1, 2, 3]}
-SKIP = re.compile(r"unsupported|not supported|does not support|fsdpc supports|opset|only rank|no dimension")
+SKIP = re.compile(r"unsupported|not supported|does not support|fsdpc supports|opset|only rank|no dimension|static shapes")
 
 
 def bake_constants(model, inputs):
