@@ -82,7 +82,7 @@ static int appended_loss(Graph *g)
 
     Shape scalar = {0};
     int loss = ir_value(g, "loss", g->val[pred].dtype, &scalar, R_ACT);
-    ir_node1(g, op, "loss", pred, t, loss);
+    shape_node(g, ir_node1(g, op, "loss", pred, t, loss)); /* its rule checks pred (shape.c) */
     return loss;
 }
 
