@@ -92,21 +92,27 @@ const char *ir_q(const char *s)
     return r;
 }
 
-/* "fsdpc: error: " prefix and the formatted message on one line: callers
- * pass names through ir_q; any control character left (a path, a flag's
- * value) is shown as '?' here, so one error is always one line. */
-static _Noreturn void vfatal(const char *prefix, const char *fmt, va_list ap)
+/* prefix and the formatted message as one line: callers pass names through
+ * ir_q; any control character left (a path, a flag's value) is shown as '?'
+ * here, so an error is always one line. */
+static const char *line(const char *prefix, const char *fmt, va_list ap)
 {
     va_list ap2;
     va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    char *msg = ir_alloc((size_t)n + 1);
-    vsnprintf(msg, (size_t)n + 1, fmt, ap2);
+    size_t np = strlen(prefix), n = (size_t)vsnprintf(NULL, 0, fmt, ap);
+    char *msg = ir_alloc(np + n + 1);
+    memcpy(msg, prefix, np);
+    vsnprintf(msg + np, n + 1, fmt, ap2);
     va_end(ap2);
     for (char *c = msg; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f)
             *c = '?';
-    fprintf(stderr, "fsdpc: error: %s%s\n", prefix, msg);
+    return msg;
+}
+
+static _Noreturn void vfatal(const char *prefix, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "fsdpc: error: %s\n", line(prefix, fmt, ap));
     exit(1);
 }
 
@@ -142,13 +148,12 @@ void node_check_shape(const Graph *g, const Node *n, const Shape *s, const char 
     node_fatal(g, n, "%s would have shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
 }
 
-_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+_Noreturn void die_at(const char *file, int at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "fsdpc: internal error at %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (this is a bug in fsdpc; please report it with the model)\n", stderr);
+    fprintf(stderr, "fsdpc: internal error at %s:%d: %s (this is a bug in fsdpc; please report it with the model)\n",
+            file, at, line("", fmt, ap));
     va_end(ap);
     abort();
 }
@@ -237,11 +242,9 @@ static const Attr *attr_of(const Node *n, const char *name, AttrKind k, int k2)
 {
     static const char *kn[] = {"INT", "FLOAT", "INTS", "FLOATS", "STRING", "TENSOR"};
     const Attr *a = ir_attr(n, name);
-    if (a && a->kind != k && (int)a->kind != k2) {
-        fprintf(stderr, "fsdpc: error: %sattribute '%s' must be %s %s, found %s\n", node_prefix(model_path, n),
-                name, k == A_INT ? "an" : "a", kn[k], kn[a->kind]);
-        exit(1);
-    }
+    if (a && a->kind != k && (int)a->kind != k2)
+        fatal("%sattribute '%s' must be %s %s, found %s", node_prefix(model_path, n), name,
+              k == A_INT ? "an" : "a", kn[k], kn[a->kind]);
     return a;
 }
 
