@@ -63,15 +63,17 @@ def hostile_models(fsdpc, J, base):
     never = J("never")
     cc = lambda model, *extra: [fsdpc, model, "-o", never, "--target", "cpu"] + list(extra or base)
     w = np.ones((3, 4), np.float32)
-    # shapes whose element count wraps int64: Reshape to [2^62+3, 4] has "12" elements modulo 2^64
+    # shapes whose element count wraps int64: Reshape of [3, 4] to [2^62+3, 4], "12" elements modulo 2^64
     graph_model(J("reshape_wrap.onnx"), [helper.make_node("MatMul", ["x", "w"], ["h"]),
-                                         helper.make_node("Reshape", ["h", "sh"], ["y"], name="rs")],
-                {"w": w, "sh": np.array([2**62 + 3, 4], np.int64)}, [None, 4])
-    expect_error(cc(J("reshape_wrap.onnx")), "'rs' (Reshape)", "[4611686018427387907,4]", "2^40", code=(1,),
+                                         helper.make_node("Reshape", ["h", "sh"], ["r"], name="rs"),
+                                         helper.make_node("Reshape", ["r", "back"], ["y"])],
+                {"w": w, "sh": np.array([2**62 + 3, 4], np.int64), "back": np.array([3, 4], np.int64)}, [None, 4])
+    expect_error(cc(J("reshape_wrap.onnx"), "--loss", "mse:y,t", "--dim", "batch=3"), "'rs' (Reshape)", "[4611686018427387907,4]", "2^40", code=(1,),
                  absent=never)
     # AveragePool with pads 2^40: 2^41 x 2^41 windows per plane (2^64 elements after N x C)
-    pool = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
-    graph_model(J("pool_pads.onnx"), [pool], {}, [None, 1, None, None], x_shape=("batch", 1, 4, 4))
+    pool = helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
+    graph_model(J("pool_pads.onnx"), [pool, helper.make_node("Mul", ["p", "s"], ["y"])],
+                {"s": np.ones(1, np.float32)}, [None, 1, None, None], x_shape=("batch", 1, 4, 4))
     expect_error(cc(J("pool_pads.onnx")), "'pool' (AveragePool)", "2199023255556", "2^40", code=(1,), absent=never)
     pool = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[1, 1], pads=[2**62] * 4)
     graph_model(J("pool_pads62.onnx"), [pool], {}, [None, 1, None, None], x_shape=("batch", 1, 4, 4))
