@@ -252,7 +252,7 @@ static void emit_pool(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(g, n->out[2]), x);
         if (is_read(g, n->out[1]) && cg_cuda)
             fatal("node '%s' (MaxPool): its Indices output is not supported by --target cuda yet; use --target cpu",
-                  n->name);
+                  ir_q(n->name));
         if (is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
             cg_put(b, "      for (int64_t i = 0; i < %lld; i++) %s[i] = i / %lld * %lld + %s[i];\n",
                    (long long)(p.n * p.c * p.oh * p.ow), P(g, n->out[1]), (long long)(p.oh * p.ow),

@@ -50,7 +50,7 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
         const Value *y = val(g, n->out[0]);
         if (y->dtype != DT_F32)
             fatal("node '%s' (%s): a %s fill computed at run time is not supported by --target cuda yet; use "
-                  "--target cpu", n->name, op_info[n->op].name, dtype_name(y->dtype));
+                  "--target cpu", ir_q(n->name), op_info[n->op].name, dtype_name(y->dtype));
         float f;
         uint32_t bits = (uint32_t)fill;
         memcpy(&f, &bits, sizeof f);

@@ -190,7 +190,7 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
         const Value *x = &g->val[g->input[k]];
         if (!g->opt->eval && (x->shape.rank < 1 || (batch >= 0 && x->shape.dim[0] != batch)))
             fatal("%s: input '%s' %s: every input needs the same leading batch dimension", g->opt->model,
-                  x->name, x->shape.rank < 1 ? "is a scalar" : "has another batch size");
+                  ir_q(x->name), x->shape.rank < 1 ? "is a scalar" : "has another batch size");
         batch = x->shape.dim[0];
         cg_put(b, "    {%s, %d, %d, %s, %lld},\n", cg_cstr(x->name), x->dtype, x->shape.rank,
             cg_ints(x->shape.dim, x->shape.rank), (long long)x->loc.off);
@@ -367,7 +367,7 @@ static void check_cuda_dtypes(const Graph *g)
     for (int v = 0; v < g->nval; v++)
         if (g->val[v].dtype == DT_F64)
             fatal("%s: value '%s' is float64; the cuda target computes in float32: export the model in "
-                  "float32, or build with --target cpu", g->opt->model, g->val[v].name);
+                  "float32, or build with --target cpu", g->opt->model, ir_q(g->val[v].name));
 }
 
 static void remove_tree(const char *dir, int nimage)

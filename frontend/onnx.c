@@ -13,7 +13,7 @@
  *
  * Every problem with the model is one fatal() line: "MODEL: what, where, and
  * what to do".  Names are kept byte-exact in the IR (export and later error
- * messages use them); in our own messages they pass through q(), which
+ * messages use them); in our own messages they pass through ir_q() (ir/ir.c), which
  * replaces control characters and truncates, so a message stays one line.
  *
  * ONNX values are looked up by name in a small open-addressing table.  Before
@@ -45,7 +45,6 @@ enum {
     MAX_KINDS = 16,                  /* unsupported op types listed */
 };
 #define AT(t) ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##t
-#define MAX_NUMEL ((int64_t)1 << 40)
 #define MAX_MODEL_BYTES ((size_t)2 << 30)
 
 enum { UNSEEN = -3, RESERVED = -2 };  /* name table ids besides value ids */
@@ -76,27 +75,6 @@ static _Noreturn void bad(const char *fmt, ...)
     fatal("%s: %s", path, msg);
 }
 
-/* A name as it may appear in a one-line message. */
-static const char *q(const char *s)
-{
-    if (!s)
-        return "";
-    size_t n = strnlen(s, 81);
-    char *r = ir_alloc(n + 4);
-    for (size_t i = 0; i < n && i < 80; i++)
-        r[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-    if (n > 80)
-        strcpy(r + 80, "...");
-    return r;
-}
-
-static const char *shape_str(const Shape *s)
-{
-    const char *r = "[";
-    for (int i = 0; i < s->rank; i++)
-        r = ir_fmt("%s%s%lld", r, i ? ", " : "", (long long)s->dim[i]);
-    return ir_fmt("%s]", r);
-}
 
 /* ---- the name table -------------------------------------------------------- */
 
@@ -164,9 +142,9 @@ static int use(const char *name, const char *what, int required)
     int id = find(name);
     if (id == RESERVED)
         bad("%s uses '%s' before the node that defines it (ONNX nodes must be topologically "
-            "sorted)", what, q(name));
+            "sorted)", what, ir_q(name));
     if (id < 0)
-        bad("%s uses '%s', which no earlier node, input or initializer defines", what, q(name));
+        bad("%s uses '%s', which no earlier node, input or initializer defines", what, ir_q(name));
     return id;
 }
 
@@ -175,15 +153,33 @@ static void define(const char *name, int v, const char *what)
     Name *e = slot(name);
     if (e->id >= 0)
         bad("%s defines '%s', which is already defined (an ONNX value has one producer)", what,
-            q(name));
+            ir_q(name));
     e->id = v;
 }
 
 /* ---- reading and unpacking ------------------------------------------------ */
 
+/* Opens file for reading.  A FIFO, device or directory is refused, and
+ * never waited on: the open does not block (O_NONBLOCK, cleared once fstat
+ * has said the file is a regular one).  what names the file in messages. */
+static int open_regular(const char *file, const char *what, struct stat *st)
+{
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st))
+        bad("cannot open %s: %s", what, strerror(errno));
+    if (!S_ISREG(st->st_mode))
+        bad("%s is not a regular file (%s); give a file", what,
+            S_ISFIFO(st->st_mode) ? "a FIFO" : S_ISDIR(st->st_mode) ? "a directory" : "a device or socket");
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK))
+        bad("cannot read %s: %s", what, strerror(errno));
+    return fd;
+}
+
 static size_t read_model(void)
 {
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    FILE *f = fdopen(open_regular(path, "the model", &st), "rb");
     if (!f)
         fatal("%s: cannot open the model: %s", path, strerror(errno));
     size_t n = 0, cap = 1 << 20;
@@ -324,17 +320,14 @@ static int64_t make_shape(Shape *s, size_t n, const int64_t *dims, const char *w
     if (n > MAX_RANK)
         bad("%s has rank %zu; fsdpc supports rank <= %d", what, n, MAX_RANK);
     s->rank = (int)n;
-    int64_t numel = 1;
     for (size_t i = 0; i < n; i++) {
         if (dims[i] < 0)
             bad("%s has negative dim %zu (%lld)", what, i, (long long)dims[i]);
         s->dim[i] = dims[i];
     }
-    for (size_t i = 0; i < n; i++) {
-        if (dims[i] && numel > MAX_NUMEL / dims[i])
-            bad("%s has more than 2^40 elements; fsdpc cannot hold it", what);
-        numel *= dims[i];
-    }
+    int64_t numel = shape_count(s);
+    if (numel < 0)
+        bad("%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
     return numel;
 }
 
@@ -388,32 +381,28 @@ static void *external_data(const Onnx__TensorProto *t, const char *what, size_t 
     int64_t off = off_s ? parse_count(off_s, "offset", what) : 0;
     if (len_s && parse_count(len_s, "length", what) != (int64_t)bytes)
         bad("%s external data has length %s, but its dtype and shape need %zu bytes", what,
-            q(len_s), bytes);
+            ir_q(len_s), bytes);
     if (escapes(loc))
         bad("%s external data path '%s' escapes the model directory (keep the data files "
-            "beside the model, with relative paths)", what, q(loc));
+            "beside the model, with relative paths)", what, ir_q(loc));
     char *r = realpath(ir_fmt("%s/%s", dir, loc), NULL);
     if (!r)
-        bad("%s external data file '%s' (in %s): %s", what, q(loc), q(dir), strerror(errno));
+        bad("%s external data file '%s' (in %s): %s", what, ir_q(loc), ir_q(dir), strerror(errno));
     char *real = ir_strdup(r);
     free(r);
     if (!inside(real))
         bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
-            q(loc), q(real));
-    int fd = open(real, O_RDONLY);
+            ir_q(loc), ir_q(real));
     struct stat st;
-    if (fd < 0 || fstat(fd, &st))
-        bad("%s external data file '%s': %s", what, q(loc), strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        bad("%s external data file '%s' is not a regular file", what, q(loc));
+    int fd = open_regular(real, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &st);
     if (off > st.st_size || (int64_t)bytes > st.st_size - off)
         bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
-            what, bytes, (long long)off, q(loc), (long long)st.st_size);
+            what, bytes, (long long)off, ir_q(loc), (long long)st.st_size);
     uint8_t *p = ir_alloc(bytes);
     for (size_t got = 0; got < bytes;) {
         ssize_t r = pread(fd, p + got, bytes - got, (off_t)(off + (int64_t)got));
         if (r <= 0)
-            bad("%s: reading its external data file '%s' failed: %s", what, q(loc),
+            bad("%s: reading its external data file '%s' failed: %s", what, ir_q(loc),
                 r ? strerror(errno) : "unexpected end of file");
         got += (size_t)r;
     }
@@ -512,7 +501,7 @@ static void load_initializers(const Onnx__GraphProto *gp)
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name)
             bad("initializer #%zu has no name", i);
-        const char *what = ir_fmt("initializer '%s'", q(t->name));
+        const char *what = ir_fmt("initializer '%s'", ir_q(t->name));
         if (find(t->name) >= 0)
             bad("%s is defined twice (initializer names must be unique)", what);
         define(t->name, const_tensor(t->name, t, what, (int)i), what);
@@ -550,7 +539,7 @@ static void scan_dim(const char *p, void *ctx)
             return;
     if (d->n <= 10)
         d->list = d->n == 10 ? ir_fmt("%s, ...", d->list)
-                             : ir_fmt("%s%s%s", d->list, d->n ? ", " : "", q(d->seen[d->n] = p));
+                             : ir_fmt("%s%s%s", d->list, d->n ? ", " : "", ir_q(d->seen[d->n] = p));
     d->n += d->n <= 10;
 }
 
@@ -561,14 +550,14 @@ static void check_dim_options(const Options *opt, const Onnx__GraphProto *gp)
         DimScan d = {.want = opt->dim_name[i], .list = ""};
         each_dim_param(gp, scan_dim, &d);
         if (!d.found)
-            fatal("--dim %s: the model has no dimension named '%s' (%s%s)", q(d.want), q(d.want),
+            fatal("--dim %s: the model has no dimension named '%s' (%s%s)", ir_q(d.want), ir_q(d.want),
                   d.n ? "its symbolic dims: " : "it has no symbolic dims", d.list);
     }
 }
 
 static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
 {
-    const char *what = ir_fmt("input '%s'", q(in->name));
+    const char *what = ir_fmt("input '%s'", ir_q(in->name));
     const Onnx__TypeProto *tp = in->type;
     if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
         bad("%s is not a tensor (fsdpc needs a tensor type with dtype and shape)", what);
@@ -598,18 +587,14 @@ static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
             k++;
         if (k == opt->ndims)
             bad("%s dim %zu is symbolic ('%s'): bind it with --dim %s=N", what, i,
-                q(d->dim_param), q(d->dim_param));
+                ir_q(d->dim_param), ir_q(d->dim_param));
         if (opt->dim_value[k] <= 0)
-            fatal("--dim %s=%lld: a dimension must be positive", q(d->dim_param),
+            fatal("--dim %s=%lld: a dimension must be positive", ir_q(d->dim_param),
                   (long long)opt->dim_value[k]);
         s.dim[i] = opt->dim_value[k];
     }
-    int64_t numel = 1;
-    for (int i = 0; i < s.rank; i++) {
-        if (s.dim[i] && numel > MAX_NUMEL / s.dim[i])
-            bad("%s has more than 2^40 elements (shape %s)", what, shape_str(&s));
-        numel *= s.dim[i];
-    }
+    if (shape_count(&s) < 0)
+        bad("%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(&s));
     int v = ir_value(G, in->name, dt, &s, R_INPUT);
     slot(G->val[v].name)->id = v;
     G->input[G->ninput++] = v;
@@ -628,7 +613,7 @@ static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
         if (id >= 0 && G->val[id].init_index >= 0)
             continue;                 /* old-style ONNX: initializers listed as inputs */
         if (id >= 0)
-            bad("input '%s' is listed twice among the graph inputs", q(in->name));
+            bad("input '%s' is listed twice among the graph inputs", ir_q(in->name));
         load_input(opt, in);
     }
 }
@@ -647,8 +632,8 @@ static int op_lookup(const Onnx__NodeProto *n)
 
 static const char *node_label(size_t i, const Onnx__NodeProto *n)
 {
-    const char *op = q(n->op_type);
-    return n->name && *n->name ? ir_fmt("node '%s' (%s)", q(n->name), op)
+    const char *op = ir_q(n->op_type);
+    return n->name && *n->name ? ir_fmt("node '%s' (%s)", ir_q(n->name), op)
                                : ir_fmt("node #%zu (%s)", i, op);
 }
 
@@ -673,7 +658,7 @@ static void check_ops(const Onnx__GraphProto *gp)
         }
         if (k == nu)
             u[nu++] = (Unsup){.op = op, .dom = dom, .names = ""};
-        const char *nn = n->name && *n->name ? ir_fmt("'%s'", q(n->name)) : ir_fmt("#%zu", i);
+        const char *nn = n->name && *n->name ? ir_fmt("'%s'", ir_q(n->name)) : ir_fmt("#%zu", i);
         if (u[k].n <= MAX_SHOWN)
             u[k].names = ir_fmt("%s%s%s", u[k].names, u[k].n ? ", " : "",
                                 u[k].n < MAX_SHOWN ? nn : "...");
@@ -683,8 +668,8 @@ static void check_ops(const Onnx__GraphProto *gp)
         return;
     char *s = "";
     for (int k = 0; k < nu; k++)
-        s = ir_fmt("%s%s%s%s%s%s (node%s %s)", s, k ? ", " : "", q(u[k].op),
-                   *u[k].dom ? " [domain " : "", q(u[k].dom), *u[k].dom ? "]" : "",
+        s = ir_fmt("%s%s%s%s%s%s (node%s %s)", s, k ? ", " : "", ir_q(u[k].op),
+                   *u[k].dom ? " [domain " : "", ir_q(u[k].dom), *u[k].dom ? "]" : "",
                    u[k].n > 1 ? "s" : "", u[k].names);
     if (other)
         s = ir_fmt("%s, and %d more node%s of other ops", s, other, other > 1 ? "s" : "");
@@ -701,7 +686,7 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
 {
     if (!a->name || !*a->name)
         bad("%s has an attribute without a name", what);
-    const char *aw = ir_fmt("%s attribute '%s'", what, q(a->name));
+    const char *aw = ir_fmt("%s attribute '%s'", what, ir_q(a->name));
     Attr *r;
     switch (a->type) {
     case AT(INT):
@@ -765,7 +750,7 @@ static void constant_node(const Onnx__NodeProto *n, const char *what)
             "value_ints)", what);
     const Onnx__AttributeProto *a = n->attribute[0];
     const char *out = n->output[0], *an = a->name;
-    const char *aw = ir_fmt("%s attribute '%s'", what, q(an));
+    const char *aw = ir_fmt("%s attribute '%s'", what, ir_q(an));
     int v;
     if (!strcmp(an, "value") && a->type == AT(TENSOR) && a->t)
         v = const_tensor(out, a->t, aw, -1);
@@ -842,7 +827,7 @@ static void load_outputs(const Onnx__GraphProto *gp)
         const char *name = gp->output[i]->name;
         int id = name ? find(name) : UNSEEN;
         if (id < 0)
-            bad("graph output '%s' is not defined by any node, input or initializer", q(name));
+            bad("graph output '%s' is not defined by any node, input or initializer", ir_q(name));
         G->output[G->noutput++] = id;
     }
 }

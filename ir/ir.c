@@ -85,35 +85,83 @@ static void *grow(void *p, int *cap, int need, size_t sz)
 }
 
 /* ---- errors ------------------------------------------------------------ */
+const char *ir_q(const char *s)
+{
+    if (!s)
+        return "";
+    size_t n = 0;
+    while (n < 81 && s[n])
+        n++;
+    char *r = ir_alloc(n + 4);
+    for (size_t i = 0; i < n && i < 80; i++)
+        r[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    if (n > 80)
+        strcpy(r + 80, "...");
+    return r;
+}
+
+/* prefix and the formatted message as one line: callers pass names through
+ * ir_q; any control character left (a path, a flag's value) is shown as '?'
+ * here, so an error is always one line. */
+static const char *line(const char *prefix, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    size_t np = strlen(prefix), n = (size_t)vsnprintf(NULL, 0, fmt, ap);
+    char *msg = ir_alloc(np + n + 1);
+    memcpy(msg, prefix, np);
+    vsnprintf(msg + np, n + 1, fmt, ap2);
+    va_end(ap2);
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    return msg;
+}
+
+static _Noreturn void vfatal(const char *prefix, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "fsdpc: error: %s\n", line(prefix, fmt, ap));
+    exit(1);
+}
+
 _Noreturn void fatal(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("fsdpc: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
+    vfatal("", fmt, ap);
+}
+
+/* the model of the compile (ir_new), for the attribute readers, which have no Graph */
+static const char *model_path = "";
+
+static const char *node_prefix(const char *model, const Node *n)
+{
+    return ir_fmt("%s: node '%s' (%s): ", model, ir_q(n->name), op_info[n->op].name);
 }
 
 _Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "fsdpc: error: %s: node '%s' (%s): ", g->opt->model, n->name, op_info[n->op].name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
+    vfatal(node_prefix(g->opt->model, n), fmt, ap);
 }
 
-_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+void node_check_shape(const Graph *g, const Node *n, const Shape *s, const char *what)
+{
+    if (shape_count(s) >= 0)
+        return;
+    for (int i = 0; i < s->rank; i++)
+        if (s->dim[i] < 0)
+            node_fatal(g, n, "%s would have shape %s, with a negative dimension", what, shape_str(s));
+    node_fatal(g, n, "%s would have shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
+}
+
+_Noreturn void die_at(const char *file, int at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "fsdpc: internal error at %s:%d: ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (this is a bug in fsdpc; please report it with the model)\n", stderr);
+    fprintf(stderr, "fsdpc: internal error at %s:%d: %s (this is a bug in fsdpc; please report it with the model)\n",
+            file, at, line("", fmt, ap));
     va_end(ap);
     abort();
 }
@@ -123,6 +171,7 @@ Graph *ir_new(const Options *opt)
 {
     Graph *g = ir_alloc(sizeof *g);
     g->opt = opt;
+    model_path = opt->model ? opt->model : "";
     g->loss = g->loss_avg = g->grad_norm_sq = -1;
     return g;
 }
@@ -196,18 +245,40 @@ const Attr *ir_attr(const Node *n, const char *name)
     return NULL;
 }
 
+/* attribute name of n, which must be of kind k (or also k2; -1: none), or NULL */
+static const Attr *attr_of(const Node *n, const char *name, AttrKind k, int k2)
+{
+    static const char *kn[] = {"INT", "FLOAT", "INTS", "FLOATS", "STRING", "TENSOR"};
+    const Attr *a = ir_attr(n, name);
+    if (a && a->kind != k && (int)a->kind != k2)
+        fatal("%sattribute '%s' must be %s %s, found %s", node_prefix(model_path, n), name,
+              k == A_INT ? "an" : "a", kn[k], kn[a->kind]);
+    return a;
+}
+
 int64_t ir_attr_i(const Node *n, const char *name, int64_t def)
 {
-    const Attr *a = ir_attr(n, name);
-    return a && a->kind == A_INT ? a->i : def;
+    const Attr *a = attr_of(n, name, A_INT, -1);
+    return a ? a->i : def;
 }
 
 double ir_attr_f(const Node *n, const char *name, double def)
 {
-    const Attr *a = ir_attr(n, name);
-    if (!a)
-        return def;
-    return a->kind == A_FLOAT ? a->f : a->kind == A_INT ? (double)a->i : def;
+    const Attr *a = attr_of(n, name, A_FLOAT, A_INT);
+    return !a ? def : a->kind == A_FLOAT ? a->f : (double)a->i;
+}
+
+const char *ir_attr_s(const Node *n, const char *name, const char *def)
+{
+    const Attr *a = attr_of(n, name, A_STRING, -1);
+    return a ? a->s : def;
+}
+
+const int64_t *ir_attr_ints(const Node *n, const char *name, int *count)
+{
+    const Attr *a = attr_of(n, name, A_INTS, -1);
+    *count = a ? a->n : 0;
+    return a ? a->ints : NULL;
 }
 
 double ir_kernel_param(const Node *n, Op op, int i)
@@ -230,6 +301,32 @@ int64_t shape_numel(const Shape *s)
     for (int i = 0; i < s->rank; i++)
         n *= s->dim[i];
     return n;
+}
+
+int64_t shape_count(const Shape *s)
+{
+    if (s->rank < 0 || s->rank > MAX_RANK)
+        return -1;
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (s->dim[i] < 0 || s->dim[i] > MAX_NUMEL) /* also when another dim is 0 */
+            return -1;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] && n > MAX_NUMEL / s->dim[i])
+            return -1;
+        n *= s->dim[i];
+    }
+    return n;
+}
+
+const char *shape_str(const Shape *s)
+{
+    char *buf = ir_alloc(24 * MAX_RANK + 4), *p = buf;
+    *p++ = '[';
+    for (int i = 0; i < s->rank && i < MAX_RANK; i++)
+        p += sprintf(p, i ? ",%lld" : "%lld", (long long)s->dim[i]);
+    strcpy(p, "]");
+    return buf;
 }
 
 int shape_eq(const Shape *a, const Shape *b)

@@ -16,6 +16,10 @@
 #include <stdio.h>
 
 #define MAX_RANK 8
+/* The most elements one tensor may have: every shape fsdpc accepts or infers
+ * is checked against it (shape_count), so element counts and byte sizes of
+ * the IR never wrap. */
+#define MAX_NUMEL ((int64_t)1 << 40)
 
 typedef enum {
     DT_UNDEF,
@@ -240,14 +244,26 @@ int ir_like(Graph *g, const char *name, int like, Role role); /* same dtype/shap
 int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out); /* 1 or 2 inputs (b=-1) */
 Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k);
 const Attr *ir_attr(const Node *n, const char *name);
+/* Typed readers: def when absent; an attribute of another kind is a user
+ * error naming the node ("attribute 'transB' must be an INT, found STRING").
+ * ir_attr_f accepts an INT; ir_attr_ints returns NULL (count 0) when absent. */
 int64_t ir_attr_i(const Node *n, const char *name, int64_t def);
 double ir_attr_f(const Node *n, const char *name, double def);
+const char *ir_attr_s(const Node *n, const char *name, const char *def);
+const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
 /* parameter i (0, 1) of the elementwise kernel of op (ops.def's EW1 p0, p1)
  * for node n: n is a node of op, or its UnaryGrad (which carries its
  * attributes) */
 double ir_kernel_param(const Node *n, Op op, int i);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
-int64_t shape_numel(const Shape *s);
+int64_t shape_numel(const Shape *s);               /* of a checked shape (no overflow test) */
+/* The element count of s, or -1 when a dim is negative or the count exceeds
+ * MAX_NUMEL; never overflows, whatever the dims. */
+int64_t shape_count(const Shape *s);
+const char *shape_str(const Shape *s);            /* "[2,3]", ir_alloc'ed */
+/* A model-supplied name as it may appear in a one-line message: control
+ * characters become '?', and it is cut after 80 bytes ("..."). */
+const char *ir_q(const char *s);
 int shape_eq(const Shape *a, const Shape *b);
 size_t dtype_size(DType t);
 const char *dtype_name(DType t);
@@ -269,6 +285,8 @@ _Noreturn void fatal(const char *fmt, ...);       /* "fsdpc: error: ..." exit 1 
 /* a user error at a node: "fsdpc: error: MODEL: node 'NAME' (Op): ..." exit 1 */
 _Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* node_fatal unless s is a shape a tensor may have (shape_count >= 0); what names it */
+void node_check_shape(const Graph *g, const Node *n, const Shape *s, const char *what);
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...); /* internal bug: abort */
 

@@ -158,7 +158,7 @@ static const Value *const_in(Graph *g, const Node *n, int i, const char *what)
     if (x->role != R_CONST || !x->data)
         node_fatal(g, n, "the %s input '%s' must be a constant; fsdpc has static shapes (it may "
                    "depend only on constants, integer initializers and the shapes of values)",
-                   what, x->name);
+                   what, ir_q(x->name));
     return x;
 }
 
@@ -167,8 +167,7 @@ static double const_scalar(Graph *g, const Node *n, int v, const char *what)
 {
     const Value *x = &g->val[v];
     if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1)
-        fatal("%s: node '%s' (%s): %s '%s' must be a constant scalar", g->opt->model, n->name,
-              op_info[n->op].name, what, x->name);
+        node_fatal(g, n, "%s '%s' must be a constant scalar", what, ir_q(x->name));
     return tensor_const_f(x, 0);
 }
 
@@ -212,15 +211,15 @@ static void to_attr(Graph *g, int id, const char *name, int v)
         return;
     }
     if (x->dtype != DT_I64 && x->dtype != DT_I32)
-        node_fatal(g, n, "the %s input '%s' must be int64, not %s", name, x->name, dtype_name(x->dtype));
+        node_fatal(g, n, "the %s input '%s' must be int64, not %s", name, ir_q(x->name), dtype_name(x->dtype));
     if (!strcmp(name, "k")) {
         if (cnt != 1)
-            node_fatal(g, n, "the k input '%s' must hold one value", x->name);
+            node_fatal(g, n, "the k input '%s' must hold one value", ir_q(x->name));
         set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
         return;
     }
     if (x->shape.rank > 1 || cnt > (1 << 20))
-        node_fatal(g, n, "the %s input '%s' must be a 1-D list", name, x->name);
+        node_fatal(g, n, "the %s input '%s' must be a 1-D list", name, ir_q(x->name));
     Attr *a = set_attr(g, id, name, A_INTS);
     a->n = (int)cnt;
     a->ints = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));

@@ -29,9 +29,9 @@ static int find_pred(const Graph *g, const char *name)
     char list[512] = "";
     for (int i = 0; i < g->noutput && strlen(list) < 400; i++) {
         strcat(list, i ? ", " : "");
-        strncat(list, g->val[g->output[i]].name, 64);
+        strncat(list, ir_q(g->val[g->output[i]].name), 64);
     }
-    fatal("--loss: the model computes no value named '%s' (its outputs: %s)", name, list);
+    fatal("--loss: the model computes no value named '%s' (its outputs: %s)", ir_q(name), list);
 }
 
 /* a scalar float graph output made by SoftmaxCrossEntropyLoss or
@@ -56,10 +56,10 @@ static int appended_loss(Graph *g)
     int pred = find_pred(g, o->loss_pred);
     Value *p = &g->val[pred];
     if (p->dtype != DT_F32 && p->dtype != DT_F64)
-        fatal("--loss: '%s' has dtype %s; the loss needs float32 or float64", p->name,
+        fatal("--loss: '%s' has dtype %s; the loss needs float32 or float64", ir_q(p->name),
               dtype_name(p->dtype));
     if (p->shape.rank < 1)
-        fatal("--loss: '%s' is a scalar; it needs a batch axis", p->name);
+        fatal("--loss: '%s' is a scalar; it needs a batch axis", ir_q(p->name));
     if (ir_find_value(g, o->loss_target) >= 0)
         fatal("--loss: target name '%s' is already used in the model; choose another", o->loss_target);
 
@@ -68,7 +68,7 @@ static int appended_loss(Graph *g)
     Op op = OP_MseLoss;
     if (o->loss == LOSS_CE) {
         if (p->shape.rank < 2)
-            fatal("--loss cross_entropy: logits '%s' need shape [..., classes]", p->name);
+            fatal("--loss cross_entropy: logits '%s' need shape [..., classes]", ir_q(p->name));
         ts.rank--;
         tdt = DT_I64;
         op = OP_CrossEntropyLoss;
@@ -82,7 +82,7 @@ static int appended_loss(Graph *g)
 
     Shape scalar = {0};
     int loss = ir_value(g, "loss", g->val[pred].dtype, &scalar, R_ACT);
-    ir_node1(g, op, "loss", pred, t, loss);
+    shape_node(g, ir_node1(g, op, "loss", pred, t, loss)); /* its rule checks pred (shape.c) */
     return loss;
 }
 

@@ -106,7 +106,7 @@ static void gather_in_low(Graph *g, DType low)
     for (int u = 0; u < g->nunit; u++)
         if (g->unit[u].dtype != DT_F32)
             fatal("--precision %s needs a float32 model: unit %s holds %s parameters (use --precision fp32)",
-                  low == DT_F16 ? "fp16" : "bf16", g->unit[u].name, dtype_name(g->unit[u].dtype));
+                  low == DT_F16 ? "fp16" : "bf16", ir_q(g->unit[u].name), dtype_name(g->unit[u].dtype));
     for (int v = 0; v < nval; v++)
         if (g->val[v].role == R_FLAT)
             g->val[v].dtype = low;
@@ -127,7 +127,7 @@ static void reduce_in_bf16(Graph *g)
             continue;
         const Unit *un = &g->unit[g->node[i].unit];
         if (un->dtype != DT_F32)
-            fatal("--reduce-dtype bf16 needs a float32 model: unit %s holds %s parameters", un->name,
+            fatal("--reduce-dtype bf16 needs a float32 model: unit %s holds %s parameters", ir_q(un->name),
                   dtype_name(un->dtype));
         Shape s = {1, {un->numel}};
         int v = ir_value(g, ir_fmt("%s.flatgrad.bf16", un->name), DT_BF16, &s, R_FLATGRAD);

@@ -14,16 +14,6 @@
 
 
 
-static const char *shape_str(const Shape *s)
-{
-    char *buf = ir_alloc(24 * MAX_RANK + 4), *p = buf;
-    *p++ = '[';
-    for (int i = 0; i < s->rank; i++)
-        p += sprintf(p, i ? ",%lld" : "%lld", (long long)s->dim[i]);
-    strcpy(p, "]");
-    return buf;
-}
-
 /* numpy broadcasting of a and b into o; 0 if incompatible */
 static int broadcast(const Shape *a, const Shape *b, Shape *o)
 {
@@ -76,6 +66,9 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
     if (a->dtype != b->dtype || !is_float(a->dtype))
         node_fatal(g, n, "%s", ir_fmt("dtypes %s and %s: need equal float dtypes", dtype_name(a->dtype),
                          dtype_name(b->dtype)));
+    if (!shape_numel(&a->shape) || !shape_numel(&b->shape))
+        node_fatal(g, n, "%s", ir_fmt("operands %s and %s: a MatMul over a zero-sized dimension is not supported "
+                         "(fsdpc refuses empty matrices)", shape_str(&a->shape), shape_str(&b->shape)));
     int ra = a->shape.rank, rb = b->shape.rank;
     int64_t m = a->shape.dim[ra - (ta ? 1 : 2)], ka = a->shape.dim[ra - (ta ? 2 : 1)];
     int64_t kb = b->shape.dim[rb - (tb ? 1 : 2)], nn = b->shape.dim[rb - (tb ? 2 : 1)];
@@ -104,7 +97,7 @@ static const Value *const_input(Graph *g, const Node *n, int i, const char *what
         node_fatal(g, n, "%s", ir_fmt("missing %s input", what));
     const Value *v = &g->val[n->in[i]];
     if (v->role != R_CONST || !v->data)
-        node_fatal(g, n, "%s", ir_fmt("the %s input '%s' must be a constant", what, v->name));
+        node_fatal(g, n, "%s", ir_fmt("the %s input '%s' must be a constant", what, ir_q(v->name)));
     return v;
 }
 
@@ -116,7 +109,6 @@ static void reshape(Graph *g, const Node *n, DType *dt, Shape *s)
         node_fatal(g, n, "%s", "shape input must be a 1-D int64 constant of at most 8 elements");
     const int64_t *d = sh->data;
     int allowzero = (int)ir_attr_i(n, "allowzero", 0);
-    int64_t known = 1;
     int neg = -1;
     s->rank = (int)sh->shape.dim[0];
     for (int i = 0; i < s->rank; i++) {
@@ -135,9 +127,9 @@ static void reshape(Graph *g, const Node *n, DType *dt, Shape *s)
             node_fatal(g, n, "%s", ir_fmt("negative dimension %lld in shape", (long long)v));
         }
         s->dim[i] = v;
-        known *= v;
     }
-    int64_t total = shape_numel(&x->shape);
+    node_check_shape(g, n, s, "the output");     /* with -1 as 1: the product cannot wrap below */
+    int64_t known = shape_numel(s), total = shape_numel(&x->shape);
     if (neg >= 0) {
         if (known == 0 || total % known)
             node_fatal(g, n, "%s", ir_fmt("cannot reshape %s to the requested shape", shape_str(&x->shape)));
@@ -166,6 +158,27 @@ static void transpose(Graph *g, const Node *n, DType *dt, Shape *s)
     *dt = x->dtype;
 }
 
+/* Every output shape a rule infers is one a tensor may have: no negative
+ * dim, at most MAX_NUMEL elements (rules whose own arithmetic could wrap
+ * check their operands first). */
+static void check_outputs(Graph *g, int id)
+{
+    const Node *n = &g->node[id];
+    for (int k = 0; k < n->nout; k++)
+        if (n->out[k] >= 0)
+            node_check_shape(g, n, &g->val[n->out[k]].shape, n->nout > 1 ? ir_fmt("output %d", k) : "the output");
+}
+
+/* MseLoss(pred, target), CrossEntropyLoss(logits, labels): a mean over a
+ * batch and, for cross-entropy, a softmax over the last dim (classes) */
+static void loss_rule(Graph *g, const Node *n)
+{
+    const Shape *x = &g->val[n->in[0]].shape;
+    if (shape_numel(x) == 0)
+        node_fatal(g, n, "the loss input '%s' %s has no elements (an empty batch or 0 classes); fsdpc "
+                   "refuses zero-sized loss inputs", ir_q(g->val[n->in[0]].name), shape_str(x));
+}
+
 void shape_node(Graph *g, int id)
 {
     Node *n = &g->node[id];
@@ -180,25 +193,26 @@ void shape_node(Graph *g, int id)
     case OP_Reshape: reshape(g, n, &dt, &s); break;
     case OP_Transpose: transpose(g, n, &dt, &s); break;
     case OP_Copy: dt = in0->dtype; s = in0->shape; break;
-    case OP_MseLoss: case OP_CrossEntropyLoss: dt = in0->dtype; break; /* scalar */
+    case OP_MseLoss: case OP_CrossEntropyLoss: loss_rule(g, n); dt = in0->dtype; break; /* scalar */
     case OP_MseLossGrad: case OP_CrossEntropyGrad:
         dt = g->val[n->in[1]].dtype;
         s = g->val[n->in[1]].shape;
         break;
     default:
-        if (shape_tensor(g, id) || shape_nn(g, id))
-            return;
-        if (op_info[n->op].flags & (F_UNARY | F_BINARY)) { /* the elementwise rows of ops.def */
+        /* the families' rules type their outputs themselves; then the
+         * elementwise rows of ops.def; the rest are created with their output
+         * already typed (ReduceSumTo, Ones, collectives, Free, optimizer updates) */
+        if (!shape_tensor(g, id) && !shape_nn(g, id) && (op_info[n->op].flags & (F_UNARY | F_BINARY))) {
             ew(g, n, &dt, &s);
             break;
         }
-        /* ops created with their output already typed (ReduceSumTo, Ones,
-         * collectives, Free, optimizer updates) */
+        check_outputs(g, id);
         return;
     }
     Value *o = &g->val[n->out[0]];
     o->dtype = dt;
     o->shape = s;
+    check_outputs(g, id);
 }
 
 void pass_shape(Graph *g)
@@ -207,7 +221,7 @@ void pass_shape(Graph *g)
         Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0 && g->val[n->in[j]].dtype == DT_UNDEF)
-                node_fatal(g, n, "%s", ir_fmt("input '%s' has no known dtype", g->val[n->in[j]].name));
+                node_fatal(g, n, "%s", ir_fmt("input '%s' has no known dtype", ir_q(g->val[n->in[j]].name)));
         shape_node(g, i);
     }
 }

@@ -30,7 +30,7 @@ static void need_float(const Graph *g, const Node *n, const Value *x, const char
 {
     if (!is_float(x->dtype))
         node_fatal(g, n, "%s '%s' has dtype %s, which is not supported (float32 or float64 only)", what,
-               x->name, dtype_name(x->dtype));
+               ir_q(x->name), dtype_name(x->dtype));
 }
 
 /* input i: same dtype as x, numel elements (a per-channel vector; LayerNormalization's
@@ -42,11 +42,11 @@ static void need_vec(const Graph *g, const Node *n, int i, const Value *x, int64
         return;
     if (v->dtype != x->dtype)
         node_fatal(g, n, "input %s '%s' has dtype %s but the data is %s; mixed dtypes are not supported",
-               what, v->name, dtype_name(v->dtype), dtype_name(x->dtype));
+               what, ir_q(v->name), dtype_name(v->dtype), dtype_name(x->dtype));
     int rank_ok = n->op == OP_LayerNormalization || v->shape.rank == 1;
     if (shape_numel(&v->shape) != numel || !rank_ok)
         node_fatal(g, n, "input %s '%s' must be a vector of %lld elements, one per %s (other shapes are "
-               "not supported)", what, v->name,
+               "not supported)", what, ir_q(v->name),
                (long long)numel, n->op == OP_LayerNormalization ? "normalised element" : "channel");
 }
 
@@ -83,7 +83,8 @@ void nn_split(const Shape *s, int ax, int64_t *outer, int64_t *axis, int64_t *in
     *axis = s->dim[ax];
 }
 
-/* ints attribute `name` of exactly len values >= lo, into v (default def) */
+/* ints attribute `name` of exactly len values in [lo, MAX_NUMEL], into v
+ * (default def); the bound keeps the geometry's arithmetic from wrapping */
 static void ints_attr(const Graph *g, const Node *n, const char *name, int len, int64_t lo,
                       int64_t def, int64_t *v)
 {
@@ -95,17 +96,27 @@ static void ints_attr(const Graph *g, const Node *n, const char *name, int len, 
     if (a->kind != A_INTS || a->n != len)
         node_fatal(g, n, "attribute %s must list %d integers for a 2-D %s", name, len, op_info[n->op].name);
     for (int i = 0; i < len; i++) {
-        if (a->ints[i] < lo)
-            node_fatal(g, n, "attribute %s: %lld must be >= %lld", name, (long long)a->ints[i], (long long)lo);
+        if (a->ints[i] < lo || a->ints[i] > MAX_NUMEL)
+            node_fatal(g, n, "attribute %s: %lld is outside [%lld, 2^40]", name, (long long)a->ints[i],
+                       (long long)lo);
         v[i] = a->ints[i];
     }
 }
 
 static void no_auto_pad(const Graph *g, const Node *n)
 {
-    const Attr *a = ir_attr(n, "auto_pad");
-    if (a && a->kind == A_STRING && strcmp(a->s, "NOTSET"))
-        node_fatal(g, n, "attribute auto_pad = %s is not supported (export with explicit pads)", a->s);
+    const char *a = ir_attr_s(n, "auto_pad", "NOTSET");
+    if (strcmp(a, "NOTSET"))
+        node_fatal(g, n, "attribute auto_pad = %s is not supported (export with explicit pads)", ir_q(a));
+}
+
+/* the dilated window d * (k - 1) + 1 of each spatial dim fits in 2^40 (k, d already <= 2^40) */
+static void window_fits(const Graph *g, const Node *n, const int64_t *k, const int64_t *d)
+{
+    for (int i = 0; i < 2; i++)
+        if (k[i] > 1 && d[i] > (MAX_NUMEL - 1) / (k[i] - 1))
+            node_fatal(g, n, "attributes kernel_shape and dilations: the dilated window %lld x %lld is beyond "
+                       "2^40", (long long)k[i], (long long)d[i]);
 }
 
 static void need_2d(const Graph *g, const Node *n, const Shape *x)
@@ -131,6 +142,10 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
     int64_t grp = ir_attr_i(n, "group", 1);
+    if (!shape_numel(x) || !shape_numel(w))
+        node_fatal(g, n, "input %s and weight %s: a Conv over a zero-sized dimension is not supported (fsdpc "
+                   "refuses empty tensors here)", shape_str(x), shape_str(w));
+    window_fits(g, n, &w->dim[2], dl);
     *p = (KConv2d){.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .m = w->dim[0],
                    .kh = w->dim[2], .kw = w->dim[3], .sh = st[0], .sw = st[1], .dh = dl[0], .dw = dl[1],
                    .pt = pd[0], .pl = pd[1], .pb = pd[2], .pr = pd[3], .groups = grp};
@@ -161,6 +176,7 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
     ints_attr(g, n, "strides", 2, 1, 1, st);
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
+    window_fits(g, n, ks, dl);
     if (ir_attr_i(n, "storage_order", 0) != 0)
         node_fatal(g, n, "attribute storage_order = 1 (column-major indices) is not supported");
     int ceil = ir_attr_i(n, "ceil_mode", 0) != 0;
@@ -189,9 +205,9 @@ static const int64_t *reduce_axes(const Graph *g, const Node *n, int *na)
         return NULL;
     if (v->role != R_CONST || !v->data)
         node_fatal(g, n, "input axes '%s' must be a constant (shapes are static); a computed axes input "
-               "is not supported", v->name);
+               "is not supported", ir_q(v->name));
     if (v->dtype != DT_I64 || v->shape.rank != 1)
-        node_fatal(g, n, "input axes '%s' must be a 1-D int64 tensor", v->name);
+        node_fatal(g, n, "input axes '%s' must be a 1-D int64 tensor", ir_q(v->name));
     *na = (int)v->shape.dim[0];
     return v->data;
 }
@@ -226,12 +242,12 @@ static double const_scalar(const Graph *g, const Node *n, int i, const char *wha
         return def;
     if (v->role != R_CONST || !v->data || shape_numel(&v->shape) != 1)
         node_fatal(g, n, "input %s '%s' must be a constant scalar; a computed %s is not supported", what,
-               v->name, what);
+               ir_q(v->name), what);
     switch (v->dtype) {
     case DT_F32: return *(const float *)v->data;
     case DT_F64: return *(const double *)v->data;
     case DT_BOOL: return *(const uint8_t *)v->data != 0;
-    default: node_fatal(g, n, "input %s '%s' has dtype %s, which is not supported", what, v->name,
+    default: node_fatal(g, n, "input %s '%s' has dtype %s, which is not supported", what, ir_q(v->name),
                     dtype_name(v->dtype));
     }
 }
@@ -251,15 +267,14 @@ int nn_dropout_training(const Graph *g, const Node *n)
 
 int nn_sce_reduction(const Graph *g, const Node *n)
 {
-    const Attr *a = ir_attr(n, "reduction");
-    const char *s = a && a->kind == A_STRING ? a->s : "mean";
+    const char *s = ir_attr_s(n, "reduction", "mean");
     if (!strcmp(s, "none"))
         return NN_NONE;
     if (!strcmp(s, "sum"))
         return NN_SUM;
     if (!strcmp(s, "mean"))
         return NN_MEAN;
-    node_fatal(g, n, "attribute reduction = '%s' is not supported (none, sum or mean)", s);
+    node_fatal(g, n, "attribute reduction = '%s' is not supported (none, sum or mean)", ir_q(s));
 }
 
 int nn_bn_training(const Node *n) { return ir_attr_i(n, "training_mode", 0) != 0; }
@@ -272,7 +287,7 @@ static void pow_rule(Graph *g, const Node *n)
     need_float(g, n, a, "base");
     if (b->dtype != a->dtype)
         node_fatal(g, n, "exponent '%s' has dtype %s and base %s: mixed-dtype Pow is not supported",
-               b->name, dtype_name(b->dtype), dtype_name(a->dtype));
+               ir_q(b->name), dtype_name(b->dtype), dtype_name(a->dtype));
     Shape o = {a->shape.rank > b->shape.rank ? a->shape.rank : b->shape.rank, {0}};
     for (int i = 0; i < o.rank; i++) {
         int ia = i - (o.rank - a->shape.rank), ib = i - (o.rank - b->shape.rank);
@@ -290,12 +305,16 @@ static void conv_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0), *w = in_val(g, n, 1);
     need_float(g, n, x, "input");
     if (w->dtype != x->dtype)
-        node_fatal(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", w->name,
+        node_fatal(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", ir_q(w->name),
                dtype_name(w->dtype), dtype_name(x->dtype));
     KConv2d p;
     nn_conv_geom(g, n, &x->shape, &w->shape, &p);
     need_vec(g, n, 2, x, p.m, "B");
-    Shape y = {4, {p.n, p.m, p.oh, p.ow}}, ws = shape1(nn_conv_ws(&p));
+    /* the im2col scratch: c/group x kh x kw x oh x ow, checked before nn_conv_ws multiplies */
+    Shape y = {4, {p.n, p.m, p.oh, p.ow}}, col = {5, {p.c / p.groups, p.kh, p.kw, p.oh, p.ow}};
+    node_check_shape(g, n, &y, "the output");
+    node_check_shape(g, n, &col, "the im2col workspace");
+    Shape ws = shape1(nn_conv_ws(&p));
     set_out(g, n, 0, x->dtype, &y);
     set_out(g, n, 1, x->dtype, &ws);
 }
@@ -305,7 +324,7 @@ static void batchnorm_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0);
     need_float(g, n, x, "input");
     if (x->shape.rank < 2)
-        node_fatal(g, n, "input '%s' needs rank >= 2 (N, C, ...)", x->name);
+        node_fatal(g, n, "input '%s' needs rank >= 2 (N, C, ...)", ir_q(x->name));
     int64_t c = x->shape.dim[1];
     static const char *what[] = {"", "scale", "B", "input_mean", "input_var"};
     for (int i = 1; i < 5; i++)
@@ -343,7 +362,7 @@ static void pool_rule(Graph *g, const Node *n)
     need_float(g, n, x, "input");
     if (n->op == OP_GlobalAveragePool) {
         if (x->shape.rank < 3)
-            node_fatal(g, n, "input '%s' needs rank >= 3 (N, C, spatial...)", x->name);
+            node_fatal(g, n, "input '%s' needs rank >= 3 (N, C, spatial...)", ir_q(x->name));
         Shape y = x->shape;
         for (int i = 2; i < y.rank; i++)
             y.dim[i] = 1;
@@ -353,6 +372,7 @@ static void pool_rule(Graph *g, const Node *n)
     KPool2d p;
     nn_pool_geom(g, n, &x->shape, &p);
     Shape y = {4, {p.n, p.c, p.oh, p.ow}};
+    node_check_shape(g, n, &y, "the output");
     set_out(g, n, 0, x->dtype, &y);
     set_out(g, n, 1, DT_I64, &y);
     set_out(g, n, 2, DT_I64, &y);
@@ -413,16 +433,19 @@ static void sce_rule(Graph *g, const Node *n)
     const Value *x = in_val(g, n, 0), *l = in_val(g, n, 1);
     need_float(g, n, x, "scores");
     if (x->shape.rank < 2)
-        node_fatal(g, n, "scores '%s' need rank >= 2 (N, C, ...)", x->name);
+        node_fatal(g, n, "scores '%s' need rank >= 2 (N, C, ...)", ir_q(x->name));
     if (l->dtype != DT_I64)
-        node_fatal(g, n, "labels '%s' have dtype %s, which is not supported (int64 only)", l->name,
+        node_fatal(g, n, "labels '%s' have dtype %s, which is not supported (int64 only)", ir_q(l->name),
                dtype_name(l->dtype));
     Shape ls = x->shape;
     ls.rank--;
     for (int i = 1; i < ls.rank; i++)
         ls.dim[i] = x->shape.dim[i + 1];
     if (!shape_eq(&ls, &l->shape))
-        node_fatal(g, n, "labels '%s' must have the scores' shape without dim 1 (classes)", l->name);
+        node_fatal(g, n, "labels '%s' must have the scores' shape without dim 1 (classes)", ir_q(l->name));
+    if (!shape_numel(&x->shape))
+        node_fatal(g, n, "scores '%s' %s have no elements (an empty batch or 0 classes); fsdpc refuses "
+                   "zero-sized loss inputs", ir_q(x->name), shape_str(&x->shape));
     need_vec(g, n, 2, x, x->shape.dim[1], "weights");
     Shape scalar = {0};
     set_out(g, n, 0, x->dtype, nn_sce_reduction(g, n) == NN_NONE ? &ls : &scalar);

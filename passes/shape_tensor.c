@@ -14,8 +14,6 @@
 
 #include <string.h>
 
-#define MAX_NUMEL ((int64_t)1 << 40)
-
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 /* numpy broadcasting of a and b into o; 0 if incompatible */
@@ -41,20 +39,9 @@ static void set_out(Graph *g, const Node *n, int k, DType dt, const Shape *s)
     g->val[n->out[k]].shape = *s;
 }
 
-/* sizes are non-negative and the element count fits (as the frontend's) */
-static void check_numel(const Graph *g, const Node *n, const Shape *s)
-{
-    int64_t t = 1;
-    for (int i = 0; i < s->rank; i++) {
-        if (s->dim[i] < 0)
-            node_fatal(g, n, "the output would have a negative dimension (%s)", tensor_shape_str(s));
-        if (s->dim[i] && t > MAX_NUMEL / s->dim[i])
-            node_fatal(g, n, "the output would have more than 2^40 elements");
-        t *= s->dim[i];
-    }
-}
-
 /* ---- shape rules --------------------------------------------------------- */
+/* Every output shape is checked after its rule (shape.c: no negative dim, at
+ * most MAX_NUMEL elements); a rule guards only its own arithmetic. */
 
 static void shape_op(Graph *g, const Node *n)
 {
@@ -79,7 +66,6 @@ static void constant_of_shape(Graph *g, const Node *n)
     Shape s = {k, {0}};
     for (int i = 0; i < k; i++)
         s.dim[i] = d[i];
-    check_numel(g, n, &s);
     const Value *v = tensor_value_attr(g, n);
     set_out(g, n, 0, v ? v->dtype : DT_F32, &s);
 }
@@ -94,7 +80,7 @@ static void squeeze(Graph *g, const Node *n)
         int d = tensor_axis(g, n, ax[i], x->rank, "axes entry");
         if (x->dim[d] != 1)
             node_fatal(g, n, "cannot squeeze dim %d of size %lld (shape %s)", d, (long long)x->dim[d],
-                       tensor_shape_str(x));
+                       shape_str(x));
         drop[d] = 1;
     }
     Shape s = {0};
@@ -155,10 +141,12 @@ static void concat(Graph *g, const Node *n)
         for (int d = 0; ok && d < s.rank; d++)
             ok = d == ax || x->shape.dim[d] == s.dim[d];
         if (!ok)
-            node_fatal(g, n, "input '%s' (%s %s) does not fit '%s' (%s %s) along axis %d", x->name,
-                       dtype_name(x->dtype), tensor_shape_str(&x->shape), x0->name, dtype_name(x0->dtype),
-                       tensor_shape_str(&x0->shape), ax);
-        s.dim[ax] += x->shape.dim[ax];
+            node_fatal(g, n, "input '%s' (%s %s) does not fit '%s' (%s %s) along axis %d", ir_q(x->name),
+                       dtype_name(x->dtype), shape_str(&x->shape), ir_q(x0->name), dtype_name(x0->dtype),
+                       shape_str(&x0->shape), ax);
+        s.dim[ax] += x->shape.dim[ax]; /* each <= MAX_NUMEL: no wrap before the check */
+        if (s.dim[ax] > MAX_NUMEL)
+            node_fatal(g, n, "the output would have more than 2^40 elements along axis %d", ax);
     }
     set_out(g, n, 0, x0->dtype, &s);
 }
@@ -219,7 +207,7 @@ static void gather(Graph *g, const Node *n)
 {
     const Value *x = in(g, n, 0), *ix = in(g, n, 1);
     if (ix->dtype != DT_I64)
-        node_fatal(g, n, "indices '%s' are %s; Gather takes int64 or int32 indices", ix->name,
+        node_fatal(g, n, "indices '%s' are %s; Gather takes int64 or int32 indices", ir_q(ix->name),
                    dtype_name(ix->dtype));
     if (x->shape.rank == 0)
         node_fatal(g, n, "cannot gather from a scalar");
@@ -239,7 +227,7 @@ static void gather(Graph *g, const Node *n)
         int64_t v = ((const int64_t *)ix->data)[i];
         if (v < -lim || v >= lim)
             node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
-                       (long long)i, ix->name, (long long)-lim, (long long)lim);
+                       (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
     }
     set_out(g, n, 0, x->dtype, &s);
 }
@@ -257,8 +245,7 @@ static void expand(Graph *g, const Node *n)
     for (int i = 0; i < k; i++)
         t.dim[i] = d[i];
     if (!broadcast(&x->shape, &t, &s))
-        node_fatal(g, n, "cannot expand %s to %s", tensor_shape_str(&x->shape), tensor_shape_str(&t));
-    check_numel(g, n, &s);
+        node_fatal(g, n, "cannot expand %s to %s", shape_str(&x->shape), shape_str(&t));
     set_out(g, n, 0, x->dtype, &s);
 }
 
@@ -273,11 +260,10 @@ static void tile(Graph *g, const Node *n)
     for (int i = 0; i < k; i++) {
         if (rep[i] < 0)
             node_fatal(g, n, "repeats must not be negative");
-        if (rep[i] && s.dim[i] > MAX_NUMEL / rep[i])
+        if (rep[i] && s.dim[i] > MAX_NUMEL / rep[i]) /* before the product can wrap */
             node_fatal(g, n, "the output would have more than 2^40 elements");
         s.dim[i] *= rep[i];
     }
-    check_numel(g, n, &s);
     set_out(g, n, 0, x->dtype, &s);
 }
 
@@ -299,7 +285,6 @@ static void pad(Graph *g, const Node *n)
             node_fatal(g, n, "edge and reflect padding need a non-empty dim %d", d);
     }
     tensor_value_attr(g, n);
-    check_numel(g, n, &s);
     set_out(g, n, 0, x->dtype, &s);
 }
 
@@ -308,12 +293,12 @@ static void where(Graph *g, const Node *n)
     const Value *c = in(g, n, 0), *a = in(g, n, 1), *b = in(g, n, 2);
     Shape s;
     if (c->dtype != DT_BOOL)
-        node_fatal(g, n, "condition '%s' must be bool, not %s", c->name, dtype_name(c->dtype));
+        node_fatal(g, n, "condition '%s' must be bool, not %s", ir_q(c->name), dtype_name(c->dtype));
     if (a->dtype != b->dtype)
         node_fatal(g, n, "x and y dtypes differ (%s and %s)", dtype_name(a->dtype), dtype_name(b->dtype));
     if (!broadcast(&c->shape, &a->shape, &s) || !broadcast(&s, &b->shape, &s))
-        node_fatal(g, n, "shapes %s, %s and %s do not broadcast", tensor_shape_str(&c->shape),
-                   tensor_shape_str(&a->shape), tensor_shape_str(&b->shape));
+        node_fatal(g, n, "shapes %s, %s and %s do not broadcast", shape_str(&c->shape),
+                   shape_str(&a->shape), shape_str(&b->shape));
     set_out(g, n, 0, a->dtype, &s);
 }
 
@@ -325,7 +310,7 @@ static void compare(Graph *g, const Node *n)
         node_fatal(g, n, "input dtypes %s and %s: need one dtype of float32, float64, int64, "
                    "int32 or bool", dtype_name(a->dtype), dtype_name(b->dtype));
     if (!broadcast(&a->shape, &b->shape, &s))
-        node_fatal(g, n, "shapes %s and %s do not broadcast", tensor_shape_str(&a->shape), tensor_shape_str(&b->shape));
+        node_fatal(g, n, "shapes %s and %s do not broadcast", shape_str(&a->shape), shape_str(&b->shape));
     set_out(g, n, 0, DT_BOOL, &s);
 }
 
@@ -343,7 +328,7 @@ static void same_as_input(Graph *g, const Node *n, DType need)
 {
     const Value *x = in(g, n, 0);
     if (need != DT_UNDEF && x->dtype != need)
-        node_fatal(g, n, "input '%s' is %s; it must be %s", x->name, dtype_name(x->dtype), dtype_name(need));
+        node_fatal(g, n, "input '%s' is %s; it must be %s", ir_q(x->name), dtype_name(x->dtype), dtype_name(need));
     if (n->op == OP_Trilu && x->shape.rank < 2)
         node_fatal(g, n, "needs rank >= 2, not %d", x->shape.rank);
     set_out(g, n, 0, x->dtype, &x->shape);

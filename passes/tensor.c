@@ -18,21 +18,10 @@
 #include <stdarg.h>
 #include <string.h>
 
-#define MAX_NUMEL ((int64_t)1 << 40)
 enum { MAX_RUNS = 1024, MAX_BLOCKS = 1 << 16 };
 
 /* ---- messages, axes, strides, attributes ---------------------------------- */
 
-
-const char *tensor_shape_str(const Shape *s)
-{
-    char *buf = ir_alloc(24 * MAX_RANK + 4), *p = buf;
-    *p++ = '[';
-    for (int i = 0; i < s->rank; i++)
-        p += sprintf(p, i ? ",%lld" : "%lld", (long long)s->dim[i]);
-    strcpy(p, "]");
-    return buf;
-}
 
 int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *what)
 {
@@ -62,12 +51,9 @@ void tensor_bcast(const Shape *s, const Shape *y, int64_t *st)
 
 const int64_t *tensor_ints(const Node *n, const char *name, int *count)
 {
-    const Attr *a = ir_attr(n, name);
-    *count = a && a->kind == A_INTS ? a->n : 0;
-    return a && a->kind == A_INTS ? a->ints : NULL;
+    return ir_attr_ints(n, name, count);
 }
 
-/* numpy broadcasting of a and b into o; 0 if incompatible */
 /* ---- dtypes -------------------------------------------------------------- */
 
 DType tensor_from_onnx(int64_t code)
@@ -191,15 +177,14 @@ void tensor_gather_dims(const Shape *data, int axis, int64_t *outer, int64_t *ax
 
 int tensor_pad_mode(const Graph *g, const Node *n)
 {
-    const Attr *a = ir_attr(n, "mode");
-    const char *m = a && a->kind == A_STRING ? a->s : "constant";
+    const char *m = ir_attr_s(n, "mode", "constant");
     if (!strcmp(m, "constant"))
         return K_PAD_CONSTANT;
     if (!strcmp(m, "reflect"))
         return K_PAD_REFLECT;
     if (!strcmp(m, "edge"))
         return K_PAD_EDGE;
-    node_fatal(g, n, "mode '%s' is not supported (constant, reflect or edge)", m);
+    node_fatal(g, n, "mode '%s' is not supported (constant, reflect or edge)", ir_q(m));
 }
 
 /* the tensor attribute `value`, or NULL */
@@ -235,7 +220,7 @@ int64_t tensor_range_len(const Graph *g, const Node *n)
         v[i] = &g->val[n->in[i]];
         if (v[i]->role != R_CONST || !v[i]->data || shape_numel(&v[i]->shape) != 1)
             node_fatal(g, n, "input '%s' must be a constant scalar; fsdpc has static shapes",
-                       v[i]->name);
+                       ir_q(v[i]->name));
         if (v[i]->dtype != v[0]->dtype || v[i]->dtype == DT_BOOL)
             node_fatal(g, n, "start, limit and delta need one numeric dtype");
     }

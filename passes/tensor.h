@@ -17,10 +17,6 @@
 
 #include "ir.h"
 
-/* one line naming model, node and op, then exit 1 */
-
-/* "[2,3,4]" (ir_alloc'ed) */
-const char *tensor_shape_str(const Shape *s);
 /* axis attribute value a of a rank-r tensor, normalised to [0, r) */
 int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *what);
 /* dense row-major strides of s */

@@ -62,7 +62,7 @@ static void close_unit(Graph *g, const int *params, int n, const char *name)
         if (g->val[p].dtype != u->dtype)
             fatal("%s: parameters '%s' (%s) and '%s' (%s) have different dtypes; fsdpc needs one "
                   "dtype per model", g->opt->model, g->val[params[0]].name, dtype_name(u->dtype),
-                  g->val[p].name, dtype_name(g->val[p].dtype));
+                  ir_q(g->val[p].name), dtype_name(g->val[p].dtype));
         u->params[i] = p;
         u->offset[i] = u->numel;
         u->numel += value_numel(g, p);

@@ -3,12 +3,15 @@
 usage: bad_input.py FSDPC WORKDIR
 
 Covers the compiler (not ONNX, truncated, unsupported ops, dims, external
-data, flags, loss names) and the executable (data files of the wrong
+data, flags, loss names; hostile models: shapes whose element count would
+wrap, zero-sized matrices and losses, attributes of the wrong type, names
+with control characters, FIFOs as model or external data) and the executable (data files of the wrong
 dtype/shape, missing/unknown inputs, truncated .npy, bad flags, a foreign
 init file, labels outside the class range).
 """
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -20,8 +23,16 @@ from common import mpirun, run
 failures = []
 
 
-def expect_error(cmd, *needles, code=(1, 2), world=1):
-    p = run(mpirun(world, cmd), check=False)
+def expect_error(cmd, *needles, code=(1, 2), world=1, timeout=600, absent=None):
+    """one stderr line holding every needle, an exit in code (not a signal),
+    within timeout seconds (a hang fails), and no file at absent"""
+    try:
+        p = run(mpirun(world, cmd), check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        failures.append("%s: no answer within %ds (hangs)" % (" ".join(cmd[:3]), timeout))
+        return
+    if absent and os.path.exists(absent):
+        failures.append("%s: wrote %s although it failed" % (" ".join(cmd[:3]), absent))
     err = p.stderr.strip()
     lines = [l for l in err.splitlines() if l.strip()]
     name = " ".join(os.path.basename(c) for c in cmd[:3])
@@ -36,6 +47,82 @@ def expect_error(cmd, *needles, code=(1, 2), world=1):
             failures.append("%s: error lacks %s: %s" % (name, miss, err[-500:]))
         else:
             print("ok  %-60s -> %s" % (" ".join(needles)[:60], lines[0][:150] if lines else ""))
+
+
+def graph_model(path, nodes, inits, out_shape, x_shape=("batch", 3), out="y"):
+    """x (float, x_shape) -> nodes -> out; inits: name -> numpy array"""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def hostile_models(fsdpc, J, base):
+    """Malformed models a fuzzer found: each is one error line naming the node and op (or the file), exit 1,
+    no executable, no hang."""
+    never = J("never")
+    cc = lambda model, *extra: [fsdpc, model, "-o", never, "--target", "cpu"] + list(extra or base)
+    w = np.ones((3, 4), np.float32)
+    # shapes whose element count wraps int64: Reshape of [3, 4] to [2^62+3, 4], "12" elements modulo 2^64
+    graph_model(J("reshape_wrap.onnx"), [helper.make_node("MatMul", ["x", "w"], ["h"]),
+                                         helper.make_node("Reshape", ["h", "sh"], ["r"], name="rs"),
+                                         helper.make_node("Reshape", ["r", "back"], ["y"])],
+                {"w": w, "sh": np.array([2**62 + 3, 4], np.int64), "back": np.array([3, 4], np.int64)}, [None, 4])
+    expect_error(cc(J("reshape_wrap.onnx"), "--loss", "mse:y,t", "--dim", "batch=3"), "'rs' (Reshape)", "[4611686018427387907,4]", "2^40", code=(1,),
+                 absent=never)
+    # AveragePool with pads 2^40: 2^41 x 2^41 windows per plane (2^64 elements after N x C)
+    pool = helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
+    graph_model(J("pool_pads.onnx"), [pool, helper.make_node("Mul", ["p", "s"], ["y"])],
+                {"s": np.ones(1, np.float32)}, [None, 1, None, None], x_shape=("batch", 1, 4, 4))
+    expect_error(cc(J("pool_pads.onnx")), "'pool' (AveragePool)", "2199023255556", "2^40", code=(1,), absent=never)
+    pool = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[1, 1], pads=[2**62] * 4)
+    graph_model(J("pool_pads62.onnx"), [pool], {}, [None, 1, None, None], x_shape=("batch", 1, 4, 4))
+    expect_error(cc(J("pool_pads62.onnx")), "'mp' (MaxPool)", "pads", "2^40", code=(1,), absent=never)
+    conv = helper.make_node("Conv", ["x", "cw"], ["y"], name="conv", pads=[2**39] * 4, dilations=[2**30, 1])
+    graph_model(J("conv_pads.onnx"), [conv], {"cw": np.ones((2, 1, 3, 3), np.float32)}, [None, 2, None, None],
+                x_shape=("batch", 1, 4, 4))
+    expect_error(cc(J("conv_pads.onnx")), "'conv' (Conv)", "2^40", code=(1,), absent=never)
+    # zero-sized dims: a Gemm with a [3, 0] weight, cross-entropy over 0 classes, an empty Conv weight
+    graph_model(J("gemm_empty.onnx"), [helper.make_node("Gemm", ["x", "w0"], ["y"], name="g0")],
+                {"w0": np.ones((3, 0), np.float32)}, [None, 0])
+    expect_error(cc(J("gemm_empty.onnx")), "'g0/MatMul' (MatMul)", "[3,0]", "zero-sized", code=(1,), absent=never)
+    graph_model(J("ce_empty.onnx"), [helper.make_node("MatMul", ["x", "w"], ["h"]),
+                                     helper.make_node("Slice", ["h", "z", "z", "one"], ["y"], name="cut")],
+                {"w": w, "z": np.array([0], np.int64), "one": np.array([1], np.int64)}, [None, 0])
+    expect_error(cc(J("ce_empty.onnx"), "--loss", "cross_entropy:y,lab", "--dim", "batch=2"), "CrossEntropyLoss",
+                 "[2,0]", "zero-sized", code=(1,), absent=never)
+    graph_model(J("conv_empty.onnx"), [helper.make_node("Conv", ["x", "cw"], ["y"], name="c0")],
+                {"cw": np.ones((0, 1, 1, 1), np.float32)}, [None, 0, 4, 4], x_shape=("batch", 1, 4, 4))
+    expect_error(cc(J("conv_empty.onnx")), "'c0' (Conv)", "[0,1,1,1]", "zero-sized", code=(1,), absent=never)
+    # attributes of the wrong type are errors, not silently the default
+    gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
+    gemm.attribute.append(helper.make_attribute("transB", "yes"))
+    graph_model(J("attr_str.onnx"), [gemm], {"w": w}, [None, 4])
+    expect_error(cc(J("attr_str.onnx")), "node 'g1' (Gemm): attribute 'transB' must be an INT, found STRING",
+                 code=(1,), absent=never)
+    gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g2", alpha=[1, 2])
+    graph_model(J("attr_ints.onnx"), [gemm], {"w": w}, [None, 4])
+    expect_error(cc(J("attr_ints.onnx")), "node 'g2' (Gemm): attribute 'alpha' must be a FLOAT, found INTS",
+                 code=(1,), absent=never)
+    # names with a newline and an ANSI escape stay on one line ('?' for each control character)
+    gemm = helper.make_node("Gemm", ["x", "w"], ["y\n\x1b[31mred"], name="evil\n\x1b[2Jname")
+    gemm.attribute.append(helper.make_attribute("transB", "yes"))
+    graph_model(J("attr_evil.onnx"), [gemm], {"w": w}, [None, 4], out="y\n\x1b[31mred")
+    expect_error(cc(J("attr_evil.onnx")), "node 'evil??[2Jname' (Gemm)", code=(1,), absent=never)
+    graph_model(J("name_evil.onnx"), [helper.make_node("MatMul", ["x", "w"], ["y\n\x1b[31mred"])], {"w": w},
+                [None, 4], out="y\n\x1b[31mred")
+    expect_error(cc(J("name_evil.onnx"), "--loss", "mse:nope,t", "--dim", "batch=2"), "'nope'", "y??[31mred",
+                 code=(1,), absent=never)
+    # a FIFO as the model, or as its external data, is refused at once (a hang fails the timeout)
+    os.mkfifo(J("fifo.onnx"))
+    expect_error(cc(J("fifo.onnx")), "fifo.onnx", "not a regular file", code=(1,), timeout=60, absent=never)
+    os.makedirs(J("extfifo"))
+    mlp(J("extfifo", "m.onnx"), external=True)
+    os.remove(J("extfifo", "w.bin"))
+    os.mkfifo(J("extfifo", "w.bin"))
+    expect_error(cc(J("extfifo", "m.onnx")), "'w'", "w.bin", "not a regular file", code=(1,), timeout=60,
+                 absent=never)
+    expect_error(cc(os.path.dirname(never)), "not a regular file", code=(1,), timeout=60, absent=never)
 
 
 def mlp(path, extra_nodes=(), external=False, batch="batch"):
@@ -120,6 +207,7 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--target", "tpu"] + base, "tpu")
     expect_error([fsdpc, good] + base + ["-o"], "-o")
     expect_error([fsdpc, "-o", J("o"), "--target", "cpu"] + base, "no model")
+    hostile_models(fsdpc, J, base)
 
     # --- executable -------------------------------------------------------
     exe = J("train")
