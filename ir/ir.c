@@ -19,7 +19,8 @@ const OpInfo op_info[OP_COUNT] = {
 
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
  * Each block starts with a pointer to the previous one, so everything stays
- * reachable (LeakSanitizer reports nothing) though nothing is ever freed. */
+ * reachable (LeakSanitizer reports nothing) though fsdpc never frees;
+ * ir_reset walks the chain for drivers that compile many models. */
 enum { BLOCK = 1 << 20, HEAD = 16 };
 static char *blk;
 static size_t blk_used, blk_cap;
@@ -40,6 +41,17 @@ void *ir_alloc(size_t n)
     void *p = blk + blk_used;
     blk_used += n;
     return p;
+}
+
+void ir_reset(void)
+{
+    while (blk) {
+        char *prev;
+        memcpy(&prev, blk, sizeof prev);
+        free(blk);
+        blk = prev;
+    }
+    blk_used = blk_cap = 0;
 }
 
 char *ir_strdup(const char *s)
@@ -77,6 +89,15 @@ static void *grow(void *p, int *cap, int need, size_t sz)
 }
 
 /* ---- errors ------------------------------------------------------------ */
+jmp_buf *ir_fatal_jump;
+
+static _Noreturn void fatal_end(void)
+{
+    if (ir_fatal_jump)
+        longjmp(*ir_fatal_jump, 1);
+    exit(1);
+}
+
 _Noreturn void fatal(const char *fmt, ...)
 {
     va_list ap;
@@ -85,7 +106,7 @@ _Noreturn void fatal(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(1);
+    fatal_end();
 }
 
 _Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
@@ -96,7 +117,7 @@ _Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(1);
+    fatal_end();
 }
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
