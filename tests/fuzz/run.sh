@@ -1,11 +1,12 @@
 #!/bin/sh
-# run.sh FUZZER SRC WORK — the ctest fuzz_compile: FUZZER (tests/fuzz_compile.c under libFuzzer, ASan, UBSan)
-# for $FSDPC_FUZZ_SECONDS seconds (default 60), seeded with examples/*.onnx and ONNX's node-test models
-# (libonnx-testdata), its corpus kept in WORK/corpus (so that longer and later runs build on it).  Fails on
+# run.sh FUZZER SRC WORK PYTHON — the ctest fuzz_compile: FUZZER (tests/fuzz_compile.c under libFuzzer, ASan,
+# UBSan) for $FSDPC_FUZZ_SECONDS seconds (default 60), seeded with examples/*.onnx and ONNX's node-test models
+# (libonnx-testdata), raw and as tests/fuzz/seeds.py prepares them (made once, in WORK/gen), its corpus kept
+# in WORK/corpus (so that longer and later runs build on it).  Fails on
 # any crash, sanitizer report, leak, input slower than $FSDPC_FUZZ_TIMEOUT s (default 10) or over 2 GiB;
 # the input is then WORK/artifacts/*: rerun it with `FUZZER FILE`.  Exit 77 (skipped) without a fuzzer.
 set -u
-fuzzer=$1 src=$2 work=$3
+fuzzer=$1 src=$2 work=$3 python=$4
 if [ ! -x "$fuzzer" ]; then
   echo "fuzz_compile: skipped: no libFuzzer build of the compiler (needs clang and libclang-rt-14-dev at" \
        "configure time: scripts/setup.sh --test installs them)"
@@ -18,6 +19,9 @@ n=0
 for d in /usr/share/libonnx-testdata/data/node/*/; do
   [ -f "$d/model.onnx" ] && ln -sf "$d/model.onnx" "$work/seeds/$(basename "$d").onnx" && n=$((n + 1))
 done
+if [ "$n" -gt 0 ] && [ ! -f "$work/gen.done" ]; then
+  "$python" "$src/tests/fuzz/seeds.py" "$work/gen" && touch "$work/gen.done"
+fi
 [ "$n" -gt 0 ] || echo "fuzz_compile: note: no /usr/share/libonnx-testdata (package libonnx-testdata): seeded" \
   "with examples/ only"
 # a dictionary: the ONNX op types fsdpc accepts, the default domain, some attribute names
@@ -32,7 +36,7 @@ rm -f "$work"/artifacts/*
 # libFuzzer's own codes (77 on a crash) would read as ctest's skip: 1 for every failure instead
 "$fuzzer" -max_total_time="$secs" -timeout="${FSDPC_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
   -error_exitcode=1 -timeout_exitcode=1 -close_fd_mask=3 -print_final_stats=1 \
-  -dict="$work/onnx.dict" -artifact_prefix="$work/artifacts/" "$work/corpus" "$work/seeds"
+  -dict="$work/onnx.dict" -artifact_prefix="$work/artifacts/" "$work/corpus" "$work/seeds" $(ls -d "$work/gen" 2>/dev/null)
 rc=$?
 found=$(ls "$work/artifacts")
 if [ "$rc" -ne 0 ] || [ -n "$found" ]; then
