@@ -269,6 +269,18 @@ static Graph *compile(const Options *o)
     return g;
 }
 
+/* the forward-only pipeline of --eval: every initializer stays a constant */
+static Graph *compile_eval(const Options *o)
+{
+    Graph *g = onnx_load(o);
+    after(g, "frontend");
+    RUN(fold);
+    RUN(shape);
+    RUN(fuse);
+    RUN(memplan);
+    return g;
+}
+
 /* --report: the planned memory and traffic of one rank under every strategy */
 static void compare_strategies(const Options *o)
 {
@@ -313,19 +325,8 @@ int main(int argc, char **argv)
 {
     Options o = {0};
     parse_args(&o, argc, argv);
-    if (o.eval) { /* forward only: every initializer stays a constant */
-        Graph *g = onnx_load(&o);
-        after(g, "frontend");
-        RUN(fold);
-        RUN(shape);
-        RUN(fuse);
-        RUN(memplan);
-        if (o.out)
-            cg_build(g);
-        return 0;
-    }
-    Graph *g = compile(&o);
-    if (o.report) {
+    Graph *g = o.eval ? compile_eval(&o) : compile(&o);
+    if (o.report) { /* not with --eval */
         cg_report(stdout, g, o.world);
         compare_strategies(&o);
         if (o.recompute)

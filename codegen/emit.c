@@ -101,9 +101,10 @@ const char **cg_checks;
 
 static void cg_check(const char *msg)
 {
-    static int cap;
-    if (cg_ncheck == cap) {
-        cap = cap ? cap * 2 : 16;
+    /* room for 16, then doubled when full: a function of the count alone, as emit_step starts every
+     * step at 0 (no capacity left over from an earlier compile's array) */
+    if (!cg_ncheck || (cg_ncheck >= 16 && !(cg_ncheck & (cg_ncheck - 1)))) {
+        int cap = cg_ncheck ? 2 * cg_ncheck : 16;
         const char **n = ir_alloc(sizeof(char *) * (size_t)cap);
         if (cg_ncheck)
             memcpy(n, cg_checks, sizeof(char *) * (size_t)cg_ncheck);

@@ -378,6 +378,16 @@ static void remove_tree(const char *dir, int nimage)
     rmdir(dir);
 }
 
+const char *cg_source_cpu(const Graph *g, size_t *len)
+{
+    cg_cuda = 0;
+    InitLayout L = layout_init(g);
+    Buf step = emit_step(g);
+    Buf src = emit_source(g, &L, &step, &(Buf){0}, 0);
+    *len = src.len;
+    return src.buf;
+}
+
 void cg_build(const Graph *g)
 {
     const char *out = g->opt->out;

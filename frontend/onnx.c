@@ -55,7 +55,7 @@ static Graph *G;
 static const char *path;              /* opt->model, prefix of every message */
 static const char *dir, *dir_real;          /* the model's directory, as given and resolved */
 static uint8_t *bytes;                /* the file, kept for export */
-static Onnx__ModelProto *model;       /* kept alive until exit */
+static Onnx__ModelProto *model;       /* in the arena, kept alive until exit */
 static Name *names;
 static size_t ncap, nused;
 
@@ -249,6 +249,17 @@ static int check_depth(const ProtobufCMessageDescriptor *d, const uint8_t *p, co
     return 0;
 }
 
+static void *pb_alloc(void *data, size_t n)
+{
+    (void)data;
+    return ir_alloc(n);
+}
+
+static void pb_free(void *data, void *p)
+{
+    (void)data, (void)p;
+}
+
 static Onnx__ModelProto *unpack(const uint8_t *buf, size_t len)
 {
     if (!len)
@@ -257,7 +268,9 @@ static Onnx__ModelProto *unpack(const uint8_t *buf, size_t len)
     if (r > 0)
         bad("messages nest more than %d deep (subgraphs inside subgraphs); fsdpc does not "
             "accept such a model", MAX_DEPTH);
-    Onnx__ModelProto *m = r ? NULL : onnx__model_proto__unpack(NULL, len, buf);
+    /* in the arena, as everything else: ir_reset releases it too */
+    ProtobufCAllocator arena = {.alloc = pb_alloc, .free = pb_free};
+    Onnx__ModelProto *m = r ? NULL : onnx__model_proto__unpack(&arena, len, buf);
     if (!m)
         bad("not an ONNX model (protobuf parse failed; is the file truncated?)");
     return m;
@@ -585,6 +598,10 @@ static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
         int k = 0;
         while (k < opt->ndims && strcmp(opt->dim_name[k], d->dim_param))
             k++;
+        if (k == opt->ndims && opt->dim_default > 0) {
+            s.dim[i] = opt->dim_default;
+            continue;
+        }
         if (k == opt->ndims)
             bad("%s dim %zu is symbolic ('%s'): bind it with --dim %s=N", what, i,
                 ir_q(d->dim_param), ir_q(d->dim_param));
@@ -849,10 +866,10 @@ Graph *onnx_load(const Options *opt)
     names = NULL; /* a fresh name table: fsdpc --report loads the model once per strategy */
     ncap = nused = 0;
     G = ir_new(opt);
-    size_t len = read_model();
-    G->model_bytes = bytes;
+    size_t len = opt->model_data ? opt->model_size : read_model();
+    G->model_bytes = opt->model_data ? opt->model_data : bytes;
     G->model_len = len;
-    model = unpack(bytes, len);
+    model = unpack(G->model_bytes, len);
     if (!model->graph)
         bad("the model has no graph");
     check_opset(model);

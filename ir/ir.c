@@ -27,7 +27,8 @@ const OpInfo op_info[OP_COUNT] = {
 
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
  * Each block starts with a pointer to the previous one, so everything stays
- * reachable (LeakSanitizer reports nothing) though nothing is ever freed. */
+ * reachable (LeakSanitizer reports nothing) though fsdpc never frees;
+ * ir_reset walks the chain for drivers that compile many models. */
 enum { BLOCK = 1 << 20, HEAD = 16 };
 static char *blk;
 static size_t blk_used, blk_cap;
@@ -48,6 +49,17 @@ void *ir_alloc(size_t n)
     void *p = blk + blk_used;
     blk_used += n;
     return p;
+}
+
+void ir_reset(void)
+{
+    while (blk) {
+        char *prev;
+        memcpy(&prev, blk, sizeof prev);
+        free(blk);
+        blk = prev;
+    }
+    blk_used = blk_cap = 0;
 }
 
 char *ir_strdup(const char *s)
@@ -118,9 +130,13 @@ static const char *line(const char *prefix, const char *fmt, va_list ap)
     return msg;
 }
 
+jmp_buf *ir_fatal_jump;
+
 static _Noreturn void vfatal(const char *prefix, const char *fmt, va_list ap)
 {
     fprintf(stderr, "fsdpc: error: %s\n", line(prefix, fmt, ap));
+    if (ir_fatal_jump)
+        longjmp(*ir_fatal_jump, 1);
     exit(1);
 }
 

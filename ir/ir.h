@@ -6,7 +6,8 @@
  * that order is the order the executable runs them in.
  *
  * Memory: the compiler is short-lived and allocates from one arena that is
- * released at exit (ir_alloc / ir_strdup); passes never free.
+ * released at exit (ir_alloc / ir_strdup); passes never free.  An in-process
+ * driver (tests/fuzz_compile.c) releases it between compiles with ir_reset.
  */
 #ifndef FSDPC_IR_H
 #define FSDPC_IR_H
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <setjmp.h>
 
 #define MAX_RANK 8
 /* The most elements one tensor may have: every shape fsdpc accepts or infers
@@ -174,6 +176,8 @@ typedef enum { PREFETCH_PRE, PREFETCH_POST, PREFETCH_NONE } Prefetch;
 
 typedef struct {
     const char *model;       /* path of the .onnx */
+    const uint8_t *model_data; /* non-NULL (in-process drivers): the model's bytes, model_size of them, read */
+    size_t model_size;         /* instead of the file `model` (still its name and directory) */
     const char *out;         /* -o */
     const char *target;      /* "cuda" or "cpu" */
     const char *arch;        /* --arch sm_80,sm_90 (cuda; NULL: the default) */
@@ -183,6 +187,7 @@ typedef struct {
     int ndims;
     const char *dim_name[64];
     int64_t dim_value[64];
+    int64_t dim_default;     /* > 0 (in-process drivers): the size of every symbolic dim --dim leaves unbound */
     int64_t wrap_size;       /* --wrap size:N, parameters per unit */
     enum { WRAP_SIZE, WRAP_BLOCKS, WRAP_PREFIX } wrap;
     int nprefix;             /* --wrap prefix:A,B,...: one unit per prefix */
@@ -234,6 +239,7 @@ typedef struct {
 
 /* ir.c: construction and queries */
 void *ir_alloc(size_t n);                         /* zeroed, never NULL, freed at exit */
+void ir_reset(void);                              /* free everything ir_alloc returned (in-process drivers) */
 char *ir_strdup(const char *s);
 char *ir_fmt(const char *fmt, ...);               /* ir_alloc'ed sprintf */
 Graph *ir_new(const Options *opt);
@@ -287,6 +293,9 @@ _Noreturn void node_fatal(const Graph *g, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* node_fatal unless s is a shape a tensor may have (shape_count >= 0); what names it */
 void node_check_shape(const Graph *g, const Node *n, const Shape *s, const char *what);
+/* NULL in fsdpc.  An in-process driver (tests/fuzz_compile.c) points it at its jmp_buf: fatal and
+ * node_fatal then longjmp there after printing, instead of exiting (then ir_reset before the next compile). */
+extern jmp_buf *ir_fatal_jump;
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...); /* internal bug: abort */
 
@@ -343,5 +352,8 @@ typedef struct {
 void cg_plan(const Graph *g, int world, CgPlan *p);
 void cg_report(FILE *f, const Graph *g, int world);
 void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
+/* the C source cg_build compiles for --target cpu, in memory (*len bytes); nothing written, no cc
+ * (tests/fuzz_compile.c) */
+const char *cg_source_cpu(const Graph *g, size_t *len);
 
 #endif

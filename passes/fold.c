@@ -45,6 +45,7 @@ typedef struct {
     Graph *g;
     int *order;                /* node ids in the new program order */
     int n, cap;
+    int nnew;                  /* numbers the names of inserted values */
 } Sweep;
 
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
@@ -245,8 +246,6 @@ static void inputs_to_attrs(Graph *g, int id, const ConstInputs *c)
 
 /* ---- inserted nodes ------------------------------------------------------- */
 
-static int nnew; /* numbers the names of inserted values */
-
 /* Input k of node id read through a Cast to int64 (comparisons, indices). */
 static void cast_input(Sweep *s, int id, int k)
 {
@@ -255,7 +254,7 @@ static void cast_input(Sweep *s, int id, int k)
     if (x < 0 || (g->val[x].dtype != DT_I32 && g->val[x].dtype != DT_BOOL))
         return;
     const char *nm = ir_fmt("%s/cast%d", g->node[id].name, k);
-    int y = ir_value(g, ir_fmt("%s.%d", nm, nnew++), DT_UNDEF, NULL, R_ACT);
+    int y = ir_value(g, ir_fmt("%s.%d", nm, s->nnew++), DT_UNDEF, NULL, R_ACT);
     int c = ir_node1(g, OP_Cast, nm, x, -1, y);
     ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
     g->node[id].in[k] = y;
@@ -269,8 +268,8 @@ static void nest_concat(Sweep *s, int id)
     Graph *g = s->g;
     while (g->node[id].nin > GRAD_MAX_IN) {
         Node n = g->node[id];
-        const char *nm = ir_fmt("%s/nest%d", n.name, nnew);
-        int y = ir_value(g, ir_fmt("%s.%d", nm, nnew++), DT_UNDEF, NULL, R_ACT);
+        const char *nm = ir_fmt("%s/nest%d", n.name, s->nnew);
+        int y = ir_value(g, ir_fmt("%s.%d", nm, s->nnew++), DT_UNDEF, NULL, R_ACT);
         int c = ir_node(g, OP_Concat, nm, GRAD_MAX_IN, n.in, 1, &y);
         if (ir_attr(&n, "axis"))
             ir_attr_add(g, c, "axis", A_INT)->i = ir_attr_i(&n, "axis", 0);
@@ -662,7 +661,7 @@ static void drop_identities(Graph *g)
 
 void pass_fold(Graph *g)
 {
-    Sweep s = {g, NULL, 0, 0};
+    Sweep s = {g, NULL, 0, 0, 0};
     int nn = g->nnode;
     for (int i = 0; i < nn; i++)
         canon(&s, i);

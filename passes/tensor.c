@@ -382,23 +382,49 @@ static int64_t pad_src(int mode, int64_t j, int64_t len)
 
 typedef struct { int64_t y0, len, src, step; } Run;
 
-/* A dim of Pad's output cut into runs whose sources step by -1, 0 or 1. */
+/* The next position after j where pad_src's slope may change (INT64_MAX: none): edge (and
+ * constant) at 0 and len, reflect at every multiple of len - 1. */
+static int64_t pad_piece_end(int mode, int64_t j, int64_t len)
+{
+    if (mode != K_PAD_REFLECT)
+        return j < 0 ? 0 : j < len ? len : INT64_MAX;
+    int64_t h = len - 1;
+    if (h < 1)
+        return h ? j + 1 : INT64_MAX; /* len 1: always 0 */
+    int64_t q = j >= 0 ? j / h : -((h - 1 - j) / h);
+    return (q + 1) * h;
+}
+
+/* A dim of Pad's output cut into runs whose sources step by -1, 0 or 1.  pad_src is linear on each
+ * piece (pad_piece_end): its first two positions go through the merge below, the rest of the piece
+ * only lengthens the run the second one ended in, so the work is per piece, not per position. */
 static int pad_runs(const Graph *g, const Node *n, int mode, int64_t xlen, int64_t ylen, int64_t b,
                     Run *run)
 {
     int k = 0;
-    for (int64_t i = 0; i < ylen; i++) {
-        int64_t s = pad_src(mode, i - b, xlen);
-        Run *r = k ? &run[k - 1] : NULL;
-        int64_t diff = r ? s - (r->src + (r->len - 1) * r->step) : 2;
-        if (r && (r->len == 1 ? diff >= -1 && diff <= 1 : diff == r->step)) {
-            r->step = r->len == 1 ? diff : r->step;
-            r->len++;
-            continue;
+    for (int64_t i0 = 0; i0 < ylen;) {
+        int64_t je = pad_piece_end(mode, i0 - b, xlen);
+        int64_t e = je == INT64_MAX || je + b > ylen ? ylen : je + b;
+        for (int64_t i = i0; i < e && i < i0 + 2; i++) {
+            int64_t s = pad_src(mode, i - b, xlen);
+            Run *r = k ? &run[k - 1] : NULL;
+            int64_t diff = r ? s - (r->src + (r->len - 1) * r->step) : 2;
+            if (r && (r->len == 1 ? diff >= -1 && diff <= 1 : diff == r->step)) {
+                r->step = r->len == 1 ? diff : r->step;
+                r->len++;
+                continue;
+            }
+            if (k == MAX_RUNS)
+                node_fatal(g, n, "reflect padding wraps around too often (more than %d pieces)", MAX_RUNS);
+            run[k++] = (Run){i, 1, s, 1};
         }
-        if (k == MAX_RUNS)
-            node_fatal(g, n, "reflect padding wraps around too often (more than %d pieces)", MAX_RUNS);
-        run[k++] = (Run){i, 1, s, 1};
+        if (e - i0 > 2) {
+            Run *r = &run[k - 1];
+            if (r->len == 1)
+                r->step = pad_src(mode, i0 + 1 - b, xlen) - pad_src(mode, i0 - b, xlen);
+            r->len += e - i0 - 2;
+        }
+        i0 = e;
     }
     return k;
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install what fsdpc needs on Debian 12, only what is missing.  Idempotent.
 #   scripts/setup.sh          build + run dependencies
-#   scripts/setup.sh --test   also the test oracles (PyTorch, ONNX, NumPy)
+#   scripts/setup.sh --test   also the test oracles (PyTorch, ONNX, NumPy) and clang + libFuzzer (fuzz_compile)
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ binutils pkg-config libprotobuf-c-dev protobuf-c-compiler
       libopenmpi-dev openmpi-bin libopenblas-dev python3-numpy python3-onnx)
-[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata)
+[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
