@@ -22,8 +22,8 @@
  * external data file, or the export would pack to more than 1 GiB, the
  * tensor data goes to one file beside the export, FILE.data, named in the
  * model by its bare file name (location; offset and length, 64-byte aligned):
- * every initializer that was external, and every trained or written-back
- * one of 1 KiB or more (ONNX's default threshold); the others stay inline.
+ * every initializer of 1 KiB or more (ONNX's default threshold) that was
+ * external or is trained or written back; the others are inline.
  * The untrained external ones are copied from OUT.init (RtModel.ext: fsdpc
  * stores them there), so the export needs no file of the original model.
  * FILE.data is written (atomically) before the FILE that refers to it.
@@ -592,8 +592,8 @@ static void make_external(Export *x, Onnx__TensorProto *t, const char *location,
     t->external_data = pt->kvp;
 }
 
-/* FILE.data beside the export, written atomically: the initializers that were external (copied from
- * OUT.init unless trained) and the patched ones of 1 KiB or more; each tensor then points at its bytes */
+/* FILE.data beside the export, written atomically: the initializers of 1 KiB or more that were external (copied
+ * from OUT.init unless trained) or are patched (smaller ones inline); each tensor then points at its bytes */
 static int write_external(Export *x, const char *onnx_path)
 {
     const char *slash = strrchr(onnx_path, '/');
@@ -627,6 +627,15 @@ static int write_external(Export *x, const char *onnx_path)
             free(owned);
             rc = 1;
             break;
+        }
+        if (len < 1024) { /* small: inline, as onnx.save's default threshold (onnxruntime's shape
+                           * inference must read such tensors, e.g. a Reshape's shape, inline) */
+            if (owned) { /* an untrained external one, read from OUT.init; the trained are inline already */
+                Patch *pt = add_patch(x, t);
+                pt->conv = owned;
+                point_at(t, owned, len);
+            }
+            continue;
         }
         rc = rt_write_all(fd, zero, (size_t)pad) != 0 || rt_write_all(fd, p, len) != 0 ? -1 : 0;
         free(owned);
