@@ -1,8 +1,8 @@
 /* autodiff.c — reverse mode: d loss / d every trainable initializer.
  *
  * requires: loss.
- * ensures:  float initializers on a differentiable path to the loss become
- *           R_PARAM (the rest stay constants/buffers, and so do those that
+ * ensures:  float initializers (not scalars: rank >= 1) on a differentiable
+ *           path to the loss become R_PARAM (the rest stay constants/buffers, and so do those that
  *           match a --freeze pattern: no gradient, no optimizer state, their
  *           values unchanged and exported as given); each parameter's
  *           .grad names the value holding its full gradient; the backward
@@ -232,7 +232,10 @@ static char *mark_active(Graph *g)
     char *used = ir_alloc((size_t)g->opt->nfreeze + 1);
     for (int v = 0; v < nv; v++) {
         const Value *x = &g->val[v];
-        fwd[v] = x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) && !frozen(g, x, used);
+        /* a scalar (rank 0) initializer is a constant of the export (an attention scale, a Pow
+         * exponent, GELU's sqrt(2)), never a parameter to train */
+        fwd[v] = x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) && !frozen(g, x, used) &&
+                 x->shape.rank > 0;
     }
     for (int k = 0; k < g->opt->nfreeze; k++)
         if (!used[k])
