@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 enum {
-    OPSET_MIN = 13, OPSET_MAX = 17,
+    OPSET_MIN = 13, OPSET_MAX = 28,  /* 28: the newest onnx 1.23 defines */
     MAX_DEPTH = 100,                 /* protobuf message nesting we accept */
     MAX_SHOWN = 5,                   /* node names listed per unsupported op */
     MAX_KINDS = 16,                  /* unsupported op types listed */
@@ -281,6 +281,8 @@ static int default_domain(const char *d)
     return !d || !*d || !strcmp(d, "ai.onnx");
 }
 
+static int64_t opset; /* of the default domain, which the model imports */
+
 static void check_opset(const Onnx__ModelProto *m)
 {
     int64_t v = -1;
@@ -290,10 +292,15 @@ static void check_opset(const Onnx__ModelProto *m)
     if (v < 0)
         bad("the model imports no opset of the default ONNX domain; fsdpc supports opsets %d to %d",
             OPSET_MIN, OPSET_MAX);
-    if (v < OPSET_MIN || v > OPSET_MAX)
+    if (v < OPSET_MIN)
         bad("the model uses ONNX opset %lld; fsdpc supports opsets %d to %d (convert it with "
-            "onnx.version_converter.convert_version(model, %d))", (long long)v, OPSET_MIN,
-            OPSET_MAX, OPSET_MAX);
+            "onnx.version_converter.convert_version(model, %d), or export it again at a newer opset)",
+            (long long)v, OPSET_MIN, OPSET_MAX, OPSET_MIN);
+    if (v > OPSET_MAX)
+        bad("the model uses ONNX opset %lld; fsdpc supports opsets %d to %d, and does not know what opset %lld "
+            "changed (export it at opset %d or below, e.g. torch.onnx.export(..., opset_version=%d))",
+            (long long)v, OPSET_MIN, OPSET_MAX, (long long)v, OPSET_MAX, OPSET_MAX);
+    opset = v;
 }
 
 /* ---- tensors --------------------------------------------------------------- */
@@ -785,6 +792,43 @@ static void constant_node(const Onnx__NodeProto *n, const char *what)
     define(out, v, what);
 }
 
+/* The ops whose inputs or attributes changed between opsets 13 and 28 in a
+ * way fsdpc reads (the other version bumps of its ops add types only, which
+ * shape inference checks): a node is read as the version the model's opset
+ * gives it, and the form of another version is refused, never misread. */
+static void version_rules(int id, const char *what)
+{
+    const Node *n = &G->node[id];
+    int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin;
+    const char *op = op_info[n->op].name;
+    switch (n->op) {
+    case OP_ReduceMean: case OP_ReduceMax: /* axes: an attribute before opset 18, an input from 18 */
+        if (opset >= 18 && has_axes)
+            bad("%s: at opset %lld, %s takes axes as its second input, not an attribute (export the model "
+                "again, or convert it with onnx.version_converter)", what, (long long)opset, op);
+        if (opset < 18 && nin > 1)
+            bad("%s: at opset %lld, %s takes axes as an attribute; an axes input is opset 18's (the model "
+                "says opset %lld: fix its opset_import)", what, (long long)opset, op, (long long)opset);
+        break;
+    case OP_Split: /* num_outputs: opset 18 */
+        if (opset < 18 && ir_attr(n, "num_outputs"))
+            bad("%s: num_outputs is opset 18's; at opset %lld Split takes split sizes or splits evenly",
+                what, (long long)opset);
+        break;
+    case OP_Pad: /* axes: opset 18 */
+        if (opset < 18 && nin > 3)
+            bad("%s: an axes input is opset 18's; at opset %lld Pad takes data, pads and constant_value", what,
+                (long long)opset);
+        break;
+    case OP_AveragePool: /* dilations: opset 19 */
+        if (opset < 19 && ir_attr(n, "dilations"))
+            bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
+        break;
+    default:
+        break;
+    }
+}
+
 static void load_node(size_t idx, const Onnx__NodeProto *n)
 {
     Op op = (Op)op_lookup(n);
@@ -818,6 +862,7 @@ static void load_node(size_t idx, const Onnx__NodeProto *n)
     int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
+    version_rules(id, what);
 }
 
 /* Enter every name the file defines, so derived names avoid them all. */

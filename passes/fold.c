@@ -196,7 +196,10 @@ static const ConstInputs const_inputs[] = {
     {OP_Split, 1, 0, {"split"}},
     {OP_Expand, 1, 1, {"shape"}},
     {OP_Tile, 1, 1, {"repeats"}},
-    {OP_Pad, 1, 1, {"pads", "value"}},
+    {OP_Pad, 1, 1, {"pads", "value", "axes"}},
+    {OP_ReduceMean, 1, 0, {"axes"}},
+    {OP_ReduceSum, 1, 0, {"axes"}},
+    {OP_ReduceMax, 1, 0, {"axes"}},
     {OP_Trilu, 1, 0, {"k"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
 };
@@ -242,6 +245,42 @@ static void inputs_to_attrs(Graph *g, int id, const ConstInputs *c)
     }
     if (g->node[id].nin > c->from)
         g->node[id].nin = c->from;
+}
+
+/* Pad-18's axes: pads lists begins then ends for those axes only; make it
+ * the pads of every axis (0 for the others), as codegen reads them */
+static void pad_axes(Graph *g, int id)
+{
+    const Node *n = &g->node[id];
+    const Attr *ax = ir_attr(n, "axes"), *p = ir_attr(n, "pads");
+    if (!ax)
+        return;
+    const Value *x = &g->val[n->in[0]];
+    if (x->dtype == DT_UNDEF)
+        node_fatal(g, n, "Pad with axes needs its input's rank, which is not known here");
+    int r = x->shape.rank, na = ax->n;
+    if (!p || p->kind != A_INTS || p->n != 2 * na)
+        node_fatal(g, n, "pads must list 2 values per axis of axes (%d), found %d", 2 * na, p ? p->n : 0);
+    int64_t full[2 * MAX_RANK] = {0};
+    char seen[MAX_RANK] = {0};
+    for (int i = 0; i < na; i++) {
+        int64_t a = ax->ints[i] < 0 ? ax->ints[i] + r : ax->ints[i];
+        if (a < 0 || a >= r || seen[a]++)
+            node_fatal(g, n, "axes lists axis %lld, outside the input's rank %d or twice", (long long)ax->ints[i], r);
+        full[a] = p->ints[i];
+        full[r + a] = p->ints[na + i];
+    }
+    Attr *np = set_attr(g, id, "pads", A_INTS);
+    np->n = 2 * r;
+    np->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * r));
+    memcpy(np->ints, full, sizeof(int64_t) * (size_t)(2 * r));
+    Node *m = &g->node[id]; /* axes is spent: drop it */
+    for (int i = 0; i < m->nattr; i++)
+        if (!strcmp(m->attr[i].name, "axes")) {
+            memmove(&m->attr[i], &m->attr[i + 1], sizeof *m->attr * (size_t)(m->nattr - i - 1));
+            m->nattr--;
+            break;
+        }
 }
 
 /* ---- inserted nodes ------------------------------------------------------- */
@@ -305,6 +344,7 @@ static void canon(Sweep *s, int id)
     case OP_Gemm: expand_gemm(s, id); return;
     case OP_MatMul: matmul_operands(s, id); break;
     case OP_Clip: clip_attrs(g, id); break;
+    case OP_Pad: pad_axes(g, id); break;
     case OP_CastLike: castlike(g, id); break;
     case OP_Gather: cast_input(s, id, 1); break;
     case OP_Concat: nest_concat(s, id); break;

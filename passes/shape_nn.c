@@ -189,27 +189,14 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
         node_fatal(g, n, "attribute kernel_shape: the (dilated) window is larger than the padded input");
 }
 
-/* the axes of a Reduce node: attribute, or (ReduceSum) constant input 1 */
+/* the axes of a Reduce node: the attribute (fold made an axes input one) */
 static const int64_t *reduce_axes(const Graph *g, const Node *n, int *na)
 {
-    if (n->op != OP_ReduceSum) {
-        const Attr *a = ir_attr(n, "axes");
-        if (a && a->kind != A_INTS)
-            node_fatal(g, n, "attribute axes must be a list of integers");
-        *na = a ? a->n : 0;
-        return a ? a->ints : NULL;
-    }
-    const Value *v = in_val(g, n, 1);
-    *na = 0;
-    if (!v)
-        return NULL;
-    if (v->role != R_CONST || !v->data)
-        node_fatal(g, n, "input axes '%s' must be a constant (shapes are static); a computed axes input "
-               "is not supported", ir_q(v->name));
-    if (v->dtype != DT_I64 || v->shape.rank != 1)
-        node_fatal(g, n, "input axes '%s' must be a 1-D int64 tensor", ir_q(v->name));
-    *na = (int)v->shape.dim[0];
-    return v->data;
+    const Attr *a = ir_attr(n, "axes");
+    if (a && a->kind != A_INTS)
+        node_fatal(g, n, "attribute axes must be a list of integers");
+    *na = a ? a->n : 0;
+    return a ? a->ints : NULL;
 }
 
 int nn_reduce_dims(const Graph *g, const Node *n, const Shape *x, Shape *kept, char *red)
@@ -218,7 +205,7 @@ int nn_reduce_dims(const Graph *g, const Node *n, const Shape *x, Shape *kept, c
     const int64_t *ax = reduce_axes(g, n, &na);
     *kept = *x;
     memset(red, 0, MAX_RANK);
-    if (!na && n->op == OP_ReduceSum && ir_attr_i(n, "noop_with_empty_axes", 0))
+    if (!na && ir_attr_i(n, "noop_with_empty_axes", 0))
         return 0;
     for (int i = 0; i < r && !na; i++)
         red[i] = 1;

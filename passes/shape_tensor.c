@@ -158,13 +158,22 @@ static int64_t *split_sizes(const Graph *g, const Node *n, int ax)
     int k;
     const int64_t *sp = tensor_ints(n, "split", &k);
     int64_t *out = ir_alloc(sizeof(int64_t) * (size_t)n->nout), sum = 0;
+    int64_t parts = ir_attr_i(n, "num_outputs", 0); /* Split-18: the last part smaller when it must be */
     if (sp && k != n->nout)
         node_fatal(g, n, "split lists %d sizes for %d outputs", k, n->nout);
-    if (!sp && x->dim[ax] % n->nout)
+    if (!sp && parts && parts != n->nout)
+        node_fatal(g, n, "num_outputs is %lld, but the node has %d outputs", (long long)parts, n->nout);
+    int64_t chunk = (x->dim[ax] + n->nout - 1) / n->nout;
+    if (!sp && parts)
+        for (int i = 0; i < n->nout; i++) {
+            int64_t left = x->dim[ax] - chunk * i;
+            out[i] = left < 0 ? 0 : left < chunk ? left : chunk;
+        }
+    if (!sp && !parts && x->dim[ax] % n->nout)
         node_fatal(g, n, "dim %d of size %lld does not split into %d equal parts", ax,
                    (long long)x->dim[ax], n->nout);
     for (int i = 0; i < n->nout; i++) {
-        out[i] = sp ? sp[i] : x->dim[ax] / n->nout;
+        out[i] = sp ? sp[i] : parts ? out[i] : x->dim[ax] / n->nout;
         if (out[i] < 0 || out[i] > x->dim[ax])
             node_fatal(g, n, "split size %lld is outside [0, %lld]", (long long)out[i], (long long)x->dim[ax]);
         sum += out[i];

@@ -12,7 +12,7 @@ bools).  fsdpc has static shapes, so inputs that an op needs as constants
 initializers from the case's own data before compiling.
 
 Cases written at opsets below 13 are first lifted to opset 13 with ONNX's own
-version converter (fsdpc reads 13-17).  A case the compiler rejects with its
+version converter (fsdpc reads 13-28).  A case the compiler rejects with its
 "unsupported" message (an op, attribute or dtype outside the supported set) is
 skipped and counted by reason; every other failure fails the test.
 """
@@ -74,7 +74,7 @@ def run_case(fsdpc, work, case):
     d = os.path.join(ROOT, case)
     model = onnx.load(os.path.join(d, "model.onnx"))
     if 0 < default_opset(model) < 13:
-        # fsdpc reads opsets 13-17; many cases were written at older opsets
+        # fsdpc reads opsets 13-28; many cases were written at older opsets
         # for ops that did not change.  ONNX's own converter lifts them.
         try:
             model = onnx.version_converter.convert_version(model, 13)

@@ -1,0 +1,157 @@
+"""Every opset from 13 to 28, each op read with the semantics of the version the model imports.
+
+usage: opsets.py FSDPC WORKDIR
+
+Small models made with onnx.helper at the opset under test, run through
+`fsdpc --eval` and compared with NumPy (rtol 1e-6 in float64):
+  - ReduceMean-18 / ReduceMax-18 (opset 18, 20, 28): axes as a constant input,
+    keepdims 0 and 1, no axes (all), noop_with_empty_axes=1 (the identity);
+  - Split-18 (opset 18): num_outputs, evenly (6 / 3) and not (7 / 3: 3, 3, 1);
+  - Pad-18 (opset 19): the axes input (pads for the listed axes only, one
+    negative);
+  - AveragePool-19 (opset 19): dilations;
+  - the MLP of examples/ re-stamped at opset 28 trains exactly as at 17.
+Refused with one line naming the node, op and what to do (exit 1):
+  - opset 29 and opset 12 (the message names the opset and the range);
+  - ReduceMean at opset 17 with an axes input; at opset 18 with an axes attribute;
+  - Split at opset 17 with num_outputs; Pad-19's wrap mode.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, run
+
+rng = np.random.default_rng(0)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=18):
+    vi = lambda n, a: helper.make_tensor_value_info(n, TensorProto.DOUBLE, list(a.shape))
+    g = helper.make_graph(nodes, "g", [vi(n, a) for n, a in inputs.items()],
+                          [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in dict(inits).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def evaluate(fsdpc, work, tag, m, inputs, outputs):
+    d = os.path.join(work, tag)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "model.onnx")
+    onnx.save(m, path)
+    run([fsdpc, path, "-o", os.path.join(d, "run"), "--target", "cpu", "--eval", "--verify"])
+    args = [os.path.join(d, "run"), "--out-dir", os.path.join(d, "out"), "--quiet"]
+    for k, v in inputs.items():
+        np.save(os.path.join(d, k + ".npy"), v)
+        args += ["--input", "%s=%s" % (k, os.path.join(d, k + ".npy"))]
+    run(args)
+    return [np.load(os.path.join(d, "out", o + ".npy")) for o in outputs]
+
+
+def expect(fsdpc, work, tag, m, inputs, want):
+    got = evaluate(fsdpc, work, tag, m, inputs, list(want))
+    for (name, w), g in zip(want.items(), got):
+        check(g.shape == w.shape and np.allclose(g, w, rtol=1e-6, atol=1e-12),
+              "%s: %s is %s %s, expected %s %s" % (tag, name, g.shape, g.ravel()[:6], w.shape, w.ravel()[:6]))
+    print("ok %-34s %s" % (tag, ", ".join("%s %s" % (k, v.shape) for k, v in want.items())))
+
+
+def refuse(fsdpc, work, tag, m, *needles):
+    d = os.path.join(work, tag)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "model.onnx")
+    onnx.save(m, path)
+    p = run([fsdpc, path, "-o", os.path.join(d, "run"), "--target", "cpu", "--eval"], check=False)
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode == 1 and len(lines) == 1 and all(n in lines[0] for n in needles),
+          "%s: expected exit 1 and one line with %s, got %d:\n%s" % (tag, needles, p.returncode, p.stderr))
+    check(not os.path.exists(os.path.join(d, "run")), "%s: an executable was written" % tag)
+    print("ok %-34s refused: %s" % (tag, lines[0][lines[0].find("error"):][:110]))
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    x = rng.standard_normal((2, 3, 4))
+    ax = lambda *a: ("axes", np.array(a, np.int64))
+
+    # ReduceMean / ReduceMax with axes as an input (opset 18 on)
+    for opset in (18, 20, 28):
+        for op, f in (("ReduceMean", np.mean), ("ReduceMax", np.max)):
+            for keep in (0, 1):
+                m = model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=keep)], {"x": x}, ["y"],
+                          [ax(1, -1)], opset)
+                expect(fsdpc, work, "%s%d_axes_keep%d" % (op, opset, keep), m, {"x": x},
+                       {"y": f(x, axis=(1, 2), keepdims=bool(keep))})
+    m = model([helper.make_node("ReduceMean", ["x"], ["y"])], {"x": x}, ["y"], opset=18)
+    expect(fsdpc, work, "ReduceMean18_all", m, {"x": x}, {"y": np.mean(x, keepdims=True)})
+    m = model([helper.make_node("ReduceMax", ["x"], ["y"], noop_with_empty_axes=1)], {"x": x}, ["y"], opset=18)
+    expect(fsdpc, work, "ReduceMax18_noop", m, {"x": x}, {"y": x})
+    m = model([helper.make_node("ReduceMean", ["x", "axes"], ["y"])], {"x": x}, ["y"], [ax(1)], 17)
+    refuse(fsdpc, work, "ReduceMean17_axes_input", m, "ReduceMean", "opset 17", "axes")
+    m = model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[1])], {"x": x}, ["y"], opset=18)
+    refuse(fsdpc, work, "ReduceMean18_axes_attr", m, "ReduceMean", "opset 18", "axes")
+
+    # Split-18: num_outputs, the last part smaller when the axis does not divide
+    for n in (6, 7):
+        s = rng.standard_normal((2, n))
+        m = model([helper.make_node("Split", ["s"], ["a", "b", "c"], axis=1, num_outputs=3)], {"s": s},
+                  ["a", "b", "c"], opset=18)
+        k = -(-n // 3)
+        expect(fsdpc, work, "Split18_%d" % n, m, {"s": s},
+               {"a": s[:, :k], "b": s[:, k:2 * k], "c": s[:, 2 * k:]})
+    s = rng.standard_normal((2, 6))
+    m = model([helper.make_node("Split", ["s"], ["a", "b", "c"], axis=1, num_outputs=3)], {"s": s},
+              ["a", "b", "c"], opset=17)
+    refuse(fsdpc, work, "Split17_num_outputs", m, "Split", "num_outputs", "opset 17")
+
+    # Pad-18: pads for the listed axes only
+    pads = ("pads", np.array([1, -1, 2, 0], np.int64))
+    m = model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"])], {"x": x}, ["y"],
+              [pads, ax(2, 0)], opset=19)
+    want = np.pad(x, [(0, 0), (0, 0), (1, 2)])[1:, :, :]  # axis 0: begin -1 (crop), end 0
+    expect(fsdpc, work, "Pad19_axes", m, {"x": x}, {"y": want})
+    m = model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")], {"x": x}, ["y"],
+              [("pads", np.array([0, 0, 1, 0, 0, 1], np.int64))], opset=19)
+    refuse(fsdpc, work, "Pad19_wrap", m, "Pad", "wrap")
+
+    # AveragePool-19: dilations
+    im = rng.standard_normal((1, 2, 7, 7))
+    m = model([helper.make_node("AveragePool", ["im"], ["y"], kernel_shape=[2, 2], dilations=[2, 2])],
+              {"im": im}, ["y"], opset=19)
+    want = (im[:, :, 0:5, 0:5] + im[:, :, 2:7, 0:5] + im[:, :, 0:5, 2:7] + im[:, :, 2:7, 2:7]) / 4
+    expect(fsdpc, work, "AveragePool19_dilations", m, {"im": im}, {"y": want})
+
+    # the opset range
+    for opset in (12, 29):
+        m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}, ["y"], opset=opset)
+        refuse(fsdpc, work, "opset%d" % opset, m, "opset %d" % opset, "13 to 28")
+
+    # the MLP at opset 28 trains as at opset 17 (same executable text but the stamp)
+    mlp = onnx.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "mlp.onnx"))
+    xs = rng.standard_normal((24, 16)).astype(np.float32)
+    ts = rng.standard_normal((24, 1)).astype(np.float32)
+    np.save(os.path.join(work, "x.npy"), xs)
+    np.save(os.path.join(work, "t.npy"), ts)
+    losses = {}
+    for opset in (17, 28):
+        for o in mlp.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = opset
+        path = os.path.join(work, "mlp%d.onnx" % opset)
+        onnx.save(mlp, path)
+        exe = os.path.join(work, "mlp%d" % opset)
+        run([fsdpc, path, "-o", exe, "--target", "cpu", "--loss", "mse:y,target", "--dim", "batch=4"])
+        p = run([exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(work, "t.npy"),
+                 "--steps", "5"])
+        losses[opset] = [l.split()[3] for l in p.stdout.splitlines() if l.startswith("step ")]
+    check(len(losses[17]) == 5 and losses[17] == losses[28], "opset 28's losses %s != opset 17's %s"
+          % (losses[28], losses[17]))
+    print("ok the MLP at opset 28 = at opset 17:", " ".join(losses[28]))
+    print("OK opsets: 13 to 28, each op read as its version says")
+
+
+if __name__ == "__main__":
+    main()
