@@ -100,7 +100,8 @@ void ir_verify(const Graph *g, const char *after)
                 die("after %s: node '%s' (%s) reads the %s value '%s'", after, n->name, oi->name,
                     dtype_name(x->dtype), x->name);
         }
-        if ((n->op == OP_MatMul || n->op == OP_MatMulAdd) && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
+        /* once shaped (shape refuses such a model with its own message: before, it is the user's error) */
+        if (typed && (n->op == OP_MatMul || n->op == OP_MatMulAdd) && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
             die("after %s: %s '%s' has operands of two dtypes", after, oi->name, n->name);
         for (int j = 2; n->op == OP_MatMulAdd && j < 4; j++)
             if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[0]].dtype)

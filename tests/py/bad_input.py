@@ -70,6 +70,12 @@ def hostile_models(fsdpc, J, base):
                 {"w": w, "sh": np.array([2**62 + 3, 4], np.int64), "back": np.array([3, 4], np.int64)}, [None, 4])
     expect_error(cc(J("reshape_wrap.onnx"), "--loss", "mse:y,t", "--dim", "batch=3"), "'rs' (Reshape)", "[4611686018427387907,4]", "2^40", code=(1,),
                  absent=never)
+    # a MatMul of a bool and a float, with --verify (the verifier ran before shape inference refused it: an
+    # internal error instead of the user's; found by fuzz_compile)
+    graph_model(J("matmul_bool.onnx"), [helper.make_node("MatMul", ["x", "wb"], ["y"], name="mmb")],
+                {"wb": np.ones((3, 4), np.bool_)}, [None, 4])
+    expect_error(cc(J("matmul_bool.onnx"), "--eval", "--verify", "--dim", "batch=2"), "'mmb' (MatMul)", code=(1,),
+                 absent=never)
     # AveragePool with pads 2^40: 2^41 x 2^41 windows per plane (2^64 elements after N x C)
     pool = helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
     graph_model(J("pool_pads.onnx"), [pool, helper.make_node("Mul", ["p", "s"], ["y"])],
