@@ -17,7 +17,7 @@
  * from step to step (BatchNormalization's running statistics).
  */
 #include "cg.h"
-#include "../passes/nn.h"
+#include "../ir/rules/nn.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * movement, comparisons) and of its backward ops.
  *
  * Pure data movement (Slice, Split, Concat, Expand, Tile, integer Pad and
- * ConstantOfShape, SliceGrad's scatter) is the Move list of passes/tensor.h:
+ * ConstantOfShape, SliceGrad's scatter) is the Move list of ir/rules/tensor.h:
  * one k_copy_strided call per entry, any dtype, the same list fold ran on
  * constants.  Views (Squeeze, Unsqueeze, Flatten) share their input's bytes
  * (memplan) and emit nothing unless the planner had to place them apart.
@@ -13,7 +13,7 @@
  */
 #include "cg.h"
 #include "kernels.h"
-#include "../passes/tensor.h"
+#include "../ir/rules/tensor.h"
 
 #include <math.h>
 #include <string.h>

@@ -335,14 +335,17 @@ int ad_scale(Graph *g, const char *name, int x, double alpha);
 int ad_reshape(Graph *g, const char *name, int x, const Shape *to);
 int ad_sum_to(Graph *g, const char *name, int dy, int like);     /* undo broadcasting */
 int ad_matmul(Graph *g, const char *name, int a, int b, int ta, int tb);
-/* op families (passes/grad_*.c): set cx->d for the needed inputs and return
- * 1, or return 0 if the op is not the family's */
+/* gradient rules (ir/rules/grad_*.c): set cx->d for the needed inputs and
+ * return 1, or return 0 if the op is not the family's */
+int grad_core(GradCtx *cx);     /* elementwise rows, MatMul, Reshape, Transpose, losses */
 int grad_tensor(GradCtx *cx);   /* shapes, indexing, data movement, comparisons */
 int grad_nn(GradCtx *cx);       /* conv, pooling, normalisation, softmax, reductions */
-/* shape rules of the families (passes/shape_*.c): type every output of node
- * and return 1, or return 0 if the op is not the family's */
+/* shape rules (ir/rules/shape_*.c): type every output of node and return 1,
+ * or return 0 if the op is not the family's */
+int shape_core(Graph *g, int node);        /* MatMul, Reshape, Transpose, losses, Identity-likes */
 int shape_tensor(Graph *g, int node);
 int shape_nn(Graph *g, int node);
+int shape_elementwise(Graph *g, int node); /* ops.def's EW1 / EW2 rows (after the families) */
 
 /* codegen/ */
 /* --report: the planned memory of one rank at world (as the runtime carves it) and the bytes it sends per step */

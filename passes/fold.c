@@ -12,7 +12,7 @@
  *           0 or not training, mask unread) remains: its readers read its
  *           input;
  *           Clip's min/max and the tensor family's shape-deciding inputs are
- *           attributes (passes/tensor.h); CastLike is a Cast; comparisons
+ *           attributes (ir/rules/tensor.h); CastLike is a Cast; comparisons
  *           and Gather's indices read float32, float64 or int64 (int32 and
  *           bool inputs get a Cast to int64); no Concat has more than
  *           GRAD_MAX_IN inputs (longer ones nest);
@@ -29,13 +29,13 @@
  * x.view(B, T, nh, hs)'s Reshape are too.
  *
  * Evaluation runs the reference kernels (kernels/c) that the executable
- * calls, through the plans codegen emits (Move lists of passes/tensor.h),
+ * calls, through the plans codegen emits (Move lists of ir/rules/tensor.h),
  * so a folded constant holds the bytes the step would have computed.
  */
 #include "ir.h"
 #include "kernels.h"
-#include "nn.h"
-#include "tensor.h"
+#include "rules/nn.h"
+#include "rules/tensor.h"
 
 #include <string.h>
 

@@ -38,7 +38,7 @@
  * attention's 1/sqrt(d)) becomes the GEMM's alpha.
  */
 #include "ir.h"
-#include "tensor.h"
+#include "rules/tensor.h"
 
 #include <string.h>
 

@@ -104,7 +104,7 @@ def softmax(x, axis):
 
 
 M32 = 0xFFFFFFFF
-SEED = 0x6673647063  # NN_DROPOUT_SEED in passes/nn.h
+SEED = 0x6673647063  # NN_DROPOUT_SEED in ir/rules/nn.h
 
 
 def philox(ctr, key):

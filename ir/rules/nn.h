@@ -1,5 +1,5 @@
-/* nn.h — what the nn family's three files share (passes/shape_nn.c,
- * passes/grad_nn.c, codegen/emit_nn.c): reading and checking a node's
+/* nn.h — what the nn family's three files share (ir/rules/shape_nn.c,
+ * ir/rules/grad_nn.c, codegen/emit_nn.c): reading and checking a node's
  * attributes once, into the geometry records the kernels take.
  *
  * The shape rules call these first, so a bad attribute is a user error

@@ -1,4 +1,4 @@
-/* tensor.c — what the tensor family's files share (passes/tensor.h): the
+/* tensor.c — what the tensor family's files share (ir/rules/tensor.h): the
  * checked reading of attributes and constants, Slice / Gather / Pad geometry,
  * and the data movement of Slice, Split, Concat, Expand, Tile, Transpose, Pad
  * and ConstantOfShape as lists of strided copies (Move, one k_copy_strided

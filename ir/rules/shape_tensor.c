@@ -7,7 +7,7 @@
  * is a user error naming the node.  ONNX semantics are those of opsets
  * 13-17: negative axes count from the end, Slice clamps its bounds, Expand
  * broadcasts both ways, Split without sizes cuts equal parts.  The shared
- * readers (tensor_slice, tensor_ints, ...) are in passes/tensor.c.
+ * readers (tensor_slice, tensor_ints, ...) are in ir/rules/tensor.c.
  */
 #include "tensor.h"
 #include "kernels.h"
