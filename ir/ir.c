@@ -169,7 +169,7 @@ void node_check_shape(const Graph *g, const Node *n, const Shape *s, const char 
     for (int i = 0; i < s->rank; i++)
         if (s->dim[i] < 0)
             node_fatal(g, n, "%s would have shape %s, with a negative dimension", what, shape_str(s));
-    node_fatal(g, n, "%s would have shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
+    node_fatal(g, n, "%s would have shape %s, beyond 2^40 elements (zero-sized dims counted as 1); fsdpc cannot hold it", what, shape_str(s));
 }
 
 _Noreturn void die_at(const char *file, int at, const char *fmt, ...)
@@ -323,13 +323,15 @@ int64_t shape_count(const Shape *s)
 {
     if (s->rank < 0 || s->rank > MAX_RANK)
         return -1;
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++)
-        if (s->dim[i] < 0 || s->dim[i] > MAX_NUMEL) /* also when another dim is 0 */
-            return -1;
+    /* the bound is on the product of the non-zero dims, so that a zero-sized
+     * tensor's strides (products of trailing dims) cannot wrap either */
+    int64_t span = 1, n = 1;
     for (int i = 0; i < s->rank; i++) {
-        if (s->dim[i] && n > MAX_NUMEL / s->dim[i])
+        if (s->dim[i] < 0 || s->dim[i] > MAX_NUMEL)
             return -1;
+        if (s->dim[i] && span > MAX_NUMEL / s->dim[i])
+            return -1;
+        span *= s->dim[i] ? s->dim[i] : 1;
         n *= s->dim[i];
     }
     return n;

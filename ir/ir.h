@@ -263,7 +263,8 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
 double ir_kernel_param(const Node *n, Op op, int i);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
 int64_t shape_numel(const Shape *s);               /* of a checked shape (no overflow test) */
-/* The element count of s, or -1 when a dim is negative or the count exceeds
+/* The element count of s, or -1 when a dim is negative or the product of
+ * its non-zero dims (so every stride, even of an empty tensor) exceeds
  * MAX_NUMEL; never overflows, whatever the dims. */
 int64_t shape_count(const Shape *s);
 const char *shape_str(const Shape *s);            /* "[2,3]", ir_alloc'ed */

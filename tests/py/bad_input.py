@@ -76,6 +76,13 @@ def hostile_models(fsdpc, J, base):
                 {"wb": np.ones((3, 4), np.bool_)}, [None, 4])
     expect_error(cc(J("matmul_bool.onnx"), "--eval", "--verify", "--dim", "batch=2"), "'mmb' (MatMul)", code=(1,),
                  absent=never)
+    # an empty tensor whose other dims multiply past 2^62: Pad crops dim 0 to 0 and grows two dims to 2^31+3 (its
+    # strides wrapped int64 in codegen: UBSan in fuzz_compile after 206,231 runs); zero dims count as 1 now
+    graph_model(J("pad_empty_wide.onnx"), [helper.make_node("Pad", ["x", "pp"], ["y"], name="pd")],
+                {"pp": np.array([-1, 2**30, 2**30, -1, 2**30, 2**30], np.int64)}, [None, None, None],
+                x_shape=(2, 3, 3))
+    expect_error(cc(J("pad_empty_wide.onnx"), "--eval"), "'pd' (Pad)", "[0,2147483651,2147483651]", "2^40",
+                 code=(1,), absent=never)
     # AveragePool with pads 2^40: 2^41 x 2^41 windows per plane (2^64 elements after N x C)
     pool = helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
     graph_model(J("pool_pads.onnx"), [pool, helper.make_node("Mul", ["p", "s"], ["y"])],
