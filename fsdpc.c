@@ -45,8 +45,11 @@ static const char *usage =
     "                          on cuda)\n"
     "  --forward-prefetch      start each forward all-gather while the unit before computes\n"
     "  --max-inflight K        prefetch never keeps more than K gathered units live (default 2)\n"
+    "  --params PATTERN        train exactly the float initializers matching the shell pattern\n"
+    "                          (repeatable; overrides the graph signature and the default rule)\n"
     "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
-    "                          optimizer state (repeatable; they stay whole constants on every rank)\n"
+    "                          optimizer state (repeatable; they stay whole constants on every rank;\n"
+    "                          applies after --params)\n"
     "  --recompute none|units  units: each unit's activations are recomputed in the backward from its\n"
     "                          saved input, reusing the backward's gather (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
@@ -182,6 +185,10 @@ static void parse_args(Options *o, int argc, char **argv)
             if (o->nfreeze == 64)
                 fatal("--freeze: at most 64 patterns");
             o->freeze[o->nfreeze++] = VALUE();
+        } else if (!strcmp(a, "--params")) {
+            if (o->nparams == 64)
+                fatal("--params: at most 64 patterns");
+            o->params[o->nparams++] = VALUE();
         } else if (!strcmp(a, "--dump-after")) {
             o->dump_after = VALUE();
             int ok = 0;

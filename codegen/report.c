@@ -52,8 +52,44 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
     }
 }
 
+/* what autodiff trains and how it chose, and the float initializers it keeps fixed; at most MAX_NAMES names
+ * of each */
+enum { MAX_NAMES = 16 };
+
+static void list_initializers(FILE *f, const Graph *g, int trained)
+{
+    int n = 0;
+    int64_t bytes = 0;
+    for (int v = 0; v < g->nval; v++) {
+        const Value *x = &g->val[v];
+        if (x->init_index < 0 || (trained ? x->role != R_PARAM : x->role != R_CONST ||
+                                  (x->dtype != DT_F32 && x->dtype != DT_F64)))
+            continue;
+        if (n < MAX_NAMES)
+            fprintf(f, "%s%s", n ? ", " : ": ", ir_q(x->name));
+        n++;
+        bytes += value_numel(g, v) * (int64_t)dtype_size(x->dtype);
+    }
+    if (n > MAX_NAMES)
+        fprintf(f, ", ... (%d more)", n - MAX_NAMES);
+    fprintf(f, "%s (%d, %lld B)\n", n ? "" : ": none", n, (long long)bytes);
+}
+
+static void report_params(FILE *f, const Graph *g)
+{
+    const char *how = g->param_rule == PARAMS_FLAG ? "--params: the initializers it names"
+                    : g->param_rule == PARAMS_SIGNATURE ? "the model's graph signature: its PARAMETERs"
+                    : "the default rule: float initializers of rank >= 1, no Pow exponent";
+    fprintf(f, "trained (chosen by %s%s, on a differentiable path to the loss)", how,
+            g->opt->nfreeze ? ", less --freeze" : "");
+    list_initializers(f, g, 1);
+    fprintf(f, "fixed float initializers");
+    list_initializers(f, g, 0);
+}
+
 void cg_report(FILE *f, const Graph *g, int world)
 {
+    report_params(f, g);
     int F = group_size(g, world);
     fprintf(f, "units (world %d, shard groups of %d):\n", world, F);
     for (int u = 0; u < g->nunit; u++) {

@@ -7,6 +7,7 @@
  *   → unpack with protobuf-c code generated from the system's onnx.proto
  *   → opset of the default domain must be 13..17
  *   → initializers      → R_CONST values with host data (raw, typed or external)
+ *   → graph signature   → Value.sig of the initializers PyTorch's exporter marks
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
  *   → graph outputs     → g->output
@@ -214,6 +215,29 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return -1;
 }
 
+/* Reads the field at *p: its tag, and for a length-delimited one (wire type 2) its bytes, *len of them at
+ * *data (NULL otherwise).  -1: malformed (a bad varint, a length past end, a group or unknown wire type). */
+static int next_field(const uint8_t **p, const uint8_t *end, uint64_t *tag, const uint8_t **data, uint64_t *len)
+{
+    uint64_t v;
+    *data = NULL;
+    *len = 0;
+    if (varint(p, end, tag))
+        return -1;
+    switch (*tag & 7) {
+    case 0: return varint(p, end, &v);
+    case 1: if (end - *p < 8) return -1; *p += 8; return 0;
+    case 5: if (end - *p < 4) return -1; *p += 4; return 0;
+    case 2:
+        if (varint(p, end, len) || *len > (uint64_t)(end - *p))
+            return -1;
+        *data = *p;
+        *p += *len;
+        return 0;
+    default: return -1;
+    }
+}
+
 /* Walk the wire format with the generated descriptors, checking that messages
  * nest at most MAX_DEPTH deep (a 30 KB file of nested subgraphs overflows
  * protobuf-c's stack otherwise).  -1: malformed; 1: too deep; 0: fine. */
@@ -224,26 +248,17 @@ static int check_depth(const ProtobufCMessageDescriptor *d, const uint8_t *p, co
         return 1;
     while (p < end) {
         uint64_t tag, len;
-        if (varint(&p, end, &tag))
+        const uint8_t *data;
+        if (next_field(&p, end, &tag, &data, &len))
             return -1;
-        switch (tag & 7) {
-        case 0: if (varint(&p, end, &len)) return -1; break;
-        case 1: if (end - p < 8) return -1; p += 8; break;
-        case 5: if (end - p < 4) return -1; p += 4; break;
-        case 2: {
-            if (varint(&p, end, &len) || len > (uint64_t)(end - p))
-                return -1;
-            const ProtobufCFieldDescriptor *f =
-                tag >> 3 <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
-            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                int r = check_depth(f->descriptor, p, p + len, depth + 1);
-                if (r)
-                    return r;
-            }
-            p += len;
-            break;
-        }
-        default: return -1;
+        if (!data)
+            continue;
+        const ProtobufCFieldDescriptor *f =
+            tag >> 3 <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
+        if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            int r = check_depth(f->descriptor, data, data + len, depth + 1);
+            if (r)
+                return r;
         }
     }
     return 0;
@@ -526,6 +541,99 @@ static void load_initializers(const Onnx__GraphProto *gp)
             bad("%s is defined twice (initializer names must be unique)", what);
         define(t->name, const_tensor(t->name, t, what, (int)i), what);
     }
+}
+
+/* ---- PyTorch's graph signature ---------------------------------------------
+ *
+ * torch.onnx.export(..., dynamo=True) says what each lifted input of the
+ * module is: a metadata_props entry SIG_KEY = PARAMETER, BUFFER,
+ * CONSTANT_TENSOR, USER_INPUT... on the ValueInfoProto naming it (it writes
+ * them on graph inputs and value_info; newer ONNX allows them on the
+ * TensorProto too).  metadata_props is newer than the onnx.proto our code is
+ * generated from (ValueInfoProto field 4, TensorProto field 16), so
+ * protobuf-c leaves it among the message's unknown fields: its wire bytes,
+ * read here, every length checked. */
+#define SIG_KEY "pkg.torch.export.graph_signature.InputSpec.kind"
+enum { VI_METADATA = 4, TENSOR_METADATA = 16 };
+
+typedef struct { const uint8_t *p; uint64_t n; } Bytes;
+
+static int bytes_is(Bytes b, const char *s)
+{
+    return b.n == strlen(s) && !memcmp(b.p, s, b.n);
+}
+
+/* A StringStringEntryProto's key (field 1) and value (field 2); -1: malformed. */
+static int string_entry(const uint8_t *p, const uint8_t *end, Bytes *key, Bytes *val)
+{
+    *key = *val = (Bytes){0};
+    while (p < end) {
+        uint64_t tag, len;
+        const uint8_t *data;
+        if (next_field(&p, end, &tag, &data, &len))
+            return -1;
+        if (data && tag >> 3 == 1)
+            *key = (Bytes){data, len};
+        else if (data && tag >> 3 == 2)
+            *val = (Bytes){data, len};
+    }
+    return 0;
+}
+
+/* What message m's metadata_props (its unknown field `field`) say of the value: SIG_NONE when no entry
+ * has SIG_KEY. */
+static SigKind sig_kind(const ProtobufCMessage *m, uint32_t field, const char *what)
+{
+    SigKind k = SIG_NONE;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++) {
+        const ProtobufCMessageUnknownField *u = &m->unknown_fields[i];
+        if (u->tag != field)
+            continue;
+        /* protobuf-c keeps a length-delimited field's bytes with their length prefix */
+        const uint8_t *p = u->data, *end = u->data + u->len;
+        uint64_t len;
+        Bytes key, val;
+        if (u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED || varint(&p, end, &len) ||
+            len != (uint64_t)(end - p) || string_entry(p, end, &key, &val))
+            bad("%s has a malformed metadata_props entry (field %u is no well-formed key/value entry: a bad "
+                "length, tag or wire type); export the model again", what, (unsigned)field);
+        if (bytes_is(key, SIG_KEY))
+            k = bytes_is(val, "PARAMETER") ? SIG_PARAMETER : SIG_OTHER;
+    }
+    return k;
+}
+
+/* Records kind k for the initializer called name, if one is (a user input's kind is not kept). */
+static void note_sig(const char *name, SigKind k, const char *what)
+{
+    if (k == SIG_NONE)
+        return;
+    G->signature = 1;
+    int v = name ? find(name) : UNSEEN;
+    if (v < 0 || G->val[v].init_index < 0)
+        return;
+    if (G->val[v].sig != SIG_NONE && G->val[v].sig != k)
+        bad("%s: the graph signature (%s) calls it a PARAMETER in one place and another kind in another; "
+            "export the model again", what, SIG_KEY);
+    G->val[v].sig = k;
+}
+
+/* The graph signature's kind of every initializer it names (after load_initializers). */
+static void load_signature(const Onnx__GraphProto *gp)
+{
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *t = gp->initializer[i];
+        const char *what = ir_fmt("initializer '%s'", ir_q(t->name));
+        note_sig(t->name, sig_kind(&t->base, TENSOR_METADATA, what), what);
+    }
+    size_t n[2] = {gp->n_input, gp->n_value_info};
+    Onnx__ValueInfoProto **vi[2] = {gp->input, gp->value_info};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < n[k]; i++) {
+            const char *name = vi[k][i]->name;
+            const char *what = ir_fmt("%s '%s'", k ? "value_info" : "graph input", name ? ir_q(name) : "");
+            note_sig(name, sig_kind(&vi[k][i]->base, VI_METADATA, what), what);
+        }
 }
 
 /* Calls fn(dim_param) for every symbolic dim of the graph's typed values. */
@@ -926,6 +1034,7 @@ Graph *onnx_load(const Options *opt)
     check_ops(gp);
     reserve_names(gp);
     load_initializers(gp);
+    load_signature(gp);
     load_inputs(opt, gp);
     for (size_t i = 0; i < gp->n_node; i++)
         load_node(i, gp->node[i]);

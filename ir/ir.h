@@ -86,6 +86,13 @@ typedef enum {
     R_COUNT
 } Role;
 
+/* What the model's graph signature (PyTorch's torch.export metadata, read by the frontend) says an
+ * initializer is: nothing (no entry), a PARAMETER, or another kind (BUFFER, CONSTANT_TENSOR, ...). */
+typedef enum { SIG_NONE, SIG_PARAMETER, SIG_OTHER } SigKind;
+
+/* How autodiff chose the initializers it trains (--report says it). */
+typedef enum { PARAMS_DEFAULT, PARAMS_SIGNATURE, PARAMS_FLAG } ParamRule;
+
 /* Where a value lives at run time (memplan). */
 typedef enum {
     LOC_NONE,   /* not yet planned */
@@ -112,6 +119,7 @@ typedef struct {
     int nuses;       /* number of node inputs reading it (ir_link) */
     void *data;      /* R_CONST / R_PARAM: host bytes (numel * size) */
     int init_index;  /* index of the ONNX initializer it came from, -1 otherwise */
+    SigKind sig;     /* initializers: what the model's graph signature says it is */
     int grad;        /* R_PARAM: value id of its gradient (autodiff), -1 otherwise */
     int state;       /* R_STATESHARD: which state (2 = m / momentum, 3 = v) */
     int alias_of;    /* -1, or the value this one is a view of (shares its bytes) */
@@ -194,6 +202,8 @@ typedef struct {
     const char *prefix[64];
     int nfreeze;             /* --freeze PATTERN (fnmatch, repeatable): initializers kept fixed */
     const char *freeze[64];
+    int nparams;             /* --params PATTERN (fnmatch, repeatable): the initializers to train */
+    const char *params[64];
     const char *dump_after;  /* pass name or NULL */
     int report;
     int world;               /* --world N for --report (default 2) */
@@ -221,6 +231,8 @@ typedef struct {
     int loss_avg;               /* value id of the all-reduced loss (what is reported) */
     int grad_norm_sq;           /* shard: the global squared gradient norm (--clip-grad-norm), -1 before */
     int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
+    int signature;              /* frontend: the model carries a graph signature (some value has a SigKind) */
+    ParamRule param_rule;       /* autodiff: how the trained initializers were chosen */
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
     int ncoll;                  /* schedule: collectives (tags 0 .. ncoll-1) */

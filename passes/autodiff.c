@@ -1,15 +1,16 @@
 /* autodiff.c — reverse mode: d loss / d every trainable initializer.
  *
  * requires: loss.
- * ensures:  float initializers (not scalars: rank >= 1) on a differentiable
- *           path to the loss become R_PARAM (the rest stay constants/buffers, and so do those that
- *           match a --freeze pattern: no gradient, no optimizer state, their
- *           values unchanged and exported as given); each parameter's
+ * ensures:  the trainable float initializers (trainable(): --params, else the
+ *           graph signature's PARAMETERs, else rank >= 1 and no Pow exponent;
+ *           less --freeze) on a differentiable path to the loss become R_PARAM
+ *           (the rest stay constants/buffers: no gradient, no optimizer state,
+ *           their values unchanged and exported as given); each parameter's
  *           .grad names the value holding its full gradient; the backward
  *           nodes follow the forward ones (g->nfwd marks the boundary).
  *
  * Two sweeps over the node list mark what matters: `fwd` = depends on a
- * float initializer, `bwd` = reaches the loss; a value on both is active.
+ * trainable initializer, `bwd` = reaches the loss; a value on both is active.
  * The reverse sweep then applies one rule per op (the op layer's,
  * ir/rules/grad_*.c, built with the ad_* helpers below) and sums
  * contributions when a value feeds several nodes.  Broadcasting is undone by
@@ -107,32 +108,94 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
         }
 }
 
-/* an initializer --freeze keeps fixed; used[k]: pattern k matched one */
-static int frozen(const Graph *g, const Value *x, char *used)
+/* Does x's name match one of the n patterns?  used[k]: pattern k matched one. */
+static int matches(const char *const *pat, int n, const Value *x, char *used)
 {
     int hit = 0;
-    for (int k = 0; k < g->opt->nfreeze; k++)
-        if (fnmatch(g->opt->freeze[k], x->name, 0) == 0)
+    for (int k = 0; k < n; k++)
+        if (fnmatch(pat[k], x->name, 0) == 0)
             hit = used[k] = 1;
     return hit;
 }
 
-/* fwd: depends on a float initializer (not frozen); bwd: reaches the loss. */
+/* exp[v]: v is the exponent (input 1) of a Pow */
+static char *pow_exponents(const Graph *g)
+{
+    char *exp = ir_alloc((size_t)g->nval);
+    for (int i = 0; i < g->nnode; i++)
+        if (g->node[i].op == OP_Pow && g->node[i].in[1] >= 0)
+            exp[g->node[i].in[1]] = 1;
+    return exp;
+}
+
+/* The inputs whose initializer is a weight PyTorch always makes a parameter: MatMul's and Gemm's operands,
+ * Conv's weight and bias, a normalisation's scale and bias. */
+static int weight_input(Op op, int i)
+{
+    switch (op) {
+    case OP_MatMul: case OP_Gemm: return 1;
+    case OP_Conv: case OP_LayerNormalization: case OP_BatchNormalization: return i == 1 || i == 2;
+    default: return 0;
+    }
+}
+
+/* A model with a graph signature whose exporter folded or merged parameters: an initializer the signature
+ * does not name feeds a weight input, so training it would train a copy (a pre-transposed val_N) or one
+ * weight for several modules.  Refused, with the export that keeps parameters as they are. */
+static void check_folded(const Graph *g)
+{
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        for (int j = 0; j < n->nin; j++) {
+            const Value *x = n->in[j] >= 0 ? &g->val[n->in[j]] : NULL;
+            if (x && weight_input(n->op, j) && x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) &&
+                x->sig == SIG_NONE)
+                fatal("%s: initializer '%s' feeds node '%s' (%s) as a weight, but the model's graph signature does "
+                      "not name it: the exporter folded or merged parameters, and training it would not train "
+                      "the module's; export with torch.onnx.export(model, args, f, dynamo=True, optimize=False), "
+                      "or name what to train with --params", g->opt->model, ir_q(x->name), ir_q(n->name),
+                      op_info[n->op].name);
+        }
+    }
+}
+
+/* The initializers trained, before the loss has its say: --params names them; else the graph signature's
+ * PARAMETERs; else float initializers of rank >= 1 that are no Pow exponent (a scalar is an exported
+ * constant: an attention scale, GELU's sqrt(2)).  --freeze takes its matches out of any of these. */
+static char *trainable(Graph *g)
+{
+    const Options *o = g->opt;
+    char *pick = ir_alloc((size_t)g->nval), *exp = pow_exponents(g);
+    char *used = ir_alloc((size_t)o->nparams + 1), *fused = ir_alloc((size_t)o->nfreeze + 1);
+    g->param_rule = o->nparams ? PARAMS_FLAG : g->signature ? PARAMS_SIGNATURE : PARAMS_DEFAULT;
+    if (g->param_rule == PARAMS_SIGNATURE)
+        check_folded(g);
+    for (int v = 0; v < g->nval; v++) {
+        const Value *x = &g->val[v];
+        if (x->role != R_CONST || x->init_index < 0 || !is_float(x->dtype))
+            continue;
+        int frozen = matches(o->freeze, o->nfreeze, x, fused);
+        switch (g->param_rule) {
+        case PARAMS_FLAG: pick[v] = (char)matches(o->params, o->nparams, x, used); break;
+        case PARAMS_SIGNATURE: pick[v] = x->sig == SIG_PARAMETER; break;
+        case PARAMS_DEFAULT: pick[v] = x->shape.rank > 0 && !exp[v]; break;
+        }
+        pick[v] &= !frozen;
+    }
+    for (int k = 0; k < o->nparams; k++)
+        if (!used[k])
+            fatal("--params '%s' matches no float initializer of %s", o->params[k], o->model);
+    for (int k = 0; k < o->nfreeze; k++)
+        if (!fused[k])
+            fatal("--freeze '%s' matches no float initializer of %s", o->freeze[k], o->model);
+    return pick;
+}
+
+/* fwd: depends on a trainable initializer; bwd: reaches the loss. */
 static char *mark_active(Graph *g)
 {
     int nv = g->nval;
-    char *fwd = ir_alloc((size_t)nv), *bwd = ir_alloc((size_t)nv), *act = ir_alloc((size_t)nv);
-    char *used = ir_alloc((size_t)g->opt->nfreeze + 1);
-    for (int v = 0; v < nv; v++) {
-        const Value *x = &g->val[v];
-        /* a scalar (rank 0) initializer is a constant of the export (an attention scale, a Pow
-         * exponent, GELU's sqrt(2)), never a parameter to train */
-        fwd[v] = x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) && !frozen(g, x, used) &&
-                 x->shape.rank > 0;
-    }
-    for (int k = 0; k < g->opt->nfreeze; k++)
-        if (!used[k])
-            fatal("--freeze '%s' matches no float initializer of %s", g->opt->freeze[k], g->opt->model);
+    char *fwd = trainable(g), *bwd = ir_alloc((size_t)nv), *act = ir_alloc((size_t)nv);
     for (int i = 0; i < g->nnode; i++) {
         Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++)
@@ -166,7 +229,9 @@ void pass_autodiff(Graph *g)
             nparam++;
         }
     if (!nparam)
-        fatal("%s: the loss depends on no float initializer: nothing to train", g->opt->model);
+        fatal("%s: the loss depends on no trainable float initializer (%s): nothing to train", g->opt->model,
+              g->param_rule == PARAMS_FLAG ? "those --params names" : g->param_rule == PARAMS_SIGNATURE
+              ? "the graph signature's PARAMETERs" : "rank >= 1, no Pow exponent, not --freeze'd");
 
     int nfwd = g->nfwd = g->nnode;
     int *grad = ir_alloc(sizeof(int) * (size_t)g->nval * 2 + 16);

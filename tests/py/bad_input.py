@@ -198,6 +198,7 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "prefix:fc9"] + base, "'fc9'")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--freeze", "nothing*"] + base, "--freeze 'nothing*'")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--freeze", "*"] + base, "nothing to train")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--params", "nothing*"] + base, "--params 'nothing*'")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "zero3"] + base, "--shard zero3",
                  "hybrid:F")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--shard", "hybrid:0"] + base, "hybrid:F")

@@ -223,7 +223,9 @@ def reduce_cases(c):
 
 
 def misc_cases(c):
-    c["Pow_both"] = ([node("Pow", ["A", "B"], ["Y"])], {"A": pos(3, 4), "B": r(4)}, lambda w: w["A"] ** w["B"])
+    # the exponent an activation (an exponent that is an initializer is a constant: autodiff's default rule)
+    c["Pow_both"] = ([node("Identity", ["B0"], ["B"]), node("Pow", ["A", "B"], ["Y"])], {"A": pos(3, 4), "B0": r(4)},
+                     lambda w: w["A"] ** w["B0"])
     c["Pow_const_exponent"] = ([node("Pow", ["A", "e"], ["Y"])], {"A": r(3, 4), "e": const("e", 3.0)},
                                lambda w: w["A"] ** 3)
     c["Softmax"] = ([node("Softmax", ["X"], ["Y"])], {"X": r(3, 5)}, lambda w: softmax(w["X"], -1))
