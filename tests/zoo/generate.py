@@ -1,0 +1,286 @@
+"""Writes the model zoo that tests/py/zoo.py trains: ten PyTorch models with tiny configs, each exported both
+ways, and PyTorch's reference trajectory.
+
+usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
+
+Per model NAME, tests/zoo/NAME/ gets
+  dynamo.onnx        torch.onnx.export(..., dynamo=True, optimize=False) through scripts/export_torch.py
+                     (at the exporter's default opset)
+  torchscript.onnx   torch.onnx.export(..., dynamo=False, training=TRAINING, do_constant_folding=False)
+  INPUT.npy ...      the one global batch (4 samples) every step trains on, labels.npy its class labels
+  ref.json           the recipe and PyTorch's trajectory: 3 AdamW steps at world 2
+Both exports keep the parameters as external data (FILE.onnx.params, not committed): every parameter's initial
+value is drawn by zoo.param_values (NumPy, from the model's seed and the parameter's index, mean and std), so
+tests/py/zoo.py writes the data file again with Debian's NumPy and the committed files stay small (ResNet-18 in
+float64 is 90 MB of weights).  Buffers and constants stay inline.
+
+The reference: PyTorch eager, the exported batch being one rank's (2 samples), world 2 simulated as in
+tests/py/torch_ref.py: each rank's half through its own forward call (per-rank BatchNorm statistics), backward
+of loss / 2, one AdamW step (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01); the loss is
+cross_entropy(logits, labels) over the last axis, as fsdpc's --loss cross_entropy:logits,labels.  ref.json keeps
+the 3 losses and, per parameter, its final values at up to 48 fixed positions, its max |w| and its L2 norm.
+Models with training-mode BatchNorm (resnet18, mobilenet_v3_small) run in float64, the rest in float32.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+import export_torch  # noqa: E402
+from zoo import ADAMW, GLOBAL_B, STEPS, WORLD, param_values  # noqa: E402
+
+VOCAB, T, CLASSES = 100, 16, 10
+
+
+class Logits(nn.Module):
+    """a Hugging Face model's logits alone (its ModelOutput's .logits), its inputs by keyword"""
+
+    def __init__(self, m, names=("input_ids",)):
+        super().__init__()
+        self.m, self.names = m, tuple(names)
+
+    def forward(self, *a):
+        return self.m(**dict(zip(self.names, a))).logits
+
+
+def tokens(rng, *shape):
+    return rng.integers(0, VOCAB, shape).astype(np.int64)
+
+
+def images(rng, size, dtype):
+    return rng.standard_normal((GLOBAL_B, 3, size, size)).astype(dtype)
+
+
+def mlp(rng):
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, CLASSES))
+    return m, {"x": rng.standard_normal((GLOBAL_B, 16)).astype(np.float32)}, rng.integers(0, CLASSES, GLOBAL_B)
+
+
+def nanogpt(rng):
+    from gpt import GPT, GPTConfig
+    m = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, block_size=T, dropout=0.0, tied=True))
+    return m, {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
+def gpt2(rng):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    return Logits(GPT2LMHeadModel(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
+def llama(rng):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      attn_implementation="eager")
+    return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
+def bert(rng):
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return Logits(BertForMaskedLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
+def t5(rng):
+    from transformers import T5Config, T5ForConditionalGeneration
+    cfg = T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
+                   num_heads=2, dropout_rate=0.0, decoder_start_token_id=0, attn_implementation="eager")
+    return (Logits(T5ForConditionalGeneration(cfg), ("input_ids", "decoder_input_ids")),
+            {"input_ids": tokens(rng, GLOBAL_B, T), "decoder_input_ids": tokens(rng, GLOBAL_B, T)},
+            tokens(rng, GLOBAL_B, T))
+
+
+def hf_vit(rng):
+    from transformers import ViTConfig, ViTForImageClassification
+    cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=64, num_labels=CLASSES, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return (Logits(ViTForImageClassification(cfg), ("pixel_values",)), {"pixel_values": images(rng, 32, np.float32)},
+            rng.integers(0, CLASSES, GLOBAL_B))
+
+
+def resnet18(rng):
+    import torchvision
+    return (torchvision.models.resnet18(num_classes=CLASSES), {"x": images(rng, 64, np.float64)},
+            rng.integers(0, CLASSES, GLOBAL_B))
+
+
+def mobilenet_v3_small(rng):
+    import torchvision
+    return (torchvision.models.mobilenet_v3_small(num_classes=CLASSES, dropout=0.0),
+            {"x": images(rng, 64, np.float64)}, rng.integers(0, CLASSES, GLOBAL_B))
+
+
+def tv_vit(rng):
+    from torchvision.models.vision_transformer import VisionTransformer
+    m = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                          num_classes=CLASSES)
+    return m, {"x": images(rng, 32, np.float32)}, rng.integers(0, CLASSES, GLOBAL_B)
+
+
+MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "bert": bert, "t5": t5,
+          "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit}
+FLOAT64 = {"resnet18", "mobilenet_v3_small"}
+
+
+def init_params(model, seed):
+    """every parameter redrawn by zoo.param_values with the mean and std of its default initialisation;
+    returns the recipe, by parameter name"""
+    recipe = {}
+    with torch.no_grad():
+        for i, (name, p) in enumerate(model.named_parameters()):
+            mean = float("%.3g" % p.double().mean().item())
+            std = float("%.3g" % max(p.double().std().item() if p.numel() > 1 else 0.0, 0.02))
+            v = param_values(seed, i, list(p.shape), mean, std, str(p.dtype).replace("torch.", ""))
+            p.copy_(torch.from_numpy(v))
+            recipe[name] = {"index": i, "shape": list(p.shape), "mean": mean, "std": std}
+    return recipe
+
+
+def externalize(path, model):
+    """move the parameters' initializers of the ONNX file into PATH.params (not committed); returns
+    [{init, param, offset, length}] and the initializers left inline.  The nodes' metadata_props (the
+    dynamo exporter's stack traces and module paths) are dropped."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    params = dict(model.named_parameters())
+    by_alias = {k: n for n, p in params.items() for k, v in model.state_dict(keep_vars=True).items() if v is p}
+    table, inline, off = [], [], 0
+    loc = os.path.basename(path) + ".params"
+    data = bytearray()
+    for t in m.graph.initializer:
+        name = by_alias.get(t.name)
+        arr = numpy_helper.to_array(t)
+        if name is None:  # an exporter's own name for a parameter's value?
+            same = [n for n, p in params.items()
+                    if tuple(p.shape) == arr.shape and np.array_equal(p.detach().numpy(), arr)]
+            name = same[0] if len(same) == 1 else None
+        if name is None:
+            inline.append(t.name)
+            continue
+        if not np.array_equal(params[name].detach().numpy(), arr):
+            raise SystemExit("%s: initializer %s differs from parameter %s" % (path, t.name, name))
+        raw = arr.tobytes()
+        off = (len(data) + 63) // 64 * 64
+        data += b"\0" * (off - len(data)) + raw
+        t.ClearField("raw_data")
+        for f in ("float_data", "double_data", "int32_data", "int64_data"):
+            t.ClearField(f)
+        t.data_location = onnx.TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", loc), ("offset", str(off)), ("length", str(len(raw)))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        table.append({"init": t.name, "param": name, "offset": off, "length": len(raw)})
+    for n in m.graph.node:  # PyTorch's stack traces and module paths: most of the file, no semantics
+        del n.metadata_props[:]
+    onnx.save(m, path)
+    with open(path + ".params", "wb") as f:  # for a check here; the test writes its own
+        f.write(bytes(data))
+    return table, inline
+
+
+def reference(model, inputs, labels, dtype):
+    """PyTorch's 3 AdamW steps at world 2 (simulated ranks); (losses, model)"""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+                            eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"], foreach=False)
+    b = GLOBAL_B // WORLD
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for r in range(WORLD):
+            xs = [torch.from_numpy(v[r * b:(r + 1) * b]) for v in inputs.values()]
+            y = torch.from_numpy(labels[r * b:(r + 1) * b])
+            logits = model(*xs)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            (loss / WORLD).backward()
+            total += loss.item()
+        losses.append(total / WORLD)
+        opt.step()
+    return losses
+
+
+def final_weights(model, seed):
+    rng = np.random.default_rng(seed + 1000)
+    out = {}
+    for name, p in model.named_parameters():
+        a = p.detach().double().numpy().ravel()
+        idx = np.sort(rng.choice(a.size, min(48, a.size), replace=False))
+        out[name] = {"idx": idx.tolist(), "vals": [float(v) for v in a[idx]], "absmax": float(np.max(np.abs(a))),
+                     "norm": float(np.linalg.norm(a))}
+    return out
+
+
+def generate(name, seed):
+    import copy
+    out = os.path.join(HERE, name)
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model, inputs, labels = MODELS[name](rng)
+    labels = np.asarray(labels, dtype=np.int64)
+    dtype = "float64" if name in FLOAT64 else "float32"
+    if dtype == "float64":
+        model = model.double()
+    model.train()
+    recipe = init_params(model, seed)
+    for k, v in inputs.items():
+        np.save(os.path.join(out, k + ".npy"), v)
+    np.save(os.path.join(out, "labels.npy"), labels)
+    b = GLOBAL_B // WORLD
+    args = tuple(torch.from_numpy(v[:b]) for v in inputs.values())
+    ref = {"seed": seed, "dtype": dtype, "inputs": list(inputs), "world": WORLD, "steps": STEPS,
+           "params": recipe, "exports": {}}
+    for exporter in ("dynamo", "torchscript"):
+        path = os.path.join(out, exporter + ".onnx")
+        e = {"file": exporter + ".onnx"}
+        try:
+            notes = export_torch.export(copy.deepcopy(model), args, path, exporter, list(inputs), ["logits"])
+            e["notes"] = notes
+            e["table"], e["inline"] = externalize(path, model)
+        except Exception as ex:  # noqa: BLE001 -- recorded: the exporter's own failure
+            msg = str(ex).strip().splitlines()
+            e["export_error"] = "%s: %s" % (type(ex).__name__, msg[0] if msg else "")
+            for f in (path, path + ".params"):
+                if os.path.exists(f):
+                    os.remove(f)
+        ref["exports"][exporter] = e
+        print("%s %s: %s" % (name, exporter, e.get("export_error") or "%d parameters external, inline %s%s"
+                             % (len(e["table"]), e["inline"][:6], " " + "; ".join(notes) if notes else "")))
+    ref["losses"] = reference(model, inputs, labels, dtype)
+    ref["final"] = final_weights(model, seed)
+    with open(os.path.join(out, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print("%s: %d parameters (%d elements), losses %s" % (name, len(recipe), sum(p.numel() for p in
+          model.parameters()), ref["losses"]))
+
+
+def main():
+    torch.set_num_threads(1)
+    names = sys.argv[1:] or list(MODELS)
+    for n in names:
+        if n not in MODELS:
+            raise SystemExit("unknown model %s: one of %s" % (n, ", ".join(MODELS)))
+    for i, n in enumerate(MODELS):
+        if n in names:
+            generate(n, i)
+
+
+if __name__ == "__main__":
+    main()
