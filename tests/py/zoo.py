@@ -45,8 +45,6 @@ BLOCKED = {
         "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
     ("hf_vit", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: Gelu (nodes '/m/vit/layers.0/mlp/activation_fn/Gelu', '/m/vit/layers.1/mlp/activation_fn/Gelu')",
-    ("llama", "dynamo"):
-        "trains initializers that are not parameters: m.model.rotary_emb.inv_freq",
     ("nanogpt", "dynamo"):
         "fsdpc: error: dynamo.onnx: unsupported ops: SplitToSequence (nodes 'node_split', 'node_split_1'), SequenceAt (nodes 'n0', 'n0_2', 'n0_3', 'n0_4', 'n0_5', ...), Gelu (nodes 'node_gelu', 'node_gelu_1')",
     ("nanogpt", "torchscript"):
