@@ -193,10 +193,73 @@ def functions(fsdpc, work):
             "node 'c' (Bad)", "takes 1 and 1")
 
 
+# ---- sequences -------------------------------------------------------------------------------------
+
+def I64(name, v):
+    return numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+
+
+def seq_nodes():
+    n = helper.make_node
+    return [n("SplitToSequence", ["W", "sp"], ["S1"], axis=1),            # [4,1] [4,2] [4,3]
+            n("SplitToSequence", ["W"], ["S2"], axis=0, keepdims=0),      # 4 x [6]
+            n("SequenceAt", ["S1", "m1"], ["a"]), n("SequenceAt", ["S1", "zero"], ["b"]),
+            n("SequenceAt", ["S1", "one"], ["c"]),
+            n("SequenceConstruct", ["c", "b"], ["S3"]), n("SequenceInsert", ["S3", "a"], ["S4"]),  # c b a
+            n("SequenceErase", ["S4", "m2"], ["S5"]),                     # c a
+            n("ConcatFromSequence", ["S5"], ["Y1"], axis=1),              # [4,5]
+            n("Identity", ["S2"], ["S2b"]),
+            n("ConcatFromSequence", ["S2b"], ["Y2"], axis=-1, new_axis=1),  # [6,4] = W^T
+            n("SequenceLength", ["S2"], ["len"]), n("Cast", ["len"], ["lenf"], to=TensorProto.DOUBLE),
+            n("Mul", ["Y2", "lenf"], ["Y3"]), n("Transpose", ["Y3"], ["Y3t"]),
+            n("SplitToSequence", ["W", "four"], ["S6"], axis=1),          # [4,4] [4,2]
+            n("SequenceEmpty", [], ["E"]), n("SequenceInsert", ["E", "W"], ["E1"]),
+            n("SequenceAt", ["S6", "one"], ["Y4"]), n("SequenceAt", ["E1", "zero"], ["Y5"]),
+            n("Concat", ["Y1", "Y3t", "Y4", "Y5"], ["C"], axis=1), n("Tanh", ["C"], ["Y"])]
+
+
+SEQ_CONSTS = {"sp": I64("sp", [1, 2, 3]), "m1": I64("m1", -1), "zero": I64("zero", 0), "one": I64("one", 1),
+              "m2": I64("m2", -2), "four": I64("four", 4)}
+
+
+def seq_ref(w):
+    W = w["W"]
+    return np.tanh(np.concatenate([W[:, 1:3], W[:, 3:], W * 4, W[:, 4:], W], 1))
+
+
+def sequences(fsdpc, work):
+    w = {"W": r(4, 6)}
+    model = lambda v: make(seq_nodes(), {}, {**v, **SEQ_CONSTS})
+    (y,) = evaluate(fsdpc, work, "seq_eval", model(w), {})
+    check(y.shape == (4, 19) and np.allclose(y, seq_ref(w), rtol=1e-12, atol=1e-12),
+          "seq_eval: %s %s, expected %s" % (y.shape, y.ravel()[:4], seq_ref(w).ravel()[:4]))
+    print("ok %-28s SplitToSequence (list, scalar, none + keepdims 0), At, Construct, Insert, Erase, "
+          "Length, Concat (new_axis), Empty, Identity" % "seq_eval")
+    gradcheck(fsdpc, work, "seq_train", model, w, seq_ref)
+    n = helper.make_node
+    x = {"X": r(4, 6)}
+    p = helper.make_tensor_value_info("p", TensorProto.INT64, [])
+    m = make([n("SplitToSequence", ["X"], ["S"], axis=0), n("SequenceAt", ["S", "p"], ["Y"], name="at")], x, {})
+    m.graph.input.append(p)
+    refused(fsdpc, work, "seq_position_input", m, "node 'at' (SequenceAt)", "position 'p' must be a constant")
+    m = make([n("SplitToSequence", ["X"], ["S"], axis=0), n("Shape", ["X"], ["sh"]),
+              n("Gather", ["sh", "zero"], ["d"]), n("Add", ["d", "d"], ["dd"]),
+              n("Identity", ["S"], ["S2"]), n("SequenceAt", ["S2", "dd"], ["Y"], name="far")], x, SEQ_CONSTS)
+    refused(fsdpc, work, "seq_position_range", m, "node 'far' (SequenceAt)", "position 8 is outside [-4, 4)")
+    m = make([n("SplitToSequence", ["X"], ["S"], axis=0), n("Add", ["S", "X"], ["Y"], name="add")], x, {})
+    refused(fsdpc, work, "seq_read_as_tensor", m, "node 'add' (Add)", "reads the sequence 'S'")
+    m = make([n("SplitToSequence", ["X"], ["Y"], axis=0)], x, {})
+    refused(fsdpc, work, "seq_output", m, "graph output 'Y' is a sequence")
+    m = make([n("Shape", ["X"], ["sp"]), n("SplitToSequence", ["X", "X"], ["S"], name="sts"),
+              n("ConcatFromSequence", ["S"], ["Y"])], x, {})
+    refused(fsdpc, work, "seq_split_input", m, "node 'sts' (SplitToSequence)", "split input 'X' must be a constant")
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     functions(fsdpc, work)
+    sequences(fsdpc, work)
 
 
 if __name__ == "__main__":
