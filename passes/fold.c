@@ -582,6 +582,67 @@ static void tensor_inputs(const Sweep *s, const Node *n)
                        "ConcatFromSequence, SequenceLength, SequenceInsert/Erase and Identity", ir_q(s->g->val[n->in[i]].name));
 }
 
+/* ---- opset 23's composite ops --------------------------------------------- */
+
+/* Node op(a[, b]) named NODE/suffix writing out (a new value if -1), not yet
+ * visited: the caller adds attributes, then visits it. */
+static int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
+    if (out < 0)
+        out = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    return ir_node1(g, op, name, a, b, out);
+}
+
+/* As expand_node, visited; its output. */
+static int expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+{
+    int c = expand_node(s, id, op, a, b, suffix, out);
+    visit(s, c);
+    return s->g->node[c].out[0];
+}
+
+/* A scalar constant v of float dtype dt. */
+static int const_float(Sweep *s, int id, DType dt, double v, const char *suffix)
+{
+    Graph *g = s->g;
+    Shape sc = {.rank = 0};
+    int c = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, &sc, R_CONST);
+    g->val[c].data = ir_alloc(sizeof(double));
+    if (dt == DT_F32)
+        *(float *)g->val[c].data = (float)v;
+    else
+        *(double *)g->val[c].data = v;
+    g->val[c].persistent = 1;
+    return c;
+}
+
+/* RMSNormalization: Y = X / sqrt(mean(X^2 over axes axis..r-1) + epsilon) * scale */
+static void expand_rmsnorm(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    if (!is_float(x->dtype))
+        node_fatal(g, &n, "X must be float32 or float64, not %s", dtype_name(x->dtype));
+    int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
+    int x2 = expand(s, id, OP_Mul, n.in[0], n.in[0], "square", -1);
+    int c = expand_node(s, id, OP_ReduceMean, x2, -1, "mean", -1);
+    Attr *a = ir_attr_add(g, c, "axes", A_INTS);
+    a->n = r - ax;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(r - ax + 1));
+    for (int i = ax; i < r; i++)
+        a->ints[i - ax] = i;
+    ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
+    visit(s, c);
+    int e = expand(s, id, OP_Add, g->node[c].out[0],
+                   const_float(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
+    int d = expand(s, id, OP_Sqrt, e, -1, "rms", -1);
+    int y = expand(s, id, OP_Div, n.in[0], d, "normalized", -1);
+    expand(s, id, OP_Mul, y, n.in[1], "scaled", n.out[0]);
+}
+
 /* Rewrite node id into the form later passes expect, then visit it. */
 static void canon(Sweep *s, int id)
 {
@@ -598,6 +659,7 @@ static void canon(Sweep *s, int id)
             inputs_to_attrs(g, id, &const_inputs[i]);
     switch (op) {
     case OP_Gemm: expand_gemm(s, id); return;
+    case OP_RMSNormalization: expand_rmsnorm(s, id); return;
     case OP_MatMul: matmul_operands(s, id); break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;

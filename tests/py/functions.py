@@ -12,9 +12,17 @@ compared with NumPy:
     twice. --eval against NumPy, then one SGD step: the loss against NumPy
     (1e-12) and the gradient against central finite differences along random
     directions (1e-6);
-Refused with one line naming the node and function (exit 1): a recursive
+  - sequences: SplitToSequence (split a list, a scalar, absent with
+    keepdims 0), SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,
+    SequenceEmpty, SequenceLength, ConcatFromSequence (new_axis), Identity of a
+    sequence: --eval against NumPy and the same gradient check;
+  - opset 23's RMSNormalization: the committed models and onnx.reference
+    outputs of gen_opset23.py (tests/data/opset23), and the gradient check.
+Refused with one line naming the node and function or op (exit 1): a recursive
 function (through another), a body node reading a value nothing defines, a
-call with more inputs than the function has.
+call with more inputs than the function has; a sequence position that is not
+a constant or out of range, a tensor op reading a sequence, a sequence graph
+output, a split input that is not a constant.
 """
 import os
 import sys
@@ -255,11 +263,34 @@ def sequences(fsdpc, work):
     refused(fsdpc, work, "seq_split_input", m, "node 'sts' (SplitToSequence)", "split input 'X' must be a constant")
 
 
+# ---- opset 23's composite ops ----------------------------------------------------------------------
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "opset23")
+
+
+def opset23(fsdpc, work):
+    """the committed models and ReferenceEvaluator outputs of gen_opset23.py; then the gradient"""
+    for name in ("rms_last", "rms_axis1"):
+        d = np.load(os.path.join(DATA, name + ".npz"))
+        m = onnx.load(os.path.join(DATA, name + ".onnx"))
+        inputs = {k: d[k] for k in d.files if k != "Y"}
+        (y,) = evaluate(fsdpc, work, name, m, inputs)
+        check(y.shape == d["Y"].shape and np.allclose(y, d["Y"], rtol=1e-10, atol=1e-12),
+              "%s: %s, onnx.reference %s" % (name, y.ravel()[:4], d["Y"].ravel()[:4]))
+        print("ok %-28s = onnx.reference (opset 23)" % name)
+    rms = lambda v: make([helper.make_node("RMSNormalization", ["X", "scale"], ["Y"], axis=-2, epsilon=1e-2)],
+                         {}, v, opset=23)
+    eps = float(np.float32(1e-2))
+    gradcheck(fsdpc, work, "rms_train", rms, {"X": r(2, 3, 4), "scale": r(3, 4)},
+              lambda v: v["X"] / np.sqrt((v["X"] ** 2).mean((1, 2), keepdims=True) + eps) * v["scale"])
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     functions(fsdpc, work)
     sequences(fsdpc, work)
+    opset23(fsdpc, work)
 
 
 if __name__ == "__main__":
