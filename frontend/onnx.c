@@ -679,7 +679,7 @@ static const char *node_label(size_t i, const Onnx__NodeProto *n)
  * onnx 1.13) and the overload fields (NodeProto 8, FunctionProto 13, onnx
  * 1.16): those are read from the fields protobuf-c kept unparsed. */
 
-enum { MAX_INLINE = 32, MAX_FLAT = 1 << 22 };
+enum { MAX_INLINE = 32, MAX_FLAT = 1 << 20 };  /* bounds the memory a hostile model can take */
 
 typedef struct {
     const Onnx__FunctionProto *f;
