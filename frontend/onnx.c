@@ -5,7 +5,8 @@
  *   read the bytes (kept in g->model_bytes: export rewrites the original)
  *   → check protobuf nesting depth (protobuf-c recurses without a limit)
  *   → unpack with protobuf-c code generated from the system's onnx.proto
- *   → opset of the default domain must be 13..17
+ *   → opset of the default domain must be 13..28
+ *   → model-local functions inlined: a flat list of nodes (each with its opset)
  *   → initializers      → R_CONST values with host data (raw, typed or external)
  *   → graph signature   → Value.sig of the initializers PyTorch's exporter marks
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
@@ -769,15 +770,336 @@ static const char *node_label(size_t i, const Onnx__NodeProto *n)
                                : ir_fmt("node #%zu (%s)", i, op);
 }
 
+/* ---- model-local functions ------------------------------------------------ */
+
+/* ModelProto.functions are inlined before anything is loaded: a node whose
+ * (domain, op_type, overload) names a function is replaced by the function's
+ * body, each body node a copy whose inputs and outputs are renamed — formal
+ * inputs and outputs to the caller's values, internal values to fresh names
+ * (reserved like every name of the file, so they clash with none) — and whose
+ * attributes that refer to the caller's (ref_attr_name) take the caller's
+ * value, or the function's default (attribute_proto), or are left out.  A
+ * body node calling a function is inlined in turn: at most MAX_INLINE deep,
+ * never recursively.  What comes out is a flat list of nodes, each with the
+ * default-domain opset it was written at (its function's opset_import).
+ *
+ * The system's onnx.proto may predate FunctionProto.attribute_proto (field 11,
+ * onnx 1.13) and the overload fields (NodeProto 8, FunctionProto 13, onnx
+ * 1.16): those are read from the fields protobuf-c kept unparsed. */
+
+enum { MAX_INLINE = 32, MAX_FLAT = 1 << 20 };  /* bounds the memory a hostile model can take */
+
+typedef struct {
+    const Onnx__FunctionProto *f;
+    const char *domain, *overload, *label;
+    Onnx__AttributeProto **dflt; /* attribute_proto: defaults */
+    size_t ndflt;
+    int64_t opset;               /* of the default domain; -1: the caller's */
+    int active;                  /* being inlined (recursion check) */
+} Func;
+
+typedef struct {
+    const Onnx__NodeProto *n;
+    const char *what;            /* its label in messages */
+    int64_t opset;
+    size_t idx;                  /* the graph's node it comes from */
+} Flat;
+
+static Func *funcs;
+static size_t nfuncs;
+static Flat *flat;
+static size_t nflat, flatcap;
+static ProtobufCAllocator pb_arena = {.alloc = pb_alloc, .free = pb_free};
+
+/* The payload of unknown field u of m if it is length-delimited with this
+ * tag (protobuf-c keeps the length prefix in u->data), checked; else NULL. */
+static const uint8_t *unknown_bytes(const ProtobufCMessageUnknownField *u, uint32_t tag, size_t *len,
+                                    const char *what)
+{
+    if (u->tag != tag || u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
+        return NULL;
+    const uint8_t *p = u->data, *end = u->data + u->len;
+    uint64_t n;
+    if (varint(&p, end, &n) || n != (uint64_t)(end - p))
+        bad("%s has a malformed field %u", what, (unsigned)tag);
+    *len = (size_t)n;
+    return p;
+}
+
+/* The last length-delimited unknown field `tag` of m as a string, or "". */
+static const char *unknown_string(const ProtobufCMessage *m, uint32_t tag, const char *what)
+{
+    const char *s = "";
+    for (unsigned i = 0; i < m->n_unknown_fields; i++) {
+        size_t len;
+        const uint8_t *p = unknown_bytes(&m->unknown_fields[i], tag, &len, what);
+        if (!p)
+            continue;
+        if (len && memchr(p, 0, len))
+            bad("%s has a NUL byte in a name", what);
+        char *c = ir_alloc(len + 1);
+        if (len)
+            memcpy(c, p, len);
+        s = c;
+    }
+    return s;
+}
+
+static const char *str(const char *s) { return s ? s : ""; }
+
+static void load_function(Func *fn, const Onnx__FunctionProto *f, size_t i)
+{
+    fn->f = f;
+    fn->domain = default_domain(f->domain) ? "" : f->domain;
+    const char *w = ir_fmt("model-local function #%zu", i);
+    if (!f->name || !*f->name)
+        bad("%s has no name", w);
+    fn->overload = unknown_string(&f->base, 13, w);
+    fn->label = ir_fmt("function '%s'%s%s%s%s%s", ir_q(f->name), *fn->domain ? " [domain " : "",
+                       ir_q(fn->domain), *fn->domain ? "]" : "", *fn->overload ? " overload " : "",
+                       *fn->overload ? ir_q(fn->overload) : "");
+    fn->opset = -1;
+    for (size_t k = 0; k < f->n_opset_import; k++)
+        if (default_domain(f->opset_import[k]->domain)) {
+            int64_t v = f->opset_import[k]->version;
+            if (v < OPSET_MIN || v > OPSET_MAX)
+                bad("%s imports ONNX opset %lld; fsdpc supports opsets %d to %d (export it again at one of those)",
+                    fn->label, (long long)v, OPSET_MIN, OPSET_MAX);
+            fn->opset = v;
+        }
+    for (unsigned k = 0; k < f->base.n_unknown_fields; k++) {
+        size_t len;
+        const uint8_t *p = unknown_bytes(&f->base.unknown_fields[k], 11, &len, fn->label);
+        if (!p)
+            continue;
+        /* ModelProto > FunctionProto > AttributeProto: depth 2 */
+        Onnx__AttributeProto *a = check_depth(&onnx__attribute_proto__descriptor, p, p + len, 2)
+                                      ? NULL : onnx__attribute_proto__unpack(&pb_arena, len, p);
+        if (!a || !a->name || !*a->name)
+            bad("%s has a malformed default attribute (attribute_proto)", fn->label);
+        Onnx__AttributeProto **d = ir_alloc(sizeof *d * (fn->ndflt + 1));
+        if (fn->ndflt)
+            memcpy(d, fn->dflt, sizeof *d * fn->ndflt);
+        d[fn->ndflt++] = a;
+        fn->dflt = d;
+    }
+}
+
+static void load_functions(const Onnx__ModelProto *m)
+{
+    nfuncs = m->n_functions;
+    funcs = ir_alloc(sizeof *funcs * (nfuncs + 1));
+    for (size_t i = 0; i < nfuncs; i++) {
+        load_function(&funcs[i], m->functions[i], i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(funcs[k].f->name, funcs[i].f->name) && !strcmp(funcs[k].domain, funcs[i].domain) &&
+                !strcmp(funcs[k].overload, funcs[i].overload))
+                bad("%s is defined twice among the model's functions", funcs[i].label);
+    }
+}
+
+/* The function node n calls, or NULL. */
+static Func *func_of(const Onnx__NodeProto *n)
+{
+    if (!nfuncs || !n->op_type)
+        return NULL;
+    const char *dom = default_domain(n->domain) ? "" : n->domain, *ov = NULL;
+    for (size_t i = 0; i < nfuncs; i++)
+        if (!strcmp(funcs[i].f->name, n->op_type) && !strcmp(funcs[i].domain, dom)) {
+            if (!ov)
+                ov = unknown_string(&n->base, 8, ir_fmt("node '%s'", ir_q(str(n->name))));
+            if (!strcmp(funcs[i].overload, ov))
+                return &funcs[i];
+        }
+    return NULL;
+}
+
+static void flat_add(const Onnx__NodeProto *n, const char *what, int64_t ops, size_t idx)
+{
+    if (nflat == MAX_FLAT)
+        bad("inlining the model's functions gives more than %d nodes; fsdpc does not compile such a model",
+            MAX_FLAT);
+    if (nflat == flatcap) {
+        size_t cap = flatcap ? 2 * flatcap : 256;
+        Flat *f = ir_alloc(sizeof *f * cap);
+        if (nflat)
+            memcpy(f, flat, sizeof *f * nflat);
+        flat = f;
+        flatcap = cap;
+    }
+    flat[nflat++] = (Flat){n, what, ops, idx};
+}
+
+/* A function call's renaming: formal name -> the caller's or a fresh name. */
+typedef struct { const char *key, *val; int defined; } Pair;
+
+static Pair *pair(Pair *t, size_t cap, const char *key)
+{
+    size_t i = hash(key) & (cap - 1);
+    while (t[i].key && strcmp(t[i].key, key))
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+/* A name no value of the file or of earlier inlining has, reserved. */
+static const char *fresh_internal(const char *prefix, const char *name)
+{
+    const char *s = fresh(ir_fmt("%s/%s", prefix, name));
+    slot(s);
+    return s;
+}
+
+static const Onnx__AttributeProto *attr_named(Onnx__AttributeProto *const *a, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i]->name && !strcmp(a[i]->name, name))
+            return a[i];
+    return NULL;
+}
+
+/* Body node b's attributes, references to the call's resolved. */
+static void bind_attrs(Onnx__NodeProto *c, const Onnx__NodeProto *call, const Func *fn, const char *bw)
+{
+    const Onnx__NodeProto *b = c;
+    Onnx__AttributeProto **out = ir_alloc(sizeof *out * (b->n_attribute + 1));
+    size_t n = 0;
+    for (size_t i = 0; i < b->n_attribute; i++) {
+        Onnx__AttributeProto *a = b->attribute[i];
+        const char *ref = a->ref_attr_name;
+        if (!ref || !*ref) {
+            out[n++] = a;
+            continue;
+        }
+        const Onnx__AttributeProto *v = attr_named(call->attribute, call->n_attribute, ref);
+        if (!v)
+            v = attr_named(fn->dflt, fn->ndflt, ref);
+        if (!v) {
+            int declared = 0;
+            for (size_t k = 0; k < fn->f->n_attribute; k++)
+                declared |= fn->f->attribute[k] && !strcmp(fn->f->attribute[k], ref);
+            if (!declared)
+                bad("%s refers to attribute '%s', which %s does not declare", bw, ir_q(ref), fn->label);
+            continue; /* not given, no default: the attribute is absent */
+        }
+        if (a->type && v->type != a->type)
+            bad("%s: attribute '%s' of the call has type %d, but %s uses it as type %d", bw, ir_q(ref),
+                (int)v->type, fn->label, (int)a->type);
+        Onnx__AttributeProto *r = ir_alloc(sizeof *r);
+        *r = *v;
+        r->name = a->name;
+        r->ref_attr_name = NULL;
+        out[n++] = r;
+    }
+    c->attribute = out;
+    c->n_attribute = n;
+}
+
+static void flatten(const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx);
+
+static void inline_call(const Onnx__NodeProto *call, const char *what, Func *fn, int64_t ops, int depth,
+                        size_t idx)
+{
+    const Onnx__FunctionProto *f = fn->f;
+    if (fn->active)
+        bad("%s calls %s, which is being inlined already: a recursive function; fsdpc inlines functions "
+            "and cannot inline recursion", what, fn->label);
+    if (depth >= MAX_INLINE)
+        bad("%s: functions call functions more than %d deep; fsdpc does not inline deeper", what, MAX_INLINE);
+    if (call->n_input > f->n_input || call->n_output > f->n_output)
+        bad("%s has %zu inputs and %zu outputs; %s takes %zu and %zu", what, call->n_input,
+            call->n_output, fn->label, f->n_input, f->n_output);
+    size_t cnt = f->n_input + f->n_output + 1;
+    for (size_t i = 0; i < f->n_node; i++) {
+        if (f->node[i]->n_output > MAX_FLAT)
+            bad("%s has a node with too many outputs", fn->label);
+        cnt += f->node[i]->n_output;
+        if (cnt > MAX_FLAT)
+            bad("%s is too large", fn->label);
+    }
+    size_t cap = 16;
+    while (cap < 2 * cnt)
+        cap *= 2;
+    Pair *t = ir_alloc(sizeof *t * cap);
+    const char *prefix = call->name && *call->name ? call->name : what;
+    for (size_t i = 0; i < f->n_input + f->n_output; i++) {
+        int isin = i < f->n_input;
+        size_t k = isin ? i : i - f->n_input;
+        const char *formal = isin ? f->input[k] : f->output[k];
+        if (!formal || !*formal)
+            bad("%s has an empty %s name", fn->label, isin ? "input" : "output");
+        Pair *p = pair(t, cap, formal);
+        if (p->key)
+            bad("%s names '%s' twice among its inputs and outputs (fsdpc does not inline a function "
+                "that returns an input)", fn->label, ir_q(formal));
+        p->key = formal;
+        if (isin) {
+            p->val = k < call->n_input ? call->input[k] : "";
+            p->defined = 1;
+        } else {
+            p->val = k < call->n_output && *call->output[k] ? call->output[k] : NULL;
+        }
+    }
+    fn->active = 1;
+    for (size_t j = 0; j < f->n_node; j++) {
+        const Onnx__NodeProto *b = f->node[j];
+        Onnx__NodeProto *c = ir_alloc(sizeof *c);
+        *c = *b;
+        const char *bn = b->name && *b->name ? b->name : ir_fmt("%s_%zu", str(b->op_type), j);
+        c->name = (char *)ir_fmt("%s/%s", prefix, bn);
+        const char *bw = node_label(0, c);
+        c->input = ir_alloc(sizeof(char *) * (b->n_input + 1));
+        for (size_t i = 0; i < b->n_input; i++) {
+            const char *x = str(b->input[i]);
+            Pair *p = *x ? pair(t, cap, x) : NULL;
+            if (p && (!p->key || !p->defined))
+                bad("%s (in %s) uses '%s', which neither the function's inputs nor an earlier node of "
+                    "its body define", bw, fn->label, ir_q(x));
+            c->input[i] = (char *)(p ? p->val : "");
+        }
+        c->output = ir_alloc(sizeof(char *) * (b->n_output + 1));
+        for (size_t i = 0; i < b->n_output; i++) {
+            const char *y = str(b->output[i]);
+            if (!*y) {
+                c->output[i] = "";
+                continue;
+            }
+            Pair *p = pair(t, cap, y);
+            if (p->key && p->defined)
+                bad("%s (in %s) defines '%s', which is already defined", bw, fn->label, ir_q(y));
+            p->key = y;
+            if (!p->val)
+                p->val = fresh_internal(prefix, y);
+            p->defined = 1;
+            c->output[i] = (char *)p->val;
+        }
+        bind_attrs(c, call, fn, bw);
+        flatten(c, bw, fn->opset >= 0 ? fn->opset : ops, depth + 1, idx);
+    }
+    fn->active = 0;
+    for (size_t k = 0; k < f->n_output; k++)
+        if (!pair(t, cap, f->output[k])->defined)
+            bad("%s: output '%s' of %s is not defined by any node of its body", what, ir_q(f->output[k]),
+                fn->label);
+}
+
+static void flatten(const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx)
+{
+    Func *fn = func_of(n);
+    if (fn)
+        inline_call(n, what, fn, ops, depth, idx);
+    else
+        flat_add(n, what, ops, idx);
+}
+
 typedef struct { const char *op, *dom; int n; char *names; } Unsup;
 
 /* All unsupported nodes in one message, grouped by op type. */
-static void check_ops(const Onnx__GraphProto *gp)
+static void check_ops(void)
 {
     Unsup u[MAX_KINDS];
     int nu = 0, other = 0;
-    for (size_t i = 0; i < gp->n_node; i++) {
-        const Onnx__NodeProto *n = gp->node[i];
+    for (size_t i = 0; i < nflat; i++) {
+        const Onnx__NodeProto *n = flat[i].n;
         if (op_lookup(n) >= 0)
             continue;
         const char *op = n->op_type ? n->op_type : "", *dom = n->domain ? n->domain : "";
@@ -790,7 +1112,7 @@ static void check_ops(const Onnx__GraphProto *gp)
         }
         if (k == nu)
             u[nu++] = (Unsup){.op = op, .dom = dom, .names = ""};
-        const char *nn = n->name && *n->name ? ir_fmt("'%s'", ir_q(n->name)) : ir_fmt("#%zu", i);
+        const char *nn = n->name && *n->name ? ir_fmt("'%s'", ir_q(n->name)) : ir_fmt("#%zu", flat[i].idx);
         if (u[k].n <= MAX_SHOWN)
             u[k].names = ir_fmt("%s%s%s", u[k].names, u[k].n ? ", " : "",
                                 u[k].n < MAX_SHOWN ? nn : "...");
@@ -937,11 +1259,13 @@ static void version_rules(int id, const char *what)
     }
 }
 
-static void load_node(size_t idx, const Onnx__NodeProto *n)
+static void load_node(const Flat *fl)
 {
+    const Onnx__NodeProto *n = fl->n;
     Op op = (Op)op_lookup(n);
     const OpInfo *oi = &op_info[op];
-    const char *what = node_label(idx, n);
+    const char *what = fl->what;
+    opset = fl->opset;
     if (op == OP_Constant) {
         constant_node(n, what);
         return;
@@ -1031,13 +1355,18 @@ Graph *onnx_load(const Options *opt)
     if (gp->n_node > INT_MAX / 4)
         bad("the graph has too many nodes");
     check_dim_options(opt, gp);
-    check_ops(gp);
     reserve_names(gp);
+    load_functions(model);
+    flat = NULL;
+    nflat = flatcap = 0;
+    for (size_t i = 0; i < gp->n_node; i++)
+        flatten(gp->node[i], node_label(i, gp->node[i]), opset, 0, i);
+    check_ops();
     load_initializers(gp);
     load_signature(gp);
     load_inputs(opt, gp);
-    for (size_t i = 0; i < gp->n_node; i++)
-        load_node(i, gp->node[i]);
+    for (size_t i = 0; i < nflat; i++)
+        load_node(&flat[i]);
     load_outputs(gp);
     return G;
 }

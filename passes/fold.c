@@ -41,11 +41,15 @@
 
 enum { FOLD_MAX = 1 << 20 };   /* elements of the largest folded output */
 
+typedef struct { int v, n; int *el; } Seq; /* sequence value v: the tensors el[0..n) */
+
 typedef struct {
     Graph *g;
     int *order;                /* node ids in the new program order */
     int n, cap;
     int nnew;                  /* numbers the names of inserted values */
+    Seq *seq;                  /* the sequences resolved so far */
+    int nseq, seqcap;
 } Sweep;
 
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
@@ -332,16 +336,330 @@ static void castlike(Graph *g, int id)
     set_attr(g, id, "to", A_INT)->i = to;
 }
 
+/* ---- sequences ------------------------------------------------------------ */
+
+/* A sequence value is resolved into the tensor values it holds: its ops are
+ * taken out of the program as the sweep meets them, their lengths and
+ * positions known here (constants, and shapes, which are static), and
+ * SplitToSequence becomes a Split [+ Squeeze], SequenceAt an Identity,
+ * ConcatFromSequence [Unsqueezes +] a Concat, SequenceLength a constant. */
+
+enum { SEQ_MAX = 1 << 16 };   /* tensors in one sequence */
+
+/* The sequence value v holds, or NULL if v is not a sequence. */
+static const Seq *seq_of(const Sweep *s, int v)
+{
+    for (int i = 0; i < s->nseq; i++)
+        if (s->seq[i].v == v)
+            return &s->seq[i];
+    return NULL;
+}
+
+static void seq_define(Sweep *s, int v, const int *el, int n)
+{
+    if (s->nseq == s->seqcap) {
+        Seq *t = ir_alloc(sizeof *t * (size_t)(2 * s->seqcap + 8));
+        if (s->nseq)
+            memcpy(t, s->seq, sizeof *t * (size_t)s->nseq);
+        s->seq = t;
+        s->seqcap = 2 * s->seqcap + 8;
+    }
+    int *e = ir_alloc(sizeof(int) * (size_t)(n + 1));
+    if (n)
+        memcpy(e, el, sizeof(int) * (size_t)n);
+    s->seq[s->nseq++] = (Seq){v, n, e};
+}
+
+static int is_seq_op(Op op)
+{
+    switch (op) {
+    case OP_SequenceConstruct: case OP_SequenceEmpty: case OP_SequenceAt: case OP_SequenceInsert:
+    case OP_SequenceErase: case OP_SequenceLength: case OP_SplitToSequence: case OP_ConcatFromSequence:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Input k of node n, which must be a sequence. */
+static const Seq *seq_in(const Sweep *s, const Node *n, int k)
+{
+    const Seq *q = seq_of(s, n->in[k]);
+    if (!q)
+        node_fatal(s->g, n, "input '%s' is a tensor; %s takes a sequence", ir_q(s->g->val[n->in[k]].name),
+                   op_info[n->op].name);
+    return q;
+}
+
+/* Optional position input k of node n as an index into a sequence of len
+ * (or len + 1 places when insert), dflt when absent; constant or refused. */
+static int seq_pos(const Sweep *s, const Node *n, int k, int len, int insert, int dflt)
+{
+    if (k >= n->nin || n->in[k] < 0)
+        return dflt;
+    const Value *x = &s->g->val[n->in[k]];
+    if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1 || (x->dtype != DT_I64 && x->dtype != DT_I32))
+        node_fatal(s->g, n, "the position '%s' must be a constant int64 scalar; fsdpc resolves sequences at "
+                   "compile time", ir_q(x->name));
+    int64_t p = tensor_const_i(x, 0), hi = len + insert;
+    if (p < -(int64_t)len || p >= hi)
+        node_fatal(s->g, n, "position %lld is outside [%d, %lld) for a sequence of %d tensors", (long long)p, -len,
+                   (long long)hi, len);
+    return (int)(p < 0 ? p + len : p);
+}
+
+/* A new node op(in) named NODE/suffix with one new output, visited; its output. */
+static int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const char *attr, int64_t axis)
+{
+    Graph *g = s->g;
+    const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
+    int y = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int c = ir_node1(g, op, name, in, -1, y);
+    Attr *a = ir_attr_add(g, c, attr, A_INTS);
+    a->n = 1;
+    a->ints = ir_alloc(sizeof(int64_t));
+    a->ints[0] = axis;
+    visit(s, c);
+    return y;
+}
+
+static void split_to_sequence(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id]; /* copy: appending nodes moves g->node */
+    const Value *x = &g->val[n.in[0]];
+    if (x->dtype == DT_UNDEF)
+        node_fatal(g, &n, "its input's shape is not known here; fsdpc resolves sequences at compile time");
+    int ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), x->shape.rank, "axis");
+    int64_t d = x->shape.dim[ax], cnt, *sz;
+    int keep = ir_attr_i(&n, "keepdims", 1) != 0, has = n.nin > 1 && n.in[1] >= 0;
+    if (has) {
+        const Value *sp = const_in(g, &n, 1, "split");
+        if (sp->dtype != DT_I64 && sp->dtype != DT_I32)
+            node_fatal(g, &n, "the split input '%s' must be int64", ir_q(sp->name));
+        if (sp->shape.rank == 0) {
+            int64_t c = tensor_const_i(sp, 0);
+            if (c <= 0)
+                node_fatal(g, &n, "split %lld must be positive", (long long)c);
+            cnt = d / c + (d % c != 0);
+            if (cnt > SEQ_MAX)
+                node_fatal(g, &n, "splits into %lld tensors; fsdpc resolves sequences of at most %d", (long long)cnt, SEQ_MAX);
+            sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
+            for (int64_t i = 0; i < cnt; i++)
+                sz[i] = i < cnt - 1 || d % c == 0 ? c : d % c;
+        } else {
+            cnt = shape_numel(&sp->shape);
+            if (sp->shape.rank != 1 || cnt > SEQ_MAX)
+                node_fatal(g, &n, "the split input '%s' must be a scalar or a 1-D list of at most %d sizes",
+                           ir_q(sp->name), SEQ_MAX);
+            sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
+            int64_t sum = 0;
+            for (int64_t i = 0; i < cnt; i++) {
+                sz[i] = tensor_const_i(sp, i);
+                if (sz[i] < 0 || sz[i] > d - sum)
+                    node_fatal(g, &n, "split sizes must be non-negative and sum to dim %d's %lld", ax, (long long)d);
+                sum += sz[i];
+            }
+            if (sum != d)
+                node_fatal(g, &n, "split sizes sum to %lld, not dim %d's %lld", (long long)sum, ax, (long long)d);
+        }
+    } else {
+        cnt = d;
+        if (cnt > SEQ_MAX)
+            node_fatal(g, &n, "splits into %lld tensors; fsdpc resolves sequences of at most %d", (long long)cnt, SEQ_MAX);
+        sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
+        for (int64_t i = 0; i < cnt; i++)
+            sz[i] = 1;
+    }
+    int *el = ir_alloc(sizeof(int) * (size_t)(cnt + 1));
+    if (cnt) {
+        const char *name = ir_fmt("%s/Split", n.name);
+        for (int64_t i = 0; i < cnt; i++)
+            el[i] = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+        int c = ir_node(g, OP_Split, name, 1, n.in, (int)cnt, el);
+        ir_attr_add(g, c, "axis", A_INT)->i = ax;
+        Attr *a = ir_attr_add(g, c, "split", A_INTS);
+        a->n = (int)cnt;
+        a->ints = sz;
+        visit(s, c);
+        if (!has && !keep)
+            for (int64_t i = 0; i < cnt; i++)
+                el[i] = seq_part(s, id, OP_Squeeze, el[i], ir_fmt("Squeeze%lld", (long long)i), "axes", ax);
+    }
+    seq_define(s, n.out[0], el, (int)cnt);
+}
+
+/* Rewrite sequence op node id: 1 if it is gone from the program (its
+ * output a sequence or a constant), 0 if it became a tensor op to canonicalise. */
+static int sequence(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Seq *q;
+    switch (n.op) {
+    case OP_SequenceConstruct:
+        for (int i = 0; i < n.nin; i++)
+            if (seq_of(s, n.in[i]))
+                node_fatal(g, &n, "input '%s' is a sequence; fsdpc's sequences hold tensors", ir_q(g->val[n.in[i]].name));
+        seq_define(s, n.out[0], n.in, n.nin);
+        return 1;
+    case OP_SequenceEmpty:
+        seq_define(s, n.out[0], NULL, 0);
+        return 1;
+    case OP_SequenceInsert: case OP_SequenceErase: {
+        q = seq_in(s, &n, 0);
+        int ins = n.op == OP_SequenceInsert, len = q->n;
+        if (ins && (n.in[1] < 0 || seq_of(s, n.in[1])))
+            node_fatal(g, &n, "the inserted value must be a tensor");
+        if (ins && len == SEQ_MAX)
+            node_fatal(g, &n, "fsdpc resolves sequences of at most %d tensors", SEQ_MAX);
+        if (!ins && !len)
+            node_fatal(g, &n, "erases from an empty sequence");
+        int p = seq_pos(s, &n, ins ? 2 : 1, len, ins, ins ? len : len - 1);
+        int *el = ir_alloc(sizeof(int) * (size_t)(len + 2)), m = 0;
+        for (int i = 0; i <= len; i++) {
+            if (ins && i == p)
+                el[m++] = n.in[1];
+            if (i < len && (ins || i != p))
+                el[m++] = q->el[i];
+        }
+        seq_define(s, n.out[0], el, m);
+        return 1;
+    }
+    case OP_SequenceLength: {
+        q = seq_in(s, &n, 0);
+        Value *y = &g->val[n.out[0]];
+        y->dtype = DT_I64;
+        y->shape = (Shape){.rank = 0};
+        y->data = ir_alloc(sizeof(int64_t));
+        *(int64_t *)y->data = q->n;
+        y->role = R_CONST;
+        y->persistent = 1;
+        return 1;
+    }
+    case OP_SplitToSequence:
+        if (seq_of(s, n.in[0]))
+            node_fatal(g, &n, "its input is a sequence; SplitToSequence splits a tensor");
+        split_to_sequence(s, id);
+        return 1;
+    case OP_SequenceAt:
+        q = seq_in(s, &n, 0);
+        if (!q->n)
+            node_fatal(g, &n, "reads from an empty sequence");
+        g->node[id].in[0] = q->el[seq_pos(s, &n, 1, q->n, 0, 0)];
+        g->node[id].nin = 1;
+        g->node[id].op = OP_Identity;
+        return 0;
+    case OP_ConcatFromSequence: {
+        q = seq_in(s, &n, 0);
+        if (!q->n)
+            node_fatal(g, &n, "concatenates an empty sequence; fsdpc needs at least one tensor");
+        int64_t ax = ir_attr_i(&n, "axis", 0);
+        int *in = ir_alloc(sizeof(int) * (size_t)(q->n + 1));
+        for (int i = 0; i < q->n; i++)
+            in[i] = ir_attr_i(&n, "new_axis", 0) ? seq_part(s, id, OP_Unsqueeze, q->el[i], ir_fmt("Unsqueeze%d", i), "axes", ax)
+                                                 : q->el[i];
+        Node *c = &g->node[id];
+        c->op = OP_Concat;
+        c->in = in;
+        c->nin = q->n;
+        set_attr(g, id, "axis", A_INT)->i = ax;
+        return 0;
+    }
+    default: /* Identity of a sequence: the same sequence */
+        q = seq_in(s, &n, 0);
+        seq_define(s, n.out[0], q->el, q->n);
+        return 1;
+    }
+}
+
+/* No other op reads a sequence. */
+static void tensor_inputs(const Sweep *s, const Node *n)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && seq_of(s, n->in[i]))
+            node_fatal(s->g, n, "reads the sequence '%s'; fsdpc resolves sequences only through SequenceAt, "
+                       "ConcatFromSequence, SequenceLength, SequenceInsert/Erase and Identity", ir_q(s->g->val[n->in[i]].name));
+}
+
+/* ---- opset 23's composite ops --------------------------------------------- */
+
+/* Node op(a[, b]) named NODE/suffix writing out (a new value if -1), not yet
+ * visited: the caller adds attributes, then visits it. */
+static int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
+    if (out < 0)
+        out = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    return ir_node1(g, op, name, a, b, out);
+}
+
+/* As expand_node, visited; its output. */
+static int expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+{
+    int c = expand_node(s, id, op, a, b, suffix, out);
+    visit(s, c);
+    return s->g->node[c].out[0];
+}
+
+/* A scalar constant v of float dtype dt. */
+static int const_float(Sweep *s, int id, DType dt, double v, const char *suffix)
+{
+    Graph *g = s->g;
+    Shape sc = {.rank = 0};
+    int c = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, &sc, R_CONST);
+    g->val[c].data = ir_alloc(sizeof(double));
+    if (dt == DT_F32)
+        *(float *)g->val[c].data = (float)v;
+    else
+        *(double *)g->val[c].data = v;
+    g->val[c].persistent = 1;
+    return c;
+}
+
+/* RMSNormalization: Y = X / sqrt(mean(X^2 over axes axis..r-1) + epsilon) * scale */
+static void expand_rmsnorm(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    if (!is_float(x->dtype))
+        node_fatal(g, &n, "X must be float32 or float64, not %s", dtype_name(x->dtype));
+    int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
+    int x2 = expand(s, id, OP_Mul, n.in[0], n.in[0], "square", -1);
+    int c = expand_node(s, id, OP_ReduceMean, x2, -1, "mean", -1);
+    Attr *a = ir_attr_add(g, c, "axes", A_INTS);
+    a->n = r - ax;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(r - ax + 1));
+    for (int i = ax; i < r; i++)
+        a->ints[i - ax] = i;
+    ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
+    visit(s, c);
+    int e = expand(s, id, OP_Add, g->node[c].out[0],
+                   const_float(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
+    int d = expand(s, id, OP_Sqrt, e, -1, "rms", -1);
+    int y = expand(s, id, OP_Div, n.in[0], d, "normalized", -1);
+    expand(s, id, OP_Mul, y, n.in[1], "scaled", n.out[0]);
+}
+
 /* Rewrite node id into the form later passes expect, then visit it. */
 static void canon(Sweep *s, int id)
 {
     Graph *g = s->g;
+    if (s->nseq && g->node[id].op == OP_Identity && seq_of(s, g->node[id].in[0]) && sequence(s, id))
+        return;
+    if (is_seq_op(g->node[id].op) && sequence(s, id))
+        return;
+    if (s->nseq)
+        tensor_inputs(s, &g->node[id]);
     Op op = g->node[id].op;
     for (size_t i = 0; i < sizeof const_inputs / sizeof *const_inputs; i++)
         if (const_inputs[i].op == op)
             inputs_to_attrs(g, id, &const_inputs[i]);
     switch (op) {
     case OP_Gemm: expand_gemm(s, id); return;
+    case OP_RMSNormalization: expand_rmsnorm(s, id); return;
     case OP_MatMul: matmul_operands(s, id); break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;
@@ -701,10 +1019,14 @@ static void drop_identities(Graph *g)
 
 void pass_fold(Graph *g)
 {
-    Sweep s = {g, NULL, 0, 0, 0};
+    Sweep s = {g, NULL, 0, 0, 0, NULL, 0, 0};
     int nn = g->nnode;
     for (int i = 0; i < nn; i++)
         canon(&s, i);
+    for (int k = 0; k < g->noutput; k++)
+        if (seq_of(&s, g->output[k]))
+            fatal("graph output '%s' is a sequence; fsdpc's outputs are tensors (return its elements, or "
+                  "ConcatFromSequence)", ir_q(g->val[g->output[k]].name));
     Node *out = ir_alloc(sizeof(Node) * (size_t)(s.n + 1));
     int n = 0;
     for (int i = 0; i < s.n; i++)
