@@ -39,14 +39,12 @@ BLOCKED = {
         "fsdpc: error: dynamo.onnx: unsupported ops: GatherElements (node 'node_gather'), Gelu (nodes 'node_gelu', 'node_gelu_1', 'node_gelu_2')",
     ("bert", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: GatherElements (node '/m/bert/embeddings/GatherElements'), Gelu (nodes '/m/bert/encoder/layer.0/intermediate/intermediate_act_fn/Gelu', '/m/bert/encoder/layer.1/intermediate/intermediate_act_fn/Gelu', '/m/cls/predictions/transform/transform_act_fn/Gelu')",
-    ("gpt2", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: SplitToSequence (nodes 'node_split', 'node_split_1'), SequenceAt (nodes 'n0', 'n0_2', 'n0_3', 'n0_4', 'n0_5', ...)",
     ("hf_vit", "dynamo"):
         "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
     ("hf_vit", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: Gelu (nodes '/m/vit/layers.0/mlp/activation_fn/Gelu', '/m/vit/layers.1/mlp/activation_fn/Gelu')",
     ("nanogpt", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: SplitToSequence (nodes 'node_split', 'node_split_1'), SequenceAt (nodes 'n0', 'n0_2', 'n0_3', 'n0_4', 'n0_5', ...), Gelu (nodes 'node_gelu', 'node_gelu_1')",
+        "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
     ("nanogpt", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: Gelu (nodes '/h.0/mlp/gelu/Gelu', '/h.1/mlp/gelu/Gelu')",
     ("t5", "dynamo"):
