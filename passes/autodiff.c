@@ -96,6 +96,11 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
     }
     if (!any)
         return;
+    for (int k = 1; k < n.nout && !(op_info[n.op].flags & F_DOUT); k++)
+        if (dys[k] >= 0)
+            node_fatal(g, &n, "the loss depends on output %d ('%s'), and fsdpc differentiates %s through its "
+                       "output 0 only; the loss may read only '%s' of it", k,
+                       ir_q(g->val[n.out[k]].name), op_info[n.op].name, ir_q(g->val[n.out[0]].name));
     const char *nm = ir_fmt("%s.bwd", n.name);
     GradCtx cx = {g, &n, nm, dys, need, d};
     if (!grad_core(&cx) && !grad_tensor(&cx) && !grad_nn(&cx))

@@ -83,6 +83,14 @@ def hostile_models(fsdpc, J, base):
                 x_shape=(2, 3, 3))
     expect_error(cc(J("pad_empty_wide.onnx"), "--eval"), "'pd' (Pad)", "[0,2147483651,2147483651]", "2^40",
                  code=(1,), absent=never)
+    # the loss reads LayerNormalization's Mean, not Y: its gradient rule took only Y's (-1, an internal error in
+    # --verify; found by fuzz_compile after 1,488,719 runs)
+    ln = helper.make_node("LayerNormalization", ["x", "lw", "lb"], ["ly", "mean", "isd"], name="ln", axis=-1)
+    graph_model(J("ln_mean_loss.onnx"), [ln, helper.make_node("Mul", ["mean", "one"], ["y"])],
+                {"lw": np.ones(3, np.float32), "lb": np.zeros(3, np.float32), "one": np.ones(1, np.float32)},
+                [None, 1])
+    expect_error(cc(J("ln_mean_loss.onnx"), "--loss", "mse:y,t", "--dim", "batch=2", "--verify"),
+                 "'ln' (LayerNormalization)", "output 1 ('mean')", code=(1,), absent=never)
     # AveragePool with pads 2^40: 2^41 x 2^41 windows per plane (2^64 elements after N x C)
     pool = helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[1, 1], pads=[2**40] * 4)
     graph_model(J("pool_pads.onnx"), [pool, helper.make_node("Mul", ["p", "s"], ["y"])],
