@@ -1250,6 +1250,11 @@ static void version_rules(int id, const char *what)
             bad("%s: an axes input is opset 18's; at opset %lld Pad takes data, pads and constant_value", what,
                 (long long)opset);
         break;
+    case OP_Gelu: /* an op from opset 20 */
+        if (opset < 20)
+            bad("%s: Gelu is an opset 20 op; the model says opset %lld (export at opset 20 or later, or write "
+                "Gelu as Erf, Mul and Add)", what, (long long)opset);
+        break;
     case OP_AveragePool: /* dilations: opset 19 */
         if (opset < 19 && ir_attr(n, "dilations"))
             bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);

@@ -13,16 +13,18 @@
 
 const OpInfo op_info[OP_COUNT] = {
 #define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) \
-    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags, -1, NULL, {{NULL, 0}, {NULL, 0}}},
-#define A(attr, value) {#attr, value}
-#define V(value) {NULL, value}
+    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags, -1, NULL, {{NULL, 0, NULL}, {NULL, 0, NULL}}},
+#define A(attr, value) {#attr, value, NULL}
+#define V(value) {NULL, value, NULL}
+#define S(attr, choices) {#attr, 0, choices}
 #define EW1(name, inmax, kernel, p0, p1) \
     {#name, 1, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}},
-#define EW2(name, kernel) {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, {{NULL, 0}, {NULL, 0}}},
+#define EW2(name, kernel) {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, {{NULL, 0, NULL}, {NULL, 0, NULL}}},
 #include "ops.def"
 #undef OP
 #undef A
 #undef V
+#undef S
 };
 
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
@@ -297,10 +299,37 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count)
     return a ? a->ints : NULL;
 }
 
+/* the index of s in choices ("a|b|c"), -1 if absent */
+static int choice_index(const char *choices, const char *s)
+{
+    size_t len = strlen(s);
+    for (int k = 0; *choices; k++) {
+        size_t m = strcspn(choices, "|");
+        if (m == len && !strncmp(choices, s, len))
+            return k;
+        choices += m + (choices[m] == '|');
+    }
+    return -1;
+}
+
 double ir_kernel_param(const Node *n, Op op, int i)
 {
     const OpParam *p = &op_info[op].param[i];
+    if (p->choices) {
+        const char *s = ir_attr_s(n, p->attr, NULL);
+        return s ? choice_index(p->choices, s) : 0;
+    }
     return p->attr ? ir_attr_f(n, p->attr, p->value) : p->value;
+}
+
+void ir_kernel_param_check(const Graph *g, const Node *n)
+{
+    for (int i = 0; i < 2; i++) {
+        const OpParam *p = &op_info[n->op].param[i];
+        if (p->choices && ir_kernel_param(n, n->op, i) < 0)
+            node_fatal(g, n, "attribute %s is '%s'; fsdpc knows %s", p->attr, ir_q(ir_attr_s(n, p->attr, "")),
+                       p->choices);
+    }
 }
 
 int ir_find_value(const Graph *g, const char *name)

@@ -45,10 +45,13 @@ typedef enum {
 enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32, F_DOUT = 64 };
 
 /* a parameter of an elementwise kernel: the float attribute attr of the node
- * (value when absent), or the constant value (attr NULL) */
+ * (value when absent), the constant value (attr NULL), or, with choices
+ * ("none|tanh"), the index of the node's string attribute attr in that list
+ * (0 when absent) */
 typedef struct {
     const char *attr;
     double value;
+    const char *choices;
 } OpParam;
 
 typedef struct {
@@ -273,6 +276,8 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
  * for node n: n is a node of op, or its UnaryGrad (which carries its
  * attributes) */
 double ir_kernel_param(const Node *n, Op op, int i);
+/* a node's string-valued kernel parameter outside its choices: one line */
+void ir_kernel_param_check(const Graph *g, const Node *n);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
 int64_t shape_numel(const Shape *s);               /* of a checked shape (no overflow test) */
 /* The element count of s, or -1 when a dim is negative or the product of

@@ -395,6 +395,7 @@ static void test_unary()
     p[K_CLIP][0] = -0.5, p[K_CLIP][1] = 0.7;
     p[K_SOFTPLUS][0] = 1, p[K_SOFTPLUS][1] = 20;
     p[K_HARD_SIGMOID][0] = 0.2, p[K_HARD_SIGMOID][1] = 0.5;
+    p[K_GELU][0] = 1; /* the tanh form (kernels_ew checks both against libm) */
     for (int64_t n : {1, 1000, 10007})
         for (int op = 0; op < K_UNARY_COUNT; op++) {
             const bool pos = op == K_SQRT || op == K_LOG;

@@ -43,6 +43,8 @@ static const UnaryCase unary_cases[] = {
     {K_HARD_SIGMOID, "hard_sigmoid", -4, 4, 0.2, 0.5},
     {K_HARD_SIGMOID, "hard_sigmoid 1/6", -5, 5, 1.0 / 6, 0.5},
     {K_HARD_SWISH, "hard_swish", -5, 5, 0, 0},
+    {K_GELU, "gelu", -5, 5, 0, 0},
+    {K_GELU, "gelu tanh", -5, 5, 1, 0},
 };
 
 static double ref_unary(int op, double x, double a, double b)
@@ -69,6 +71,8 @@ static double ref_unary(int op, double x, double a, double b)
     case K_SIGN: return x > 0 ? 1 : x < 0 ? -1 : x;
     case K_HARD_SIGMOID: return fmin(fmax(a * x + b, 0), 1);
     case K_HARD_SWISH: return x * fmin(fmax(x + 3, 0), 6) / 6;
+    case K_GELU: return a == 0 ? 0.5 * x * (1 + erf(x / sqrt(2)))
+                               : 0.5 * x * (1 + tanh(0.79788456080286535588 /* sqrt(2/pi) */ * (x + 0.044715 * x * x * x)));
     default: return NAN;
     }
 }

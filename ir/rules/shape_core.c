@@ -198,6 +198,7 @@ int shape_elementwise(Graph *g, int id)
         return 0;
     DType dt;
     Shape s;
+    ir_kernel_param_check(g, n);
     ew(g, n, &dt, &s);
     set_out(g, n, dt, &s);
     return 1;

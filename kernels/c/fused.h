@@ -40,6 +40,9 @@
  * READS is what the gradient reads besides dy, as PyTorch's
  * derivatives.yaml does: X (the input), Y (the output) or NONE.  The
  * compiler's autodiff hands UnaryGrad only that (kf_unary_reads). */
+/* d/dx of GELU's tanh form, t = tanh(u) */
+#define KF_GELU_TANH_D(x, t) ((T)0.5 * ((T)1 + (t)) + (T)0.5 * (x) * ((T)1 - (t) * (t)) *         \
+                              (T)0.79788456080286535588 * ((T)1 + (T)0.134145 * (x) * (x)))
 #define KF_POWT(a, b) ((b) == 2 ? (a) * (a) : (b) == 3 ? (a) * (a) * (a) : M(pow)(a, b)) /* as torch */
 
 #define KF_BINARY(B)                                                                           \
@@ -89,7 +92,16 @@
       p0 * x + p1 > 0 && p0 * x + p1 < 1 ? dy * p0 : (T)0)                                     \
     /* x min(max(x + 3, 0), 6) / 6 and its gradient, as torch.nn.functional.hardswish */       \
     U(HARD_SWISH, X, x * (x + 3 < 0 ? (T)0 : x + 3 > 6 ? (T)6 : x + 3) / 6,                    \
-      x < -3 ? (T)0 : x <= 3 ? dy * (x / 3 + (T)0.5) : dy)
+      x < -3 ? (T)0 : x <= 3 ? dy * (x / 3 + (T)0.5) : dy)                                     \
+    /* p0 = 0: x Phi(x), Phi the normal CDF; p0 = 1: the tanh approximation                    \
+     * (u = sqrt(2/pi) (x + 0.044715 x^3)); both as torch.nn.functional.gelu */                \
+    U(GELU, X, p0 == 0 ? x * (T)0.5 * ((T)1 + M(erf)(x * (T)0.70710678118654752440))          \
+                       : x * (T)0.5 * ((T)1 + M(tanh)((T)0.79788456080286535588 *              \
+                                                        (x + (T)0.044715 * x * x * x))),      \
+      p0 == 0 ? dy * ((T)0.5 * ((T)1 + M(erf)(x * (T)0.70710678118654752440)) +                \
+                      x * (T)0.39894228040143267794 * M(exp)((T)-0.5 * x * x))                 \
+              : dy * KF_GELU_TANH_D(x, M(tanh)((T)0.79788456080286535588 *                     \
+                                              (x + (T)0.044715 * x * x * x))))
 
 /* the op codes (kernels.h's K_ADD, K_RELU, ... are these) */
 #define KF_CODE_(code, ...) KF_##code,

@@ -70,8 +70,11 @@ def cases():
                             ("HardSigmoid", off_kinks(4 * r(3, 4), 2.5, lambda a: a + 2.5),
                              lambda a: np.clip(0.2 * a + 0.5, 0, 1), {}),
                             ("HardSwish", off_kinks(5 * r(3, 4), 3.0, lambda a: a + 3),
-                             lambda a: a * np.clip(a + 3, 0, 6) / 6, {})):
+                             lambda a: a * np.clip(a + 3, 0, 6) / 6, {}),
+                            ("Gelu", 2 * r(3, 4), lambda a: 0.5 * a * (1 + np.vectorize(__import__("math").erf)(a / np.sqrt(2))), {})):
         c[op] = ([helper.make_node(op, ["A"], ["Y"], **attrs)], {"A": x}, (lambda f: lambda w: f(w["A"]))(f))
+    c["Gelu_tanh"] = ([helper.make_node("Gelu", ["A"], ["Y"], approximate="tanh")], {"A": 2 * r(3, 4)},
+                      lambda w: 0.5 * w["A"] * (1 + np.tanh(np.sqrt(2 / np.pi) * (w["A"] + 0.044715 * w["A"] ** 3))))
     lo = numpy_helper.from_array(np.array(-0.5), "lo")
     hi = numpy_helper.from_array(np.array(0.5), "hi")
     c["Clip"] = ([helper.make_node("Clip", ["A", "lo", "hi"], ["Y"])], {"A": r(3, 4), "lo": lo, "hi": hi},
@@ -107,12 +110,16 @@ def cases():
     return c
 
 
+NEWER_OPS = {"Gelu": 20}  # ops that need a later opset than 17
+
+
 def build(path, nodes, weights, y_shape):
     inits = []
     for k, v in weights.items():
         inits.append(v if isinstance(v, TensorProto) else numpy_helper.from_array(np.asarray(v, np.float64), k))
     g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, y_shape)], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    opset = max([17] + [NEWER_OPS.get(n.op_type, 17) for n in nodes])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
 def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr):

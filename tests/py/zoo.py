@@ -31,30 +31,26 @@ GLOBAL_B, STEPS, WORLD = 4, 3, 2
 ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}
 TOL = 1e-4
 STRATEGY_MODELS = ("llama", "gpt2")
+# Attention's key bias: its exact gradient is 0 (adding q.b_k to every score of a query leaves the softmax
+# unchanged), so both implementations compute rounding noise (~1e-9) there, and AdamW turns any noise into steps
+# of about lr: its final values are noise in PyTorch as in fsdpc. Those elements (the key third of a packed
+# in_proj_bias) are checked to have moved at most STEPS * lr, not against PyTorch's; the rest of the parameter
+# is compared as usual, and its norm is not (it includes them).
+KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3)}  # suffix -> (k, parts): part k of parts
 
 # (model, exporter) -> the first line fsdpc prints when it refuses the export ("export: ..." when the exporter
 # itself failed in generate.py)
 BLOCKED = {
     ("bert", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: GatherElements (node 'node_gather'), Gelu (nodes 'node_gelu', 'node_gelu_1', 'node_gelu_2')",
+        "fsdpc: error: dynamo.onnx: unsupported ops: GatherElements (node 'node_gather')",
     ("bert", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: GatherElements (node '/m/bert/embeddings/GatherElements'), Gelu (nodes '/m/bert/encoder/layer.0/intermediate/intermediate_act_fn/Gelu', '/m/bert/encoder/layer.1/intermediate/intermediate_act_fn/Gelu', '/m/cls/predictions/transform/transform_act_fn/Gelu')",
-    ("hf_vit", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
-    ("hf_vit", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: Gelu (nodes '/m/vit/layers.0/mlp/activation_fn/Gelu', '/m/vit/layers.1/mlp/activation_fn/Gelu')",
-    ("nanogpt", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
-    ("nanogpt", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: Gelu (nodes '/h.0/mlp/gelu/Gelu', '/h.1/mlp/gelu/Gelu')",
+        "fsdpc: error: torchscript.onnx: unsupported ops: GatherElements (node '/m/bert/embeddings/GatherElements')",
     ("t5", "dynamo"):
         "fsdpc: error: dynamo.onnx: unsupported ops: Min (nodes 'node_minimum', 'node_minimum_1', 'node_minimum_2')",
     ("t5", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: Min (nodes '/m/encoder/block.0/layer.0/SelfAttention/Min', '/m/decoder/block.0/layer.0/SelfAttention/Min', '/m/decoder/block.0/layer.0/SelfAttention/Min_1')",
-    ("tv_vit", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: Gelu (nodes 'node_gelu', 'node_gelu_1')",
     ("tv_vit", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: Mod (nodes '/encoder/layers/encoder_layer_0/self_attention/Mod', '/encoder/layers/encoder_layer_1/self_attention/Mod'), Gelu (nodes '/encoder/layers/encoder_layer_0/mlp/mlp.1/Gelu', '/encoder/layers/encoder_layer_1/mlp/mlp.1/Gelu')",
+        "fsdpc: error: torchscript.onnx: unsupported ops: Mod (nodes '/encoder/layers/encoder_layer_0/self_attention/Mod', '/encoder/layers/encoder_layer_1/self_attention/Mod')",
 }
 
 
@@ -138,8 +134,23 @@ def train(tag, ref, onnx_path, src, exe, world, extra=()):
         f = ref["final"][e["param"]]
         check(e["init"] in w, "%s: %s (parameter %s) not exported" % (tag, e["init"], e["param"]))
         a = w[e["init"]].astype(np.float64).ravel()
-        err = max(float(np.max(np.abs(a[f["idx"]] - np.array(f["vals"])))),
-                  abs(float(np.linalg.norm(a)) - f["norm"])) / max(f["absmax"], 1e-30)
+        idx, vals = np.array(f["idx"]), np.array(f["vals"])
+        key = [kp for s, kp in KEY_BIAS.items() if e["param"].endswith(s)]
+        if key:
+            k, parts = key[0]
+            lo, hi = k * a.size // parts, (k + 1) * a.size // parts
+            noise = (idx >= lo) & (idx < hi)
+            r = ref["params"][e["param"]]
+            a0 = param_values(ref["seed"], r["index"], r["shape"], r["mean"], r["std"], ref["dtype"]).astype(
+                np.float64).ravel()
+            moved = float(np.max(np.abs(a[lo:hi] - a0[lo:hi]))) if hi > lo else 0.0
+            check(moved <= STEPS * ADAMW["lr"] * 1.05, "%s: the key bias %s moved by %.3g, more than AdamW's "
+                  "%d steps of lr can" % (tag, e["param"], moved, STEPS))
+            idx, vals = idx[~noise], vals[~noise]
+        err = float(np.max(np.abs(a[idx] - vals))) if idx.size else 0.0
+        if not key:
+            err = max(err, abs(float(np.linalg.norm(a)) - f["norm"]))
+        err /= max(f["absmax"], 1e-30)
         worst_w = max(worst_w, (err, e["param"]))
         check(err <= TOL, "%s: final %s (initializer %s) differs from PyTorch's by %.3g of max |w|"
               % (tag, e["param"], e["init"], err))
