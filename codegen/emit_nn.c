@@ -63,7 +63,7 @@ static Shape attr_shape(const Node *n, const char *name)
     return s;
 }
 
-/* ---- broadcasting binary ops (ops.def's EW2), Pow's gradient --------------- */
+/* ---- broadcasting binary ops (ops.def's EW2), their derivative rows ------- */
 
 /* strides of operand shape s broadcast to y (0 on broadcast dims) */
 static const char *bstrides(const Shape *s, const Shape *y)
@@ -88,11 +88,12 @@ void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, in
            ys->rank);
 }
 
-/* t = POW_DA or POW_DB (a, b) at dy's shape, then t *= dy */
-static void emit_pow_grad(Buf *b, const Graph *g, const Node *n)
+/* t = the forward op's derivative row (POW_DA, MIN_DB, ...) of (a, b) at dy's
+ * shape, then t *= dy */
+static void emit_binary_grad(Buf *b, const Graph *g, const Node *n)
 {
     int t = n->out[0], dy = n->in[0];
-    const char *op = ir_attr_i(n, "wrt", 0) ? "K_POW_DB" : "K_POW_DA";
+    const char *op = ir_fmt("K_%s", op_info[ir_attr_i(n, "of", 0)].dkname[ir_attr_i(n, "wrt", 0) != 0]);
     cg_binary(b, g, op, t, P(g, t), n->in[1], P(g, n->in[1]), n->in[2], P(g, n->in[2]));
     cg_binary(b, g, "K_MUL", t, P(g, t), t, P(g, t), dy, P(g, dy));
 }
@@ -429,7 +430,7 @@ const char *cg_nn_state_name(const Graph *g, int v)
 int cg_nn(Buf *b, const Graph *g, const Node *n)
 {
     switch (n->op) {
-    case OP_PowGrad: emit_pow_grad(b, g, n); break;
+    case OP_BinaryGrad: emit_binary_grad(b, g, n); break;
     case OP_Conv: emit_conv(b, g, n); break;
     case OP_ConvGrad: emit_conv_grad(b, g, n); break;
     case OP_BatchNormalization: emit_batchnorm(b, g, n); break;

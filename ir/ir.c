@@ -11,15 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { KF_NONE = -1 }; /* an EW2D derivative that is 1 */
+#define NO_PARAMS {{NULL, 0, NULL}, {NULL, 0, NULL}}
 const OpInfo op_info[OP_COUNT] = {
 #define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) \
-    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags, -1, NULL, {{NULL, 0, NULL}, {NULL, 0, NULL}}},
+    {#name, onnx, inmin, inmax, outmin, outmax, diff, flags, -1, NULL, NO_PARAMS, {-1, -1}, {NULL, NULL}},
 #define A(attr, value) {#attr, value, NULL}
 #define V(value) {NULL, value, NULL}
 #define S(attr, choices) {#attr, 0, choices}
 #define EW1(name, inmax, kernel, p0, p1) \
-    {#name, 1, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}},
-#define EW2(name, kernel) {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, {{NULL, 0, NULL}, {NULL, 0, NULL}}},
+    {#name, 1, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}, {-1, -1}, {NULL, NULL}},
+#define EW2(name, kernel) \
+    {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, NO_PARAMS, {-1, -1}, {NULL, NULL}},
+#define EW2D(name, onnx, inmax, kernel, da, db) \
+    {#name, onnx, (inmax) < 0 ? 1 : (inmax), inmax, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, NO_PARAMS, \
+     {KF_##da, KF_##db}, {#da, #db}},
 #include "ops.def"
 #undef OP
 #undef A

@@ -66,6 +66,10 @@ typedef struct {
     int kernel;
     const char *kname;
     OpParam param[2];
+    /* EW2D: the rows of d/da and d/db (-1: the derivative is 1), and their
+     * names ("POW_DA") */
+    int dkernel[2];
+    const char *dkname[2];
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
 

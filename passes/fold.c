@@ -643,6 +643,28 @@ static void expand_rmsnorm(Sweep *s, int id)
     expand(s, id, OP_Mul, y, n.in[1], "scaled", n.out[0]);
 }
 
+/* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
+ * the work); of one input, an Identity. */
+static int variadic_chain(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    if (n.nin == 1) {
+        g->node[id].op = OP_Identity;
+        return 0;
+    }
+    for (int i = 0; i < n.nin; i++)
+        if (n.in[i] < 0)
+            node_fatal(g, &n, "input %d is empty; %s takes no optional inputs", i, op_info[n.op].name);
+    if (n.nin == 2)
+        return 0;
+    int acc = n.in[0];
+    for (int i = 1; i < n.nin; i++)
+        acc = expand(s, id, n.op, acc, n.in[i], ir_fmt("%s%d", op_info[n.op].name, i),
+                     i == n.nin - 1 ? n.out[0] : -1);
+    return 1;
+}
+
 /* Rewrite node id into the form later passes expect, then visit it. */
 static void canon(Sweep *s, int id)
 {
@@ -660,6 +682,14 @@ static void canon(Sweep *s, int id)
     switch (op) {
     case OP_Gemm: expand_gemm(s, id); return;
     case OP_RMSNormalization: expand_rmsnorm(s, id); return;
+    case OP_Min: case OP_Max:
+        if (variadic_chain(s, id))
+            return;
+        break;
+    case OP_Mod:
+        if (ir_attr_i(&g->node[id], "fmod", 0))
+            g->node[id].op = OP_FMod;
+        break;
     case OP_MatMul: matmul_operands(s, id); break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;
@@ -677,7 +707,13 @@ static void canon(Sweep *s, int id)
 
 /* ---- evaluation ------------------------------------------------------------ */
 
-static int is_binary(Op op) { return op == OP_Add || op == OP_Sub || op == OP_Mul || op == OP_Div; }
+static int is_binary(Op op) { return (op_info[op].flags & F_BINARY) != 0; }
+/* binary ops that are also integer (shape) arithmetic on constants */
+static int int_binary(Op op)
+{
+    return op == OP_Add || op == OP_Sub || op == OP_Mul || op == OP_Div || op == OP_Min || op == OP_Max ||
+           op == OP_Mod || op == OP_FMod;
+}
 
 /* the k_unary code of a unary op (its row in fused.h), or -1 */
 static int unary_kop(Op op) { return op_info[op].flags & F_UNARY ? op_info[op].kernel : -1; }
@@ -716,7 +752,7 @@ static int arith_type(Graph *g, const Node *n)
     const Value *a = &g->val[n->in[0]], *b = is_binary(n->op) ? &g->val[n->in[1]] : a;
     if (a->dtype != b->dtype || a->dtype == DT_BOOL)
         return 0;
-    if (!is_float(a->dtype) && !is_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
+    if (!is_float(a->dtype) && !int_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
         return 0;
     Shape s = {.rank = a->shape.rank > b->shape.rank ? a->shape.rank : b->shape.rank};
     for (int i = 0; i < s.rank; i++) {
@@ -765,14 +801,24 @@ static void int_arith(Graph *g, const Node *n)
             ib += idx[d] * sb[d];
         }
         uint64_t va = (uint64_t)tensor_const_i(a, ia), vb = (uint64_t)tensor_const_i(b, ib), r;
+        int64_t sa_ = (int64_t)va, sb_ = (int64_t)vb;
         switch (n->op) {
         case OP_Add: r = va + vb; break;
         case OP_Sub: r = va - vb; break;
         case OP_Mul: r = va * vb; break;
+        case OP_Min: r = sa_ < sb_ ? va : vb; break;
+        case OP_Max: r = sa_ > sb_ ? va : vb; break;
         default:
             if (!vb)
                 node_fatal(g, n, "integer division by zero in constant arithmetic");
-            r = (int64_t)va == INT64_MIN && (int64_t)vb == -1 ? va : (uint64_t)((int64_t)va / (int64_t)vb);
+            if (sa_ == INT64_MIN && sb_ == -1)
+                r = n->op == OP_Div ? va : 0;
+            else if (n->op == OP_Div)
+                r = (uint64_t)(sa_ / sb_);
+            else { /* Mod: the divisor's sign (fmod 0), FMod: the dividend's */
+                int64_t m = sa_ % sb_;
+                r = (uint64_t)(n->op == OP_Mod && m && (m < 0) != (sb_ < 0) ? m + sb_ : m);
+            }
         }
         int64_t v = (int64_t)r;
         k_cast(tensor_kdt(y->dtype), (char *)y->data + (size_t)i * es, K_DT_I64, &v, 1);
@@ -798,15 +844,12 @@ static void eval_binary(const Graph *g, const Node *n)
     DType dt = g->val[n->in[0]].dtype;
     int kop;
     switch (n->op) {
-    case OP_Add: kop = K_ADD; break;
-    case OP_Sub: kop = K_SUB; break;
-    case OP_Mul: kop = K_MUL; break;
-    case OP_Div: kop = K_DIV; break;
     case OP_Equal: kop = K_EQ; break;
     case OP_Less: kop = K_LT; break;
     case OP_Greater: kop = K_GT; break;
     case OP_LessOrEqual: kop = K_LE; break;
-    default: kop = K_GE; break;
+    case OP_GreaterOrEqual: kop = K_GE; break;
+    default: kop = op_info[n->op].kernel; break; /* an EW2 / EW2D row */
     }
     int cmp = g->val[n->out[0]].dtype == DT_BOOL;
     if (cmp && dt == DT_F32) k_compare_f32(kop, o, a, b, y->rank, y->dim, st[0], st[1]);

@@ -321,7 +321,7 @@ static const Bcast bcast_cases[] = {
 static void test_binary()
 {
     for (const Bcast &c : bcast_cases)
-        for (int op = K_ADD; op <= K_POW_DB; op++) {
+        for (int op = K_ADD; op < K_BINARY_COUNT; op++) {
             const int r = (int)c.y.size();
             const int64_t n = numel(c.y);
             auto sa = bstrides(r, c.a), sb = bstrides(r, c.b);

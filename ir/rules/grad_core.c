@@ -53,6 +53,26 @@ static void matmul_grad(Graph *g, const Node *n, int dy, const int *need, int d[
     }
 }
 
+/* An EW2D op (Pow, Min, Max, Mod): d input i = reduce(dy * D_i(a, b)) with
+ * D_i the op's derivative row (BinaryGrad), or reduce(dy) where it is 1. */
+static void binary_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    for (int i = 0; i < 2; i++) {
+        if (!cx->need[i])
+            continue;
+        int t = cx->dys[0];
+        if (op_info[n->op].dkernel[i] >= 0) {
+            int in[3] = {cx->dys[0], n->in[0], n->in[1]};
+            t = ir_like(cx->g, ir_fmt("%s.d%d.out", cx->name, i), cx->dys[0], R_ACT);
+            int k = ir_node(cx->g, OP_BinaryGrad, ir_fmt("%s.d%d", cx->name, i), 3, in, 1, &t);
+            ir_attr_add(cx->g, k, "of", A_INT)->i = n->op;
+            ir_attr_add(cx->g, k, "wrt", A_INT)->i = i;
+        }
+        cx->d[i] = ad_sum_to(cx->g, ir_fmt("%s.sum%d", cx->name, i), t, n->in[i]);
+    }
+}
+
 int grad_core(GradCtx *cx)
 {
     Graph *g = cx->g;
@@ -119,6 +139,10 @@ int grad_core(GradCtx *cx)
         break;
     }
     default:
+        if (op_info[n.op].flags & F_BINARY) {
+            binary_grad(cx);
+            break;
+        }
         if (!(op_info[n.op].flags & F_UNARY))
             return 0;
         d[0] = unary_grad(g, &n, nm, dy);

@@ -11,7 +11,7 @@
  * them.  Conv's backward has its own im2col scratch output: scratch lives for
  * one node and is never kept from forward to backward.
  *
- * Pow's rule reads base and exponent (PowGrad, then undo broadcasting);
+ *
  * inference-mode BatchNormalization's rule is written with forward ops.
  */
 #include "nn.h"
@@ -50,20 +50,6 @@ static int result(GradCtx *cx, const char *sfx, int like, int wanted)
         return ir_like(g, ir_fmt("%s.%s", cx->name, sfx), like, R_ACT);
     Shape empty = {1, {0}};
     return ir_value(g, ir_fmt("%s.%s", cx->name, sfx), g->val[cx->n->in[0]].dtype, &empty, R_ACT);
-}
-
-static void pow_grad(GradCtx *cx)
-{
-    const Node *n = cx->n;
-    for (int i = 0; i < 2; i++) {
-        if (!cx->need[i])
-            continue;
-        int in[3] = {cx->dys[0], n->in[0], n->in[1]};
-        int t = ir_like(cx->g, ir_fmt("%s.d%d", cx->name, i), cx->dys[0], R_ACT);
-        int k = mk(cx, OP_PowGrad, ir_fmt("d%d", i), 3, in, 1, &t);
-        ir_attr_add(cx->g, k, "wrt", A_INT)->i = i;
-        cx->d[i] = ad_sum_to(cx->g, ir_fmt("%s.sum%d", cx->name, i), t, n->in[i]);
-    }
 }
 
 static void conv_grad(GradCtx *cx)
@@ -203,7 +189,6 @@ int grad_nn(GradCtx *cx)
     const Node *n = cx->n;
     int dy = cx->dys[0];
     switch (n->op) {
-    case OP_Pow: pow_grad(cx); return 1;
     case OP_Conv: conv_grad(cx); return 1;
     case OP_BatchNormalization:
         if (nn_bn_training(n))

@@ -31,9 +31,10 @@
  * generated from these rows.  A row's expressions are in element type T,
  * with M(f) the math function f for T (expf or exp) and INFINITY at hand.
  *
- * KF_BINARY(B): B(CODE, a OP b): y from a and b (k_binary).  POW_DA and
- * POW_DB are the local derivatives of a^b (torch pow_backward_self and
- * pow_backward_exponent), so Pow's backward is reduce(dy * POW_DA(a, b)).
+ * KF_BINARY(B): B(CODE, a OP b): y from a and b (k_binary).  CODE_DA and
+ * CODE_DB rows are the local derivatives of a row (POW_DA, POW_DB: torch's
+ * pow_backward_self and pow_backward_exponent), so a backward is
+ * reduce(dy * CODE_DA(a, b)) — ops.def's EW2D rows name them.
  *
  * KF_UNARY(U): U(CODE, READS, y = f(x, p0, p1), dx = f'(dy, x, y, p0, p1)):
  * p0, p1 are the op's parameters (ir/ops.def says where each comes from);
@@ -52,7 +53,20 @@
     B(DIV, a / b)                                                                              \
     B(POW, KF_POWT(a, b))                                                                      \
     B(POW_DA, b == 0 ? (T)0 : b * KF_POWT(a, b - 1))                                           \
-    B(POW_DB, a == 0 && b >= 0 ? (T)0 : KF_POWT(a, b) * M(log)(a))
+    B(POW_DB, a == 0 && b >= 0 ? (T)0 : KF_POWT(a, b) * M(log)(a))                           \
+    /* NaN propagates, as torch.minimum / maximum; a tie splits the gradient in halves */     \
+    B(MIN, a != a ? a : b != b ? b : a < b ? a : b)                                           \
+    B(MAX, a != a ? a : b != b ? b : a > b ? a : b)                                           \
+    B(MIN_DA, a < b ? (T)1 : a == b ? (T)0.5 : (T)0)                                          \
+    B(MIN_DB, b < a ? (T)1 : a == b ? (T)0.5 : (T)0)                                          \
+    B(MAX_DA, a > b ? (T)1 : a == b ? (T)0.5 : (T)0)                                          \
+    B(MAX_DB, b > a ? (T)1 : a == b ? (T)0.5 : (T)0)                                          \
+    /* ONNX Mod: fmod 0 takes the divisor's sign (torch.remainder), fmod 1 the dividend's      \
+     * (C fmod, torch.fmod); d/db = -floor(a/b) and -trunc(a/b) */                            \
+    B(MOD, M(fmod)(a, b) != 0 && (M(fmod)(a, b) < 0) != (b < 0) ? M(fmod)(a, b) + b : M(fmod)(a, b)) \
+    B(FMOD, M(fmod)(a, b))                                                                     \
+    B(MOD_DB, -M(floor)(a / b))                                                                \
+    B(FMOD_DB, -M(trunc)(a / b))
 
 #define KF_UNARY(U)                                                                            \
     /* NaN passes, as torch.relu */                                                            \

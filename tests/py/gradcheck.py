@@ -75,6 +75,18 @@ def cases():
         c[op] = ([helper.make_node(op, ["A"], ["Y"], **attrs)], {"A": x}, (lambda f: lambda w: f(w["A"]))(f))
     c["Gelu_tanh"] = ([helper.make_node("Gelu", ["A"], ["Y"], approximate="tanh")], {"A": 2 * r(3, 4)},
                       lambda w: 0.5 * w["A"] * (1 + np.tanh(np.sqrt(2 / np.pi) * (w["A"] + 0.044715 * w["A"] ** 3))))
+    # Min / Max: three inputs (a chain of two), broadcasting, no ties (finite differences need a smooth point)
+    c["Max3"] = ([helper.make_node("Max", ["A", "B", "C"], ["Y"])], {"A": r(3, 4), "B": r(4), "C": r(3, 1)},
+                 lambda w: np.maximum(np.maximum(w["A"], w["B"]), w["C"]))
+    c["Min"] = ([helper.make_node("Min", ["A", "B"], ["Y"])], {"A": r(3, 4), "B": r(3, 4)},
+                lambda w: np.minimum(w["A"], w["B"]))
+    # Mod: a and b away from the jumps (a/b at least 0.1 from an integer)
+    ma, mb = 3 * r(3, 4), 0.5 + np.abs(r(4))
+    q = ma / mb
+    ma = np.where(np.abs(q - np.round(q)) < 0.1, ma + 0.3 * mb, ma)
+    for name, fm, f in (("Mod", 0, np.mod), ("Mod_fmod", 1, np.fmod)):
+        c[name] = ([helper.make_node("Mod", ["A", "B"], ["Y"], fmod=fm)], {"A": ma, "B": mb * np.sign(r(4, lo=0.1))},
+                   (lambda f: lambda w: f(w["A"], w["B"]))(f))
     lo = numpy_helper.from_array(np.array(-0.5), "lo")
     hi = numpy_helper.from_array(np.array(0.5), "hi")
     c["Clip"] = ([helper.make_node("Clip", ["A", "lo", "hi"], ["Y"])], {"A": r(3, 4), "lo": lo, "hi": hi},

@@ -45,12 +45,6 @@ BLOCKED = {
         "fsdpc: error: dynamo.onnx: unsupported ops: GatherElements (node 'node_gather')",
     ("bert", "torchscript"):
         "fsdpc: error: torchscript.onnx: unsupported ops: GatherElements (node '/m/bert/embeddings/GatherElements')",
-    ("t5", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: Min (nodes 'node_minimum', 'node_minimum_1', 'node_minimum_2')",
-    ("t5", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: Min (nodes '/m/encoder/block.0/layer.0/SelfAttention/Min', '/m/decoder/block.0/layer.0/SelfAttention/Min', '/m/decoder/block.0/layer.0/SelfAttention/Min_1')",
-    ("tv_vit", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: Mod (nodes '/encoder/layers/encoder_layer_0/self_attention/Mod', '/encoder/layers/encoder_layer_1/self_attention/Mod')",
 }
 
 
