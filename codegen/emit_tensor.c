@@ -7,8 +7,9 @@
  * constants.  Views (Squeeze, Unsqueeze, Flatten) share their input's bytes
  * (memplan) and emit nothing unless the planner had to place them apart.
  * Everything else is one kernel call with shapes and broadcast strides as
- * static arrays.  Gather checks its indices at run time: k_gather reports
- * the first bad one, and the step fails naming the node and the indices.
+ * static arrays.  Gather and GatherElements check their indices at run
+ * time: the kernel reports the first bad one, and the step fails naming the
+ * node and the indices.
  * Shape, Size and CastLike never get here: fold evaluates or rewrites them.
  */
 #include "cg.h"
@@ -132,6 +133,28 @@ static void emit_gather(Buf *b, const Graph *g, const Node *n)
                         (long long)axdim, (long long)axdim));
 }
 
+static void emit_gather_elements(Buf *b, const Graph *g, const Node *n)
+{
+    int grad = n->op == OP_GatherElementsGrad;
+    const Value *x = val(g, grad ? n->out[0] : n->in[0]), *ix = val(g, n->in[1]);
+    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis"), r = x->shape.rank;
+    int64_t axdim = x->shape.dim[ax];
+    cg_put(b, "    { static const int64_t sh[] = %s, xs[] = %s;\n", cg_ints(ix->shape.dim, r), cg_ints(x->shape.dim, r));
+    if (grad) {
+        cg_put(b, "      k_gather_elements_grad_%s(%s, %s, %s, %d, sh, xs, %d); }\n", sfx(x->dtype),
+            cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
+        return;
+    }
+    cg_put(b, "      int64_t bad = k_gather_elements(%d, %s, %s, %s, %d, sh, xs, %d);\n", (int)dtype_size(x->dtype),
+        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (GatherElements): index %%lld at position "
+                           "%%lld of %%s is outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
+                           (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
+                           cg_cstr(ix->name)),
+                 ir_fmt("node %s (GatherElements): an index of %s is outside [-%lld, %lld)", n->name, ix->name,
+                        (long long)axdim, (long long)axdim));
+}
+
 static void emit_pad(Buf *b, const Graph *g, const Node *n, int grad)
 {
     const Value *x = val(g, grad ? n->out[0] : n->in[0]);
@@ -238,6 +261,7 @@ int cg_tensor(Buf *b, const Graph *g, const Node *n)
         return 1;
     case OP_Range: emit_range(b, g, n); return 1;
     case OP_Gather: case OP_GatherGrad: emit_gather(b, g, n); return 1;
+    case OP_GatherElements: case OP_GatherElementsGrad: emit_gather_elements(b, g, n); return 1;
     case OP_Where: case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual:
     case OP_GreaterOrEqual:
         emit_bcast(b, g, n);

@@ -694,7 +694,7 @@ static void canon(Sweep *s, int id)
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;
     case OP_CastLike: castlike(g, id); break;
-    case OP_Gather: cast_input(s, id, 1); break;
+    case OP_Gather: case OP_GatherElements: cast_input(s, id, 1); break;
     case OP_Concat: nest_concat(s, id); break;
     case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
         cast_input(s, id, 0);
@@ -723,8 +723,8 @@ static int foldable_op(Op op)
     switch (op) {
     case OP_Shape: case OP_Size: case OP_Identity: case OP_Reshape: case OP_Squeeze:
     case OP_Unsqueeze: case OP_Flatten: case OP_Concat: case OP_Split: case OP_Slice:
-    case OP_Gather: case OP_Expand: case OP_Tile: case OP_Pad: case OP_Transpose: case OP_Where:
-    case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
+    case OP_Gather: case OP_GatherElements: case OP_Expand: case OP_Tile: case OP_Pad: case OP_Transpose:
+    case OP_Where: case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
     case OP_Not: case OP_Cast: case OP_Trilu: case OP_ConstantOfShape: case OP_Range:
         return 1;
     default:
@@ -899,6 +899,15 @@ static void eval_gather(const Graph *g, const Node *n)
         die("constant Gather indices passed the shape rule's check");
 }
 
+static void eval_gather_elements(const Graph *g, const Node *n)
+{
+    const Value *x = &g->val[n->in[0]], *ix = &g->val[n->in[1]];
+    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
+    if (k_gather_elements((int)dtype_size(x->dtype), data(g, n->out[0]), x->data, ix->data, ix->shape.rank,
+                          ix->shape.dim, x->shape.dim, ax) >= 0)
+        die("constant GatherElements indices passed the shape rule's check");
+}
+
 static void eval_shape(const Graph *g, const Node *n)
 {
     const Shape *x = &g->val[n->in[0]].shape;
@@ -931,6 +940,7 @@ static void eval(const Graph *g, const Node *n)
         eval_moves(g, n);
         break;
     case OP_Gather: eval_gather(g, n); break;
+    case OP_GatherElements: eval_gather_elements(g, n); break;
     case OP_Where: {
         int64_t st[3][MAX_RANK];
         const Shape *s = bstrides(g, n, st);

@@ -211,7 +211,7 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
     X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
     X(conv2d_grad_w_f32) X(conv2d_grad_b_f32) X(maxpool2d_f32) X(maxpool2d_grad_f32)              \
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
-    X(gather) X(gather_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
+    X(gather) X(gather_grad_f32) X(gather_elements) X(gather_elements_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
     X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
     X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16)
@@ -1033,6 +1033,54 @@ static void test_gather()
         }
 }
 
+static void test_gather_elements()
+{
+    struct Case {
+        int rank, axis;
+        int64_t xs[4], sh[4];
+    };
+    static const Case cases[] = {{1, 0, {7}, {12}},           {2, 1, {3, 4}, {2, 6}},
+                                 {3, 0, {4, 5, 6}, {3, 2, 6}}, {3, 2, {4, 5, 6}, {3, 2, 6}},
+                                 {4, 1, {2, 3, 4, 5}, {2, 6, 4, 5}}, {2, 0, {64, 300}, {50, 300}},
+                                 {2, 1, {3, 4}, {0, 5}}};
+    for (const auto &c : cases)
+        for (int es : {1, 2, 4, 8}) {
+            int64_t nx = 1, ny = 1;
+            for (int d = 0; d < c.rank; d++)
+                nx *= c.xs[d], ny *= c.sh[d];
+            const int64_t ax = c.xs[c.axis];
+            std::vector<int64_t> idx(ny + 1);
+            for (auto &v : idx)
+                v = below(2 * ax) - ax; /* negatives, repeats */
+            std::vector<uint8_t> x((size_t)(nx + 1) * 8), w((size_t)(ny + 1) * 8), g((size_t)(ny + 1) * 8);
+            for (auto &v : x)
+                v = (uint8_t)below(256);
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_gather_elements esize %d rank %d axis %d", es, c.rank, c.axis);
+            check_int(k_gather_elements(es, w.data(), x.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
+            check_int(kc_gather_elements(es, g.data(), x.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
+            check_int(check_slot[0], -1);
+            check_bytes(g.data(), w.data(), (size_t)(ny * es));
+            if (ny < 2)
+                continue;
+            idx[ny - 1] = ax, idx[ny / 2] = -ax - 1; /* the first bad one must come back */
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_gather_elements bad index, rank %d axis %d", c.rank, c.axis);
+            kc_gather_elements(es, g.data(), x.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            check_int(check_slot[0], k_gather_elements(es, w.data(), x.data(), idx.data(), c.rank, c.sh, c.xs,
+                                                       c.axis));
+            check_int(next_slot, 1);
+            if (es != 4)
+                continue;
+            idx[ny - 1] = 0, idx[ny / 2] = -1;
+            F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
+            k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            CTX("kc_gather_elements_grad rank %d axis %d", c.rank, c.axis);
+            check_f(gdx.data(), wdx.data(), nx, 0);
+        }
+}
+
 static void test_dropout()
 {
     for (int64_t n : {1, 7, 10007})
@@ -1512,8 +1560,8 @@ int main()
 {
     static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
-                                      test_batchnorm, test_conv, test_pool, test_gather, test_dropout,
-                                      test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
+                                      test_batchnorm, test_conv, test_pool, test_gather, test_gather_elements,
+                                      test_dropout, test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
                                       test_cast_bf16, test_matmul_bf16, test_cast_f16, test_matmul_f16,
                                       test_loss_scale, test_matmul_add};
     for (auto t : tests)

@@ -577,6 +577,88 @@ static void test_gather(int dt)
     check_bytes(dt, yi, wi, sizeof wi);
 }
 
+/* ---- GatherElements ----------------------------------------------------- */
+
+typedef struct {
+    int rank, axis;
+    const int64_t *sh, *xs, *idx;
+} GeCtx;
+
+static void ge_fwd(void *ctx, double *const *in, double *y)
+{
+    const GeCtx *c = ctx;
+    k_gather_elements(8, y, in[0], c->idx, c->rank, c->sh, c->xs, c->axis);
+}
+
+/* idx (shape sh) random in [-xs[axis], xs[axis]): negatives and repeats */
+static void ge_case(int dt, int rank, const int64_t *xs, const int64_t *sh, int axis)
+{
+    const int64_t nx = numel(rank, xs), ny = numel(rank, sh);
+    int64_t *idx = xalloc((size_t)ny + 1, sizeof(int64_t)), m[8], xst[8];
+    for (int64_t i = 0; i < ny; i++) { /* rnd rounds to float: it may reach the top */
+        idx[i] = (int64_t)floor(rnd(-(double)xs[axis], (double)xs[axis]));
+        idx[i] = idx[i] < xs[axis] ? idx[i] : xs[axis] - 1;
+    }
+    Buf x = buf_new(nx), y = buf_new(ny), want = buf_new(ny), g = buf_new(ny), dx = buf_new(nx);
+    Buf wdx = buf_new(nx);
+    fill_rnd(&x, -2, 2), fill_rnd(&g, -1, 1), fill_val(&dx, NAN), fill_val(&wdx, 0);
+    dense_strides(rank, xs, xst);
+    for (int64_t i = 0; i < ny; i++) { /* the definition, element by element */
+        unravel(i, rank, sh, m);
+        m[axis] = idx[i] < 0 ? idx[i] + xs[axis] : idx[i];
+        want.d[i] = x.d[dot(rank, m, xst)];
+        wdx.d[dot(rank, m, xst)] += g.d[i];
+    }
+    PUT(&x, &g, &dx);
+    CTX("k_gather_elements rank %d axis %d, %lld of %lld elements", rank, axis, (long long)ny, (long long)nx);
+    check_int(dt, k_gather_elements(dt == F32 ? 4 : 8, V(y), V(x), idx, rank, sh, xs, axis), -1);
+    GET(&y);
+    check(dt, y.d, want.d, ny, 0);
+    CTX("k_gather_elements_grad rank %d axis %d: the scatter-add by definition", rank, axis);
+    KCALL(k_gather_elements_grad, V(dx), V(g), idx, rank, sh, xs, axis);
+    GET(&dx);
+    check(dt, dx.d, wdx.d, nx, tol(dt));
+    if (nx <= 400) {
+        CTX("k_gather_elements_grad rank %d axis %d vs finite differences", rank, axis);
+        GeCtx c = {rank, axis, sh, xs, idx};
+        double *in[1] = {x.d};
+        check_fd(dt, ge_fwd, &c, in, 0, nx, g.d, ny, dx.d);
+    }
+    buf_free(&x), buf_free(&y), buf_free(&want), buf_free(&g), buf_free(&dx), buf_free(&wdx);
+    free(idx);
+}
+
+static void test_gather_elements(int dt)
+{
+    static const int64_t x1[] = {7}, i1[] = {12};
+    static const int64_t x2[] = {3, 4}, i2a[] = {5, 4}, i2b[] = {2, 6};
+    static const int64_t x3[] = {4, 5, 6}, i3[] = {3, 2, 6}, x4[] = {2, 3, 4, 5}, i4[] = {2, 1, 6, 5};
+    static const int64_t xb[] = {64, 300}, ib[] = {50, 300};
+    ge_case(dt, 1, x1, i1, 0);
+    ge_case(dt, 2, x2, i2a, 0);
+    ge_case(dt, 2, x2, i2b, 1);
+    for (int ax = 0; ax < 3; ax++) /* indices shorter than x off the axis */
+        ge_case(dt, 3, x3, i3, ax);
+    ge_case(dt, 4, x4, i4, 2);
+    ge_case(dt, 2, xb, ib, 0);  /* enough columns to split across threads */
+    ge_case(dt, 2, xb, ib, 1);
+    /* bad indices: the first reported, y untouched */
+    static const int64_t sh[] = {2, 2}, xs[] = {2, 3}, bad[] = {0, 1, 3, -4};
+    double y[4] = {7, 7, 7, 7}, x[6] = {0};
+    const double sev[4] = {7, 7, 7, 7};
+    CTX("k_gather_elements index == axis length");
+    check_int(dt, k_gather_elements(8, y, x, bad, 2, sh, xs, 1), 2);
+    check(dt, y, sev, 4, 0);
+    CTX("k_gather_elements index < -axis length");
+    check_int(dt, k_gather_elements(8, y, x, bad + 1, 1, (const int64_t[]){3}, (const int64_t[]){3}, 0), 1);
+    /* int64 data (esize 8), as BERT's token type ids */
+    static const int64_t ti[] = {0, 2, 1, 1, 2, 0};
+    int64_t xi[6] = {10, 11, 12, 20, 21, 22}, yi[6], wi[6] = {10, 12, 11, 21, 22, 20};
+    CTX("k_gather_elements int64 data");
+    check_int(dt, k_gather_elements(8, yi, xi, ti, 2, (const int64_t[]){2, 3}, (const int64_t[]){2, 3}, 1), -1);
+    check_bytes(dt, yi, wi, sizeof wi);
+}
+
 /* ---- Dropout ------------------------------------------------------------ */
 
 static void test_philox(int dt)
@@ -698,7 +780,7 @@ int main(void)
 {
     static void (*const tests[])(int) = {
         test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
-        test_gather, test_philox, test_dropout,
+        test_gather, test_gather_elements, test_philox, test_dropout,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }

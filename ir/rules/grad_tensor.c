@@ -6,7 +6,7 @@
  * the outputs' gradients (Zeros for an unused output), Expand's a
  * ReduceSumTo.  Where a forward op drops or repeats elements, one of fsdpc's
  * own ops does the scatter (ops.def): SliceGrad writes dy into a zeroed dx,
- * GatherGrad adds rows (repeated indices sum), PadGrad and TileGrad sum the
+ * GatherGrad adds rows (repeated indices sum), GatherElementsGrad elements, PadGrad and TileGrad sum the
  * copies, WhereGrad routes dy by the condition.  Those carry the forward
  * node's attributes and are created with dx typed like the forward input.
  *
@@ -127,9 +127,9 @@ int grad_tensor(GradCtx *cx)
     case OP_Concat: concat_grad(cx); return 1;
     case OP_Split: split_grad(cx); return 1;
     case OP_Slice: cx->d[0] = node(cx, OP_SliceGrad, "scatter", 1, &dy, x, 1); return 1;
-    case OP_Gather: {
+    case OP_Gather: case OP_GatherElements: {
         int in[2] = {dy, n->in[1]};
-        cx->d[0] = node(cx, OP_GatherGrad, "scatter", 2, in, x, 1);
+        cx->d[0] = node(cx, n->op == OP_Gather ? OP_GatherGrad : OP_GatherElementsGrad, "scatter", 2, in, x, 1);
         return 1;
     }
     case OP_Expand: cx->d[0] = ad_sum_to(g, cx->name, dy, x); return 1;

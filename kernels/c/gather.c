@@ -15,6 +15,14 @@
  * K_COLS columns), each unit running over all indices in ascending order.
  * Units touch disjoint dx elements and every element sums in index order,
  * so the result is deterministic whatever the thread count.
+ *
+ * GatherElements indexes element by element: idx has x's rank, and every
+ * idx element replaces its own coordinate along the axis.  idx is viewed as
+ * columns along the axis (a column: one position of idx's other dims); a
+ * column's elements lie istep apart in idx (and y, dy), the x elements it
+ * may read xstep apart.  Columns read and write disjoint x elements (their
+ * other coordinates differ), so both directions split columns across
+ * threads, and the backward sums every dx element in index order.
  */
 #include <stdint.h>
 #include <string.h>
@@ -54,6 +62,78 @@ int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t 
             return i;
     if (inner > 0)
         par_range(gather_rows, &j, outer * nidx, inner);
+    return -1;
+}
+
+/* ---- GatherElements ------------------------------------------------------ */
+
+typedef struct {
+    int rank, axis;
+    int64_t cols, len, istep, xstep, axdim;
+    int64_t shape[K_MAX_RANK], is[K_MAX_RANK], xs[K_MAX_RANK]; /* idx's shape, idx and x strides */
+} Columns;
+
+static Columns columns(int rank, const int64_t *shape, const int64_t *xshape, int axis)
+{
+    Columns c = {rank, axis, 1, 0, 0, 0, 0, {0}, {0}, {0}};
+    if (rank < 1 || rank > K_MAX_RANK || axis < 0 || axis >= rank)
+        die("k_gather_elements: rank or axis out of range");
+    int64_t si = 1, sx = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        if (d != axis && shape[d] > xshape[d])
+            die("k_gather_elements: indices longer than x along a dim other than the axis");
+        c.shape[d] = shape[d], c.is[d] = si, c.xs[d] = sx;
+        si *= shape[d], sx *= xshape[d];
+        if (d != axis)
+            c.cols *= shape[d];
+    }
+    c.len = shape[axis], c.istep = c.is[axis], c.xstep = c.xs[axis], c.axdim = xshape[axis];
+    return c;
+}
+
+/* column u's first element: its offsets in idx and in x */
+static void column_at(const Columns *c, int64_t u, int64_t *oi, int64_t *ox)
+{
+    *oi = *ox = 0;
+    for (int d = c->rank - 1; d >= 0; d--)
+        if (d != c->axis) {
+            int64_t m = u % c->shape[d];
+            u /= c->shape[d];
+            *oi += m * c->is[d], *ox += m * c->xs[d];
+        }
+}
+
+typedef struct {
+    const Columns *c;
+    size_t es;
+    char *y;
+    const char *x;
+    const int64_t *idx;
+} ColumnJob;
+
+static void gather_columns(void *ctx, int64_t lo, int64_t hi)
+{
+    const ColumnJob *j = ctx;
+    const Columns *c = j->c;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t oi, ox;
+        column_at(c, u, &oi, &ox);
+        for (int64_t a = 0; a < c->len; a++, oi += c->istep) {
+            int64_t k = j->idx[oi] < 0 ? j->idx[oi] + c->axdim : j->idx[oi];
+            memcpy(j->y + (size_t)oi * j->es, j->x + (size_t)(ox + k * c->xstep) * j->es, j->es);
+        }
+    }
+}
+
+int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank,
+                          const int64_t *shape, const int64_t *xshape, int axis)
+{
+    Columns c = columns(rank, shape, xshape, axis);
+    ColumnJob j = {&c, (size_t)esize, y, x, idx};
+    for (int64_t i = 0; i < c.cols * c.len; i++)
+        if (idx[i] < -c.axdim || idx[i] >= c.axdim)
+            return i;
+    par_range(gather_columns, &j, c.cols, c.len);
     return -1;
 }
 

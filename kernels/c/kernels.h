@@ -236,6 +236,11 @@ void k_global_avgpool_grad_##S(T *dx, const T *dy, int64_t nc, int64_t hw);     
  * negative indices wrap; out-of-range ones (k_gather rejected them) are skipped. */    \
 void k_gather_grad_##S(T *dx, const T *dy, const int64_t *idx, int64_t outer,           \
                        int64_t axis, int64_t inner, int64_t nidx);                      \
+/* GatherElements' backward: dx (xshape, zeroed here) [m with m[axis] = idx[m]]         \
+ * += dy[m], m in ascending order along the axis (deterministic); shapes as            \
+ * k_gather_elements, whose check the indices passed. */                              \
+void k_gather_elements_grad_##S(T *dx, const T *dy, const int64_t *idx, int rank,      \
+                                const int64_t *shape, const int64_t *xshape, int axis); \
 /* ---- random.c ----------------------------------------------------------- */         \
 /* Dropout, training: mask[i] = u(seed, stream, step, i) >= ratio (uint8 0/1, NULL      \
  * to skip), y = x mask s with s = 1 / (T)(1 - ratio) in T (as torch).  u: Philox       \
@@ -453,6 +458,13 @@ void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n);
  * unwritten). */
 int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t outer,
                  int64_t axis, int64_t inner, int64_t nidx);
+/* GatherElements along an axis: idx (and y) have shape[rank], x has xshape,
+ * the same rank with shape[d] <= xshape[d] for d != axis, all contiguous:
+ * y[m] = x[m with m[axis] replaced by idx[m]], negative indices counting
+ * from the end.  Returns -1, or the position in idx of the first index
+ * outside [-xshape[axis], xshape[axis]) (y then unwritten). */
+int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank,
+                          const int64_t *shape, const int64_t *xshape, int axis);
 /* ---- convolution and pooling geometry (host arithmetic, inline: shared by
  * kernels/c, the cuda launchers and the compiler's shape rules) ---------- */
 

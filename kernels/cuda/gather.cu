@@ -80,3 +80,69 @@ KC_GLOBAL void k_gather_grad_f32(float *dx, const float *dy, const int64_t *idx,
         }
     }
 }
+
+/* GatherElements, kernels/c/gather.c's columns: a thread per column of idx
+ * along the axis (one position of idx's other dims), walking it in order.
+ * Columns touch disjoint x elements, so the backward (dx zeroed by the
+ * launcher) needs no atomics and sums each dx element in kernels/c's order.
+ * Bad indices: reported and skipped as k_gather's. */
+KC_DEV void column_at(int64_t u, int rank, int axis, const KDims &sh, const KDims &is, const KDims &xs,
+                      int64_t &oi, int64_t &ox)
+{
+    oi = ox = 0;
+    for (int d = rank - 1; d >= 0; d--)
+        if (d != axis) {
+            const int64_t m = u % sh.d[d];
+            u /= sh.d[d];
+            oi += m * is.d[d], ox += m * xs.d[d];
+        }
+}
+
+template <typename U>
+KC_DEV void gather_elements_loop(U *y, const U *x, const int64_t *idx, int rank, int axis, int64_t cols,
+                                 int64_t axdim, const KDims &sh, const KDims &is, const KDims &xs,
+                                 int64_t *check)
+{
+    const int64_t len = sh.d[axis], istep = is.d[axis], xstep = xs.d[axis];
+    for (int64_t i = kc_first<int64_t>(); i < cols * len; i += kc_stride<int64_t>())
+        if (idx[i] < -axdim || idx[i] >= axdim)
+            atomicMin((unsigned long long *)check, (unsigned long long)i);
+    for (int64_t u = kc_first<int64_t>(); u < cols; u += kc_stride<int64_t>()) {
+        int64_t oi, ox;
+        column_at(u, rank, axis, sh, is, xs, oi, ox);
+        for (int64_t a = 0; a < len; a++, oi += istep) {
+            int64_t k = idx[oi];
+            if (k < -axdim || k >= axdim)
+                continue;
+            y[oi] = x[ox + (k < 0 ? k + axdim : k) * xstep];
+        }
+    }
+}
+
+/* y[m] = x[m with m[axis] = idx[m]]; the first bad index position goes to check */
+KC_GLOBAL void k_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank, int axis,
+                                 int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs, int64_t *check)
+{
+    switch (esize) {
+    case 1: gather_elements_loop((uint8_t *)y, (const uint8_t *)x, idx, rank, axis, cols, axdim, sh, is, xs, check); break;
+    case 2: gather_elements_loop((uint16_t *)y, (const uint16_t *)x, idx, rank, axis, cols, axdim, sh, is, xs, check); break;
+    case 4: gather_elements_loop((uint32_t *)y, (const uint32_t *)x, idx, rank, axis, cols, axdim, sh, is, xs, check); break;
+    default: gather_elements_loop((uint64_t *)y, (const uint64_t *)x, idx, rank, axis, cols, axdim, sh, is, xs, check);
+    }
+}
+
+/* dx (zeroed) [m with m[axis] = idx[m]] += dy[m], along each column in order */
+KC_GLOBAL void k_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, int axis,
+                                          int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs)
+{
+    const int64_t len = sh.d[axis], istep = is.d[axis], xstep = xs.d[axis];
+    for (int64_t u = kc_first<int64_t>(); u < cols; u += kc_stride<int64_t>()) {
+        int64_t oi, ox;
+        column_at(u, rank, axis, sh, is, xs, oi, ox);
+        for (int64_t a = 0; a < len; a++, oi += istep) {
+            const int64_t k = idx[oi] < 0 ? idx[oi] + axdim : idx[oi];
+            if (k >= 0 && k < axdim)
+                dx[ox + k * xstep] += dy[oi];
+        }
+    }
+}

@@ -77,6 +77,8 @@
 /* gather.c */
 #define k_gather kc_gather
 #define k_gather_grad_f32 kc_gather_grad_f32
+#define k_gather_elements kc_gather_elements
+#define k_gather_elements_grad_f32 kc_gather_elements_grad_f32
 /* random.c */
 #define k_dropout_f32 kc_dropout_f32
 #define k_dropout_grad_f32 kc_dropout_grad_f32

@@ -850,6 +850,53 @@ void kc_gather_grad_f32(float *dx, const float *dy, const int64_t *idx, int64_t 
                              axis, inner, nidx, buckets);
 }
 
+/* GatherElements' columns (kernels/c/gather.c): idx's shape, idx's and x's
+ * strides; returns the number of columns */
+static int64_t columns(int rank, const int64_t *shape, const int64_t *xshape, int axis, KDims *sh, KDims *is,
+                       KDims *xs)
+{
+    int64_t si = 1, sx = 1, cols = 1;
+    if (rank < 1 || rank > KC_MAX_RANK || axis < 0 || axis >= rank)
+        die("k_gather_elements", "rank or axis out of range");
+    memset(sh, 0, sizeof *sh), memset(is, 0, sizeof *is), memset(xs, 0, sizeof *xs);
+    for (int d = rank - 1; d >= 0; d--) {
+        if (d != axis && shape[d] > xshape[d])
+            die("k_gather_elements", "indices longer than x along a dim other than the axis");
+        sh->d[d] = shape[d], is->d[d] = si, xs->d[d] = sx;
+        si *= shape[d], sx *= xshape[d];
+        if (d != axis)
+            cols *= shape[d];
+    }
+    return cols;
+}
+
+int64_t kc_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank, const int64_t *shape,
+                           const int64_t *xshape, int axis)
+{
+    int64_t *check = kc_next_check();
+    KDims sh, is, xs;
+    const int64_t cols = columns(rank, shape, xshape, axis, &sh, &is, &xs), n = cols * shape[axis];
+    if (esize != 1 && esize != 2 && esize != 4 && esize != 8)
+        die("k_gather_elements", "esize not 1, 2, 4 or 8");
+    if (n > 0)
+        launch_k_gather_elements(grid_for(n, KC_BLOCK), KC_BLOCK, esize, y, x, idx, rank, axis, cols,
+                                 xshape[axis], sh, is, xs, check);
+    return -1;
+}
+
+void kc_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, const int64_t *shape,
+                                 const int64_t *xshape, int axis)
+{
+    KDims sh, is, xs;
+    const int64_t cols = columns(rank, shape, xshape, axis, &sh, &is, &xs);
+    const int64_t nx = numel(rank, xshape);
+    if (nx > 0)
+        kc_memset(dx, 0, nx * (int64_t)sizeof(float));
+    if (cols * shape[axis] > 0)
+        launch_k_gather_elements_grad_f32(grid_for(cols, KC_BLOCK), KC_BLOCK, dx, dy, idx, rank, axis, cols,
+                                          xshape[axis], sh, is, xs);
+}
+
 /* ---- random.c -------------------------------------------------------------------------- */
 
 /* the step comes from kc_step_params(), not from `step` */

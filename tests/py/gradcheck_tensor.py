@@ -20,7 +20,9 @@ Then the shape arithmetic torch.onnx emits for x.view(B, T, nh, hs)
 after `--dump-after fold` no Shape, Gather, Unsqueeze or Concat node is
 left, for a parameter and for a graph input whose dims are bound by --dim;
 the latter also runs (--eval) against NumPy.  Last, a shape-deciding input
-that is not a constant is one error line naming the node, op and input.
+that is not a constant is one error line naming the node, op and input, and
+a GatherElements index a run brings outside the data fails the step with one
+line naming the node, the index, its position and the input.
 """
 import os
 import re
@@ -81,6 +83,14 @@ def cases():
     c["Gather_axis1_negative"] = ([node("Gather", ["E", "ids"], ["Y"], axis=1)],
                                   {"E": r(3, 5), "ids": I64("ids", [-1, 2, 2, 0])},
                                   lambda w: w["E"][:, [4, 2, 2, 0]])
+    gi0 = np.array([[0, -1, 3, 2, 2], [1, 1, -4, 0, 3], [3, 0, 0, -2, 1], [2, 2, 1, 1, -1], [0, 3, 2, 0, 0],
+                    [-3, 1, 0, 3, 2]])  # 6 x 5 into 4 x 5: repeats, negatives
+    gi1 = np.array([[5, -6, 0, 5], [2, 2, -1, 3]])  # 2 x 4 into 3 x 6: shorter than A off the axis
+    c["GatherElements_axis0"] = ([node("GatherElements", ["A", "ge"], ["Y"])], {"A": r(4, 5), "ge": I64("ge", gi0)},
+                                 lambda w: np.take_along_axis(w["A"], gi0 % 4, axis=0))
+    c["GatherElements_axis1_short"] = ([node("GatherElements", ["A", "ge"], ["Y"], axis=-1)],
+                                       {"A": r(3, 6), "ge": I64("ge", gi1)},
+                                       lambda w: np.take_along_axis(w["A"][:2], gi1 % 6, axis=1))
     c["Expand"] = ([node("Expand", ["A", "sh"], ["Y"])], {"A": r(3, 1), "sh": I64("sh", [2, 1, 4])},
                    lambda w: np.broadcast_to(w["A"], (2, 3, 4)))
     c["Tile"] = ([node("Tile", ["A", "rep"], ["Y"])], {"A": r(2, 3), "rep": I64("rep", [2, 3])},
@@ -196,6 +206,9 @@ def forward_cases():
     c["Gather_int32_indices"] = ([node("Gather", ["x", "i"], ["y"], axis=1)],
                                  {"x": f, "i": np.array([[2, -1], [0, 0]], np.int32)}, {},
                                  {"y": f[:, [[2, 2], [0, 0]]]})
+    ti = np.array([[0, 2], [-1, 0]], np.int32)
+    c["GatherElements_int32_indices_int64"] = ([node("GatherElements", ["x", "i"], ["y"], axis=1)],
+                                               {"x": xi, "i": ti}, {}, {"y": np.take_along_axis(xi, ti % 3, 1)})
     c["ConstantOfShape_small"] = ([node("ConstantOfShape", ["s"], ["y"],
                                         value=helper.make_tensor("v", TensorProto.INT64, [1], [7]))],
                                   {}, {"s": np.array([2, 3], np.int64)}, {"y": np.full((2, 3), 7, np.int64)})
@@ -266,6 +279,23 @@ def check_errors(fsdpc, work):
           all(w in msg for w in ("nonconst_slice.onnx", "'sl'", "Slice", "'st'", "must be a constant")),
           "non-constant Slice starts: exit %d, %r" % (p.returncode, msg))
     print("ok non-constant starts: %s" % msg)
+    # an index a run brings that is outside the data: the step fails naming node, op, index and input
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 2])
+    g = helper.make_graph([node("GatherElements", ["x", "i"], ["y"], name="ge", axis=1)], "g", [x, i], [y])
+    path = os.path.join(work, "ge_bad.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    exe = os.path.join(work, "ge_bad")
+    run([fsdpc, path, "-o", exe, "--target", "cpu", "--eval"])
+    np.save(exe + ".x.npy", np.zeros((2, 3), np.float32))
+    np.save(exe + ".i.npy", np.array([[0, 2], [3, 1]], np.int64))
+    p = run([exe, "--out-dir", exe + ".out", "--quiet", "--input", "x=%s.x.npy" % exe, "--input", "i=%s.i.npy" % exe],
+            check=False)
+    msg = p.stderr.strip()
+    check(p.returncode != 0 and len(msg.splitlines()) == 1 and
+          all(w in msg for w in ("ge (GatherElements)", "index 3 at position 2", "outside [-3, 3)")),
+          "GatherElements index out of range at run time: exit %d, %r" % (p.returncode, msg))
+    print("ok run-time index check: %s" % msg)
 
 
 def main():

@@ -40,12 +40,7 @@ KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3)}  # suffix -> (k, part
 
 # (model, exporter) -> the first line fsdpc prints when it refuses the export ("export: ..." when the exporter
 # itself failed in generate.py)
-BLOCKED = {
-    ("bert", "dynamo"):
-        "fsdpc: error: dynamo.onnx: unsupported ops: GatherElements (node 'node_gather')",
-    ("bert", "torchscript"):
-        "fsdpc: error: torchscript.onnx: unsupported ops: GatherElements (node '/m/bert/embeddings/GatherElements')",
-}
+BLOCKED = {}
 
 
 def param_values(seed, index, shape, mean, std, dtype):
