@@ -115,6 +115,15 @@ def hostile_models(fsdpc, J, base):
     graph_model(J("conv_empty.onnx"), [helper.make_node("Conv", ["x", "cw"], ["y"], name="c0")],
                 {"cw": np.ones((0, 1, 1, 1), np.float32)}, [None, 0, 4, 4], x_shape=("batch", 1, 4, 4))
     expect_error(cc(J("conv_empty.onnx")), "'c0' (Conv)", "[0,1,1,1]", "zero-sized", code=(1,), absent=never)
+    # GatherElements indices that would read outside the data: longer off the axis, another rank, a constant
+    # index out of range (run-time ones: gradcheck_tensor)
+    for tag, idx, needles in (("long", np.zeros((2, 4), np.int64), ("have 4 along dim 1, data 'x' 3", "no longer")),
+                              ("rank", np.zeros((2,), np.int64), ("rank 1", "rank 2", "the same rank")),
+                              ("const", np.full((2, 3), -3, np.int64), ("index -3 (entry 0 of 'gi')", "[-2, 2)"))):
+        graph_model(J("ge_%s.onnx" % tag), [helper.make_node("GatherElements", ["x", "gi"], ["y"], name="ge")],
+                    {"gi": idx}, [None, 3])
+        expect_error(cc(J("ge_%s.onnx" % tag), "--eval", "--dim", "batch=2"), "node 'ge' (GatherElements)", *needles,
+                     code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))
