@@ -13,9 +13,12 @@
  *           input;
  *           Clip's min/max and the tensor family's shape-deciding inputs are
  *           attributes (ir/rules/tensor.h); CastLike is a Cast; comparisons
- *           and Gather's indices read float32, float64 or int64 (int32 and
+ *           and Gather's / GatherElements' indices read float32, float64 or int64 (int32 and
  *           bool inputs get a Cast to int64); no Concat has more than
- *           GRAD_MAX_IN inputs (longer ones nest);
+ *           GRAD_MAX_IN inputs (longer ones nest); composite ops are
+ *           expanded (RMSNormalization; IsNaN, IsInf, And, Or, Xor into
+ *           comparisons, Not and Where); Min / Max take two inputs (longer
+ *           ones chain); Mod with fmod 1 is FMod;
  *           every node whose inputs are all constants — Shape and Size
  *           always, since shapes are static — is evaluated and its outputs
  *           become constants, unless an input is a float initializer (a
@@ -37,6 +40,7 @@
 #include "rules/nn.h"
 #include "rules/tensor.h"
 
+#include <math.h>
 #include <string.h>
 
 enum { FOLD_MAX = 1 << 20 };   /* elements of the largest folded output */
@@ -603,8 +607,8 @@ static int expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int
     return s->g->node[c].out[0];
 }
 
-/* A scalar constant v of float dtype dt. */
-static int const_float(Sweep *s, int id, DType dt, double v, const char *suffix)
+/* A scalar constant v of dtype dt (float32, float64 or bool). */
+static int new_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
 {
     Graph *g = s->g;
     Shape sc = {.rank = 0};
@@ -612,6 +616,8 @@ static int const_float(Sweep *s, int id, DType dt, double v, const char *suffix)
     g->val[c].data = ir_alloc(sizeof(double));
     if (dt == DT_F32)
         *(float *)g->val[c].data = (float)v;
+    else if (dt == DT_BOOL)
+        *(uint8_t *)g->val[c].data = v != 0;
     else
         *(double *)g->val[c].data = v;
     g->val[c].persistent = 1;
@@ -637,10 +643,46 @@ static void expand_rmsnorm(Sweep *s, int id)
     ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
     visit(s, c);
     int e = expand(s, id, OP_Add, g->node[c].out[0],
-                   const_float(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
+                   new_scalar(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
     int d = expand(s, id, OP_Sqrt, e, -1, "rms", -1);
     int y = expand(s, id, OP_Div, n.in[0], d, "normalized", -1);
     expand(s, id, OP_Mul, y, n.in[1], "scaled", n.out[0]);
+}
+
+/* IsNaN, IsInf, And, Or, Xor in the comparison ops, Not and Where.  Every
+ * input must be there (optional ones none) and of the op's dtype class. */
+static void expand_logical(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    int fl = n.op == OP_IsNaN || n.op == OP_IsInf, y = n.out[0], a = n.in[0], b = n.nin > 1 ? n.in[1] : -1;
+    for (int i = 0; i < n.nin; i++) {
+        DType t = n.in[i] < 0 ? DT_UNDEF : g->val[n.in[i]].dtype;
+        if (fl ? !is_float(t) : t != DT_BOOL)
+            node_fatal(g, &n, "input %d is %s; %s takes %s", i, n.in[i] < 0 ? "empty" : dtype_name(t),
+                       op_info[n.op].name, fl ? "float32 or float64" : "bool");
+    }
+    switch (n.op) {
+    case OP_IsNaN: expand(s, id, OP_Not, expand(s, id, OP_Equal, a, a, "self_equal", -1), -1, "not", y); return;
+    case OP_IsInf: {
+        DType t = g->val[a].dtype;
+        int pos = ir_attr_i(&n, "detect_positive", 1) != 0, neg = ir_attr_i(&n, "detect_negative", 1) != 0;
+        if (pos && neg)
+            expand(s, id, OP_Equal, expand(s, id, OP_Abs, a, -1, "abs", -1),
+                   new_scalar(s, id, t, INFINITY, "inf"), "equal_inf", y);
+        else if (pos || neg)
+            expand(s, id, OP_Equal, a, new_scalar(s, id, t, pos ? INFINITY : -INFINITY, "inf"), "equal_inf", y);
+        else /* nothing detected: false everywhere */
+            expand(s, id, OP_Less, a, new_scalar(s, id, t, -INFINITY, "inf"), "none", y);
+        return;
+    }
+    default: { /* And: a ? b : false; Or: a ? true : b; Xor: a ? !b : b */
+        int k = n.op == OP_Xor ? expand(s, id, OP_Not, b, -1, "not", -1)
+                               : new_scalar(s, id, DT_BOOL, n.op == OP_Or, n.op == OP_Or ? "true" : "false");
+        int in[3] = {a, n.op == OP_And ? b : k, n.op == OP_And ? k : b};
+        visit(s, ir_node(g, OP_Where, ir_fmt("%s/where", n.name), 3, in, 1, &y));
+    }
+    }
 }
 
 /* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
@@ -682,6 +724,7 @@ static void canon(Sweep *s, int id)
     switch (op) {
     case OP_Gemm: expand_gemm(s, id); return;
     case OP_RMSNormalization: expand_rmsnorm(s, id); return;
+    case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;

@@ -124,6 +124,10 @@ def hostile_models(fsdpc, J, base):
                     {"gi": idx}, [None, 3])
         expect_error(cc(J("ge_%s.onnx" % tag), "--eval", "--dim", "batch=2"), "node 'ge' (GatherElements)", *needles,
                      code=(1,), absent=never)
+    # logical ops of the wrong dtype (fold rewrites them; the user's node is named)
+    graph_model(J("and_float.onnx"), [helper.make_node("And", ["x", "x"], ["y"], name="both")], {}, [None, 3])
+    expect_error(cc(J("and_float.onnx"), "--eval", "--dim", "batch=2"), "node 'both' (And)", "input 0 is f32",
+                 "takes bool", code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

@@ -209,6 +209,15 @@ def forward_cases():
     ti = np.array([[0, 2], [-1, 0]], np.int32)
     c["GatherElements_int32_indices_int64"] = ([node("GatherElements", ["x", "i"], ["y"], axis=1)],
                                                {"x": xi, "i": ti}, {}, {"y": np.take_along_axis(xi, ti % 3, 1)})
+    fx = np.array([[1.5, np.nan, np.inf], [-np.inf, 0.0, -2.0]])
+    c["IsNaN_IsInf_f64"] = ([node("IsNaN", ["x"], ["n"]), node("IsInf", ["x"], ["i"]),
+                             node("IsInf", ["x"], ["p"], detect_negative=0), node("IsInf", ["x"], ["q"], detect_positive=0),
+                             node("IsInf", ["x"], ["z"], detect_positive=0, detect_negative=0)], {"x": fx}, {},
+                            {"n": np.isnan(fx), "i": np.isinf(fx), "p": np.isposinf(fx), "q": np.isneginf(fx),
+                             "z": np.zeros(fx.shape, np.bool_)})
+    c["And_Or_Xor_broadcast"] = ([node("And", ["a", "b"], ["y"]), node("Or", ["a", "b"], ["o"]),
+                                  node("Xor", ["b", "a"], ["x"])], {"a": b1, "b": b2}, {},
+                                 {"y": b1 & b2, "o": b1 | b2, "x": b2 ^ b1})
     c["ConstantOfShape_small"] = ([node("ConstantOfShape", ["s"], ["y"],
                                         value=helper.make_tensor("v", TensorProto.INT64, [1], [7]))],
                                   {}, {"s": np.array([2, 3], np.int64)}, {"y": np.full((2, 3), 7, np.int64)})
