@@ -209,6 +209,7 @@ static const ConstInputs const_inputs[] = {
     {OP_ReduceSum, 1, 0, {"axes"}},
     {OP_ReduceMax, 1, 0, {"axes"}},
     {OP_Trilu, 1, 0, {"k"}},
+    {OP_CumSum, 1, 1, {"axis"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
 };
 
@@ -224,9 +225,9 @@ static void to_attr(Graph *g, int id, const char *name, int v)
     }
     if (x->dtype != DT_I64 && x->dtype != DT_I32)
         node_fatal(g, n, "the %s input '%s' must be int64, not %s", name, ir_q(x->name), dtype_name(x->dtype));
-    if (!strcmp(name, "k")) {
+    if (!strcmp(name, "k") || !strcmp(name, "axis")) {
         if (cnt != 1)
-            node_fatal(g, n, "the k input '%s' must hold one value", ir_q(x->name));
+            node_fatal(g, n, "the %s input '%s' must hold one value", name, ir_q(x->name));
         set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
         return;
     }
@@ -685,6 +686,120 @@ static void expand_logical(Sweep *s, int id)
     }
 }
 
+/* Node op(in[0..2]) named NODE/suffix writing out (a new value if -1), visited; its output. */
+static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
+{
+    int k = expand_node(s, id, op, a, b, suffix, out);
+    Node *w = &s->g->node[k];
+    int *in = ir_alloc(sizeof(int) * 4);
+    in[0] = a, in[1] = b, in[2] = c;
+    w->in = in;
+    w->nin = 3;
+    visit(s, k);
+    return s->g->node[k].out[0];
+}
+
+/* ReduceMax of x over axis (keepdims) named NODE/suffix, visited; its output. */
+static int expand_max(Sweep *s, int id, int x, int axis, int keepdims, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    int m = expand_node(s, id, OP_ReduceMax, x, -1, suffix, out);
+    Attr *a = ir_attr_add(g, m, "axes", A_INTS);
+    a->n = 1;
+    a->ints = ir_alloc(sizeof(int64_t));
+    a->ints[0] = axis;
+    ir_attr_add(g, m, "keepdims", A_INT)->i = keepdims;
+    visit(s, m);
+    return g->node[m].out[0];
+}
+
+/* ArgMax / ArgMin as reductions: v = x (ArgMin: -x); the hits are where v
+ * equals its maximum along the axis, or is NaN (ReduceMax propagates NaN, so
+ * a group holding a NaN picks a NaN, as torch.argmax does); the index is the
+ * maximum over the hits of the position (select_last_index) or of the
+ * distance to the end (then subtracted from len - 1: the first hit), cast to
+ * int64.  Positions are exact in float32 to 2^24, the longest axis taken. */
+static void expand_argmax(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    DType t = x->dtype;
+    const char *op = op_info[n.op].name;
+    if (!is_float(t))
+        node_fatal(g, &n, "data is %s: not supported (float32 or float64 only)", dtype_name(t));
+    int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
+    int64_t len = x->shape.dim[ax];
+    if (len < 1 || len > (1 << 24))
+        node_fatal(g, &n, "axis %d has %lld elements; fsdpc supports %s over 1 to 2^24", ax, (long long)len, op);
+    int last = ir_attr_i(&n, "select_last_index", 0) != 0, keep = ir_attr_i(&n, "keepdims", 1) != 0;
+    int v = n.op == OP_ArgMin ? expand(s, id, OP_Neg, n.in[0], -1, "neg", -1) : n.in[0];
+    int m = expand_max(s, id, v, ax, 1, "max", -1);
+    int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, v, v, "self_equal", -1), -1, "nan", -1);
+    int hit = expand3(s, id, OP_Where, expand(s, id, OP_Equal, v, m, "equal_max", -1),
+                      new_scalar(s, id, DT_BOOL, 1, "true"), nan, "hit", -1);
+    Shape ps = {.rank = r - ax}; /* the positions along the axis, broadcasting over the dims after it */
+    ps.dim[0] = len;
+    for (int i = 1; i < ps.rank; i++)
+        ps.dim[i] = 1;
+    size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
+    void *p = ir_alloc(es * (size_t)len);
+    for (int64_t i = 0; i < len; i++) {
+        double pos = last ? (double)i : (double)(len - 1 - i);
+        if (t == DT_F32)
+            ((float *)p)[i] = (float)pos;
+        else
+            ((double *)p)[i] = pos;
+    }
+    int pv = ir_const(g, ir_fmt("%s/positions.%d", n.name, s->nnew++), t, &ps, p);
+    int sel = expand3(s, id, OP_Where, hit, pv, new_scalar(s, id, t, -1, "none"), "select", -1);
+    int idx = expand_max(s, id, sel, ax, keep, "index", -1);
+    if (!last)
+        idx = expand(s, id, OP_Sub, new_scalar(s, id, t, (double)(len - 1), "last"), idx, "first", -1);
+    int c = expand_node(s, id, OP_Cast, idx, -1, "int64", n.out[0]);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
+    visit(s, c);
+}
+
+/* x shifted by k along axis ax (a Pad adding k zeros at the front and
+ * cropping k at the back; sign -1: the other way), visited; its output. */
+static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, int out)
+{
+    Graph *g = s->g;
+    int r = g->val[x].shape.rank, c = expand_node(s, id, OP_Pad, x, -1, ir_fmt("shift%lld", (long long)k), out);
+    Attr *a = ir_attr_add(g, c, "pads", A_INTS);
+    a->n = 2 * r;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * r));
+    memset(a->ints, 0, sizeof(int64_t) * (size_t)(2 * r));
+    a->ints[ax] = sign * k;
+    a->ints[r + ax] = -sign * k;
+    visit(s, c);
+    return g->node[c].out[0];
+}
+
+/* CumSum as log2(len) shifted adds (Hillis-Steele): y += y shifted by k
+ * along the axis for k = 1, 2, 4, ... < len (reverse: shifted the other
+ * way); exclusive shifts x by one first.  Gradients follow from Add's and
+ * Pad's. */
+static void expand_cumsum(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    if (!is_float(x->dtype))
+        node_fatal(g, &n, "x is %s: not supported (float32 or float64 only)", dtype_name(x->dtype));
+    int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
+    int64_t len = x->shape.dim[ax];
+    int sign = ir_attr_i(&n, "reverse", 0) ? -1 : 1, y = n.in[0];
+    if (ir_attr_i(&n, "exclusive", 0))
+        y = expand_shift(s, id, y, ax, 1, sign, len > 1 ? -1 : n.out[0]);
+    else if (len <= 1)
+        expand(s, id, OP_Identity, y, -1, "identity", n.out[0]);
+    for (int64_t k = 1; k < len; k *= 2)
+        y = expand(s, id, OP_Add, y, expand_shift(s, id, y, ax, k, sign, -1), ir_fmt("add%lld", (long long)k),
+                   2 * k >= len ? n.out[0] : -1);
+}
+
 /* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
  * the work); of one input, an Identity. */
 static int variadic_chain(Sweep *s, int id)
@@ -725,6 +840,8 @@ static void canon(Sweep *s, int id)
     case OP_Gemm: expand_gemm(s, id); return;
     case OP_RMSNormalization: expand_rmsnorm(s, id); return;
     case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
+    case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
+    case OP_CumSum: expand_cumsum(s, id); return;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;

@@ -128,6 +128,15 @@ def hostile_models(fsdpc, J, base):
     graph_model(J("and_float.onnx"), [helper.make_node("And", ["x", "x"], ["y"], name="both")], {}, [None, 3])
     expect_error(cc(J("and_float.onnx"), "--eval", "--dim", "batch=2"), "node 'both' (And)", "input 0 is f32",
                  "takes bool", code=(1,), absent=never)
+    # ArgMax over an axis longer than its positions are exact; CumSum's axis of another dtype
+    graph_model(J("argmax_long.onnx"), [helper.make_node("ArgMax", ["x"], ["y"], name="am", axis=1)], {},
+                [None, 1], x_shape=("batch", 2**25))
+    expect_error(cc(J("argmax_long.onnx"), "--eval", "--dim", "batch=2"), "node 'am' (ArgMax)", "33554432",
+                 "2^24", code=(1,), absent=never)
+    graph_model(J("cumsum_axis.onnx"), [helper.make_node("CumSum", ["x", "ax"], ["y"], name="cs")],
+                {"ax": np.ones(1, np.float32)}, [None, 3])
+    expect_error(cc(J("cumsum_axis.onnx"), "--eval", "--dim", "batch=2"), "node 'cs' (CumSum)", "'ax'",
+                 "must be int64", code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

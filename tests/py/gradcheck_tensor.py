@@ -53,6 +53,18 @@ def trilu_ref(a, upper, k):
     return np.triu(a, k) if upper else np.tril(a, k)
 
 
+def cumsum_ref(a, axis, exclusive=0, reverse=0):
+    b = np.flip(a, axis) if reverse else a
+    y = np.cumsum(b, axis) - (b if exclusive else 0)
+    return np.flip(y, axis) if reverse else y
+
+
+def arg_ref(fn, a, axis, last=0, keepdims=1):
+    """np.argmax / argmin (the first NaN wins, as in torch); last: the last of equal values"""
+    y = a.shape[axis] - 1 - fn(np.flip(a, axis), axis) if last else fn(a, axis)
+    return np.expand_dims(y, axis) if keepdims else y
+
+
 # name: (nodes, weights, forward(w) -> Y)
 def cases():
     c = {}
@@ -91,6 +103,14 @@ def cases():
     c["GatherElements_axis1_short"] = ([node("GatherElements", ["A", "ge"], ["Y"], axis=-1)],
                                        {"A": r(3, 6), "ge": I64("ge", gi1)},
                                        lambda w: np.take_along_axis(w["A"][:2], gi1 % 6, axis=1))
+    c["CumSum_len7"] = ([node("CumSum", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
+                        lambda w: cumsum_ref(w["A"], 1))
+    c["CumSum_reverse_exclusive"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
+                                     {"A": r(5, 2, 3), "ax": I64("ax", -3)},
+                                     lambda w: cumsum_ref(w["A"], 0, 1, 1))
+    c["CumSum_exclusive_len8"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1)],
+                                  {"A": r(2, 8), "ax": numpy_helper.from_array(np.array([-1], np.int32), "ax")},
+                                  lambda w: cumsum_ref(w["A"], 1, 1))
     c["Expand"] = ([node("Expand", ["A", "sh"], ["Y"])], {"A": r(3, 1), "sh": I64("sh", [2, 1, 4])},
                    lambda w: np.broadcast_to(w["A"], (2, 3, 4)))
     c["Tile"] = ([node("Tile", ["A", "rep"], ["Y"])], {"A": r(2, 3), "rep": I64("rep", [2, 3])},
@@ -218,6 +238,15 @@ def forward_cases():
     c["And_Or_Xor_broadcast"] = ([node("And", ["a", "b"], ["y"]), node("Or", ["a", "b"], ["o"]),
                                   node("Xor", ["b", "a"], ["x"])], {"a": b1, "b": b2}, {},
                                  {"y": b1 & b2, "o": b1 | b2, "x": b2 ^ b1})
+    ta = np.array([[1.0, 3.0, 3.0, -1.0], [np.nan, 2.0, np.nan, 5.0], [0.0, 0.0, 0.0, 0.0]])
+    c["ArgMax_ArgMin_ties_nan_f64"] = ([node("ArgMax", ["x"], ["a"], axis=1),
+                                        node("ArgMax", ["x"], ["b"], axis=-1, select_last_index=1, keepdims=0),
+                                        node("ArgMin", ["x"], ["c"], axis=1, keepdims=0),
+                                        node("ArgMin", ["x"], ["d"], select_last_index=1)], {"x": ta}, {},
+                                       {"a": arg_ref(np.argmax, ta, 1), "b": arg_ref(np.argmax, ta, 1, 1, 0),
+                                        "c": arg_ref(np.argmin, ta, 1, 0, 0), "d": arg_ref(np.argmin, ta, 0, 1)})
+    c["ArgMax_ArgMin_f32"] = ([node("ArgMax", ["x"], ["a"], axis=2, keepdims=0), node("ArgMin", ["x"], ["b"], axis=0)],
+                              {"x": f}, {}, {"a": arg_ref(np.argmax, f, 2, 0, 0), "b": arg_ref(np.argmin, f, 0)})
     c["ConstantOfShape_small"] = ([node("ConstantOfShape", ["s"], ["y"],
                                         value=helper.make_tensor("v", TensorProto.INT64, [1], [7]))],
                                   {}, {"s": np.array([2, 3], np.int64)}, {"y": np.full((2, 3), 7, np.int64)})

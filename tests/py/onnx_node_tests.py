@@ -33,7 +33,7 @@ ROOT = "/usr/share/libonnx-testdata/data/node"
 CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4], "Unsqueeze": [1],
                 "Squeeze": [1], "Pad": [1, 2], "ConstantOfShape": [0], "Range": [0, 1, 2], "Split": [1],
                 "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
-                "TopK": [1], "Resize": [1, 2, 3]}
+                "TopK": [1], "Resize": [1, 2, 3], "CumSum": [1]}
 SKIP = re.compile(r"unsupported|not supported|does not support|fsdpc supports|opset|only rank|no dimension|static shapes")
 
 
