@@ -1259,6 +1259,15 @@ static void version_rules(int id, const char *what)
         if (opset < 19 && ir_attr(n, "dilations"))
             bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
         break;
+    case OP_Resize: /* axes, antialias, keep_aspect_ratio_policy: opset 18; half_pixel_symmetric: 19 */
+        for (int i = 0; i < n->nattr; i++)
+            if (opset < 18 && (!strcmp(n->attr[i].name, "axes") || !strcmp(n->attr[i].name, "antialias") ||
+                               !strcmp(n->attr[i].name, "keep_aspect_ratio_policy")))
+                bad("%s: %s is opset 18's; at opset %lld Resize has none", what, n->attr[i].name, (long long)opset);
+        if (opset < 19 && !strcmp(ir_attr_s(n, "coordinate_transformation_mode", ""), "half_pixel_symmetric"))
+            bad("%s: coordinate_transformation_mode half_pixel_symmetric is opset 19's (the model says opset %lld)",
+                what, (long long)opset);
+        break;
     default:
         break;
     }

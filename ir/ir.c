@@ -328,13 +328,21 @@ double ir_kernel_param(const Node *n, Op op, int i)
     return p->attr ? ir_attr_f(n, p->attr, p->value) : p->value;
 }
 
+int ir_attr_choice(const Graph *g, const Node *n, const char *name, const char *choices)
+{
+    const char *s = ir_attr_s(n, name, NULL);
+    int k = s ? choice_index(choices, s) : 0;
+    if (k < 0)
+        node_fatal(g, n, "attribute %s '%s' is not supported (fsdpc knows %s)", name, ir_q(s), choices);
+    return k;
+}
+
 void ir_kernel_param_check(const Graph *g, const Node *n)
 {
     for (int i = 0; i < 2; i++) {
         const OpParam *p = &op_info[n->op].param[i];
-        if (p->choices && ir_kernel_param(n, n->op, i) < 0)
-            node_fatal(g, n, "attribute %s is '%s'; fsdpc knows %s", p->attr, ir_q(ir_attr_s(n, p->attr, "")),
-                       p->choices);
+        if (p->choices)
+            ir_attr_choice(g, n, p->attr, p->choices);
     }
 }
 

@@ -282,6 +282,9 @@ const int64_t *ir_attr_ints(const Node *n, const char *name, int *count);
 double ir_kernel_param(const Node *n, Op op, int i);
 /* a node's string-valued kernel parameter outside its choices: one line */
 void ir_kernel_param_check(const Graph *g, const Node *n);
+/* the index of string attribute name in choices ("a|b|c"), 0 when absent;
+ * another value: one line naming the choices */
+int ir_attr_choice(const Graph *g, const Node *n, const char *name, const char *choices);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
 int64_t shape_numel(const Shape *s);               /* of a checked shape (no overflow test) */
 /* The element count of s, or -1 when a dim is negative or the product of

@@ -800,6 +800,200 @@ static void expand_cumsum(Sweep *s, int id)
                    2 * k >= len ? n.out[0] : -1);
 }
 
+/* ---- Resize ------------------------------------------------------------------ */
+
+enum { CT_HALF, CT_HALF_SYM, CT_PYTORCH, CT_ALIGN, CT_ASYM };
+enum { NM_ROUND_FLOOR, NM_ROUND_CEIL, NM_FLOOR, NM_CEIL };
+
+/* Output position o of an axis resized from lin to lout by scale sc, in
+ * input coordinates.  lres: the resized length align_corners and
+ * pytorch_half_pixel read, as ONNX's reference (and its node tests) do: the
+ * size given, else sc * lin unrounded. */
+static double resize_coord(int ct, int64_t o, int64_t lin, int64_t lout, double sc, double lres)
+{
+    switch (ct) {
+    case CT_HALF_SYM: {
+        double adj = (double)lout / (sc * (double)lin), off = (double)lin / 2 * (1 - adj);
+        return off + ((double)o + 0.5) / sc - 0.5;
+    }
+    case CT_PYTORCH: return lres != 1 ? ((double)o + 0.5) / sc - 0.5 : 0;
+    case CT_ALIGN: return lres != 1 ? (double)o * (double)(lin - 1) / (lres - 1) : 0;
+    case CT_ASYM: return (double)o / sc;
+    default: return ((double)o + 0.5) / sc - 0.5;
+    }
+}
+
+/* Cubic convolution weights of the taps at base - 1 .. base + 2 for t in (0, 1] (coefficient a). */
+static void cubic_weights(double t, double a, double *w)
+{
+    double d[4] = {1 + t, t, 1 - t, 2 - t};
+    for (int j = 0; j < 4; j++)
+        w[j] = d[j] <= 1 ? ((a + 2) * d[j] - (a + 3)) * d[j] * d[j] + 1
+                         : ((a * d[j] - 5 * a) * d[j] + 8 * a) * d[j] - 4 * a;
+}
+
+/* Resize as separable per-axis gathers, ONNX's reference arithmetic: each
+ * output position o of a resized axis maps to x in input coordinates
+ * (coordinate_transformation_mode); nearest takes one tap (nearest_mode),
+ * linear two (ceil(x) - 1 and ceil(x), weights 1 - t and t, t in (0, 1]),
+ * cubic four (cubic_coeff_a; exclude_outside renormalizes); taps outside the
+ * axis take its edge.  Each tap is a Gather of constant indices times its
+ * constant weights; the gradient follows from Gather's (a scatter-add). */
+static void expand_resize(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    DType t = x->dtype;
+    Shape xs = x->shape;
+    int r = xs.rank;
+    if (!strcmp(ir_attr_s(&n, "coordinate_transformation_mode", ""), "tf_crop_and_resize"))
+        node_fatal(g, &n, "%s", "coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+    int mode = ir_attr_choice(g, &n, "mode", "nearest|linear|cubic");
+    int ct = ir_attr_choice(g, &n, "coordinate_transformation_mode",
+                            "half_pixel|half_pixel_symmetric|pytorch_half_pixel|align_corners|asymmetric");
+    int nm = ir_attr_choice(g, &n, "nearest_mode", "round_prefer_floor|round_prefer_ceil|floor|ceil");
+    int keep = ir_attr_choice(g, &n, "keep_aspect_ratio_policy", "stretch|not_larger|not_smaller");
+    int excl = ir_attr_i(&n, "exclude_outside", 0) != 0;
+    double ca = ir_attr_f(&n, "cubic_coeff_a", -0.75);
+    if (mode && !is_float(t))
+        node_fatal(g, &n, "%s resize of %s is not supported (float32 or float64 only)", mode == 1 ? "linear" : "cubic",
+                   dtype_name(t));
+    /* the axes resized, and for each the scale or the size */
+    int na, ax[MAX_RANK];
+    const int64_t *axl = ir_attr_ints(&n, "axes", &na);
+    if (!axl)
+        na = r;
+    if (na > r)
+        node_fatal(g, &n, "axes lists %d axes; X has rank %d", na, r);
+    char seen[MAX_RANK] = {0};
+    for (int i = 0; i < na; i++) {
+        ax[i] = axl ? tensor_axis(g, &n, axl[i], r, "axes entry") : i;
+        if (seen[ax[i]]++)
+            node_fatal(g, &n, "axes lists axis %d twice", ax[i]);
+    }
+    const Value *sv[2] = {NULL, NULL}; /* scales, sizes: present and not empty */
+    for (int k = 0; k < 2; k++)
+        if (n.nin > 2 + k && n.in[2 + k] >= 0 && shape_numel(&g->val[n.in[2 + k]].shape) > 0) {
+            sv[k] = const_in(g, &n, 2 + k, k ? "sizes" : "scales");
+            if (shape_numel(&sv[k]->shape) != na)
+                node_fatal(g, &n, "%s '%s' has %lld entries; it needs one per resized axis (%d)", k ? "sizes" : "scales",
+                           ir_q(sv[k]->name), (long long)shape_numel(&sv[k]->shape), na);
+        }
+    if (!sv[0] == !sv[1])
+        node_fatal(g, &n, "%s", sv[0] ? "has both scales and sizes; give one" : "needs scales or sizes");
+    if (sv[0] && !is_float(sv[0]->dtype))
+        node_fatal(g, &n, "scales '%s' must be float, not %s", ir_q(sv[0]->name), dtype_name(sv[0]->dtype));
+    if (sv[1] && sv[1]->dtype != DT_I64)
+        node_fatal(g, &n, "sizes '%s' must be int64, not %s", ir_q(sv[1]->name), dtype_name(sv[1]->dtype));
+    double sc[MAX_RANK], kept = keep == 1 ? INFINITY : 0;
+    int64_t lout[MAX_RANK];
+    for (int i = 0; i < na; i++) {
+        int64_t lin = xs.dim[ax[i]];
+        if (lin < 1)
+            node_fatal(g, &n, "resizes dim %d of size %lld; it must be at least 1", ax[i], (long long)lin);
+        double v = sv[0] ? tensor_const_f(sv[0], i) : (double)tensor_const_i(sv[1], i);
+        if (!(v > 0) || !((sv[0] ? v * (double)lin : v) <= (double)(1 << 20)))
+            node_fatal(g, &n, "%s entry %d is %g for dim %d of size %lld; fsdpc takes outputs of 1 to 2^20 per axis",
+                       sv[0] ? "scales" : "sizes", i, v, ax[i], (long long)lin);
+        sc[i] = sv[0] ? v : v / (double)lin;
+        lout[i] = sv[0] ? (int64_t)floor(v * (double)lin) : (int64_t)v;
+        kept = keep == 1 ? fmin(kept, sc[i]) : fmax(kept, sc[i]);
+    }
+    if (sv[1] && keep) /* one scale for every axis, the sizes rounded from it */
+        for (int i = 0; i < na; i++) {
+            sc[i] = kept;
+            lout[i] = (int64_t)floor(kept * (double)xs.dim[ax[i]] + 0.5);
+        }
+    for (int i = 0; i < na; i++)
+        if (lout[i] < 1 || lout[i] > (1 << 20))
+            node_fatal(g, &n, "resizes dim %d of size %lld to %lld; fsdpc takes outputs of 1 to 2^20 per axis", ax[i],
+                       (long long)xs.dim[ax[i]], (long long)lout[i]);
+        else if (ir_attr_i(&n, "antialias", 0) && mode && sc[i] < 1)
+            node_fatal(g, &n, "%s", "antialias when downscaling is not supported");
+    /* the taps of each axis; an axis whose every output is its own input position is left alone */
+    int ntap = mode == 0 ? 1 : mode == 1 ? 2 : 4, last = -1, cur = n.in[0];
+    int64_t *idx[MAX_RANK][4];
+    double *wt[MAX_RANK][4];
+    for (int i = 0; i < na; i++) {
+        int64_t lin = xs.dim[ax[i]], L = lout[i];
+        int ident = L == lin;
+        for (int j = 0; j < ntap; j++) {
+            idx[i][j] = ir_alloc(sizeof(int64_t) * (size_t)L);
+            wt[i][j] = ir_alloc(sizeof(double) * (size_t)L);
+        }
+        for (int64_t o = 0; o < L; o++) {
+            double c = resize_coord(ct, o, lin, L, sc[i], sv[1] && !keep ? (double)L : sc[i] * (double)lin);
+            double w[4] = {1, 0, 0, 0};
+            ident &= c == (double)o;
+            double base = ceil(c) - 1, tt = c - base; /* tt in (0, 1] */
+            int64_t b;
+            if (mode == 0) {
+                double fr = c - floor(c);
+                b = nm == NM_FLOOR ? (int64_t)floor(c) : nm == NM_CEIL ? (int64_t)ceil(c)
+                    : fr == 0.5 ? (int64_t)(nm == NM_ROUND_FLOOR ? floor(c) : ceil(c)) : (int64_t)floor(c + 0.5);
+            } else if (mode == 1) {
+                b = (int64_t)base;
+                w[0] = 1 - tt, w[1] = tt;
+            } else {
+                b = (int64_t)base - 1;
+                cubic_weights(tt, ca, w);
+                if (excl) {
+                    double sum = 0;
+                    for (int j = 0; j < 4; j++)
+                        sum += (w[j] *= b + j >= 0 && b + j < lin);
+                    for (int j = 0; j < 4 && sum != 0; j++)
+                        w[j] /= sum;
+                }
+            }
+            for (int j = 0; j < ntap; j++) {
+                int64_t p = b + j;
+                idx[i][j][o] = p < 0 ? 0 : p >= lin ? lin - 1 : p;
+                wt[i][j][o] = w[j];
+            }
+        }
+        if (ident)
+            lout[i] = -1; /* skipped */
+        else
+            last = i;
+    }
+    if (last < 0) {
+        expand(s, id, OP_Identity, cur, -1, "identity", n.out[0]);
+        return;
+    }
+    size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
+    for (int i = 0; i <= last; i++) {
+        if (lout[i] < 0)
+            continue;
+        int64_t L = lout[i];
+        Shape is = {.rank = 1}, ws = {.rank = r - ax[i]};
+        is.dim[0] = ws.dim[0] = L;
+        for (int d = 1; d < ws.rank; d++)
+            ws.dim[d] = 1;
+        int sum = -1;
+        for (int j = 0; j < ntap; j++) {
+            int fin = i == last && j == ntap - 1, iv = ir_const(g, ir_fmt("%s/index%d.%d", n.name, ax[i], s->nnew++), DT_I64, &is, idx[i][j]);
+            int gn = expand_node(s, id, OP_Gather, cur, iv, ir_fmt("gather%d_%d", ax[i], j), fin && !mode ? n.out[0] : -1);
+            ir_attr_add(g, gn, "axis", A_INT)->i = ax[i];
+            visit(s, gn);
+            int tap = g->node[gn].out[0];
+            if (mode) {
+                void *wd = ir_alloc(es * (size_t)L);
+                for (int64_t o = 0; o < L; o++)
+                    if (t == DT_F32)
+                        ((float *)wd)[o] = (float)wt[i][j][o];
+                    else
+                        ((double *)wd)[o] = wt[i][j][o];
+                int wv = ir_const(g, ir_fmt("%s/weight%d.%d", n.name, ax[i], s->nnew++), t, &ws, wd);
+                tap = expand(s, id, OP_Mul, tap, wv, ir_fmt("weigh%d_%d", ax[i], j), -1);
+                tap = sum < 0 ? tap : expand(s, id, OP_Add, sum, tap, ir_fmt("sum%d_%d", ax[i], j), fin ? n.out[0] : -1);
+            }
+            sum = tap;
+        }
+        cur = sum;
+    }
+}
+
 /* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
  * the work); of one input, an Identity. */
 static int variadic_chain(Sweep *s, int id)
@@ -842,6 +1036,7 @@ static void canon(Sweep *s, int id)
     case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
     case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
     case OP_CumSum: expand_cumsum(s, id); return;
+    case OP_Resize: expand_resize(s, id); return;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;

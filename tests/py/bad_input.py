@@ -137,6 +137,15 @@ def hostile_models(fsdpc, J, base):
                 {"ax": np.ones(1, np.float32)}, [None, 3])
     expect_error(cc(J("cumsum_axis.onnx"), "--eval", "--dim", "batch=2"), "node 'cs' (CumSum)", "'ax'",
                  "must be int64", code=(1,), absent=never)
+    # Resize: an output beyond 2^20 per axis, an opset 18 attribute at opset 17, a mode fsdpc does not know
+    rs = lambda **a: [helper.make_node("Resize", ["x", "", "sc"], ["y"], name="rs", **a)]
+    for tag, nodes, sc, needles in (
+            ("huge", rs(), [1, 2**30], ("dim 1 of size 3", "2^20 per axis")),
+            ("axes17", rs(axes=[1]), [2], ("axes is opset 18's", "opset 17")),
+            ("mode", rs(mode="bilinear"), [1, 2], ("attribute mode 'bilinear' is not supported", "nearest|linear|cubic"))):
+        graph_model(J("resize_%s.onnx" % tag), nodes, {"sc": np.array(sc, np.float32)}, [None, None])
+        expect_error(cc(J("resize_%s.onnx" % tag), "--eval", "--dim", "batch=2"), "'rs' (Resize)", *needles,
+                     code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

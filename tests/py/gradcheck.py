@@ -122,7 +122,7 @@ def cases():
     return c
 
 
-NEWER_OPS = {"Gelu": 20}  # ops that need a later opset than 17
+NEWER_OPS = {"Gelu": 20, "Resize": 19}  # ops that need a later opset than 17 (Resize: opset 18's axes, 19's modes)
 
 
 def build(path, nodes, weights, y_shape):

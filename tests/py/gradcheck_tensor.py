@@ -32,6 +32,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx.backend.test.case.node import resize as onnx_resize  # ONNX's reference Resize
+
 from common import check, run
 from gradcheck import check_case, r
 
@@ -111,6 +113,27 @@ def cases():
     c["CumSum_exclusive_len8"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1)],
                                   {"A": r(2, 8), "ax": numpy_helper.from_array(np.array([-1], np.int32), "ax")},
                                   lambda w: cumsum_ref(w["A"], 1, 1))
+    # Resize against ONNX's reference (onnx.backend.test.case.node.resize), read at opset 19
+    F = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
+    c["Resize_nearest_scales"] = ([node("Resize", ["A", "", "sc"], ["Y"])],
+                                  {"A": r(1, 2, 3, 4), "sc": F("sc", [1, 1, 2, 1.5])},
+                                  lambda w: onnx_resize.interpolate_nd(w["A"], onnx_resize.nearest_coeffs,
+                                                                       scale_factors=[1, 1, 2, 1.5]))
+    c["Resize_linear_align_corners_sizes"] = (
+        [node("Resize", ["A", "", "", "sz"], ["Y"], mode="linear", coordinate_transformation_mode="align_corners")],
+        {"A": r(1, 1, 4, 5), "sz": I64("sz", [1, 1, 3, 7])},
+        lambda w: onnx_resize.interpolate_nd(w["A"], onnx_resize.linear_coeffs, output_size=[1, 1, 3, 7],
+                                             coordinate_transformation_mode="align_corners"))
+    c["Resize_cubic_exclude_outside_axes"] = (
+        [node("Resize", ["A", "", "", "sz"], ["Y"], mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5, axes=[-2])],
+        {"A": r(2, 6, 3), "sz": I64("sz", [4])},
+        lambda w: onnx_resize.interpolate_nd(w["A"], lambda t: onnx_resize.cubic_coeffs(t, A=-0.5),
+                                             output_size=[2, 4, 3], exclude_outside=True))
+    # half_pixel_symmetric (opset 19; not in this reference): 5 -> 2.5 -> 2 gives adjustment 0.8, offset 0.5,
+    # so output o reads input 2o + 1 exactly
+    c["Resize_linear_half_pixel_symmetric"] = (
+        [node("Resize", ["A", "", "sc"], ["Y"], mode="linear", coordinate_transformation_mode="half_pixel_symmetric",
+              axes=[1])], {"A": r(2, 5), "sc": F("sc", [0.5])}, lambda w: w["A"][:, [1, 3]])
     c["Expand"] = ([node("Expand", ["A", "sh"], ["Y"])], {"A": r(3, 1), "sh": I64("sh", [2, 1, 4])},
                    lambda w: np.broadcast_to(w["A"], (2, 3, 4)))
     c["Tile"] = ([node("Tile", ["A", "rep"], ["Y"])], {"A": r(2, 3), "rep": I64("rep", [2, 3])},
