@@ -146,6 +146,12 @@ def hostile_models(fsdpc, J, base):
         graph_model(J("resize_%s.onnx" % tag), nodes, {"sc": np.array(sc, np.float32)}, [None, None])
         expect_error(cc(J("resize_%s.onnx" % tag), "--eval", "--dim", "batch=2"), "'rs' (Resize)", *needles,
                      code=(1,), absent=never)
+    # Einsum: a diagonal (a subscript repeated in one operand), more operands than inputs
+    for tag, eq, needles in (("diag", "ii->i", ("repeats subscript 'i'", "diagonal")),
+                             ("operands", "ij,jk->ik", ("more operands", "1 inputs"))):
+        graph_model(J("einsum_%s.onnx" % tag), [helper.make_node("Einsum", ["x"], ["y"], name="es", equation=eq)], {},
+                    [None], x_shape=(3, 3))
+        expect_error(cc(J("einsum_%s.onnx" % tag), "--eval"), "'es' (Einsum)", *needles, code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

@@ -113,6 +113,24 @@ def cases():
     c["CumSum_exclusive_len8"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1)],
                                   {"A": r(2, 8), "ax": numpy_helper.from_array(np.array([-1], np.int32), "ax")},
                                   lambda w: cumsum_ref(w["A"], 1, 1))
+    # Einsum against np.einsum: implicit output, ellipses broadcasting, Mul (no summed label) and MatMul paths,
+    # three operands, a single operand summed and transposed, a full contraction to a scalar
+    ein = lambda eq, ins, out="Y": node("Einsum", ins, [out], equation=eq)
+    c["Einsum_batch_matmul_implicit"] = ([ein("bij, bjk", ["A", "B"])], {"A": r(2, 3, 4), "B": r(2, 4, 5)},
+                                         lambda w: np.einsum("bij,bjk", w["A"], w["B"]))
+    c["Einsum_ellipsis_broadcast"] = ([ein("...ij,...jk->...ik", ["A", "B"])], {"A": r(2, 1, 3, 4), "B": r(3, 4, 2)},
+                                      lambda w: np.einsum("...ij,...jk->...ik", w["A"], w["B"]))
+    c["Einsum_attention_scores"] = ([ein("bhqd,bhkd->bhqk", ["A", "B"])], {"A": r(1, 2, 3, 4), "B": r(1, 2, 5, 4)},
+                                    lambda w: np.einsum("bhqd,bhkd->bhqk", w["A"], w["B"]))
+    c["Einsum_hadamard_outer"] = ([ein("ij,ij->ji", ["A", "B"], "h"), ein("i,j->ji", ["U", "V"], "o"),
+                                   node("Add", ["h", "o"], ["Y"])], {"A": r(3, 4), "B": r(3, 4), "U": r(3), "V": r(4)},
+                                  lambda w: (w["A"] * w["B"]).T + np.outer(w["U"], w["V"]).T)
+    c["Einsum_three_operands"] = ([ein("ij,jk,kl->il", ["A", "B", "C"])], {"A": r(2, 3), "B": r(3, 4), "C": r(4, 2)},
+                                  lambda w: w["A"] @ w["B"] @ w["C"])
+    c["Einsum_sum_transpose_scalar"] = ([ein("ijk->kj", ["A"], "t"), ein("Ab,bA", ["P", "Q"], "z"),
+                                         node("Mul", ["t", "z"], ["Y"])],
+                                        {"A": r(2, 3, 4), "P": r(2, 3), "Q": r(3, 2)},
+                                        lambda w: w["A"].sum(0).T * np.einsum("Ab,bA", w["P"], w["Q"]))
     # Resize against ONNX's reference (onnx.backend.test.case.node.resize), read at opset 19
     F = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
     c["Resize_nearest_scales"] = ([node("Resize", ["A", "", "sc"], ["Y"])],
