@@ -1259,6 +1259,16 @@ static void version_rules(int id, const char *what)
         if (opset < 19 && ir_attr(n, "dilations"))
             bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
         break;
+    case OP_Attention: /* an opset 23 op; nonpad_kv_seqlen: 24; windows: 25 */
+        if (opset < 23)
+            bad("%s: Attention is an opset 23 op; the model says opset %lld (export at opset 23 or later)", what,
+                (long long)opset);
+        if (opset < 24 && nin > 6)
+            bad("%s: nonpad_kv_seqlen is opset 24's; at opset %lld Attention takes 6 inputs", what, (long long)opset);
+        if (opset < 25 && (ir_attr(n, "left_window_size") || ir_attr(n, "right_window_size")))
+            bad("%s: left_window_size and right_window_size are opset 25's (the model says opset %lld)", what,
+                (long long)opset);
+        break;
     case OP_Resize: /* axes, antialias, keep_aspect_ratio_policy: opset 18; half_pixel_symmetric: 19 */
         for (int i = 0; i < n->nattr; i++)
             if (opset < 18 && (!strcmp(n->attr[i].name, "axes") || !strcmp(n->attr[i].name, "antialias") ||

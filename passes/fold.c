@@ -1014,6 +1014,18 @@ static int ein_has(const ETerm *t, int l)
     return 0;
 }
 
+/* x transposed by perm (rank n) named NODE/suffix, visited; its output */
+static int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
+{
+    int c = expand_node(s, id, OP_Transpose, x, -1, suffix, -1);
+    Attr *a = ir_attr_add(s->g, c, "perm", A_INTS);
+    a->n = n;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, perm, sizeof(int64_t) * (size_t)n);
+    visit(s, c);
+    return s->g->node[c].out[0];
+}
+
 /* t's dims put in the order of labels want (a permutation of t's) */
 static void ein_transpose(Sweep *s, int id, ETerm *t, const int *want)
 {
@@ -1027,13 +1039,7 @@ static void ein_transpose(Sweep *s, int id, ETerm *t, const int *want)
     }
     if (same)
         return;
-    int c = expand_node(s, id, OP_Transpose, t->v, -1, "transpose", -1);
-    Attr *a = ir_attr_add(s->g, c, "perm", A_INTS);
-    a->n = t->n;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)t->n);
-    memcpy(a->ints, perm, sizeof(int64_t) * (size_t)t->n);
-    visit(s, c);
-    t->v = s->g->node[c].out[0];
+    t->v = expand_perm(s, id, t->v, perm, t->n, "transpose");
     memcpy(t->lab, want, sizeof(int) * (size_t)t->n);
 }
 
@@ -1302,6 +1308,214 @@ static void expand_einsum(Sweep *s, int id)
     expand(s, id, OP_Identity, acc.v, -1, "out", n.out[0]);
 }
 
+/* ---- Attention (opsets 23-25) ------------------------------------------------ */
+
+/* whether value v is a graph output or some node reads it */
+static int is_read(const Graph *g, int v)
+{
+    for (int i = 0; i < g->noutput; i++)
+        if (g->output[i] == v)
+            return 1;
+    for (int i = 0; i < g->nnode; i++)
+        for (int j = 0; j < g->node[i].nin; j++)
+            if (g->node[i].in[j] == v)
+                return 1;
+    return 0;
+}
+
+/* x [B, S, H * Dh] as [B, H, S, Dh] */
+static int attn_heads(Sweep *s, int id, int x, int64_t h)
+{
+    Shape xs = s->g->val[x].shape;
+    int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
+    static const int64_t perm[4] = {0, 2, 1, 3};
+    return expand_perm(s, id, ein_reshape(s, id, x, d, 4), perm, 4, "heads");
+}
+
+/* x [B, Hkv, S, D] with each head repeated reps times in place: [B, Hkv * reps, S, D] */
+static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
+{
+    Shape xs = s->g->val[x].shape;
+    int64_t d5[5] = {xs.dim[0], xs.dim[1], 1, xs.dim[2], xs.dim[3]}, d4[4] = {xs.dim[0], xs.dim[1] * reps, xs.dim[2], xs.dim[3]};
+    int c = expand_node(s, id, OP_Expand, ein_reshape(s, id, x, d5, 5), -1, "repeat", -1);
+    Attr *a = ir_attr_add(s->g, c, "shape", A_INTS);
+    a->n = 5;
+    a->ints = ir_alloc(sizeof(int64_t) * 5);
+    memcpy(a->ints, d5, sizeof d5);
+    a->ints[2] = reps;
+    visit(s, c);
+    return ein_reshape(s, id, s->g->node[c].out[0], d4, 4);
+}
+
+/* Attention as the ops of its definition: 3-D Q, K, V split into heads;
+ * past_key / past_value concatenated before K, V (present_key /
+ * present_value); grouped heads of K, V repeated; scores Q * scale x K^T,
+ * softcap; the bias: attn_mask (bool: 0 / -inf; float; a shorter last axis
+ * padded with -inf) plus is_causal's j <= i + past and opset 25's windows,
+ * computed at compile time; Softmax over the keys, a row whose bias is all
+ * -inf giving zeros (its scores replaced before the Softmax, so no NaN
+ * reaches the gradient); times V, merged back to 3-D.  qk_matmul_output
+ * takes the scores of its mode.  nonpad_kv_seqlen is refused. */
+static void expand_attention(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    int in[7];
+    for (int i = 0; i < 7; i++)
+        in[i] = i < n.nin ? n.in[i] : -1;
+    DType t = g->val[in[0]].dtype;
+    int r = g->val[in[0]].shape.rank;
+    for (int i = 0; i < 3; i++)
+        if (g->val[in[i]].dtype != t || !is_float(t) || g->val[in[i]].shape.rank != r || (r != 3 && r != 4))
+            node_fatal(g, &n, "Q, K and V must be float32 or float64 of one dtype and all of rank 3 or 4 (%c is %s, "
+                       "rank %d)", "QKV"[i], dtype_name(g->val[in[i]].dtype), g->val[in[i]].shape.rank);
+    if (in[6] >= 0)
+        node_fatal(g, &n, "%s", "nonpad_kv_seqlen is not supported (give the padding as a bool attn_mask)");
+    if ((in[4] >= 0) != (in[5] >= 0))
+        node_fatal(g, &n, "%s", "past_key and past_value go together");
+    int64_t mode = ir_attr_i(&n, "qk_matmul_output_mode", 0), sp = ir_attr_i(&n, "softmax_precision", 0);
+    if (mode < 0 || mode > 3)
+        node_fatal(g, &n, "qk_matmul_output_mode %lld is not one of 0-3", (long long)mode);
+    if (sp && sp != tensor_to_onnx(DT_F32) && sp != tensor_to_onnx(DT_F64))
+        node_fatal(g, &n, "softmax_precision %lld is not supported (1: float, 11: double)", (long long)sp);
+    int Q = in[0], K = in[1], V = in[2];
+    if (r == 3) {
+        int64_t hq = ir_attr_i(&n, "q_num_heads", 0), hkv = ir_attr_i(&n, "kv_num_heads", 0);
+        if (hq < 1 || hkv < 1 || g->val[Q].shape.dim[2] % hq || g->val[K].shape.dim[2] % hkv ||
+            g->val[V].shape.dim[2] % hkv)
+            node_fatal(g, &n, "3-D Q, K and V need q_num_heads and kv_num_heads that divide their last dims "
+                       "(%lld, %lld, %lld)", (long long)g->val[Q].shape.dim[2], (long long)g->val[K].shape.dim[2],
+                       (long long)g->val[V].shape.dim[2]);
+        Q = attn_heads(s, id, Q, hq);
+        K = attn_heads(s, id, K, hkv);
+        V = attn_heads(s, id, V, hkv);
+    }
+    int64_t past = 0;
+    if (in[4] >= 0) {
+        past = g->val[in[4]].shape.rank == 4 ? g->val[in[4]].shape.dim[2] : 0;
+        for (int j = 0; j < 2; j++) {
+            int c = expand_node(s, id, OP_Concat, in[4 + j], j ? V : K, j ? "present_value" : "present_key", -1);
+            ir_attr_add(g, c, "axis", A_INT)->i = 2;
+            visit(s, c);
+            *(j ? &V : &K) = g->node[c].out[0];
+        }
+    }
+    Shape qs = g->val[Q].shape, ks = g->val[K].shape, vs = g->val[V].shape;
+    if (ks.dim[0] != qs.dim[0] || vs.dim[0] != qs.dim[0] || ks.dim[3] != qs.dim[3] || vs.dim[1] != ks.dim[1] ||
+        vs.dim[2] != ks.dim[2] || ks.dim[1] < 1 || qs.dim[1] % ks.dim[1])
+        node_fatal(g, &n, "Q %s, K %s and V %s (as batch, heads, sequence, head size) do not fit", shape_str(&qs),
+                   shape_str(&ks), shape_str(&vs));
+    for (int j = 1; j < 3; j++) /* present_key, present_value */
+        if (n.nout > j && n.out[j] >= 0 && is_read(g, n.out[j]))
+            expand(s, id, OP_Identity, j == 1 ? K : V, -1, j == 1 ? "present_key_out" : "present_value_out", n.out[j]);
+    int64_t sq = qs.dim[2], skv = ks.dim[2];
+    if (qs.dim[1] != ks.dim[1]) {
+        K = attn_repeat(s, id, K, qs.dim[1] / ks.dim[1]);
+        V = attn_repeat(s, id, V, qs.dim[1] / ks.dim[1]);
+    }
+    double scale = ir_attr_f(&n, "scale", 1 / sqrt((double)qs.dim[3]));
+    if (scale != 1)
+        Q = expand(s, id, OP_Mul, Q, new_scalar(s, id, t, scale, "scale"), "scaled_q", -1);
+    int mm = expand_node(s, id, OP_MatMul, Q, K, "scores", -1);
+    ir_attr_add(g, mm, "transB", A_INT)->i = 1;
+    visit(s, mm);
+    int sc = g->node[mm].out[0], raw = sc;
+    double cap = ir_attr_f(&n, "softcap", 0);
+    if (cap > 0)
+        sc = expand(s, id, OP_Mul, expand(s, id, OP_Tanh, expand(s, id, OP_Mul, sc, new_scalar(s, id, t, 1 / cap, "cap"),
+                    "capped_in", -1), -1, "tanh", -1), new_scalar(s, id, t, cap, "cap"), "capped", -1);
+    int capped = sc;
+    /* the bias known at compile time: causal and windows */
+    int causal = ir_attr_i(&n, "is_causal", 0) != 0, full = 0, bias = -1;
+    int64_t lw = ir_attr_i(&n, "left_window_size", -1), rw = ir_attr_i(&n, "right_window_size", -1);
+    if (causal || lw >= 0 || rw >= 0) {
+        if (sq * skv > MAX_NUMEL / 8 || sq * skv > ((int64_t)1 << 28))
+            node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^28 elements", (long long)sq,
+                       (long long)skv);
+        size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
+        void *m = ir_alloc(es * (size_t)(sq * skv));
+        for (int64_t i = 0; i < sq; i++) {
+            int any = 0;
+            for (int64_t j = 0; j < skv; j++) {
+                int64_t dij = i + past - j;
+                int ok = (!causal || dij >= 0) && (lw < 0 || dij <= lw) && (rw < 0 || -dij <= rw);
+                any |= ok;
+                if (t == DT_F32)
+                    ((float *)m)[i * skv + j] = ok ? 0.0f : -INFINITY;
+                else
+                    ((double *)m)[i * skv + j] = ok ? 0.0 : -INFINITY;
+            }
+            full |= !any;
+        }
+        Shape bs = {.rank = 2, .dim = {sq, skv}};
+        bias = ir_const(g, ir_fmt("%s/causal.%d", n.name, s->nnew++), t, &bs, m);
+    }
+    if (in[3] >= 0) {
+        int mv = in[3];
+        Shape ms = g->val[mv].shape;
+        DType mt = g->val[mv].dtype;
+        if (mt == DT_BOOL)
+            mv = expand3(s, id, OP_Where, mv, new_scalar(s, id, t, 0, "zero"), new_scalar(s, id, t, -INFINITY, "ninf"),
+                         "mask_bias", -1);
+        else if (mt != t)
+            node_fatal(g, &n, "attn_mask is %s; it must be bool or Q's dtype %s", dtype_name(mt), dtype_name(t));
+        if (ms.rank < 1 || ms.dim[ms.rank - 1] > skv)
+            node_fatal(g, &n, "attn_mask %s: its last dim must be at most the %lld keys", shape_str(&ms), (long long)skv);
+        if (ms.dim[ms.rank - 1] < skv) { /* the missing keys are masked */
+            int c = expand_node(s, id, OP_Pad, mv, -1, "mask_pad", -1);
+            Attr *a = ir_attr_add(g, c, "pads", A_INTS);
+            a->n = 2 * ms.rank;
+            a->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * ms.rank));
+            memset(a->ints, 0, sizeof(int64_t) * (size_t)(2 * ms.rank));
+            a->ints[2 * ms.rank - 1] = skv - ms.dim[ms.rank - 1];
+            ir_attr_add(g, c, "value", A_TENSOR)->t = new_scalar(s, id, t, -INFINITY, "ninf");
+            visit(s, c);
+            mv = g->node[c].out[0];
+        }
+        bias = bias < 0 ? mv : expand(s, id, OP_Add, mv, bias, "bias", -1);
+        full = 1; /* a run-time mask may mask whole rows */
+    }
+    if (bias >= 0)
+        sc = expand(s, id, OP_Add, sc, bias, "biased", -1);
+    int biased = sc, whole = -1;
+    if (full) {
+        int brank = g->val[bias].shape.rank;
+        int bm = expand_max(s, id, bias, brank - 1, 1, "bias_max", -1);
+        whole = expand(s, id, OP_Equal, bm, new_scalar(s, id, t, -INFINITY, "ninf"), "masked_row", -1);
+        sc = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), sc, "safe_scores", -1);
+    }
+    DType st = sp == tensor_to_onnx(DT_F64) ? DT_F64 : sp == tensor_to_onnx(DT_F32) ? DT_F32 : t;
+    if (st != t) {
+        int c = expand_node(s, id, OP_Cast, sc, -1, "softmax_cast", -1);
+        ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(st);
+        visit(s, c);
+        sc = g->node[c].out[0];
+    }
+    int sm = expand_node(s, id, OP_Softmax, sc, -1, "softmax", -1);
+    ir_attr_add(g, sm, "axis", A_INT)->i = -1;
+    visit(s, sm);
+    int p = g->node[sm].out[0];
+    if (st != t) {
+        int c = expand_node(s, id, OP_Cast, p, -1, "softmax_back", -1);
+        ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(t);
+        visit(s, c);
+        p = g->node[c].out[0];
+    }
+    if (full)
+        p = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), p, "probs", -1);
+    if (n.nout > 3 && n.out[3] >= 0 && is_read(g, n.out[3]))
+        expand(s, id, OP_Identity, mode == 0 ? raw : mode == 1 ? capped : mode == 2 ? biased : p, -1, "qk_out", n.out[3]);
+    int y = expand(s, id, OP_MatMul, p, V, "output", r == 4 ? n.out[0] : -1);
+    if (r == 3) {
+        static const int64_t perm[4] = {0, 2, 1, 3};
+        int64_t d[3] = {qs.dim[0], sq, qs.dim[1] * vs.dim[3]};
+        y = expand_perm(s, id, y, perm, 4, "merge");
+        Shape cs = {.rank = 1, .dim = {3}};
+        expand(s, id, OP_Reshape, y, ir_const(g, ir_fmt("%s/shape.%d", n.name, s->nnew++), DT_I64, &cs, d), "merged",
+               n.out[0]);
+    }
+}
+
 /* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
  * the work); of one input, an Identity. */
 static int variadic_chain(Sweep *s, int id)
@@ -1346,6 +1560,7 @@ static void canon(Sweep *s, int id)
     case OP_CumSum: expand_cumsum(s, id); return;
     case OP_Resize: expand_resize(s, id); return;
     case OP_Einsum: expand_einsum(s, id); return;
+    case OP_Attention: expand_attention(s, id); return;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;

@@ -49,12 +49,12 @@ def expect_error(cmd, *needles, code=(1, 2), world=1, timeout=600, absent=None):
             print("ok  %-60s -> %s" % (" ".join(needles)[:60], lines[0][:150] if lines else ""))
 
 
-def graph_model(path, nodes, inits, out_shape, x_shape=("batch", 3), out="y"):
+def graph_model(path, nodes, inits, out_shape, x_shape=("batch", 3), out="y", opset=17):
     """x (float, x_shape) -> nodes -> out; inits: name -> numpy array"""
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                           [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)],
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
 def hostile_models(fsdpc, J, base):
@@ -152,6 +152,14 @@ def hostile_models(fsdpc, J, base):
         graph_model(J("einsum_%s.onnx" % tag), [helper.make_node("Einsum", ["x"], ["y"], name="es", equation=eq)], {},
                     [None], x_shape=(3, 3))
         expect_error(cc(J("einsum_%s.onnx" % tag), "--eval"), "'es' (Einsum)", *needles, code=(1,), absent=never)
+    # Attention: below opset 23, opset 25's windows at 24, nonpad_kv_seqlen (a run-time length)
+    for tag, opset, ins, attrs, needles in (
+            ("17", 17, ["x", "x", "x"], {}, ("Attention is an opset 23 op", "opset 17")),
+            ("window", 24, ["x", "x", "x"], {"left_window_size": 1}, ("opset 25's", "opset 24")),
+            ("nonpad", 24, ["x", "x", "x", "", "", "", "len"], {}, ("nonpad_kv_seqlen is not supported",))):
+        graph_model(J("attention_%s.onnx" % tag), [helper.make_node("Attention", ins, ["y"], name="at", **attrs)],
+                    {"len": np.array([2], np.int64)}, [1, 1, 2, 4], x_shape=(1, 1, 2, 4), opset=opset)
+        expect_error(cc(J("attention_%s.onnx" % tag), "--eval"), "'at' (Attention)", *needles, code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

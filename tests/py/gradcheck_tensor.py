@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.case.node import resize as onnx_resize  # ONNX's reference Resize
 
 from common import check, run
-from gradcheck import check_case, r
+from gradcheck import NEWER_OPS, check_case, r
 
 I64 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
 
@@ -65,6 +65,37 @@ def arg_ref(fn, a, axis, last=0, keepdims=1):
     """np.argmax / argmin (the first NaN wins, as in torch); last: the last of equal values"""
     y = a.shape[axis] - 1 - fn(np.flip(a, axis), axis) if last else fn(a, axis)
     return np.expand_dims(y, axis) if keepdims else y
+
+
+def attention_ref(q, k, v, mask=None, causal=0, scale=None, past=None, softcap=0.0, lw=-1, rw=-1, heads=None):
+    """ONNX Attention written out: heads, past, grouped heads, scale, softcap, causal/window/mask bias, rows
+    whose bias is all -inf give zeros"""
+    if heads:
+        split = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(0, 2, 1, 3)
+        q, k, v = split(q, heads[0]), split(k, heads[1]), split(v, heads[1])
+    if past:
+        k, v = np.concatenate([past[0], k], 2), np.concatenate([past[1], v], 2)
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, 1), np.repeat(v, rep, 1)
+    s = (q * (scale or 1 / np.sqrt(q.shape[-1]))) @ k.swapaxes(-1, -2)
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    i = np.arange(s.shape[-2])[:, None] + (past[0].shape[2] if past else 0)
+    j = np.arange(s.shape[-1])[None, :]
+    ok = np.ones(s.shape[-2:], bool)
+    ok &= (j <= i) if causal else ok
+    ok &= (i - j <= lw) if lw >= 0 else ok
+    ok &= (j - i <= rw) if rw >= 0 else ok
+    bias = np.where(ok, 0.0, -np.inf)
+    if mask is not None:
+        mb = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
+        mb = np.pad(mb, [(0, 0)] * (mb.ndim - 1) + [(0, s.shape[-1] - mb.shape[-1])], constant_values=-np.inf)
+        bias = bias + mb
+    full = np.isneginf(bias.max(-1, keepdims=True))
+    s = np.where(full, 0.0, s + bias)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    y = np.where(full, 0.0, e / e.sum(-1, keepdims=True)) @ v
+    return y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1) if heads else y
 
 
 # name: (nodes, weights, forward(w) -> Y)
@@ -131,6 +162,21 @@ def cases():
                                          node("Mul", ["t", "z"], ["Y"])],
                                         {"A": r(2, 3, 4), "P": r(2, 3), "Q": r(3, 2)},
                                         lambda w: w["A"].sum(0).T * np.einsum("Ab,bA", w["P"], w["Q"]))
+    # Attention (read at opset 25) against attention_ref
+    att = lambda ins, **a: node("Attention", ins, ["Y"], **a)
+    c["Attention_causal_grouped_heads"] = ([att(["Q", "K", "V"], is_causal=1)],
+                                           {"Q": r(2, 4, 3, 4), "K": r(2, 2, 3, 4), "V": r(2, 2, 3, 5)},
+                                           lambda w: attention_ref(w["Q"], w["K"], w["V"], causal=1))
+    c["Attention_3d_float_mask_softcap"] = (
+        [att(["Q", "K", "V", "M"], q_num_heads=2, kv_num_heads=2, softcap=2.5, scale=0.375)],
+        {"Q": r(2, 3, 8), "K": r(2, 5, 8), "V": r(2, 5, 6), "M": r(3, 5)},
+        lambda w: attention_ref(w["Q"], w["K"], w["V"], w["M"], scale=0.375, softcap=2.5, heads=(2, 2)))
+    bm = np.array([[True, False, True, True], [False, False, False, False], [True, True, False, True]])
+    c["Attention_bool_mask_masked_row_past_window"] = (
+        [att(["Q", "K", "V", "bm", "PK", "PV"], is_causal=1, left_window_size=2)],
+        {"Q": r(1, 2, 3, 4), "K": r(1, 1, 3, 4), "V": r(1, 1, 3, 2), "PK": r(1, 1, 2, 4), "PV": r(1, 1, 2, 2),
+         "bm": numpy_helper.from_array(bm, "bm")},
+        lambda w: attention_ref(w["Q"], w["K"], w["V"], bm, causal=1, lw=2, past=(w["PK"], w["PV"])))
     # Resize against ONNX's reference (onnx.backend.test.case.node.resize), read at opset 19
     F = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
     c["Resize_nearest_scales"] = ([node("Resize", ["A", "", "sc"], ["Y"])],
@@ -250,7 +296,7 @@ def vi(name, arr):
     return helper.make_tensor_value_info(name, dt, list(arr.shape))
 
 
-# name: (nodes, graph inputs {name: array}, constants {name: array}, expected {output: array})
+# name: (nodes, graph inputs {name: array}, constants {name: array}, expected {output: array}[, tolerance])
 def forward_cases():
     g = np.random.default_rng(5)
     f = g.standard_normal((2, 3, 4)).astype(np.float32)
@@ -288,6 +334,15 @@ def forward_cases():
                                         "c": arg_ref(np.argmin, ta, 1, 0, 0), "d": arg_ref(np.argmin, ta, 0, 1)})
     c["ArgMax_ArgMin_f32"] = ([node("ArgMax", ["x"], ["a"], axis=2, keepdims=0), node("ArgMin", ["x"], ["b"], axis=0)],
                               {"x": f}, {}, {"a": arg_ref(np.argmax, f, 2, 0, 0), "b": arg_ref(np.argmin, f, 0)})
+    aq, ak, av, pk, pv = (g.standard_normal(sh) for sh in ((1, 2, 3, 4), (1, 2, 2, 4), (1, 2, 2, 3), (1, 2, 1, 4),
+                                                            (1, 2, 1, 3)))
+    ks, vs = np.concatenate([pk, ak], 2), np.concatenate([pv, av], 2)
+    qk = (aq / 2) @ ks.swapaxes(-1, -2) + np.where(np.arange(3)[:, None] + 1 >= np.arange(3)[None, :], 0, -np.inf)
+    c["Attention_present_qk_outputs"] = ([node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "kp", "vp", "qk"],
+                                               is_causal=1, qk_matmul_output_mode=2)],
+                                         {"q": aq}, {"k": ak, "v": av, "pk": pk, "pv": pv},
+                                         {"y": attention_ref(aq, ak, av, causal=1, past=(pk, pv)), "kp": ks, "vp": vs,
+                                          "qk": qk}, 1e-12)
     c["ConstantOfShape_small"] = ([node("ConstantOfShape", ["s"], ["y"],
                                         value=helper.make_tensor("v", TensorProto.INT64, [1], [7]))],
                                   {}, {"s": np.array([2, 3], np.int64)}, {"y": np.full((2, 3), 7, np.int64)})
@@ -323,12 +378,14 @@ def forward_cases():
 
 
 def check_forward(fsdpc, work, name, spec):
-    nodes, inputs, consts, want = spec
+    nodes, inputs, consts, want = spec[:4]
+    tol = spec[4] if len(spec) > 4 else 0  # float outputs within tol, else exact
     inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
     outs = [helper.make_tensor_value_info(k, TensorProto.UNDEFINED, None) for k in want]
     g = helper.make_graph(nodes, name, [vi(k, v) for k, v in inputs.items()], outs, inits)
     path = os.path.join(work, name + ".onnx")
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    opset = max([17] + [NEWER_OPS.get(n.op_type, 17) for n in nodes])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
     exe = os.path.join(work, name)
     run([fsdpc, path, "-o", exe, "--target", "cpu", "--eval", "--verify"])
     args = [exe, "--out-dir", exe + ".out", "--quiet"]
@@ -338,7 +395,8 @@ def check_forward(fsdpc, work, name, spec):
     run(args)
     for k, v in want.items():
         got = np.load(os.path.join(exe + ".out", k + ".npy"))
-        check(got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v),
+        same = np.allclose(got, v, rtol=tol, atol=tol) if tol else np.array_equal(got, v)
+        check(got.dtype == v.dtype and got.shape == v.shape and same,
               "%s: output %s %s %s, expected %s %s" % (name, k, got.dtype, got.shape, v.dtype, v.shape))
     print("ok forward %-26s" % name)
 
