@@ -1259,6 +1259,11 @@ static void version_rules(int id, const char *what)
         if (opset < 19 && ir_attr(n, "dilations"))
             bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
         break;
+    case OP_RMSNormalization: case OP_RotaryEmbedding: /* opset 23 ops */
+        if (opset < 23)
+            bad("%s: %s is an opset 23 op; the model says opset %lld (export at opset 23 or later)", what, op,
+                (long long)opset);
+        break;
     case OP_Attention: /* an opset 23 op; nonpad_kv_seqlen: 24; windows: 25 */
         if (opset < 23)
             bad("%s: Attention is an opset 23 op; the model says opset %lld (export at opset 23 or later)", what,

@@ -1516,6 +1516,123 @@ static void expand_attention(Sweep *s, int id)
     }
 }
 
+/* ---- RotaryEmbedding (opset 23) ---------------------------------------------- */
+
+/* an A_INTS attribute of one value on node c */
+static void attr1(Graph *g, int c, const char *name, int64_t v)
+{
+    Attr *a = ir_attr_add(g, c, name, A_INTS);
+    a->n = 1;
+    a->ints = ir_alloc(sizeof(int64_t));
+    a->ints[0] = v;
+}
+
+/* x[..., lo:hi:step] on the last axis, visited; its output */
+static int expand_slice_last(Sweep *s, int id, int x, int64_t lo, int64_t hi, int64_t step, const char *suffix)
+{
+    Graph *g = s->g;
+    int c = expand_node(s, id, OP_Slice, x, -1, suffix, -1);
+    attr1(g, c, "starts", lo);
+    attr1(g, c, "ends", hi);
+    attr1(g, c, "axes", -1);
+    attr1(g, c, "steps", step);
+    visit(s, c);
+    return g->node[c].out[0];
+}
+
+/* Concat of in[0..n) on axis, named NODE/suffix, writing out (new if -1); its output */
+static int expand_concat(Sweep *s, int id, const int *in, int n, int64_t axis, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    int c = expand_node(s, id, OP_Concat, in[0], in[1], suffix, out);
+    int *ins = ir_alloc(sizeof(int) * (size_t)(n + 1));
+    memcpy(ins, in, sizeof(int) * (size_t)n);
+    g->node[c].in = ins;
+    g->node[c].nin = n;
+    ir_attr_add(g, c, "axis", A_INT)->i = axis;
+    visit(s, c);
+    return g->node[c].out[0];
+}
+
+/* RotaryEmbedding as its definition: X ([B, H, S, D], or [B, S, H * D] as
+ * [B, S, H, D]), its first rotary_embedding_dim R of D rotated by the angles
+ * of cos_cache / sin_cache ([B, S, R/2], or rows of them picked by
+ * position_ids: a Gather), the pairs being the halves or (interleaved)
+ * neighbours: real = cos x1 - sin x2, imag = sin x1 + cos x2. */
+static void expand_rope(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = g->val[n.in[0]].dtype;
+    Shape xs = g->val[n.in[0]].shape;
+    int r = xs.rank, pos = n.nin > 3 ? n.in[3] : -1;
+    for (int i = 0; i < 3; i++)
+        if (g->val[n.in[i]].dtype != t || !is_float(t))
+            node_fatal(g, &n, "X, cos_cache and sin_cache must be float32 or float64 of one dtype (input %d is %s)", i,
+                       dtype_name(g->val[n.in[i]].dtype));
+    if (r != 3 && r != 4)
+        node_fatal(g, &n, "X has rank %d; it must be 3 or 4", r);
+    int x = n.in[0];
+    if (r == 3) {
+        int64_t h = ir_attr_i(&n, "num_heads", 0);
+        if (h < 1 || xs.dim[2] % h)
+            node_fatal(g, &n, "3-D X needs num_heads dividing its last dim %lld", (long long)xs.dim[2]);
+        int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
+        x = ein_reshape(s, id, x, d, 4);
+    }
+    Shape s4 = g->val[x].shape; /* [B, H, S, D] or [B, S, H, D] */
+    int64_t hd = s4.dim[3], rd = ir_attr_i(&n, "rotary_embedding_dim", 0);
+    rd = rd ? rd : hd;
+    if (rd < 2 || rd > hd || rd % 2)
+        node_fatal(g, &n, "rotary_embedding_dim %lld must be even and at most the head size %lld", (long long)rd,
+                   (long long)hd);
+    int cs[2] = {n.in[1], n.in[2]};
+    for (int j = 0; j < 2; j++) {
+        if (pos >= 0) {
+            int c = expand_node(s, id, OP_Gather, cs[j], pos, j ? "sin_rows" : "cos_rows", -1);
+            ir_attr_add(g, c, "axis", A_INT)->i = 0;
+            visit(s, c);
+            cs[j] = g->node[c].out[0];
+        }
+        Shape c3 = g->val[cs[j]].shape; /* [B, S, R/2] */
+        if (c3.rank != 3 || (c3.dim[0] != xs.dim[0] && c3.dim[0] != 1) || c3.dim[1] != s4.dim[r == 4 ? 2 : 1] ||
+            c3.dim[2] != rd / 2)
+            node_fatal(g, &n, "%s %s must be [batch %lld, sequence %lld, %lld]%s", j ? "sin" : "cos", shape_str(&c3),
+                       (long long)xs.dim[0], (long long)s4.dim[r == 4 ? 2 : 1], (long long)(rd / 2),
+                       pos >= 0 ? " once position_ids pick its rows" : "");
+        int64_t d[4] = {c3.dim[0], 1, c3.dim[1], rd / 2}; /* broadcast over the heads */
+        if (r == 3)
+            d[1] = c3.dim[1], d[2] = 1;
+        cs[j] = ein_reshape(s, id, cs[j], d, 4);
+    }
+    int il = ir_attr_i(&n, "interleaved", 0) != 0;
+    int x1 = expand_slice_last(s, id, x, 0, il ? rd : rd / 2, il ? 2 : 1, "x1");
+    int x2 = expand_slice_last(s, id, x, il ? 1 : rd / 2, rd, il ? 2 : 1, "x2");
+    int re = expand(s, id, OP_Sub, expand(s, id, OP_Mul, cs[0], x1, "cos_x1", -1),
+                    expand(s, id, OP_Mul, cs[1], x2, "sin_x2", -1), "real", -1);
+    int im = expand(s, id, OP_Add, expand(s, id, OP_Mul, cs[1], x1, "sin_x1", -1),
+                    expand(s, id, OP_Mul, cs[0], x2, "cos_x2", -1), "imag", -1);
+    int parts[3], np = 0;
+    if (il) { /* [..., R/2, 2] -> [..., R] */
+        int ri[2] = {seq_part(s, id, OP_Unsqueeze, re, "real_pair", "axes", 4),
+                     seq_part(s, id, OP_Unsqueeze, im, "imag_pair", "axes", 4)};
+        int64_t d[4] = {s4.dim[0], s4.dim[1], s4.dim[2], rd};
+        parts[np++] = ein_reshape(s, id, expand_concat(s, id, ri, 2, -1, "pairs", -1), d, 4);
+    } else {
+        parts[np++] = re;
+        parts[np++] = im;
+    }
+    if (rd < hd)
+        parts[np++] = expand_slice_last(s, id, x, rd, hd, 1, "pass");
+    int y = np > 1 ? expand_concat(s, id, parts, np, -1, "rotated", r == 4 ? n.out[0] : -1) : parts[0];
+    if (r == 3) {
+        Shape os = {.rank = 1, .dim = {3}};
+        expand(s, id, OP_Reshape, y, ir_const(g, ir_fmt("%s/shape.%d", n.name, s->nnew++), DT_I64, &os, xs.dim),
+               "merged", n.out[0]);
+    } else if (np == 1)
+        expand(s, id, OP_Identity, y, -1, "out", n.out[0]);
+}
+
 /* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
  * the work); of one input, an Identity. */
 static int variadic_chain(Sweep *s, int id)
@@ -1561,6 +1678,7 @@ static void canon(Sweep *s, int id)
     case OP_Resize: expand_resize(s, id); return;
     case OP_Einsum: expand_einsum(s, id); return;
     case OP_Attention: expand_attention(s, id); return;
+    case OP_RotaryEmbedding: expand_rope(s, id); return;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;

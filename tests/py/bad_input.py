@@ -160,6 +160,13 @@ def hostile_models(fsdpc, J, base):
         graph_model(J("attention_%s.onnx" % tag), [helper.make_node("Attention", ins, ["y"], name="at", **attrs)],
                     {"len": np.array([2], np.int64)}, [1, 1, 2, 4], x_shape=(1, 1, 2, 4), opset=opset)
         expect_error(cc(J("attention_%s.onnx" % tag), "--eval"), "'at' (Attention)", *needles, code=(1,), absent=never)
+    # RotaryEmbedding below opset 23; an odd rotary_embedding_dim
+    for tag, opset, attrs, needles in (("17", 17, {}, ("RotaryEmbedding is an opset 23 op",)),
+                                       ("odd", 23, {"rotary_embedding_dim": 3}, ("rotary_embedding_dim 3", "even"))):
+        graph_model(J("rope_%s.onnx" % tag), [helper.make_node("RotaryEmbedding", ["x", "cs", "cs"], ["y"], name="re",
+                                                               **attrs)],
+                    {"cs": np.ones((1, 2, 2), np.float32)}, [1, 1, 2, 4], x_shape=(1, 1, 2, 4), opset=opset)
+        expect_error(cc(J("rope_%s.onnx" % tag), "--eval"), "'re' (RotaryEmbedding)", *needles, code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

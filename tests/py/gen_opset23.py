@@ -1,4 +1,4 @@
-"""Writes tests/data/opset23/: small opset-23+ models of RMSNormalization and Attention (and the inputs and outputs that
+"""Writes tests/data/opset23/: small opset-23+ models of RMSNormalization, RotaryEmbedding and Attention (and the inputs and outputs that
 onnx's ReferenceEvaluator computes for them), which functions.py checks fsdpc against with Debian's onnx 1.12,
 which has no opset 23.  Run with an onnx >= 1.18 (pyenv's 1.23): python3 tests/py/gen_opset23.py"""
 import os
@@ -15,7 +15,7 @@ rng = np.random.default_rng(23)
 def case(name, node, inputs, opset=23):
     """node over graph inputs `inputs`; every output of the node is stored as out.NAME"""
     dt = {np.dtype(np.float64): TensorProto.DOUBLE, np.dtype(np.float32): TensorProto.FLOAT,
-          np.dtype(np.bool_): TensorProto.BOOL}
+          np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.int64): TensorProto.INT64}
     vi = lambda n, a: helper.make_tensor_value_info(n, dt[a.dtype], list(a.shape))
     outs = [o for o in node.output if o]
     graph = lambda ys: helper.make_graph([node], name, [vi(k, v) for k, v in inputs.items()],
@@ -50,6 +50,15 @@ def main():
          {"Q": rng.standard_normal((2, 3, 16)).astype(np.float32), "K": rng.standard_normal((2, 5, 8)).astype(np.float32),
           "V": rng.standard_normal((2, 5, 12)).astype(np.float32),
           "mask": rng.standard_normal((2, 1, 3, 5)).astype(np.float32)})
+    ang = rng.standard_normal((6, 4))  # 6 positions, head size 8
+    case("rope_4d_position_ids", helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"]),
+         {"X": rng.standard_normal((2, 3, 4, 8)), "cos": np.cos(ang), "sin": np.sin(ang),
+          "pos": np.array([[0, 1, 2, 3], [5, 4, 0, 2]], np.int64)})
+    ang = rng.standard_normal((2, 3, 3))  # rotary_embedding_dim 6 of head size 10
+    case("rope_3d_interleaved_partial",
+         helper.make_node("RotaryEmbedding", ["X", "cos", "sin"], ["Y"], interleaved=1, rotary_embedding_dim=6,
+                          num_heads=2),
+         {"X": rng.standard_normal((2, 3, 20)), "cos": np.cos(ang), "sin": np.sin(ang)})
     case("attention_window", helper.make_node("Attention", ["Q", "K", "V"], ["Y"], left_window_size=1,
                                               right_window_size=2),
          {"Q": rng.standard_normal((1, 2, 4, 4)), "K": rng.standard_normal((1, 2, 6, 4)),

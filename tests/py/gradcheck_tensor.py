@@ -98,6 +98,22 @@ def attention_ref(q, k, v, mask=None, causal=0, scale=None, past=None, softcap=0
     return y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1) if heads else y
 
 
+def rope_ref(x, cos, sin, pos=None, il=0, rd=0, heads=None):
+    """ONNX RotaryEmbedding written out: rotate the first rd of each head by the angles' cos/sin, pairs being
+    halves or (il) neighbours"""
+    x4 = x.reshape(x.shape[0], x.shape[1], heads, -1) if heads else x.transpose(0, 2, 1, 3)  # B, S, H, D
+    if pos is not None:
+        cos, sin = cos[pos], sin[pos]
+    rd = rd or x4.shape[-1]
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    rot = x4[..., :rd]
+    a, b = (rot[..., 0::2], rot[..., 1::2]) if il else (rot[..., :rd // 2], rot[..., rd // 2:])
+    re, im = c * a - s * b, s * a + c * b
+    out = np.stack([re, im], -1).reshape(rot.shape) if il else np.concatenate([re, im], -1)
+    y = np.concatenate([out, x4[..., rd:]], -1)
+    return y.reshape(x.shape) if heads else y.transpose(0, 2, 1, 3)
+
+
 # name: (nodes, weights, forward(w) -> Y)
 def cases():
     c = {}
@@ -177,6 +193,16 @@ def cases():
         {"Q": r(1, 2, 3, 4), "K": r(1, 1, 3, 4), "V": r(1, 1, 3, 2), "PK": r(1, 1, 2, 4), "PV": r(1, 1, 2, 2),
          "bm": numpy_helper.from_array(bm, "bm")},
         lambda w: attention_ref(w["Q"], w["K"], w["V"], bm, causal=1, lw=2, past=(w["PK"], w["PV"])))
+    # RotaryEmbedding (opset 23) against rope_ref; the caches are trained too
+    pos = np.array([[2, 0, 1], [1, 1, 3]])
+    c["RotaryEmbedding_4d_position_ids"] = (
+        [node("RotaryEmbedding", ["X", "C", "S", "pos"], ["Y"])],
+        {"X": r(2, 2, 3, 4), "C": r(4, 2), "S": r(4, 2), "pos": I64("pos", pos)},
+        lambda w: rope_ref(w["X"], w["C"], w["S"], pos))
+    c["RotaryEmbedding_3d_interleaved_partial"] = (
+        [node("RotaryEmbedding", ["X", "C", "S"], ["Y"], interleaved=1, rotary_embedding_dim=4, num_heads=2)],
+        {"X": r(1, 3, 12), "C": r(1, 3, 2), "S": r(1, 3, 2)},
+        lambda w: rope_ref(w["X"], w["C"], w["S"], il=1, rd=4, heads=2))
     # Resize against ONNX's reference (onnx.backend.test.case.node.resize), read at opset 19
     F = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.float32), name)
     c["Resize_nearest_scales"] = ([node("Resize", ["A", "", "sc"], ["Y"])],
