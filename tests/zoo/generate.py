@@ -5,7 +5,7 @@ usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, tr
 
 Per model NAME, tests/zoo/NAME/ gets
   dynamo.onnx        torch.onnx.export(..., dynamo=True, optimize=False) through scripts/export_torch.py
-                     (at the exporter's default opset)
+                     (at the exporter's default opset; llama_sdpa23 at opset 23)
   torchscript.onnx   torch.onnx.export(..., dynamo=False, training=TRAINING, do_constant_folding=False)
   INPUT.npy ...      the one global batch (4 samples) every step trains on, labels.npy its class labels
   ref.json           the recipe and PyTorch's trajectory: 3 AdamW steps at world 2
@@ -86,6 +86,16 @@ def llama(rng):
     return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
+def llama_sdpa23(rng):
+    """the Llama above with torch's scaled_dot_product_attention, its dynamo export at opset 23: Attention
+    (grouped KV heads, HF's float causal mask) and RMSNormalization"""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      attn_implementation="sdpa")
+    return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
 def bert(rng):
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -132,7 +142,9 @@ def tv_vit(rng):
 
 
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "bert": bert, "t5": t5,
-          "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit}
+          "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
+          "llama_sdpa23": llama_sdpa23}
+OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small"}
 
 
@@ -251,7 +263,8 @@ def generate(name, seed):
         path = os.path.join(out, exporter + ".onnx")
         e = {"file": exporter + ".onnx"}
         try:
-            notes = export_torch.export(copy.deepcopy(model), args, path, exporter, list(inputs), ["logits"])
+            notes = export_torch.export(copy.deepcopy(model), args, path, exporter, list(inputs), ["logits"],
+                                        OPSET.get((name, exporter)))
             e["notes"] = notes
             e["table"], e["inline"] = externalize(path, model)
         except Exception as ex:  # noqa: BLE001 -- recorded: the exporter's own failure
