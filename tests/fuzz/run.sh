@@ -1,6 +1,7 @@
 #!/bin/sh
 # run.sh FUZZER SRC WORK PYTHON — the ctest fuzz_compile: FUZZER (tests/fuzz_compile.c under libFuzzer, ASan,
-# UBSan) for $FSDPC_FUZZ_SECONDS seconds (default 60), seeded with examples/*.onnx and ONNX's node-test models
+# UBSan) for $FSDPC_FUZZ_SECONDS seconds (default 60), seeded with examples/*.onnx, tests/data/opset23/*.onnx
+# (Attention, RotaryEmbedding, RMSNormalization) and ONNX's node-test models
 # (libonnx-testdata), raw and as tests/fuzz/seeds.py prepares them (made once, in WORK/gen), its corpus kept
 # in WORK/corpus (so that longer and later runs build on it).  Fails on
 # any crash, sanitizer report, leak, input slower than $FSDPC_FUZZ_TIMEOUT s (default 10) or over 2 GiB;
@@ -14,7 +15,7 @@ if [ ! -x "$fuzzer" ]; then
 fi
 secs=${FSDPC_FUZZ_SECONDS:-60}
 mkdir -p "$work/corpus" "$work/seeds" "$work/artifacts" || exit 1
-for f in "$src"/examples/*.onnx; do ln -sf "$f" "$work/seeds/"; done
+for f in "$src"/examples/*.onnx "$src"/tests/data/opset23/*.onnx; do ln -sf "$f" "$work/seeds/"; done
 n=0
 for d in /usr/share/libonnx-testdata/data/node/*/; do
   [ -f "$d/model.onnx" ] && ln -sf "$d/model.onnx" "$work/seeds/$(basename "$d").onnx" && n=$((n + 1))
@@ -28,7 +29,10 @@ fi
 {
   sed -n -e 's/^OP(\([A-Za-z]*\), *1,.*/"\1"/p' -e 's/^EW[12](\([A-Za-z]*\),.*/"\1"/p' -e 's/^EW2D(\([A-Za-z]*\), *1,.*/"\1"/p' "$src/ir/ops.def"
   for w in ai.onnx axis axes perm keepdims epsilon training_mode transA transB alpha beta kernel_shape strides \
-           pads dilations group value to split momentum reduction ignore_index batch_dims; do
+           pads dilations group value to split momentum reduction ignore_index batch_dims equation mode \
+           coordinate_transformation_mode nearest_mode cubic_coeff_a exclude_outside is_causal q_num_heads \
+           kv_num_heads softcap scale num_heads interleaved rotary_embedding_dim exclusive reverse \
+           select_last_index "..." "->"; do
     echo "\"$w\""
   done
 } > "$work/onnx.dict"
