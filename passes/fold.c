@@ -905,12 +905,21 @@ static void expand_resize(Sweep *s, int id)
             sc[i] = kept;
             lout[i] = (int64_t)floor(kept * (double)xs.dim[ax[i]] + 0.5);
         }
+    int64_t total = 0; /* the taps' tables: one entry per output position of each resized axis */
+    for (int i = 0; i < na; i++)
+        total += lout[i];
+    if (total > (1 << 21))
+        node_fatal(g, &n, "resizes its axes to %lld output positions in all; fsdpc takes up to 2^21", (long long)total);
     for (int i = 0; i < na; i++)
         if (lout[i] < 1 || lout[i] > (1 << 20))
             node_fatal(g, &n, "resizes dim %d of size %lld to %lld; fsdpc takes outputs of 1 to 2^20 per axis", ax[i],
                        (long long)xs.dim[ax[i]], (long long)lout[i]);
         else if (ir_attr_i(&n, "antialias", 0) && mode && sc[i] < 1)
             node_fatal(g, &n, "%s", "antialias when downscaling is not supported");
+        else
+            total += lout[i];
+    if (total > (1 << 21))
+        node_fatal(g, &n, "resizes its axes to %lld output positions in all; fsdpc takes up to 2^21", (long long)total);
     /* the taps of each axis; an axis whose every output is its own input position is left alone */
     int ntap = mode == 0 ? 1 : mode == 1 ? 2 : 4, last = -1, cur = n.in[0];
     int64_t *idx[MAX_RANK][4];
@@ -1429,9 +1438,9 @@ static void expand_attention(Sweep *s, int id)
     int causal = ir_attr_i(&n, "is_causal", 0) != 0, full = 0, bias = -1;
     int64_t lw = ir_attr_i(&n, "left_window_size", -1), rw = ir_attr_i(&n, "right_window_size", -1);
     if (causal || lw >= 0 || rw >= 0) {
-        if (sq * skv > MAX_NUMEL / 8 || sq * skv > ((int64_t)1 << 28))
-            node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^28 elements", (long long)sq,
-                       (long long)skv);
+        if (sq * skv > ((int64_t)1 << 24)) /* the bias is a constant of the executable */
+            node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^24 elements (fsdpc builds it as a "
+                       "constant): give the mask as attn_mask instead", (long long)sq, (long long)skv);
         size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
         void *m = ir_alloc(es * (size_t)(sq * skv));
         for (int64_t i = 0; i < sq; i++) {

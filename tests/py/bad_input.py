@@ -156,9 +156,11 @@ def hostile_models(fsdpc, J, base):
     for tag, opset, ins, attrs, needles in (
             ("17", 17, ["x", "x", "x"], {}, ("Attention is an opset 23 op", "opset 17")),
             ("window", 24, ["x", "x", "x"], {"left_window_size": 1}, ("opset 25's", "opset 24")),
-            ("nonpad", 24, ["x", "x", "x", "", "", "", "len"], {}, ("nonpad_kv_seqlen is not supported",))):
+            ("nonpad", 24, ["x", "x", "x", "", "", "", "len"], {}, ("nonpad_kv_seqlen is not supported",)),
+            ("causal_huge", 23, ["x", "x", "x"], {"is_causal": 1}, ("5000 x 5000 causal", "2^24", "attn_mask"))):
+        sq = 5000 if tag == "causal_huge" else 2
         graph_model(J("attention_%s.onnx" % tag), [helper.make_node("Attention", ins, ["y"], name="at", **attrs)],
-                    {"len": np.array([2], np.int64)}, [1, 1, 2, 4], x_shape=(1, 1, 2, 4), opset=opset)
+                    {"len": np.array([2], np.int64)}, [1, 1, sq, 4], x_shape=(1, 1, sq, 4), opset=opset)
         expect_error(cc(J("attention_%s.onnx" % tag), "--eval"), "'at' (Attention)", *needles, code=(1,), absent=never)
     # RotaryEmbedding below opset 23; an odd rotary_embedding_dim
     for tag, opset, attrs, needles in (("17", 17, {}, ("RotaryEmbedding is an opset 23 op",)),
