@@ -228,19 +228,6 @@ static void emit_softmax(Buf *b, const Graph *g, const Node *n, int grad)
 
 /* ---- pooling ------------------------------------------------------------ */
 
-/* is value v read by a node or a graph output? */
-static int is_read(const Graph *g, int v)
-{
-    for (int i = 0; i < g->noutput; i++)
-        if (g->output[i] == v)
-            return 1;
-    for (int i = 0; i < g->nnode; i++)
-        for (int j = 0; j < g->node[i].nin; j++)
-            if (g->node[i].in[j] == v)
-                return 1;
-    return 0;
-}
-
 static void emit_pool(Buf *b, const Graph *g, const Node *n)
 {
     KPool2d p;
@@ -251,10 +238,10 @@ static void emit_pool(Buf *b, const Graph *g, const Node *n)
     switch (n->op) {
     case OP_MaxPool:
         cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(g, n->out[2]), x);
-        if (is_read(g, n->out[1]) && cg_cuda)
+        if (ir_is_read(g, n->out[1]) && cg_cuda)
             fatal("node '%s' (MaxPool): its Indices output is not supported by --target cuda yet; use --target cpu",
                   ir_q(n->name));
-        if (is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
+        if (ir_is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
             cg_put(b, "      for (int64_t i = 0; i < %lld; i++) %s[i] = i / %lld * %lld + %s[i];\n",
                    (long long)(p.n * p.c * p.oh * p.ow), P(g, n->out[1]), (long long)(p.oh * p.ow),
                    (long long)(p.h * p.w), P(g, n->out[2]));

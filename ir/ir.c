@@ -261,6 +261,27 @@ Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k)
     return r;
 }
 
+void ir_attr_ints_add(Graph *g, int node, const char *name, const int64_t *v, int n)
+{
+    Attr *a = ir_attr_add(g, node, name, A_INTS);
+    a->n = n;
+    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (n)
+        memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+}
+
+int ir_is_read(const Graph *g, int v)
+{
+    for (int i = 0; i < g->noutput; i++)
+        if (g->output[i] == v)
+            return 1;
+    for (int i = 0; i < g->nnode; i++)
+        for (int j = 0; j < g->node[i].nin; j++)
+            if (g->node[i].in[j] == v)
+                return 1;
+    return 0;
+}
+
 const Attr *ir_attr(const Node *n, const char *name)
 {
     for (int i = 0; i < n->nattr; i++)

@@ -268,6 +268,9 @@ int ir_const(Graph *g, const char *name, DType dt, const Shape *s, const void *d
 int ir_like(Graph *g, const char *name, int like, Role role); /* same dtype/shape as value like */
 int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out); /* 1 or 2 inputs (b=-1) */
 Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k);
+/* an A_INTS attribute holding v[0..n) added to node */
+void ir_attr_ints_add(Graph *g, int node, const char *name, const int64_t *v, int n);
+int ir_is_read(const Graph *g, int v); /* value v is read by a node or is a graph output */
 const Attr *ir_attr(const Node *n, const char *name);
 /* Typed readers: def when absent; an attribute of another kind is a user
  * error naming the node ("attribute 'transB' must be an INT, found STRING").

@@ -420,10 +420,7 @@ static int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const c
     const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
     int y = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
     int c = ir_node1(g, op, name, in, -1, y);
-    Attr *a = ir_attr_add(g, c, attr, A_INTS);
-    a->n = 1;
-    a->ints = ir_alloc(sizeof(int64_t));
-    a->ints[0] = axis;
+    ir_attr_ints_add(g, c, attr, &axis, 1);
     visit(s, c);
     return y;
 }
@@ -589,15 +586,22 @@ static void tensor_inputs(const Sweep *s, const Node *n)
 
 /* ---- opset 23's composite ops --------------------------------------------- */
 
-/* Node op(a[, b]) named NODE/suffix writing out (a new value if -1), not yet
- * visited: the caller adds attributes, then visits it. */
-static int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+/* Node op(in[0..nin)) named NODE/suffix writing out (a new value if -1),
+ * not yet visited: the caller adds attributes, then visits it. */
+static int expand_node_n(Sweep *s, int id, Op op, const int *in, int nin, const char *suffix, int out)
 {
     Graph *g = s->g;
     const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
     if (out < 0)
         out = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-    return ir_node1(g, op, name, a, b, out);
+    return ir_node(g, op, name, nin, in, 1, &out);
+}
+
+/* As expand_node_n, of op(a[, b]) */
+static int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+{
+    int in[2] = {a, b};
+    return expand_node_n(s, id, op, in, b < 0 ? 1 : 2, suffix, out);
 }
 
 /* As expand_node, visited; its output. */
@@ -606,6 +610,14 @@ static int expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int
     int c = expand_node(s, id, op, a, b, suffix, out);
     visit(s, c);
     return s->g->node[c].out[0];
+}
+
+/* As expand, of op(a, b, c) */
+static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
+{
+    int in[3] = {a, b, c}, k = expand_node_n(s, id, op, in, 3, suffix, out);
+    visit(s, k);
+    return s->g->node[k].out[0];
 }
 
 /* A scalar constant v of dtype dt (float32, float64 or bool). */
@@ -636,11 +648,10 @@ static void expand_rmsnorm(Sweep *s, int id)
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
     int x2 = expand(s, id, OP_Mul, n.in[0], n.in[0], "square", -1);
     int c = expand_node(s, id, OP_ReduceMean, x2, -1, "mean", -1);
-    Attr *a = ir_attr_add(g, c, "axes", A_INTS);
-    a->n = r - ax;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(r - ax + 1));
+    int64_t axes[MAX_RANK];
     for (int i = ax; i < r; i++)
-        a->ints[i - ax] = i;
+        axes[i - ax] = i;
+    ir_attr_ints_add(g, c, "axes", axes, r - ax);
     ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
     visit(s, c);
     int e = expand(s, id, OP_Add, g->node[c].out[0],
@@ -680,23 +691,9 @@ static void expand_logical(Sweep *s, int id)
     default: { /* And: a ? b : false; Or: a ? true : b; Xor: a ? !b : b */
         int k = n.op == OP_Xor ? expand(s, id, OP_Not, b, -1, "not", -1)
                                : new_scalar(s, id, DT_BOOL, n.op == OP_Or, n.op == OP_Or ? "true" : "false");
-        int in[3] = {a, n.op == OP_And ? b : k, n.op == OP_And ? k : b};
-        visit(s, ir_node(g, OP_Where, ir_fmt("%s/where", n.name), 3, in, 1, &y));
+        expand3(s, id, OP_Where, a, n.op == OP_And ? b : k, n.op == OP_And ? k : b, "where", y);
     }
     }
-}
-
-/* Node op(in[0..2]) named NODE/suffix writing out (a new value if -1), visited; its output. */
-static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
-{
-    int k = expand_node(s, id, op, a, b, suffix, out);
-    Node *w = &s->g->node[k];
-    int *in = ir_alloc(sizeof(int) * 4);
-    in[0] = a, in[1] = b, in[2] = c;
-    w->in = in;
-    w->nin = 3;
-    visit(s, k);
-    return s->g->node[k].out[0];
 }
 
 /* ReduceMax of x over axis (keepdims) named NODE/suffix, visited; its output. */
@@ -704,10 +701,7 @@ static int expand_max(Sweep *s, int id, int x, int axis, int keepdims, const cha
 {
     Graph *g = s->g;
     int m = expand_node(s, id, OP_ReduceMax, x, -1, suffix, out);
-    Attr *a = ir_attr_add(g, m, "axes", A_INTS);
-    a->n = 1;
-    a->ints = ir_alloc(sizeof(int64_t));
-    a->ints[0] = axis;
+    ir_attr_ints_add(g, m, "axes", &(int64_t){axis}, 1);
     ir_attr_add(g, m, "keepdims", A_INT)->i = keepdims;
     visit(s, m);
     return g->node[m].out[0];
@@ -767,12 +761,10 @@ static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, in
 {
     Graph *g = s->g;
     int r = g->val[x].shape.rank, c = expand_node(s, id, OP_Pad, x, -1, ir_fmt("shift%lld", (long long)k), out);
-    Attr *a = ir_attr_add(g, c, "pads", A_INTS);
-    a->n = 2 * r;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * r));
-    memset(a->ints, 0, sizeof(int64_t) * (size_t)(2 * r));
-    a->ints[ax] = sign * k;
-    a->ints[r + ax] = -sign * k;
+    int64_t pads[2 * MAX_RANK] = {0};
+    pads[ax] = sign * k;
+    pads[r + ax] = -sign * k;
+    ir_attr_ints_add(g, c, "pads", pads, 2 * r);
     visit(s, c);
     return g->node[c].out[0];
 }
@@ -1027,10 +1019,7 @@ static int ein_has(const ETerm *t, int l)
 static int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
 {
     int c = expand_node(s, id, OP_Transpose, x, -1, suffix, -1);
-    Attr *a = ir_attr_add(s->g, c, "perm", A_INTS);
-    a->n = n;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)n);
-    memcpy(a->ints, perm, sizeof(int64_t) * (size_t)n);
+    ir_attr_ints_add(s->g, c, "perm", perm, n);
     visit(s, c);
     return s->g->node[c].out[0];
 }
@@ -1078,10 +1067,7 @@ static void ein_reduce(Sweep *s, int id, ETerm *t, const char *keep)
     if (!na)
         return;
     int c = expand_node(s, id, OP_ReduceSum, t->v, -1, "sum", -1);
-    Attr *a = ir_attr_add(s->g, c, "axes", A_INTS);
-    a->n = na;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)na);
-    memcpy(a->ints, ax, sizeof(int64_t) * (size_t)na);
+    ir_attr_ints_add(s->g, c, "axes", ax, na);
     ir_attr_add(s->g, c, "keepdims", A_INT)->i = 0;
     visit(s, c);
     t->v = s->g->node[c].out[0];
@@ -1092,17 +1078,16 @@ static void ein_reduce(Sweep *s, int id, ETerm *t, const char *keep)
 static void ein_expand(Sweep *s, int id, ETerm *t, const int64_t *ldim)
 {
     const Shape *xs = &s->g->val[t->v].shape;
+    int64_t want[MAX_RANK];
     int same = 1;
-    for (int i = 0; i < t->n; i++)
-        same &= xs->dim[i] == ldim[t->lab[i]];
+    for (int i = 0; i < t->n; i++) {
+        want[i] = ldim[t->lab[i]];
+        same &= xs->dim[i] == want[i];
+    }
     if (same)
         return;
     int c = expand_node(s, id, OP_Expand, t->v, -1, "expand", -1);
-    Attr *a = ir_attr_add(s->g, c, "shape", A_INTS);
-    a->n = t->n;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)t->n);
-    for (int i = 0; i < t->n; i++)
-        a->ints[i] = ldim[t->lab[i]];
+    ir_attr_ints_add(s->g, c, "shape", want, t->n);
     visit(s, c);
     t->v = s->g->node[c].out[0];
 }
@@ -1319,19 +1304,6 @@ static void expand_einsum(Sweep *s, int id)
 
 /* ---- Attention (opsets 23-25) ------------------------------------------------ */
 
-/* whether value v is a graph output or some node reads it */
-static int is_read(const Graph *g, int v)
-{
-    for (int i = 0; i < g->noutput; i++)
-        if (g->output[i] == v)
-            return 1;
-    for (int i = 0; i < g->nnode; i++)
-        for (int j = 0; j < g->node[i].nin; j++)
-            if (g->node[i].in[j] == v)
-                return 1;
-    return 0;
-}
-
 /* x [B, S, H * Dh] as [B, H, S, Dh] */
 static int attn_heads(Sweep *s, int id, int x, int64_t h)
 {
@@ -1345,13 +1317,11 @@ static int attn_heads(Sweep *s, int id, int x, int64_t h)
 static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
 {
     Shape xs = s->g->val[x].shape;
-    int64_t d5[5] = {xs.dim[0], xs.dim[1], 1, xs.dim[2], xs.dim[3]}, d4[4] = {xs.dim[0], xs.dim[1] * reps, xs.dim[2], xs.dim[3]};
+    int64_t d5[5] = {xs.dim[0], xs.dim[1], 1, xs.dim[2], xs.dim[3]};
+    int64_t e5[5] = {xs.dim[0], xs.dim[1], reps, xs.dim[2], xs.dim[3]};
+    int64_t d4[4] = {xs.dim[0], xs.dim[1] * reps, xs.dim[2], xs.dim[3]};
     int c = expand_node(s, id, OP_Expand, ein_reshape(s, id, x, d5, 5), -1, "repeat", -1);
-    Attr *a = ir_attr_add(s->g, c, "shape", A_INTS);
-    a->n = 5;
-    a->ints = ir_alloc(sizeof(int64_t) * 5);
-    memcpy(a->ints, d5, sizeof d5);
-    a->ints[2] = reps;
+    ir_attr_ints_add(s->g, c, "shape", e5, 5);
     visit(s, c);
     return ein_reshape(s, id, s->g->node[c].out[0], d4, 4);
 }
@@ -1415,7 +1385,7 @@ static void expand_attention(Sweep *s, int id)
         node_fatal(g, &n, "Q %s, K %s and V %s (as batch, heads, sequence, head size) do not fit", shape_str(&qs),
                    shape_str(&ks), shape_str(&vs));
     for (int j = 1; j < 3; j++) /* present_key, present_value */
-        if (n.nout > j && n.out[j] >= 0 && is_read(g, n.out[j]))
+        if (n.nout > j && n.out[j] >= 0 && ir_is_read(g, n.out[j]))
             expand(s, id, OP_Identity, j == 1 ? K : V, -1, j == 1 ? "present_key_out" : "present_value_out", n.out[j]);
     int64_t sq = qs.dim[2], skv = ks.dim[2];
     if (qs.dim[1] != ks.dim[1]) {
@@ -1472,11 +1442,9 @@ static void expand_attention(Sweep *s, int id)
             node_fatal(g, &n, "attn_mask %s: its last dim must be at most the %lld keys", shape_str(&ms), (long long)skv);
         if (ms.dim[ms.rank - 1] < skv) { /* the missing keys are masked */
             int c = expand_node(s, id, OP_Pad, mv, -1, "mask_pad", -1);
-            Attr *a = ir_attr_add(g, c, "pads", A_INTS);
-            a->n = 2 * ms.rank;
-            a->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * ms.rank));
-            memset(a->ints, 0, sizeof(int64_t) * (size_t)(2 * ms.rank));
-            a->ints[2 * ms.rank - 1] = skv - ms.dim[ms.rank - 1];
+            int64_t pads[2 * MAX_RANK] = {0};
+            pads[2 * ms.rank - 1] = skv - ms.dim[ms.rank - 1];
+            ir_attr_ints_add(g, c, "pads", pads, 2 * ms.rank);
             ir_attr_add(g, c, "value", A_TENSOR)->t = new_scalar(s, id, t, -INFINITY, "ninf");
             visit(s, c);
             mv = g->node[c].out[0];
@@ -1512,7 +1480,7 @@ static void expand_attention(Sweep *s, int id)
     }
     if (full)
         p = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), p, "probs", -1);
-    if (n.nout > 3 && n.out[3] >= 0 && is_read(g, n.out[3]))
+    if (n.nout > 3 && n.out[3] >= 0 && ir_is_read(g, n.out[3]))
         expand(s, id, OP_Identity, mode == 0 ? raw : mode == 1 ? capped : mode == 2 ? biased : p, -1, "qk_out", n.out[3]);
     int y = expand(s, id, OP_MatMul, p, V, "output", r == 4 ? n.out[0] : -1);
     if (r == 3) {
@@ -1527,24 +1495,15 @@ static void expand_attention(Sweep *s, int id)
 
 /* ---- RotaryEmbedding (opset 23) ---------------------------------------------- */
 
-/* an A_INTS attribute of one value on node c */
-static void attr1(Graph *g, int c, const char *name, int64_t v)
-{
-    Attr *a = ir_attr_add(g, c, name, A_INTS);
-    a->n = 1;
-    a->ints = ir_alloc(sizeof(int64_t));
-    a->ints[0] = v;
-}
-
 /* x[..., lo:hi:step] on the last axis, visited; its output */
 static int expand_slice_last(Sweep *s, int id, int x, int64_t lo, int64_t hi, int64_t step, const char *suffix)
 {
     Graph *g = s->g;
     int c = expand_node(s, id, OP_Slice, x, -1, suffix, -1);
-    attr1(g, c, "starts", lo);
-    attr1(g, c, "ends", hi);
-    attr1(g, c, "axes", -1);
-    attr1(g, c, "steps", step);
+    ir_attr_ints_add(g, c, "starts", &lo, 1);
+    ir_attr_ints_add(g, c, "ends", &hi, 1);
+    ir_attr_ints_add(g, c, "axes", &(int64_t){-1}, 1);
+    ir_attr_ints_add(g, c, "steps", &step, 1);
     visit(s, c);
     return g->node[c].out[0];
 }
@@ -1553,11 +1512,7 @@ static int expand_slice_last(Sweep *s, int id, int x, int64_t lo, int64_t hi, in
 static int expand_concat(Sweep *s, int id, const int *in, int n, int64_t axis, const char *suffix, int out)
 {
     Graph *g = s->g;
-    int c = expand_node(s, id, OP_Concat, in[0], in[1], suffix, out);
-    int *ins = ir_alloc(sizeof(int) * (size_t)(n + 1));
-    memcpy(ins, in, sizeof(int) * (size_t)n);
-    g->node[c].in = ins;
-    g->node[c].nin = n;
+    int c = expand_node_n(s, id, OP_Concat, in, n, suffix, out);
     ir_attr_add(g, c, "axis", A_INT)->i = axis;
     visit(s, c);
     return g->node[c].out[0];

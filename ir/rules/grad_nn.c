@@ -25,15 +25,6 @@ static int mk(GradCtx *cx, Op op, const char *sfx, int nin, const int *in, int n
     return k;
 }
 
-static void ints_attr(Graph *g, int node, const char *name, const int64_t *v, int n)
-{
-    Attr *a = ir_attr_add(g, node, name, A_INTS);
-    a->n = n;
-    a->ints = ir_alloc(sizeof(int64_t) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++)
-        a->ints[i] = v[i];
-}
-
 static int need_bits(const GradCtx *cx, int n)
 {
     int bits = 0;
@@ -66,8 +57,8 @@ static void conv_grad(GradCtx *cx)
                   ir_value(g, ir_fmt("%s.scratch", cx->name), g->val[x].dtype, &ws, R_ACT)};
     int k = mk(cx, OP_ConvGrad, "conv", 3, in, 4, out);
     ir_attr_add(g, k, "need", A_INT)->i = need_bits(cx, 3);
-    ints_attr(g, k, "xshape", g->val[x].shape.dim, 4);
-    ints_attr(g, k, "wshape", g->val[w].shape.dim, 4);
+    ir_attr_ints_add(g, k, "xshape", g->val[x].shape.dim, 4);
+    ir_attr_ints_add(g, k, "wshape", g->val[w].shape.dim, 4);
     for (int i = 0; i < 3; i++)
         cx->d[i] = cx->need[i] ? out[i] : -1;
 }
@@ -155,7 +146,7 @@ static void reduce_grad(GradCtx *cx)
     int dx = ir_like(g, ir_fmt("%s.dx", cx->name), n->in[0], R_ACT);
     int k = ir_node(g, OP_ReduceGrad, cx->name, 3, in, 1, &dx);
     ir_attr_add(g, k, "of", A_INT)->i = n->op;
-    ints_attr(g, k, "yshape", kept.dim, kept.rank);
+    ir_attr_ints_add(g, k, "yshape", kept.dim, kept.rank);
     cx->d[0] = dx;
 }
 

@@ -34,14 +34,6 @@ static int node(GradCtx *cx, Op op, const char *suffix, int nin, const int *in, 
     return y;
 }
 
-static void ints_attr(Graph *g, int node, const char *name, int64_t v)
-{
-    Attr *a = ir_attr_add(g, node, name, A_INTS);
-    a->n = 1;
-    a->ints = ir_alloc(2 * sizeof(int64_t));
-    a->ints[0] = v;
-}
-
 /* dy[lo:hi] along axis ax */
 static int slice_of(GradCtx *cx, int dy, int ax, int64_t lo, int64_t hi, int i)
 {
@@ -49,9 +41,9 @@ static int slice_of(GradCtx *cx, int dy, int ax, int64_t lo, int64_t hi, int i)
     const char *nm = ir_fmt("%s.in%d", cx->name, i);
     int y = ir_value(g, ir_fmt("%s.out", nm), DT_UNDEF, NULL, R_ACT);
     int k = ir_node1(g, OP_Slice, nm, dy, -1, y);
-    ints_attr(g, k, "starts", lo);
-    ints_attr(g, k, "ends", hi);
-    ints_attr(g, k, "axes", ax);
+    ir_attr_ints_add(g, k, "starts", &(int64_t){lo}, 1);
+    ir_attr_ints_add(g, k, "ends", &(int64_t){hi}, 1);
+    ir_attr_ints_add(g, k, "axes", &(int64_t){ax}, 1);
     shape_node(g, k);
     return y;
 }
