@@ -41,7 +41,9 @@ int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **as
 const char *cg_kernel_op(Op op);
 const char *cg_unary_params(Op op, const Node *n);
 /* y = a OP b (k_binary, op "K_ADD"...) broadcast to y's shape; py, pa, pb
- * their pointers as C text (emit_nn.c) */
+ * their pointers as C text (emit_nn.c); cg_binary_i64: node n's, on int64
+ * (a division by zero fails the step) */
+void cg_binary_i64(Buf *b, const Graph *g, const Node *n);
 void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa, int bb,
                const char *pb);
 /* a Fused node (emit_fused.c): on cpu an inline loop; on cuda a launch of a

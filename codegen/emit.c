@@ -403,7 +403,9 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
             cg_ptr(g, n->in[3]));
         break;
     default:
-        if (op_info[n->op].flags & F_BINARY)
+        if ((op_info[n->op].flags & F_BINARY) && g->val[y].dtype == DT_I64)
+            cg_binary_i64(b, g, n);
+        else if (op_info[n->op].flags & F_BINARY)
             cg_binary(b, g, cg_kernel_op(n->op), y, cg_ptr(g, y), n->in[0], cg_ptr(g, n->in[0]), n->in[1],
                       cg_ptr(g, n->in[1]));
         else if (op_info[n->op].flags & F_UNARY)

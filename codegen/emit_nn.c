@@ -88,6 +88,20 @@ void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, in
            ys->rank);
 }
 
+/* int64 index arithmetic: a division by zero fails the step naming the node */
+void cg_binary_i64(Buf *b, const Graph *g, const Node *n)
+{
+    int y = n->out[0];
+    const Shape *ys = &g->val[y].shape;
+    cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(ys->dim, ys->rank),
+           bstrides(&g->val[n->in[0]].shape, ys), bstrides(&g->val[n->in[1]].shape, ys));
+    cg_put(b, "      int64_t bad = k_binary_i64(%s, %s, %s, %s, %d, sh, sa, sb);\n", cg_kernel_op(n->op), P(g, y),
+           P(g, n->in[0]), P(g, n->in[1]), ys->rank);
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): integer division by zero at position "
+                           "%%lld of its output\", %s, (long long)bad); }\n", op_info[n->op].name, cg_cstr(n->name)),
+                 ir_fmt("node %s (%s): integer division by zero", n->name, op_info[n->op].name));
+}
+
 /* t = the forward op's derivative row (POW_DA, MIN_DB, ...) of (a, b) at dy's
  * shape, then t *= dy */
 static void emit_binary_grad(Buf *b, const Graph *g, const Node *n)

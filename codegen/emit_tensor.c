@@ -140,19 +140,39 @@ static void emit_gather_elements(Buf *b, const Graph *g, const Node *n)
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis"), r = x->shape.rank;
     int64_t axdim = x->shape.dim[ax];
     cg_put(b, "    { static const int64_t sh[] = %s, xs[] = %s;\n", cg_ints(ix->shape.dim, r), cg_ints(x->shape.dim, r));
-    if (grad) {
-        cg_put(b, "      k_gather_elements_grad_%s(%s, %s, %s, %d, sh, xs, %d); }\n", sfx(x->dtype),
+    if (grad) /* ScatterElements' scatter as well: its indices are checked here */
+        cg_put(b, "      int64_t bad = k_gather_elements_grad_%s(%s, %s, %s, %d, sh, xs, %d);\n", sfx(x->dtype),
             cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
-        return;
-    }
-    cg_put(b, "      int64_t bad = k_gather_elements(%d, %s, %s, %s, %d, sh, xs, %d);\n", (int)dtype_size(x->dtype),
-        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (GatherElements): index %%lld at position "
+    else
+        cg_put(b, "      int64_t bad = k_gather_elements(%d, %s, %s, %s, %d, sh, xs, %d);\n",
+            (int)dtype_size(x->dtype), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
+    const char *op = grad ? "ScatterElements" : "GatherElements";
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): index %%lld at position "
                            "%%lld of %%s is outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
-                           (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
+                           op, (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
                            cg_cstr(ix->name)),
-                 ir_fmt("node %s (GatherElements): an index of %s is outside [-%lld, %lld)", n->name, ix->name,
+                 ir_fmt("node %s (%s): an index of %s is outside [-%lld, %lld)", n->name, op, ix->name,
                         (long long)axdim, (long long)axdim));
+}
+
+/* NDIndex: GatherND's / ScatterND's tuples checked and made positions */
+static void emit_nd_index(Buf *b, const Graph *g, const Node *n)
+{
+    const Value *ix = val(g, n->in[0]);
+    int k;
+    const int64_t *dims = tensor_ints(n, "dims", &k);
+    int64_t nb = 1, nq = 1, nbatch = ir_attr_i(n, "batch", 0);
+    for (int d = 0; d < ix->shape.rank - 1; d++)
+        *(d < nbatch ? &nb : &nq) *= ix->shape.dim[d];
+    cg_put(b, "    { static const int64_t dims[] = %s;\n", cg_ints(dims, k));
+    cg_put(b, "      int64_t bad = k_nd_index(%s, %s, %lld, %lld, %d, dims);\n", cg_ptr(g, n->out[0]),
+        cg_ptr(g, n->in[0]), (long long)nb, (long long)nq, k);
+    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s: index %%lld at position %%lld of %%s is "
+                           "outside its dim (component %%lld of tuples indexing dims %s)\", %s, (long long)%s[bad], "
+                           "(long long)bad, %s, (long long)(bad %% %d)); }\n",
+                           cg_ints(dims, k), cg_cstr(n->name), cg_ptr(g, n->in[0]), cg_cstr(ix->name), k),
+                 ir_fmt("node %s: an index of %s is outside the dims %s it indexes", n->name, ix->name,
+                        cg_ints(dims, k)));
 }
 
 static void emit_pad(Buf *b, const Graph *g, const Node *n, int grad)
@@ -262,6 +282,7 @@ int cg_tensor(Buf *b, const Graph *g, const Node *n)
     case OP_Range: emit_range(b, g, n); return 1;
     case OP_Gather: case OP_GatherGrad: emit_gather(b, g, n); return 1;
     case OP_GatherElements: case OP_GatherElementsGrad: emit_gather_elements(b, g, n); return 1;
+    case OP_NDIndex: emit_nd_index(b, g, n); return 1;
     case OP_Where: case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual:
     case OP_GreaterOrEqual:
         emit_bcast(b, g, n);

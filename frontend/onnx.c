@@ -1274,6 +1274,14 @@ static void version_rules(int id, const char *what)
             bad("%s: left_window_size and right_window_size are opset 25's (the model says opset %lld)", what,
                 (long long)opset);
         break;
+    case OP_ScatterND: case OP_ScatterElements: { /* reduction: opset 16 (add, mul); max, min: 18 */
+        const char *r = ir_attr_s(n, "reduction", NULL);
+        if (r && opset < 16)
+            bad("%s: reduction is opset 16's; at opset %lld %s has none", what, (long long)opset, op);
+        if (r && opset < 18 && (!strcmp(r, "max") || !strcmp(r, "min")))
+            bad("%s: reduction '%s' is opset 18's (the model says opset %lld)", what, ir_q(r), (long long)opset);
+        break;
+    }
     case OP_Resize: /* axes, antialias, keep_aspect_ratio_policy: opset 18; half_pixel_symmetric: 19 */
         for (int i = 0; i < n->nattr; i++)
             if (opset < 18 && (!strcmp(n->attr[i].name, "axes") || !strcmp(n->attr[i].name, "antialias") ||

@@ -22,9 +22,10 @@ const OpInfo op_info[OP_COUNT] = {
 #define EW1(name, inmax, kernel, p0, p1) \
     {#name, 1, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}, {-1, -1}, {NULL, NULL}},
 #define EW2(name, kernel) \
-    {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, NO_PARAMS, {-1, -1}, {NULL, NULL}},
-#define EW2D(name, onnx, inmax, kernel, da, db) \
-    {#name, onnx, (inmax) < 0 ? 1 : (inmax), inmax, 1, 1, 0x3, F_EW | F_BINARY, KF_##kernel, #kernel, NO_PARAMS, \
+    {#name, 1, 2, 2, 1, 1, 0x3, F_EW | F_BINARY | F_I64, KF_##kernel, #kernel, NO_PARAMS, {-1, -1}, {NULL, NULL}},
+#define EW2D(name, onnx, inmax, kernel, da, db, i64) \
+    {#name, onnx, (inmax) < 0 ? 1 : (inmax), inmax, 1, 1, 0x3, F_EW | F_BINARY | ((i64) ? F_I64 : 0), KF_##kernel, \
+     #kernel, NO_PARAMS, \
      {KF_##da, KF_##db}, {#da, #db}},
 #include "ops.def"
 #undef OP

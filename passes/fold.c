@@ -637,6 +637,19 @@ static int new_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
     return c;
 }
 
+/* x reshaped to dims[0..n) (x itself when it has them); its output */
+static int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
+{
+    Graph *g = s->g;
+    const Shape *xs = &g->val[x].shape;
+    if (xs->rank == n && !memcmp(xs->dim, dims, sizeof(int64_t) * (size_t)n))
+        return x;
+    Shape cs = {.rank = 1};
+    cs.dim[0] = n;
+    int sv = ir_const(g, ir_fmt("%s/shape.%d", g->node[id].name, s->nnew++), DT_I64, &cs, dims);
+    return expand(s, id, OP_Reshape, x, sv, "reshape", -1);
+}
+
 /* RMSNormalization: Y = X / sqrt(mean(X^2 over axes axis..r-1) + epsilon) * scale */
 static void expand_rmsnorm(Sweep *s, int id)
 {
@@ -790,6 +803,167 @@ static void expand_cumsum(Sweep *s, int id)
     for (int64_t k = 1; k < len; k *= 2)
         y = expand(s, id, OP_Add, y, expand_shift(s, id, y, ax, k, sign, -1), ir_fmt("add%lld", (long long)k),
                    2 * k >= len ? n.out[0] : -1);
+}
+
+/* ---- GatherND, ScatterND, ScatterElements ------------------------------------ */
+
+/* NDIndex of node n's indices (input 1, int64 after cast_input) into data
+ * (input 0) with b batch dims, after checking the shapes ONNX requires and,
+ * when the indices are a constant, every component; visited, its output.
+ * *k: the tuple length. */
+static int nd_positions(Sweep *s, int id, int b, int *k)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]], *ix = &g->val[n.in[1]];
+    int r = x->shape.rank, q = ix->shape.rank;
+    if (ix->dtype != DT_I64)
+        node_fatal(g, &n, "indices '%s' are %s; %s takes int64 or int32 indices", ir_q(ix->name),
+                   dtype_name(ix->dtype), op_info[n.op].name);
+    if (q < 1 || b < 0 || b >= q || b >= r)
+        node_fatal(g, &n, "indices '%s' have rank %d, data '%s' rank %d: batch_dims %d must be below both", ir_q(ix->name),
+                   q, ir_q(x->name), r, b);
+    if (ix->shape.dim[q - 1] < 1 || ix->shape.dim[q - 1] > r - b)
+        node_fatal(g, &n, "indices '%s' end in tuples of %lld; %s needs 1 to %d (data's rank less batch_dims)",
+                   ir_q(ix->name), (long long)ix->shape.dim[q - 1], op_info[n.op].name, r - b);
+    *k = (int)ix->shape.dim[q - 1];
+    for (int i = 0; i < b; i++)
+        if (ix->shape.dim[i] != x->shape.dim[i])
+            node_fatal(g, &n, "batch dim %d is %lld in indices '%s' and %lld in data '%s'", i,
+                       (long long)ix->shape.dim[i], ir_q(ix->name), (long long)x->shape.dim[i], ir_q(x->name));
+    const int64_t *dims = x->shape.dim + b;
+    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
+        int64_t v = ((const int64_t *)ix->data)[i], lim = dims[i % *k];
+        if (v < -lim || v >= lim)
+            node_fatal(g, &n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v, (long long)i,
+                       ir_q(ix->name), (long long)-lim, (long long)lim);
+    }
+    int c = expand_node(s, id, OP_NDIndex, n.in[1], -1, "positions", -1);
+    ir_attr_ints_add(g, c, "dims", dims, *k);
+    ir_attr_add(g, c, "batch", A_INT)->i = b;
+    visit(s, c);
+    return g->node[c].out[0];
+}
+
+/* GatherND: data with its batch dims and the k indexed dims flattened into
+ * one, Gathered along it at the tuples' positions (NDIndex): the output
+ * [B.., Q.., rest] directly; the gradient is Gather's scatter-add. */
+static void expand_gather_nd(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    int b = (int)ir_attr_i(&g->node[id], "batch_dims", 0), k;
+    int pos = nd_positions(s, id, b, &k);
+    Node n = g->node[id];
+    const Shape xs = g->val[n.in[0]].shape;
+    int64_t d[MAX_RANK] = {1};
+    for (int i = 0; i < b + k; i++)
+        d[0] *= xs.dim[i];
+    for (int i = b + k; i < xs.rank; i++)
+        d[i - b - k + 1] = xs.dim[i];
+    int c = expand_node(s, id, OP_Gather, expand_reshape(s, id, n.in[0], d, xs.rank - b - k + 1), pos, "gather",
+                        n.out[0]);
+    ir_attr_add(g, c, "axis", A_INT)->i = 0;
+    visit(s, c);
+}
+
+/* A scatter-add (GatherGrad along axis 0, or GatherElementsGrad along axis)
+ * of u at indices into a new value of dtype dt and shape like; visited, its
+ * output. */
+static int scatter_add(Sweep *s, int id, Op op, int u, int indices, int axis, DType dt, const Shape *like,
+                       const char *suffix)
+{
+    Graph *g = s->g;
+    int y = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, like, R_ACT);
+    int c = expand_node(s, id, op, u, indices, suffix, y);
+    ir_attr_add(g, c, "axis", A_INT)->i = axis;
+    visit(s, c);
+    return y;
+}
+
+/* ScatterND and ScatterElements, reduction add: data + the scatter-add of
+ * updates; none: where some update landed (a scatter-add of ones is
+ * positive), the scatter-add of updates, elsewhere data.  ONNX leaves
+ * duplicate indices undefined under none; here they sum.  ScatterND
+ * scatters rows of data viewed as [indexed dims flattened, rest] at the
+ * tuples' positions (NDIndex); ScatterElements uses GatherElements'
+ * backward, which checks its indices.  Gradients: data's through Add or
+ * Where, updates' a gather of dy (GatherGrad's rule). */
+static void expand_scatter(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    int nd = n.op == OP_ScatterND;
+    int red = ir_attr_choice(g, &n, "reduction", "none|add|mul|max|min");
+    if (red > 1)
+        node_fatal(g, &n, "reduction '%s' is not supported (fsdpc scatters with none or add)",
+                   ir_attr_s(&n, "reduction", ""));
+    for (int i = 0; i < 3; i += 2)
+        if (!is_float(g->val[n.in[i]].dtype))
+            node_fatal(g, &n, "%s '%s' is %s: fsdpc scatters float32 or float64 only", i ? "updates" : "data",
+                       ir_q(g->val[n.in[i]].name), dtype_name(g->val[n.in[i]].dtype));
+    if (g->val[n.in[0]].dtype != g->val[n.in[2]].dtype)
+        node_fatal(g, &n, "data is %s and updates %s; they must have one dtype", dtype_name(g->val[n.in[0]].dtype),
+                   dtype_name(g->val[n.in[2]].dtype));
+    int k = 0, ax = 0, pos = n.in[1];
+    if (nd)
+        pos = nd_positions(s, id, 0, &k);
+    n = g->node[id];
+    const Value *x = &g->val[n.in[0]], *ix = &g->val[n.in[1]], *u = &g->val[n.in[2]];
+    Shape xs = x->shape, want = {0}, flat = {.rank = 1, .dim = {1}}, cnt = {0};
+    DType dt = x->dtype;
+    if (nd) { /* updates: [Q.., rest]; data as [P, rest]; where an update landed: [P] */
+        if (ix->shape.rank - 1 + xs.rank - k > MAX_RANK)
+            node_fatal(g, &n, "updates would have rank %d; fsdpc supports rank <= %d", ix->shape.rank - 1 + xs.rank - k,
+                       MAX_RANK);
+        for (int i = 0; i < ix->shape.rank - 1; i++)
+            want.dim[want.rank++] = ix->shape.dim[i];
+        for (int i = 0; i < xs.rank; i++) {
+            if (i < k)
+                flat.dim[0] *= xs.dim[i];
+            else
+                want.dim[want.rank++] = flat.dim[flat.rank++] = xs.dim[i];
+            cnt.dim[cnt.rank++] = i < k ? xs.dim[i] : 1;
+        }
+    } else {
+        if (ix->dtype != DT_I64)
+            node_fatal(g, &n, "indices '%s' are %s; ScatterElements takes int64 or int32 indices", ir_q(ix->name),
+                       dtype_name(ix->dtype));
+        if (ix->shape.rank != xs.rank || xs.rank < 1)
+            node_fatal(g, &n, "indices '%s' have rank %d and data '%s' rank %d; ScatterElements needs one rank, "
+                       "at least 1", ir_q(ix->name), ix->shape.rank, ir_q(x->name), xs.rank);
+        ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), xs.rank, "axis");
+        for (int d = 0; d < xs.rank; d++)
+            if (d != ax && ix->shape.dim[d] > xs.dim[d])
+                node_fatal(g, &n, "indices '%s' have %lld along dim %d, data '%s' %lld; off the axis they can be "
+                           "no longer", ir_q(ix->name), (long long)ix->shape.dim[d], d, ir_q(x->name),
+                           (long long)xs.dim[d]);
+        int64_t lim = xs.dim[ax];
+        for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
+            int64_t v = ((const int64_t *)ix->data)[i];
+            if (v < -lim || v >= lim)
+                node_fatal(g, &n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
+                           (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
+        }
+        want = ix->shape, flat = cnt = xs;
+    }
+    if (u->shape.rank != want.rank || memcmp(u->shape.dim, want.dim, sizeof(int64_t) * (size_t)want.rank))
+        node_fatal(g, &n, "updates '%s' have shape %s; %s needs %s", ir_q(u->name), shape_str(&u->shape),
+                   op_info[n.op].name, shape_str(&want));
+    Op op = nd ? OP_GatherGrad : OP_GatherElementsGrad;
+    int sc = expand_reshape(s, id, scatter_add(s, id, op, n.in[2], pos, ax, dt, &flat, "scatter"), xs.dim, xs.rank);
+    if (red == 1) {
+        expand(s, id, OP_Add, n.in[0], sc, "add", n.out[0]);
+        return;
+    }
+    Shape os = nd ? g->val[pos].shape : want; /* ones where the updates are: rows (ND) or elements */
+    int e = expand_node(s, id, OP_Expand, new_scalar(s, id, dt, 1, "one"), -1, "ones", -1);
+    ir_attr_ints_add(g, e, "shape", os.dim, os.rank);
+    visit(s, e);
+    Shape ls = nd ? (Shape){.rank = 1, .dim = {flat.dim[0]}} : flat;
+    int hits = expand_reshape(s, id, scatter_add(s, id, op, g->node[e].out[0], pos, ax, dt, &ls, "hits"), cnt.dim,
+                              cnt.rank);
+    int landed = expand(s, id, OP_Greater, hits, new_scalar(s, id, dt, 0, "zero"), "landed", -1);
+    expand3(s, id, OP_Where, landed, sc, n.in[0], "where", n.out[0]);
 }
 
 /* ---- Resize ------------------------------------------------------------------ */
@@ -1041,19 +1215,6 @@ static void ein_transpose(Sweep *s, int id, ETerm *t, const int *want)
     memcpy(t->lab, want, sizeof(int) * (size_t)t->n);
 }
 
-/* x reshaped to dims[0..n) (x itself when it has them); its output */
-static int ein_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
-{
-    Graph *g = s->g;
-    const Shape *xs = &g->val[x].shape;
-    if (xs->rank == n && !memcmp(xs->dim, dims, sizeof(int64_t) * (size_t)n))
-        return x;
-    Shape cs = {.rank = 1};
-    cs.dim[0] = n;
-    int sv = ir_const(g, ir_fmt("%s/shape.%d", g->node[id].name, s->nnew++), DT_I64, &cs, dims);
-    return expand(s, id, OP_Reshape, x, sv, "reshape", -1);
-}
-
 /* t summed over its labels that keep does not hold */
 static void ein_reduce(Sweep *s, int id, ETerm *t, const char *keep)
 {
@@ -1133,7 +1294,8 @@ static ETerm ein_pair(Sweep *s, int id, ETerm a, ETerm b, const char *keep, cons
             da[i] = i < nb + na ? sa->dim[i] : 1;
             db[i] = i < nb ? sb->dim[i] : i < nb + na ? 1 : sb->dim[i - na];
         }
-        r.v = expand(s, id, OP_Mul, ein_reshape(s, id, a.v, da, r.n), ein_reshape(s, id, b.v, db, r.n), "mul", -1);
+        r.v = expand(s, id, OP_Mul, expand_reshape(s, id, a.v, da, r.n), expand_reshape(s, id, b.v, db, r.n), "mul",
+                     -1);
         return r;
     }
     ein_expand(s, id, &a, ldim);
@@ -1158,9 +1320,9 @@ static ETerm ein_pair(Sweep *s, int id, ETerm a, ETerm b, const char *keep, cons
     ein_transpose(s, id, &b, wb);
     int64_t ma[3] = {bt, m, k}, mb[3] = {bt, k, nn};
     int lo = nb ? 0 : 1; /* no batch: plain matrices */
-    int p = expand(s, id, OP_MatMul, ein_reshape(s, id, a.v, ma + lo, 3 - lo), ein_reshape(s, id, b.v, mb + lo, 3 - lo),
-                   "matmul", -1);
-    r.v = ein_reshape(s, id, p, dr, r.n);
+    int p = expand(s, id, OP_MatMul, expand_reshape(s, id, a.v, ma + lo, 3 - lo),
+                   expand_reshape(s, id, b.v, mb + lo, 3 - lo), "matmul", -1);
+    r.v = expand_reshape(s, id, p, dr, r.n);
     return r;
 }
 
@@ -1310,7 +1472,7 @@ static int attn_heads(Sweep *s, int id, int x, int64_t h)
     Shape xs = s->g->val[x].shape;
     int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
     static const int64_t perm[4] = {0, 2, 1, 3};
-    return expand_perm(s, id, ein_reshape(s, id, x, d, 4), perm, 4, "heads");
+    return expand_perm(s, id, expand_reshape(s, id, x, d, 4), perm, 4, "heads");
 }
 
 /* x [B, Hkv, S, D] with each head repeated reps times in place: [B, Hkv * reps, S, D] */
@@ -1320,10 +1482,10 @@ static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
     int64_t d5[5] = {xs.dim[0], xs.dim[1], 1, xs.dim[2], xs.dim[3]};
     int64_t e5[5] = {xs.dim[0], xs.dim[1], reps, xs.dim[2], xs.dim[3]};
     int64_t d4[4] = {xs.dim[0], xs.dim[1] * reps, xs.dim[2], xs.dim[3]};
-    int c = expand_node(s, id, OP_Expand, ein_reshape(s, id, x, d5, 5), -1, "repeat", -1);
+    int c = expand_node(s, id, OP_Expand, expand_reshape(s, id, x, d5, 5), -1, "repeat", -1);
     ir_attr_ints_add(s->g, c, "shape", e5, 5);
     visit(s, c);
-    return ein_reshape(s, id, s->g->node[c].out[0], d4, 4);
+    return expand_reshape(s, id, s->g->node[c].out[0], d4, 4);
 }
 
 /* Attention as the ops of its definition: 3-D Q, K, V split into heads;
@@ -1542,7 +1704,7 @@ static void expand_rope(Sweep *s, int id)
         if (h < 1 || xs.dim[2] % h)
             node_fatal(g, &n, "3-D X needs num_heads dividing its last dim %lld", (long long)xs.dim[2]);
         int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
-        x = ein_reshape(s, id, x, d, 4);
+        x = expand_reshape(s, id, x, d, 4);
     }
     Shape s4 = g->val[x].shape; /* [B, H, S, D] or [B, S, H, D] */
     int64_t hd = s4.dim[3], rd = ir_attr_i(&n, "rotary_embedding_dim", 0);
@@ -1567,7 +1729,7 @@ static void expand_rope(Sweep *s, int id)
         int64_t d[4] = {c3.dim[0], 1, c3.dim[1], rd / 2}; /* broadcast over the heads */
         if (r == 3)
             d[1] = c3.dim[1], d[2] = 1;
-        cs[j] = ein_reshape(s, id, cs[j], d, 4);
+        cs[j] = expand_reshape(s, id, cs[j], d, 4);
     }
     int il = ir_attr_i(&n, "interleaved", 0) != 0;
     int x1 = expand_slice_last(s, id, x, 0, il ? rd : rd / 2, il ? 2 : 1, "x1");
@@ -1581,7 +1743,7 @@ static void expand_rope(Sweep *s, int id)
         int ri[2] = {seq_part(s, id, OP_Unsqueeze, re, "real_pair", "axes", 4),
                      seq_part(s, id, OP_Unsqueeze, im, "imag_pair", "axes", 4)};
         int64_t d[4] = {s4.dim[0], s4.dim[1], s4.dim[2], rd};
-        parts[np++] = ein_reshape(s, id, expand_concat(s, id, ri, 2, -1, "pairs", -1), d, 4);
+        parts[np++] = expand_reshape(s, id, expand_concat(s, id, ri, 2, -1, "pairs", -1), d, 4);
     } else {
         parts[np++] = re;
         parts[np++] = im;
@@ -1639,6 +1801,8 @@ static void canon(Sweep *s, int id)
     case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
     case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
     case OP_CumSum: expand_cumsum(s, id); return;
+    case OP_GatherND: cast_input(s, id, 1); expand_gather_nd(s, id); return;
+    case OP_ScatterND: case OP_ScatterElements: cast_input(s, id, 1); expand_scatter(s, id); return;
     case OP_Resize: expand_resize(s, id); return;
     case OP_Einsum: expand_einsum(s, id); return;
     case OP_Attention: expand_attention(s, id); return;
@@ -1686,7 +1850,8 @@ static int foldable_op(Op op)
     case OP_Unsqueeze: case OP_Flatten: case OP_Concat: case OP_Split: case OP_Slice:
     case OP_Gather: case OP_GatherElements: case OP_Expand: case OP_Tile: case OP_Pad: case OP_Transpose:
     case OP_Where: case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
-    case OP_Not: case OP_Cast: case OP_Trilu: case OP_ConstantOfShape: case OP_Range:
+    case OP_Not: case OP_Cast: case OP_Trilu: case OP_ConstantOfShape: case OP_Range: case OP_NDIndex:
+    case OP_GatherGrad: case OP_GatherElementsGrad:
         return 1;
     default:
         return unary_kop(op) >= 0 || is_binary(op);
@@ -1748,45 +1913,6 @@ static void eval_unary(const Graph *g, const Node *n)
 }
 
 /* integer a OP b elementwise with broadcasting; int64 arithmetic, wrapping */
-static void int_arith(Graph *g, const Node *n)
-{
-    const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]], *y = &g->val[n->out[0]];
-    int64_t sa[MAX_RANK], sb[MAX_RANK], idx[MAX_RANK] = {0}, total = shape_numel(&y->shape);
-    size_t es = dtype_size(y->dtype);
-    tensor_bcast(&a->shape, &y->shape, sa);
-    tensor_bcast(&b->shape, &y->shape, sb);
-    for (int64_t i = 0; i < total; i++) {
-        int64_t ia = 0, ib = 0;
-        for (int d = 0; d < y->shape.rank; d++) {
-            ia += idx[d] * sa[d];
-            ib += idx[d] * sb[d];
-        }
-        uint64_t va = (uint64_t)tensor_const_i(a, ia), vb = (uint64_t)tensor_const_i(b, ib), r;
-        int64_t sa_ = (int64_t)va, sb_ = (int64_t)vb;
-        switch (n->op) {
-        case OP_Add: r = va + vb; break;
-        case OP_Sub: r = va - vb; break;
-        case OP_Mul: r = va * vb; break;
-        case OP_Min: r = sa_ < sb_ ? va : vb; break;
-        case OP_Max: r = sa_ > sb_ ? va : vb; break;
-        default:
-            if (!vb)
-                node_fatal(g, n, "integer division by zero in constant arithmetic");
-            if (sa_ == INT64_MIN && sb_ == -1)
-                r = n->op == OP_Div ? va : 0;
-            else if (n->op == OP_Div)
-                r = (uint64_t)(sa_ / sb_);
-            else { /* Mod: the divisor's sign (fmod 0), FMod: the dividend's */
-                int64_t m = sa_ % sb_;
-                r = (uint64_t)(n->op == OP_Mod && m && (m < 0) != (sb_ < 0) ? m + sb_ : m);
-            }
-        }
-        int64_t v = (int64_t)r;
-        k_cast(tensor_kdt(y->dtype), (char *)y->data + (size_t)i * es, K_DT_I64, &v, 1);
-        for (int d = y->shape.rank - 1; d >= 0 && ++idx[d] == y->shape.dim[d]; d--)
-            idx[d] = 0;
-    }
-}
 
 /* Broadcast strides of inputs 0..nin-1 into the output's shape. */
 static const Shape *bstrides(const Graph *g, const Node *n, int64_t (*st)[MAX_RANK])
@@ -1795,6 +1921,21 @@ static const Shape *bstrides(const Graph *g, const Node *n, int64_t (*st)[MAX_RA
     for (int i = 0; i < n->nin; i++)
         tensor_bcast(&g->val[n->in[i]].shape, y, st[i]);
     return y;
+}
+
+static void int_arith(Graph *g, const Node *n)
+{
+    /* any integer dtype: through int64 and the kernel the step would run (k_binary_i64) */
+    const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]], *y = &g->val[n->out[0]];
+    int64_t st[3][MAX_RANK], na = shape_numel(&a->shape), nb = shape_numel(&b->shape), ny = shape_numel(&y->shape);
+    const Shape *ys = bstrides(g, n, st);
+    int64_t *ia = ir_alloc(sizeof(int64_t) * (size_t)(na + 1)), *ib = ir_alloc(sizeof(int64_t) * (size_t)(nb + 1));
+    int64_t *iy = ir_alloc(sizeof(int64_t) * (size_t)(ny + 1));
+    k_cast(K_DT_I64, ia, tensor_kdt(a->dtype), a->data, na);
+    k_cast(K_DT_I64, ib, tensor_kdt(b->dtype), b->data, nb);
+    if (k_binary_i64(op_info[n->op].kernel, iy, ia, ib, ys->rank, ys->dim, st[0], st[1]) >= 0)
+        node_fatal(g, n, "integer division by zero in constant arithmetic");
+    k_cast(tensor_kdt(y->dtype), y->data, K_DT_I64, iy, ny);
 }
 
 static void eval_binary(const Graph *g, const Node *n)
@@ -1860,6 +2001,29 @@ static void eval_gather(const Graph *g, const Node *n)
         die("constant Gather indices passed the shape rule's check");
 }
 
+/* GatherGrad, GatherElementsGrad: the scatters of ScatterND and
+ * ScatterElements (where an update lands, for constant indices) */
+static void eval_scatter(const Graph *g, const Node *n)
+{
+    const Value *y = &g->val[n->out[0]], *u = &g->val[n->in[0]], *ix = &g->val[n->in[1]];
+    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), y->shape.rank, "axis"), f32 = y->dtype == DT_F32;
+    int64_t bad;
+    if (n->op == OP_GatherGrad) {
+        int64_t outer, axdim, inner;
+        tensor_gather_dims(&y->shape, ax, &outer, &axdim, &inner);
+        if (f32)
+            k_gather_grad_f32(y->data, u->data, ix->data, outer, axdim, inner, shape_numel(&ix->shape));
+        else
+            k_gather_grad_f64(y->data, u->data, ix->data, outer, axdim, inner, shape_numel(&ix->shape));
+        bad = -1;
+    } else if (f32)
+        bad = k_gather_elements_grad_f32(y->data, u->data, ix->data, ix->shape.rank, ix->shape.dim, y->shape.dim, ax);
+    else
+        bad = k_gather_elements_grad_f64(y->data, u->data, ix->data, ix->shape.rank, ix->shape.dim, y->shape.dim, ax);
+    if (bad >= 0)
+        die("constant ScatterElements indices passed fold's check");
+}
+
 static void eval_gather_elements(const Graph *g, const Node *n)
 {
     const Value *x = &g->val[n->in[0]], *ix = &g->val[n->in[1]];
@@ -1902,6 +2066,17 @@ static void eval(const Graph *g, const Node *n)
         break;
     case OP_Gather: eval_gather(g, n); break;
     case OP_GatherElements: eval_gather_elements(g, n); break;
+    case OP_GatherGrad: case OP_GatherElementsGrad: eval_scatter(g, n); break;
+    case OP_NDIndex: {
+        int k;
+        const int64_t *dims = tensor_ints(n, "dims", &k);
+        int64_t nb = 1, nq = 1, b = ir_attr_i(n, "batch", 0);
+        for (int d = 0; d < x->shape.rank - 1; d++)
+            *(d < b ? &nb : &nq) *= x->shape.dim[d];
+        if (k_nd_index(y->data, x->data, nb, nq, k, dims) >= 0)
+            die("constant GatherND / ScatterND indices passed fold's check");
+        break;
+    }
     case OP_Where: {
         int64_t st[3][MAX_RANK];
         const Shape *s = bstrides(g, n, st);

@@ -204,14 +204,15 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
 /* the kc_ twins: kernels.h's prototypes under the kc_ names */
 #define TWINS(X)                                                                                   \
     X(binary_f32) X(unary_f32) X(unary_grad_f32) X(scale_f32) X(fill_f32) X(compare_f32)          \
-    X(compare_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
+    X(compare_i64) X(binary_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
     X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(matmul_bf16) X(reduce_sum_to_f32) X(reduce_f32)    \
     X(reduce_max_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
     X(layernorm_f32) X(layernorm_grad_f32) X(batchnorm_train_f32) X(batchnorm_grad_f32)           \
     X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
     X(conv2d_grad_w_f32) X(conv2d_grad_b_f32) X(maxpool2d_f32) X(maxpool2d_grad_f32)              \
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
-    X(gather) X(gather_grad_f32) X(gather_elements) X(gather_elements_grad_f32) X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)    \
+    X(gather) X(gather_grad_f32) X(gather_elements) X(gather_elements_grad_f32) X(nd_index)          \
+    X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)                                 \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
     X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
     X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16)
@@ -358,6 +359,17 @@ static void test_compare_where()
             kc_compare_i64(op, got.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data());
             CTX("kc_compare_i64 op %d y %s", op, dims(c.y).c_str());
             check_bytes(got.data(), want.data(), (size_t)n);
+        }
+        /* int64 index arithmetic; b has zeros: the first position divided by zero comes back */
+        std::vector<int64_t> wi(n + 1), gi(n + 1);
+        for (int op : {K_ADD, K_SUB, K_MUL, K_DIV, K_MIN, K_MAX, K_MOD, K_FMOD}) {
+            check_slot[0] = -1, next_slot = 0;
+            const int64_t bad = k_binary_i64(op, wi.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data());
+            check_int(kc_binary_i64(op, gi.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data()), -1);
+            CTX("kc_binary_i64 op %d y %s", op, dims(c.y).c_str());
+            check_bytes(gi.data(), wi.data(), (size_t)n * sizeof(int64_t));
+            check_int(check_slot[0], bad);
+            check_int(next_slot, 1);
         }
         /* Where: condition broadcast like a, values like b and y */
         std::vector<uint8_t> cond(na + 1);
@@ -1074,11 +1086,51 @@ static void test_gather_elements()
                 continue;
             idx[ny - 1] = 0, idx[ny / 2] = -1;
             F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
-            k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
-            kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            check_slot[0] = -1, next_slot = 0;
+            check_int(k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
+            check_int(kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
             CTX("kc_gather_elements_grad rank %d axis %d", c.rank, c.axis);
             check_f(gdx.data(), wdx.data(), nx, 0);
+            check_int(check_slot[0], -1);
+            idx[0] = ax; /* ScatterElements' indices are checked here too */
+            check_slot[0] = -1, next_slot = 0;
+            CTX("kc_gather_elements_grad bad index, rank %d axis %d", c.rank, c.axis);
+            kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            check_int(check_slot[0], k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh,
+                                                                c.xs, c.axis));
+            check_int(next_slot, 1);
         }
+}
+
+static void test_nd_index()
+{
+    struct Case {
+        int64_t batch, nq;
+        int k;
+        int64_t dims[3];
+    };
+    static const Case cases[] = {{1, 7, 1, {9}}, {2, 5, 2, {4, 5}}, {3, 40, 3, {2, 3, 7}}, {1, 0, 2, {3, 3}},
+                                 {4, 300, 2, {50, 60}}};
+    for (const auto &c : cases) {
+        const int64_t n = c.batch * c.nq;
+        std::vector<int64_t> idx(n * c.k + 1), w(n + 1, -7), g(n + 1, -7);
+        for (int64_t i = 0; i < n * c.k; i++)
+            idx[i] = below(2 * c.dims[i % c.k]) - c.dims[i % c.k]; /* negatives count from the end */
+        check_slot[0] = -1, next_slot = 0;
+        CTX("kc_nd_index batch %lld, %lld tuples of %d", (long long)c.batch, (long long)c.nq, c.k);
+        check_int(k_nd_index(w.data(), idx.data(), c.batch, c.nq, c.k, c.dims), -1);
+        check_int(kc_nd_index(g.data(), idx.data(), c.batch, c.nq, c.k, c.dims), -1);
+        check_int(check_slot[0], -1);
+        check_bytes(g.data(), w.data(), (size_t)n * sizeof(int64_t));
+        if (n < 2)
+            continue;
+        idx[n * c.k - 1] = c.dims[c.k - 1], idx[n * c.k / 2] = -c.dims[n * c.k / 2 % c.k] - 1;
+        check_slot[0] = -1, next_slot = 0;
+        CTX("kc_nd_index bad component, batch %lld, %lld tuples of %d", (long long)c.batch, (long long)c.nq, c.k);
+        kc_nd_index(g.data(), idx.data(), c.batch, c.nq, c.k, c.dims);
+        check_int(check_slot[0], k_nd_index(w.data(), idx.data(), c.batch, c.nq, c.k, c.dims));
+        check_int(next_slot, 1);
+    }
 }
 
 static void test_dropout()
@@ -1560,7 +1612,7 @@ int main()
 {
     static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
                                       test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
-                                      test_batchnorm, test_conv, test_pool, test_gather, test_gather_elements,
+                                      test_batchnorm, test_conv, test_pool, test_gather, test_gather_elements, test_nd_index,
                                       test_dropout, test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
                                       test_cast_bf16, test_matmul_bf16, test_cast_f16, test_matmul_f16,
                                       test_loss_scale, test_matmul_add};

@@ -311,6 +311,64 @@ static void test_compare(int dt)
     buf_free(&a), buf_free(&b);
 }
 
+/* ---- int64 index arithmetic -------------------------------------------- */
+
+/* the ops' definitions, written out independently of fused.h */
+static int64_t ref_i64(int op, int64_t a, int64_t b)
+{
+    switch (op) {
+    case K_ADD: return (int64_t)((uint64_t)a + (uint64_t)b);
+    case K_SUB: return (int64_t)((uint64_t)a - (uint64_t)b);
+    case K_MUL: return (int64_t)((uint64_t)a * (uint64_t)b);
+    case K_MIN: return a < b ? a : b;
+    case K_MAX: return a > b ? a : b;
+    default: break;
+    }
+    if (b == 0)
+        return 0;
+    if (a == INT64_MIN && b == -1)
+        return op == K_DIV ? INT64_MIN : 0;
+    int64_t q = a / b, r = a - q * b; /* C: truncating */
+    if (op == K_DIV)
+        return q;
+    if (op == K_FMOD)
+        return r;
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r; /* Mod: the divisor's sign, as Python's % */
+}
+
+static void test_binary_i64(int dt)
+{
+    if (dt != F64) /* once */
+        return;
+    /* y [2,3,4] = a [2,3,4] OP b [3,1]: negatives, zero divisors, INT64_MIN / -1, wrapping */
+    int64_t shape[3] = {2, 3, 4}, bsh[2] = {3, 1}, sa[3] = {12, 4, 1}, sb[3], idx[3];
+    bcast_strides(3, 2, bsh, sb);
+    int64_t a[24], b[3] = {-3, 7, -1}, y[24], want[24];
+    for (int i = 0; i < 24; i++)
+        a[i] = (int64_t)floor(rnd(-20, 20));
+    a[3] = INT64_MIN, a[7] = INT64_MAX, a[9] = -7, a[10] = 7;
+    static const int ops[] = {K_ADD, K_SUB, K_MUL, K_DIV, K_MIN, K_MAX, K_MOD, K_FMOD};
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+        for (int i = 0; i < 24; i++) {
+            unravel(i, 3, shape, idx);
+            want[i] = ref_i64(ops[k], a[i], b[dot(3, idx, sb)]);
+        }
+        CTX("k_binary_i64 op %d", ops[k]);
+        check_int(dt, k_binary_i64(ops[k], y, a, b, 3, shape, sa, sb), -1);
+        check_bytes(dt, y, want, sizeof want);
+    }
+    /* a zero divisor: the first position it reaches comes back (0 written there); Add does not care */
+    b[1] = 0;
+    CTX("k_binary_i64 Div by zero");
+    check_int(dt, k_binary_i64(K_DIV, y, a, b, 3, shape, sa, sb), 4);
+    check_int(dt, y[4] == 0 && y[0] == ref_i64(K_DIV, a[0], b[0]), 1);
+    CTX("k_binary_i64 Mod by zero");
+    check_int(dt, k_binary_i64(K_MOD, y, a, b, 3, shape, sa, sb), 4);
+    CTX("k_binary_i64 Add of zero");
+    check_int(dt, k_binary_i64(K_ADD, y, a, b, 3, shape, sa, sb), -1);
+    check_int(dt, y[4] == a[4], 1);
+}
+
 /* ---- Where -------------------------------------------------------------- */
 
 /* y [2,3,4] = where(c [2,1,4], a [3,1], b [4]) */
@@ -850,7 +908,7 @@ static void test_trilu_range(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_unary, test_unary_special, test_pow, test_compare, test_where, test_cast, test_cast_bf16, test_cast_f16,
+        test_unary, test_unary_special, test_pow, test_compare, test_binary_i64, test_where, test_cast, test_cast_bf16, test_cast_f16,
         test_copy, test_pad, test_trilu_range,
     };
     return ktest_main("kernels_ew_test", tests, sizeof tests / sizeof tests[0]);

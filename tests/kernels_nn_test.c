@@ -615,7 +615,7 @@ static void ge_case(int dt, int rank, const int64_t *xs, const int64_t *sh, int 
     GET(&y);
     check(dt, y.d, want.d, ny, 0);
     CTX("k_gather_elements_grad rank %d axis %d: the scatter-add by definition", rank, axis);
-    KCALL(k_gather_elements_grad, V(dx), V(g), idx, rank, sh, xs, axis);
+    check_int(dt, KCALL(k_gather_elements_grad, V(dx), V(g), idx, rank, sh, xs, axis), -1);
     GET(&dx);
     check(dt, dx.d, wdx.d, nx, tol(dt));
     if (nx <= 400) {
@@ -626,6 +626,32 @@ static void ge_case(int dt, int rank, const int64_t *xs, const int64_t *sh, int 
     }
     buf_free(&x), buf_free(&y), buf_free(&want), buf_free(&g), buf_free(&dx), buf_free(&wdx);
     free(idx);
+}
+
+/* ---- NDIndex (GatherND, ScatterND) ----------------------------------------- */
+
+static void test_nd_index(int dt)
+{
+    /* batch 2 x 3 tuples of 2 into dims {4, 5}: negatives wrap, the batch offset is 20 */
+    static const int64_t dims[] = {4, 5}, idx[] = {0, 0, 3, 4, -1, -5, 1, 2, -4, 0, 2, -1};
+    static const int64_t want[] = {0, 19, 15, 20 + 7, 20 + 0, 20 + 14};
+    int64_t y[6] = {0}, keep[6];
+    CTX("k_nd_index batch 2, 3 tuples of 2");
+    check_int(dt, k_nd_index(y, idx, 2, 3, 2, dims), -1);
+    check_bytes(dt, y, want, sizeof want);
+    CTX("k_nd_index one dim, no batch");
+    check_int(dt, k_nd_index(y, (const int64_t[]){2, -3}, 1, 2, 1, (const int64_t[]){3}), -1);
+    check_bytes(dt, y, ((const int64_t[]){2, 0}), 2 * sizeof(int64_t));
+    /* a component outside its own dim: the first bad position, y untouched */
+    static const int64_t bad[] = {3, 4, 0, 5, 4, 0};
+    memcpy(keep, y, sizeof keep);
+    CTX("k_nd_index component == its dim");
+    check_int(dt, k_nd_index(y, bad, 1, 3, 2, dims), 3);
+    check_bytes(dt, y, keep, sizeof keep);
+    CTX("k_nd_index component < -dim");
+    check_int(dt, k_nd_index(y, (const int64_t[]){0, 0, -5, 0}, 1, 2, 2, dims), 2);
+    CTX("k_nd_index no tuples");
+    check_int(dt, k_nd_index(y, idx, 0, 3, 2, dims), -1);
 }
 
 static void test_gather_elements(int dt)
@@ -651,6 +677,16 @@ static void test_gather_elements(int dt)
     check(dt, y, sev, 4, 0);
     CTX("k_gather_elements index < -axis length");
     check_int(dt, k_gather_elements(8, y, x, bad + 1, 1, (const int64_t[]){3}, (const int64_t[]){3}, 0), 1);
+    /* the backward is ScatterElements' scatter: it checks too, dx untouched */
+    double dy[4] = {1, 1, 1, 1}, dxs[6] = {7, 7, 7, 7, 7, 7};
+    const double sev6[6] = {7, 7, 7, 7, 7, 7};
+    float dyf[4] = {1, 1, 1, 1}, dxf[6] = {7, 7, 7, 7, 7, 7}, sevf[6] = {7, 7, 7, 7, 7, 7};
+    CTX("k_gather_elements_grad index == axis length");
+    check_int(dt, k_gather_elements_grad_f64(dxs, dy, bad, 2, sh, xs, 1), 2);
+    check(dt, dxs, sev6, 6, 0);
+    CTX("k_gather_elements_grad_f32 index < -axis length");
+    check_int(dt, k_gather_elements_grad_f32(dxf, dyf, bad + 1, 1, (const int64_t[]){3}, (const int64_t[]){3}, 0), 1);
+    check_bytes(dt, dxf, sevf, sizeof sevf);
     /* int64 data (esize 8), as BERT's token type ids */
     static const int64_t ti[] = {0, 2, 1, 1, 2, 0};
     int64_t xi[6] = {10, 11, 12, 20, 21, 22}, yi[6], wi[6] = {10, 12, 11, 21, 22, 20};
@@ -780,7 +816,7 @@ int main(void)
 {
     static void (*const tests[])(int) = {
         test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
-        test_gather, test_gather_elements, test_philox, test_dropout,
+        test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -10,6 +10,9 @@
  * copies, WhereGrad routes dy by the condition.  Those carry the forward
  * node's attributes and are created with dx typed like the forward input.
  *
+ * GatherGrad and GatherElementsGrad are also the scatters of ScatterND and
+ * ScatterElements (passes/fold.c): their gradient gathers dy back.
+ *
  * Indices, conditions, shapes and comparisons carry no gradient (diff bits 0
  * in ops.def), so these rules never see them.
  */
@@ -122,6 +125,11 @@ int grad_tensor(GradCtx *cx)
     case OP_Gather: case OP_GatherElements: {
         int in[2] = {dy, n->in[1]};
         cx->d[0] = node(cx, n->op == OP_Gather ? OP_GatherGrad : OP_GatherElementsGrad, "scatter", 2, in, x, 1);
+        return 1;
+    }
+    case OP_GatherGrad: case OP_GatherElementsGrad: { /* a scatter-add (ScatterND, ScatterElements): gather dy back */
+        int in[2] = {dy, n->in[1]};
+        cx->d[0] = node(cx, n->op == OP_GatherGrad ? OP_Gather : OP_GatherElements, "gather", 2, in, -1, 1);
         return 1;
     }
     case OP_Expand: cx->d[0] = ad_sum_to(g, cx->name, dy, x); return 1;

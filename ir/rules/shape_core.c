@@ -42,8 +42,11 @@ static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
                              shape_str(&b->shape)));
         *s = o;
     }
+    if (*dt == DT_I64 && (op_info[n->op].flags & F_I64))
+        return; /* index arithmetic */
     if (!is_float(*dt) && n->op != OP_Identity)
-        node_fatal(g, n, "%s", ir_fmt("dtype %s is not supported (float32 or float64 only)", dtype_name(*dt)));
+        node_fatal(g, n, "%s", ir_fmt("dtype %s is not supported (float32 or float64%s)", dtype_name(*dt),
+                                      op_info[n->op].flags & F_I64 ? ", and int64 at run time" : " only"));
 }
 
 /* MatMul with fsdpc's transA/transB; both operands rank >= 2 with batch

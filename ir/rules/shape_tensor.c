@@ -241,6 +241,20 @@ static void gather(Graph *g, const Node *n)
     set_out(g, n, 0, x->dtype, &s);
 }
 
+/* fsdpc's NDIndex (made by fold, which checked the shapes against the
+ * user's node): int64 tuples [.., k] -> int64 positions [..] */
+static void nd_index(Graph *g, const Node *n)
+{
+    const Value *ix = in(g, n, 0);
+    int k;
+    tensor_ints(n, "dims", &k);
+    if (ix->dtype != DT_I64 || ix->shape.rank < 1 || k < 1 || ix->shape.dim[ix->shape.rank - 1] != k)
+        die("NDIndex %s: indices are not int64 tuples of its %d dims", n->name, k);
+    Shape s = ix->shape;
+    s.rank--;
+    set_out(g, n, 0, DT_I64, &s);
+}
+
 static void gather_elements(Graph *g, const Node *n)
 {
     const Value *x = in(g, n, 0), *ix = in(g, n, 1);
@@ -392,6 +406,7 @@ int shape_tensor(Graph *g, int node)
     case OP_Slice: slice(g, n); return 1;
     case OP_Gather: gather(g, n); return 1;
     case OP_GatherElements: gather_elements(g, n); return 1;
+    case OP_NDIndex: nd_index(g, n); return 1;
     case OP_Expand: expand(g, n); return 1;
     case OP_Tile: tile(g, n); return 1;
     case OP_Pad: pad(g, n); return 1;

@@ -15,7 +15,8 @@
  * so results track torch to the rounding of the dtype.  k_where and k_cast
  * work on raw element bytes / dtype codes and serve every dtype; the typed
  * bodies (float, double) are in ew_impl.h, included once per dtype below,
- * and the int64 comparison is stamped from the same row macro.
+ * and the int64 comparison is stamped from the same row macro.  Index
+ * arithmetic on int64 (k_binary_i64) takes fused.h's kf_binary_i64.
  */
 #include <math.h>
 #include <stdint.h>
@@ -71,6 +72,33 @@
 K_DEFINE_COMPARE(float, f32)
 K_DEFINE_COMPARE(double, f64)
 K_DEFINE_COMPARE(int64_t, i64)
+
+/* ---- int64 arithmetic (index tensors: small, one thread) ------------------ */
+
+int64_t k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
+                     const int64_t *shape, const int64_t *sa, const int64_t *sb)
+{
+    Walk w = {0};
+    int64_t ia, ib, n, pos = 0, bad = -1;
+    int divides = op == K_DIV || op == K_MOD || op == K_FMOD;
+    if (op != K_ADD && op != K_SUB && op != K_MUL && op != K_MIN && op != K_MAX && !divides)
+        die("k_binary_i64: an op without int64 arithmetic");
+    if (numel(rank, shape) == 0)
+        return -1;
+    for (int d = 0; d < rank; d++)
+        walk_push(&w, shape[d], sa[d], sb[d]);
+    n = walk_pop(&w, &ia, &ib);
+    walk_seek(&w, 0);
+    do {
+        for (int64_t i = 0; i < n; i++, pos++) {
+            const int64_t u = a[w.oa + i * ia], v = b[w.ob + i * ib];
+            if (divides && v == 0 && bad < 0)
+                bad = pos;
+            y[pos] = kf_binary_i64(op, u, v);
+        }
+    } while (walk_next(&w));
+    return bad;
+}
 
 /* ---- k_not, k_cast ------------------------------------------------------ */
 

@@ -182,6 +182,33 @@ KF_DEFINE(f64)
 #undef T
 #undef M
 #undef KF_DEFINE
+
+/* kf_binary_i64(op, a, b): the F_I64 rows of ops.def on int64 (index
+ * arithmetic), as fsdpc folds constants: ADD, SUB, MUL wrap (as torch's
+ * int64), DIV truncates (as ONNX's reference), MIN, MAX, MOD takes the
+ * divisor's sign, FMOD the dividend's; INT64_MIN / -1 wraps.  A zero
+ * divisor gives 0: k_binary_i64 reports it. */
+static inline int64_t kf_binary_i64(int op, int64_t a, int64_t b)
+{
+    const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    int64_t m;
+    switch (op) {
+    case KF_ADD: return (int64_t)(ua + ub);
+    case KF_SUB: return (int64_t)(ua - ub);
+    case KF_MUL: return (int64_t)(ua * ub);
+    case KF_MIN: return a < b ? a : b;
+    case KF_MAX: return a > b ? a : b;
+    default: break;
+    }
+    if (b == 0)
+        return 0;
+    if (b == -1)
+        return op == KF_DIV ? (int64_t)(0 - ua) : 0;
+    if (op == KF_DIV)
+        return a / b;
+    m = a % b;
+    return op == KF_MOD && m != 0 && (m < 0) != (b < 0) ? m + b : m;
+}
 #undef KF_B_
 #undef KF_U_
 #undef KF_DU_

@@ -22,7 +22,13 @@
  * column's elements lie istep apart in idx (and y, dy), the x elements it
  * may read xstep apart.  Columns read and write disjoint x elements (their
  * other coordinates differ), so both directions split columns across
- * threads, and the backward sums every dx element in index order.
+ * threads, and the backward sums every dx element in index order.  The
+ * backward is also ScatterElements' scatter (passes/fold.c), whose indices
+ * nothing checked before: it checks them as the forward does.
+ *
+ * GatherND and ScatterND index with tuples: k_nd_index turns each tuple
+ * (checked, negatives wrapped) into a position in the indexed dims
+ * flattened, so fold writes them as Gather / GatherGrad along one axis.
  */
 #include <stdint.h>
 #include <string.h>
@@ -134,6 +140,28 @@ int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx,
         if (idx[i] < -c.axdim || idx[i] >= c.axdim)
             return i;
     par_range(gather_columns, &j, c.cols, c.len);
+    return -1;
+}
+
+/* ---- GatherND / ScatterND index tuples ------------------------------------- */
+
+int64_t k_nd_index(int64_t *y, const int64_t *idx, int64_t batch, int64_t nq, int k, const int64_t *dims)
+{
+    int64_t span = 1;
+    if (k < 1 || k > 8)
+        die("k_nd_index: tuple length out of range");
+    for (int i = 0; i < k; i++)
+        span *= dims[i];
+    for (int64_t i = 0; i < batch * nq * k; i++)
+        if (idx[i] < -dims[i % k] || idx[i] >= dims[i % k])
+            return i;
+    for (int64_t t = 0; t < batch * nq; t++) {
+        const int64_t *p = idx + t * k;
+        int64_t off = 0;
+        for (int i = 0; i < k; i++)
+            off = off * dims[i] + (p[i] < 0 ? p[i] + dims[i] : p[i]);
+        y[t] = t / nq * span + off;
+    }
     return -1;
 }
 

@@ -56,20 +56,23 @@ static void KFN(scatter_columns)(void *ctx, int64_t lo, int64_t hi)
         column_at(c, u, &oi, &ox);
         for (int64_t a = 0; a < c->len; a++, oi += c->istep) {
             int64_t k = j->idx[oi] < 0 ? j->idx[oi] + c->axdim : j->idx[oi];
-            if (k >= 0 && k < c->axdim)
-                j->dx[ox + k * c->xstep] += j->dy[oi];
+            j->dx[ox + k * c->xstep] += j->dy[oi];
         }
     }
 }
 
-void KFN(k_gather_elements_grad)(T *dx, const T *dy, const int64_t *idx, int rank,
-                                 const int64_t *shape, const int64_t *xshape, int axis)
+int64_t KFN(k_gather_elements_grad)(T *dx, const T *dy, const int64_t *idx, int rank,
+                                    const int64_t *shape, const int64_t *xshape, int axis)
 {
     Columns c = columns(rank, shape, xshape, axis);
     KFN(ScatterColumnsJob) j = {&c, dx, dy, idx};
     int64_t nx = 1;
     for (int d = 0; d < rank; d++)
         nx *= xshape[d];
+    for (int64_t i = 0; i < c.cols * c.len; i++) /* ScatterElements' indices come here unchecked */
+        if (idx[i] < -c.axdim || idx[i] >= c.axdim)
+            return i;
     memset(dx, 0, (size_t)nx * sizeof(T));
     par_range(KFN(scatter_columns), &j, c.cols, c.len);
+    return -1;
 }

@@ -236,11 +236,12 @@ void k_global_avgpool_grad_##S(T *dx, const T *dy, int64_t nc, int64_t hw);     
  * negative indices wrap; out-of-range ones (k_gather rejected them) are skipped. */    \
 void k_gather_grad_##S(T *dx, const T *dy, const int64_t *idx, int64_t outer,           \
                        int64_t axis, int64_t inner, int64_t nidx);                      \
-/* GatherElements' backward: dx (xshape, zeroed here) [m with m[axis] = idx[m]]         \
- * += dy[m], m in ascending order along the axis (deterministic); shapes as            \
- * k_gather_elements, whose check the indices passed. */                              \
-void k_gather_elements_grad_##S(T *dx, const T *dy, const int64_t *idx, int rank,      \
-                                const int64_t *shape, const int64_t *xshape, int axis); \
+/* GatherElements' backward, ScatterElements' scatter-add: dx (xshape, zeroed here)     \
+ * [m with m[axis] = idx[m]] += dy[m], m in ascending order along the axis              \
+ * (deterministic); shapes as k_gather_elements.  Returns -1, or the position of the    \
+ * first index outside [-xshape[axis], xshape[axis]) (dx then unwritten). */            \
+int64_t k_gather_elements_grad_##S(T *dx, const T *dy, const int64_t *idx, int rank,   \
+                                   const int64_t *shape, const int64_t *xshape, int axis); \
 /* ---- random.c ----------------------------------------------------------- */         \
 /* Dropout, training: mask[i] = u(seed, stream, step, i) >= ratio (uint8 0/1, NULL      \
  * to skip), y = x mask s with s = 1 / (T)(1 - ratio) in T (as torch).  u: Philox       \
@@ -417,6 +418,11 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 
+/* k_binary on int64 (ops.def's F_I64 rows: K_ADD, K_SUB, K_MUL, K_DIV, K_MIN,
+ * K_MAX, K_MOD, K_FMOD; fused.h's kf_binary_i64).  Returns -1, or the
+ * position in y of the first element divided by zero (y[i] = 0 there). */
+int64_t k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
+                     const int64_t *shape, const int64_t *sa, const int64_t *sb);
 /* k_compare on int64 inputs (same contract as the float ones) */
 void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t *b, int rank,
                    const int64_t *shape, const int64_t *sa, const int64_t *sb);
@@ -465,6 +471,13 @@ int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t 
  * outside [-xshape[axis], xshape[axis]) (y then unwritten). */
 int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank,
                           const int64_t *shape, const int64_t *xshape, int axis);
+/* GatherND's / ScatterND's index tuples as positions: idx is batch x nq x k
+ * (k <= 8 components indexing dims[0..k)), y is batch x nq: y[b][q] =
+ * b span + the row-major offset of the tuple idx[b][q] in dims (span =
+ * the product of dims), negative components counting from the end.
+ * Returns -1, or the position in idx of the first component outside
+ * [-dims[i], dims[i]) (y then unwritten). */
+int64_t k_nd_index(int64_t *y, const int64_t *idx, int64_t batch, int64_t nq, int k, const int64_t *dims);
 /* ---- convolution and pooling geometry (host arithmetic, inline: shared by
  * kernels/c, the cuda launchers and the compiler's shape rules) ---------- */
 

@@ -36,6 +36,21 @@ KC_GLOBAL void k_binary_f32(int op, float *y, const float *a, const float *b, in
         binary_loop<int64_t>(op, y, a, b, n, rank, shape, sa, sb);
 }
 
+/* int64 index arithmetic (fused.h's kf_binary_i64); the first position
+ * divided by zero goes to check */
+KC_GLOBAL void k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int64_t n, int rank,
+                            KDims shape, KDims sa, KDims sb, int64_t *check)
+{
+    const int divides = op == KF_DIV || op == KF_MOD || op == KF_FMOD;
+    for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
+        int64_t oa, ob, unused;
+        kc_offsets(i, rank, shape, sa, sb, sb, oa, ob, unused);
+        if (divides && b[ob] == 0)
+            atomicMin((unsigned long long *)check, (unsigned long long)i);
+        y[i] = kf_binary_i64(op, a[oa], b[ob]);
+    }
+}
+
 /* ---- comparisons ----------------------------------------------------------- */
 
 template <typename T> KC_DEV uint8_t compare_op(int op, T a, T b)

@@ -131,11 +131,17 @@ KC_GLOBAL void k_gather_elements(int esize, void *y, const void *x, const int64_
     }
 }
 
-/* dx (zeroed) [m with m[axis] = idx[m]] += dy[m], along each column in order */
+/* dx (zeroed) [m with m[axis] = idx[m]] += dy[m], along each column in order;
+ * ScatterElements' scatter too, so bad indices are reported as k_gather's
+ * (and skipped) */
 KC_GLOBAL void k_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, int axis,
-                                          int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs)
+                                          int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs,
+                                          int64_t *check)
 {
     const int64_t len = sh.d[axis], istep = is.d[axis], xstep = xs.d[axis];
+    for (int64_t i = kc_first<int64_t>(); i < cols * len; i += kc_stride<int64_t>())
+        if (idx[i] < -axdim || idx[i] >= axdim)
+            atomicMin((unsigned long long *)check, (unsigned long long)i);
     for (int64_t u = kc_first<int64_t>(); u < cols; u += kc_stride<int64_t>()) {
         int64_t oi, ox;
         column_at(u, rank, axis, sh, is, xs, oi, ox);
@@ -144,5 +150,30 @@ KC_GLOBAL void k_gather_elements_grad_f32(float *dx, const float *dy, const int6
             if (k >= 0 && k < axdim)
                 dx[ox + k * xstep] += dy[oi];
         }
+    }
+}
+
+/* GatherND's / ScatterND's tuples (kernels/c's k_nd_index): y[t] = (t / nq)
+ * span + the tuple's offset in dims; bad components reported as k_gather's,
+ * their tuples left unwritten */
+KC_GLOBAL void k_nd_index(int64_t *y, const int64_t *idx, int64_t batch, int64_t nq, int k, KDims dims,
+                          int64_t *check)
+{
+    int64_t span = 1;
+    for (int i = 0; i < k; i++)
+        span *= dims.d[i];
+    for (int64_t i = kc_first<int64_t>(); i < batch * nq * k; i += kc_stride<int64_t>())
+        if (idx[i] < -dims.d[i % k] || idx[i] >= dims.d[i % k])
+            atomicMin((unsigned long long *)check, (unsigned long long)i);
+    for (int64_t t = kc_first<int64_t>(); t < batch * nq; t += kc_stride<int64_t>()) {
+        const int64_t *p = idx + t * k;
+        int64_t off = 0;
+        int ok = 1;
+        for (int i = 0; i < k; i++) {
+            ok &= p[i] >= -dims.d[i] && p[i] < dims.d[i];
+            off = off * dims.d[i] + (p[i] < 0 ? p[i] + dims.d[i] : p[i]);
+        }
+        if (ok)
+            y[t] = t / nq * span + off;
     }
 }

@@ -25,6 +25,7 @@
 
 /* ew.c */
 #define k_binary_f32 kc_binary_f32
+#define k_binary_i64 kc_binary_i64
 #define k_unary_f32 kc_unary_f32
 #define k_unary_grad_f32 kc_unary_grad_f32
 #define k_scale_f32 kc_scale_f32
@@ -79,6 +80,7 @@
 #define k_gather_grad_f32 kc_gather_grad_f32
 #define k_gather_elements kc_gather_elements
 #define k_gather_elements_grad_f32 kc_gather_elements_grad_f32
+#define k_nd_index kc_nd_index
 /* random.c */
 #define k_dropout_f32 kc_dropout_f32
 #define k_dropout_grad_f32 kc_dropout_grad_f32

@@ -17,7 +17,8 @@
  * - Scalars that change between steps (learning rate, step), and the
  *   optimizer settings beside them (betas, clip norm, ...), are read by
  *   the kernels from kc_step_params(); the host values passed for them are
- *   ignored.  Checked kernels (Gather, cross-entropy, the NLL loss) take
+ *   ignored.  Checked kernels (Gather, GatherElements and its backward,
+ *   k_nd_index, k_binary_i64, cross-entropy, the NLL loss) take
  *   their slot from kc_next_check() on every call, launch or not, and
  *   return -1.
  * - GEMMs go to kc_gemm_f32 / kc_gemm_bf16 (the runtime's cuBLASLt);
@@ -233,6 +234,21 @@ void kc_binary_f32(int op, float *y, const float *a, const float *b, int rank, c
     if (walk_build(&w, rank, shape, 2, st))
         launch_k_binary_f32(grid_for(w.n, KC_BLOCK), KC_BLOCK, op, y, a, b, w.n, w.rank, w.shape,
                             w.st[0], w.st[1]);
+}
+
+int64_t kc_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank, const int64_t *shape,
+                      const int64_t *sa, const int64_t *sb)
+{
+    int64_t *check = kc_next_check();
+    const int64_t *st[2] = {sa, sb};
+    KcWalk w;
+    if (op != K_ADD && op != K_SUB && op != K_MUL && op != K_DIV && op != K_MIN && op != K_MAX && op != K_MOD &&
+        op != K_FMOD)
+        die("k_binary_i64", "an op without int64 arithmetic");
+    if (walk_build(&w, rank, shape, 2, st))
+        launch_k_binary_i64(grid_for(w.n, KC_BLOCK), KC_BLOCK, op, y, a, b, w.n, w.rank, w.shape, w.st[0],
+                            w.st[1], check);
+    return -1;
 }
 
 void kc_unary_f32(int op, float *y, const float *x, int64_t n, double p0, double p1)
@@ -884,17 +900,33 @@ int64_t kc_gather_elements(int esize, void *y, const void *x, const int64_t *idx
     return -1;
 }
 
-void kc_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, const int64_t *shape,
-                                 const int64_t *xshape, int axis)
+int64_t kc_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, const int64_t *shape,
+                                    const int64_t *xshape, int axis)
 {
+    int64_t *check = kc_next_check();
     KDims sh, is, xs;
     const int64_t cols = columns(rank, shape, xshape, axis, &sh, &is, &xs);
     const int64_t nx = numel(rank, xshape);
     if (nx > 0)
         kc_memset(dx, 0, nx * (int64_t)sizeof(float));
     if (cols * shape[axis] > 0)
-        launch_k_gather_elements_grad_f32(grid_for(cols, KC_BLOCK), KC_BLOCK, dx, dy, idx, rank, axis, cols,
-                                          xshape[axis], sh, is, xs);
+        launch_k_gather_elements_grad_f32(grid_for(cols * shape[axis], KC_BLOCK), KC_BLOCK, dx, dy, idx, rank,
+                                          axis, cols, xshape[axis], sh, is, xs, check);
+    return -1;
+}
+
+int64_t kc_nd_index(int64_t *y, const int64_t *idx, int64_t batch, int64_t nq, int k, const int64_t *dims)
+{
+    int64_t *check = kc_next_check();
+    KDims d;
+    if (k < 1 || k > KC_MAX_RANK)
+        die("k_nd_index", "tuple length out of range");
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < k; i++)
+        d.d[i] = dims[i];
+    if (batch * nq > 0)
+        launch_k_nd_index(grid_for(batch * nq * k, KC_BLOCK), KC_BLOCK, y, idx, batch, nq, k, d, check);
+    return -1;
 }
 
 /* ---- random.c -------------------------------------------------------------------------- */

@@ -137,6 +137,26 @@ def hostile_models(fsdpc, J, base):
                 {"ax": np.ones(1, np.float32)}, [None, 3])
     expect_error(cc(J("cumsum_axis.onnx"), "--eval", "--dim", "batch=2"), "node 'cs' (CumSum)", "'ax'",
                  "must be int64", code=(1,), absent=never)
+    # scatters: a reduction fsdpc does not do, reduction before opset 16, updates of the wrong shape, integer
+    # data; GatherND: tuples longer than data's rank, a constant index outside its dim
+    sc = lambda op, **a: [helper.make_node(op, ["x", "si", "u"], ["y"], name="sc", **a)]
+    for tag, nodes, inits, opset, needles in (
+            ("mul", sc("ScatterND", reduction="mul"), {"si": np.zeros((1, 1), np.int64), "u": np.ones((1, 3), np.float32)},
+             18, ("'sc' (ScatterND)", "reduction 'mul' is not supported", "none or add")),
+            ("opset13", sc("ScatterElements", reduction="add"), {"si": np.zeros((1, 3), np.int64),
+                                                                  "u": np.ones((1, 3), np.float32)},
+             13, ("'sc' (ScatterElements)", "reduction is opset 16's", "opset 13")),
+            ("updates", sc("ScatterND"), {"si": np.zeros((2, 1), np.int64), "u": np.ones((3, 3), np.float32)},
+             17, ("'sc' (ScatterND)", "updates 'u' have shape [3,3]", "needs [2,3]")),
+            ("int", sc("ScatterND"), {"si": np.zeros((1, 1), np.int64), "u": np.ones((1, 3), np.int64)},
+             17, ("'sc' (ScatterND)", "updates 'u' is i64", "float32 or float64 only")),
+            ("gnd_long", [helper.make_node("GatherND", ["x", "si"], ["y"], name="sc")],
+             {"si": np.zeros((1, 3), np.int64)}, 17, ("'sc' (GatherND)", "tuples of 3", "1 to 2")),
+            ("gnd_const", [helper.make_node("GatherND", ["x", "si"], ["y"], name="sc")],
+             {"si": np.array([[0, 1], [1, -4]], np.int64)}, 17, ("'sc' (GatherND)", "index -4 (entry 3 of 'si')",
+                                                                  "[-3, 3)"))):
+        graph_model(J("scatter_%s.onnx" % tag), nodes, inits, [None, None], opset=opset)
+        expect_error(cc(J("scatter_%s.onnx" % tag), "--eval", "--dim", "batch=2"), *needles, code=(1,), absent=never)
     # Resize: an output beyond 2^20 per axis, an opset 18 attribute at opset 17, a mode fsdpc does not know
     rs = lambda **a: [helper.make_node("Resize", ["x", "", "sc"], ["y"], name="rs", **a)]
     for tag, nodes, sc, needles in (

@@ -13,7 +13,8 @@ Forward-only cases (--eval against NumPy, exact) cover what ONNX's node tests
 leave out at opsets 13-17 (Not, ConstantOfShape, Range and Trilu have no
 case there) and the run-time paths of folding-sized ops: outputs above
 fold's limit, integer Pad by strided copies, int32 / bool inputs that fold
-casts to int64.
+casts to int64, int64 arithmetic, indices of GatherND / ScatterND /
+ScatterElements given at run time.
 
 Then the shape arithmetic torch.onnx emits for x.view(B, T, nh, hs)
 (Shape -> Gather -> Div -> Unsqueeze -> Concat -> Reshape) must fold away:
@@ -21,8 +22,9 @@ after `--dump-after fold` no Shape, Gather, Unsqueeze or Concat node is
 left, for a parameter and for a graph input whose dims are bound by --dim;
 the latter also runs (--eval) against NumPy.  Last, a shape-deciding input
 that is not a constant is one error line naming the node, op and input, and
-a GatherElements index a run brings outside the data fails the step with one
-line naming the node, the index, its position and the input.
+a GatherElements, ScatterElements or GatherND index a run brings outside the
+data, or an integer division by zero, fails the step with one line naming
+the node, the index (or position) and the input.
 """
 import os
 import re
@@ -115,6 +117,26 @@ def rope_ref(x, cos, sin, pos=None, il=0, rd=0, heads=None):
 
 
 # name: (nodes, weights, forward(w) -> Y)
+def scatter_nd_ref(d, idx, u, add):
+    """ONNX ScatterND (reduction none or add), row by row in index order"""
+    y = d.copy()
+    for t in np.ndindex(idx.shape[:-1]):
+        p = tuple(int(v) for v in idx[t])
+        y[p] = y[p] + u[t] if add else u[t]
+    return y
+
+
+def scatter_elements_ref(d, idx, u, axis, add):
+    """ONNX ScatterElements (reduction none or add), element by element in index order"""
+    y = d.copy()
+    for m in np.ndindex(idx.shape):
+        p = list(m)
+        p[axis] = int(idx[m])
+        p = tuple(p)
+        y[p] = y[p] + u[m] if add else u[m]
+    return y
+
+
 def cases():
     c = {}
     c["Concat"] = ([node("Concat", ["A", "B", "C"], ["Y"], axis=1)], {"A": r(2, 3), "B": r(2, 2), "C": r(2, 1)},
@@ -152,6 +174,29 @@ def cases():
     c["GatherElements_axis1_short"] = ([node("GatherElements", ["A", "ge"], ["Y"], axis=-1)],
                                        {"A": r(3, 6), "ge": I64("ge", gi1)},
                                        lambda w: np.take_along_axis(w["A"][:2], gi1 % 6, axis=1))
+    gn1 = np.array([[[1], [3], [1]], [[0], [-2], [2]]])  # batch_dims 1: rows of each batch, repeated
+    c["GatherND_batch_dims1"] = ([node("GatherND", ["A", "gn"], ["Y"], batch_dims=1)],
+                                 {"A": r(2, 4, 3), "gn": I64("gn", gn1)},
+                                 lambda w: np.stack([w["A"][b][gn1[b, :, 0]] for b in range(2)]))
+    gn2 = np.array([[[0, 1], [2, -1]], [[0, 1], [-3, 2]]])  # tuples of 2 into 3 x 4, one repeated
+    c["GatherND_tuples"] = ([node("GatherND", ["A", "gn"], ["Y"])], {"A": r(3, 4, 2), "gn": I64("gn", gn2)},
+                            lambda w: w["A"][gn2[..., 0], gn2[..., 1]])
+    sn1 = np.array([[1], [3], [1], [-1]])  # rows, one repeated: added twice
+    c["ScatterND_add_rows"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="add")],
+                               {"D": r(5, 3), "U": r(4, 3), "sn": I64("sn", sn1)},
+                               lambda w: scatter_nd_ref(w["D"], sn1 % 5, w["U"], 1))
+    sn2 = np.array([[0, 1], [2, 3], [-1, 0]])  # single elements of 3 x 4, unique
+    c["ScatterND_none_elements"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"])],
+                                    {"D": r(3, 4), "U": r(3), "sn": I64("sn", sn2)},
+                                    lambda w: scatter_nd_ref(w["D"], sn2 % [3, 4], w["U"], 0))
+    se1 = np.array([[0, 4, -1, 2], [2, 2, 0, -5]])  # 2 x 4 into 3 x 5 along axis 1: repeats
+    c["ScatterElements_add_axis1"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"], axis=1, reduction="add")],
+                                      {"D": r(3, 5), "U": r(2, 4), "se": I64("se", se1)},
+                                      lambda w: scatter_elements_ref(w["D"], se1 % 5, w["U"], 1, 1))
+    se0 = np.array([[3, 0, 1], [-4, 2, 3]])  # unique in each column
+    c["ScatterElements_none_axis0"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"])],
+                                       {"D": r(4, 3), "U": r(2, 3), "se": I64("se", se0)},
+                                       lambda w: scatter_elements_ref(w["D"], se0 % 4, w["U"], 0, 0))
     c["CumSum_len7"] = ([node("CumSum", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
                         lambda w: cumsum_ref(w["A"], 1))
     c["CumSum_reverse_exclusive"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
@@ -398,6 +443,29 @@ def forward_cases():
     c["Tile_Expand_int"] = ([node("Tile", ["x", "r"], ["t"]), node("Expand", ["t", "s"], ["y"])], {"x": xi},
                             {"r": np.array([1, 2], np.int64), "s": np.array([3, 1, 1], np.int64)},
                             {"y": np.broadcast_to(np.tile(xi, (1, 2)), (3, 2, 6))})
+    # GatherND / ScatterND / ScatterElements with indices a run brings (NDIndex and the checks at run time)
+    ni = np.array([[1, 2], [0, -1], [1, 0]], np.int64)
+    c["GatherND_runtime_indices"] = ([node("GatherND", ["x", "i"], ["y"])], {"x": f, "i": ni}, {},
+                                     {"y": f[ni[:, 0], ni[:, 1]]})
+    d, u = g.standard_normal((5, 3)).astype(np.float32), g.standard_normal((4, 3)).astype(np.float32)
+    si = np.array([[4], [0], [4], [-2]], np.int64)
+    c["ScatterND_add_runtime_indices"] = ([node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
+                                          {"d": d, "i": si, "u": u}, {}, {"y": scatter_nd_ref(d, si % 5, u, 1)}, 1e-6)
+    ei = np.array([[2, 0, 1], [0, 1, 2]], np.int32)
+    c["ScatterElements_int32_runtime_indices"] = ([node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)],
+                                                  {"d": d[:3], "i": ei, "u": u[:2]}, {},
+                                                  {"y": scatter_elements_ref(d[:3], ei, u[:2], 1, 0)})
+    # int64 index arithmetic at run time (what exporters write for index normalisation and broadcast shapes)
+    ia, ib = g.integers(-9, 10, (2, 3)).astype(np.int64), np.array([4, -3, 7], np.int64)
+    trunc = np.sign(ia) * np.sign(ib) * (np.abs(ia) // np.abs(ib))
+    c["Int64_arithmetic_runtime"] = ([node("Add", ["a", "b"], ["add"]), node("Sub", ["a", "b"], ["sub"]),
+                                      node("Mul", ["a", "b"], ["mul"]), node("Div", ["a", "b"], ["div"]),
+                                      node("Mod", ["a", "b"], ["mod"]), node("Mod", ["a", "b"], ["fmod"], fmod=1),
+                                      node("Max", ["a", "b", "k"], ["max"]), node("Min", ["a", "b"], ["min"])],
+                                     {"a": ia, "b": ib}, {"k": np.array(-2, np.int64)},
+                                     {"add": ia + ib, "sub": ia - ib, "mul": ia * ib, "div": trunc,
+                                      "mod": np.mod(ia, ib), "fmod": np.fmod(ia, ib),
+                                      "max": np.maximum(np.maximum(ia, ib), -2), "min": np.minimum(ia, ib)})
     c["Size_Shape_start_end"] = ([node("Size", ["x"], ["n"]), node("Shape", ["x"], ["s"], start=-2, end=10)],
                                  {"x": f}, {}, {"n": np.array(24, np.int64), "s": np.array([3, 4], np.int64)})
     return c
@@ -459,6 +527,33 @@ def check_errors(fsdpc, work):
           all(w in msg for w in ("ge (GatherElements)", "index 3 at position 2", "outside [-3, 3)")),
           "GatherElements index out of range at run time: exit %d, %r" % (p.returncode, msg))
     print("ok run-time index check: %s" % msg)
+    # ScatterElements' and GatherND's indices a run brings, an integer division by zero: the same, naming the node
+    for tag, nodes, ins, needles in (
+            ("div", [node("Div", ["a", "b"], ["y"], name="dv")],
+             {"a": np.ones((2, 3), np.int64), "b": np.array([1, 0, 2], np.int64)},
+             ("dv (Div)", "integer division by zero at position 1")),
+            ("scatter", [node("ScatterElements", ["x", "i", "u"], ["y"], name="se", axis=1)],
+             {"x": np.zeros((2, 3), np.float32), "i": np.array([[0, 1], [2, -4]], np.int64),
+              "u": np.ones((2, 2), np.float32)},
+             ("se/scatter (ScatterElements)", "index -4 at position 3", "outside [-3, 3)")),
+            ("gathernd", [node("GatherND", ["x", "i"], ["y"], name="gn")],
+             {"x": np.zeros((2, 3), np.float32), "i": np.array([[1, 2], [1, 3]], np.int64)},
+             ("gn/positions", "index 3 at position 3", "component 1 of tuples indexing dims {2, 3}"))):
+        g = helper.make_graph(nodes, "g", [vi(k, v) for k, v in ins.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+        path = os.path.join(work, "%s_bad.onnx" % tag)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+        exe = os.path.join(work, "%s_bad" % tag)
+        run([fsdpc, path, "-o", exe, "--target", "cpu", "--eval"])
+        args = [exe, "--out-dir", exe + ".out", "--quiet"]
+        for k, v in ins.items():
+            np.save("%s.%s.npy" % (exe, k), v)
+            args += ["--input", "%s=%s.%s.npy" % (k, exe, k)]
+        p = run(args, check=False)
+        msg = p.stderr.strip()
+        check(p.returncode != 0 and len(msg.splitlines()) == 1 and all(w in msg for w in needles),
+              "%s index out of range at run time: exit %d, %r" % (tag, p.returncode, msg))
+        print("ok run-time index check: %s" % msg)
 
 
 def main():

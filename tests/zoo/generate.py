@@ -1,5 +1,5 @@
-"""Writes the model zoo that tests/py/zoo.py trains: ten PyTorch models with tiny configs, each exported both
-ways, and PyTorch's reference trajectory.
+"""Writes the model zoo that tests/py/zoo.py trains: ten PyTorch models with tiny configs (plus the Llama with
+SDPA at opset 23 and a model of torch's indexing ops), each exported both ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
 
@@ -141,9 +141,39 @@ def tv_vit(rng):
     return m, {"x": images(rng, 32, np.float32)}, rng.integers(0, CLASSES, GLOBAL_B)
 
 
+class Indexing(nn.Module):
+    """torch's indexing as users write it: advanced indexing h[rows, slots] (GatherND), index_put (ScatterND),
+    scatter_add into a parameter (ScatterElements, add) and torch.gather (GatherElements), with indices a run
+    brings (slots) and constant ones (a buffer)"""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 16)
+        self.proj = nn.Linear(16, 16)
+        self.mem = nn.Parameter(torch.zeros(8, 16))
+        self.head = nn.Linear(16 * 4 + 16 * 8, CLASSES)
+        self.register_buffer("bucket", torch.arange(T) % 8)
+
+    def forward(self, input_ids, slots):
+        h = torch.tanh(self.proj(self.emb(input_ids)))  # [B, T, 16]
+        b = h.shape[0]
+        rows = torch.arange(b).unsqueeze(1).expand_as(slots)
+        picked = h[rows, slots]  # [B, 4, 16]
+        g = h.index_put((rows, slots), picked * 2.0)  # the slot rows replaced
+        idx = self.bucket.view(1, T, 1).expand(b, T, 16)
+        pooled = self.mem.unsqueeze(0).expand(b, 8, 16).scatter_add(1, idx, g)  # [B, 8, 16]
+        sel = torch.gather(g, 1, slots.unsqueeze(-1).expand(b, 4, 16))  # [B, 4, 16]
+        return self.head(torch.tanh(torch.cat([sel.reshape(b, -1), pooled.reshape(b, -1)], 1)))
+
+
+def indexing(rng):
+    slots = np.stack([rng.permutation(T)[:4] for _ in range(GLOBAL_B)]).astype(np.int64)  # unique per row
+    return Indexing(), {"input_ids": tokens(rng, GLOBAL_B, T), "slots": slots}, rng.integers(0, CLASSES, GLOBAL_B)
+
+
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
-          "llama_sdpa23": llama_sdpa23}
+          "llama_sdpa23": llama_sdpa23, "indexing": indexing}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small"}
 
