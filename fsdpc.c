@@ -59,7 +59,11 @@ static const char *usage =
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
-    "  --cc PATH               C compiler for the generated step\n";
+    "  --cc PATH               C compiler for the generated step\n"
+    "  --version               the version, the targets this fsdpc builds for and where its runtime is\n"
+    "environment: FSDPC_HOME   the install prefix whose runtime (include/fsdpc, lib/fsdpc) executables\n"
+    "                          are built with (default: the build tree fsdpc runs from, or the prefix\n"
+    "                          above its bin/)\n";
 
 static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
                                "units", "shard", "precision", "recompute", "fuse", "schedule", "memplan", NULL};
@@ -108,6 +112,13 @@ static void parse_args(Options *o, int argc, char **argv)
 #define VALUE() (i + 1 < argc ? argv[++i] : (fatal("%s needs a value (see --help)", a), ""))
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            const char *inc, *lib;
+            cg_runtime_dirs(&inc, &lib);
+            printf("fsdpc %s\ntargets: cpu (MPI, CBLAS)%s\nruntime: %s, %s\n", FSDPC_VERSION,
+                   *FSDPC_LIBS_CUDA ? ", cuda (NVRTC, cuBLASLt, NCCL; default archs " FSDPC_DEFAULT_ARCH ")"
+                                    : " (built without the CUDA toolkit: no cuda target)", inc, lib);
             exit(0);
         } else if (!strcmp(a, "-o")) {
             o->out = VALUE();

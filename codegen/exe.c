@@ -16,6 +16,7 @@
  * literals) and cg_comment() (sanitised comments): a model cannot inject code.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "cg.h"
 #include "rt.h"
 #include "fsdpc_config.h"
@@ -329,13 +330,62 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
 }
 
 /* ---- building ----------------------------------------------------------- */
-/* Split a configure-time flag string on spaces (CMake's paths have none). */
+
+/* dirname of a path with no trailing slash ("/" stays "/") */
+static const char *parent(const char *p)
+{
+    const char *e = strrchr(p, '/');
+    return !e ? "." : e == p ? "/" : ir_fmt("%.*s", (int)(e - p), p);
+}
+
+/* Where the runtime's headers (*inc) and libraries (*lib) are: $FSDPC_HOME, an install prefix, when set;
+ * else this build tree (and its source tree) when fsdpc runs from it; else the install prefix above the
+ * directory fsdpc runs from (PREFIX/bin/fsdpc), so a moved prefix still works. */
+void cg_runtime_dirs(const char **inc, const char **lib)
+{
+    static const char *ci, *cl;
+    if (!ci) {
+        const char *home = getenv("FSDPC_HOME"), *prefix = NULL, *why;
+        char self[4096], *bin = realpath(FSDPC_BUILD_DIR, NULL);
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = 0;
+        if (home && *home) {
+            prefix = home, why = "FSDPC_HOME";
+        } else if (n > 0 && bin && !strcmp(parent(self), bin)) {
+            ci = FSDPC_SOURCE_DIR, cl = FSDPC_BUILD_DIR;
+        } else if (n > 0) {
+            prefix = parent(parent(self)), why = ir_fmt("the prefix of %s", self);
+        } else {
+            fatal("cannot find the fsdpc runtime: /proc/self/exe is unreadable (%s); set FSDPC_HOME to the install "
+                  "prefix", strerror(errno));
+        }
+        free(bin);
+        if (prefix) {
+            ci = FSDPC_INSTALL_INCLUDEDIR[0] == '/' ? FSDPC_INSTALL_INCLUDEDIR
+                                                    : ir_fmt("%s/%s", prefix, FSDPC_INSTALL_INCLUDEDIR);
+            cl = FSDPC_INSTALL_LIBDIR[0] == '/' ? FSDPC_INSTALL_LIBDIR : ir_fmt("%s/%s", prefix, FSDPC_INSTALL_LIBDIR);
+            if (access(ir_fmt("%s/runtime/rt.h", ci), R_OK) || access(ir_fmt("%s/libfsdpc_rt.a", cl), R_OK))
+                fatal("cannot find the fsdpc runtime in %s (%s/runtime/rt.h, %s/libfsdpc_rt.a): install fsdpc with "
+                      "cmake --install, or set FSDPC_HOME to its install prefix", why, ci, cl);
+        }
+        if (strpbrk(ci, " \t\n") || strpbrk(cl, " \t\n"))
+            fatal("the fsdpc runtime's path '%s' holds a space: install fsdpc under a path without one", ir_q(cl));
+    }
+    *inc = ci, *lib = cl;
+}
+
+/* Split a configure-time flag string on spaces (CMake's paths have none), @INC@ and @LIB@ replaced by
+ * the runtime's directories. */
 static int split(const char *s, char **argv, int max)
 {
+    const char *inc, *lib;
+    cg_runtime_dirs(&inc, &lib);
     char *c = ir_strdup(s);
     int n = 0;
-    for (char *t = strtok(c, " "); t && n < max; t = strtok(NULL, " "))
-        argv[n++] = t;
+    for (char *t = strtok(c, " "); t && n < max; t = strtok(NULL, " ")) {
+        const char *at = strstr(t, "@INC@") ? strstr(t, "@INC@") : strstr(t, "@LIB@");
+        argv[n++] = at ? ir_fmt("%.*s%s%s", (int)(at - t), t, at[1] == 'I' ? inc : lib, at + 5) : t;
+    }
     return n;
 }
 

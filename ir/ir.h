@@ -383,6 +383,9 @@ typedef struct {
 void cg_plan(const Graph *g, int world, CgPlan *p);
 void cg_report(FILE *f, const Graph *g, int world);
 void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
+/* the directories of the runtime's headers and libraries the executables are built with: the build
+ * tree's, $FSDPC_HOME's or the install prefix's (fatal when absent) */
+void cg_runtime_dirs(const char **inc, const char **lib);
 /* the C source cg_build compiles for --target cpu, in memory (*len bytes); nothing written, no cc
  * (tests/fuzz_compile.c) */
 const char *cg_source_cpu(const Graph *g, size_t *len);
