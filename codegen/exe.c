@@ -316,6 +316,14 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
+    if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
+        int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
+        int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;
+        int64_t tokens = lab >= 0 ? value_numel(g, lab)
+                       : pred >= 0 && g->val[pred].shape.rank > 0 ? g->val[pred].shape.dim[0] : 1;
+        cg_put(&b, "    .flops = %.17g, .tokens = %lld, .token_unit = \"%s\",\n", cg_step_flops(g), (long long)tokens,
+               lab >= 0 ? "tok" : "samples");
+    }
     cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
         g->ncoll);
     cg_put(&b, "    .nextern = %d, .ext = externs,\n", L->next);

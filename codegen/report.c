@@ -7,6 +7,7 @@
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
 #include "ir.h"
+#include "rules/nn.h"
 
 #include <string.h>
 
@@ -50,6 +51,42 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
         if (n->op == OP_ReduceScatter)
             p->sent += 2 * (R - 1) * (S / F) / R;
     }
+}
+
+/* a shape attribute of n (ConvGrad's xshape, wshape) */
+static Shape attr_shape(const Node *n, const char *name)
+{
+    const Attr *a = ir_attr(n, name);
+    Shape s = {a ? a->n : 0, {0}};
+    for (int i = 0; a && i < a->n && i < MAX_RANK; i++)
+        s.dim[i] = a->ints[i];
+    return s;
+}
+
+double cg_step_flops(const Graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        size_t len = strlen(n->name);
+        if (len >= 10 && !strcmp(n->name + len - 10, "@recompute"))
+            continue; /* activation recompute: hardware work, not the model's */
+        if (n->op == OP_MatMul || n->op == OP_MatMulAdd) {
+            const Shape *sa = &g->val[n->in[0]].shape, *sy = &g->val[n->out[0]].shape;
+            int ta = (int)ir_attr_i(n, "transA", 0);
+            f += 2.0 * (double)shape_numel(sy) * (double)sa->dim[sa->rank - (ta ? 2 : 1)];
+        } else if (n->op == OP_Conv || n->op == OP_ConvGrad) {
+            KConv2d p;
+            Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : attr_shape(n, "xshape");
+            Shape ws = n->op == OP_Conv ? g->val[n->in[1]].shape : attr_shape(n, "wshape");
+            nn_conv_geom(g, n, &xs, &ws, &p);
+            /* one product: every output element sums c/groups x kh x kw taps */
+            double one = 2.0 * (double)(p.n * p.m * p.oh * p.ow) * (double)(p.c / p.groups * p.kh * p.kw);
+            int need = n->op == OP_Conv ? 1 : (int)ir_attr_i(n, "need", 0);
+            f += one * (double)((need & 1) + ((need & 2) != 0)); /* the forward, dx, dw: one product each */
+        }
+    }
+    return f;
 }
 
 /* what autodiff trains and how it chose, and the float initializers it keeps fixed; at most MAX_NAMES names
@@ -110,4 +147,6 @@ void cg_report(FILE *f, const Graph *g, int world)
     fprintf(f, "  arena: activations (peak)          %14lld B\n", (long long)g->peak_act_bytes);
     fprintf(f, "  planned peak                       %14lld B\n", (long long)p.total);
     fprintf(f, "  sent per step (ring algorithms)    %14lld B\n", (long long)p.sent);
+    fprintf(f, "FLOPs per rank per step (matmuls and convolutions, forward and backward, no recompute): %.6g\n",
+            cg_step_flops(g));
 }

@@ -382,6 +382,9 @@ typedef struct {
 } CgPlan;
 void cg_plan(const Graph *g, int world, CgPlan *p);
 void cg_report(FILE *f, const Graph *g, int world);
+/* FLOPs of one rank's step (one micro-step): 2 m n k per matmul, 2 per tap of every convolution output
+ * (the forward, dx and dw each), activation recompute excluded: the model FLOPs of MFU */
+double cg_step_flops(const Graph *g);
 void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
 /* the directories of the runtime's headers and libraries the executables are built with: the build
  * tree's, $FSDPC_HOME's or the install prefix's (fatal when absent) */

@@ -169,7 +169,12 @@ void rt_usage(const RtModel *m)
            "                          over the global batch, before the optimizer) to DIR/NAME.npy\n"
            "                          (rank 0; NAME sanitised as in --eval outputs; DIR is created)\n"
            "  --log-every N           print the step line of step 1, every N-th step and the\n"
-           "                          last step (default 1: every step; --metrics gets all)\n"
+           "                          last step (default 1: every step; --metrics gets all): loss, lr,\n"
+           "                          grad norm (when computed), step time, tokens/s (or samples/s) over\n"
+           "                          all ranks, TFLOPS and MFU per rank, peak memory, ETA\n"
+           "  --peak-tflops X         the per-rank peak MFU is computed against (default: measured once\n"
+           "                          at start on cpu, a float32 GEMM on this rank's BLAS threads; cuda:\n"
+           "                          no MFU unless given)\n"
            "  --quiet                 no per-step lines\n"
            "  --help                  this text\n",
            rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
@@ -308,6 +313,8 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         rc = parse_int(flag, val, 1, &o->ckpt_every);
     } else if (strcmp(flag, "--resume") == 0) {
         o->resume = val;
+    } else if (strcmp(flag, "--peak-tflops") == 0) {
+        rc = parse_double(flag, val, 0, INFINITY, 0, &o->peak_tflops);
     } else if (strcmp(flag, "--clip-grad-norm") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->clip);
     } else if (strcmp(flag, "--lr-schedule") == 0) {
@@ -373,7 +380,8 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
                                           "--export-safetensors", "--loss-scale-init",
-                                          "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite"};
+                                          "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
+                                          "--peak-tflops"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -438,6 +439,9 @@ typedef struct {
     int metrics_failed;
     Dump dump;            /* rank 0, --dump-grads */
     int64_t first;        /* steps already done (--resume: the checkpoint's step) */
+    double peak;          /* rank 0: the per-rank peak FLOP/s of MFU (0: none) */
+    double total_s;       /* rank 0: the time of the steps run so far */
+    int64_t nrun;         /*   and their count */
 } Run;
 
 /* optimizer hyper-parameters into c; warnings for flags the build ignores */
@@ -575,6 +579,54 @@ static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
     return 0;
 }
 
+/* peak resident memory of this process in bytes (Linux: ru_maxrss in KiB) */
+static double peak_rss(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss * 1024.0 : 0;
+}
+
+/* "12.3k" style: 3 significant digits with k, M, G */
+static const char *si(char *buf, size_t cap, double v)
+{
+    const char *u = v >= 1e9 ? "G" : v >= 1e6 ? "M" : v >= 1e3 ? "k" : "";
+    double d = v >= 1e9 ? 1e9 : v >= 1e6 ? 1e6 : v >= 1e3 ? 1e3 : 1;
+    snprintf(buf, cap, "%.3g%s", v / d, u);
+    return buf;
+}
+
+/* a duration: "42s", "3m05s", "2h07m" */
+static const char *hms(char *buf, size_t cap, double s)
+{
+    long long t = (long long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, cap, "%lldh%02lldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, cap, "%lldm%02llds", t / 60, t % 60);
+    else
+        snprintf(buf, cap, "%llds", t);
+    return buf;
+}
+
+/* What a step of s seconds achieved: tokens (or samples) per second over all
+ * ranks, model FLOP/s of one rank, MFU against r->peak (-1: none) */
+typedef struct {
+    double tps, flops, mfu;
+} Speed;
+
+static Speed speed(const Run *r, double s)
+{
+    const RtModel *m = r->ctx.m;
+    Speed v = {0, 0, -1};
+    if (s > 0) {
+        v.tps = (double)m->tokens * (double)r->ctx.world * (double)r->ctx.accum / s;
+        v.flops = m->flops * (double)r->ctx.accum / s;
+    }
+    if (r->peak > 0 && m->flops > 0)
+        v.mfu = v.flops / r->peak;
+    return v;
+}
+
 /* rank 0: the step line (step 1, every --log-every-th, the last) and the
  * metrics line (every step); scale: the loss scale the step ran with (fp16;
  * 0 otherwise), skipped: why its update was skipped (NULL: it was not) */
@@ -582,9 +634,22 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
                         const char *skipped)
 {
     const RtOpts *o = &r->o;
+    const RtModel *m = r->ctx.m;
     int log = step == 1 || step % o->log_every == 0 || step == o->steps || skipped;
+    r->total_s += ms * 1e-3, r->nrun++;
+    Speed v = speed(r, ms * 1e-3);
+    double rss = peak_rss(), eta = r->total_s / (double)r->nrun * (double)(o->steps - step);
     if (!o->quiet && log) {
-        printf("step %lld/%lld  loss %.6f  %.2f ms", (long long)step, (long long)o->steps, loss, ms);
+        char t[32];
+        printf("step %lld/%lld  loss %.6f  lr %.3g", (long long)step, (long long)o->steps, loss, r->ctx.lr);
+        if (gnorm >= 0 || isnan(gnorm))
+            printf("  grad norm %.4g", gnorm);
+        printf("  %.2f ms  %s %s/s", ms, si(t, sizeof t, v.tps), m->token_unit ? m->token_unit : "samples");
+        if (m->flops > 0)
+            printf("  %.3g TFLOPS", v.flops * 1e-12);
+        if (v.mfu >= 0)
+            printf("  MFU %.1f%%", 100 * v.mfu);
+        printf("  mem %.0f MB  ETA %s", rss * 1e-6, hms(t, sizeof t, eta));
         if (scale > 0)
             printf("  loss scale %g", scale);
         if (skipped)
@@ -598,7 +663,7 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
         char lb[64], lrb[64];
         json_num(lb, sizeof lb, loss, r->ctx.m->loss_dtype == RT_F32);
         json_num(lrb, sizeof lrb, r->ctx.lr, 0);
-        fprintf(r->mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.3f,\"lr\":%s", (long long)step, lb, ms, lrb);
+        fprintf(r->mf, "{\"step\":%lld,\"loss\":%s,\"time_ms\":%.6f,\"lr\":%s", (long long)step, lb, ms, lrb);
         if (gnorm >= 0 || isnan(gnorm)) { /* --clip-grad-norm, fp16: the norm before clipping, as
                                            * clip_grad_norm_ returns it (null: an overflow) */
             char gb[64];
@@ -610,7 +675,11 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
         if (scale > 0 || o->skip_nonfinite)
             fprintf(r->mf, ",\"skipped\":%s,\"skipped_total\":%lld", skipped ? "true" : "false",
                     (long long)r->ctx.skipped);
-        fputs("}\n", r->mf);
+        fprintf(r->mf, ",\"tokens_per_s\":%.6g,\"token_unit\":\"%s\",\"tflops\":%.6g", v.tps,
+                m->token_unit ? m->token_unit : "samples", v.flops * 1e-12);
+        if (v.mfu >= 0)
+            fprintf(r->mf, ",\"mfu\":%.6g,\"peak_tflops\":%.6g", v.mfu, r->peak * 1e-12);
+        fprintf(r->mf, ",\"peak_rss_bytes\":%.0f,\"eta_s\":%.3f}\n", rss, eta);
         if (metrics_flush(&r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
     }
@@ -782,10 +851,29 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             print_memory(&r->ctx, &r->mem, r->mf);
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
+            /* measured (about 0.1 s) only where someone reads it */
+            r->peak = o->peak_tflops > 0                          ? o->peak_tflops * 1e12
+                    : m->flops > 0 && (!o->quiet || r->mf) ? rt_dev_peak_flops() : 0;
+            if (!o->quiet && m->flops > 0)
+                printf("FLOPs per rank per step: %.4g (matmuls and convolutions); MFU against %s\n",
+                       m->flops * (double)o->accum,
+                       r->peak > 0 ? (o->peak_tflops > 0 ? "--peak-tflops" : "the peak measured here (a float32 "
+                                      "GEMM on this rank's threads)") : "nothing (give --peak-tflops)");
+            if (!o->quiet && r->peak > 0)
+                printf("peak: %.4g TFLOPS per rank\n", r->peak * 1e-12);
             if (metrics_flush(&r->mf, r->o.metrics) != 0)
                 r->metrics_failed = 1;
         }
         status = train(r);
+        if (status == 0 && g_rank == 0 && !o->quiet && r->nrun > 0) {
+            char t[32];
+            Speed v = speed(r, r->total_s / (double)r->nrun);
+            printf("done: %lld steps in %.2f s, %s %s/s, %.3g TFLOPS per rank", (long long)r->nrun, r->total_s,
+                   si(t, sizeof t, v.tps), m->token_unit ? m->token_unit : "samples", v.flops * 1e-12);
+            if (v.mfu >= 0)
+                printf(" (MFU %.1f%%)", 100 * v.mfu);
+            printf(", peak memory %.0f MB (rank 0)\n", peak_rss() * 1e-6);
+        }
         if (status == 0 && r->ctx.trace)
             status = rt_trace_write(&r->ctx, o->trace);
         if (status == 0)

@@ -125,6 +125,10 @@ typedef struct {
                                            * launched as kc_launch(KC_COUNT + k, ...) */
     int nextern; const RtExtern *ext; /* the untrained initializers stored as external data (export) */
     int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale */
+    double flops;         /* model FLOPs of one rank's micro-step (fsdpc's count: matmuls and convolutions,
+                           * forward and backward; 0: unknown) */
+    int64_t tokens;       /* what one rank's micro-step consumes: label positions (cross_entropy) or samples */
+    const char *token_unit; /* "tok" or "samples" */
 } RtModel;
 
 typedef struct RtCtx {

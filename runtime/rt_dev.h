@@ -50,6 +50,9 @@ void rt_dev_step(RtCtx *c);
  * this decides whether rt_coll_start hands them to a communication thread
  * (dev_host.c).  After rt_dev_attach, on every rank. */
 const char *rt_dev_overlap(RtCtx *c);
+/* the float32 GEMM peak of this rank's device in FLOP/s, measured once (cpu: k_matmul_f32 on the BLAS
+ * threads the run has); 0 where it is not measured (cuda: --peak-tflops gives it) */
+double rt_dev_peak_flops(void);
 /* release what rt_dev_init / rt_dev_attach made; called once at the end of
  * every run past its flags, whatever part of start-up it reached (also when
  * rt_dev_init failed or was never called) */

@@ -134,6 +134,7 @@ typedef struct {
     int64_t growth_interval;  /* --loss-scale-growth-interval N (2000): S doubles after N good steps */
     int static_scale;         /* --loss-scale S given: S never changes (overflowing steps still skip) */
     int set_scale_init, set_growth;
+    double peak_tflops;       /* --peak-tflops X (0: measured, cpu) */
     int quiet;
 } RtOpts;
 
