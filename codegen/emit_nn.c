@@ -10,7 +10,7 @@
  * k_softmax_grad.  NegativeLogLikelihoodLoss is k_nll_loss alone on given
  * log-probabilities, and its backward k_nll_loss_grad alone.
  *
- * Dropout draws its mask from (NN_DROPOUT_SEED, the node's `stream` attribute
+ * Dropout draws its mask from (c->seed: NN_DROPOUT_SEED unless the run gives --seed, the node's `stream` attribute
  * (a hash of its ONNX name, see shape_nn.c), the step, the element index): not from the rank, as PyTorch DDP ranks
  * seeded alike draw the same masks.  Assign is a memcpy into a constant's
  * bytes in the arena, which the runtime loads once, so the value persists
@@ -348,9 +348,9 @@ static void emit_dropout(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    rt_memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
         return;
     }
-    cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, %.17g, %#llxull, %#xu, (uint32_t)c->step);\n",
+    cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, %.17g, c->seed, %#xu, (uint32_t)c->step);\n",
            cg_sfx(g->val[y].dtype), P(g, y), P(g, n->out[1]), P(g, x), (long long)ny, nn_dropout_ratio(g, n),
-           (unsigned long long)NN_DROPOUT_SEED, (unsigned)ir_attr_i(n, "stream", 0));
+           (unsigned)ir_attr_i(n, "stream", 0));
 }
 
 static void emit_dropout_grad(Buf *b, const Graph *g, const Node *n)

@@ -20,6 +20,7 @@
 #include "cg.h"
 #include "rt.h"
 #include "fsdpc_config.h"
+#include "../ir/rules/nn.h"
 
 #include <errno.h>
 #include <spawn.h>
@@ -316,6 +317,7 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
+    cg_put(&b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
     if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
         int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
         int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;

@@ -120,10 +120,17 @@ void rt_usage(const RtModel *m)
            "\n"
            "  --data NAME=FILE.npy    training data of model input NAME (one per input)\n"
            "  --tokens FILE.bin       a token stream (uint16 little-endian, as nanoGPT's train.bin;\n"
-           "                          or llm.c's .bin with its 1024-byte header) feeding two int64\n"
+           "                          or llm.c's .bin with its 1024-byte header: version 1 uint16,\n"
+           "                          version 2 uint32 tokens) feeding two int64\n"
            "                          [N, T] inputs: sample k is tokens [k*T, k*T+T) and its labels\n"
            "                          tokens [k*T+1, k*T+T+1); (ntokens-1)/T samples.  Other inputs\n"
            "                          still come from --data (with as many rows as samples)\n"
+           "  --shuffle               each epoch visits the samples in its own order: a permutation of\n"
+           "                          the N samples drawn from --seed and the epoch (a bijection, no\n"
+           "                          table), the same at every world size; without it sample k of\n"
+           "                          global position p is p mod N\n"
+           "  --seed S                seeds --shuffle and Dropout's masks (default 0: the build's\n"
+           "                          dropout seed)\n"
            "  --token-inputs IN,LAB   the inputs --tokens feeds (default: the model's first int64\n"
            "                          [N, T] input and the other one, e.g. the labels input of\n"
            "                          --loss cross_entropy:logits,labels)\n"
@@ -313,6 +320,8 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         rc = parse_int(flag, val, 1, &o->ckpt_every);
     } else if (strcmp(flag, "--resume") == 0) {
         o->resume = val;
+    } else if (strcmp(flag, "--seed") == 0) {
+        rc = parse_int(flag, val, 0, &o->seed);
     } else if (strcmp(flag, "--peak-tflops") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->peak_tflops);
     } else if (strcmp(flag, "--clip-grad-norm") == 0) {
@@ -381,7 +390,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
                                           "--export-safetensors", "--loss-scale-init",
                                           "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
-                                          "--peak-tflops"};
+                                          "--peak-tflops", "--seed"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -467,7 +476,8 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
     memcpy(flag, a, fl);
     flag[fl] = 0;
     int quiet = strcmp(flag, "--quiet") == 0, no_graph = strcmp(flag, "--no-cuda-graph") == 0;
-    if (quiet || no_graph) {
+    int shuffle = !m->eval && strcmp(flag, "--shuffle") == 0;
+    if (quiet || no_graph || shuffle) {
         if (eq) {
             rt_err_set(2, "%s takes no value (see --help)", flag);
             return -1;
@@ -476,6 +486,7 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
             return -1;
         o->quiet |= quiet;
         o->no_cuda_graph |= no_graph;
+        o->shuffle |= shuffle;
         return 0;
     }
     int tv = takes_value(m, flag);

@@ -308,6 +308,7 @@ int rt_eval_main(const RtOpts *o, const char *argv0, const RtModel *m, int rank,
     Eval *e = &ev;
     memset(e, 0, sizeof *e);
     e->ctx.m = m;
+    e->ctx.seed = rt_seed(m, 0);
     e->ctx.rank = rank;
     e->ctx.world = world;
     e->ctx.sf = world, e->ctx.srank = rank, e->ctx.accum = 1;

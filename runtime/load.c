@@ -512,7 +512,7 @@ static uint32_t le32(const unsigned char *b)
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-/* map o->tokens: a raw stream of uint16 LE tokens, or one with llm.c's header */
+/* map o->tokens: a raw stream of uint16 LE tokens, or one with llm.c's header (uint16 or uint32 tokens) */
 static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
 {
     const char *path = o->tokens;
@@ -542,15 +542,16 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
     if (size >= LLMC_HEADER && le32(b) == LLMC_MAGIC) {
         uint32_t version = le32(b + 4);
         ntok = le32(b + 8);
-        if (version != 1) {
-            rt_err_set(1, "--tokens %s: llm.c token file version %u (%s); --tokens reads uint16 tokens "
-                          "(version 1) or a raw uint16 stream", path, version,
-                       version == 2 ? "uint32 tokens" : "unknown");
+        if (version != 1 && version != 2) {
+            rt_err_set(1, "--tokens %s: llm.c token file version %u; --tokens reads versions 1 (uint16 tokens) "
+                          "and 2 (uint32 tokens), or a raw uint16 stream", path, version);
             return -1;
         }
-        if (size != LLMC_HEADER + 2 * ntok) {
-            rt_err_set(1, "--tokens %s: its llm.c header says %" PRIu64 " tokens (%" PRIu64 " bytes with the "
-                          "header), the file has %" PRIu64 " bytes", path, ntok, LLMC_HEADER + 2 * ntok, size);
+        d->tok_bytes = version == 1 ? 2 : 4;
+        if (size != LLMC_HEADER + (uint64_t)d->tok_bytes * ntok) {
+            rt_err_set(1, "--tokens %s: its llm.c header says %" PRIu64 " %s tokens (%" PRIu64 " bytes with the "
+                          "header), the file has %" PRIu64 " bytes", path, ntok, version == 1 ? "uint16" : "uint32",
+                       LLMC_HEADER + (uint64_t)d->tok_bytes * ntok, size);
             return -1;
         }
         off = LLMC_HEADER;
@@ -561,32 +562,16 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
             return -1;
         }
         ntok = size / 2;
+        d->tok_bytes = 2;
     }
     if (ntok < (uint64_t)T + 1) {
         rt_err_set(1, "--tokens %s: %" PRIu64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
                    path, ntok, T, T + 1);
         return -1;
     }
-    d->tok = (const uint16_t *)(b + off);
+    d->tok = b + off;
     d->ntok = (int64_t)ntok;
     return 0;
-}
-
-/* (a + b) mod n for a, b in [0, n) without overflow */
-static int64_t addmod(int64_t a, int64_t b, int64_t n) { return a >= n - b ? a - (n - b) : a + b; }
-
-/* (a * k) mod n for a >= 0, k >= 0, n >= 1, without overflow */
-static int64_t mulmod(int64_t a, int64_t k, int64_t n)
-{
-    int64_t r = 0;
-    a %= n;
-    while (k > 0) {
-        if (k & 1)
-            r = addmod(r, a, n);
-        a = addmod(a, a, n);
-        k >>= 1;
-    }
-    return r;
 }
 
 /* the feeds of --tokens: which inputs, the mapped stream */
@@ -662,12 +647,42 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
     free(skip);
     if (rc != 0)
         return -1;
-    /* step s starts at sample (s * b * world) mod N */
+    /* step s starts at global position s * b * world */
     if (m->ninput > 0) {
         d->rows = d->feed[0].rows;
-        d->gstep = mulmod(m->input[0].shape[0], world, d->rows);
+        d->gstep = m->input[0].shape[0] * world;
     }
+    d->shuffle = o->shuffle;
+    d->seed = (uint64_t)o->seed;
     return 0;
+}
+
+/* splitmix64's finaliser */
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27, x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch)
+{
+    if (n <= 1)
+        return 0;
+    int h = 1;
+    while (h < 31 && ((int64_t)1 << (2 * h)) < n)
+        h++;
+    const uint64_t mask = ((uint64_t)1 << h) - 1, key = mix64(seed ^ mix64(epoch + 0x9e3779b97f4a7c15ull));
+    uint64_t x = (uint64_t)i;
+    do { /* a bijection on [0, 4^h); from x < n it returns below n within a few rounds (4^h < 4n) */
+        uint64_t l = x >> h, r = x & mask;
+        for (uint64_t k = 0; k < 8; k++) {
+            uint64_t t = l ^ (mix64(r ^ key ^ (k + 1) * 0xd6e8feb86659fd93ull) & mask);
+            l = r, r = t;
+        }
+        x = l << h | r;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
 }
 
 /* FNV-1a over up to 1 MiB at the head and 1 MiB at the tail of [p, p+n) */
@@ -687,7 +702,7 @@ int rt_data_agree(const RtOpts *o, const RtData *d, int rank)
 {
     uint64_t mine[4] = {(uint64_t)d->rows, (uint64_t)d->ntok, 0, 0}, ref[4];
     if (d->tok)
-        mine[2] = sample_hash(d->tok, (uint64_t)d->ntok * 2);
+        mine[2] = sample_hash(d->tok, (uint64_t)d->ntok * (uint64_t)d->tok_bytes);
     for (int i = 0; d->feed && i < d->nfeed; i++)
         if (d->feed[i].kind == FEED_NPY)
             mine[3] = mine[3] * 31 + sample_hash(d->feed[i].a.data, d->feed[i].a.nbytes);
@@ -724,24 +739,38 @@ void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d)
     int64_t T = m->input[d->tok_input].shape[1];
     printf("tokens %s: %" PRId64 " tokens%s, %" PRId64 " samples of T+1 = %" PRId64 " -> inputs '%s', '%s' "
            "(shifted by one)\n", o->tokens, d->ntok,
-           (const char *)d->tok != (const char *)d->tok_map ? " (llm.c header)" : "", d->rows, T + 1,
+           (const void *)d->tok == d->tok_map ? "" : d->tok_bytes == 2 ? " (llm.c header, uint16)"
+                                                                    : " (llm.c header, uint32)", d->rows, T + 1,
            m->input[d->tok_input].name, m->input[d->tok_labels].name);
     fflush(stdout);
 }
 
-/* b samples from sample r on (wrapping at N) of feed f into dst */
-static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst, int64_t r, int64_t b)
+/* the sample global position p reads */
+static int64_t sample_at(const RtData *d, int64_t p)
 {
-    int64_t N = d->rows;
+    int64_t N = d->rows, j = p % N;
+    return d->shuffle ? rt_shuffle(j, N, d->seed, (uint64_t)(p / N)) : j;
+}
+
+/* the samples of global positions p, p+1, ..., p+b-1 of feed f into dst */
+static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst, int64_t p, int64_t b)
+{
+    int64_t N = d->rows, r = p % N;
     if (f->kind != FEED_NPY) {
         int64_t T = in->shape[1], *out = (int64_t *)(void *)dst;
-        const uint16_t *src0 = d->tok + (f->kind == FEED_LABELS);
+        const int64_t w = d->tok_bytes, first = f->kind == FEED_LABELS;
         for (int64_t s = 0; s < b; s++) {
-            const uint16_t *src = src0 + r * T; /* r*T + T + 1 <= ntok since r < N */
-            for (int64_t t = 0; t < T; t++)
-                out[s * T + t] = src[t];
-            r = r + 1 == N ? 0 : r + 1;
+            r = sample_at(d, p + s);
+            const unsigned char *src = d->tok + (r * T + first) * w; /* r*T + T + 1 <= ntok since r < N */
+            for (int64_t t = 0; t < T; t++, src += w)
+                out[s * T + t] = w == 2 ? (int64_t)(src[0] | src[1] << 8) : (int64_t)le32(src);
         }
+        return;
+    }
+    if (d->shuffle) {
+        for (int64_t s = 0; s < b; s++)
+            memcpy(dst + (uint64_t)s * f->row_bytes, f->a.data + (uint64_t)sample_at(d, p + s) * f->row_bytes,
+                   (size_t)f->row_bytes);
         return;
     }
     while (b > 0) {
@@ -753,23 +782,24 @@ static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst,
     }
 }
 
-/* samples (pos + rank*b + i) mod N, i < b, of every input into the arena
- * and to the device */
+/* the samples of global positions pos + rank*b + i, i < b, of every input
+ * into the arena and to the device */
 void rt_data_next(RtCtx *c, RtData *d)
 {
     const RtModel *m = c->m;
     if (m->ninput == 0)
         return;
-    int64_t N = d->rows;
+    if (d->pos > INT64_MAX / 2) /* never in a real run; a manifest may say so: stay defined */
+        d->pos %= d->rows;
     for (int i = 0; i < m->ninput; i++) {
         const RtInput *in = &m->input[i];
         const RtFeed *f = &d->feed[i];
         int64_t b = in->shape[0];
         char *dst = c->arena + in->arena_off;
-        fill(d, f, in, dst, addmod(d->pos, mulmod(b, c->rank, N), N), b);
+        fill(d, f, in, dst, d->pos + b * c->rank, b);
         rt_dev_upload(c, dst, b * (int64_t)f->row_bytes);
     }
-    d->pos = addmod(d->pos, d->gstep, N);
+    d->pos += d->gstep;
 }
 
 void rt_data_close(const RtModel *m, RtData *d)

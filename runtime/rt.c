@@ -821,6 +821,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     Run *r = &run;
     memset(r, 0, sizeof *r);
     r->ctx.m = m;
+    r->ctx.seed = rt_seed(m, o->seed);
     r->ctx.rank = g_rank;
     r->ctx.world = g_world;
     r->ctx.sf = m->shard_group > 0 ? m->shard_group : g_world;

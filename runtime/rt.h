@@ -129,10 +129,12 @@ typedef struct {
                            * forward and backward; 0: unknown) */
     int64_t tokens;       /* what one rank's micro-step consumes: label positions (cross_entropy) or samples */
     const char *token_unit; /* "tok" or "samples" */
+    uint64_t dropout_seed; /* the build's dropout seed (c->seed without --seed) */
 } RtModel;
 
 typedef struct RtCtx {
     const RtModel *m;
+    uint64_t seed;        /* Dropout's seed: m->dropout_seed, moved by --seed S (rt_seed) */
     int rank, world;
     int sf, srank;        /* ranks of this rank's shard group (F) and this rank's place in it: groups
                            * are F consecutive ranks, shards ceil(numel / F) long */

@@ -135,6 +135,8 @@ typedef struct {
     int static_scale;         /* --loss-scale S given: S never changes (overflowing steps still skip) */
     int set_scale_init, set_growth;
     double peak_tflops;       /* --peak-tflops X (0: measured, cpu) */
+    int shuffle;              /* --shuffle */
+    int64_t seed;             /* --seed S (0) */
     int quiet;
 } RtOpts;
 
@@ -183,12 +185,16 @@ typedef struct {
     RtFeed *feed;   /* m->ninput entries */
     int nfeed;
     int64_t rows;   /* N: samples in every feed */
-    int64_t pos;    /* first sample of the next global batch */
-    int64_t gstep;  /* samples per global batch, mod N */
+    int64_t pos;    /* the global position of the next global batch: samples read so far (a checkpoint
+                     * written before --shuffle existed holds it modulo N) */
+    int64_t gstep;  /* samples per global batch */
+    int shuffle;    /* --shuffle: position p reads sample rt_shuffle(p mod N, N, seed, p / N) */
+    uint64_t seed;
     /* --tokens: the mapped file, its tokens (past an llm.c header, if any) */
     void *tok_map;
     size_t tok_map_len;
-    const uint16_t *tok;
+    const unsigned char *tok; /* the tokens, little-endian, tok_bytes each */
+    int tok_bytes;            /* 2 (uint16: raw streams, llm.c version 1) or 4 (uint32: llm.c version 2) */
     int64_t ntok;
     int tok_input, tok_labels; /* model input indices fed from the stream (-1: none) */
 } RtData;
@@ -197,6 +203,11 @@ typedef struct {
  * returns 0 or -1 (rt_err_set called).  Close with rt_data_close, whatever
  * it returned. */
 int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
+/* the place of i in a permutation of [0, n) drawn from (seed, epoch): an 8-round Feistel network on the
+ * smallest 4^h >= n, walked until it lands below n (--shuffle) */
+int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch);
+/* Dropout's seed for --seed S: the build's seed when S = 0 (the default), another one per S */
+static inline uint64_t rt_seed(const RtModel *m, int64_t s) { return m->dropout_seed + (uint64_t)s * 0x9e3779b97f4a7c15ull; }
 /* Collective, after every rank's rt_data_open succeeded: do all ranks see the
  * same data (sample counts; --tokens: token count; checksums of the first and
  * last MiB of the token stream and of every .npy's data)?  0, or -1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's demo: install what is missing, build fsdpc, compile the shipped
 # byte-level GPT (examples/gpt.onnx) into a training executable, train it on a
-# text that ships with Debian (the GPL-3 licence) on 2 ranks, sample a few lines
-# from the trained model through a forward-only executable, export the ONNX.
+# text that ships with Debian (the GPL-3 licence) on 2 ranks, draw the run
+# (build/demo/run.png), sample a few lines from the trained model through a
+# forward-only executable, export the ONNX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -33,6 +34,8 @@ first, last = sum(loss[:k]) / k, sum(loss[-k:]) / k
 print("== loss fell from %.3f (first %d steps) to %.3f (last %d steps)" % (first, k, last, k))
 sys.exit(0 if last < 0.7 * first else 1)
 PY
+
+/usr/bin/python3 scripts/plot_metrics.py $out/metrics.jsonl -o $out/run.png --title "examples/gpt.onnx, 2 ranks"
 
 echo "== sample from the trained model (forward-only executable built from $out/trained.onnx)"
 build/fsdpc $out/trained.onnx -o $out/sample --target cpu --eval --dim batch=1

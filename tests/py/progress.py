@@ -10,7 +10,8 @@ fsdpc --report prints exactly that count; a run at world 2 writes per step token
 / step time (mse: samples; cross_entropy: label positions, "tok"), tflops = FLOPs / step time, mfu =
 tflops / --peak-tflops, eta_s = mean step time so far x steps left, peak_rss_bytes > 0; --accum 2 doubles the
 FLOPs of a step; the step line shows loss, lr, grad norm (with --clip-grad-norm), ms, samples/s, TFLOPS, MFU,
-mem and ETA, and the run ends with a summary line; without --peak-tflops on cpu the peak is measured (a
+mem and ETA, and the run ends with a summary line; scripts/plot_metrics.py draws a metrics file into a PNG
+(and refuses one without steps in one line); without --peak-tflops on cpu the peak is measured (a
 positive figure); --quiet prints no step, peak or summary line while the metrics keep every field.
 """
 import json
@@ -115,6 +116,20 @@ def main():
           abs(s["tokens_per_s"] - 2 * 10 / (s["time_ms"] * 1e-3)) <= 2e-3 * s["tokens_per_s"] + 2e-3,
           "cross_entropy: %s\n%s" % (s, p.stdout))
     print("ok cross_entropy counts label positions: %s tok/s" % round(s["tokens_per_s"]))
+    # the picture of a run: a PNG of loss, lr, tokens/s and memory; a file without steps is one line
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    plot = os.path.join(root, "scripts", "plot_metrics.py")
+    png = os.path.join(work, "run.png")
+    p = run([sys.executable, plot, lm + ".jsonl", "-o", png])
+    head = open(png, "rb").read(24)
+    check(head[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(head[16:20], "big") >= 800 and
+          os.path.getsize(png) > 10000, "plot_metrics wrote no plausible PNG: %r" % head)
+    open(os.path.join(work, "empty.jsonl"), "w").write('{"memory": {}}\n')
+    q = run([sys.executable, plot, os.path.join(work, "empty.jsonl")], check=False)
+    check(q.returncode == 1 and len(q.stderr.strip().splitlines()) == 1 and "no step records" in q.stderr,
+          "plot_metrics on a file without steps: %d %r" % (q.returncode, q.stderr))
+    print("ok plot_metrics: %s (%d bytes, %d px wide); a file without steps is one line"
+          % (png, os.path.getsize(png), int.from_bytes(head[16:20], "big")))
     print("OK progress")
 
 

@@ -4,8 +4,8 @@ usage: tokens_grads.py FSDPC WORKDIR
 
 Model: logits[b, T, V] = x[b, T, C] @ W, loss cross_entropy:logits,labels, and an
 int64 input `ids` [b, T] that nothing consumes (the op set may not read int64
-yet).  A uint16 token stream (raw, and with llm.c's 1024-byte header) feeds
-`ids` and `labels` at world 1 and 2 with --lr 0, x from --data; every step's
+yet).  A token stream (raw uint16, and with llm.c's 1024-byte header: version 1
+uint16, version 2 uint32) feeds `ids` and `labels` at world 1 and 2 with --lr 0, x from --data; every step's
 loss must equal NumPy's cross-entropy of the expected samples (sample k = tokens
 [kT, kT+T), labels shifted by one; step s takes samples (s*B + j) mod N, rank r
 the r-th slice), once with the default inputs (labels = the shifted window) and
@@ -55,6 +55,9 @@ def main():
     hdr[:3] = (20240520, 1, len(toks))
     with open(J("llmc.bin"), "wb") as f:
         f.write(hdr.tobytes() + toks.tobytes())
+    hdr[1] = 2  # llm.c's version 2: uint32 tokens
+    with open(J("llmc_u32.bin"), "wb") as f:
+        f.write(hdr.tobytes() + toks.astype("<u4").tobytes())
     x = rng.standard_normal((N, T, C)).astype(np.float32)
     np.save(J("x.npy"), x)
 
@@ -64,7 +67,7 @@ def main():
         run([fsdpc, J("m.onnx"), "-o", exes[world], "--target", "cpu", "--loss", "cross_entropy:logits,labels",
              "--dim", "batch=%d" % b, "--verify"])
         B = b * world
-        for tokfile in ("tok.bin", "llmc.bin"):
+        for tokfile in ("tok.bin", "llmc.bin", "llmc_u32.bin"):
             for spec in (None, "labels,ids"):
                 metrics, dump = J("m.jsonl"), J("grads")
                 cmd = [exes[world], "--tokens", J(tokfile), "--data", "x=" + J("x.npy"), "--steps", str(STEPS),
@@ -95,8 +98,11 @@ def main():
         f.write(toks.tobytes()[:37])
     with open(J("short.bin"), "wb") as f:
         f.write(toks.tobytes()[:10])
-    hdr[1] = 2
-    with open(J("llmc2.bin"), "wb") as f:
+    hdr[1] = 3
+    with open(J("llmc3.bin"), "wb") as f:
+        f.write(hdr.tobytes() + toks.tobytes())
+    hdr[1] = 2  # uint32 tokens, but the file holds uint16's bytes
+    with open(J("llmc2_short.bin"), "wb") as f:
         f.write(hdr.tobytes() + toks.tobytes())
     np.save(J("x6.npy"), x[:6])
     open(J("afile"), "w").close()
@@ -104,7 +110,8 @@ def main():
     cases = [
         ([exe, "--tokens", J("odd.bin"), "--data", xd], "odd number"),
         ([exe, "--tokens", J("short.bin"), "--data", xd], "needs at least 6"),
-        ([exe, "--tokens", J("llmc2.bin"), "--data", xd], "version 2"),
+        ([exe, "--tokens", J("llmc3.bin"), "--data", xd], "version 3"),
+        ([exe, "--tokens", J("llmc2_short.bin"), "--data", xd], "uint32 tokens"),
         ([exe, "--tokens", J("nope.bin"), "--data", xd], "nope.bin"),
         ([exe, "--tokens", J("tok.bin")], "no data for model input 'x'"),
         ([exe, "--tokens", J("tok.bin"), "--data", xd, "--data", "ids=" + J("x.npy")], "fed by --tokens"),
