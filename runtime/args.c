@@ -143,11 +143,13 @@ void rt_usage(const RtModel *m)
            "  --clip-grad-norm X      scale the gradient to global L2 norm at most X before each\n"
            "                          update (torch.nn.utils.clip_grad_norm_; the norm over every\n"
            "                          rank's shard); metrics then report grad_norm (default: none)\n"
-           "  --lr-schedule constant|cosine\n"
-           "                          cosine: lr * s/W for steps s <= W (--warmup-steps W, default 0),\n"
-           "                          then cosine decay from lr to --min-lr X (default lr/10) at step\n"
-           "                          --decay-steps D (default --steps), min-lr after it.  constant\n"
-           "                          (the default): lr, after the same linear warmup\n"
+           "  --lr-schedule constant|cosine|linear|wsd\n"
+           "                          every one: lr * s/W for steps s <= W (--warmup-steps W, default 0);\n"
+           "                          then constant (the default): lr; cosine: cosine decay from lr to\n"
+           "                          --min-lr X (default lr/10) at step --decay-steps D (default\n"
+           "                          --steps), min-lr after it; linear: the same, linear; wsd\n"
+           "                          (warmup-stable-decay): lr until D - K, then linear to min-lr at D\n"
+           "                          (--wsd-decay-steps K, default (D - W)/5 rounded up)\n"
            "  --on-nonfinite stop|skip\n"
            "                          a step whose loss or gradient norm is not finite (NaN, inf) is\n"
            "                          never applied; stop (the default): the run stops there with an\n"
@@ -327,11 +329,17 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--clip-grad-norm") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->clip);
     } else if (strcmp(flag, "--lr-schedule") == 0) {
-        o->cosine = strcmp(val, "cosine") == 0;
-        if (!o->cosine && strcmp(val, "constant") != 0) {
-            rt_err_set(2, "--lr-schedule expects constant or cosine, got '%s' (see --help)", val);
+        static const char *const names[] = {"constant", "cosine", "linear", "wsd"}; /* RT_SCHED_ order */
+        o->sched = -1;
+        for (int k = 0; k < 4; k++)
+            if (strcmp(val, names[k]) == 0)
+                o->sched = k;
+        if (o->sched < 0) {
+            rt_err_set(2, "--lr-schedule expects constant, cosine, linear or wsd, got '%s' (see --help)", val);
             rc = -1;
         }
+    } else if (strcmp(flag, "--wsd-decay-steps") == 0) {
+        rc = parse_int(flag, val, 1, &o->wsd_decay);
     } else if (strcmp(flag, "--warmup-steps") == 0) {
         rc = parse_int(flag, val, 0, &o->warmup);
     } else if (strcmp(flag, "--decay-steps") == 0) {
@@ -385,7 +393,7 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
 static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
                                           "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
                                           "--log-every", "--tokens", "--token-inputs", "--dump-grads",
-                                          "--clip-grad-norm", "--lr-schedule", "--warmup-steps",
+                                          "--clip-grad-norm", "--lr-schedule", "--warmup-steps", "--wsd-decay-steps",
                                           "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
                                           "--export-safetensors", "--loss-scale-init",
@@ -542,8 +550,13 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         rt_err_set(2, "--ckpt-every needs --ckpt-dir DIR (see --help)");
         return -1;
     }
-    if (!o->cosine && (o->set_decay || o->set_min_lr)) {
-        rt_err_set(2, "--decay-steps and --min-lr shape --lr-schedule cosine, which is not given (see --help)");
+    if (o->sched == RT_SCHED_CONSTANT && (o->set_decay || o->set_min_lr)) {
+        rt_err_set(2, "--decay-steps and --min-lr shape --lr-schedule cosine, linear or wsd, which is not given "
+                      "(see --help)");
+        return -1;
+    }
+    if (o->wsd_decay && o->sched != RT_SCHED_WSD) {
+        rt_err_set(2, "--wsd-decay-steps shapes --lr-schedule wsd, which is not given (see --help)");
         return -1;
     }
     if (o->static_scale && (o->set_scale_init || o->set_growth)) {
@@ -555,9 +568,16 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         o->decay_steps = o->steps;
     if (!o->set_min_lr)
         o->min_lr = o->lr / 10;
-    if (o->cosine && o->decay_steps <= o->warmup) {
-        rt_err_set(2, "--lr-schedule cosine decays after --warmup-steps %" PRId64 " until step %" PRId64
+    if (o->sched != RT_SCHED_CONSTANT && o->decay_steps <= o->warmup) {
+        rt_err_set(2, "--lr-schedule decays after --warmup-steps %" PRId64 " until step %" PRId64
                       " (--decay-steps, default --steps): give a later one", o->warmup, o->decay_steps);
+        return -1;
+    }
+    if (o->sched == RT_SCHED_WSD && !o->wsd_decay)
+        o->wsd_decay = (o->decay_steps - o->warmup + 4) / 5;
+    if (o->sched == RT_SCHED_WSD && o->wsd_decay > o->decay_steps - o->warmup) {
+        rt_err_set(2, "--wsd-decay-steps %" PRId64 " is longer than the %" PRId64 " steps between --warmup-steps "
+                      "and --decay-steps", o->wsd_decay, o->decay_steps - o->warmup);
         return -1;
     }
     return 0;
@@ -567,12 +587,17 @@ double rt_lr_at(const RtOpts *o, int64_t step)
 {
     if (step <= o->warmup)
         return o->lr * (double)step / (double)o->warmup;
-    if (!o->cosine)
+    if (o->sched == RT_SCHED_CONSTANT)
         return o->lr;
     if (step >= o->decay_steps)
         return o->min_lr;
-    double t = (double)(step - o->warmup) / (double)(o->decay_steps - o->warmup);
-    return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1 + cos(3.14159265358979323846 * t));
+    int64_t from = o->sched == RT_SCHED_WSD ? o->decay_steps - o->wsd_decay : o->warmup; /* the decay's start */
+    if (step <= from)
+        return o->lr; /* wsd's stable phase */
+    double t = (double)(step - from) / (double)(o->decay_steps - from);
+    if (o->sched == RT_SCHED_COSINE)
+        return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1 + cos(3.14159265358979323846 * t));
+    return o->lr + (o->min_lr - o->lr) * t; /* linear, wsd's decay */
 }
 
 void rt_opts_free(RtOpts *o)

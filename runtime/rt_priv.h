@@ -103,6 +103,8 @@ typedef struct {
     const char *name, *file;
 } RtDataArg;
 
+enum { RT_SCHED_CONSTANT, RT_SCHED_COSINE, RT_SCHED_LINEAR, RT_SCHED_WSD };
+
 typedef struct {
     RtDataArg *data;      /* --data (training) or --input (eval) NAME=FILE */
     int ndata;
@@ -110,7 +112,8 @@ typedef struct {
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
     double clip;              /* --clip-grad-norm (0: none) */
-    int cosine;               /* --lr-schedule cosine (0: constant) */
+    int sched;                /* --lr-schedule: RT_SCHED_* */
+    int64_t wsd_decay;        /* --wsd-decay-steps K: wsd's decay phase (0: a fifth of the steps after warmup) */
     int64_t warmup, decay_steps; /* --warmup-steps, --decay-steps (0: --steps) */
     double min_lr;            /* --min-lr */
     int set_min_lr, set_decay;

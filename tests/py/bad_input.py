@@ -334,8 +334,11 @@ def main():
     expect_error([exe, "--export-safetensors", work] + X, "--export-safetensors", "is a directory")
     expect_error([exe, "--export-safetensors", J("no", "dir", "w.safetensors")] + X, "--export-safetensors",
                  "no/dir")
-    expect_error([exe, "--lr-schedule", "linear"] + X, "--lr-schedule", "constant or cosine", code=(2,))
-    expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine", code=(2,))
+    expect_error([exe, "--lr-schedule", "step"] + X, "--lr-schedule", "constant, cosine, linear or wsd", code=(2,))
+    expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine, linear or wsd", code=(2,))
+    expect_error([exe, "--wsd-decay-steps", "2"] + X, "--lr-schedule wsd", code=(2,))
+    expect_error([exe, "--lr-schedule", "wsd", "--wsd-decay-steps", "9", "--steps", "6"] + X, "--wsd-decay-steps 9",
+                 "longer", code=(2,))
     expect_error([exe, "--lr-schedule", "cosine", "--warmup-steps", "4"] + X, "--warmup-steps 4", "--decay-steps",
                  code=(2,))
     # loss-scale flags: fp16 builds only, positive, one of static / dynamic
