@@ -650,6 +650,15 @@ static int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
     return expand(s, id, OP_Reshape, x, sv, "reshape", -1);
 }
 
+/* x transposed by perm (rank n) named NODE/suffix, visited; its output */
+static int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
+{
+    int c = expand_node(s, id, OP_Transpose, x, -1, suffix, -1);
+    ir_attr_ints_add(s->g, c, "perm", perm, n);
+    visit(s, c);
+    return s->g->node[c].out[0];
+}
+
 /* RMSNormalization: Y = X / sqrt(mean(X^2 over axes axis..r-1) + epsilon) * scale */
 static void expand_rmsnorm(Sweep *s, int id)
 {
@@ -880,6 +889,79 @@ static int scatter_add(Sweep *s, int id, Op op, int u, int indices, int axis, DT
     return y;
 }
 
+enum { EXTREME_MAX = 1 << 26 }; /* elements of scatter max / min's candidate table */
+
+/* ScatterND / ScatterElements with reduction max (min: the same of -updates, negated): a table of
+ * candidates, one row per update over every position it could land on (-inf where it does not), reduced
+ * by ReduceMax over the updates and combined with the data by Max (Min).  The gradients follow
+ * (ReduceMax splits ties evenly, Max / Min between data and updates in halves).  ScatterND: pos, the
+ * tuples' positions (NDIndex, checked); ScatterElements (pos -1): the indices along axis ax, checked and
+ * made non-negative by an NDIndex of 1-tuples. */
+static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Shape xs = g->val[n.in[0]].shape, us = g->val[n.in[2]].shape;
+    DType dt = g->val[n.in[0]].dtype;
+    int64_t len = pos >= 0 ? 1 : xs.dim[ax], nq = 1, rest = 1;
+    if (pos >= 0) {
+        const Shape ps = g->val[pos].shape;
+        nq = shape_numel(&ps);
+        for (int i = 0; i < xs.rank; i++)
+            len *= i < xs.rank - (us.rank - ps.rank) ? xs.dim[i] : 1;
+        rest = nq ? shape_numel(&us) / nq : 0;
+    }
+    int64_t table = pos >= 0 ? nq * len * rest : shape_numel(&us) * len;
+    if (table > EXTREME_MAX)
+        node_fatal(g, &n, "reduction '%s' compares every update with every place it may land: %lld elements, fsdpc "
+                   "allows 2^26", mx ? "max" : "min", (long long)table);
+    int u = mx ? n.in[2] : expand(s, id, OP_Neg, n.in[2], -1, "neg", -1);
+    int ninf = new_scalar(s, id, dt, -INFINITY, "ninf");
+    int64_t *ramp = ir_alloc(sizeof(int64_t) * (size_t)(len + 1));
+    for (int64_t i = 0; i < len; i++)
+        ramp[i] = i;
+    int r;
+    if (pos >= 0) { /* [nq, len, rest] over positions of the indexed dims flattened */
+        Shape rs = {.rank = 2, .dim = {1, len}};
+        int hit = expand(s, id, OP_Equal, expand_reshape(s, id, pos, (int64_t[]){nq, 1}, 2),
+                         ir_const(g, ir_fmt("%s/places.%d", n.name, s->nnew++), DT_I64, &rs, ramp), "hit", -1);
+        int c = expand3(s, id, OP_Where, expand_reshape(s, id, hit, (int64_t[]){nq, len, 1}, 3),
+                        expand_reshape(s, id, u, (int64_t[]){nq, 1, rest}, 3), ninf, "candidates", -1);
+        r = expand_reshape(s, id, expand_max(s, id, c, 0, 0, "reduce", -1), xs.dim, xs.rank);
+    } else { /* [updates' shape.., len] over the axis; the positions' dim then moved to the axis */
+        int rk = us.rank;
+        int64_t one[MAX_RANK + 1];
+        for (int i = 0; i <= rk; i++)
+            one[i] = i < rk ? us.dim[i] : 1;
+        int t = expand_node(s, id, OP_NDIndex, expand_reshape(s, id, n.in[1], one, rk + 1), -1, "checked", -1);
+        ir_attr_ints_add(g, t, "dims", &len, 1);
+        ir_attr_add(g, t, "batch", A_INT)->i = 0;
+        visit(s, t);
+        Shape rs = {.rank = rk + 1};
+        for (int i = 0; i < rk; i++)
+            rs.dim[i] = 1;
+        rs.dim[rk] = len;
+        int hit = expand(s, id, OP_Equal, expand_reshape(s, id, g->node[t].out[0], one, rk + 1),
+                         ir_const(g, ir_fmt("%s/places.%d", n.name, s->nnew++), DT_I64, &rs, ramp), "hit", -1);
+        int c = expand3(s, id, OP_Where, hit, expand_reshape(s, id, u, one, rk + 1), ninf, "candidates", -1);
+        int m = expand_max(s, id, c, ax, 0, "reduce", -1); /* [us without ax.., len] */
+        int64_t perm[MAX_RANK], pads[2 * MAX_RANK] = {0};
+        for (int i = 0; i < rk; i++) {
+            perm[i] = i < ax ? i : i == ax ? rk - 1 : i - 1;
+            pads[rk + i] = i == ax ? 0 : xs.dim[i] - us.dim[i];
+        }
+        r = expand_perm(s, id, m, perm, rk, "to_axis");
+        int p = expand_node(s, id, OP_Pad, r, -1, "pad", -1);
+        ir_attr_ints_add(g, p, "pads", pads, 2 * rk);
+        ir_attr_add(g, p, "value", A_TENSOR)->t = ninf;
+        visit(s, p);
+        r = g->node[p].out[0];
+    }
+    if (!mx)
+        r = expand(s, id, OP_Neg, r, -1, "unneg", -1);
+    expand(s, id, mx ? OP_Max : OP_Min, n.in[0], r, mx ? "max" : "min", n.out[0]);
+}
+
 /* ScatterND and ScatterElements, reduction add: data + the scatter-add of
  * updates; none: where some update landed (a scatter-add of ones is
  * positive), the scatter-add of updates, elsewhere data.  ONNX leaves
@@ -894,9 +976,8 @@ static void expand_scatter(Sweep *s, int id)
     Node n = g->node[id];
     int nd = n.op == OP_ScatterND;
     int red = ir_attr_choice(g, &n, "reduction", "none|add|mul|max|min");
-    if (red > 1)
-        node_fatal(g, &n, "reduction '%s' is not supported (fsdpc scatters with none or add)",
-                   ir_attr_s(&n, "reduction", ""));
+    if (red == 2)
+        node_fatal(g, &n, "reduction 'mul' is not supported (fsdpc scatters with none, add, max or min)");
     for (int i = 0; i < 3; i += 2)
         if (!is_float(g->val[n.in[i]].dtype))
             node_fatal(g, &n, "%s '%s' is %s: fsdpc scatters float32 or float64 only", i ? "updates" : "data",
@@ -949,6 +1030,10 @@ static void expand_scatter(Sweep *s, int id)
     if (u->shape.rank != want.rank || memcmp(u->shape.dim, want.dim, sizeof(int64_t) * (size_t)want.rank))
         node_fatal(g, &n, "updates '%s' have shape %s; %s needs %s", ir_q(u->name), shape_str(&u->shape),
                    op_info[n.op].name, shape_str(&want));
+    if (red >= 3) {
+        scatter_extreme(s, id, red == 3, nd ? pos : -1, ax);
+        return;
+    }
     Op op = nd ? OP_GatherGrad : OP_GatherElementsGrad;
     int sc = expand_reshape(s, id, scatter_add(s, id, op, n.in[2], pos, ax, dt, &flat, "scatter"), xs.dim, xs.rank);
     if (red == 1) {
@@ -1189,14 +1274,6 @@ static int ein_has(const ETerm *t, int l)
     return 0;
 }
 
-/* x transposed by perm (rank n) named NODE/suffix, visited; its output */
-static int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
-{
-    int c = expand_node(s, id, OP_Transpose, x, -1, suffix, -1);
-    ir_attr_ints_add(s->g, c, "perm", perm, n);
-    visit(s, c);
-    return s->g->node[c].out[0];
-}
 
 /* t's dims put in the order of labels want (a permutation of t's) */
 static void ein_transpose(Sweep *s, int id, ETerm *t, const int *want)

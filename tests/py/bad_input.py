@@ -142,7 +142,7 @@ def hostile_models(fsdpc, J, base):
     sc = lambda op, **a: [helper.make_node(op, ["x", "si", "u"], ["y"], name="sc", **a)]
     for tag, nodes, inits, opset, needles in (
             ("mul", sc("ScatterND", reduction="mul"), {"si": np.zeros((1, 1), np.int64), "u": np.ones((1, 3), np.float32)},
-             18, ("'sc' (ScatterND)", "reduction 'mul' is not supported", "none or add")),
+             18, ("'sc' (ScatterND)", "reduction 'mul' is not supported", "none, add, max or min")),
             ("opset13", sc("ScatterElements", reduction="add"), {"si": np.zeros((1, 3), np.int64),
                                                                   "u": np.ones((1, 3), np.float32)},
              13, ("'sc' (ScatterElements)", "reduction is opset 16's", "opset 13")),
@@ -157,6 +157,12 @@ def hostile_models(fsdpc, J, base):
                                                                   "[-3, 3)"))):
         graph_model(J("scatter_%s.onnx" % tag), nodes, inits, [None, None], opset=opset)
         expect_error(cc(J("scatter_%s.onnx" % tag), "--eval", "--dim", "batch=2"), *needles, code=(1,), absent=never)
+    # max / min compare every update with every place: a table beyond 2^26 elements is refused
+    graph_model(J("scatter_huge.onnx"), sc("ScatterElements", axis=1, reduction="max"),
+                {"si": np.zeros((1, 8192), np.int64), "u": np.ones((1, 8192), np.float32)}, [1, 16384],
+                x_shape=(1, 16384), opset=18)
+    expect_error(cc(J("scatter_huge.onnx"), "--eval"), "'sc' (ScatterElements)", "134217728 elements", "2^26",
+                 code=(1,), absent=never)
     # Resize: an output beyond 2^20 per axis, an opset 18 attribute at opset 17, a mode fsdpc does not know
     rs = lambda **a: [helper.make_node("Resize", ["x", "", "sc"], ["y"], name="rs", **a)]
     for tag, nodes, sc, needles in (

@@ -117,23 +117,26 @@ def rope_ref(x, cos, sin, pos=None, il=0, rd=0, heads=None):
 
 
 # name: (nodes, weights, forward(w) -> Y)
+REDUCE = {0: lambda a, b: b, 1: lambda a, b: a + b, "max": np.maximum, "min": np.minimum}
+
+
 def scatter_nd_ref(d, idx, u, add):
-    """ONNX ScatterND (reduction none or add), row by row in index order"""
-    y = d.copy()
+    """ONNX ScatterND (reduction none, add, "max" or "min"), row by row in index order"""
+    y, f = d.copy(), REDUCE[add]
     for t in np.ndindex(idx.shape[:-1]):
         p = tuple(int(v) for v in idx[t])
-        y[p] = y[p] + u[t] if add else u[t]
+        y[p] = f(y[p], u[t])
     return y
 
 
 def scatter_elements_ref(d, idx, u, axis, add):
-    """ONNX ScatterElements (reduction none or add), element by element in index order"""
-    y = d.copy()
+    """ONNX ScatterElements (reduction none, add, "max" or "min"), element by element in index order"""
+    y, f = d.copy(), REDUCE[add]
     for m in np.ndindex(idx.shape):
         p = list(m)
         p[axis] = int(idx[m])
         p = tuple(p)
-        y[p] = y[p] + u[m] if add else u[m]
+        y[p] = f(y[p], u[m])
     return y
 
 
@@ -197,6 +200,20 @@ def cases():
     c["ScatterElements_none_axis0"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"])],
                                        {"D": r(4, 3), "U": r(2, 3), "se": I64("se", se0)},
                                        lambda w: scatter_elements_ref(w["D"], se0 % 4, w["U"], 0, 0))
+    # max / min: repeated indices (the largest / smallest update wins), positions no update reaches keep data
+    c["ScatterElements_max_axis1"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"], axis=1, reduction="max")],
+                                      {"D": r(3, 5), "U": r(2, 4), "se": I64("se", se1)},
+                                      lambda w: scatter_elements_ref(w["D"], se1 % 5, w["U"], 1, "max"))
+    c["ScatterElements_min_axis0"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"], reduction="min")],
+                                      {"D": r(4, 3), "U": r(2, 3), "se": I64("se", np.array([[3, 0, 3], [-1, 0, 1]]))},
+                                      lambda w: scatter_elements_ref(w["D"], np.array([[3, 0, 3], [3, 0, 1]]),
+                                                                     w["U"], 0, "min"))
+    c["ScatterND_max_rows"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="max")],
+                               {"D": r(5, 3), "U": r(4, 3), "sn": I64("sn", sn1)},
+                               lambda w: scatter_nd_ref(w["D"], sn1 % 5, w["U"], "max"))
+    c["ScatterND_min_elements"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="min")],
+                                   {"D": r(3, 4), "U": r(3), "sn": I64("sn", sn2)},
+                                   lambda w: scatter_nd_ref(w["D"], sn2 % [3, 4], w["U"], "min"))
     c["CumSum_len7"] = ([node("CumSum", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
                         lambda w: cumsum_ref(w["A"], 1))
     c["CumSum_reverse_exclusive"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
@@ -451,6 +468,14 @@ def forward_cases():
     si = np.array([[4], [0], [4], [-2]], np.int64)
     c["ScatterND_add_runtime_indices"] = ([node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
                                           {"d": d, "i": si, "u": u}, {}, {"y": scatter_nd_ref(d, si % 5, u, 1)}, 1e-6)
+    c["ScatterElements_max_runtime_indices"] = ([node("ScatterElements", ["d", "i", "u"], ["y"], axis=0,
+                                                      reduction="max")],
+                                                 {"d": d, "i": np.array([[4, 0, -1], [4, 4, 2]], np.int64),
+                                                  "u": u[:2]}, {},
+                                                 {"y": scatter_elements_ref(d, np.array([[4, 0, 4], [4, 4, 2]]),
+                                                                            u[:2], 0, "max")})
+    c["ScatterND_min_runtime_indices"] = ([node("ScatterND", ["d", "i", "u"], ["y"], reduction="min")],
+                                          {"d": d, "i": si, "u": u}, {}, {"y": scatter_nd_ref(d, si % 5, u, "min")})
     ei = np.array([[2, 0, 1], [0, 1, 2]], np.int32)
     c["ScatterElements_int32_runtime_indices"] = ([node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)],
                                                   {"d": d[:3], "i": ei, "u": u[:2]}, {},
