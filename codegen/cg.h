@@ -18,6 +18,7 @@ const char *cg_sfx(DType t);              /* kernel suffix: "f32" / "f64" */
 const char *cg_kdt(DType t);              /* kernel dtype code: "K_DT_F32", ... */
 const char *cg_ptr(const Graph *g, int v);/* typed pointer expression of value v */
 const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
+Shape cg_attr_shape(const Node *n, const char *name); /* a shape attribute (ConvGrad's xshape, ...) */
 int cg_same_place(const Graph *g, int a, int b);
 void cg_emit_node(Buf *b, const Graph *g, const Node *n);
 

@@ -123,6 +123,15 @@ void cg_check_end(Buf *b, const char *cpu_test, const char *device_msg)
     cg_put(b, "      (void)bad; }\n");
 }
 
+Shape cg_attr_shape(const Node *n, const char *name)
+{
+    const Attr *a = ir_attr(n, name);
+    Shape s = {a ? a->n : 0, {0}};
+    for (int i = 0; a && i < a->n && i < MAX_RANK; i++)
+        s.dim[i] = a->ints[i];
+    return s;
+}
+
 /* pointer expression for value v, typed */
 const char *cg_ptr(const Graph *g, int v)
 {

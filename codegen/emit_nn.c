@@ -54,15 +54,6 @@ static const char *pool_lit(const KPool2d *p)
                   (long long)p->pr, p->count_include_pad);
 }
 
-static Shape attr_shape(const Node *n, const char *name)
-{
-    const Attr *a = ir_attr(n, name);
-    Shape s = {a->n, {0}};
-    for (int i = 0; i < a->n; i++)
-        s.dim[i] = a->ints[i];
-    return s;
-}
-
 /* ---- broadcasting binary ops (ops.def's EW2), their derivative rows ------- */
 
 /* strides of operand shape s broadcast to y (0 on broadcast dims) */
@@ -126,7 +117,7 @@ static void emit_conv(Buf *b, const Graph *g, const Node *n)
 
 static void emit_conv_grad(Buf *b, const Graph *g, const Node *n)
 {
-    Shape xs = attr_shape(n, "xshape"), wsh = attr_shape(n, "wshape");
+    Shape xs = cg_attr_shape(n, "xshape"), wsh = cg_attr_shape(n, "wshape");
     KConv2d p;
     nn_conv_geom(g, n, &xs, &wsh, &p);
     int need = (int)ir_attr_i(n, "need", 0), ws = n->out[3];
@@ -312,7 +303,7 @@ static void emit_reduce(Buf *b, const Graph *g, const Node *n)
 static void emit_reduce_grad(Buf *b, const Graph *g, const Node *n)
 {
     const Shape *x = &g->val[n->out[0]].shape;
-    Shape y = attr_shape(n, "yshape");
+    Shape y = cg_attr_shape(n, "yshape");
     Op of = (Op)ir_attr_i(n, "of", 0);
     const char *s = cg_sfx(g->val[n->out[0]].dtype);
     int64_t dense[MAX_RANK], ys[MAX_RANK], acc = 1, yacc = 1;

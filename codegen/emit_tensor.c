@@ -161,9 +161,8 @@ static void emit_nd_index(Buf *b, const Graph *g, const Node *n)
     const Value *ix = val(g, n->in[0]);
     int k;
     const int64_t *dims = tensor_ints(n, "dims", &k);
-    int64_t nb = 1, nq = 1, nbatch = ir_attr_i(n, "batch", 0);
-    for (int d = 0; d < ix->shape.rank - 1; d++)
-        *(d < nbatch ? &nb : &nq) *= ix->shape.dim[d];
+    int64_t nb, nq;
+    tensor_nd_counts(n, &ix->shape, &nb, &nq);
     cg_put(b, "    { static const int64_t dims[] = %s;\n", cg_ints(dims, k));
     cg_put(b, "      int64_t bad = k_nd_index(%s, %s, %lld, %lld, %d, dims);\n", cg_ptr(g, n->out[0]),
         cg_ptr(g, n->in[0]), (long long)nb, (long long)nq, k);

@@ -6,7 +6,7 @@
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
-#include "ir.h"
+#include "cg.h"
 #include "rules/nn.h"
 
 #include <string.h>
@@ -53,16 +53,6 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
     }
 }
 
-/* a shape attribute of n (ConvGrad's xshape, wshape) */
-static Shape attr_shape(const Node *n, const char *name)
-{
-    const Attr *a = ir_attr(n, name);
-    Shape s = {a ? a->n : 0, {0}};
-    for (int i = 0; a && i < a->n && i < MAX_RANK; i++)
-        s.dim[i] = a->ints[i];
-    return s;
-}
-
 double cg_step_flops(const Graph *g)
 {
     double f = 0;
@@ -77,8 +67,8 @@ double cg_step_flops(const Graph *g)
             f += 2.0 * (double)shape_numel(sy) * (double)sa->dim[sa->rank - (ta ? 2 : 1)];
         } else if (n->op == OP_Conv || n->op == OP_ConvGrad) {
             KConv2d p;
-            Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : attr_shape(n, "xshape");
-            Shape ws = n->op == OP_Conv ? g->val[n->in[1]].shape : attr_shape(n, "wshape");
+            Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : cg_attr_shape(n, "xshape");
+            Shape ws = n->op == OP_Conv ? g->val[n->in[1]].shape : cg_attr_shape(n, "wshape");
             nn_conv_geom(g, n, &xs, &ws, &p);
             /* one product: every output element sums c/groups x kh x kw taps */
             double one = 2.0 * (double)(p.n * p.m * p.oh * p.ow) * (double)(p.c / p.groups * p.kh * p.kw);

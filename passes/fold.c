@@ -816,6 +816,17 @@ static void expand_cumsum(Sweep *s, int id)
 
 /* ---- GatherND, ScatterND, ScatterElements ------------------------------------ */
 
+/* NDIndex(idx) over k dims with b batch dims, named NODE/suffix, visited; its output */
+static int nd_index(Sweep *s, int id, int idx, const int64_t *dims, int k, int b, const char *suffix)
+{
+    Graph *g = s->g;
+    int c = expand_node(s, id, OP_NDIndex, idx, -1, suffix, -1);
+    ir_attr_ints_add(g, c, "dims", dims, k);
+    ir_attr_add(g, c, "batch", A_INT)->i = b;
+    visit(s, c);
+    return g->node[c].out[0];
+}
+
 /* NDIndex of node n's indices (input 1, int64 after cast_input) into data
  * (input 0) with b batch dims, after checking the shapes ONNX requires and,
  * when the indices are a constant, every component; visited, its output.
@@ -847,11 +858,7 @@ static int nd_positions(Sweep *s, int id, int b, int *k)
             node_fatal(g, &n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v, (long long)i,
                        ir_q(ix->name), (long long)-lim, (long long)lim);
     }
-    int c = expand_node(s, id, OP_NDIndex, n.in[1], -1, "positions", -1);
-    ir_attr_ints_add(g, c, "dims", dims, *k);
-    ir_attr_add(g, c, "batch", A_INT)->i = b;
-    visit(s, c);
-    return g->node[c].out[0];
+    return nd_index(s, id, n.in[1], dims, *k, b, "positions");
 }
 
 /* GatherND: data with its batch dims and the k indexed dims flattened into
@@ -933,15 +940,12 @@ static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
         int64_t one[MAX_RANK + 1];
         for (int i = 0; i <= rk; i++)
             one[i] = i < rk ? us.dim[i] : 1;
-        int t = expand_node(s, id, OP_NDIndex, expand_reshape(s, id, n.in[1], one, rk + 1), -1, "checked", -1);
-        ir_attr_ints_add(g, t, "dims", &len, 1);
-        ir_attr_add(g, t, "batch", A_INT)->i = 0;
-        visit(s, t);
+        int t = nd_index(s, id, expand_reshape(s, id, n.in[1], one, rk + 1), &len, 1, 0, "checked");
         Shape rs = {.rank = rk + 1};
         for (int i = 0; i < rk; i++)
             rs.dim[i] = 1;
         rs.dim[rk] = len;
-        int hit = expand(s, id, OP_Equal, expand_reshape(s, id, g->node[t].out[0], one, rk + 1),
+        int hit = expand(s, id, OP_Equal, expand_reshape(s, id, t, one, rk + 1),
                          ir_const(g, ir_fmt("%s/places.%d", n.name, s->nnew++), DT_I64, &rs, ramp), "hit", -1);
         int c = expand3(s, id, OP_Where, hit, expand_reshape(s, id, u, one, rk + 1), ninf, "candidates", -1);
         int m = expand_max(s, id, c, ax, 0, "reduce", -1); /* [us without ax.., len] */
@@ -1006,25 +1010,7 @@ static void expand_scatter(Sweep *s, int id)
             cnt.dim[cnt.rank++] = i < k ? xs.dim[i] : 1;
         }
     } else {
-        if (ix->dtype != DT_I64)
-            node_fatal(g, &n, "indices '%s' are %s; ScatterElements takes int64 or int32 indices", ir_q(ix->name),
-                       dtype_name(ix->dtype));
-        if (ix->shape.rank != xs.rank || xs.rank < 1)
-            node_fatal(g, &n, "indices '%s' have rank %d and data '%s' rank %d; ScatterElements needs one rank, "
-                       "at least 1", ir_q(ix->name), ix->shape.rank, ir_q(x->name), xs.rank);
-        ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), xs.rank, "axis");
-        for (int d = 0; d < xs.rank; d++)
-            if (d != ax && ix->shape.dim[d] > xs.dim[d])
-                node_fatal(g, &n, "indices '%s' have %lld along dim %d, data '%s' %lld; off the axis they can be "
-                           "no longer", ir_q(ix->name), (long long)ix->shape.dim[d], d, ir_q(x->name),
-                           (long long)xs.dim[d]);
-        int64_t lim = xs.dim[ax];
-        for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
-            int64_t v = ((const int64_t *)ix->data)[i];
-            if (v < -lim || v >= lim)
-                node_fatal(g, &n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
-                           (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
-        }
+        ax = tensor_elements_axis(g, &n, x, ix);
         want = ix->shape, flat = cnt = xs;
     }
     if (u->shape.rank != want.rank || memcmp(u->shape.dim, want.dim, sizeof(int64_t) * (size_t)want.rank))
@@ -2147,9 +2133,8 @@ static void eval(const Graph *g, const Node *n)
     case OP_NDIndex: {
         int k;
         const int64_t *dims = tensor_ints(n, "dims", &k);
-        int64_t nb = 1, nq = 1, b = ir_attr_i(n, "batch", 0);
-        for (int d = 0; d < x->shape.rank - 1; d++)
-            *(d < b ? &nb : &nq) *= x->shape.dim[d];
+        int64_t nb, nq;
+        tensor_nd_counts(n, &x->shape, &nb, &nq);
         if (k_nd_index(y->data, x->data, nb, nq, k, dims) >= 0)
             die("constant GatherND / ScatterND indices passed fold's check");
         break;

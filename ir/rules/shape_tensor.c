@@ -258,27 +258,7 @@ static void nd_index(Graph *g, const Node *n)
 static void gather_elements(Graph *g, const Node *n)
 {
     const Value *x = in(g, n, 0), *ix = in(g, n, 1);
-    if (ix->dtype != DT_I64)
-        node_fatal(g, n, "indices '%s' are %s; GatherElements takes int64 or int32 indices", ir_q(ix->name),
-                   dtype_name(ix->dtype));
-    if (x->shape.rank == 0)
-        node_fatal(g, n, "cannot gather from a scalar");
-    if (ix->shape.rank != x->shape.rank)
-        node_fatal(g, n, "indices '%s' have rank %d and data '%s' rank %d; GatherElements needs the same rank",
-                   ir_q(ix->name), ix->shape.rank, ir_q(x->name), x->shape.rank);
-    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
-    for (int d = 0; d < x->shape.rank; d++)
-        if (d != ax && ix->shape.dim[d] > x->shape.dim[d])
-            node_fatal(g, n, "indices '%s' have %lld along dim %d, data '%s' %lld; off the axis they can "
-                       "be no longer", ir_q(ix->name), (long long)ix->shape.dim[d], d, ir_q(x->name),
-                       (long long)x->shape.dim[d]);
-    int64_t lim = x->shape.dim[ax];
-    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
-        int64_t v = ((const int64_t *)ix->data)[i];
-        if (v < -lim || v >= lim)
-            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
-                       (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
-    }
+    tensor_elements_axis(g, n, x, ix);
     set_out(g, n, 0, x->dtype, &ix->shape);
 }
 

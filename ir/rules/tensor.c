@@ -512,3 +512,38 @@ int tensor_moves(const Graph *g, const Node *n, Move **m)
     default: die("no data movement plan for %s", op_info[n->op].name);
     }
 }
+
+int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Value *ix)
+{
+    const char *op = op_info[n->op].name;
+    if (ix->dtype != DT_I64)
+        node_fatal(g, n, "indices '%s' are %s; %s takes int64 or int32 indices", ir_q(ix->name),
+                   dtype_name(ix->dtype), op);
+    if (x->shape.rank == 0)
+        node_fatal(g, n, "data '%s' is a scalar; %s indexes along an axis", ir_q(x->name), op);
+    if (ix->shape.rank != x->shape.rank)
+        node_fatal(g, n, "indices '%s' have rank %d and data '%s' rank %d; %s needs the same rank",
+                   ir_q(ix->name), ix->shape.rank, ir_q(x->name), x->shape.rank, op);
+    int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
+    for (int d = 0; d < x->shape.rank; d++)
+        if (d != ax && ix->shape.dim[d] > x->shape.dim[d])
+            node_fatal(g, n, "indices '%s' have %lld along dim %d, data '%s' %lld; off the axis they can "
+                       "be no longer", ir_q(ix->name), (long long)ix->shape.dim[d], d, ir_q(x->name),
+                       (long long)x->shape.dim[d]);
+    int64_t lim = x->shape.dim[ax];
+    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
+        int64_t v = ((const int64_t *)ix->data)[i];
+        if (v < -lim || v >= lim)
+            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
+                       (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
+    }
+    return ax;
+}
+
+void tensor_nd_counts(const Node *n, const Shape *ix, int64_t *nb, int64_t *nq)
+{
+    int64_t b = ir_attr_i(n, "batch", 0);
+    *nb = *nq = 1;
+    for (int d = 0; d < ix->rank - 1; d++)
+        *(d < b ? nb : nq) *= ix->dim[d];
+}

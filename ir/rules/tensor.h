@@ -19,6 +19,11 @@
 
 /* axis attribute value a of a rank-r tensor, normalised to [0, r) */
 int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *what);
+/* GatherElements' and ScatterElements' indices ix into data x (node n, attr axis): int64, x's rank, no
+ * longer than x off the axis, and, when a constant, inside x along it; returns the axis (fatal otherwise) */
+int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Value *ix);
+/* NDIndex n over index tuples of shape ix [B.., Q.., k]: *nb = prod B (attr batch dims), *nq = prod Q */
+void tensor_nd_counts(const Node *n, const Shape *ix, int64_t *nb, int64_t *nq);
 /* dense row-major strides of s */
 void tensor_dense(const Shape *s, int64_t *st);
 /* strides of an operand of shape s broadcast (numpy) to shape y: 0 on the
