@@ -18,7 +18,7 @@
 #include "rt_mpi.h"
 #include "rt_priv.h"
 
-static int g_rank, g_world = 1, g_local, g_nlocal, g_up, g_serialized;
+static int g_rank, g_world = 1, g_local, g_nlocal = 1, g_up, g_serialized;
 static int g_watched; /* the watchdog runs */
 static pthread_t g_main_thread;
 
@@ -53,11 +53,37 @@ static int agree(uint64_t key, const char *mine, char *err, size_t errlen)
     return -1;
 }
 
+/* Whether a launcher (mpirun, srun, MPICH's hydra) started this process.
+ * One that none started is a world of one and never initializes MPI: Open
+ * MPI 4's singleton start-up forks a daemon and builds a session directory
+ * for a job that has no one to talk to, and under load it sometimes aborts
+ * ("Local abort before MPI_INIT completed"). */
+static int launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_FD", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
 int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, int *rank, int *world,
                 char *err, size_t errlen)
 {
     (void)rendezvous; /* mpirun / srun did it */
     g_main_thread = pthread_self();
+    if (!launched()) {
+        char mine[512] = "";
+        double timeout; /* checked as under a launcher: a bad value is an error alone too */
+        if (rt_step_timeout(&timeout, mine, sizeof mine) != 0) {
+            snprintf(err, errlen, "%s", mine);
+            return -1;
+        }
+        g_serialized = 1; /* no MPI: any thread may run the (empty) collectives */
+        *rank = 0;
+        *world = 1;
+        return 0;
+    }
     int provided = 0;
     /* SERIALIZED: the step's collectives run on the communication thread
      * (dev_host.c), the rest of MPI on this one, never both at once */
@@ -158,9 +184,11 @@ void rt_ctl_gather(const void *mine, int64_t bytes, void *all, int root)
 
 void rt_mpi_gather(MPI_Comm comm, void *full, const void *mine, int64_t n, MPI_Datatype t, int64_t es, int root)
 {
-    int W, me;
-    RT_MPI(MPI_Comm_size(comm, &W));
-    RT_MPI(MPI_Comm_rank(comm, &me));
+    int W = 1, me = 0; /* without MPI (a world of one) every communicator is this rank */
+    if (g_up) {
+        RT_MPI(MPI_Comm_size(comm, &W));
+        RT_MPI(MPI_Comm_rank(comm, &me));
+    }
     int have_full = root < 0 || me == root;
     char *f = full;
     const char *s = mine;

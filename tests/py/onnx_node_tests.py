@@ -110,7 +110,8 @@ def run_case(fsdpc, work, case):
         args += ["--input", "%s=%s" % (name, f)]
     p = run(args, check=False)
     if p.returncode != 0:
-        return "fail", "run: exit %d: %s" % (p.returncode, p.stderr.strip()[-300:])
+        e = p.stderr.strip()  # the first lines name the cause (MPI's own reports run long)
+        return "fail", "run: exit %d: %s" % (p.returncode, e if len(e) <= 1500 else e[:1200] + " [...] " + e[-300:])
     for k, vi in enumerate(model.graph.output):
         ref = load_pb(os.path.join(d, "test_data_set_0", "output_%d.pb" % k))[1]
         got = np.load(os.path.join(cdir, "out", out_file(vi.name) + ".npy"))
