@@ -271,7 +271,14 @@ static void emit_global_pool(Buf *b, const Graph *g, const Node *n)
 
 static const char *reduce_op(Op op)
 {
-    return op == OP_ReduceSum ? "K_RSUM" : op == OP_ReduceMean ? "K_RMEAN" : "K_RMAX";
+    switch (op) {
+    case OP_ReduceSum: return "K_RSUM";
+    case OP_ReduceMean: return "K_RMEAN";
+    case OP_ReduceMax: return "K_RMAX";
+    case OP_ReduceMin: return "K_RMIN";
+    case OP_ReduceProd: return "K_RPROD";
+    default: die("reduce_op: %s is no reduction", op_info[op].name);
+    }
 }
 
 static void copy_or_view(Buf *b, const Graph *g, int y, int x)
@@ -313,7 +320,13 @@ static void emit_reduce_grad(Buf *b, const Graph *g, const Node *n)
         acc *= x->dim[i];
         yacc *= y.dim[i];
     }
-    if (of == OP_ReduceMax) {
+    if (of == OP_ReduceProd) {
+        cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank), cg_ints(y.dim, y.rank));
+        cg_put(b, "      k_reduce_prod_grad_%s(%s, %s, %s, %d, xs, ys); }\n", s, P(g, n->out[0]), P(g, n->in[0]),
+               P(g, n->in[1]), x->rank);
+        return;
+    }
+    if (of == OP_ReduceMax || of == OP_ReduceMin) {
         cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank), cg_ints(y.dim, y.rank));
         cg_put(b, "      k_reduce_max_grad_%s(%s, %s, %s, %s, %d, xs, ys); }\n", s, P(g, n->out[0]), P(g, n->in[0]),
                P(g, n->in[1]), P(g, n->in[2]), x->rank);
@@ -421,6 +434,10 @@ const char *cg_nn_state_name(const Graph *g, int v)
 
 int cg_nn(Buf *b, const Graph *g, const Node *n)
 {
+    if (op_info[n->op].flags & F_REDUCE) {
+        emit_reduce(b, g, n);
+        return 1;
+    }
     switch (n->op) {
     case OP_BinaryGrad: emit_binary_grad(b, g, n); break;
     case OP_Conv: emit_conv(b, g, n); break;
@@ -433,7 +450,6 @@ int cg_nn(Buf *b, const Graph *g, const Node *n)
     case OP_SoftmaxGrad: emit_softmax(b, g, n, 1); break;
     case OP_MaxPool: case OP_MaxPoolGrad: case OP_AveragePool: case OP_AveragePoolGrad: emit_pool(b, g, n); break;
     case OP_GlobalAveragePool: case OP_GlobalAveragePoolGrad: emit_global_pool(b, g, n); break;
-    case OP_ReduceMean: case OP_ReduceSum: case OP_ReduceMax: emit_reduce(b, g, n); break;
     case OP_ReduceGrad: emit_reduce_grad(b, g, n); break;
     case OP_Dropout: emit_dropout(b, g, n); break;
     case OP_DropoutGrad: emit_dropout_grad(b, g, n); break;

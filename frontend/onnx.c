@@ -1232,7 +1232,8 @@ static void version_rules(int id, const char *what)
     int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin;
     const char *op = op_info[n->op].name;
     switch (n->op) {
-    case OP_ReduceMean: case OP_ReduceMax: /* axes: an attribute before opset 18, an input from 18 */
+    case OP_ReduceMean: case OP_ReduceMax: case OP_ReduceMin: case OP_ReduceProd: /* axes: an attribute before
+                                                                                     opset 18, an input from 18 */
         if (opset >= 18 && has_axes)
             bad("%s: at opset %lld, %s takes axes as its second input, not an attribute (export the model "
                 "again, or convert it with onnx.version_converter)", what, (long long)opset, op);

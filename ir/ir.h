@@ -42,7 +42,7 @@ typedef enum {
     OP_COUNT
 } Op;
 
-enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32, F_DOUT = 64, F_I64 = 128 };
+enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32, F_DOUT = 64, F_I64 = 128, F_REDUCE = 256 };
 
 /* a parameter of an elementwise kernel: the float attribute attr of the node
  * (value when absent), the constant value (attr NULL), or, with choices

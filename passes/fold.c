@@ -208,6 +208,8 @@ static const ConstInputs const_inputs[] = {
     {OP_ReduceMean, 1, 0, {"axes"}},
     {OP_ReduceSum, 1, 0, {"axes"}},
     {OP_ReduceMax, 1, 0, {"axes"}},
+    {OP_ReduceMin, 1, 0, {"axes"}},
+    {OP_ReduceProd, 1, 0, {"axes"}},
     {OP_Trilu, 1, 0, {"k"}},
     {OP_CumSum, 1, 1, {"axis"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
@@ -718,11 +720,12 @@ static void expand_logical(Sweep *s, int id)
     }
 }
 
-/* ReduceMax of x over axis (keepdims) named NODE/suffix, visited; its output. */
-static int expand_max(Sweep *s, int id, int x, int axis, int keepdims, const char *suffix, int out)
+/* A reduction (ReduceMax, ReduceMin, ReduceProd) of x over axis (keepdims) named NODE/suffix, visited;
+ * its output. */
+static int expand_reduce(Sweep *s, int id, Op op, int x, int axis, int keepdims, const char *suffix, int out)
 {
     Graph *g = s->g;
-    int m = expand_node(s, id, OP_ReduceMax, x, -1, suffix, out);
+    int m = expand_node(s, id, op, x, -1, suffix, out);
     ir_attr_ints_add(g, m, "axes", &(int64_t){axis}, 1);
     ir_attr_add(g, m, "keepdims", A_INT)->i = keepdims;
     visit(s, m);
@@ -750,7 +753,7 @@ static void expand_argmax(Sweep *s, int id)
         node_fatal(g, &n, "axis %d has %lld elements; fsdpc supports %s over 1 to 2^24", ax, (long long)len, op);
     int last = ir_attr_i(&n, "select_last_index", 0) != 0, keep = ir_attr_i(&n, "keepdims", 1) != 0;
     int v = n.op == OP_ArgMin ? expand(s, id, OP_Neg, n.in[0], -1, "neg", -1) : n.in[0];
-    int m = expand_max(s, id, v, ax, 1, "max", -1);
+    int m = expand_reduce(s, id, OP_ReduceMax, v, ax, 1, "max", -1);
     int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, v, v, "self_equal", -1), -1, "nan", -1);
     int hit = expand3(s, id, OP_Where, expand(s, id, OP_Equal, v, m, "equal_max", -1),
                       new_scalar(s, id, DT_BOOL, 1, "true"), nan, "hit", -1);
@@ -769,7 +772,7 @@ static void expand_argmax(Sweep *s, int id)
     }
     int pv = ir_const(g, ir_fmt("%s/positions.%d", n.name, s->nnew++), t, &ps, p);
     int sel = expand3(s, id, OP_Where, hit, pv, new_scalar(s, id, t, -1, "none"), "select", -1);
-    int idx = expand_max(s, id, sel, ax, keep, "index", -1);
+    int idx = expand_reduce(s, id, OP_ReduceMax, sel, ax, keep, "index", -1);
     if (!last)
         idx = expand(s, id, OP_Sub, new_scalar(s, id, t, (double)(len - 1), "last"), idx, "first", -1);
     int c = expand_node(s, id, OP_Cast, idx, -1, "int64", n.out[0]);
@@ -896,16 +899,21 @@ static int scatter_add(Sweep *s, int id, Op op, int u, int indices, int axis, DT
     return y;
 }
 
-enum { EXTREME_MAX = 1 << 26 }; /* elements of scatter max / min's candidate table */
+enum { TABLE_MAX = 1 << 26 }; /* elements of scatter mul / max / min's candidate table */
 
-/* ScatterND / ScatterElements with reduction max (min: the same of -updates, negated): a table of
- * candidates, one row per update over every position it could land on (-inf where it does not), reduced
- * by ReduceMax over the updates and combined with the data by Max (Min).  The gradients follow
- * (ReduceMax splits ties evenly, Max / Min between data and updates in halves).  ScatterND: pos, the
- * tuples' positions (NDIndex, checked); ScatterElements (pos -1): the indices along axis ax, checked and
- * made non-negative by an NDIndex of 1-tuples. */
-static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
+/* ScatterND / ScatterElements with reduction mul, max or min: a table of candidates, one row per update
+ * over every position it could land on (the reduction's identity, 1 or -inf or +inf, where it does not),
+ * reduced over the updates by ReduceProd (ReduceMax, ReduceMin) and combined with the data by Mul (Max,
+ * Min).  The gradients follow: ReduceProd's is the product of the others (zeros included), ReduceMax /
+ * Min split ties evenly, Max / Min between data and updates in halves.  ScatterND: pos, the tuples'
+ * positions (NDIndex, checked); ScatterElements (pos -1): the indices along axis ax, checked and made
+ * non-negative by an NDIndex of 1-tuples.  red: 2 mul, 3 max, 4 min (the reduction attribute's order). */
+static void scatter_table(Sweep *s, int id, int red, int pos, int ax)
 {
+    static const char *const name[] = {[2] = "mul", [3] = "max", [4] = "min"};
+    static const Op reduce[] = {[2] = OP_ReduceProd, [3] = OP_ReduceMax, [4] = OP_ReduceMin},
+                    combine[] = {[2] = OP_Mul, [3] = OP_Max, [4] = OP_Min};
+    static const double identity[] = {[2] = 1, [3] = -INFINITY, [4] = INFINITY};
     Graph *g = s->g;
     Node n = g->node[id];
     const Shape xs = g->val[n.in[0]].shape, us = g->val[n.in[2]].shape;
@@ -919,11 +927,10 @@ static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
         rest = nq ? shape_numel(&us) / nq : 0;
     }
     int64_t table = pos >= 0 ? nq * len * rest : shape_numel(&us) * len;
-    if (table > EXTREME_MAX)
-        node_fatal(g, &n, "reduction '%s' compares every update with every place it may land: %lld elements, fsdpc "
-                   "allows 2^26", mx ? "max" : "min", (long long)table);
-    int u = mx ? n.in[2] : expand(s, id, OP_Neg, n.in[2], -1, "neg", -1);
-    int ninf = new_scalar(s, id, dt, -INFINITY, "ninf");
+    if (table > TABLE_MAX)
+        node_fatal(g, &n, "reduction '%s' sets every update against every place it may land: %lld elements, fsdpc "
+                   "allows 2^26", name[red], (long long)table);
+    int u = n.in[2], fill = new_scalar(s, id, dt, identity[red], "identity");
     int64_t *ramp = ir_alloc(sizeof(int64_t) * (size_t)(len + 1));
     for (int64_t i = 0; i < len; i++)
         ramp[i] = i;
@@ -933,8 +940,8 @@ static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
         int hit = expand(s, id, OP_Equal, expand_reshape(s, id, pos, (int64_t[]){nq, 1}, 2),
                          ir_const(g, ir_fmt("%s/places.%d", n.name, s->nnew++), DT_I64, &rs, ramp), "hit", -1);
         int c = expand3(s, id, OP_Where, expand_reshape(s, id, hit, (int64_t[]){nq, len, 1}, 3),
-                        expand_reshape(s, id, u, (int64_t[]){nq, 1, rest}, 3), ninf, "candidates", -1);
-        r = expand_reshape(s, id, expand_max(s, id, c, 0, 0, "reduce", -1), xs.dim, xs.rank);
+                        expand_reshape(s, id, u, (int64_t[]){nq, 1, rest}, 3), fill, "candidates", -1);
+        r = expand_reshape(s, id, expand_reduce(s, id, reduce[red], c, 0, 0, "reduce", -1), xs.dim, xs.rank);
     } else { /* [updates' shape.., len] over the axis; the positions' dim then moved to the axis */
         int rk = us.rank;
         int64_t one[MAX_RANK + 1];
@@ -947,8 +954,8 @@ static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
         rs.dim[rk] = len;
         int hit = expand(s, id, OP_Equal, expand_reshape(s, id, t, one, rk + 1),
                          ir_const(g, ir_fmt("%s/places.%d", n.name, s->nnew++), DT_I64, &rs, ramp), "hit", -1);
-        int c = expand3(s, id, OP_Where, hit, expand_reshape(s, id, u, one, rk + 1), ninf, "candidates", -1);
-        int m = expand_max(s, id, c, ax, 0, "reduce", -1); /* [us without ax.., len] */
+        int c = expand3(s, id, OP_Where, hit, expand_reshape(s, id, u, one, rk + 1), fill, "candidates", -1);
+        int m = expand_reduce(s, id, reduce[red], c, ax, 0, "reduce", -1); /* [us without ax.., len] */
         int64_t perm[MAX_RANK], pads[2 * MAX_RANK] = {0};
         for (int i = 0; i < rk; i++) {
             perm[i] = i < ax ? i : i == ax ? rk - 1 : i - 1;
@@ -957,13 +964,11 @@ static void scatter_extreme(Sweep *s, int id, int mx, int pos, int ax)
         r = expand_perm(s, id, m, perm, rk, "to_axis");
         int p = expand_node(s, id, OP_Pad, r, -1, "pad", -1);
         ir_attr_ints_add(g, p, "pads", pads, 2 * rk);
-        ir_attr_add(g, p, "value", A_TENSOR)->t = ninf;
+        ir_attr_add(g, p, "value", A_TENSOR)->t = fill;
         visit(s, p);
         r = g->node[p].out[0];
     }
-    if (!mx)
-        r = expand(s, id, OP_Neg, r, -1, "unneg", -1);
-    expand(s, id, mx ? OP_Max : OP_Min, n.in[0], r, mx ? "max" : "min", n.out[0]);
+    expand(s, id, combine[red], n.in[0], r, name[red], n.out[0]);
 }
 
 /* ScatterND and ScatterElements, reduction add: data + the scatter-add of
@@ -980,8 +985,6 @@ static void expand_scatter(Sweep *s, int id)
     Node n = g->node[id];
     int nd = n.op == OP_ScatterND;
     int red = ir_attr_choice(g, &n, "reduction", "none|add|mul|max|min");
-    if (red == 2)
-        node_fatal(g, &n, "reduction 'mul' is not supported (fsdpc scatters with none, add, max or min)");
     for (int i = 0; i < 3; i += 2)
         if (!is_float(g->val[n.in[i]].dtype))
             node_fatal(g, &n, "%s '%s' is %s: fsdpc scatters float32 or float64 only", i ? "updates" : "data",
@@ -1016,8 +1019,8 @@ static void expand_scatter(Sweep *s, int id)
     if (u->shape.rank != want.rank || memcmp(u->shape.dim, want.dim, sizeof(int64_t) * (size_t)want.rank))
         node_fatal(g, &n, "updates '%s' have shape %s; %s needs %s", ir_q(u->name), shape_str(&u->shape),
                    op_info[n.op].name, shape_str(&want));
-    if (red >= 3) {
-        scatter_extreme(s, id, red == 3, nd ? pos : -1, ax);
+    if (red >= 2) {
+        scatter_table(s, id, red, nd ? pos : -1, ax);
         return;
     }
     Op op = nd ? OP_GatherGrad : OP_GatherElementsGrad;
@@ -1682,7 +1685,7 @@ static void expand_attention(Sweep *s, int id)
     int biased = sc, whole = -1;
     if (full) {
         int brank = g->val[bias].shape.rank;
-        int bm = expand_max(s, id, bias, brank - 1, 1, "bias_max", -1);
+        int bm = expand_reduce(s, id, OP_ReduceMax, bias, brank - 1, 1, "bias_max", -1);
         whole = expand(s, id, OP_Equal, bm, new_scalar(s, id, t, -INFINITY, "ninf"), "masked_row", -1);
         sc = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), sc, "safe_scores", -1);
     }

@@ -206,7 +206,7 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
     X(binary_f32) X(unary_f32) X(unary_grad_f32) X(scale_f32) X(fill_f32) X(compare_f32)          \
     X(compare_i64) X(binary_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
     X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(matmul_bf16) X(reduce_sum_to_f32) X(reduce_f32)    \
-    X(reduce_max_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
+    X(reduce_max_grad_f32) X(reduce_prod_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
     X(layernorm_f32) X(layernorm_grad_f32) X(batchnorm_train_f32) X(batchnorm_grad_f32)           \
     X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
     X(conv2d_grad_w_f32) X(conv2d_grad_b_f32) X(maxpool2d_f32) X(maxpool2d_grad_f32)              \
@@ -743,10 +743,11 @@ static void test_reduce()
         {{0, 3}, {1, 3}},       /* empty groups */
     };
     for (const Case &c : cases)
-        for (int op = K_RSUM; op <= K_RMIN; op++) {
+        for (int op = K_RSUM; op <= K_RPROD; op++) {
             const int r = (int)c.x.size();
             const int64_t nx = numel(c.x), ny = numel(c.y);
-            F x = rnd(nx, -1, 1), want(ny + 1), got(ny + 1);
+            /* products near 1 stay finite and nonzero over the long groups */
+            F x = op == K_RPROD ? rnd(nx, 0.95f, 1.05f) : rnd(nx, -1, 1), want(ny + 1), got(ny + 1);
             if (nx > 10 && op >= K_RMAX)
                 x[(size_t)(nx / 2)] = NAN; /* propagates */
             k_reduce_f32(op, want.data(), x.data(), r, c.x.data(), c.y.data());
@@ -757,6 +758,16 @@ static void test_reduce()
                 kc_reduce_sum_to_f32(got.data(), x.data(), r, c.x.data(), c.y.data());
                 CTX("kc_reduce_sum_to x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
                 check_f(got.data(), want.data(), ny, TOL);
+            }
+            if (op == K_RPROD && nx > 0) { /* the product of the others, at zeros too */
+                for (int64_t i = 0; i < nx; i += 5)
+                    x[(size_t)i] = 0;
+                x[(size_t)(nx / 2)] = -x[(size_t)(nx / 2)];
+                F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
+                k_reduce_prod_grad_f32(wdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
+                kc_reduce_prod_grad_f32(gdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
+                CTX("kc_reduce_prod_grad x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
+                check_f(gdx.data(), wdx.data(), nx, TOL);
             }
             if (op != K_RMAX || nx == 0)
                 continue;

@@ -390,6 +390,7 @@ static double ref_fold(int op, double acc, double v)
     switch (op) {
     case K_RMAX: return isnan(v) || v > acc ? v : acc;
     case K_RMIN: return isnan(v) || v < acc ? v : acc;
+    case K_RPROD: return acc * v;
     default: return acc + v;
     }
 }
@@ -398,7 +399,7 @@ static double ref_fold(int op, double acc, double v)
 static void kreduce_case(int dt, int op, int rank, const int64_t *xshape,
                          const int64_t *yshape, Buf *x)
 {
-    static const double init[] = {0, 0, -INFINITY, INFINITY};
+    static const double init[] = {0, 0, -INFINITY, INFINITY, 1};
     int64_t nx = numel(rank, xshape), ny = numel(rank, yshape), yst[8], xi[8], cnt = 1;
     Buf y = buf_new(ny), want = buf_new(ny);
     dense_strides(rank, yshape, yst);
@@ -432,7 +433,7 @@ static void reduce_fwd(void *ctx, double *const *in, double *y)
 
 static void test_reduce(int dt)
 {
-    static const char *const opname[] = {"sum", "mean", "max", "min"};
+    static const char *const opname[] = {"sum", "mean", "max", "min", "prod"};
     static const struct {
         int rank;
         int64_t x[3], y[3];
@@ -444,7 +445,7 @@ static void test_reduce(int dt)
     const int64_t xs[3] = {2, 3, 4};
     Buf x = buf_new(24), w = buf_new(24), dx = buf_new(24), y = buf_new(24);
     fill_rnd(&x, -2, 2);
-    for (int op = K_RSUM; op <= K_RMIN; op++)
+    for (int op = K_RSUM; op <= K_RPROD; op++)
         for (int mask = 0; mask < 8; mask++) {
             int64_t ys[3];
             for (int d = 0; d < 3; d++) ys[d] = mask >> d & 1 ? xs[d] : 1;
@@ -453,19 +454,22 @@ static void test_reduce(int dt)
             kreduce_case(dt, op, 3, xs, ys, &x);
             if (op < K_RMAX)
                 continue;
-            /* backward of max / min: no ties in random data, so FD applies */
+            /* backward of max / min (no ties in random data, so FD applies) and prod */
             int64_t ny = numel(3, ys);
             fill_rnd(&w, -1, 1);
             PUT(&x, &w);
             KCALL(k_reduce, op, V(y), V(x), 3, xs, ys);
-            KCALL(k_reduce_max_grad, V(dx), V(w), V(x), V(y), 3, xs, ys);
+            if (op == K_RPROD)
+                KCALL(k_reduce_prod_grad, V(dx), V(w), V(x), 3, xs, ys);
+            else
+                KCALL(k_reduce_max_grad, V(dx), V(w), V(x), V(y), 3, xs, ys);
             GET(&dx);
             RedCtx c = {op, 3, xs, ys};
             double *in[1] = {x.d};
-            CTX("k_reduce_max_grad %s mask %d vs finite differences", opname[op], mask);
+            CTX("k_reduce_%s_grad mask %d vs finite differences", op == K_RPROD ? "prod" : "max", mask);
             check_fd(dt, reduce_fwd, &c, in, 0, 24, w.d, ny, dx.d);
         }
-    for (int op = K_RSUM; op <= K_RMIN; op++)
+    for (int op = K_RSUM; op <= K_RPROD; op++)
         for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
             Buf xc = buf_new(numel(cases[k].rank, cases[k].x));
             fill_rnd(&xc, -2, 2);
@@ -479,7 +483,7 @@ static void test_reduce(int dt)
         Buf xn = buf_new(10);
         fill_rnd(&xn, -2, 2);
         xn.d[2] = NAN;
-        for (int op = K_RSUM; op <= K_RMIN; op++) {
+        for (int op = K_RSUM; op <= K_RPROD; op++) {
             CTX("k_reduce %s with a NaN", opname[op]);
             kreduce_case(dt, op, 2, xsh, ysh, &xn);
         }
@@ -498,6 +502,23 @@ static void test_reduce(int dt)
         GET(&dxt);
         CTX("k_reduce_max_grad splits ties evenly");
         check(dt, dxt.d, want, 8, tol(dt));
+        buf_free(&xt), buf_free(&yt), buf_free(&dyt), buf_free(&dxt);
+    }
+    /* prod's gradient is the product of the others, zeros included: rows {2,0,3,4} (one zero),
+     * {0,5,0,2} (two), {1,2,3,4} (none), dy {1,2,3}; and the product itself */
+    {
+        static const double xv[12] = {2, 0, 3, 4, 0, 5, 0, 2, 1, 2, 3, 4}, dyv[3] = {1, 2, 3};
+        static const double want[12] = {0, 24, 0, 0, 0, 0, 0, 0, 72, 36, 24, 18}, wanty[3] = {0, 0, 24};
+        int64_t xsh[2] = {3, 4}, ysh[2] = {3, 1};
+        Buf xt = buf_new(12), yt = buf_new(3), dyt = buf_new(3), dxt = buf_new(12);
+        set(&xt, xv), set(&dyt, dyv);
+        PUT(&xt, &dyt);
+        KCALL(k_reduce, K_RPROD, V(yt), V(xt), 2, xsh, ysh);
+        KCALL(k_reduce_prod_grad, V(dxt), V(dyt), V(xt), 2, xsh, ysh);
+        GET(&dxt, &yt);
+        CTX("k_reduce_prod_grad at zeros");
+        check(dt, dxt.d, want, 12, tol(dt));
+        check(dt, yt.d, wanty, 3, tol(dt));
         buf_free(&xt), buf_free(&yt), buf_free(&dyt), buf_free(&dxt);
     }
     buf_free(&x), buf_free(&w), buf_free(&dx), buf_free(&y);

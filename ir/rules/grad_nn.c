@@ -141,8 +141,9 @@ static void reduce_grad(GradCtx *cx)
         cx->d[0] = cx->dys[0]; /* a no-op ReduceSum */
         return;
     }
-    int mx = n->op == OP_ReduceMax;
-    int in[3] = {cx->dys[0], mx ? n->in[0] : -1, mx ? n->out[0] : -1};
+    /* Max / Min read x and y (the elements equal to y share dy), Prod x */
+    int mx = n->op == OP_ReduceMax || n->op == OP_ReduceMin;
+    int in[3] = {cx->dys[0], mx || n->op == OP_ReduceProd ? n->in[0] : -1, mx ? n->out[0] : -1};
     int dx = ir_like(g, ir_fmt("%s.dx", cx->name), n->in[0], R_ACT);
     int k = ir_node(g, OP_ReduceGrad, cx->name, 3, in, 1, &dx);
     ir_attr_add(g, k, "of", A_INT)->i = n->op;
@@ -179,6 +180,10 @@ int grad_nn(GradCtx *cx)
 {
     const Node *n = cx->n;
     int dy = cx->dys[0];
+    if (op_info[n->op].flags & F_REDUCE) {
+        reduce_grad(cx);
+        return 1;
+    }
     switch (n->op) {
     case OP_Conv: conv_grad(cx); return 1;
     case OP_BatchNormalization:
@@ -192,7 +197,6 @@ int grad_nn(GradCtx *cx)
     case OP_MaxPool: simple(cx, OP_MaxPoolGrad, 2, (int[]){dy, n->out[2]}); return 1;
     case OP_AveragePool: simple(cx, OP_AveragePoolGrad, 1, &dy); return 1;
     case OP_GlobalAveragePool: simple(cx, OP_GlobalAveragePoolGrad, 1, &dy); return 1;
-    case OP_ReduceMean: case OP_ReduceSum: case OP_ReduceMax: reduce_grad(cx); return 1;
     case OP_Dropout: dropout_grad(cx); return 1;
     case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: sce_grad(cx); return 1;
     default: return 0;

@@ -442,6 +442,10 @@ static void sce_rule(Graph *g, const Node *n)
 int shape_nn(Graph *g, int node)
 {
     const Node *n = &g->node[node];
+    if (op_info[n->op].flags & F_REDUCE) {
+        reduce_rule(g, n);
+        return 1;
+    }
     switch (n->op) {
     case OP_Pow: pow_rule(g, n); return 1;
     case OP_Conv: conv_rule(g, n); return 1;
@@ -449,7 +453,6 @@ int shape_nn(Graph *g, int node)
     case OP_LayerNormalization: layernorm_rule(g, n); return 1;
     case OP_Softmax: case OP_LogSoftmax: softmax_rule(g, n); return 1;
     case OP_MaxPool: case OP_AveragePool: case OP_GlobalAveragePool: pool_rule(g, n); return 1;
-    case OP_ReduceMean: case OP_ReduceSum: case OP_ReduceMax: reduce_rule(g, n); return 1;
     case OP_Dropout: dropout_rule(g, n); return 1;
     case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: sce_rule(g, n); return 1;
     default: return 0; /* the family's gradient ops are typed when made */

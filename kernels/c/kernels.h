@@ -49,9 +49,9 @@ enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_
 
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) */
 
-/* k_reduce ops.  Over zero elements: SUM 0, MEAN NaN, MAX -inf, MIN +inf.
- * MAX / MIN propagate NaN (torch.amax / amin). */
-enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
+/* k_reduce ops.  Over zero elements: SUM 0, MEAN NaN, MAX -inf, MIN +inf,
+ * PROD 1.  MAX / MIN propagate NaN (torch.amax / amin). */
+enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN, K_RPROD };
 
 /* k_nll_loss reductions (ONNX NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss
  * "none", "sum", "mean") */
@@ -141,7 +141,7 @@ void k_matmul_add_##S(T *c, const T *a, const T *b, const T *bias, const T *add,
 /* y = sum of x over the dims where yshape[i] == 1 != xshape[i] (same rank) */          \
 void k_reduce_sum_to_##S(T *y, const T *x, int rank, const int64_t *xshape,             \
                          const int64_t *yshape);                                        \
-/* ReduceSum / Mean / Max / Min: same shape convention as k_reduce_sum_to (reduced      \
+/* ReduceSum / Mean / Max / Min / Prod: same shape convention as k_reduce_sum_to (reduced      \
  * dims have yshape 1; keepdims is only a matter of the caller's y shape) */            \
 void k_reduce_##S(int op, T *y, const T *x, int rank, const int64_t *xshape,            \
                   const int64_t *yshape);                                               \
@@ -150,6 +150,10 @@ void k_reduce_##S(int op, T *y, const T *x, int rank, const int64_t *xshape,    
  * dx = x == y ? dy / count(x == y in the group) : 0 (y, dy have yshape). */            \
 void k_reduce_max_grad_##S(T *dx, const T *dy, const T *x, const T *y, int rank,        \
                            const int64_t *xshape, const int64_t *yshape);               \
+/* ReduceProd backward: dx = dy * the product of the other x of its group, zeros        \
+ * included (no division by x); dy has yshape. */                                       \
+void k_reduce_prod_grad_##S(T *dx, const T *dy, const T *x, int rank,                   \
+                            const int64_t *xshape, const int64_t *yshape);              \
 /* Softmax (is_log 0) or LogSoftmax (is_log 1) over the middle dim of x viewed as       \
  * outer x axis x inner (ONNX opset 13 axis a: outer = prod dims < a, inner =           \
  * prod dims > a).  Max-shifted, sums in double.  y may alias x. */                     \

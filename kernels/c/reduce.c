@@ -1,4 +1,4 @@
-/* reduce.c — reductions over axes, ReduceMax's backward, Softmax and
+/* reduce.c — reductions over axes, ReduceMax's and ReduceProd's backward, Softmax and
  * LogSoftmax over one axis with their backward, Trilu and Range.
  *
  * How it works.  A reduction splits x's dims into kept ones (yshape[d] ==
@@ -8,8 +8,8 @@
  * is reduced, each y element is a run of contiguous sums (four independent
  * double chains, so the add latency does not bind); when it is kept, rows of
  * y are accumulated K_TILE columns at a time in double accumulators on the
- * stack, so x is still read in contiguous runs.  Sums and means accumulate
- * in double; max / min are exact in any type and propagate NaN.
+ * stack, so x is still read in contiguous runs.  Sums, means and products
+ * accumulate in double; max / min are exact in any type and propagate NaN.
  *
  * Softmax sees x as outer x axis x inner.  With inner == 1 each row is
  * contiguous; otherwise K_TILE inner columns are handled together with per-
@@ -29,7 +29,7 @@
 /* Identity of each reduction (the value over zero elements, MEAN aside). */
 static double red_init(int op)
 {
-    return op == K_RMAX ? -INFINITY : op == K_RMIN ? INFINITY : 0;
+    return op == K_RMAX ? -INFINITY : op == K_RMIN ? INFINITY : op == K_RPROD ? 1 : 0;
 }
 
 /* Folds v into acc; a NaN, once in, stays (v > NaN and v < NaN are false). */

@@ -27,6 +27,7 @@ static double KFN(fold_row)(int op, double acc, const T *x, int64_t n)
     switch (op) {
     case K_RMAX: for (int64_t i = 0; i < n; i++) acc = red_max(acc, x[i]); return acc;
     case K_RMIN: for (int64_t i = 0; i < n; i++) acc = red_min(acc, x[i]); return acc;
+    case K_RPROD: for (int64_t i = 0; i < n; i++) acc *= x[i]; return acc;
     default: return acc + KFN(sum_row)(x, n);
     }
 }
@@ -54,6 +55,7 @@ static void KFN(fold_cols)(int op, double *acc, const T *xs, int64_t t)
     switch (op) {
     case K_RMAX: for (int64_t c = 0; c < t; c++) acc[c] = red_max(acc[c], xs[c]); break;
     case K_RMIN: for (int64_t c = 0; c < t; c++) acc[c] = red_min(acc[c], xs[c]); break;
+    case K_RPROD: for (int64_t c = 0; c < t; c++) acc[c] *= xs[c]; break;
     default: for (int64_t c = 0; c < t; c++) acc[c] += xs[c];
     }
 }
@@ -86,7 +88,7 @@ void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
     Walk kept = {0}, red = {0};
     int64_t n, count;
     double scale = 1;
-    if (op < K_RSUM || op > K_RMIN)
+    if (op < K_RSUM || op > K_RPROD)
         die("k_reduce: unknown op");
     if (numel(rank, xshape) == 0) {  /* each group folds nothing */
         KFN(k_fill)(y, op == K_RMEAN ? NAN : red_init(op), numel(rank, yshape));
@@ -135,6 +137,41 @@ void KFN(k_reduce_max_grad)(T *dx, const T *dy, const T *x, const T *y, int rank
         do {
             int64_t o = kept.oa + red.oa;
             dx[o] = g * (T)(x[o] == yv);
+        } while (walk_next(&red));
+    } while (walk_next(&kept));
+}
+
+/* Per group: the zeros z among its x and the product p of the others (in
+ * double), then dx = dy * (the product of the group's other x):
+ * x != 0: z == 0 ? p / x : 0;  x == 0: z == 1 ? p : 0.  No division by
+ * zero, unlike y / x. */
+void KFN(k_reduce_prod_grad)(T *dx, const T *dy, const T *x, int rank, const int64_t *xshape,
+                             const int64_t *yshape)
+{
+    Walk kept = {0}, red = {0};
+    int64_t n, count, i = 0;
+    if (numel(rank, xshape) == 0)
+        return;
+    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
+    walk_push(inner_kept ? &kept : &red, n, 1, 0);
+    walk_seek(&kept, 0);
+    do {
+        int64_t zeros = 0;
+        double p = 1;
+        walk_seek(&red, 0);
+        do {
+            const T v = x[kept.oa + red.oa];
+            if (v == 0)
+                zeros++;
+            else
+                p *= v;
+        } while (walk_next(&red));
+        const double g = dy[i++];
+        walk_seek(&red, 0);
+        do {
+            int64_t o = kept.oa + red.oa;
+            double others = x[o] != 0 ? (zeros == 0 ? p / x[o] : 0) : (zeros == 1 ? p : 0);
+            dx[o] = (T)(g * others);
         } while (walk_next(&red));
     } while (walk_next(&kept));
 }

@@ -95,7 +95,7 @@ typedef struct {
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };
 enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };
-enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN };
+enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN, K_RPROD };
 enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
 
 /* ---- scalars ----------------------------------------------------------- */
@@ -120,6 +120,9 @@ struct KcMax {
 };
 struct KcMin {
     template <typename T> __device__ T operator()(T a, T b) const { return kc_nanmin(a, b); }
+};
+struct KcProd {
+    template <typename T> __device__ T operator()(T a, T b) const { return a * b; }
 };
 
 /* ---- indices ------------------------------------------------------------- */

@@ -52,6 +52,7 @@
 #define k_reduce_sum_to_f32 kc_reduce_sum_to_f32
 #define k_reduce_f32 kc_reduce_f32
 #define k_reduce_max_grad_f32 kc_reduce_max_grad_f32
+#define k_reduce_prod_grad_f32 kc_reduce_prod_grad_f32
 #define k_softmax_f32 kc_softmax_f32
 #define k_softmax_grad_f32 kc_softmax_grad_f32
 #define k_range_f32 kc_range_f32

@@ -527,14 +527,14 @@ static int64_t reduce_split(int rank, const int64_t *xshape, const int64_t *ysha
 
 static double red_init(int op)
 {
-    return op == K_RMAX ? -(double)INFINITY : op == K_RMIN ? (double)INFINITY : 0;
+    return op == K_RMAX ? -(double)INFINITY : op == K_RMIN ? (double)INFINITY : op == K_RPROD ? 1 : 0;
 }
 
 void kc_reduce_f32(int op, float *y, const float *x, int rank, const int64_t *xshape,
                    const int64_t *yshape)
 {
     KcWalk k, r;
-    if (op < K_RSUM || op > K_RMIN)
+    if (op < K_RSUM || op > K_RPROD)
         die("k_reduce", "unknown op");
     if (numel(rank, xshape) == 0) { /* each group folds nothing */
         kc_fill_f32(y, op == K_RMEAN ? (double)NAN : red_init(op), numel(rank, yshape));
@@ -576,6 +576,18 @@ void kc_reduce_max_grad_f32(float *dx, const float *dy, const float *x, const fl
     const unsigned block = row_block(group);
     launch_k_reduce_max_grad_f32(row_grid(k.n, block), block, dx, dy, x, y, k.n, group, k.rank,
                                  k.shape, k.st[0], r.rank, r.shape, r.st[0]);
+}
+
+void kc_reduce_prod_grad_f32(float *dx, const float *dy, const float *x, int rank, const int64_t *xshape,
+                             const int64_t *yshape)
+{
+    KcWalk k, r;
+    if (numel(rank, xshape) == 0)
+        return;
+    const int64_t group = reduce_split(rank, xshape, yshape, &k, &r);
+    const unsigned block = row_block(group);
+    launch_k_reduce_prod_grad_f32(row_grid(k.n, block), block, dx, dy, x, k.n, group, k.rank, k.shape, k.st[0],
+                                  r.rank, r.shape, r.st[0]);
 }
 
 void kc_softmax_f32(int is_log, float *y, const float *x, int64_t outer, int64_t axis, int64_t inner)

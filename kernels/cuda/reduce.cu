@@ -1,4 +1,4 @@
-/* reduce.cu — reductions over axes and ReduceMax's backward, Softmax and
+/* reduce.cu — reductions over axes, ReduceMax's and ReduceProd's backward, Softmax and
  * LogSoftmax with their backward, Range and Trilu: the twins of
  * kernels/c/reduce.c.
  *
@@ -13,7 +13,8 @@
  *         each column's per-warp partials are folded in warp order.
  *   all   every dim reduced into one value: all blocks stride over x and
  *         grid_combine folds their partials (common.cuh).
- * Sums accumulate in double, as kernels/c does; max / min propagate NaN.
+ * Sums and products accumulate in double, as kernels/c does; max / min
+ * propagate NaN.
  *
  * Softmax sees x as outer x axis x inner.  With inner == 1 each row is
  * contiguous and gets a block (max, then the sum of exp in double, then the
@@ -26,12 +27,12 @@
 
 KC_DEV double red_identity(int op)
 {
-    return op == K_RMAX ? -KC_INF : op == K_RMIN ? KC_INF : 0.0;
+    return op == K_RMAX ? -KC_INF : op == K_RMIN ? KC_INF : op == K_RPROD ? 1.0 : 0.0;
 }
 
 KC_DEV double red_fold(int op, double acc, double v)
 {
-    return op == K_RMAX ? kc_nanmax(acc, v) : op == K_RMIN ? kc_nanmin(acc, v) : acc + v;
+    return op == K_RMAX ? kc_nanmax(acc, v) : op == K_RMIN ? kc_nanmin(acc, v) : op == K_RPROD ? acc * v : acc + v;
 }
 
 /* the op-combination over the block (MEAN and SUM add) */
@@ -41,6 +42,8 @@ KC_DEV double red_block(int op, double v)
         return block_reduce(v, -KC_INF, KcMax());
     if (op == K_RMIN)
         return block_reduce(v, KC_INF, KcMin());
+    if (op == K_RPROD)
+        return block_reduce(v, 1.0, KcProd());
     return block_sum(v);
 }
 
@@ -100,6 +103,7 @@ KC_GLOBAL void k_reduce_all_f32(int op, float *y, const float *x, int64_t n, dou
     v[0] = red_block(op, v[0]);
     const bool last = op == K_RMAX   ? grid_combine(v, -KC_INF, KcMax())
                       : op == K_RMIN ? grid_combine(v, KC_INF, KcMin())
+                      : op == K_RPROD ? grid_combine(v, 1.0, KcProd())
                                      : grid_combine(v, 0.0, KcSum());
     if (last && threadIdx.x == 0)
         y[0] = (float)(v[0] * scale);
@@ -123,6 +127,33 @@ KC_GLOBAL void k_reduce_max_grad_f32(float *dx, const float *dy, const float *x,
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
             const int64_t k = base + kc_offset1(g, rrank, rshape, rst);
             dx[k] = gv * (float)(x[k] == yv);
+        }
+    }
+}
+
+/* ReduceProd backward, one block per output o: the zeros of its group and
+ * the product of the others (double), then dx = dy * the product of the
+ * group's other x, as kernels/c (no division by zero). */
+KC_GLOBAL void k_reduce_prod_grad_f32(float *dx, const float *dy, const float *x, int64_t nout, int64_t group,
+                                      int krank, KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst)
+{
+    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+        const int64_t base = kc_offset1(o, krank, kshape, kst);
+        double zeros = 0, p = 1;
+        for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
+            const float v = x[base + kc_offset1(g, rrank, rshape, rst)];
+            if (v == 0)
+                zeros += 1;
+            else
+                p *= v;
+        }
+        zeros = block_sum(zeros);
+        p = block_reduce(p, 1.0, KcProd());
+        const double gv = dy[o];
+        for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
+            const int64_t k = base + kc_offset1(g, rrank, rshape, rst);
+            const double others = x[k] != 0 ? (zeros == 0 ? p / x[k] : 0) : (zeros == 1 ? p : 0);
+            dx[k] = (float)(gv * others);
         }
     }
 }

@@ -137,12 +137,12 @@ def hostile_models(fsdpc, J, base):
                 {"ax": np.ones(1, np.float32)}, [None, 3])
     expect_error(cc(J("cumsum_axis.onnx"), "--eval", "--dim", "batch=2"), "node 'cs' (CumSum)", "'ax'",
                  "must be int64", code=(1,), absent=never)
-    # scatters: a reduction fsdpc does not do, reduction before opset 16, updates of the wrong shape, integer
+    # scatters: a reduction ONNX does not define, reduction before opset 16, updates of the wrong shape, integer
     # data; GatherND: tuples longer than data's rank, a constant index outside its dim
     sc = lambda op, **a: [helper.make_node(op, ["x", "si", "u"], ["y"], name="sc", **a)]
     for tag, nodes, inits, opset, needles in (
-            ("mul", sc("ScatterND", reduction="mul"), {"si": np.zeros((1, 1), np.int64), "u": np.ones((1, 3), np.float32)},
-             18, ("'sc' (ScatterND)", "reduction 'mul' is not supported", "none, add, max or min")),
+            ("avg", sc("ScatterND", reduction="avg"), {"si": np.zeros((1, 1), np.int64), "u": np.ones((1, 3), np.float32)},
+             18, ("'sc' (ScatterND)", "reduction", "avg")),
             ("opset13", sc("ScatterElements", reduction="add"), {"si": np.zeros((1, 3), np.int64),
                                                                   "u": np.ones((1, 3), np.float32)},
              13, ("'sc' (ScatterElements)", "reduction is opset 16's", "opset 13")),
@@ -157,7 +157,7 @@ def hostile_models(fsdpc, J, base):
                                                                   "[-3, 3)"))):
         graph_model(J("scatter_%s.onnx" % tag), nodes, inits, [None, None], opset=opset)
         expect_error(cc(J("scatter_%s.onnx" % tag), "--eval", "--dim", "batch=2"), *needles, code=(1,), absent=never)
-    # max / min compare every update with every place: a table beyond 2^26 elements is refused
+    # mul / max / min set every update against every place: a table beyond 2^26 elements is refused
     graph_model(J("scatter_huge.onnx"), sc("ScatterElements", axis=1, reduction="max"),
                 {"si": np.zeros((1, 8192), np.int64), "u": np.ones((1, 8192), np.float32)}, [1, 16384],
                 x_shape=(1, 16384), opset=18)

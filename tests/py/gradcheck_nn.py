@@ -204,7 +204,7 @@ def pool_cases(c):
 
 
 def reduce_cases(c):
-    for op, f in (("ReduceMean", np.mean), ("ReduceMax", np.max)):
+    for op, f in (("ReduceMean", np.mean), ("ReduceMax", np.max), ("ReduceMin", np.min), ("ReduceProd", np.prod)):
         for axes, keep in (([1], 1), ([0, 2], 0), ([-1], 0), (None, 1)):
             attrs = {"keepdims": keep} if axes is None else {"axes": axes, "keepdims": keep}
             tag = "all" if axes is None else "_".join(str(a) for a in axes).replace("-", "m")
@@ -218,6 +218,15 @@ def reduce_cases(c):
             [node("ReduceSum", ["X", "axes"], ["Y"], keepdims=keep)],
             {"X": r(2, 3, 4), "axes": const("axes", axes, np.int64)},
             (lambda ax, k: lambda w: w["X"].sum(tuple(ax), keepdims=bool(k)))(axes, keep))
+    # ReduceProd's gradient is the product of the others, at zeros too: over axis 1 the groups (0, :, 2) hold
+    # one zero and (1, :, 3) two; over axes (0, 2) every group holds one
+    xz = r(2, 3, 4)
+    xz[0, 1, 2] = xz[1, 0, 3] = xz[1, 2, 3] = 0
+    for axes, keep in (([1], 1), ([0, 2], 0)):
+        tag = "_".join(str(a) for a in axes)
+        c["ReduceProd_zeros_%s_k%d" % (tag, keep)] = (
+            [node("ReduceProd", ["X"], ["Y"], axes=axes, keepdims=keep)], {"X": xz},
+            (lambda ax, k: lambda w: np.prod(w["X"], axis=tuple(ax), keepdims=bool(k)))(axes, keep))
     c["ReduceSum_noaxes"] = ([node("ReduceSum", ["X"], ["Y"])], {"X": r(2, 3)},
                              lambda w: w["X"].sum(keepdims=True))
 

@@ -117,11 +117,11 @@ def rope_ref(x, cos, sin, pos=None, il=0, rd=0, heads=None):
 
 
 # name: (nodes, weights, forward(w) -> Y)
-REDUCE = {0: lambda a, b: b, 1: lambda a, b: a + b, "max": np.maximum, "min": np.minimum}
+REDUCE = {0: lambda a, b: b, 1: lambda a, b: a + b, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
 def scatter_nd_ref(d, idx, u, add):
-    """ONNX ScatterND (reduction none, add, "max" or "min"), row by row in index order"""
+    """ONNX ScatterND (reduction none, add, "mul", "max" or "min"), row by row in index order"""
     y, f = d.copy(), REDUCE[add]
     for t in np.ndindex(idx.shape[:-1]):
         p = tuple(int(v) for v in idx[t])
@@ -130,7 +130,7 @@ def scatter_nd_ref(d, idx, u, add):
 
 
 def scatter_elements_ref(d, idx, u, axis, add):
-    """ONNX ScatterElements (reduction none, add, "max" or "min"), element by element in index order"""
+    """ONNX ScatterElements (reduction none, add, "mul", "max" or "min"), element by element in index order"""
     y, f = d.copy(), REDUCE[add]
     for m in np.ndindex(idx.shape):
         p = list(m)
@@ -214,6 +214,15 @@ def cases():
     c["ScatterND_min_elements"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="min")],
                                    {"D": r(3, 4), "U": r(3), "sn": I64("sn", sn2)},
                                    lambda w: scatter_nd_ref(w["D"], sn2 % [3, 4], w["U"], "min"))
+    # mul: repeated indices multiply in; an update of 0 (the product of the others is its gradient, not y / u)
+    uz = r(2, 4)
+    uz[1, 1] = 0  # it and uz[1, 0] land on (1, 2)
+    c["ScatterElements_mul_axis1"] = ([node("ScatterElements", ["D", "se", "U"], ["Y"], axis=1, reduction="mul")],
+                                      {"D": r(3, 5), "U": uz, "se": I64("se", se1)},
+                                      lambda w: scatter_elements_ref(w["D"], se1 % 5, w["U"], 1, "mul"))
+    c["ScatterND_mul_rows"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="mul")],
+                               {"D": r(5, 3), "U": r(4, 3), "sn": I64("sn", sn1)},
+                               lambda w: scatter_nd_ref(w["D"], sn1 % 5, w["U"], "mul"))
     c["CumSum_len7"] = ([node("CumSum", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
                         lambda w: cumsum_ref(w["A"], 1))
     c["CumSum_reverse_exclusive"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
@@ -474,6 +483,12 @@ def forward_cases():
                                                   "u": u[:2]}, {},
                                                  {"y": scatter_elements_ref(d, np.array([[4, 0, 4], [4, 4, 2]]),
                                                                             u[:2], 0, "max")})
+    c["ScatterElements_mul_runtime_indices"] = ([node("ScatterElements", ["d", "i", "u"], ["y"], axis=0,
+                                                      reduction="mul")],
+                                                 {"d": d, "i": np.array([[4, 0, -1], [4, 4, 2]], np.int64),
+                                                  "u": u[:2]}, {},
+                                                 {"y": scatter_elements_ref(d, np.array([[4, 0, 4], [4, 4, 2]]),
+                                                                            u[:2], 0, "mul")}, 1e-6)
     c["ScatterND_min_runtime_indices"] = ([node("ScatterND", ["d", "i", "u"], ["y"], reduction="min")],
                                           {"d": d, "i": si, "u": u}, {}, {"y": scatter_nd_ref(d, si % 5, u, "min")})
     ei = np.array([[2, 0, 1], [0, 1, 2]], np.int32)
