@@ -164,7 +164,11 @@ static void emit_batchnorm(Buf *b, const Graph *g, const Node *n)
     double eps = ir_attr_f(n, "epsilon", 1e-5), mom = ir_attr_f(n, "momentum", 0.9);
     const int *in = n->in, *o = n->out;
     int onnx_var = g->opt->eval; /* see emit_onnx_running_var */
-    if (nn_bn_training(n)) {
+    if (nn_bn_training(n)) { /* a validation pass uses the running statistics, as torch's eval mode */
+        if (!g->opt->eval)
+            cg_put(b, "    if (c->validating)\n        k_batchnorm_infer_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g);\n"
+                      "    else\n", s, P(g, o[0]), P(g, in[0]), P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]),
+                   (long long)d[0], (long long)d[1], (long long)d[2], eps);
         cg_put(b, "    k_batchnorm_train_%s(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g, %.17g);\n",
                s, P(g, o[0]), P(g, o[3]), P(g, o[4]), P(g, o[1]), onnx_var ? "NULL" : P(g, o[2]), P(g, in[0]),
                P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]), (long long)d[0], (long long)d[1], (long long)d[2],
@@ -352,7 +356,8 @@ static void emit_dropout(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    rt_memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
         return;
     }
-    cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, %.17g, c->seed, %#xu, (uint32_t)c->step);\n",
+    /* a validation pass (c->validating) runs it as ratio 0: the identity, as torch's eval mode */
+    cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, c->validating ? 0.0 : %.17g, c->seed, %#xu, (uint32_t)c->step);\n",
            cg_sfx(g->val[y].dtype), P(g, y), P(g, n->out[1]), P(g, x), (long long)ny, nn_dropout_ratio(g, n),
            (unsigned)ir_attr_i(n, "stream", 0));
 }

@@ -234,6 +234,53 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
+/* The nodes a validation pass runs (need[i] = 1): those the averaged loss
+ * depends on, through inputs and the values they view, and the Wait of each
+ * collective among them.  The rest (backward, optimizer, BatchNormalization's
+ * running-statistics Assign) run only in training.  A subset of the schedule
+ * in its order, on the same plan, is safe: every node kept reads only values
+ * that kept nodes wrote before it, at the offsets memplan gave them.  NULL
+ * for --eval builds (no loss). */
+static char *validation_nodes(const Graph *g)
+{
+    if (g->opt->eval || g->loss_avg < 0)
+        return NULL;
+    char *need = calloc((size_t)g->nnode + 1, 1), *seen = calloc((size_t)g->nval + 1, 1);
+    char *tag = calloc((size_t)g->ncoll + 1, 1); /* a kept collective's tag */
+    int *stack = malloc(sizeof(int) * ((size_t)g->nval + 1)), sp = 0;
+    if (!need || !seen || !tag || !stack)
+        die("out of memory");
+    stack[sp++] = g->loss_avg;
+    seen[g->loss_avg] = 1;
+    while (sp > 0) {
+        const Value *v = &g->val[stack[--sp]];
+        if (v->producer >= 0 && !need[v->producer]) {
+            const Node *n = &g->node[v->producer];
+            need[v->producer] = 1;
+            for (int i = 0; i < n->nin; i++)
+                if (n->in[i] >= 0 && !seen[n->in[i]])
+                    seen[n->in[i]] = 1, stack[sp++] = n->in[i];
+        }
+        if (v->alias_of >= 0 && !seen[v->alias_of])
+            seen[v->alias_of] = 1, stack[sp++] = v->alias_of;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->nnode; i++) {
+            const Node *n = &g->node[i];
+            int64_t t = ir_attr_i(n, "tag", -1);
+            if (t < 0 || t >= g->ncoll)
+                continue;
+            if (pass == 0 && need[i] && (op_info[n->op].flags & F_COLL))
+                tag[t] = 1;
+            else if (pass == 1 && n->op == OP_Wait && tag[t])
+                need[i] = 1;
+        }
+    free(seen);
+    free(tag);
+    free(stack);
+    return need;
+}
+
 /* the step function: its text, and (cuda) the checks and fused kernels it registers */
 static Buf emit_step(const Graph *g)
 {
@@ -242,14 +289,23 @@ static Buf emit_step(const Graph *g)
     cg_nfused = 0;
     cg_fused_src = (Buf){0};
     cg_jobs = (Buf){0};
+    char *need = validation_nodes(g);
+    /* c->validating: a validation pass (runtime/rt.c), the forward to the averaged loss only, Dropout
+     * as identity and BatchNormalization in inference form (codegen/emit_nn.c) */
     cg_put(&body, "static void step(RtCtx *c)\n{\n    char *A = c->dev_arena;\n");
     if (!cg_cuda)
-        cg_put(&body, "    if (c->trace) rt_trace(c, -1);\n");
+        cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, -1);\n");
     for (int i = 0; i < g->nnode; i++) {
+        int guard = need && !need[i];
+        if (guard)
+            cg_put(&body, "    if (!c->validating) {\n");
         cg_emit_node(&body, g, &g->node[i]);
         if (!cg_cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
-            cg_put(&body, "    if (c->trace) rt_trace(c, %d);\n", i);
+            cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, %d);\n", i);
+        if (guard)
+            cg_put(&body, "    }\n");
     }
+    free(need);
     cg_put(&body, "}\n\n");
     if (!cg_jobs.len)
         return body;

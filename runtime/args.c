@@ -129,11 +129,27 @@ void rt_usage(const RtModel *m)
            "                          the N samples drawn from --seed and the epoch (a bijection, no\n"
            "                          table), the same at every world size; without it sample k of\n"
            "                          global position p is p mod N\n"
-           "  --seed S                seeds --shuffle and Dropout's masks (default 0: the build's\n"
-           "                          dropout seed)\n"
+           "  --random-windows        --tokens: the window of global position p starts at a token\n"
+           "                          drawn uniformly from [0, ntokens - T) by (--seed, p), as\n"
+           "                          nanoGPT's get_batch (independent draws, the same at every world\n"
+           "                          size; resumed runs continue the draws); validation keeps fixed\n"
+           "                          windows\n"
+           "  --seed S                seeds --shuffle, --random-windows and Dropout's masks (default 0:\n"
+           "                          the build's dropout seed)\n"
            "  --token-inputs IN,LAB   the inputs --tokens feeds (default: the model's first int64\n"
            "                          [N, T] input and the other one, e.g. the labels input of\n"
            "                          --loss cross_entropy:logits,labels)\n"
+           "  --val-data NAME=FILE.npy, --val-tokens FILE.bin\n"
+           "                          held-out data, as --data / --tokens: the mean loss over it is\n"
+           "                          computed every --eval-every K steps and after the last one,\n"
+           "                          forward only (Dropout off, BatchNorm on its running statistics, as\n"
+           "                          torch's eval mode; no optimizer state or statistic touched),\n"
+           "                          sharded as training; the step line and --metrics get val_loss\n"
+           "  --eval-every K          validate after every K-th step (default: after the last only)\n"
+           "  --eval-steps N          batches per validation, from the set's start each time (default:\n"
+           "                          one pass: its samples / the global batch, at least 1)\n"
+           "  --save-best             keep the checkpoint of the best validation loss in --ckpt-dir's\n"
+           "                          best/ (--resume DIR/best continues from it)\n"
            "  --steps N               optimizer steps (default 10)\n"
            "  --lr X                  learning rate (default 1e-3)\n"
            "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for sgd)\n"
@@ -231,13 +247,16 @@ static int parse_int(const char *flag, const char *s, int64_t lo, int64_t *out)
     return 0;
 }
 
-/* --data NAME=FILE.npy, --input NAME=FILE */
+/* --data NAME=FILE.npy, --input NAME=FILE, --val-data NAME=FILE.npy */
 static int add_data(RtOpts *o, const char *flag, const char *val)
 {
+    int val_set = strcmp(flag, "--val-data") == 0;
+    RtDataArg *list = val_set ? o->val_data : o->data;
+    int *n = val_set ? &o->nval_data : &o->ndata;
     const char *e = strchr(val, '=');
     if (!e || e == val || e[1] == 0) {
         rt_err_set(2, "%s expects NAME=FILE%s, got '%s' (see --help)", flag,
-                   strcmp(flag, "--data") == 0 ? ".npy" : " (FILE.npy or FILE.pb)", val);
+                   strcmp(flag, "--input") != 0 ? ".npy" : " (FILE.npy or FILE.pb)", val);
         return -1;
     }
     char *name = strndup(val, (size_t)(e - val));
@@ -245,15 +264,15 @@ static int add_data(RtOpts *o, const char *flag, const char *val)
         rt_err_set(1, "out of memory");
         return -1;
     }
-    for (int k = 0; k < o->ndata; k++)
-        if (strcmp(o->data[k].name, name) == 0) {
+    for (int k = 0; k < *n; k++)
+        if (strcmp(list[k].name, name) == 0) {
             rt_err_set(2, "%s %s is given twice", flag, name);
             free(name);
             return -1;
         }
-    o->data[o->ndata].name = name;
-    o->data[o->ndata].file = e + 1;
-    o->ndata++;
+    list[*n].name = name;
+    list[*n].file = e + 1;
+    (*n)++;
     return 0;
 }
 
@@ -262,15 +281,21 @@ static int is_file_flag(const char *flag)
     return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
            !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads") ||
            !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume") || !strcmp(flag, "--trace") ||
-           !strcmp(flag, "--export-safetensors");
+           !strcmp(flag, "--export-safetensors") || !strcmp(flag, "--val-tokens");
 }
 
 /* one known flag that takes a value */
 static int set_flag(RtOpts *o, const char *flag, const char *val)
 {
     int rc = 0;
-    if (strcmp(flag, "--data") == 0 || strcmp(flag, "--input") == 0) {
+    if (strcmp(flag, "--data") == 0 || strcmp(flag, "--input") == 0 || strcmp(flag, "--val-data") == 0) {
         rc = add_data(o, flag, val);
+    } else if (strcmp(flag, "--val-tokens") == 0) {
+        o->val_tokens = val;
+    } else if (strcmp(flag, "--eval-every") == 0) {
+        rc = parse_int(flag, val, 1, &o->eval_every);
+    } else if (strcmp(flag, "--eval-steps") == 0) {
+        rc = parse_int(flag, val, 1, &o->eval_steps);
     } else if (strcmp(flag, "--out-dir") == 0) {
         o->out_dir = val;
     } else if (strcmp(flag, "--steps") == 0) {
@@ -398,7 +423,8 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--accum", "--accum-mode", "--trace", "--trace-steps",
                                           "--export-safetensors", "--loss-scale-init",
                                           "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
-                                          "--peak-tflops", "--seed"};
+                                          "--peak-tflops", "--seed", "--val-data", "--val-tokens",
+                                          "--eval-every", "--eval-steps"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -461,6 +487,8 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->trace_steps = 2;
     o->loss_scale_init = 65536;
     o->growth_interval = 2000;
+    o->data_flag = "--data";
+    o->tokens_flag = "--tokens";
 }
 
 /* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).
@@ -484,8 +512,9 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
     memcpy(flag, a, fl);
     flag[fl] = 0;
     int quiet = strcmp(flag, "--quiet") == 0, no_graph = strcmp(flag, "--no-cuda-graph") == 0;
-    int shuffle = !m->eval && strcmp(flag, "--shuffle") == 0;
-    if (quiet || no_graph || shuffle) {
+    int shuffle = !m->eval && strcmp(flag, "--shuffle") == 0, best = !m->eval && strcmp(flag, "--save-best") == 0;
+    int windows = !m->eval && strcmp(flag, "--random-windows") == 0;
+    if (quiet || no_graph || shuffle || best || windows) {
         if (eq) {
             rt_err_set(2, "%s takes no value (see --help)", flag);
             return -1;
@@ -495,6 +524,8 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
         o->quiet |= quiet;
         o->no_cuda_graph |= no_graph;
         o->shuffle |= shuffle;
+        o->save_best |= best;
+        o->random_windows |= windows;
         return 0;
     }
     int tv = takes_value(m, flag);
@@ -519,7 +550,8 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
 {
     set_defaults(m, o);
     o->data = calloc((size_t)argc + 1, sizeof *o->data);
-    if (!o->data) {
+    o->val_data = calloc((size_t)argc + 1, sizeof *o->val_data);
+    if (!o->data || !o->val_data) {
         rt_err_set(1, "out of memory");
         return -1;
     }
@@ -538,12 +570,32 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
         rt_err_set(2, "--out-dir DIR is required (see --help)");
         return -1;
     }
+    if (o->random_windows && !o->tokens) {
+        rt_err_set(2, "--random-windows draws the windows of --tokens FILE.bin, which is missing (see --help)");
+        return -1;
+    }
+    if (o->random_windows && o->shuffle) {
+        rt_err_set(2, "--random-windows draws every window at random; --shuffle permutes the fixed ones: give "
+                      "one or the other (see --help)");
+        return -1;
+    }
     if (o->token_inputs && !o->tokens) {
         rt_err_set(2, "--token-inputs names the inputs fed by --tokens FILE.bin, which is missing (see --help)");
         return -1;
     }
     if (o->dump_grads && o->steps < 1) {
         rt_err_set(2, "--dump-grads writes the gradients of step 1; --steps 0 runs none (see --help)");
+        return -1;
+    }
+    int val = o->nval_data > 0 || o->val_tokens;
+    if ((o->eval_every || o->eval_steps || o->save_best) && !val) {
+        rt_err_set(2, "%s validates on held-out data: give it with --val-data NAME=FILE.npy or --val-tokens "
+                      "FILE.bin (see --help)", o->eval_every ? "--eval-every" : o->eval_steps ? "--eval-steps"
+                                                                                           : "--save-best");
+        return -1;
+    }
+    if (o->save_best && !o->ckpt_dir) {
+        rt_err_set(2, "--save-best keeps its checkpoint in --ckpt-dir DIR/best: give --ckpt-dir (see --help)");
         return -1;
     }
     if (o->ckpt_every && !o->ckpt_dir) {
@@ -602,11 +654,12 @@ double rt_lr_at(const RtOpts *o, int64_t step)
 
 void rt_opts_free(RtOpts *o)
 {
-    if (!o->data)
-        return;
-    for (int k = 0; k < o->ndata; k++)
+    for (int k = 0; o->data && k < o->ndata; k++)
         free((char *)o->data[k].name);
+    for (int k = 0; o->val_data && k < o->nval_data; k++)
+        free((char *)o->val_data[k].name);
     free(o->data);
-    o->data = NULL;
-    o->ndata = 0;
+    free(o->val_data);
+    o->data = o->val_data = NULL;
+    o->ndata = o->nval_data = 0;
 }

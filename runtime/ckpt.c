@@ -314,6 +314,27 @@ int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos)
     return rt_err_sync();
 }
 
+void rt_ckpt_prune(const char *dir, int64_t keep)
+{
+    char name[32], path[PLEN + 256];
+    snprintf(name, sizeof name, "step-%08" PRId64, keep);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        /* step-DIGITS directories only (what publish names), never latest or the one kept */
+        const char *p = e->d_name;
+        int ok = strncmp(p, "step-", 5) == 0 && p[5] != 0;
+        for (p += 5; ok && *p; p++)
+            ok = *p >= '0' && *p <= '9';
+        if (ok && strcmp(e->d_name, name) != 0 && snprintf(path, sizeof path, "%s/%s", dir, e->d_name) <
+                                                      (int)sizeof path)
+            remove_dir(path);
+    }
+    closedir(d);
+}
+
 /* ----------------------------------------------------------------- resume */
 
 typedef struct {

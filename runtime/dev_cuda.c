@@ -53,7 +53,7 @@ CuRt cu;
 #define NCCL_RESERVE_BYTES ((int64_t)256 << 20) /* NCCL buffers, world > 1 */
 
 static int g_use_graph = 1;
-static int64_t g_nstep;              /* rt_dev_step calls so far */
+static int64_t g_nstep;              /* training rt_dev_step calls so far (not validation) */
 /* the captured step; [1]: a micro-step of --accum-mode local that only sums its gradients (the step's host
  * code branches on it: no reduce-scatter) */
 static cudaGraphExec_t g_graphs[2];
@@ -615,18 +615,19 @@ void rt_dev_step(RtCtx *c)
     if (cu.ncheck)
         CU_CHECK(cudaMemsetAsync(cu.check_dev, 0xff, (size_t)cu.ncheck * sizeof(int64_t), cu.compute));
 
-    int graph = g_use_graph && !m->eval;
+    /* a validation pass (c->validating) runs eagerly: the graphs hold the training step */
+    int graph = g_use_graph && !m->eval && !c->validating;
     g_phase = c->acc && c->micro + 1 < c->accum;
     if (!graph || g_nstep == 0)
         run_step(c, 0);
     else if (!g_graphs[g_phase])
         run_step(c, 1);
-    if (g_graphs[g_phase])
+    if (graph && g_graphs[g_phase])
         CU_CHECK(cudaGraphLaunch(g_graphs[g_phase], cu.compute));
     if (cu.ncheck) /* pinned: done when the stream is */
         CU_CHECK(cudaMemcpyAsync(cu.check_host, cu.check_dev, (size_t)cu.ncheck * sizeof(int64_t),
                                  cudaMemcpyDeviceToHost, cu.compute));
-    g_nstep++;
+    g_nstep += !c->validating;
     cu_wait(cu.compute, "the step");
     read_checks(c);
     if (g_nstep <= 3) /* every allocation is made by the first replay */

@@ -435,8 +435,8 @@ static int check_data_names(const RtModel *m, const RtOpts *o, const char *flag,
             return -1;
         }
         if (skip && skip[found]) {
-            rt_err_set(2, "%s %s: input '%s' is fed by --tokens %s; drop one of the two", flag, o->data[k].name,
-                       o->data[k].name, o->tokens);
+            rt_err_set(2, "%s %s: input '%s' is fed by %s %s; drop one of the two", flag, o->data[k].name,
+                       o->data[k].name, o->tokens_flag, o->tokens);
             return -1;
         }
     }
@@ -475,11 +475,11 @@ int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const c
 }
 
 /* open f->file and check it against input in (dtype, shape past the rows) */
-static int open_feed(const RtInput *in, RtFeed *f)
+static int open_feed(const char *flag, const RtInput *in, RtFeed *f)
 {
     char why[1024];
     if (npy_open(f->file, &f->a, why, sizeof why) != 0) {
-        rt_err_set(1, "--data %s: %s", in->name, why);
+        rt_err_set(1, "%s %s: %s", flag, in->name, why);
         return -1;
     }
     int same = f->a.dtype == in->dtype && f->a.rank == in->rank;
@@ -489,13 +489,13 @@ static int open_feed(const RtInput *in, RtFeed *f)
         char want[256], got[256];
         rt_dims_str(want, sizeof want, in->rank, in->shape, 1);
         rt_dims_str(got, sizeof got, f->a.rank, f->a.shape, 0);
-        rt_err_set(1, "--data %s: %s holds %s %s; input '%s' needs %s %s", in->name, f->file,
+        rt_err_set(1, "%s %s: %s holds %s %s; input '%s' needs %s %s", flag, in->name, f->file,
                    npy_dtype_name(f->a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
         return -1;
     }
     f->rows = f->a.shape[0];
     if (f->rows < 1) {
-        rt_err_set(1, "--data %s: %s has no rows", in->name, f->file);
+        rt_err_set(1, "%s %s: %s has no rows", flag, in->name, f->file);
         return -1;
     }
     f->row_bytes = (uint64_t)f->a.nbytes / (uint64_t)f->rows;
@@ -519,12 +519,12 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
     struct stat st;
     int fd = rt_open_regular(path, &st);
     if (fd < 0) {
-        rt_err_set(1, "--tokens %s: %s", path, rt_open_why(fd));
+        rt_err_set(1, "%s %s: %s", o->tokens_flag, path, rt_open_why(fd));
         return -1;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size == 0 || size > (uint64_t)SIZE_MAX) {
-        rt_err_set(1, "--tokens %s: %s", path, size ? "too large to map" : "the file is empty");
+        rt_err_set(1, "%s %s: %s", o->tokens_flag, path, size ? "too large to map" : "the file is empty");
         close(fd);
         return -1;
     }
@@ -532,7 +532,7 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
-        rt_err_set(1, "--tokens %s: cannot map it: %s", path, strerror(map_errno));
+        rt_err_set(1, "%s %s: cannot map it: %s", o->tokens_flag, path, strerror(map_errno));
         return -1;
     }
     d->tok_map = map;
@@ -543,21 +543,21 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
         uint32_t version = le32(b + 4);
         ntok = le32(b + 8);
         if (version != 1 && version != 2) {
-            rt_err_set(1, "--tokens %s: llm.c token file version %u; --tokens reads versions 1 (uint16 tokens) "
-                          "and 2 (uint32 tokens), or a raw uint16 stream", path, version);
+            rt_err_set(1, "%s %s: llm.c token file version %u; --tokens reads versions 1 (uint16 tokens) "
+                          "and 2 (uint32 tokens), or a raw uint16 stream", o->tokens_flag, path, version);
             return -1;
         }
         d->tok_bytes = version == 1 ? 2 : 4;
         if (size != LLMC_HEADER + (uint64_t)d->tok_bytes * ntok) {
-            rt_err_set(1, "--tokens %s: its llm.c header says %" PRIu64 " %s tokens (%" PRIu64 " bytes with the "
-                          "header), the file has %" PRIu64 " bytes", path, ntok, version == 1 ? "uint16" : "uint32",
+            rt_err_set(1, "%s %s: its llm.c header says %" PRIu64 " %s tokens (%" PRIu64 " bytes with the "
+                          "header), the file has %" PRIu64 " bytes", o->tokens_flag, path, ntok, version == 1 ? "uint16" : "uint32",
                        LLMC_HEADER + (uint64_t)d->tok_bytes * ntok, size);
             return -1;
         }
         off = LLMC_HEADER;
     } else {
         if (size % 2 != 0) {
-            rt_err_set(1, "--tokens %s: %" PRIu64 " bytes, an odd number: not a stream of uint16 tokens", path,
+            rt_err_set(1, "%s %s: %" PRIu64 " bytes, an odd number: not a stream of uint16 tokens", o->tokens_flag, path,
                        size);
             return -1;
         }
@@ -565,8 +565,8 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
         d->tok_bytes = 2;
     }
     if (ntok < (uint64_t)T + 1) {
-        rt_err_set(1, "--tokens %s: %" PRIu64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
-                   path, ntok, T, T + 1);
+        rt_err_set(1, "%s %s: %" PRIu64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
+                   o->tokens_flag, path, ntok, T, T + 1);
         return -1;
     }
     d->tok = b + off;
@@ -616,7 +616,7 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
     if (o->tokens)
         rc = open_token_feeds(m, o, d, skip);
     if (rc == 0)
-        rc = match_inputs(m, o, "--data", files, skip);
+        rc = match_inputs(m, o, o->data_flag, files, skip);
     for (int i = 0; rc == 0 && i < m->ninput; i++)
         if (!skip[i])
             d->feed[i].file = files[i];
@@ -625,7 +625,7 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
     int first = -1;
     for (int i = 0; rc == 0 && i < m->ninput; i++) {
         RtFeed *f = &d->feed[i];
-        if (f->kind == FEED_NPY && open_feed(&m->input[i], f) != 0) {
+        if (f->kind == FEED_NPY && open_feed(o->data_flag, &m->input[i], f) != 0) {
             rc = -1;
         } else if (first < 0) {
             first = i;
@@ -633,9 +633,9 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
             const RtFeed *a = &d->feed[first];
             if (a->kind != FEED_NPY || f->kind != FEED_NPY) {
                 int n = a->kind == FEED_NPY ? first : i; /* the .npy one */
-                rt_err_set(1, "--data %s: %s has %" PRId64 " rows, but --tokens %s holds %" PRId64 " samples "
-                              "of T+1 = %" PRId64 " tokens; the two must agree", m->input[n].name,
-                           d->feed[n].file, d->feed[n].rows, o->tokens, a->kind == FEED_NPY ? f->rows : a->rows,
+                rt_err_set(1, "%s %s: %s has %" PRId64 " rows, but %s %s holds %" PRId64 " samples "
+                              "of T+1 = %" PRId64 " tokens; the two must agree", o->data_flag, m->input[n].name,
+                           d->feed[n].file, d->feed[n].rows, o->tokens_flag, o->tokens, a->kind == FEED_NPY ? f->rows : a->rows,
                            m->input[d->tok_input].shape[1] + 1);
             } else {
                 rt_err_set(1, "data files disagree on the number of rows: %s has %" PRId64 ", %s has %" PRId64,
@@ -653,6 +653,7 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
         d->gstep = m->input[0].shape[0] * world;
     }
     d->shuffle = o->shuffle;
+    d->random_windows = o->random_windows;
     d->seed = (uint64_t)o->seed;
     return 0;
 }
@@ -685,6 +686,11 @@ int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch)
     return (int64_t)x;
 }
 
+int64_t rt_window(uint64_t seed, int64_t p, int64_t n)
+{
+    return n > 1 ? (int64_t)(mix64(mix64(seed ^ 0x5851f42d4c957f2dull) ^ (uint64_t)p) % (uint64_t)n) : 0;
+}
+
 /* FNV-1a over up to 1 MiB at the head and 1 MiB at the tail of [p, p+n) */
 static uint64_t sample_hash(const void *p, uint64_t n)
 {
@@ -711,17 +717,17 @@ int rt_data_agree(const RtOpts *o, const RtData *d, int rank)
     if (rank == 0)
         return 0;
     if (d->tok && ref[1] != mine[1]) {
-        rt_err_set(1, "--tokens %s: this rank reads %" PRIu64 " tokens, rank 0 reads %" PRIu64
-                      " (every rank must read the same file)", o->tokens, mine[1], ref[1]);
+        rt_err_set(1, "%s %s: this rank reads %" PRIu64 " tokens, rank 0 reads %" PRIu64
+                      " (every rank must read the same file)", o->tokens_flag, o->tokens, mine[1], ref[1]);
         return -1;
     }
     if (d->tok && ref[2] != mine[2]) {
-        rt_err_set(1, "--tokens %s: this rank's copy of the file differs from rank 0's (every rank must read "
-                      "the same file)", o->tokens);
+        rt_err_set(1, "%s %s: this rank's copy of the file differs from rank 0's (every rank must read "
+                      "the same file)", o->tokens_flag, o->tokens);
         return -1;
     }
     if (ref[3] != mine[3]) {
-        rt_err_set(1, "this rank's --data files differ from rank 0's (every rank must read the same files)");
+        rt_err_set(1, "this rank's %s files differ from rank 0's (every rank must read the same files)", o->data_flag);
         return -1;
     }
     if (ref[0] != mine[0]) {
@@ -760,8 +766,10 @@ static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst,
         int64_t T = in->shape[1], *out = (int64_t *)(void *)dst;
         const int64_t w = d->tok_bytes, first = f->kind == FEED_LABELS;
         for (int64_t s = 0; s < b; s++) {
-            r = sample_at(d, p + s);
-            const unsigned char *src = d->tok + (r * T + first) * w; /* r*T + T + 1 <= ntok since r < N */
+            /* window k starts at k*T, k < N = (ntok-1)/T; a random one below ntok - T: either way its T+1
+             * tokens are in the stream */
+            int64_t start = d->random_windows ? rt_window(d->seed, p + s, d->ntok - T) : sample_at(d, p + s) * T;
+            const unsigned char *src = d->tok + (start + first) * w;
             for (int64_t t = 0; t < T; t++, src += w)
                 out[s * T + t] = w == 2 ? (int64_t)(src[0] | src[1] << 8) : (int64_t)le32(src);
         }

@@ -442,6 +442,11 @@ typedef struct {
     double peak;          /* rank 0: the per-rank peak FLOP/s of MFU (0: none) */
     double total_s;       /* rank 0: the time of the steps run so far */
     int64_t nrun;         /*   and their count */
+    RtData val;           /* --val-data / --val-tokens (has_val) */
+    int has_val;
+    int64_t val_batches;  /* batches per validation (--eval-steps, or one pass) */
+    double best_val;      /* the best validation loss so far (INFINITY: none yet) */
+    int64_t best_step;
 } Run;
 
 /* optimizer hyper-parameters into c; warnings for flags the build ignores */
@@ -505,6 +510,45 @@ static int open_outputs(Run *r)
     return rt_err_sync();
 }
 
+/* --val-data / --val-tokens: opened and checked as the training data, under
+ * their own flags' names; the batches of one validation.  Returns the exit
+ * status. */
+static int open_validation(Run *r)
+{
+    const RtModel *m = r->ctx.m;
+    const RtOpts *o = &r->o;
+    r->best_val = INFINITY;
+    r->best_step = -1;
+    if (!o->nval_data && !o->val_tokens)
+        return 0;
+    RtOpts v = *o;
+    v.data = o->val_data;
+    v.ndata = o->nval_data;
+    v.tokens = o->val_tokens;
+    v.shuffle = v.random_windows = 0; /* every validation reads the same batches, from the start */
+    v.data_flag = "--val-data";
+    v.tokens_flag = "--val-tokens";
+    r->has_val = 1;
+    rt_data_open(m, &v, g_world, &r->val);
+    int status = rt_err_sync();
+    if (status != 0)
+        return status;
+    rt_data_agree(&v, &r->val, g_rank);
+    if ((status = rt_err_sync()) != 0)
+        return status;
+    int64_t pass = r->val.gstep > 0 ? r->val.rows / r->val.gstep : 1;
+    r->val_batches = o->eval_steps ? o->eval_steps : pass > 0 ? pass : 1;
+    if (g_rank == 0 && !o->quiet) {
+        printf("validation: %" PRId64 " batches of %" PRId64 " samples (%" PRId64 " in the set) %s\n",
+               r->val_batches, r->val.gstep, r->val.rows,
+               o->eval_every ? "every --eval-every steps and after the last" : "after the last step");
+        if (o->val_tokens)
+            rt_data_describe(m, &v, &r->val);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* Everything between the flags and the first step.  Returns the exit
  * status; 0 to train. */
 static int start_up(Run *r, const char *argv0)
@@ -535,6 +579,8 @@ static int start_up(Run *r, const char *argv0)
         return status;
     if (g_rank == 0 && !r->o.quiet)
         rt_data_describe(m, &r->o, &r->data);
+    if ((status = open_validation(r)) != 0)
+        return status;
     return open_outputs(r);
 }
 
@@ -627,21 +673,83 @@ static Speed speed(const Run *r, double s)
     return v;
 }
 
-/* rank 0: the step line (step 1, every --log-every-th, the last) and the
- * metrics line (every step); scale: the loss scale the step ran with (fp16;
- * 0 otherwise), skipped: why its update was skipped (NULL: it was not) */
+/* The mean loss over the validation batches, from the set's start: the
+ * step's forward to the averaged loss only (c->validating: codegen's
+ * validation nodes), sharded as training; nothing it runs writes a
+ * parameter, gradient, optimizer state or BatchNorm statistic. */
+static double validate(Run *r)
+{
+    RtCtx *c = &r->ctx;
+    const RtModel *m = c->m;
+    double sum = 0;
+    r->val.pos = 0;
+    c->validating = 1;
+    for (int64_t k = 0; k < r->val_batches; k++) {
+        rt_data_next(c, &r->val);
+        rt_dev_step(c);
+        sum += read_scalar(c, m->loss_off, m->loss_dtype);
+    }
+    c->validating = 0;
+    return sum / (double)r->val_batches;
+}
+
+/* after step: validate when due (*did), the loss in *val; a new best is
+ * kept under --save-best (every rank has the same mean, so they agree).
+ * Returns the exit status. */
+static int validate_due(Run *r, int64_t step, int *did, double *val, double *val_ms)
+{
+    const RtOpts *o = &r->o;
+    *did = 0;
+    if (!r->has_val || !(step == o->steps || (o->eval_every && step % o->eval_every == 0)))
+        return 0;
+    *did = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *val = validate(r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *val_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (!(*val < r->best_val))
+        return 0;
+    r->best_val = *val;
+    r->best_step = step;
+    if (!o->save_best)
+        return 0;
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s/best", o->ckpt_dir) >= (int)sizeof dir) {
+        rt_err_set(1, "--ckpt-dir %s: the path is too long", o->ckpt_dir);
+        return rt_err_sync();
+    }
+    if (g_rank == 0 && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
+        rt_err_set(1, "--ckpt-dir %s: cannot create it: %s", o->ckpt_dir, strerror(errno));
+    int status = rt_err_sync();
+    if (status == 0)
+        status = rt_ckpt_save(&r->ctx, dir, step, r->data.pos);
+    if (status == 0 && g_rank == 0)
+        rt_ckpt_prune(dir, step);
+    return status;
+}
+
+/* rank 0: the step line (step 1, every --log-every-th, the last, and one
+ * that validated) and the metrics line (every step); scale: the loss scale
+ * the step ran with (fp16; 0 otherwise), skipped: why its update was
+ * skipped (NULL: it was not); val: the validation loss (NULL: none this
+ * step), val_ms its time */
 static void report_step(Run *r, int64_t step, double loss, double gnorm, double ms, double scale,
-                        const char *skipped)
+                        const char *skipped, const double *val, double val_ms)
 {
     const RtOpts *o = &r->o;
     const RtModel *m = r->ctx.m;
-    int log = step == 1 || step % o->log_every == 0 || step == o->steps || skipped;
+    int validated = val != NULL;
+    int log = step == 1 || step % o->log_every == 0 || step == o->steps || skipped || validated;
     r->total_s += ms * 1e-3, r->nrun++;
     Speed v = speed(r, ms * 1e-3);
     double rss = peak_rss(), eta = r->total_s / (double)r->nrun * (double)(o->steps - step);
     if (!o->quiet && log) {
         char t[32];
-        printf("step %lld/%lld  loss %.6f  lr %.3g", (long long)step, (long long)o->steps, loss, r->ctx.lr);
+        printf("step %lld/%lld  loss %.6f", (long long)step, (long long)o->steps, loss);
+        if (validated)
+            printf("  val loss %.6f%s", *val, r->best_step == step ? " (best)" : "");
+        printf("  lr %.3g", r->ctx.lr);
         if (gnorm >= 0 || isnan(gnorm))
             printf("  grad norm %.4g", gnorm);
         printf("  %.2f ms  %s %s/s", ms, si(t, sizeof t, v.tps), m->token_unit ? m->token_unit : "samples");
@@ -669,6 +777,12 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
             char gb[64];
             json_num(gb, sizeof gb, gnorm, 0);
             fprintf(r->mf, ",\"grad_norm\":%s", gb);
+        }
+        if (validated) {
+            char vb[64];
+            json_num(vb, sizeof vb, *val, 0);
+            fprintf(r->mf, ",\"val_loss\":%s,\"val_time_ms\":%.6f,\"val_best\":%s", vb, val_ms,
+                    r->best_step == step ? "true" : "false");
         }
         if (scale > 0)
             fprintf(r->mf, ",\"loss_scale\":%.17g", scale);
@@ -763,8 +877,12 @@ static int train(Run *r)
         } else {
             c->updates++;
         }
+        double val = NAN, val_ms = 0;
+        int did, status = validate_due(r, c->step, &did, &val, &val_ms);
+        if (status != 0)
+            return status;
         if (g_rank == 0)
-            report_step(r, c->step, loss, gnorm, ms, scale, skipped);
+            report_step(r, c->step, loss, gnorm, ms, scale, skipped, did ? &val : NULL, val_ms);
         if (c->step == 1 && r->o.dump_grads) {
             int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet, scale);
             if (status != 0)
@@ -803,6 +921,8 @@ static void release(Run *r)
     if (r->mf)
         fclose(r->mf);
     rt_data_close(r->ctx.m, &r->data);
+    if (r->has_val)
+        rt_data_close(r->ctx.m, &r->val);
     dump_free(r->ctx.m, &r->dump);
     if (r->init_fd >= 0)
         close(r->init_fd);
@@ -873,7 +993,11 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
                    si(t, sizeof t, v.tps), m->token_unit ? m->token_unit : "samples", v.flops * 1e-12);
             if (v.mfu >= 0)
                 printf(" (MFU %.1f%%)", 100 * v.mfu);
-            printf(", peak memory %.0f MB (rank 0)\n", peak_rss() * 1e-6);
+            printf(", peak memory %.0f MB (rank 0)", peak_rss() * 1e-6);
+            if (r->best_step >= 0)
+                printf(", best val loss %.6f at step %lld%s", r->best_val, (long long)r->best_step,
+                       o->save_best ? " (checkpoint in --ckpt-dir/best)" : "");
+            printf("\n");
         }
         if (status == 0 && r->ctx.trace)
             status = rt_trace_write(&r->ctx, o->trace);

@@ -167,6 +167,9 @@ typedef struct RtCtx {
      * updates since S last changed (it doubles every --loss-scale-growth-interval of them) */
     double loss_scale;
     int64_t scale_good;
+    /* a validation pass (--val-data, --val-tokens): the step runs only its forward to the averaged loss,
+     * Dropout as the identity and BatchNormalization on its running statistics (codegen/exe.c) */
+    int validating;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);

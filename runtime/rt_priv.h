@@ -108,6 +108,14 @@ enum { RT_SCHED_CONSTANT, RT_SCHED_COSINE, RT_SCHED_LINEAR, RT_SCHED_WSD };
 typedef struct {
     RtDataArg *data;      /* --data (training) or --input (eval) NAME=FILE */
     int ndata;
+    RtDataArg *val_data;  /* --val-data NAME=FILE: the validation set's .npy per input */
+    int nval_data;
+    const char *val_tokens;   /* --val-tokens FILE.bin */
+    int64_t eval_every;       /* --eval-every K (0: validate after the last step only) */
+    int64_t eval_steps;       /* --eval-steps N (0: one pass over the validation set) */
+    int save_best;            /* --save-best: keep the checkpoint of the best validation loss in
+                               * --ckpt-dir/best */
+    const char *data_flag, *tokens_flag; /* the flags in messages: --data/--tokens, or --val-data/--val-tokens */
     int64_t steps, log_every;
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
@@ -139,6 +147,7 @@ typedef struct {
     int set_scale_init, set_growth;
     double peak_tflops;       /* --peak-tflops X (0: measured, cpu) */
     int shuffle;              /* --shuffle */
+    int random_windows;       /* --random-windows (with --tokens) */
     int64_t seed;             /* --seed S (0) */
     int quiet;
 } RtOpts;
@@ -192,6 +201,7 @@ typedef struct {
                      * written before --shuffle existed holds it modulo N) */
     int64_t gstep;  /* samples per global batch */
     int shuffle;    /* --shuffle: position p reads sample rt_shuffle(p mod N, N, seed, p / N) */
+    int random_windows; /* --random-windows: position p's token window starts at rt_window(seed, p, ntok - T) */
     uint64_t seed;
     /* --tokens: the mapped file, its tokens (past an llm.c header, if any) */
     void *tok_map;
@@ -209,6 +219,9 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d);
 /* the place of i in a permutation of [0, n) drawn from (seed, epoch): an 8-round Feistel network on the
  * smallest 4^h >= n, walked until it lands below n (--shuffle) */
 int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch);
+/* --random-windows: the first token of global position p's window, uniform in [0, n) from (seed, p),
+ * as nanoGPT's get_batch draws them (independently, with replacement) */
+int64_t rt_window(uint64_t seed, int64_t p, int64_t n);
 /* Dropout's seed for --seed S: the build's seed when S = 0 (the default), another one per S */
 static inline uint64_t rt_seed(const RtModel *m, int64_t s) { return m->dropout_seed + (uint64_t)s * 0x9e3779b97f4a7c15ull; }
 /* Collective, after every rank's rt_data_open succeeded: do all ranks see the
@@ -260,6 +273,8 @@ static inline int64_t rt_rs_prepare(RtCtx *c, const char *what, void *full, int6
  * (pos: the data position the next step reads from); collective, returns
  * the exit status every rank uses */
 int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos);
+/* rank 0, after a save into dir: remove its other step-N checkpoints (--save-best keeps one) */
+void rt_ckpt_prune(const char *dir, int64_t keep);
 /* --resume PATH: this rank's shards and the persistent state from a
  * checkpoint of the same model (any world size, strategy or layout) after
  * the init file was loaded; *step, *pos: where it was taken.  Collective;

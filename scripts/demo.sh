@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's demo: install what is missing, build fsdpc, compile the shipped
 # byte-level GPT (examples/gpt.onnx) into a training executable, train it on a
-# text that ships with Debian (the GPL-3 licence) on 2 ranks, draw the run
+# text that ships with Debian (the GPL-3 licence; its last tenth held out for
+# validation) on 2 ranks, draw the run
 # (build/demo/run.png), sample a few lines from the trained model through a
 # forward-only executable, export the ONNX.
 set -euo pipefail
@@ -14,17 +15,20 @@ cmake --build build >/dev/null
 out=build/demo
 mkdir -p $out
 corpus=/usr/share/common-licenses/GPL-3
-/usr/bin/python3 -c "import numpy as np, sys; np.frombuffer(open(sys.argv[1],'rb').read(), np.uint8).astype('<u2').tofile(sys.argv[2])" \
-  $corpus $out/text.bin
-echo "== corpus: $corpus ($(stat -c %s $corpus) bytes, one token per byte)"
+/usr/bin/python3 -c "
+import numpy as np, sys
+t = np.frombuffer(open(sys.argv[1], 'rb').read(), np.uint8).astype('<u2')
+n = len(t) * 9 // 10
+t[:n].tofile(sys.argv[2]); t[n:].tofile(sys.argv[3])" $corpus $out/text.bin $out/val.bin
+echo "== corpus: $corpus ($(stat -c %s $corpus) bytes, one token per byte; the last tenth held out)"
 
 echo "== compile: examples/gpt.onnx (2 layers, d 64, T 64, 121k parameters) -> $out/train, FULL_SHARD"
 build/fsdpc examples/gpt.onnx -o $out/train --target cpu --loss cross_entropy:logits,labels \
   --optimizer adamw --dim batch=8 --wrap size:30000 --report --world 2
 
 echo "== train on 2 ranks (global batch 16 x 64 tokens)"
-mpirun -np 2 $out/train --tokens $out/text.bin --steps 800 --lr 2e-3 --weight-decay 0.01 --log-every 50 \
-  --metrics $out/metrics.jsonl --export-onnx $out/trained.onnx
+mpirun -np 2 $out/train --tokens $out/text.bin --val-tokens $out/val.bin --eval-every 100 --steps 800 \
+  --lr 2e-3 --weight-decay 0.01 --log-every 50 --metrics $out/metrics.jsonl --export-onnx $out/trained.onnx
 
 /usr/bin/python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys

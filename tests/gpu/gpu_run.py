@@ -11,7 +11,9 @@ usage: python3 tests/gpu/gpu_run.py OUTDIR      (run.sh sets LD_LIBRARY_PATH fir
    and with --precision fp16 (float16 GEMMs, dynamic loss scaling through the
    step parameters of each graph replay) within its tol (1e-3); the fp32 GPT
    with --accum 2 under --accum-mode comm and local (two captured graphs)
-   within 1e-5 of each other;
+   within 1e-5 of each other; and with --val-tokens after every step (eager
+   validation passes between graph replays): its training losses those of
+   the run without, every val_loss finite;
 3. the benchmark models with and without CUDA Graphs (TF32, the default;
    the GPT also with --precision bf16), and the benchmark GPT in PyTorch
    eager and torch.compile, each in fp32 (TF32) and with
@@ -28,6 +30,7 @@ the logs, to $OUT when set).  Exit 1 when a check failed.
 """
 import gzip
 import json
+import math
 import os
 import shutil
 import statistics
@@ -241,6 +244,36 @@ def accum_modes(r, m):
         r.fail("%s --accum 2: --accum-mode local's losses differ from comm's by %.3g (> 1e-5)" % (m["name"], rel))
 
 
+def validation(r, m):
+    """--val-tokens after every step on the fp32 check GPT replayed as CUDA Graphs (validation passes run
+    eagerly between the replays): the training losses those of the run without validation within 1e-6, and
+    every step's val_loss finite"""
+    runs = {}
+    for tag, extra in (("plain", []), ("val", ["--val-tokens", m["args"][m["args"].index("--tokens") + 1],
+                                                "--eval-every", "1", "--eval-steps", "2"])):
+        metrics = os.path.join(r.out, "%s.validation-%s.jsonl" % (m["name"], tag))
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        cmd = ["./" + m["exe"]] + m["args"] + ["--steps", str(m["steps"]), "--metrics", metrics, "--quiet"] + extra
+        rc, so, se = r.sh("%s.validation-%s" % (m["name"], tag), cmd, 90,
+                          {"FSDPC_NO_TF32": "1", "FSDPC_STEP_TIMEOUT": "60"})
+        if rc is None:
+            return
+        recs = [json.loads(l) for l in open(metrics) if '"step"' in l] if os.path.exists(metrics) else []
+        if rc != 0 or len(recs) != m["steps"]:
+            r.fail("%s validation %s: exit %s, %d of %d steps: %s" % (m["name"], tag, rc, len(recs), m["steps"],
+                                                                      (se.strip() or so.strip())[-600:]))
+            return
+        runs[tag] = recs
+    rel = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(runs["val"], runs["plain"]))
+    vals = [o.get("val_loss") for o in runs["val"]]
+    r.notes.append("%s with validation after every step: training losses within %.3g of the run without; "
+                   "val_loss %s" % (m["name"], rel, ", ".join("%.5f" % v for v in vals if v is not None)))
+    if rel > 1e-6 or not all(v is not None and math.isfinite(v) for v in vals):
+        r.fail("%s validation: training losses differ by %.3g from the run without, or a val_loss is missing "
+               "or not finite: %s" % (m["name"], rel, vals))
+
+
 def torch_bench(r, manifest_path, peaks, models):
     m = next((x for x in models if x["name"] == "gpt_bench"), None)
     if m is None:
@@ -324,6 +357,7 @@ def main():
             run_model(r, m, "tf32-graph", {}, [], peaks, 90)
             if m["kind"] == "gpt":
                 accum_modes(r, m)
+                validation(r, m)
     for m in models:
         if not m["check"]:
             p = "bf16" if m.get("precision") == "bf16" else "tf32"

@@ -45,6 +45,67 @@ def batches(metrics):
     return out
 
 
+def random_windows(fsdpc, J):
+    """--random-windows: a token stream whose token at position i is i (uint16, 4000 tokens), T = 8; the model
+    sums each window's tokens and labels (float64, weight 1, --lr 0), so a sample's output is 2T*s + T^2 for the
+    window starting at token s, and a step's mse loss over a global batch of 2 the mean of their squares"""
+    T, NT = 8, 4000
+    np.arange(NT, dtype="<u2").tofile(J("ramp.bin"))
+    n = (NT - 1) // T
+    np.save(J("zeros.npy"), np.zeros((n, 1)))
+    cast = lambda i, o: helper.make_node("Cast", [i], [o], to=TensorProto.DOUBLE)
+    red = lambda i, o: helper.make_node("ReduceSum", [i, "ax"], [o], keepdims=1)
+    g = helper.make_graph([cast("idx", "fi"), cast("lab", "fl"), red("fi", "si"), red("fl", "sl"),
+                           helper.make_node("Add", ["si", "sl"], ["s"]), helper.make_node("Mul", ["s", "w"], ["y"])],
+                          "g", [helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch", T]),
+                                helper.make_tensor_value_info("lab", TensorProto.INT64, ["batch", T])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["batch", 1])],
+                          [numpy_helper.from_array(np.ones(1), "w"), numpy_helper.from_array(np.array([1]), "ax")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), J("win.onnx"))
+
+    def windows(world, tag, *extra):
+        exe = J("win_w%d" % world)
+        if not os.path.exists(exe):
+            run([fsdpc, J("win.onnx"), "-o", exe, "--target", "cpu", "--loss", "mse:y,t", "--optimizer", "sgd",
+                 "--dim", "batch=%d" % (2 // world)])
+        m = J("win_%s.jsonl" % tag)
+        run(mpirun(world, [exe, "--tokens", J("ramp.bin"), "--token-inputs", "idx,lab", "--data",
+                           "t=" + J("zeros.npy"), "--lr", "0", "--quiet", "--metrics", m] + list(extra)))
+        return [json.loads(l)["loss"] for l in open(m) if '"step"' in l]
+
+    def starts(loss):  # the pairs of window starts (a <= b) whose squares average to a step's loss
+        two, found = int(round(2 * loss)), []
+        for a in range(NT - T):
+            yb = two - (2 * T * a + T * T) ** 2
+            r = int(round(max(yb, 0) ** 0.5))
+            if yb >= 0 and r * r == yb and (r - T * T) % (2 * T) == 0 and a <= (r - T * T) // (2 * T) < NT - T:
+                found.append((a, (r - T * T) // (2 * T)))
+        return found
+
+    fixed = windows(1, "fixed", "--steps", "3")
+    check([starts(l) for l in fixed] == [[(0, 8)], [(16, 24)], [(32, 40)]], "fixed windows: %s" %
+          [starts(l) for l in fixed])
+    rnd = windows(1, "rnd", "--steps", "8", "--random-windows", "--seed", "4")
+    drawn = [starts(l) for l in rnd]
+    check(all(len(d) >= 1 for d in drawn), "random windows: a loss no two windows explain: %s" % rnd)
+    offs = [s for d in drawn for s in d[0]]
+    check(any(s % T for s in offs) and len(set(offs)) > 8, "random windows start at %s: not random offsets" % offs)
+    check(windows(2, "rnd_w2", "--steps", "8", "--random-windows", "--seed", "4") == rnd,
+          "world 2 draws other windows than world 1")
+    check(windows(1, "rnd_again", "--steps", "8", "--random-windows", "--seed", "4") == rnd, "not reproducible")
+    check(windows(1, "rnd_seed5", "--steps", "8", "--random-windows", "--seed", "5") != rnd, "--seed 5 draws as 4")
+    windows(2, "rnd_ck", "--steps", "8", "--random-windows", "--seed", "4", "--ckpt-dir", J("wck"), "--ckpt-every", "3")
+    tail = windows(2, "rnd_resumed", "--steps", "8", "--random-windows", "--seed", "4", "--resume",
+                   os.path.join(J("wck"), "step-00000003"))
+    check(tail == rnd[3:], "resumed at step 3 draws %s, the whole run %s" % (tail, rnd[3:]))
+    print("ok --random-windows: starts %s..., world 1 = 2, reproducible, another seed other windows, resumed "
+          "runs continue the draws" % offs[:6])
+    p = run([J("win_w1"), "--tokens", J("ramp.bin"), "--token-inputs", "idx,lab", "--data", "t=" + J("zeros.npy"),
+             "--random-windows", "--shuffle"], check=False)
+    err = p.stderr.strip()
+    check(p.returncode == 2 and len(err.splitlines()) == 1 and "give one or the other" in err, "%r" % err)
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -109,7 +170,10 @@ def main():
     check(losses["default"] == losses["seed0"] and losses["seed5"] == losses["seed5b"] and
           losses["seed5"] != losses["default"] and losses["seed6"] != losses["seed5"], "dropout losses %s" % losses)
     print("ok --seed seeds dropout: 0 is the default masks, 5 twice the same, 5 and 6 differ")
-    for flag, needle in ((["--shuffle=1"], "--shuffle takes no value"), (["--seed", "x"], "--seed")):
+    random_windows(fsdpc, J)
+    for flag, needle in ((["--shuffle=1"], "--shuffle takes no value"), (["--seed", "x"], "--seed"),
+                         (["--random-windows"], "--random-windows draws the windows of --tokens"),
+                         (["--random-windows=1"], "--random-windows takes no value")):
         p = run([J("train_w1")] + data + flag, check=False)
         err = p.stderr.strip()
         check(p.returncode == 2 and len(err.splitlines()) == 1 and needle in err, "%s: %d %r" % (flag, p.returncode,
