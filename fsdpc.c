@@ -1,6 +1,6 @@
 /* fsdpc.c — the compiler driver: flags, then the pipeline as a literal list.
  *
- *   fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [--optimizer adamw|sgd] ...
+ *   fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [--optimizer adamw|adam|sgd] ...
  *
  * Each pass is one file in passes/ with one entry function; after each the
  * IR can be verified (--verify) and printed (--dump-after NAME).
@@ -19,7 +19,10 @@ static const char *usage =
     "                          of the lowest for newer GPUs\n"
     "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS\n"
     "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
-    "  --optimizer adamw|sgd   (default adamw); hyper-parameters are run options of OUT\n"
+    "  --optimizer adamw|adam|sgd\n"
+    "                          (default adamw: torch.optim.AdamW's decoupled weight decay; adam:\n"
+    "                          torch.optim.Adam's, added to the gradient); hyper-parameters are run\n"
+    "                          options of OUT\n"
     "  --dim NAME=VALUE        bind a symbolic dimension (repeatable)\n"
     "  --precision fp32|bf16|fp16\n"
     "                          bf16: parameters all-gathered and every MatMul computed in bfloat16\n"
@@ -131,8 +134,8 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--loss")) {
             parse_loss(o, VALUE());
         } else if (!strcmp(a, "--optimizer")) {
-            static const char *const names[] = {"adamw", "sgd", NULL}; /* OptKind order */
-            o->optimizer = (OptKind)pick(a, VALUE(), names, "adamw or sgd");
+            static const char *const names[] = {"adamw", "sgd", "adam", NULL}; /* OptKind order */
+            o->optimizer = (OptKind)pick(a, VALUE(), names, "adamw, adam or sgd");
         } else if (!strcmp(a, "--dim")) {
             const char *v = VALUE(), *eq = strchr(v, '=');
             if (!eq || eq == v)

@@ -170,7 +170,7 @@ static void write_init(const Graph *g, const InitLayout *L, const char *path)
 /* ---- the C source ------------------------------------------------------- */
 static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
 {
-    int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1;
+    int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2;
     cg_put(b, "static const RtUnit units[] = {\n");
     for (int u = 0; u < g->nunit; u++)
         cg_put(b, "    {%s, %lld, %d, %d, %lld},\n", cg_cstr(g->unit[u].name), (long long)g->unit[u].numel,
@@ -181,11 +181,11 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
     for (int u = 0; u < g->nunit; u++)
         for (int i = 0; i < g->unit[u].nparams; i++) {
             int p = g->unit[u].params[i];
-            cg_put(b, "    {%s, %d, %lld, %lld},\n", cg_cstr(g->val[p].name), u, (long long)g->unit[u].offset[i],
-                (long long)value_numel(g, p));
+            cg_put(b, "    {%s, %d, %lld, %lld, %d},\n", cg_cstr(g->val[p].name), u, (long long)g->unit[u].offset[i],
+                (long long)value_numel(g, p), g->val[p].shape.rank);
         }
     if (!g->nunit)
-        cg_put(b, "    {0, 0, 0, 0},\n");
+        cg_put(b, "    {0, 0, 0, 0, 0},\n");
     cg_put(b, "};\nstatic const RtInput inputs[] = {\n");
     int64_t batch = -1;
     for (int k = 0; k < g->ninput; k++) {
@@ -369,7 +369,8 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
                      g->val[g->loss].loc.kind == LOC_ARENA ? g->loss : -1;
     cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
         la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
-        lr >= 0 ? (long long)g->val[lr].loc.off : -1LL, g->opt->optimizer == OPT_ADAMW ? RT_ADAMW : RT_SGD);
+        lr >= 0 ? (long long)g->val[lr].loc.off : -1LL,
+        g->opt->optimizer == OPT_SGD ? RT_SGD : g->opt->optimizer == OPT_ADAM ? RT_ADAM : RT_ADAMW);
     cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
     cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);

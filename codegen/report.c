@@ -21,7 +21,7 @@ static int group_size(const Graph *g, int world)
 
 void cg_plan(const Graph *g, int world, CgPlan *p)
 {
-    int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1, F = group_size(g, world);
+    int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2, F = group_size(g, world);
     int64_t slot_elems = 0;
     memset(p, 0, sizeof *p);
     for (int u = 0; u < g->nunit; u++) {

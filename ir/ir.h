@@ -180,7 +180,7 @@ typedef struct {
 } Fusion;
 
 typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
-typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
+typedef enum { OPT_ADAMW, OPT_SGD, OPT_ADAM } OptKind; /* adam: AdamW's update and state, L2 weight decay */
 typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision; /* fp16: with loss scaling (runtime) */
 /* --shard: FULL_SHARD, SHARD_GRAD_OP (no reshard after forward), NO_SHARD
  * (every rank the whole model: DDP), HYBRID_SHARD (shard inside groups of

@@ -17,7 +17,7 @@ void pass_optim(Graph *g)
             continue;
         const char *name = g->val[p].name;
         int in[4] = {p, g->val[p].grad, -1, -1};
-        if (g->opt->optimizer == OPT_ADAMW) {
+        if (g->opt->optimizer != OPT_SGD) { /* adamw, adam: the same state */
             in[2] = ir_like(g, ir_fmt("%s.m", name), p, R_OPTSTATE);
             in[3] = ir_like(g, ir_fmt("%s.v", name), p, R_OPTSTATE);
             ir_node(g, OP_AdamW, ir_fmt("%s.adamw", name), 4, in, 0, NULL);

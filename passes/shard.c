@@ -128,7 +128,7 @@ void pass_shard(Graph *g)
         un->flatgrad = flat_value(g, u, "flatgrad", R_FLATGRAD);
         un->shard = flat_value(g, u, "shard", R_SHARD);
         un->gradshard = flat_value(g, u, "gradshard", R_GRADSHARD);
-        int nstate = g->opt->optimizer == OPT_ADAMW ? 2 : 1;
+        int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2;
         for (int k = 0; k < nstate; k++) {
             un->state[k] = flat_value(g, u, k ? "v" : (nstate == 2 ? "m" : "momentum"), R_STATESHARD);
             g->val[un->state[k]].state = 2 + k;
@@ -210,7 +210,7 @@ void pass_shard(Graph *g)
         }
         push(&after[gdone], mk(OP_ReduceScatter, ir_fmt("%s.reduce_scatter", un->name), 1,
                                &un->flatgrad, un->gradshard, u));
-        Op op = g->opt->optimizer == OPT_ADAMW ? OP_AdamW : OP_Sgd;
+        Op op = g->opt->optimizer == OPT_SGD ? OP_Sgd : OP_AdamW;
         int in[5] = {un->shard, un->gradshard, un->state[0], op == OP_AdamW ? un->state[1] : -1, -1};
         push(&tail, mk(op, ir_fmt("%s.%s", un->name, op == OP_AdamW ? "adamw" : "sgd"),
                        op == OP_AdamW ? 5 : 4, in, -1, u));

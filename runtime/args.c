@@ -16,7 +16,7 @@
 
 #include "rt_priv.h"
 
-static const char *opt_name(int optimizer) { return optimizer == RT_SGD ? "sgd" : "adamw"; }
+static const char *opt_name(int optimizer) { return rt_opt_name(optimizer); }
 
 static void usage_inputs(const RtModel *m)
 {
@@ -152,10 +152,18 @@ void rt_usage(const RtModel *m)
            "                          best/ (--resume DIR/best continues from it)\n"
            "  --steps N               optimizer steps (default 10)\n"
            "  --lr X                  learning rate (default 1e-3)\n"
-           "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for sgd)\n"
+           "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for adam and sgd: PyTorch's);\n"
+           "                          adamw decouples it (p -= lr*X*p), adam and sgd add X*p to the\n"
+           "                          gradient\n"
+           "  --no-decay PATTERN      the parameters weight decay skips: those whose ONNX name matches\n"
+           "                          PATTERN (a glob; repeatable); default: every parameter of rank\n"
+           "                          < 2 (biases, norm scales), as nanoGPT and Hugging Face do;\n"
+           "                          --no-decay none: every parameter decays\n"
            "  --momentum X            sgd momentum (default 0)\n"
-           "  --beta1 X, --beta2 X    adamw betas (default 0.9, 0.999)\n"
-           "  --eps X                 adamw epsilon (default 1e-8)\n"
+           "  --nesterov              sgd: Nesterov momentum (torch.optim.SGD nesterov=True; needs\n"
+           "                          --momentum > 0)\n"
+           "  --beta1 X, --beta2 X    adamw/adam betas (default 0.9, 0.999)\n"
+           "  --eps X                 adamw/adam epsilon (default 1e-8)\n"
            "  --clip-grad-norm X      scale the gradient to global L2 norm at most X before each\n"
            "                          update (torch.nn.utils.clip_grad_norm_; the norm over every\n"
            "                          rank's shard); metrics then report grad_norm (default: none)\n"
@@ -290,6 +298,8 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     int rc = 0;
     if (strcmp(flag, "--data") == 0 || strcmp(flag, "--input") == 0 || strcmp(flag, "--val-data") == 0) {
         rc = add_data(o, flag, val);
+    } else if (strcmp(flag, "--no-decay") == 0) {
+        o->no_decay[o->nno_decay++] = val;
     } else if (strcmp(flag, "--val-tokens") == 0) {
         o->val_tokens = val;
     } else if (strcmp(flag, "--eval-every") == 0) {
@@ -424,7 +434,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--export-safetensors", "--loss-scale-init",
                                           "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
                                           "--peak-tflops", "--seed", "--val-data", "--val-tokens",
-                                          "--eval-every", "--eval-steps"};
+                                          "--eval-every", "--eval-steps", "--no-decay"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -478,7 +488,7 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->steps = 10;
     o->log_every = 1;
     o->lr = 1e-3;
-    o->wd = m->optimizer == RT_SGD ? 0.0 : 0.01;
+    o->wd = m->optimizer == RT_ADAMW ? 0.01 : 0.0; /* PyTorch's defaults: AdamW 0.01, Adam and SGD 0 */
     o->momentum = 0;
     o->beta1 = 0.9;
     o->beta2 = 0.999;
@@ -514,7 +524,8 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
     int quiet = strcmp(flag, "--quiet") == 0, no_graph = strcmp(flag, "--no-cuda-graph") == 0;
     int shuffle = !m->eval && strcmp(flag, "--shuffle") == 0, best = !m->eval && strcmp(flag, "--save-best") == 0;
     int windows = !m->eval && strcmp(flag, "--random-windows") == 0;
-    if (quiet || no_graph || shuffle || best || windows) {
+    int nesterov = !m->eval && strcmp(flag, "--nesterov") == 0;
+    if (quiet || no_graph || shuffle || best || windows || nesterov) {
         if (eq) {
             rt_err_set(2, "%s takes no value (see --help)", flag);
             return -1;
@@ -526,6 +537,7 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
         o->shuffle |= shuffle;
         o->save_best |= best;
         o->random_windows |= windows;
+        o->nesterov |= nesterov;
         return 0;
     }
     int tv = takes_value(m, flag);
@@ -551,7 +563,8 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
     set_defaults(m, o);
     o->data = calloc((size_t)argc + 1, sizeof *o->data);
     o->val_data = calloc((size_t)argc + 1, sizeof *o->val_data);
-    if (!o->data || !o->val_data) {
+    o->no_decay = calloc((size_t)argc + 1, sizeof *o->no_decay);
+    if (!o->data || !o->val_data || !o->no_decay) {
         rt_err_set(1, "out of memory");
         return -1;
     }
@@ -660,6 +673,9 @@ void rt_opts_free(RtOpts *o)
         free((char *)o->val_data[k].name);
     free(o->data);
     free(o->val_data);
+    free(o->no_decay);
     o->data = o->val_data = NULL;
+    o->no_decay = NULL;
+    o->nno_decay = 0;
     o->ndata = o->nval_data = 0;
 }

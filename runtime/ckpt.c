@@ -706,7 +706,7 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     free(text);
     if (rc == 0 && k.optimizer != m->optimizer) {
         rt_err_set(1, "--resume %s: the checkpoint holds %s state, this executable uses %s", k.dir,
-                   k.optimizer == RT_ADAMW ? "adamw" : "sgd", m->optimizer == RT_ADAMW ? "adamw" : "sgd");
+                   rt_opt_name(k.optimizer), rt_opt_name(m->optimizer));
         rc = -1;
     }
     for (int u = 0; rc == 0 && u < m->nunit; u++)

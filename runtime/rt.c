@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -112,7 +113,7 @@ static int check_model(const RtModel *m)
     for (int s = 0; s < m->nslot; s++)
         if (m->slot_esize[s] != 1 && m->slot_esize[s] != 2 && m->slot_esize[s] != 4 && m->slot_esize[s] != 8)
             BAD("slot %d element size %d", s, m->slot_esize[s]);
-    if (m->optimizer != RT_ADAMW && m->optimizer != RT_SGD)
+    if (m->optimizer != RT_ADAMW && m->optimizer != RT_SGD && m->optimizer != RT_ADAM)
         BAD("unknown optimizer %d", m->optimizer);
     if (m->loss_dtype != RT_F32 && m->loss_dtype != RT_F64)
         BAD("loss dtype %d", m->loss_dtype);
@@ -449,12 +450,94 @@ typedef struct {
     int64_t best_step;
 } Run;
 
+/* whether parameter p decays under --no-decay (none given: rank >= 2) */
+static int decays(const RtParam *p, const RtOpts *o)
+{
+    if (o->nno_decay == 0)
+        return p->rank >= 2;
+    for (int k = 0; k < o->nno_decay; k++)
+        if (strcmp(o->no_decay[k], "none") != 0 && fnmatch(o->no_decay[k], p->name, 0) == 0)
+            return 0;
+    return 1;
+}
+
+static int cmp_param_off(const void *a, const void *b)
+{
+    const RtParam *x = *(const RtParam *const *)a, *y = *(const RtParam *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* c->wd_run / wd_nrun: per unit, its flat layout [0, numel) cut into runs of parameters that decay alike
+ * (a gap between parameters joins the run before it); how many parameters and elements decay into *np,
+ * *ne.  0, or -1 (rt_err_set called): out of memory, or a --no-decay pattern that names no parameter. */
+static int decay_runs(RtCtx *c, const RtOpts *o, int *np, int64_t *ne)
+{
+    const RtModel *m = c->m;
+    *np = 0, *ne = 0;
+    for (int k = 0; k < o->nno_decay; k++) {
+        int hit = strcmp(o->no_decay[k], "none") == 0 && o->nno_decay == 1;
+        for (int i = 0; i < m->nparam && !hit; i++)
+            hit = fnmatch(o->no_decay[k], m->param[i].name, 0) == 0;
+        if (!hit && strcmp(o->no_decay[k], "none") == 0)
+            rt_err_set(2, "--no-decay none (every parameter decays) goes alone: drop the other --no-decay flags");
+        else if (!hit)
+            rt_err_set(2, "--no-decay %.200s: no parameter's name matches it (parameters are named as the model's "
+                          "initializers; see --help)", o->no_decay[k]);
+        if (!hit)
+            return -1;
+    }
+    c->wd_run = calloc((size_t)m->nunit + 1, sizeof *c->wd_run);
+    c->wd_nrun = calloc((size_t)m->nunit + 1, sizeof *c->wd_nrun);
+    const RtParam **ps = calloc((size_t)m->nparam + 1, sizeof *ps);
+    if (!c->wd_run || !c->wd_nrun || !ps) {
+        free(ps);
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    for (int u = 0; u < m->nunit; u++) {
+        int n = 0;
+        for (int i = 0; i < m->nparam; i++)
+            if (m->param[i].unit == u)
+                ps[n++] = &m->param[i];
+        qsort(ps, (size_t)n, sizeof *ps, cmp_param_off);
+        int64_t *run = c->wd_run[u] = calloc(3 * (size_t)n + 3, sizeof *run);
+        if (!run) {
+            free(ps);
+            rt_err_set(1, "out of memory");
+            return -1;
+        }
+        int nr = 0;
+        for (int i = 0; i < n; i++) {
+            int d = decays(ps[i], o);
+            *np += d, *ne += d ? ps[i]->numel : 0;
+            if (nr > 0 && run[3 * nr - 1] == d) {
+                run[3 * nr - 2] = ps[i]->offset + ps[i]->numel;
+                continue;
+            }
+            if (nr > 0)
+                run[3 * nr - 2] = ps[i]->offset; /* a gap joins the run before */
+            run[3 * nr] = nr ? ps[i]->offset : 0, run[3 * nr + 1] = ps[i]->offset + ps[i]->numel, run[3 * nr + 2] = d;
+            nr++;
+        }
+        if (nr > 0)
+            run[3 * nr - 2] = m->unit[u].numel;
+        c->wd_nrun[u] = nr;
+    }
+    free(ps);
+    return 0;
+}
+
 /* optimizer hyper-parameters into c; warnings for flags the build ignores */
 static void set_hyper(RtCtx *c, const RtOpts *o)
 {
     const RtModel *m = c->m;
-    if (m->optimizer == RT_ADAMW && o->set_momentum)
-        warn0("--momentum has no effect: this model was built with --optimizer adamw");
+    if (m->optimizer != RT_SGD && o->set_momentum)
+        warn0("--momentum has no effect: this model was built with --optimizer %s", rt_opt_name(m->optimizer));
+    if (o->nesterov && m->optimizer != RT_SGD)
+        rt_err_set(2, "--nesterov is SGD's; this model was built with --optimizer %s", rt_opt_name(m->optimizer));
+    else if (o->nesterov && o->momentum <= 0)
+        rt_err_set(2, "--nesterov needs --momentum > 0 (as torch.optim.SGD)");
+    c->nesterov = o->nesterov;
     if (m->optimizer == RT_SGD && (o->set_beta1 || o->set_beta2 || o->set_eps))
         warn0("--beta1/--beta2/--eps have no effect: this model was built with --optimizer sgd");
     if (m->optimizer == RT_SGD && o->momentum != 0)
@@ -477,6 +560,17 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
     c->beta1 = o->beta1;
     c->beta2 = o->beta2;
     c->eps = o->eps;
+    int np;
+    int64_t ne, total = 0;
+    if (decay_runs(c, o, &np, &ne) != 0)
+        return;
+    for (int i = 0; i < m->nparam; i++)
+        total += m->param[i].numel;
+    if (g_rank == 0 && !o->quiet && o->wd > 0)
+        printf("weight decay %g on %d of %d parameters (%" PRId64 " of %" PRId64 " elements): %s\n", o->wd, np,
+               m->nparam, ne, total, o->nno_decay == 0 ? "not on those of rank < 2 (biases, norm scales; "
+               "--no-decay none: on all)" : strcmp(o->no_decay[0], "none") == 0 ? "on all (--no-decay none)"
+               : "not on those --no-decay names");
 }
 
 /* the device, the init file, the allocation, constants and this rank's
@@ -932,6 +1026,10 @@ static void release(Run *r)
     free(r->ctx.shard);
     free(r->ctx.shard_len);
     free(r->ctx.acc);
+    for (int u = 0; r->ctx.wd_run && u < r->ctx.m->nunit; u++)
+        free(r->ctx.wd_run[u]);
+    free(r->ctx.wd_run);
+    free(r->ctx.wd_nrun);
 }
 
 /* a training executable, after its flags and the control plane */

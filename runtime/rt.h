@@ -29,7 +29,7 @@
 
 /* dtype codes: identical to the compiler's DType numbering */
 enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6, RT_F16 = 7 };
-enum { RT_ADAMW = 0, RT_SGD = 1 };
+enum { RT_ADAMW = 0, RT_SGD = 1, RT_ADAM = 2 };
 /* shard kinds per unit: shard[u * RT_NSTATE + k] */
 enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
 
@@ -49,6 +49,7 @@ typedef struct {
     int unit;
     int64_t offset;       /* element offset inside the unit's flat buffer */
     int64_t numel;
+    int rank;             /* its number of dims (--no-decay's default: no weight decay where rank < 2) */
 } RtParam;
 
 typedef struct {
@@ -108,7 +109,7 @@ typedef struct {
     int loss_dtype;
     int64_t rank_loss_off; /* arena offset of this rank's own loss (before the average; loss_dtype),
                             * read after a step whose loss is not finite: -1 none */
-    int optimizer;        /* RT_ADAMW / RT_SGD */
+    int optimizer;        /* RT_ADAMW / RT_SGD / RT_ADAM */
     int64_t model_off, model_len; /* the original ONNX bytes inside OUT.init */
     void (*step)(struct RtCtx *);
     int eval;             /* 1: forward-only executable (fsdpc --eval): no units, no optimizer */
@@ -145,6 +146,7 @@ typedef struct RtCtx {
     int64_t *shard_len;   /* per unit: ceil(numel / sf) */
     int64_t step;         /* 1-based, for bias correction */
     double lr, weight_decay, beta1, beta2, eps, momentum;
+    int nesterov;         /* --nesterov (sgd) */
     double clip_norm;     /* --clip-grad-norm (0: none) */
     int64_t micro, accum; /* --accum: micro-steps per step, and this one (0-based): gradients
                            * accumulate over them, the update runs after the last */
@@ -170,6 +172,10 @@ typedef struct RtCtx {
     /* a validation pass (--val-data, --val-tokens): the step runs only its forward to the averaged loss,
      * Dropout as the identity and BatchNormalization on its running statistics (codegen/exe.c) */
     int validating;
+    /* weight decay per unit (--no-decay): wd_nrun[u] runs of its flat layout, wd_run[u][3k .. 3k+2] = first
+     * element, end, and whether the run decays; the optimizer updates each run's part of this rank's shard */
+    int64_t **wd_run;
+    int *wd_nrun;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);

@@ -116,6 +116,9 @@ typedef struct {
     int save_best;            /* --save-best: keep the checkpoint of the best validation loss in
                                * --ckpt-dir/best */
     const char *data_flag, *tokens_flag; /* the flags in messages: --data/--tokens, or --val-data/--val-tokens */
+    const char **no_decay;    /* --no-decay PATTERN: the parameters weight decay skips (none given: those of
+                               * rank < 2; "none": every parameter decays) */
+    int nno_decay;
     int64_t steps, log_every;
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
@@ -148,6 +151,7 @@ typedef struct {
     double peak_tflops;       /* --peak-tflops X (0: measured, cpu) */
     int shuffle;              /* --shuffle */
     int random_windows;       /* --random-windows (with --tokens) */
+    int nesterov;             /* --nesterov (sgd) */
     int64_t seed;             /* --seed S (0) */
     int quiet;
 } RtOpts;
@@ -222,6 +226,11 @@ int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch);
 /* --random-windows: the first token of global position p's window, uniform in [0, n) from (seed, p),
  * as nanoGPT's get_batch draws them (independently, with replacement) */
 int64_t rt_window(uint64_t seed, int64_t p, int64_t n);
+/* the name of an optimizer code (RT_ADAMW, ...; a checkpoint's may be anything) */
+static inline const char *rt_opt_name(int o)
+{
+    return o == RT_ADAMW ? "adamw" : o == RT_ADAM ? "adam" : o == RT_SGD ? "sgd" : "unknown";
+}
 /* Dropout's seed for --seed S: the build's seed when S = 0 (the default), another one per S */
 static inline uint64_t rt_seed(const RtModel *m, int64_t s) { return m->dropout_seed + (uint64_t)s * 0x9e3779b97f4a7c15ull; }
 /* Collective, after every rank's rt_data_open succeeded: do all ranks see the

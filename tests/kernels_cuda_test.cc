@@ -1293,30 +1293,37 @@ static void check_updated(const F &got, const F &want, const F &before, int64_t 
 static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
 {
     step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum, 0.0, step};
-    const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
-    F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
-    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, step, &q.gsq, q.clip,
-                0.0, u.micro, u.accum);
-    /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params */
-    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
-    CTX("kc_adamw n %lld step %d clip %g gsq %g micro %lld of %lld", (long long)n, step, q.clip, q.gsq,
-        (long long)u.micro, (long long)u.accum);
-    check_updated(p2, p, p0, n, u);
-    check_updated(m2, m, m0, n, u);
-    check_updated(v2, v, v0, n, u);
+    for (int decay = 0; decay < 3; decay++) { /* none, decoupled (AdamW), added to the gradient (Adam) */
+        const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
+        F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
+        k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, decay ? 0.05 : 0.0,
+                    decay == 2, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
+        /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params; the weight decay
+         * argument only says whether this part decays (--no-decay: 0) */
+        kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, decay ? 9 : 0, decay == 2, 9, &q.gsq,
+                     9, 9, 9, 9);
+        CTX("kc_adamw n %lld step %d decay %d clip %g gsq %g micro %lld of %lld", (long long)n, step, decay, q.clip,
+            q.gsq, (long long)u.micro, (long long)u.accum);
+        check_updated(p2, p, p0, n, u);
+        check_updated(m2, m, m0, n, u);
+        check_updated(v2, v, v0, n, u);
+    }
 }
 
 static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
 {
     for (double mom : {0.0, 0.9})
-        for (double wd : {0.0, 0.01}) {
-            step_params = KcStepParams{0.1, 0, 0, 0, wd, mom, q.clip, step, u.micro, u.accum, 0.0, step};
+        for (double wd : {0.0, 0.01})
+            for (int nesterov = 0; nesterov < 2; nesterov++) {
+            /* the step's decay is 0.01; the argument (0 or not) says whether this part decays */
+            step_params = KcStepParams{0.1, 0, 0, 0, 0.01, mom, q.clip, step, u.micro, u.accum, 0.0, step};
             const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
             F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, 9, 9, &q.gsq, 9, 9, 9, 9);
-            CTX("kc_sgd n %lld step %d momentum %g wd %g clip %g gsq %g micro %lld of %lld", (long long)n, step,
-                mom, wd, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, nesterov, step, &q.gsq, q.clip, 0.0, u.micro,
+                      u.accum);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, wd != 0 ? 9 : 0, nesterov, 9, &q.gsq, 9, 9, 9, 9);
+            CTX("kc_sgd n %lld step %d momentum %g wd %g nesterov %d clip %g gsq %g micro %lld of %lld", (long long)n,
+                step, mom, wd, nesterov, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
             check_updated(p2, p, p0, n, u);
             check_updated(buf2, buf, buf0, n, u);
         }
@@ -1592,12 +1599,12 @@ static void test_loss_scale()
                 const F g = rnd(n, -1000, 1000), p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
                 F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
                 if (sgd) {
-                    k_sgd_f32(p.data(), g.data(), m.data(), n, 0.01, 0.9, 0.05, 3, &gsq, clip, 1024.0, 0, 1);
-                    kc_sgd_f32(p2.data(), g.data(), m2.data(), n, 9, 9, 9, 9, &gsq, 9, 9, 9, 9);
+                    k_sgd_f32(p.data(), g.data(), m.data(), n, 0.01, 0.9, 0.05, 0, 3, &gsq, clip, 1024.0, 0, 1);
+                    kc_sgd_f32(p2.data(), g.data(), m2.data(), n, 9, 9, 9, 0, 9, &gsq, 9, 9, 9, 9);
                 } else {
-                    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, 3, &gsq, clip,
+                    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, 0, 3, &gsq, clip,
                                 1024.0, 0, 1);
-                    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 9, &gsq, 9, 9, 9, 9);
+                    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 0, 9, &gsq, 9, 9, 9, 9);
                 }
                 CTX("kc_%s with loss scale 1024, opt_step 3 (step 7), clip %g, gsq %g", sgd ? "sgd" : "adamw", clip,
                     (double)gsq);

@@ -792,11 +792,11 @@ static void test_nll(int dt)
 /* ---- optimizers --------------------------------------------------------- */
 
 static void adamw_run(int dt, Buf *p, Buf *g, Buf *m, Buf *v, double lr, double b1,
-                      double b2, double eps, double wd, int64_t step)
+                      double b2, double eps, double wd, int l2, int64_t step)
 {
     put(dt, g);
-    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 0, 1);
-    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, step, NULL, 0, 0, 0, 1);
+    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, l2, step, NULL, 0, 0, 0, 1);
+    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, l2, step, NULL, 0, 0, 0, 1);
     get(dt, p), get(dt, m), get(dt, v);
 }
 
@@ -828,52 +828,57 @@ static void test_adamw(int dt)
     set(&p, p0);
     put(dt, &p), put(dt, &m), put(dt, &v);
     set(&g, g1);
-    adamw_run(dt, &p, &g, &m, &v, 0.1, 0.9, 0.999, 1e-8, 0.01, 1);
+    adamw_run(dt, &p, &g, &m, &v, 0.1, 0.9, 0.999, 1e-8, 0.01, 0, 1);
     CTX("k_adamw hand step 1 (p)");
     check(dt, p.d, want1, 2, tol(dt));
     CTX("k_adamw hand step 1 (m, v)");
     check(dt, m.d, want_m1, 2, tol(dt));
     check(dt, v.d, want_v1, 2, tol(dt));
     set(&g, g2);
-    adamw_run(dt, &p, &g, &m, &v, 0.1, 0.9, 0.999, 1e-8, 0.01, 2);
+    adamw_run(dt, &p, &g, &m, &v, 0.1, 0.9, 0.999, 1e-8, 0.01, 0, 2);
     CTX("k_adamw hand step 2");
     check(dt, p.d, want2, 2, tol(dt));
     buf_free(&p), buf_free(&g), buf_free(&m), buf_free(&v);
 
-    /* three random steps against the formulas in double */
+    /* three random steps against the formulas in double: AdamW (decoupled decay), then Adam (l2: the decay
+     * added to the gradient, torch.optim.Adam) */
     const int64_t n = 100;
     const double lr = 1e-3, b1 = 0.8, b2 = 0.99, eps = 1e-6, wd = 0.1;
-    Buf rp = buf_new(n), rg = buf_new(n), rm = buf_new(n), rv = buf_new(n);
-    double wp[100], wm[100] = {0}, wv[100] = {0};
-    fill_rnd(&rp, -1, 1);
-    memcpy(wp, rp.d, sizeof wp);
-    put(dt, &rp), put(dt, &rm), put(dt, &rv);
-    for (int64_t step = 1; step <= 3; step++) {
-        fill_rnd(&rg, -1, 1);
-        for (int64_t i = 0; i < n; i++) {
-            double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
-            wp[i] *= 1 - lr * wd;
-            wm[i] = b1 * wm[i] + (1 - b1) * rg.d[i];
-            wv[i] = b2 * wv[i] + (1 - b2) * rg.d[i] * rg.d[i];
-            wp[i] -= lr / bc1 * wm[i] / (sqrt(wv[i]) / sqrt(bc2) + eps);
+    for (int l2 = 0; l2 < 2; l2++) {
+        Buf rp = buf_new(n), rg = buf_new(n), rm = buf_new(n), rv = buf_new(n);
+        double wp[100], wm[100] = {0}, wv[100] = {0};
+        fill_rnd(&rp, -1, 1);
+        memcpy(wp, rp.d, sizeof wp);
+        put(dt, &rp), put(dt, &rm), put(dt, &rv);
+        for (int64_t step = 1; step <= 3; step++) {
+            fill_rnd(&rg, -1, 1);
+            for (int64_t i = 0; i < n; i++) {
+                double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
+                double gi = l2 ? rg.d[i] + wd * wp[i] : rg.d[i];
+                if (!l2)
+                    wp[i] *= 1 - lr * wd;
+                wm[i] = b1 * wm[i] + (1 - b1) * gi;
+                wv[i] = b2 * wv[i] + (1 - b2) * gi * gi;
+                wp[i] -= lr / bc1 * wm[i] / (sqrt(wv[i]) / sqrt(bc2) + eps);
+            }
+            adamw_run(dt, &rp, &rg, &rm, &rv, lr, b1, b2, eps, wd, l2, step);
+            CTX("k_adamw%s random step %lld", l2 ? " (adam: l2)" : "", (long long)step);
+            check(dt, rp.d, wp, n, tol(dt));
+            check(dt, rm.d, wm, n, tol(dt));
+            check(dt, rv.d, wv, n, tol(dt));
         }
-        adamw_run(dt, &rp, &rg, &rm, &rv, lr, b1, b2, eps, wd, step);
-        CTX("k_adamw random step %lld", (long long)step);
-        check(dt, rp.d, wp, n, tol(dt));
-        check(dt, rm.d, wm, n, tol(dt));
-        check(dt, rv.d, wv, n, tol(dt));
+        buf_free(&rp), buf_free(&rg), buf_free(&rm), buf_free(&rv);
     }
-    buf_free(&rp), buf_free(&rg), buf_free(&rm), buf_free(&rv);
 }
 
 static void sgd_run(int dt, Buf *p, const double *gv, Buf *buf, double lr,
-                    double mom, double wd, int64_t step)
+                    double mom, double wd, int nesterov, int64_t step)
 {
     Buf g = buf_new(p->n);
     set(&g, gv);
     put(dt, &g);
-    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 0, 1);
-    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, step, NULL, 0, 0, 0, 1);
+    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, nesterov, step, NULL, 0, 0, 0, 1);
+    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, nesterov, step, NULL, 0, 0, 0, 1);
     get(dt, p);
     if (buf) get(dt, buf);
     buf_free(&g);
@@ -896,11 +901,11 @@ static void test_sgd(int dt)
     set(&p, p0);
     fill_val(&buf, NAN);  /* step 1 writes buf without reading it */
     put(dt, &p), put(dt, &buf);
-    sgd_run(dt, &p, g1, &buf, 0.1, 0.9, 0.01, 1);
+    sgd_run(dt, &p, g1, &buf, 0.1, 0.9, 0.01, 0, 1);
     CTX("k_sgd momentum step 1");
     check(dt, p.d, want1, 2, tol(dt));
     check(dt, buf.d, wbuf1, 2, tol(dt));
-    sgd_run(dt, &p, g2, &buf, 0.1, 0.9, 0.01, 2);
+    sgd_run(dt, &p, g2, &buf, 0.1, 0.9, 0.01, 0, 2);
     CTX("k_sgd momentum step 2");
     check(dt, p.d, want2, 2, tol(dt));
     check(dt, buf.d, wbuf2, 2, tol(dt));
@@ -908,13 +913,34 @@ static void test_sgd(int dt)
     /* momentum 0, no buffer: p -= lr (g + wd p), every step alike */
     static const double want_plain[] = {0.949, -1.973}, want_nowd[] = {0.95, -1.975};
     set(&p, p0), put(dt, &p);
-    sgd_run(dt, &p, g1, NULL, 0.1, 0, 0.01, 5);
+    sgd_run(dt, &p, g1, NULL, 0.1, 0, 0.01, 0, 5);
     CTX("k_sgd momentum 0");
     check(dt, p.d, want_plain, 2, tol(dt));
     set(&p, p0), put(dt, &p);
-    sgd_run(dt, &p, g1, NULL, 0.1, 0, 0, 1);
+    sgd_run(dt, &p, g1, NULL, 0.1, 0, 0, 0, 1);
     CTX("k_sgd momentum 0, wd 0");
     check(dt, p.d, want_nowd, 2, tol(dt));
+
+    /* nesterov (torch.optim.SGD nesterov=True): d = g' + momentum buf after buf's update.
+     * step 1: g' = [0.51, -0.27], buf = g', d = g' + 0.9 buf = [0.969, -0.513]
+     *         p = [1 - 0.0969, -2 + 0.0513] = [0.9031, -1.9487]
+     * step 2: g' = [0.2, 0.1] + 0.01 p = [0.209031, 0.080513]
+     *         buf = 0.9 [0.51, -0.27] + g' = [0.668031, -0.162487]
+     *         d = g' + 0.9 buf = [0.8102589, -0.0657253]
+     *         p = [0.9031 - 0.08102589, -1.9487 + 0.00657253] = [0.82207411, -1.94212747] */
+    static const double wn1[] = {0.9031, -1.9487}, wn2[] = {0.82207411, -1.94212747};
+    static const double wnbuf2[] = {0.668031, -0.162487};
+    set(&p, p0);
+    fill_val(&buf, NAN);
+    put(dt, &p), put(dt, &buf);
+    sgd_run(dt, &p, g1, &buf, 0.1, 0.9, 0.01, 1, 1);
+    CTX("k_sgd nesterov step 1");
+    check(dt, p.d, wn1, 2, tol(dt));
+    check(dt, buf.d, wbuf1, 2, tol(dt));
+    sgd_run(dt, &p, g2, &buf, 0.1, 0.9, 0.01, 1, 2);
+    CTX("k_sgd nesterov step 2");
+    check(dt, p.d, wn2, 2, tol(dt));
+    check(dt, buf.d, wnbuf2, 2, tol(dt));
     buf_free(&p), buf_free(&buf);
 }
 
@@ -954,11 +980,11 @@ static void test_loss_scale(int dt)
             }
             double clip = clip_on ? 0.2 : 0;
             if (opt == 0) {
-                k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 2, gsq, clip, S, 0, 1);
-                k_adamw_f32(p2, g, m2, v2, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 2, gsq, clip, 0.0, 0, 1);
+                k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 2, gsq, clip, S, 0, 1);
+                k_adamw_f32(p2, g, m2, v2, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 2, gsq, clip, 0.0, 0, 1);
             } else {
-                k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 2, gsq, clip, S, 0, 1);
-                k_sgd_f32(p2, g, m2, n, 1e-2, 0.9, 0.1, 2, gsq, clip, 0.0, 0, 1);
+                k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 2, gsq, clip, S, 0, 1);
+                k_sgd_f32(p2, g, m2, n, 1e-2, 0.9, 0.1, 0, 2, gsq, clip, 0.0, 0, 1);
             }
             CTX("%s with loss scale %g on the scaled gradient (clip %g) = the unscaled update",
                 opt ? "k_sgd" : "k_adamw", S, clip);
@@ -970,9 +996,9 @@ static void test_loss_scale(int dt)
                 gsq[0] = bad ? NAN : INFINITY;
                 gS[0] = bad ? NAN : INFINITY;
                 if (opt == 0)
-                    k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, gsq, clip, S, 0, 1);
+                    k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, gsq, clip, S, 0, 1);
                 else
-                    k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 3, gsq, clip, S, 0, 1);
+                    k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 3, gsq, clip, S, 0, 1);
                 CTX("%s skips a step whose norm is %s: nothing written", opt ? "k_sgd" : "k_adamw",
                     bad ? "NaN" : "inf");
                 check_int(dt, !memcmp(p1, p2, sizeof p1) && !memcmp(m1, m2, sizeof m1) && !memcmp(v1, v2, sizeof v1),
@@ -1030,11 +1056,11 @@ static void test_clip(int dt)
             memcpy(p2.d, p1.d, (size_t)n * 8), memcpy(m2.d, m1.d, (size_t)n * 8), memcpy(v2.d, v1.d, (size_t)n * 8);
             put(dt, &p1), put(dt, &p2), put(dt, &m1), put(dt, &m2), put(dt, &v1), put(dt, &v2), put(dt, &gs);
             if (opt == 0) {
-                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), clip, 0.0, 0, 1);
-                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 3, V(gsq), 0.0, 0.0, 0, 1);
+                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, V(gsq), 0.0, 0.0, 0, 1);
             } else {
-                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 3, V(gsq), clip, 0.0, 0, 1);
-                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 3, V(gsq), 0.0, 0.0, 0, 1);
+                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 0, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 0, 3, V(gsq), 0.0, 0.0, 0, 1);
             }
             get(dt, &p1), get(dt, &p2), get(dt, &m1), get(dt, &m2);
             CTX("%s with clip %g (coefficient %.9g) = the update of the scaled gradient", opt ? "k_sgd" : "k_adamw",

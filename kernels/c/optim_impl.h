@@ -17,9 +17,11 @@ static T KFN(update_coef)(const T *gsq, double clip, double scale)
  *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
  *   step_size = lr / (1 - beta1**step);  bc2_sqrt = sqrt(1 - beta2**step)
  *   denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
- *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom */
+ *   param.addcdiv_(exp_avg, denom, value=-step_size)     # p + (v*m)/denom
+ * l2: torch.optim.Adam instead, _single_tensor_adam: no param.mul_, and
+ *   grad = grad.add(param, alpha=wd) (when wd != 0) before the moments. */
 void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double wd,
+                  double beta1, double beta2, double eps, double wd, int l2,
                   int64_t step, const T *gsq, double clip, double scale, int64_t micro, int64_t accum)
 {
     if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
@@ -28,12 +30,16 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
     const T coef = KFN(update_coef)(gsq, clip, scale);
     const double bc1 = 1 - pow(beta1, (double)step);
     const double bc2 = 1 - pow(beta2, (double)step);
-    const T decay = (T)(1 - lr * wd), neg_step = (T)(-(lr / bc1));
+    const T decay = (T)(1 - lr * (l2 ? 0 : wd)), neg_step = (T)(-(lr / bc1)), twd = (T)wd;
+    const int add_wd = l2 && wd != 0; /* skipped, not multiplied by 0: an inf p stays out of the moments */
     const T b1 = (T)beta1, c1 = (T)(1 - beta1), b2 = (T)beta2, c2 = (T)(1 - beta2);
     const T bc2_sqrt = (T)sqrt(bc2), teps = (T)eps;
     for (int64_t i = 0; i < n; i++) {
-        const T gi = clipping ? g[i] * coef : g[i];  /* grad.mul_(clip_coef) */
-        p[i] = p[i] * decay;
+        T gi = clipping ? g[i] * coef : g[i];  /* grad.mul_(clip_coef) */
+        if (add_wd)
+            gi = gi + twd * p[i];
+        else
+            p[i] = p[i] * decay;
         m[i] = m[i] * b1 + c1 * gi;
         v[i] = v[i] * b2 + c2 * gi * gi;
         T denom = KM_SQRT(v[i]) / bc2_sqrt + teps;
@@ -41,14 +47,15 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
     }
 }
 
-/* torch.optim.SGD, _single_tensor_sgd (dampening 0, nesterov off):
+/* torch.optim.SGD, _single_tensor_sgd (dampening 0):
  *   if wd != 0: d_p = d_p.add(param, alpha=wd)
  *   if momentum != 0: buf = clone(d_p) on the first step,
- *                     else buf.mul_(momentum).add_(d_p); d_p = buf
+ *                     else buf.mul_(momentum).add_(d_p);
+ *                     d_p = d_p.add(buf, alpha=momentum) if nesterov else buf
  *   param.add_(d_p, alpha=-lr)
  * The first step is step == 1 (buf is then written, never read). */
 void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
-                double momentum, double wd, int64_t step, const T *gsq, double clip, double scale,
+                double momentum, double wd, int nesterov, int64_t step, const T *gsq, double clip, double scale,
                 int64_t micro, int64_t accum)
 {
     if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
@@ -62,7 +69,7 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
             d = d + twd * p[i];
         if (momentum != 0) {
             buf[i] = step == 1 ? d : buf[i] * mom + d;
-            d = buf[i];
+            d = nesterov ? d + mom * buf[i] : buf[i];
         }
         p[i] = p[i] + neg_lr * d;
     }

@@ -49,7 +49,7 @@ KC_DEV bool update_now(const float *gsq, const KcStepParams *sp)
 }
 
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
-KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, const float *gsq,
+KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, int decay, const float *gsq,
                            const KcStepParams *sp)
 {
     if (!update_now(gsq, sp))
@@ -57,12 +57,15 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
     const float coef = clip_coef(gsq, sp);
     const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->opt_step;
     const double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
-    const float decay = (float)(1 - lr * sp->weight_decay), neg_step = (float)(-(lr / bc1));
+    /* decay: 0 none (--no-decay), 1 decoupled (AdamW), 2 added to the gradient (Adam), as kernels/c */
+    const float shrink = (float)(1 - lr * (decay == 1 ? sp->weight_decay : 0.0)), neg_step = (float)(-(lr / bc1));
+    const float twd = (float)sp->weight_decay;
+    const bool add_wd = decay == 2 && sp->weight_decay != 0;
     const float b1 = (float)beta1, c1 = (float)(1 - beta1), b2 = (float)beta2, c2 = (float)(1 - beta2);
     const float bc2_sqrt = (float)sqrt(bc2), eps = (float)sp->eps;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
-        const float gi = g[i] * coef;
-        const float pi = p[i] * decay;
+        const float gi = add_wd ? g[i] * coef + twd * p[i] : g[i] * coef;
+        const float pi = add_wd ? p[i] : p[i] * shrink;
         const float mi = m[i] * b1 + c1 * gi;
         const float vi = v[i] * b2 + c2 * gi * gi;
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
@@ -74,13 +77,13 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
 
 /* torch.optim.SGD (dampening 0, nesterov off); buf untouched without
  * momentum (may be NULL then) */
-KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const float *gsq,
-                         const KcStepParams *sp)
+KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, int decay, int nesterov,
+                         const float *gsq, const KcStepParams *sp)
 {
     if (!update_now(gsq, sp))
         return;
     const float coef = clip_coef(gsq, sp);
-    const double wd = sp->weight_decay, momentum = sp->momentum;
+    const double wd = decay ? sp->weight_decay : 0.0, momentum = sp->momentum;
     const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-sp->lr);
     const bool first = sp->opt_step == 1;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
@@ -88,8 +91,9 @@ KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, const 
         if (wd != 0) /* skipped, not multiplied by 0: an inf p stays out of d */
             d = d + twd * p[i];
         if (momentum != 0) {
-            d = first ? d : buf[i] * mom + d;
-            buf[i] = d;
+            const float b = first ? d : buf[i] * mom + d;
+            buf[i] = b;
+            d = nesterov ? d + mom * b : b;
         }
         p[i] = p[i] + neg_lr * d;
     }

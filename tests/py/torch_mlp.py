@@ -1,6 +1,6 @@
 """An MLP exported from PyTorch trains in fsdpc exactly as in PyTorch.
 
-usage: torch_mlp.py FSDPC WORKDIR adamw|sgd
+usage: torch_mlp.py FSDPC WORKDIR adamw|adam|sgd
 
 PyTorch (Debian's 1.13, CPU) trains the model for 5 steps on a global batch
 of 12; fsdpc compiles the exported ONNX with the per-rank batch 12/W and runs
@@ -86,12 +86,20 @@ def sched_lr(lr, step):
     return lr * MIN_FRAC + 0.5 * (lr - lr * MIN_FRAC) * (1 + math.cos(math.pi * t))
 
 
-def reference(model, opt_name, x, t, steps=STEPS, clip=None):
-    """losses, weights, and with clip (then also the cosine schedule) the norms and lrs of each step"""
+def reference(model, opt_name, x, t, steps=STEPS, clip=None, decays=lambda name, p: p.dim() >= 2, nesterov=False):
+    """losses, weights, and with clip (then also the cosine schedule) the norms and lrs of each step; weight
+    decay on the parameters decays(name, p) says (default: rank >= 2, fsdpc's default), in param groups"""
+    wd = 1e-3 if opt_name == "sgd" else 0.01
+    ps = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in ps if decays(n, p)], "weight_decay": wd},
+              {"params": [p for n, p in ps if not decays(n, p)], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
     if opt_name == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+        opt = torch.optim.AdamW(groups, lr=1e-2)
+    elif opt_name == "adam":  # the weight decay added to the gradient
+        opt = torch.optim.Adam(groups, lr=1e-2)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9, nesterov=nesterov)
     base = opt.param_groups[0]["lr"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: sched_lr(base, e + 1) / base) if clip else None
     losses, norms, lrs = [], [], []
@@ -101,7 +109,7 @@ def reference(model, opt_name, x, t, steps=STEPS, clip=None):
         loss = torch.nn.functional.mse_loss(model(torch.from_numpy(x[rows])), torch.from_numpy(t[rows]))
         loss.backward()
         if clip:
-            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+            norms.append(float(torch.nn.utils.clip_grad_norm_([p for _, p in ps], clip)))
             lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         if sched:
@@ -124,7 +132,7 @@ def main():
     export(model, onnx_path)
     init = copy.deepcopy(model)
     ref_losses, ref_w, _, _ = reference(model, opt_name, x, t)
-    hyper = ["--lr", "0.01", "--weight-decay", "0.01"] if opt_name == "adamw" else \
+    hyper = ["--lr", "0.01", "--weight-decay", "0.01"] if opt_name != "sgd" else \
         ["--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.001"]
 
     state = {}
@@ -231,8 +239,50 @@ def main():
               % (world, mem["model_state_bytes"], nfc1, n))
         print("freeze world %d: fc1 unchanged, the rest matches PyTorch; model state %d B"
               % (world, mem["model_state_bytes"]))
-    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4; clipped and scheduled at world 1-3; frozen fc1"
-          % opt_name)
+    # --no-decay: patterns name the parameters weight decay skips (replacing the rank < 2 default); none: all decay
+    for flags, rule in ((["--no-decay", "fc2.*", "--no-decay", "fc3.bias"],
+                         lambda n, p: not (n.startswith("fc2.") or n == "fc3.bias")),
+                        (["--no-decay", "none"], lambda n, p: True)):
+        ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t, decays=rule)
+        exe = os.path.join(work, "train_w3")
+        metrics, out = exe + ".nd.jsonl", exe + ".nd.onnx"
+        p = run(mpirun(3, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
+            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper + flags))
+        losses, _ = read_metrics(metrics)
+        for s, (a, b) in enumerate(zip(losses, ref_losses)):
+            check(abs(a - b) <= 1e-5 * abs(b), "%s world 3 step %d: loss %.9g vs PyTorch %.9g" % (flags, s, a, b))
+        w = onnx_weights(out)
+        for name, ref in ref_w.items():
+            check(rel_err(w[name], ref) <= 1e-5, "%s world 3: weight '%s' differs from PyTorch" % (flags, name))
+        nd = sum(1 for n, q in init.named_parameters() if rule(n, q))
+        check("weight decay %g on %d of 6 parameters" % (float(hyper[-1]), nd) in p.stdout,
+              "%s: the start-up line: %s" % (flags, p.stdout))
+        print("%s world 3: matches PyTorch with weight decay on %d of 6 parameters" % (" ".join(flags), nd))
+    if opt_name == "sgd":  # Nesterov momentum, at world 2
+        ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t, nesterov=True)
+        exe = os.path.join(work, "train_w2")
+        metrics, out = exe + ".nesterov.jsonl", exe + ".nesterov.onnx"
+        run(mpirun(2, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
+            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out, "--nesterov"] + hyper))
+        losses, _ = read_metrics(metrics)
+        for s, (a, b) in enumerate(zip(losses, ref_losses)):
+            check(abs(a - b) <= 1e-5 * abs(b), "nesterov world 2 step %d: loss %.9g vs PyTorch %.9g" % (s, a, b))
+        w = onnx_weights(out)
+        plain = onnx_weights(os.path.join(work, "train_w2.onnx"))
+        for name, ref in ref_w.items():
+            check(rel_err(w[name], ref) <= 1e-5, "nesterov world 2: weight '%s' differs from PyTorch" % name)
+        check(any(rel_err(w[k], plain[k]) > 1e-4 for k in w), "--nesterov trains as plain momentum")
+        print("--nesterov world 2: matches PyTorch's SGD(nesterov=True)")
+    for flags, needle in ((["--no-decay", "nothing*"], "--no-decay nothing*: no parameter's name matches it"),
+                          (["--no-decay", "none", "--no-decay", "fc1.*"], "--no-decay none (every parameter decays) "
+                                                                          "goes alone"),
+                          (["--nesterov"], "--nesterov is SGD's" if opt_name != "sgd" else "--nesterov needs --momentum")):
+        p = run([os.path.join(work, "train_w1"), "--data", "x=" + os.path.join(work, "x.npy"), "--data",
+                 "target=" + os.path.join(work, "t.npy"), "--steps", "1"] + flags, check=False)
+        err = p.stderr.strip().splitlines()
+        check(p.returncode == 2 and len(err) == 1 and needle in err[0], "%s: exit %d %s" % (flags, p.returncode, err))
+    print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4 (no weight decay on biases: the default); clipped "
+          "and scheduled at world 1-3; frozen fc1; --no-decay patterns and none" % opt_name)
 
 
 if __name__ == "__main__":

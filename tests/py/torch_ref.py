@@ -30,7 +30,12 @@ def reference(model, loss_fn, rank_batches, world, steps):
     """rank_batches(s, world) -> [(inputs, labels)] * world: the ranks' slices of step s.
     Returns (losses, step-1 gradients by parameter name)."""
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), amsgrad=False, maximize=False, foreach=False, **ADAMW)
+    # fsdpc's default: no weight decay on parameters of rank < 2 (biases, norm scales), as nanoGPT groups them
+    ps = list(model.parameters())
+    groups = [{"params": [p for p in ps if p.dim() >= 2]},
+              {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], amsgrad=False, maximize=False, foreach=False,
+                            **ADAMW)
     losses, grads = [], None
     for s in range(steps):
         opt.zero_grad(set_to_none=True)

@@ -52,8 +52,9 @@ def param_values(seed, index, shape, mean, std, dtype):
 
 
 def adamw_flags():
+    # the committed trajectories (tests/zoo/generate.py) decay every parameter: --no-decay none
     return ["--lr", repr(ADAMW["lr"]), "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]),
-            "--eps", repr(ADAMW["eps"]), "--weight-decay", repr(ADAMW["weight_decay"])]
+            "--eps", repr(ADAMW["eps"]), "--weight-decay", repr(ADAMW["weight_decay"]), "--no-decay", "none"]
 
 
 def read_safetensors(path):
