@@ -17,8 +17,14 @@ static const char *usage =
     "                          CUDA Graphs); cpu: CPUs (MPI collectives, CBLAS)\n"
     "  --arch sm_XY[,sm_XY..]  cuda: GPU archs to compile for (default " FSDPC_DEFAULT_ARCH "), plus PTX\n"
     "                          of the lowest for newer GPUs\n"
-    "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS\n"
-    "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data\n"
+    "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS | l1:PRED,TARGET | huber:PRED,TARGET\n"
+    "         | smooth_l1:PRED,TARGET | bce:LOGITS,TARGET\n"
+    "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data;\n"
+    "                          each PyTorch's loss with reduction mean (bce: BCEWithLogitsLoss, targets\n"
+    "                          in [0, 1] of the logits' shape)\n"
+    "  --huber-delta D         huber's delta (default 1)\n"
+    "  --smooth-l1-beta B      smooth_l1's beta (default 1)\n"
+    "  --label-smoothing E     cross_entropy's label smoothing, in [0, 1) (default 0)\n"
     "  --optimizer adamw|adam|sgd\n"
     "                          (default adamw: torch.optim.AdamW's decoupled weight decay; adam:\n"
     "                          torch.optim.Adam's, added to the gradient); hyper-parameters are run\n"
@@ -94,13 +100,18 @@ static void parse_loss(Options *o, const char *s)
     const char *colon = strchr(s, ':'), *comma = colon ? strchr(colon, ',') : NULL;
     if (!colon || !comma || comma == colon + 1 || !comma[1] || strchr(comma + 1, ','))
         fatal("--loss '%s': expected KIND:PRED,TARGET, e.g. --loss mse:y,target", s);
+    static const struct {
+        const char *name;
+        LossKind kind;
+    } kinds[] = {{"mse", LOSS_MSE}, {"cross_entropy", LOSS_CE}, {"l1", LOSS_L1}, {"huber", LOSS_HUBER},
+                 {"smooth_l1", LOSS_SMOOTH_L1}, {"bce", LOSS_BCE}};
     size_t k = (size_t)(colon - s);
-    if (k == 3 && !strncmp(s, "mse", 3))
-        o->loss = LOSS_MSE;
-    else if (k == 13 && !strncmp(s, "cross_entropy", 13))
-        o->loss = LOSS_CE;
-    else
-        fatal("--loss '%s': unknown kind (supported: mse, cross_entropy)", s);
+    o->loss = LOSS_NONE;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strlen(kinds[i].name) == k && !strncmp(s, kinds[i].name, k))
+            o->loss = kinds[i].kind;
+    if (o->loss == LOSS_NONE)
+        fatal("--loss '%s': unknown kind (supported: mse, cross_entropy, l1, huber, smooth_l1, bce)", s);
     o->loss_pred = ir_fmt("%.*s", (int)(comma - colon - 1), colon + 1);
     o->loss_target = ir_strdup(comma + 1);
 }
@@ -195,6 +206,18 @@ static void parse_args(Options *o, int argc, char **argv)
             o->forward_prefetch = 1;
         } else if (!strcmp(a, "--max-inflight")) {
             o->max_inflight = (int)parse_int("--max-inflight", VALUE(), 1);
+        } else if (!strcmp(a, "--huber-delta") || !strcmp(a, "--smooth-l1-beta") ||
+                   !strcmp(a, "--label-smoothing")) {
+            const char *v = VALUE();
+            char *end;
+            double x = strtod(v, &end);
+            int ls = !strcmp(a, "--label-smoothing");
+            if (!*v || *end || !(ls ? x >= 0 && x < 1 : x > 0 && x < 1e30))
+                fatal("%s: '%s' is not a number in %s", a, v, ls ? "[0, 1)" : "(0, 1e30)");
+            if (ls)
+                o->label_smoothing = x;
+            else
+                o->loss_param = x, o->loss_param_flag = a;
         } else if (!strcmp(a, "--freeze")) {
             if (o->nfreeze == 64)
                 fatal("--freeze: at most 64 patterns");
@@ -241,6 +264,13 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("no model given (see --help)");
     if (o->arch && strcmp(o->target, "cuda"))
         fatal("--arch applies to --target cuda only");
+    if (o->loss_param_flag && o->loss != (strcmp(o->loss_param_flag, "--huber-delta") ? LOSS_SMOOTH_L1 : LOSS_HUBER))
+        fatal("%s shapes --loss %s, which is not given", o->loss_param_flag,
+              strcmp(o->loss_param_flag, "--huber-delta") ? "smooth_l1" : "huber");
+    if (o->label_smoothing > 0 && o->loss != LOSS_CE)
+        fatal("--label-smoothing shapes --loss cross_entropy, which is not given");
+    if (!o->loss_param_flag)
+        o->loss_param = 1;
     if (o->eval && (o->loss != LOSS_NONE || o->report))
         fatal("--eval builds a forward-only executable: --loss and --report do not apply");
     if (o->shard == SHARD_HYBRID && o->report && o->world % o->hybrid)

@@ -402,24 +402,24 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_Free: cg_put(b, "    /* slot %d free from here */\n", g->val[x].loc.slot); break;
     case OP_Fused: cg_emit_fused(b, g, n); break;
     case OP_AdamW: case OP_Sgd: {
-        /* per run of the unit's weight-decay layout (c->wd_run, --no-decay) inside this rank's shard: the
-         * update of that part, with the run's decay */
+        /* per run of the unit's optimizer layout (c->opt_run: --no-decay, --lr-mult) inside this rank's shard:
+         * the update of that part, with the run's decay and learning-rate factor */
         int u = n->unit, adam = n->op == OP_AdamW;
-        cg_put(b, "    for (int k = 0; k < c->wd_nrun[%d]; k++) {\n"
-                  "        const int64_t *r = c->wd_run[%d] + 3 * k, off = (int64_t)c->srank * c->shard_len[%d];\n"
-                  "        const int64_t lo = r[0] > off ? r[0] : off, hi = r[1] < off + c->shard_len[%d] ? r[1] : "
-                  "off + c->shard_len[%d], at = lo - off;\n"
-                  "        if (lo >= hi)\n            continue;\n", u, u, u, u, u);
+        cg_put(b, "    for (int k = 0; k < c->opt_nrun[%d]; k++) {\n"
+                  "        const RtOptRun *r = c->opt_run[%d] + k;\n"
+                  "        const int64_t off = (int64_t)c->srank * c->shard_len[%d], end = off + c->shard_len[%d];\n"
+                  "        const int64_t lo = r->lo > off ? r->lo : off, hi = r->hi < end ? r->hi : end, at = lo - off;\n"
+                  "        if (lo >= hi)\n            continue;\n", u, u, u, u);
         if (adam)
             cg_put(b, "        k_adamw_%s(%s + at, %s + at, %s + at, %s + at, hi - lo, c->lr, c->beta1, c->beta2, c->eps, "
-                      "r[2] ? c->weight_decay : 0.0, %d, c->opt_step, %s, c->clip_norm, c->loss_scale, c->micro, "
-                      "c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),
+                      "r->decay ? c->weight_decay : 0.0, %d, r->lr_mult, c->opt_step, %s, c->clip_norm, c->loss_scale, "
+                      "c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),
                    cg_ptr(g, n->in[3]), g->opt->optimizer == OPT_ADAM, cg_ptr(g, n->in[4]));
         else /* no momentum: no buffer (NULL) */
             cg_put(b, "        k_sgd_%s(%s + at, %s + at, %s ? %s + at : 0, hi - lo, c->lr, c->momentum, "
-                      "r[2] ? c->weight_decay : 0.0, c->nesterov, c->opt_step, %s, c->clip_norm, c->loss_scale, "
-                      "c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]),
-                   cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]));
+                      "r->decay ? c->weight_decay : 0.0, c->nesterov, r->lr_mult, c->opt_step, %s, c->clip_norm, "
+                      "c->loss_scale, c->micro, c->accum);\n", s, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
+                   cg_ptr(g, n->in[2]), cg_ptr(g, n->in[2]), cg_ptr(g, n->in[3]));
         cg_put(b, "    }\n");
         break;
     }

@@ -179,7 +179,8 @@ typedef struct {
     Node *member;
 } Fusion;
 
-typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE } LossKind;
+/* --loss KIND (passes/loss.c): mse and cross_entropy are fsdpc's own ops, the others composites */
+typedef enum { LOSS_NONE, LOSS_MSE, LOSS_CE, LOSS_L1, LOSS_HUBER, LOSS_SMOOTH_L1, LOSS_BCE } LossKind;
 typedef enum { OPT_ADAMW, OPT_SGD, OPT_ADAM } OptKind; /* adam: AdamW's update and state, L2 weight decay */
 typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision; /* fp16: with loss scaling (runtime) */
 /* --shard: FULL_SHARD, SHARD_GRAD_OP (no reshard after forward), NO_SHARD
@@ -198,6 +199,9 @@ typedef struct {
     const char *arch;        /* --arch sm_80,sm_90 (cuda; NULL: the default) */
     LossKind loss;
     const char *loss_pred, *loss_target;
+    double loss_param;       /* huber: --huber-delta (1); smooth_l1: --smooth-l1-beta (1) */
+    const char *loss_param_flag; /* which of the two was given (NULL: none) */
+    double label_smoothing;  /* cross_entropy: --label-smoothing (0) */
     OptKind optimizer;
     int ndims;
     const char *dim_name[64];

@@ -4,8 +4,11 @@
  * requires: shape.
  * ensures:  g->loss is a scalar: from --loss KIND:PRED,TARGET, where TARGET
  *           is a new graph input (R_INPUT, fed from data): same dtype and
- *           shape as PRED for mse, int64 labels of PRED's shape minus its
- *           last axis for cross_entropy; or, without --loss, the model's own
+ *           shape as PRED for mse, l1, huber, smooth_l1 and bce, int64
+ *           labels of PRED's shape minus its last axis for cross_entropy
+ *           (mse and cross_entropy are fsdpc's loss ops; the others, and
+ *           --label-smoothing, composites of the model's ops that autodiff
+ *           differentiates like the rest); or, without --loss, the model's own
  *           loss: a scalar float graph output of a SoftmaxCrossEntropyLoss
  *           or NegativeLogLikelihoodLoss (reduction mean or sum), whose
  *           labels are a graph input already.
@@ -49,6 +52,76 @@ static int own_loss(const Graph *g)
     return -1;
 }
 
+/* a scalar constant of dtype dt */
+static int scalar(Graph *g, const char *name, DType dt, double v)
+{
+    Shape s = {0};
+    float f = (float)v;
+    return ir_const(g, name, dt, &s, dt == DT_F32 ? (const void *)&f : (const void *)&v);
+}
+
+/* node op(a[, b]) named name with attributes axis (LogSoftmax: -1) or a mean over every axis (ReduceMean),
+ * shaped; its output */
+static int emit(Graph *g, Op op, const char *name, int a, int b, const char *outname)
+{
+    int y = ir_value(g, outname ? outname : ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
+    int n = ir_node1(g, op, name, a, b, y);
+    if (op == OP_LogSoftmax)
+        ir_attr_add(g, n, "axis", A_INT)->i = -1;
+    if (op == OP_ReduceMean) {
+        int64_t axes[MAX_RANK];
+        for (int i = 0; i < g->val[a].shape.rank; i++)
+            axes[i] = i;
+        ir_attr_ints_add(g, n, "axes", axes, g->val[a].shape.rank);
+        ir_attr_add(g, n, "keepdims", A_INT)->i = 0;
+    }
+    shape_node(g, n);
+    return y;
+}
+
+/* l1, huber, smooth_l1, bce: PyTorch's losses (reduction mean) written with the model's own ops, so that
+ * autodiff differentiates them as any graph:
+ *   l1         mean |p - t|
+ *   huber      with a = |p - t|, q = min(a, delta): mean(q^2 / 2 + delta (a - q)) — q^2/2 below delta,
+ *              delta (a - delta/2) above, torch.nn.HuberLoss; its gradient q' splits a tie as Min does
+ *   smooth_l1  huber with delta = beta, divided by beta (torch.nn.SmoothL1Loss)
+ *   bce        mean(softplus(p) - p t) = BCEWithLogitsLoss: softplus's gradient is sigmoid(p) at every p
+ *              (its threshold 20 is torch.nn.Softplus's, exact to float32) */
+static int composite_loss(Graph *g, LossKind kind, int p, int t)
+{
+    DType dt = g->val[p].dtype;
+    double delta = g->opt->loss_param;
+    if (kind == LOSS_BCE) {
+        int sp = emit(g, OP_Softplus, "loss.softplus", p, -1, NULL);
+        int pt = emit(g, OP_Mul, "loss.pt", p, t, NULL);
+        return emit(g, OP_ReduceMean, "loss.mean", emit(g, OP_Sub, "loss.terms", sp, pt, NULL), -1, "loss");
+    }
+    int a = emit(g, OP_Abs, "loss.abs", emit(g, OP_Sub, "loss.diff", p, t, NULL), -1, NULL);
+    if (kind == LOSS_L1)
+        return emit(g, OP_ReduceMean, "loss.mean", a, -1, "loss");
+    int q = emit(g, OP_Min, "loss.q", a, scalar(g, "loss.delta", dt, delta), NULL);
+    int sq = ad_scale(g, "loss.half_q2", emit(g, OP_Mul, "loss.q2", q, q, NULL), 0.5);
+    int lin = ad_scale(g, "loss.linear", emit(g, OP_Sub, "loss.over", a, q, NULL), delta);
+    int h = emit(g, OP_Add, "loss.terms", sq, lin, NULL);
+    if (kind == LOSS_HUBER)
+        return emit(g, OP_ReduceMean, "loss.mean", h, -1, "loss");
+    int m = emit(g, OP_ReduceMean, "loss.mean", h, -1, NULL);
+    int y = ir_value(g, "loss", dt, &g->val[m].shape, R_ACT);
+    ir_attr_add(g, ir_node1(g, OP_Scale, "loss.per_beta", m, -1, y), "alpha", A_FLOAT)->f = 1 / delta;
+    return y;
+}
+
+/* cross_entropy with --label-smoothing e (torch.nn.CrossEntropyLoss's): (1 - e) CE(z, labels) - e mean(log
+ * softmax(z)) over every row and class */
+static int smoothed_ce(Graph *g, int z, int labels, double e)
+{
+    int ce = emit(g, OP_CrossEntropyLoss, "loss.ce", z, labels, NULL);
+    int m = emit(g, OP_ReduceMean, "loss.mean_log_prob", emit(g, OP_LogSoftmax, "loss.log_prob", z, -1, NULL),
+                 -1, NULL);
+    return emit(g, OP_Sub, "loss.smoothed", ad_scale(g, "loss.ce_part", ce, 1 - e),
+                ad_scale(g, "loss.uniform_part", m, e), "loss");
+}
+
 /* the loss node of --loss KIND:PRED,TARGET; TARGET becomes a graph input */
 static int appended_loss(Graph *g)
 {
@@ -80,8 +153,12 @@ static int appended_loss(Graph *g)
     in[g->ninput++] = t;
     g->input = in;
 
-    Shape scalar = {0};
-    int loss = ir_value(g, "loss", g->val[pred].dtype, &scalar, R_ACT);
+    if (o->loss == LOSS_CE && o->label_smoothing > 0)
+        return smoothed_ce(g, pred, t, o->label_smoothing);
+    if (o->loss != LOSS_CE && o->loss != LOSS_MSE)
+        return composite_loss(g, o->loss, pred, t);
+    Shape s0 = {0};
+    int loss = ir_value(g, "loss", g->val[pred].dtype, &s0, R_ACT);
     shape_node(g, ir_node1(g, op, "loss", pred, t, loss)); /* its rule checks pred (shape.c) */
     return loss;
 }
@@ -122,8 +199,8 @@ void pass_loss(Graph *g)
     if (g->loss < 0)
         fatal("%s: no loss given: pass --loss mse:PRED,TARGET or --loss cross_entropy:LOGITS,LABELS "
               "(or end the model in a SoftmaxCrossEntropyLoss with reduction mean or sum)", o->model);
-    Shape scalar = {0};
+    Shape s0 = {0};
     DType dt = g->val[g->loss].dtype;
-    g->loss_avg = ir_value(g, "loss.avg", dt, &scalar, R_ACT);
+    g->loss_avg = ir_value(g, "loss.avg", dt, &s0, R_ACT);
     ir_node1(g, OP_AllReduce, "loss.avg", g->loss, -1, g->loss_avg);
 }

@@ -159,6 +159,9 @@ void rt_usage(const RtModel *m)
            "                          PATTERN (a glob; repeatable); default: every parameter of rank\n"
            "                          < 2 (biases, norm scales), as nanoGPT and Hugging Face do;\n"
            "                          --no-decay none: every parameter decays\n"
+           "  --lr-mult PATTERN=X     the parameters whose ONNX name matches PATTERN (a glob;\n"
+           "                          repeatable, the first match counts) train at X times the learning\n"
+           "                          rate (and its schedule), as a PyTorch param group with lr*X\n"
            "  --momentum X            sgd momentum (default 0)\n"
            "  --nesterov              sgd: Nesterov momentum (torch.optim.SGD nesterov=True; needs\n"
            "                          --momentum > 0)\n"
@@ -300,6 +303,20 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         rc = add_data(o, flag, val);
     } else if (strcmp(flag, "--no-decay") == 0) {
         o->no_decay[o->nno_decay++] = val;
+    } else if (strcmp(flag, "--lr-mult") == 0) {
+        const char *eq = strrchr(val, '=');
+        if (!eq || eq == val) {
+            rt_err_set(2, "--lr-mult expects PATTERN=X, got '%s' (see --help)", val);
+            return -1;
+        }
+        char *pat = strndup(val, (size_t)(eq - val));
+        if (!pat) {
+            rt_err_set(1, "out of memory");
+            return -1;
+        }
+        o->lr_mult[o->nlr_mult].pattern = pat;
+        rc = parse_double(flag, eq + 1, 0, INFINITY, 0, &o->lr_mult[o->nlr_mult].mult);
+        o->nlr_mult++;
     } else if (strcmp(flag, "--val-tokens") == 0) {
         o->val_tokens = val;
     } else if (strcmp(flag, "--eval-every") == 0) {
@@ -434,7 +451,7 @@ static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight
                                           "--export-safetensors", "--loss-scale-init",
                                           "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
                                           "--peak-tflops", "--seed", "--val-data", "--val-tokens",
-                                          "--eval-every", "--eval-steps", "--no-decay"};
+                                          "--eval-every", "--eval-steps", "--no-decay", "--lr-mult"};
 static const char *const eval_flags[] = {"--input", "--out-dir"};
 
 static int in_list(const char *flag, const char *const *list, size_t n)
@@ -564,7 +581,8 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
     o->data = calloc((size_t)argc + 1, sizeof *o->data);
     o->val_data = calloc((size_t)argc + 1, sizeof *o->val_data);
     o->no_decay = calloc((size_t)argc + 1, sizeof *o->no_decay);
-    if (!o->data || !o->val_data || !o->no_decay) {
+    o->lr_mult = calloc((size_t)argc + 1, sizeof *o->lr_mult);
+    if (!o->data || !o->val_data || !o->no_decay || !o->lr_mult) {
         rt_err_set(1, "out of memory");
         return -1;
     }
@@ -674,8 +692,12 @@ void rt_opts_free(RtOpts *o)
     free(o->data);
     free(o->val_data);
     free(o->no_decay);
+    for (int k = 0; o->lr_mult && k < o->nlr_mult; k++)
+        free((char *)o->lr_mult[k].pattern);
+    free(o->lr_mult);
     o->data = o->val_data = NULL;
     o->no_decay = NULL;
-    o->nno_decay = 0;
+    o->lr_mult = NULL;
+    o->nno_decay = o->nlr_mult = 0;
     o->ndata = o->nval_data = 0;
 }

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <glob.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -306,7 +307,9 @@ enum { FEED_NPY = 0, FEED_TOKENS = 1, FEED_LABELS = 2 };
 
 struct RtFeed {
     int kind;          /* FEED_* */
-    NpyArray a;        /* FEED_NPY */
+    NpyArray *part;    /* FEED_NPY: the file's array, or a glob's files' in name order, rows one after another */
+    int64_t *first;    /*   the first row of each */
+    int npart;
     const char *file;
     int64_t rows;      /* samples */
     uint64_t row_bytes;
@@ -474,32 +477,73 @@ int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const c
     return match_inputs(m, o, flag, files, NULL);
 }
 
-/* open f->file and check it against input in (dtype, shape past the rows) */
+/* open f->file (one .npy, or a glob pattern: *, ?, [ — its files in name order, rows read as one array) and
+ * check each against input in (dtype, shape past the rows) */
 static int open_feed(const char *flag, const RtInput *in, RtFeed *f)
 {
-    char why[1024];
-    if (npy_open(f->file, &f->a, why, sizeof why) != 0) {
-        rt_err_set(1, "%s %s: %s", flag, in->name, why);
-        return -1;
+    glob_t gl = {0};
+    int pattern = strpbrk(f->file, "*?[") != NULL;
+    if (pattern) {
+        int g = glob(f->file, GLOB_ERR, NULL, &gl);
+        if (g != 0) {
+            rt_err_set(1, "%s %s: %s: %s", flag, in->name, f->file, g == GLOB_NOMATCH ? "no file matches the pattern"
+                       : "cannot read the directories of the pattern");
+            globfree(&gl);
+            return -1;
+        }
     }
-    int same = f->a.dtype == in->dtype && f->a.rank == in->rank;
-    for (int d = 1; same && d < in->rank; d++)
-        same = f->a.shape[d] == in->shape[d];
-    if (!same) {
-        char want[256], got[256];
-        rt_dims_str(want, sizeof want, in->rank, in->shape, 1);
-        rt_dims_str(got, sizeof got, f->a.rank, f->a.shape, 0);
-        rt_err_set(1, "%s %s: %s holds %s %s; input '%s' needs %s %s", flag, in->name, f->file,
-                   npy_dtype_name(f->a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
-        return -1;
+    size_t n = pattern ? gl.gl_pathc : 1;
+    f->part = calloc(n + 1, sizeof *f->part);
+    f->first = calloc(n + 1, sizeof *f->first);
+    int rc = f->part && f->first ? 0 : -1;
+    if (rc)
+        rt_err_set(1, "out of memory");
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        const char *file = pattern ? gl.gl_pathv[k] : f->file;
+        NpyArray *a = &f->part[k];
+        char why[1024];
+        if (npy_open(file, a, why, sizeof why) != 0) {
+            rt_err_set(1, "%s %s: %s", flag, in->name, why);
+            rc = -1;
+            break;
+        }
+        f->npart++;
+        int same = a->dtype == in->dtype && a->rank == in->rank;
+        for (int d = 1; same && d < in->rank; d++)
+            same = a->shape[d] == in->shape[d];
+        if (!same) {
+            char want[256], got[256];
+            rt_dims_str(want, sizeof want, in->rank, in->shape, 1);
+            rt_dims_str(got, sizeof got, a->rank, a->shape, 0);
+            rt_err_set(1, "%s %s: %s holds %s %s; input '%s' needs %s %s", flag, in->name, file,
+                       npy_dtype_name(a->dtype), got, in->name, npy_dtype_name(in->dtype), want);
+            rc = -1;
+        } else if (a->shape[0] < 1) {
+            rt_err_set(1, "%s %s: %s has no rows", flag, in->name, file);
+            rc = -1;
+        } else {
+            f->first[k] = f->rows;
+            f->rows += a->shape[0];
+            f->row_bytes = (uint64_t)a->nbytes / (uint64_t)a->shape[0];
+        }
     }
-    f->rows = f->a.shape[0];
-    if (f->rows < 1) {
-        rt_err_set(1, "%s %s: %s has no rows", flag, in->name, f->file);
-        return -1;
+    globfree(&gl);
+    return rc;
+}
+
+/* row r of feed f (0 <= r < rows): a pointer to it, and how many rows follow it in its file */
+static const char *row_at(const RtFeed *f, int64_t r, int64_t *run)
+{
+    int lo = 0, hi = f->npart - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (f->first[mid] <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
-    f->row_bytes = (uint64_t)f->a.nbytes / (uint64_t)f->rows;
-    return 0;
+    *run = f->first[lo] + f->part[lo].shape[0] - r;
+    return f->part[lo].data + (uint64_t)(r - f->first[lo]) * f->row_bytes;
 }
 
 /* llm.c's .bin header: 256 int32 LE, [0] = magic, [1] = version (1: uint16
@@ -512,10 +556,11 @@ static uint32_t le32(const unsigned char *b)
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-/* map o->tokens: a raw stream of uint16 LE tokens, or one with llm.c's header (uint16 or uint32 tokens) */
-static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
+/* map one token file into d's next segment: a raw stream of uint16 LE tokens, or one with llm.c's header
+ * (uint16 or uint32 tokens); every segment has the first one's token width */
+static int map_tokens(const RtOpts *o, const char *path, RtData *d)
 {
-    const char *path = o->tokens;
+    RtTokSeg *sg = &d->seg[d->nseg];
     struct stat st;
     int fd = rt_open_regular(path, &st);
     if (fd < 0) {
@@ -535,43 +580,104 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
         rt_err_set(1, "%s %s: cannot map it: %s", o->tokens_flag, path, strerror(map_errno));
         return -1;
     }
-    d->tok_map = map;
-    d->tok_map_len = (size_t)size;
+    sg->map = map;
+    sg->map_len = (size_t)size;
+    d->nseg++;
     const unsigned char *b = map;
     uint64_t off = 0, ntok;
+    int w = 2;
     if (size >= LLMC_HEADER && le32(b) == LLMC_MAGIC) {
         uint32_t version = le32(b + 4);
         ntok = le32(b + 8);
         if (version != 1 && version != 2) {
-            rt_err_set(1, "%s %s: llm.c token file version %u; --tokens reads versions 1 (uint16 tokens) "
-                          "and 2 (uint32 tokens), or a raw uint16 stream", o->tokens_flag, path, version);
+            rt_err_set(1, "%s %s: llm.c token file version %u; fsdpc reads versions 1 (uint16 tokens) and 2 "
+                          "(uint32 tokens), or a raw uint16 stream", o->tokens_flag, path, version);
             return -1;
         }
-        d->tok_bytes = version == 1 ? 2 : 4;
-        if (size != LLMC_HEADER + (uint64_t)d->tok_bytes * ntok) {
+        w = version == 1 ? 2 : 4;
+        if (size != LLMC_HEADER + (uint64_t)w * ntok) {
             rt_err_set(1, "%s %s: its llm.c header says %" PRIu64 " %s tokens (%" PRIu64 " bytes with the "
-                          "header), the file has %" PRIu64 " bytes", o->tokens_flag, path, ntok, version == 1 ? "uint16" : "uint32",
-                       LLMC_HEADER + (uint64_t)d->tok_bytes * ntok, size);
+                          "header), the file has %" PRIu64 " bytes", o->tokens_flag, path, ntok,
+                       version == 1 ? "uint16" : "uint32", LLMC_HEADER + (uint64_t)w * ntok, size);
             return -1;
         }
         off = LLMC_HEADER;
+        sg->header = 1;
     } else {
         if (size % 2 != 0) {
-            rt_err_set(1, "%s %s: %" PRIu64 " bytes, an odd number: not a stream of uint16 tokens", o->tokens_flag, path,
-                       size);
+            rt_err_set(1, "%s %s: %" PRIu64 " bytes, an odd number: not a stream of uint16 tokens", o->tokens_flag,
+                       path, size);
             return -1;
         }
         ntok = size / 2;
-        d->tok_bytes = 2;
     }
-    if (ntok < (uint64_t)T + 1) {
-        rt_err_set(1, "%s %s: %" PRIu64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
-                   o->tokens_flag, path, ntok, T, T + 1);
+    if (d->nseg > 1 && w != d->tok_bytes) {
+        rt_err_set(1, "%s %s: %s tokens, but %s holds %s ones: the files of one stream share a token width",
+                   o->tokens_flag, path, w == 2 ? "uint16" : "uint32", d->seg[0].path, w == 2 ? "uint32" : "uint16");
         return -1;
     }
-    d->tok = b + off;
-    d->ntok = (int64_t)ntok;
+    d->tok_bytes = w;
+    sg->tok = b + off;
+    sg->first = d->ntok;
+    sg->n = (int64_t)ntok;
+    d->ntok += (int64_t)ntok;
     return 0;
+}
+
+/* o->tokens: one file, or a glob pattern (*, ?, [) whose files, in name order, are read as one stream */
+static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
+{
+    glob_t gl = {0};
+    int pattern = strpbrk(o->tokens, "*?[") != NULL, rc = 0;
+    size_t n = 1;
+    if (pattern) {
+        int g = glob(o->tokens, GLOB_ERR, NULL, &gl);
+        if (g != 0) {
+            rt_err_set(1, "%s %s: %s", o->tokens_flag, o->tokens, g == GLOB_NOMATCH ? "no file matches the pattern"
+                       : "cannot read the directories of the pattern");
+            globfree(&gl);
+            return -1;
+        }
+        n = gl.gl_pathc;
+    }
+    d->seg = calloc(n + 1, sizeof *d->seg);
+    if (!d->seg) {
+        globfree(&gl);
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        d->seg[d->nseg].path = strdup(pattern ? gl.gl_pathv[k] : o->tokens);
+        if (!d->seg[d->nseg].path) {
+            rt_err_set(1, "out of memory");
+            rc = -1;
+        } else {
+            rc = map_tokens(o, d->seg[d->nseg].path, d);
+        }
+    }
+    globfree(&gl);
+    if (rc == 0 && d->ntok < T + 1) {
+        rt_err_set(1, "%s %s: %" PRId64 " tokens; one sample of T = %" PRId64 " needs at least %" PRId64,
+                   o->tokens_flag, o->tokens, d->ntok, T, T + 1);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* token i of the stream (0 <= i < ntok): a pointer to it, and how many tokens follow it in its file */
+static const unsigned char *tok_at(const RtData *d, int64_t i, int64_t *run)
+{
+    int lo = 0, hi = d->nseg - 1;
+    while (lo < hi) { /* the last segment starting at or before i */
+        int mid = (lo + hi + 1) / 2;
+        if (d->seg[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const RtTokSeg *sg = &d->seg[lo];
+    *run = sg->first + sg->n - i;
+    return sg->tok + (i - sg->first) * d->tok_bytes;
 }
 
 /* the feeds of --tokens: which inputs, the mapped stream */
@@ -707,21 +813,21 @@ static uint64_t sample_hash(const void *p, uint64_t n)
 int rt_data_agree(const RtOpts *o, const RtData *d, int rank)
 {
     uint64_t mine[4] = {(uint64_t)d->rows, (uint64_t)d->ntok, 0, 0}, ref[4];
-    if (d->tok)
-        mine[2] = sample_hash(d->tok, (uint64_t)d->ntok * (uint64_t)d->tok_bytes);
+    for (int k = 0; k < d->nseg; k++)
+        mine[2] = mine[2] * 31 + sample_hash(d->seg[k].tok, (uint64_t)d->seg[k].n * (uint64_t)d->tok_bytes);
     for (int i = 0; d->feed && i < d->nfeed; i++)
-        if (d->feed[i].kind == FEED_NPY)
-            mine[3] = mine[3] * 31 + sample_hash(d->feed[i].a.data, d->feed[i].a.nbytes);
+        for (int k = 0; d->feed[i].kind == FEED_NPY && k < d->feed[i].npart; k++)
+            mine[3] = mine[3] * 31 + sample_hash(d->feed[i].part[k].data, d->feed[i].part[k].nbytes);
     memcpy(ref, mine, sizeof ref);
     rt_ctl_bcast(ref, sizeof ref, 0);
     if (rank == 0)
         return 0;
-    if (d->tok && ref[1] != mine[1]) {
+    if (d->nseg && ref[1] != mine[1]) {
         rt_err_set(1, "%s %s: this rank reads %" PRIu64 " tokens, rank 0 reads %" PRIu64
                       " (every rank must read the same file)", o->tokens_flag, o->tokens, mine[1], ref[1]);
         return -1;
     }
-    if (d->tok && ref[2] != mine[2]) {
+    if (d->nseg && ref[2] != mine[2]) {
         rt_err_set(1, "%s %s: this rank's copy of the file differs from rank 0's (every rank must read "
                       "the same file)", o->tokens_flag, o->tokens);
         return -1;
@@ -740,14 +846,16 @@ int rt_data_agree(const RtOpts *o, const RtData *d, int rank)
 
 void rt_data_describe(const RtModel *m, const RtOpts *o, const RtData *d)
 {
-    if (!d->tok || d->tok_input < 0)
+    if (!d->nseg || d->tok_input < 0)
         return;
     int64_t T = m->input[d->tok_input].shape[1];
-    printf("tokens %s: %" PRId64 " tokens%s, %" PRId64 " samples of T+1 = %" PRId64 " -> inputs '%s', '%s' "
-           "(shifted by one)\n", o->tokens, d->ntok,
-           (const void *)d->tok == d->tok_map ? "" : d->tok_bytes == 2 ? " (llm.c header, uint16)"
-                                                                    : " (llm.c header, uint32)", d->rows, T + 1,
-           m->input[d->tok_input].name, m->input[d->tok_labels].name);
+    char files[64] = "";
+    if (d->nseg > 1)
+        snprintf(files, sizeof files, " (%d files, read as one stream)", d->nseg);
+    printf("tokens %s%s: %" PRId64 " tokens%s, %" PRId64 " samples of T+1 = %" PRId64 " -> inputs '%s', '%s' "
+           "(shifted by one)\n", o->tokens, files, d->ntok,
+           !d->seg[0].header ? "" : d->tok_bytes == 2 ? " (llm.c header, uint16)" : " (llm.c header, uint32)",
+           d->rows, T + 1, m->input[d->tok_input].name, m->input[d->tok_labels].name);
     fflush(stdout);
 }
 
@@ -767,26 +875,31 @@ static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst,
         const int64_t w = d->tok_bytes, first = f->kind == FEED_LABELS;
         for (int64_t s = 0; s < b; s++) {
             /* window k starts at k*T, k < N = (ntok-1)/T; a random one below ntok - T: either way its T+1
-             * tokens are in the stream */
+             * tokens are in the stream (which may run across files) */
             int64_t start = d->random_windows ? rt_window(d->seed, p + s, d->ntok - T) : sample_at(d, p + s) * T;
-            const unsigned char *src = d->tok + (start + first) * w;
-            for (int64_t t = 0; t < T; t++, src += w)
+            int64_t run = 0;
+            const unsigned char *src = NULL;
+            for (int64_t t = 0; t < T; t++, src += w, run--) {
+                if (run == 0)
+                    src = tok_at(d, start + first + t, &run);
                 out[s * T + t] = w == 2 ? (int64_t)(src[0] | src[1] << 8) : (int64_t)le32(src);
+            }
         }
         return;
     }
+    int64_t avail;
     if (d->shuffle) {
         for (int64_t s = 0; s < b; s++)
-            memcpy(dst + (uint64_t)s * f->row_bytes, f->a.data + (uint64_t)sample_at(d, p + s) * f->row_bytes,
-                   (size_t)f->row_bytes);
+            memcpy(dst + (uint64_t)s * f->row_bytes, row_at(f, sample_at(d, p + s), &avail), (size_t)f->row_bytes);
         return;
     }
-    while (b > 0) {
-        int64_t run = N - r < b ? N - r : b;
-        memcpy(dst, f->a.data + (uint64_t)r * f->row_bytes, (size_t)((uint64_t)run * f->row_bytes));
+    while (b > 0) { /* runs of rows of one file, wrapping at N */
+        const char *src = row_at(f, r, &avail);
+        int64_t run = avail < b ? avail : b;
+        memcpy(dst, src, (size_t)((uint64_t)run * f->row_bytes));
         dst += (uint64_t)run * f->row_bytes;
         b -= run;
-        r = 0;
+        r = (r + run) % N;
     }
 }
 
@@ -815,14 +928,22 @@ void rt_data_close(const RtModel *m, RtData *d)
     if (d->feed) {
         for (int i = 0; i < m->ninput; i++)
             if (d->feed[i].kind == FEED_NPY)
-                npy_close(&d->feed[i].a);
+                for (int k = 0; k < d->feed[i].npart; k++)
+                    npy_close(&d->feed[i].part[k]);
+        for (int i = 0; i < m->ninput; i++) {
+            free(d->feed[i].part);
+            free(d->feed[i].first);
+        }
         free(d->feed);
         d->feed = NULL;
     }
-    if (d->tok_map)
-        munmap(d->tok_map, d->tok_map_len);
-    d->tok_map = NULL;
-    d->tok = NULL;
+    for (int k = 0; d->seg && k < d->nseg; k++)
+        munmap(d->seg[k].map, d->seg[k].map_len);
+    for (int k = 0; d->seg && d->seg[k].path; k++)
+        free(d->seg[k].path);
+    free(d->seg);
+    d->seg = NULL;
+    d->nseg = 0;
 }
 
 int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char *argv0, char **path,

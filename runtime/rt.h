@@ -90,6 +90,13 @@ typedef struct {
 
 struct RtCtx;
 
+/* elements [lo, hi) of a unit's flat layout, whose parameters decay (or not) and train at lr * lr_mult */
+typedef struct {
+    int64_t lo, hi;
+    int decay;
+    double lr_mult;
+} RtOptRun;
+
 typedef struct {
     uint64_t id;          /* must equal the id in OUT.init */
     uint64_t key;         /* this executable: id and the step's code (batch, strategy, layout); the ranks of a
@@ -172,10 +179,10 @@ typedef struct RtCtx {
     /* a validation pass (--val-data, --val-tokens): the step runs only its forward to the averaged loss,
      * Dropout as the identity and BatchNormalization on its running statistics (codegen/exe.c) */
     int validating;
-    /* weight decay per unit (--no-decay): wd_nrun[u] runs of its flat layout, wd_run[u][3k .. 3k+2] = first
-     * element, end, and whether the run decays; the optimizer updates each run's part of this rank's shard */
-    int64_t **wd_run;
-    int *wd_nrun;
+    /* per unit, opt_nrun[u] runs of its flat layout that the optimizer updates alike (--no-decay,
+     * --lr-mult): it updates each run's part of this rank's shard */
+    RtOptRun **opt_run;
+    int *opt_nrun;
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);

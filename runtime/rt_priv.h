@@ -119,6 +119,12 @@ typedef struct {
     const char **no_decay;    /* --no-decay PATTERN: the parameters weight decay skips (none given: those of
                                * rank < 2; "none": every parameter decays) */
     int nno_decay;
+    struct {
+        const char *pattern;
+        double mult;
+    } *lr_mult;               /* --lr-mult PATTERN=X: the learning rate times X for the parameters PATTERN names
+                               * (the first pattern that matches) */
+    int nlr_mult;
     int64_t steps, log_every;
     double lr, wd, momentum, beta1, beta2, eps;
     int set_wd, set_momentum, set_beta1, set_beta2, set_eps;
@@ -193,6 +199,16 @@ void rt_dims_str(char *buf, size_t cap, int rank, const int64_t *shape, int firs
 int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const char **files);
 
 typedef struct RtFeed RtFeed;
+/* one file of a --tokens stream: the mapping, its tokens (past an llm.c header, if any: header 1),
+ * little-endian, the stream's tok_bytes each, and where they sit in the stream */
+typedef struct {
+    char *path;
+    void *map;
+    size_t map_len;
+    const unsigned char *tok;
+    int header;
+    int64_t first, n;
+} RtTokSeg;
 /* The training data: per model input a mapped .npy (--data) or a view of the
  * token stream (--tokens: the tokens, or the labels = tokens shifted by one),
  * and the sample where the next global batch starts.  Every feed has the
@@ -207,12 +223,11 @@ typedef struct {
     int shuffle;    /* --shuffle: position p reads sample rt_shuffle(p mod N, N, seed, p / N) */
     int random_windows; /* --random-windows: position p's token window starts at rt_window(seed, p, ntok - T) */
     uint64_t seed;
-    /* --tokens: the mapped file, its tokens (past an llm.c header, if any) */
-    void *tok_map;
-    size_t tok_map_len;
-    const unsigned char *tok; /* the tokens, little-endian, tok_bytes each */
+    /* --tokens: the mapped files of the stream, in order (a glob's, by name) */
+    RtTokSeg *seg;
+    int nseg;
     int tok_bytes;            /* 2 (uint16: raw streams, llm.c version 1) or 4 (uint32: llm.c version 2) */
-    int64_t ntok;
+    int64_t ntok;             /* tokens in all of them */
     int tok_input, tok_labels; /* model input indices fed from the stream (-1: none) */
 } RtData;
 

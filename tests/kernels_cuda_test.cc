@@ -1296,12 +1296,13 @@ static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Mic
     for (int decay = 0; decay < 3; decay++) { /* none, decoupled (AdamW), added to the gradient (Adam) */
         const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
         F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
+        const double mult = decay == 1 ? 0.5 : 1.0; /* --lr-mult: this part's factor */
         k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, decay ? 0.05 : 0.0,
-                    decay == 2, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
+                    decay == 2, mult, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
         /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params; the weight decay
          * argument only says whether this part decays (--no-decay: 0) */
-        kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, decay ? 9 : 0, decay == 2, 9, &q.gsq,
-                     9, 9, 9, 9);
+        kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, decay ? 9 : 0, decay == 2, mult, 9,
+                     &q.gsq, 9, 9, 9, 9);
         CTX("kc_adamw n %lld step %d decay %d clip %g gsq %g micro %lld of %lld", (long long)n, step, decay, q.clip,
             q.gsq, (long long)u.micro, (long long)u.accum);
         check_updated(p2, p, p0, n, u);
@@ -1319,9 +1320,11 @@ static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro
             step_params = KcStepParams{0.1, 0, 0, 0, 0.01, mom, q.clip, step, u.micro, u.accum, 0.0, step};
             const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
             F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, nesterov, step, &q.gsq, q.clip, 0.0, u.micro,
-                      u.accum);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, wd != 0 ? 9 : 0, nesterov, 9, &q.gsq, 9, 9, 9, 9);
+            const double mult = nesterov ? 0.25 : 1.0; /* --lr-mult */
+            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, nesterov, mult, step, &q.gsq, q.clip, 0.0,
+                      u.micro, u.accum);
+            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, wd != 0 ? 9 : 0, nesterov, mult, 9, &q.gsq, 9, 9, 9,
+                       9);
             CTX("kc_sgd n %lld step %d momentum %g wd %g nesterov %d clip %g gsq %g micro %lld of %lld", (long long)n,
                 step, mom, wd, nesterov, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
             check_updated(p2, p, p0, n, u);
@@ -1599,12 +1602,12 @@ static void test_loss_scale()
                 const F g = rnd(n, -1000, 1000), p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
                 F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
                 if (sgd) {
-                    k_sgd_f32(p.data(), g.data(), m.data(), n, 0.01, 0.9, 0.05, 0, 3, &gsq, clip, 1024.0, 0, 1);
-                    kc_sgd_f32(p2.data(), g.data(), m2.data(), n, 9, 9, 9, 0, 9, &gsq, 9, 9, 9, 9);
+                    k_sgd_f32(p.data(), g.data(), m.data(), n, 0.01, 0.9, 0.05, 0, 1.0, 3, &gsq, clip, 1024.0, 0, 1);
+                    kc_sgd_f32(p2.data(), g.data(), m2.data(), n, 9, 9, 9, 0, 1.0, 9, &gsq, 9, 9, 9, 9);
                 } else {
-                    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, 0, 3, &gsq, clip,
+                    k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, 0.05, 0, 1.0, 3, &gsq, clip,
                                 1024.0, 0, 1);
-                    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 0, 9, &gsq, 9, 9, 9, 9);
+                    kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, 9, 0, 1.0, 9, &gsq, 9, 9, 9, 9);
                 }
                 CTX("kc_%s with loss scale 1024, opt_step 3 (step 7), clip %g, gsq %g", sgd ? "sgd" : "adamw", clip,
                     (double)gsq);

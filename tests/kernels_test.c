@@ -795,8 +795,8 @@ static void adamw_run(int dt, Buf *p, Buf *g, Buf *m, Buf *v, double lr, double 
                       double b2, double eps, double wd, int l2, int64_t step)
 {
     put(dt, g);
-    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, l2, step, NULL, 0, 0, 0, 1);
-    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, l2, step, NULL, 0, 0, 0, 1);
+    if (dt == F32) k_adamw_f32(p->f, g->f, m->f, v->f, p->n, lr, b1, b2, eps, wd, l2, 1.0, step, NULL, 0, 0, 0, 1);
+    else k_adamw_f64(p->d, g->d, m->d, v->d, p->n, lr, b1, b2, eps, wd, l2, 1.0, step, NULL, 0, 0, 0, 1);
     get(dt, p), get(dt, m), get(dt, v);
 }
 
@@ -877,8 +877,8 @@ static void sgd_run(int dt, Buf *p, const double *gv, Buf *buf, double lr,
     Buf g = buf_new(p->n);
     set(&g, gv);
     put(dt, &g);
-    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, nesterov, step, NULL, 0, 0, 0, 1);
-    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, nesterov, step, NULL, 0, 0, 0, 1);
+    if (dt == F32) k_sgd_f32(p->f, g.f, buf ? buf->f : NULL, p->n, lr, mom, wd, nesterov, 1.0, step, NULL, 0, 0, 0, 1);
+    else k_sgd_f64(p->d, g.d, buf ? buf->d : NULL, p->n, lr, mom, wd, nesterov, 1.0, step, NULL, 0, 0, 0, 1);
     get(dt, p);
     if (buf) get(dt, buf);
     buf_free(&g);
@@ -980,11 +980,11 @@ static void test_loss_scale(int dt)
             }
             double clip = clip_on ? 0.2 : 0;
             if (opt == 0) {
-                k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 2, gsq, clip, S, 0, 1);
-                k_adamw_f32(p2, g, m2, v2, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 2, gsq, clip, 0.0, 0, 1);
+                k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 1.0, 2, gsq, clip, S, 0, 1);
+                k_adamw_f32(p2, g, m2, v2, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 1.0, 2, gsq, clip, 0.0, 0, 1);
             } else {
-                k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 2, gsq, clip, S, 0, 1);
-                k_sgd_f32(p2, g, m2, n, 1e-2, 0.9, 0.1, 0, 2, gsq, clip, 0.0, 0, 1);
+                k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 1.0, 2, gsq, clip, S, 0, 1);
+                k_sgd_f32(p2, g, m2, n, 1e-2, 0.9, 0.1, 0, 1.0, 2, gsq, clip, 0.0, 0, 1);
             }
             CTX("%s with loss scale %g on the scaled gradient (clip %g) = the unscaled update",
                 opt ? "k_sgd" : "k_adamw", S, clip);
@@ -996,9 +996,9 @@ static void test_loss_scale(int dt)
                 gsq[0] = bad ? NAN : INFINITY;
                 gS[0] = bad ? NAN : INFINITY;
                 if (opt == 0)
-                    k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, gsq, clip, S, 0, 1);
+                    k_adamw_f32(p1, gS, m1, v1, n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 1.0, 3, gsq, clip, S, 0, 1);
                 else
-                    k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 3, gsq, clip, S, 0, 1);
+                    k_sgd_f32(p1, gS, m1, n, 1e-2, 0.9, 0.1, 0, 1.0, 3, gsq, clip, S, 0, 1);
                 CTX("%s skips a step whose norm is %s: nothing written", opt ? "k_sgd" : "k_adamw",
                     bad ? "NaN" : "inf");
                 check_int(dt, !memcmp(p1, p2, sizeof p1) && !memcmp(m1, m2, sizeof m1) && !memcmp(v1, v2, sizeof v1),
@@ -1056,11 +1056,11 @@ static void test_clip(int dt)
             memcpy(p2.d, p1.d, (size_t)n * 8), memcpy(m2.d, m1.d, (size_t)n * 8), memcpy(v2.d, v1.d, (size_t)n * 8);
             put(dt, &p1), put(dt, &p2), put(dt, &m1), put(dt, &m2), put(dt, &v1), put(dt, &v2), put(dt, &gs);
             if (opt == 0) {
-                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, V(gsq), clip, 0.0, 0, 1);
-                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 3, V(gsq), 0.0, 0.0, 0, 1);
+                KCALL(k_adamw, V(p1), V(g), V(m1), V(v1), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 1.0, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_adamw, V(p2), V(gs), V(m2), V(v2), n, 1e-2, 0.9, 0.99, 1e-8, 0.1, 0, 1.0, 3, V(gsq), 0.0, 0.0, 0, 1);
             } else {
-                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 0, 3, V(gsq), clip, 0.0, 0, 1);
-                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 0, 3, V(gsq), 0.0, 0.0, 0, 1);
+                KCALL(k_sgd, V(p1), V(g), V(m1), n, 1e-2, 0.9, 0.1, 0, 1.0, 3, V(gsq), clip, 0.0, 0, 1);
+                KCALL(k_sgd, V(p2), V(gs), V(m2), n, 1e-2, 0.9, 0.1, 0, 1.0, 3, V(gsq), 0.0, 0.0, 0, 1);
             }
             get(dt, &p1), get(dt, &p2), get(dt, &m1), get(dt, &m2);
             CTX("%s with clip %g (coefficient %.9g) = the update of the scaled gradient", opt ? "k_sgd" : "k_adamw",

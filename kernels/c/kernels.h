@@ -299,16 +299,17 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
  * written.                                                                             \
  * PyTorch AdamW: p *= 1 - lr wd; m,v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps),\
  * bc = 1 - beta^step.  l2: PyTorch Adam instead: g += wd p before the moments, no     \
- * p *= 1 - lr wd */                                                                    \
+ * p *= 1 - lr wd.  The rate is lr * lr_mult (a param group's factor, --lr-mult) */     \
 void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,      \
-                 double beta2, double eps, double wd, int l2, int64_t step, const T *gsq,\
-                 double clip, double scale, int64_t micro, int64_t accum);              \
+                 double beta2, double eps, double wd, int l2, double lr_mult,          \
+                 int64_t step, const T *gsq, double clip, double scale, int64_t micro,  \
+                 int64_t accum);                                                        \
 /* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf      \
  * (nesterov: p -= lr (g + momentum buf)); momentum 0: p -= lr g and buf is untouched   \
- * (may be NULL) */                                                                     \
+ * (may be NULL); the rate lr * lr_mult */                                              \
 void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
-               double wd, int nesterov, int64_t step, const T *gsq, double clip,        \
-               double scale, int64_t micro, int64_t accum);                             \
+               double wd, int nesterov, double lr_mult, int64_t step, const T *gsq,     \
+               double clip, double scale, int64_t micro, int64_t accum);               \
 /* gradient accumulation (--accum): y = x at micro-step 0, y += x after it */           \
 void k_grad_accum_##S(T *y, const T *x, int64_t n, int64_t micro);                      \
 /* y[0] = sum of x[i]^2 (accumulated in double), plus y[0] when accumulate */           \

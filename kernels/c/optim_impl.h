@@ -21,11 +21,12 @@ static T KFN(update_coef)(const T *gsq, double clip, double scale)
  * l2: torch.optim.Adam instead, _single_tensor_adam: no param.mul_, and
  *   grad = grad.add(param, alpha=wd) (when wd != 0) before the moments. */
 void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double wd, int l2,
+                  double beta1, double beta2, double eps, double wd, int l2, double lr_mult,
                   int64_t step, const T *gsq, double clip, double scale, int64_t micro, int64_t accum)
 {
     if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
         return;
+    lr *= lr_mult; /* this part's param group: lr times its factor */
     const int clipping = clip > 0 || scale > 0;
     const T coef = KFN(update_coef)(gsq, clip, scale);
     const double bc1 = 1 - pow(beta1, (double)step);
@@ -55,11 +56,12 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
  *   param.add_(d_p, alpha=-lr)
  * The first step is step == 1 (buf is then written, never read). */
 void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
-                double momentum, double wd, int nesterov, int64_t step, const T *gsq, double clip, double scale,
-                int64_t micro, int64_t accum)
+                double momentum, double wd, int nesterov, double lr_mult, int64_t step, const T *gsq, double clip,
+                double scale, int64_t micro, int64_t accum)
 {
     if (micro != accum - 1 || (gsq && !isfinite((double)gsq[0])))
         return;
+    lr *= lr_mult;
     const int clipping = clip > 0 || scale > 0;
     const T coef = KFN(update_coef)(gsq, clip, scale);
     const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);

@@ -1029,24 +1029,25 @@ void kc_nll_loss_grad_f32(float *dx, const float *dx_in, const float *dloss, con
  * kernel, not the host, decides whether this one updates (one captured
  * graph replays them all). */
 void kc_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double wd, int l2, int64_t step, const float *gsq, double clip,
-                  double scale, int64_t micro, int64_t accum)
+                  double beta2, double eps, double wd, int l2, double lr_mult, int64_t step, const float *gsq,
+                  double clip, double scale, int64_t micro, int64_t accum)
 {
     /* the hyper-parameters come from kc_step_params() (a graph replays with new ones); wd only says whether
-     * this part decays (--no-decay: 0 where it does not), which is fixed for a run */
+     * this part decays (--no-decay: 0 where it does not), l2 how, lr_mult its factor: fixed for a run */
     (void)lr, (void)beta1, (void)beta2, (void)eps, (void)step, (void)clip, (void)scale, (void)micro, (void)accum;
     if (n > 0)
-        launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, wd != 0 ? (l2 ? 2 : 1) : 0, gsq,
-                           kc_step_params());
+        launch_k_adamw_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, wd != 0 ? (l2 ? 2 : 1) : 0, lr_mult,
+                           gsq, kc_step_params());
 }
 
 void kc_sgd_f32(float *p, const float *g, float *buf, int64_t n, double lr, double momentum, double wd,
-                int nesterov, int64_t step, const float *gsq, double clip, double scale, int64_t micro,
-                int64_t accum)
+                int nesterov, double lr_mult, int64_t step, const float *gsq, double clip, double scale,
+                int64_t micro, int64_t accum)
 {
     (void)lr, (void)momentum, (void)step, (void)clip, (void)scale, (void)micro, (void)accum; /* wd: as kc_adamw */
     if (n > 0)
-        launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, wd != 0, nesterov, gsq, kc_step_params());
+        launch_k_sgd_f32(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, wd != 0, nesterov, lr_mult, gsq,
+                         kc_step_params());
 }
 
 /* the micro-step comes from kc_step_params(), not from `micro` */

@@ -49,13 +49,13 @@ KC_DEV bool update_now(const float *gsq, const KcStepParams *sp)
 }
 
 /* torch.optim.AdamW (see kernels/c/optim_impl.h) */
-KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, int decay, const float *gsq,
-                           const KcStepParams *sp)
+KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t n, int decay, double lr_mult,
+                           const float *gsq, const KcStepParams *sp)
 {
     if (!update_now(gsq, sp))
         return;
     const float coef = clip_coef(gsq, sp);
-    const double lr = sp->lr, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->opt_step;
+    const double lr = sp->lr * lr_mult, beta1 = sp->beta1, beta2 = sp->beta2, step = (double)sp->opt_step;
     const double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
     /* decay: 0 none (--no-decay), 1 decoupled (AdamW), 2 added to the gradient (Adam), as kernels/c */
     const float shrink = (float)(1 - lr * (decay == 1 ? sp->weight_decay : 0.0)), neg_step = (float)(-(lr / bc1));
@@ -77,14 +77,14 @@ KC_GLOBAL void k_adamw_f32(float *p, const float *g, float *m, float *v, int64_t
 
 /* torch.optim.SGD (dampening 0, nesterov off); buf untouched without
  * momentum (may be NULL then) */
-KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, int decay, int nesterov,
+KC_GLOBAL void k_sgd_f32(float *p, const float *g, float *buf, int64_t n, int decay, int nesterov, double lr_mult,
                          const float *gsq, const KcStepParams *sp)
 {
     if (!update_now(gsq, sp))
         return;
     const float coef = clip_coef(gsq, sp);
     const double wd = decay ? sp->weight_decay : 0.0, momentum = sp->momentum;
-    const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-sp->lr);
+    const float twd = (float)wd, mom = (float)momentum, neg_lr = (float)(-(sp->lr * lr_mult));
     const bool first = sp->opt_step == 1;
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
         float d = g[i] * coef;

@@ -275,7 +275,7 @@ def main():
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:nope,t", "--dim", "batch=2"], "nope", "y")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y", "--dim", "batch=2"], "--loss", "KIND:PRED,TARGET")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "hinge:y,t", "--dim", "batch=2"], "hinge")
-    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--optimizer", "adam"] + base, "adam")
+    expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--optimizer", "lamb"] + base, "lamb", "adamw, adam or sgd")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--wrap", "size:x"] + base, "--wrap")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--frobnicate"] + base, "--frobnicate")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--precision", "fp8"] + base, "--precision fp8")

@@ -105,6 +105,39 @@ def random_windows(fsdpc, J):
     err = p.stderr.strip()
     check(p.returncode == 2 and len(err.splitlines()) == 1 and "give one or the other" in err, "%r" % err)
 
+    # several files as one stream: the ramp cut in three (windows run across the cuts; one file with llm.c's
+    # version-1 header) and the targets' .npy in two read as the single files are
+    ramp = np.arange(NT, dtype="<u2")
+    ramp[:1000].tofile(J("part-0.bin"))
+    hdr = np.zeros(256, "<i4")
+    hdr[:3] = (20240520, 1, 1500)
+    with open(J("part-1.bin"), "wb") as f:
+        f.write(hdr.tobytes() + ramp[1000:2500].tobytes())
+    ramp[2500:].tofile(J("part-2.bin"))
+    zeros = np.load(J("zeros.npy"))
+    np.save(J("z-0.npy"), zeros[:100])
+    np.save(J("z-1.npy"), zeros[100:])
+    for extra in ([], ["--random-windows", "--seed", "4"], ["--shuffle"]):
+        one = windows(2, "one" + "".join(extra), "--steps", "8", *extra)
+        m = J("win_glob.jsonl")
+        run(mpirun(2, [J("win_w2"), "--tokens", J("part-*.bin"), "--token-inputs", "idx,lab", "--data",
+                       "t=" + J("z-*.npy"), "--lr", "0", "--quiet", "--metrics", m, "--steps", "8"] + extra))
+        glob_losses = [json.loads(l)["loss"] for l in open(m) if '"step"' in l]
+        check(glob_losses == one, "%s: the globs read %s, the single files %s" % (extra, glob_losses, one))
+    p = run([J("win_w1"), "--tokens", J("part-*.bin"), "--token-inputs", "idx,lab", "--data", "t=" + J("zeros.npy")],
+            check=False)
+    check("(3 files, read as one stream)" in p.stdout, "no files line: " + p.stdout)
+    hdr[1] = 2  # a uint32 file among uint16 ones
+    with open(J("part-1.bin"), "wb") as f:
+        f.write(hdr.tobytes() + ramp[1000:2500].astype("<u4").tobytes())
+    for args, needle in ((["--tokens", J("part-*.bin")], "share a token width"),
+                         (["--tokens", J("nothing-*.bin")], "no file matches the pattern")):
+        p = run([J("win_w1"), "--token-inputs", "idx,lab", "--data", "t=" + J("zeros.npy")] + args, check=False)
+        err = p.stderr.strip()
+        check(p.returncode == 1 and len(err.splitlines()) == 1 and needle in err, "%s: %r" % (args, err))
+    print("ok globs: three token files (one with llm.c's header) and two .npy read as one stream each, fixed, "
+          "random and shuffled windows as the single files; mixed widths and no match one line each")
+
 
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]

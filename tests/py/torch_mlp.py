@@ -86,21 +86,23 @@ def sched_lr(lr, step):
     return lr * MIN_FRAC + 0.5 * (lr - lr * MIN_FRAC) * (1 + math.cos(math.pi * t))
 
 
-def reference(model, opt_name, x, t, steps=STEPS, clip=None, decays=lambda name, p: p.dim() >= 2, nesterov=False):
+def reference(model, opt_name, x, t, steps=STEPS, clip=None, decays=lambda name, p: p.dim() >= 2, nesterov=False,
+              mult=lambda name: 1.0):
     """losses, weights, and with clip (then also the cosine schedule) the norms and lrs of each step; weight
-    decay on the parameters decays(name, p) says (default: rank >= 2, fsdpc's default), in param groups"""
+    decay on the parameters decays(name, p) says (default: rank >= 2, fsdpc's default), the learning rate
+    times mult(name): one param group per (decay, factor)"""
     wd = 1e-3 if opt_name == "sgd" else 0.01
+    base = 1e-2 if opt_name != "sgd" else 0.1
     ps = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in ps if decays(n, p)], "weight_decay": wd},
-              {"params": [p for n, p in ps if not decays(n, p)], "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
+    keys = sorted({(decays(n, p), mult(n)) for n, p in ps})
+    groups = [{"params": [p for n, p in ps if (decays(n, p), mult(n)) == k], "weight_decay": wd if k[0] else 0.0,
+               "lr": base * k[1]} for k in keys]
     if opt_name == "adamw":
-        opt = torch.optim.AdamW(groups, lr=1e-2)
+        opt = torch.optim.AdamW(groups, lr=base)
     elif opt_name == "adam":  # the weight decay added to the gradient
-        opt = torch.optim.Adam(groups, lr=1e-2)
+        opt = torch.optim.Adam(groups, lr=base)
     else:
-        opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9, nesterov=nesterov)
-    base = opt.param_groups[0]["lr"]
+        opt = torch.optim.SGD(groups, lr=base, momentum=0.9, nesterov=nesterov)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: sched_lr(base, e + 1) / base) if clip else None
     losses, norms, lrs = [], [], []
     for s in range(steps):
@@ -110,7 +112,7 @@ def reference(model, opt_name, x, t, steps=STEPS, clip=None, decays=lambda name,
         loss.backward()
         if clip:
             norms.append(float(torch.nn.utils.clip_grad_norm_([p for _, p in ps], clip)))
-            lrs.append(opt.param_groups[0]["lr"])
+            lrs.append(opt.param_groups[0]["lr"] / keys[0][1])  # the base rate: a group's over its factor
         opt.step()
         if sched:
             sched.step()
@@ -258,6 +260,23 @@ def main():
         check("weight decay %g on %d of 6 parameters" % (float(hyper[-1]), nd) in p.stdout,
               "%s: the start-up line: %s" % (flags, p.stdout))
         print("%s world 3: matches PyTorch with weight decay on %d of 6 parameters" % (" ".join(flags), nd))
+    # --lr-mult: fc2 at 0.3 times the learning rate, fc3's weight at 2 times, fc3's bias at 5 (the first
+    # pattern that matches counts), fc1 at 1
+    ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t,
+                                        mult=lambda n: 0.3 if n.startswith("fc2.") else 2.0 if n == "fc3.weight"
+                                        else 5.0 if n.startswith("fc3.") else 1.0)
+    exe = os.path.join(work, "train_w2")
+    metrics, out = exe + ".mult.jsonl", exe + ".mult.onnx"
+    run(mpirun(2, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
+        work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out, "--lr-mult", "fc2.*=0.3",
+        "--lr-mult", "fc3.weight=2", "--lr-mult", "fc3.*=5"] + hyper))
+    losses, _ = read_metrics(metrics)
+    for s, (a, b) in enumerate(zip(losses, ref_losses)):
+        check(abs(a - b) <= 1e-5 * abs(b), "--lr-mult world 2 step %d: loss %.9g vs PyTorch %.9g" % (s, a, b))
+    w = onnx_weights(out)
+    for name, ref in ref_w.items():
+        check(rel_err(w[name], ref) <= 1e-5, "--lr-mult world 2: weight '%s' differs from PyTorch" % name)
+    print("--lr-mult fc2.*=0.3 fc3.weight=2 fc3.*=5 world 2: matches PyTorch's param groups")
     if opt_name == "sgd":  # Nesterov momentum, at world 2
         ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t, nesterov=True)
         exe = os.path.join(work, "train_w2")
@@ -276,7 +295,10 @@ def main():
     for flags, needle in ((["--no-decay", "nothing*"], "--no-decay nothing*: no parameter's name matches it"),
                           (["--no-decay", "none", "--no-decay", "fc1.*"], "--no-decay none (every parameter decays) "
                                                                           "goes alone"),
-                          (["--nesterov"], "--nesterov is SGD's" if opt_name != "sgd" else "--nesterov needs --momentum")):
+                          (["--nesterov"], "--nesterov is SGD's" if opt_name != "sgd" else "--nesterov needs --momentum"),
+                          (["--lr-mult", "fc9.*=2"], "--lr-mult fc9.*: no parameter's name matches it"),
+                          (["--lr-mult", "fc1.weight"], "--lr-mult expects PATTERN=X"),
+                          (["--lr-mult", "fc1.weight=-1"], "--lr-mult")):
         p = run([os.path.join(work, "train_w1"), "--data", "x=" + os.path.join(work, "x.npy"), "--data",
                  "target=" + os.path.join(work, "t.npy"), "--steps", "1"] + flags, check=False)
         err = p.stderr.strip().splitlines()
