@@ -241,55 +241,40 @@ def main():
               % (world, mem["model_state_bytes"], nfc1, n))
         print("freeze world %d: fc1 unchanged, the rest matches PyTorch; model state %d B"
               % (world, mem["model_state_bytes"]))
+    def against(world, tag, flags, ref):
+        """the world-W executable run with run flags, its losses and exported weights against PyTorch's (ref);
+        returns (stdout, exported weights)"""
+        exe = os.path.join(work, "train_w%d" % world)
+        metrics, out = "%s.%s.jsonl" % (exe, tag), "%s.%s.onnx" % (exe, tag)
+        p = run(mpirun(world, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
+            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper + flags))
+        losses, _ = read_metrics(metrics)
+        for s, (a, b) in enumerate(zip(losses, ref[0])):
+            check(abs(a - b) <= 1e-5 * abs(b), "%s world %d step %d: loss %.9g vs PyTorch %.9g" % (flags, world, s,
+                                                                                                  a, b))
+        w = onnx_weights(out)
+        for name, r in ref[1].items():
+            check(rel_err(w[name], r) <= 1e-5, "%s world %d: weight '%s' differs from PyTorch" % (flags, world, name))
+        return p.stdout, w
+
     # --no-decay: patterns name the parameters weight decay skips (replacing the rank < 2 default); none: all decay
     for flags, rule in ((["--no-decay", "fc2.*", "--no-decay", "fc3.bias"],
                          lambda n, p: not (n.startswith("fc2.") or n == "fc3.bias")),
                         (["--no-decay", "none"], lambda n, p: True)):
-        ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t, decays=rule)
-        exe = os.path.join(work, "train_w3")
-        metrics, out = exe + ".nd.jsonl", exe + ".nd.onnx"
-        p = run(mpirun(3, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
-            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out] + hyper + flags))
-        losses, _ = read_metrics(metrics)
-        for s, (a, b) in enumerate(zip(losses, ref_losses)):
-            check(abs(a - b) <= 1e-5 * abs(b), "%s world 3 step %d: loss %.9g vs PyTorch %.9g" % (flags, s, a, b))
-        w = onnx_weights(out)
-        for name, ref in ref_w.items():
-            check(rel_err(w[name], ref) <= 1e-5, "%s world 3: weight '%s' differs from PyTorch" % (flags, name))
+        out, _ = against(3, "nd", flags, reference(copy.deepcopy(init), opt_name, x, t, decays=rule))
         nd = sum(1 for n, q in init.named_parameters() if rule(n, q))
-        check("weight decay %g on %d of 6 parameters" % (float(hyper[-1]), nd) in p.stdout,
-              "%s: the start-up line: %s" % (flags, p.stdout))
+        check("weight decay %g on %d of 6 parameters" % (float(hyper[-1]), nd) in out,
+              "%s: the start-up line: %s" % (flags, out))
         print("%s world 3: matches PyTorch with weight decay on %d of 6 parameters" % (" ".join(flags), nd))
     # --lr-mult: fc2 at 0.3 times the learning rate, fc3's weight at 2 times, fc3's bias at 5 (the first
     # pattern that matches counts), fc1 at 1
-    ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t,
-                                        mult=lambda n: 0.3 if n.startswith("fc2.") else 2.0 if n == "fc3.weight"
-                                        else 5.0 if n.startswith("fc3.") else 1.0)
-    exe = os.path.join(work, "train_w2")
-    metrics, out = exe + ".mult.jsonl", exe + ".mult.onnx"
-    run(mpirun(2, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
-        work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out, "--lr-mult", "fc2.*=0.3",
-        "--lr-mult", "fc3.weight=2", "--lr-mult", "fc3.*=5"] + hyper))
-    losses, _ = read_metrics(metrics)
-    for s, (a, b) in enumerate(zip(losses, ref_losses)):
-        check(abs(a - b) <= 1e-5 * abs(b), "--lr-mult world 2 step %d: loss %.9g vs PyTorch %.9g" % (s, a, b))
-    w = onnx_weights(out)
-    for name, ref in ref_w.items():
-        check(rel_err(w[name], ref) <= 1e-5, "--lr-mult world 2: weight '%s' differs from PyTorch" % name)
+    against(2, "mult", ["--lr-mult", "fc2.*=0.3", "--lr-mult", "fc3.weight=2", "--lr-mult", "fc3.*=5"],
+            reference(copy.deepcopy(init), opt_name, x, t, mult=lambda n: 0.3 if n.startswith("fc2.") else
+                      2.0 if n == "fc3.weight" else 5.0 if n.startswith("fc3.") else 1.0))
     print("--lr-mult fc2.*=0.3 fc3.weight=2 fc3.*=5 world 2: matches PyTorch's param groups")
     if opt_name == "sgd":  # Nesterov momentum, at world 2
-        ref_losses, ref_w, _, _ = reference(copy.deepcopy(init), opt_name, x, t, nesterov=True)
-        exe = os.path.join(work, "train_w2")
-        metrics, out = exe + ".nesterov.jsonl", exe + ".nesterov.onnx"
-        run(mpirun(2, [exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(
-            work, "t.npy"), "--steps", str(STEPS), "--metrics", metrics, "--export-onnx", out, "--nesterov"] + hyper))
-        losses, _ = read_metrics(metrics)
-        for s, (a, b) in enumerate(zip(losses, ref_losses)):
-            check(abs(a - b) <= 1e-5 * abs(b), "nesterov world 2 step %d: loss %.9g vs PyTorch %.9g" % (s, a, b))
-        w = onnx_weights(out)
+        _, w = against(2, "nesterov", ["--nesterov"], reference(copy.deepcopy(init), opt_name, x, t, nesterov=True))
         plain = onnx_weights(os.path.join(work, "train_w2.onnx"))
-        for name, ref in ref_w.items():
-            check(rel_err(w[name], ref) <= 1e-5, "nesterov world 2: weight '%s' differs from PyTorch" % name)
         check(any(rel_err(w[k], plain[k]) > 1e-4 for k in w), "--nesterov trains as plain momentum")
         print("--nesterov world 2: matches PyTorch's SGD(nesterov=True)")
     for flags, needle in ((["--no-decay", "nothing*"], "--no-decay nothing*: no parameter's name matches it"),
@@ -304,7 +289,7 @@ def main():
         err = p.stderr.strip().splitlines()
         check(p.returncode == 2 and len(err) == 1 and needle in err[0], "%s: exit %d %s" % (flags, p.returncode, err))
     print("OK torch_mlp %s: 5 steps match PyTorch at world 1-4 (no weight decay on biases: the default); clipped "
-          "and scheduled at world 1-3; frozen fc1; --no-decay patterns and none" % opt_name)
+          "and scheduled at world 1-3; frozen fc1; --no-decay patterns and none; --lr-mult" % opt_name)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Checked:
 - the value: a GPT (examples/gpt.py, 2 layers, d 32, T 16) with dropout 0.1, trained at --lr 0 (AdamW leaves
   every weight as it is) under --shard full --wrap blocks at world 1 and 2: every val_loss equals PyTorch's
   eval-mode cross-entropy of the initial model over the same validation batches (rel 1e-5): Dropout is off,
-  the batches are the set's first ones, world 1 and 2 agree;
+  the batches are the set's first ones, world 1 and 2 agree; without dropout, it equals the cross-entropy of
+  the logits an --eval build of the model computes on those batches;
 - the weights it reads: the GPT without dropout, its training set one global batch (every step reads it)
   and the validation set the same batch: the val_loss after step k equals step k+1's training loss (rel
   1e-6), for an AdamW run with --lr 1e-2 at world 2 under --shard full, grad_op, none, --precision bf16
@@ -114,6 +115,26 @@ def main():
         got[world] = [o["val_loss"] for o in ms if "val_loss" in o]
         print("gpt dropout 0.1, lr 0, world %d: val_loss %.9g, PyTorch eval %.9g" % (world, got[world][0], want))
     check(all(rel(a, b) < 1e-6 for a, b in zip(got[1], got[2])), "world 1 %s vs 2 %s" % (got[1], got[2]))
+
+    # the same as fsdpc's own forward-only build: the GPT without dropout at lr 0, its val_loss against the
+    # cross-entropy of an --eval executable's logits on the same two batches
+    exe = build("gpt", 2, "evalref")
+    run(mpirun(2, [exe, "--tokens", J("train.bin"), "--val-tokens", J("val.bin"), "--lr", "0", "--steps", "1",
+                   "--eval-steps", "2", "--quiet", "--metrics", exe + ".jsonl"]))
+    val = metrics(exe + ".jsonl")[0]["val_loss"]
+    run([fsdpc, J("gpt.onnx"), "-o", J("fwd"), "--target", "cpu", "--eval", "--dim", "batch=%d" % GB])
+    ces = []
+    for k in range(2):
+        w = np.stack([val_tok[(k * GB + s) * T:(k * GB + s) * T + T + 1] for s in range(GB)]).astype(np.int64)
+        np.save(J("ids.npy"), w[:, :T])
+        run([J("fwd"), "--input", "input_ids=" + J("ids.npy"), "--out-dir", J("fwd_out")])
+        z = np.load(J("fwd_out", "logits.npy")).astype(np.float64)
+        z = z - z.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        ces.append(-np.take_along_axis(logp, w[:, 1:, None], -1).mean())
+    check(rel(val, float(np.mean(ces))) < 1e-5, "val_loss %.9g, the --eval build's %.9g" % (val, np.mean(ces)))
+    print("gpt, lr 0, world 2: val_loss %.9g = the cross-entropy of an --eval build's logits %.9g"
+          % (val, np.mean(ces)))
 
     # 2. the current weights: train = val = one global batch; val after step k = training loss of step k+1,
     # under every strategy, bf16 and gradient accumulation (each micro-step reads the same batch)
