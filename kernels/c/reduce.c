@@ -60,6 +60,19 @@ static int reduce_split(int rank, const int64_t *xshape, const int64_t *yshape,
     return inner_kept;
 }
 
+/* The walks of the backward kernels: kept and reduced dims of x, each with all of its dims (the innermost
+ * back on its side), the kept one at its start; 0 when x is empty. */
+static int group_walks(int rank, const int64_t *xshape, const int64_t *yshape, Walk *kept, Walk *red)
+{
+    int64_t n, count;
+    if (numel(rank, xshape) == 0)
+        return 0;
+    int inner_kept = reduce_split(rank, xshape, yshape, kept, red, &n, &count);
+    walk_push(inner_kept ? kept : red, n, 1, 0);
+    walk_seek(kept, 0);
+    return 1;
+}
+
 /* ---- k_trilu, k_range_i64 ----------------------------------------------- */
 
 void k_trilu(int esize, int upper, void *y, const void *x, int64_t batch,

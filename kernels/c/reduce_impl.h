@@ -118,13 +118,9 @@ void KFN(k_reduce_max_grad)(T *dx, const T *dy, const T *x, const T *y, int rank
                             const int64_t *xshape, const int64_t *yshape)
 {
     Walk kept = {0}, red = {0};
-    int64_t n, count, i = 0;
-    if (numel(rank, xshape) == 0)
+    int64_t i = 0;
+    if (!group_walks(rank, xshape, yshape, &kept, &red))
         return;
-    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
-    /* put the popped innermost dim (stride 1) back: one walk per side */
-    walk_push(inner_kept ? &kept : &red, n, 1, 0);
-    walk_seek(&kept, 0);
     do {
         const T yv = y[i];
         int64_t ties = 0;
@@ -149,12 +145,9 @@ void KFN(k_reduce_prod_grad)(T *dx, const T *dy, const T *x, int rank, const int
                              const int64_t *yshape)
 {
     Walk kept = {0}, red = {0};
-    int64_t n, count, i = 0;
-    if (numel(rank, xshape) == 0)
+    int64_t i = 0;
+    if (!group_walks(rank, xshape, yshape, &kept, &red))
         return;
-    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
-    walk_push(inner_kept ? &kept : &red, n, 1, 0);
-    walk_seek(&kept, 0);
     do {
         int64_t zeros = 0;
         double p = 1;
