@@ -11,7 +11,7 @@
  * node's attributes and are created with dx typed like the forward input.
  *
  * GatherGrad and GatherElementsGrad are also the scatters of ScatterND and
- * ScatterElements (passes/fold.c): their gradient gathers dy back.
+ * ScatterElements (passes/expand.c): their gradient gathers dy back.
  *
  * Indices, conditions, shapes and comparisons carry no gradient (diff bits 0
  * in ops.def), so these rules never see them.

@@ -1,5 +1,5 @@
 /* tensor.h — what the tensor family's files share (ir/rules/tensor.c defines
- * it; ir/rules/shape_tensor.c, ir/rules/grad_tensor.c, passes/fold.c and
+ * it; ir/rules/shape_tensor.c, ir/rules/grad_tensor.c, passes/fold.c, passes/expand.c and
  * codegen/emit_tensor.c use it): the checked
  * reading of a node's attributes and the description of its data movement,
  * written once and used both by fold (evaluating constants on the host with

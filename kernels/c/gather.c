@@ -23,7 +23,7 @@
  * may read xstep apart.  Columns read and write disjoint x elements (their
  * other coordinates differ), so both directions split columns across
  * threads, and the backward sums every dx element in index order.  The
- * backward is also ScatterElements' scatter (passes/fold.c), whose indices
+ * backward is also ScatterElements' scatter (passes/expand.c), whose indices
  * nothing checked before: it checks them as the forward does.
  *
  * GatherND and ScatterND index with tuples: k_nd_index turns each tuple

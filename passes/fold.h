@@ -1,0 +1,44 @@
+/* fold.h — what passes/fold.c and passes/expand.c share: the sweep over the
+ * program, its visit, and the expansions of composite ops (expand.c).
+ * Private to passes/: nothing else includes it. */
+#ifndef FSDPC_FOLD_H
+#define FSDPC_FOLD_H
+
+#include "ir.h"
+
+typedef struct { int v, n; int *el; } Seq; /* sequence value v: the tensors el[0..n) */
+
+typedef struct {
+    Graph *g;
+    int *order;                /* node ids in the new program order */
+    int n, cap;
+    int nnew;                  /* numbers the names of inserted values */
+    Seq *seq;                  /* the sequences resolved so far */
+    int nseq, seqcap;
+} Sweep;
+
+static inline int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
+
+/* Fold or shape node id; keep it in the program unless folded (fold.c). */
+void fold_visit(Sweep *s, int id);
+/* input i of n, which must be a constant (else one line naming the node and what) (fold.c) */
+const Value *fold_const_in(Graph *g, const Node *n, int i, const char *what);
+/* op(in) named NODE/suffix with the ints attribute attr = {axis} (Split / Squeeze / Unsqueeze's axes), visited;
+ * its output (fold.c) */
+int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const char *attr, int64_t axis);
+/* op(a[, b]) named NODE/suffix writing out (-1: a new value), visited; its output (expand.c) */
+int fold_expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out);
+
+/* composite ops into the ops fsdpc computes (expand.c): each replaces node id by nodes it visits */
+void expand_rmsnorm(Sweep *s, int id);    /* RMSNormalization */
+void expand_logical(Sweep *s, int id);    /* IsNaN, IsInf, And, Or, Xor */
+void expand_argmax(Sweep *s, int id);     /* ArgMax, ArgMin */
+void expand_cumsum(Sweep *s, int id);
+void expand_gather_nd(Sweep *s, int id);
+void expand_scatter(Sweep *s, int id);    /* ScatterND, ScatterElements */
+void expand_resize(Sweep *s, int id);
+void expand_einsum(Sweep *s, int id);
+void expand_attention(Sweep *s, int id);
+void expand_rope(Sweep *s, int id);       /* RotaryEmbedding */
+
+#endif
