@@ -264,9 +264,9 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("no model given (see --help)");
     if (o->arch && strcmp(o->target, "cuda"))
         fatal("--arch applies to --target cuda only");
-    if (o->loss_param_flag && o->loss != (strcmp(o->loss_param_flag, "--huber-delta") ? LOSS_SMOOTH_L1 : LOSS_HUBER))
-        fatal("%s shapes --loss %s, which is not given", o->loss_param_flag,
-              strcmp(o->loss_param_flag, "--huber-delta") ? "smooth_l1" : "huber");
+    int huber = o->loss_param_flag && !strcmp(o->loss_param_flag, "--huber-delta");
+    if (o->loss_param_flag && o->loss != (huber ? LOSS_HUBER : LOSS_SMOOTH_L1))
+        fatal("%s shapes --loss %s, which is not given", o->loss_param_flag, huber ? "huber" : "smooth_l1");
     if (o->label_smoothing > 0 && o->loss != LOSS_CE)
         fatal("--label-smoothing shapes --loss cross_entropy, which is not given");
     if (!o->loss_param_flag)

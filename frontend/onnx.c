@@ -1231,16 +1231,16 @@ static void version_rules(int id, const char *what)
     const Node *n = &G->node[id];
     int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin;
     const char *op = op_info[n->op].name;
-    switch (n->op) {
-    case OP_ReduceMean: case OP_ReduceMax: case OP_ReduceMin: case OP_ReduceProd: /* axes: an attribute before
-                                                                                     opset 18, an input from 18 */
+    if ((op_info[n->op].flags & F_REDUCE) && n->op != OP_ReduceSum) { /* axes: an attribute before opset 18,
+                                                                         an input from 18 (ReduceSum's: 13) */
         if (opset >= 18 && has_axes)
             bad("%s: at opset %lld, %s takes axes as its second input, not an attribute (export the model "
                 "again, or convert it with onnx.version_converter)", what, (long long)opset, op);
         if (opset < 18 && nin > 1)
             bad("%s: at opset %lld, %s takes axes as an attribute; an axes input is opset 18's (the model "
                 "says opset %lld: fix its opset_import)", what, (long long)opset, op, (long long)opset);
-        break;
+    }
+    switch (n->op) {
     case OP_Split: /* num_outputs: opset 18 */
         if (opset < 18 && ir_attr(n, "num_outputs"))
             bad("%s: num_outputs is opset 18's; at opset %lld Split takes split sizes or splits evenly",

@@ -60,19 +60,19 @@ static int scalar(Graph *g, const char *name, DType dt, double v)
     return ir_const(g, name, dt, &s, dt == DT_F32 ? (const void *)&f : (const void *)&v);
 }
 
-/* node op(a[, b]) named name with attributes axis (LogSoftmax: -1) or a mean over every axis (ReduceMean),
- * shaped; its output */
-static int emit(Graph *g, Op op, const char *name, int a, int b, const char *outname)
+/* node op(x) named name, writing a value named outname (NULL: name.out), with LogSoftmax's axis -1 or
+ * ReduceMean's every axis (ad_emit shapes a node before attributes could be added), shaped; its output */
+static int emit_attr(Graph *g, Op op, const char *name, int x, const char *outname)
 {
     int y = ir_value(g, outname ? outname : ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
-    int n = ir_node1(g, op, name, a, b, y);
+    int n = ir_node1(g, op, name, x, -1, y);
     if (op == OP_LogSoftmax)
         ir_attr_add(g, n, "axis", A_INT)->i = -1;
     if (op == OP_ReduceMean) {
         int64_t axes[MAX_RANK];
-        for (int i = 0; i < g->val[a].shape.rank; i++)
+        for (int i = 0; i < g->val[x].shape.rank; i++)
             axes[i] = i;
-        ir_attr_ints_add(g, n, "axes", axes, g->val[a].shape.rank);
+        ir_attr_ints_add(g, n, "axes", axes, g->val[x].shape.rank);
         ir_attr_add(g, n, "keepdims", A_INT)->i = 0;
     }
     shape_node(g, n);
@@ -92,20 +92,20 @@ static int composite_loss(Graph *g, LossKind kind, int p, int t)
     DType dt = g->val[p].dtype;
     double delta = g->opt->loss_param;
     if (kind == LOSS_BCE) {
-        int sp = emit(g, OP_Softplus, "loss.softplus", p, -1, NULL);
-        int pt = emit(g, OP_Mul, "loss.pt", p, t, NULL);
-        return emit(g, OP_ReduceMean, "loss.mean", emit(g, OP_Sub, "loss.terms", sp, pt, NULL), -1, "loss");
+        int sp = ad_emit(g, OP_Softplus, "loss.softplus", p, -1);
+        int pt = ad_emit(g, OP_Mul, "loss.pt", p, t);
+        return emit_attr(g, OP_ReduceMean, "loss.mean", ad_emit(g, OP_Sub, "loss.terms", sp, pt), "loss");
     }
-    int a = emit(g, OP_Abs, "loss.abs", emit(g, OP_Sub, "loss.diff", p, t, NULL), -1, NULL);
+    int a = ad_emit(g, OP_Abs, "loss.abs", ad_emit(g, OP_Sub, "loss.diff", p, t), -1);
     if (kind == LOSS_L1)
-        return emit(g, OP_ReduceMean, "loss.mean", a, -1, "loss");
-    int q = emit(g, OP_Min, "loss.q", a, scalar(g, "loss.delta", dt, delta), NULL);
-    int sq = ad_scale(g, "loss.half_q2", emit(g, OP_Mul, "loss.q2", q, q, NULL), 0.5);
-    int lin = ad_scale(g, "loss.linear", emit(g, OP_Sub, "loss.over", a, q, NULL), delta);
-    int h = emit(g, OP_Add, "loss.terms", sq, lin, NULL);
+        return emit_attr(g, OP_ReduceMean, "loss.mean", a, "loss");
+    int q = ad_emit(g, OP_Min, "loss.q", a, scalar(g, "loss.delta", dt, delta));
+    int sq = ad_scale(g, "loss.half_q2", ad_emit(g, OP_Mul, "loss.q2", q, q), 0.5);
+    int lin = ad_scale(g, "loss.linear", ad_emit(g, OP_Sub, "loss.over", a, q), delta);
+    int h = ad_emit(g, OP_Add, "loss.terms", sq, lin);
     if (kind == LOSS_HUBER)
-        return emit(g, OP_ReduceMean, "loss.mean", h, -1, "loss");
-    int m = emit(g, OP_ReduceMean, "loss.mean", h, -1, NULL);
+        return emit_attr(g, OP_ReduceMean, "loss.mean", h, "loss");
+    int m = emit_attr(g, OP_ReduceMean, "loss.mean", h, NULL);
     int y = ir_value(g, "loss", dt, &g->val[m].shape, R_ACT);
     ir_attr_add(g, ir_node1(g, OP_Scale, "loss.per_beta", m, -1, y), "alpha", A_FLOAT)->f = 1 / delta;
     return y;
@@ -115,11 +115,13 @@ static int composite_loss(Graph *g, LossKind kind, int p, int t)
  * softmax(z)) over every row and class */
 static int smoothed_ce(Graph *g, int z, int labels, double e)
 {
-    int ce = emit(g, OP_CrossEntropyLoss, "loss.ce", z, labels, NULL);
-    int m = emit(g, OP_ReduceMean, "loss.mean_log_prob", emit(g, OP_LogSoftmax, "loss.log_prob", z, -1, NULL),
-                 -1, NULL);
-    return emit(g, OP_Sub, "loss.smoothed", ad_scale(g, "loss.ce_part", ce, 1 - e),
-                ad_scale(g, "loss.uniform_part", m, e), "loss");
+    int ce = ad_emit(g, OP_CrossEntropyLoss, "loss.ce", z, labels);
+    int m = emit_attr(g, OP_ReduceMean, "loss.mean_log_prob", emit_attr(g, OP_LogSoftmax, "loss.log_prob", z, NULL),
+                      NULL);
+    int y = ir_value(g, "loss", g->val[ce].dtype, &g->val[ce].shape, R_ACT);
+    shape_node(g, ir_node1(g, OP_Sub, "loss.smoothed", ad_scale(g, "loss.ce_part", ce, 1 - e),
+                           ad_scale(g, "loss.uniform_part", m, e), y));
+    return y;
 }
 
 /* the loss node of --loss KIND:PRED,TARGET; TARGET becomes a graph input */

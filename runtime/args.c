@@ -16,8 +16,6 @@
 
 #include "rt_priv.h"
 
-static const char *opt_name(int optimizer) { return rt_opt_name(optimizer); }
-
 static void usage_inputs(const RtModel *m)
 {
     printf("\nModel inputs (one .npy each, N rows, or --tokens samples; b = rows per rank and step,\n"
@@ -213,7 +211,7 @@ void rt_usage(const RtModel *m)
            "                          no MFU unless given)\n"
            "  --quiet                 no per-step lines\n"
            "  --help                  this text\n",
-           rt_prog, rt_prog, m->name ? m->name : "the model", opt_name(m->optimizer));
+           rt_prog, rt_prog, m->name ? m->name : "the model", rt_opt_name(m->optimizer));
     usage_cuda(m);
     usage_fp16(m);
     usage_inputs(m);

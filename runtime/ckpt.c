@@ -254,6 +254,12 @@ static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t
 }
 
 /* rank 0: tmp becomes DIR/step-N (replacing one of that step), then latest points at it */
+/* name is what publish names a checkpoint: step-NNNNNNNN */
+static int is_step_name(const char *name)
+{
+    return strlen(name) == 13 && strncmp(name, "step-", 5) == 0 && strspn(name + 5, "0123456789") == 8;
+}
+
 static int publish(const char *dir, const char *tmp, int64_t step)
 {
     char fin[PLEN], old[PLEN], latest[PLEN], ltmp[PLEN], name[32];
@@ -323,13 +329,9 @@ void rt_ckpt_prune(const char *dir, int64_t keep)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        /* step-DIGITS directories only (what publish names), never latest or the one kept */
-        const char *p = e->d_name;
-        int ok = strncmp(p, "step-", 5) == 0 && p[5] != 0;
-        for (p += 5; ok && *p; p++)
-            ok = *p >= '0' && *p <= '9';
-        if (ok && strcmp(e->d_name, name) != 0 && snprintf(path, sizeof path, "%s/%s", dir, e->d_name) <
-                                                      (int)sizeof path)
+        /* checkpoints only (never latest), and not the one kept */
+        if (is_step_name(e->d_name) && strcmp(e->d_name, name) != 0 &&
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
             remove_dir(path);
     }
     closedir(d);
@@ -414,7 +416,7 @@ static int resolve(const char *path, char *dir, size_t cap)
     size_t n = strlen(name);
     if (ok && n && name[n - 1] == '\n')
         name[--n] = 0;
-    ok = ok && n == 13 && strncmp(name, "step-", 5) == 0 && strspn(name + 5, "0123456789") == 8;
+    ok = ok && is_step_name(name);
     if (!ok) {
         rt_err_set(1, "--resume %s: %s does not name a checkpoint (step-NNNNNNNN)", path, p);
         return -1;

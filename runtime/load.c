@@ -477,29 +477,56 @@ int rt_match_inputs(const RtModel *m, const RtOpts *o, const char *flag, const c
     return match_inputs(m, o, flag, files, NULL);
 }
 
+/* How many files spec names: itself, or, for a glob pattern (*, ?, [), its files in name order, held by gl
+ * (globfree it whatever this returns; file k is then gl->gl_pathv[k], else spec).  The count, or -1
+ * (rt_err_set called, naming what). */
+static int64_t files_of(const char *what, const char *spec, glob_t *gl)
+{
+    if (!strpbrk(spec, "*?["))
+        return 1;
+    int g = glob(spec, GLOB_ERR, NULL, gl);
+    if (g != 0) {
+        rt_err_set(1, "%s: %s", what, g == GLOB_NOMATCH ? "no file matches the pattern"
+                                                        : "cannot read the directories of the pattern");
+        return -1;
+    }
+    return (int64_t)gl->gl_pathc;
+}
+
+/* Which of n parts, the k-th starting at element first(k) of a stream (first(0) = 0, increasing), holds
+ * element i: the last starting at or before it.  first(k) is the int64 at base + k * stride bytes. */
+static int part_of(const void *base, size_t stride, int n, int64_t i)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (*(const int64_t *)(const void *)((const char *)base + (size_t)mid * stride) <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 /* open f->file (one .npy, or a glob pattern: *, ?, [ — its files in name order, rows read as one array) and
  * check each against input in (dtype, shape past the rows) */
 static int open_feed(const char *flag, const RtInput *in, RtFeed *f)
 {
     glob_t gl = {0};
-    int pattern = strpbrk(f->file, "*?[") != NULL;
-    if (pattern) {
-        int g = glob(f->file, GLOB_ERR, NULL, &gl);
-        if (g != 0) {
-            rt_err_set(1, "%s %s: %s: %s", flag, in->name, f->file, g == GLOB_NOMATCH ? "no file matches the pattern"
-                       : "cannot read the directories of the pattern");
-            globfree(&gl);
-            return -1;
-        }
+    char what[512];
+    snprintf(what, sizeof what, "%s %s: %s", flag, in->name, f->file);
+    int64_t n = files_of(what, f->file, &gl);
+    if (n < 0) {
+        globfree(&gl);
+        return -1;
     }
-    size_t n = pattern ? gl.gl_pathc : 1;
-    f->part = calloc(n + 1, sizeof *f->part);
-    f->first = calloc(n + 1, sizeof *f->first);
+    f->part = calloc((size_t)n + 1, sizeof *f->part);
+    f->first = calloc((size_t)n + 1, sizeof *f->first);
     int rc = f->part && f->first ? 0 : -1;
     if (rc)
         rt_err_set(1, "out of memory");
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        const char *file = pattern ? gl.gl_pathv[k] : f->file;
+    for (int64_t k = 0; rc == 0 && k < n; k++) {
+        const char *file = gl.gl_pathc ? gl.gl_pathv[k] : f->file;
         NpyArray *a = &f->part[k];
         char why[1024];
         if (npy_open(file, a, why, sizeof why) != 0) {
@@ -534,14 +561,7 @@ static int open_feed(const char *flag, const RtInput *in, RtFeed *f)
 /* row r of feed f (0 <= r < rows): a pointer to it, and how many rows follow it in its file */
 static const char *row_at(const RtFeed *f, int64_t r, int64_t *run)
 {
-    int lo = 0, hi = f->npart - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (f->first[mid] <= r)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    int lo = part_of(f->first, sizeof *f->first, f->npart, r);
     *run = f->first[lo] + f->part[lo].shape[0] - r;
     return f->part[lo].data + (uint64_t)(r - f->first[lo]) * f->row_bytes;
 }
@@ -628,26 +648,22 @@ static int map_tokens(const RtOpts *o, const char *path, RtData *d)
 static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
 {
     glob_t gl = {0};
-    int pattern = strpbrk(o->tokens, "*?[") != NULL, rc = 0;
-    size_t n = 1;
-    if (pattern) {
-        int g = glob(o->tokens, GLOB_ERR, NULL, &gl);
-        if (g != 0) {
-            rt_err_set(1, "%s %s: %s", o->tokens_flag, o->tokens, g == GLOB_NOMATCH ? "no file matches the pattern"
-                       : "cannot read the directories of the pattern");
-            globfree(&gl);
-            return -1;
-        }
-        n = gl.gl_pathc;
+    int rc = 0;
+    char what[512];
+    snprintf(what, sizeof what, "%s %s", o->tokens_flag, o->tokens);
+    int64_t n = files_of(what, o->tokens, &gl);
+    if (n < 0) {
+        globfree(&gl);
+        return -1;
     }
-    d->seg = calloc(n + 1, sizeof *d->seg);
+    d->seg = calloc((size_t)n + 1, sizeof *d->seg);
     if (!d->seg) {
         globfree(&gl);
         rt_err_set(1, "out of memory");
         return -1;
     }
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        d->seg[d->nseg].path = strdup(pattern ? gl.gl_pathv[k] : o->tokens);
+    for (int64_t k = 0; rc == 0 && k < n; k++) {
+        d->seg[d->nseg].path = strdup(gl.gl_pathc ? gl.gl_pathv[k] : o->tokens);
         if (!d->seg[d->nseg].path) {
             rt_err_set(1, "out of memory");
             rc = -1;
@@ -667,15 +683,7 @@ static int open_tokens(const RtOpts *o, int64_t T, RtData *d)
 /* token i of the stream (0 <= i < ntok): a pointer to it, and how many tokens follow it in its file */
 static const unsigned char *tok_at(const RtData *d, int64_t i, int64_t *run)
 {
-    int lo = 0, hi = d->nseg - 1;
-    while (lo < hi) { /* the last segment starting at or before i */
-        int mid = (lo + hi + 1) / 2;
-        if (d->seg[mid].first <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    const RtTokSeg *sg = &d->seg[lo];
+    const RtTokSeg *sg = &d->seg[part_of(&d->seg[0].first, sizeof *d->seg, d->nseg, i)];
     *run = sg->first + sg->n - i;
     return sg->tok + (i - sg->first) * d->tok_bytes;
 }
