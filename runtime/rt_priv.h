@@ -241,6 +241,11 @@ int64_t rt_shuffle(int64_t i, int64_t n, uint64_t seed, uint64_t epoch);
 /* --random-windows: the first token of global position p's window, uniform in [0, n) from (seed, p),
  * as nanoGPT's get_batch draws them (independently, with replacement) */
 int64_t rt_window(uint64_t seed, int64_t p, int64_t n);
+/* optim_runs.c: c->opt_run / opt_nrun from --no-decay and --lr-mult (a pattern no parameter matches is an
+ * error); print: the start-up line on weight decay.  0, or -1 (rt_err_set called).  Free with
+ * rt_opt_runs_free. */
+int rt_opt_runs(RtCtx *c, const RtOpts *o, int print);
+void rt_opt_runs_free(RtCtx *c);
 /* the name of an optimizer code (RT_ADAMW, ...; a checkpoint's may be anything) */
 static inline const char *rt_opt_name(int o)
 {
