@@ -168,7 +168,60 @@ static int check_model(const RtModel *m)
 
 /* ------------------------------------------------------------------- output */
 
-static void print_memory(const RtCtx *c, const RtMem *mem, FILE *mf)
+static int cmp_host(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Collective: every rank's host name (gethostname) to rank 0, which counts
+ * the hosts into *hosts and writes "ranks: 4 on 2 hosts (a: 2, b: 2)" into
+ * line (the first 4 hosts by name, with their ranks).  Rank 0 only. */
+static void count_hosts(int *hosts, char *line, size_t cap)
+{
+    enum { H = 64, SHOWN = 4 };
+    char me[H] = "";
+    if (gethostname(me, sizeof me) != 0 || !me[0])
+        snprintf(me, sizeof me, "?");
+    me[H - 1] = 0;
+    char *all = NULL;
+    if (g_rank == 0 && !(all = malloc((size_t)g_world * H)))
+        rt_fatal(1, "rank 0: out of memory for %d host names", g_world);
+    rt_ctl_gather(me, H, all, 0);
+    if (g_rank != 0)
+        return;
+    for (int r = 0; r < g_world; r++) { /* read from the other ranks: printable, terminated */
+        char *h = all + (size_t)r * H;
+        h[H - 1] = 0;
+        for (char *q = h; *q; q++)
+            if ((unsigned char)*q < 0x21 || (unsigned char)*q > 0x7e)
+                *q = '?';
+    }
+    qsort(all, (size_t)g_world, H, cmp_host);
+    int n = 0, lo = INT_MAX, hi = 0;
+    size_t len = (size_t)snprintf(line, cap, "ranks: %d on ", g_world);
+    char list[5 * H + 32] = "";
+    size_t ll = 0;
+    for (int r = 0; r < g_world;) {
+        int k = 1;
+        while (r + k < g_world && !strcmp(all + (size_t)r * H, all + (size_t)(r + k) * H))
+            k++;
+        if (n < SHOWN && ll < sizeof list)
+            ll += (size_t)snprintf(list + ll, sizeof list - ll, "%s%s: %d", n ? ", " : "", all + (size_t)r * H, k);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+        n++;
+        r += k;
+    }
+    if (len < cap) {
+        if (n <= SHOWN)
+            snprintf(line + len, cap - len, "%d host%s (%s)", n, n == 1 ? "" : "s", list);
+        else if (lo == hi)
+            snprintf(line + len, cap - len, "%d hosts, %d per host (%s, ...)", n, lo, list);
+        else
+            snprintf(line + len, cap - len, "%d hosts, %d to %d per host (%s, ...)", n, lo, hi, list);
+    }
+    *hosts = n;
+    free(all);
+}
+
+static void print_memory(const RtCtx *c, const RtMem *mem, int hosts, FILE *mf)
 {
     uint64_t state = mem->param + mem->grad + mem->optim;
     char acc[64] = "";
@@ -182,12 +235,12 @@ static void print_memory(const RtCtx *c, const RtMem *mem, FILE *mf)
     fflush(stdout);
     if (mf)
         fprintf(mf,
-                "{\"memory\":{\"rank\":%d,\"world\":%d,\"param_bytes\":%" PRIu64 ",\"grad_bytes\":%" PRIu64
+                "{\"memory\":{\"rank\":%d,\"world\":%d,\"hosts\":%d,\"param_bytes\":%" PRIu64 ",\"grad_bytes\":%" PRIu64
                 ",\"optim_bytes\":%" PRIu64 ",\"state_bytes\":%" PRIu64 ",\"model_state_bytes\":%" PRIu64
                 ",\"slot_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"accum_bytes\":%" PRIu64
                 ",\"total_bytes\":%" PRIu64
                 ",\"init_param_bytes_read\":%" PRIu64 ",\"init_param_bytes_read_max\":%" PRIu64 "}}\n",
-                c->rank, c->world, mem->param, mem->grad, mem->optim, state, mem->model_state, mem->slots,
+                c->rank, c->world, hosts, mem->param, mem->grad, mem->optim, state, mem->model_state, mem->slots,
                 mem->arena, mem->accum, mem->total, mem->init_param_read, mem->init_param_read_max);
 }
 /* The shortest decimal that reads back as exactly v (v rounded to float
@@ -975,8 +1028,14 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         status = rt_err_sync();
     if (status == 0) {
         const char *overlap = rt_dev_overlap(&r->ctx);
+        int hosts = 1;
+        char line[512] = "";
+        if (g_world > 1)
+            count_hosts(&hosts, line, sizeof line);
         if (g_rank == 0) {
-            print_memory(&r->ctx, &r->mem, r->mf);
+            if (line[0] && !o->quiet)
+                printf("%s\n", line);
+            print_memory(&r->ctx, &r->mem, hosts, r->mf);
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
             /* measured (about 0.1 s) only where someone reads it */

@@ -5,7 +5,10 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ binutils pkg-config libprotobuf-c-dev protobuf-c-compiler
       libopenmpi-dev openmpi-bin libopenblas-dev python3-numpy python3-onnx python3-matplotlib)
-[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata clang libclang-rt-14-dev)
+# --test: also iproute2 (the multihost test's network namespaces) and Slurm (the slurm test starts its own
+# slurmctld + slurmd)
+[ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata clang libclang-rt-14-dev
+                                  iproute2 slurmctld slurmd slurm-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,5 +23,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
+  # packages with daemons (slurmd, slurmctld, munge) are installed, not started: a policy-rc.d that denies
+  # service starts for the length of the install, where the machine has none
+  policy=""
+  if ! [ -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts during its install\nexit 101\n' | $SUDO tee $policy >/dev/null
+    $SUDO chmod 755 $policy
+    trap '$SUDO rm -f $policy' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$policy" ]; then $SUDO rm -f $policy; trap - EXIT; fi
 fi

@@ -1,0 +1,261 @@
+"""Across hosts: the executable trains on several hosts under Open MPI over TCP as it does on one.
+
+usage: multihost.py FSDPC CC_TCP WORKDIR   (as root: it makes network namespaces)
+
+The hosts are network namespaces made here: each has its own hostname (a UTS namespace), its own /etc/hosts
+naming every host (ip netns exec's /etc/netns/NS/), and one link, eth0 with 10.250.0.(i+1)/24, a veth pair to
+a bridge in a switch namespace.  Nothing connects them to this machine's own network or loopback, so every
+byte between ranks on different hosts crosses those links.  mpirun runs on host 0 and reaches the others
+through a stand-in for ssh (plm_rsh_agent: `ip netns exec NS` in place of `ssh HOST`), as on a cluster,
+with oob and btl tcp restricted to 10.250.0.0/24; like ssh, the stand-in starts Open MPI's daemon with a clean
+environment (the variables the ranks need go by mpirun -x).  Checked:
+- a GPT (examples/gpt.py, 2 layers; --tokens) on 2 hosts x 2 ranks, --shard full and hybrid:2 (shards inside
+  a host, replicas across the hosts), and the MLP (--data) on 3 hosts x 1 rank: the losses, gradient norms and
+  exported weights are bit-identical to the same executable under `mpirun -np W` on this one host;
+- each host's link received at least steps x (the parameter bytes its ranks gather from the other hosts; for
+  hybrid:2 half the model, its gradients averaged across the hosts): the tensors really travelled between hosts;
+- the executable's start line counts the hosts: "ranks: 4 on 2 hosts (fsdpc-node0: 2, fsdpc-node1: 2)";
+- the watchdog across hosts: rank 0, alone on host 0, blocked in open() of a FIFO while ranks 1-3 on host 1
+  wait at start-up; the first of them to time out names rank 0 as "at start-up, outside any collective", which it learned from rank 0's
+  watchdog thread over UDP to host 0 (a peer it could not reach would be "not responding");
+- the cuda target's control plane (ctl_tcp.c, here on the CPU through CC_TCP as in runtime_tcp_train):
+  the MLP on 2 hosts x 2 ranks, its rendezvous through Open MPI (rank 0's hostname and port): the same
+  losses and weights as the MPI runtime's world-4 run within 1e-6.
+Skips (exit 77, printed) only when this machine refuses to make network namespaces (not root, no iproute2).
+"""
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from common import check, onnx_weights, rel_err, run  # noqa: E402
+
+NET = "10.250.0"
+PREFIX = "fsdpc-mh"
+STEPS = 6
+
+
+def sh(*cmd, check_rc=True):
+    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
+    if check_rc and p.returncode != 0:
+        raise SystemExit("FAILED (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr))
+    return p
+
+
+class Hosts:
+    """n hosts: network namespaces PREFIX-PID-i with hostnames fsdpc-node<i>, linked through a bridge"""
+
+    def __init__(self, n, work):
+        self.n, self.work = n, work
+        self.tag = "%s-%d" % (PREFIX, os.getpid())
+        self.ns = ["%s-%d" % (self.tag, i) for i in range(n)]
+        self.sw = self.tag + "-sw"
+        self.names = ["fsdpc-node%d" % i for i in range(n)]
+        self.addrs = ["%s.%d" % (NET, i + 1) for i in range(n)]
+        self.agent = os.path.join(work, "agent.sh")
+
+    def __enter__(self):
+        try:
+            sh("ip", "netns", "add", self.sw)
+            sh("ip", "-n", self.sw, "link", "add", "br0", "type", "bridge")
+            sh("ip", "-n", self.sw, "link", "set", "br0", "up")
+            hosts = "127.0.0.1 localhost\n" + "".join("%s %s\n" % a for a in zip(self.addrs, self.names))
+            for i, ns in enumerate(self.ns):
+                sh("ip", "netns", "add", ns)
+                os.makedirs("/etc/netns/" + ns, exist_ok=True)
+                with open("/etc/netns/%s/hosts" % ns, "w") as f:
+                    f.write(hosts)
+                sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "p%d" % i,
+                   "netns", self.sw)
+                sh("ip", "-n", self.sw, "link", "set", "p%d" % i, "master", "br0", "up")
+                sh("ip", "-n", ns, "addr", "add", self.addrs[i] + "/24", "dev", "eth0")
+                sh("ip", "-n", ns, "link", "set", "eth0", "up")
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        # mpirun's stand-in for ssh: `AGENT HOST COMMAND` runs COMMAND on HOST (its namespace and hostname)
+        cases = "".join("  %s|%s) ns=%s; name=%s ;;\n" % (name, addr, ns, name)
+                        for name, addr, ns in zip(self.names, self.addrs, self.ns))
+        with open(self.agent, "w") as f:
+            f.write("#!/bin/sh\n# ssh HOST COMMAND for the test's hosts\nh=$1; shift\ncase \"$h\" in\n%s"
+                    "  *) echo \"agent: no host $h\" >&2; exit 255 ;;\nesac\n"
+                    "exec ip netns exec \"$ns\" env -i PATH=\"$PATH\" HOME=\"$HOME\" unshare --uts sh -c 'hostname \"$0\" && exec sh -c \"$*\"' "
+                    "\"$name\" \"$@\"\n" % cases)
+        os.chmod(self.agent, 0o755)
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.ns + [self.sw]:
+            for pid in sh("ip", "netns", "pids", ns, check_rc=False).stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", ns, check_rc=False)
+            shutil.rmtree("/etc/netns/" + ns, ignore_errors=True)
+
+    def on(self, i, argv):
+        """argv run on host i"""
+        return ["ip", "netns", "exec", self.ns[i], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.names[i]] + argv
+
+    def mpirun(self, per_host, apps, env=None):
+        """mpirun on host 0 placing per_host[i] ranks on host i, then the MPMD parts of apps"""
+        hostfile = os.path.join(self.work, "hostfile")
+        with open(hostfile, "w") as f:
+            f.write("".join("%s slots=%d\n" % (h, k) for h, k in zip(self.names, per_host) if k))
+        cmd = ["mpirun", "--hostfile", hostfile, "--mca", "plm_rsh_agent", self.agent,
+               "--mca", "oob_tcp_if_include", NET + ".0/24", "--mca", "btl", "tcp,vader,self",
+               "--mca", "btl_tcp_if_include", NET + ".0/24"]
+        xs = []  # per app context: -x before the first ':' does not reach the others
+        for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "FSDPC_STEP_TIMEOUT"):
+            xs += ["-x", v] if v in (env or os.environ) else []
+        for k, argv in enumerate(apps):
+            cmd += ([":"] if k else []) + xs + argv
+        return self.on(0, cmd)
+
+    def rx_bytes(self, i):
+        o = json.loads(sh("ip", "-j", "-s", "-n", self.ns[i], "link", "show", "dev", "eth0").stdout)
+        return o[0]["stats64"]["rx"]["bytes"]
+
+
+def clean_stale():
+    """namespaces left by a run of this test that was killed"""
+    for line in sh("ip", "netns", "list", check_rc=False).stdout.splitlines():
+        m = re.match(r"(%s-(\d+)-\S+)" % PREFIX, line)
+        if m and not os.path.exists("/proc/" + m.group(2)):
+            sh("ip", "netns", "del", m.group(1), check_rc=False)
+            shutil.rmtree("/etc/netns/" + m.group(1), ignore_errors=True)
+
+
+def rows(path):
+    return [json.loads(l) for l in open(path) if '"step"' in l]
+
+
+def main():
+    fsdpc, cc_tcp, work = sys.argv[1:4]
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        print("SKIPPED: making network namespaces needs root, ip (iproute2) and unshare")
+        sys.exit(77)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    J = lambda *p: os.path.join(work, *p)
+    clean_stale()
+    probe = "%s-%d-probe" % (PREFIX, os.getpid())
+    p = sh("ip", "netns", "add", probe, check_rc=False)
+    if p.returncode != 0:
+        print("SKIPPED: this machine refuses network namespaces: %s" % p.stderr.strip())
+        sys.exit(77)
+    sh("ip", "netns", "del", probe)
+
+    import torch
+    from gpt import GPT, GPTConfig, export
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0, tied=True))
+    export(copy.deepcopy(gpt), J("gpt.onnx"), 4, 16)
+    rng = np.random.default_rng(0)
+    rng.integers(0, 64, 16 * 48 + 1).astype("<u2").tofile(J("tokens.bin"))
+    np.save(J("x.npy"), rng.standard_normal((48, 16)).astype(np.float32))
+    np.save(J("t.npy"), rng.standard_normal((48, 1)).astype(np.float32))
+    mlp = os.path.join(ROOT, "examples", "mlp.onnx")
+    gpt_build = [J("gpt.onnx"), "--loss", "cross_entropy:logits,labels", "--wrap", "size:9000"]
+    mlp_build = [mlp, "--loss", "mse:y,target", "--wrap", "size:600"]
+    gpt_data = ["--tokens", J("tokens.bin"), "--lr", "1e-3"]
+    mlp_data = ["--data", "x=" + J("x.npy"), "--data", "target=" + J("t.npy"), "--lr", "1e-3"]
+    train = ["--steps", str(STEPS), "--clip-grad-norm", "1e9"]
+
+    def build(tag, model, world, extra=()):
+        exe = J(tag)
+        run([fsdpc] + model[:1] + ["-o", exe, "--target", "cpu", "--dim", "batch=%d" % (12 // world)] + model[1:]
+            + list(extra))
+        return exe
+
+    def params_bytes(exe_model):
+        return sum(v.nbytes for v in onnx_weights(exe_model).values() if v.dtype == np.float32)
+
+    single = ["mpirun", "--oversubscribe", "-np"]
+    with Hosts(3, work) as hosts:
+        cases = [("gpt_full", gpt_build, gpt_data, [2, 2, 0], []),
+                 ("gpt_hybrid", gpt_build, gpt_data, [2, 2, 0], ["--shard", "hybrid:2"]),
+                 ("mlp_3hosts", mlp_build, mlp_data, [1, 1, 1], [])]
+        for tag, model, data, per_host, extra in cases:
+            world = sum(per_host)
+            nhosts = sum(1 for k in per_host if k)
+            exe = build(tag, model, world, extra)
+            argv = lambda t: [exe] + data + train + ["--metrics", J(t + ".jsonl"), "--export-onnx", J(t + ".onnx")]
+            run(single + [str(world)] + argv(tag + "_one"))
+            before = [hosts.rx_bytes(i) for i in range(nhosts)]
+            p = run(hosts.mpirun(per_host, [argv(tag)]), timeout=300)
+            got = [hosts.rx_bytes(i) - b for i, b in enumerate(before)]
+            want = "ranks: %d on %d hosts" % (world, nhosts)
+            check(want in p.stdout, "%s: the start lines lack %r:\n%s" % (tag, want, p.stdout[:2000]))
+            a, b = rows(J(tag + ".jsonl")), rows(J(tag + "_one.jsonl"))
+            check(len(a) == STEPS and [(r["loss"], r["grad_norm"]) for r in a] == [(r["loss"], r["grad_norm"])
+                                                                                  for r in b],
+                  "%s: losses across hosts %s, on one host %s" % (tag, [r["loss"] for r in a], [r["loss"] for r in b]))
+            wa, wb = onnx_weights(J(tag + ".onnx")), onnx_weights(J(tag + "_one.onnx"))
+            for k in wb:
+                check(np.array_equal(wa[k], wb[k]), "%s: weight %s differs from the one-host run's by %.3g"
+                      % (tag, k, rel_err(wa[k], wb[k])))
+            # every rank gathers each unit before its forward: the shards held on the other hosts come in over
+            # the host's link at least once per step (hybrid:2 gathers inside the host: across the hosts goes the
+            # gradient all-reduce of each half, at least a half of the model into each host per step)
+            P = params_bytes(J(tag + ".onnx"))
+            for i in range(nhosts):
+                need = STEPS * (P / 2 if "hybrid" in tag else P * (world - per_host[i]) / world)
+                check(got[i] >= need, "%s: host %d's link received %d B, below the %d B its ranks must get from "
+                      "the other hosts" % (tag, i, got[i], need))
+            print("%-11s %d hosts %s: %d steps bit-identical to mpirun -np %d on one host; link rx %s B "
+                  "(parameters %d B)" % (tag, nhosts, per_host[:nhosts], STEPS, world,
+                                         "/".join(str(g) for g in got), P))
+
+        # the watchdog across hosts: rank 0 blocked in open() of a FIFO, the others at start-up
+        exe = J("gpt_full")
+        os.mkfifo(J("metrics.fifo"))
+        env = dict(os.environ, FSDPC_STEP_TIMEOUT="3")
+        t0 = time.time()
+        p = run(hosts.mpirun([1, 3], env=env, apps=[["-np", "1", exe] + gpt_data + train
+                                      + ["--metrics", J("metrics.fifo")],
+                                      ["-np", "3", exe] + gpt_data + train]),
+                check=False, env=env, timeout=120)
+        took = time.time() - t0
+        pat = (r"error: rank [123]: start-up: the control plane's \w+ made no progress for 3 s "
+               r"\(FSDPC_STEP_TIMEOUT\): did not arrive: rank 0 is at start-up, outside any collective")
+        check(p.returncode != 0 and re.search(pat, p.stderr), "rank 0 blocked: exit %d after %.1f s, stderr lacks "
+              "%r:\n%s" % (p.returncode, took, pat, p.stderr[-3000:]))
+        print("watchdog    ranks on host 1 name rank 0 on host 0 (asked over UDP): exit %d after %.1f s"
+              % (p.returncode, took))
+
+        # the cuda target's control plane across the hosts (rendezvous through Open MPI, then its own TCP)
+        ref = build("mlp_w4", mlp_build, 4)
+        run(single + ["4"] + [ref] + mlp_data + train + ["--metrics", J("tcp_ref.jsonl"), "--export-onnx",
+                                                         J("tcp_ref.onnx")])
+        exe = build("mlp_tcp", mlp_build, 4, ["--cc", cc_tcp])
+        p = run(hosts.mpirun([2, 2], [[exe] + mlp_data + train + ["--metrics", J("tcp.jsonl"), "--export-onnx",
+                                                                  J("tcp.onnx")]]), timeout=300)
+        check("ranks: 4 on 2 hosts" in p.stdout, "tcp control plane: the output lacks 'ranks: 4 on 2 hosts':\n%s"
+              % p.stdout[:2000])
+        a, b = rows(J("tcp.jsonl")), rows(J("tcp_ref.jsonl"))
+        check(len(a) == STEPS and all(abs(x["loss"] - y["loss"]) <= 1e-6 * abs(y["loss"]) for x, y in zip(a, b)),
+              "tcp control plane: losses %s, MPI runtime's %s" % ([r["loss"] for r in a], [r["loss"] for r in b]))
+        wa, wb = onnx_weights(J("tcp.onnx")), onnx_weights(J("tcp_ref.onnx"))
+        for k in wb:
+            e = rel_err(wa[k], wb[k])
+            check(e <= 1e-6, "tcp control plane: weight %s differs from the MPI runtime's by %.3g" % (k, e))
+        print("ctl_tcp     2 hosts [2, 2]: %d steps = the MPI runtime's world-4 run within 1e-6" % STEPS)
+    print("multihost: OK")
+
+
+if __name__ == "__main__":
+    main()
