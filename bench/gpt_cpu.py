@@ -1,39 +1,63 @@
-"""fsdpc's CPU training step against PyTorch's on the same GPT, single process.
+"""fsdpc's CPU training step against PyTorch's on the same GPT, single process, the same threads.
 
-    bench/gpt_cpu.py [--threads 2] [--steps 5] [--fsdpc build/fsdpc]
+    /usr/bin/python3 bench/gpt_cpu.py [--threads 2] [--steps 6] [--repeat 3] [--fsdpc build/fsdpc]
+                                      [--torch2 PYTHON] [--no-compile] [--sizes 128/4/128/8,...]
 
-Run with Debian's /usr/bin/python3 (torch 1.13).  Both sides get the same
-thread count: OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set explicitly
-(Debian's torch calls OpenBLAS, which ignores torch.set_num_threads alone).
-A step = forward + cross-entropy + backward + AdamW.  Prints a table of
-median step times, the ratio fsdpc/PyTorch, and GFLOP/s against this
-machine's sgemm peak at the same thread count (measured here, 2048^3).
-Training FLOPs per token: 6 N (N = parameters) + 12 L T d (attention).
+The driver runs under Debian's /usr/bin/python3 (torch 1.13 exports the ONNX file fsdpc compiles).  The sides,
+each a process of its own on the same model, initial weights, batch and optimizer (AdamW, lr 1e-4), with every
+thread count set explicitly to --threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
+torch.set_num_threads):
+  fsdpc             the executable fsdpc builds (--target cpu), as a user runs it;
+  torch 1.13        Debian's PyTorch, eager (bench/torch_step.py under /usr/bin/python3);
+  torch 2 eager     PyTorch 2 from PyPI (bench/torch_step.py under --torch2: default the python3 on PATH when it
+                    has torch >= 2; none: the column is left out, and the script says so);
+  torch 2 compile   the same with torch.compile (its compilation is in the warm-up step, not timed).
+Interleaved: each repetition runs every side once per size, in turn.  A side's time is the median of its timed
+steps (after one warm-up); the table gives the best and the median of those over the repetitions, fsdpc's ratio
+to each side (best against best: below 1 is faster), GFLOP/s and the share of this machine's sgemm peak
+(2048^3, measured here with --threads), and peak RSS.  Training FLOPs per token: 6 N + 12 L T d.
 """
 import argparse
+import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
 ap.add_argument("--threads", type=int, default=2)
-ap.add_argument("--steps", type=int, default=5)
-ap.add_argument("--fsdpc", default=os.path.join(os.path.dirname(__file__), "..", "build", "fsdpc"))
+ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--repeat", type=int, default=3)
+ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
+ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH, if it has it)")
+ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8", help="d/L/T/B,...")
 args = ap.parse_args()
-for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-    os.environ[k] = str(args.threads)  # before numpy/torch load OpenBLAS
+for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[k] = str(args.threads)  # before numpy/torch load their BLAS
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 from gpt import GPT, GPTConfig, export  # noqa: E402
 
-torch.set_num_threads(args.threads)
-SIZES = [(128, 4, 128, 8), (256, 6, 256, 8), (512, 8, 256, 8)]  # d, L, T, B
 VOCAB = 256
+
+
+def torch2_python():
+    cands = [args.torch2] if args.torch2 else [shutil.which("python3") or ""]
+    for py in cands:
+        if not py or py == "none":
+            continue
+        p = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+        if p.returncode == 0 and int(p.stdout.split(".")[0]) >= 2:
+            return py, p.stdout.strip()
+    return None, None
 
 
 def sgemm_peak():
@@ -47,56 +71,86 @@ def sgemm_peak():
     return 2 * 2048 ** 3 / best / 1e9
 
 
-def torch_step_ms(model, idx, labels):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    times = []
-    for _ in range(args.steps + 1):
-        t = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        logits = model(idx)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - t) * 1e3)
-    return float(np.median(times[1:]))
+def torch_side(py, work, mode):
+    p = subprocess.run([py, os.path.join(HERE, "torch_step.py"), work, mode, str(args.threads), str(args.steps)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("%s torch_step.py %s failed:\n%s" % (py, mode, p.stderr[-3000:]))
+    o = json.loads(p.stdout.strip().splitlines()[-1])
+    return statistics.median(o["times_ms"][1:]), o["peak_rss_bytes"]
 
 
-def fsdpc_step_ms(model, d, B, T, idx, labels, work):
-    path = os.path.join(work, "gpt.onnx")
-    export(model, path, B=B, T=T)
-    exe = os.path.join(work, "train")
-    subprocess.run([args.fsdpc, path, "-o", exe, "--target", "cpu", "--loss", "cross_entropy:logits,labels",
-                    "--dim", "batch=%d" % B], check=True)
-    np.save(os.path.join(work, "idx.npy"), idx.numpy())
-    np.save(os.path.join(work, "lab.npy"), labels.numpy())
+def fsdpc_side(work):
     m = os.path.join(work, "m.jsonl")
-    subprocess.run([exe, "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
+    subprocess.run([os.path.join(work, "train"), "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
                     "labels=" + os.path.join(work, "lab.npy"), "--steps", str(args.steps + 1), "--lr", "1e-4",
-                    "--metrics", m, "--quiet"], check=True)
-    import json
-    times = [json.loads(l)["time_ms"] for l in open(m) if '"step"' in l]
-    return float(np.median(times[1:]))
+                    "--metrics", m, "--quiet"], check=True, stdout=subprocess.DEVNULL)
+    rows = [json.loads(l) for l in open(m) if '"step"' in l]
+    return statistics.median(r["time_ms"] for r in rows[1:]), max(r["peak_rss_bytes"] for r in rows)
 
 
 def main():
+    py2, v2 = torch2_python()
+    sides = ["fsdpc", "torch 1.13"]
+    if py2:
+        sides += ["torch %s eager" % v2.split("+")[0]] + ([] if args.no_compile else
+                                                          ["torch %s compile" % v2.split("+")[0]])
+    else:
+        print("note: no python with torch >= 2 (--torch2 PYTHON; pip install torch): its columns are left out")
     peak = sgemm_peak()
-    print("threads %d, sgemm 2048^3 peak %.1f GFLOP/s, %d timed steps after 1 warm-up" % (args.threads, peak, args.steps))
-    print("%-14s %10s %12s %12s %8s %10s %10s" % ("d/L/T/B", "params", "pytorch ms", "fsdpc ms", "ratio",
-                                                   "fsdpc GF/s", "% peak"))
-    for d, L, T, B in SIZES:
-        torch.manual_seed(0)
-        cfg = GPTConfig(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T)
-        model = GPT(cfg)
-        n = sum(p.numel() for p in model.parameters())
-        idx = torch.randint(0, VOCAB, (B, T))
-        labels = torch.randint(0, VOCAB, (B, T))
-        flops = (6 * n + 12 * L * T * d) * B * T
-        with tempfile.TemporaryDirectory() as work:
-            f_ms = fsdpc_step_ms(model, d, B, T, idx, labels, work)
-        t_ms = torch_step_ms(model, idx, labels)
-        gfs = flops / (f_ms / 1e3) / 1e9
-        print("%-14s %10d %12.1f %12.1f %8.2f %10.1f %9.1f%%" % ("%d/%d/%d/%d" % (d, L, T, B), n, t_ms, f_ms,
-                                                                 f_ms / t_ms, gfs, 100 * gfs / peak))
+    print("threads %d, sgemm 2048^3 peak %.1f GFLOP/s (numpy, %s threads), %d timed steps after 1 warm-up, %d "
+          "interleaved repetitions" % (args.threads, peak, args.threads, args.steps, args.repeat))
+    sizes = [tuple(int(v) for v in s.split("/")) for s in args.sizes.split(",")]
+    root = tempfile.mkdtemp(prefix="fsdpc-bench-")
+    res = {}
+    try:
+        for d, L, T, B in sizes:
+            work = os.path.join(root, "%d_%d_%d_%d" % (d, L, T, B))
+            os.makedirs(work)
+            torch.manual_seed(0)
+            cfg = dict(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T)
+            model = GPT(GPTConfig(**cfg))
+            json.dump(cfg, open(os.path.join(work, "cfg.json"), "w"))
+            np.savez(os.path.join(work, "weights.npz"), **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+            np.save(os.path.join(work, "idx.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
+            np.save(os.path.join(work, "lab.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
+            export(model, os.path.join(work, "gpt.onnx"), B=B, T=T)
+            subprocess.run([args.fsdpc, os.path.join(work, "gpt.onnx"), "-o", os.path.join(work, "train"), "--target",
+                            "cpu", "--loss", "cross_entropy:logits,labels", "--dim", "batch=%d" % B], check=True)
+            res[(d, L, T, B)] = {s: [] for s in sides}
+            res[(d, L, T, B)]["params"] = sum(p.numel() for p in model.parameters())
+        for rep in range(args.repeat):
+            for key in sizes:
+                work = os.path.join(root, "%d_%d_%d_%d" % key)
+                for s in sides:
+                    if s == "fsdpc":
+                        r = fsdpc_side(work)
+                    elif s == "torch 1.13":
+                        r = torch_side(sys.executable, work, "eager")
+                    else:
+                        r = torch_side(py2, work, "compile" if s.endswith("compile") else "eager")
+                    res[key][s].append(r)
+                print("  repetition %d, %s: %s" % (rep + 1, "/".join(map(str, key)), ", ".join(
+                    "%s %.1f ms" % (s, res[key][s][-1][0]) for s in sides)), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    head = "| d/L/T/B | params | " + " | ".join("%s ms best (median)" % s for s in sides) + " | " + \
+        " | ".join("fsdpc / %s" % s for s in sides[1:]) + " | fsdpc GFLOP/s | % of sgemm peak | peak RSS " + \
+        " / ".join(sides) + " |"
+    print(head)
+    print("|" + " --- |" * (head.count("|") - 1))
+    for key in sizes:
+        d, L, T, B = key
+        r = res[key]
+        best = {s: min(t for t, _ in r[s]) for s in sides}
+        med = {s: statistics.median(t for t, _ in r[s]) for s in sides}
+        rss = {s: max(m for _, m in r[s]) for s in sides}
+        gfs = (6 * r["params"] + 12 * L * T * d) * B * T / (best["fsdpc"] / 1e3) / 1e9
+        print("| %d/%d/%d/%d | %.2f M | %s | %s | %.1f | %.0f %% | %s |" % (
+            d, L, T, B, r["params"] / 1e6, " | ".join("%.1f (%.1f)" % (best[s], med[s]) for s in sides),
+            " | ".join("%.2f" % (best["fsdpc"] / best[s]) for s in sides[1:]), gfs, 100 * gfs / peak,
+            " / ".join("%.0f MB" % (rss[s] / 1e6) for s in sides)))
 
 
 if __name__ == "__main__":

@@ -110,6 +110,8 @@ void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
         cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
         for (int i = 0; i < n->nin; i++)
             cg_put(b, "      const %s *in%d = %s;\n", T, i, cg_ptr(g, n->in[i]));
+        if (total >= K_PAR_MIN) /* elementwise: each i alike however the range is split */
+            cg_put(b, "      _Pragma(\"omp parallel for schedule(static)\")\n");
         cg_put(b, "      for (long long i = 0; i < %lldLL; i++) {\n", (long long)total);
         body(b, g, n, "        ");
         cg_put(b, "      } }\n");

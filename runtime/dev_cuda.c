@@ -663,6 +663,8 @@ const char *rt_dev_overlap(RtCtx *c)
     return "on the collective stream (NCCL), forked from the compute stream and joined at each one's wait";
 }
 
+const char *rt_dev_threads(void) { return ""; }
+
 double rt_dev_peak_flops(void) { return 0; /* not measured on cuda: --peak-tflops gives it */ }
 
 void rt_dev_finish(RtCtx *c)

@@ -32,11 +32,6 @@
 #include "rt_priv.h"
 #include "kernels.h"
 
-int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen)
-{
-    (void)m, (void)rank, (void)world, (void)bytes, (void)err, (void)errlen;
-    return 0;
-}
 
 void rt_dev_set_graph(int use_graph) { (void)use_graph; }
 
@@ -134,32 +129,57 @@ static long my_cores(void)
     return n > 1 ? n : 1;
 }
 
-static char g_mode[160];
+static char g_mode[160], g_threads[400];
 
-/* a thread, or in place (g_mode says which, and why) */
-static void decide(RtCtx *c)
+/* will the communication thread run?  where not, g_mode says why */
+static int comm_thread_wanted(int world, long cores)
 {
     const char *env = getenv("FSDPC_COMM_THREAD");
-    long cores = my_cores();
-    ct.state = -1;
-    if (c->world == 1) {
+    if (world == 1) {
         snprintf(g_mode, sizeof g_mode, "inside the step (one rank)");
-        return;
+        return 0;
     }
     if (env && !strcmp(env, "0")) {
         snprintf(g_mode, sizeof g_mode, "inside the step (FSDPC_COMM_THREAD=0)");
-        return;
+        return 0;
     }
     if (!rt_ctl_threads()) {
         snprintf(g_mode, sizeof g_mode, "inside the step: the MPI library cannot take calls from a second thread "
                  "(MPI_THREAD_SERIALIZED), so nothing overlaps");
-        return;
+        return 0;
     }
     if (cores < 2 && !(env && !strcmp(env, "1"))) {
         snprintf(g_mode, sizeof g_mode, "inside the step: 1 core for this rank, none spare for a communication "
                  "thread (FSDPC_COMM_THREAD=1 starts it anyway)");
-        return;
+        return 0;
     }
+    return 1;
+}
+
+/* The rank's cores: the communication thread takes one where it runs, the
+ * kernels' team (OpenMP and OpenBLAS, k_threads) the others. */
+int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen)
+{
+    (void)m, (void)rank, (void)bytes, (void)err, (void)errlen;
+    long cores = my_cores();
+    int comm = comm_thread_wanted(world, cores);
+    long n = comm && cores > 1 ? cores - 1 : cores;
+    char t[160];
+    k_threads((int)(n < 4096 ? n : 4096), t, sizeof t);
+    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s)", t, cores, cores > 1 ? "s" : "",
+             comm && cores > 1 ? ", one of them the communication thread's" : "");
+    return 0;
+}
+
+const char *rt_dev_threads(void) { return g_threads; }
+
+/* a thread, or in place (g_mode says which, and why) */
+static void decide(RtCtx *c)
+{
+    long cores = my_cores();
+    ct.state = -1;
+    if (!comm_thread_wanted(c->world, cores))
+        return;
     ct.cap = c->m->ncoll + 1;
     ct.q = calloc((size_t)ct.cap, sizeof *ct.q);
     ct.ticket = calloc((size_t)ct.cap, sizeof *ct.ticket);

@@ -1036,6 +1036,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             if (line[0] && !o->quiet)
                 printf("%s\n", line);
             print_memory(&r->ctx, &r->mem, hosts, r->mf);
+            if (!o->quiet && rt_dev_threads()[0])
+                printf("threads: %s\n", rt_dev_threads());
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
             /* measured (about 0.1 s) only where someone reads it */

@@ -75,6 +75,7 @@ void KFN(k_binary)(int op, T *y, const T *a, const T *b, int rank,
 /* one loop per op (fused.h's row), op a constant in each */
 #define K_UNARY_CASE(code, ...)                                                            \
     case K_##code:                                                                         \
+        _Pragma("omp parallel for schedule(static) if (n >= K_PAR_MIN)")                   \
         for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_unary)(K_##code, x[i], a, b);       \
         break;
 
@@ -94,6 +95,7 @@ void KFN(k_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
     case K_##code: {                                                                       \
         const int rx = kf_unary_reads(K_##code) & KF_READS_X;                              \
         const int ry = kf_unary_reads(K_##code) & KF_READS_Y;                              \
+        _Pragma("omp parallel for schedule(static) if (n >= K_PAR_MIN)")                   \
         for (int64_t i = 0; i < n; i++)                                                    \
             dx[i] = KFN(kf_unary_grad)(K_##code, dy[i], rx ? x[i] : (T)0, ry ? y[i] : (T)0, a, b); \
         break;                                                                             \

@@ -23,9 +23,17 @@
 #ifndef FSDPC_KERNELS_H
 #define FSDPC_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fused.h"
+
+/* Below this many elements a thread team costs more than it saves (the
+ * kernels' par_range, the generated step's fused loops).  A test build may
+ * define it as 1 to split even tiny kernels across threads. */
+#ifndef K_PAR_MIN
+#define K_PAR_MIN ((int64_t)1 << 16)
+#endif
 
 /* k_binary ops (K_ADD, ..., K_POW, K_POW_DA, K_POW_DB) and k_unary /
  * k_unary_grad ops (K_RELU, ..., K_SOFTPLUS; p0, p1 are the op's parameters,
@@ -422,6 +430,13 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
+
+/* ---- threads -------------------------------------------------------------
+ * The kernels' team: OpenMP for the kernels and the generated step's loops,
+ * OpenBLAS's own threads for GEMMs.  k_threads sets each count that is not
+ * fixed by its environment variable (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS),
+ * and writes what each ended up as and why into why[0..cap). */
+void k_threads(int n, char *why, size_t cap);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

@@ -62,6 +62,7 @@ void KFN(k_cross_entropy_grad)(T *dx, const T *dloss, const T *x,
     if (rows <= 0 || classes <= 0)
         return;
     const double scale = (double)dloss[0] / (double)rows;
+#pragma omp parallel for schedule(static) if (rows * classes >= K_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const T *xr = x + r * classes;
         T *dr = dx + r * classes;

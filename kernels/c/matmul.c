@@ -23,8 +23,32 @@
 #include <stdlib.h>
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels.h"
+
+void k_threads(int n, char *why, size_t cap)
+{
+    const char *eo = getenv("OMP_NUM_THREADS"), *eb = getenv("OPENBLAS_NUM_THREADS");
+    eo = eo && *eo ? eo : NULL;
+    eb = eb && *eb ? eb : NULL;
+    if (n < 1)
+        n = 1;
+#ifdef _OPENMP
+    if (!eo)
+        omp_set_num_threads(n);
+    int no = omp_get_max_threads();
+#else
+    int no = 1;
+#endif
+    if (!eb && !eo) /* OpenBLAS reads OMP_NUM_THREADS too when its own is unset */
+        openblas_set_num_threads(n);
+    int nb = openblas_get_num_threads();
+    snprintf(why, cap, "%d for the kernels%s, %d for OpenBLAS%s", no, eo ? " (OMP_NUM_THREADS)" : "", nb,
+             eb ? " (OPENBLAS_NUM_THREADS)" : eo ? " (OMP_NUM_THREADS)" : "");
+}
 
 /* CBLAS takes int dims; fsdpc's shapes are checked long before this, so a
  * larger one is an internal bug: abort loudly, also in release builds. */

@@ -111,10 +111,12 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
         for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
             KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, c0,
                                      min64(K_TILE, inner - c0));
-    if (dx)
+    if (dx) {
+#pragma omp parallel for schedule(static) if (outer * inner >= K_PAR_MIN)
         for (int64_t r = 0; r < outer; r++)
             KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r],
                                     invstd[r], scale, inner);
+    }
 }
 
 /* ---- BatchNormalization ------------------------------------------------- */

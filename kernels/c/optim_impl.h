@@ -35,6 +35,7 @@ void KFN(k_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr,
     const int add_wd = l2 && wd != 0; /* skipped, not multiplied by 0: an inf p stays out of the moments */
     const T b1 = (T)beta1, c1 = (T)(1 - beta1), b2 = (T)beta2, c2 = (T)(1 - beta2);
     const T bc2_sqrt = (T)sqrt(bc2), teps = (T)eps;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         T gi = clipping ? g[i] * coef : g[i];  /* grad.mul_(clip_coef) */
         if (add_wd)

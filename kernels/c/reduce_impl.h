@@ -188,11 +188,10 @@ static void KFN(softmax_row)(int lg, T *y, const T *x, int64_t n)
             y[j] = (T)((double)x[j] - ls);
         return;
     }
-    for (int64_t j = 0; j < n; j++) {
-        T e = KM(exp)(x[j] - mx);
-        y[j] = e;
-        s += e;
-    }
+    for (int64_t j = 0; j < n; j++) /* apart from the sum: this loop vectorises */
+        y[j] = KM(exp)(x[j] - mx);
+    for (int64_t j = 0; j < n; j++)
+        s += y[j];
     const double inv = 1 / s;
     for (int64_t j = 0; j < n; j++)
         y[j] = (T)((double)y[j] * inv);
@@ -228,6 +227,7 @@ static void KFN(softmax_tile)(int lg, T *y, const T *x, int64_t axis, int64_t in
 void KFN(k_softmax)(int lg, T *y, const T *x, int64_t outer, int64_t axis,
                     int64_t inner)
 {
+#pragma omp parallel for schedule(static) if (outer > 1 && outer * axis * inner >= K_PAR_MIN)
     for (int64_t o = 0; o < outer; o++) {
         const int64_t off = o * axis * inner;
         if (inner == 1) {
@@ -261,11 +261,34 @@ static void KFN(softmax_grad_tile)(int lg, T *dx, const T *dy, const T *y,
         }
 }
 
+/* One contiguous row of n (inner == 1): the sum, then dx (dx may alias dy). */
+static void KFN(softmax_grad_row)(int lg, T *dx, const T *dy, const T *y, int64_t n)
+{
+    double s = 0;
+    if (lg)
+        for (int64_t j = 0; j < n; j++)
+            s += (double)dy[j];
+    else
+        for (int64_t j = 0; j < n; j++)
+            s += (double)dy[j] * (double)y[j];
+    if (lg)
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = (T)((double)dy[j] - exp((double)y[j]) * s);
+    else
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = (T)((double)y[j] * ((double)dy[j] - s));
+}
+
 void KFN(k_softmax_grad)(int lg, T *dx, const T *dy, const T *y, int64_t outer,
                          int64_t axis, int64_t inner)
 {
+#pragma omp parallel for schedule(static) if (outer > 1 && outer * axis * inner >= K_PAR_MIN)
     for (int64_t o = 0; o < outer; o++) {
         const int64_t off = o * axis * inner;
+        if (inner == 1) {
+            KFN(softmax_grad_row)(lg, dx + off, dy + off, y + off, axis);
+            continue;
+        }
         for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
             KFN(softmax_grad_tile)(lg, dx + off + c0, dy + off + c0, y + off + c0, axis,
                                    inner, min64(K_TILE, inner - c0));

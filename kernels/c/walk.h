@@ -33,11 +33,6 @@
 
 /* Most dims a Walk holds after merging; ONNX models in practice stay <= 8. */
 #define K_MAX_RANK 16
-/* Below this many elements a thread team costs more than it saves.  A test
- * build may define it as 1 to split even tiny kernels across threads. */
-#ifndef K_PAR_MIN
-#define K_PAR_MIN ((int64_t)1 << 16)
-#endif
 /* Columns reduced at once with double accumulators on the stack. */
 #define K_TILE 256
 
