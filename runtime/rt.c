@@ -685,10 +685,24 @@ static int loss_scale_update(RtCtx *c, const RtOpts *o, double gsq)
 }
 
 /* peak resident memory of this process in bytes (Linux: ru_maxrss in KiB) */
+/* The process's peak resident memory: VmHWM, this image's own (getrusage's ru_maxrss survives exec, so a rank
+ * started by a large process, a Python launcher say, would report its parent's peak) */
 static double peak_rss(void)
 {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kb = strtod(line + 6, NULL);
+            break;
+        }
+    if (f)
+        fclose(f);
     struct rusage u;
-    return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss * 1024.0 : 0;
+    if (kb < 0)
+        kb = getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss : 0;
+    return kb * 1024.0;
 }
 
 /* "12.3k" style: 3 significant digits with k, M, G */

@@ -16,6 +16,7 @@ static void KFN(gemm)(T *c, const T *a, const T *b, int64_t m, int64_t n,
 static void KFN(scale_c)(T *c, int64_t len, double beta)
 {
     const T s = (T)beta;
+#pragma omp parallel for schedule(static) if (len >= K_PAR_MIN)
     for (int64_t i = 0; i < len; i++)
         c[i] = beta == 0 ? (T)0 : s * c[i];
 }
@@ -35,6 +36,9 @@ static void KFN(matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
         KFN(gemm)(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
         return;
     }
+    /* the batch split across the team, a whole GEMM per thread (inside the team OpenBLAS runs on the calling
+     * thread alone): small GEMMs (attention's heads) waste less on splitting each one; C is the same */
+#pragma omp parallel for schedule(static) if (batch > 1)
     for (int64_t i = 0; i < batch; i++)
         KFN(gemm)(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
 }
@@ -50,6 +54,7 @@ void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
  * adds its product to (beta 1); add may be c itself */
 static void KFN(epilogue_c)(T *c, const T *bias, const T *add, int64_t rows, int64_t n)
 {
+#pragma omp parallel for schedule(static) if (rows * n >= K_PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++) {
             T v = add ? add[r * n + j] : (T)0;
