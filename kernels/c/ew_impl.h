@@ -118,6 +118,7 @@ void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y,
 void KFN(k_scale)(T *y, const T *x, double alpha, int64_t n)
 {
     const T s = (T)alpha;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] = s * x[i];
 }
@@ -125,31 +126,47 @@ void KFN(k_scale)(T *y, const T *x, double alpha, int64_t n)
 void KFN(k_fill)(T *y, double v, int64_t n)
 {
     const T t = (T)v;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] = t;
 }
 
 /* ---- k_where_grad ------------------------------------------------------- */
 
+typedef struct {
+    T *da, *db;
+    const uint8_t *c;
+    const T *dy;
+    Walk w;  /* over c: the outer dims; rows of n with c's stride ic */
+    int64_t n, ic;
+} KFN(WhereGradJob);
+
+static void KFN(where_grad_rows)(void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(WhereGradJob) *j = ctx;
+    Walk w = j->w;
+    walk_seek(&w, lo);
+    for (int64_t r = lo; r < hi; r++, walk_next(&w)) {
+        const uint8_t *cr = j->c + w.oa;
+        const int64_t pos = r * j->n;
+        for (int64_t i = 0; i < j->n; i++) {
+            if (j->da)
+                j->da[pos + i] = cr[i * j->ic] ? j->dy[pos + i] : (T)0;
+            if (j->db)
+                j->db[pos + i] = cr[i * j->ic] ? (T)0 : j->dy[pos + i];
+        }
+    }
+}
+
 void KFN(k_where_grad)(T *da, T *db, const uint8_t *c, const T *dy, int rank,
                        const int64_t *shape, const int64_t *sc)
 {
-    Walk w = {0};
-    int64_t ic, unused, n, pos = 0;
+    KFN(WhereGradJob) j = {.da = da, .db = db, .c = c, .dy = dy};
+    int64_t unused;
     if (numel(rank, shape) == 0)
         return;
     for (int d = 0; d < rank; d++)
-        walk_push(&w, shape[d], sc[d], 0);
-    n = walk_pop(&w, &ic, &unused);
-    walk_seek(&w, 0);
-    do {
-        const uint8_t *cr = c + w.oa;
-        for (int64_t i = 0; i < n; i++) {
-            if (da)
-                da[pos + i] = cr[i * ic] ? dy[pos + i] : (T)0;
-            if (db)
-                db[pos + i] = cr[i * ic] ? (T)0 : dy[pos + i];
-        }
-        pos += n;
-    } while (walk_next(&w));
+        walk_push(&j.w, shape[d], sc[d], 0);
+    j.n = walk_pop(&j.w, &j.ic, &unused);
+    par_range(KFN(where_grad_rows), &j, numel(j.w.rank, j.w.shape), j.n);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "walk.h"
 
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)

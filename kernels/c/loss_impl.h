@@ -38,6 +38,7 @@ static double KFN(logsumexp)(const T *x, int64_t n)
     return mx + log(s);
 }
 
+#define K_CE_PARTS 64
 int64_t KFN(k_cross_entropy)(T *loss, const T *x, const int64_t *labels,
                              int64_t rows, int64_t classes)
 {
@@ -45,10 +46,21 @@ int64_t KFN(k_cross_entropy)(T *loss, const T *x, const int64_t *labels,
     for (int64_t r = 0; r < rows; r++)
         if (labels[r] < 0 || labels[r] >= classes)
             return r;
-    for (int64_t r = 0; r < rows; r++) {
-        const T *xr = x + r * classes;
-        s += KFN(logsumexp)(xr, classes) - (double)xr[labels[r]];
+    /* K_CE_PARTS blocks of rows whose bounds depend on rows only, summed in
+     * order: the same loss at any thread count */
+    double part[K_CE_PARTS];
+    const int64_t block = (rows + K_CE_PARTS - 1) / K_CE_PARTS;
+#pragma omp parallel for schedule(static) if (rows * classes >= K_PAR_MIN)
+    for (int k = 0; k < K_CE_PARTS; k++) {
+        double p = 0;
+        for (int64_t r = k * block, e = min64(rows, r + block); r < e; r++) {
+            const T *xr = x + r * classes;
+            p += KFN(logsumexp)(xr, classes) - (double)xr[labels[r]];
+        }
+        part[k] = p;
     }
+    for (int k = 0; k < K_CE_PARTS; k++)
+        s += part[k];
     loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
     return -1;
 }

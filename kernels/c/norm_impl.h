@@ -107,10 +107,15 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
 {
     if (inner <= 0)
         return;
-    if (dscale || dbias)
-        for (int64_t c0 = 0; c0 < inner; c0 += K_TILE)
-            KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, c0,
-                                     min64(K_TILE, inner - c0));
+    if (dscale || dbias) {
+        /* column tiles across threads: each column sums its rows in order */
+        const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
+        const int64_t tiles = (inner + tile - 1) / tile;
+#pragma omp parallel for schedule(static) if (tiles > 1 && outer * inner >= K_PAR_MIN)
+        for (int64_t k = 0; k < tiles; k++)
+            KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, k * tile,
+                                     min64(tile, inner - k * tile));
+    }
     if (dx) {
 #pragma omp parallel for schedule(static) if (outer * inner >= K_PAR_MIN)
         for (int64_t r = 0; r < outer; r++)

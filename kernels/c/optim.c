@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "walk.h"
 
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)

@@ -66,6 +66,7 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
     const int clipping = clip > 0 || scale > 0;
     const T coef = KFN(update_coef)(gsq, clip, scale);
     const T twd = (T)wd, mom = (T)momentum, neg_lr = (T)(-lr);
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         T d = clipping ? g[i] * coef : g[i];
         if (wd != 0)  /* skipped, not multiplied by 0: an inf p stays out of d */
@@ -78,16 +79,28 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
     }
 }
 
+/* Sums K_SQ_PARTS blocks whose bounds depend on n only, each in its own
+ * double, then the blocks in order: the same sum at any thread count. */
+#define K_SQ_PARTS 64
 void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * (double)x[i];
+    double part[K_SQ_PARTS], s = 0;
+    const int64_t block = (n + K_SQ_PARTS - 1) / K_SQ_PARTS;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (int k = 0; k < K_SQ_PARTS; k++) {
+        double p = 0;
+        for (int64_t i = k * block, e = min64(n, i + block); i < e; i++)
+            p += (double)x[i] * (double)x[i];
+        part[k] = p;
+    }
+    for (int k = 0; k < K_SQ_PARTS; k++)
+        s += part[k];
     y[0] = (T)(accumulate ? (double)y[0] + s : s);
 }
 
 void KFN(k_grad_accum)(T *y, const T *x, int64_t n, int64_t micro)
 {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] = micro == 0 ? x[i] : y[i] + x[i];
 }

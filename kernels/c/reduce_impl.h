@@ -32,21 +32,34 @@ static double KFN(fold_row)(int op, double acc, const T *x, int64_t n)
     }
 }
 
-/* Innermost x dim is reduced: each y element folds contiguous runs of n,
- * one run per position of the outer reduced dims. */
-static void KFN(reduce_inner)(int op, T *y, const T *x, Walk *kept, Walk *red,
-                              int64_t n, double scale)
+/* One k_reduce call split into units for par_range: kept positions
+ * (innermost dim reduced) or kept positions x column tiles (innermost dim
+ * kept).  Each y element is folded in the same order whatever the split, so
+ * the result does not depend on the thread count or on the tile width. */
+typedef struct {
+    int op;
+    T *y;
+    const T *x;
+    Walk kept, red;
+    int64_t n, tile, tiles;
+    double scale;
+} KFN(ReduceJob);
+
+/* Innermost x dim is reduced: each y element of [lo, hi) folds contiguous
+ * runs of n, one run per position of the outer reduced dims. */
+static void KFN(reduce_inner)(void *ctx, int64_t lo, int64_t hi)
 {
-    int64_t i = 0;
-    walk_seek(kept, 0);
-    do {
-        double acc = red_init(op);
-        walk_seek(red, 0);
+    const KFN(ReduceJob) *j = ctx;
+    Walk kept = j->kept, red = j->red;
+    walk_seek(&kept, lo);
+    for (int64_t i = lo; i < hi; i++, walk_next(&kept)) {
+        double acc = red_init(j->op);
+        walk_seek(&red, 0);
         do
-            acc = KFN(fold_row)(op, acc, x + kept->oa + red->oa, n);
-        while (walk_next(red));
-        y[i++] = (T)(acc * scale);
-    } while (walk_next(kept));
+            acc = KFN(fold_row)(j->op, acc, j->x + kept.oa + red.oa, j->n);
+        while (walk_next(&red));
+        j->y[i] = (T)(acc * j->scale);
+    }
 }
 
 /* Folds the row xs[0..t) into acc[0..t) column by column. */
@@ -60,47 +73,49 @@ static void KFN(fold_cols)(int op, double *acc, const T *xs, int64_t t)
     }
 }
 
-/* Innermost x dim is kept: y rows of n are folded over the reduced dims
- * K_TILE columns at a time, so x is read in contiguous runs and the double
- * accumulators fit on the stack. */
-static void KFN(reduce_outer)(int op, T *y, const T *x, Walk *kept, Walk *red,
-                              int64_t n, double scale)
+/* Innermost x dim is kept: unit u is the column tile u % tiles of the y row
+ * u / tiles, folded over the reduced dims, so x is read in contiguous runs
+ * and the double accumulators fit on the stack. */
+static void KFN(reduce_outer)(void *ctx, int64_t lo, int64_t hi)
 {
+    const KFN(ReduceJob) *j = ctx;
+    Walk kept = j->kept, red = j->red;
     double acc[K_TILE];
-    walk_seek(kept, 0);
-    do {
-        for (int64_t c0 = 0; c0 < n; c0 += K_TILE) {
-            int64_t t = min64(K_TILE, n - c0);
-            for (int64_t c = 0; c < t; c++) acc[c] = red_init(op);
-            walk_seek(red, 0);
-            do
-                KFN(fold_cols)(op, acc, x + kept->oa + red->oa + c0, t);
-            while (walk_next(red));
-            for (int64_t c = 0; c < t; c++) y[c0 + c] = (T)(acc[c] * scale);
-        }
-        y += n;
-    } while (walk_next(kept));
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t row = u / j->tiles, c0 = u % j->tiles * j->tile, t = min64(j->tile, j->n - c0);
+        walk_seek(&kept, row);
+        for (int64_t c = 0; c < t; c++) acc[c] = red_init(j->op);
+        walk_seek(&red, 0);
+        do
+            KFN(fold_cols)(j->op, acc, j->x + kept.oa + red.oa + c0, t);
+        while (walk_next(&red));
+        for (int64_t c = 0; c < t; c++) j->y[row * j->n + c0 + c] = (T)(acc[c] * j->scale);
+    }
 }
 
 void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
                    const int64_t *yshape)
 {
-    Walk kept = {0}, red = {0};
-    int64_t n, count;
-    double scale = 1;
+    KFN(ReduceJob) j = {.op = op, .y = y, .x = x, .scale = 1};
+    int64_t count;
     if (op < K_RSUM || op > K_RPROD)
         die("k_reduce: unknown op");
     if (numel(rank, xshape) == 0) {  /* each group folds nothing */
         KFN(k_fill)(y, op == K_RMEAN ? NAN : red_init(op), numel(rank, yshape));
         return;
     }
-    int inner_kept = reduce_split(rank, xshape, yshape, &kept, &red, &n, &count);
+    int inner_kept = reduce_split(rank, xshape, yshape, &j.kept, &j.red, &j.n, &count);
     if (op == K_RMEAN)
-        scale = 1.0 / (double)count;
-    if (inner_kept)
-        KFN(reduce_outer)(op, y, x, &kept, &red, n, scale);
-    else
-        KFN(reduce_inner)(op, y, x, &kept, &red, n, scale);
+        j.scale = 1.0 / (double)count;
+    const int64_t rows = numel(j.kept.rank, j.kept.shape);
+    if (!inner_kept) {
+        par_range(KFN(reduce_inner), &j, rows, count);
+        return;
+    }
+    /* few rows (a bias gradient: one): narrower tiles give every thread some */
+    j.tile = rows >= 8 ? K_TILE : min64(K_TILE, max64(64, (j.n + 7) / 8));
+    j.tiles = (j.n + j.tile - 1) / j.tile;
+    par_range(KFN(reduce_outer), &j, rows * j.tiles, count * j.tile);
 }
 
 void KFN(k_reduce_sum_to)(T *y, const T *x, int rank, const int64_t *xshape,
