@@ -17,6 +17,9 @@ static const char *usage =
     "                          CUDA Graphs); cpu: CPUs (MPI collectives, CBLAS)\n"
     "  --arch sm_XY[,sm_XY..]  cuda: GPU archs to compile for (default " FSDPC_DEFAULT_ARCH "), plus PTX\n"
     "                          of the lowest for newer GPUs\n"
+    "  --cpu native|x86-64|x86-64-v2|x86-64-v3|x86-64-v4\n"
+    "                          cpu: the CPU the step and kernels are built for (default native: this\n"
+    "                          machine's; a level for nodes that differ); the executable checks it at start\n"
     "  --loss mse:PRED,TARGET | cross_entropy:LOGITS,LABELS | l1:PRED,TARGET | huber:PRED,TARGET\n"
     "         | smooth_l1:PRED,TARGET | bce:LOGITS,TARGET\n"
     "                          PRED/LOGITS: a value of the model; TARGET/LABELS: a new input fed from data;\n"
@@ -142,6 +145,9 @@ static void parse_args(Options *o, int argc, char **argv)
                 fatal("--target %s: expected cuda or cpu", o->target);
         } else if (!strcmp(a, "--arch")) {
             o->arch = VALUE();
+        } else if (!strcmp(a, "--cpu")) {
+            o->cpu = VALUE();
+            cg_cpu_check_name(o->cpu);
         } else if (!strcmp(a, "--loss")) {
             parse_loss(o, VALUE());
         } else if (!strcmp(a, "--optimizer")) {
@@ -264,6 +270,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("no model given (see --help)");
     if (o->arch && strcmp(o->target, "cuda"))
         fatal("--arch applies to --target cuda only");
+    if (o->cpu && strcmp(o->target, "cpu"))
+        fatal("--cpu applies to --target cpu only (the cuda step runs on the GPU)");
     int huber = o->loss_param_flag && !strcmp(o->loss_param_flag, "--huber-delta");
     if (o->loss_param_flag && o->loss != (huber ? LOSS_HUBER : LOSS_SMOOTH_L1))
         fatal("%s shapes --loss %s, which is not given", o->loss_param_flag, huber ? "huber" : "smooth_l1");

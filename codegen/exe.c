@@ -281,6 +281,58 @@ static char *validation_nodes(const Graph *g)
     return need;
 }
 
+/* ---- --cpu -------------------------------------------------------------- */
+
+static const char *const cpu_levels[] = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", NULL};
+
+void cg_cpu_check_name(const char *cpu)
+{
+    if (!strcmp(cpu, "native"))
+        return;
+    for (int i = 0; cpu_levels[i]; i++)
+        if (!strcmp(cpu, cpu_levels[i])) {
+            if (!*FSDPC_KERNEL_LEVELS)
+                fatal("--cpu %s: this fsdpc builds for a CPU that is not x86-64: use --cpu native", cpu);
+            return;
+        }
+    fatal("--cpu %s: expected native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4", ir_q(cpu));
+}
+
+/* the x86-64 level (1-4) of --cpu; native: this machine's (0: not x86-64) */
+static int cpu_level(const char *cpu)
+{
+    for (int i = 0; cpu_levels[i]; i++)
+        if (!strcmp(cpu, cpu_levels[i]))
+            return i + 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init(); /* by features: Clang 14 has no level names */
+    int v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3");
+    int v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+    return v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+#else
+    return 0;
+#endif
+}
+
+/* the kernels built for the highest level (FSDPC_KERNEL_LEVELS: "v3 v4") the --cpu level allows: the library's
+ * name suffix ("" the baseline) and the level's name */
+static const char *cpu_kernels(const char *cpu, const char **name)
+{
+    int l = cpu_level(cpu);
+    *name = l >= 1 ? "x86-64" : "this machine's baseline";
+    for (int k = l; k >= 3; k--)
+        if (strstr(FSDPC_KERNEL_LEVELS, k == 4 ? "v4" : "v3")) {
+            *name = cpu_levels[k - 1];
+            return k == 4 ? "_v4" : "_v3";
+        }
+    return "";
+}
+
+static const char *opt_cpu(const Graph *g) { return g->opt->cpu ? g->opt->cpu : "native"; }
+
 /* the step function: its text, and (cuda) the checks and fused kernels it registers */
 static Buf emit_step(const Graph *g)
 {
@@ -348,6 +400,13 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     for (int s = 0; s < g->nslot; s++)
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_esize[s]);
     cg_put(&b, "%s};\n", g->nslot ? "" : "0");
+    if (!cg_cuda) { /* what -march lets the compiler use here: rt_dev_init checks this CPU has it */
+        cg_put(&b, "static const char *const cpu_needs[] = {\n");
+#define NEED(macro, name) cg_put(&b, "#ifdef __" #macro "__\n    \"" name "\",\n#endif\n");
+        RT_CPU_FEATURES(NEED)
+#undef NEED
+        cg_put(&b, "    0\n};\n");
+    }
     cg_put(&b, "static const RtModel model = {\n");
     /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
      * and the shard groups */
@@ -388,6 +447,11 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     cg_put(&b, "    .nextern = %d, .ext = externs,\n", L->next);
     if (g->opt->precision == PREC_FP16)
         cg_put(&b, "    .loss_scaling = 1,\n");
+    if (!cg_cuda) {
+        const char *kname;
+        cpu_kernels(opt_cpu(g), &kname);
+        cg_put(&b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
+    }
     if (cg_cuda)
         cg_put(&b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
                "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);
@@ -442,32 +506,39 @@ void cg_runtime_dirs(const char **inc, const char **lib)
 }
 
 /* Split a configure-time flag string on spaces (CMake's paths have none), @INC@ and @LIB@ replaced by
- * the runtime's directories. */
-static int split(const char *s, char **argv, int max)
+ * the runtime's directories, @CPU@ by the kernels' suffix for --cpu. */
+static int split(const char *s, char **argv, int max, const char *cpu)
 {
-    const char *inc, *lib;
+    const char *inc, *lib, *unused;
     cg_runtime_dirs(&inc, &lib);
+    const char *const key[] = {"@INC@", "@LIB@", "@CPU@"};
+    const char *const val[] = {inc, lib, cpu ? cpu_kernels(cpu, &unused) : ""};
     char *c = ir_strdup(s);
     int n = 0;
     for (char *t = strtok(c, " "); t && n < max; t = strtok(NULL, " ")) {
-        const char *at = strstr(t, "@INC@") ? strstr(t, "@INC@") : strstr(t, "@LIB@");
-        argv[n++] = at ? ir_fmt("%.*s%s%s", (int)(at - t), t, at[1] == 'I' ? inc : lib, at + 5) : t;
+        for (int k = 0; k < 3; k++)
+            for (char *at; (at = strstr(t, key[k]));)
+                t = ir_fmt("%.*s%s%s", (int)(at - t), t, val[k], at + 5);
+        argv[n++] = t;
     }
     return n;
 }
 
-static void run_cc(const char *src, const char *asm_src, const char *exe)
+/* cpu: the step compiled for --cpu (-march), linked with the kernels built for its level */
+static void run_cc(const char *src, const char *asm_src, const char *exe, const char *cpu)
 {
     char *argv[256];
     int n = 0;
     argv[n++] = (char *)(g_cc ? g_cc : FSDPC_CC);
-    n += split(cg_cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100);
+    n += split(cg_cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100, NULL);
+    if (cpu)
+        argv[n++] = ir_fmt("-march=%s", cpu);
     argv[n++] = "-o";
     argv[n++] = (char *)exe;
     argv[n++] = (char *)src;
     if (asm_src)
         argv[n++] = (char *)asm_src;
-    n += split(cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100);
+    n += split(cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
     argv[n] = NULL;
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
@@ -537,7 +608,7 @@ void cg_build(const Graph *g)
         fatal("%s: write failed: %s", cpath, strerror(errno));
     write_init(g, &L, ir_fmt("%s.init", out));
     const char *tmp = ir_fmt("%s.tmp.%ld", out, (long)getpid());
-    run_cc(cpath, asm_src, tmp);
+    run_cc(cpath, asm_src, tmp, cg_cuda ? NULL : opt_cpu(g));
     if (!g->opt->keep_c)
         unlink(cpath);
     if (dir)

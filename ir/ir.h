@@ -220,6 +220,7 @@ typedef struct {
     int world;               /* --world N for --report (default 2) */
     int verify;              /* run ir_verify after each pass (--verify, tests) */
     const char *cc;          /* C compiler for the generated step */
+    const char *cpu;         /* --cpu: native or an x86-64 level (the step and kernels are built for it); NULL: native */
     int keep_c;              /* --emit-c: keep OUT.c */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
@@ -393,6 +394,7 @@ void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, bui
 /* the directories of the runtime's headers and libraries the executables are built with: the build
  * tree's, $FSDPC_HOME's or the install prefix's (fatal when absent) */
 void cg_runtime_dirs(const char **inc, const char **lib);
+void cg_cpu_check_name(const char *cpu);          /* --cpu NAME: fatal unless native or a known level */
 /* the C source cg_build compiles for --target cpu, in memory (*len bytes); nothing written, no cc
  * (tests/fuzz_compile.c) */
 const char *cg_source_cpu(const Graph *g, size_t *len);

@@ -156,18 +156,50 @@ static int comm_thread_wanted(int world, long cores)
     return 1;
 }
 
+/* The features the step and its kernels were compiled for (fsdpc --cpu) that this CPU lacks, space-separated
+ * in out ("" none).  Checked before any of that code runs: an instruction the CPU lacks is SIGILL. */
+static void cpu_missing(const RtModel *m, char *out, size_t n)
+{
+    out[0] = 0;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    for (const char *const *f = m->cpu_needs; f && *f; f++) {
+        int has = 0;
+#define HAS(macro, name) if (!strcmp(*f, name)) has = __builtin_cpu_supports(name) != 0;
+        RT_CPU_FEATURES(HAS)
+#undef HAS
+        if (!has && strlen(out) + strlen(*f) + 2 < n)
+            snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? " " : "", *f);
+    }
+#else
+    (void)m, (void)n;
+#endif
+}
+
 /* The rank's cores: the communication thread takes one where it runs, the
  * kernels' team (OpenMP and OpenBLAS, k_threads) the others. */
 int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen)
 {
-    (void)m, (void)rank, (void)bytes, (void)err, (void)errlen;
+    (void)rank, (void)bytes;
+    char missing[200];
+    cpu_missing(m, missing, sizeof missing);
+    if (missing[0]) {
+        const int native = m->cpu && !strcmp(m->cpu, "native");
+        snprintf(err, errlen, "this executable was built for %s%s%s and this CPU lacks %s: rebuild it with --cpu set "
+                 "to a level every node has (x86-64-v4: AVX-512, x86-64-v3: AVX2, x86-64-v2, x86-64), or with "
+                 "--cpu native on this machine", native ? "the CPU of the machine it was compiled on (fsdpc --cpu "
+                 "native)" : "the CPU level ", native ? "" : m->cpu ? m->cpu : "?", native ? "" : " (fsdpc --cpu)",
+                 missing);
+        return 1;
+    }
     long cores = my_cores();
     int comm = comm_thread_wanted(world, cores);
     long n = comm && cores > 1 ? cores - 1 : cores;
     char t[160];
     k_threads((int)(n < 4096 ? n : 4096), t, sizeof t);
-    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s)", t, cores, cores > 1 ? "s" : "",
-             comm && cores > 1 ? ", one of them the communication thread's" : "");
+    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s", t, cores,
+             cores > 1 ? "s" : "", comm && cores > 1 ? ", one of them the communication thread's" : "",
+             m->cpu ? m->cpu : "?", m->cpu_kernels ? m->cpu_kernels : "?");
     return 0;
 }
 

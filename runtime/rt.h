@@ -138,7 +138,25 @@ typedef struct {
     int64_t tokens;       /* what one rank's micro-step consumes: label positions (cross_entropy) or samples */
     const char *token_unit; /* "tok" or "samples" */
     uint64_t dropout_seed; /* the build's dropout seed (c->seed without --seed) */
+    /* cpu target only (NULL on cuda): */
+    const char *cpu;       /* what the step was compiled for (fsdpc --cpu: native or an x86-64 level) */
+    const char *cpu_kernels; /* the level of the kernels it links */
+    const char *const *cpu_needs; /* the CPU features that lets the compiler use (RT_CPU_FEATURES' names),
+                                   * NULL-terminated: rt_dev_init refuses to run on a CPU without one */
 } RtModel;
+
+/* x86 features -march may enable, as X(GCC's macro without its underscores, __builtin_cpu_supports name):
+ * the generated step lists those its compiler defined, the cpu runtime checks them at start.  Those GCC 12
+ * and Clang 14 both know (not lzcnt, movbe, f16c, adx, sha, avxvnni, avx512fp16, which no CPU has without
+ * the others of its level). */
+#define RT_CPU_FEATURES(X)                                                                                   \
+    X(SSE3, "sse3") X(SSSE3, "ssse3") X(SSE4_1, "sse4.1") X(SSE4_2, "sse4.2") X(SSE4A, "sse4a")              \
+    X(POPCNT, "popcnt") X(AES, "aes") X(PCLMUL, "pclmul") X(AVX, "avx") X(AVX2, "avx2") X(FMA, "fma")        \
+    X(FMA4, "fma4") X(XOP, "xop") X(BMI, "bmi") X(BMI2, "bmi2") X(GFNI, "gfni") X(VPCLMULQDQ, "vpclmulqdq")  \
+    X(AVX512F, "avx512f") X(AVX512VL, "avx512vl") X(AVX512BW, "avx512bw") X(AVX512DQ, "avx512dq")            \
+    X(AVX512CD, "avx512cd") X(AVX512VBMI, "avx512vbmi") X(AVX512VBMI2, "avx512vbmi2")                         \
+    X(AVX512IFMA, "avx512ifma") X(AVX512VNNI, "avx512vnni") X(AVX512BITALG, "avx512bitalg")                   \
+    X(AVX512VPOPCNTDQ, "avx512vpopcntdq") X(AVX512BF16, "avx512bf16")
 
 typedef struct RtCtx {
     const RtModel *m;

@@ -1,4 +1,4 @@
-"""The rank's threads: the kernels, the step's fused loops and OpenBLAS on one OpenMP team, deterministic.
+"""The rank's threads and the CPU it is built for: one OpenMP team, deterministic; fsdpc --cpu.
 
 usage: threads.py FSDPC WORKDIR
 
@@ -13,6 +13,15 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
 - the start-up line says how many threads each side got and why: "threads: 2 for the kernels, 2 for OpenBLAS
   (2 cores ...)" by default on a rank with the machine to itself (FSDPC's own sizing from the cores it may
   run on: taskset to one core gives 1 and 1), and names OMP_NUM_THREADS where that set them.
+--cpu (x86-64 machines):
+- the default is native: the start-up line says "code for native, kernels for x86-64-vN", N this machine's
+  level (from /proc/cpuinfo's flags);
+- --cpu x86-64 and x86-64-v3 (where this CPU has it) build, say so, and train the native build's losses
+  within 1e-4 (FMA contractions differ between levels), 1 and 2 threads bit-identical;
+- a step compiled for a feature this CPU lacks (the C compiler given -mfma4, -mxop or -msse4a, whichever
+  /proc/cpuinfo does not list: no CPU since 2017 has fma4) exits non-zero before running any of it, with one
+  line naming the feature and --cpu;
+- --cpu pentium and --cpu with --target cuda are one line each.
 """
 import copy
 import json
@@ -101,6 +110,62 @@ def main():
     exe = exe1
     print("threads: 1, 2 (three runs), default (%d cores)%s and world 2 x 2 threads: bit-identical; %d fused loops "
           "split" % (cores, ", taskset -c 0" if cores > 1 else "", n_par))
+    cpu_levels(fsdpc, J, build, train, same, one, dflt)
+
+
+def cpu_levels(fsdpc, J, build, train, same, native, native_out):
+    flags = set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    bad = subprocess.run([fsdpc, J("gpt.onnx"), "-o", J("x"), "--cpu", "pentium"] + build, capture_output=True,
+                         text=True)
+    check(bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "--cpu" in bad.stderr
+          and "x86-64-v3" in bad.stderr, "--cpu pentium: %d %r" % (bad.returncode, bad.stderr))
+    bad = subprocess.run([fsdpc, J("gpt.onnx"), "-o", J("x"), "--cpu", "native", "--target", "cuda", "--loss",
+                          "cross_entropy:logits,labels"], capture_output=True, text=True)
+    check(bad.returncode != 0 and "--cpu applies to --target cpu only" in bad.stderr,
+          "--cpu with --target cuda: %d %r" % (bad.returncode, bad.stderr))
+    if os.uname().machine != "x86_64":
+        print("cpu levels: not an x86-64 machine, only --cpu native (checked above)")
+        return
+    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"} <= flags
+    v4 = v3 and {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags
+    level = "x86-64-v4" if v4 else "x86-64-v3" if v3 else "x86-64"
+    want = "code for native, kernels for %s" % level
+    check(want in native_out[0], "native build: expected %r in the start-up line:\n%s" % (want, native_out[0][:1500]))
+    for cpu in ["x86-64"] + (["x86-64-v3"] if v3 else []):
+        tag = cpu.replace("-", "_")
+        run([fsdpc, J("gpt.onnx"), "-o", J("gpt"), "--dim", "batch=8", "--cpu", cpu] + build)
+        a = train(tag + "_t1", {"OMP_NUM_THREADS": "1"})
+        b = train(tag + "_t2", {"OMP_NUM_THREADS": "2"})
+        same("--cpu %s, 2 threads" % cpu, b, a)
+        want = "code for %s, kernels for %s" % (cpu, cpu)
+        check(want in a[0], "--cpu %s: expected %r in:\n%s" % (cpu, want, a[0][:1500]))
+        for (la, ga), (ln, gn) in zip(a[1], native[1]):
+            check(abs(la - ln) <= 1e-4 * abs(ln) and abs(ga - gn) <= 1e-4 * abs(gn),
+                  "--cpu %s: loss %r grad norm %r, native %r %r" % (cpu, la, ga, ln, gn))
+    lacking = [(f, m) for f, m in [("fma4", "-mfma4"), ("xop", "-mxop"), ("sse4a", "-msse4a")] if f not in flags]
+    if not lacking:
+        print("cpu levels: this CPU has fma4, xop and sse4a: the refusal is not exercised here")
+        return
+    feat, mflag = lacking[0]
+    cc = J("cc_" + feat)
+    with open(cc, "w") as f:
+        f.write('#!/bin/sh\nexec cc %s "$@"\n' % mflag)
+    os.chmod(cc, 0o755)
+    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_" + feat), "--dim", "batch=8", "--cc", cc] + build)
+    p = subprocess.run([J("gpt_" + feat), "--tokens", J("tokens.bin"), "--steps", "1"], capture_output=True,
+                       text=True, timeout=120)
+    name = feat.replace("_", "")
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode not in (0, -4) and len(lines) == 1 and "lacks %s" % name in lines[0] and "--cpu" in lines[0]
+          and "step 1" not in p.stdout,
+          "a step built with %s: exit %d, expected one line naming %s:\n%s" % (mflag, p.returncode, name, p.stderr))
+    print("cpu levels: native = %s kernels; x86-64%s train native's losses (1e-4), bit-identical at 1 and 2 "
+          "threads; built with %s: refused at start (%s)" % (level, " and x86-64-v3" if v3 else "", mflag,
+                                                                lines[0][:90]))
 
 
 if __name__ == "__main__":
