@@ -1,7 +1,8 @@
 """fsdpc's CPU training step against PyTorch's on the same GPT, single process, the same threads.
 
     /usr/bin/python3 bench/gpt_cpu.py [--threads 2] [--steps 6] [--repeat 3] [--fsdpc build/fsdpc]
-                                      [--torch2 PYTHON] [--no-compile] [--sizes 128/4/128/8,...]
+                                      [--torch2 PYTHON] [--no-compile] [--ort PYTHON|none]
+                                      [--sizes 128/4/128/8,...]
 
 The driver runs under Debian's /usr/bin/python3 (torch 1.13 exports the ONNX file fsdpc compiles).  The sides,
 each a process of its own on the same model, initial weights, batch and optimizer (AdamW, lr 1e-4), with every
@@ -11,7 +12,10 @@ torch.set_num_threads):
   torch 1.13        Debian's PyTorch, eager (bench/torch_step.py under /usr/bin/python3);
   torch 2 eager     PyTorch 2 from PyPI (bench/torch_step.py under --torch2: default the python3 on PATH when it
                     has torch >= 2; none: the column is left out, and the script says so);
-  torch 2 compile   the same with torch.compile (its compilation is in the warm-up step, not timed).
+  torch 2 compile   the same with torch.compile (its compilation is in the warm-up step, not timed);
+  ORT-training      ONNX Runtime Training (onnxruntime-training-cpu) on the fsdpc side's ONNX file
+                    (bench/ort_step.py under --ort: default a virtual environment the script makes once, and says
+                    so, in ~/.cache/fsdpc-bench/ort).
 Interleaved: each repetition runs every side once per size, in turn.  A side's time is the median of its timed
 steps (after one warm-up); the table gives the best and the median of those over the repetitions, fsdpc's ratio
 to each side (best against best: below 1 is faster), GFLOP/s and the share of this machine's sgemm peak
@@ -35,6 +39,8 @@ ap.add_argument("--repeat", type=int, default=3)
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
 ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH, if it has it)")
 ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+ap.add_argument("--ort", default="", help="a python with onnxruntime-training (default: make a virtual environment "
+                "in ~/.cache/fsdpc-bench/ort on the torch 2 python; none: leave ONNX Runtime Training out)")
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8", help="d/L/T/B,...")
 args = ap.parse_args()
 for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -60,6 +66,29 @@ def torch2_python():
     return None, None
 
 
+def ort_python(py2):
+    """a python with onnxruntime-training-cpu: --ort, or a virtual environment made once (it needs torch: onnxruntime's
+    training module imports it, so the environment sees the torch 2 python's packages; onnx < 1.17: ORT 1.19 reads
+    IR version 10 at most)"""
+    if args.ort == "none":
+        return None
+    if args.ort:
+        return args.ort
+    if not py2:
+        print("note: ONNX Runtime Training needs a python with torch >= 2 (--torch2): its column is left out")
+        return None
+    venv = os.path.join(os.path.expanduser("~"), ".cache", "fsdpc-bench", "ort")
+    py = os.path.join(venv, "bin", "python")
+    ok = os.path.exists(py) and subprocess.run([py, "-c", "import onnxruntime.training.api"],
+                                               capture_output=True).returncode == 0
+    if not ok:
+        print("installing ONNX Runtime Training: %s -m venv --system-site-packages %s; pip install "
+              "onnxruntime-training-cpu 'onnx<1.17'" % (py2, venv), flush=True)
+        subprocess.run([py2, "-m", "venv", "--system-site-packages", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "onnxruntime-training-cpu", "onnx<1.17"], check=True)
+    return py
+
+
 def sgemm_peak():
     a = np.random.rand(2048, 2048).astype(np.float32)
     a @ a
@@ -76,6 +105,15 @@ def torch_side(py, work, mode):
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit("%s torch_step.py %s failed:\n%s" % (py, mode, p.stderr[-3000:]))
+    o = json.loads(p.stdout.strip().splitlines()[-1])
+    return statistics.median(o["times_ms"][1:]), o["peak_rss_bytes"]
+
+
+def ort_side(py, work):
+    p = subprocess.run([py, os.path.join(HERE, "ort_step.py"), work, str(args.threads), str(args.steps)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit("%s ort_step.py failed:\n%s" % (py, p.stderr[-3000:]))
     o = json.loads(p.stdout.strip().splitlines()[-1])
     return statistics.median(o["times_ms"][1:]), o["peak_rss_bytes"]
 
@@ -97,6 +135,9 @@ def main():
                                                           ["torch %s compile" % v2.split("+")[0]])
     else:
         print("note: no python with torch >= 2 (--torch2 PYTHON; pip install torch): its columns are left out")
+    pyo = ort_python(py2)
+    if pyo:
+        sides.append("ORT-training")
     peak = sgemm_peak()
     print("threads %d, sgemm 2048^3 peak %.1f GFLOP/s (numpy, %s threads), %d timed steps after 1 warm-up, %d "
           "interleaved repetitions" % (args.threads, peak, args.threads, args.steps, args.repeat))
@@ -111,6 +152,7 @@ def main():
             cfg = dict(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T)
             model = GPT(GPTConfig(**cfg))
             json.dump(cfg, open(os.path.join(work, "cfg.json"), "w"))
+            json.dump([n for n, _ in model.named_parameters()], open(os.path.join(work, "params.json"), "w"))
             np.savez(os.path.join(work, "weights.npz"), **{k: v.detach().numpy() for k, v in model.state_dict().items()})
             np.save(os.path.join(work, "idx.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
             np.save(os.path.join(work, "lab.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
@@ -125,6 +167,8 @@ def main():
                 for s in sides:
                     if s == "fsdpc":
                         r = fsdpc_side(work)
+                    elif s == "ORT-training":
+                        r = ort_side(pyo, work)
                     elif s == "torch 1.13":
                         r = torch_side(sys.executable, work, "eager")
                     else:

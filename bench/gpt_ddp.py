@@ -1,8 +1,13 @@
-"""fsdpc FULL_SHARD on 2 ranks against PyTorch DDP (gloo) on 2 ranks: the same GPTs, the same global batch.
+"""fsdpc FULL_SHARD on 2 ranks against PyTorch on 2 ranks (gloo): the same GPTs, the same global batch.
 
-    bench/gpt_ddp.py [--steps 5] [--fsdpc build/fsdpc]
+    bench/gpt_ddp.py [--steps 5] [--fsdpc build/fsdpc] [--torch2 PYTHON] [--sizes 128/4/128/8,...]
 
-Run with Debian's /usr/bin/python3 (torch 1.13, CPU).  Each rank gets one
+Run with Debian's /usr/bin/python3 (torch 1.13, CPU: DDP, the second line).
+PyTorch 2 from PyPI runs DDP and FSDP2 (`fully_shard` on each transformer
+block, then on the model: FULL_SHARD, as fsdpc's --wrap blocks) under
+--torch2 (default: the python3 on PATH when it has torch >= 2; `pip install
+torch numpy` gives it; without one, those columns are left out and the
+script says so).  Each rank gets one
 thread (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1, set explicitly for both
 sides: this machine has 2 cores).  A step = forward + cross-entropy +
 backward + gradient averaging + AdamW; the table gives the median step time
@@ -22,6 +27,7 @@ thread computed (not waiting), rank 0, step 2.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +37,10 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=5)
 ap.add_argument("--repeat", type=int, default=3, help="runs of each side, interleaved; the best median counts")
 ap.add_argument("--fsdpc", default=os.path.join(os.path.dirname(__file__), "..", "build", "fsdpc"))
-ap.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)  # internal: one DDP rank
+ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH, if it has it)")
+ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8", help="d/L/T/B,...")
+ap.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)  # internal: one PyTorch rank
+ap.add_argument("--mode", default="ddp", help=argparse.SUPPRESS)  # internal: ddp or fsdp2
 ap.add_argument("--size", default="", help=argparse.SUPPRESS)
 ap.add_argument("--out", default="", help=argparse.SUPPRESS)
 args = ap.parse_args()
@@ -45,7 +54,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpt import GPT, GPTConfig, export  # noqa: E402
 
 torch.set_num_threads(1)
-SIZES = [(128, 4, 128, 8), (256, 6, 256, 8), (512, 8, 256, 8)]  # d, L, T, global B
 VOCAB, WORLD = 256, 2
 
 
@@ -61,12 +69,31 @@ def model_of(d, L, T):
     return GPT(GPTConfig(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T, dropout=0.0))
 
 
+def torch2_python():
+    for py in [args.torch2] if args.torch2 else [shutil.which("python3") or ""]:
+        if not py or py == "none":
+            continue
+        p = subprocess.run([py, "-c", "import numpy, torch; print(torch.__version__)"], capture_output=True,
+                           text=True)
+        if p.returncode == 0 and int(p.stdout.split(".")[0]) >= 2:
+            return py, p.stdout.strip().split("+")[0]
+    return None, None
+
+
 def ddp_rank():
-    """one DDP rank (a subprocess of this script): times its steps, writes a JSON line"""
+    """one PyTorch rank (a subprocess of this script, under either python): times its steps, writes a JSON line"""
     import torch.distributed as dist
     d, L, T, B = (int(x) for x in args.size.split(","))
     dist.init_process_group("gloo", rank=args.ddp_rank, world_size=WORLD)
-    model = torch.nn.parallel.DistributedDataParallel(model_of(d, L, T))
+    model = model_of(d, L, T)
+    n = sum(p.numel() for p in model.parameters())
+    if args.mode == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(args.ddp_rank)
     b = B // WORLD
@@ -80,21 +107,22 @@ def ddp_rank():
         opt.step()
         loss.item()
         times.append((time.perf_counter() - t) * 1e3)
-    n = sum(p.numel() for p in model.parameters())
+    state = 4 * 4 * n // (WORLD if args.mode == "fsdp2" else 1)
     with open(args.out, "w") as f:
-        json.dump(dict(ms=float(np.median(times[1:])), state=4 * 4 * n, hwm=vm_hwm()), f)
+        json.dump(dict(ms=float(np.median(times[1:])), state=state, hwm=vm_hwm()), f)
     dist.destroy_process_group()
 
 
-def ddp(d, L, T, B, work):
+def ddp(d, L, T, B, work, py=sys.executable, mode="ddp"):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + d), OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     outs = [os.path.join(work, "ddp%d.json" % r) for r in range(WORLD)]
-    procs = [subprocess.Popen([sys.executable, __file__, "--ddp-rank", str(r), "--size", "%d,%d,%d,%d" % (d, L, T, B),
-                               "--out", outs[r], "--steps", str(args.steps)], env=env) for r in range(WORLD)]
+    procs = [subprocess.Popen([py, __file__, "--ddp-rank", str(r), "--size", "%d,%d,%d,%d" % (d, L, T, B),
+                               "--out", outs[r], "--steps", str(args.steps), "--mode", mode], env=env)
+             for r in range(WORLD)]
     for p in procs:
         if p.wait() != 0:
-            raise SystemExit("DDP rank failed")
+            raise SystemExit("%s %s rank failed" % (py, mode))
     rs = [json.load(open(o)) for o in outs]
     return max(r["ms"] for r in rs), rs[0]["state"], max(r["hwm"] for r in rs)
 
@@ -146,26 +174,46 @@ def main():
     if args.ddp_rank >= 0:
         ddp_rank()
         return
-    print("2 ranks x 1 thread each; %d timed steps after 1 warm-up; global batch B, B/2 per rank" % args.steps)
-    print("%-14s %9s | %9s %9s %6s | %12s %8s | %12s %12s | %12s %12s" % (
-        "d/L/T/B", "params", "DDP ms", "fsdpc ms", "ratio", "thread ms", "overlap", "DDP state", "fsdpc state",
-        "DDP peak RSS", "fsdpc RSS"))
-    for d, L, T, B in SIZES:
+    py2, v2 = torch2_python()
+    if not py2:
+        print("note: no python with torch >= 2 and numpy (--torch2 PYTHON; pip install torch numpy): the DDP and "
+              "FSDP2 columns of PyTorch 2 are left out")
+    sides = ["fsdpc", "fsdpc thread", "DDP %s" % torch.__version__.split("+")[0]]
+    if py2:
+        sides += ["DDP %s" % v2, "FSDP2 %s" % v2]
+    print("2 ranks x 1 thread each; %d timed steps after 1 warm-up; global batch B, B/2 per rank; best of %d "
+          "interleaved medians (ms per step)" % (args.steps, args.repeat))
+    print("%-14s %9s | %s | %s | %s | %8s | %s" % (
+        "d/L/T/B", "params", " ".join("%14s" % s for s in sides),
+        " ".join("%14s" % ("f/" + s) for s in sides[2:]),
+        " ".join("%12s" % s.split()[0] for s in ["fsdpc"] + sides[2:]), "overlap",
+        " ".join("%14s" % s.split()[0] for s in ["fsdpc"] + sides[2:])))
+    print("%-14s %9s | %s | %s | %s | %8s | %s" % ("", "", "ms per step".center(15 * len(sides) - 1),
+                                                  "ratio".center(15 * len(sides[2:]) - 1),
+                                                  "model state per rank".center(13 * len(sides[1:]) - 1), "",
+                                                  "peak RSS per rank".center(15 * len(sides[1:]) - 1)))
+    for size in args.sizes.split(","):
+        d, L, T, B = (int(x) for x in size.split("/"))
         model = model_of(d, L, T)
         n = sum(p.numel() for p in model.parameters())
         with tempfile.TemporaryDirectory() as work:
-            runs = []
+            runs = {s: [] for s in sides}
             for _ in range(args.repeat):  # interleaved: a slow minute of the machine hits every side
-                runs.append((fsdpc(model, d, L, T, B, work), fsdpc(model, d, L, T, B, work, thread=True)[0],
-                             ddp(d, L, T, B, work)))
-            f_ms, f_state, f_hwm = min((r[0] for r in runs), key=lambda x: x[0])
-            s_ms = min(r[1] for r in runs)
-            t_ms, t_state, t_hwm = min((r[2] for r in runs), key=lambda x: x[0])
+                runs["fsdpc"].append(fsdpc(model, d, L, T, B, work))
+                runs["fsdpc thread"].append(fsdpc(model, d, L, T, B, work, thread=True))
+                runs[sides[2]].append(ddp(d, L, T, B, work))
+                if py2:
+                    runs[sides[3]].append(ddp(d, L, T, B, work, py2, "ddp"))
+                    runs[sides[4]].append(ddp(d, L, T, B, work, py2, "fsdp2"))
+            best = {s: min(r, key=lambda x: x[0]) for s, r in runs.items()}
             fsdpc(model, d, L, T, B, work, thread=True, trace=os.path.join(work, "t.json"))
             share = overlap_share(os.path.join(work, "t.json"))
-        print("%-14s %9d | %9.1f %9.1f %6.2f | %12.1f %7.0f%% | %10.1f MB %10.1f MB | %10.1f MB %10.1f MB" % (
-            "%d/%d/%d/%d" % (d, L, T, B), n, t_ms, f_ms, f_ms / t_ms, s_ms, 100 * share, t_state / 1e6,
-            f_state / 1e6, t_hwm / 1e6, f_hwm / 1e6))
+        f = best["fsdpc"][0]
+        print("%-14s %9d | %s | %s | %s | %7.0f%% | %s" % (
+            size, n, " ".join("%14.1f" % best[s][0] for s in sides),
+            " ".join("%14.2f" % (f / best[s][0]) for s in sides[2:]),
+            " ".join("%9.1f MB" % (best[s][1] / 1e6) for s in ["fsdpc"] + sides[2:]), 100 * share,
+            " ".join("%11.1f MB" % (best[s][2] / 1e6) for s in ["fsdpc"] + sides[2:])), flush=True)
 
 
 if __name__ == "__main__":
