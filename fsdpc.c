@@ -133,7 +133,8 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--version")) {
             const char *inc, *lib;
             cg_runtime_dirs(&inc, &lib);
-            printf("fsdpc %s\ntargets: cpu (MPI, CBLAS)%s\nruntime: %s, %s\n", FSDPC_VERSION,
+            printf("fsdpc %s\ntargets: cpu (MPI, CBLAS; kernels for %s)%s\nruntime: %s, %s\n", FSDPC_VERSION,
+                   *FSDPC_KERNEL_LEVELS ? "x86-64, x86-64-v3, x86-64-v4" : "this machine's baseline",
                    *FSDPC_LIBS_CUDA ? ", cuda (NVRTC, cuBLASLt, NCCL; default archs " FSDPC_DEFAULT_ARCH ")"
                                     : " (built without the CUDA toolkit: no cuda target)", inc, lib);
             exit(0);

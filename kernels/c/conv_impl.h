@@ -309,6 +309,7 @@ void KFN(k_avgpool2d_grad)(const KPool2d *p, T *dx, const T *dy)
 
 void KFN(k_global_avgpool)(T *y, const T *x, int64_t nc, int64_t hw)
 {
+#pragma omp parallel for schedule(static) if (nc * hw >= K_PAR_MIN)
     for (int64_t i = 0; i < nc; i++) {
         double s = 0;
         for (int64_t k = 0; k < hw; k++)
@@ -319,6 +320,7 @@ void KFN(k_global_avgpool)(T *y, const T *x, int64_t nc, int64_t hw)
 
 void KFN(k_global_avgpool_grad)(T *dx, const T *dy, int64_t nc, int64_t hw)
 {
+#pragma omp parallel for schedule(static) if (nc * hw >= K_PAR_MIN)
     for (int64_t i = 0; i < nc; i++) {
         const T g = (T)((double)dy[i] / (double)hw);
         for (int64_t k = 0; k < hw; k++)

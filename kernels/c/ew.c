@@ -104,6 +104,7 @@ int64_t k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int
 
 void k_not(uint8_t *y, const uint8_t *x, int64_t n)
 {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         y[i] = !x[i];
 }
@@ -201,17 +202,23 @@ void k_cast(int to, void *y, int from, const void *x, int64_t n)
     if (to == from) {
         if (y != x)
             memmove(y, x, (size_t)n * (size_t)dt_size(to));
-    } else if (from == K_DT_F32 && to == K_DT_F64) {
+    } else if (from == K_DT_F32 && to == K_DT_F64 && !overlaps(y, x, n, 8, 4)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((double *)y)[i] = ((const float *)x)[i];
-    } else if (from == K_DT_F64 && to == K_DT_F32) {
+    } else if (from == K_DT_F64 && to == K_DT_F32 && !overlaps(y, x, n, 4, 8)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)((const double *)x)[i];
     } else if (from == K_DT_F32 && to == K_DT_BF16 && !overlaps(y, x, n, 2, 4)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_bf16_from_f32(((const float *)x)[i]);
     } else if (from == K_DT_BF16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_bf16_to_f32(((const uint16_t *)x)[i]);
     } else if (from == K_DT_F32 && to == K_DT_F16 && !overlaps(y, x, n, 2, 4)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_f16_from_f32(((const float *)x)[i]);
     } else if (from == K_DT_F16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
         for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_f16_to_f32(((const uint16_t *)x)[i]);
     } else {
         if (dt_size(to) != dt_size(from) && overlaps(y, x, n, dt_size(to), dt_size(from)))

@@ -1,13 +1,23 @@
 /* loss_impl.h — typed bodies of loss.c, included once per dtype with
  * T (element type) and S (name suffix) defined.  No include guard on purpose. */
 
+#define K_MSE_PARTS 64
 void KFN(k_mse)(T *loss, const T *p, const T *t, int64_t n)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)p[i] - (double)t[i];
-        s += d * d;
+    /* K_MSE_PARTS blocks whose bounds depend on n only, summed in order: the same loss at any thread count */
+    double part[K_MSE_PARTS], s = 0;
+    const int64_t block = (n + K_MSE_PARTS - 1) / K_MSE_PARTS;
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
+    for (int k = 0; k < K_MSE_PARTS; k++) {
+        double a = 0;
+        for (int64_t i = k * block, e = min64(n, i + block); i < e; i++) {
+            double d = (double)p[i] - (double)t[i];
+            a += d * d;
+        }
+        part[k] = a;
     }
+    for (int k = 0; k < K_MSE_PARTS; k++)
+        s += part[k];
     loss[0] = n > 0 ? (T)(s / (double)n) : (T)NAN;  /* torch: mean of nothing */
 }
 
@@ -17,6 +27,7 @@ void KFN(k_mse_grad)(T *dp, const T *dloss, const T *p, const T *t, int64_t n)
     if (n <= 0)
         return;
     const T norm = (T)(2.0 / (double)n), g = dloss[0];
+#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         dp[i] = norm * (p[i] - t[i]) * g;
 }

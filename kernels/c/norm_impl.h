@@ -149,6 +149,7 @@ void KFN(k_batchnorm_train)(T *y, T *mean, T *invstd, T *rm_out, T *rv_out,
                             double momentum)
 {
     const double m = (double)(n * l);
+#pragma omp parallel for schedule(static) if (n * c * l >= K_PAR_MIN)
     for (int64_t ch = 0; ch < c; ch++) {
         double s, q, mu, var;
         KFN(channel_sums)(x, n, c, l, ch, 0, &s, &q);
@@ -180,6 +181,7 @@ void KFN(k_batchnorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
                            int64_t c, int64_t l)
 {
     const double m = (double)(n * l);
+#pragma omp parallel for schedule(static) if (n * c * l >= K_PAR_MIN)
     for (int64_t ch = 0; ch < c; ch++) {
         const double mu = mean[ch], is = invstd[ch];
         double sdy = 0, dot = 0;
@@ -211,6 +213,7 @@ void KFN(k_batchnorm_infer)(T *y, const T *x, const T *scale, const T *bias,
                             const T *mean, const T *var, int64_t n, int64_t c, int64_t l,
                             double eps)
 {
+#pragma omp parallel for schedule(static) if (n * c * l >= K_PAR_MIN)
     for (int64_t ch = 0; ch < c; ch++) {
         const double is = 1 / sqrt((double)var[ch] + eps), mu = mean[ch];
         const double a = is * (scale ? (double)scale[ch] : 1.0);

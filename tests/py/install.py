@@ -81,6 +81,8 @@ def main():
                                                                                             p.stderr))
         check("runtime: %s/include/fsdpc, %s/lib/fsdpc" % (moved, moved) in p.stdout,
               "--version does not name the moved prefix: %r" % p.stdout)
+        want = "kernels for x86-64, x86-64-v3, x86-64-v4" if os.uname().machine == "x86_64" else "kernels for"
+        check(want in p.stdout, "--version does not name the kernels' CPU levels (%r): %r" % (want, p.stdout))
         print("ok with %s and %s hidden: the moved prefix's fsdpc compiles, its executable trains" % (build, source))
         # the build tree's fsdpc on the same model and data: the same losses
         run(["sh", "-c", compile_cpu % (fsdpc, "ref")])
