@@ -1,23 +1,24 @@
 /* loss_impl.h — typed bodies of loss.c, included once per dtype with
  * T (element type) and S (name suffix) defined.  No include guard on purpose. */
 
-#define K_MSE_PARTS 64
+typedef struct {
+    const T *p, *t;
+} KFN(MseJob);
+
+static double KFN(mse_sum)(const void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(MseJob) *j = ctx;
+    double a = 0;
+    for (int64_t i = lo; i < hi; i++) {
+        double d = (double)j->p[i] - (double)j->t[i];
+        a += d * d;
+    }
+    return a;
+}
+
 void KFN(k_mse)(T *loss, const T *p, const T *t, int64_t n)
 {
-    /* K_MSE_PARTS blocks whose bounds depend on n only, summed in order: the same loss at any thread count */
-    double part[K_MSE_PARTS], s = 0;
-    const int64_t block = (n + K_MSE_PARTS - 1) / K_MSE_PARTS;
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int k = 0; k < K_MSE_PARTS; k++) {
-        double a = 0;
-        for (int64_t i = k * block, e = min64(n, i + block); i < e; i++) {
-            double d = (double)p[i] - (double)t[i];
-            a += d * d;
-        }
-        part[k] = a;
-    }
-    for (int k = 0; k < K_MSE_PARTS; k++)
-        s += part[k];
+    const double s = par_sum(KFN(mse_sum), &(KFN(MseJob)){p, t}, n, 1);
     loss[0] = n > 0 ? (T)(s / (double)n) : (T)NAN;  /* torch: mean of nothing */
 }
 
@@ -49,29 +50,30 @@ static double KFN(logsumexp)(const T *x, int64_t n)
     return mx + log(s);
 }
 
-#define K_CE_PARTS 64
+typedef struct {
+    const T *x;
+    const int64_t *labels;
+    int64_t classes;
+} KFN(CeJob);
+
+static double KFN(ce_sum)(const void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(CeJob) *j = ctx;
+    double a = 0;
+    for (int64_t r = lo; r < hi; r++) {
+        const T *xr = j->x + r * j->classes;
+        a += KFN(logsumexp)(xr, j->classes) - (double)xr[j->labels[r]];
+    }
+    return a;
+}
+
 int64_t KFN(k_cross_entropy)(T *loss, const T *x, const int64_t *labels,
                              int64_t rows, int64_t classes)
 {
-    double s = 0;
     for (int64_t r = 0; r < rows; r++)
         if (labels[r] < 0 || labels[r] >= classes)
             return r;
-    /* K_CE_PARTS blocks of rows whose bounds depend on rows only, summed in
-     * order: the same loss at any thread count */
-    double part[K_CE_PARTS];
-    const int64_t block = (rows + K_CE_PARTS - 1) / K_CE_PARTS;
-#pragma omp parallel for schedule(static) if (rows * classes >= K_PAR_MIN)
-    for (int k = 0; k < K_CE_PARTS; k++) {
-        double p = 0;
-        for (int64_t r = k * block, e = min64(rows, r + block); r < e; r++) {
-            const T *xr = x + r * classes;
-            p += KFN(logsumexp)(xr, classes) - (double)xr[labels[r]];
-        }
-        part[k] = p;
-    }
-    for (int k = 0; k < K_CE_PARTS; k++)
-        s += part[k];
+    const double s = par_sum(KFN(ce_sum), &(KFN(CeJob)){x, labels, classes}, rows, classes);
     loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
     return -1;
 }

@@ -79,22 +79,18 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
     }
 }
 
-/* Sums K_SQ_PARTS blocks whose bounds depend on n only, each in its own
- * double, then the blocks in order: the same sum at any thread count. */
-#define K_SQ_PARTS 64
+static double KFN(sq_sum)(const void *ctx, int64_t lo, int64_t hi)
+{
+    const T *x = ctx;
+    double a = 0;
+    for (int64_t i = lo; i < hi; i++)
+        a += (double)x[i] * (double)x[i];
+    return a;
+}
+
 void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
 {
-    double part[K_SQ_PARTS], s = 0;
-    const int64_t block = (n + K_SQ_PARTS - 1) / K_SQ_PARTS;
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int k = 0; k < K_SQ_PARTS; k++) {
-        double p = 0;
-        for (int64_t i = k * block, e = min64(n, i + block); i < e; i++)
-            p += (double)x[i] * (double)x[i];
-        part[k] = p;
-    }
-    for (int k = 0; k < K_SQ_PARTS; k++)
-        s += part[k];
+    const double s = par_sum(KFN(sq_sum), x, n, 1);
     y[0] = (T)(accumulate ? (double)y[0] + s : s);
 }
 

@@ -197,4 +197,23 @@ static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
     f(ctx, 0, total);
 }
 
+/* Blocks of a deterministic sum. */
+#define K_SUM_BLOCKS 64
+
+/* The sum over units [0, total) of f(ctx, lo, hi), each call a double sum over its units: K_SUM_BLOCKS
+ * blocks whose bounds depend on total only, split across threads when the elements touched (unit_elems per
+ * unit) make a team pay, then added in block order, so the result does not depend on the thread count. */
+static inline double par_sum(double (*f)(const void *, int64_t, int64_t), const void *ctx, int64_t total,
+                             int64_t unit_elems)
+{
+    double part[K_SUM_BLOCKS], s = 0;
+    const int64_t block = (total + K_SUM_BLOCKS - 1) / K_SUM_BLOCKS;
+#pragma omp parallel for schedule(static) if (total * unit_elems >= K_PAR_MIN)
+    for (int k = 0; k < K_SUM_BLOCKS; k++)
+        part[k] = f(ctx, min64(total, k * block), min64(total, (k + 1) * block));
+    for (int k = 0; k < K_SUM_BLOCKS; k++)
+        s += part[k];
+    return s;
+}
+
 #endif
