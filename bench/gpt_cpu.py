@@ -50,20 +50,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
 from gpt import GPT, GPTConfig, export  # noqa: E402
+from torch2 import torch2_python  # noqa: E402
 
 VOCAB = 256
-
-
-def torch2_python():
-    cands = [args.torch2] if args.torch2 else [shutil.which("python3") or ""]
-    for py in cands:
-        if not py or py == "none":
-            continue
-        p = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
-        if p.returncode == 0 and int(p.stdout.split(".")[0]) >= 2:
-            return py, p.stdout.strip()
-    return None, None
 
 
 def ort_python(py2):
@@ -128,11 +119,10 @@ def fsdpc_side(work):
 
 
 def main():
-    py2, v2 = torch2_python()
+    py2, v2 = torch2_python(args.torch2)
     sides = ["fsdpc", "torch 1.13"]
     if py2:
-        sides += ["torch %s eager" % v2.split("+")[0]] + ([] if args.no_compile else
-                                                          ["torch %s compile" % v2.split("+")[0]])
+        sides += ["torch %s eager" % v2] + ([] if args.no_compile else ["torch %s compile" % v2])
     else:
         print("note: no python with torch >= 2 (--torch2 PYTHON; pip install torch): its columns are left out")
     pyo = ort_python(py2)

@@ -27,7 +27,6 @@ thread computed (not waiting), rank 0, step 2.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import GPT, GPTConfig, export  # noqa: E402
+from torch2 import torch2_python  # noqa: E402
 
 torch.set_num_threads(1)
 VOCAB, WORLD = 256, 2
@@ -67,17 +68,6 @@ def vm_hwm():
 def model_of(d, L, T):
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T, dropout=0.0))
-
-
-def torch2_python():
-    for py in [args.torch2] if args.torch2 else [shutil.which("python3") or ""]:
-        if not py or py == "none":
-            continue
-        p = subprocess.run([py, "-c", "import numpy, torch; print(torch.__version__)"], capture_output=True,
-                           text=True)
-        if p.returncode == 0 and int(p.stdout.split(".")[0]) >= 2:
-            return py, p.stdout.strip().split("+")[0]
-    return None, None
 
 
 def ddp_rank():
@@ -174,7 +164,7 @@ def main():
     if args.ddp_rank >= 0:
         ddp_rank()
         return
-    py2, v2 = torch2_python()
+    py2, v2 = torch2_python(args.torch2)
     if not py2:
         print("note: no python with torch >= 2 and numpy (--torch2 PYTHON; pip install torch numpy): the DDP and "
               "FSDP2 columns of PyTorch 2 are left out")
