@@ -549,15 +549,6 @@ static void run_cc(const char *src, const char *asm_src, const char *exe, const 
         die("the C compiler failed on the generated step (%s)", src);
 }
 
-/* the cuda target computes in float32 (bf16 to come): say so up front */
-static void check_cuda_dtypes(const Graph *g)
-{
-    for (int v = 0; v < g->nval; v++)
-        if (g->val[v].dtype == DT_F64)
-            fatal("%s: value '%s' is float64; the cuda target computes in float32: export the model in "
-                  "float32, or build with --target cpu", g->opt->model, ir_q(g->val[v].name));
-}
-
 static void remove_tree(const char *dir, int nimage)
 {
     for (int i = 0; i < nimage; i++)
@@ -591,7 +582,6 @@ void cg_build(const Graph *g)
         if (!*FSDPC_LIBS_CUDA)
             fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
                   "rebuild fsdpc where the CUDA 13 toolkit is installed");
-        check_cuda_dtypes(g);
         const char *t = getenv("TMPDIR");
         dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp");
         if (!mkdtemp(dir))

@@ -20,7 +20,9 @@
  * writes the same float32 C under CUBLAS_COMPUTE_32F (--precision bf16: a
  * product of two bfloat16 values is exact in float32, and the sums stay
  * there); kc_gemm_f16 the same with float16 A and B (CUDA_R_16F, --precision
- * fp16).  One body serves all three; only the operands' type and size differ.
+ * fp16).  kc_gemm_f64 is float64 throughout: A, B, C and the bias, computed
+ * under CUBLAS_COMPUTE_64F (a float64 model on the cuda target).  One body
+ * serves all four; only the operands' and C's types and sizes differ.
  * kc_gemm_add (a MatMulAdd) is the same GEMM with an epilogue: the addend
  * is cuBLASLt's C input (D = AB + 1 C, C and D of one layout, D may be C)
  * and the bias its CUBLASLT_EPILOGUE_BIAS, a vector over cuBLASLt's rows
@@ -131,7 +133,8 @@ void rt_memset(void *dst, int byte, int64_t bytes)
 
 typedef struct {
     int64_t m, n, k, batch, sa, sb; /* after folding */
-    int type;                       /* A and B's cudaDataType_t: CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F */
+    int type;                       /* A and B's cudaDataType_t: CUDA_R_32F, CUDA_R_16BF or CUDA_R_16F (C, D
+                                     * and the bias float32), or CUDA_R_64F (all float64) */
     int ta, tb, tf32;
     int bias;                       /* a bias epilogue is wanted */
     int align;                      /* log2 of the byte alignment of A, B, D, C, bias: 4 bits each */
@@ -217,18 +220,24 @@ static void layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows
     }
 }
 
+/* C and D's type (and the bias's, alpha's and beta's) for operands of type t */
+static cudaDataType_t out_type(int t)
+{
+    return t == CUDA_R_64F ? CUDA_R_64F : CUDA_R_32F;
+}
+
 /* the operation descriptor: compute type ct, cuBLASLt's A = our B, B = our A;
  * with bias (a pointer with the alignment the plan is for: the heuristic
- * reads it) the bias epilogue, float32 like D */
-static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k, const float *bias)
+ * reads it) the bias epilogue, of D's type */
+static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k, const void *bias)
 {
     cublasLtMatmulDesc_t op;
-    LT_CHECK(cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F));
+    LT_CHECK(cublasLtMatmulDescCreate(&op, ct, out_type(k->type)));
     int32_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     if (bias) {
-        int32_t epi = CUBLASLT_EPILOGUE_BIAS, bt = CUDA_R_32F;
+        int32_t epi = CUBLASLT_EPILOGUE_BIAS, bt = out_type(k->type);
         LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
         LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -236,7 +245,7 @@ static cublasLtMatmulDesc_t make_op(cublasComputeType_t ct, const GemmKey *k, co
     return op;
 }
 
-static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
+static void make_plan(GemmPlan *p, const GemmKey *k, const void *bias)
 {
     memset(p, 0, sizeof *p);
     p->key = *k;
@@ -250,7 +259,7 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
         layout(&p->lb, t, m, kk, k->m, k->batch, k->sa);
     else
         layout(&p->lb, t, kk, m, k->k, k->batch, k->sa);
-    layout(&p->lc, CUDA_R_32F, n, m, k->n, k->batch, k->m * k->n);
+    layout(&p->lc, out_type(k->type), n, m, k->n, k->batch, k->m * k->n);
 
     cublasLtMatmulPreference_t pref;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -275,7 +284,10 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
      * kernel takes falls back to exact FP32 rather than ending the run */
     for (int epi = k->bias; epi >= 0 && !p->op; epi--)
         for (int exact = !k->tf32; exact < 2; exact++) {
-            p->op = make_op(exact ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, k, epi ? bias : NULL);
+            p->op = make_op(t == CUDA_R_64F ? CUBLAS_COMPUTE_64F
+                            : exact         ? CUBLAS_COMPUTE_32F
+                                            : CUBLAS_COMPUTE_32F_FAST_TF32,
+                            k, epi ? bias : NULL);
             nres = 0;
             memset(&res, 0, sizeof res);
             s = cublasLtMatmulAlgoGetHeuristic(cu.lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
@@ -294,6 +306,7 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
                     (long long)k->sb, al_a, al_b, al_d, al_c,
                     k->type == CUDA_R_16BF ? "BF16 operands, FP32 compute"
                     : k->type == CUDA_R_16F ? "FP16 operands, FP32 compute"
+                    : k->type == CUDA_R_64F ? "FP64"
                     : k->tf32               ? "TF32 or FP32"
                                             : "FP32",
                     cublasLtGetStatusString(s != CUBLAS_STATUS_SUCCESS ? s
@@ -305,12 +318,13 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const float *bias)
 }
 
 /* D = alpha op(A) op(B) + beta C [+ bias] for every kc_gemm_ (fn, for messages): A and B are of type, esize bytes
- * an element; D (d) and C (c: d itself unless an addend) are float32.  Returns 0 when the bias is left to the
- * caller, 1 when it was added (or is NULL). */
-static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, const float *c, double alpha,
-                double beta, const float *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb,
+ * an element; D (d), C (c: d itself unless an addend) and the bias are out_type(type).  Returns 0 when the bias is
+ * left to the caller, 1 when it was added (or is NULL). */
+static int gemm(const char *fn, cudaDataType_t type, int64_t esize, void *d, const void *c, double alpha,
+                double beta, const void *bias, const void *a, const void *b, int64_t batch, int64_t sa, int64_t sb,
                 int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
+    const int64_t dsize = out_type(type) == CUDA_R_64F ? 8 : 4;
     if (!cu.up)
         cu_internal("%s before the GPU was set up", fn);
     if (batch < 0 || m < 0 || n < 0 || k < 0 || sa < 0 || sb < 0)
@@ -320,11 +334,11 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, co
         return 1;
     if (k == 0) { /* D = beta C */
         if (beta == 0)
-            kc_memset(d, 0, batch * m * n * (int64_t)sizeof(float));
+            kc_memset(d, 0, batch * m * n * dsize);
         else if (beta != 1)
             cu_internal("%s with k = 0 and beta %g", fn, beta);
         else if (c != d)
-            kc_memcpy(d, c, batch * m * n * (int64_t)sizeof(float));
+            kc_memcpy(d, c, batch * m * n * dsize);
         return !bias;
     }
     if (batch > 1 && sb == 0 && !ta && sa == m * k) { /* one matrix of batch*m rows */
@@ -344,8 +358,8 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, co
     key.type = type, key.ta = !!ta, key.tb = !!tb, key.tf32 = type == CUDA_R_32F && cu.tf32, key.bias = !!bias;
     /* the alignment an algorithm may assume covers the pointer, the batch
      * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*),
-     * in bytes: A and B have the operand type's elements, C and D float32 */
-    int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n, ldc = (sc | n) * (int64_t)sizeof(float);
+     * in bytes: A and B have the operand type's elements, C and D out_type's */
+    int64_t sc = batch > 1 ? m * n : 0, lda = ta ? m : k, ldb = tb ? k : n, ldc = (sc | n) * dsize;
     key.align = align_log2(a, (sa | lda) * esize) | align_log2(b, (sb | ldb) * esize) << 4 | align_log2(d, ldc) << 8 |
                 align_log2(c, ldc) << 12 | (bias ? align_log2(bias, 0) << 16 : 0);
     if (2 * (g_count + 1) > g_cap)
@@ -357,9 +371,10 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, float *d, co
     }
     if (p->bias) /* this call's vector (the plan was made for one of the same alignment) */
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    float af = (float)alpha, bf = (float)beta;
-    LT_CHECK(cublasLtMatmul(cu.lt, p->op, &af, b, p->la, a, p->lb, &bf, c, p->lc, d, p->lc, &p->algo, cu.ws,
-                            p->ws, cu.compute));
+    float af = (float)alpha, bf = (float)beta; /* the scale type is D's */
+    const void *pa = dsize == 8 ? (const void *)&alpha : &af, *pb = dsize == 8 ? (const void *)&beta : &bf;
+    LT_CHECK(cublasLtMatmul(cu.lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, d, p->lc, &p->algo, cu.ws, p->ws,
+                            cu.compute));
     if (cu.sync_debug) {
         char what[200];
         snprintf(what, sizeof what, "the cuBLASLt GEMM (%s) m %lld n %lld k %lld batch %lld", fn, (long long)m,
@@ -375,6 +390,12 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
     gemm("kc_gemm_f32", CUDA_R_32F, 4, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
+void kc_gemm_f64(double *c, const double *a, const double *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm("kc_gemm_f64", CUDA_R_64F, 8, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
+}
+
 void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                   int64_t n, int64_t k, int ta, int tb, double beta)
 {
@@ -387,14 +408,15 @@ void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, 
     gemm("kc_gemm_f16", CUDA_R_16F, 2, c, c, 1.0, beta, NULL, a, b, batch, sa, sb, m, n, k, ta, tb);
 }
 
-int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
+int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bias, const void *add,
                 double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
-    static const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
-    if (type < KC_GEMM_F32 || type > KC_GEMM_F16)
+    static const cudaDataType_t types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F, CUDA_R_64F};
+    static const int64_t esize[] = {4, 2, 2, 8};
+    if (type < KC_GEMM_F32 || type > KC_GEMM_F64)
         cu_internal("kc_gemm_add: operand type %d", type);
-    return gemm("kc_gemm_add", types[type], type == KC_GEMM_F32 ? 4 : 2, c, add ? add : c, alpha, add ? 1.0 : 0.0,
-                bias, a, b, batch, sa, sb, m, n, k, ta, tb);
+    return gemm("kc_gemm_add", types[type], esize[type], c, add ? add : c, alpha, add ? 1.0 : 0.0, bias, a, b, batch,
+                sa, sb, m, n, k, ta, tb);
 }
 
 void cu_gemm_cache_free(void)

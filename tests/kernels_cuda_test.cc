@@ -20,9 +20,12 @@
  * (libfsdpc_kernels), and each test calls a kc_ function and its k_ twin on
  * the same random inputs: shapes with odd sizes, rank 0 and 1, broadcasting,
  * more elements than one block and than one grid (3 SMs hold 24 blocks of
- * 256), aliasing where the contract allows it.  Floats must agree to 1e-5
- * relative (|a - b| <= 1e-5 (1 + |b|)), the optimizers, the squared
- * norm and gradient accumulation exactly; copies, masks, integers, indices
+ * 256), aliasing where the contract allows it.  The tests of kernels of an
+ * element type are templates run for float and for double (k_X / kc_X
+ * without a suffix pick the _f32 or _f64 function by the argument types).
+ * Floats must agree to 1e-5 relative (|a - b| <= 1e-5 (1 + |b|)), doubles
+ * to 1e-12; the optimizers, the squared norm (float32) and gradient
+ * accumulation exactly; copies, masks, integers, indices
  * and the check slots must agree exactly.  A failing check prints what it
  * was and where; the exit status is 1 if any failed.
  */
@@ -53,6 +56,12 @@ namespace dev {
 #include "optim.cu"
 #include "random.cu"
 #include "reduce.cu"
+/* the typed kernels' float and double instances, as in the device program */
+#include "kc_args.h"
+#include "stamp.cu"
+#include "kernels.def"
+#undef KC
+#undef KC_TYPED
 
 /* Copies each argument from args[i] into a value of the kernel's parameter
  * type (as cudaLaunchKernel does) and runs the grid. */
@@ -132,21 +141,37 @@ static int next_slot;
 
 /* C_i = op(A_i) op(B_i) + beta C_i in double, each operand element read as
  * a float by value() */
-template <typename T, typename V>
-static void gemm_ref(float *c, const T *a, const T *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+template <typename C_, typename T, typename V>
+static void gemm_ref(C_ *c, const T *a, const T *b, int64_t batch, int64_t sa, int64_t sb, int64_t m,
                      int64_t n, int64_t k, int ta, int tb, double beta, V value, double alpha = 1)
 {
     for (int64_t i = 0; i < batch; i++) {
         const T *A = a + i * sa, *B = b + i * sb;
-        float *C = c + i * m * n;
+        C_ *C = c + i * m * n;
         for (int64_t r = 0; r < m; r++)
             for (int64_t q = 0; q < n; q++) {
                 double s = 0;
                 for (int64_t l = 0; l < k; l++)
                     s += (double)value(A[ta ? l * m + r : r * k + l]) * value(B[tb ? q * k + l : l * n + q]);
-                C[r * n + q] = (float)(beta == 0 ? alpha * s : alpha * s + beta * C[r * n + q]);
+                C[r * n + q] = (C_)(beta == 0 ? alpha * s : alpha * s + beta * C[r * n + q]);
             }
     }
+}
+
+/* the addend, the GEMM and the bias in C's type C_ */
+template <typename C_, typename T, typename V>
+static int gemm_add_ref(C_ *c, const T *a, const T *b, const C_ *bias, const C_ *add, double alpha, int64_t batch,
+                        int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, V value)
+{
+    if (add && add != c)
+        memmove(c, add, sizeof(C_) * (size_t)(batch * m * n));
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, add ? 1.0 : 0.0, value, alpha);
+    if (!bias || emu_no_bias_epilogue)
+        return !bias;
+    for (int64_t r = 0; r < batch * m; r++)
+        for (int64_t q = 0; q < n; q++)
+            c[r * n + q] += bias[q];
+    return 1;
 }
 
 extern "C" {
@@ -169,6 +194,11 @@ void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_
 {
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, [](float v) { return v; });
 }
+void kc_gemm_f64(double *c, const double *a, const double *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, [](double v) { return v; });
+}
 void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
@@ -179,25 +209,23 @@ void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, 
 {
     gemm_ref(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta, k_f16_to_f32);
 }
-int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
+int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bias, const void *add,
                 double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb)
 {
-    if (add && add != c)
-        memmove(c, add, sizeof(float) * (size_t)(batch * m * n));
-    const double beta = add ? 1.0 : 0.0;
     const uint16_t *a16 = (const uint16_t *)a, *b16 = (const uint16_t *)b;
-    if (type == KC_GEMM_F32)
-        gemm_ref(c, (const float *)a, (const float *)b, batch, sa, sb, m, n, k, ta, tb, beta,
-                 [](float v) { return v; }, alpha);
-    else
-        gemm_ref(c, a16, b16, batch, sa, sb, m, n, k, ta, tb, beta,
-                 type == KC_GEMM_BF16 ? k_bf16_to_f32 : k_f16_to_f32, alpha);
-    if (!bias || emu_no_bias_epilogue)
-        return !bias;
-    for (int64_t r = 0; r < batch * m; r++)
-        for (int64_t q = 0; q < n; q++)
-            c[r * n + q] += bias[q];
-    return 1;
+    float *cf = (float *)c;
+    const float *bf = (const float *)bias, *af = (const float *)add;
+    switch (type) {
+    case KC_GEMM_F32:
+        return gemm_add_ref(cf, (const float *)a, (const float *)b, bf, af, alpha, batch, sa, sb, m, n, k, ta, tb,
+                            [](float v) { return v; });
+    case KC_GEMM_F64:
+        return gemm_add_ref((double *)c, (const double *)a, (const double *)b, (const double *)bias,
+                            (const double *)add, alpha, batch, sa, sb, m, n, k, ta, tb, [](double v) { return v; });
+    default:
+        return gemm_add_ref(cf, a16, b16, bf, af, alpha, batch, sa, sb, m, n, k, ta, tb,
+                            type == KC_GEMM_BF16 ? k_bf16_to_f32 : k_f16_to_f32);
+    }
 }
 }
 
@@ -218,6 +246,40 @@ int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *b
     X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
+/* the float64 twins of the typed kernels (all but the loss-scaling ones) */
+#define TYPED(X)                                                                                   \
+    X(binary) X(unary) X(unary_grad) X(scale) X(fill) X(compare) X(where_grad) X(transpose) X(pad) \
+    X(pad_grad) X(matmul) X(reduce_sum_to) X(reduce) X(reduce_max_grad) X(reduce_prod_grad)        \
+    X(softmax) X(softmax_grad) X(range) X(layernorm) X(layernorm_grad) X(batchnorm_train)          \
+    X(batchnorm_grad) X(batchnorm_infer) X(bn_running_var) X(conv2d) X(conv2d_grad_x)              \
+    X(conv2d_grad_w) X(conv2d_grad_b) X(maxpool2d) X(maxpool2d_grad) X(avgpool2d)                  \
+    X(avgpool2d_grad) X(global_avgpool) X(global_avgpool_grad) X(gather_grad)                      \
+    X(gather_elements_grad) X(dropout) X(dropout_grad) X(mse) X(mse_grad) X(cross_entropy)         \
+    X(cross_entropy_grad) X(nll_loss) X(nll_loss_grad) X(adamw) X(sgd) X(sum_squares)              \
+    X(grad_accum) X(matmul_add)
+#define DECLARE_TWIN64(f) extern "C" decltype(k_##f##_f64) kc_##f##_f64;
+TYPED(DECLARE_TWIN64)
+/* k_f / kc_f without the suffix: the _f32 or _f64 function, by the
+ * argument types (a float * and a double * never both fit), so one test
+ * template checks both */
+#define OVERLOAD(f)                                                                                \
+    template <typename... A> static auto k_##f(A... a) -> decltype(k_##f##_f32(a...))           \
+    {                                                                                              \
+        return k_##f##_f32(a...);                                                                  \
+    }                                                                                              \
+    template <typename... A> static auto k_##f(A... a) -> decltype(k_##f##_f64(a...))           \
+    {                                                                                              \
+        return k_##f##_f64(a...);                                                                  \
+    }                                                                                              \
+    template <typename... A> static auto kc_##f(A... a) -> decltype(kc_##f##_f32(a...))         \
+    {                                                                                              \
+        return kc_##f##_f32(a...);                                                                 \
+    }                                                                                              \
+    template <typename... A> static auto kc_##f(A... a) -> decltype(kc_##f##_f64(a...))         \
+    {                                                                                              \
+        return kc_##f##_f64(a...);                                                                 \
+    }
+TYPED(OVERLOAD)
 
 /* ---- checks and inputs ------------------------------------------------------------- */
 
@@ -226,7 +288,7 @@ static char what[256];
 #define CTX(...) snprintf(what, sizeof what, __VA_ARGS__)
 
 /* |got - want| <= tol (1 + |want|); tol 0: equal (NaN matches NaN) */
-static void check_f(const float *got, const float *want, int64_t n, double tol)
+template <typename T> static void check_f(const T *got, const T *want, int64_t n, double tol)
 {
     checks++;
     for (int64_t i = 0; i < n; i++) {
@@ -262,6 +324,8 @@ static void check_int(int64_t got, int64_t want)
 }
 
 constexpr double TOL = 1e-5;
+/* the tolerance of computed (not copied) results in T: float32 TOL, float64 1e-12 */
+template <typename T> static constexpr double tol() { return sizeof(T) == 4 ? TOL : 1e-12; }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double uni(double lo, double hi)
@@ -271,12 +335,13 @@ static double uni(double lo, double hi)
 }
 static int64_t below(int64_t n) { return (int64_t)uni(0, (double)n) % n; }
 
-using F = std::vector<float>;
-static F rnd(int64_t n, double lo, double hi)
+template <typename T> using V = std::vector<T>;
+using F = V<float>;
+template <typename T = float> static V<T> rnd(int64_t n, double lo, double hi)
 {
-    F v((size_t)n + 1); /* + 1: never a zero-length buffer */
+    V<T> v((size_t)n + 1); /* + 1: never a zero-length buffer */
     for (auto &x : v)
-        x = (float)uni(lo, hi);
+        x = (T)uni(lo, hi);
     return v;
 }
 static int64_t numel(const std::vector<int64_t> &s)
@@ -319,40 +384,40 @@ static const Bcast bcast_cases[] = {
     {{97, 131}, {97, 131}, {131}},
 };
 
-static void test_binary()
+template <typename T> static void test_binary()
 {
     for (const Bcast &c : bcast_cases)
         for (int op = K_ADD; op < K_BINARY_COUNT; op++) {
             const int r = (int)c.y.size();
             const int64_t n = numel(c.y);
             auto sa = bstrides(r, c.a), sb = bstrides(r, c.b);
-            F a = rnd(numel(c.a), 0.5, 2), b = rnd(numel(c.b), -2, 2), want(n + 1), got(n + 1);
-            k_binary_f32(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
-            kc_binary_f32(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            V<T> a = rnd<T>(numel(c.a), 0.5, 2), b = rnd<T>(numel(c.b), -2, 2), want(n + 1), got(n + 1);
+            k_binary(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            kc_binary(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
             CTX("kc_binary op %d y %s a %s b %s", op, dims(c.y).c_str(), dims(c.a).c_str(), dims(c.b).c_str());
-            check_f(got.data(), want.data(), n, TOL);
+            check_f(got.data(), want.data(), n, tol<T>());
             if (c.a == c.y) { /* y aliasing a */
                 CTX("kc_binary op %d in place, y %s", op, dims(c.y).c_str());
-                kc_binary_f32(op, a.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
-                check_f(a.data(), want.data(), n, TOL);
+                kc_binary(op, a.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+                check_f(a.data(), want.data(), n, tol<T>());
             }
         }
 }
 
-static void test_compare_where()
+template <typename T> static void test_compare_where()
 {
     for (const Bcast &c : bcast_cases) {
         const int r = (int)c.y.size();
         const int64_t n = numel(c.y), na = numel(c.a), nb = numel(c.b);
         auto sa = bstrides(r, c.a), sb = bstrides(r, c.b);
-        F a(na + 1), b(nb + 1);
+        V<T> a(na + 1), b(nb + 1);
         std::vector<int64_t> ia(na + 1), ib(nb + 1);
-        for (int64_t i = 0; i < na; i++) a[i] = (float)(ia[i] = below(4) - 2); /* ties */
-        for (int64_t i = 0; i < nb; i++) b[i] = (float)(ib[i] = below(4) - 2);
+        for (int64_t i = 0; i < na; i++) a[i] = (T)(ia[i] = below(4) - 2); /* ties */
+        for (int64_t i = 0; i < nb; i++) b[i] = (T)(ib[i] = below(4) - 2);
         std::vector<uint8_t> want(n + 1), got(n + 1);
         for (int op = K_EQ; op <= K_GE; op++) {
-            k_compare_f32(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
-            kc_compare_f32(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            k_compare(op, want.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
+            kc_compare(op, got.data(), a.data(), b.data(), r, c.y.data(), sa.data(), sb.data());
             CTX("kc_compare_f32 op %d y %s", op, dims(c.y).c_str());
             check_bytes(got.data(), want.data(), (size_t)n);
             k_compare_i64(op, want.data(), ia.data(), ib.data(), r, c.y.data(), sa.data(), sb.data());
@@ -388,19 +453,19 @@ static void test_compare_where()
             CTX("kc_where esize %d y %s", esize, dims(c.y).c_str());
             check_bytes(g.data(), w.data(), (size_t)(n * esize));
         }
-        F dy = rnd(n, -1, 1), wa(n + 1), wb(n + 1), ga(n + 1), gb(n + 1);
-        k_where_grad_f32(wa.data(), wb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
-        kc_where_grad_f32(ga.data(), gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        V<T> dy = rnd<T>(n, -1, 1), wa(n + 1), wb(n + 1), ga(n + 1), gb(n + 1);
+        k_where_grad(wa.data(), wb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        kc_where_grad(ga.data(), gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
         CTX("kc_where_grad y %s", dims(c.y).c_str());
         check_f(ga.data(), wa.data(), n, 0);
         check_f(gb.data(), wb.data(), n, 0);
-        kc_where_grad_f32(nullptr, gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
+        kc_where_grad(nullptr, gb.data(), cond.data(), dy.data(), r, c.y.data(), sa.data());
         CTX("kc_where_grad db only, y %s", dims(c.y).c_str());
         check_f(gb.data(), wb.data(), n, 0);
     }
 }
 
-static void test_unary()
+template <typename T> static void test_unary()
 {
     double p[K_UNARY_COUNT][2] = {};
     p[K_LEAKY_RELU][0] = 0.1;
@@ -411,32 +476,32 @@ static void test_unary()
     for (int64_t n : {1, 1000, 10007})
         for (int op = 0; op < K_UNARY_COUNT; op++) {
             const bool pos = op == K_SQRT || op == K_LOG;
-            F x = rnd(n, pos ? 0.1 : -3, 3), dy = rnd(n, -1, 1), y(n + 1), want(n + 1), got(n + 1);
+            V<T> x = rnd<T>(n, pos ? 0.1 : -3, 3), dy = rnd<T>(n, -1, 1), y(n + 1), want(n + 1), got(n + 1);
             if (n > 1)
                 x[0] = NAN;
-            k_unary_f32(op, want.data(), x.data(), n, p[op][0], p[op][1]);
-            kc_unary_f32(op, got.data(), x.data(), n, p[op][0], p[op][1]);
+            k_unary(op, want.data(), x.data(), n, p[op][0], p[op][1]);
+            kc_unary(op, got.data(), x.data(), n, p[op][0], p[op][1]);
             CTX("kc_unary op %d n %lld", op, (long long)n);
-            check_f(got.data(), want.data(), n, TOL);
+            check_f(got.data(), want.data(), n, tol<T>());
             y = want;
-            x[0] = 0.5f;
-            k_unary_f32(op, y.data(), x.data(), n, p[op][0], p[op][1]);
-            k_unary_grad_f32(op, want.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
-            kc_unary_grad_f32(op, got.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            x[0] = 0.5;
+            k_unary(op, y.data(), x.data(), n, p[op][0], p[op][1]);
+            k_unary_grad(op, want.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            kc_unary_grad(op, got.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
             CTX("kc_unary_grad op %d n %lld", op, (long long)n);
-            check_f(got.data(), want.data(), n, TOL);
-            kc_unary_grad_f32(op, dy.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
+            check_f(got.data(), want.data(), n, tol<T>());
+            kc_unary_grad(op, dy.data(), dy.data(), x.data(), y.data(), n, p[op][0], p[op][1]);
             CTX("kc_unary_grad op %d, dx aliasing dy", op);
-            check_f(dy.data(), want.data(), n, TOL);
+            check_f(dy.data(), want.data(), n, tol<T>());
         }
     const int64_t n = 3001;
-    F x = rnd(n, -5, 5), want(n + 1), got(n + 1);
-    k_scale_f32(want.data(), x.data(), 0.3, n);
-    kc_scale_f32(got.data(), x.data(), 0.3, n);
+    V<T> x = rnd<T>(n, -5, 5), want(n + 1), got(n + 1);
+    k_scale(want.data(), x.data(), 0.3, n);
+    kc_scale(got.data(), x.data(), 0.3, n);
     CTX("kc_scale");
     check_f(got.data(), want.data(), n, 0);
-    k_fill_f32(want.data(), 1.0 / 3, n);
-    kc_fill_f32(got.data(), 1.0 / 3, n);
+    k_fill(want.data(), 1.0 / 3, n);
+    kc_fill(got.data(), 1.0 / 3, n);
     CTX("kc_fill");
     check_f(got.data(), want.data(), n, 0);
     std::vector<uint8_t> b(n), wn(n), gn(n);
@@ -649,7 +714,7 @@ static void test_cast_bf16()
 
 /* ---- copy ------------------------------------------------------------------------ */
 
-static void test_copy_strided()
+template <typename T> static void test_copy_strided()
 {
     struct Case {
         std::vector<int64_t> shape, ys, xs;
@@ -674,25 +739,25 @@ static void test_copy_strided()
             CTX("kc_copy_strided esize %d shape %s", es, dims(c.shape).c_str());
             check_bytes(got.data(), want.data(), want.size());
         }
-    struct T {
+    struct Perm {
         std::vector<int64_t> shape, perm;
     };
-    static const T tcases[] = {
+    static const Perm tcases[] = {
         {{37, 53}, {1, 0}},          {{4, 5, 6}, {2, 1, 0}},     {{4, 5, 6}, {1, 2, 0}},
         {{4, 5, 6}, {2, 0, 1}},      {{4, 5, 6}, {0, 2, 1}},     {{2, 3, 4, 5}, {0, 2, 1, 3}},
         {{3, 1, 70, 40}, {0, 3, 2, 1}}, {{1, 9}, {1, 0}},        {{130, 3}, {1, 0}},
     };
-    for (const T &c : tcases) {
+    for (const Perm &c : tcases) {
         const int64_t n = numel(c.shape);
-        F x = rnd(n, -1, 1), want(n + 1), got(n + 1);
-        k_transpose_f32(want.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
-        kc_transpose_f32(got.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
+        V<T> x = rnd<T>(n, -1, 1), want(n + 1), got(n + 1);
+        k_transpose(want.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
+        kc_transpose(got.data(), x.data(), (int)c.shape.size(), c.shape.data(), c.perm.data());
         CTX("kc_transpose %s perm %s", dims(c.shape).c_str(), dims(c.perm).c_str());
         check_f(got.data(), want.data(), n, 0);
     }
 }
 
-static void test_pad()
+template <typename T> static void test_pad()
 {
     struct Case {
         std::vector<int64_t> x, pads;
@@ -715,13 +780,13 @@ static void test_pad()
             for (int d = 0; d < r; d++)
                 ys[d] += c.pads[d] + c.pads[r + d];
             const int64_t nx = numel(c.x), ny = numel(ys);
-            F x = rnd(nx, -1, 1), dy = rnd(ny, -1, 1), want(ny + 1), got(ny + 1), wdx(nx + 1), gdx(nx + 1);
-            k_pad_f32(mode, want.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
-            kc_pad_f32(mode, got.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
+            V<T> x = rnd<T>(nx, -1, 1), dy = rnd<T>(ny, -1, 1), want(ny + 1), got(ny + 1), wdx(nx + 1), gdx(nx + 1);
+            k_pad(mode, want.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
+            kc_pad(mode, got.data(), x.data(), r, c.x.data(), c.pads.data(), 0.25);
             CTX("kc_pad mode %d x %s pads %s", mode, dims(c.x).c_str(), dims(c.pads).c_str());
             check_f(got.data(), want.data(), ny, 0);
-            k_pad_grad_f32(mode, wdx.data(), dy.data(), r, c.x.data(), c.pads.data());
-            kc_pad_grad_f32(mode, gdx.data(), dy.data(), r, c.x.data(), c.pads.data());
+            k_pad_grad(mode, wdx.data(), dy.data(), r, c.x.data(), c.pads.data());
+            kc_pad_grad(mode, gdx.data(), dy.data(), r, c.x.data(), c.pads.data());
             CTX("kc_pad_grad mode %d x %s pads %s", mode, dims(c.x).c_str(), dims(c.pads).c_str());
             check_f(gdx.data(), wdx.data(), nx, 0); /* same additions in the same order */
         }
@@ -729,7 +794,7 @@ static void test_pad()
 
 /* ---- reduce ---------------------------------------------------------------------- */
 
-static void test_reduce()
+template <typename T> static void test_reduce()
 {
     struct Case {
         std::vector<int64_t> x, y;
@@ -747,73 +812,73 @@ static void test_reduce()
             const int r = (int)c.x.size();
             const int64_t nx = numel(c.x), ny = numel(c.y);
             /* products near 1 stay finite and nonzero over the long groups */
-            F x = op == K_RPROD ? rnd(nx, 0.95f, 1.05f) : rnd(nx, -1, 1), want(ny + 1), got(ny + 1);
+            V<T> x = op == K_RPROD ? rnd<T>(nx, 0.95, 1.05) : rnd<T>(nx, -1, 1), want(ny + 1), got(ny + 1);
             if (nx > 10 && op >= K_RMAX)
                 x[(size_t)(nx / 2)] = NAN; /* propagates */
-            k_reduce_f32(op, want.data(), x.data(), r, c.x.data(), c.y.data());
-            kc_reduce_f32(op, got.data(), x.data(), r, c.x.data(), c.y.data());
+            k_reduce(op, want.data(), x.data(), r, c.x.data(), c.y.data());
+            kc_reduce(op, got.data(), x.data(), r, c.x.data(), c.y.data());
             CTX("kc_reduce op %d x %s y %s", op, dims(c.x).c_str(), dims(c.y).c_str());
-            check_f(got.data(), want.data(), ny, TOL);
+            check_f(got.data(), want.data(), ny, tol<T>());
             if (op == K_RSUM) {
-                kc_reduce_sum_to_f32(got.data(), x.data(), r, c.x.data(), c.y.data());
+                kc_reduce_sum_to(got.data(), x.data(), r, c.x.data(), c.y.data());
                 CTX("kc_reduce_sum_to x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
-                check_f(got.data(), want.data(), ny, TOL);
+                check_f(got.data(), want.data(), ny, tol<T>());
             }
             if (op == K_RPROD && nx > 0) { /* the product of the others, at zeros too */
                 for (int64_t i = 0; i < nx; i += 5)
                     x[(size_t)i] = 0;
                 x[(size_t)(nx / 2)] = -x[(size_t)(nx / 2)];
-                F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
-                k_reduce_prod_grad_f32(wdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
-                kc_reduce_prod_grad_f32(gdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
+                V<T> dy = rnd<T>(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
+                k_reduce_prod_grad(wdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
+                kc_reduce_prod_grad(gdx.data(), dy.data(), x.data(), r, c.x.data(), c.y.data());
                 CTX("kc_reduce_prod_grad x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
-                check_f(gdx.data(), wdx.data(), nx, TOL);
+                check_f(gdx.data(), wdx.data(), nx, tol<T>());
             }
             if (op != K_RMAX || nx == 0)
                 continue;
             for (int64_t i = 0; i < nx; i++) /* few levels: ties */
-                x[i] = (float)below(3);
-            F y(ny + 1), dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
-            k_reduce_f32(op, y.data(), x.data(), r, c.x.data(), c.y.data());
-            k_reduce_max_grad_f32(wdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
-            kc_reduce_max_grad_f32(gdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
+                x[i] = (T)below(3);
+            V<T> y(ny + 1), dy = rnd<T>(ny, -1, 1), wdx(nx + 1), gdx(nx + 1);
+            k_reduce(op, y.data(), x.data(), r, c.x.data(), c.y.data());
+            k_reduce_max_grad(wdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
+            kc_reduce_max_grad(gdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
             CTX("kc_reduce_max_grad x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
             check_f(gdx.data(), wdx.data(), nx, 0);
         }
 }
 
-static void test_softmax()
+template <typename T> static void test_softmax()
 {
     static const int64_t cases[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 300}, {1, 1, 1}, {1, 1, 5},
                                        {6, 1000, 1}, {300, 3, 1}};
     for (const auto &c : cases)
         for (int lg = 0; lg < 2; lg++) {
             const int64_t n = c[0] * c[1] * c[2];
-            F x = rnd(n, -4, 4), dy = rnd(n, -1, 1), want(n + 1), got(n + 1), wdx(n + 1), gdx(n + 1);
+            V<T> x = rnd<T>(n, -4, 4), dy = rnd<T>(n, -1, 1), want(n + 1), got(n + 1), wdx(n + 1), gdx(n + 1);
             x[0] += 1000; /* needs the max shift */
-            k_softmax_f32(lg, want.data(), x.data(), c[0], c[1], c[2]);
-            kc_softmax_f32(lg, got.data(), x.data(), c[0], c[1], c[2]);
+            k_softmax(lg, want.data(), x.data(), c[0], c[1], c[2]);
+            kc_softmax(lg, got.data(), x.data(), c[0], c[1], c[2]);
             CTX("kc_softmax log %d %lldx%lldx%lld", lg, (long long)c[0], (long long)c[1], (long long)c[2]);
-            check_f(got.data(), want.data(), n, TOL);
-            kc_softmax_f32(lg, x.data(), x.data(), c[0], c[1], c[2]);
+            check_f(got.data(), want.data(), n, tol<T>());
+            kc_softmax(lg, x.data(), x.data(), c[0], c[1], c[2]);
             CTX("kc_softmax log %d in place", lg);
-            check_f(x.data(), want.data(), n, TOL);
-            k_softmax_grad_f32(lg, wdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
-            kc_softmax_grad_f32(lg, gdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            check_f(x.data(), want.data(), n, tol<T>());
+            k_softmax_grad(lg, wdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            kc_softmax_grad(lg, gdx.data(), dy.data(), want.data(), c[0], c[1], c[2]);
             CTX("kc_softmax_grad log %d %lldx%lldx%lld", lg, (long long)c[0], (long long)c[1],
                 (long long)c[2]);
-            check_f(gdx.data(), wdx.data(), n, TOL);
-            kc_softmax_grad_f32(lg, dy.data(), dy.data(), want.data(), c[0], c[1], c[2]);
+            check_f(gdx.data(), wdx.data(), n, tol<T>());
+            kc_softmax_grad(lg, dy.data(), dy.data(), want.data(), c[0], c[1], c[2]);
             CTX("kc_softmax_grad log %d, dx aliasing dy", lg);
-            check_f(dy.data(), wdx.data(), n, TOL);
+            check_f(dy.data(), wdx.data(), n, tol<T>());
         }
 }
 
-static void test_range_trilu()
+template <typename T> static void test_range_trilu()
 {
-    F want(1001), got(1001);
-    k_range_f32(want.data(), -3.5, 0.37, 1000);
-    kc_range_f32(got.data(), -3.5, 0.37, 1000);
+    V<T> want(1001), got(1001);
+    k_range(want.data(), -3.5, 0.37, 1000);
+    kc_range(got.data(), -3.5, 0.37, 1000);
     CTX("kc_range_f32");
     check_f(got.data(), want.data(), 1000, 0);
     std::vector<int64_t> wi(1000), gi(1000);
@@ -840,81 +905,81 @@ static void test_range_trilu()
 
 /* ---- norm ------------------------------------------------------------------------ */
 
-static void test_layernorm()
+template <typename T> static void test_layernorm()
 {
     static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}};
     for (const auto &c : cases)
         for (int affine = 0; affine < 2; affine++) {
             const int64_t o = c[0], in = c[1], n = o * in;
-            F x = rnd(n, -2, 3), s = rnd(in, 0.5, 1.5), b = rnd(in, -1, 1), dy = rnd(n, -1, 1);
-            F wy(n + 1), gy(n + 1), wm(o + 1), gm(o + 1), wi(o + 1), gi(o + 1);
-            const float *sp = affine ? s.data() : nullptr, *bp = affine ? b.data() : nullptr;
-            k_layernorm_f32(wy.data(), wm.data(), wi.data(), x.data(), sp, bp, o, in, 1e-5);
-            kc_layernorm_f32(gy.data(), gm.data(), gi.data(), x.data(), sp, bp, o, in, 1e-5);
+            V<T> x = rnd<T>(n, -2, 3), s = rnd<T>(in, 0.5, 1.5), b = rnd<T>(in, -1, 1), dy = rnd<T>(n, -1, 1);
+            V<T> wy(n + 1), gy(n + 1), wm(o + 1), gm(o + 1), wi(o + 1), gi(o + 1);
+            const T *sp = affine ? s.data() : nullptr, *bp = affine ? b.data() : nullptr;
+            k_layernorm(wy.data(), wm.data(), wi.data(), x.data(), sp, bp, o, in, 1e-5);
+            kc_layernorm(gy.data(), gm.data(), gi.data(), x.data(), sp, bp, o, in, 1e-5);
             CTX("kc_layernorm %lldx%lld affine %d", (long long)o, (long long)in, affine);
-            check_f(gy.data(), wy.data(), n, TOL);
-            check_f(gm.data(), wm.data(), o, TOL);
-            check_f(gi.data(), wi.data(), o, TOL);
-            F wdx(n + 1), gdx(n + 1), wds(in + 1), gds(in + 1), wdb(in + 1), gdb(in + 1);
-            k_layernorm_grad_f32(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
+            check_f(gy.data(), wy.data(), n, tol<T>());
+            check_f(gm.data(), wm.data(), o, tol<T>());
+            check_f(gi.data(), wi.data(), o, tol<T>());
+            V<T> wdx(n + 1), gdx(n + 1), wds(in + 1), gds(in + 1), wdb(in + 1), gdb(in + 1);
+            k_layernorm_grad(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
                                  in);
-            kc_layernorm_grad_f32(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp,
+            kc_layernorm_grad(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp,
                                   o, in);
             CTX("kc_layernorm_grad %lldx%lld affine %d", (long long)o, (long long)in, affine);
-            check_f(gdx.data(), wdx.data(), n, TOL);
-            check_f(gds.data(), wds.data(), in, TOL);
-            check_f(gdb.data(), wdb.data(), in, TOL);
-            kc_layernorm_grad_f32(dy.data(), nullptr, gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
+            check_f(gdx.data(), wdx.data(), n, tol<T>());
+            check_f(gds.data(), wds.data(), in, tol<T>());
+            check_f(gdb.data(), wdb.data(), in, tol<T>());
+            kc_layernorm_grad(dy.data(), nullptr, gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), sp, o,
                                   in);
             CTX("kc_layernorm_grad %lldx%lld, dx aliasing dy, no dscale", (long long)o, (long long)in);
-            check_f(dy.data(), wdx.data(), n, TOL);
-            check_f(gdb.data(), wdb.data(), in, TOL);
-            kc_layernorm_f32(x.data(), nullptr, nullptr, x.data(), sp, bp, o, in, 1e-5);
+            check_f(dy.data(), wdx.data(), n, tol<T>());
+            check_f(gdb.data(), wdb.data(), in, tol<T>());
+            kc_layernorm(x.data(), nullptr, nullptr, x.data(), sp, bp, o, in, 1e-5);
             CTX("kc_layernorm %lldx%lld in place", (long long)o, (long long)in);
-            check_f(x.data(), wy.data(), n, TOL);
+            check_f(x.data(), wy.data(), n, tol<T>());
         }
 }
 
-static void test_batchnorm()
+template <typename T> static void test_batchnorm()
 {
     static const int64_t cases[][3] = {{3, 4, 5}, {6, 3, 1}, {2, 3, 1000}, {1, 2, 1}};
     for (const auto &c : cases) {
         const int64_t n = c[0], ch = c[1], l = c[2], t = n * ch * l;
-        F x = rnd(t, -2, 3), s = rnd(ch, 0.5, 1.5), b = rnd(ch, -1, 1), rm = rnd(ch, -0.5, 0.5),
-          rv = rnd(ch, 0.5, 2), dy = rnd(t, -1, 1);
-        F wy(t + 1), gy(t + 1), wm(ch + 1), gm(ch + 1), wi(ch + 1), gi(ch + 1);
-        F wrm(ch + 1), grm(ch + 1), wrv(ch + 1), grv(ch + 1);
-        k_batchnorm_train_f32(wy.data(), wm.data(), wi.data(), wrm.data(), wrv.data(), x.data(), s.data(), b.data(),
+        V<T> x = rnd<T>(t, -2, 3), s = rnd<T>(ch, 0.5, 1.5), b = rnd<T>(ch, -1, 1), rm = rnd<T>(ch, -0.5, 0.5),
+          rv = rnd<T>(ch, 0.5, 2), dy = rnd<T>(t, -1, 1);
+        V<T> wy(t + 1), gy(t + 1), wm(ch + 1), gm(ch + 1), wi(ch + 1), gi(ch + 1);
+        V<T> wrm(ch + 1), grm(ch + 1), wrv(ch + 1), grv(ch + 1);
+        k_batchnorm_train(wy.data(), wm.data(), wi.data(), wrm.data(), wrv.data(), x.data(), s.data(), b.data(),
                               rm.data(), rv.data(), n, ch, l, 1e-5, 0.9);
-        kc_batchnorm_train_f32(gy.data(), gm.data(), gi.data(), grm.data(), grv.data(), x.data(), s.data(), b.data(),
+        kc_batchnorm_train(gy.data(), gm.data(), gi.data(), grm.data(), grv.data(), x.data(), s.data(), b.data(),
                                rm.data(), rv.data(), n, ch, l, 1e-5, 0.9);
         CTX("kc_batchnorm_train n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
-        check_f(gy.data(), wy.data(), t, TOL);
-        check_f(gm.data(), wm.data(), ch, TOL);
-        check_f(gi.data(), wi.data(), ch, TOL);
-        check_f(grm.data(), wrm.data(), ch, TOL);
-        check_f(grv.data(), wrv.data(), ch, TOL);
-        k_bn_running_var_f32(wrv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
-        kc_bn_running_var_f32(grv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
+        check_f(gy.data(), wy.data(), t, tol<T>());
+        check_f(gm.data(), wm.data(), ch, tol<T>());
+        check_f(gi.data(), wi.data(), ch, tol<T>());
+        check_f(grm.data(), wrm.data(), ch, tol<T>());
+        check_f(grv.data(), wrv.data(), ch, tol<T>());
+        k_bn_running_var(wrv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
+        kc_bn_running_var(grv.data(), rv.data(), wi.data(), ch, 1e-5, 0.9);
         CTX("kc_bn_running_var c=%lld", (long long)ch);
-        check_f(grv.data(), wrv.data(), ch, TOL);
-        F wdx(t + 1), gdx(t + 1), wds(ch + 1), gds(ch + 1), wdb(ch + 1), gdb(ch + 1);
-        k_batchnorm_grad_f32(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(), n,
+        check_f(grv.data(), wrv.data(), ch, tol<T>());
+        V<T> wdx(t + 1), gdx(t + 1), wds(ch + 1), gds(ch + 1), wdb(ch + 1), gdb(ch + 1);
+        k_batchnorm_grad(wdx.data(), wds.data(), wdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(), n,
                              ch, l);
-        kc_batchnorm_grad_f32(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(),
+        kc_batchnorm_grad(gdx.data(), gds.data(), gdb.data(), dy.data(), x.data(), wm.data(), wi.data(), s.data(),
                               n, ch, l);
         CTX("kc_batchnorm_grad n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
-        check_f(gdx.data(), wdx.data(), t, TOL);
-        check_f(gds.data(), wds.data(), ch, TOL);
-        check_f(gdb.data(), wdb.data(), ch, TOL);
-        kc_batchnorm_grad_f32(dy.data(), nullptr, nullptr, dy.data(), x.data(), wm.data(), wi.data(), s.data(), n, ch,
+        check_f(gdx.data(), wdx.data(), t, tol<T>());
+        check_f(gds.data(), wds.data(), ch, tol<T>());
+        check_f(gdb.data(), wdb.data(), ch, tol<T>());
+        kc_batchnorm_grad(dy.data(), nullptr, nullptr, dy.data(), x.data(), wm.data(), wi.data(), s.data(), n, ch,
                               l);
         CTX("kc_batchnorm_grad, dx aliasing dy");
-        check_f(dy.data(), wdx.data(), t, TOL);
-        k_batchnorm_infer_f32(wy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
-        kc_batchnorm_infer_f32(gy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
+        check_f(dy.data(), wdx.data(), t, tol<T>());
+        k_batchnorm_infer(wy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
+        kc_batchnorm_infer(gy.data(), x.data(), s.data(), nullptr, rm.data(), rv.data(), n, ch, l, 1e-5);
         CTX("kc_batchnorm_infer n=%lld c=%lld l=%lld", (long long)n, (long long)ch, (long long)l);
-        check_f(gy.data(), wy.data(), t, TOL);
+        check_f(gy.data(), wy.data(), t, tol<T>());
     }
 }
 
@@ -928,7 +993,7 @@ static const int64_t conv_cases[][16] = {
     {1, 2, 12, 11, 3, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1}, {3, 4, 3, 3, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2},
 };
 
-static void test_conv()
+template <typename T> static void test_conv()
 {
     for (const auto &v : conv_cases) {
         KConv2d p = {};
@@ -939,29 +1004,29 @@ static void test_conv()
         p.ow = k_pool_out_dim(p.w, p.kw, p.sw, p.pl, p.pr, p.dw, 0);
         const int64_t nx = p.n * p.c * p.h * p.w, nw = p.m * (p.c / p.groups) * p.kh * p.kw;
         const int64_t ny = p.n * p.m * p.oh * p.ow, nws = k_conv2d_workspace(&p);
-        F x = rnd(nx, -1, 1), w = rnd(nw, -1, 1), b = rnd(p.m, -1, 1), dy = rnd(ny, -1, 1), ws(nws + 1);
-        F wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN), wdw(nw + 1), gdw(nw + 1, NAN);
-        F wdb(p.m + 1), gdb(p.m + 1);
-        float *wsp = nws ? ws.data() : nullptr;
+        V<T> x = rnd<T>(nx, -1, 1), w = rnd<T>(nw, -1, 1), b = rnd<T>(p.m, -1, 1), dy = rnd<T>(ny, -1, 1), ws(nws + 1);
+        V<T> wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN), wdw(nw + 1), gdw(nw + 1, NAN);
+        V<T> wdb(p.m + 1), gdb(p.m + 1);
+        T *wsp = nws ? ws.data() : nullptr;
         const int64_t *s = v;
-        k_conv2d_f32(&p, wy.data(), x.data(), w.data(), b.data(), wsp);
-        kc_conv2d_f32(&p, gy.data(), x.data(), w.data(), b.data(), wsp);
+        k_conv2d(&p, wy.data(), x.data(), w.data(), b.data(), wsp);
+        kc_conv2d(&p, gy.data(), x.data(), w.data(), b.data(), wsp);
         CTX("kc_conv2d case n%lld c%lld %lldx%lld m%lld k%lld groups %lld", (long long)s[0], (long long)s[1],
             (long long)s[2], (long long)s[3], (long long)s[4], (long long)s[5], (long long)s[15]);
-        check_f(gy.data(), wy.data(), ny, TOL);
+        check_f(gy.data(), wy.data(), ny, tol<T>());
         const std::string geom = what;
-        k_conv2d_grad_x_f32(&p, wdx.data(), dy.data(), w.data(), wsp);
-        kc_conv2d_grad_x_f32(&p, gdx.data(), dy.data(), w.data(), wsp);
+        k_conv2d_grad_x(&p, wdx.data(), dy.data(), w.data(), wsp);
+        kc_conv2d_grad_x(&p, gdx.data(), dy.data(), w.data(), wsp);
         CTX("%s: grad_x", geom.c_str());
-        check_f(gdx.data(), wdx.data(), nx, TOL);
-        k_conv2d_grad_w_f32(&p, wdw.data(), dy.data(), x.data(), wsp);
-        kc_conv2d_grad_w_f32(&p, gdw.data(), dy.data(), x.data(), wsp);
+        check_f(gdx.data(), wdx.data(), nx, tol<T>());
+        k_conv2d_grad_w(&p, wdw.data(), dy.data(), x.data(), wsp);
+        kc_conv2d_grad_w(&p, gdw.data(), dy.data(), x.data(), wsp);
         CTX("%s: grad_w", geom.c_str());
-        check_f(gdw.data(), wdw.data(), nw, TOL);
-        k_conv2d_grad_b_f32(&p, wdb.data(), dy.data());
-        kc_conv2d_grad_b_f32(&p, gdb.data(), dy.data());
+        check_f(gdw.data(), wdw.data(), nw, tol<T>());
+        k_conv2d_grad_b(&p, wdb.data(), dy.data());
+        kc_conv2d_grad_b(&p, gdb.data(), dy.data());
         CTX("%s: grad_b", geom.c_str());
-        check_f(gdb.data(), wdb.data(), p.m, TOL);
+        check_f(gdb.data(), wdb.data(), p.m, tol<T>());
     }
 }
 
@@ -972,7 +1037,7 @@ static const int64_t pool_cases[][16] = {
     {1, 1, 5, 5, 3, 2, 2, 3, 1, 1, 1, 0, 1, 1, 1, 0}, {4, 8, 20, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
 };
 
-static void test_pool()
+template <typename T> static void test_pool()
 {
     for (const auto &v : pool_cases) {
         KPool2d p = {};
@@ -982,36 +1047,36 @@ static void test_pool()
         p.oh = k_pool_out_dim(p.h, p.kh, p.sh, p.pt, p.pb, p.dh, (int)v[14]);
         p.ow = k_pool_out_dim(p.w, p.kw, p.sw, p.pl, p.pr, p.dw, (int)v[14]);
         const int64_t nx = p.n * p.c * p.h * p.w, ny = p.n * p.c * p.oh * p.ow;
-        F x = rnd(nx, -2, 2), dy = rnd(ny, -1, 1), wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN);
+        V<T> x = rnd<T>(nx, -2, 2), dy = rnd<T>(ny, -1, 1), wy(ny + 1), gy(ny + 1), wdx(nx + 1), gdx(nx + 1, NAN);
         for (int64_t i = 0; i < nx; i += 3)
-            x[i] = (float)below(3); /* ties: the first maximum wins */
+            x[i] = (T)below(3); /* ties: the first maximum wins */
         std::vector<int64_t> warg(ny + 1), garg(ny + 1);
-        k_maxpool2d_f32(&p, wy.data(), warg.data(), x.data());
-        kc_maxpool2d_f32(&p, gy.data(), garg.data(), x.data());
+        k_maxpool2d(&p, wy.data(), warg.data(), x.data());
+        kc_maxpool2d(&p, gy.data(), garg.data(), x.data());
         CTX("kc_maxpool2d %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh, (long long)p.ow);
         check_f(gy.data(), wy.data(), ny, 0);
         check_bytes(garg.data(), warg.data(), (size_t)ny * 8);
-        k_maxpool2d_grad_f32(&p, wdx.data(), dy.data(), warg.data());
-        kc_maxpool2d_grad_f32(&p, gdx.data(), dy.data(), warg.data());
+        k_maxpool2d_grad(&p, wdx.data(), dy.data(), warg.data());
+        kc_maxpool2d_grad(&p, gdx.data(), dy.data(), warg.data());
         CTX("kc_maxpool2d_grad %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh,
             (long long)p.ow);
         check_f(gdx.data(), wdx.data(), nx, 0);
-        k_avgpool2d_f32(&p, wy.data(), x.data());
-        kc_avgpool2d_f32(&p, gy.data(), x.data());
+        k_avgpool2d(&p, wy.data(), x.data());
+        kc_avgpool2d(&p, gy.data(), x.data());
         CTX("kc_avgpool2d %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh, (long long)p.ow);
-        check_f(gy.data(), wy.data(), ny, TOL);
-        k_avgpool2d_grad_f32(&p, wdx.data(), dy.data());
-        kc_avgpool2d_grad_f32(&p, gdx.data(), dy.data());
+        check_f(gy.data(), wy.data(), ny, tol<T>());
+        k_avgpool2d_grad(&p, wdx.data(), dy.data());
+        kc_avgpool2d_grad(&p, gdx.data(), dy.data());
         CTX("kc_avgpool2d_grad %lldx%lld -> %lldx%lld", (long long)p.h, (long long)p.w, (long long)p.oh,
             (long long)p.ow);
         check_f(gdx.data(), wdx.data(), nx, 0);
         const int64_t nc = p.n * p.c, hw = p.h * p.w;
-        k_global_avgpool_f32(wy.data(), x.data(), nc, hw);
-        kc_global_avgpool_f32(gy.data(), x.data(), nc, hw);
+        k_global_avgpool(wy.data(), x.data(), nc, hw);
+        kc_global_avgpool(gy.data(), x.data(), nc, hw);
         CTX("kc_global_avgpool %lldx%lld", (long long)nc, (long long)hw);
-        check_f(gy.data(), wy.data(), nc, TOL);
-        k_global_avgpool_grad_f32(wdx.data(), dy.data(), nc, hw);
-        kc_global_avgpool_grad_f32(gdx.data(), dy.data(), nc, hw);
+        check_f(gy.data(), wy.data(), nc, tol<T>());
+        k_global_avgpool_grad(wdx.data(), dy.data(), nc, hw);
+        kc_global_avgpool_grad(gdx.data(), dy.data(), nc, hw);
         CTX("kc_global_avgpool_grad %lldx%lld", (long long)nc, (long long)hw);
         check_f(gdx.data(), wdx.data(), nx, 0);
     }
@@ -1019,7 +1084,7 @@ static void test_pool()
 
 /* ---- gather, dropout ------------------------------------------------------------------ */
 
-static void test_gather()
+template <typename T> static void test_gather()
 {
     static const int64_t cases[][4] = {{1, 10, 4, 7}, {3, 5, 1, 6}, {2, 7, 33, 9}, {1, 50, 64, 200}, {2, 3, 0, 4}};
     for (const auto &c : cases)
@@ -1048,15 +1113,15 @@ static void test_gather()
             if (es != 4)
                 continue;
             idx[nidx - 1] = 0, idx[nidx / 2] = 1;
-            F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
-            k_gather_grad_f32(wdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
-            kc_gather_grad_f32(gdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
+            V<T> dy = rnd<T>(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
+            k_gather_grad(wdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
+            kc_gather_grad(gdx.data(), dy.data(), idx.data(), outer, axis, inner, nidx);
             CTX("kc_gather_grad outer %lld axis %lld inner %lld", (long long)outer, (long long)axis, (long long)inner);
             check_f(gdx.data(), wdx.data(), nx, 0);
         }
 }
 
-static void test_gather_elements()
+template <typename T> static void test_gather_elements()
 {
     struct Case {
         int rank, axis;
@@ -1096,18 +1161,18 @@ static void test_gather_elements()
             if (es != 4)
                 continue;
             idx[ny - 1] = 0, idx[ny / 2] = -1;
-            F dy = rnd(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
+            V<T> dy = rnd<T>(ny, -1, 1), wdx(nx + 1), gdx(nx + 1, NAN);
             check_slot[0] = -1, next_slot = 0;
-            check_int(k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
-            check_int(kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
+            check_int(k_gather_elements_grad(wdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
+            check_int(kc_gather_elements_grad(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis), -1);
             CTX("kc_gather_elements_grad rank %d axis %d", c.rank, c.axis);
             check_f(gdx.data(), wdx.data(), nx, 0);
             check_int(check_slot[0], -1);
             idx[0] = ax; /* ScatterElements' indices are checked here too */
             check_slot[0] = -1, next_slot = 0;
             CTX("kc_gather_elements_grad bad index, rank %d axis %d", c.rank, c.axis);
-            kc_gather_elements_grad_f32(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
-            check_int(check_slot[0], k_gather_elements_grad_f32(wdx.data(), dy.data(), idx.data(), c.rank, c.sh,
+            kc_gather_elements_grad(gdx.data(), dy.data(), idx.data(), c.rank, c.sh, c.xs, c.axis);
+            check_int(check_slot[0], k_gather_elements_grad(wdx.data(), dy.data(), idx.data(), c.rank, c.sh,
                                                                 c.xs, c.axis));
             check_int(next_slot, 1);
         }
@@ -1144,23 +1209,23 @@ static void test_nd_index()
     }
 }
 
-static void test_dropout()
+template <typename T> static void test_dropout()
 {
     for (int64_t n : {1, 7, 10007})
         for (double ratio : {0.0, 0.3, 0.9, 1.0}) {
-            F x = rnd(n, -1, 1), wy(n + 1), gy(n + 1), dy = rnd(n, -1, 1), wdx(n + 1), gdx(n + 1);
+            V<T> x = rnd<T>(n, -1, 1), wy(n + 1), gy(n + 1), dy = rnd<T>(n, -1, 1), wdx(n + 1), gdx(n + 1);
             std::vector<uint8_t> wm(n + 1), gm(n + 1);
             step_params.step = 12;
-            k_dropout_f32(wy.data(), wm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 12);
-            kc_dropout_f32(gy.data(), gm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 999); /* step ignored */
+            k_dropout(wy.data(), wm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 12);
+            kc_dropout(gy.data(), gm.data(), x.data(), n, ratio, 0x1234567890abcdefull, 77, 999); /* step ignored */
             CTX("kc_dropout n %lld ratio %g (step from the step params)", (long long)n, ratio);
             check_bytes(gm.data(), wm.data(), (size_t)n);
             check_f(gy.data(), wy.data(), n, 0);
-            k_dropout_grad_f32(wdx.data(), dy.data(), wm.data(), n, ratio);
-            kc_dropout_grad_f32(gdx.data(), dy.data(), wm.data(), n, ratio);
+            k_dropout_grad(wdx.data(), dy.data(), wm.data(), n, ratio);
+            kc_dropout_grad(gdx.data(), dy.data(), wm.data(), n, ratio);
             CTX("kc_dropout_grad n %lld ratio %g", (long long)n, ratio);
             check_f(gdx.data(), wdx.data(), n, 0);
-            kc_dropout_f32(x.data(), nullptr, x.data(), n, ratio, 0x1234567890abcdefull, 77, 0);
+            kc_dropout(x.data(), nullptr, x.data(), n, ratio, 0x1234567890abcdefull, 77, 0);
             CTX("kc_dropout n %lld ratio %g in place, no mask", (long long)n, ratio);
             check_f(x.data(), wy.data(), n, 0);
         }
@@ -1168,49 +1233,49 @@ static void test_dropout()
 
 /* ---- losses, optimizers ------------------------------------------------------------------ */
 
-static void test_mse_ce()
+template <typename T> static void test_mse_ce()
 {
     for (int64_t n : {0, 1, 1000, 20011}) {
-        F p = rnd(n, -3, 3), t = rnd(n, -3, 3), wl(1), gl(1), dl = rnd(1, 0.5, 2), wd(n + 1), gd(n + 1);
-        k_mse_f32(wl.data(), p.data(), t.data(), n);
-        kc_mse_f32(gl.data(), p.data(), t.data(), n);
+        V<T> p = rnd<T>(n, -3, 3), t = rnd<T>(n, -3, 3), wl(1), gl(1), dl = rnd<T>(1, 0.5, 2), wd(n + 1), gd(n + 1);
+        k_mse(wl.data(), p.data(), t.data(), n);
+        kc_mse(gl.data(), p.data(), t.data(), n);
         CTX("kc_mse n %lld", (long long)n);
-        check_f(gl.data(), wl.data(), 1, TOL);
-        k_mse_grad_f32(wd.data(), dl.data(), p.data(), t.data(), n);
-        kc_mse_grad_f32(gd.data(), dl.data(), p.data(), t.data(), n);
+        check_f(gl.data(), wl.data(), 1, tol<T>());
+        k_mse_grad(wd.data(), dl.data(), p.data(), t.data(), n);
+        kc_mse_grad(gd.data(), dl.data(), p.data(), t.data(), n);
         CTX("kc_mse_grad n %lld", (long long)n);
-        check_f(gd.data(), wd.data(), n, TOL);
+        check_f(gd.data(), wd.data(), n, tol<T>());
     }
     static const int64_t cases[][2] = {{1, 3}, {7, 11}, {300, 7}, {5, 1500}};
     for (const auto &c : cases) {
         const int64_t rows = c[0], cls = c[1], n = rows * cls;
-        F x = rnd(n, -4, 4), wl(1), gl(1), dl = rnd(1, 0.5, 2), wd(n + 1), gd(n + 1);
+        V<T> x = rnd<T>(n, -4, 4), wl(1), gl(1), dl = rnd<T>(1, 0.5, 2), wd(n + 1), gd(n + 1);
         std::vector<int64_t> lab(rows);
         for (auto &l : lab)
             l = below(cls);
         x[0] = 1000;
         check_slot[0] = -1, next_slot = 0;
         CTX("kc_cross_entropy %lldx%lld", (long long)rows, (long long)cls);
-        check_int(kc_cross_entropy_f32(gl.data(), x.data(), lab.data(), rows, cls), -1);
-        check_int(k_cross_entropy_f32(wl.data(), x.data(), lab.data(), rows, cls), -1);
+        check_int(kc_cross_entropy(gl.data(), x.data(), lab.data(), rows, cls), -1);
+        check_int(k_cross_entropy(wl.data(), x.data(), lab.data(), rows, cls), -1);
         check_int(check_slot[0], -1);
-        check_f(gl.data(), wl.data(), 1, TOL);
-        k_cross_entropy_grad_f32(wd.data(), dl.data(), x.data(), lab.data(), rows, cls);
-        kc_cross_entropy_grad_f32(gd.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        check_f(gl.data(), wl.data(), 1, tol<T>());
+        k_cross_entropy_grad(wd.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        kc_cross_entropy_grad(gd.data(), dl.data(), x.data(), lab.data(), rows, cls);
         CTX("kc_cross_entropy_grad %lldx%lld", (long long)rows, (long long)cls);
-        check_f(gd.data(), wd.data(), n, TOL);
-        kc_cross_entropy_grad_f32(x.data(), dl.data(), x.data(), lab.data(), rows, cls);
+        check_f(gd.data(), wd.data(), n, tol<T>());
+        kc_cross_entropy_grad(x.data(), dl.data(), x.data(), lab.data(), rows, cls);
         CTX("kc_cross_entropy_grad %lldx%lld, dx aliasing x", (long long)rows, (long long)cls);
-        check_f(x.data(), wd.data(), n, TOL);
+        check_f(x.data(), wd.data(), n, tol<T>());
         lab[rows - 1] = cls, lab[rows / 2] = -1;
         check_slot[0] = -1, next_slot = 0;
-        kc_cross_entropy_f32(gl.data(), x.data(), lab.data(), rows, cls);
+        kc_cross_entropy(gl.data(), x.data(), lab.data(), rows, cls);
         CTX("kc_cross_entropy bad label %lldx%lld", (long long)rows, (long long)cls);
-        check_int(check_slot[0], k_cross_entropy_f32(wl.data(), x.data(), lab.data(), rows, cls));
+        check_int(check_slot[0], k_cross_entropy(wl.data(), x.data(), lab.data(), rows, cls));
     }
 }
 
-static void test_nll()
+template <typename T> static void test_nll()
 {
     struct Case {
         int64_t n, c, d;
@@ -1222,36 +1287,36 @@ static void test_nll()
     for (const Case &q : cases)
         for (int red = K_LOSS_NONE; red <= K_LOSS_MEAN; red++) {
             const int64_t m = q.n * q.d, t = m * q.c, ny = red == K_LOSS_NONE ? m : 1;
-            F lp = rnd(t, -5, 0), wt = rnd(q.c, 0.5, 2), wl(ny + 1), gl(ny + 1), dl = rnd(ny, -1, 1);
-            F extra = rnd(t, -1, 1), wdx(t + 1), gdx(t + 1, NAN);
+            V<T> lp = rnd<T>(t, -5, 0), wt = rnd<T>(q.c, 0.5, 2), wl(ny + 1), gl(ny + 1), dl = rnd<T>(ny, -1, 1);
+            V<T> extra = rnd<T>(t, -1, 1), wdx(t + 1), gdx(t + 1, NAN);
             std::vector<int64_t> lab(m);
             for (int64_t i = 0; i < m; i++)
                 lab[i] = q.ignore && i % 3 == 1 ? q.ii : below(q.c);
-            const float *w = q.weights ? wt.data() : nullptr;
+            const T *w = q.weights ? wt.data() : nullptr;
             check_slot[0] = -1, next_slot = 0;
             CTX("kc_nll_loss n %lld c %lld d %lld red %d weights %d ignore %d", (long long)q.n, (long long)q.c,
                 (long long)q.d, red, q.weights, q.ignore);
-            check_int(k_nll_loss_f32(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
-            check_int(kc_nll_loss_f32(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
+            check_int(k_nll_loss(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
+            check_int(kc_nll_loss(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii), -1);
             check_int(check_slot[0], -1);
-            check_f(gl.data(), wl.data(), ny, TOL);
-            k_nll_loss_grad_f32(wdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
-            kc_nll_loss_grad_f32(gdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            check_f(gl.data(), wl.data(), ny, tol<T>());
+            k_nll_loss_grad(wdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            kc_nll_loss_grad(gdx.data(), nullptr, dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
             CTX("kc_nll_loss_grad red %d", red);
-            check_f(gdx.data(), wdx.data(), t, TOL);
-            k_nll_loss_grad_f32(wdx.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
-            kc_nll_loss_grad_f32(extra.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
+            check_f(gdx.data(), wdx.data(), t, tol<T>());
+            k_nll_loss_grad(wdx.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            kc_nll_loss_grad(extra.data(), extra.data(), dl.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
                                  q.ii);
             CTX("kc_nll_loss_grad onto dx_in, in place, red %d", red);
-            check_f(extra.data(), wdx.data(), t, TOL);
-            kc_nll_loss_grad_f32(gdx.data(), extra.data(), nullptr, lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            check_f(extra.data(), wdx.data(), t, tol<T>());
+            kc_nll_loss_grad(gdx.data(), extra.data(), nullptr, lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
             CTX("kc_nll_loss_grad without dloss, red %d", red);
             check_f(gdx.data(), extra.data(), t, 0);
             lab[m - 1] = q.c, lab[m / 2] = -7; /* bad, unless ignored */
             check_slot[0] = -1, next_slot = 0;
-            kc_nll_loss_f32(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
+            kc_nll_loss(gl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore, q.ii);
             CTX("kc_nll_loss bad label, red %d", red);
-            check_int(check_slot[0], k_nll_loss_f32(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
+            check_int(check_slot[0], k_nll_loss(wl.data(), lp.data(), lab.data(), w, q.n, q.c, q.d, red, q.ignore,
                                                    q.ii));
         }
 }
@@ -1283,26 +1348,28 @@ static const Micro micro_cases[] = {{0, 1}, {2, 3}, {0, 3}, {1, 3}};
 
 /* the kc_ result against k_'s, and, when no update is due, against the
  * state before the call, bit for bit (a skipped update writes nothing) */
-static void check_updated(const F &got, const F &want, const F &before, int64_t n, const Micro &u)
+template <typename T>
+static void check_updated(const V<T> &got, const V<T> &want, const V<T> &before, int64_t n, const Micro &u)
 {
     check_f(got.data(), want.data(), n, 0);
     if (u.micro != u.accum - 1)
-        check_bytes(got.data(), before.data(), before.size() * sizeof(float));
+        check_bytes(got.data(), before.data(), before.size() * sizeof(T));
 }
 
-static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
+template <typename T> static void test_adamw(int64_t n, int step, const V<T> &g, const Clip &q, const Micro &u)
 {
+    const T gsq = (T)q.gsq;
     step_params = KcStepParams{0.01, 0.9, 0.999, 1e-8, 0.05, 0.0, q.clip, step, u.micro, u.accum, 0.0, step};
     for (int decay = 0; decay < 3; decay++) { /* none, decoupled (AdamW), added to the gradient (Adam) */
-        const F p0 = rnd(n, -1, 1), m0 = rnd(n, -0.1, 0.1), v0 = rnd(n, 0, 0.01);
-        F p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
+        const V<T> p0 = rnd<T>(n, -1, 1), m0 = rnd<T>(n, -0.1, 0.1), v0 = rnd<T>(n, 0, 0.01);
+        V<T> p = p0, m = m0, v = v0, p2 = p0, m2 = m0, v2 = v0;
         const double mult = decay == 1 ? 0.5 : 1.0; /* --lr-mult: this part's factor */
-        k_adamw_f32(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, decay ? 0.05 : 0.0,
-                    decay == 2, mult, step, &q.gsq, q.clip, 0.0, u.micro, u.accum);
+        k_adamw(p.data(), g.data(), m.data(), v.data(), n, 0.01, 0.9, 0.999, 1e-8, decay ? 0.05 : 0.0,
+                    decay == 2, mult, step, &gsq, q.clip, 0.0, u.micro, u.accum);
         /* 9: the hyper-parameters, the clip norm and the micro-step come from step_params; the weight decay
          * argument only says whether this part decays (--no-decay: 0) */
-        kc_adamw_f32(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, decay ? 9 : 0, decay == 2, mult, 9,
-                     &q.gsq, 9, 9, 9, 9);
+        kc_adamw(p2.data(), g.data(), m2.data(), v2.data(), n, 9, 9, 9, 9, decay ? 9 : 0, decay == 2, mult, 9,
+                     &gsq, 9, 9, 9, 9);
         CTX("kc_adamw n %lld step %d decay %d clip %g gsq %g micro %lld of %lld", (long long)n, step, decay, q.clip,
             q.gsq, (long long)u.micro, (long long)u.accum);
         check_updated(p2, p, p0, n, u);
@@ -1311,19 +1378,20 @@ static void test_adamw(int64_t n, int step, const F &g, const Clip &q, const Mic
     }
 }
 
-static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro &u)
+template <typename T> static void test_sgd(int64_t n, int step, const V<T> &g, const Clip &q, const Micro &u)
 {
+    const T gsq = (T)q.gsq;
     for (double mom : {0.0, 0.9})
         for (double wd : {0.0, 0.01})
             for (int nesterov = 0; nesterov < 2; nesterov++) {
             /* the step's decay is 0.01; the argument (0 or not) says whether this part decays */
             step_params = KcStepParams{0.1, 0, 0, 0, 0.01, mom, q.clip, step, u.micro, u.accum, 0.0, step};
-            const F p0 = rnd(n, -1, 1), buf0 = rnd(n, -1, 1);
-            F p = p0, buf = buf0, p2 = p0, buf2 = buf0;
+            const V<T> p0 = rnd<T>(n, -1, 1), buf0 = rnd<T>(n, -1, 1);
+            V<T> p = p0, buf = buf0, p2 = p0, buf2 = buf0;
             const double mult = nesterov ? 0.25 : 1.0; /* --lr-mult */
-            k_sgd_f32(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, nesterov, mult, step, &q.gsq, q.clip, 0.0,
+            k_sgd(p.data(), g.data(), buf.data(), n, 0.1, mom, wd, nesterov, mult, step, &gsq, q.clip, 0.0,
                       u.micro, u.accum);
-            kc_sgd_f32(p2.data(), g.data(), buf2.data(), n, 9, 9, wd != 0 ? 9 : 0, nesterov, mult, 9, &q.gsq, 9, 9, 9,
+            kc_sgd(p2.data(), g.data(), buf2.data(), n, 9, 9, wd != 0 ? 9 : 0, nesterov, mult, 9, &gsq, 9, 9, 9,
                        9);
             CTX("kc_sgd n %lld step %d momentum %g wd %g nesterov %d clip %g gsq %g micro %lld of %lld", (long long)n,
                 step, mom, wd, nesterov, q.clip, q.gsq, (long long)u.micro, (long long)u.accum);
@@ -1332,59 +1400,60 @@ static void test_sgd(int64_t n, int step, const F &g, const Clip &q, const Micro
         }
 }
 
-static void test_optim()
+template <typename T> static void test_optim()
 {
     for (int64_t n : {1, 1000, 10007})
         for (int step = 1; step <= 2; step++)
             for (const Clip &q : clip_cases)
                 for (const Micro &u : micro_cases) {
-                    const F g = rnd(n, -1, 1);
+                    const V<T> g = rnd<T>(n, -1, 1);
                     test_adamw(n, step, g, q, u);
                     test_sgd(n, step, g, q, u);
                 }
-    F a = rnd(2 * 3 * 4, -1, 1), b = rnd(4 * 5, -1, 1), c(2 * 3 * 5 + 1), c2(2 * 3 * 5 + 1);
-    k_matmul_f32(c.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
-    kc_matmul_f32(c2.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
+    V<T> a = rnd<T>(2 * 3 * 4, -1, 1), b = rnd<T>(4 * 5, -1, 1), c(2 * 3 * 5 + 1), c2(2 * 3 * 5 + 1);
+    k_matmul(c.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
+    kc_matmul(c2.data(), a.data(), b.data(), 2, 12, 0, 3, 5, 4, 0, 0, 0.0);
     CTX("kc_matmul (kc_gemm_f32)");
-    check_f(c2.data(), c.data(), 30, TOL);
+    check_f(c2.data(), c.data(), 30, tol<T>());
 }
 
 /* kc_grad_accum_f32 against k_grad_accum_f32, bit for bit (one float add
  * each): at micro-step 0 y is overwritten (its NaNs must not survive), at
  * micro-step 2 added to; y's element past n stays as it was.  The host
  * micro passed to kc_ is wrong on purpose: the kernel reads step_params. */
-static void test_grad_accum()
+template <typename T> static void test_grad_accum()
 {
     for (int64_t n : {0, 1, 7, 1001, 10007})
         for (int64_t micro : {0, 2}) {
             step_params = KcStepParams{};
             step_params.micro = micro, step_params.accum = 3;
-            const F x = rnd(n, -2, 2);
-            F want = micro == 0 ? F((size_t)n + 1, NAN) : rnd(n, -2, 2), got = want;
-            k_grad_accum_f32(want.data(), x.data(), n, micro);
-            kc_grad_accum_f32(got.data(), x.data(), n, micro == 0 ? 2 : 0);
+            const V<T> x = rnd<T>(n, -2, 2);
+            V<T> want = micro == 0 ? V<T>((size_t)n + 1, NAN) : rnd<T>(n, -2, 2), got = want;
+            k_grad_accum(want.data(), x.data(), n, micro);
+            kc_grad_accum(got.data(), x.data(), n, micro == 0 ? 2 : 0);
             CTX("kc_grad_accum n %lld micro %lld", (long long)n, (long long)micro);
-            check_bytes(got.data(), want.data(), want.size() * sizeof(float));
+            check_bytes(got.data(), want.data(), want.size() * sizeof(T));
         }
 }
 
-/* kc_sum_squares_f32 against k_sum_squares_f32: from an empty x (y is
- * still written) to more elements than one grid, y set or added to.  Both
- * sum in double and round to float once; the orders of the additions
- * differ, so the double sums may differ in their last bits, but for these
- * inputs none falls close enough to a float rounding boundary to change
- * the float: compared exactly (another input could make it one ulp). */
-static void test_sum_squares()
+/* kc_sum_squares against k_sum_squares: from an empty x (y is still
+ * written) to more elements than one grid, y set or added to.  Both sum in
+ * double, in different orders, so the double sums may differ in their last
+ * bits.  float32: both round to float once, and for these inputs no sum
+ * falls close enough to a float rounding boundary to change the float:
+ * compared exactly (another input could make it one ulp).  float64: nothing
+ * hides those bits, so within 1e-14 relative. */
+template <typename T> static void test_sum_squares()
 {
     for (int64_t n : {0, 1, 7, 1001, 10007, 200003})
         for (int acc = 0; acc <= 1; acc++) {
-            const F x = rnd(n, -2, 2);
-            const float y0 = acc ? 3.25f : NAN; /* NaN: accumulate 0 must overwrite it */
-            F want{y0}, got{y0};
-            k_sum_squares_f32(want.data(), x.data(), n, acc);
-            kc_sum_squares_f32(got.data(), x.data(), n, acc);
+            const V<T> x = rnd<T>(n, -2, 2);
+            const T y0 = acc ? 3.25 : NAN; /* NaN: accumulate 0 must overwrite it */
+            V<T> want{y0}, got{y0};
+            k_sum_squares(want.data(), x.data(), n, acc);
+            kc_sum_squares(got.data(), x.data(), n, acc);
             CTX("kc_sum_squares n %lld accumulate %d", (long long)n, acc);
-            check_f(got.data(), want.data(), 1, 0);
+            check_f(got.data(), want.data(), 1, sizeof(T) == 4 ? 0 : 1e-14);
         }
 }
 
@@ -1527,6 +1596,51 @@ static void test_matmul_add()
                 }
 }
 
+/* kc_matmul_add_f64 (emulated kc_gemm_add, KC_GEMM_F64) against a double
+ * reference and its kernels/c twin, with the cases of test_matmul_add */
+static void test_matmul_add_f64()
+{
+    static const int64_t cases[][8] = {/* batch m n k ta tb sa sb */
+                                       {1, 3, 5, 4, 0, 1, 0, 0},
+                                       {3, 4, 6, 7, 0, 1, 28, 0},
+                                       {2, 5, 3, 6, 1, 0, 30, 18},
+                                       {2, 17, 33, 65, 0, 0, 17 * 65, 65 * 33}};
+    for (const auto &q : cases)
+        for (int epi = 0; epi < 5; epi++)                      /* none, bias, addend, both, addend in place */
+            for (int fallback = 0; fallback < 4; fallback++) { /* bit 0: the bias by the launcher, 1: alpha 1/8 */
+                const int64_t batch = q[0], m = q[1], n = q[2], k = q[3], ta = q[4], tb = q[5], sa = q[6], sb = q[7];
+                const int64_t na = (batch - 1) * sa + m * k, nb = (batch - 1) * sb + k * n, nc = batch * m * n;
+                V<double> a = rnd<double>(na, -2, 2), b = rnd<double>(nb, -2, 2), bias = rnd<double>(n, -1, 1),
+                          add = rnd<double>(nc, -1, 1);
+                const bool has_bias = epi == 1 || epi == 3, has_add = epi >= 2, in_place = epi == 4;
+                const double alpha = fallback & 2 ? 0.125 : 1.0;
+                V<double> want(nc), got = in_place ? add : V<double>(nc, NAN), twin = got;
+                for (int64_t i = 0; i < batch; i++)
+                    for (int64_t r = 0; r < m; r++)
+                        for (int64_t c = 0; c < n; c++) {
+                            double sum = 0;
+                            for (int64_t l = 0; l < k; l++)
+                                sum += a[i * sa + (ta ? l * m + r : r * k + l)] * b[i * sb + (tb ? c * k + l : l * n + c)];
+                            want[(i * m + r) * n + c] =
+                                alpha * sum + (has_bias ? bias[c] : 0) + (has_add ? add[(i * m + r) * n + c] : 0);
+                        }
+                const double *pb = has_bias ? bias.data() : nullptr;
+                const double *pg = has_add ? (in_place ? got.data() : add.data()) : nullptr;
+                const double *pt = has_add ? (in_place ? twin.data() : add.data()) : nullptr;
+                emu_no_bias_epilogue = fallback & 1;
+                kc_matmul_add_f64(got.data(), a.data(), b.data(), pb, pg, alpha, batch, sa, sb, m, n, k, (int)ta,
+                                  (int)tb);
+                k_matmul_add_f64(twin.data(), a.data(), b.data(), pb, pt, alpha, batch, sa, sb, m, n, k, (int)ta,
+                                 (int)tb);
+                emu_no_bias_epilogue = false;
+                CTX("kc_matmul_add_f64 batch %lld m %lld n %lld k %lld alpha %g bias %d addend %d in place %d bias by "
+                    "the launcher %d", (long long)batch, (long long)m, (long long)n, (long long)k, alpha, has_bias,
+                    has_add, in_place, fallback & 1);
+                check_f(got.data(), want.data(), nc, tol<double>());
+                check_f(twin.data(), want.data(), nc, tol<double>());
+            }
+}
+
 static void test_matmul_bf16() { test_matmul_16(false); }
 static void test_matmul_f16() { test_matmul_16(true); }
 
@@ -1631,12 +1745,18 @@ static void test_loss_scale()
 
 int main()
 {
-    static void (*const tests[])() = {test_binary, test_compare_where, test_unary, test_cast, test_copy_strided,
-                                      test_pad, test_reduce, test_softmax, test_range_trilu, test_layernorm,
-                                      test_batchnorm, test_conv, test_pool, test_gather, test_gather_elements, test_nd_index,
-                                      test_dropout, test_mse_ce, test_nll, test_optim, test_sum_squares, test_grad_accum,
-                                      test_cast_bf16, test_matmul_bf16, test_cast_f16, test_matmul_f16,
-                                      test_loss_scale, test_matmul_add};
+    /* the typed kernels' tests run in float32, then in float64 */
+#define BOTH(t) t<float>, t<double>
+    static void (*const tests[])() = {
+        BOTH(test_binary),  BOTH(test_compare_where), BOTH(test_unary),    test_cast,
+        BOTH(test_copy_strided), BOTH(test_pad),      BOTH(test_reduce),   BOTH(test_softmax),
+        BOTH(test_range_trilu),  BOTH(test_layernorm), BOTH(test_batchnorm), BOTH(test_conv),
+        BOTH(test_pool),    BOTH(test_gather),        BOTH(test_gather_elements), test_nd_index,
+        BOTH(test_dropout), BOTH(test_mse_ce),        BOTH(test_nll),      BOTH(test_optim),
+        BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
+        test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
+        test_matmul_add_f64};
+#undef BOTH
     for (auto t : tests)
         t();
     printf("kernels_cuda_test: %d checks, %d failed (%ld launches, %ld blocks, %ld threads emulated)\n", checks,

@@ -224,4 +224,23 @@ static inline int64_t kf_binary_i64(int op, int64_t a, int64_t b)
 #undef KF_U_
 #undef KF_DU_
 
+#ifdef __cplusplus
+/* C++ (the cuda kernels, templates over the element type): the same
+ * functions overloaded on it */
+extern "C++" {
+static inline float kf_binary(int op, float a, float b) { return kf_binary_f32(op, a, b); }
+static inline double kf_binary(int op, double a, double b) { return kf_binary_f64(op, a, b); }
+static inline float kf_unary(int op, float x, float p0, float p1) { return kf_unary_f32(op, x, p0, p1); }
+static inline double kf_unary(int op, double x, double p0, double p1) { return kf_unary_f64(op, x, p0, p1); }
+static inline float kf_unary_grad(int op, float dy, float x, float y, float p0, float p1)
+{
+    return kf_unary_grad_f32(op, dy, x, y, p0, p1);
+}
+static inline double kf_unary_grad(int op, double dy, double x, double y, double p0, double p1)
+{
+    return kf_unary_grad_f64(op, dy, x, y, p0, p1);
+}
+}
+#endif
+
 #endif

@@ -103,6 +103,20 @@ enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };
 #define KC_INFF __int_as_float(0x7f800000)
 #define KC_INF __longlong_as_double(0x7ff0000000000000LL)
 #define KC_NANF __int_as_float(0x7fc00000)
+#define KC_NAN __longlong_as_double(0x7ff8000000000000LL)
+#define KC_DBL_MAX 1.7976931348623157e308
+
+/* the math of the typed kernels (templates over T, float or double):
+ * expf for float, exp for double, ... */
+KC_DEV float kc_exp(float x) { return expf(x); }
+KC_DEV double kc_exp(double x) { return exp(x); }
+KC_DEV float kc_sqrt(float x) { return sqrtf(x); }
+KC_DEV double kc_sqrt(double x) { return sqrt(x); }
+KC_DEV float kc_fabs(float x) { return fabsf(x); }
+KC_DEV double kc_fabs(double x) { return fabs(x); }
+/* infinity and the quiet NaN in T (double's, rounded: exact) */
+template <typename T> KC_DEV T kc_inf() { return (T)KC_INF; }
+template <typename T> KC_DEV T kc_nan() { return (T)KC_NAN; }
 
 KC_DEV int64_t kc_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 KC_DEV int64_t kc_max64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -20,24 +20,24 @@
 /* ---- convolution ----------------------------------------------------------- */
 
 /* col (cg kh kw x oh ow) of one image-group x (cg x h x w) */
-KC_GLOBAL void k_im2col_f32(KConv2d p, float *col, const float *x)
+template <typename T> KC_DEV void k_im2col(KConv2d p, T *col, const T *x)
 {
     const int64_t nout = p.oh * p.ow, n = p.c / p.groups * p.kh * p.kw * nout;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
         const int64_t ox = t % p.ow, oy = t / p.ow % p.oh, row = t / nout;
         const int64_t j = row % p.kw, i = row / p.kw % p.kh, ci = row / (p.kw * p.kh);
         const int64_t iy = oy * p.sh - p.pt + i * p.dh, ix = ox * p.sw - p.pl + j * p.dw;
-        col[t] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[(ci * p.h + iy) * p.w + ix] : 0.f;
+        col[t] = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[(ci * p.h + iy) * p.w + ix] : (T)0;
     }
 }
 
 /* x (cg x h x w, written) = the sum of the col entries each pixel fed */
-KC_GLOBAL void k_col2im_f32(KConv2d p, float *x, const float *col)
+template <typename T> KC_DEV void k_col2im(KConv2d p, T *x, const T *col)
 {
     const int64_t nout = p.oh * p.ow, hw = p.h * p.w, n = p.c / p.groups * hw;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
         const int64_t ci = t / hw, iy = t % hw / p.w, ix = t % p.w;
-        float acc = 0.f;
+        T acc = (T)0;
         for (int64_t i = 0; i < p.kh; i++) {
             const int64_t ny = iy + p.pt - i * p.dh; /* = oy sh */
             if (ny < 0 || ny % p.sh || ny / p.sh >= p.oh)
@@ -54,14 +54,14 @@ KC_GLOBAL void k_col2im_f32(KConv2d p, float *x, const float *col)
 }
 
 /* y (n x m x nout) += b per channel */
-KC_GLOBAL void k_conv2d_bias_f32(float *y, const float *b, int64_t n, int64_t m, int64_t nout)
+template <typename T> KC_DEV void k_conv2d_bias(T *y, const T *b, int64_t n, int64_t m, int64_t nout)
 {
     for (int64_t t = kc_first<int64_t>(); t < n * m * nout; t += kc_stride<int64_t>())
         y[t] += b[t / nout % m];
 }
 
 /* db[mo] = sum of dy over images and positions: one block per channel */
-KC_GLOBAL void k_conv2d_grad_b_f32(KConv2d p, float *db, const float *dy)
+template <typename T> KC_DEV void k_conv2d_grad_b(KConv2d p, T *db, const T *dy)
 {
     const int64_t nout = p.oh * p.ow, cnt = p.n * nout;
     for (int64_t mo = blockIdx.x; mo < p.m; mo += gridDim.x) {
@@ -70,7 +70,7 @@ KC_GLOBAL void k_conv2d_grad_b_f32(KConv2d p, float *db, const float *dy)
             s += dy[(k / nout * p.m + mo) * nout + k % nout];
         s = block_sum(s);
         if (threadIdx.x == 0)
-            db[mo] = (float)s;
+            db[mo] = (T)s;
     }
 }
 
@@ -89,13 +89,13 @@ KC_DEV void pool_range(int64_t iy, int64_t pad, int64_t kn, int64_t d, int64_t s
 
 /* MaxPool: y = max over the in-image taps (NaN wins, padding never);
  * arg = the plane index of the first maximum (-1: empty window) */
-KC_GLOBAL void k_maxpool2d_f32(KPool2d p, float *y, int64_t *arg, const float *x)
+template <typename T> KC_DEV void k_maxpool2d(KPool2d p, T *y, int64_t *arg, const T *x)
 {
     const int64_t nout = p.oh * p.ow, n = p.n * p.c * nout;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
         const int64_t pl = t / nout, oy = t % nout / p.ow, ox = t % p.ow;
-        const float *xp = x + pl * p.h * p.w;
-        float best = -KC_INFF;
+        const T *xp = x + pl * p.h * p.w;
+        T best = -kc_inf<T>();
         int64_t bi = -1;
         for (int64_t i = 0; i < p.kh; i++) {
             const int64_t iy = oy * p.sh - p.pt + i * p.dh;
@@ -120,7 +120,7 @@ KC_GLOBAL void k_maxpool2d_f32(KPool2d p, float *y, int64_t *arg, const float *x
 
 /* dx (written): each pixel sums dy of the outputs whose arg is that pixel;
  * those outputs' windows hold the pixel, so only they are visited */
-KC_GLOBAL void k_maxpool2d_grad_f32(KPool2d p, float *dx, const float *dy, const int64_t *arg)
+template <typename T> KC_DEV void k_maxpool2d_grad(KPool2d p, T *dx, const T *dy, const int64_t *arg)
 {
     const int64_t nout = p.oh * p.ow, hw = p.h * p.w, n = p.n * p.c * hw;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
@@ -128,7 +128,7 @@ KC_GLOBAL void k_maxpool2d_grad_f32(KPool2d p, float *dx, const float *dy, const
         int64_t y0, y1, x0, x1;
         pool_range(iy, p.pt, p.kh, p.dh, p.sh, p.oh, &y0, &y1);
         pool_range(ix, p.pl, p.kw, p.dw, p.sw, p.ow, &x0, &x1);
-        float acc = 0.f;
+        T acc = (T)0;
         for (int64_t oy = y0; oy < y1; oy++)
             for (int64_t ox = x0; ox < x1; ox++) {
                 const int64_t o = pl * nout + oy * p.ow + ox;
@@ -157,12 +157,12 @@ KC_DEV int64_t avg_divisor(const KPool2d &p, int64_t oy, int64_t ox)
     return ny * nx;
 }
 
-KC_GLOBAL void k_avgpool2d_f32(KPool2d p, float *y, const float *x)
+template <typename T> KC_DEV void k_avgpool2d(KPool2d p, T *y, const T *x)
 {
     const int64_t nout = p.oh * p.ow, n = p.n * p.c * nout;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
         const int64_t pl = t / nout, oy = t % nout / p.ow, ox = t % p.ow;
-        const float *xp = x + pl * p.h * p.w;
+        const T *xp = x + pl * p.h * p.w;
         const int64_t div = avg_divisor(p, oy, ox);
         double s = 0;
         for (int64_t i = 0; i < p.kh; i++) {
@@ -175,13 +175,13 @@ KC_GLOBAL void k_avgpool2d_f32(KPool2d p, float *y, const float *x)
                     s += xp[iy * p.w + ix];
             }
         }
-        y[t] = div ? (float)(s / (double)div) : 0.f;
+        y[t] = div ? (T)(s / (double)div) : (T)0;
     }
 }
 
 /* dx (written): each pixel sums dy / divisor of the outputs whose window
  * has it as a tap */
-KC_GLOBAL void k_avgpool2d_grad_f32(KPool2d p, float *dx, const float *dy)
+template <typename T> KC_DEV void k_avgpool2d_grad(KPool2d p, T *dx, const T *dy)
 {
     const int64_t nout = p.oh * p.ow, hw = p.h * p.w, n = p.n * p.c * hw;
     for (int64_t t = kc_first<int64_t>(); t < n; t += kc_stride<int64_t>()) {
@@ -189,7 +189,7 @@ KC_GLOBAL void k_avgpool2d_grad_f32(KPool2d p, float *dx, const float *dy)
         int64_t y0, y1, x0, x1;
         pool_range(iy, p.pt, p.kh, p.dh, p.sh, p.oh, &y0, &y1);
         pool_range(ix, p.pl, p.kw, p.dw, p.sw, p.ow, &x0, &x1);
-        float acc = 0.f;
+        T acc = (T)0;
         for (int64_t oy = y0; oy < y1; oy++) {
             const int64_t ty = iy + p.pt - oy * p.sh; /* = i dh for tap i */
             if (ty % p.dh || ty / p.dh >= p.kh)
@@ -198,7 +198,7 @@ KC_GLOBAL void k_avgpool2d_grad_f32(KPool2d p, float *dx, const float *dy)
                 const int64_t tx = ix + p.pl - ox * p.sw, div = avg_divisor(p, oy, ox);
                 if (tx % p.dw || tx / p.dw >= p.kw || !div)
                     continue;
-                acc += dy[pl * nout + oy * p.ow + ox] / (float)div;
+                acc += dy[pl * nout + oy * p.ow + ox] / (T)div;
             }
         }
         dx[t] = acc;
@@ -206,7 +206,7 @@ KC_GLOBAL void k_avgpool2d_grad_f32(KPool2d p, float *dx, const float *dy)
 }
 
 /* GlobalAveragePool: one block per (image, channel) row of hw */
-KC_GLOBAL void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_t hw)
+template <typename T> KC_DEV void k_global_avgpool(T *y, const T *x, int64_t nc, int64_t hw)
 {
     for (int64_t r = blockIdx.x; r < nc; r += gridDim.x) {
         double s = 0;
@@ -214,12 +214,12 @@ KC_GLOBAL void k_global_avgpool_f32(float *y, const float *x, int64_t nc, int64_
             s += x[r * hw + k];
         s = block_sum(s);
         if (threadIdx.x == 0)
-            y[r] = (float)(s / (double)hw);
+            y[r] = (T)(s / (double)hw);
     }
 }
 
-KC_GLOBAL void k_global_avgpool_grad_f32(float *dx, const float *dy, int64_t nc, int64_t hw)
+template <typename T> KC_DEV void k_global_avgpool_grad(T *dx, const T *dy, int64_t nc, int64_t hw)
 {
     for (int64_t t = kc_first<int64_t>(); t < nc * hw; t += kc_stride<int64_t>())
-        dx[t] = (float)((double)dy[t / hw] / (double)hw);
+        dx[t] = (T)((double)dy[t / hw] / (double)hw);
 }

@@ -60,11 +60,11 @@ KC_GLOBAL void k_copy_strided(int esize, void *y, const void *x, int64_t n, int 
 /* For each batch position b (bshape, with x strides bxs and y strides bys)
  * y[b][q * yq + l] = x[b][q + l * ix], q < nq, l < nl: tiles of 32 q x 32 l,
  * blockDim 256 (32 x 8 threads), grid-stride over tiles. */
-KC_GLOBAL void k_transpose_tiled_f32(float *y, const float *x, int64_t nq, int64_t nl, int64_t ix,
-                                     int64_t yq, int64_t nbatch, int brank, KDims bshape, KDims bxs,
-                                     KDims bys)
+template <typename T> KC_DEV void k_transpose_tiled(T *y, const T *x, int64_t nq, int64_t nl, int64_t ix,
+                                                    int64_t yq, int64_t nbatch, int brank, KDims bshape, KDims bxs,
+                                                    KDims bys)
 {
-    __shared__ float tile[KC_TILE][KC_TILE + 1]; /* [l][q], padded against bank conflicts */
+    __shared__ T tile[KC_TILE][KC_TILE + 1]; /* [l][q], padded against bank conflicts */
     const int tx = threadIdx.x % KC_TILE, ty = threadIdx.x / KC_TILE, rows = blockDim.x / KC_TILE;
     const int64_t tq = (nq + KC_TILE - 1) / KC_TILE, tl = (nl + KC_TILE - 1) / KC_TILE;
     for (int64_t t = blockIdx.x; t < nbatch * tq * tl; t += gridDim.x) {
@@ -105,8 +105,8 @@ KC_DEV int64_t pad_src(int mode, int64_t j, int64_t n)
 
 /* y (yshape, dense) from x (xshape, dense); pb = the begin pads (negative:
  * crop) */
-KC_GLOBAL void k_pad_f32(int mode, float *y, const float *x, int64_t n, int rank, KDims yshape,
-                         KDims xshape, KDims pb, float value)
+template <typename T> KC_DEV void k_pad(int mode, T *y, const T *x, int64_t n, int rank, KDims yshape,
+                                        KDims xshape, KDims pb, T value)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
         int64_t rest = i, off = 0, xs = 1;
@@ -148,8 +148,8 @@ KC_DEV int64_t pad_next(int mode, int64_t s, int64_t n, int64_t pb, int64_t ny, 
 
 /* dx (xshape, written) = sum of dy (yshape) over the y elements whose source
  * is each dx element, in y's row-major order */
-KC_GLOBAL void k_pad_grad_f32(int mode, float *dx, const float *dy, int64_t n, int rank, KDims xshape,
-                              KDims yshape, KDims pb)
+template <typename T> KC_DEV void k_pad_grad(int mode, T *dx, const T *dy, int64_t n, int rank, KDims xshape,
+                                             KDims yshape, KDims pb)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
         int64_t s[KC_MAX_RANK], j[KC_MAX_RANK], rest = i;
@@ -162,7 +162,7 @@ KC_GLOBAL void k_pad_grad_f32(int mode, float *dx, const float *dy, int64_t n, i
             j[d] = pad_next(mode, s[d], xshape.d[d], pb.d[d], yshape.d[d], 0);
             any = any && j[d] < yshape.d[d];
         }
-        float acc = 0.f;
+        T acc = (T)0;
         while (any) {
             int64_t off = 0;
             for (int d = 0; d < rank; d++)

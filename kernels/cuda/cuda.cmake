@@ -1,7 +1,8 @@
 # kernels/cuda: the cuda target's kernels (see kc.h).
 #
 # FSDPC_CUDA_SOURCES: the device sources in the order fsdpc hands them to
-# NVRTC (common.cuh, the header, then fused.h, then the .cu files alphabetically); the
+# NVRTC (common.cuh, the header, then fused.h, then the .cu files alphabetically, then
+# kc_args.h, stamp.cu and kernels.def, which stamp the typed kernels' instances); the
 # compiler embeds them and the test cuda_kernels_nvrtc compiles them.
 # fsdpc_kernels_cuda: the host launchers (launch.c), linked into cuda
 # executables; kc_launch, kc_gemm_f32 and the rest of kc.h's runtime side
@@ -13,7 +14,8 @@ set(FSDPC_CUDA_SOURCES
   # second: the elementwise math (shared with the cpu kernels and the fused loops of both targets)
   ${_kc}/../c/fused.h
   ${_kc}/conv.cu ${_kc}/copy.cu ${_kc}/ew.cu ${_kc}/gather.cu ${_kc}/loss.cu
-  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu)
+  ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu
+  ${_kc}/kc_args.h ${_kc}/stamp.cu ${_kc}/kernels.def)
 add_library(fsdpc_kernels_cuda STATIC ${_kc}/launch.c)
 target_include_directories(fsdpc_kernels_cuda PUBLIC ${_kc} ${CMAKE_CURRENT_LIST_DIR}/../c)
 target_compile_options(fsdpc_kernels_cuda PRIVATE ${FSDPC_WARN})

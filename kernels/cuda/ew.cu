@@ -8,32 +8,34 @@
  * most calls arrive with rank 1 or 2 and kc_offsets does little division.
  * The op is a switch inside the loop: it is uniform across the grid, so it
  * costs a few instructions per element of a kernel bound by memory.  The
- * arithmetic follows kernels/c operation for operation, in float, with the
- * op parameters rounded to float by the launcher as kernels/c does.
+ * arithmetic follows kernels/c operation for operation, in the element
+ * type (float or double: each typed kernel is a template, stamped for both
+ * by kernels.def), with the op parameters rounded to it by the launcher as
+ * kernels/c does.
  */
 
 /* ---- k_binary ------------------------------------------------------------ */
 
-template <typename I>
-KC_DEV void binary_loop(int op, float *y, const float *a, const float *b, I n, int rank,
+template <typename T, typename I>
+KC_DEV void binary_loop(int op, T *y, const T *a, const T *b, I n, int rank,
                         const KDims &shape, const KDims &sa, const KDims &sb)
 {
     for (I i = kc_first<I>(); i < n; i += kc_stride<I>()) {
         int64_t oa, ob, unused;
         kc_offsets(i, rank, shape, sa, sb, sb, oa, ob, unused);
-        y[i] = kf_binary_f32(op, a[oa], b[ob]); /* fused.h */
+        y[i] = kf_binary(op, a[oa], b[ob]); /* fused.h */
     }
 }
 
 /* y[i] = a[off_a(i)] OP b[off_b(i)] over n = numel(shape); y may alias a
  * dense operand */
-KC_GLOBAL void k_binary_f32(int op, float *y, const float *a, const float *b, int64_t n, int rank,
-                            KDims shape, KDims sa, KDims sb)
+template <typename T> KC_DEV void k_binary(int op, T *y, const T *a, const T *b, int64_t n, int rank,
+                                           KDims shape, KDims sa, KDims sb)
 {
     if (n <= KC_INT32_LIMIT)
-        binary_loop<uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
+        binary_loop<T, uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
     else
-        binary_loop<int64_t>(op, y, a, b, n, rank, shape, sa, sb);
+        binary_loop<T, int64_t>(op, y, a, b, n, rank, shape, sa, sb);
 }
 
 /* int64 index arithmetic (fused.h's kf_binary_i64); the first position
@@ -75,13 +77,13 @@ KC_DEV void compare_loop(int op, uint8_t *y, const T *a, const T *b, I n, int ra
     }
 }
 
-KC_GLOBAL void k_compare_f32(int op, uint8_t *y, const float *a, const float *b, int64_t n, int rank,
-                             KDims shape, KDims sa, KDims sb)
+template <typename T> KC_DEV void k_compare(int op, uint8_t *y, const T *a, const T *b, int64_t n, int rank,
+                                            KDims shape, KDims sa, KDims sb)
 {
     if (n <= KC_INT32_LIMIT)
-        compare_loop<float, uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
+        compare_loop<T, uint32_t>(op, y, a, b, (uint32_t)n, rank, shape, sa, sb);
     else
-        compare_loop<float, int64_t>(op, y, a, b, n, rank, shape, sa, sb);
+        compare_loop<T, int64_t>(op, y, a, b, n, rank, shape, sa, sb);
 }
 
 KC_GLOBAL void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t *b, int64_t n,
@@ -95,32 +97,32 @@ KC_GLOBAL void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t
 
 /* ---- k_unary, k_unary_grad -------------------------------------------------- */
 
-KC_GLOBAL void k_unary_f32(int op, float *y, const float *x, int64_t n, float p0, float p1)
+template <typename T> KC_DEV void k_unary(int op, T *y, const T *x, int64_t n, T p0, T p1)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        y[i] = kf_unary_f32(op, x[i], p0, p1); /* fused.h */
+        y[i] = kf_unary(op, x[i], p0, p1); /* fused.h */
 }
 
 /* x and y are read only where the op's rule reads them (the other may be
  * NULL) */
-KC_GLOBAL void k_unary_grad_f32(int op, float *dx, const float *dy, const float *x, const float *y,
-                                int64_t n, float p0, float p1)
+template <typename T> KC_DEV void k_unary_grad(int op, T *dx, const T *dy, const T *x, const T *y,
+                                               int64_t n, T p0, T p1)
 {
     const int reads = kf_unary_reads(op);
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        dx[i] = kf_unary_grad_f32(op, dy[i], reads & KF_READS_X ? x[i] : 0.f, reads & KF_READS_Y ? y[i] : 0.f,
-                                  p0, p1);
+        dx[i] = kf_unary_grad(op, dy[i], reads & KF_READS_X ? x[i] : (T)0, reads & KF_READS_Y ? y[i] : (T)0, p0,
+                              p1);
 }
 
 /* ---- k_scale, k_fill, k_not ------------------------------------------------- */
 
-KC_GLOBAL void k_scale_f32(float *y, const float *x, float alpha, int64_t n)
+template <typename T> KC_DEV void k_scale(T *y, const T *x, T alpha, int64_t n)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
         y[i] = alpha * x[i];
 }
 
-KC_GLOBAL void k_fill_f32(float *y, float v, int64_t n)
+template <typename T> KC_DEV void k_fill(T *y, T v, int64_t n)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
         y[i] = v;
@@ -179,15 +181,15 @@ KC_GLOBAL void k_where(int esize, void *y, const uint8_t *c, const void *a, cons
 }
 
 /* da = c ? dy : 0, db = c ? 0 : dy over y's dense shape (either may be NULL) */
-KC_GLOBAL void k_where_grad_f32(float *da, float *db, const uint8_t *c, const float *dy, int64_t n,
-                                int rank, KDims shape, KDims sc)
+template <typename T> KC_DEV void k_where_grad(T *da, T *db, const uint8_t *c, const T *dy, int64_t n,
+                                               int rank, KDims shape, KDims sc)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
         const bool take = c[kc_offset1(i, rank, shape, sc)] != 0;
         if (da)
-            da[i] = take ? dy[i] : 0.f;
+            da[i] = take ? dy[i] : (T)0;
         if (db)
-            db[i] = take ? 0.f : dy[i];
+            db[i] = take ? (T)0 : dy[i];
     }
 }
 

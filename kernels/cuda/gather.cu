@@ -1,5 +1,5 @@
 /* gather.cu — Gather along one axis (any dtype) and its backward for
- * float: the twins of kernels/c/gather.c.
+ * float32 and float64: the twins of kernels/c/gather.c.
  *
  * x is outer x axis x inner; every index selects a row of inner elements.
  * The forward is a grid-stride copy of y's elements.  It cannot validate
@@ -66,13 +66,13 @@ KC_GLOBAL void k_gather(int esize, void *y, const void *x, const int64_t *idx, i
  * its rows, so each dx element is summed by one thread in index order
  * whatever the bucket count.  c varies fastest across a warp, so the warp
  * agrees on every branch and its dy / dx accesses are contiguous. */
-KC_GLOBAL void k_gather_grad_f32(float *dx, const float *dy, const int64_t *idx, int64_t outer,
-                                 int64_t axis, int64_t inner, int64_t nidx, int64_t buckets)
+template <typename T> KC_DEV void k_gather_grad(T *dx, const T *dy, const int64_t *idx, int64_t outer,
+                                                int64_t axis, int64_t inner, int64_t nidx, int64_t buckets)
 {
     for (int64_t t = kc_first<int64_t>(); t < buckets * outer * inner; t += kc_stride<int64_t>()) {
         const int64_t c = t % inner, o = t / inner % outer, b = t / (inner * outer);
-        float *dxo = dx + o * axis * inner + c;
-        const float *dyo = dy + o * nidx * inner + c;
+        T *dxo = dx + o * axis * inner + c;
+        const T *dyo = dy + o * nidx * inner + c;
         for (int64_t i = 0; i < nidx; i++) {
             const int64_t k = idx[i] < 0 ? idx[i] + axis : idx[i];
             if (k >= 0 && k < axis && (k & (buckets - 1)) == b)
@@ -134,9 +134,9 @@ KC_GLOBAL void k_gather_elements(int esize, void *y, const void *x, const int64_
 /* dx (zeroed) [m with m[axis] = idx[m]] += dy[m], along each column in order;
  * ScatterElements' scatter too, so bad indices are reported as k_gather's
  * (and skipped) */
-KC_GLOBAL void k_gather_elements_grad_f32(float *dx, const float *dy, const int64_t *idx, int rank, int axis,
-                                          int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs,
-                                          int64_t *check)
+template <typename T> KC_DEV void k_gather_elements_grad(T *dx, const T *dy, const int64_t *idx, int rank, int axis,
+                                                         int64_t cols, int64_t axdim, KDims sh, KDims is, KDims xs,
+                                                         int64_t *check)
 {
     const int64_t len = sh.d[axis], istep = is.d[axis], xstep = xs.d[axis];
     for (int64_t i = kc_first<int64_t>(); i < cols * len; i += kc_stride<int64_t>())

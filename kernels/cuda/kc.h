@@ -79,10 +79,13 @@ const KcStepParams *kc_step_params(void);
 /* device pointer to the next check slot (see above) */
 int64_t *kc_next_check(void);
 /* the operand types of kc_gemm_add */
-typedef enum { KC_GEMM_F32, KC_GEMM_BF16, KC_GEMM_F16 } KcGemmType;
+typedef enum { KC_GEMM_F32, KC_GEMM_BF16, KC_GEMM_F16, KC_GEMM_F64 } KcGemmType;
 /* C_i = op(A_i) op(B_i) + beta C_i, row-major, the contract of k_matmul_f32
  * (kernels.h).  The runtime does it with cuBLASLt. */
 void kc_gemm_f32(float *c, const float *a, const float *b, int64_t batch, int64_t sa, int64_t sb,
+                 int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+/* the same in float64 (A, B, C and the sums): the contract of k_matmul_f64 */
+void kc_gemm_f64(double *c, const double *a, const double *b, int64_t batch, int64_t sa, int64_t sb,
                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* the same with bfloat16 A and B (their uint16_t bits) and a float32 C,
  * accumulated in float32: the contract of k_matmul_bf16 */
@@ -92,11 +95,12 @@ void kc_gemm_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
 void kc_gemm_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                  int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* C_i = alpha op(A_i) op(B_i) + bias + ADD_i (the contract of k_matmul_add_*, with
- * float32, bfloat16 or float16 A and B by type, a KcGemmType): ADD_i through cuBLASLt's C input (beta 1; may be c itself),
+ * float32, bfloat16 or float16 A and B and a float32 C, bias and ADD, or all of them
+ * float64, by type, a KcGemmType): ADD_i through cuBLASLt's C input (beta 1; may be c itself),
  * the bias through its bias epilogue.  Returns 0 when no cuBLASLt algorithm
  * takes the epilogue for this shape: then C holds the rest and the caller
  * adds the bias (1 otherwise, and when bias is NULL). */
-int kc_gemm_add(int type, float *c, const void *a, const void *b, const float *bias, const float *add,
+int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bias, const void *add,
                 double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb);
 /* device-to-device copy / byte fill on the compute stream */
 void kc_memcpy(void *dst, const void *src, int64_t bytes);

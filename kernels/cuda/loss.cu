@@ -17,7 +17,7 @@
 
 /* ---- MSE ----------------------------------------------------------------- */
 
-KC_GLOBAL void k_mse_f32(float *loss, const float *p, const float *t, int64_t n)
+template <typename T> KC_DEV void k_mse(T *loss, const T *p, const T *t, int64_t n)
 {
     double v[1] = {0};
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>()) {
@@ -26,13 +26,13 @@ KC_GLOBAL void k_mse_f32(float *loss, const float *p, const float *t, int64_t n)
     }
     v[0] = block_sum(v[0]);
     if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
-        loss[0] = n > 0 ? (float)(v[0] / (double)n) : KC_NANF;
+        loss[0] = n > 0 ? (T)(v[0] / (double)n) : kc_nan<T>();
 }
 
-/* PyTorch's mse_loss_backward: (2/n rounded to float) (p - t) dloss */
-KC_GLOBAL void k_mse_grad_f32(float *dp, const float *dloss, const float *p, const float *t, int64_t n)
+/* PyTorch's mse_loss_backward: (2/n rounded to T) (p - t) dloss */
+template <typename T> KC_DEV void k_mse_grad(T *dp, const T *dloss, const T *p, const T *t, int64_t n)
 {
-    const float norm = (float)(2.0 / (double)n), g = dloss[0];
+    const T norm = (T)(2.0 / (double)n), g = dloss[0];
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
         dp[i] = norm * (p[i] - t[i]) * g;
 }
@@ -40,7 +40,7 @@ KC_GLOBAL void k_mse_grad_f32(float *dp, const float *dloss, const float *p, con
 /* ---- softmax cross-entropy ------------------------------------------------ */
 
 /* max and sum of exp(x - max) of one row, both block-reduced in double */
-KC_DEV void row_lse_parts(const float *xr, int64_t classes, double *mx, double *sum)
+template <typename T> KC_DEV void row_lse_parts(const T *xr, int64_t classes, double *mx, double *sum)
 {
     double m = -KC_INF, s = 0;
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
@@ -53,8 +53,8 @@ KC_DEV void row_lse_parts(const float *xr, int64_t classes, double *mx, double *
 }
 
 /* loss[0] = mean over rows of logsumexp(x_r) - x_r[label_r] */
-KC_GLOBAL void k_cross_entropy_f32(float *loss, const float *x, const int64_t *labels, int64_t rows,
-                                   int64_t classes, int64_t *check)
+template <typename T> KC_DEV void k_cross_entropy(T *loss, const T *x, const int64_t *labels, int64_t rows,
+                                                  int64_t classes, int64_t *check)
 {
     double v[1] = {0};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -64,30 +64,30 @@ KC_GLOBAL void k_cross_entropy_f32(float *loss, const float *x, const int64_t *l
                 atomicMin((unsigned long long *)check, (unsigned long long)r);
             continue;
         }
-        const float *xr = x + r * classes;
+        const T *xr = x + r * classes;
         double mx, s;
         row_lse_parts(xr, classes, &mx, &s);
         v[0] += mx + log(s) - (double)xr[lab];
     }
     if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
-        loss[0] = rows > 0 ? (float)(v[0] / (double)rows) : KC_NANF;
+        loss[0] = rows > 0 ? (T)(v[0] / (double)rows) : kc_nan<T>();
 }
 
 /* dx = dloss[0] (softmax(x_r) - onehot(label_r)) / rows, a block per row;
  * dx may alias x (each element is read, then written, by one thread) */
-KC_GLOBAL void k_cross_entropy_grad_f32(float *dx, const float *dloss, const float *x,
-                                        const int64_t *labels, int64_t rows, int64_t classes)
+template <typename T> KC_DEV void k_cross_entropy_grad(T *dx, const T *dloss, const T *x,
+                                                       const int64_t *labels, int64_t rows, int64_t classes)
 {
     const double scale = (double)dloss[0] / (double)rows;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * classes;
-        float *dr = dx + r * classes;
+        const T *xr = x + r * classes;
+        T *dr = dx + r * classes;
         const int64_t lab = labels[r];
         double mx, s;
         row_lse_parts(xr, classes, &mx, &s);
         for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
-            const float e = (float)exp((double)xr[j] - mx); /* kernels/c stores it in T first */
-            dr[j] = (float)(scale * ((double)e / s - (double)(j == lab)));
+            const T e = (T)exp((double)xr[j] - mx); /* kernels/c stores it in T first */
+            dr[j] = (T)(scale * ((double)e / s - (double)(j == lab)));
         }
     }
 }
@@ -111,9 +111,9 @@ KC_DEV int64_t nll_label(const int64_t *labels, int64_t i, int64_t c, int has_ig
 }
 
 /* see kernels.h k_nll_loss; lp n x c x d, labels n x d */
-KC_GLOBAL void k_nll_loss_f32(float *loss, const float *lp, const int64_t *labels, const float *weights,
-                              int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,
-                              int64_t ignore_index, int64_t *check)
+template <typename T> KC_DEV void k_nll_loss(T *loss, const T *lp, const int64_t *labels, const T *weights,
+                                             int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,
+                                             int64_t ignore_index, int64_t *check)
 {
     double v[2] = {0, 0}; /* sum of -w lp, sum of w */
     for (int64_t i = kc_first<int64_t>(); i < n * d; i += kc_stride<int64_t>()) {
@@ -123,13 +123,13 @@ KC_GLOBAL void k_nll_loss_f32(float *loss, const float *lp, const int64_t *label
             atomicMin((unsigned long long *)check, (unsigned long long)i);
         if (l < 0) {
             if (reduction == K_LOSS_NONE)
-                loss[i] = 0.f;
+                loss[i] = (T)0;
             continue;
         }
         const double w = weights ? (double)weights[l] : 1.0;
         const double e = -w * (double)lp[(i / d * c + l) * d + i % d];
         if (reduction == K_LOSS_NONE)
-            loss[i] = (float)e;
+            loss[i] = (T)e;
         v[0] += e;
         v[1] += w;
     }
@@ -138,15 +138,15 @@ KC_GLOBAL void k_nll_loss_f32(float *loss, const float *lp, const int64_t *label
     v[0] = block_sum(v[0]);
     v[1] = block_sum(v[1]);
     if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
-        loss[0] = (float)(reduction == K_LOSS_SUM ? v[0] : v[0] / v[1]);
+        loss[0] = (T)(reduction == K_LOSS_SUM ? v[0] : v[0] / v[1]);
 }
 
 /* The scatter of k_nll_loss_grad onto dx (already dx_in or zeros): one
  * block, which first sums the counted weights (MEAN), then subtracts
  * w g / ws at each counted position (positions never share an element). */
-KC_GLOBAL void k_nll_loss_grad_f32(float *dx, const float *dloss, const int64_t *labels,
-                                   const float *weights, int64_t n, int64_t c, int64_t d, int reduction,
-                                   int has_ignore, int64_t ignore_index)
+template <typename T> KC_DEV void k_nll_loss_grad(T *dx, const T *dloss, const int64_t *labels,
+                                                  const T *weights, int64_t n, int64_t c, int64_t d, int reduction,
+                                                  int has_ignore, int64_t ignore_index)
 {
     double ws = 0;
     bool bad;
@@ -166,7 +166,7 @@ KC_GLOBAL void k_nll_loss_grad_f32(float *dx, const float *dloss, const int64_t 
             continue;
         const double w = weights ? (double)weights[l] : 1.0;
         const double g = dloss[reduction == K_LOSS_NONE ? i : 0];
-        float *e = dx + (i / d * c + l) * d + i % d;
-        *e -= (float)(w * g / ws);
+        T *e = dx + (i / d * c + l) * d + i % d;
+        *e -= (T)(w * g / ws);
     }
 }

@@ -19,14 +19,14 @@
 /* ---- LayerNormalization -------------------------------------------------- */
 
 /* rows of inner elements: y = (x - mean) invstd scale + bias (scale, bias
- * NULL: 1, 0); mean, invstd (NULL to skip) saved in float */
-KC_GLOBAL void k_layernorm_f32(float *y, float *mean, float *invstd, const float *x,
-                               const float *scale, const float *bias, int64_t outer, int64_t inner,
-                               double eps)
+ * NULL: 1, 0); mean, invstd (NULL to skip) saved in T */
+template <typename T> KC_DEV void k_layernorm(T *y, T *mean, T *invstd, const T *x,
+                                              const T *scale, const T *bias, int64_t outer, int64_t inner,
+                                              double eps)
 {
     for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
-        const float *xr = x + r * inner;
-        float *yr = y + r * inner;
+        const T *xr = x + r * inner;
+        T *yr = y + r * inner;
         double s = 0, q = 0;
         for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
             s += xr[i];
@@ -42,20 +42,20 @@ KC_GLOBAL void k_layernorm_f32(float *y, float *mean, float *invstd, const float
                 v *= scale[i];
             if (bias)
                 v += bias[i];
-            yr[i] = (float)v;
+            yr[i] = (T)v;
         }
         if (threadIdx.x == 0 && mean)
-            mean[r] = (float)mu;
+            mean[r] = (T)mu;
         if (threadIdx.x == 0 && invstd)
-            invstd[r] = (float)is;
+            invstd[r] = (T)is;
     }
 }
 
 /* dx of each row from the saved mean / invstd (scale NULL: 1):
  * dx = invstd (g - mean(g) - xhat mean(g xhat)), g = dy scale */
-KC_GLOBAL void k_layernorm_grad_f32(float *dx, const float *dy, const float *x, const float *mean,
-                                    const float *invstd, const float *scale, int64_t outer,
-                                    int64_t inner)
+template <typename T> KC_DEV void k_layernorm_grad(T *dx, const T *dy, const T *x, const T *mean,
+                                                   const T *invstd, const T *scale, int64_t outer,
+                                                   int64_t inner)
 {
     for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
         const int64_t off = r * inner;
@@ -70,16 +70,16 @@ KC_GLOBAL void k_layernorm_grad_f32(float *dx, const float *dy, const float *x, 
         sgx = block_sum(sgx) / (double)inner;
         for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
             const double g = scale ? (double)dy[off + i] * scale[i] : (double)dy[off + i];
-            dx[off + i] = (float)(is * (g - sg - ((double)x[off + i] - mu) * is * sgx));
+            dx[off + i] = (T)(is * (g - sg - ((double)x[off + i] - mu) * is * sgx));
         }
     }
 }
 
 /* dscale = sum over rows of dy xhat, dbias = sum of dy (each NULL to skip);
  * a block takes 32 columns, warp w the rows w, w + warps, ... */
-KC_GLOBAL void k_layernorm_grad_cols_f32(float *dscale, float *dbias, const float *dy, const float *x,
-                                         const float *mean, const float *invstd, int64_t outer,
-                                         int64_t inner)
+template <typename T> KC_DEV void k_layernorm_grad_cols(T *dscale, T *dbias, const T *dy, const T *x,
+                                                        const T *mean, const T *invstd, int64_t outer,
+                                                        int64_t inner)
 {
     __shared__ double ps[32][33], pb[32][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -101,9 +101,9 @@ KC_GLOBAL void k_layernorm_grad_cols_f32(float *dscale, float *dbias, const floa
                 db += pb[w][lane];
             }
             if (dscale)
-                dscale[c] = (float)ds;
+                dscale[c] = (T)ds;
             if (dbias)
-                dbias[c] = (float)db;
+                dbias[c] = (T)db;
         }
         __syncthreads();
     }
@@ -118,10 +118,9 @@ template <typename I> KC_DEV int64_t bn_at(I k, I l, int64_t c, int64_t ch)
     return ((int64_t)b * c + ch) * (int64_t)l + (int64_t)(k - b * l);
 }
 
-template <typename I>
-KC_DEV void bn_train(float *y, float *mean, float *invstd, float *rm_out, float *rv_out,
-                     const float *x, const float *scale, const float *bias, const float *rm_in,
-                     const float *rv_in, I m, I l, int64_t c, double eps, double momentum)
+template <typename T, typename I>
+KC_DEV void bn_train(T *y, T *mean, T *invstd, T *rm_out, T *rv_out, const T *x, const T *scale,
+                     const T *bias, const T *rm_in, const T *rv_in, I m, I l, int64_t c, double eps, double momentum)
 {
     for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
         double s = 0, q = 0;
@@ -137,38 +136,38 @@ KC_DEV void bn_train(float *y, float *mean, float *invstd, float *rm_out, float 
         const double a = is * (scale ? (double)scale[ch] : 1.0), b = bias ? (double)bias[ch] : 0.0;
         for (I k = threadIdx.x; k < m; k += blockDim.x) {
             const int64_t o = bn_at(k, l, c, ch);
-            y[o] = (float)(((double)x[o] - mu) * a + b);
+            y[o] = (T)(((double)x[o] - mu) * a + b);
         }
         if (threadIdx.x == 0) {
             if (mean)
-                mean[ch] = (float)mu;
+                mean[ch] = (T)mu;
             if (invstd)
-                invstd[ch] = (float)is;
+                invstd[ch] = (T)is;
             if (rm_out)
-                rm_out[ch] = (float)(momentum * (double)rm_in[ch] + (1 - momentum) * mu);
+                rm_out[ch] = (T)(momentum * (double)rm_in[ch] + (1 - momentum) * mu);
             if (rv_out)
-                rv_out[ch] = (float)(momentum * (double)rv_in[ch] + (1 - momentum) * (q / ((double)m - 1)));
+                rv_out[ch] = (T)(momentum * (double)rv_in[ch] + (1 - momentum) * (q / ((double)m - 1)));
         }
     }
 }
 
 /* training mode, x n x c x l, one block per channel (see kernels.h) */
-KC_GLOBAL void k_batchnorm_train_f32(float *y, float *mean, float *invstd, float *rm_out,
-                                     float *rv_out, const float *x, const float *scale,
-                                     const float *bias, const float *rm_in, const float *rv_in,
-                                     int64_t n, int64_t c, int64_t l, double eps, double momentum)
+template <typename T> KC_DEV void k_batchnorm_train(T *y, T *mean, T *invstd, T *rm_out,
+                                                    T *rv_out, const T *x, const T *scale,
+                                                    const T *bias, const T *rm_in, const T *rv_in,
+                                                    int64_t n, int64_t c, int64_t l, double eps, double momentum)
 {
     if (n * l <= KC_INT32_LIMIT)
-        bn_train<uint32_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in,
+        bn_train<T, uint32_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in,
                            (uint32_t)(n * l), (uint32_t)l, c, eps, momentum);
     else
-        bn_train<int64_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in, n * l, l, c,
+        bn_train<T, int64_t>(y, mean, invstd, rm_out, rv_out, x, scale, bias, rm_in, rv_in, n * l, l, c,
                           eps, momentum);
 }
 
-template <typename I>
-KC_DEV void bn_grad(float *dx, float *dscale, float *dbias, const float *dy, const float *x,
-                    const float *mean, const float *invstd, const float *scale, I m, I l, int64_t c)
+template <typename T, typename I>
+KC_DEV void bn_grad(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+                    const T *invstd, const T *scale, I m, I l, int64_t c)
 {
     for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
         const double mu = mean[ch], is = invstd[ch];
@@ -181,51 +180,51 @@ KC_DEV void bn_grad(float *dx, float *dscale, float *dbias, const float *dy, con
         sdy = block_sum(sdy);
         dot = block_sum(dot);
         if (threadIdx.x == 0 && dscale)
-            dscale[ch] = (float)(dot * is);
+            dscale[ch] = (T)(dot * is);
         if (threadIdx.x == 0 && dbias)
-            dbias[ch] = (float)sdy;
+            dbias[ch] = (T)sdy;
         if (!dx || m == 0)
             continue;
         const double w = scale ? (double)scale[ch] : 1.0;
         const double gm = sdy / (double)m, proj = dot * is * is / (double)m;
         for (I k = threadIdx.x; k < m; k += blockDim.x) {
             const int64_t o = bn_at(k, l, c, ch);
-            dx[o] = (float)(((double)dy[o] - gm - ((double)x[o] - mu) * proj) * is * w);
+            dx[o] = (T)(((double)dy[o] - gm - ((double)x[o] - mu) * proj) * is * w);
         }
     }
 }
 
 /* training-mode backward, one block per channel; dx may alias dy */
-KC_GLOBAL void k_batchnorm_grad_f32(float *dx, float *dscale, float *dbias, const float *dy,
-                                    const float *x, const float *mean, const float *invstd,
-                                    const float *scale, int64_t n, int64_t c, int64_t l)
+template <typename T> KC_DEV void k_batchnorm_grad(T *dx, T *dscale, T *dbias, const T *dy,
+                                                   const T *x, const T *mean, const T *invstd,
+                                                   const T *scale, int64_t n, int64_t c, int64_t l)
 {
     if (n * l <= KC_INT32_LIMIT)
-        bn_grad<uint32_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, (uint32_t)(n * l),
+        bn_grad<T, uint32_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, (uint32_t)(n * l),
                           (uint32_t)l, c);
     else
-        bn_grad<int64_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, n * l, l, c);
+        bn_grad<T, int64_t>(dx, dscale, dbias, dy, x, mean, invstd, scale, n * l, l, c);
 }
 
 /* inference: elementwise over n c l with the given statistics */
-KC_GLOBAL void k_batchnorm_infer_f32(float *y, const float *x, const float *scale, const float *bias,
-                                     const float *mean, const float *var, int64_t n, int64_t c,
-                                     int64_t l, double eps)
+template <typename T> KC_DEV void k_batchnorm_infer(T *y, const T *x, const T *scale, const T *bias,
+                                                    const T *mean, const T *var, int64_t n, int64_t c,
+                                                    int64_t l, double eps)
 {
     for (int64_t i = kc_first<int64_t>(); i < n * c * l; i += kc_stride<int64_t>()) {
         const int64_t ch = i / l % c;
         const double is = 1 / sqrt((double)var[ch] + eps), mu = mean[ch];
         const double a = is * (scale ? (double)scale[ch] : 1.0), b = bias ? (double)bias[ch] : 0.0;
-        y[i] = (float)(((double)x[i] - mu) * a + b);
+        y[i] = (T)(((double)x[i] - mu) * a + b);
     }
 }
 
 /* ONNX running variance from the saved invstd; rv_out may alias rv_in */
-KC_GLOBAL void k_bn_running_var_f32(float *rv_out, const float *rv_in, const float *invstd, int64_t c,
-                                    double eps, double momentum)
+template <typename T> KC_DEV void k_bn_running_var(T *rv_out, const T *rv_in, const T *invstd, int64_t c,
+                                                   double eps, double momentum)
 {
     for (int64_t k = kc_first<int64_t>(); k < c; k += kc_stride<int64_t>()) {
         const double is = invstd[k];
-        rv_out[k] = (float)(momentum * (double)rv_in[k] + (1 - momentum) * (1.0 / (is * is) - eps));
+        rv_out[k] = (T)(momentum * (double)rv_in[k] + (1 - momentum) * (1.0 / (is * is) - eps));
     }
 }

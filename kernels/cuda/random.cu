@@ -10,21 +10,21 @@
  * step.
  */
 
-/* y = x mask s, s = 1 / (float)(1 - ratio); ratio <= 0 copies x exactly
+/* y = x mask s, s = 1 / (T)(1 - ratio); ratio <= 0 copies x exactly
  * (s = 1, every word passes), ratio >= 1 drops all; mask NULL to skip */
-KC_GLOBAL void k_dropout_f32(float *y, uint8_t *mask, const float *x, int64_t n, double ratio,
-                             uint64_t seed, uint32_t stream, const KcStepParams *sp)
+template <typename T> KC_DEV void k_dropout(T *y, uint8_t *mask, const T *x, int64_t n, double ratio,
+                                            uint64_t seed, uint32_t stream, const KcStepParams *sp)
 {
     const uint32_t step = (uint32_t)sp->step, k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const double thr = ratio * 4294967296.0;
-    const float s = ratio <= 0 ? 1.f : ratio >= 1 ? 0.f : 1.f / (float)(1 - ratio);
+    const T s = ratio <= 0 ? (T)1 : ratio >= 1 ? (T)0 : (T)1 / (T)(1 - ratio);
     for (int64_t b = kc_first<int64_t>(); b < (n + 3) / 4; b += kc_stride<int64_t>()) {
         uint32_t w[4] = {(uint32_t)b, (uint32_t)((uint64_t)b >> 32), step, stream};
         kc_philox(w, k0, k1);
         for (int k = 0; k < 4 && b * 4 + k < n; k++) {
             const int64_t i = b * 4 + k;
             const bool keep = (double)w[k] >= thr;
-            y[i] = keep ? x[i] * s : 0.f;
+            y[i] = keep ? x[i] * s : (T)0;
             if (mask)
                 mask[i] = keep;
         }
@@ -32,10 +32,10 @@ KC_GLOBAL void k_dropout_f32(float *y, uint8_t *mask, const float *x, int64_t n,
 }
 
 /* dx = dy mask s (ratio >= 1: 0); dx may alias dy */
-KC_GLOBAL void k_dropout_grad_f32(float *dx, const float *dy, const uint8_t *mask, int64_t n,
-                                  double ratio)
+template <typename T> KC_DEV void k_dropout_grad(T *dx, const T *dy, const uint8_t *mask, int64_t n,
+                                                 double ratio)
 {
-    const float s = ratio >= 1 ? 0.f : 1.f / (float)(1 - ratio);
+    const T s = ratio >= 1 ? (T)0 : (T)1 / (T)(1 - ratio);
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        dx[i] = mask[i] && ratio < 1 ? dy[i] * s : 0.f;
+        dx[i] = mask[i] && ratio < 1 ? dy[i] * s : (T)0;
 }

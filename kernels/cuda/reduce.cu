@@ -50,27 +50,27 @@ KC_DEV double red_block(int op, double v)
 /* Innermost dim reduced: output o = kept position (krank dims, strides kst
  * in x), its group the rrank reduced dims (strides rst), group elements
  * each.  y = fold * scale (scale 1/count for MEAN, else 1). */
-KC_GLOBAL void k_reduce_rows_f32(int op, float *y, const float *x, int64_t nout, int64_t group,
-                                 int krank, KDims kshape, KDims kst, int rrank, KDims rshape,
-                                 KDims rst, double scale)
+template <typename T> KC_DEV void k_reduce_rows(int op, T *y, const T *x, int64_t nout, int64_t group,
+                                                int krank, KDims kshape, KDims kst, int rrank, KDims rshape,
+                                                KDims rst, double scale)
 {
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
-        const float *xo = x + kc_offset1(o, krank, kshape, kst);
+        const T *xo = x + kc_offset1(o, krank, kshape, kst);
         double acc = red_identity(op);
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
             acc = red_fold(op, acc, xo[kc_offset1(g, rrank, rshape, rst)]);
         acc = red_block(op, acc);
         if (threadIdx.x == 0)
-            y[o] = (float)(acc * scale);
+            y[o] = (T)(acc * scale);
     }
 }
 
 /* Innermost dim kept: y is nko x nc (nc = that dim, stride 1 in x; ko runs
  * over the other kept dims).  A block takes 32 columns of one ko; warp w
  * folds group elements w, w + warps, ... for its lane's column. */
-KC_GLOBAL void k_reduce_cols_f32(int op, float *y, const float *x, int64_t nko, int64_t nc,
-                                 int64_t group, int krank, KDims kshape, KDims kst, int rrank,
-                                 KDims rshape, KDims rst, double scale)
+template <typename T> KC_DEV void k_reduce_cols(int op, T *y, const T *x, int64_t nko, int64_t nc,
+                                                int64_t group, int krank, KDims kshape, KDims kst, int rrank,
+                                                KDims rshape, KDims rst, double scale)
 {
     __shared__ double part[32][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -79,7 +79,7 @@ KC_GLOBAL void k_reduce_cols_f32(int op, float *y, const float *x, int64_t nko, 
         const int64_t ko = t / ctiles, c = t % ctiles * 32 + lane;
         double acc = red_identity(op);
         if (c < nc) {
-            const float *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
+            const T *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
             for (int64_t g = warp; g < group; g += warps)
                 acc = red_fold(op, acc, xc[kc_offset1(g, rrank, rshape, rst)]);
         }
@@ -88,14 +88,14 @@ KC_GLOBAL void k_reduce_cols_f32(int op, float *y, const float *x, int64_t nko, 
         if (warp == 0 && c < nc) {
             for (int w = 1; w < warps; w++)
                 acc = red_fold(op, acc, part[w][lane]);
-            y[ko * nc + c] = (float)(acc * scale);
+            y[ko * nc + c] = (T)(acc * scale);
         }
         __syncthreads();
     }
 }
 
 /* Everything reduced: x is n dense elements, y one value. */
-KC_GLOBAL void k_reduce_all_f32(int op, float *y, const float *x, int64_t n, double scale)
+template <typename T> KC_DEV void k_reduce_all(int op, T *y, const T *x, int64_t n, double scale)
 {
     double v[1] = {red_identity(op)};
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
@@ -106,27 +106,27 @@ KC_GLOBAL void k_reduce_all_f32(int op, float *y, const float *x, int64_t n, dou
                       : op == K_RPROD ? grid_combine(v, 1.0, KcProd())
                                      : grid_combine(v, 0.0, KcSum());
     if (last && threadIdx.x == 0)
-        y[0] = (float)(v[0] * scale);
+        y[0] = (T)(v[0] * scale);
 }
 
 /* ReduceMax / Min backward, one block per output o (its group as in
  * k_reduce_rows): count the x equal to y[o], then dx = x == y ? dy / count
  * : 0 over the group (NaN when nothing matches, as torch). */
-KC_GLOBAL void k_reduce_max_grad_f32(float *dx, const float *dy, const float *x, const float *y,
-                                     int64_t nout, int64_t group, int krank, KDims kshape,
-                                     KDims kst, int rrank, KDims rshape, KDims rst)
+template <typename T> KC_DEV void k_reduce_max_grad(T *dx, const T *dy, const T *x, const T *y,
+                                                    int64_t nout, int64_t group, int krank, KDims kshape,
+                                                    KDims kst, int rrank, KDims rshape, KDims rst)
 {
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
         const int64_t base = kc_offset1(o, krank, kshape, kst);
-        const float yv = y[o];
+        const T yv = y[o];
         double ties = 0;
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
             ties += x[base + kc_offset1(g, rrank, rshape, rst)] == yv;
         ties = block_sum(ties);
-        const float gv = dy[o] / (float)ties;
+        const T gv = dy[o] / (T)ties;
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
             const int64_t k = base + kc_offset1(g, rrank, rshape, rst);
-            dx[k] = gv * (float)(x[k] == yv);
+            dx[k] = gv * (T)(x[k] == yv);
         }
     }
 }
@@ -134,14 +134,14 @@ KC_GLOBAL void k_reduce_max_grad_f32(float *dx, const float *dy, const float *x,
 /* ReduceProd backward, one block per output o: the zeros of its group and
  * the product of the others (double), then dx = dy * the product of the
  * group's other x, as kernels/c (no division by zero). */
-KC_GLOBAL void k_reduce_prod_grad_f32(float *dx, const float *dy, const float *x, int64_t nout, int64_t group,
-                                      int krank, KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst)
+template <typename T> KC_DEV void k_reduce_prod_grad(T *dx, const T *dy, const T *x, int64_t nout, int64_t group,
+                                                     int krank, KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst)
 {
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
         const int64_t base = kc_offset1(o, krank, kshape, kst);
         double zeros = 0, p = 1;
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
-            const float v = x[base + kc_offset1(g, rrank, rshape, rst)];
+            const T v = x[base + kc_offset1(g, rrank, rshape, rst)];
             if (v == 0)
                 zeros += 1;
             else
@@ -153,7 +153,7 @@ KC_GLOBAL void k_reduce_prod_grad_f32(float *dx, const float *dy, const float *x
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x) {
             const int64_t k = base + kc_offset1(g, rrank, rshape, rst);
             const double others = x[k] != 0 ? (zeros == 0 ? p / x[k] : 0) : (zeros == 1 ? p : 0);
-            dx[k] = (float)(gv * others);
+            dx[k] = (T)(gv * others);
         }
     }
 }
@@ -161,61 +161,61 @@ KC_GLOBAL void k_reduce_prod_grad_f32(float *dx, const float *dy, const float *x
 /* ---- softmax ------------------------------------------------------------- */
 
 /* rows x len, contiguous rows, one block per row; y may alias x */
-KC_GLOBAL void k_softmax_rows_f32(int lg, float *y, const float *x, int64_t rows, int64_t len)
+template <typename T> KC_DEV void k_softmax_rows(int lg, T *y, const T *x, int64_t rows, int64_t len)
 {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * len;
-        float *yr = y + r * len;
-        float mx = -KC_INFF;
+        const T *xr = x + r * len;
+        T *yr = y + r * len;
+        T mx = -kc_inf<T>();
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
             mx = kc_nanmax(mx, xr[j]);
-        mx = block_reduce(mx, -KC_INFF, KcMax());
+        mx = block_reduce(mx, -kc_inf<T>(), KcMax());
         double s = 0;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
-            s += expf(xr[j] - mx);
+            s += kc_exp(xr[j] - mx);
         s = block_sum(s);
         if (lg) {
             const double ls = (double)mx + log(s);
             for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
-                yr[j] = (float)((double)xr[j] - ls);
+                yr[j] = (T)((double)xr[j] - ls);
         } else {
             const double inv = 1 / s;
             for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
-                yr[j] = (float)((double)expf(xr[j] - mx) * inv);
+                yr[j] = (T)((double)kc_exp(xr[j] - mx) * inv);
         }
     }
 }
 
 /* outer x axis x inner with inner > 1: thread per (outer, inner) column */
-KC_GLOBAL void k_softmax_cols_f32(int lg, float *y, const float *x, int64_t outer, int64_t axis,
-                                  int64_t inner)
+template <typename T> KC_DEV void k_softmax_cols(int lg, T *y, const T *x, int64_t outer, int64_t axis,
+                                                 int64_t inner)
 {
     for (int64_t t = kc_first<int64_t>(); t < outer * inner; t += kc_stride<int64_t>()) {
         const int64_t off = t / inner * axis * inner + t % inner;
-        const float *xc = x + off;
-        float *yc = y + off;
-        float mx = -KC_INFF;
+        const T *xc = x + off;
+        T *yc = y + off;
+        T mx = -kc_inf<T>();
         double s = 0;
         for (int64_t a = 0; a < axis; a++)
             mx = kc_nanmax(mx, xc[a * inner]);
         for (int64_t a = 0; a < axis; a++)
-            s += expf(xc[a * inner] - mx);
+            s += kc_exp(xc[a * inner] - mx);
         const double ls = (double)mx + log(s), inv = 1 / s;
         for (int64_t a = 0; a < axis; a++)
-            yc[a * inner] = lg ? (float)((double)xc[a * inner] - ls)
-                               : (float)((double)expf(xc[a * inner] - mx) * inv);
+            yc[a * inner] = lg ? (T)((double)xc[a * inner] - ls)
+                               : (T)((double)kc_exp(xc[a * inner] - mx) * inv);
     }
 }
 
 /* backward from y: softmax dx = y (dy - sum(dy y)), log-softmax
  * dx = dy - exp(y) sum(dy), in double; dx may alias dy */
-KC_DEV float softmax_grad_one(int lg, float dy, float y, double s)
+template <typename T> KC_DEV T softmax_grad_one(int lg, T dy, T y, double s)
 {
-    return lg ? (float)((double)dy - exp((double)y) * s) : (float)((double)y * ((double)dy - s));
+    return lg ? (T)((double)dy - exp((double)y) * s) : (T)((double)y * ((double)dy - s));
 }
 
-KC_GLOBAL void k_softmax_grad_rows_f32(int lg, float *dx, const float *dy, const float *y,
-                                       int64_t rows, int64_t len)
+template <typename T> KC_DEV void k_softmax_grad_rows(int lg, T *dx, const T *dy, const T *y,
+                                                      int64_t rows, int64_t len)
 {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t off = r * len;
@@ -228,8 +228,8 @@ KC_GLOBAL void k_softmax_grad_rows_f32(int lg, float *dx, const float *dy, const
     }
 }
 
-KC_GLOBAL void k_softmax_grad_cols_f32(int lg, float *dx, const float *dy, const float *y,
-                                       int64_t outer, int64_t axis, int64_t inner)
+template <typename T> KC_DEV void k_softmax_grad_cols(int lg, T *dx, const T *dy, const T *y,
+                                                      int64_t outer, int64_t axis, int64_t inner)
 {
     for (int64_t t = kc_first<int64_t>(); t < outer * inner; t += kc_stride<int64_t>()) {
         const int64_t off = t / inner * axis * inner + t % inner;
@@ -247,10 +247,10 @@ KC_GLOBAL void k_softmax_grad_cols_f32(int lg, float *dx, const float *dy, const
 
 /* ---- k_range, k_trilu ---------------------------------------------------- */
 
-KC_GLOBAL void k_range_f32(float *y, double start, double delta, int64_t n)
+template <typename T> KC_DEV void k_range(T *y, double start, double delta, int64_t n)
 {
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        y[i] = (float)(start + (double)i * delta);
+        y[i] = (T)(start + (double)i * delta);
 }
 
 KC_GLOBAL void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n)

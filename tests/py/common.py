@@ -78,14 +78,16 @@ def check(cond, msg):
         raise SystemExit("FAILED: " + msg)
 
 
-def export_resnet(path):
-    """torchvision's ResNet-18 (10 classes, seed 0) exported in training mode, batch symbolic"""
+def export_resnet(path, double=False):
+    """torchvision's ResNet-18 (10 classes, seed 0) exported in training mode, batch symbolic; in float64 if double"""
     import torch
     import torchvision
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10)
     m.train()
     x = torch.zeros(2, 3, 32, 32)
+    if double:
+        m, x = m.double(), x.double()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         torch.onnx.export(m, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,

@@ -16,7 +16,11 @@ usage: cuda_target.py FSDPC WORKDIR
    fails here like the others; --rendezvous mpi is accepted, a bad one is a
    usage error.  --precision fp16 builds, its step calls the fp16 GEMM and
    casts and the loss-scaling kernels, and takes --loss-scale-init.
-5. Bad cuda flags and float64 models give one-line errors.
+5. Bad cuda flags give one-line errors.
+6. float64 models build: an MLP and a float64 ResNet-18 in training mode
+   (convolutions, BatchNorm, pooling, cross-entropy, AdamW), their steps
+   call the float64 kernels (and no float32 one) and exit with the no-GPU
+   line here; --precision bf16 / fp16 refuse a float64 model in one line.
 """
 import os
 import shutil
@@ -151,18 +155,39 @@ def main():
         raise SystemExit("FAILED: --reduce-dtype bf16's step does not reduce in bf16")
     print("gpt --shard grad_op / none / hybrid:2 and --reduce-dtype bf16: built")
 
-    # 5. bad flags, float64 models
+    # 5. bad flags
     base = [fsdpc, gpt, "-o", os.path.join(work, "x"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=2"]
     expect_error(base + ["--target", "cuda", "--arch", "sm_60"], "sm_70")
     expect_error(base + ["--target", "cuda", "--arch", "compute_90"], "--arch")
     expect_error(base + ["--target", "cpu", "--arch", "sm_90"], "--target cuda")
     expect_error(base + ["--target", "tpu"], "cuda or cpu")
-    mlp64 = os.path.join(work, "mlp64.onnx")
+
+    # 6. float64 models
+    mlp64, resnet64 = os.path.join(work, "mlp64.onnx"), os.path.join(work, "resnet18_f64.onnx")
     make_f64_mlp(mlp64)
-    expect_error([fsdpc, mlp64, "-o", os.path.join(work, "y"), "--target", "cuda", "--loss", "mse:y,target",
-                  "--dim", "batch=2"], "float64", "--target cpu")
-    print("OK cuda_target: GPT and ResNet-18 built for sm_80, sm_90 + PTX; no libcuda/MPI/protobuf-c needed; "
-          "clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag errors")
+    export_resnet(resnet64, double=True)
+    for name, model, extra, calls in (
+            ("mlp64", mlp64, ["--loss", "mse:y,target", "--dim", "batch=2"],
+             ("k_matmul_f64(", "k_mse_f64(", "k_mse_grad_f64(", "k_adamw_f64(")),
+            ("resnet18_f64", resnet64, ["--loss", "cross_entropy:logits,labels", "--dim", "batch=2", "--wrap",
+                                        "size:2000000", "--optimizer", "adamw"],
+             ("k_conv2d_f64(", "k_conv2d_grad_w_f64(", "k_batchnorm_train_f64(", "k_batchnorm_grad_f64(",
+              "k_maxpool2d_f64(", "k_global_avgpool_f64(", "k_cross_entropy_f64(", "k_adamw_f64("))):
+        exe = os.path.join(work, name)
+        run([fsdpc, model, "-o", exe, "--target", "cuda", "--emit-c"] + extra, env=env)
+        src = open(exe + ".c").read()
+        missing = [c for c in calls if c not in src]
+        if missing or "_f32(" in src:
+            raise SystemExit("FAILED: the float64 %s step: missing %s, or a float32 kernel in it" % (name, missing))
+        p, nogpu = expect_error([exe, "--steps", "1"], "CUDA")
+        if len(nogpu) != 1:
+            raise SystemExit("FAILED: %s without a GPU: expected one line, got:\n%s" % (name, p.stderr))
+    for prec in ("bf16", "fp16"):
+        expect_error([fsdpc, mlp64, "-o", os.path.join(work, "y"), "--target", "cuda", "--loss", "mse:y,target",
+                      "--dim", "batch=2", "--precision", prec], "float32 model", "f64")
+    print("float64 MLP and ResNet-18: built for cuda with float64 kernels only; --precision bf16/fp16 refuse them")
+    print("OK cuda_target: GPT and ResNet-18 (float32 and float64) built for sm_80, sm_90 + PTX; no "
+          "libcuda/MPI/protobuf-c needed; clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag errors")
 
 
 def data_flags(work, name):
