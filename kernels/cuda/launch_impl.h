@@ -8,7 +8,7 @@
 /* ---- ew.c -------------------------------------------------------------------- */
 
 void KFN(kc_binary)(int op, T *y, const T *a, const T *b, int rank, const int64_t *shape,
-                   const int64_t *sa, const int64_t *sb)
+                    const int64_t *sa, const int64_t *sb)
 {
     const int64_t *st[2] = {sa, sb};
     KcWalk w;
@@ -16,7 +16,7 @@ void KFN(kc_binary)(int op, T *y, const T *a, const T *b, int rank, const int64_
         die("k_binary", "unknown op");
     if (walk_build(&w, rank, shape, 2, st))
         KFN(launch_k_binary)(grid_for(w.n, KC_BLOCK), KC_BLOCK, op, y, a, b, w.n, w.rank, w.shape,
-                            w.st[0], w.st[1]);
+                             w.st[0], w.st[1]);
 }
 
 void KFN(kc_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
@@ -28,13 +28,13 @@ void KFN(kc_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
 }
 
 void KFN(kc_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y, int64_t n,
-                       double p0, double p1)
+                        double p0, double p1)
 {
     if (op < 0 || op >= K_UNARY_COUNT)
         die("k_unary_grad", "unknown op");
     if (n > 0)
         KFN(launch_k_unary_grad)(grid_for(n, KC_BLOCK), KC_BLOCK, op, dx, dy, x, y, n, (T)p0,
-                                (T)p1);
+                                 (T)p1);
 }
 
 void KFN(kc_scale)(T *y, const T *x, double alpha, int64_t n)
@@ -50,7 +50,7 @@ void KFN(kc_fill)(T *y, double v, int64_t n)
 }
 
 void KFN(kc_compare)(int op, uint8_t *y, const T *a, const T *b, int rank,
-                    const int64_t *shape, const int64_t *sa, const int64_t *sb)
+                     const int64_t *shape, const int64_t *sa, const int64_t *sb)
 {
     const int64_t *st[2] = {sa, sb};
     KcWalk w;
@@ -58,17 +58,17 @@ void KFN(kc_compare)(int op, uint8_t *y, const T *a, const T *b, int rank,
         die("k_compare", "unknown op");
     if (walk_build(&w, rank, shape, 2, st))
         KFN(launch_k_compare)(grid_for(w.n, KC_BLOCK), KC_BLOCK, op, y, a, b, w.n, w.rank, w.shape,
-                             w.st[0], w.st[1]);
+                              w.st[0], w.st[1]);
 }
 
 void KFN(kc_where_grad)(T *da, T *db, const uint8_t *c, const T *dy, int rank,
-                       const int64_t *shape, const int64_t *sc)
+                        const int64_t *shape, const int64_t *sc)
 {
     const int64_t *st[1] = {sc};
     KcWalk w;
     if ((da || db) && walk_build(&w, rank, shape, 1, st))
         KFN(launch_k_where_grad)(grid_for(w.n, KC_BLOCK), KC_BLOCK, da, db, c, dy, w.n, w.rank, w.shape,
-                                w.st[0]);
+                                 w.st[0]);
 }
 
 /* ---- copy.c -------------------------------------------------------------------- */
@@ -107,11 +107,11 @@ void KFN(kc_transpose)(T *y, const T *x, int rank, const int64_t *xshape, const 
     const int64_t nbatch = numel(w.rank, w.shape.d);
     const int64_t tiles = nbatch * ((nq + 31) / 32) * ((nl + 31) / 32);
     KFN(launch_k_transpose_tiled)(grid_for(tiles * KC_BLOCK, KC_BLOCK), KC_BLOCK, y, x, nq, nl, ix, yq,
-                                 nbatch, w.rank, w.shape, w.st[1], w.st[0]);
+                                  nbatch, w.rank, w.shape, w.st[1], w.st[0]);
 }
 
 void KFN(kc_pad)(int mode, T *y, const T *x, int rank, const int64_t *xshape,
-                const int64_t *pads, double value)
+                 const int64_t *pads, double value)
 {
     KDims ys, xs, pb;
     pad_dims("k_pad", mode, rank, xshape, pads, &ys, &xs, &pb);
@@ -121,7 +121,7 @@ void KFN(kc_pad)(int mode, T *y, const T *x, int rank, const int64_t *xshape,
 }
 
 void KFN(kc_pad_grad)(int mode, T *dx, const T *dy, int rank, const int64_t *xshape,
-                     const int64_t *pads)
+                      const int64_t *pads)
 {
     KDims ys, xs, pb;
     pad_dims("k_pad_grad", mode, rank, xshape, pads, &ys, &xs, &pb);
@@ -133,7 +133,7 @@ void KFN(kc_pad_grad)(int mode, T *dx, const T *dy, int rank, const int64_t *xsh
 /* ---- matmul.c ------------------------------------------------------------------- */
 
 void KFN(kc_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa, int64_t sb,
-                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+                    int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
     KFN(kc_gemm)(c, a, b, batch, sa, sb, m, n, k, ta, tb, beta);
 }
@@ -141,8 +141,8 @@ void KFN(kc_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa, int
 /* the GEMM with its epilogue; a bias no cuBLASLt algorithm would add (kc_gemm_add
  * returns 0) is added here, row by row */
 static void KFN(matmul_add)(KcGemmType type, T *c, const void *a, const void *b, const T *bias,
-                       const T *add, double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m,
-                       int64_t n, int64_t k, int ta, int tb)
+                        const T *add, double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m,
+                        int64_t n, int64_t k, int ta, int tb)
 {
     if (kc_gemm_add(type, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb))
         return;
@@ -151,8 +151,8 @@ static void KFN(matmul_add)(KcGemmType type, T *c, const void *a, const void *b,
 }
 
 void KFN(kc_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *add,
-                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
-                       int tb)
+                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                        int tb)
 {
     KFN(matmul_add)(KC_GEMM_T, c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb);
 }
@@ -160,7 +160,7 @@ void KFN(kc_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *ad
 /* ---- reduce.c ------------------------------------------------------------------- */
 
 void KFN(kc_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
-                   const int64_t *yshape)
+                    const int64_t *yshape)
 {
     KcWalk k, r;
     if (op < K_RSUM || op > K_RPROD)
@@ -181,22 +181,22 @@ void KFN(kc_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
         const int64_t nko = numel(k.rank, k.shape.d), tiles = nko * ((nc + 31) / 32);
         const unsigned block = 32 * min_u((group + 3) / 4 < 1 ? 1 : (group + 3) / 4, 8);
         KFN(launch_k_reduce_cols)(row_grid(tiles, block), block, op, y, x, nko, nc, group, k.rank,
-                                 k.shape, k.st[0], r.rank, r.shape, r.st[0], scale);
+                                  k.shape, k.st[0], r.rank, r.shape, r.st[0], scale);
         return;
     }
     const unsigned block = row_block(group);
     KFN(launch_k_reduce_rows)(row_grid(k.n, block), block, op, y, x, k.n, group, k.rank, k.shape,
-                             k.st[0], r.rank, r.shape, r.st[0], scale);
+                              k.st[0], r.rank, r.shape, r.st[0], scale);
 }
 
 void KFN(kc_reduce_sum_to)(T *y, const T *x, int rank, const int64_t *xshape,
-                          const int64_t *yshape)
+                           const int64_t *yshape)
 {
     KFN(kc_reduce)(K_RSUM, y, x, rank, xshape, yshape);
 }
 
 void KFN(kc_reduce_max_grad)(T *dx, const T *dy, const T *x, const T *y, int rank,
-                            const int64_t *xshape, const int64_t *yshape)
+                             const int64_t *xshape, const int64_t *yshape)
 {
     KcWalk k, r;
     if (numel(rank, xshape) == 0)
@@ -204,11 +204,11 @@ void KFN(kc_reduce_max_grad)(T *dx, const T *dy, const T *x, const T *y, int ran
     const int64_t group = reduce_split(rank, xshape, yshape, &k, &r);
     const unsigned block = row_block(group);
     KFN(launch_k_reduce_max_grad)(row_grid(k.n, block), block, dx, dy, x, y, k.n, group, k.rank,
-                                 k.shape, k.st[0], r.rank, r.shape, r.st[0]);
+                                  k.shape, k.st[0], r.rank, r.shape, r.st[0]);
 }
 
 void KFN(kc_reduce_prod_grad)(T *dx, const T *dy, const T *x, int rank, const int64_t *xshape,
-                             const int64_t *yshape)
+                              const int64_t *yshape)
 {
     KcWalk k, r;
     if (numel(rank, xshape) == 0)
@@ -216,7 +216,7 @@ void KFN(kc_reduce_prod_grad)(T *dx, const T *dy, const T *x, int rank, const in
     const int64_t group = reduce_split(rank, xshape, yshape, &k, &r);
     const unsigned block = row_block(group);
     KFN(launch_k_reduce_prod_grad)(row_grid(k.n, block), block, dx, dy, x, k.n, group, k.rank, k.shape, k.st[0],
-                                  r.rank, r.shape, r.st[0]);
+                                   r.rank, r.shape, r.st[0]);
 }
 
 void KFN(kc_softmax)(int is_log, T *y, const T *x, int64_t outer, int64_t axis, int64_t inner)
@@ -228,12 +228,12 @@ void KFN(kc_softmax)(int is_log, T *y, const T *x, int64_t outer, int64_t axis, 
         KFN(launch_k_softmax_rows)(row_grid(outer, block), block, is_log, y, x, outer, axis);
     } else {
         KFN(launch_k_softmax_cols)(grid_for(outer * inner, KC_BLOCK), KC_BLOCK, is_log, y, x, outer,
-                                  axis, inner);
+                                   axis, inner);
     }
 }
 
 void KFN(kc_softmax_grad)(int is_log, T *dx, const T *dy, const T *y, int64_t outer,
-                         int64_t axis, int64_t inner)
+                          int64_t axis, int64_t inner)
 {
     if (outer * axis * inner <= 0)
         return;
@@ -242,7 +242,7 @@ void KFN(kc_softmax_grad)(int is_log, T *dx, const T *dy, const T *y, int64_t ou
         KFN(launch_k_softmax_grad_rows)(row_grid(outer, block), block, is_log, dx, dy, y, outer, axis);
     } else {
         KFN(launch_k_softmax_grad_cols)(grid_for(outer * inner, KC_BLOCK), KC_BLOCK, is_log, dx, dy, y,
-                                       outer, axis, inner);
+                                        outer, axis, inner);
     }
 }
 
@@ -255,69 +255,69 @@ void KFN(kc_range)(T *y, double start, double delta, int64_t n)
 /* ---- norm.c -------------------------------------------------------------------------- */
 
 void KFN(kc_layernorm)(T *y, T *mean, T *invstd, const T *x, const T *scale,
-                      const T *bias, int64_t outer, int64_t inner, double eps)
+                       const T *bias, int64_t outer, int64_t inner, double eps)
 {
     const unsigned block = row_block(inner);
     if (inner > 0 && outer > 0)
         KFN(launch_k_layernorm)(row_grid(outer, block), block, y, mean, invstd, x, scale, bias, outer,
-                               inner, eps);
+                                inner, eps);
 }
 
 /* dscale / dbias first: dx may alias dy */
 void KFN(kc_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
-                           const T *mean, const T *invstd, const T *scale, int64_t outer,
-                           int64_t inner)
+                            const T *mean, const T *invstd, const T *scale, int64_t outer,
+                            int64_t inner)
 {
     if (inner <= 0)
         return;
     if (dscale || dbias) {
         const unsigned block = 32 * min_u(outer / 4 < 1 ? 1 : outer / 4, 8);
         KFN(launch_k_layernorm_grad_cols)(row_grid((inner + 31) / 32, block), block, dscale, dbias, dy,
-                                         x, mean, invstd, outer, inner);
+                                          x, mean, invstd, outer, inner);
     }
     if (dx && outer > 0) {
         const unsigned block = row_block(inner);
         KFN(launch_k_layernorm_grad)(row_grid(outer, block), block, dx, dy, x, mean, invstd, scale,
-                                    outer, inner);
+                                     outer, inner);
     }
 }
 
 void KFN(kc_batchnorm_train)(T *y, T *mean, T *invstd, T *rm_out, T *rv_out,
-                            const T *x, const T *scale, const T *bias, const T *rm_in,
-                            const T *rv_in, int64_t n, int64_t c, int64_t l, double eps,
-                            double momentum)
+                             const T *x, const T *scale, const T *bias, const T *rm_in,
+                             const T *rv_in, int64_t n, int64_t c, int64_t l, double eps,
+                             double momentum)
 {
     const unsigned block = row_block(n * l);
     if (c > 0)
         KFN(launch_k_batchnorm_train)(row_grid(c, block), block, y, mean, invstd, rm_out, rv_out, x,
-                                     scale, bias, rm_in, rv_in, n, c, l, eps, momentum);
+                                      scale, bias, rm_in, rv_in, n, c, l, eps, momentum);
 }
 
 void KFN(kc_batchnorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
-                           const T *mean, const T *invstd, const T *scale, int64_t n,
-                           int64_t c, int64_t l)
+                            const T *mean, const T *invstd, const T *scale, int64_t n,
+                            int64_t c, int64_t l)
 {
     const unsigned block = row_block(n * l);
     if (c > 0)
         KFN(launch_k_batchnorm_grad)(row_grid(c, block), block, dx, dscale, dbias, dy, x, mean, invstd,
-                                    scale, n, c, l);
+                                     scale, n, c, l);
 }
 
 void KFN(kc_batchnorm_infer)(T *y, const T *x, const T *scale, const T *bias,
-                            const T *mean, const T *var, int64_t n, int64_t c, int64_t l,
-                            double eps)
+                             const T *mean, const T *var, int64_t n, int64_t c, int64_t l,
+                             double eps)
 {
     if (n * c * l > 0)
         KFN(launch_k_batchnorm_infer)(grid_for(n * c * l, KC_BLOCK), KC_BLOCK, y, x, scale, bias, mean,
-                                     var, n, c, l, eps);
+                                      var, n, c, l, eps);
 }
 
 void KFN(kc_bn_running_var)(T *rv_out, const T *rv_in, const T *invstd, int64_t c,
-                           double eps, double momentum)
+                            double eps, double momentum)
 {
     if (c > 0)
         KFN(launch_k_bn_running_var)(grid_for(c, KC_BLOCK), KC_BLOCK, rv_out, rv_in, invstd, c, eps,
-                                    momentum);
+                                     momentum);
 }
 
 /* ---- conv.c --------------------------------------------------------------------------- */
@@ -346,11 +346,11 @@ void KFN(kc_conv2d)(const KConv2d *p, T *y, const T *x, const T *w, const T *b, 
                     col = ws;
                 }
                 KFN(kc_gemm)(y + (nb * p->m + gi * mg) * nout, w + gi * mg * kk, col, 1, 0, 0, mg, nout,
-                            kk, 0, 0, 0.0);
+                             kk, 0, 0, 0.0);
             }
     if (b && p->n * p->m * nout > 0)
         KFN(launch_k_conv2d_bias)(grid_for(p->n * p->m * nout, KC_BLOCK), KC_BLOCK, y, b, p->n, p->m,
-                                 nout);
+                                  nout);
 }
 
 /* dx written: by the GEMM (direct) or by col2im, which writes every pixel */
@@ -367,7 +367,7 @@ void KFN(kc_conv2d_grad_x)(const KConv2d *p, T *dx, const T *dy, const T *w, T *
         for (int64_t gi = 0; gi < g; gi++) {
             T *dxg = dx + (nb * p->c + gi * cg) * hw;
             KFN(kc_gemm)(k_conv2d_is_direct(p) ? dxg : ws, w + gi * mg * kk, dy + (nb * p->m + gi * mg) * nout, 1,
-                        0, 0, kk, nout, mg, 1, 0, 0.0);
+                         0, 0, kk, nout, mg, 1, 0, 0.0);
             if (!k_conv2d_is_direct(p) && cg * hw > 0)
                 KFN(launch_k_col2im)(grid_for(cg * hw, KC_BLOCK), KC_BLOCK, *p, dxg, ws);
         }
@@ -389,7 +389,7 @@ void KFN(kc_conv2d_grad_w)(const KConv2d *p, T *dw, const T *dy, const T *x, T *
                 col = ws;
             }
             KFN(kc_gemm)(dw + gi * mg * kk, dy + (nb * p->m + gi * mg) * nout, col, 1, 0, 0, mg, kk, nout,
-                        0, 1, nb > 0 ? 1.0 : 0.0);
+                         0, 1, nb > 0 ? 1.0 : 0.0);
         }
 }
 
@@ -448,7 +448,7 @@ void KFN(kc_global_avgpool_grad)(T *dx, const T *dy, int64_t nc, int64_t hw)
 /* ---- gather.c ------------------------------------------------------------------------- */
 
 void KFN(kc_gather_grad)(T *dx, const T *dy, const int64_t *idx, int64_t outer, int64_t axis,
-                        int64_t inner, int64_t nidx)
+                         int64_t inner, int64_t nidx)
 {
     if (inner <= 0 || axis <= 0)
         return;
@@ -462,11 +462,11 @@ void KFN(kc_gather_grad)(T *dx, const T *dy, const int64_t *idx, int64_t outer, 
     while (buckets * 2 <= axis && buckets < 1024 && buckets * outer * inner < want)
         buckets *= 2;
     KFN(launch_k_gather_grad)(grid_for(buckets * outer * inner, KC_BLOCK), KC_BLOCK, dx, dy, idx, outer,
-                             axis, inner, nidx, buckets);
+                              axis, inner, nidx, buckets);
 }
 
 int64_t KFN(kc_gather_elements_grad)(T *dx, const T *dy, const int64_t *idx, int rank, const int64_t *shape,
-                                    const int64_t *xshape, int axis)
+                                     const int64_t *xshape, int axis)
 {
     int64_t *check = kc_next_check();
     KDims sh, is, xs;
@@ -476,7 +476,7 @@ int64_t KFN(kc_gather_elements_grad)(T *dx, const T *dy, const int64_t *idx, int
         kc_memset(dx, 0, nx * (int64_t)sizeof(T));
     if (cols * shape[axis] > 0)
         KFN(launch_k_gather_elements_grad)(grid_for(cols * shape[axis], KC_BLOCK), KC_BLOCK, dx, dy, idx, rank,
-                                          axis, cols, xshape[axis], sh, is, xs, check);
+                                           axis, cols, xshape[axis], sh, is, xs, check);
     return -1;
 }
 
@@ -484,12 +484,12 @@ int64_t KFN(kc_gather_elements_grad)(T *dx, const T *dy, const int64_t *idx, int
 
 /* the step comes from kc_step_params(), not from `step` */
 void KFN(kc_dropout)(T *y, uint8_t *mask, const T *x, int64_t n, double ratio, uint64_t seed,
-                    uint32_t stream, uint32_t step)
+                     uint32_t stream, uint32_t step)
 {
     (void)step;
     if (n > 0)
         KFN(launch_k_dropout)(grid_for((n + 3) / 4, KC_BLOCK), KC_BLOCK, y, mask, x, n, ratio, seed, stream,
-                             kc_step_params());
+                              kc_step_params());
 }
 
 void KFN(kc_dropout_grad)(T *dx, const T *dy, const uint8_t *mask, int64_t n, double ratio)
@@ -512,17 +512,17 @@ void KFN(kc_mse_grad)(T *dp, const T *dloss, const T *p, const T *t, int64_t n)
 }
 
 int64_t KFN(kc_cross_entropy)(T *loss, const T *x, const int64_t *labels, int64_t rows,
-                             int64_t classes)
+                              int64_t classes)
 {
     int64_t *check = kc_next_check();
     const unsigned block = row_block(classes);
     KFN(launch_k_cross_entropy)(partial_grid(row_grid(rows, block)), block, loss, x, labels, rows, classes,
-                               check);
+                                check);
     return -1;
 }
 
 void KFN(kc_cross_entropy_grad)(T *dx, const T *dloss, const T *x, const int64_t *labels,
-                               int64_t rows, int64_t classes)
+                                int64_t rows, int64_t classes)
 {
     const unsigned block = row_block(classes);
     if (rows > 0 && classes > 0)
@@ -530,23 +530,23 @@ void KFN(kc_cross_entropy_grad)(T *dx, const T *dloss, const T *x, const int64_t
 }
 
 int64_t KFN(kc_nll_loss)(T *loss, const T *lp, const int64_t *labels, const T *weights,
-                        int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,
-                        int64_t ignore_index)
+                         int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,
+                         int64_t ignore_index)
 {
     int64_t *check = kc_next_check();
     if (reduction < K_LOSS_NONE || reduction > K_LOSS_MEAN)
         die("k_nll_loss", "unknown reduction");
     if (reduction != K_LOSS_NONE || n * d > 0)
         KFN(launch_k_nll_loss)(partial_grid(grid_for(n * d, KC_BLOCK)), KC_BLOCK, loss, lp, labels,
-                              weights, n, c, d, reduction, has_ignore, ignore_index, check);
+                               weights, n, c, d, reduction, has_ignore, ignore_index, check);
     return -1;
 }
 
 /* dx = dx_in or 0 by a device copy / fill, then one block subtracts the
  * counted positions' w g / ws */
 void KFN(kc_nll_loss_grad)(T *dx, const T *dx_in, const T *dloss, const int64_t *labels,
-                          const T *weights, int64_t n, int64_t c, int64_t d, int reduction,
-                          int has_ignore, int64_t ignore_index)
+                           const T *weights, int64_t n, int64_t c, int64_t d, int reduction,
+                           int has_ignore, int64_t ignore_index)
 {
     const int64_t bytes = n * c * d * (int64_t)sizeof(T);
     if (reduction < K_LOSS_NONE || reduction > K_LOSS_MEAN)
@@ -557,7 +557,7 @@ void KFN(kc_nll_loss_grad)(T *dx, const T *dx_in, const T *dloss, const int64_t 
         kc_memcpy(dx, dx_in, bytes);
     if (dloss && n * d > 0)
         KFN(launch_k_nll_loss_grad)(1, row_block(n * d), dx, dloss, labels, weights, n, c, d, reduction,
-                                   has_ignore, ignore_index);
+                                    has_ignore, ignore_index);
 }
 
 /* ---- optim.c ------------------------------------------------------------------------------ */
@@ -568,25 +568,25 @@ void KFN(kc_nll_loss_grad)(T *dx, const T *dx_in, const T *dloss, const int64_t 
  * kernel, not the host, decides whether this one updates (one captured
  * graph replays them all). */
 void KFN(kc_adamw)(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double wd, int l2, double lr_mult, int64_t step, const T *gsq,
-                  double clip, double scale, int64_t micro, int64_t accum)
+                   double beta2, double eps, double wd, int l2, double lr_mult, int64_t step, const T *gsq,
+                   double clip, double scale, int64_t micro, int64_t accum)
 {
     /* the hyper-parameters come from kc_step_params() (a graph replays with new ones); wd only says whether
      * this part decays (--no-decay: 0 where it does not), l2 how, lr_mult its factor: fixed for a run */
     (void)lr, (void)beta1, (void)beta2, (void)eps, (void)step, (void)clip, (void)scale, (void)micro, (void)accum;
     if (n > 0)
         KFN(launch_k_adamw)(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, m, v, n, wd != 0 ? (l2 ? 2 : 1) : 0, lr_mult,
-                           gsq, kc_step_params());
+                            gsq, kc_step_params());
 }
 
 void KFN(kc_sgd)(T *p, const T *g, T *buf, int64_t n, double lr, double momentum, double wd,
-                int nesterov, double lr_mult, int64_t step, const T *gsq, double clip, double scale,
-                int64_t micro, int64_t accum)
+                 int nesterov, double lr_mult, int64_t step, const T *gsq, double clip, double scale,
+                 int64_t micro, int64_t accum)
 {
     (void)lr, (void)momentum, (void)step, (void)clip, (void)scale, (void)micro, (void)accum; /* wd: as kc_adamw */
     if (n > 0)
         KFN(launch_k_sgd)(grid_for(n, KC_BLOCK), KC_BLOCK, p, g, buf, n, wd != 0, nesterov, lr_mult, gsq,
-                         kc_step_params());
+                          kc_step_params());
 }
 
 /* the micro-step comes from kc_step_params(), not from `micro` */
