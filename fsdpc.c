@@ -77,7 +77,7 @@ static const char *usage =
     "                          are built with (default: the build tree fsdpc runs from, or the prefix\n"
     "                          above its bin/)\n";
 
-static const char *passes[] = {"frontend", "fold", "shape", "loss", "autodiff", "optim",
+static const char *passes[] = {"frontend", "fold", "shape", "attention", "loss", "autodiff", "optim",
                                "units", "shard", "precision", "recompute", "fuse", "schedule", "memplan", NULL};
 
 static int64_t parse_int(const char *flag, const char *s, int64_t min)
@@ -316,6 +316,7 @@ static Graph *compile(const Options *o)
     after(g, "frontend");
     RUN(fold);
     RUN(shape);
+    RUN(attention);
     RUN(loss);
     RUN(autodiff);
     RUN(optim);

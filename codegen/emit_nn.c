@@ -219,6 +219,31 @@ static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
            (long long)inner);
 }
 
+/* ---- fused attention ------------------------------------------------------ */
+
+/* FusedAttention and its gradient: the problems (q's leading dims) and t, s, d, dv from the shapes */
+static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
+{
+    const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
+    const Shape *qs = &g->val[q].shape, *vs = &g->val[v].shape;
+    const int r = qs->rank, krow = (int)ir_attr_i(n, "krow", 0);
+    int64_t batch = 1;
+    for (int d = 0; d < r - 2; d++)
+        batch *= qs->dim[d];
+    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s", (long long)batch,
+                              (long long)qs->dim[r - 2], (long long)vs->dim[r - 2], (long long)qs->dim[r - 1],
+                              (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
+                              (long long)ir_attr_i(n, "brep", 1), ir_attr_f(n, "scale", 1.0),
+                              P(g, n->out[grad ? 3 : 2]));
+    if (!grad)
+        cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", cg_sfx(g->val[q].dtype), P(g, n->out[0]),
+               P(g, n->out[1]), P(g, q), P(g, kt), krow, P(g, v), opt(g, bias), dims);
+    else
+        cg_put(b, "    k_attention_grad_%s(%s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s);\n", cg_sfx(g->val[q].dtype),
+               P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]), P(g, n->in[0]), P(g, q), P(g, kt), krow, P(g, v),
+               opt(g, bias), P(g, n->in[4]), P(g, n->in[5]), dims);
+}
+
 /* ---- softmax ------------------------------------------------------------ */
 
 static void emit_softmax(Buf *b, const Graph *g, const Node *n, int grad)
@@ -453,6 +478,8 @@ int cg_nn(Buf *b, const Graph *g, const Node *n)
     case OP_LayerNormGrad: emit_layernorm_grad(b, g, n); break;
     case OP_Softmax: case OP_LogSoftmax: emit_softmax(b, g, n, 0); break;
     case OP_SoftmaxGrad: emit_softmax(b, g, n, 1); break;
+    case OP_FusedAttention: emit_attention(b, g, n, 0); break;
+    case OP_FusedAttentionGrad: emit_attention(b, g, n, 1); break;
     case OP_MaxPool: case OP_MaxPoolGrad: case OP_AveragePool: case OP_AveragePoolGrad: emit_pool(b, g, n); break;
     case OP_GlobalAveragePool: case OP_GlobalAveragePoolGrad: emit_global_pool(b, g, n); break;
     case OP_ReduceGrad: emit_reduce_grad(b, g, n); break;

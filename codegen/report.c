@@ -65,6 +65,13 @@ double cg_step_flops(const Graph *g)
             const Shape *sa = &g->val[n->in[0]].shape, *sy = &g->val[n->out[0]].shape;
             int ta = (int)ir_attr_i(n, "transA", 0);
             f += 2.0 * (double)shape_numel(sy) * (double)sa->dim[sa->rank - (ta ? 2 : 1)];
+        } else if (n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad) {
+            /* the unfused chain's products: q kt and p v forward; dv, dp, dq, dkt backward (the backward's
+             * recomputed scores are the kernel's own work, not the model's, like a recompute) */
+            const int grad = n->op == OP_FusedAttentionGrad;
+            const Shape *q = &g->val[n->in[grad]].shape, *v = &g->val[n->in[grad + 2]].shape;
+            const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[v->rank - 2];
+            f += (grad ? 2.0 : 1.0) * 2.0 * ts * (double)(q->dim[q->rank - 1] + v->dim[v->rank - 1]);
         } else if (n->op == OP_Conv || n->op == OP_ConvGrad) {
             KConv2d p;
             Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : cg_attr_shape(n, "xshape");

@@ -339,6 +339,7 @@ Graph *onnx_load(const Options *opt);
 void pass_fold(Graph *g);
 void shape_node(Graph *g, int node);              /* shape.c: infer one node's outputs */
 void pass_shape(Graph *g);
+void pass_attention(Graph *g);
 void pass_loss(Graph *g);
 void pass_autodiff(Graph *g);
 void pass_optim(Graph *g);

@@ -106,28 +106,6 @@ static int readable_at(const Graph *g, const int *producer, int o, int p)
     return producer[o] < p && producer[root] < p && (role == R_ACT || role == R_INPUT || role == R_FLAT);
 }
 
-/* Is node r x * f (Mul or Div by a constant scalar, Scale) for an input x?  Then *x, *f. */
-static int scaling(const Graph *g, const Node *r, int *x, double *f)
-{
-    if (r->op == OP_Scale) {
-        *x = r->in[0], *f = ir_attr_f(r, "alpha", 1.0);
-        return 1;
-    }
-    if (r->op != OP_Mul && r->op != OP_Div)
-        return 0;
-    for (int side = 0; side < 2; side++) {
-        const Value *c = &g->val[r->in[!side]];
-        if ((r->op == OP_Div && side) || c->role != R_CONST || !c->data || shape_numel(&c->shape) != 1 ||
-            c->dtype != g->val[r->out[0]].dtype)
-            continue;
-        double v = tensor_const_f(c, 0);
-        if (r->op == OP_Div && v == 0)
-            return 0;
-        *x = r->in[side], *f = r->op == OP_Div ? 1 / v : v;
-        return 1;
-    }
-    return 0;
-}
 
 static void set_alpha(Graph *g, int id, double alpha)
 {
@@ -158,7 +136,7 @@ static void gemm_epilogues(Graph *g)
         const Node *post = &g->node[r]; /* an Add or a scaling after the GEMM */
         int xs;
         double f = 1;
-        if (dropped[r] || (post->op != OP_Add && !scaling(g, post, &xs, &f)) ||
+        if (dropped[r] || (post->op != OP_Add && !tensor_scaling(g, post, &xs, &f)) ||
             !is_float(g->val[post->out[0]].dtype))
             continue;
         int scale = post->op != OP_Add;

@@ -47,6 +47,7 @@ extern "C" {
 namespace dev {
 #include "common.cuh"
 /* alphabetical, as fsdpc concatenates them */
+#include "attn.cu"
 #include "conv.cu"
 #include "copy.cu"
 #include "ew.cu"
@@ -243,7 +244,7 @@ int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bia
     X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)                                 \
     X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
     X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
-    X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16)
+    X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16) X(attention_f32) X(attention_grad_f32)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
 TWINS(DECLARE_TWIN)
 /* the float64 twins of the typed kernels (all but the loss-scaling ones) */
@@ -256,7 +257,7 @@ TWINS(DECLARE_TWIN)
     X(avgpool2d_grad) X(global_avgpool) X(global_avgpool_grad) X(gather_grad)                      \
     X(gather_elements_grad) X(dropout) X(dropout_grad) X(mse) X(mse_grad) X(cross_entropy)         \
     X(cross_entropy_grad) X(nll_loss) X(nll_loss_grad) X(adamw) X(sgd) X(sum_squares)              \
-    X(grad_accum) X(matmul_add)
+    X(grad_accum) X(matmul_add) X(attention) X(attention_grad)
 #define DECLARE_TWIN64(f) extern "C" decltype(k_##f##_f64) kc_##f##_f64;
 TYPED(DECLARE_TWIN64)
 /* k_f / kc_f without the suffix: the _f32 or _f64 function, by the
@@ -789,6 +790,63 @@ template <typename T> static void test_pad()
             kc_pad_grad(mode, gdx.data(), dy.data(), r, c.x.data(), c.pads.data());
             CTX("kc_pad_grad mode %d x %s pads %s", mode, dims(c.x).c_str(), dims(c.pads).c_str());
             check_f(gdx.data(), wdx.data(), nx, 0); /* same additions in the same order */
+        }
+}
+
+/* ---- fused attention ---------------------------------------------------------------- */
+
+/* kc_attention / kc_attention_grad against kernels/c's: no bias, causal, a random per-batch bias (with an
+ * all -inf row in the forward: NaN in both), keys transposed or as rows, more keys and rows than a block
+ * (128) and more rows than a grid */
+template <typename T> static void test_attention()
+{
+    struct Case {
+        int64_t batch, t, s, d, dv;
+        int kind;
+        int64_t nbias, brep;
+    };
+    static const Case cases[] = {{3, 5, 5, 4, 3, 0, 1, 1},   {2, 70, 70, 8, 8, 1, 1, 1}, {6, 9, 13, 5, 7, 2, 2, 3},
+                                 {2, 40, 300, 6, 5, 1, 1, 1}, {3, 150, 20, 4, 4, 2, 3, 1}};
+    const double scale = 0.35;
+    for (const Case &c : cases)
+        for (int krow = 0; krow < 2; krow++) {
+            const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
+            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
+            V<T> q = rnd<T>(nq, -2, 2), k = rnd<T>(nk, -2, 2), v = rnd<T>(nv, -1, 1), dy = rnd<T>(ny, -1, 1);
+            V<T> bias(c.kind ? c.nbias * c.t * c.s + 1 : 1);
+            for (int64_t i = 0; i + 1 < (int64_t)bias.size() && c.kind; i++) {
+                const int64_t r = i / c.s % c.t, j = i % c.s;
+                bias[i] = c.kind == 1 ? (j > r + c.s - c.t ? -(T)INFINITY : 0)
+                                      : uni(0, 1) < 0.3 ? -(T)INFINITY : (T)uni(-1, 1);
+            }
+            if (c.kind == 2)
+                for (int64_t j = 0; j < c.s; j++)
+                    bias[(c.t / 2) * c.s + j] = -(T)INFINITY; /* a row that sees nothing: NaN */
+            const T *bp = c.kind ? bias.data() : nullptr;
+            V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
+            k_attention(wy.data(), wl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+                        c.nbias, c.brep, scale, ws.data());
+            kc_attention(gy.data(), gl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+                         c.nbias, c.brep, scale, ws.data());
+            CTX("kc_attention batch %lld t %lld s %lld bias %d krow %d", (long long)c.batch, (long long)c.t,
+                (long long)c.s, c.kind, krow);
+            check_f(gy.data(), wy.data(), ny, tol<T>());
+            check_f(gl.data(), wl.data(), nl, tol<T>());
+            if (c.kind == 2) /* the backward around finite rows */
+                for (int64_t j = 0; j < c.s; j++)
+                    bias[(c.t / 2) * c.s + j] = 0;
+            k_attention(wy.data(), wl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+                        c.nbias, c.brep, scale, ws.data());
+            V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
+            k_attention_grad(wdq.data(), wdk.data(), wdv.data(), dy.data(), q.data(), k.data(), krow, v.data(), bp,
+                             wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale, ws.data());
+            kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), dy.data(), q.data(), k.data(), krow, v.data(), bp,
+                              wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale, ws.data());
+            CTX("kc_attention_grad batch %lld t %lld s %lld bias %d krow %d", (long long)c.batch, (long long)c.t,
+                (long long)c.s, c.kind, krow);
+            check_f(gdq.data(), wdq.data(), nq, tol<T>());
+            check_f(gdk.data(), wdk.data(), nk, tol<T>());
+            check_f(gdv.data(), wdv.data(), nv, tol<T>());
         }
 }
 
@@ -1755,7 +1813,7 @@ int main()
         BOTH(test_dropout), BOTH(test_mse_ce),        BOTH(test_nll),      BOTH(test_optim),
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
-        test_matmul_add_f64};
+        test_matmul_add_f64, BOTH(test_attention)};
 #undef BOTH
     for (auto t : tests)
         t();

@@ -4,7 +4,7 @@
  * inference, the ONNX running variance), Conv2d (strides, pads, dilations,
  * groups, depthwise, the direct 1x1 path), MaxPool / AveragePool /
  * GlobalAveragePool, Gather and its scatter-add backward, Dropout and its
- * Philox generator.
+ * Philox generator, fused attention and its backward.
  *
  * Forwards are compared with naive loops written here (one output element
  * at a time, straight from the definitions); backwards with float64 central
@@ -812,11 +812,108 @@ static void test_dropout(int dt)
     buf_free(&x), buf_free(&y), buf_free(&y2), buf_free(&g), buf_free(&dx);
 }
 
+/* ---- fused attention ---------------------------------------------------- */
+
+typedef struct {
+    int64_t batch, t, s, d, dv, nbias, brep;
+    int krow;
+    const double *bias;
+    double scale, *ws, *lse;
+} AttnCtx;
+
+/* y (batch t dv) of the FD forward: in = q, kt, v */
+static void attn_fwd(void *ctx, double *const *in, double *y)
+{
+    const AttnCtx *c = ctx;
+    k_attention_f64(y, c->lse, in[0], in[1], c->krow, in[2], c->bias, c->batch, c->t, c->s, c->d, c->dv, c->nbias, c->brep,
+                    c->scale, c->ws);
+}
+
+/* bias kinds: 0 none, 1 causal (0 / -inf, the diagonal offset s - t), 2 random
+ * with -inf entries and one row all -inf (its y row is NaN); krow: the keys as
+ * rows (s x d) instead of transposed (d x s) */
+static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
+                      int64_t brep, int krow)
+{
+    const double scale = 1 / sqrt((double)d);
+    Buf q = buf_new(batch * t * d), kt = buf_new(batch * d * s), v = buf_new(batch * s * dv);
+    Buf bias = buf_new(kind ? nbias * t * s : 1), y = buf_new(batch * t * dv), lse = buf_new(batch * t);
+    Buf want = buf_new(batch * t * dv), wlse = buf_new(batch * t), w = buf_new(batch * t * dv);
+    Buf dq = buf_new(batch * t * d), dkt = buf_new(batch * d * s), dval = buf_new(batch * s * dv);
+    Buf ws = buf_new(k_attention_workspace(batch, t, s));
+    fill_rnd(&q, -2, 2), fill_rnd(&kt, -2, 2), fill_rnd(&v, -1, 1), fill_rnd(&w, -1, 1);
+    for (int64_t i = 0; i < bias.n && kind; i++) {
+        const int64_t r = i / s % t, j = i % s;
+        bias.d[i] = kind == 1 ? (j > r + s - t ? -INFINITY : 0) : rnd(0, 1) < 0.3 ? -INFINITY : rnd(-1, 1);
+    }
+    if (kind == 2)
+        for (int64_t j = 0; j < s; j++)
+            bias.d[(t / 2) * s + j] = -INFINITY; /* row t/2 of bias 0 masks everything */
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            double sc[512], mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double a = 0;
+                for (int64_t k = 0; k < d; k++)
+                    a += q.d[(b * t + i) * d + k] * kt.d[b * d * s + (krow ? j * d + k : k * s + j)];
+                sc[j] = scale * a + (kind ? bias.d[(b / brep % nbias) * t * s + i * s + j] : 0);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += exp(sc[j] - mx);
+            wlse.d[b * t + i] = mx == -INFINITY ? NAN : mx + log(sum);
+            for (int64_t c = 0; c < dv; c++) {
+                double a = 0;
+                for (int64_t j = 0; j < s; j++)
+                    a += exp(sc[j] - mx) / sum * v.d[b * s * dv + j * dv + c];
+                want.d[(b * t + i) * dv + c] = mx == -INFINITY ? NAN : a;
+            }
+        }
+    PUT(&q, &kt, &v, &bias, &w);
+    const void *bp = kind ? V(bias) : NULL;
+    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d krow %d", (long long)batch, (long long)t,
+        (long long)s, (long long)d, (long long)dv, kind, krow);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), krow, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    GET(&y, &lse);
+    check(dt, y.d, want.d, y.n, tol(dt));
+    for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax */
+        if (isnan(wlse.d[i]))
+            lse.d[i] = NAN;
+    check(dt, lse.d, wlse.d, lse.n, tol(dt));
+    if (kind == 2) /* the rest is finite differences around finite values */
+        for (int64_t j = 0; j < s; j++)
+            bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), krow, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    KCALL(k_attention_grad, V(dq), V(dkt), V(dval), V(w), V(q), V(kt), krow, V(v), bp, V(y), V(lse), batch, t, s, d, dv,
+          nbias, brep, scale, V(ws));
+    GET(&dq, &dkt, &dval);
+    AttnCtx c = {batch, t, s, d, dv, nbias, brep, krow, kind ? bias.d : NULL, scale, ws.d, lse.d};
+    double *in[3] = {q.d, kt.d, v.d};
+    CTX("k_attention_grad dq, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 0, q.n, w.d, y.n, dq.d);
+    CTX("k_attention_grad dkt, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 1, kt.n, w.d, y.n, dkt.d);
+    CTX("k_attention_grad dv, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 2, v.n, w.d, y.n, dval.d);
+    buf_free(&q), buf_free(&kt), buf_free(&v), buf_free(&bias), buf_free(&y), buf_free(&lse), buf_free(&want);
+    buf_free(&wlse), buf_free(&w), buf_free(&dq), buf_free(&dkt), buf_free(&dval), buf_free(&ws);
+}
+
+static void test_attention(int dt)
+{
+    for (int krow = 0; krow < 2; krow++) {
+        attn_case(dt, 3, 5, 5, 4, 3, 0, 1, 1, krow);
+        attn_case(dt, 2, 70, 70, 8, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow);   /* bias of problem b: (b / 3) % 2 */
+        attn_case(dt, 4, 40, 130, 3, 2, 1, 4, 1, krow); /* s > t: causal offset s - t, tiles narrower than s */
+    }
+}
+
 int main(void)
 {
     static void (*const tests[])(int) = {
         test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
-        test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
+        test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout, test_attention,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }

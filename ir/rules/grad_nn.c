@@ -63,6 +63,22 @@ static void conv_grad(GradCtx *cx)
         cx->d[i] = cx->need[i] ? out[i] : -1;
 }
 
+/* FusedAttentionGrad: dq, dkt, dv from y and the rows' log-sum-exp (the forward's outputs 0, 1), with a
+ * scratch of its own; all three are computed (the kernel writes them together) */
+static void attention_grad(GradCtx *cx)
+{
+    Graph *g = cx->g;
+    const Node *n = cx->n;
+    int in[7] = {cx->dys[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], n->nin > 3 ? n->in[3] : -1};
+    int out[4] = {ir_like(g, ir_fmt("%s.dq", cx->name), n->in[0], R_ACT),
+                  ir_like(g, ir_fmt("%s.dkt", cx->name), n->in[1], R_ACT),
+                  ir_like(g, ir_fmt("%s.dv", cx->name), n->in[2], R_ACT),
+                  ir_like(g, ir_fmt("%s.scratch", cx->name), n->out[2], R_ACT)};
+    mk(cx, OP_FusedAttentionGrad, "attention", 7, in, 4, out);
+    for (int i = 0; i < 3; i++)
+        cx->d[i] = cx->need[i] ? out[i] : -1;
+}
+
 /* BatchNormGrad / LayerNormGrad: dx, dscale, dbias from the saved statistics
  * (forward outputs s0, s1) */
 static void norm_grad(GradCtx *cx, Op op, int s0, int s1)
@@ -194,6 +210,7 @@ int grad_nn(GradCtx *cx)
         return 1;
     case OP_LayerNormalization: norm_grad(cx, OP_LayerNormGrad, 1, 2); return 1;
     case OP_Softmax: case OP_LogSoftmax: softmax_grad(cx); return 1;
+    case OP_FusedAttention: attention_grad(cx); return 1;
     case OP_MaxPool: simple(cx, OP_MaxPoolGrad, 2, (int[]){dy, n->out[2]}); return 1;
     case OP_AveragePool: simple(cx, OP_AveragePoolGrad, 1, &dy); return 1;
     case OP_GlobalAveragePool: simple(cx, OP_GlobalAveragePoolGrad, 1, &dy); return 1;

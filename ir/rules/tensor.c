@@ -547,3 +547,26 @@ void tensor_nd_counts(const Node *n, const Shape *ix, int64_t *nb, int64_t *nq)
     for (int d = 0; d < ix->rank - 1; d++)
         *(d < b ? nb : nq) *= ix->dim[d];
 }
+
+/* Is node r x * f (Mul or Div by a constant scalar, Scale) for an input x?  Then *x, *f. */
+int tensor_scaling(const Graph *g, const Node *r, int *x, double *f)
+{
+    if (r->op == OP_Scale) {
+        *x = r->in[0], *f = ir_attr_f(r, "alpha", 1.0);
+        return 1;
+    }
+    if (r->op != OP_Mul && r->op != OP_Div)
+        return 0;
+    for (int side = 0; side < 2; side++) {
+        const Value *c = &g->val[r->in[!side]];
+        if ((r->op == OP_Div && side) || c->role != R_CONST || !c->data || shape_numel(&c->shape) != 1 ||
+            c->dtype != g->val[r->out[0]].dtype)
+            continue;
+        double v = tensor_const_f(c, 0);
+        if (r->op == OP_Div && v == 0)
+            return 0;
+        *x = r->in[side], *f = r->op == OP_Div ? 1 / v : v;
+        return 1;
+    }
+    return 0;
+}

@@ -74,5 +74,7 @@ int64_t tensor_range_len(const Graph *g, const Node *n);
 /* a constant's element i as a double / int64 */
 double tensor_const_f(const Value *v, int64_t i);
 int64_t tensor_const_i(const Value *v, int64_t i);
+/* Is node r x * f (Mul or Div by a constant scalar, Scale) for an input x?  Then *x, *f (x / c: f = 1 / c). */
+int tensor_scaling(const Graph *g, const Node *r, int *x, double *f);
 
 #endif

@@ -295,6 +295,25 @@ int64_t k_nll_loss_##S(T *loss, const T *lp, const int64_t *labels, const T *wei
 void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *labels,  \
                          const T *weights, int64_t n, int64_t c, int64_t d,             \
                          int reduction, int has_ignore, int64_t ignore_index);          \
+/* ---- attn.c ------------------------------------------------------------- */         \
+/* Fused attention (passes/attention.c's FusedAttention) over batch problems: for       \
+ * each b, S = scale Q_b K_b^T + bias (Q_b t x d; the keys as kt, Kt_b d x s, or with   \
+ * krow as rows, K_b s x d; bias t x s of problem b's bias (b / brep) % nbias, NULL     \
+ * for none; -inf masks),                                                               \
+ * P = softmax over each row of S, y_b = P V_b (V_b s x dv, y_b t x dv), lse[b t + i]   \
+ * = the row's log-sum-exp (max + log sum exp(S - max), the sum in double).  A row      \
+ * of -inf gives NaN, as softmax does.  ws: k_attention_workspace(batch, t, s)          \
+ * elements of T.  */                                                                   \
+void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int krow, const T *v,      \
+                     const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
+                     int64_t dv,                                                         \
+                     int64_t nbias, int64_t brep, double scale, T *ws);                 \
+/* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
+ * all written), P recomputed tile by tile as exp(S - lse) */                           \
+void k_attention_grad_##S(T *dq, T *dkt, T *dval, const T *dy, const T *q, const T *kt, \
+                          int krow, const T *v, const T *bias, const T *y, const T *lse, \
+                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
+                          int64_t nbias, int64_t brep, double scale, T *ws);            \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
  * otherwise they return at once).  They first clip: with clip > 0 the gradient is      \
@@ -517,6 +536,22 @@ static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int6
     if (ceil_mode && (out - 1) * stride >= in + pb)
         out--;
     return out;
+}
+
+/* k_attention: query rows per tile (at most), and the most threads it splits
+ * across; each thread has a workspace slot of 2 k_attention_rows(t) s elements */
+#define K_ATTN_ROWS 64
+#define K_ATTN_SLOTS 16
+static inline int64_t k_attention_rows(int64_t t)
+{
+    return t < K_ATTN_ROWS ? (t > 0 ? t : 1) : K_ATTN_ROWS;
+}
+/* elements of T k_attention and k_attention_grad need in ws: a slot per thread
+ * that can have work (the forward's tiles; the backward has fewer units) */
+static inline int64_t k_attention_workspace(int64_t batch, int64_t t, int64_t s)
+{
+    const int64_t r = k_attention_rows(t), units = batch * ((t + r - 1) / r);
+    return (units < K_ATTN_SLOTS ? (units > 0 ? units : 0) : K_ATTN_SLOTS) * 2 * r * (s > 0 ? s : 0);
 }
 
 /* a 1x1 stride-1 unpadded convolution runs straight on x / dx (no workspace) */

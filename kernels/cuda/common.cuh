@@ -60,6 +60,7 @@ typedef unsigned long long uint64_t;
 
 #define KC_MAX_RANK 8
 #define KC_GRID_PARTIALS 1024
+#define KC_ATTN_BLOCK 128 /* threads of the attention kernels (attn.cu), keys or rows per chunk */
 typedef struct {
     int64_t d[KC_MAX_RANK];
 } KDims;

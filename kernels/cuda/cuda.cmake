@@ -13,7 +13,7 @@ set(FSDPC_CUDA_SOURCES
   ${_kc}/common.cuh
   # second: the elementwise math (shared with the cpu kernels and the fused loops of both targets)
   ${_kc}/../c/fused.h
-  ${_kc}/conv.cu ${_kc}/copy.cu ${_kc}/ew.cu ${_kc}/gather.cu ${_kc}/loss.cu
+  ${_kc}/attn.cu ${_kc}/conv.cu ${_kc}/copy.cu ${_kc}/ew.cu ${_kc}/gather.cu ${_kc}/loss.cu
   ${_kc}/norm.cu ${_kc}/optim.cu ${_kc}/random.cu ${_kc}/reduce.cu
   ${_kc}/kc_args.h ${_kc}/stamp.cu ${_kc}/kernels.def)
 add_library(fsdpc_kernels_cuda STATIC ${_kc}/launch.c)

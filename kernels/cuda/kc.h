@@ -43,6 +43,8 @@ typedef struct {
  * (the scalar losses, a full reduction) runs with: its partials live in a
  * device array of this many slots (kernels/cuda/common.cuh). */
 #define KC_GRID_PARTIALS 1024
+/* the attention kernels' block: blockDim.x at most this (their shared chunks) */
+#define KC_ATTN_BLOCK 128
 
 /* kernel ids, in kernels.def order */
 enum {

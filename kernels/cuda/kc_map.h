@@ -24,6 +24,11 @@
 #error "include kc_map.h before kernels.h: it renames kernels.h's declarations"
 #endif
 
+/* attn.c */
+#define k_attention_f32 kc_attention_f32
+#define k_attention_f64 kc_attention_f64
+#define k_attention_grad_f32 kc_attention_grad_f32
+#define k_attention_grad_f64 kc_attention_grad_f64
 /* ew.c */
 #define k_binary_f32 kc_binary_f32
 #define k_binary_f64 kc_binary_f64

@@ -12,6 +12,7 @@ usage: cuda_target.py FSDPC WORKDIR
    plane first.
 3. The kernel cache: a second build compiles nothing (entries untouched); a
    corrupted entry is detected, compiled again and rewritten.
+   The GPT's two attentions are FusedAttention (kernels/cuda/attn.cu), forward and backward.
 4. --precision bf16 builds, its step calls the bf16 GEMM and casts, and it
    fails here like the others; --rendezvous mpi is accepted, a bad one is a
    usage error.  --precision fp16 builds, its step calls the fp16 GEMM and
@@ -62,8 +63,12 @@ def main():
     for name, model, extra in (("gpt", gpt, ["--dim", "batch=4", "--wrap", "size:30000"]),
                                ("resnet18", resnet, ["--dim", "batch=2", "--wrap", "size:2000000"])):
         exe = os.path.join(work, name)
-        run([fsdpc, model, "-o", exe] + common + extra, env=env, timeout=900)
+        run([fsdpc, model, "-o", exe, "--emit-c"] + common + extra, env=env, timeout=900)
         exes[name] = exe
+    # the GPT's attention is fused on the GPU too: attn.cu's kernels, no workspace
+    src = open(exes["gpt"] + ".c").read()
+    if src.count("k_attention_f32(") != 2 or src.count("k_attention_grad_f32(") != 2 or "k_softmax_f32(" in src:
+        raise SystemExit("FAILED: the cuda GPT step does not call the fused attention kernels (2 + 2)")
     # one program per model (its fused kernels differ): sm_80, sm_90 and compute_80 each
     entries = sorted(os.listdir(cache))
     archs = sorted(e.split(".", 1)[1] for e in entries)

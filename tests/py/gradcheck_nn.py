@@ -240,6 +240,7 @@ def misc_cases(c):
     c["Softmax"] = ([node("Softmax", ["X"], ["Y"])], {"X": r(3, 5)}, lambda w: softmax(w["X"], -1))
     c["LogSoftmax_axis1"] = ([node("LogSoftmax", ["X"], ["Y"], axis=1)], {"X": r(2, 4, 3)},
                              lambda w: np.log(softmax(w["X"], 1)))
+    attention_cases(c)
     for name, ratio, train in (("Dropout_ratio0", 0.0, True), ("Dropout_ratio0.3", 0.3, None)):
         ins = ["X", "ratio"] + (["train"] if train is not None else [])
         wts = {"X": r(5, 7), "ratio": const("ratio", ratio), "train": const("train", True, np.bool_)}
@@ -249,6 +250,40 @@ def misc_cases(c):
             mask = dropout_mask(35, ratio, "drop").reshape(5, 7)
             f = (lambda m, s: lambda w: w["X"] * m * s)(mask, 1.0 / (1.0 - ratio))
         c[name] = ([node("Dropout", ins, ["Y"], name="drop")], wts, f)
+
+
+def attention_cases(c):
+    """Scaled dot-product attention as exported graphs write it, which passes/attention.c makes one
+    FusedAttention: q [2,3,4,5], k [2,3,6,5] (transposed by the graph), v [2,3,6,4]; a causal mask (a bool
+    constant, the diagonal offset 2) through Where, or an additive bias per batch, shared by the heads
+    (Cast(mask) * -30, nbias 2, brep 3), and the scale as Mul or Div"""
+    causal = np.triu(np.ones((4, 6), np.bool_), k=3)[None, None]
+    pad = rng.random((2, 1, 4, 6)) < 0.3
+    pad[..., 0] = False  # every row sees something
+
+    def ref(w, bias):
+        s = w["Q"] @ w["K"].transpose(0, 1, 3, 2) / np.sqrt(5.0) + bias
+        return softmax(s, -1) @ w["V"]
+    qkv = {"Q": r(2, 3, 4, 5), "K": r(2, 3, 6, 5), "V": r(2, 3, 6, 4)}
+    head = [node("Transpose", ["K"], ["KT"], perm=[0, 1, 3, 2]), node("MatMul", ["Q", "KT"], ["S0"])]
+    tail = [node("Softmax", ["S2"], ["P"], axis=-1), node("MatMul", ["P", "V"], ["Y"])]
+    c["Attention_fused_causal"] = (
+        head + [node("Mul", ["S0", "c"], ["S1"]), node("Where", ["M", "ninf", "S1"], ["S2"])] + tail,
+        {**qkv, "c": const("c", 1 / np.sqrt(5.0)), "ninf": const("ninf", -np.inf),
+         "M": numpy_helper.from_array(causal, "M")},
+        lambda w: ref(w, np.where(causal, -np.inf, 0.0)))
+    c["Attention_fused_bias"] = (
+        head + [node("Div", ["S0", "c"], ["S1"]), node("Cast", ["M"], ["Mf"], to=TensorProto.DOUBLE),
+                node("Mul", ["Mf", "neg"], ["B"]), node("Add", ["S1", "B"], ["S2"])] + tail,
+        {**qkv, "c": const("c", np.sqrt(5.0)), "neg": const("neg", -30.0), "M": numpy_helper.from_array(pad, "M")},
+        lambda w: ref(w, pad * -30.0))
+
+
+def check_fused(fsdpc, work, name):
+    """the case's model compiles to one FusedAttention (not the unfused chain)"""
+    out = run([fsdpc, os.path.join(work, name + ".onnx"), "--target", "cpu", "--loss", "mse:Y,T", "--dump-after",
+               "attention"]).stdout.split("nodes:")[1]
+    check(out.count("= FusedAttention ") == 1 and "= Softmax " not in out, "%s: not fused:\n%s" % (name, out))
 
 
 def cases():
@@ -366,6 +401,8 @@ def main():
             check_sce(fsdpc, work, n, *SCE_CASES[n])
         else:
             check_case(fsdpc, work, n, all_cases[n])
+            if n.startswith("Attention_fused"):
+                check_fused(fsdpc, work, n)
     print("OK gradcheck_nn: %d cases" % len(names))
 
 

@@ -96,19 +96,26 @@ def main():
     check(len(re.findall(r"= MatMul .*transB=1", fold)) == 9 and not re.search(r"Transpose %\d+ perm=\[1,0\]", fold)
           and "Dropout" not in fold, "fold: 9 MatMuls reading W with transB=1, no 2-D Transpose, no Dropout expected")
     # fuse: GEMM epilogues. Each Linear's bias Add is in its GEMM, and so is the residual Add after
-    # attn.c_proj and mlp.c_proj (at the GEMM's place, before the unit's Free); the attention scores'
-    # scale 1/sqrt(16) is their GEMM's alpha, and in the backward GELU's factor 0.5 is the alpha of
-    # mlp.c_proj's input gradient; --no-fuse: none
-    epi = re.findall(r"= MatMulAdd %\d+, %\d+, (%\d+|_), (%\d+|_)(.*)# \"(.*)\"", run(gpt).stdout)
+    # attn.c_proj and mlp.c_proj (at the GEMM's place, before the unit's Free); in the backward GELU's
+    # factor 0.5 is the alpha of mlp.c_proj's input gradient; --no-fuse: none
+    out = run(gpt).stdout
+    epi = re.findall(r"= MatMulAdd %\d+, %\d+, (%\d+|_), (%\d+|_)(.*)# \"(.*)\"", out)
     linear = [(b, a) for b, a, attrs, name in epi if "transB=1" in attrs]
     scaled = sorted((attrs.split("alpha=")[1].strip(), name) for b, a, attrs, name in epi if (b, a) == ("_", "_"))
-    check(len(epi) == 12 and len(linear) == 8 and all(b != "_" for b, _ in linear) and
-          sum(a != "_" for _, a in linear) == 4 and
-          [x for x, _ in scaled] == ["0.25", "0.25", "0.5", "0.5"] and
-          all(n.endswith("/attn/MatMul+/h.%s/attn/Mul" % n[3]) for _, n in scaled[:2]) and
-          all("/mlp/c_proj/MatMul.dA+" in n for _, n in scaled[2:]),
-          "fuse: 8 Linear MatMulAdds with a bias (4 with the residual), the 2 score GEMMs scaled by 0.25 and "
-          "the 2 mlp.c_proj input gradients by 0.5 expected; got %s" % epi)
+    check(len(epi) == 10 and len(linear) == 8 and all(b != "_" for b, _ in linear) and
+          sum(a != "_" for _, a in linear) == 4 and [x for x, _ in scaled] == ["0.5", "0.5"] and
+          all("/mlp/c_proj/MatMul.dA+" in n for _, n in scaled),
+          "fuse: 8 Linear MatMulAdds with a bias (4 with the residual) and the 2 mlp.c_proj input gradients scaled "
+          "by 0.5 expected; got %s" % epi)
+    # attention: each block's scores, scale 1/sqrt(16), causal mask, Softmax and second product are one
+    # FusedAttention (its bias Where(mask, -inf, 0)) and one FusedAttentionGrad; no Softmax or score GEMM
+    # is left; --no-fuse keeps the chain
+    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+, %(\d+) scale=(\S+) nbias=1 brep=1", out)
+    check(len(att) == 2 and all(s == "0.25" for _, s in att) and out.count("= FusedAttentionGrad ") == 2 and
+          "Softmax " not in out.split("nodes:")[1] and len(re.findall(r"= Where %\d+, %\d+, %\d+", out)) == 2,
+          "attention: 2 FusedAttention (scale 0.25, a causal bias) and 2 FusedAttentionGrad expected")
+    nofuse = run(gpt + ["--no-fuse"]).stdout
+    check("FusedAttention" not in nofuse and nofuse.count("= Softmax ") == 2, "attention: --no-fuse fused attention")
     check("MatMulAdd" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse made a MatMulAdd")
     # precision bf16: the gathered buffers and parameter views are bf16, every MatMul reads two bf16 operands
     # and writes f32, the shards and optimizer stay f32, bf16 values are only read by what may read them
