@@ -242,6 +242,21 @@ int ir_node(Graph *g, Op op, const char *name, int nin, const int *in, int nout,
     return id;
 }
 
+int ir_scalar(Graph *g, const char *name, DType dt, double v)
+{
+    Shape sc = {.rank = 0};
+    int c = ir_value(g, name, dt, &sc, R_CONST);
+    g->val[c].data = ir_alloc(sizeof(double));
+    if (dt == DT_F32)
+        *(float *)g->val[c].data = (float)v;
+    else if (dt == DT_BOOL)
+        *(uint8_t *)g->val[c].data = v != 0;
+    else
+        *(double *)g->val[c].data = v;
+    g->val[c].persistent = 1;
+    return c;
+}
+
 int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out)
 {
     int in[2] = {a, b};

@@ -79,19 +79,6 @@ static int is_neg_inf(const Graph *g, int v)
     return c->role == R_CONST && c->data && shape_numel(&c->shape) == 1 && tensor_const_f(c, 0) == -INFINITY;
 }
 
-static int new_scalar(Graph *g, const char *name, DType dt, double v)
-{
-    Shape sc = {.rank = 0};
-    int c = ir_value(g, name, dt, &sc, R_CONST);
-    g->val[c].data = ir_alloc(sizeof(double));
-    if (dt == DT_F32)
-        *(float *)g->val[c].data = (float)v;
-    else
-        *(double *)g->val[c].data = v;
-    g->val[c].persistent = 1;
-    return c;
-}
-
 static int64_t numel_of(const Shape *s, int from, int to)
 {
     int64_t n = 1;
@@ -250,8 +237,8 @@ void pass_attention(Graph *g)
         const DType dt = g->val[c.q].dtype;
         int r = g->val[c.q].shape.rank, bias = c.bias;
         if (c.mask >= 0) { /* the mask as a bias of 0 and -inf */
-            int ninf = new_scalar(g, ir_fmt("%s.neg_inf", name), dt, -INFINITY);
-            int zero = new_scalar(g, ir_fmt("%s.zero", name), dt, 0);
+            int ninf = ir_scalar(g, ir_fmt("%s.neg_inf", name), dt, -INFINITY);
+            int zero = ir_scalar(g, ir_fmt("%s.zero", name), dt, 0);
             Shape bs = g->val[c.mask].shape;
             bias = ir_value(g, ir_fmt("%s.bias", name), dt, &bs, R_ACT);
             int in[3] = {c.mask, c.mask_true_masks ? ninf : zero, c.mask_true_masks ? zero : ninf};

@@ -60,17 +60,7 @@ static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suf
 static int new_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
 {
     Graph *g = s->g;
-    Shape sc = {.rank = 0};
-    int c = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, &sc, R_CONST);
-    g->val[c].data = ir_alloc(sizeof(double));
-    if (dt == DT_F32)
-        *(float *)g->val[c].data = (float)v;
-    else if (dt == DT_BOOL)
-        *(uint8_t *)g->val[c].data = v != 0;
-    else
-        *(double *)g->val[c].data = v;
-    g->val[c].persistent = 1;
-    return c;
+    return ir_scalar(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, v);
 }
 
 /* x reshaped to dims[0..n) (x itself when it has them); its output */

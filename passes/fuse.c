@@ -106,7 +106,6 @@ static int readable_at(const Graph *g, const int *producer, int o, int p)
     return producer[o] < p && producer[root] < p && (role == R_ACT || role == R_INPUT || role == R_FLAT);
 }
 
-
 static void set_alpha(Graph *g, int id, double alpha)
 {
     Node *n = &g->node[id];
