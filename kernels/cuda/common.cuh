@@ -3,8 +3,10 @@
  * reductions, the grid-wide combine of per-block partials, Philox.
  *
  * How the sources are built.  fsdpc hands NVRTC one translation unit: this
- * header (as "common.cuh") followed by every .cu file in alphabetical order,
- * compiled with --std=c++17 -default-device for each --arch.  So the .cu
+ * header (as "common.cuh"), kernels/c/fused.h, every .cu file in
+ * alphabetical order, then kc_args.h, stamp.cu and kernels.def, which stamp
+ * the float and double instances of the typed kernels (templates), compiled
+ * with --std=c++17 -default-device for each --arch.  So the .cu
  * files never include each other, and nothing here may need a host header:
  * NVRTC has no <stdint.h> or <math.h>, the integer types are defined below
  * and the math is CUDA's builtin expf, logf, erff, ...  The same sources
