@@ -9,7 +9,8 @@ usage: python3 tests/gpu/gpu_run.py OUTDIR      (run.sh sets LD_LIBRARY_PATH fir
    (relative, every step); TF32 is reported, not asserted; the GPT with
    --precision bf16 against its own CPU run within the manifest's tol (2e-3),
    and with --precision fp16 (float16 GEMMs, dynamic loss scaling through the
-   step parameters of each graph replay) within its tol (1e-3); the fp32 GPT
+   step parameters of each graph replay) within its tol (1e-3); the float64
+   ResNet-18 (float64 kernels, cuBLASLt's FP64 GEMM) within 1e-9; the fp32 GPT
    with --accum 2 under --accum-mode comm and local (two captured graphs)
    within 1e-5 of each other; and with --val-tokens after every step (eager
    validation passes between graph replays): its training losses those of
@@ -196,7 +197,7 @@ def run_model(r, m, tag, env, extra, peaks, timeout):
     steady = times[2:] if len(times) > 3 else times
     ms = statistics.median(steady)
     tflops = m["flops_per_step"] / (ms * 1e-3) / 1e12
-    peak = peaks[m.get("precision", "fp32")]
+    peak = peaks.get(m.get("precision", "fp32"))
     mi = parse_meminfo(so) or {}
     row = dict(section="check" if m["check"] else "benchmark", model=m["name"], run=tag, steps=m["steps"],
                rate=m["items_per_step"] / (ms * 1e-3), unit=m["unit"], step_ms=ms, tflops=tflops,
@@ -208,7 +209,7 @@ def run_model(r, m, tag, env, extra, peaks, timeout):
         rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
         row["max_rel"] = rel
         # bf16 GEMMs never use TF32; an fp32 run is asserted only with TF32 off
-        strict = env.get("FSDPC_NO_TF32") == "1" or m.get("precision") in ("bf16", "fp16")
+        strict = env.get("FSDPC_NO_TF32") == "1" or m.get("precision") in ("bf16", "fp16", "fp64")
         tol = m.get("tol", TOL)
         row["result"] = ("pass" if rel <= tol else "FAIL") if strict else "(TF32: not asserted)"
         if strict and rel > tol:
@@ -348,7 +349,7 @@ def main():
     unpack(out, models)
     device_layer(r)
     for m in models:
-        if m["check"] and m.get("precision") in ("bf16", "fp16"):
+        if m["check"] and m.get("precision") in ("bf16", "fp16", "fp64"):
             run_model(r, m, m["precision"] + "-graph", {}, [], peaks, 90)
             run_model(r, m, m["precision"] + "-eager", {}, ["--no-cuda-graph"], peaks, 90)
         elif m["check"]:

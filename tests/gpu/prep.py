@@ -12,6 +12,9 @@ Writes into OUTDIR (flat, so it can be carried to the GPU machine whole):
   gpt_check_fp16       the same with --precision fp16 (dynamic loss scaling)
   resnet_check         torchvision ResNet-18 (10 classes), float32, 64x64,
                        batch 16, SGD with momentum: the same, data as .npy
+  resnet_check_fp64    the same model and data in float64 (the cuda
+                       target's float64 kernels and cuBLASLt's FP64 GEMM;
+                       its weights tiled with half the period, to compress)
   gpt_bench            a GPT-2-small-shaped model (default 12 layers, d 768,
                        12 heads, T 1024, vocab 50304, batch 8): cuda only
   gpt_bench_bf16       the same with --precision bf16 (the issue's benchmark)
@@ -53,7 +56,7 @@ LOSS = ["--loss", "cross_entropy:logits,labels"]
 # also where an operand rounds to the neighbouring bfloat16 (2^-8 apart) because the float32 sums
 # before it differ in the last bit; fp16 likewise with float16's neighbours (2^-11 apart), the loss
 # scale moving the same way on both targets (a step skipped on one only would show in the losses)
-TOL = {"fp32": 1e-4, "bf16": 2e-3, "fp16": 1e-3}
+TOL = {"fp32": 1e-4, "bf16": 2e-3, "fp16": 1e-3, "fp64": 1e-9}
 
 
 def log(msg):
@@ -74,10 +77,11 @@ def run(cmd, timeout=3600, env=None):
     return p, time.time() - t0
 
 
-def tile_weights(model, seed=0):
-    """every parameter with spread becomes base[i % PERIOD] * std + mean (same scale, compressible)"""
+def tile_weights(model, seed=0, period=PERIOD):
+    """every parameter with spread becomes base[i % period] * std + mean (same scale, compressible: gzip's window
+    is 32 KiB, so period x the element size must stay below it)"""
     g = torch.Generator().manual_seed(seed)
-    base = torch.randn(PERIOD, generator=g, dtype=torch.float64)
+    base = torch.randn(period, generator=g, dtype=torch.float64)
     with torch.no_grad():
         for p in model.parameters():
             n = p.numel()
@@ -86,7 +90,7 @@ def tile_weights(model, seed=0):
             std, mean = p.double().std().item(), p.double().mean().item()
             if std == 0:
                 continue
-            reps = -(-n // PERIOD)
+            reps = -(-n // period)
             p.copy_((base.repeat(reps)[:n] * std + mean).view_as(p).to(p.dtype))
 
 
@@ -94,8 +98,8 @@ def nparams(model):
     return sum(p.numel() for p in model.parameters())  # tied weights once
 
 
-def export_resnet(model, path, size):
-    x = torch.zeros(2, 3, size, size)
+def export_resnet(model, path, size, dtype=torch.float32):
+    x = torch.zeros(2, 3, size, size, dtype=dtype)
     with warnings.catch_warnings():  # "Removing mutation from node aten::add_ on ... num_batches_tracked"
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
@@ -116,7 +120,7 @@ def resnet_fwd_flops(model, size):
     hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     m = copy.deepcopy(model).eval()
     with torch.no_grad():
-        m(torch.zeros(1, 3, size, size))
+        m(torch.zeros(1, 3, size, size, dtype=next(m.parameters()).dtype))
     for h in hs:
         h.remove()
     return 2 * macs[0]
@@ -187,16 +191,19 @@ def gpt_check(fsdpc, out, steps, precision="fp32"):
                 items_per_step=B * T, flops_per_step=6 * n * B * T, plan_bytes=plan, batch=B, config=dict(T=T, source="examples/gpt.onnx"))
 
 
-def resnet_check(fsdpc, out, steps):
-    name, B, S, classes, N = "resnet_check", 16, 64, 10, 32
+def resnet_check(fsdpc, out, steps, precision="fp32"):
+    name, B, S, classes, N = "resnet_check" + ("" if precision == "fp32" else "_" + precision), 16, 64, 10, 32
+    dt = np.float64 if precision == "fp64" else np.float32
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=classes)
-    tile_weights(model, seed=1)
+    tile_weights(model, seed=1, period=PERIOD // 2 if precision == "fp64" else PERIOD)  # 8-byte elements
     model.train()
+    if precision == "fp64":
+        model = model.double()
     onnx_path = os.path.join(out, name + ".onnx")
-    export_resnet(model, onnx_path, S)
+    export_resnet(model, onnx_path, S, torch.float64 if precision == "fp64" else torch.float32)
     rng = np.random.default_rng(0)
-    np.save(os.path.join(out, name + "_x.npy"), rng.standard_normal((N, 3, S, S)).astype(np.float32))
+    np.save(os.path.join(out, name + "_x.npy"), rng.standard_normal((N, 3, S, S)).astype(dt))
     np.save(os.path.join(out, name + "_labels.npy"), rng.integers(0, classes, N).astype(np.int64))
     flags = LOSS + ["--optimizer", "sgd", "--dim", "batch=%d" % B, "--wrap", "size:2000000"]
     plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=True)
@@ -211,7 +218,7 @@ def resnet_check(fsdpc, out, steps):
     os.remove(onnx_path)
     fl = resnet_fwd_flops(model, S)
     return dict(name=name, kind="resnet", exe=name, init=gzip_init(out, name), args=args, steps=steps, check=True,
-                precision="fp32", tol=TOL["fp32"], cpu_losses=losses, params=nparams(model), unit="images", items_per_step=B,
+                precision=precision, tol=TOL[precision], cpu_losses=losses, params=nparams(model), unit="images", items_per_step=B,
                 flops_per_step=3 * fl * B, plan_bytes=plan, batch=B, config=dict(size=S, classes=classes))
 
 
@@ -280,7 +287,7 @@ def main():
     gpt_shape = shape_env("GPT_BENCH", (2, 128, 4, 128, 256, 4) if quick else (12, 768, 12, 1024, 50304, 8), 6)
     resnet_shape = shape_env("RESNET_BENCH", (64, 8) if quick else (224, 128), 2)
     models = [gpt_check(fsdpc, out, 20), gpt_check(fsdpc, out, 20, "bf16"), gpt_check(fsdpc, out, 20, "fp16"),
-              resnet_check(fsdpc, out, 8),
+              resnet_check(fsdpc, out, 8), resnet_check(fsdpc, out, 8, "fp64"),
               gpt_bench(fsdpc, out, 20, gpt_shape), gpt_bench(fsdpc, out, 20, gpt_shape, "bf16"),
               resnet_bench(fsdpc, out, 20, resnet_shape)]
     for m in models:  # the CPU executables stay behind: only their losses travel

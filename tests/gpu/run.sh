@@ -5,7 +5,8 @@
 #
 #   tests/gpu/run.sh prepare OUTDIR   on a build machine: builds build/ (or
 #       uses $FSDPC), compiles the check models (examples/gpt.onnx; a float32
-#       ResNet-18 at 64x64; the GPT also with --precision bf16 and fp16) for
+#       ResNet-18 at 64x64, and the same in float64; the GPT also with
+#       --precision bf16 and fp16) for
 #       --target cuda and --target cpu, runs the CPU
 #       reference and keeps its losses, compiles the benchmark models (a
 #       GPT-2-small-shaped GPT, ResNet-18 at 224x224) for --target cuda, and
