@@ -68,6 +68,10 @@ static const char *usage =
     "                          precision recompute fuse schedule memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
+    "  --hw PROFILE            --report also predicts the step time, TFLOPS per device, MFU and exposed\n"
+    "                          communication of every strategy on PROFILE: a shipped one (a100-roce,\n"
+    "                          h100-ib) or a profile file (e.g. one fsdpc --calibrate wrote)\n"
+    "  --report-json PATH      --report, also written to PATH as JSON\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
@@ -250,6 +254,11 @@ static void parse_args(Options *o, int argc, char **argv)
             o->eval = 1;
         } else if (!strcmp(a, "--report")) {
             o->report = 1;
+        } else if (!strcmp(a, "--hw")) {
+            o->hw = VALUE();
+        } else if (!strcmp(a, "--report-json")) {
+            o->report_json = VALUE();
+            o->report = 1;
         } else if (!strcmp(a, "--world")) {
             o->world = (int)parse_int("--world", VALUE(), 1);
         } else if (!strcmp(a, "--verify")) {
@@ -293,6 +302,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--eval builds a forward-only executable: --recompute does not apply");
     if (o->eval && o->precision != PREC_FP32)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
+    if (o->hw && !o->report)
+        fatal("--hw %s: the profile is for --report's prediction; add --report", o->hw);
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
 }
@@ -342,13 +353,19 @@ static Graph *compile_eval(const Options *o)
     return g;
 }
 
-/* --report: the planned memory and traffic of one rank under every strategy */
-static void compare_strategies(const Options *o)
+/* --report: the planned memory, traffic (and on hw the predicted step) of one rank under every strategy;
+ * --report-json writes them */
+static void compare_strategies(const Options *o, const Graph *build, const CgHw *hw)
 {
     static const char *const names[] = {"full", "grad_op", "none", "hybrid"};
+    CgRow row[4];
+    int nrow = 0, self = 0;
     printf("strategies at world %d (this build: %s%s):\n", o->world, names[o->shard],
            o->shard == SHARD_HYBRID ? ir_fmt(":%d", o->hybrid) : "");
-    printf("  %-10s %16s %16s %20s\n", "--shard", "planned peak B", "shards B", "sent per step B");
+    printf("  %-10s %16s %16s %20s", "--shard", "planned peak B", "shards B", "sent per step B");
+    if (hw)
+        printf(" %12s %10s %7s %12s", "step s", "TFLOPS", "MFU %", "exposed s");
+    printf("\n");
     for (int s = SHARD_FULL; s <= SHARD_HYBRID; s++) {
         Options v = *o;
         v.shard = (ShardMode)s;
@@ -358,11 +375,24 @@ static void compare_strategies(const Options *o)
             v.hybrid = o->shard == SHARD_HYBRID ? o->hybrid : 2;
         if (s == SHARD_HYBRID && (o->world % v.hybrid || v.hybrid >= o->world))
             continue;
-        CgPlan p;
-        cg_plan(compile(&v), o->world, &p);
-        printf("  %-10s %16lld %16lld %20lld\n", s == SHARD_HYBRID ? ir_fmt("hybrid:%d", v.hybrid) : names[s],
-               (long long)p.total, (long long)p.state, (long long)p.sent);
+        CgRow *r = &row[nrow];
+        const Graph *g = compile(&v);
+        r->strategy = s == SHARD_HYBRID ? ir_fmt("hybrid:%d", v.hybrid) : names[s];
+        cg_plan(g, o->world, &r->plan);
+        printf("  %-10s %16lld %16lld %20lld", r->strategy, (long long)r->plan.total, (long long)r->plan.state,
+               (long long)r->plan.sent);
+        if (hw) {
+            cg_cost(g, o->world, hw, &r->cost);
+            printf(" %12.4g %10.4g %7.1f %12.4g", r->cost.step_s, r->cost.tflops, 100 * r->cost.mfu,
+                   r->cost.exposed_s);
+        }
+        printf("\n");
+        if (s == (int)o->shard)
+            self = nrow;
+        nrow++;
     }
+    if (o->report_json)
+        cg_report_json(o->report_json, build, o->world, hw, row, nrow, self);
 }
 
 /* --report --recompute units: the planned activations beside those of --recompute none */
@@ -386,10 +416,13 @@ int main(int argc, char **argv)
 {
     Options o = {0};
     parse_args(&o, argc, argv);
+    CgHw hw;
+    if (o.hw)
+        cg_hw_load(o.hw, &hw);
     Graph *g = o.eval ? compile_eval(&o) : compile(&o);
     if (o.report) { /* not with --eval */
-        cg_report(stdout, g, o.world);
-        compare_strategies(&o);
+        cg_report(stdout, g, o.world, o.hw ? &hw : NULL);
+        compare_strategies(&o, g, o.hw ? &hw : NULL);
         if (o.recompute)
             compare_recompute(&o, g);
     }

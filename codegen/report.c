@@ -6,22 +6,25 @@
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
+#define _POSIX_C_SOURCE 200809L /* fileno, fsync */
 #include "cg.h"
 #include "rules/nn.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 static int64_t al(int64_t x) { return (x + 63) / 64 * 64; }
 
 /* the ranks of a shard group at world: every rank, one (NO_SHARD) or hybrid's F */
-static int group_size(const Graph *g, int world)
+int cg_group_size(const Graph *g, int world)
 {
     return g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : world;
 }
 
 void cg_plan(const Graph *g, int world, CgPlan *p)
 {
-    int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2, F = group_size(g, world);
+    int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2, F = cg_group_size(g, world);
     int64_t slot_elems = 0;
     memset(p, 0, sizeof *p);
     for (int u = 0; u < g->nunit; u++) {
@@ -44,45 +47,65 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
         const Node *n = &g->node[i];
         if (n->op != OP_AllGather && n->op != OP_ReduceScatter)
             continue;
-        const Unit *un = &g->unit[n->unit];
-        int64_t len = (un->numel + F - 1) / F;
-        int64_t S = len * F * (int64_t)dtype_size(g->val[n->op == OP_AllGather ? n->out[0] : n->in[0]].dtype);
+        int64_t S = cg_coll_bytes(g, n, F);
         p->sent += S * (F - 1) / F;
         if (n->op == OP_ReduceScatter)
             p->sent += 2 * (R - 1) * (S / F) / R;
     }
 }
 
+int64_t cg_coll_bytes(const Graph *g, const Node *n, int F)
+{
+    const Unit *un = &g->unit[n->unit];
+    int64_t len = (un->numel + F - 1) / F;
+    /* the dtype on the wire: the gathered one; the reduced one (--reduce-dtype's copy when there is one) */
+    int wire = n->op == OP_AllGather ? n->out[0] : n->nout > 1 && n->out[1] >= 0 ? n->out[1] : n->in[0];
+    return len * F * (int64_t)dtype_size(g->val[wire].dtype);
+}
+
+/* the FLOPs of node n: 2 m n k per matmul, 2 per tap of a convolution output (the forward, dx and dw
+ * each), the unfused chain's products for fused attention; hardware: also the fused attention backward's
+ * recomputed scores (the model's FLOPs leave them out, like activation recompute) */
+double cg_node_flops(const Graph *g, const Node *n, int hardware)
+{
+    if (n->op == OP_MatMul || n->op == OP_MatMulAdd) {
+        const Shape *sa = &g->val[n->in[0]].shape, *sy = &g->val[n->out[0]].shape;
+        int ta = (int)ir_attr_i(n, "transA", 0);
+        return 2.0 * (double)shape_numel(sy) * (double)sa->dim[sa->rank - (ta ? 2 : 1)];
+    }
+    if (n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad) {
+        /* q kt and p v forward; dv, dp, dq, dkt backward */
+        const int grad = n->op == OP_FusedAttentionGrad;
+        const Shape *q = &g->val[n->in[grad]].shape, *v = &g->val[n->in[grad + 2]].shape;
+        const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[v->rank - 2];
+        const double dk = (double)q->dim[q->rank - 1], dv = (double)v->dim[v->rank - 1];
+        return (grad ? 2.0 : 1.0) * 2.0 * ts * (dk + dv) + (grad && hardware ? 2.0 * ts * dk : 0.0);
+    }
+    if (n->op == OP_Conv || n->op == OP_ConvGrad) {
+        KConv2d p;
+        Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : cg_attr_shape(n, "xshape");
+        Shape ws = n->op == OP_Conv ? g->val[n->in[1]].shape : cg_attr_shape(n, "wshape");
+        nn_conv_geom(g, n, &xs, &ws, &p);
+        /* one product: every output element sums c/groups x kh x kw taps */
+        double one = 2.0 * (double)(p.n * p.m * p.oh * p.ow) * (double)(p.c / p.groups * p.kh * p.kw);
+        int need = n->op == OP_Conv ? 1 : (int)ir_attr_i(n, "need", 0);
+        return one * (double)((need & 1) + ((need & 2) != 0)); /* the forward, dx, dw: one product each */
+    }
+    return 0;
+}
+
+int cg_is_recompute(const Node *n)
+{
+    size_t len = strlen(n->name);
+    return len >= 10 && !strcmp(n->name + len - 10, "@recompute");
+}
+
 double cg_step_flops(const Graph *g)
 {
     double f = 0;
-    for (int i = 0; i < g->nnode; i++) {
-        const Node *n = &g->node[i];
-        size_t len = strlen(n->name);
-        if (len >= 10 && !strcmp(n->name + len - 10, "@recompute"))
-            continue; /* activation recompute: hardware work, not the model's */
-        if (n->op == OP_MatMul || n->op == OP_MatMulAdd) {
-            const Shape *sa = &g->val[n->in[0]].shape, *sy = &g->val[n->out[0]].shape;
-            int ta = (int)ir_attr_i(n, "transA", 0);
-            f += 2.0 * (double)shape_numel(sy) * (double)sa->dim[sa->rank - (ta ? 2 : 1)];
-        } else if (n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad) {
-            /* the unfused chain's products: q kt and p v forward; dv, dp, dq, dkt backward (the backward's
-             * recomputed scores are the kernel's own work, not the model's, like a recompute) */
-            const int grad = n->op == OP_FusedAttentionGrad;
-            const Shape *q = &g->val[n->in[grad]].shape, *v = &g->val[n->in[grad + 2]].shape;
-            const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[v->rank - 2];
-            f += (grad ? 2.0 : 1.0) * 2.0 * ts * (double)(q->dim[q->rank - 1] + v->dim[v->rank - 1]);
-        } else if (n->op == OP_Conv || n->op == OP_ConvGrad) {
-            KConv2d p;
-            Shape xs = n->op == OP_Conv ? g->val[n->in[0]].shape : cg_attr_shape(n, "xshape");
-            Shape ws = n->op == OP_Conv ? g->val[n->in[1]].shape : cg_attr_shape(n, "wshape");
-            nn_conv_geom(g, n, &xs, &ws, &p);
-            /* one product: every output element sums c/groups x kh x kw taps */
-            double one = 2.0 * (double)(p.n * p.m * p.oh * p.ow) * (double)(p.c / p.groups * p.kh * p.kw);
-            int need = n->op == OP_Conv ? 1 : (int)ir_attr_i(n, "need", 0);
-            f += one * (double)((need & 1) + ((need & 2) != 0)); /* the forward, dx, dw: one product each */
-        }
-    }
+    for (int i = 0; i < g->nnode; i++)
+        if (!cg_is_recompute(&g->node[i])) /* activation recompute: hardware work, not the model's */
+            f += cg_node_flops(g, &g->node[i], 0);
     return f;
 }
 
@@ -121,10 +144,21 @@ static void report_params(FILE *f, const Graph *g)
     list_initializers(f, g, 0);
 }
 
-void cg_report(FILE *f, const Graph *g, int world)
+/* the prediction on hw (cost.c), in a line */
+static void report_cost(FILE *f, const Graph *g, int world, const CgHw *hw)
+{
+    CgCost c;
+    cg_cost(g, world, hw, &c);
+    fprintf(f, "predicted on %s (%s), world %d: step %.4g s (compute %.4g s, communication %.4g s, %.4g s of it "
+            "exposed); %.4g TFLOPS per device (model FLOPs; %.4g counting recompute), MFU %.1f %% of %.4g TFLOPS\n",
+            hw->name, *hw->description ? hw->description : "no description", world, c.step_s, c.compute_s,
+            c.comm_s, c.exposed_s, c.tflops, c.hw_tflops, 100 * c.mfu, c.peak / 1e12);
+}
+
+void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw)
 {
     report_params(f, g);
-    int F = group_size(g, world);
+    int F = cg_group_size(g, world);
     fprintf(f, "units (world %d, shard groups of %d):\n", world, F);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
@@ -146,4 +180,83 @@ void cg_report(FILE *f, const Graph *g, int world)
     fprintf(f, "  sent per step (ring algorithms)    %14lld B\n", (long long)p.sent);
     fprintf(f, "FLOPs per rank per step (matmuls and convolutions, forward and backward, no recompute): %.6g\n",
             cg_step_flops(g));
+    if (hw)
+        report_cost(f, g, world, hw);
+}
+
+/* s as a JSON string: control characters and bytes outside ASCII escaped (valid JSON whatever the bytes) */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c > 0x7e)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    fputc('"', f);
+}
+
+static void json_row(FILE *f, const CgRow *r, int hw, const char *indent)
+{
+    fprintf(f, "%s\"strategy\": ", indent);
+    json_str(f, r->strategy);
+    fprintf(f, ",\n%s\"peak_bytes_per_rank\": %lld,\n%s\"state_bytes_per_rank\": %lld,\n"
+            "%s\"sent_bytes_per_step\": %lld,\n", indent, (long long)r->plan.total, indent,
+            (long long)r->plan.state, indent, (long long)r->plan.sent);
+    if (!hw) {
+        fprintf(f, "%s\"step_time_s\": null,\n%s\"tflops_per_device\": null,\n%s\"mfu\": null", indent, indent,
+                indent);
+        return;
+    }
+    const CgCost *c = &r->cost;
+    fprintf(f, "%s\"step_time_s\": %.17g,\n%s\"compute_s\": %.17g,\n%s\"comm_s\": %.17g,\n"
+            "%s\"exposed_comm_s\": %.17g,\n%s\"tflops_per_device\": %.17g,\n%s\"hw_tflops_per_device\": %.17g,\n"
+            "%s\"mfu\": %.17g", indent, c->step_s, indent, c->compute_s, indent, c->comm_s, indent, c->exposed_s,
+            indent, c->tflops, indent, c->hw_tflops, indent, c->mfu);
+}
+
+void cg_report_json(const char *path, const Graph *g, int world, const CgHw *hw, const CgRow *row, int nrow,
+                    int self)
+{
+    char *tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        fatal("--report-json %s: cannot create %s: %s", ir_q(path), ir_q(tmp), strerror(errno));
+    fprintf(f, "{\n  \"model\": ");
+    json_str(f, g->opt->model);
+    fprintf(f, ",\n  \"target\": ");
+    json_str(f, g->opt->target);
+    fprintf(f, ",\n  \"world\": %d,\n  \"hw\": ", world);
+    if (hw)
+        json_str(f, hw->name);
+    else
+        fputs("null", f);
+    fprintf(f, ",\n  \"params\": %lld,\n  \"flops_per_step\": %.17g,\n", (long long)row[self].plan.params,
+            cg_step_flops(g));
+    if (hw)
+        fprintf(f, "  \"hw_flops_per_step\": %.17g,\n  \"peak_tflops\": %.17g,\n", row[self].cost.hw_flops,
+                row[self].cost.peak / 1e12);
+    json_row(f, &row[self], hw != NULL, "  ");
+    fprintf(f, ",\n  \"strategies\": [");
+    for (int i = 0; i < nrow; i++) {
+        fprintf(f, "%s\n    {\n", i ? "," : "");
+        json_row(f, &row[i], hw != NULL, "      ");
+        fprintf(f, "\n    }");
+    }
+    fprintf(f, "\n  ]\n}\n");
+    int bad = ferror(f) != 0;
+    bad |= fflush(f) != 0;
+    bad |= fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        unlink(tmp);
+        fatal("--report-json %s: write failed: %s", ir_q(path), strerror(errno));
+    }
+    if (rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        fatal("--report-json %s: cannot write: %s", ir_q(path), strerror(e));
+    }
 }

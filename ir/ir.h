@@ -218,6 +218,8 @@ typedef struct {
     const char *dump_after;  /* pass name or NULL */
     int report;
     int world;               /* --world N for --report (default 2) */
+    const char *hw;          /* --hw PROFILE: --report predicts the step on it (codegen/cost.c) */
+    const char *report_json; /* --report-json PATH */
     int verify;              /* run ir_verify after each pass (--verify, tests) */
     const char *cc;          /* C compiler for the generated step */
     const char *cpu;         /* --cpu: native or an x86-64 level (the step and kernels are built for it); NULL: native */
@@ -388,10 +390,42 @@ typedef struct {
     int64_t params, state, model_state, slots, total, sent;
 } CgPlan;
 void cg_plan(const Graph *g, int world, CgPlan *p);
-void cg_report(FILE *f, const Graph *g, int world);
+int cg_group_size(const Graph *g, int world);      /* ranks of a shard group: world, 1 (none) or hybrid's F */
+int64_t cg_coll_bytes(const Graph *g, const Node *n, int F); /* a gather's / reduce-scatter's whole flat buffer */
 /* FLOPs of one rank's step (one micro-step): 2 m n k per matmul, 2 per tap of every convolution output
  * (the forward, dx and dw each), activation recompute excluded: the model FLOPs of MFU */
 double cg_step_flops(const Graph *g);
+double cg_node_flops(const Graph *g, const Node *n, int hardware); /* hardware: with the work fsdpc redoes */
+int cg_is_recompute(const Node *n);               /* a node --recompute units cloned into the backward */
+/* cost.c: a machine as the cost model sees it (--hw NAME for a profile shipped in codegen/hw/, or a file
+ * written by --calibrate).  Rates in FLOP/s and bytes/s, times in seconds. */
+typedef struct {
+    char name[64], description[160];
+    int per_node;                                 /* devices (ranks) per node */
+    double peak[DT_COUNT];                        /* FLOP/s of non-GEMM work by dtype (0: not given) */
+    double peak_gemm[DT_COUNT];                   /* FLOP/s of GEMMs by dtype (float32: TF32 on GPUs) */
+    double gemm_eff, mem_bw, mem_eff, op_overhead;
+    double intra_bw, intra_lat, inter_bw, inter_lat; /* collectives: bus bandwidth, latency per ring step */
+} CgHw;
+void cg_hw_load(const char *name_or_path, CgHw *hw); /* fatal (one line) on a bad or unknown profile */
+/* the predicted step of one rank at world on hw: compute and communication streams as scheduled */
+typedef struct {
+    double step_s, compute_s, comm_s, exposed_s; /* exposed: time the step waits for a collective */
+    double flops, hw_flops;                      /* model FLOPs (cg_step_flops) and hardware FLOPs */
+    double tflops, hw_tflops, mfu, peak;         /* per device; mfu against peak (the GEMM dtype's) */
+} CgCost;
+void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c);
+/* --report: the build's units, memory, FLOPs (and with hw its predicted step) */
+void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw);
+/* --report-json PATH: the build's strategy row[self] at the top level and every row under "strategies"
+ * (time keys null without hw); written atomically */
+typedef struct {
+    const char *strategy;
+    CgPlan plan;
+    CgCost cost;
+} CgRow;
+void cg_report_json(const char *path, const Graph *g, int world, const CgHw *hw, const CgRow *row, int nrow,
+                    int self);
 void cg_build(const Graph *g);                    /* writes OUT.c, OUT.init, builds OUT (either target) */
 /* the directories of the runtime's headers and libraries the executables are built with: the build
  * tree's, $FSDPC_HOME's or the install prefix's (fatal when absent) */

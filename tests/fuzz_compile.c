@@ -2,7 +2,8 @@
  *
  * Each input is compiled as these two runs of fsdpc would compile it:
  *
- *   fsdpc IN --target cpu --loss mse:OUT0,fuzz.target --wrap size:10000 --verify --report --world 4 -o OUT
+ *   fsdpc IN --target cpu --loss mse:OUT0,fuzz.target --wrap size:10000 --verify --report --world 4 \
+ *         --hw a100-roce -o OUT
  *   fsdpc IN --target cpu --eval --verify -o OUT
  *
  * with every symbolic dim 2 (Options.dim_default).  OUT0 is the first graph output; without --loss when a graph output is the model's own loss
@@ -74,9 +75,11 @@ static void train(const uint8_t *data, size_t size)
         o.loss_pred = pred;
         o.loss_target = "fuzz.target";
     }
+    CgHw hw;
+    cg_hw_load("a100-roce", &hw);
     Graph *g = compile(&o);
-    cg_report(devnull, g, o.world);
-    compare_strategies(&o);
+    cg_report(devnull, g, o.world, &hw);
+    compare_strategies(&o, g, &hw);
     size_t len;
     const char *src = cg_source_cpu(g, &len);
     if (strlen(src) != len)

@@ -1,0 +1,292 @@
+/* cost.c — the predicted step: fsdpc --report --hw PROFILE.
+ *
+ * Reads the scheduled, memory-planned IR of one rank and a hardware profile
+ * (codegen/hw/NAME.hw, or a file --calibrate wrote) and replays the step as
+ * the runtime runs it: one compute stream running the nodes in order, one
+ * communication stream running the collectives in start order.
+ *   compute node   op_overhead + max(FLOPs / (peak_gemm[dtype] x
+ *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)):
+ *                  FLOPs of GEMMs and convolutions (cg_node_flops, with the
+ *                  work recompute adds), bytes read and written (every
+ *                  input and output once; a view moves none)
+ *   collective     starts when the compute stream reaches its start node
+ *                  and the communication stream is free; a gather or
+ *                  reduce-scatter of S bytes over a group of F ranks takes
+ *                  (F-1) latency + (F-1)/F S / busbw (NCCL's and MPI's ring
+ *                  algorithms); an all-reduce over R ranks 2(R-1) latency +
+ *                  2(R-1)/R S / busbw.  The inter-node bandwidth and latency
+ *                  apply when the group spans nodes (ranks are numbered node
+ *                  by node, devices_per_node to a node), else intra-node
+ *   Wait           the compute stream stalls until its collective is done:
+ *                  the exposed communication
+ * The step time is when both streams are done.  Not modelled: compute slowed
+ * by the collectives' own use of the device (NCCL's kernels take SMs), the
+ * data loader, the first step's set-up.
+ */
+#define _POSIX_C_SOURCE 200809L /* fileno, fsync */
+#include "cg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* the shipped profiles (codegen/hw/NAME.hw, embedded by codegen/embed.cmake) */
+extern const char *const fsdpc_hw_name[], *const fsdpc_hw_text[];
+extern const int fsdpc_hw_count;
+
+/* ---- the profile ------------------------------------------------------- */
+typedef struct {
+    const char *key;
+    size_t off;      /* into CgHw, a double (or per_node's int) */
+    double scale;    /* the file's unit to CgHw's */
+    int need;        /* 1: required; 0: optional */
+    double min;      /* smallest value allowed (> min when min is 0 and strict) */
+    int strict;      /* value > min (else >= min) */
+} Key;
+
+#define K(key, field, scale, need, min, strict) {key, offsetof(CgHw, field), scale, need, min, strict}
+static const Key keys[] = {
+    K("peak_tflops_f32", peak[DT_F32], 1e12, 1, 0, 1),
+    K("peak_tflops_f32_gemm", peak_gemm[DT_F32], 1e12, 0, 0, 1),
+    K("peak_tflops_bf16", peak_gemm[DT_BF16], 1e12, 0, 0, 1),
+    K("peak_tflops_f16", peak_gemm[DT_F16], 1e12, 0, 0, 1),
+    K("peak_tflops_f64", peak_gemm[DT_F64], 1e12, 0, 0, 1),
+    K("gemm_efficiency", gemm_eff, 1, 1, 0, 1),
+    K("mem_bw_gbs", mem_bw, 1e9, 1, 0, 1),
+    K("mem_efficiency", mem_eff, 1, 0, 0, 1),
+    K("op_overhead_us", op_overhead, 1e-6, 0, 0, 0),
+    K("intra_busbw_gbs", intra_bw, 1e9, 1, 0, 1),
+    K("intra_latency_us", intra_lat, 1e-6, 1, 0, 0),
+    K("inter_busbw_gbs", inter_bw, 1e9, 1, 0, 1),
+    K("inter_latency_us", inter_lat, 1e-6, 1, 0, 0),
+};
+#undef K
+enum { NKEY = sizeof keys / sizeof keys[0] };
+
+static void parse_profile(const char *text, const char *what, CgHw *hw)
+{
+    int seen[NKEY] = {0}, have_desc = 0, have_node = 0, line = 0;
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char buf[512];
+        line++;
+        if (len >= sizeof buf)
+            fatal("%s line %d: longer than %zu characters", what, line, sizeof buf - 1);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (e != NULL);
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = 0;
+        char *key = buf + strspn(buf, " \t\r"), *val = key + strcspn(key, " \t\r");
+        if (!*key)
+            continue;
+        if (*val)
+            *val++ = 0;
+        val += strspn(val, " \t\r");
+        for (char *t = val + strlen(val); t > val && strchr(" \t\r", t[-1]); t--)
+            t[-1] = 0;
+        for (const char *c = val; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+                fatal("%s line %d: '%s' holds a character outside printable ASCII", what, line, ir_q(key));
+        if (!*val)
+            fatal("%s line %d: '%s' has no value (a line is KEY VALUE)", what, line, ir_q(key));
+        if (!strcmp(key, "description")) {
+            if (have_desc++)
+                fatal("%s line %d: 'description' given twice", what, line);
+            snprintf(hw->description, sizeof hw->description, "%s", val);
+            continue;
+        }
+        char *end;
+        errno = 0;
+        double x = strtod(val, &end);
+        if (*end || errno || !isfinite(x))
+            fatal("%s line %d: '%s' of '%s' is not a number", what, line, ir_q(val), ir_q(key));
+        if (!strcmp(key, "devices_per_node")) {
+            if (have_node++)
+                fatal("%s line %d: 'devices_per_node' given twice", what, line);
+            if (x < 1 || x > 1 << 20 || x != floor(x))
+                fatal("%s line %d: devices_per_node %s is not an integer in [1, %d]", what, line, ir_q(val),
+                      1 << 20);
+            hw->per_node = (int)x;
+            continue;
+        }
+        int k = 0;
+        while (k < NKEY && strcmp(keys[k].key, key))
+            k++;
+        if (k == NKEY)
+            fatal("%s line %d: unknown key '%s' (see codegen/hw/a100-roce.hw for the keys)", what, line, ir_q(key));
+        if (seen[k]++)
+            fatal("%s line %d: '%s' given twice", what, line, keys[k].key);
+        if (keys[k].strict ? !(x > keys[k].min) : !(x >= keys[k].min))
+            fatal("%s line %d: %s must be %s %g, not %s", what, line, keys[k].key, keys[k].strict ? ">" : ">=",
+                  keys[k].min, ir_q(val));
+        if (strstr(keys[k].key, "efficiency") && x > 1)
+            fatal("%s line %d: %s is a share of the peak, in (0, 1], not %s", what, line, keys[k].key, ir_q(val));
+        *(double *)((char *)hw + keys[k].off) = x * keys[k].scale;
+    }
+    if (!have_node)
+        fatal("%s: 'devices_per_node' is missing", what);
+    for (int k = 0; k < NKEY; k++)
+        if (keys[k].need && !seen[k])
+            fatal("%s: '%s' is missing", what, keys[k].key);
+    if (!hw->peak_gemm[DT_F32])
+        hw->peak_gemm[DT_F32] = hw->peak[DT_F32];
+    if (!hw->mem_eff)
+        hw->mem_eff = 1;
+}
+
+void cg_hw_load(const char *arg, CgHw *hw)
+{
+    memset(hw, 0, sizeof *hw);
+    if (!strchr(arg, '/') && !strstr(arg, ".hw")) { /* a shipped profile by name */
+        for (int i = 0; i < fsdpc_hw_count; i++)
+            if (!strncmp(fsdpc_hw_name[i], arg, strlen(arg)) && !strcmp(fsdpc_hw_name[i] + strlen(arg), ".hw")) {
+                snprintf(hw->name, sizeof hw->name, "%s", arg);
+                parse_profile(fsdpc_hw_text[i], ir_fmt("--hw %s", arg), hw);
+                return;
+            }
+        Buf names = {0};
+        for (int i = 0; i < fsdpc_hw_count; i++)
+            cg_put(&names, "%s%.*s", i ? ", " : "", (int)(strlen(fsdpc_hw_name[i]) - 3), fsdpc_hw_name[i]);
+        fatal("--hw %s: no such profile (shipped: %s; or a file, e.g. one fsdpc --calibrate wrote: --hw ./NAME.hw)",
+              ir_q(arg), names.buf ? names.buf : "none");
+    }
+    FILE *f = fopen(arg, "rb");
+    struct stat st;
+    if (!f)
+        fatal("--hw %s: %s", ir_q(arg), strerror(errno));
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size > 65536)
+        fatal("--hw %s: not a regular file of at most 64 KiB", ir_q(arg));
+    char *text = ir_alloc((size_t)st.st_size + 1);
+    size_t got = fread(text, 1, (size_t)st.st_size, f);
+    fclose(f);
+    if (got != (size_t)st.st_size)
+        fatal("--hw %s: read failed", ir_q(arg));
+    if (memchr(text, 0, got))
+        fatal("--hw %s: a NUL byte: not a text profile", ir_q(arg));
+    const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
+    size_t n = strlen(base) > 3 && !strcmp(base + strlen(base) - 3, ".hw") ? strlen(base) - 3 : strlen(base);
+    snprintf(hw->name, sizeof hw->name, "%.*s", (int)(n < 63 ? n : 63), base);
+    parse_profile(text, ir_fmt("--hw %s", ir_q(arg)), hw);
+}
+
+/* ---- the model ---------------------------------------------------------- */
+static double bytes_of(const Graph *g, int v)
+{
+    return (double)value_numel(g, v) * (double)dtype_size(g->val[v].dtype);
+}
+
+/* bytes a node reads and writes: each distinct input and output once */
+static double node_bytes(const Graph *g, const Node *n)
+{
+    double b = 0;
+    for (int k = 0; k < n->nin + n->nout; k++) {
+        int v = k < n->nin ? n->in[k] : n->out[k - n->nin], dup = v < 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = (j < n->nin ? n->in[j] : n->out[j - n->nin]) == v;
+        if (!dup)
+            b += bytes_of(g, v);
+    }
+    return b;
+}
+
+/* the dtype a GEMM-like node computes in: its first operand's */
+static DType gemm_dtype(const Graph *g, const Node *n)
+{
+    return g->val[n->in[n->op == OP_FusedAttentionGrad]].dtype;
+}
+
+static double need_peak(const CgHw *hw, DType dt)
+{
+    static const char *const names[DT_COUNT] = {[DT_F32] = "f32_gemm", [DT_F64] = "f64", [DT_BF16] = "bf16",
+                                                [DT_F16] = "f16"};
+    if (dt <= DT_UNDEF || dt >= DT_COUNT || !hw->peak_gemm[dt])
+        fatal("--hw: profile %s gives no peak_tflops_%s, and the model computes its GEMMs in %s", hw->name,
+              names[dt] ? names[dt] : "?", dtype_name(dt));
+    return hw->peak_gemm[dt];
+}
+
+static double compute_time(const Graph *g, const Node *n, const CgHw *hw, double *hw_flops)
+{
+    if ((op_info[n->op].flags & F_VIEW) && g->val[n->out[0]].alias_of >= 0)
+        return 0; /* a view: no kernel */
+    if (n->op == OP_Free || n->op == OP_Wait)
+        return 0;
+    double f = cg_node_flops(g, n, 1), t = node_bytes(g, n) / (hw->mem_bw * hw->mem_eff);
+    if (f > 0) {
+        double tc = f / (need_peak(hw, gemm_dtype(g, n)) * hw->gemm_eff);
+        t = tc > t ? tc : t;
+        *hw_flops += f;
+    }
+    return hw->op_overhead + t;
+}
+
+/* a ring collective: steps latencies + the bytes a rank moves over the bus bandwidth; spans: across nodes */
+static double ring(const CgHw *hw, int spans, int steps, double moved)
+{
+    return steps * (spans ? hw->inter_lat : hw->intra_lat) + moved / (spans ? hw->inter_bw : hw->intra_bw);
+}
+
+static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw)
+{
+    int F = cg_group_size(g, world), R = world / F;
+    if (n->op == OP_AllReduce)
+        return world < 2 ? 0 : hw->op_overhead + ring(hw, world > hw->per_node, 2 * (world - 1),
+                                                      2.0 * (world - 1) / world * bytes_of(g, n->in[0]));
+    const Unit *un = &g->unit[n->unit];
+    double len = (double)((un->numel + F - 1) / F);
+    /* the dtype on the wire: the gathered one, the reduced one (--reduce-dtype's copy when there is one) */
+    int wire = n->op == OP_AllGather ? n->out[0] : n->nout > 1 && n->out[1] >= 0 ? n->out[1] : n->in[0];
+    double S = len * F * (double)dtype_size(g->val[wire].dtype), t = hw->op_overhead;
+    if (F > 1)
+        t += ring(hw, F > hw->per_node, F - 1, (F - 1.0) / F * S);
+    if (n->op == OP_ReduceScatter && R > 1) /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
+        t += ring(hw, (int64_t)(R - 1) * F >= hw->per_node, 2 * (R - 1), 2.0 * (R - 1) / R * (S / F));
+    return t;
+}
+
+void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
+{
+    memset(c, 0, sizeof *c);
+    double *done = ir_alloc(sizeof(double) * (size_t)(g->ncoll + 1)), tc = 0, tcomm = 0;
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        if (op_info[n->op].flags & F_COLL) {
+            int tag = (int)ir_attr_i(n, "tag", -1);
+            if (tag < 0 || tag >= g->ncoll)
+                die("cost: a collective without a tag");
+            double d = coll_time(g, n, world, hw);
+            tcomm = (tcomm > tc ? tcomm : tc) + d;
+            done[tag] = tcomm;
+            c->comm_s += d;
+        } else if (n->op == OP_Wait) {
+            int tag = (int)ir_attr_i(n, "tag", -1);
+            if (tag < 0 || tag >= g->ncoll)
+                die("cost: a Wait without a tag");
+            if (done[tag] > tc) {
+                c->exposed_s += done[tag] - tc;
+                tc = done[tag];
+            }
+        } else {
+            double d = compute_time(g, n, hw, &c->hw_flops);
+            tc += d;
+            c->compute_s += d;
+        }
+    }
+    c->step_s = tc > tcomm ? tc : tcomm;
+    c->flops = cg_step_flops(g);
+    DType dt = g->opt->precision == PREC_BF16 ? DT_BF16 : g->opt->precision == PREC_FP16 ? DT_F16
+             : g->nunit ? g->unit[0].dtype : DT_F32;
+    c->peak = need_peak(hw, dt);
+    if (c->step_s > 0) {
+        c->tflops = c->flops / c->step_s / 1e12;
+        c->hw_tflops = c->hw_flops / c->step_s / 1e12;
+        c->mfu = c->flops / c->step_s / c->peak;
+    }
+}

@@ -1,0 +1,195 @@
+"""fsdpc --report --hw: the cost model's predicted step against hand counts, and its JSON report.
+
+usage: plan.py FSDPC WORKDIR EXAMPLES_DIR
+
+Models: a one-MatMul model (y = x @ W, mse loss; x [64, 256], W [256, 128]) and the demo GPT
+(examples/gpt.onnx, batch 8).  Profiles are written here with round numbers so that every term of
+codegen/cost.c can be counted by hand:
+  - compute-bound (peak 1 TFLOP/s, memory and links 1e9 GB/s, no overheads): the MatMul model's compute
+    time is its hardware FLOPs over the peak, within 1e-6, and those FLOPs are 2 x 64 x 256 x 128 for the
+    forward and again for dW (x needs no gradient);
+  - link-bound (FLOPs and memory 1e9 times faster than the links): at world 4 FULL_SHARD its
+    communication time is the plan's bytes sent over the bus bandwidth (plus the loss's all-reduce); with
+    2 devices per node and inter-node links half as fast, hybrid:2's gathers and reduce-scatters stay
+    inside a node and its all-reduce over the replicas crosses nodes, each term as counted from the
+    report's unit sizes;
+  - every rate doubled halves the step time exactly (no latencies, no overheads);
+  - the GPT on a100-roce at world 4: step >= compute, exposed <= communication, prefetch none exposes
+    more communication than backward_pre, TFLOPS = FLOPs / step, MFU = TFLOPS / the bf16 peak with
+    --precision bf16;
+  - --report-json's keys (step_time_s, tflops_per_device, peak_bytes_per_rank, strategy, ...) for the build's
+    strategy and every strategy, equal to the text report's table; null times without --hw;
+  - bad profiles and flags are one line and exit 1: unknown name, missing file, unknown or repeated key,
+    missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report.
+"""
+import json
+import os
+import re
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, run
+
+fsdpc, work, examples = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+
+B, K, N = 64, 256, 128
+W = np.random.default_rng(0).standard_normal((K, N)).astype(np.float32)
+g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, K])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, N])],
+                      [numpy_helper.from_array(W, "W")])
+mm = os.path.join(work, "mm.onnx")
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), mm)
+gpt = os.path.join(examples, "gpt.onnx")
+GPT = [gpt, "--loss", "cross_entropy:logits,labels", "--dim", "batch=8"]
+MM = [mm, "--loss", "mse:y,target"]
+
+
+def profile(name, **kv):
+    base = dict(devices_per_node=8, peak_tflops_f32=1, gemm_efficiency=1, mem_bw_gbs=1e9, op_overhead_us=0,
+                intra_busbw_gbs=1e9, intra_latency_us=0, inter_busbw_gbs=1e9, inter_latency_us=0)
+    base.update(kv)
+    path = os.path.join(work, name + ".hw")
+    with open(path, "w") as f:
+        f.write("# written by tests/py/plan.py\ndescription %s\n" % name)
+        for k, v in base.items():
+            f.write("%s %r\n" % (k, v))
+    return path
+
+
+def report(model, world, hw=None, extra=()):
+    out = os.path.join(work, "r.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    cmd = [fsdpc] + model + ["--target", "cpu", "--report", "--world", str(world), "--report-json", out] + list(extra)
+    if hw:
+        cmd += ["--hw", hw]
+    p = run(cmd)
+    with open(out) as f:
+        return json.load(f), p.stdout
+
+
+def close(a, b, tol, what):
+    check(abs(a - b) <= tol * max(abs(a), abs(b), 1e-300), "%s: %.12g vs %.12g (tolerance %g)" % (what, a, b, tol))
+
+
+# compute-bound: the MatMul model's FLOPs over the peak
+r, _ = report(MM, 1, profile("compute", peak_tflops_f32=1))
+flops = 2.0 * B * K * N * 2
+close(r["flops_per_step"], flops, 0, "model FLOPs of x @ W (forward and dW)")
+close(r["hw_flops_per_step"], flops, 0, "hardware FLOPs (nothing recomputed)")
+close(r["compute_s"], flops / 1e12, 1e-6, "compute time = FLOPs / peak")
+close(r["comm_s"], 0, 0, "world 1: no communication")
+close(r["step_time_s"], r["compute_s"], 1e-12, "world 1: step = compute")
+close(r["tflops_per_device"], flops / r["step_time_s"] / 1e12, 1e-12, "TFLOPS = FLOPs / step")
+close(r["mfu"], r["tflops_per_device"] / 1.0, 1e-12, "MFU against the 1 TFLOP/s peak")
+
+# gemm_efficiency scales the GEMM term
+r2, _ = report(MM, 1, profile("half", peak_tflops_f32=1, gemm_efficiency=0.5))
+close(r2["compute_s"], 2 * r["compute_s"], 1e-6, "gemm_efficiency 0.5 doubles the compute time")
+
+
+def units(text):
+    """the report's unit sizes (elements)"""
+    return [int(m.group(1)) for m in re.finditer(r"params\s+(\d+) elements", text)]
+
+
+# link-bound: communication = bytes over the bus bandwidth
+fast = dict(peak_tflops_f32=1e9, mem_bw_gbs=1e12)
+r, text = report(MM, 4, profile("links", intra_busbw_gbs=1, inter_busbw_gbs=1, **fast))
+# the scalars all-reduced over 4 ranks (the loss, the squared gradient norm), one float32 each
+nar = run([fsdpc] + MM + ["--target", "cpu", "--dump-after", "memplan"]).stdout.count("= AllReduce ")
+check(nar == 2, "the loss and the gradient norm all-reduced: %d AllReduce nodes" % nar)
+loss_ar = nar * 2 * 3 / 4 * 4
+close(r["comm_s"], (r["sent_bytes_per_step"] + loss_ar) / 1e9, 1e-9, "world 4 full: comm = bytes sent / busbw")
+check(r["step_time_s"] >= r["comm_s"] and r["exposed_comm_s"] <= r["comm_s"] * (1 + 1e-12),
+      "the step outlasts its communication, and exposes no more than it")
+close(r["step_time_s"], r["comm_s"], 1e-3, "link-bound: the step is its communication")
+n = units(text)
+check(n == [K * N], "one unit of W's %d elements: %s" % (K * N, n))
+S = 4 * K * N  # the flat float32 buffer (K N divides by 2 and 4: no padding)
+# hybrid:2 at world 4, 2 devices per node, inter-node links at half speed
+r, _ = report(MM + ["--shard", "hybrid:2"], 4,
+              profile("nodes", devices_per_node=2, intra_busbw_gbs=1, inter_busbw_gbs=0.5, **fast))
+inside = (S / 2 + S / 2) / 1e9                      # gather + reduce-scatter in the group of 2: (F-1)/F S each
+across = 2 * (2 - 1) / 2 * (S / 2) / 0.5e9          # the shard all-reduced over the 2 replicas, across nodes
+close(r["comm_s"], inside + across + loss_ar / 0.5e9, 1e-9, "hybrid:2: group inside a node, replicas across")
+check(r["strategy"] == "hybrid:2", "the build's strategy: %s" % r["strategy"])
+
+# every rate doubled: the step halves
+r1, _ = report(GPT, 4, profile("rates1", peak_tflops_f32=0.05, mem_bw_gbs=5, intra_busbw_gbs=0.5))
+r2, _ = report(GPT, 4, profile("rates2", peak_tflops_f32=0.1, mem_bw_gbs=10, intra_busbw_gbs=1))
+close(r2["step_time_s"], r1["step_time_s"] / 2, 1e-9, "every rate doubled halves the step")
+
+# a shipped profile on the GPT, bf16, world 4; the text table equals the JSON
+r, text = report(GPT + ["--precision", "bf16"], 4, "a100-roce")
+check(r["hw"] == "a100-roce" and r["world"] == 4 and r["strategy"] == "full", "header: %s" % r)
+close(r["peak_tflops"], 312, 0, "bf16 peak of a100-roce")
+close(r["tflops_per_device"], r["flops_per_step"] / r["step_time_s"] / 1e12, 1e-12, "TFLOPS")
+close(r["mfu"], r["tflops_per_device"] / 312, 1e-12, "MFU against the bf16 peak")
+check(r["step_time_s"] >= r["compute_s"] and r["exposed_comm_s"] <= r["comm_s"], "step >= compute, exposed <= comm")
+names = [s["strategy"] for s in r["strategies"]]
+check(names == ["full", "grad_op", "none", "hybrid:2"], "every strategy: %s" % names)
+for s in r["strategies"]:
+    for k in ("step_time_s", "tflops_per_device", "peak_bytes_per_rank", "mfu", "exposed_comm_s", "compute_s",
+              "comm_s", "sent_bytes_per_step", "state_bytes_per_rank"):
+        check(k in s, "key %s in %s" % (k, s["strategy"]))
+    m = re.search(r"^\s+%s\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$" % re.escape(s["strategy"]), text,
+                  re.M)
+    check(m is not None, "the table has a row for %s" % s["strategy"])
+    check(int(m.group(1)) == s["peak_bytes_per_rank"] and int(m.group(3)) == s["sent_bytes_per_step"],
+          "table and JSON agree on %s's bytes" % s["strategy"])
+    close(float(m.group(4)), s["step_time_s"], 1e-3, "table and JSON agree on %s's step" % s["strategy"])
+check(r["strategies"][0]["step_time_s"] == r["step_time_s"], "the top level is the build's row")
+check(re.search(r"^predicted on a100-roce \(A100-SXM4-80GB.*world 4: step ", text, re.M), "the prediction line")
+
+# prefetch: slow links, the GPT at world 4: none waits longer than backward_pre
+slow = profile("slow", peak_tflops_f32=0.02, mem_bw_gbs=20, intra_busbw_gbs=0.2, intra_latency_us=10,
+               op_overhead_us=1)
+pre, _ = report(GPT + ["--wrap", "blocks"], 4, slow)
+none, _ = report(GPT + ["--wrap", "blocks", "--prefetch", "none"], 4, slow)
+check(none["exposed_comm_s"] > pre["exposed_comm_s"] * 1.05 and none["step_time_s"] > pre["step_time_s"],
+      "prefetch none exposes more: %.6g vs %.6g s" % (none["exposed_comm_s"], pre["exposed_comm_s"]))
+close(none["comm_s"], pre["comm_s"], 1e-9, "the same collectives either way")
+
+# without --hw: the plan, times null
+r, _ = report(GPT, 2)
+check(r["hw"] is None and r["step_time_s"] is None and r["tflops_per_device"] is None and
+      r["peak_bytes_per_rank"] > 0 and r["strategy"] == "full", "no --hw: %s" % r)
+
+# bad profiles and flags: one line, exit 1
+def bad(args, want):
+    p = run([fsdpc] + GPT + ["--target", "cpu"] + args, check=False)
+    lines = p.stderr.strip().split("\n")
+    check(p.returncode == 1 and len(lines) == 1 and re.search(want, lines[0]),
+          "%s: rc %d, stderr %r (wanted %r)" % (args, p.returncode, p.stderr, want))
+
+
+def text_profile(name, body):
+    path = os.path.join(work, name)
+    with open(path, "wb") as f:
+        f.write(body)
+    return path
+
+
+good = open(profile("good"), "rb").read()
+bad(["--report", "--hw", "tpu-v9"], r"--hw tpu-v9: no such profile \(shipped: a100-roce, h100-ib")
+bad(["--report", "--hw", os.path.join(work, "absent.hw")], r"absent\.hw.*No such file")
+bad(["--report", "--hw", text_profile("k.hw", good + b"peak_tflops_f33 1\n")], r"unknown key 'peak_tflops_f33'")
+bad(["--report", "--hw", text_profile("d.hw", good + b"mem_bw_gbs 3\n")], r"'mem_bw_gbs' given twice")
+bad(["--report", "--hw", text_profile("m.hw", re.sub(rb"mem_bw_gbs.*\n", b"", good))], r"'mem_bw_gbs' is missing")
+bad(["--report", "--hw", text_profile("n.hw", good.replace(b"gemm_efficiency 1", b"gemm_efficiency fast"))],
+    r"'fast' of 'gemm_efficiency' is not a number")
+bad(["--report", "--hw", text_profile("e.hw", good.replace(b"gemm_efficiency 1", b"gemm_efficiency 1.5"))],
+    r"gemm_efficiency is a share of the peak")
+bad(["--report", "--hw", text_profile("z.hw", good + b"\0")], r"a NUL byte")
+bad(["--report", "--hw", text_profile("neg.hw", good.replace(b"intra_latency_us 0", b"intra_latency_us -1"))],
+    r"intra_latency_us must be >= 0")
+bad(["--hw", "a100-roce", "-o", os.path.join(work, "x")], r"--hw a100-roce: the profile is for --report")
+bad(["--report", "--hw", text_profile("f64.hw", good)] + ["--precision", "bf16"],
+    r"profile f64 gives no peak_tflops_bf16, and the model computes its GEMMs in bf16")
+print("plan: ok")
