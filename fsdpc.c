@@ -72,6 +72,10 @@ static const char *usage =
     "                          communication of every strategy on PROFILE: a shipped one (a100-roce,\n"
     "                          h100-ib) or a profile file (e.g. one fsdpc --calibrate wrote)\n"
     "  --report-json PATH      --report, also written to PATH as JSON\n"
+    "  --calibrate [-o PATH] [--world N]\n"
+    "                          measure this machine (GEMMs, memory, fsdpc's kernels, the collectives on N\n"
+    "                          ranks started by mpirun, default 2) and write its profile for --hw (default\n"
+    "                          calibrated.hw); no model\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
@@ -259,6 +263,8 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--report-json")) {
             o->report_json = VALUE();
             o->report = 1;
+        } else if (!strcmp(a, "--calibrate")) {
+            o->calibrate = 1;
         } else if (!strcmp(a, "--world")) {
             o->world = (int)parse_int("--world", VALUE(), 1);
         } else if (!strcmp(a, "--verify")) {
@@ -275,6 +281,12 @@ static void parse_args(Options *o, int argc, char **argv)
             o->model = a;
         }
 #undef VALUE
+    }
+    if (o->calibrate) {
+        if (o->model || o->report || o->dump_after || o->eval || o->hw)
+            fatal("--calibrate measures this machine: it takes no model and no other action (-o PATH, --world N, "
+                  "--cc)");
+        return;
     }
     if (!o->model)
         fatal("no model given (see --help)");
@@ -416,6 +428,10 @@ int main(int argc, char **argv)
 {
     Options o = {0};
     parse_args(&o, argc, argv);
+    if (o.calibrate) {
+        cg_calibrate(o.out ? o.out : "calibrated.hw", o.world, o.cc);
+        return 0;
+    }
     CgHw hw;
     if (o.hw)
         cg_hw_load(o.hw, &hw);

@@ -16,9 +16,14 @@
  *                  algorithms); an all-reduce over R ranks 2(R-1) latency +
  *                  2(R-1)/R S / busbw.  The inter-node bandwidth and latency
  *                  apply when the group spans nodes (ranks are numbered node
- *                  by node, devices_per_node to a node), else intra-node
+ *                  by node, devices_per_node to a node), else intra-node;
+ *                  reductions at the profile's *_rs_* rates where it gives
+ *                  them (MPI's reduce-scatter on the cpu target is an
+ *                  all-reduce: slower than its all-gather)
  *   Wait           the compute stream stalls until its collective is done:
- *                  the exposed communication
+ *                  the exposed communication (with comm_overlap 0, as the
+ *                  cpu target runs them without a core for its
+ *                  communication thread, at the start node itself)
  * The step time is when both streams are done.  Not modelled: compute slowed
  * by the collectives' own use of the device (NCCL's kernels take SMs), the
  * data loader, the first step's set-up.
@@ -63,6 +68,11 @@ static const Key keys[] = {
     K("intra_latency_us", intra_lat, 1e-6, 1, 0, 0),
     K("inter_busbw_gbs", inter_bw, 1e9, 1, 0, 1),
     K("inter_latency_us", inter_lat, 1e-6, 1, 0, 0),
+    K("comm_overlap", overlap, 1, 0, 0, 0),
+    K("intra_rs_busbw_gbs", rs_intra_bw, 1e9, 0, 0, 1),
+    K("intra_rs_latency_us", rs_intra_lat, 1e-6, 0, 0, 0),
+    K("inter_rs_busbw_gbs", rs_inter_bw, 1e9, 0, 0, 1),
+    K("inter_rs_latency_us", rs_inter_lat, 1e-6, 0, 0, 0),
 };
 #undef K
 enum { NKEY = sizeof keys / sizeof keys[0] };
@@ -70,6 +80,8 @@ enum { NKEY = sizeof keys / sizeof keys[0] };
 static void parse_profile(const char *text, const char *what, CgHw *hw)
 {
     int seen[NKEY] = {0}, have_desc = 0, have_node = 0, line = 0;
+    hw->rs_intra_lat = hw->rs_inter_lat = -1; /* not given */
+    hw->overlap = 1;
     for (const char *p = text; *p;) {
         const char *e = strchr(p, '\n');
         size_t len = e ? (size_t)(e - p) : strlen(p);
@@ -137,8 +149,19 @@ static void parse_profile(const char *text, const char *what, CgHw *hw)
             fatal("%s: '%s' is missing", what, keys[k].key);
     if (!hw->peak_gemm[DT_F32])
         hw->peak_gemm[DT_F32] = hw->peak[DT_F32];
+    /* reduce-scatters and all-reduces: as gathers unless the profile says otherwise */
+    if (!hw->rs_intra_bw)
+        hw->rs_intra_bw = hw->intra_bw;
+    if (!hw->rs_inter_bw)
+        hw->rs_inter_bw = hw->inter_bw;
+    if (hw->rs_intra_lat < 0)
+        hw->rs_intra_lat = hw->intra_lat;
+    if (hw->rs_inter_lat < 0)
+        hw->rs_inter_lat = hw->inter_lat;
     if (!hw->mem_eff)
         hw->mem_eff = 1;
+    if (hw->overlap != 0 && hw->overlap != 1)
+        fatal("%s: comm_overlap is 1 (collectives beside the compute) or 0 (inside it)", what);
 }
 
 void cg_hw_load(const char *arg, CgHw *hw)
@@ -212,7 +235,7 @@ static double need_peak(const CgHw *hw, DType dt)
     return hw->peak_gemm[dt];
 }
 
-static double compute_time(const Graph *g, const Node *n, const CgHw *hw, double *hw_flops)
+static double compute_time(const Graph *g, const Node *n, const CgHw *hw, CgCost *c)
 {
     if ((op_info[n->op].flags & F_VIEW) && g->val[n->out[0]].alias_of >= 0)
         return 0; /* a view: no kernel */
@@ -222,22 +245,29 @@ static double compute_time(const Graph *g, const Node *n, const CgHw *hw, double
     if (f > 0) {
         double tc = f / (need_peak(hw, gemm_dtype(g, n)) * hw->gemm_eff);
         t = tc > t ? tc : t;
-        *hw_flops += f;
+        c->hw_flops += f;
+        c->gemm_s += t;
+    } else {
+        c->other_s += t;
     }
+    c->overhead_s += hw->op_overhead;
     return hw->op_overhead + t;
 }
 
-/* a ring collective: steps latencies + the bytes a rank moves over the bus bandwidth; spans: across nodes */
-static double ring(const CgHw *hw, int spans, int steps, double moved)
+/* a ring collective: steps latencies + the bytes a rank moves over the bus bandwidth; spans: across nodes;
+ * rs: a reduction (reduce-scatter, all-reduce), whose rates the profile may give apart */
+static double ring(const CgHw *hw, int spans, int rs, int steps, double moved)
 {
-    return steps * (spans ? hw->inter_lat : hw->intra_lat) + moved / (spans ? hw->inter_bw : hw->intra_bw);
+    double lat = rs ? (spans ? hw->rs_inter_lat : hw->rs_intra_lat) : spans ? hw->inter_lat : hw->intra_lat;
+    double bw = rs ? (spans ? hw->rs_inter_bw : hw->rs_intra_bw) : spans ? hw->inter_bw : hw->intra_bw;
+    return steps * lat + moved / bw;
 }
 
 static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw)
 {
     int F = cg_group_size(g, world), R = world / F;
     if (n->op == OP_AllReduce)
-        return world < 2 ? 0 : hw->op_overhead + ring(hw, world > hw->per_node, 2 * (world - 1),
+        return world < 2 ? 0 : hw->op_overhead + ring(hw, world > hw->per_node, 1, 2 * (world - 1),
                                                       2.0 * (world - 1) / world * bytes_of(g, n->in[0]));
     const Unit *un = &g->unit[n->unit];
     double len = (double)((un->numel + F - 1) / F);
@@ -245,9 +275,9 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     int wire = n->op == OP_AllGather ? n->out[0] : n->nout > 1 && n->out[1] >= 0 ? n->out[1] : n->in[0];
     double S = len * F * (double)dtype_size(g->val[wire].dtype), t = hw->op_overhead;
     if (F > 1)
-        t += ring(hw, F > hw->per_node, F - 1, (F - 1.0) / F * S);
+        t += ring(hw, F > hw->per_node, n->op == OP_ReduceScatter, F - 1, (F - 1.0) / F * S);
     if (n->op == OP_ReduceScatter && R > 1) /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
-        t += ring(hw, (int64_t)(R - 1) * F >= hw->per_node, 2 * (R - 1), 2.0 * (R - 1) / R * (S / F));
+        t += ring(hw, (int64_t)(R - 1) * F >= hw->per_node, 1, 2 * (R - 1), 2.0 * (R - 1) / R * (S / F));
     return t;
 }
 
@@ -265,6 +295,10 @@ void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
             tcomm = (tcomm > tc ? tcomm : tc) + d;
             done[tag] = tcomm;
             c->comm_s += d;
+            if (!hw->overlap) { /* run inside the step: the compute stream waits for it at once */
+                c->exposed_s += tcomm - tc;
+                tc = tcomm;
+            }
         } else if (n->op == OP_Wait) {
             int tag = (int)ir_attr_i(n, "tag", -1);
             if (tag < 0 || tag >= g->ncoll)
@@ -274,7 +308,7 @@ void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
                 tc = done[tag];
             }
         } else {
-            double d = compute_time(g, n, hw, &c->hw_flops);
+            double d = compute_time(g, n, hw, c);
             tc += d;
             c->compute_s += d;
         }

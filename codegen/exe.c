@@ -557,6 +557,50 @@ static void remove_tree(const char *dir, int nimage)
     rmdir(dir);
 }
 
+/* fsdpc --calibrate: build the calibration executable (runtime/calibrate.c) as an executable of the cpu
+ * target is built, and run it on world ranks (mpirun; alone for 1); it writes the profile out */
+void cg_calibrate(const char *out, int world, const char *cc)
+{
+    g_cc = cc;
+    cg_cuda = 0;
+    const char *t = getenv("TMPDIR");
+    char *dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp");
+    if (!mkdtemp(dir))
+        fatal("%s: cannot create a temporary directory: %s", dir, strerror(errno));
+    const char *src = ir_fmt("%s/calibrate.c", dir), *exe = ir_fmt("%s/calibrate", dir);
+    FILE *f = fopen(src, "w");
+    const char *kname;
+    cpu_kernels("native", &kname);
+    if (!f || fprintf(f, "#include \"rt.h\"\nint main(int argc, char **argv) { return rt_calibrate(argc, argv, \"%s\"); "
+                      "}\n", kname) < 0 || fclose(f))
+        fatal("%s: cannot write: %s", src, strerror(errno));
+    run_cc(src, NULL, exe, "native");
+    char *argv[8];
+    int n = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (world > 1) {
+        argv[n++] = (char *)(*FSDPC_MPIEXEC ? FSDPC_MPIEXEC : "mpirun");
+        argv[n++] = "-np";
+        argv[n++] = ir_fmt("%d", world);
+        if (cores > 0 && world > cores) /* Open MPI refuses more ranks than cores without it */
+            argv[n++] = "--oversubscribe";
+    }
+    argv[n++] = (char *)exe;
+    argv[n++] = (char *)out;
+    argv[n] = NULL;
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ), st = 0;
+    if (rc)
+        fatal("--calibrate: cannot run %s: %s", argv[0], strerror(rc));
+    int ok = waitpid(pid, &st, 0) >= 0 && WIFEXITED(st) && !WEXITSTATUS(st);
+    unlink(exe);
+    unlink(src);
+    rmdir(dir);
+    if (!ok)
+        fatal("--calibrate: the measurement on %d rank%s failed (%s exit status %d): see its message above", world,
+              world > 1 ? "s" : "", argv[0], WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 const char *cg_source_cpu(const Graph *g, size_t *len)
 {
     cg_cuda = 0;

@@ -149,10 +149,11 @@ static void report_cost(FILE *f, const Graph *g, int world, const CgHw *hw)
 {
     CgCost c;
     cg_cost(g, world, hw, &c);
-    fprintf(f, "predicted on %s (%s), world %d: step %.4g s (compute %.4g s, communication %.4g s, %.4g s of it "
-            "exposed); %.4g TFLOPS per device (model FLOPs; %.4g counting recompute), MFU %.1f %% of %.4g TFLOPS\n",
-            hw->name, *hw->description ? hw->description : "no description", world, c.step_s, c.compute_s,
-            c.comm_s, c.exposed_s, c.tflops, c.hw_tflops, 100 * c.mfu, c.peak / 1e12);
+    fprintf(f, "predicted on %s (%s), world %d: step %.4g s (compute %.4g s: GEMMs %.4g, other kernels %.4g, "
+            "per-kernel cost %.4g; communication %.4g s, %.4g s of it exposed); %.4g TFLOPS per device (model FLOPs; "
+            "%.4g with the work recompute adds), MFU %.1f %% of %.4g TFLOPS\n",
+            hw->name, *hw->description ? hw->description : "no description", world, c.step_s, c.compute_s, c.gemm_s,
+            c.other_s, c.overhead_s, c.comm_s, c.exposed_s, c.tflops, c.hw_tflops, 100 * c.mfu, c.peak / 1e12);
 }
 
 void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw)
@@ -211,6 +212,8 @@ static void json_row(FILE *f, const CgRow *r, int hw, const char *indent)
         return;
     }
     const CgCost *c = &r->cost;
+    fprintf(f, "%s\"gemm_s\": %.17g,\n%s\"other_kernels_s\": %.17g,\n%s\"overhead_s\": %.17g,\n", indent, c->gemm_s,
+            indent, c->other_s, indent, c->overhead_s);
     fprintf(f, "%s\"step_time_s\": %.17g,\n%s\"compute_s\": %.17g,\n%s\"comm_s\": %.17g,\n"
             "%s\"exposed_comm_s\": %.17g,\n%s\"tflops_per_device\": %.17g,\n%s\"hw_tflops_per_device\": %.17g,\n"
             "%s\"mfu\": %.17g", indent, c->step_s, indent, c->compute_s, indent, c->comm_s, indent, c->exposed_s,

@@ -220,6 +220,7 @@ typedef struct {
     int world;               /* --world N for --report (default 2) */
     const char *hw;          /* --hw PROFILE: --report predicts the step on it (codegen/cost.c) */
     const char *report_json; /* --report-json PATH */
+    int calibrate;           /* --calibrate: measure this machine, write a profile (-o) */
     int verify;              /* run ir_verify after each pass (--verify, tests) */
     const char *cc;          /* C compiler for the generated step */
     const char *cpu;         /* --cpu: native or an x86-64 level (the step and kernels are built for it); NULL: native */
@@ -405,12 +406,15 @@ typedef struct {
     double peak[DT_COUNT];                        /* FLOP/s of non-GEMM work by dtype (0: not given) */
     double peak_gemm[DT_COUNT];                   /* FLOP/s of GEMMs by dtype (float32: TF32 on GPUs) */
     double gemm_eff, mem_bw, mem_eff, op_overhead;
+    double overlap;                               /* 1: collectives run beside the compute; 0: inside it */
     double intra_bw, intra_lat, inter_bw, inter_lat; /* collectives: bus bandwidth, latency per ring step */
+    double rs_intra_bw, rs_intra_lat, rs_inter_bw, rs_inter_lat; /* reductions' (default: the same) */
 } CgHw;
 void cg_hw_load(const char *name_or_path, CgHw *hw); /* fatal (one line) on a bad or unknown profile */
 /* the predicted step of one rank at world on hw: compute and communication streams as scheduled */
 typedef struct {
     double step_s, compute_s, comm_s, exposed_s; /* exposed: time the step waits for a collective */
+    double gemm_s, other_s, overhead_s;          /* compute_s's parts: GEMM-like nodes, the rest, per-node cost */
     double flops, hw_flops;                      /* model FLOPs (cg_step_flops) and hardware FLOPs */
     double tflops, hw_tflops, mfu, peak;         /* per device; mfu against peak (the GEMM dtype's) */
 } CgCost;
@@ -434,5 +438,7 @@ void cg_cpu_check_name(const char *cpu);          /* --cpu NAME: fatal unless na
 /* the C source cg_build compiles for --target cpu, in memory (*len bytes); nothing written, no cc
  * (tests/fuzz_compile.c) */
 const char *cg_source_cpu(const Graph *g, size_t *len);
+/* fsdpc --calibrate: measure this machine on world ranks (runtime/calibrate.c) and write the profile out */
+void cg_calibrate(const char *out, int world, const char *cc);
 
 #endif

@@ -205,6 +205,8 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
 
 const char *rt_dev_threads(void) { return g_threads; }
 
+int rt_dev_comm_thread(int world) { return comm_thread_wanted(world, my_cores()); }
+
 /* a thread, or in place (g_mode says which, and why) */
 static void decide(RtCtx *c)
 {

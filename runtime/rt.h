@@ -204,6 +204,9 @@ typedef struct RtCtx {
 } RtCtx;
 
 int rt_main(int argc, char **argv, const RtModel *m);
+/* the cpu target's fsdpc --calibrate: measure this machine over the ranks mpirun started and write the
+ * profile argv[1] (runtime/calibrate.c); kernels: the kernel library's level it is linked with */
+int rt_calibrate(int argc, char **argv, const char *kernels);
 
 /* Collectives (MPI on the CPU target, NCCL on cuda).  Lengths are elements
  * of dtype.  "The group" is this rank's shard group (c->sf ranks); its

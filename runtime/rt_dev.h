@@ -52,6 +52,8 @@ void rt_dev_step(RtCtx *c);
 const char *rt_dev_overlap(RtCtx *c);
 /* the threads the step computes on, and why ("" where the device has none to say: cuda); after rt_dev_init */
 const char *rt_dev_threads(void);
+/* cpu only (dev_host.c): will the communication thread run at world (1), or the collectives inside the step (0)? */
+int rt_dev_comm_thread(int world);
 /* the float32 GEMM peak of this rank's device in FLOP/s, measured once (cpu: k_matmul_f32 on the BLAS
  * threads the run has); 0 where it is not measured (cuda: --peak-tflops gives it) */
 double rt_dev_peak_flops(void);

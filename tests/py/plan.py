@@ -192,4 +192,22 @@ bad(["--report", "--hw", text_profile("neg.hw", good.replace(b"intra_latency_us 
 bad(["--hw", "a100-roce", "-o", os.path.join(work, "x")], r"--hw a100-roce: the profile is for --report")
 bad(["--report", "--hw", text_profile("f64.hw", good)] + ["--precision", "bf16"],
     r"profile f64 gives no peak_tflops_bf16, and the model computes its GEMMs in bf16")
+bad(["--calibrate"], r"--calibrate measures this machine: it takes no model")
+
+# --calibrate on 2 ranks writes a profile --hw reads
+cal = os.path.join(work, "here.hw")
+p = run([fsdpc, "--calibrate", "--world", "2", "-o", cal],
+        env={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+check(re.search(r"^calibrate: .*here\.hw: float32 GEMM .* TFLOPS.*2 ranks: all-gather", p.stdout, re.M),
+      "the calibration's line: %r" % p.stdout)
+prof = dict(l.split("#")[0].split(None, 1) for l in open(cal) if l.split("#")[0].strip())
+for k in ("peak_tflops_f32", "peak_tflops_f64", "gemm_efficiency", "mem_bw_gbs", "mem_efficiency", "op_overhead_us",
+          "intra_busbw_gbs", "intra_rs_busbw_gbs", "inter_busbw_gbs", "comm_overlap"):
+    check(k in prof and float(prof[k]) >= 0, "calibrated %s: %s" % (k, prof.get(k)))
+check(prof["devices_per_node"].strip() == "2" and float(prof["peak_tflops_f32"]) > 0.001 and
+      0 < float(prof["gemm_efficiency"]) <= 1 and 0 < float(prof["mem_efficiency"]) <= 1 and
+      prof["comm_overlap"].strip() in ("0", "1"), "calibrated values: %s" % prof)
+r, _ = report(GPT, 2, cal)
+check(r["hw"] == "here" and r["step_time_s"] > 0 and r["comm_s"] > 0, "a calibrated prediction: %s" % r)
+check(not [f for f in os.listdir(work) if ".tmp." in f], "no temporary file left")
 print("plan: ok")

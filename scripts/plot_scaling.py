@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Predicted scaling: scripts/plot_scaling.py MODEL.onnx --hw PROFILE --worlds 8,16,...,512 [-o scaling.png]
+                                              [--points 'LABEL=W:TFLOPS,W:TFLOPS,...'] [--fsdpc PATH] -- FLAGS...
+
+Runs `fsdpc MODEL.onnx FLAGS --report --world W --hw PROFILE --report-json ...` for every W (the model is
+planned, never built: a model without its weights will do) and draws, against the device count, the predicted
+TFLOPS per device and the planned memory per rank of every strategy --report compares (full, grad_op, none,
+hybrid:2 where it divides the world), in two panels of one PNG (matplotlib; no display needed).  --points adds
+measured points to the TFLOPS panel (repeatable), e.g. the FSDP paper's GPT-175B figures:
+--points 'paper, batch 1=128:173,256:173,512:173'.  Prints the table it drew.  FLAGS (after --) are the
+compile flags of the model, e.g. -- --target cuda --precision bf16 --recompute units --wrap blocks
+--loss cross_entropy:logits,labels --dim batch=1.  Exits 1 with one line on a failed fsdpc run or a bad flag.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def points(spec):
+    label, _, rest = spec.rpartition("=")
+    try:
+        pts = [(int(w), float(t)) for w, t in (p.split(":") for p in rest.split(","))]
+    except ValueError:
+        sys.exit("plot_scaling: --points %r: expected 'LABEL=W:TFLOPS,W:TFLOPS,...'" % spec)
+    return label or "measured", pts
+
+
+def main():
+    argv = sys.argv[1:]
+    flags = []
+    if "--" in argv:
+        flags = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--hw", required=True)
+    ap.add_argument("--worlds", default="8,16,32,64,128,256,512")
+    ap.add_argument("-o", "--out", default="scaling.png")
+    ap.add_argument("--points", action="append", default=[])
+    ap.add_argument("--title", default="")
+    ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
+    a = ap.parse_args(argv)
+    try:
+        worlds = [int(w) for w in a.worlds.split(",")]
+    except ValueError:
+        sys.exit("plot_scaling: --worlds %r: expected a list of integers" % a.worlds)
+    extra = [points(p) for p in a.points]
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in worlds:
+            out = os.path.join(tmp, "r%d.json" % w)
+            p = subprocess.run([a.fsdpc, a.model] + flags + ["--report", "--world", str(w), "--hw", a.hw,
+                                                            "--report-json", out], capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit("plot_scaling: fsdpc at world %d: %s" % (w, (p.stderr.strip() or "failed").splitlines()[-1]))
+            r = json.load(open(out))
+            for s in r["strategies"]:
+                name = s["strategy"].split(":")[0] + (":2" if s["strategy"].startswith("hybrid") else "")
+                rows.setdefault(name, []).append((w, s["tflops_per_device"], s["peak_bytes_per_rank"] / 2**30,
+                                                  s["step_time_s"], s["exposed_comm_s"]))
+    print("| strategy | devices | step s | TFLOPS per device | exposed comm s | planned GiB per rank |")
+    print("|---|---|---|---|---|---|")
+    for name, pts in rows.items():
+        for w, tf, gib, st, ex in pts:
+            print("| %s | %d | %.3f | %.1f | %.3f | %.2f |" % (name, w, st, tf, ex, gib))
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, pts in rows.items():
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label="predicted, " + name)
+        ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=name)
+    for label, pts in extra:
+        ax1.scatter([p[0] for p in pts], [p[1] for p in pts], marker="x", s=70, zorder=5, label=label)
+    for ax, yl in ((ax1, "TFLOPS per device"), (ax2, "planned memory per rank (GiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(worlds)
+        ax.set_xticklabels([str(w) for w in worlds])
+        ax.set_xlabel("devices")
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
+    fig.suptitle(a.title or "%s on %s" % (os.path.basename(a.model), a.hw))
+    fig.tight_layout()
+    tmp = a.out + ".tmp.%d.png" % os.getpid()
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, a.out)
+    print("wrote %s" % a.out)
+
+
+main()
