@@ -309,6 +309,7 @@ void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
             }
         } else {
             double d = compute_time(g, n, hw, c);
+            c->op_s[n->op] += d;
             tc += d;
             c->compute_s += d;
         }

@@ -154,6 +154,19 @@ static void report_cost(FILE *f, const Graph *g, int world, const CgHw *hw)
             "%.4g with the work recompute adds), MFU %.1f %% of %.4g TFLOPS\n",
             hw->name, *hw->description ? hw->description : "no description", world, c.step_s, c.compute_s, c.gemm_s,
             c.other_s, c.overhead_s, c.comm_s, c.exposed_s, c.tflops, c.hw_tflops, 100 * c.mfu, c.peak / 1e12);
+    fprintf(f, "  predicted compute by op:");
+    for (int k = 0, taken[OP_COUNT] = {0}; k < 8; k++) { /* the 8 largest */
+        int best = -1;
+        for (int op = 0; op < OP_COUNT; op++)
+            if (!taken[op] && c.op_s[op] > 0 && (best < 0 || c.op_s[op] > c.op_s[best]))
+                best = op;
+        if (best < 0)
+            break;
+        taken[best] = 1;
+        fprintf(f, "%s %s %.3g s (%.1f %%)", k ? "," : "", op_info[best].name, c.op_s[best],
+                100 * c.op_s[best] / c.compute_s);
+    }
+    fprintf(f, "\n");
 }
 
 void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw)

@@ -415,6 +415,7 @@ void cg_hw_load(const char *name_or_path, CgHw *hw); /* fatal (one line) on a ba
 typedef struct {
     double step_s, compute_s, comm_s, exposed_s; /* exposed: time the step waits for a collective */
     double gemm_s, other_s, overhead_s;          /* compute_s's parts: GEMM-like nodes, the rest, per-node cost */
+    double op_s[OP_COUNT];                       /* compute_s by op */
     double flops, hw_flops;                      /* model FLOPs (cg_step_flops) and hardware FLOPs */
     double tflops, hw_tflops, mfu, peak;         /* per device; mfu against peak (the GEMM dtype's) */
 } CgCost;
