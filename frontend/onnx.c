@@ -178,29 +178,27 @@ static int open_regular(const char *file, const char *what, struct stat *st)
     return fd;
 }
 
+/* the model file into the arena (fsdpc --report loads it once per strategy and releases all but the first) */
 static size_t read_model(void)
 {
     struct stat st;
-    FILE *f = fdopen(open_regular(path, "the model", &st), "rb");
-    if (!f)
-        fatal("%s: cannot open the model: %s", path, strerror(errno));
-    size_t n = 0, cap = 1 << 20;
-    bytes = malloc(cap);
-    for (;;) {
-        if (!bytes)
-            fatal("%s: out of memory reading the model", path);
-        n += fread(bytes + n, 1, cap - n, f);
-        if (n > MAX_MODEL_BYTES)
-            bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
-                "external data (onnx.save_model(m, path, save_as_external_data=True))");
-        if (n < cap)
+    int fd = open_regular(path, "the model", &st);
+    if (st.st_size > (off_t)MAX_MODEL_BYTES)
+        bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
+            "external data (onnx.save_model(m, path, save_as_external_data=True))");
+    size_t n = 0, cap = (size_t)st.st_size;
+    bytes = ir_alloc(cap + 1);
+    while (n < cap) { /* a file that shrinks meanwhile is read as far as it goes */
+        ssize_t r = read(fd, bytes + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            fatal("%s: cannot read the model: %s", path, strerror(errno));
+        if (!r)
             break;
-        cap = 2 * cap > MAX_MODEL_BYTES ? MAX_MODEL_BYTES + 1 : 2 * cap;
-        bytes = realloc(bytes, cap);
+        n += (size_t)r;
     }
-    if (ferror(f))
-        fatal("%s: cannot read the model: %s", path, strerror(errno));
-    fclose(f);
+    close(fd);
     return n;
 }
 

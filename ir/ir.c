@@ -2,7 +2,8 @@
  *
  * Values and nodes live in growable arrays inside the Graph and are named by
  * their index.  Everything is allocated from one bump arena that lives until
- * the compiler exits: passes create freely and never free.
+ * the compiler exits: passes create freely and never free (fsdpc --report
+ * compiles once per strategy and releases each of those graphs: ir_release).
  */
 #include "ir.h"
 #include "fused.h" /* the elementwise kernels' rows (ops.def's EW1, EW2) */
@@ -60,15 +61,32 @@ void *ir_alloc(size_t n)
     return p;
 }
 
-void ir_reset(void)
+IrMark ir_mark(void)
 {
-    while (blk) {
+    return (IrMark){blk, blk_used, blk_cap};
+}
+
+void ir_release(IrMark m)
+{
+    size_t end = blk_used; /* of the mark's block: how far it was used */
+    while (blk && blk != m.blk) {
         char *prev;
         memcpy(&prev, blk, sizeof prev);
         free(blk);
         blk = prev;
+        end = m.cap;
     }
-    blk_used = blk_cap = 0;
+    if (blk != m.blk)
+        die("ir_release: a mark of another arena");
+    if (blk) /* what was allocated after the mark in its block: zeroed again, as ir_alloc promises */
+        memset(blk + m.used, 0, end - m.used);
+    blk_used = m.used;
+    blk_cap = m.cap;
+}
+
+void ir_reset(void)
+{
+    ir_release((IrMark){0});
 }
 
 char *ir_strdup(const char *s)

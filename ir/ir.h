@@ -264,6 +264,9 @@ typedef struct {
 /* ir.c: construction and queries */
 void *ir_alloc(size_t n);                         /* zeroed, never NULL, freed at exit */
 void ir_reset(void);                              /* free everything ir_alloc returned (in-process drivers) */
+typedef struct { void *blk; size_t used, cap; } IrMark;
+IrMark ir_mark(void);                             /* the arena now */
+void ir_release(IrMark m);                        /* free what ir_alloc returned since m (a graph no longer used) */
 char *ir_strdup(const char *s);
 char *ir_fmt(const char *fmt, ...);               /* ir_alloc'ed sprintf */
 Graph *ir_new(const Options *opt);
