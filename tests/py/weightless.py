@@ -8,7 +8,9 @@ Models from scripts/shaped_model.py (a nanoGPT-shaped transformer, every initial
     exist: `--report --world 512 --target cuda --precision bf16 --recompute units --wrap blocks` succeeds within
     60 s, its peak RSS (a fresh child's RUSAGE_CHILDREN) is below 300 MB, and its parameter count equals the one
     computed from the shapes; `--dump-after units` works too; with -o it is one line naming the initializer and the
-    missing file, exit 1, nothing written; a data file too short is one line naming it, with --report too.
+    missing file, exit 1, nothing written; a data file too short is one line naming it, with --report too.  Bytes
+    a pass needs are read when it needs them: Clip's external float bounds (fold), and without their file that
+    is one line naming the initializer.
 (b) A small model with random data, compiled from the external data and saved inline (onnx.save): the two OUT.init
     files hold the same bytes in their parameter units and constants, equal to the initializers' (the generated
     C's tables say where), and both executables train 3 AdamW steps to identical losses.
@@ -109,6 +111,30 @@ def gpt3(fsdpc, work, rss):
         one_line_error(p, "gpt3.onnx.data", "truncated")
     nothing_written(work, out)
     print("(a) -o without the data, and a truncated data file: one line each, nothing written")
+
+
+def on_demand(fsdpc, work):
+    """a weight's bytes a pass needs are read when it needs them: Clip's bounds, external float scalars"""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    inits = [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+             numpy_helper.from_array(np.array(-0.25, np.float32), "lo"),
+             numpy_helper.from_array(np.array(0.75, np.float32), "hi")]
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Clip", ["h", "lo", "hi"],
+                                                                                          ["y"])], "clip",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = os.path.join(work, "clip.onnx")
+    onnx.save_model(m, path, save_as_external_data=True, location="clip.data", size_threshold=0)
+    flags = ["--target", "cpu", "--loss", "mse:y,t", "--dump-after", "fold"]
+    p = run([fsdpc, path] + flags)
+    check(re.search(r"Clip %\d+ min=-0.25 max=0.75", p.stdout), "Clip's bounds not read:\n" + p.stdout)
+    os.unlink(os.path.join(work, "clip.data"))
+    p = run([fsdpc, path] + flags, check=False)
+    one_line_error(p, "initializer 'lo'", "clip.data", "No such file")
+    print("(a) Clip's external bounds read when fold needs them; without the file, one line naming 'lo'")
 
 
 def c_tables(src):
@@ -219,6 +245,7 @@ def main():
         os.unlink(os.path.join(work, f))
     t = time.time()
     gpt3(fsdpc, work, rss)
+    on_demand(fsdpc, work)
     small(fsdpc, work)
     big(fsdpc, work, rss)
     for f in os.listdir(work):  # the large files go
