@@ -388,16 +388,18 @@ static void compare_strategies(const Options *o, const Graph *build, const CgHw 
         if (s == SHARD_HYBRID && (o->world % v.hybrid || v.hybrid >= o->world))
             continue;
         CgRow *r = &row[nrow];
-        const Graph *g = compile(&v);
         r->strategy = s == SHARD_HYBRID ? ir_fmt("hybrid:%d", v.hybrid) : names[s];
+        IrMark m = ir_mark(); /* one strategy's graph at a time */
+        const Graph *g = compile(&v);
         cg_plan(g, o->world, &r->plan);
+        if (hw)
+            cg_cost(g, o->world, hw, &r->cost);
+        ir_release(m);
         printf("  %-10s %16lld %16lld %20lld", r->strategy, (long long)r->plan.total, (long long)r->plan.state,
                (long long)r->plan.sent);
-        if (hw) {
-            cg_cost(g, o->world, hw, &r->cost);
+        if (hw)
             printf(" %12.4g %10.4g %7.1f %12.4g", r->cost.step_s, r->cost.tflops, 100 * r->cost.mfu,
                    r->cost.exposed_s);
-        }
         printf("\n");
         if (s == (int)o->shard)
             self = nrow;
@@ -414,14 +416,15 @@ static void compare_recompute(const Options *o, const Graph *g)
     v.recompute = 0;
     v.dump_after = NULL;
     v.verify = 0;
-    const Graph *h = compile(&v);
+    IrMark m = ir_mark();
+    int64_t h_act = compile(&v)->peak_act_bytes;
+    ir_release(m);
     int n = 0;
     for (int i = 0; i < g->nnode; i++)
         n += strstr(g->node[i].name, "@recompute") != NULL;
     printf("recompute units: %d nodes recomputed in the backward; planned activations %lld B, %lld B with "
-           "--recompute none (%.1f %% less)\n", n, (long long)g->peak_act_bytes, (long long)h->peak_act_bytes,
-           h->peak_act_bytes ? 100.0 * (double)(h->peak_act_bytes - g->peak_act_bytes) / (double)h->peak_act_bytes
-                             : 0.0);
+           "--recompute none (%.1f %% less)\n", n, (long long)g->peak_act_bytes, (long long)h_act,
+           h_act ? 100.0 * (double)(h_act - g->peak_act_bytes) / (double)h_act : 0.0);
 }
 
 int main(int argc, char **argv)

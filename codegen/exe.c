@@ -34,14 +34,20 @@
 extern char **environ;
 static const char *g_cc; /* --cc override of the configured compiler */
 
-/* ---- the init file ------------------------------------------------------ */
+/* ---- the init file ------------------------------------------------------
+ * Laid out first (offsets only), then written in one pass that hashes what it
+ * writes: the id in its header (written last) and in the executable's source
+ * is an FNV-1a of the model bytes, the constants, each unit's parameters and
+ * numel, and the kept external initializers.  A weight still in its external
+ * data file is copied from there IR_CHUNK bytes at a time, so the compiler
+ * never holds more of the weights than one chunk. */
 typedef struct {
     int64_t model_off, size;
     int64_t *const_off;  /* per value id, -1 if not stored */
     int64_t *unit_off;
     int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
+    int *ext_val;        /* per ONNX initializer with ext_off >= 0: its value */
     int next;
-    uint64_t id;
 } InitLayout;
 
 static int64_t al(int64_t x) { return (x + 63) / 64 * 64; }
@@ -60,35 +66,38 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+static int64_t value_bytes(const Graph *g, int v) { return value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype); }
+
+/* the offset after n bytes at off, aligned; sizes come from the model, so the sum is checked */
+static int64_t after_bytes(const Graph *g, int64_t off, int64_t n)
+{
+    if (n < 0 || n > (INT64_MAX >> 2) - off)
+        fatal("%s: the init file would hold more than 2^61 bytes", g->opt->model);
+    return al(off + n);
+}
+
 static InitLayout layout_init(const Graph *g)
 {
     InitLayout L = {0};
     L.const_off = ir_alloc(sizeof(int64_t) * (size_t)g->nval);
     L.unit_off = ir_alloc(sizeof(int64_t) * (size_t)(g->nunit + 1));
-    int64_t off = 64;
-    L.model_off = off;
-    off = al(off + (int64_t)g->model_len);
-    uint64_t h = fnv(14695981039346656037ull, g->model_bytes, g->model_len);
+    L.model_off = 64;
+    int64_t off = after_bytes(g, L.model_off, (int64_t)g->model_len);
     for (int v = 0; v < g->nval; v++) {
         L.const_off[v] = -1;
         if (!stored_const(g, v))
             continue;
-        int64_t n = value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype);
         L.const_off[v] = off;
-        off = al(off + n);
-        h = fnv(h, g->val[v].data, (size_t)n);
+        off = after_bytes(g, off, value_bytes(g, v));
     }
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
         L.unit_off[u] = off;
-        off = al(off + un->numel * (int64_t)dtype_size(un->dtype));
-        for (int i = 0; i < un->nparams; i++)
-            h = fnv(h, g->val[un->params[i]].data,
-                    (size_t)(value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype)));
-        h = fnv(h, &un->numel, sizeof un->numel);
+        off = after_bytes(g, off, un->numel > (INT64_MAX >> 4) ? -1 : un->numel * (int64_t)dtype_size(un->dtype));
     }
     /* the untrained initializers the model keeps in external data files: an export writes them beside itself */
     L.ext_off = ir_alloc(sizeof(int64_t) * (size_t)(g->ninit + 1));
+    L.ext_val = ir_alloc(sizeof(int) * (size_t)(g->ninit + 1));
     char *trained = ir_alloc((size_t)g->ninit + 1);
     for (int u = 0; u < g->nunit; u++)
         for (int i = 0; i < g->unit[u].nparams; i++) {
@@ -96,75 +105,142 @@ static InitLayout layout_init(const Graph *g)
             if (k >= 0 && k < g->ninit)
                 trained[k] = 1;
         }
+    for (int i = 0; i < g->ninit; i++)
+        L.ext_val[i] = -1;
+    for (int v = g->nval - 1; v >= 0; v--) /* the frontend's value of each initializer: the first */
+        if (g->val[v].init_index >= 0 && g->val[v].init_index < g->ninit)
+            L.ext_val[g->val[v].init_index] = v;
     for (int i = 0; i < g->ninit; i++) {
         L.ext_off[i] = -1;
-        if (!g->init_ext[i] || trained[i])
+        if (!g->ext[i].loc || trained[i] || L.ext_val[i] < 0)
             continue;
         L.ext_off[i] = off;
         L.next++;
-        off = al(off + g->init_ext_len[i]);
-        h = fnv(h, g->init_ext[i], (size_t)g->init_ext_len[i]);
+        off = after_bytes(g, off, g->ext[i].len);
     }
     L.size = off;
-    L.id = h;
     return L;
+}
+
+/* where the init file's bytes go: f (NULL: nowhere, only hashed) */
+typedef struct {
+    FILE *f;
+    const char *tmp;  /* f's name, removed on failure */
+    int64_t at;       /* bytes so far */
+    uint64_t h;       /* FNV-1a of the bytes put */
+} Sink;
+
+static _Noreturn void sink_fail(Sink *s, const char *msg)
+{
+    if (s->f) {
+        fclose(s->f);
+        unlink(s->tmp);
+    }
+    fatal("%s", msg);
+}
+
+static void sink_write(Sink *s, const void *p, size_t n)
+{
+    if (s->f && n && fwrite(p, 1, n, s->f) != n)
+        sink_fail(s, ir_fmt("%s: write failed: %s", s->tmp, strerror(errno)));
+    s->at += (int64_t)n;
+}
+
+static void sink_put(void *ctx, const void *p, size_t n)
+{
+    Sink *s = ctx;
+    sink_write(s, p, n);
+    s->h = fnv(s->h, p, n);
+}
+
+static void sink_pad(Sink *s, int64_t off)
+{
+    static const char zero[64];
+    if (s->at > off || off - s->at > 64)
+        die("init file layout");
+    sink_write(s, zero, (size_t)(off - s->at));
+}
+
+/* value v's n bytes: its host data, or its initializer's external data file streamed */
+static void sink_value(Sink *s, const Graph *g, int v, int64_t n)
+{
+    const Value *x = &g->val[v];
+    if (x->data) {
+        sink_put(s, x->data, (size_t)n);
+        return;
+    }
+    if (x->init_index < 0 || x->init_index >= g->ninit || !g->ext[x->init_index].loc ||
+        g->ext[x->init_index].len != n)
+        die("value %d has no bytes to write", v);
+    int64_t end = s->at + n;
+    const char *err = ir_ext_stream(&g->ext[x->init_index], sink_put, s);
+    if (err)
+        sink_fail(s, ir_fmt("%s: %s", g->opt->model, err));
+    if (s->at != end)
+        die("external data of value %d: %lld bytes streamed, %lld expected", v, (long long)(s->at - end + n),
+            (long long)n);
+}
+
+static void put_le64(unsigned char *p, uint64_t x)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(x >> (8 * i));
+}
+
+/* Writes OUT.init (path; NULL: nothing written) atomically: the temporary file, fsync, rename.  Its id. */
+static uint64_t write_init(const Graph *g, const InitLayout *L, const char *path)
+{
+    Sink s = {.h = 14695981039346656037ull};
+    if (path) {
+        s.tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
+        if (!(s.f = fopen(s.tmp, "wb")))
+            fatal("%s: cannot create: %s", s.tmp, strerror(errno));
+    }
+    unsigned char hdr[32] = {0};
+    memcpy(hdr, RT_INIT_MAGIC, 16);
+    put_le64(hdr + 24, (uint64_t)L->size); /* the id, at 16, once known */
+    sink_write(&s, hdr, sizeof hdr);
+    sink_pad(&s, L->model_off);
+    sink_put(&s, g->model_bytes, g->model_len);
+    for (int v = 0; v < g->nval; v++)
+        if (L->const_off[v] >= 0) {
+            sink_pad(&s, L->const_off[v]);
+            sink_value(&s, g, v, value_bytes(g, v));
+        }
+    for (int u = 0; u < g->nunit; u++) {
+        const Unit *un = &g->unit[u];
+        sink_pad(&s, L->unit_off[u]);
+        for (int i = 0; i < un->nparams; i++) /* the host bytes: the unit's dtype (bf16 params keep f32 masters) */
+            sink_value(&s, g, un->params[i], value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype));
+        s.h = fnv(s.h, &un->numel, sizeof un->numel);
+    }
+    for (int i = 0; i < g->ninit; i++)
+        if (L->ext_off[i] >= 0) {
+            sink_pad(&s, L->ext_off[i]);
+            sink_value(&s, g, L->ext_val[i], g->ext[i].len);
+        }
+    sink_pad(&s, L->size);
+    if (!path)
+        return s.h;
+    put_le64(hdr, s.h);
+    if (fflush(s.f) || fseek(s.f, 16, SEEK_SET) || fwrite(hdr, 1, 8, s.f) != 8 || fflush(s.f) || fsync(fileno(s.f)))
+        sink_fail(&s, ir_fmt("%s: write failed: %s", s.tmp, strerror(errno)));
+    if (fclose(s.f)) {
+        unlink(s.tmp);
+        fatal("%s: write failed: %s", s.tmp, strerror(errno));
+    }
+    if (rename(s.tmp, path)) {
+        int e = errno;
+        unlink(s.tmp);
+        fatal("%s: cannot write: %s", path, strerror(e));
+    }
+    return s.h;
 }
 
 static void write_all(FILE *f, const void *p, size_t n, const char *path)
 {
     if (n && fwrite(p, 1, n, f) != n)
         fatal("%s: write failed: %s", path, strerror(errno));
-}
-
-static void pad_to(FILE *f, int64_t off, const char *path)
-{
-    static const char zero[64];
-    long cur = ftell(f);
-    if (cur < 0 || cur > off)
-        die("init file layout");
-    write_all(f, zero, (size_t)(off - cur), path);
-}
-
-static void write_init(const Graph *g, const InitLayout *L, const char *path)
-{
-    char *tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        fatal("%s: cannot create: %s", tmp, strerror(errno));
-    unsigned char hdr[32] = {0};
-    memcpy(hdr, RT_INIT_MAGIC, 16);
-    for (int i = 0; i < 8; i++) {
-        hdr[16 + i] = (unsigned char)(L->id >> (8 * i));
-        hdr[24 + i] = (unsigned char)((uint64_t)L->size >> (8 * i));
-    }
-    write_all(f, hdr, sizeof hdr, tmp);
-    pad_to(f, L->model_off, tmp);
-    write_all(f, g->model_bytes, g->model_len, tmp);
-    for (int v = 0; v < g->nval; v++)
-        if (L->const_off[v] >= 0) {
-            pad_to(f, L->const_off[v], tmp);
-            write_all(f, g->val[v].data, (size_t)(value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype)), tmp);
-        }
-    for (int u = 0; u < g->nunit; u++) {
-        const Unit *un = &g->unit[u];
-        pad_to(f, L->unit_off[u], tmp);
-        for (int i = 0; i < un->nparams; i++)
-            write_all(f, g->val[un->params[i]].data,
-                      (size_t)(value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype)), tmp);
-    }
-    for (int i = 0; i < g->ninit; i++)
-        if (L->ext_off[i] >= 0) {
-            pad_to(f, L->ext_off[i], tmp);
-            write_all(f, g->init_ext[i], (size_t)g->init_ext_len[i], tmp);
-        }
-    pad_to(f, L->size, tmp);
-    if (fflush(f) || fsync(fileno(f)) || fclose(f))
-        fatal("%s: write failed: %s", tmp, strerror(errno));
-    if (rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        fatal("%s: cannot write: %s", path, strerror(e));
-    }
 }
 
 /* ---- the C source ------------------------------------------------------- */
@@ -214,7 +290,7 @@ static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
     cg_put(b, "};\nstatic const RtExtern externs[] = {\n");
     for (int i = 0; i < g->ninit; i++)
         if (L->ext_off[i] >= 0)
-            cg_put(b, "    {%d, %lld, %lld},\n", i, (long long)L->ext_off[i], (long long)g->init_ext_len[i]);
+            cg_put(b, "    {%d, %lld, %lld},\n", i, (long long)L->ext_off[i], (long long)g->ext[i].len);
     if (!L->next)
         cg_put(b, "    {0, 0, 0},\n");
     cg_put(b, "};\nstatic const RtOutput outputs[] = {\n");
@@ -365,7 +441,8 @@ static Buf emit_step(const Graph *g)
     return cg_jobs;
 }
 
-static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images, int nimage)
+/* the source up to the model's description (emit_model) */
+static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images)
 {
     Buf b = {0};
     cg_put(&b, "/* generated by fsdpc from %s: the training step, target %s. Do not edit. */\n",
@@ -385,12 +462,6 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
         cg_put(&b, "    0\n};\n\n");
     }
     cg_put(&b, "%s", step->buf);
-    int nconst = 0;
-    for (int v = 0; v < g->nval; v++)
-        nconst += L->const_off[v] >= 0;
-    int nparam = 0;
-    for (int u = 0; u < g->nunit; u++)
-        nparam += g->unit[u].nparams;
     /* --trace: every node's name */
     cg_put(&b, "static const char *const trace_name[] = {\n");
     for (int i = 0; i < g->nnode; i++)
@@ -407,57 +478,68 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
 #undef NEED
         cg_put(&b, "    0\n};\n");
     }
-    cg_put(&b, "static const RtModel model = {\n");
+    return b;
+}
+
+/* the source's end: the model's description (id: the init file's, known once it is written), main */
+static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id, const Buf *step, int nimage)
+{
+    int nconst = 0;
+    for (int v = 0; v < g->nval; v++)
+        nconst += L->const_off[v] >= 0;
+    int nparam = 0;
+    for (int u = 0; u < g->nunit; u++)
+        nparam += g->unit[u].nparams;
+    cg_put(b, "static const RtModel model = {\n");
     /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
      * and the shard groups */
-    uint64_t key = fnv(L->id, step->buf, step->len);
+    uint64_t key = fnv(id, step->buf, step->len);
     int sg = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0;
     key = fnv(key, &sg, sizeof sg);
-    cg_put(&b, "    .id = 0x%016llxull, .key = 0x%016llxull, .name = %s,\n", (unsigned long long)L->id,
+    cg_put(b, "    .id = 0x%016llxull, .key = 0x%016llxull, .name = %s,\n", (unsigned long long)id,
         (unsigned long long)key, cg_cstr(base_name(g->opt->model)));
-    cg_put(&b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
-    cg_put(&b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
-    cg_put(&b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,
+    cg_put(b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
+    cg_put(b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
+    cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,
         g->nslot);
     int la = g->loss_avg;
-    cg_put(&b, "    .gnorm_off = %lld, .shard_group = %d,\n",
+    cg_put(b, "    .gnorm_off = %lld, .shard_group = %d,\n",
         g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
         g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0);
     /* this rank's own loss: where it is a plain scalar of the averaged loss's dtype (memplan keeps it) */
     int lr = g->loss >= 0 && la >= 0 && g->val[g->loss].dtype == g->val[la].dtype &&
                      g->val[g->loss].loc.kind == LOC_ARENA ? g->loss : -1;
-    cg_put(&b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
+    cg_put(b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
         la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
         lr >= 0 ? (long long)g->val[lr].loc.off : -1LL,
         g->opt->optimizer == OPT_SGD ? RT_SGD : g->opt->optimizer == OPT_ADAM ? RT_ADAM : RT_ADAMW);
-    cg_put(&b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
+    cg_put(b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
         (long long)g->model_len);
-    cg_put(&b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
-    cg_put(&b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
+    cg_put(b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
+    cg_put(b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
     if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
         int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
         int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;
         int64_t tokens = lab >= 0 ? value_numel(g, lab)
                        : pred >= 0 && g->val[pred].shape.rank > 0 ? g->val[pred].shape.dim[0] : 1;
-        cg_put(&b, "    .flops = %.17g, .tokens = %lld, .token_unit = \"%s\",\n", cg_step_flops(g), (long long)tokens,
+        cg_put(b, "    .flops = %.17g, .tokens = %lld, .token_unit = \"%s\",\n", cg_step_flops(g), (long long)tokens,
                lab >= 0 ? "tok" : "samples");
     }
-    cg_put(&b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
+    cg_put(b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
         g->ncoll);
-    cg_put(&b, "    .nextern = %d, .ext = externs,\n", L->next);
+    cg_put(b, "    .nextern = %d, .ext = externs,\n", L->next);
     if (g->opt->precision == PREC_FP16)
-        cg_put(&b, "    .loss_scaling = 1,\n");
+        cg_put(b, "    .loss_scaling = 1,\n");
     if (!cg_cuda) {
         const char *kname;
         cpu_kernels(opt_cpu(g), &kname);
-        cg_put(&b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
+        cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
     }
     if (cg_cuda)
-        cg_put(&b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
+        cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
                "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);
-    cg_put(&b, "};\n\n");
-    cg_put(&b, "int main(int argc, char **argv) { return rt_main(argc, argv, &model); }\n");
-    return b;
+    cg_put(b, "};\n\n");
+    cg_put(b, "int main(int argc, char **argv) { return rt_main(argc, argv, &model); }\n");
 }
 
 /* ---- building ----------------------------------------------------------- */
@@ -606,7 +688,8 @@ const char *cg_source_cpu(const Graph *g, size_t *len)
     cg_cuda = 0;
     InitLayout L = layout_init(g);
     Buf step = emit_step(g);
-    Buf src = emit_source(g, &L, &step, &(Buf){0}, 0);
+    Buf src = emit_source(g, &L, &step, &(Buf){0});
+    emit_model(&src, g, &L, write_init(g, &L, NULL), &step, 0);
     *len = src.len;
     return src.buf;
 }
@@ -632,7 +715,8 @@ void cg_build(const Graph *g)
             fatal("%s: cannot create a temporary directory: %s", dir, strerror(errno));
         nimage = cg_cuda_images(g, dir, &images, &asm_src);
     }
-    Buf src = emit_source(g, &L, &step, &images, nimage);
+    Buf src = emit_source(g, &L, &step, &images);
+    emit_model(&src, g, &L, write_init(g, &L, ir_fmt("%s.init", out)), &step, nimage);
     const char *cpath = g->opt->keep_c ? ir_fmt("%s.c", out) : ir_fmt("%s.tmp.%ld.c", out, (long)getpid());
     FILE *f = fopen(cpath, "w");
     if (!f)
@@ -640,7 +724,6 @@ void cg_build(const Graph *g)
     write_all(f, src.buf, src.len, cpath);
     if (fclose(f))
         fatal("%s: write failed: %s", cpath, strerror(errno));
-    write_init(g, &L, ir_fmt("%s.init", out));
     const char *tmp = ir_fmt("%s.tmp.%ld", out, (long)getpid());
     run_cc(cpath, asm_src, tmp, cg_cuda ? NULL : opt_cpu(g));
     if (!g->opt->keep_c)

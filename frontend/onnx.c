@@ -7,7 +7,8 @@
  *   → unpack with protobuf-c code generated from the system's onnx.proto
  *   → opset of the default domain must be 13..28
  *   → model-local functions inlined: a flat list of nodes (each with its opset)
- *   → initializers      → R_CONST values with host data (raw, typed or external)
+ *   → initializers      → R_CONST values with host data (raw, typed or external;
+ *                          external float ones only located: ir_data reads them)
  *   → graph signature   → Value.sig of the initializers PyTorch's exporter marks
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
@@ -27,7 +28,7 @@
  * Data is copied into the IR arena in host byte order; the raw_data and
  * external formats are little-endian, so fsdpc assumes a little-endian host.
  */
-#define _XOPEN_SOURCE 700  /* realpath, pread */
+#define _XOPEN_SOURCE 700  /* realpath */
 #include "ir.h"
 #include "onnx.pb-c.h"
 
@@ -178,29 +179,27 @@ static int open_regular(const char *file, const char *what, struct stat *st)
     return fd;
 }
 
+/* the model file into the arena (fsdpc --report loads it once per strategy and releases all but the first) */
 static size_t read_model(void)
 {
     struct stat st;
-    FILE *f = fdopen(open_regular(path, "the model", &st), "rb");
-    if (!f)
-        fatal("%s: cannot open the model: %s", path, strerror(errno));
-    size_t n = 0, cap = 1 << 20;
-    bytes = malloc(cap);
-    for (;;) {
-        if (!bytes)
-            fatal("%s: out of memory reading the model", path);
-        n += fread(bytes + n, 1, cap - n, f);
-        if (n > MAX_MODEL_BYTES)
-            bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
-                "external data (onnx.save_model(m, path, save_as_external_data=True))");
-        if (n < cap)
+    int fd = open_regular(path, "the model", &st);
+    if (st.st_size > (off_t)MAX_MODEL_BYTES)
+        bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
+            "external data (onnx.save_model(m, path, save_as_external_data=True))");
+    size_t n = 0, cap = (size_t)st.st_size;
+    bytes = ir_alloc(cap + 1);
+    while (n < cap) { /* a file that shrinks meanwhile is read as far as it goes */
+        ssize_t r = read(fd, bytes + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            fatal("%s: cannot read the model: %s", path, strerror(errno));
+        if (!r)
             break;
-        cap = 2 * cap > MAX_MODEL_BYTES ? MAX_MODEL_BYTES + 1 : 2 * cap;
-        bytes = realloc(bytes, cap);
+        n += (size_t)r;
     }
-    if (ferror(f))
-        fatal("%s: cannot read the model: %s", path, strerror(errno));
-    fclose(f);
+    close(fd);
     return n;
 }
 
@@ -401,20 +400,24 @@ static int inside(const char *real)
     return !strncmp(real, dir_real, n) && (real[n] == '/' || !real[n]);
 }
 
-static void *external_data(const Onnx__TensorProto *t, const char *what, size_t bytes)
+/* Where t's external data is (*e): the location checked (inside the model's directory; a regular file holding
+ * the bytes), nothing read.  A file that does not exist is accepted when nothing is to be written (no -o:
+ * --report, --dump-after): e->missing then holds the error a read of it gives. */
+static void locate_external(const Onnx__TensorProto *t, const char *what, size_t bytes, ExtData *e)
 {
     const char *loc = NULL, *off_s = NULL, *len_s = NULL;
     for (size_t i = 0; i < t->n_external_data; i++) {
-        const Onnx__StringStringEntryProto *e = t->external_data[i];
-        if (!e->key)
+        const Onnx__StringStringEntryProto *x = t->external_data[i];
+        if (!x->key)
             continue;
-        if (!strcmp(e->key, "location")) loc = e->value;
-        else if (!strcmp(e->key, "offset")) off_s = e->value;
-        else if (!strcmp(e->key, "length")) len_s = e->value;
+        if (!strcmp(x->key, "location")) loc = x->value;
+        else if (!strcmp(x->key, "offset")) off_s = x->value;
+        else if (!strcmp(x->key, "length")) len_s = x->value;
     }
     if (!loc || !*loc)
         bad("%s is stored as external data but names no 'location'", what);
-    int64_t off = off_s ? parse_count(off_s, "offset", what) : 0;
+    *e = (ExtData){.what = what, .loc = loc, .len = (int64_t)bytes};
+    e->off = off_s ? parse_count(off_s, "offset", what) : 0;
     if (len_s && parse_count(len_s, "length", what) != (int64_t)bytes)
         bad("%s external data has length %s, but its dtype and shape need %zu bytes", what,
             ir_q(len_s), bytes);
@@ -422,28 +425,24 @@ static void *external_data(const Onnx__TensorProto *t, const char *what, size_t 
         bad("%s external data path '%s' escapes the model directory (keep the data files "
             "beside the model, with relative paths)", what, ir_q(loc));
     char *r = realpath(ir_fmt("%s/%s", dir, loc), NULL);
-    if (!r)
-        bad("%s external data file '%s' (in %s): %s", what, ir_q(loc), ir_q(dir), strerror(errno));
-    char *real = ir_strdup(r);
-    free(r);
-    if (!inside(real))
-        bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
-            ir_q(loc), ir_q(real));
-    struct stat st;
-    int fd = open_regular(real, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &st);
-    if (off > st.st_size || (int64_t)bytes > st.st_size - off)
-        bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
-            what, bytes, (long long)off, ir_q(loc), (long long)st.st_size);
-    uint8_t *p = ir_alloc(bytes);
-    for (size_t got = 0; got < bytes;) {
-        ssize_t r = pread(fd, p + got, bytes - got, (off_t)(off + (int64_t)got));
-        if (r <= 0)
-            bad("%s: reading its external data file '%s' failed: %s", what, ir_q(loc),
-                r ? strerror(errno) : "unexpected end of file");
-        got += (size_t)r;
+    if (!r) {
+        const char *msg = ir_fmt("%s external data file '%s' (in %s): %s", what, ir_q(loc), ir_q(dir),
+                                 strerror(errno));
+        if (errno != ENOENT || G->opt->out)
+            bad("%s", msg);
+        e->missing = msg;
+        return;
     }
-    close(fd);
-    return p;
+    e->file = ir_strdup(r);
+    free(r);
+    if (!inside(e->file))
+        bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
+            ir_q(loc), ir_q(e->file));
+    struct stat st;
+    close(open_regular(e->file, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &st));
+    if (e->off > st.st_size || (int64_t)bytes > st.st_size - e->off)
+        bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
+            what, bytes, (long long)e->off, ir_q(loc), (long long)st.st_size);
 }
 
 static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)
@@ -482,11 +481,11 @@ static int const_tensor(const char *name, const Onnx__TensorProto *t, const char
     size_t bytes = (size_t)numel * dtype_size(dt);
     void *data;
     if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        data = external_data(t, what, bytes);
-        if (init >= 0) {
-            G->init_ext[init] = data;
-            G->init_ext_len[init] = (int64_t)bytes;
-        }
+        /* a float initializer's bytes stay in the file until needed (ir_data, OUT.init); the rest may be shapes,
+         * indices or masks the passes read */
+        ExtData here, *e = init >= 0 ? &G->ext[init] : &here;
+        locate_external(t, what, bytes, e);
+        data = init >= 0 && (dt == DT_F32 || dt == DT_F64) ? NULL : ir_ext_load(G, e);
     } else if (t->has_raw_data) {
         if (t->raw_data.len != bytes)
             bad("%s has %zu bytes of raw_data, but its dtype and shape %s need %zu", what,
@@ -531,8 +530,7 @@ static void load_initializers(const Onnx__GraphProto *gp)
     if (gp->n_initializer > INT_MAX / 2)
         bad("the graph has too many initializers");
     G->ninit = (int)gp->n_initializer;
-    G->init_ext = ir_alloc(sizeof *G->init_ext * (gp->n_initializer + 1));
-    G->init_ext_len = ir_alloc(sizeof *G->init_ext_len * (gp->n_initializer + 1));
+    G->ext = ir_alloc(sizeof *G->ext * (gp->n_initializer + 1));
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name)

@@ -2,14 +2,20 @@
  *
  * Values and nodes live in growable arrays inside the Graph and are named by
  * their index.  Everything is allocated from one bump arena that lives until
- * the compiler exits: passes create freely and never free.
+ * the compiler exits: passes create freely and never free (fsdpc --report
+ * compiles once per strategy and releases each of those graphs: ir_release).
  */
+#define _XOPEN_SOURCE 700 /* pread */
 #include "ir.h"
 #include "fused.h" /* the elementwise kernels' rows (ops.def's EW1, EW2) */
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { KF_NONE = -1 }; /* an EW2D derivative that is 1 */
 #define NO_PARAMS {{NULL, 0, NULL}, {NULL, 0, NULL}}
@@ -60,15 +66,32 @@ void *ir_alloc(size_t n)
     return p;
 }
 
-void ir_reset(void)
+IrMark ir_mark(void)
 {
-    while (blk) {
+    return (IrMark){blk, blk_used, blk_cap};
+}
+
+void ir_release(IrMark m)
+{
+    size_t end = blk_used; /* of the mark's block: how far it was used */
+    while (blk && blk != m.blk) {
         char *prev;
         memcpy(&prev, blk, sizeof prev);
         free(blk);
         blk = prev;
+        end = m.cap;
     }
-    blk_used = blk_cap = 0;
+    if (blk != m.blk)
+        die("ir_release: a mark of another arena");
+    if (blk) /* what was allocated after the mark in its block: zeroed again, as ir_alloc promises */
+        memset(blk + m.used, 0, end - m.used);
+    blk_used = m.used;
+    blk_cap = m.cap;
+}
+
+void ir_reset(void)
+{
+    ir_release((IrMark){0});
 }
 
 char *ir_strdup(const char *s)
@@ -389,6 +412,73 @@ int ir_find_value(const Graph *g, const char *name)
         if (!strcmp(g->val[i].name, name))
             return i;
     return -1;
+}
+
+/* ---- weights left in external data files ------------------------------------
+ * The frontend reads an external float initializer's bytes only when asked:
+ * passes read data of shapes, indices and scalars, and OUT.init is written
+ * from the file a chunk at a time, so a compile never holds the weights. */
+
+const char *ir_ext_stream(const ExtData *e, void (*put)(void *ctx, const void *p, size_t n), void *ctx)
+{
+    if (e->missing)
+        return e->missing;
+    struct stat st;
+    /* a real path (no symbolic link to follow); no waiting on a FIFO put in its place */
+    int fd = open(e->file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || fstat(fd, &st)) {
+        const char *why = strerror(errno);
+        if (fd >= 0)
+            close(fd);
+        return ir_fmt("%s: cannot open its external data file '%s': %s", e->what, ir_q(e->loc), why);
+    }
+    const char *err = NULL;
+    if (!S_ISREG(st.st_mode))
+        err = ir_fmt("%s: its external data file '%s' is not a regular file", e->what, ir_q(e->loc));
+    else if (e->off > st.st_size || e->len > st.st_size - e->off)
+        err = ir_fmt("%s needs %lld bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)", e->what,
+                     (long long)e->len, (long long)e->off, ir_q(e->loc), (long long)st.st_size);
+    size_t cap = e->len < (int64_t)IR_CHUNK ? (size_t)e->len + 1 : IR_CHUNK;
+    char *buf = err ? NULL : malloc(cap);
+    if (!err && !buf)
+        err = ir_fmt("%s: out of memory (%zu bytes) reading its external data", e->what, cap);
+    for (int64_t got = 0; !err && got < e->len;) { /* got < len <= size - off: off + got never wraps */
+        size_t want = e->len - got < (int64_t)cap ? (size_t)(e->len - got) : cap;
+        ssize_t r = pread(fd, buf, want, (off_t)(e->off + got));
+        if (r <= 0)
+            err = ir_fmt("%s: reading its external data file '%s' failed: %s", e->what, ir_q(e->loc),
+                         r ? strerror(errno) : "unexpected end of file");
+        else
+            put(ctx, buf, (size_t)r), got += r;
+    }
+    free(buf);
+    close(fd);
+    return err;
+}
+
+static void put_mem(void *ctx, const void *p, size_t n)
+{
+    char **at = ctx;
+    memcpy(*at, p, n);
+    *at += n;
+}
+
+void *ir_ext_load(const Graph *g, const ExtData *e)
+{
+    char *p = ir_alloc((size_t)e->len + 1), *at = p;
+    const char *err = ir_ext_stream(e, put_mem, &at);
+    if (err)
+        fatal("%s: %s", g->opt->model, err);
+    return p;
+}
+
+const void *ir_data(const Graph *g, int v)
+{
+    Value *x = &g->val[v];
+    int i = x->init_index;
+    if (x->data || i < 0 || i >= g->ninit || !g->ext[i].loc)
+        return x->data;
+    return x->data = ir_ext_load(g, &g->ext[i]);
 }
 
 int64_t shape_numel(const Shape *s)

@@ -124,7 +124,8 @@ typedef struct {
     int unit;        /* FSDP unit, -1 if none */
     int producer;    /* node id, -1 for inputs/params/consts (recomputed by ir_link) */
     int nuses;       /* number of node inputs reading it (ir_link) */
-    void *data;      /* R_CONST / R_PARAM: host bytes (numel * size) */
+    void *data;      /* R_CONST / R_PARAM: host bytes (numel * size); NULL for a float initializer left in its
+                      * external data file (g->ext[init_index]; only float ones are): ir_data() reads it */
     int init_index;  /* index of the ONNX initializer it came from, -1 otherwise */
     SigKind sig;     /* initializers: what the model's graph signature says it is */
     int grad;        /* R_PARAM: value id of its gradient (autodiff), -1 otherwise */
@@ -237,6 +238,17 @@ typedef struct {
     int max_inflight;        /* --max-inflight K: gathered buffers live at once by prefetch (0: 2) */
 } Options;
 
+/* Where an initializer's bytes are in an external data file.  The frontend checked the location as the model
+ * was read (inside the model's directory, a regular file holding off + len bytes); the bytes of a float
+ * initializer are read only when something needs them: ir_data(), or OUT.init streamed from the file. */
+typedef struct {
+    const char *loc;     /* the file as the model names it (NULL: the initializer is inline) */
+    const char *file;    /* its real path (NULL: missing) */
+    const char *what;    /* "initializer 'NAME'", for messages */
+    const char *missing; /* the file does not exist (accepted without -o): the one-line error a read gives */
+    int64_t off, len;    /* bytes */
+} ExtData;
+
 typedef struct {
     Value *val; int nval, capval;
     Node *node; int nnode, capnode;
@@ -258,15 +270,18 @@ typedef struct {
     int64_t peak_act_bytes;     /* memplan: peak of activations (no slots, no consts) */
     /* the original model, kept for export */
     const uint8_t *model_bytes; size_t model_len;
-    /* per ONNX initializer (ninit): the bytes read from its external data file, NULL if inline; OUT.init keeps
-     * the untrained ones, so that an export needs no original file */
-    const void **init_ext; int64_t *init_ext_len; int ninit;
+    /* per ONNX initializer (ninit): where its external data is; OUT.init keeps the untrained ones, so that an
+     * export needs no original file */
+    ExtData *ext; int ninit;
     const Options *opt;
 } Graph;
 
 /* ir.c: construction and queries */
 void *ir_alloc(size_t n);                         /* zeroed, never NULL, freed at exit */
 void ir_reset(void);                              /* free everything ir_alloc returned (in-process drivers) */
+typedef struct { void *blk; size_t used, cap; } IrMark;
+IrMark ir_mark(void);                             /* the arena now */
+void ir_release(IrMark m);                        /* free what ir_alloc returned since m (a graph no longer used) */
 char *ir_strdup(const char *s);
 char *ir_fmt(const char *fmt, ...);               /* ir_alloc'ed sprintf */
 Graph *ir_new(const Options *opt);
@@ -298,6 +313,16 @@ void ir_kernel_param_check(const Graph *g, const Node *n);
  * another value: one line naming the choices */
 int ir_attr_choice(const Graph *g, const Node *n, const char *name, const char *choices);
 int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
+/* The host bytes of value v (NULL: none, v is not a constant): its data, or for a float initializer the frontend
+ * left in its external data file, the bytes read now (once; one line and exit when they cannot be).  Every test of
+ * whether a value that may be float is a known constant reads through it, so that a weight not yet read is never
+ * taken for a non-constant (indices and shapes, never deferred, may be read as data). */
+const void *ir_data(const Graph *g, int v);
+/* Passes the len bytes of external data e to put(ctx, p, n) in order, at most IR_CHUNK at a time: NULL, or the
+ * one-line reason they cannot be read (the file gone, shorter, not a regular file; nothing is printed). */
+#define IR_CHUNK ((size_t)4 << 20)
+const char *ir_ext_stream(const ExtData *e, void (*put)(void *ctx, const void *p, size_t n), void *ctx);
+void *ir_ext_load(const Graph *g, const ExtData *e); /* e's bytes in the arena; one line and exit when unreadable */
 int64_t shape_numel(const Shape *s);               /* of a checked shape (no overflow test) */
 /* The element count of s, or -1 when a dim is negative or the product of
  * its non-zero dims (so every stride, even of an empty tensor) exceeds

@@ -76,7 +76,7 @@ static int only_reader(const Graph *g, const int *reader, int v)
 static int is_neg_inf(const Graph *g, int v)
 {
     const Value *c = &g->val[v];
-    return c->role == R_CONST && c->data && shape_numel(&c->shape) == 1 && tensor_const_f(c, 0) == -INFINITY;
+    return c->role == R_CONST && shape_numel(&c->shape) == 1 && ir_data(g, v) && tensor_const_f(c, 0) == -INFINITY;
 }
 
 static int64_t numel_of(const Shape *s, int from, int to)

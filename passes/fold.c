@@ -155,7 +155,7 @@ static void expand_gemm(Sweep *s, int id)
 const Value *fold_const_in(Graph *g, const Node *n, int i, const char *what)
 {
     const Value *x = &g->val[n->in[i]];
-    if (x->role != R_CONST || !x->data)
+    if (x->role != R_CONST || !ir_data(g, n->in[i]))
         node_fatal(g, n, "the %s input '%s' must be a constant; fsdpc has static shapes (it may "
                    "depend only on constants, integer initializers and the shapes of values)",
                    what, ir_q(x->name));
@@ -166,7 +166,7 @@ const Value *fold_const_in(Graph *g, const Node *n, int i, const char *what)
 static double const_scalar(Graph *g, const Node *n, int v, const char *what)
 {
     const Value *x = &g->val[v];
-    if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1)
+    if (x->role != R_CONST || shape_numel(&x->shape) != 1 || !ir_data(g, v))
         node_fatal(g, n, "%s '%s' must be a constant scalar", what, ir_q(x->name));
     return tensor_const_f(x, 0);
 }
@@ -683,8 +683,8 @@ static int inputs_known(const Graph *g, const Node *n)
         return 1; /* shapes are static */
     for (int i = 0; i < n->nin; i++) {
         const Value *x = n->in[i] >= 0 ? &g->val[n->in[i]] : NULL;
-        if (x && (x->role != R_CONST || !x->data || (x->init_index >= 0 && is_float(x->dtype))))
-            return 0;
+        if (x && (x->role != R_CONST || (x->init_index >= 0 && is_float(x->dtype)) || !ir_data(g, n->in[i])))
+            return 0; /* float initializers may be trained: never folded (nor read) */
     }
     return 1;
 }

@@ -92,7 +92,7 @@ static const Value *const_input(Graph *g, const Node *n, int i, const char *what
     if (i >= n->nin || n->in[i] < 0)
         node_fatal(g, n, "%s", ir_fmt("missing %s input", what));
     const Value *v = &g->val[n->in[i]];
-    if (v->role != R_CONST || !v->data)
+    if (v->role != R_CONST || !ir_data(g, n->in[i]))
         node_fatal(g, n, "%s", ir_fmt("the %s input '%s' must be a constant", what, ir_q(v->name)));
     return v;
 }

@@ -227,7 +227,7 @@ static double const_scalar(const Graph *g, const Node *n, int i, const char *wha
     const Value *v = in_val(g, n, i);
     if (!v)
         return def;
-    if (v->role != R_CONST || !v->data || shape_numel(&v->shape) != 1)
+    if (v->role != R_CONST || shape_numel(&v->shape) != 1 || !ir_data(g, n->in[i]))
         node_fatal(g, n, "input %s '%s' must be a constant scalar; a computed %s is not supported", what,
                ir_q(v->name), what);
     switch (v->dtype) {

@@ -218,7 +218,7 @@ int64_t tensor_range_len(const Graph *g, const Node *n)
     const Value *v[3];
     for (int i = 0; i < 3; i++) {
         v[i] = &g->val[n->in[i]];
-        if (v[i]->role != R_CONST || !v[i]->data || shape_numel(&v[i]->shape) != 1)
+        if (v[i]->role != R_CONST || shape_numel(&v[i]->shape) != 1 || !ir_data(g, n->in[i]))
             node_fatal(g, n, "input '%s' must be a constant scalar; fsdpc has static shapes",
                        ir_q(v[i]->name));
         if (v[i]->dtype != v[0]->dtype || v[i]->dtype == DT_BOOL)
@@ -559,8 +559,8 @@ int tensor_scaling(const Graph *g, const Node *r, int *x, double *f)
         return 0;
     for (int side = 0; side < 2; side++) {
         const Value *c = &g->val[r->in[!side]];
-        if ((r->op == OP_Div && side) || c->role != R_CONST || !c->data || shape_numel(&c->shape) != 1 ||
-            c->dtype != g->val[r->out[0]].dtype)
+        if ((r->op == OP_Div && side) || c->role != R_CONST || shape_numel(&c->shape) != 1 ||
+            c->dtype != g->val[r->out[0]].dtype || !ir_data(g, r->in[!side]))
             continue;
         double v = tensor_const_f(c, 0);
         if (r->op == OP_Div && v == 0)
