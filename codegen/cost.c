@@ -200,13 +200,19 @@ void cg_hw_load(const char *arg, CgHw *hw)
 }
 
 /* ---- the model ---------------------------------------------------------- */
-static double bytes_of(const Graph *g, int v)
+/* a value's bytes on one rank: a shard (or its gradient, optimizer state) is ceil(numel / F) of its unit's
+ * flat buffer (the IR types it with the whole unit: the world is the runtime's) */
+static double bytes_of(const Graph *g, int v, int F)
 {
-    return (double)value_numel(g, v) * (double)dtype_size(g->val[v].dtype);
+    const Value *x = &g->val[v];
+    int64_t numel = value_numel(g, v);
+    if ((x->role == R_SHARD || x->role == R_GRADSHARD || x->role == R_STATESHARD) && x->unit >= 0)
+        numel = (g->unit[x->unit].numel + F - 1) / F;
+    return (double)numel * (double)dtype_size(x->dtype);
 }
 
 /* bytes a node reads and writes: each distinct input and output once */
-static double node_bytes(const Graph *g, const Node *n)
+static double node_bytes(const Graph *g, const Node *n, int F)
 {
     double b = 0;
     for (int k = 0; k < n->nin + n->nout; k++) {
@@ -214,7 +220,7 @@ static double node_bytes(const Graph *g, const Node *n)
         for (int j = 0; j < k && !dup; j++)
             dup = (j < n->nin ? n->in[j] : n->out[j - n->nin]) == v;
         if (!dup)
-            b += bytes_of(g, v);
+            b += bytes_of(g, v, F);
     }
     return b;
 }
@@ -235,13 +241,13 @@ static double need_peak(const CgHw *hw, DType dt)
     return hw->peak_gemm[dt];
 }
 
-static double compute_time(const Graph *g, const Node *n, const CgHw *hw, CgCost *c)
+static double compute_time(const Graph *g, const Node *n, int F, const CgHw *hw, CgCost *c)
 {
     if ((op_info[n->op].flags & F_VIEW) && g->val[n->out[0]].alias_of >= 0)
         return 0; /* a view: no kernel */
     if (n->op == OP_Free || n->op == OP_Wait)
         return 0;
-    double f = cg_node_flops(g, n, 1), t = node_bytes(g, n) / (hw->mem_bw * hw->mem_eff);
+    double f = cg_node_flops(g, n, 1), t = node_bytes(g, n, F) / (hw->mem_bw * hw->mem_eff);
     if (f > 0) {
         double tc = f / (need_peak(hw, gemm_dtype(g, n)) * hw->gemm_eff);
         t = tc > t ? tc : t;
@@ -268,7 +274,7 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     int F = cg_group_size(g, world), R = world / F;
     if (n->op == OP_AllReduce)
         return world < 2 ? 0 : hw->op_overhead + ring(hw, world > hw->per_node, 1, 2 * (world - 1),
-                                                      2.0 * (world - 1) / world * bytes_of(g, n->in[0]));
+                                                      2.0 * (world - 1) / world * bytes_of(g, n->in[0], 1));
     const Unit *un = &g->unit[n->unit];
     double len = (double)((un->numel + F - 1) / F);
     /* the dtype on the wire: the gathered one, the reduced one (--reduce-dtype's copy when there is one) */
@@ -308,7 +314,7 @@ void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
                 tc = done[tag];
             }
         } else {
-            double d = compute_time(g, n, hw, c);
+            double d = compute_time(g, n, cg_group_size(g, world), hw, c);
             c->op_s[n->op] += d;
             tc += d;
             c->compute_s += d;
