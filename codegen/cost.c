@@ -235,9 +235,10 @@ static double need_peak(const CgHw *hw, DType dt)
 {
     static const char *const names[DT_COUNT] = {[DT_F32] = "f32_gemm", [DT_F64] = "f64", [DT_BF16] = "bf16",
                                                 [DT_F16] = "f16"};
-    if (dt <= DT_UNDEF || dt >= DT_COUNT || !hw->peak_gemm[dt])
+    const int ok = dt > DT_UNDEF && dt < DT_COUNT;
+    if (!ok || !hw->peak_gemm[dt])
         fatal("--hw: profile %s gives no peak_tflops_%s, and the model computes its GEMMs in %s", hw->name,
-              names[dt] ? names[dt] : "?", dtype_name(dt));
+              ok && names[dt] ? names[dt] : "?", dtype_name(dt));
     return hw->peak_gemm[dt];
 }
 
@@ -275,11 +276,7 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     if (n->op == OP_AllReduce)
         return world < 2 ? 0 : hw->op_overhead + ring(hw, world > hw->per_node, 1, 2 * (world - 1),
                                                       2.0 * (world - 1) / world * bytes_of(g, n->in[0], 1));
-    const Unit *un = &g->unit[n->unit];
-    double len = (double)((un->numel + F - 1) / F);
-    /* the dtype on the wire: the gathered one, the reduced one (--reduce-dtype's copy when there is one) */
-    int wire = n->op == OP_AllGather ? n->out[0] : n->nout > 1 && n->out[1] >= 0 ? n->out[1] : n->in[0];
-    double S = len * F * (double)dtype_size(g->val[wire].dtype), t = hw->op_overhead;
+    double S = (double)cg_coll_bytes(g, n, F), t = hw->op_overhead;
     if (F > 1)
         t += ring(hw, F > hw->per_node, n->op == OP_ReduceScatter, F - 1, (F - 1.0) / F * S);
     if (n->op == OP_ReduceScatter && R > 1) /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */

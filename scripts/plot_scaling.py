@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Predicted scaling: scripts/plot_scaling.py MODEL.onnx --hw PROFILE --worlds 8,16,...,512 [-o scaling.png]
-                                              [--points 'LABEL=W:TFLOPS,W:TFLOPS,...'] [--fsdpc PATH] -- FLAGS...
+                                              [--points 'LABEL=W:TFLOPS,W:TFLOPS,...'] [--flops model|hardware]
+                                              [--device-gib G] [--fsdpc PATH] -- FLAGS...
 
 Runs `fsdpc MODEL.onnx FLAGS --report --world W --hw PROFILE --report-json ...` for every W (the model is
 planned, never built: a model without its weights will do) and draws, against the device count, the predicted
 TFLOPS per device and the planned memory per rank of every strategy --report compares (full, grad_op, none,
-hybrid:2 where it divides the world), in two panels of one PNG (matplotlib; no display needed).  --points adds
-measured points to the TFLOPS panel (repeatable), e.g. the FSDP paper's GPT-175B figures:
---points 'paper, batch 1=128:173,256:173,512:173'.  Prints the table it drew.  FLAGS (after --) are the
+hybrid:2 where it divides the world), in two panels of one PNG (matplotlib; no display needed).  TFLOPS count the
+model's FLOPs (--flops model, the default, as the executables' MFU does) or the hardware's (--flops hardware: with
+the work activation recompute adds).  --points adds measured points to the TFLOPS panel (repeatable), e.g. the FSDP
+paper's GPT-175B figures: --points 'paper, batch 1=128:173,256:173,512:173'; --device-gib draws the device's
+memory on the memory panel (log scale).  Prints the table it drew.  FLAGS (after --) are the
 compile flags of the model, e.g. -- --target cuda --precision bf16 --recompute units --wrap blocks
 --loss cross_entropy:logits,labels --dim batch=1.  Exits 1 with one line on a failed fsdpc run or a bad flag.
 """
@@ -43,6 +46,8 @@ def main():
     ap.add_argument("-o", "--out", default="scaling.png")
     ap.add_argument("--points", action="append", default=[])
     ap.add_argument("--title", default="")
+    ap.add_argument("--flops", choices=["model", "hardware"], default="model")
+    ap.add_argument("--device-gib", type=float, default=0)
     ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
     a = ap.parse_args(argv)
     try:
@@ -61,9 +66,11 @@ def main():
             r = json.load(open(out))
             for s in r["strategies"]:
                 name = s["strategy"].split(":")[0] + (":2" if s["strategy"].startswith("hybrid") else "")
-                rows.setdefault(name, []).append((w, s["tflops_per_device"], s["peak_bytes_per_rank"] / 2**30,
+                tf = s["tflops_per_device" if a.flops == "model" else "hw_tflops_per_device"]
+                rows.setdefault(name, []).append((w, tf, s["peak_bytes_per_rank"] / 2**30,
                                                   s["step_time_s"], s["exposed_comm_s"]))
-    print("| strategy | devices | step s | TFLOPS per device | exposed comm s | planned GiB per rank |")
+    print("| strategy | devices | step s | TFLOPS per device (%s FLOPs) | exposed comm s | planned GiB per rank |"
+          % a.flops)
     print("|---|---|---|---|---|---|")
     for name, pts in rows.items():
         for w, tf, gib, st, ex in pts:
@@ -78,7 +85,9 @@ def main():
         ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=name)
     for label, pts in extra:
         ax1.scatter([p[0] for p in pts], [p[1] for p in pts], marker="x", s=70, zorder=5, label=label)
-    for ax, yl in ((ax1, "TFLOPS per device"), (ax2, "planned memory per rank (GiB)")):
+    if a.device_gib > 0:
+        ax2.axhline(a.device_gib, color="black", linestyle="--", linewidth=1, label="device memory")
+    for ax, yl in ((ax1, "TFLOPS per device (%s FLOPs)" % a.flops), (ax2, "planned memory per rank (GiB)")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(worlds)
         ax.set_xticklabels([str(w) for w in worlds])
@@ -86,8 +95,9 @@ def main():
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    ax1.set_ylim(bottom=0)
-    ax2.set_ylim(bottom=0)
+    top = max([p[1] for pts in rows.values() for p in pts] + [p[1] for _, pts in extra for p in pts])
+    ax1.set_ylim(0, top * 1.15)
+    ax2.set_yscale("log")
     fig.suptitle(a.title or "%s on %s" % (os.path.basename(a.model), a.hw))
     fig.tight_layout()
     tmp = a.out + ".tmp.%d.png" % os.getpid()

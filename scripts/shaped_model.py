@@ -3,11 +3,15 @@ planning (fsdpc --report) and for compiling without reading the weights.  Needs 
 runs with onnx 1.12 and 1.23.
 
 usage: /usr/bin/python3 scripts/shaped_model.py OUT.onnx [--layers L] [--embd D] [--heads H] [--block T]
-           [--batch B] [--vocab V] [--untied] [--gelu erf|op] [--no-data | --data random|sparse] [--seed S]
+           [--batch B] [--vocab V] [--ffn F] [--head-dim K] [--untied] [--gelu erf|op]
+           [--no-data | --data random|sparse] [--seed S]
 
     --layers 12 --embd 768 --heads 12 --block 1024 --vocab 50257            GPT-2 124M (the defaults)
     --layers 48 --embd 1600 --heads 25 --block 1024 --vocab 50257           GPT-2 XL 1.5B
     --layers 96 --embd 12288 --heads 96 --block 2048 --vocab 50257 --no-data   GPT-3 175B, for planning
+    --layers 48 --embd 1024 --heads 128 --head-dim 128 --ffn 65536 --vocab 32128 --untied --no-data
+                                                                 T5-11B's 24 + 24 blocks as one decoder stack
+                                                                 (no cross-attention: 9.7 B of its 11.3 B)
 
 then, e.g.
 
@@ -18,10 +22,11 @@ then, e.g.
 The graph is the one examples/gpt.py exports through torch.onnx (so fsdpc's fold, attention and fuse passes treat
 both alike), with static shapes: input_ids [B, T] int64 → logits [B, T, V].  Token and position embeddings
 (Gather of transformer.wte.weight [V, D] and transformer.wpe.weight [T, D] at Range(0, T)), L pre-LayerNorm
-blocks transformer.h.<i>: ln_1; attn.c_attn (one Linear [3D, D] giving q, k, v, Split), heads by Reshape and
-Transpose (k as [B, H, hd, T]), scores q·k scaled by Mul(1/sqrt(hd)), the causal mask as Where(mask == 0, -inf,
+blocks transformer.h.<i>: ln_1; attn.c_attn (one Linear [3A, D] giving q, k, v, Split; A = H hd, hd = --head-dim,
+default D / H), heads by Reshape and Transpose (k as [B, H, hd, T]), scores q·k scaled by Mul(1/sqrt(hd)), the causal mask as Where(mask == 0, -inf,
 scores) with one float buffer causal_mask [1, 1, T, T] (tril of ones) shared by the blocks, Softmax, the second
-MatMul, attn.c_proj; ln_2; mlp.c_fc [4D, D], GELU (erf form, or the Gelu op of opset 20 with --gelu op),
+MatMul, attn.c_proj [D, A]; ln_2; mlp.c_fc [F, D] (F = --ffn, default 4D), GELU (erf form, or the Gelu op of
+opset 20 with --gelu op),
 mlp.c_proj; residual Adds), transformer.ln_f, and lm_head: MatMul by wte transposed (tied, the default) or by
 lm_head.weight [V, D] (--untied).  Linear weights are [out, in] and used through Transpose, as torch exports them.
 Every initializer is external data at a 64-byte aligned offset of one file, OUT.onnx.data (named by its bare file
@@ -47,27 +52,28 @@ from onnx import TensorProto, helper
 ALIGN = 64
 
 
-def params(layers, embd, block, vocab, untied):
-    """[(name, shape, init)] of the trained initializers, in graph order; init: 'w', 'proj', 'zero', 'one'."""
-    D = embd
+def params(layers, embd, block, vocab, untied, ffn=None, inner=None):
+    """[(name, shape, init)] of the trained initializers, in graph order; init: 'w', 'proj', 'zero', 'one'.
+    ffn: the MLP's width (default 4 embd); inner: the attention's heads x head dim (default embd)."""
+    D, F, A = embd, ffn or 4 * embd, inner or embd
     p = [("transformer.wte.weight", [vocab, D], "w"), ("transformer.wpe.weight", [block, D], "w")]
     for i in range(layers):
         h = "transformer.h.%d." % i
         p += [(h + "ln_1.weight", [D], "one"), (h + "ln_1.bias", [D], "zero"),
-              (h + "attn.c_attn.weight", [3 * D, D], "w"), (h + "attn.c_attn.bias", [3 * D], "zero"),
-              (h + "attn.c_proj.weight", [D, D], "proj"), (h + "attn.c_proj.bias", [D], "zero"),
+              (h + "attn.c_attn.weight", [3 * A, D], "w"), (h + "attn.c_attn.bias", [3 * A], "zero"),
+              (h + "attn.c_proj.weight", [D, A], "proj"), (h + "attn.c_proj.bias", [D], "zero"),
               (h + "ln_2.weight", [D], "one"), (h + "ln_2.bias", [D], "zero"),
-              (h + "mlp.c_fc.weight", [4 * D, D], "w"), (h + "mlp.c_fc.bias", [4 * D], "zero"),
-              (h + "mlp.c_proj.weight", [D, 4 * D], "proj"), (h + "mlp.c_proj.bias", [D], "zero")]
+              (h + "mlp.c_fc.weight", [F, D], "w"), (h + "mlp.c_fc.bias", [F], "zero"),
+              (h + "mlp.c_proj.weight", [D, F], "proj"), (h + "mlp.c_proj.bias", [D], "zero")]
     p += [("transformer.ln_f.weight", [D], "one"), ("transformer.ln_f.bias", [D], "zero")]
     if untied:
         p += [("lm_head.weight", [vocab, D], "w")]
     return p
 
 
-def param_count(layers, embd, block, vocab, untied=False):
+def param_count(layers, embd, block, vocab, untied=False, ffn=None, inner=None):
     """The number of trained parameters (what fsdpc --report counts)."""
-    return sum(int(np.prod(s)) for _, s, _ in params(layers, embd, block, vocab, untied))
+    return sum(int(np.prod(s)) for _, s, _ in params(layers, embd, block, vocab, untied, ffn, inner))
 
 
 class Graph:
@@ -102,7 +108,8 @@ class Graph:
 
 def build(a):
     B, T, D, H, V = a.batch, a.block, a.embd, a.heads, a.vocab
-    hd = D // H
+    hd = a.head_dim or D // H
+    A = H * hd
     g = Graph()
     f32 = lambda v: np.array(v, dtype=np.float32)
     i64 = lambda v: np.array(v, dtype=np.int64)
@@ -112,12 +119,12 @@ def build(a):
                      g.op("Gather", ["transformer.wpe.weight", pos], "/wpe/Gather")], "/Add")
     masked = g.op("Equal", ["causal_mask", g.const("/mask_zero", f32(0.0))], "/Equal")
     heads = g.const("/heads_shape", i64([B, T, H, hd]))
-    merged = g.const("/merged_shape", i64([B, T, D]))
+    merged = g.const("/merged_shape", i64([B, T, A]))
     for i in range(a.layers):
         p = "transformer.h.%d." % i
         s = "/h.%d/" % i
         qkv = g.linear(g.layernorm(x, p + "ln_1"), p + "attn.c_attn")
-        q, k, v = g.op("Split", [qkv, g.const(s + "attn/split", i64([D, D, D]))], s + "attn/Split", nout=3, axis=2)
+        q, k, v = g.op("Split", [qkv, g.const(s + "attn/split", i64([A, A, A]))], s + "attn/Split", nout=3, axis=2)
         q = g.op("Transpose", [g.op("Reshape", [q, heads], s + "attn/Reshape")], s + "attn/Transpose", perm=[0, 2, 1, 3])
         kt = g.op("Transpose", [g.op("Reshape", [k, heads], s + "attn/Reshape")], s + "attn/Transpose",
                   perm=[0, 2, 3, 1])
@@ -166,6 +173,8 @@ def main():
     ap.add_argument("--block", type=int, default=1024, help="T, the sequence length")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--ffn", type=int, default=0, help="the MLP's width (default 4 x --embd)")
+    ap.add_argument("--head-dim", type=int, default=0, help="each head's width (default --embd / --heads)")
     ap.add_argument("--untied", action="store_true", help="lm_head gets its own weight")
     ap.add_argument("--gelu", choices=["erf", "op"], default="erf")
     ap.add_argument("--no-data", action="store_true", help="do not write the data file (the default)")
@@ -174,13 +183,17 @@ def main():
     a = ap.parse_args()
     if a.no_data and a.data:
         ap.error("--no-data and --data exclude each other")
-    if min(a.layers, a.embd, a.heads, a.block, a.batch, a.vocab) < 1 or a.embd % a.heads:
-        ap.error("every size must be positive and --embd a multiple of --heads")
+    if min(a.layers, a.embd, a.heads, a.block, a.batch, a.vocab) < 1 or min(a.ffn, a.head_dim) < 0:
+        ap.error("every size must be positive")
+    if not a.head_dim and a.embd % a.heads:
+        ap.error("--embd must be a multiple of --heads (or give --head-dim)")
+    inner = a.heads * a.head_dim if a.head_dim else None
     T = a.block
     data_name = os.path.basename(a.out) + ".data"
     data_path = os.path.join(os.path.dirname(os.path.abspath(a.out)), data_name)
     inits, layout, off = [], [], 0
-    for name, shape, kind in params(a.layers, a.embd, T, a.vocab, a.untied) + [("causal_mask", [1, 1, T, T], "mask")]:
+    for name, shape, kind in params(a.layers, a.embd, T, a.vocab, a.untied, a.ffn or None, inner) + [
+            ("causal_mask", [1, 1, T, T], "mask")]:
         t, nbytes = external(name, shape, data_name, off)
         inits.append(t)
         layout.append((off, shape, kind))
@@ -213,7 +226,7 @@ def main():
     elif os.path.exists(data_path):
         print("note: %s exists and is left as it is (the model names it)" % data_path, file=sys.stderr)
     print("%s: %d parameters, %d nodes, data %s (%d bytes)" % (
-        a.out, param_count(a.layers, a.embd, T, a.vocab, a.untied), len(g.nodes),
+        a.out, param_count(a.layers, a.embd, T, a.vocab, a.untied, a.ffn or None, inner), len(g.nodes),
         data_path if a.data else "not written", off))
 
 
