@@ -1,6 +1,6 @@
 """fsdpc --report --hw: the cost model's predicted step against hand counts, and its JSON report.
 
-usage: plan.py FSDPC WORKDIR EXAMPLES_DIR
+usage: plan.py FSDPC WORKDIR EXAMPLES_DIR [--no-timing]
 
 Models: a one-MatMul model (y = x @ W, mse loss; x [64, 256], W [256, 128]) and the demo GPT
 (examples/gpt.onnx, batch 8).  Profiles are written here with round numbers so that every term of
@@ -20,7 +20,11 @@ codegen/cost.c can be counted by hand:
   - --report-json's keys (step_time_s, tflops_per_device, peak_bytes_per_rank, strategy, ...) for the build's
     strategy and every strategy, equal to the text report's table; null times without --hw;
   - bad profiles and flags are one line and exit 1: unknown name, missing file, unknown or repeated key,
-    missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report.
+    missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report, --calibrate with a model;
+  - fsdpc --calibrate on 2 ranks writes a profile with every key, --hw reads it;
+  - calibrated at world 1, the predicted step of a GPT of bench/'s smallest size (d 128, 4 layers, T 128, batch 8)
+    is within 40 % of its measured step (the best of 3 medians of 12 steps; the test runs alone: RUN_SERIAL; the
+    figure is printed; not under the sanitizers, --no-timing).  bench/plan_cpu.py is the full comparison.
 """
 import json
 import os
@@ -34,6 +38,7 @@ from onnx import TensorProto, helper, numpy_helper
 from common import check, run
 
 fsdpc, work, examples = sys.argv[1:4]
+timing = "--no-timing" not in sys.argv[4:]  # the sanitizer build: its kernels' speed is not the machine's
 os.makedirs(work, exist_ok=True)
 
 B, K, N = 64, 256, 128
@@ -210,4 +215,31 @@ check(prof["devices_per_node"].strip() == "2" and float(prof["peak_tflops_f32"])
 r, _ = report(GPT, 2, cal)
 check(r["hw"] == "here" and r["step_time_s"] > 0 and r["comm_s"] > 0, "a calibrated prediction: %s" % r)
 check(not [f for f in os.listdir(work) if ".tmp." in f], "no temporary file left")
+
+# the calibrated prediction against the measured step: a GPT of bench/'s smallest size (d 128, 4 layers, T 128,
+# batch 8, vocab 256; scripts/shaped_model.py, random weights) at world 1 on the threads the tests give a rank
+cal1 = os.path.join(work, "one.hw")
+run([fsdpc, "--calibrate", "--world", "1", "-o", cal1])
+gm = os.path.join(work, "g128.onnx")
+run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "shaped_model.py"),
+     gm, "--layers", "4", "--embd", "128", "--heads", "2", "--block", "128", "--batch", "8", "--vocab", "256",
+     "--data", "random"])
+exe = os.path.join(work, "g128")
+r, _ = report([gm, "--loss", "cross_entropy:logits,labels", "-o", exe], 1, cal1)
+np.random.default_rng(0).integers(0, 256, 41 * 8 * 128 + 1).astype("<u2").tofile(os.path.join(work, "tok.bin"))
+met = os.path.join(work, "g128.jsonl")
+times = []
+for rep in range(3):  # the best of 3 medians: this machine's speed drifts
+    if os.path.exists(met):
+        os.unlink(met)
+    run([exe, "--tokens", os.path.join(work, "tok.bin"), "--steps", "13", "--lr", "1e-4", "--metrics", met, "--quiet"])
+    t = sorted(json.loads(l)["time_ms"] for l in open(met) if '"step"' in l)[1:]  # less the slowest (warm-up)
+    times.append(t[len(t) // 2] / 1e3)
+ratio = r["step_time_s"] / min(times)
+if not timing:
+    print("plan: ok (the prediction's accuracy not checked: sanitizer build)")
+    sys.exit(0)
+print("plan: calibrated prediction %.2f ms, measured %.2f ms (best of %s), ratio %.3f"
+      % (r["step_time_s"] * 1e3, min(times) * 1e3, ["%.2f" % (x * 1e3) for x in times], ratio))
+check(0.6 <= ratio <= 1 / 0.6, "the calibrated prediction within 40 %% of the measured step: %.3f" % ratio)
 print("plan: ok")
