@@ -639,16 +639,23 @@ static void remove_tree(const char *dir, int nimage)
     rmdir(dir);
 }
 
+/* a new private directory under $TMPDIR (or /tmp, where $TMPDIR holds a quote, backslash or newline) */
+static char *temp_dir(void)
+{
+    const char *t = getenv("TMPDIR");
+    char *dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp"); /* mkdtemp's pattern */
+    if (!mkdtemp(dir))
+        fatal("%s: cannot create a temporary directory: %s", dir, strerror(errno));
+    return dir;
+}
+
 /* fsdpc --calibrate: build the calibration executable (runtime/calibrate.c) as an executable of the cpu
  * target is built, and run it on world ranks (mpirun; alone for 1); it writes the profile out */
 void cg_calibrate(const char *out, int world, const char *cc)
 {
     g_cc = cc;
     cg_cuda = 0;
-    const char *t = getenv("TMPDIR");
-    char *dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp");
-    if (!mkdtemp(dir))
-        fatal("%s: cannot create a temporary directory: %s", dir, strerror(errno));
+    char *dir = temp_dir();
     const char *src = ir_fmt("%s/calibrate.c", dir), *exe = ir_fmt("%s/calibrate", dir);
     FILE *f = fopen(src, "w");
     const char *kname;
@@ -709,10 +716,7 @@ void cg_build(const Graph *g)
         if (!*FSDPC_LIBS_CUDA)
             fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
                   "rebuild fsdpc where the CUDA 13 toolkit is installed");
-        const char *t = getenv("TMPDIR");
-        dir = ir_fmt("%s/fsdpc-XXXXXX", t && *t && !strpbrk(t, "\"\\\n") ? t : "/tmp");
-        if (!mkdtemp(dir))
-            fatal("%s: cannot create a temporary directory: %s", dir, strerror(errno));
+        dir = temp_dir();
         nimage = cg_cuda_images(g, dir, &images, &asm_src);
     }
     Buf src = emit_source(g, &L, &step, &images);

@@ -43,7 +43,6 @@
  */
 #include "ir.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -348,21 +347,16 @@ static void live_node(Live *l, const Node *n, int seg, int bwd, int64_t t)
     }
 }
 
-/* (called once per unit and round: its scratch is freed, not left in the arena) */
+/* (called once per unit and round: all it allocates is released, not left in the arena) */
 static int64_t estimate(const Rc *r)
 {
     const Graph *g = r->g;
     int nv = g->nval;
+    IrMark m = ir_mark();
     Live l = {.r = r, .nv = nv};
-    /* t, the time below, ends at most at nn + nfwd + 1: every node and at most one clone of each forward one */
-    size_t nt = (size_t)r->nn + (size_t)r->nfwd + 3;
-    int64_t *scratch = malloc(sizeof(int64_t) * (5 * (size_t)nv + nt) + 1);
-    if (!scratch)
-        fatal("out of memory (the recompute pass's estimate of %d values)", nv);
-    l.def = scratch;
-    l.last = l.def + 2 * nv;
-    int64_t *delta = l.last + 2 * nv;
-    l.root = (int *)(delta + nt); /* 2 nv ints in the last nv int64s */
+    l.root = ir_alloc(sizeof(int) * (size_t)(2 * nv));
+    l.def = ir_alloc(sizeof(int64_t) * (size_t)(2 * nv));
+    l.last = ir_alloc(sizeof(int64_t) * (size_t)(2 * nv));
     for (int v = 0; v < 2 * nv; v++) {
         l.root[v] = v;
         l.def[v] = -1;
@@ -377,10 +371,7 @@ static int64_t estimate(const Rc *r)
             live_node(&l, &g->node[k], r->seg[k], 0, t++);
         live_node(&l, &g->node[i], -1, i >= r->nfwd, t++);
     }
-    int64_t cur = 0, peak = 0;
-    if ((size_t)t + 2 > nt)
-        die("recompute estimate: time %lld beyond %zu", (long long)t, nt);
-    memset(delta, 0, sizeof(int64_t) * nt);
+    int64_t *delta = ir_alloc(sizeof(int64_t) * (size_t)(t + 2)), cur = 0, peak = 0;
     for (int v = 0; v < 2 * nv; v++) {
         if (l.def[v] < 0 || l.root[v] != v || !counted(g, v % nv))
             continue;
@@ -392,7 +383,7 @@ static int64_t estimate(const Rc *r)
         cur += delta[k];
         peak = peak > cur ? peak : cur;
     }
-    free(scratch);
+    ir_release(m);
     return peak;
 }
 

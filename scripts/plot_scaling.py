@@ -65,9 +65,8 @@ def main():
                 sys.exit("plot_scaling: fsdpc at world %d: %s" % (w, (p.stderr.strip() or "failed").splitlines()[-1]))
             r = json.load(open(out))
             for s in r["strategies"]:
-                name = s["strategy"].split(":")[0] + (":2" if s["strategy"].startswith("hybrid") else "")
                 tf = s["tflops_per_device" if a.flops == "model" else "hw_tflops_per_device"]
-                rows.setdefault(name, []).append((w, tf, s["peak_bytes_per_rank"] / 2**30,
+                rows.setdefault(s["strategy"], []).append((w, tf, s["peak_bytes_per_rank"] / 2**30,
                                                   s["step_time_s"], s["exposed_comm_s"]))
     print("| strategy | devices | step s | TFLOPS per device (%s FLOPs) | exposed comm s | planned GiB per rank |"
           % a.flops)

@@ -38,6 +38,17 @@ static void KFN(attn_scores)(T *sc, const T *q, const T *kt, int krow, const T *
                 sc[i * n + j] += bias[i * s + j];
 }
 
+/* this thread's slot of the workspace: 2 R s elements (scores, then their gradient) */
+static T *KFN(attn_slot)(T *ws, int64_t R, int64_t s)
+{
+#ifdef _OPENMP
+    return ws + (int64_t)omp_get_thread_num() * 2 * R * s;
+#else
+    (void)R, (void)s;
+    return ws;
+#endif
+}
+
 void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int krow, const T *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
 {
@@ -47,11 +58,7 @@ void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int krow, const T *
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++) {
-#ifdef _OPENMP
-        T *sc = ws + (int64_t)omp_get_thread_num() * 2 * R * s;
-#else
-        T *sc = ws;
-#endif
+        T *sc = KFN(attn_slot)(ws, R, s);
         const int64_t b = u / tiles, i0 = u % tiles * R;
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
@@ -92,11 +99,7 @@ void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, const T *dy, const T *q, cons
     const int nt = attn_threads(batch);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t b = 0; b < batch; b++) {
-#ifdef _OPENMP
-        T *sc = ws + (int64_t)omp_get_thread_num() * 2 * R * s;
-#else
-        T *sc = ws;
-#endif
+        T *sc = KFN(attn_slot)(ws, R, s);
         T *dp = sc + R * s, *dktb = dkt + b * d * s, *dvb = dval + b * s * dv;
         const T *ktb = kt + b * d * s, *vb = v + b * s * dv;
         memset(dktb, 0, sizeof(T) * (size_t)(d * s));
