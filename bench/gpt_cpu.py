@@ -11,7 +11,8 @@ torch.set_num_threads):
   fsdpc             the executable fsdpc builds (--target cpu), as a user runs it;
   torch 1.13        Debian's PyTorch, eager (bench/torch_step.py under /usr/bin/python3);
   torch 2 eager     PyTorch 2 from PyPI (bench/torch_step.py under --torch2: default the python3 on PATH when it
-                    has torch >= 2; none: the column is left out, and the script says so);
+                    has torch >= 2, else a virtual environment the script makes once, and says so, in
+                    ~/.cache/fsdpc-bench/torch2 (bench/torch2.py); none: the column is left out);
   torch 2 compile   the same with torch.compile (its compilation is in the warm-up step, not timed);
   ORT-training      ONNX Runtime Training (onnxruntime-training-cpu) on the fsdpc side's ONNX file
                     (bench/ort_step.py under --ort: default a virtual environment the script makes once, and says
@@ -37,7 +38,8 @@ ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--repeat", type=int, default=3)
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
-ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH, if it has it)")
+ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH if it has it, else one "
+                "installed in ~/.cache/fsdpc-bench/torch2; none: leave PyTorch 2 out)")
 ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
 ap.add_argument("--ort", default="", help="a python with onnxruntime-training (default: make a virtual environment "
                 "in ~/.cache/fsdpc-bench/ort on the torch 2 python; none: leave ONNX Runtime Training out)")
@@ -46,13 +48,15 @@ args = ap.parse_args()
 for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[k] = str(args.threads)  # before numpy/torch load their BLAS
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch2 import ensure_debian_torch, torch2_python  # noqa: E402
+
+ensure_debian_torch()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-sys.path.insert(0, HERE)
 from gpt import GPT, GPTConfig, export  # noqa: E402
-from torch2 import torch2_python  # noqa: E402
 
 VOCAB = 256
 
@@ -124,7 +128,7 @@ def main():
     if py2:
         sides += ["torch %s eager" % v2] + ([] if args.no_compile else ["torch %s compile" % v2])
     else:
-        print("note: no python with torch >= 2 (--torch2 PYTHON; pip install torch): its columns are left out")
+        print("note: --torch2 none: the PyTorch 2 columns are left out")
     pyo = ort_python(py2)
     if pyo:
         sides.append("ORT-training")

@@ -5,9 +5,10 @@
 Run with Debian's /usr/bin/python3 (torch 1.13, CPU: DDP, the second line).
 PyTorch 2 from PyPI runs DDP and FSDP2 (`fully_shard` on each transformer
 block, then on the model: FULL_SHARD, as fsdpc's --wrap blocks) under
---torch2 (default: the python3 on PATH when it has torch >= 2; `pip install
-torch numpy` gives it; without one, those columns are left out and the
-script says so).  Each rank gets one
+--torch2 (default: the python3 on PATH when it has torch >= 2, else a
+virtual environment bench/torch2.py makes once in ~/.cache/fsdpc-bench/torch2
+and installs torch into from PyPI, saying so; --torch2 none leaves those
+columns out).  Each rank gets one
 thread (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1, set explicitly for both
 sides: this machine has 2 cores).  A step = forward + cross-entropy +
 backward + gradient averaging + AdamW; the table gives the median step time
@@ -36,7 +37,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=5)
 ap.add_argument("--repeat", type=int, default=3, help="runs of each side, interleaved; the best median counts")
 ap.add_argument("--fsdpc", default=os.path.join(os.path.dirname(__file__), "..", "build", "fsdpc"))
-ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH, if it has it)")
+ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH if it has it, else one "
+                "installed in ~/.cache/fsdpc-bench/torch2; none: leave PyTorch 2 out)")
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8", help="d/L/T/B,...")
 ap.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)  # internal: one PyTorch rank
 ap.add_argument("--mode", default="ddp", help=argparse.SUPPRESS)  # internal: ddp or fsdp2
@@ -46,13 +48,15 @@ args = ap.parse_args()
 for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ[k] = "1"  # before numpy/torch load OpenBLAS
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch2 import ensure_debian_torch, torch2_python  # noqa: E402
+
+ensure_debian_torch()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import GPT, GPTConfig, export  # noqa: E402
-from torch2 import torch2_python  # noqa: E402
 
 torch.set_num_threads(1)
 VOCAB, WORLD = 256, 2
@@ -166,8 +170,7 @@ def main():
         return
     py2, v2 = torch2_python(args.torch2)
     if not py2:
-        print("note: no python with torch >= 2 and numpy (--torch2 PYTHON; pip install torch numpy): the DDP and "
-              "FSDP2 columns of PyTorch 2 are left out")
+        print("note: --torch2 none: the DDP and FSDP2 columns of PyTorch 2 are left out")
     sides = ["fsdpc", "fsdpc thread", "DDP %s" % torch.__version__.split("+")[0]]
     if py2:
         sides += ["DDP %s" % v2, "FSDP2 %s" % v2]
