@@ -3,9 +3,12 @@
  * How it works.  Both normalise x by statistics of a group of elements:
  * LayerNorm by row (x viewed as outer x inner, one group per row),
  * BatchNorm by channel (x viewed as n x c x l, group = the n l elements of a
- * channel).  Statistics are taken in double with two passes (mean, then the
- * mean of squared deviations), which stays exact where E[x^2] - E[x]^2
- * would cancel.  The forward saves mean and invstd = 1/sqrt(var + eps) in the
+ * channel).  LayerNorm's statistics take one pass over the row: Welford's
+ * running mean and sum of squared deviations in 16 lanes of the tensor's
+ * type (a vector register of float), the lanes combined in double; BatchNorm's
+ * take two passes in double (the mean, then the mean of squared deviations).
+ * Neither forms E[x^2] - E[x]^2, which cancels for groups far from 0.  The
+ * forward saves mean and invstd = 1/sqrt(var + eps) in the
  * tensor dtype for the backward.
  *
  * The backward is the usual closed form, per group of m elements with

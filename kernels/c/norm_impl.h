@@ -1,19 +1,39 @@
 /* norm_impl.h — typed bodies of norm.c, included once per dtype with
  * T (element type) and S (name suffix) defined.  No include guard on purpose. */
 
-/* Mean and biased variance of x[0..m) in double, two passes. */
-static void KFN(moments)(const T *x, int64_t m, double *mean, double *var)
+/* Mean and biased variance of the row x[0..n) in one pass: K_LANES running
+ * means and sums of squared deviations (Welford's update, in T, the lanes
+ * one vector register), combined in double (Chan's formula), the last
+ * n % K_LANES elements added one by one.  No E[x^2] - E[x]^2: a row far from
+ * 0 does not cancel. */
+static void KFN(moments)(const T *x, int64_t n, double *mean, double *var)
 {
-    double s = 0, q = 0;
-    for (int64_t i = 0; i < m; i++)
-        s += x[i];
-    s /= (double)m;
-    for (int64_t i = 0; i < m; i++) {
-        double d = (double)x[i] - s;
-        q += d * d;
+    T m[K_LANES] = {0}, q[K_LANES] = {0};
+    const int64_t blocks = n / K_LANES;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T r = (T)1 / (T)(k + 1);
+        const T *xb = x + k * K_LANES;
+        for (int l = 0; l < K_LANES; l++) {
+            const T d = xb[l] - m[l];
+            m[l] += d * r;
+            q[l] += d * (xb[l] - m[l]);
+        }
     }
-    *mean = s;
-    *var = q / (double)m;
+    double cnt = 0, mu = 0, m2 = 0;
+    for (int l = 0; l < K_LANES && blocks; l++) { /* lane l: blocks elements, mean m[l], sum q[l] */
+        const double nb = (double)blocks, c = cnt + nb, d = (double)m[l] - mu;
+        mu += d * nb / c;
+        m2 += (double)q[l] + d * d * cnt * nb / c;
+        cnt = c;
+    }
+    for (int64_t i = blocks * K_LANES; i < n; i++) {
+        const double d = (double)x[i] - mu;
+        cnt += 1;
+        mu += d / cnt;
+        m2 += d * ((double)x[i] - mu);
+    }
+    *mean = mu;
+    *var = m2 / (double)n;
 }
 
 /* ---- LayerNormalization ------------------------------------------------- */
@@ -35,14 +55,19 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
         double mu, var;
         KFN(moments)(x, n, &mu, &var);
         const double is = 1 / sqrt(var + j->eps);
-        for (int64_t i = 0; i < n; i++) {
-            double v = ((double)x[i] - mu) * is;
-            if (j->scale)
-                v *= j->scale[i];
-            if (j->bias)
-                v += j->bias[i];
-            y[i] = (T)v;
-        }
+        const T m = (T)mu, a = (T)is, *sc = j->scale, *b = j->bias;
+        if (sc && b) /* each case one loop in T, which vectorises */
+            for (int64_t i = 0; i < n; i++)
+                y[i] = (x[i] - m) * a * sc[i] + b[i];
+        else if (sc)
+            for (int64_t i = 0; i < n; i++)
+                y[i] = (x[i] - m) * a * sc[i];
+        else if (b)
+            for (int64_t i = 0; i < n; i++)
+                y[i] = (x[i] - m) * a + b[i];
+        else
+            for (int64_t i = 0; i < n; i++)
+                y[i] = (x[i] - m) * a;
         if (j->mean)
             j->mean[r] = (T)mu;
         if (j->invstd)
@@ -83,21 +108,32 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
     }
 }
 
-/* dx of one row of n. */
+/* dx of one row of n: the row's two sums in K_LANES lanes of T (combined in
+ * double), then dx in T. */
 static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
                                     double is, const T *scale, int64_t n)
 {
+    const T m = (T)mu, a = (T)is;
+    T g1[K_LANES] = {0}, gx[K_LANES] = {0};
+    int64_t i = 0;
+    for (; i + K_LANES <= n; i += K_LANES)
+        for (int l = 0; l < K_LANES; l++) {
+            const T g = scale ? dy[i + l] * scale[i + l] : dy[i + l];
+            g1[l] += g;
+            gx[l] += g * ((x[i + l] - m) * a);
+        }
     double sg = 0, sgx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
+    for (int l = 0; l < K_LANES; l++)
+        sg += g1[l], sgx += gx[l];
+    for (; i < n; i++) {
+        const double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
         sg += g;
         sgx += g * (((double)x[i] - mu) * is);
     }
-    sg /= (double)n;
-    sgx /= (double)n;
-    for (int64_t i = 0; i < n; i++) {
-        double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
-        dx[i] = (T)(is * (g - sg - ((double)x[i] - mu) * is * sgx));
+    const T mg = (T)(sg / (double)n), mgx = (T)(sgx / (double)n);
+    for (i = 0; i < n; i++) {
+        const T g = scale ? dy[i] * scale[i] : dy[i], xh = (x[i] - m) * a;
+        dx[i] = a * (g - mg - xh * mgx);
     }
 }
 

@@ -186,30 +186,51 @@ void KFN(k_reduce_prod_grad)(T *dx, const T *dy, const T *x, int rank, const int
 
 /* ---- k_softmax ---------------------------------------------------------- */
 
-/* One contiguous row of n (inner == 1).  exp(x - max) runs in T, as torch's
- * does (the max is one of the x, so x - max is one rounding); the sum is in
- * double. */
+/* One contiguous row of n (inner == 1) in two passes over memory.  The
+ * first finds the max m and the sum of exp(x - m) together, K_SM_BLOCK
+ * elements at a time: the block's max (from cache), the running sum rescaled
+ * by exp(m_old - m_new) when the max grows, then the block's exp(x - m)
+ * summed.  The second writes exp(x - m) / sum (softmax) or x - m - log(sum)
+ * (log-softmax).  exp(x - m) runs in T, as torch's does (m is one of the x,
+ * so x - m is one rounding); a block's sum in T (vector lanes: `omp simd`),
+ * the blocks' in double.  A NaN makes the row NaN; so does a row of -inf
+ * (exp(-inf - -inf)); blocks of -inf before the first finite element add
+ * nothing. */
 static void KFN(softmax_row)(int lg, T *y, const T *x, int64_t n)
 {
     T mx = (T)-INFINITY;
     double s = 0;
-    for (int64_t j = 0; j < n; j++)
-        mx = (T)red_max(mx, x[j]);
+    for (int64_t b0 = 0; b0 < n; b0 += K_SM_BLOCK) {
+        const T *xb = x + b0;
+        const int64_t nb = min64(K_SM_BLOCK, n - b0);
+        T bm = mx, acc = 0;
+#pragma omp simd reduction(max : bm)
+        for (int64_t j = 0; j < nb; j++) /* NaN passes by: exp(NaN - m) makes the sum NaN below */
+            bm = xb[j] > bm ? xb[j] : bm;
+        if (bm == (T)-INFINITY) { /* nothing finite yet: the block adds nothing, unless it holds a NaN */
+            for (int64_t j = 0; j < nb; j++)
+                if (xb[j] != xb[j])
+                    s = NAN;
+            continue;
+        }
+        if (bm > mx)
+            s *= exp((double)mx - (double)bm), mx = bm;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t j = 0; j < nb; j++)
+            acc += KM(exp)(xb[j] - mx);
+        s += acc;
+    }
+    if (s != s) /* a NaN in the row: the row is NaN */
+        mx = (T)NAN;
     if (lg) {
+        const T ls = (T)((double)mx + log(s));
         for (int64_t j = 0; j < n; j++)
-            s += KM(exp)(x[j] - mx);
-        const double ls = (double)mx + log(s);
-        for (int64_t j = 0; j < n; j++)
-            y[j] = (T)((double)x[j] - ls);
+            y[j] = x[j] - ls;
         return;
     }
-    for (int64_t j = 0; j < n; j++) /* apart from the sum: this loop vectorises */
-        y[j] = KM(exp)(x[j] - mx);
+    const T inv = (T)(1 / s);
     for (int64_t j = 0; j < n; j++)
-        s += y[j];
-    const double inv = 1 / s;
-    for (int64_t j = 0; j < n; j++)
-        y[j] = (T)((double)y[j] * inv);
+        y[j] = KM(exp)(x[j] - mx) * inv;
 }
 
 /* Columns [0, t) of one outer block, x and y rows `inner` apart. */
@@ -276,22 +297,27 @@ static void KFN(softmax_grad_tile)(int lg, T *dx, const T *dy, const T *y,
         }
 }
 
-/* One contiguous row of n (inner == 1): the sum, then dx (dx may alias dy). */
+/* One contiguous row of n (inner == 1): the sum (K_LANES lanes of T,
+ * combined in double), then dx in T (dx may alias dy). */
 static void KFN(softmax_grad_row)(int lg, T *dx, const T *dy, const T *y, int64_t n)
 {
-    double s = 0;
+    T acc[K_LANES] = {0};
+    int64_t j = 0;
+    for (; j + K_LANES <= n; j += K_LANES)
+        for (int l = 0; l < K_LANES; l++)
+            acc[l] += lg ? dy[j + l] : dy[j + l] * y[j + l];
+    double sd = 0;
+    for (; j < n; j++)
+        sd += lg ? (double)dy[j] : (double)dy[j] * (double)y[j];
+    for (int l = 0; l < K_LANES; l++)
+        sd += acc[l];
+    const T s = (T)sd;
     if (lg)
-        for (int64_t j = 0; j < n; j++)
-            s += (double)dy[j];
+        for (j = 0; j < n; j++)
+            dx[j] = dy[j] - KM(exp)(y[j]) * s;
     else
-        for (int64_t j = 0; j < n; j++)
-            s += (double)dy[j] * (double)y[j];
-    if (lg)
-        for (int64_t j = 0; j < n; j++)
-            dx[j] = (T)((double)dy[j] - exp((double)y[j]) * s);
-    else
-        for (int64_t j = 0; j < n; j++)
-            dx[j] = (T)((double)y[j] * ((double)dy[j] - s));
+        for (j = 0; j < n; j++)
+            dx[j] = y[j] * (dy[j] - s);
 }
 
 void KFN(k_softmax_grad)(int lg, T *dx, const T *dy, const T *y, int64_t outer,

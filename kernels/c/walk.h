@@ -35,6 +35,11 @@
 #define K_MAX_RANK 16
 /* Columns reduced at once with double accumulators on the stack. */
 #define K_TILE 256
+/* Lanes of a row's sums in its own type (LayerNorm, softmax): 16 floats, one
+ * AVX-512 register (two AVX2 ones); combined in double at the end. */
+#define K_LANES 16
+/* A softmax row's block: its max and exp sum are taken from cache. */
+#define K_SM_BLOCK 512
 
 /* Internal bug (a caller broke a kernel's contract): say so and abort, also
  * in release builds, rather than write out of bounds. */
