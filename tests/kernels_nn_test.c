@@ -42,13 +42,19 @@ static void softmax_fwd(void *ctx, double *const *in, double *y)
 
 static void test_softmax(int dt)
 {
-    static const int64_t shapes[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 300}, {1, 1, 1}, {1, 1, 5}};
+    /* rows of 513 and 1500: K_SM_BLOCK blocks, a block's max above the earlier ones' (x[0] + 1000 is in the
+     * first: see the ramp below) */
+    static const int64_t shapes[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 300}, {1, 1, 1}, {1, 1, 5}, {1, 513, 1},
+                                        {2, 1500, 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int lg = 0; lg < 2; lg++) {
             SmCtx c = {lg, shapes[k][0], shapes[k][1], shapes[k][2]};
             int64_t n = c.outer * c.axis * c.inner;
             Buf x = buf_new(n), y = buf_new(n), want = buf_new(n), w = buf_new(n), dx = buf_new(n);
             fill_rnd(&x, -4, 4), fill_rnd(&w, -1, 1);
+            if (c.axis > 512) /* a ramp: each block's max above the last, the running sum rescaled */
+                for (int64_t i = 0; i < n; i++)
+                    x.d[i] += 0.01 * (double)(i % c.axis);
             x.d[0] += 1000;  /* needs the max shift */
             ref_softmax(lg, want.d, x.d, c.outer, c.axis, c.inner);
             PUT(&x, &w);
@@ -77,6 +83,29 @@ static void test_softmax(int dt)
             check(dt, x.d, want.d, n, tol(dt));
             buf_free(&x), buf_free(&y), buf_free(&want), buf_free(&w), buf_free(&dx);
         }
+    /* a row of 1100 whose first 600 are -inf (a whole block adds nothing); the same with a NaN among them (the
+     * row is NaN); a row all -inf (NaN, as exp(-inf - -inf)) */
+    {
+        const int64_t m = 1100;
+        Buf xl = buf_new(3 * m), yl = buf_new(3 * m), wl = buf_new(3 * m);
+        fill_rnd(&xl, -4, 4);
+        for (int64_t i = 0; i < 600; i++)
+            xl.d[i] = xl.d[m + i] = -INFINITY;
+        xl.d[m + 300] = NAN;
+        for (int64_t i = 0; i < m; i++)
+            xl.d[2 * m + i] = -INFINITY;
+        for (int lg = 0; lg < 2; lg++) {
+            ref_softmax(lg, wl.d, xl.d, 1, m, 1);
+            for (int64_t i = m; i < 3 * m; i++)
+                wl.d[i] = NAN;
+            put(dt, &xl);
+            CTX("k_softmax log %d, rows of -inf blocks and NaN", lg);
+            KCALL(k_softmax, lg, V(yl), V(xl), 3, m, 1);
+            GET(&yl);
+            check(dt, yl.d, wl.d, 3 * m, tol(dt));
+        }
+        buf_free(&xl), buf_free(&yl), buf_free(&wl);
+    }
     /* masked attention: -inf logits get exactly 0 (log: -inf) */
     static const double xv[6] = {0.5, -INFINITY, 1, -INFINITY, -INFINITY, 2};
     Buf x = buf_new(6), y = buf_new(6), want = buf_new(6);
@@ -105,16 +134,21 @@ static void ln_fwd(void *ctx, double *const *in, double *y)
                     c->outer, c->inner, 1e-5);
 }
 
-static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine)
+static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine, double offset)
 {
     const int64_t n = outer * inner;
     Buf x = buf_new(n), s = buf_new(inner), b = buf_new(inner), y = buf_new(n), want = buf_new(n);
     Buf mu = buf_new(outer), is = buf_new(outer), wmu = buf_new(outer), wis = buf_new(outer);
     Buf w = buf_new(n), dx = buf_new(n), ds = buf_new(inner), db = buf_new(inner), dx2 = buf_new(n);
     fill_rnd(&x, -2, 3), fill_rnd(&s, 0.5, 1.5), fill_rnd(&b, -1, 1), fill_rnd(&w, -1, 1);
+    for (int64_t i = 0; i < n; i++) /* rows far from 0: the reference from the values the kernel sees */
+        x.d[i] = dt == F32 ? (double)(float)(x.d[i] + offset) : x.d[i] + offset;
     for (int64_t r = 0; r < outer; r++) {
         double m = 0, v = 0;
         for (int64_t i = 0; i < inner; i++) m += x.d[r * inner + i] / inner;
+        double corr = 0; /* the mean's rounding, which a far offset makes larger than 1e-12 */
+        for (int64_t i = 0; i < inner; i++) corr += (x.d[r * inner + i] - m) / inner;
+        m += corr;
         for (int64_t i = 0; i < inner; i++) v += pow(x.d[r * inner + i] - m, 2) / inner;
         wmu.d[r] = m, wis.d[r] = 1 / sqrt(v + 1e-5);
         for (int64_t i = 0; i < inner; i++)
@@ -122,13 +156,19 @@ static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine)
                                     (affine ? s.d[i] : 1) + (affine ? b.d[i] : 0);
     }
     PUT(&x, &s, &b, &w);
-    CTX("k_layernorm %lldx%lld affine %d", (long long)outer, (long long)inner, affine);
+    CTX("k_layernorm %lldx%lld affine %d offset %g", (long long)outer, (long long)inner, affine, offset);
     KCALL(k_layernorm, V(y), V(mu), V(is), V(x), affine ? V(s) : NULL, affine ? V(b) : NULL,
           outer, inner, 1e-5);
     GET(&y, &mu, &is);
     check(dt, y.d, want.d, n, tol(dt));
     check(dt, mu.d, wmu.d, outer, tol(dt));
     check(dt, is.d, wis.d, outer, tol(dt));
+    if (offset != 0) { /* the backward reads the mean rounded to T: checked near 0 only */
+        buf_free(&x), buf_free(&s), buf_free(&b), buf_free(&y), buf_free(&want);
+        buf_free(&mu), buf_free(&is), buf_free(&wmu), buf_free(&wis);
+        buf_free(&w), buf_free(&dx), buf_free(&ds), buf_free(&db), buf_free(&dx2);
+        return;
+    }
 
     KCALL(k_layernorm_grad, V(dx), affine ? V(ds) : NULL, affine ? V(db) : NULL, V(w), V(x),
           V(mu), V(is), affine ? V(s) : NULL, outer, inner);
@@ -158,9 +198,13 @@ static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine)
 
 static void test_layernorm(int dt)
 {
-    layernorm_case(dt, 5, 7, 1);
-    layernorm_case(dt, 3, 300, 1);  /* dscale / dbias cross a K_TILE column tile */
-    layernorm_case(dt, 4, 6, 0);
+    layernorm_case(dt, 5, 7, 1, 0);
+    layernorm_case(dt, 3, 300, 1, 0);  /* dscale / dbias cross a K_TILE column tile */
+    layernorm_case(dt, 4, 6, 0, 0);
+    layernorm_case(dt, 3, 16, 1, 0);   /* rows of whole K_LANES blocks; then 16 k + a tail */
+    layernorm_case(dt, 2, 771, 1, 0);
+    layernorm_case(dt, 4, 768, 1, 1e4); /* far from 0: one pass without cancellation */
+    layernorm_case(dt, 4, 37, 0, -3e3);
 }
 
 /* ---- BatchNormalization ------------------------------------------------- */

@@ -2,21 +2,23 @@
  * T (element type) and S (name suffix) defined.  No include guard on purpose. */
 
 /* Mean and biased variance of the row x[0..n) in one pass: K_LANES running
- * means and sums of squared deviations (Welford's update, in T, the lanes
- * one vector register), combined in double (Chan's formula), the last
- * n % K_LANES elements added one by one.  No E[x^2] - E[x]^2: a row far from
- * 0 does not cancel. */
-static void KFN(moments)(const T *x, int64_t n, double *mean, double *var)
+ * means and sums of squared deviations of x - x[0] (Welford's update, in T,
+ * the lanes one vector register), combined in double (Chan's formula), the
+ * last n % K_LANES elements added one by one.  Shifting by the row's first
+ * element keeps the running means small, so a row far from 0 keeps T's
+ * precision; and no E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
+static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, double *var)
 {
+    const T x0 = x[0];
     T m[K_LANES] = {0}, q[K_LANES] = {0};
     const int64_t blocks = n / K_LANES;
     for (int64_t k = 0; k < blocks; k++) {
         const T r = (T)1 / (T)(k + 1);
         const T *xb = x + k * K_LANES;
         for (int l = 0; l < K_LANES; l++) {
-            const T d = xb[l] - m[l];
+            const T v = xb[l] - x0, d = v - m[l];
             m[l] += d * r;
-            q[l] += d * (xb[l] - m[l]);
+            q[l] += d * (v - m[l]);
         }
     }
     double cnt = 0, mu = 0, m2 = 0;
@@ -27,12 +29,13 @@ static void KFN(moments)(const T *x, int64_t n, double *mean, double *var)
         cnt = c;
     }
     for (int64_t i = blocks * K_LANES; i < n; i++) {
-        const double d = (double)x[i] - mu;
+        const double v = (double)x[i] - (double)x0, d = v - mu;
         cnt += 1;
         mu += d / cnt;
-        m2 += d * ((double)x[i] - mu);
+        m2 += d * (v - mu);
     }
-    *mean = mu;
+    *shifted = mu;
+    *mean = (double)x0 + mu;
     *var = m2 / (double)n;
 }
 
@@ -52,22 +55,23 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
     for (int64_t r = lo; r < hi; r++) {
         const T *x = j->x + r * n;
         T *y = j->y + r * n;
-        double mu, var;
-        KFN(moments)(x, n, &mu, &var);
+        double mu, shifted, var;
+        KFN(moments)(x, n, &mu, &shifted, &var);
         const double is = 1 / sqrt(var + j->eps);
-        const T m = (T)mu, a = (T)is, *sc = j->scale, *b = j->bias;
+        /* (x - x0) - (mean - x0): exact where x is near x0, however far both are from 0 */
+        const T x0 = x[0], m = (T)shifted, a = (T)is, *sc = j->scale, *b = j->bias;
         if (sc && b) /* each case one loop in T, which vectorises */
             for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - m) * a * sc[i] + b[i];
+                y[i] = (x[i] - x0 - m) * a * sc[i] + b[i];
         else if (sc)
             for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - m) * a * sc[i];
+                y[i] = (x[i] - x0 - m) * a * sc[i];
         else if (b)
             for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - m) * a + b[i];
+                y[i] = (x[i] - x0 - m) * a + b[i];
         else
             for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - m) * a;
+                y[i] = (x[i] - x0 - m) * a;
         if (j->mean)
             j->mean[r] = (T)mu;
         if (j->invstd)
