@@ -72,18 +72,21 @@ void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int krow, const T *
         }
         const int64_t n = KFN(attn_cols)(bb, r, s);
         KFN(attn_scores)(sc, q + (b * t + i0) * d, kt + b * d * s, krow, bb, r, n, s, d, scale);
-        for (int64_t i = 0; i < r; i++) {
-            T *row = sc + i * n, mx = -(T)INFINITY;
-            for (int64_t j = 0; j < n; j++)
-                mx = row[j] > mx || row[j] != row[j] ? row[j] : mx;
-            double sum = 0;
+        for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
+            T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
+            for (int64_t j = 0; j < n; j++) /* a NaN passes by here and makes the sum NaN */
+                mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
             for (int64_t j = 0; j < n; j++) {
-                row[j] = KM(exp)(row[j] - mx);
-                sum += row[j];
+                const T e = KM(exp)(row[j] - mx);
+                row[j] = e;
+                sum += e;
             }
+            const T inv = (T)1 / sum;
             for (int64_t j = 0; j < n; j++)
-                row[j] = (T)((double)row[j] / sum);
-            lt[i] = (T)((double)mx + log(sum));
+                row[j] *= inv;
+            lt[i] = (T)((double)mx + log((double)sum));
         }
         KFN(attn_gemm)(0, 0, r, dv, n, 1.0, sc, n, v + b * s * dv, dv, 0.0, yt, dv);
     }
@@ -127,11 +130,12 @@ void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, const T *dy, const T *q, cons
                 memset(dp, 0, sizeof(T) * (size_t)(r * n));
             }
             for (int64_t i = 0; i < r; i++) { /* dS = P (dP - rowsum(dY Y)) */
-                double dd = 0;
+                T dd = 0;
+#pragma omp simd reduction(+ : dd)
                 for (int64_t c = 0; c < dv; c++)
-                    dd += (double)dyt[i * dv + c] * yt[i * dv + c];
+                    dd += dyt[i * dv + c] * yt[i * dv + c];
                 for (int64_t j = 0; j < n; j++)
-                    dp[i * n + j] = sc[i * n + j] * (T)((double)dp[i * n + j] - dd);
+                    dp[i * n + j] = sc[i * n + j] * (dp[i * n + j] - dd);
             }
             if (krow) {
                 KFN(attn_gemm)(0, 0, r, d, n, scale, dp, n, ktb, d, 0.0, dqt, d);  /* dQ = scale dS K */
