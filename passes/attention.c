@@ -99,6 +99,8 @@ typedef struct {
     int softmax, scale_node, mask_node, first, last; /* node ids (-1: absent) */
     int guard[4];                                    /* Where (pre, post), ReduceMax, Equal of the guard */
     int qscale, kscale;                              /* Muls scaling q or kt, folded into scale */
+    int add2, bias2;                                 /* (s + bias2) + bias: the inner Add, its bias */
+    Shape bshape;                                    /* the bias's shape (bias + bias2 broadcast) */
     int q, kt, v, bias, mask, mask_true_masks;       /* value ids; mask: Where's condition */
     int krow;                                        /* the first MatMul's transB: kt is k [L.., s, d] */
     int64_t ws;                                      /* k_attention_workspace elements */
@@ -142,6 +144,30 @@ static int guard_of(const Graph *g, const int *reader, int e, int bias, Chain *c
         return 0;
     c->guard[2] = rm, c->guard[3] = eq;
     return 1;
+}
+
+/* a and b broadcast (numpy) into *y, or 0 */
+static int broadcast(const Shape *a, const Shape *b, Shape *y)
+{
+    y->rank = a->rank > b->rank ? a->rank : b->rank;
+    for (int d = 0; d < y->rank; d++) {
+        int64_t x = d < y->rank - a->rank ? 1 : a->dim[d - (y->rank - a->rank)];
+        int64_t z = d < y->rank - b->rank ? 1 : b->dim[d - (y->rank - b->rank)];
+        if (x != z && x != 1 && z != 1)
+            return 0;
+        y->dim[d] = x == 1 ? z : x;
+    }
+    return 1;
+}
+
+/* may v be the scores: a MatMul's product, or one scaled by a constant? */
+static int is_product(const Graph *g, int v)
+{
+    int p = g->val[v].producer, x;
+    double f;
+    if (p >= 0 && tensor_scaling(g, &g->node[p], &x, &f))
+        p = g->val[x].producer;
+    return p >= 0 && g->node[p].op == OP_MatMul;
 }
 
 /* is node p x * c with c a scalar constant, read only by node r?  Then x, and c folded into *scale */
@@ -202,26 +228,40 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
     if (pn->op == OP_Where && (is_neg_inf(g, pn->in[1]) || is_neg_inf(g, pn->in[2]))) {
         c->mask_node = p, c->mask = pn->in[0], c->mask_true_masks = is_neg_inf(g, pn->in[1]);
         x = pn->in[c->mask_true_masks ? 2 : 1];
-    } else if (pn->op == OP_Add) { /* the scores' side: a product or a scaling (rather one whose other side is not) */
-        for (int pass = 0; pass < 2 && c->mask_node < 0; pass++)
-            for (int side = 0; side < 2 && c->mask_node < 0; side++) {
-                int o = pn->in[!side];
-                const Value *ov = &g->val[o];
-                if (ov->dtype != sv->dtype || g->val[pn->in[side]].producer < 0)
-                    continue;
-                const Node *q = &g->node[g->val[pn->in[side]].producer];
-                const int op = ov->producer >= 0 ? (int)g->node[ov->producer].op : -1;
-                if ((q->op == OP_MatMul || q->op == OP_Mul || q->op == OP_Div || q->op == OP_Scale) &&
-                    (pass || (op != OP_MatMul && op != OP_Mul && op != OP_Div && op != OP_Scale)))
-                    c->mask_node = p, c->bias = o, x = pn->in[side];
+    } else if (pn->op == OP_Add) { /* the scores' side: a product, or one scaled */
+        /* in this order: s + bias (bias no product), (s + bias2) + bias, s + bias (bias a product too) */
+        for (int side = 0; side < 2 && c->mask_node < 0; side++) {
+            int o = pn->in[!side];
+            if (g->val[o].dtype == sv->dtype && is_product(g, pn->in[side]) && !is_product(g, o))
+                c->mask_node = p, c->bias = o, x = pn->in[side];
+        }
+        for (int side = 0; side < 2 && c->mask_node < 0; side++) { /* T5's positions + mask */
+            const int in = pn->in[side], a2 = g->val[in].producer;
+            if (a2 < 0 || g->node[a2].op != OP_Add || only_reader(g, reader, in) != p ||
+                g->val[pn->in[!side]].dtype != sv->dtype)
+                continue;
+            for (int k = 0; k < 4 && c->mask_node < 0; k++) { /* k / 2: a product bias too, k % 2: the side */
+                const int o = g->node[a2].in[!(k % 2)], sc = g->node[a2].in[k % 2];
+                if (g->val[o].dtype == sv->dtype && is_product(g, sc) && (k / 2 || !is_product(g, o)))
+                    c->mask_node = p, c->add2 = a2, c->bias = pn->in[!side], c->bias2 = o, x = sc;
             }
+        }
+        for (int side = 0; side < 2 && c->mask_node < 0; side++) {
+            int o = pn->in[!side];
+            if (g->val[o].dtype == sv->dtype && is_product(g, pn->in[side]))
+                c->mask_node = p, c->bias = o, x = pn->in[side];
+        }
         if (c->mask_node < 0)
             return 0;
     }
+    if (c->add2 >= 0 && (e >= 0 || !broadcast(&g->val[c->bias].shape, &g->val[c->bias2].shape, &c->bshape)))
+        return 0;
+    if (c->bias >= 0 && c->add2 < 0)
+        c->bshape = g->val[c->bias].shape;
     if (e >= 0 && (c->bias < 0 || !guard_of(g, reader, e, c->bias, c)))
         return 0;
     c->zero_rows = e >= 0;
-    if (c->mask_node >= 0 && only_reader(g, reader, x) != c->mask_node)
+    if (c->mask_node >= 0 && only_reader(g, reader, x) != (c->add2 >= 0 ? c->add2 : c->mask_node))
         return 0;
     p = g->val[x].producer;
     if (p < 0)
@@ -270,7 +310,7 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         return g->val[c->mask].dtype == DT_BOOL &&
                bias_layout(&g->val[c->mask].shape, qs, r - 2, t, s, &c->nbias, &c->brep);
     if (c->bias >= 0)
-        return bias_layout(&g->val[c->bias].shape, qs, r - 2, t, s, &c->nbias, &c->brep);
+        return bias_layout(&c->bshape, qs, r - 2, t, s, &c->nbias, &c->brep);
     return 1;
 }
 
@@ -305,6 +345,11 @@ void pass_attention(Graph *g)
             bias = ir_value(g, ir_fmt("%s.bias", name), dt, &bs, R_ACT);
             int in[3] = {c.mask, c.mask_true_masks ? ninf : zero, c.mask_true_masks ? zero : ninf};
             before[c.last] = ir_node(g, OP_Where, ir_fmt("%s.bias", name), 3, in, 1, &bias);
+        } else if (c.add2 >= 0) { /* the two biases as one */
+            bias = ir_value(g, ir_fmt("%s.bias", name), dt, &c.bshape, R_ACT);
+            int in[2] = {c.bias2, c.bias};
+            before[c.last] = ir_node(g, OP_Add, ir_fmt("%s.bias", name), 2, in, 1, &bias);
+            drop[c.add2] = 1;
         }
         /* the cpu kernel's workspace (checked in match); the cuda kernels need none */
         Shape ls = g->val[c.q].shape, ws = {1, {cuda ? 0 : c.ws}};
