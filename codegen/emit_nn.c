@@ -226,7 +226,8 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
 {
     const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
     const Shape *qs = &g->val[q].shape, *vs = &g->val[v].shape;
-    const int r = qs->rank, krow = (int)ir_attr_i(n, "krow", 0);
+    const int r = qs->rank, flags = (ir_attr_i(n, "krow", 0) ? K_ATTN_KROW : 0) |
+                                    (ir_attr_i(n, "zero_rows", 0) ? K_ATTN_ZERO : 0);
     int64_t batch = 1;
     for (int d = 0; d < r - 2; d++)
         batch *= qs->dim[d];
@@ -237,11 +238,12 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
                               P(g, n->out[grad ? 3 : 2]));
     if (!grad)
         cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", cg_sfx(g->val[q].dtype), P(g, n->out[0]),
-               P(g, n->out[1]), P(g, q), P(g, kt), krow, P(g, v), opt(g, bias), dims);
+               P(g, n->out[1]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias), dims);
     else
-        cg_put(b, "    k_attention_grad_%s(%s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s);\n", cg_sfx(g->val[q].dtype),
-               P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]), P(g, n->in[0]), P(g, q), P(g, kt), krow, P(g, v),
-               opt(g, bias), P(g, n->in[4]), P(g, n->in[5]), dims);
+        cg_put(b, "    k_attention_grad_%s(%s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s);\n",
+               cg_sfx(g->val[q].dtype), P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]),
+               opt(g, n->nout > 4 ? n->out[4] : -1), P(g, n->in[0]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias),
+               P(g, n->in[4]), P(g, n->in[5]), dims);
 }
 
 /* ---- softmax ------------------------------------------------------------ */

@@ -3,17 +3,25 @@
  * requires: shape (every value's dtype and shape), before autodiff.
  * ensures:  each chain
  *             s = MatMul(q, kt)                    q [L.., t, d], kt [L.., d, s] (or with
- *                                                  transB, k [L.., s, d]: krow)
+ *                                                  transB, k [L.., s, d]: krow); q or
+ *                                                  kt may be x * c (folded into scale)
  *             s = s * c  or  s / c                 (optional; c a scalar constant)
  *             s = Where(m, -inf, s) or Where(m, s, -inf)   (optional, m bool [.., t, s])
  *                 or s + bias                      (optional, bias float [.., t, s])
+ *             [s = Where(e, 0, s)]                 e = Equal(ReduceMax(bias, last axis,
+ *                                                  keepdims), -inf): ONNX Attention's guard
  *             p = Softmax(s, axis -1)               [Casts of p to its own dtype]
+ *             [p = Where(e, 0, p)]                  (the guard's other half)
  *             y = MatMul(p, v)                     v [L.., s, dv]
  *           whose intermediate values have no other reader becomes
  *             y, lse, scratch = FusedAttention(q, kt, v, bias)
  *           at the place of the last MatMul (a Where mask becomes the bias
  *           Where(m, -inf, 0), one node before it), and the chain's other
- *           nodes are dropped.  So the step never holds the [L.., t, s]
+ *           nodes are dropped (the guard's ReduceMax and Equal too; the op's
+ *           zero_rows then gives a row that attends nothing zeros, as the
+ *           guard does, where plain Softmax gives NaN).  A bias that a
+ *           parameter reaches gets its gradient from FusedAttentionGrad's
+ *           dbias (T5's learned relative positions).  So the step never holds the [L.., t, s]
  *           scores or probabilities: the kernel (kernels/c/attn.c) works
  *           through the query rows a tile at a time and keeps each row's
  *           log-sum-exp for the backward, which recomputes the tile's
@@ -25,10 +33,10 @@
  * dims L (the problems; no broadcasting between them); a bias whose leading
  * dims, right-aligned against L, are 1s, then L's own, then 1s (so problem
  * b reads bias (b / brep) % nbias: a causal mask [1, 1, t, s], a padding
- * mask [B, 1, t, s] or a per-head bias), and which no parameter reaches
- * through a differentiable op (the fused op gives the bias no gradient);
- * MatMuls without transA (the second one without transB).  Anything else
- * stays as it was.
+ * mask [B, 1, t, s] or a per-head bias); MatMuls without transA (the second
+ * one without transB); no softcap (a Tanh between the scores and the bias)
+ * and no other reader of the scores (ONNX's qk_matmul_output).  Anything
+ * else stays as it was.
  *
  * Not applied (the chain stays unfused): under --precision bf16 / fp16
  * (their GEMMs take 16-bit operands; the fused kernel computes in the
@@ -40,27 +48,6 @@
 
 #include <math.h>
 #include <string.h>
-
-/* may a gradient reach v from a parameter?  Initializers not yet chosen as parameters count when they could be
- * (float, more than one element, not a buffer by the graph signature): autodiff decides after this pass */
-static char *param_reach(const Graph *g)
-{
-    char *r = ir_alloc((size_t)g->nval);
-    for (int v = 0; v < g->nval; v++) {
-        const Value *x = &g->val[v];
-        r[v] = x->role == R_PARAM || (x->role == R_CONST && x->init_index >= 0 && shape_numel(&x->shape) > 1 &&
-                                      (x->dtype == DT_F32 || x->dtype == DT_F64) && x->sig != SIG_OTHER);
-    }
-    for (int i = 0; i < g->nnode; i++) {
-        const Node *n = &g->node[i];
-        int reach = 0;
-        for (int j = 0; j < n->nin; j++)
-            reach |= n->in[j] >= 0 && (op_info[n->op].diff >> j & 1) && r[n->in[j]];
-        for (int j = 0; j < n->nout && reach; j++)
-            r[n->out[j]] = 1;
-    }
-    return r;
-}
 
 /* the single node reading v, or -1 (read twice, a graph output, or not at all) */
 static int only_reader(const Graph *g, const int *reader, int v)
@@ -110,16 +97,94 @@ static int bias_layout(const Shape *bs, const Shape *ys, int lr, int64_t t, int6
 
 typedef struct {
     int softmax, scale_node, mask_node, first, last; /* node ids (-1: absent) */
+    int guard[4];                                    /* Where (pre, post), ReduceMax, Equal of the guard */
+    int qscale, kscale;                              /* Muls scaling q or kt, folded into scale */
+    int add2, bias2;                                 /* (s + bias2) + bias: the inner Add, its bias */
+    Shape bshape;                                    /* the bias's shape (bias + bias2 broadcast) */
     int q, kt, v, bias, mask, mask_true_masks;       /* value ids; mask: Where's condition */
     int krow;                                        /* the first MatMul's transB: kt is k [L.., s, d] */
     int64_t ws;                                      /* k_attention_workspace elements */
     int cast[4], ncast;                              /* Casts to the same dtype after the Softmax */
     double scale;
     int64_t nbias, brep;
+    int zero_rows; /* the guard matched */
 } Chain;
 
+static int is_zero(const Graph *g, int v)
+{
+    const Value *c = &g->val[v];
+    return c->role == R_CONST && shape_numel(&c->shape) == 1 && ir_data(g, v) && tensor_const_f(c, 0) == 0;
+}
+
+/* is node w Where(e, 0, x) for x?  Then its e */
+static int guard_where(const Graph *g, int w, int x)
+{
+    const Node *n = w >= 0 ? &g->node[w] : NULL;
+    return n && n->op == OP_Where && n->in[2] == x && is_zero(g, n->in[1]) ? n->in[0] : -1;
+}
+
+/* is e Equal(ReduceMax(bias, the last axis, keepdims 1), -inf), read by the guard's two Wheres only?  Then
+ * the ReduceMax and Equal nodes in c->guard[2..3] */
+static int guard_of(const Graph *g, const int *reader, int e, int bias, Chain *c)
+{
+    const int eq = g->val[e].producer;
+    if (eq < 0 || g->val[e].nuses != 2 || g->node[eq].op != OP_Equal)
+        return 0;
+    const Node *en = &g->node[eq];
+    const int side = is_neg_inf(g, en->in[1]) ? 0 : is_neg_inf(g, en->in[0]) ? 1 : -1;
+    if (side < 0 || g->val[en->in[side]].producer < 0 || only_reader(g, reader, en->in[side]) != eq)
+        return 0;
+    const int rm = g->val[en->in[side]].producer;
+    const Node *rn = &g->node[rm];
+    const int rank = g->val[bias].shape.rank;
+    int na = 0;
+    const int64_t *ax = ir_attr_ints(rn, "axes", &na);
+    if (rn->op != OP_ReduceMax || rn->in[0] != bias || rn->nin > 1 || !ir_attr_i(rn, "keepdims", 1) || na != 1 ||
+        (ax[0] != -1 && ax[0] != rank - 1))
+        return 0;
+    c->guard[2] = rm, c->guard[3] = eq;
+    return 1;
+}
+
+/* a and b broadcast (numpy) into *y, or 0 */
+static int broadcast(const Shape *a, const Shape *b, Shape *y)
+{
+    y->rank = a->rank > b->rank ? a->rank : b->rank;
+    for (int d = 0; d < y->rank; d++) {
+        int64_t x = d < y->rank - a->rank ? 1 : a->dim[d - (y->rank - a->rank)];
+        int64_t z = d < y->rank - b->rank ? 1 : b->dim[d - (y->rank - b->rank)];
+        if (x != z && x != 1 && z != 1)
+            return 0;
+        y->dim[d] = x == 1 ? z : x;
+    }
+    return 1;
+}
+
+/* may v be the scores: a MatMul's product, or one scaled by a constant? */
+static int is_product(const Graph *g, int v)
+{
+    int p = g->val[v].producer, x;
+    double f;
+    if (p >= 0 && tensor_scaling(g, &g->node[p], &x, &f))
+        p = g->val[x].producer;
+    return p >= 0 && g->node[p].op == OP_MatMul;
+}
+
+/* is node p x * c with c a scalar constant, read only by node r?  Then x, and c folded into *scale */
+static int scaled_operand(const Graph *g, const int *reader, int v, int r, double *scale)
+{
+    const int p = g->val[v].producer;
+    int x;
+    double f;
+    if (p < 0 || only_reader(g, reader, v) != r || !tensor_scaling(g, &g->node[p], &x, &f) ||
+        !shape_eq(&g->val[x].shape, &g->val[v].shape) || g->val[x].dtype != g->val[v].dtype)
+        return -1;
+    *scale *= f;
+    return x;
+}
+
 /* the chain around Softmax node i, or 0 */
-static int match(const Graph *g, const int *reader, const char *reach, int i, Chain *c)
+static int match(const Graph *g, const int *reader, int i, Chain *c)
 {
     const Node *sm = &g->node[i];
     const Value *sv = &g->val[sm->in[0]];
@@ -139,6 +204,11 @@ static int match(const Graph *g, const int *reader, const char *reach, int i, Ch
         pv = g->node[last].out[0];
         last = only_reader(g, reader, pv);
     }
+    int e = guard_where(g, last, pv); /* the guard after the Softmax */
+    if (e >= 0) {
+        c->guard[1] = last, pv = g->node[last].out[0];
+        last = only_reader(g, reader, pv);
+    }
     if (last < 0 || g->node[last].op != OP_MatMul || g->node[last].in[0] != pv ||
         ir_attr_i(&g->node[last], "transA", 0) || ir_attr_i(&g->node[last], "transB", 0))
         return 0;
@@ -147,24 +217,51 @@ static int match(const Graph *g, const int *reader, const char *reach, int i, Ch
     int x = sm->in[0], p = sv->producer;
     if (p < 0 || only_reader(g, reader, x) != i)
         return 0;
+    if (e >= 0) { /* and before it */
+        if (g->node[p].op != OP_Where || g->node[p].in[0] != e || !is_zero(g, g->node[p].in[1]))
+            return 0;
+        c->guard[0] = p, x = g->node[p].in[2];
+        if ((p = g->val[x].producer) < 0 || only_reader(g, reader, x) != c->guard[0])
+            return 0;
+    }
     const Node *pn = &g->node[p];
     if (pn->op == OP_Where && (is_neg_inf(g, pn->in[1]) || is_neg_inf(g, pn->in[2]))) {
         c->mask_node = p, c->mask = pn->in[0], c->mask_true_masks = is_neg_inf(g, pn->in[1]);
         x = pn->in[c->mask_true_masks ? 2 : 1];
-    } else if (pn->op == OP_Add) {
+    } else if (pn->op == OP_Add) { /* the scores' side: a product, or one scaled */
+        /* in this order: s + bias (bias no product), (s + bias2) + bias, s + bias (bias a product too) */
         for (int side = 0; side < 2 && c->mask_node < 0; side++) {
             int o = pn->in[!side];
-            const Value *ov = &g->val[o];
-            if (ov->dtype != sv->dtype || reach[o] || g->val[pn->in[side]].producer < 0)
+            if (g->val[o].dtype == sv->dtype && is_product(g, pn->in[side]) && !is_product(g, o))
+                c->mask_node = p, c->bias = o, x = pn->in[side];
+        }
+        for (int side = 0; side < 2 && c->mask_node < 0; side++) { /* T5's positions + mask */
+            const int in = pn->in[side], a2 = g->val[in].producer;
+            if (a2 < 0 || g->node[a2].op != OP_Add || only_reader(g, reader, in) != p ||
+                g->val[pn->in[!side]].dtype != sv->dtype)
                 continue;
-            const Node *q = &g->node[g->val[pn->in[side]].producer];
-            if (q->op == OP_MatMul || q->op == OP_Mul || q->op == OP_Div || q->op == OP_Scale)
+            for (int k = 0; k < 4 && c->mask_node < 0; k++) { /* k / 2: a product bias too, k % 2: the side */
+                const int o = g->node[a2].in[!(k % 2)], sc = g->node[a2].in[k % 2];
+                if (g->val[o].dtype == sv->dtype && is_product(g, sc) && (k / 2 || !is_product(g, o)))
+                    c->mask_node = p, c->add2 = a2, c->bias = pn->in[!side], c->bias2 = o, x = sc;
+            }
+        }
+        for (int side = 0; side < 2 && c->mask_node < 0; side++) {
+            int o = pn->in[!side];
+            if (g->val[o].dtype == sv->dtype && is_product(g, pn->in[side]))
                 c->mask_node = p, c->bias = o, x = pn->in[side];
         }
         if (c->mask_node < 0)
             return 0;
     }
-    if (c->mask_node >= 0 && only_reader(g, reader, x) != c->mask_node)
+    if (c->add2 >= 0 && (e >= 0 || !broadcast(&g->val[c->bias].shape, &g->val[c->bias2].shape, &c->bshape)))
+        return 0;
+    if (c->bias >= 0 && c->add2 < 0)
+        c->bshape = g->val[c->bias].shape;
+    if (e >= 0 && (c->bias < 0 || !guard_of(g, reader, e, c->bias, c)))
+        return 0;
+    c->zero_rows = e >= 0;
+    if (c->mask_node >= 0 && only_reader(g, reader, x) != (c->add2 >= 0 ? c->add2 : c->mask_node))
         return 0;
     p = g->val[x].producer;
     if (p < 0)
@@ -180,6 +277,11 @@ static int match(const Graph *g, const int *reader, const char *reach, int i, Ch
     if (mm->op != OP_MatMul || ir_attr_i(mm, "transA", 0) || mm->out[0] != x)
         return 0;
     c->first = p, c->q = mm->in[0], c->kt = mm->in[1], c->krow = (int)ir_attr_i(mm, "transB", 0);
+    int sq = scaled_operand(g, reader, c->q, p, &c->scale), sk = scaled_operand(g, reader, c->kt, p, &c->scale);
+    if (sq >= 0)
+        c->qscale = g->val[c->q].producer, c->q = sq;
+    if (sk >= 0)
+        c->kscale = g->val[c->kt].producer, c->kt = sk;
     /* shapes: q [L, t, d], kt [L, d, s] (krow: k [L, s, d]), v [L, s, dv], one dtype, the same L */
     const Shape *qs = &g->val[c->q].shape, *vs = &g->val[c->v].shape;
     Shape kts = g->val[c->kt].shape, *ks = &kts;
@@ -208,7 +310,7 @@ static int match(const Graph *g, const int *reader, const char *reach, int i, Ch
         return g->val[c->mask].dtype == DT_BOOL &&
                bias_layout(&g->val[c->mask].shape, qs, r - 2, t, s, &c->nbias, &c->brep);
     if (c->bias >= 0)
-        return bias_layout(&g->val[c->bias].shape, qs, r - 2, t, s, &c->nbias, &c->brep);
+        return bias_layout(&c->bshape, qs, r - 2, t, s, &c->nbias, &c->brep);
     return 1;
 }
 
@@ -224,13 +326,13 @@ void pass_attention(Graph *g)
         for (int j = 0; j < g->node[i].nin; j++)
             if (g->node[i].in[j] >= 0)
                 reader[g->node[i].in[j]] = i;
-    char *reach = param_reach(g), *drop = ir_alloc((size_t)nn);
+    char *drop = ir_alloc((size_t)nn);
     int *before = ir_alloc(sizeof(int) * (size_t)nn), *repl = ir_alloc(sizeof(int) * (size_t)nn), fused = 0;
     for (int i = 0; i < nn; i++)
         before[i] = repl[i] = -1;
     for (int i = 0; i < nn; i++) {
         Chain c;
-        if (!match(g, reader, reach, i, &c))
+        if (!match(g, reader, i, &c))
             continue;
         const char *name = ir_fmt("%s.attention", g->node[c.softmax].name);
         const int y = g->node[c.last].out[0];
@@ -243,6 +345,11 @@ void pass_attention(Graph *g)
             bias = ir_value(g, ir_fmt("%s.bias", name), dt, &bs, R_ACT);
             int in[3] = {c.mask, c.mask_true_masks ? ninf : zero, c.mask_true_masks ? zero : ninf};
             before[c.last] = ir_node(g, OP_Where, ir_fmt("%s.bias", name), 3, in, 1, &bias);
+        } else if (c.add2 >= 0) { /* the two biases as one */
+            bias = ir_value(g, ir_fmt("%s.bias", name), dt, &c.bshape, R_ACT);
+            int in[2] = {c.bias2, c.bias};
+            before[c.last] = ir_node(g, OP_Add, ir_fmt("%s.bias", name), 2, in, 1, &bias);
+            drop[c.add2] = 1;
         }
         /* the cpu kernel's workspace (checked in match); the cuda kernels need none */
         Shape ls = g->val[c.q].shape, ws = {1, {cuda ? 0 : c.ws}};
@@ -255,6 +362,8 @@ void pass_attention(Graph *g)
         ir_attr_add(g, k, "nbias", A_INT)->i = c.nbias;
         ir_attr_add(g, k, "brep", A_INT)->i = c.brep;
         ir_attr_add(g, k, "krow", A_INT)->i = c.krow;
+        if (c.zero_rows)
+            ir_attr_add(g, k, "zero_rows", A_INT)->i = 1;
         repl[c.last] = k;
         drop[c.first] = drop[c.softmax] = 1;
         if (c.scale_node >= 0)
@@ -263,6 +372,13 @@ void pass_attention(Graph *g)
             drop[c.mask_node] = 1;
         for (int j = 0; j < c.ncast; j++)
             drop[c.cast[j]] = 1;
+        for (int j = 0; j < 4; j++)
+            if (c.guard[j] >= 0)
+                drop[c.guard[j]] = 1;
+        if (c.qscale >= 0)
+            drop[c.qscale] = 1;
+        if (c.kscale >= 0)
+            drop[c.kscale] = 1;
         fused++;
     }
     if (!fused)

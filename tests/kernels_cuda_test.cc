@@ -796,20 +796,25 @@ template <typename T> static void test_pad()
 /* ---- fused attention ---------------------------------------------------------------- */
 
 /* kc_attention / kc_attention_grad against kernels/c's: no bias, causal, a random per-batch bias (with an
- * all -inf row in the forward: NaN in both), keys transposed or as rows, more keys and rows than a block
- * (128) and more rows than a grid */
+ * all -inf row in the forward: NaN in both; with K_ATTN_ZERO 0, lse -inf, and kept for the backward, whose
+ * gradients there are 0), keys transposed or as rows, more keys and rows than a block (128) and more rows
+ * than a grid; with a bias, its gradient dbias too (a bias slice read by several problems) */
 template <typename T> static void test_attention()
 {
     struct Case {
         int64_t batch, t, s, d, dv;
         int kind;
         int64_t nbias, brep;
+        int zero;
     };
-    static const Case cases[] = {{3, 5, 5, 4, 3, 0, 1, 1},   {2, 70, 70, 8, 8, 1, 1, 1}, {6, 9, 13, 5, 7, 2, 2, 3},
-                                 {2, 40, 300, 6, 5, 1, 1, 1}, {3, 150, 20, 4, 4, 2, 3, 1}};
+    static const Case cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},   {2, 70, 70, 8, 8, 1, 1, 1, 0},
+                                 {6, 9, 13, 5, 7, 2, 2, 3, 0},   {2, 40, 300, 6, 5, 1, 1, 1, 0},
+                                 {3, 150, 20, 4, 4, 2, 3, 1, 0}, {6, 9, 13, 5, 7, 2, 2, 3, 1},
+                                 {4, 150, 20, 4, 4, 2, 2, 1, 1}, {2, 40, 300, 6, 5, 1, 1, 1, 1}};
     const double scale = 0.35;
     for (const Case &c : cases)
         for (int krow = 0; krow < 2; krow++) {
+            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0);
             const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
             const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
             V<T> q = rnd<T>(nq, -2, 2), k = rnd<T>(nk, -2, 2), v = rnd<T>(nv, -1, 1), dy = rnd<T>(ny, -1, 1);
@@ -824,29 +829,34 @@ template <typename T> static void test_attention()
                     bias[(c.t / 2) * c.s + j] = -(T)INFINITY; /* a row that sees nothing: NaN */
             const T *bp = c.kind ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
-            k_attention(wy.data(), wl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+            k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
                         c.nbias, c.brep, scale, ws.data());
-            kc_attention(gy.data(), gl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+            kc_attention(gy.data(), gl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
                          c.nbias, c.brep, scale, ws.data());
-            CTX("kc_attention batch %lld t %lld s %lld bias %d krow %d", (long long)c.batch, (long long)c.t,
-                (long long)c.s, c.kind, krow);
+            CTX("kc_attention batch %lld t %lld s %lld bias %d flags %d", (long long)c.batch, (long long)c.t,
+                (long long)c.s, c.kind, flags);
             check_f(gy.data(), wy.data(), ny, tol<T>());
             check_f(gl.data(), wl.data(), nl, tol<T>());
-            if (c.kind == 2) /* the backward around finite rows */
+            if (c.kind == 2 && !c.zero) /* the backward around finite rows */
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
-            k_attention(wy.data(), wl.data(), q.data(), k.data(), krow, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
+            k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
                         c.nbias, c.brep, scale, ws.data());
+            const int64_t nb = c.kind ? c.nbias * c.t * c.s : 0;
             V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
-            k_attention_grad(wdq.data(), wdk.data(), wdv.data(), dy.data(), q.data(), k.data(), krow, v.data(), bp,
-                             wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale, ws.data());
-            kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), dy.data(), q.data(), k.data(), krow, v.data(), bp,
-                              wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale, ws.data());
-            CTX("kc_attention_grad batch %lld t %lld s %lld bias %d krow %d", (long long)c.batch, (long long)c.t,
-                (long long)c.s, c.kind, krow);
+            V<T> wdb(nb + 1), gdb(nb + 1, NAN);
+            k_attention_grad(wdq.data(), wdk.data(), wdv.data(), c.kind ? wdb.data() : nullptr, dy.data(), q.data(),
+                             k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias,
+                             c.brep, scale, ws.data());
+            kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), c.kind ? gdb.data() : nullptr, dy.data(), q.data(),
+                              k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv,
+                              c.nbias, c.brep, scale, ws.data());
+            CTX("kc_attention_grad batch %lld t %lld s %lld bias %d flags %d", (long long)c.batch, (long long)c.t,
+                (long long)c.s, c.kind, flags);
             check_f(gdq.data(), wdq.data(), nq, tol<T>());
             check_f(gdk.data(), wdk.data(), nk, tol<T>());
             check_f(gdv.data(), wdv.data(), nv, tol<T>());
+            check_f(gdb.data(), wdb.data(), nb, tol<T>());
         }
 }
 

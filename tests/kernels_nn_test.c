@@ -860,31 +860,33 @@ static void test_dropout(int dt)
 
 typedef struct {
     int64_t batch, t, s, d, dv, nbias, brep;
-    int krow;
-    const double *bias;
+    int flags;
     double scale, *ws, *lse;
 } AttnCtx;
 
-/* y (batch t dv) of the FD forward: in = q, kt, v */
+/* y (batch t dv) of the FD forward: in = q, kt, v, bias (NULL: none) */
 static void attn_fwd(void *ctx, double *const *in, double *y)
 {
     const AttnCtx *c = ctx;
-    k_attention_f64(y, c->lse, in[0], in[1], c->krow, in[2], c->bias, c->batch, c->t, c->s, c->d, c->dv, c->nbias, c->brep,
-                    c->scale, c->ws);
+    k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
+                    c->brep, c->scale, c->ws);
 }
 
 /* bias kinds: 0 none, 1 causal (0 / -inf, the diagonal offset s - t), 2 random
- * with -inf entries and one row all -inf (its y row is NaN); krow: the keys as
- * rows (s x d) instead of transposed (d x s) */
+ * with -inf entries and one row all -inf (its y row is NaN, or 0 with K_ATTN_ZERO:
+ * then it stays for the backward, whose gradients there are 0); flags: K_ATTN_KROW
+ * (the keys as rows, s x d, instead of transposed, d x s), K_ATTN_ZERO.  With a
+ * bias its gradient dbias too, by finite differences like the others. */
 static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
-                      int64_t brep, int krow)
+                      int64_t brep, int flags)
 {
+    const int krow = flags & K_ATTN_KROW, zero = (flags & K_ATTN_ZERO) != 0;
     const double scale = 1 / sqrt((double)d);
     Buf q = buf_new(batch * t * d), kt = buf_new(batch * d * s), v = buf_new(batch * s * dv);
     Buf bias = buf_new(kind ? nbias * t * s : 1), y = buf_new(batch * t * dv), lse = buf_new(batch * t);
     Buf want = buf_new(batch * t * dv), wlse = buf_new(batch * t), w = buf_new(batch * t * dv);
     Buf dq = buf_new(batch * t * d), dkt = buf_new(batch * d * s), dval = buf_new(batch * s * dv);
-    Buf ws = buf_new(k_attention_workspace(batch, t, s));
+    Buf ws = buf_new(k_attention_workspace(batch, t, s)), dbias = buf_new(kind ? nbias * t * s : 1);
     fill_rnd(&q, -2, 2), fill_rnd(&kt, -2, 2), fill_rnd(&v, -1, 1), fill_rnd(&w, -1, 1);
     for (int64_t i = 0; i < bias.n && kind; i++) {
         const int64_t r = i / s % t, j = i % s;
@@ -905,41 +907,50 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
             }
             for (int64_t j = 0; j < s; j++)
                 sum += exp(sc[j] - mx);
-            wlse.d[b * t + i] = mx == -INFINITY ? NAN : mx + log(sum);
+            wlse.d[b * t + i] = mx == -INFINITY ? (zero ? -INFINITY : NAN) : mx + log(sum);
             for (int64_t c = 0; c < dv; c++) {
                 double a = 0;
                 for (int64_t j = 0; j < s; j++)
                     a += exp(sc[j] - mx) / sum * v.d[b * s * dv + j * dv + c];
-                want.d[(b * t + i) * dv + c] = mx == -INFINITY ? NAN : a;
+                want.d[(b * t + i) * dv + c] = mx == -INFINITY ? (zero ? 0 : NAN) : a;
             }
         }
     PUT(&q, &kt, &v, &bias, &w);
     const void *bp = kind ? V(bias) : NULL;
-    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d krow %d", (long long)batch, (long long)t,
-        (long long)s, (long long)d, (long long)dv, kind, krow);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), krow, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", (long long)batch, (long long)t,
+        (long long)s, (long long)d, (long long)dv, kind, flags);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
     GET(&y, &lse);
     check(dt, y.d, want.d, y.n, tol(dt));
-    for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax */
-        if (isnan(wlse.d[i]))
-            lse.d[i] = NAN;
+    for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax (or -inf, exactly) */
+        if (isnan(wlse.d[i]) || (zero && wlse.d[i] == -INFINITY)) {
+            checks++;
+            if (!(zero ? lse.d[i] == -INFINITY : isnan(lse.d[i])))
+                failures++, printf("FAIL %s: lse[%lld] = %g\n", what, (long long)i, lse.d[i]);
+            lse.d[i] = wlse.d[i] = 0;
+        }
     check(dt, lse.d, wlse.d, lse.n, tol(dt));
-    if (kind == 2) /* the rest is finite differences around finite values */
+    if (kind == 2 && !zero) /* the rest is finite differences around finite values */
         for (int64_t j = 0; j < s; j++)
             bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), krow, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
-    KCALL(k_attention_grad, V(dq), V(dkt), V(dval), V(w), V(q), V(kt), krow, V(v), bp, V(y), V(lse), batch, t, s, d, dv,
-          nbias, brep, scale, V(ws));
-    GET(&dq, &dkt, &dval);
-    AttnCtx c = {batch, t, s, d, dv, nbias, brep, krow, kind ? bias.d : NULL, scale, ws.d, lse.d};
-    double *in[3] = {q.d, kt.d, v.d};
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
+          V(lse), batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    GET(&dq, &dkt, &dval, &dbias);
+    AttnCtx c = {batch, t, s, d, dv, nbias, brep, flags, scale, ws.d, lse.d};
+    double *in[4] = {q.d, kt.d, v.d, kind ? bias.d : NULL};
     CTX("k_attention_grad dq, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
     check_fd(dt, attn_fwd, &c, in, 0, q.n, w.d, y.n, dq.d);
     CTX("k_attention_grad dkt, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
     check_fd(dt, attn_fwd, &c, in, 1, kt.n, w.d, y.n, dkt.d);
     CTX("k_attention_grad dv, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
     check_fd(dt, attn_fwd, &c, in, 2, v.n, w.d, y.n, dval.d);
-    buf_free(&q), buf_free(&kt), buf_free(&v), buf_free(&bias), buf_free(&y), buf_free(&lse), buf_free(&want);
+    if (kind) {
+        CTX("k_attention_grad dbias, batch %lld t %lld s %lld bias %d flags %d", (long long)batch, (long long)t,
+            (long long)s, kind, flags);
+        check_fd(dt, attn_fwd, &c, in, 3, bias.n, w.d, y.n, dbias.d);
+    }
+    buf_free(&dbias), buf_free(&q), buf_free(&kt), buf_free(&v), buf_free(&bias), buf_free(&y), buf_free(&lse), buf_free(&want);
     buf_free(&wlse), buf_free(&w), buf_free(&dq), buf_free(&dkt), buf_free(&dval), buf_free(&ws);
 }
 
@@ -950,6 +961,8 @@ static void test_attention(int dt)
         attn_case(dt, 2, 70, 70, 8, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
         attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow);   /* bias of problem b: (b / 3) % 2 */
         attn_case(dt, 4, 40, 130, 3, 2, 1, 4, 1, krow); /* s > t: causal offset s - t, tiles narrower than s */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+        attn_case(dt, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices, repeated */
     }
 }
 

@@ -64,19 +64,24 @@ static void conv_grad(GradCtx *cx)
 }
 
 /* FusedAttentionGrad: dq, dkt, dv from y and the rows' log-sum-exp (the forward's outputs 0, 1), with a
- * scratch of its own; all three are computed (the kernel writes them together) */
+ * scratch of its own; all three are computed (the kernel writes them together); dbias, a fifth output, only
+ * when the bias wants a gradient (a learned bias, as T5's relative positions) */
 static void attention_grad(GradCtx *cx)
 {
     Graph *g = cx->g;
     const Node *n = cx->n;
     int in[7] = {cx->dys[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], n->nin > 3 ? n->in[3] : -1};
-    int out[4] = {ir_like(g, ir_fmt("%s.dq", cx->name), n->in[0], R_ACT),
+    int out[5] = {ir_like(g, ir_fmt("%s.dq", cx->name), n->in[0], R_ACT),
                   ir_like(g, ir_fmt("%s.dkt", cx->name), n->in[1], R_ACT),
                   ir_like(g, ir_fmt("%s.dv", cx->name), n->in[2], R_ACT),
-                  ir_like(g, ir_fmt("%s.scratch", cx->name), n->out[2], R_ACT)};
-    mk(cx, OP_FusedAttentionGrad, "attention", 7, in, 4, out);
+                  ir_like(g, ir_fmt("%s.scratch", cx->name), n->out[2], R_ACT),
+                  n->nin > 3 && n->in[3] >= 0 && cx->need[3] ? ir_like(g, ir_fmt("%s.dbias", cx->name), n->in[3], R_ACT)
+                                                               : -1};
+    mk(cx, OP_FusedAttentionGrad, "attention", 7, in, out[4] >= 0 ? 5 : 4, out);
     for (int i = 0; i < 3; i++)
         cx->d[i] = cx->need[i] ? out[i] : -1;
+    if (n->nin > 3)
+        cx->d[3] = out[4];
 }
 
 /* BatchNormGrad / LayerNormGrad: dx, dscale, dbias from the saved statistics

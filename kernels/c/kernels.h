@@ -302,16 +302,20 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
  * for none; -inf masks),                                                               \
  * P = softmax over each row of S, y_b = P V_b (V_b s x dv, y_b t x dv), lse[b t + i]   \
  * = the row's log-sum-exp (max + log sum exp(S - max), the sum in double).  A row      \
- * of -inf gives NaN, as softmax does.  ws: k_attention_workspace(batch, t, s)          \
- * elements of T.  */                                                                   \
-void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int krow, const T *v,      \
+ * of -inf gives NaN, as softmax does, or with K_ATTN_ZERO in flags y 0 and lse -inf    \
+ * (and no gradient: ONNX Attention's row that attends nothing).  flags: K_ATTN_KROW,   \
+ * K_ATTN_ZERO.  ws: k_attention_workspace(batch, t, s) elements of T.  */               \
+void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv,                                                         \
                      int64_t nbias, int64_t brep, double scale, T *ws);                 \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
- * all written), P recomputed tile by tile as exp(S - lse) */                           \
-void k_attention_grad_##S(T *dq, T *dkt, T *dval, const T *dy, const T *q, const T *kt, \
-                          int krow, const T *v, const T *bias, const T *y, const T *lse, \
+ * all written), P recomputed tile by tile as exp(S - lse); dbias (nbias x t x s, NULL: \
+ * not wanted) = the sum of dS over the problems reading each bias slice, in increasing \
+ * problem order */                                                                     \
+void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q,    \
+                          const T *kt, int flags, const T *v, const T *bias, const T *y, \
+                          const T *lse,                                                  \
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
                           int64_t nbias, int64_t brep, double scale, T *ws);            \
 /* ---- optim.c ------------------------------------------------------------ */         \
@@ -541,6 +545,9 @@ static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int6
 /* k_attention: query rows per tile (at most), and the most threads it splits
  * across; each thread has a workspace slot of 2 k_attention_rows(t) s elements */
 #define K_ATTN_ROWS 64
+/* k_attention's flags: the keys as rows (s x d, not kt d x s); a row of all -inf scores gives 0, not NaN */
+#define K_ATTN_KROW 1
+#define K_ATTN_ZERO 2
 #define K_ATTN_SLOTS 16
 static inline int64_t k_attention_rows(int64_t t)
 {

@@ -432,13 +432,13 @@ void kc_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
 /* ---- attn.c: the problem's dims as attn.cu's kernels take them ---------------------- */
 
 static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                       int krow)
+                       int flags)
 {
     KDims p;
     if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1)
         die("k_attention", "negative dims, or a bias layout below 1");
     memset(&p, 0, sizeof p);
-    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep, p.d[7] = krow;
+    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep, p.d[7] = flags;
     return p;
 }
 

@@ -284,6 +284,28 @@ def opset23(fsdpc, work):
                   "%s: output %s %s %s, onnx.reference %s %s" % (name, o, y.shape, y.ravel()[:4], want.shape,
                                                                  want.ravel()[:4]))
         print("ok %-28s = onnx.reference (opset %d; %s)" % (name, m.opset_import[0].version, ", ".join(outs)))
+    # the same Attention in a training build, where passes/attention.c fuses it (--eval leaves it unfused): the
+    # output Y alone (qk_matmul_output keeps it unfused), the inputs as initializers, one SGD step of lr 0 towards
+    # the reference's Y: a loss of 0 (its row that attends nothing included), from one FusedAttention (zero_rows)
+    for name in ("attention_gqa_causal_past", "attention_window"):
+        d = np.load(os.path.join(DATA, name + ".npz"))
+        m = onnx.load(os.path.join(DATA, name + ".onnx"))
+        want = d["out.Y"]
+        att = helper.make_node("Attention", list(m.graph.node[0].input), ["Y"], name="at")
+        att.attribute.extend(a for a in m.graph.node[0].attribute if a.name != "qk_matmul_output_mode")
+        inputs = {k: d[k] for k in d.files if not k.startswith("out.")}
+        mk = lambda w: make([att], {}, {**w, **{k: v for k, v in inputs.items() if v.dtype == np.bool_}},
+                            opset=m.opset_import[0].version)
+        tag = name + "_train"
+        loss, _ = train_step(fsdpc, work, tag, mk, {k: v for k, v in inputs.items() if v.dtype != np.bool_},
+                             want, 0.0)
+        check(loss <= 1e-24, "%s: mean squared difference from onnx.reference %.3g" % (tag, loss))
+        out = run([fsdpc, os.path.join(work, tag, "model.onnx"), "--target", "cpu", "--loss", "mse:Y,T",
+                   "--dump-after", "attention"]).stdout.split("nodes:")[1]
+        check(out.count("= FusedAttention ") == 1 and ("zero_rows=1" in out) == ("mask" in inputs) and
+              "= Softmax " not in out,
+              "%s: not fused:\n%s" % (tag, out))
+        print("ok %-28s = onnx.reference in a training build, fused (loss %.3g)" % (tag, loss))
     rms = lambda v: make([helper.make_node("RMSNormalization", ["X", "scale"], ["Y"], axis=-2, epsilon=1e-2)],
                          {}, v, opset=23)
     eps = float(np.float32(1e-2))

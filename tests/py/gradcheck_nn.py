@@ -277,6 +277,17 @@ def attention_cases(c):
                 node("Mul", ["Mf", "neg"], ["B"]), node("Add", ["S1", "B"], ["S2"])] + tail,
         {**qkv, "c": const("c", np.sqrt(5.0)), "neg": const("neg", -30.0), "M": numpy_helper.from_array(pad, "M")},
         lambda w: ref(w, pad * -30.0))
+    # a learned bias (T5's relative positions): a parameter per head, its gradient from FusedAttentionGrad's
+    # dbias; alone, and plus a padding mask (two Adds, the biases summed into one [2,3,4,6]: nbias 6)
+    c["Attention_fused_learned_bias"] = (
+        head + [node("Mul", ["S0", "c"], ["S1"]), node("Add", ["S1", "PB"], ["S2"])] + tail,
+        {**qkv, "c": const("c", 1 / np.sqrt(5.0)), "PB": r(3, 4, 6)},
+        lambda w: ref(w, w["PB"]))
+    c["Attention_fused_learned_bias_mask"] = (
+        head + [node("Add", ["S0", "PB"], ["S1"]), node("Cast", ["M"], ["Mf"], to=TensorProto.DOUBLE),
+                node("Mul", ["Mf", "neg"], ["B"]), node("Add", ["S1", "B"], ["S2"])] + tail,
+        {**qkv, "PB": r(1, 3, 4, 6), "neg": const("neg", -30.0), "M": numpy_helper.from_array(pad, "M")},
+        lambda w: softmax(w["Q"] @ w["K"].transpose(0, 1, 3, 2) + w["PB"] + pad * -30.0, -1) @ w["V"])
 
 
 def check_fused(fsdpc, work, name):

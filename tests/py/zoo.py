@@ -8,6 +8,9 @@ ref.json's recipe (param_values, NumPy only), then fsdpc compiles the committed 
 --loss cross_entropy:logits,labels --optimizer adamw --wrap size:2000 --verify) and the executable trains 3
 AdamW steps at world 2 under mpirun on the committed batch; the 3 losses within 1e-4 (relative) of PyTorch's,
 and every parameter's final values (at ref.json's positions, and its L2 norm) within 1e-4 of its max |w|.
+Each compile's attentions are fused as FUSED says (FusedAttention nodes after the attention pass, both exports; 0
+where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), BERT and both ViTs 2,
+T5 all 6 (their learned relative-position bias gets its gradient from the fused op).
 On the HF Llama and GPT-2 (where they compile) also --shard full, grad_op and hybrid:2 at world 4 (per-rank
 batch 2 over the 4-sample file: ranks 2-3 repeat ranks 0-1's samples, the same mean) and --wrap blocks at world 2.
 
@@ -37,6 +40,9 @@ STRATEGY_MODELS = ("llama", "gpt2")
 # in_proj_bias) are checked to have moved at most STEPS * lr, not against PyTorch's; the rest of the parameter
 # is compared as usual, and its norm is not (it includes them).
 KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3)}  # suffix -> (k, parts): part k of parts
+
+# model -> its FusedAttention nodes (passes/attention.c), either export
+FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6}
 
 # (model, exporter) -> the first line fsdpc prints when it refuses the export ("export: ..." when the exporter
 # itself failed in generate.py)
@@ -101,6 +107,8 @@ def train(tag, ref, onnx_path, src, exe, world, extra=()):
             check=False, timeout=1800)
     if p.returncode != 0:
         return first_error(p, os.path.dirname(onnx_path))
+    fused, want = p.stdout.count("= FusedAttention "), FUSED.get(os.path.basename(os.path.dirname(onnx_path)), 0)
+    check(fused == want, "%s: %d attentions fused, expected %d" % (tag, fused, want))
     # what fsdpc trains: exactly the module's parameters (a buffer on a path to the loss would be trained too)
     table = ref["exports"][os.path.basename(onnx_path).split(".")[0]]["table"]
     trained = re.findall(r'^\s+%\d+ \S+ param "((?:[^"\\]|\\.)*)"', p.stdout, re.M)
@@ -148,8 +156,8 @@ def train(tag, ref, onnx_path, src, exe, world, extra=()):
         seen.add(e["param"])
     missing = sorted(set(ref["final"]) - seen)
     check(not missing, "%s: parameters not in the ONNX file as initializers: %s" % (tag, missing[:8]))
-    print("%s: trains as PyTorch: %d losses within %.2g, %d parameters' final weights within %.2g (%s)"
-          % (tag, STEPS, worst_l, len(seen), worst_w[0], worst_w[1]))
+    print("%s: trains as PyTorch: %d losses within %.2g, %d parameters' final weights within %.2g (%s); %d "
+          "attentions fused" % (tag, STEPS, worst_l, len(seen), worst_w[0], worst_w[1], fused))
     return None
 
 
