@@ -140,7 +140,11 @@ const char *cg_ptr(const Graph *g, int v)
     const char *t = cg_ctype(x->dtype);
     switch (l->kind) {
     case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
-    case LOC_SLOT: return ir_fmt("((%s *)(c->dev_slot[%d] + %lld))", t, l->slot, (long long)l->off);
+    case LOC_SLOT:
+        if (l->alias) /* the shard itself when the executable decided so (c->slot_alias: a group of one rank) */
+            return ir_fmt("((%s *)((c->slot_alias & %d) ? c->dev_shard[%d * RT_NSTATE + %d] + %lld : c->dev_slot[%d] + "
+                          "%lld))", t, l->alias, l->unit, l->state, (long long)l->off, l->slot, (long long)l->off);
+        return ir_fmt("((%s *)(c->dev_slot[%d] + %lld))", t, l->slot, (long long)l->off);
     case LOC_SHARD: /* off: a parameter view of a NO_SHARD shard */
         return ir_fmt("((%s *)(c->dev_shard[%d * RT_NSTATE + %d] + %lld))", t, l->unit, l->state, (long long)l->off);
     default: die("value '%s' has no place in memory", x->name);
@@ -201,6 +205,8 @@ static void emit_grad_accum(Buf *b, const Graph *g, int x, int y, int unit)
 {
     DType dt = g->val[x].dtype;
     const char *T = cg_ctype(dt);
+    if (g->val[x].loc.alias) /* the flat gradient reduced in the gradient shard itself */
+        cg_put(b, "    if (!(c->slot_alias & %d))\n", g->val[x].loc.alias);
     cg_put(b, "    if (!c->dev_acc || c->micro + 1 == c->accum)\n");
     cg_put(b, "      k_grad_accum_%s(%s, (%s *)((c->dev_acc ? c->dev_acc[%d] : (char *)%s) + (int64_t)c->srank * "
            "c->shard_len[%d] * %d), c->shard_len[%d], c->dev_acc ? 0 : c->micro);\n", cg_sfx(dt), cg_ptr(g, y), T,
@@ -223,6 +229,8 @@ static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
             cg_put(b, "      rt_allgather(c, %s, mine, c->shard_len[%d], %d); }\n", cg_ptr(g, y), n->unit, dt);
             break;
         }
+        if (g->val[y].loc.alias) /* a group of one rank: the gathered parameters are the shard */
+            cg_put(b, "    if (c->slot_alias & %d)\n        return;\n", g->val[y].loc.alias);
         cg_put(b, "    rt_allgather(c, %s, %s, c->shard_len[%d], %d);\n", cg_ptr(g, y), cg_ptr(g, x), n->unit, dt);
         break;
     case OP_ReduceScatter: {

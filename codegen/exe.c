@@ -471,6 +471,10 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     for (int s = 0; s < g->nslot; s++)
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_esize[s]);
     cg_put(&b, "%s};\n", g->nslot ? "" : "0");
+    cg_put(&b, "static const int slot_alias[] = {");
+    for (int s = 0; s < g->nslot; s++)
+        cg_put(&b, "%s%d", s ? ", " : "", g->slot_alias[s]);
+    cg_put(&b, "%s};\n", g->nslot ? "" : "0");
     if (!cg_cuda) { /* what -march lets the compiler use here: rt_dev_init checks this CPU has it */
         cg_put(&b, "static const char *const cpu_needs[] = {\n");
 #define NEED(macro, name) cg_put(&b, "#ifdef __" #macro "__\n    \"" name "\",\n#endif\n");
@@ -500,8 +504,8 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id,
         (unsigned long long)key, cg_cstr(base_name(g->opt->model)));
     cg_put(b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
     cg_put(b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
-    cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize,\n", (long long)g->arena_bytes,
-        g->nslot);
+    cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize, .slot_alias = slot_alias,\n",
+        (long long)g->arena_bytes, g->nslot);
     int la = g->loss_avg;
     cg_put(b, "    .gnorm_off = %lld, .shard_group = %d,\n",
         g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,

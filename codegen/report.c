@@ -2,7 +2,9 @@
  *
  * The figures follow the runtime's start-up carving exactly (runtime/rt.h):
  * the fixed arena, nslot slots of max_u W*ceil(n_u/W) elements (of each
- * slot's element size: 2 bytes for bf16 gathers), and per unit
+ * slot's element size: 2 bytes for bf16 gathers; with a shard group of one
+ * rank, only the slots holding more than gathered parameters and flat
+ * gradients that are their shards: memplan.c; at --accum 1), and per unit
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
@@ -35,8 +37,12 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
         p->model_state += (2 + nstate) * un->numel * es;
         slot_elems = slot_elems > len * F ? slot_elems : len * F;
     }
+    int alias = F == 1 ? SLOT_PARAM | SLOT_GRAD : 0; /* as the executable decides at --accum 1 (runtime/load.c) */
     for (int s = 0; s < g->nslot; s++)
-        p->slots += al(slot_elems * (int64_t)g->slot_esize[s]);
+        if (g->slot_alias[s] & ~alias) {
+            p->slots += al(slot_elems * (int64_t)g->slot_esize[s]);
+            p->nslot++;
+        }
     p->total = al(g->arena_bytes) + p->slots + p->state;
     /* bytes one rank sends per step under the ring algorithms' cost: a gather or
      * reduce-scatter of S bytes over F ranks sends (F-1)/F S, an all-reduce of
@@ -187,7 +193,7 @@ void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw)
     fprintf(f, "memory per rank (world %d):\n", world);
     fprintf(f, "  shards (params, grads, optimizer)  %14lld B  (unsharded model state %lld B)\n",
             (long long)p.state, (long long)p.model_state);
-    fprintf(f, "  gathered slots (%d x unit)          %14lld B\n", g->nslot, (long long)p.slots);
+    fprintf(f, "  gathered slots (%d x unit)          %14lld B\n", p.nslot, (long long)p.slots);
     fprintf(f, "  arena: constants                   %14lld B\n", (long long)g->const_bytes);
     fprintf(f, "  arena: activations (peak)          %14lld B\n", (long long)g->peak_act_bytes);
     fprintf(f, "  planned peak                       %14lld B\n", (long long)p.total);

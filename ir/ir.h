@@ -100,6 +100,10 @@ typedef enum { SIG_NONE, SIG_PARAMETER, SIG_OTHER } SigKind;
 /* How autodiff chose the initializers it trains (--report says it). */
 typedef enum { PARAMS_DEFAULT, PARAMS_SIGNATURE, PARAMS_FLAG } ParamRule;
 
+/* A slot's users (Graph.slot_alias, Loc.alias): gathered parameters and flat gradients that are, when the shard
+ * group is one rank, their unit's param / grad shard itself; anything else. */
+enum { SLOT_PARAM = 1, SLOT_GRAD = 2, SLOT_OTHER = 4 };
+
 /* Where a value lives at run time (memplan). */
 typedef enum {
     LOC_NONE,   /* not yet planned */
@@ -111,8 +115,10 @@ typedef enum {
 typedef struct {
     LocKind kind;
     int slot;       /* LOC_SLOT */
-    int unit;       /* LOC_SHARD */
-    int state;      /* LOC_SHARD: 0 param, 1 grad, 2.. optimizer states */
+    int unit;       /* LOC_SHARD; LOC_SLOT with alias: the unit */
+    int state;      /* LOC_SHARD: 0 param, 1 grad, 2.. optimizer states; LOC_SLOT with alias: 0 or 1 */
+    int alias;      /* LOC_SLOT: SLOT_PARAM / SLOT_GRAD when, with a shard group of one rank, the value is
+                     * that shard of its unit itself (the slot unused), else 0 */
     int64_t off;    /* bytes */
 } Loc;
 
@@ -265,6 +271,7 @@ typedef struct {
     int ncoll;                  /* schedule: collectives (tags 0 .. ncoll-1) */
     int nslot;                  /* memplan: number of unit-sized slots */
     int *slot_esize;            /* memplan: bytes per element of each slot (bf16 gathers: 2) */
+    int *slot_alias;            /* memplan: per slot, what it holds: SLOT_PARAM | SLOT_GRAD | SLOT_OTHER */
     int64_t arena_bytes;        /* memplan: W-independent part of the arena */
     int64_t const_bytes;        /* memplan: bytes of constants inside the arena */
     int64_t peak_act_bytes;     /* memplan: peak of activations (no slots, no consts) */
@@ -411,9 +418,11 @@ int shape_nn(Graph *g, int node);
 int shape_elementwise(Graph *g, int node); /* ops.def's EW1 / EW2 rows (after the families) */
 
 /* codegen/ */
-/* --report: the planned memory of one rank at world (as the runtime carves it) and the bytes it sends per step */
+/* --report: the planned memory of one rank at world (as the runtime carves it, at --accum 1) and the bytes it
+ * sends per step; nslot: the slots allocated */
 typedef struct {
     int64_t params, state, model_state, slots, total, sent;
+    int nslot;
 } CgPlan;
 void cg_plan(const Graph *g, int world, CgPlan *p);
 int cg_group_size(const Graph *g, int world);      /* ranks of a shard group: world, 1 (none) or hybrid's F */

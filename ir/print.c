@@ -23,7 +23,11 @@ static void print_loc(FILE *f, const Value *v)
     switch (v->loc.kind) {
     case LOC_NONE: break;
     case LOC_ARENA: fprintf(f, " @arena+%lld", (long long)v->loc.off); break;
-    case LOC_SLOT: fprintf(f, " @slot%d+%lld", v->loc.slot, (long long)v->loc.off); break;
+    case LOC_SLOT:
+        fprintf(f, " @slot%d+%lld", v->loc.slot, (long long)v->loc.off);
+        if (v->loc.alias) /* what it is with a shard group of one rank */
+            fprintf(f, " (F=1: @shard(unit %d, %d)+%lld)", v->loc.unit, v->loc.state, (long long)v->loc.off);
+        break;
     case LOC_SHARD:
         fprintf(f, " @shard(unit %d, %d)+%lld", v->loc.unit, v->loc.state, (long long)v->loc.off);
         break;

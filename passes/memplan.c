@@ -10,7 +10,16 @@
  *     liveness into g->nslot slots whose size is the largest unit padded for
  *     the world size (known at start-up) times the slot's element size — the
  *     paper's "sum/F + the largest gathered units in flight".  Buffers of one
- *     element size share slots (bf16 gathers never take a float32 slot);
+ *     element size share slots (bf16 gathers never take a float32 slot).
+ *     With a shard group of one rank (world 1, NO_SHARD, hybrid:1) a gather
+ *     of the same dtype would copy the whole shard into a slot, and the flat
+ *     gradient be copied into the gradient shard after its reduction: such a
+ *     value is marked (Loc.alias) to be its unit's shard itself then, when
+ *     nothing writes the shard while the value lives (the optimizer's update
+ *     comes after the gathered parameters' last reader; the gradient's
+ *     reduction has no bf16 buffer); the executable decides at start-up (the
+ *     group's size, --accum 1 for gradients) and leaves a slot that only such
+ *     values use unallocated (g->slot_alias);
  *   - shards and optimizer state: LOC_SHARD, owned by the runtime;
  *   - views (parameters, gradients, Reshape/Identity outputs): their root's
  *     place plus the view offset.
@@ -92,6 +101,30 @@ static int64_t pack(Item *it, int n)
     return peak;
 }
 
+/* SLOT_PARAM / SLOT_GRAD when flat value v (a gathered parameter or a flat gradient, last read at node
+ * last) can be its unit's shard when the shard group is one rank; SLOT_OTHER otherwise */
+static int slot_user(const Graph *g, int v, int64_t last)
+{
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *n = &g->node[i];
+        if (n->op == OP_AllGather && n->out[0] == v) {
+            int sh = n->in[0];
+            if (g->val[sh].dtype != g->val[v].dtype)
+                return SLOT_OTHER; /* --precision: a cast into the slot */
+            for (int k = 0; k <= last && k < g->nnode; k++) { /* the shard read (by an update) before? */
+                const Node *o = &g->node[k];
+                for (int j = 0; j < o->nin && o->op != OP_AllGather && o->op != OP_Wait; j++)
+                    if (o->in[j] == sh)
+                        return SLOT_OTHER;
+            }
+            return SLOT_PARAM;
+        }
+        if (n->op == OP_ReduceScatter && n->in[0] == v)
+            return n->nout == 1 && g->val[n->out[0]].dtype == g->val[v].dtype ? SLOT_GRAD : SLOT_OTHER;
+    }
+    return SLOT_OTHER;
+}
+
 void pass_memplan(Graph *g)
 {
     make_views(g);
@@ -138,6 +171,7 @@ void pass_memplan(Graph *g)
     int64_t cbytes = 0;
     int64_t *slot_busy = ir_alloc(sizeof(int64_t) * (size_t)(nv + 1));
     g->slot_esize = ir_alloc(sizeof(int) * (size_t)(nv + 1));
+    g->slot_alias = ir_alloc(sizeof(int) * (size_t)(nv + 1));
     g->nslot = 0;
     for (int v = 0; v < nv; v++) {
         Value *x = &g->val[v];
@@ -171,9 +205,13 @@ void pass_memplan(Graph *g)
             while (s < g->nslot && (slot_busy[s] >= acts[k].def || g->slot_esize[s] != es))
                 s++;
             if (s == g->nslot)
-                g->slot_esize[g->nslot++] = es;
+                g->slot_alias[g->nslot] = 0, g->slot_esize[g->nslot++] = es;
             slot_busy[s] = acts[k].last;
-            g->val[acts[k].v].loc = (Loc){.kind = LOC_SLOT, .slot = s};
+            const Value *x = &g->val[acts[k].v];
+            int user = slot_user(g, acts[k].v, acts[k].last);
+            g->slot_alias[s] |= user;
+            g->val[acts[k].v].loc = (Loc){.kind = LOC_SLOT, .slot = s, .unit = x->unit,
+                                          .state = user == SLOT_GRAD, .alias = user == SLOT_OTHER ? 0 : user};
         }
     int n = 0;
     for (int k = 0; k < nact; k++)

@@ -158,6 +158,13 @@ static int acc_add(uint64_t *acc, uint64_t x)
     return __builtin_add_overflow(*acc, x, acc) ? -1 : 0;
 }
 
+/* Is slot s allocated?  Not when every value in it is its unit's shard itself
+ * (c->slot_alias). */
+static int slot_needed(const RtCtx *c, int s)
+{
+    return (c->m->slot_alias[s] & ~c->slot_alias) != 0;
+}
+
 /* shard lengths into c, sizes into mem and the allocation's total into
  * mem->total; -1 on overflow */
 static int plan_sizes(RtCtx *c, RtMem *mem)
@@ -187,6 +194,8 @@ static int plan_sizes(RtCtx *c, RtMem *mem)
     c->slot_elems = slot_elems;
     for (int s = 0; s < m->nslot; s++) {
         uint64_t sb;
+        if (!slot_needed(c, s))
+            continue;
         if (__builtin_mul_overflow((uint64_t)slot_elems, (uint64_t)m->slot_esize[s], &sb) ||
             acc_add(&mem->slots, round64(sb)))
             return -1;
@@ -213,7 +222,8 @@ static void lay_out(RtCtx *c, char *base)
     p += round64((uint64_t)m->arena_bytes);
     for (int s = 0; s < m->nslot; s++) {
         c->slot[s] = p;
-        p += round64((uint64_t)c->slot_elems * (uint64_t)m->slot_esize[s]);
+        if (slot_needed(c, s))
+            p += round64((uint64_t)c->slot_elems * (uint64_t)m->slot_esize[s]);
     }
     for (int u = 0; u < m->nunit; u++) {
         uint64_t sb = round64((uint64_t)c->shard_len[u] * (uint64_t)rt_elem_size(m->unit[u].dtype));
@@ -249,6 +259,10 @@ static int plan(RtCtx *c, RtMem *mem, int local_accum)
         return -1;
     }
     memset(mem, 0, sizeof *mem);
+    /* a shard group of one rank: a gather would copy the shard whole into its slot, and a flat gradient be
+     * copied whole into its shard after the reduction (with --accum 1: else the shard sums the micro-steps'
+     * gradients): the values memplan marked are their shards instead */
+    c->slot_alias = c->sf == 1 ? RT_SLOT_PARAM | (c->accum == 1 ? RT_SLOT_GRAD : 0) : 0;
     if (plan_sizes(c, mem) != 0) {
         rt_err_set(1, "the model does not fit the address space of one rank at %d ranks", c->world);
         return -1;

@@ -107,11 +107,14 @@ static int check_model(const RtModel *m)
     if (m->nunit < 0 || m->nparam < 0 || m->ninput < 0 || m->nconst < 0 || m->nslot < 0 || m->arena_bytes < 0)
         BAD("negative count");
     if ((m->nunit && !m->unit) || (m->nparam && !m->param) || (m->ninput && !m->input) ||
-        (m->nconst && !m->cnst) || (m->nslot && !m->slot_esize) || !m->step)
+        (m->nconst && !m->cnst) || (m->nslot && (!m->slot_esize || !m->slot_alias)) || !m->step)
         BAD("missing table");
     for (int s = 0; s < m->nslot; s++)
         if (m->slot_esize[s] != 1 && m->slot_esize[s] != 2 && m->slot_esize[s] != 4 && m->slot_esize[s] != 8)
             BAD("slot %d element size %d", s, m->slot_esize[s]);
+    for (int s = 0; s < m->nslot; s++)
+        if (m->slot_alias[s] < 1 || m->slot_alias[s] > (RT_SLOT_PARAM | RT_SLOT_GRAD | RT_SLOT_OTHER))
+            BAD("slot %d users %d", s, m->slot_alias[s]);
     if (m->optimizer != RT_ADAMW && m->optimizer != RT_SGD && m->optimizer != RT_ADAM)
         BAD("unknown optimizer %d", m->optimizer);
     if (m->loss_dtype != RT_F32 && m->loss_dtype != RT_F64)

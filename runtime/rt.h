@@ -32,6 +32,9 @@ enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6,
 enum { RT_ADAMW = 0, RT_SGD = 1, RT_ADAM = 2 };
 /* shard kinds per unit: shard[u * RT_NSTATE + k] */
 enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
+/* a slot's users (ir.h's SLOT_*): gathered parameters / flat gradients that can be their unit's shard itself when
+ * the shard group is one rank; anything else */
+enum { RT_SLOT_PARAM = 1, RT_SLOT_GRAD = 2, RT_SLOT_OTHER = 4 };
 
 #define RT_MAX_RANK 8
 #define RT_INIT_MAGIC "FSDPC-INIT-v1\0\0" /* 16 bytes incl. padding NULs */
@@ -109,6 +112,8 @@ typedef struct {
     int64_t arena_bytes;  /* fixed part */
     int nslot;
     const int *slot_esize; /* bytes per element of each slot */
+    const int *slot_alias; /* what each slot holds (RT_SLOT_* bits): a slot of only RT_SLOT_PARAM / _GRAD values
+                            * is not allocated where the executable makes them their shards (RtCtx.slot_alias) */
     int64_t loss_off;     /* arena offset of the averaged loss scalar */
     int64_t gnorm_off;    /* arena offset of the global squared gradient norm (units' dtype), -1: none */
     int shard_group;      /* ranks per shard group (fsdpc --shard): 0 every rank (full, grad_op), 1 (none),
@@ -166,6 +171,8 @@ typedef struct RtCtx {
                            * are F consecutive ranks, shards ceil(numel / F) long */
     char *arena;          /* fixed part */
     char **slot;          /* nslot pointers */
+    int slot_alias;       /* RT_SLOT_PARAM: gathered parameters are their shard (a shard group of one rank);
+                           * | RT_SLOT_GRAD: flat gradients too (and --accum 1); see rt_slot_alias */
     int64_t slot_elems;   /* elements per slot (max over units of sf * shard_len) */
     char **shard;         /* nunit * RT_NSTATE pointers (NULL where unused) */
     int64_t *shard_len;   /* per unit: ceil(numel / sf) */

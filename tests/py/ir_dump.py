@@ -200,6 +200,19 @@ def main():
             check(mem["total_bytes"] == planned, "world %d %s: runtime carved %d B, plan says %d B"
                   % (world, prec, mem["total_bytes"], planned))
             print("world %d %s: planned = carved = %d B" % (world, prec, planned))
+            slots = int(re.search(r"gathered slots \(\d+ x unit\)\s+(\d+) B", rep).group(1))
+            # a shard group of one rank: fp32 gathers and flat gradients are the shards, no slot allocated; with
+            # --accum 2 the flat gradients need theirs again (the shard sums the micro-steps)
+            check((slots == 0) == (world == 1 and prec == "fp32"), "world %d %s: slots %d B" % (world, prec, slots))
+            if world == 1 and prec == "fp32":
+                run(mpirun(1, [exe, "--data", "x=" + os.path.join(d, "x.npy"), "--data",
+                               "target=" + os.path.join(d, "y.npy"), "--steps", "1", "--accum", "2", "--metrics", m]))
+                acc = json.loads(open(m).readline())["memory"]
+                check(acc["slot_bytes"] > 0 and acc["total_bytes"] == planned + acc["slot_bytes"],
+                      "world 1 --accum 2: slots %d B, total %d B (plan at --accum 1: %d B)"
+                      % (acc["slot_bytes"], acc["total_bytes"], planned))
+                print("world 1 fp32: no slot (gathers and gradients are the shards); --accum 2: %d B of slots"
+                      % acc["slot_bytes"])
             # --trace: every node of the first 2 steps of every rank on thread 0, in order; every collective's
             # run on thread 1, one at a time, after its start node began and before its Wait ended
             tr = os.path.join(d, "t.json")
