@@ -4,7 +4,7 @@
 #   scripts/setup.sh --test   also the test oracles (PyTorch, ONNX, NumPy) and clang + libFuzzer (fuzz_compile)
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ binutils pkg-config libprotobuf-c-dev protobuf-c-compiler
-      libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev python3-numpy python3-onnx python3-matplotlib)
+      libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libdnnl-dev python3-numpy python3-onnx python3-matplotlib)
 # --test: also iproute2 (the multihost test's network namespaces) and Slurm (the slurm test starts its own
 # slurmctld + slurmd)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata clang libclang-rt-14-dev

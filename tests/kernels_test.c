@@ -263,6 +263,71 @@ static void test_matmul_bf16(int dt)
         matmul_16(0);
 }
 
+/* k_matmul_add (MatMulAdd: C = alpha op(A) op(B) + bias (each row) + add) for
+ * dt's own kernel, and under F32 also the bfloat16 (k16 1) and float16
+ * (k16 2) ones, against the reference on the rounded operands; add may be C
+ * itself (the fuse pass's in-place accumulation) */
+static void matmul_add_case(int dt, int k16, const Gemm *g, double alpha, int with_bias, int add_mode)
+{
+    int64_t na = (g->batch - 1) * g->sa + g->m * g->k, nb = (g->batch - 1) * g->sb + g->k * g->n;
+    int64_t nc = g->batch * g->m * g->n;
+    Buf a = buf_new(na), b = buf_new(nb), c = buf_new(nc), want = buf_new(nc), bias = buf_new(g->n),
+        add = buf_new(nc);
+    uint16_t *a16 = xalloc((size_t)na, 2), *b16 = xalloc((size_t)nb, 2);
+    fill_rnd(&a, -1, 1), fill_rnd(&b, -1, 1), fill_rnd(&bias, -1, 1), fill_rnd(&add, -1, 1);
+    for (int64_t i = 0; k16 && i < na; i++)
+        a.d[i] = k16 == 2 ? k_f16_to_f32(a16[i] = k_f16_from_f32((float)a.d[i]))
+                          : k_bf16_to_f32(a16[i] = k_bf16_from_f32((float)a.d[i]));
+    for (int64_t i = 0; k16 && i < nb; i++)
+        b.d[i] = k16 == 2 ? k_f16_to_f32(b16[i] = k_f16_from_f32((float)b.d[i]))
+                          : k_bf16_to_f32(b16[i] = k_bf16_from_f32((float)b.d[i]));
+    if (add_mode == 2)
+        memcpy(c.d, add.d, (size_t)nc * sizeof(double)); /* add is C */
+    else
+        fill_val(&c, NAN); /* no bias, no add: C is not read */
+    ref_matmul(want.d, a.d, b.d, g); /* g->beta 0 */
+    for (int64_t i = 0; i < nc; i++)
+        want.d[i] = alpha * want.d[i] + (with_bias ? bias.d[i % g->n] : 0) + (add_mode ? add.d[i] : 0);
+    PUT(&a, &b, &c, &bias, &add);
+    const int f = dt == F32;
+    void *pc = vp(dt, &c), *pb = with_bias ? vp(dt, &bias) : NULL;
+    void *pd = add_mode == 2 ? pc : add_mode ? vp(dt, &add) : NULL;
+    if (k16)
+        (k16 == 2 ? k_matmul_add_f16 : k_matmul_add_bf16)(c.f, a16, b16, pb, pd, alpha, g->batch, g->sa, g->sb,
+                                                           g->m, g->n, g->k, g->ta, g->tb);
+    else if (f)
+        k_matmul_add_f32(pc, a.f, b.f, pb, pd, alpha, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb);
+    else
+        k_matmul_add_f64(pc, a.d, b.d, pb, pd, alpha, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb);
+    GET(&c);
+    check(dt, c.d, want.d, nc, 10 * tol(dt));
+    free(a16), free(b16);
+    buf_free(&a), buf_free(&b), buf_free(&c), buf_free(&want), buf_free(&bias), buf_free(&add);
+}
+
+static void test_matmul_add(int dt)
+{
+    static const char *const kname[] = {"", "_bf16", "_f16"};
+    static const int64_t sizes[][3] = {{5, 4, 3}, {37, 9, 260}}; /* the second past the widening's depth block */
+    for (int k16 = 0; k16 < (dt == F32 ? 3 : 1); k16++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            int64_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], mk = m * k, kn = k * n;
+            /* single; batched; shared B (folded when A is untransposed); shared B, padded A batches */
+            const int64_t modes[][3] = {{1, 0, 0}, {2, mk, kn}, {2, mk, 0}, {2, mk + 2, 0}};
+            for (size_t md = 0; md < sizeof modes / sizeof modes[0]; md++)
+                for (int t = 0; t < 4; t++)
+                    for (int v = 0; v < 12; v++) { /* bias or not x alpha x add: none, its own, C itself */
+                        Gemm g = {modes[md][0], modes[md][1], modes[md][2], m, n, k, t & 1, t >> 1, 0.0};
+                        double alpha = v & 2 ? 0.125 : 1.0;
+                        CTX("k_matmul_add%s m=%lld n=%lld k=%lld batch=%lld sa=%lld sb=%lld ta=%d tb=%d alpha=%g "
+                            "bias=%d add=%s", kname[k16], (long long)m, (long long)n, (long long)k,
+                            (long long)g.batch, (long long)g.sa, (long long)g.sb, g.ta, g.tb, alpha, v & 1,
+                            (const char *[]){"none", "own", "C"}[v >> 2]);
+                        matmul_add_case(dt, k16, &g, alpha, v & 1, v >> 2);
+                    }
+        }
+}
+
 /* float16 operands: the same GEMM with float16 rounding (10 mantissa bits),
  * so the result must also be closer to the exact product of the unrounded
  * operands than bfloat16's would be */
@@ -1079,7 +1144,7 @@ int main(void)
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
-        test_matmul_f16, test_loss_scale,
+        test_matmul_f16, test_loss_scale, test_matmul_add,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -394,13 +394,23 @@ static inline float k_bf16_to_f32(uint16_t h)
 }
 /* k_matmul with bfloat16 operands and a float32 result, accumulated in
  * float32 (the contract of a mixed-precision GEMM: every product of two
- * bfloat16 values is exact in float32); otherwise as k_matmul_f32. */
+ * bfloat16 values is exact in float32); otherwise as k_matmul_f32.
+ * matmul_bf16.c: oneDNN's bf16 GEMM where the CPU has AVX512-BF16, else
+ * k_matmul_widened_16. */
 void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
                    int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
 /* k_matmul_add with bfloat16 operands and a float32 result, bias and addend */
 void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                        int tb);
+/* k_matmul's 16-bit GEMM through cblas_sgemm on widened operands (f16:
+ * float16, else bfloat16), C = alpha op(A) op(B) + beta C: k_matmul_f16's
+ * path, and k_matmul_bf16's where oneDNN has no native bf16 GEMM */
+void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                         int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16);
+/* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
+ * adds into (add may be c itself) */
+void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n);
 
 /* ---- float16 (--precision fp16) ------------------------------------------ */
 

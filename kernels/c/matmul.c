@@ -16,6 +16,10 @@
  * bias + addend and runs the GEMM with beta 1 (and its alpha), so CBLAS
  * adds the product into it: one pass over C instead of the product's
  * write, read and rewrite.
+ *
+ * The bfloat16 GEMMs are in matmul_bf16.c (oneDNN where the CPU has
+ * AVX512-BF16, else the widened path below): their own object, so that only
+ * an executable that calls them links libdnnl.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -81,21 +85,22 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
 #undef S
 #undef K_GEMM
 
-/* ---- bfloat16 or float16 operands, float32 result ------------------------
+/* ---- float16 or bfloat16 operands, float32 result, widened -----------------
  *
- * Debian 12's OpenBLAS (0.3.21) declares cblas_sbgemm but does not export it,
- * and these CPUs have no AVX512-BF16, so a bfloat16 GEMM is a float32 GEMM of
- * the widened operands: bfloat16 -> float is exact and so is the product of
- * two bfloat16 values in float, hence the result is what an sbgemm computes
- * (float32 accumulation) up to summation order.  The operands are widened
+ * OpenBLAS has no float16 GEMM, and Debian 12's (0.3.21) declares cblas_sbgemm
+ * but does not export it, so a float16 GEMM — and a bfloat16 one where oneDNN
+ * has no native bf16 GEMM (matmul_bf16.c) — is a float32 GEMM of the widened
+ * operands: bfloat16 -> float is exact and so is the product of two bfloat16
+ * values in float, hence the result is what an sbgemm computes (float32
+ * accumulation) up to summation order.  The operands are widened
  * block by block into two fixed scratch buffers (kernels never allocate):
  * op(A) in BM x BK blocks, op(B) in BK x BN blocks, each block pair one
  * cblas_sgemm accumulating into C.  The widening costs m n k (1/BM + 1/BN)
  * conversions against the GEMM's 2 m n k flops.  The buffers make the kernel
  * non-reentrant: the step calls kernels from one thread.  float16 operands
- * (k_matmul_f16) take the same path with another widening: float16 -> float
- * is exact too, and a product of two float16 values (11-bit significands)
- * fits float's 24 bits. */
+ * take the same path with another widening: float16 -> float is exact too,
+ * and a product of two float16 values (11-bit significands) fits float's 24
+ * bits. */
 
 enum { BM = 512, BN = 512, BK = 256 };
 static float wide_a[BM * BK], wide_b[BK * BN];
@@ -132,8 +137,8 @@ static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, i
     }
 }
 
-static void matmul_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
-                      int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
+void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                         int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
@@ -150,37 +155,22 @@ static void matmul_16(float *c, const uint16_t *a, const uint16_t *b, int64_t ba
         gemm_16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta, f16);
 }
 
-void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
-                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n)
 {
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 0);
+    epilogue_c_f32(c, bias, add, rows, n);
 }
 
 void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
 {
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 1);
-}
-
-static void matmul_add_16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                          double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
-                          int ta, int tb, int f16)
-{
-    if (bias || add)
-        epilogue_c_f32(c, bias, add, batch * m, n);
-    matmul_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, f16);
-}
-
-void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
-                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
-                       int tb)
-{
-    matmul_add_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 0);
+    k_matmul_widened_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta, 1);
 }
 
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb)
 {
-    matmul_add_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 1);
+    if (bias || add)
+        epilogue_c_f32(c, bias, add, batch * m, n);
+    k_matmul_widened_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 1);
 }

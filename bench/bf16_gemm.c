@@ -1,0 +1,264 @@
+/* bf16_gemm.c — times the bfloat16 GEMMs of an fsdpc training step three ways
+ * (bench/bf16_gemm.py drives it, one process per size and thread count).
+ *
+ *   bf16_gemm SHAPES REPS
+ *
+ * SHAPES has one line per distinct k_matmul_bf16 / k_matmul_add_bf16 call of
+ * a step: "calls batch sa sb m n k ta tb alpha" (k_matmul's contract:
+ * row-major C_i[m x n] = alpha op(A_i) op(B_i), A_i at a + i sa, B_i at
+ * b + i sb; a MatMulAdd's epilogue, bias + addend into C before a beta-1
+ * GEMM, is left out: it is the same code whichever GEMM follows).  The sides:
+ *   widened  fsdpc's path before oneDNN (replicated here as it was in
+ *            kernels/c/matmul.c: the operands widened block by block into
+ *            float, 512 x 256 and 256 x 512 blocks, each pair one
+ *            cblas_sgemm; batches one after another);
+ *   onednn   dnnl_gemm_bf16bf16f32 (oneDNN's bf16 GEMM, float32
+ *            accumulation), batched as fsdpc's kernels/c/matmul.c does:
+ *            shared B folded into one tall GEMM, else the batch split
+ *            across the OpenMP team;
+ *   f32      k_matmul_f32 of the built kernels on float32 copies (what the
+ *            same GEMM costs without mixed precision);
+ * and fsdpc's own k_matmul_bf16 (the built kernels, whichever path they take)
+ * is run once to check it against the other two.
+ * Threads: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, set by the driver.
+ * Each repetition runs every side on every shape, sides in rotating order;
+ * a run is at least 20 ms of calls.  Prints per shape and side the time of
+ * one call (all its batches) of every repetition, then the result check:
+ *   "t SIDE calls batch sa sb m n k ta tb s1 s2 ..."
+ *   "check calls batch m n k ta tb onednn-vs-widened fsdpc-vs-widened fsdpc-vs-onednn"
+ * where a check is max |x - y| / max(sum_k |a||b|) over C (float32 rounding
+ * of the sum order is ~1e-7 times k at worst).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "kernels.h"
+
+/* exported by libdnnl 2.6 but declared in its public header only from 3.x */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                    float alpha, const uint16_t *A, dnnl_dim_t lda, const uint16_t *B,
+                                    dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
+
+typedef struct {
+    long calls, batch, sa, sb, m, n, k, ta, tb;
+    double alpha;
+} Shape;
+
+/* ---- widened: kernels/c/matmul.c's gemm_16 as it was -------------------- */
+enum { BM = 512, BN = 512, BK = 256 };
+static float wide_a[BM * BK], wide_b[BK * BN];
+
+static void widen(float *w, const uint16_t *x, int64_t ld, int tr, int64_t r0, int64_t c0, int64_t rows,
+                  int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            w[r * cols + c] = k_bf16_to_f32(tr ? x[(c0 + c) * ld + r0 + r] : x[(r0 + r) * ld + c0 + c]);
+}
+
+static void gemm_widened(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
+                         int tb, double alpha, double beta)
+{
+    for (int64_t i0 = 0; i0 < m; i0 += BM) {
+        int64_t bm = m - i0 < BM ? m - i0 : BM;
+        for (int64_t k0 = 0; k0 < k; k0 += BK) {
+            int64_t bk = k - k0 < BK ? k - k0 : BK;
+            widen(wide_a, a, ta ? m : k, ta, i0, k0, bm, bk);
+            for (int64_t j0 = 0; j0 < n; j0 += BN) {
+                int64_t bn = n - j0 < BN ? n - j0 : BN;
+                widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, (float)alpha,
+                            wide_a, (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
+            }
+        }
+    }
+}
+
+static void run_widened(const Shape *s, float *c, const uint16_t *a, const uint16_t *b)
+{
+    if (s->sb == 0 && !s->ta && s->sa == s->m * s->k) {
+        gemm_widened(c, a, b, s->batch * s->m, s->n, s->k, (int)s->ta, (int)s->tb, s->alpha, 0.0);
+        return;
+    }
+    for (long i = 0; i < s->batch; i++)
+        gemm_widened(c + i * s->m * s->n, a + i * s->sa, b + i * s->sb, s->m, s->n, s->k, (int)s->ta, (int)s->tb,
+                     s->alpha, 0.0);
+}
+
+/* ---- onednn -------------------------------------------------------------- */
+static void gemm_dnnl(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
+                      int tb, double alpha, double beta)
+{
+    if (dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, (float)alpha, a, ta ? m : k, b, tb ? k : n,
+                              (float)beta, c, n) != dnnl_success)
+        fprintf(stderr, "bf16_gemm: dnnl_gemm_bf16bf16f32 failed\n"), exit(1);
+}
+
+static void run_dnnl(const Shape *s, float *c, const uint16_t *a, const uint16_t *b)
+{
+    if (s->batch == 1 || (s->sb == 0 && !s->ta && s->sa == s->m * s->k)) {
+        gemm_dnnl(c, a, b, s->batch * s->m, s->n, s->k, (int)s->ta, (int)s->tb, s->alpha, 0.0);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < s->batch; i++)
+        gemm_dnnl(c + i * s->m * s->n, a + i * s->sa, b + i * s->sb, s->m, s->n, s->k, (int)s->ta, (int)s->tb,
+                  s->alpha, 0.0);
+}
+
+/* ---- the driver ------------------------------------------------------------ */
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fprintf(stderr, "bf16_gemm: out of memory\n"), exit(1);
+    return p;
+}
+
+typedef struct {
+    const Shape *s;
+    uint16_t *a, *b;
+    float *fa, *fb, *c, *c0;
+    size_t na, nb, nc;
+} Bufs;
+
+/* one call of the shape (beta 0) by side 0 widened, 1 onednn, 2 f32, 3 fsdpc's k_matmul_bf16 */
+static void call(const Bufs *u, int side)
+{
+    const Shape *s = u->s;
+    if (side == 0)
+        run_widened(s, u->c, u->a, u->b);
+    else if (side == 1)
+        run_dnnl(s, u->c, u->a, u->b);
+    else if (side == 2)
+        k_matmul_add_f32(u->c, u->fa, u->fb, NULL, NULL, s->alpha, s->batch, s->sa, s->sb, s->m, s->n, s->k,
+                         (int)s->ta, (int)s->tb);
+    else
+        k_matmul_add_bf16(u->c, u->a, u->b, NULL, NULL, s->alpha, s->batch, s->sa, s->sb, s->m, s->n, s->k,
+                          (int)s->ta, (int)s->tb);
+}
+
+static double time_side(const Bufs *u, int side)
+{
+    long iters = 0;
+    const double t0 = now();
+    double t;
+    do {
+        call(u, side);
+        iters++;
+        t = now() - t0;
+    } while (t < 0.02);
+    return t / (double)iters;
+}
+
+/* max |x - y| over C, relative to the largest sum_k |a||b| of the shape */
+static double diff(const Bufs *u, const float *x, const float *y)
+{
+    const Shape *s = u->s;
+    double scale = 0, d = 0;
+    for (long i = 0; i < s->batch; i++)
+        for (long r = 0; r < s->m; r++)
+            for (long j = 0; j < s->n; j += 7) { /* a sample of the columns for the scale */
+                double acc = 0;
+                for (long q = 0; q < s->k; q++) {
+                    float av = u->fa[i * s->sa + (s->ta ? q * s->m + r : r * s->k + q)];
+                    float bv = u->fb[i * s->sb + (s->tb ? j * s->k + q : q * s->n + j)];
+                    acc += fabs((double)av * bv);
+                }
+                scale = acc > scale ? acc : scale;
+            }
+    for (size_t i = 0; i < u->nc; i++)
+        d = fabs((double)x[i] - y[i]) > d ? fabs((double)x[i] - y[i]) : d;
+    return scale > 0 ? d / (fabs(s->alpha) * scale) : d;
+}
+
+static void check(const Bufs *u)
+{
+    float *out[3];
+    const int sides[3] = {0, 1, 3};
+    for (int q = 0; q < 3; q++) {
+        memset(u->c, 0, u->nc * sizeof *u->c);
+        call(u, sides[q]);
+        out[q] = alloc(u->nc * sizeof(float));
+        memcpy(out[q], u->c, u->nc * sizeof(float));
+    }
+    const Shape *s = u->s;
+    printf("check %ld %ld %ld %ld %ld %ld %ld %.3g %.3g %.3g\n", s->calls, s->batch, s->m, s->n, s->k, s->ta, s->tb,
+           diff(u, out[1], out[0]), diff(u, out[2], out[0]), diff(u, out[2], out[1]));
+    for (int q = 0; q < 3; q++)
+        free(out[q]);
+}
+
+static void bench_shape(const Shape *s, int reps)
+{
+    static const char *names[3] = {"widened", "onednn", "f32"};
+    Bufs u = {.s = s};
+    u.na = (size_t)((s->batch - 1) * s->sa + s->m * s->k);
+    u.nb = (size_t)((s->batch - 1) * s->sb + s->k * s->n);
+    u.nc = (size_t)(s->batch * s->m * s->n);
+    u.a = alloc(u.na * 2), u.b = alloc(u.nb * 2);
+    u.fa = alloc(u.na * 4), u.fb = alloc(u.nb * 4), u.c = alloc(u.nc * 4);
+    for (size_t i = 0; i < u.na; i++) {
+        u.a[i] = k_bf16_from_f32((float)((i * 2654435761u) % 1000) / 500.0f - 1.0f);
+        u.fa[i] = k_bf16_to_f32(u.a[i]);
+    }
+    for (size_t i = 0; i < u.nb; i++) {
+        u.b[i] = k_bf16_from_f32((float)((i * 40503u + 17) % 997) / 498.5f - 1.0f);
+        u.fb[i] = k_bf16_to_f32(u.b[i]);
+    }
+    memset(u.c, 0, u.nc * 4);
+    double t[3][64];
+    for (int side = 0; side < 3; side++) /* warm-up */
+        call(&u, side), call(&u, side);
+    for (int r = 0; r < reps; r++)
+        for (int q = 0; q < 3; q++) {
+            int side = (q + r) % 3;
+            t[side][r] = time_side(&u, side);
+        }
+    for (int side = 0; side < 3; side++) {
+        printf("t %s %ld %ld %ld %ld %ld %ld %ld %ld %ld", names[side], s->calls, s->batch, s->sa, s->sb, s->m, s->n,
+               s->k, s->ta, s->tb);
+        for (int r = 0; r < reps; r++)
+            printf(" %.9f", t[side][r]);
+        printf("\n");
+    }
+    check(&u);
+    fflush(stdout);
+    free(u.a), free(u.b), free(u.fa), free(u.fb), free(u.c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: bf16_gemm SHAPES REPS\n");
+        return 2;
+    }
+    FILE *f = fopen(argv[1], "r");
+    if (!f) {
+        perror(argv[1]);
+        return 1;
+    }
+    int reps = atoi(argv[2]);
+    reps = reps < 1 ? 1 : reps > 64 ? 64 : reps;
+    Shape s;
+    while (fscanf(f, "%ld %ld %ld %ld %ld %ld %ld %ld %ld %lf", &s.calls, &s.batch, &s.sa, &s.sb, &s.m, &s.n, &s.k,
+                  &s.ta, &s.tb, &s.alpha) == 10)
+        bench_shape(&s, reps);
+    fclose(f);
+    return 0;
+}

@@ -1,0 +1,101 @@
+/* matmul_bf16.c — bfloat16 GEMMs (k_matmul_bf16, k_matmul_add_bf16) on
+ * oneDNN.
+ *
+ * How it works.  oneDNN's dnnl_gemm_bf16bf16f32 is k_matmul's contract on
+ * bfloat16 operands: row-major, op(A) m x k, op(B) k x n, float32 C =
+ * alpha op(A) op(B) + beta C, accumulated in float32, on AVX512-BF16's
+ * vdpbf16ps where the CPU has it.  Batches as k_matmul_f32: shared B with the
+ * A batches back to back untransposed folds into one tall GEMM that oneDNN
+ * splits over the OpenMP team; other batches are split across the team, a
+ * whole GEMM per thread (inside the team oneDNN runs on the calling thread).
+ * Debian's oneDNN is the OpenMP build, so it runs on the team the kernels and
+ * OpenBLAS use.
+ *
+ * Measured (bench/bf16_gemm.py, the bf16 GPT steps' GEMMs, README
+ * "Benchmarks") against the operands widened into float32 for cblas_sgemm
+ * (matmul.c's k_matmul_widened_16), which remains the path where oneDNN has
+ * no native bf16 GEMM: below AVX512-BF16 its bf16 GEMM is emulated and slower
+ * than the widened one (and below AVX-512 it has none).  The choice is made
+ * once, from oneDNN's effective ISA, so DNNL_MAX_CPU_ISA=AVX512_CORE forces
+ * the widened path.
+ *
+ * This file is its own object so that libdnnl is linked (as needed) only by
+ * an executable that makes a bfloat16 GEMM.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "kernels.h"
+
+#if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP
+#error "fsdpc needs oneDNN's OpenMP build (Debian's libdnnl-dev): its GEMMs must run on the kernels' OpenMP team"
+#endif
+
+#if DNNL_VERSION_MAJOR < 3
+/* exported by oneDNN 2.x, declared in its public header from 3.0 */
+dnnl_status_t DNNL_API dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                             float alpha, const uint16_t *A, dnnl_dim_t lda, const uint16_t *B,
+                                             dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
+#endif
+
+/* 1: oneDNN's bf16 GEMM runs natively here (AVX512-BF16 or above), 0: widen; -1 before the first call */
+static int native = -1;
+
+static int bf16_native(void)
+{
+    if (native < 0) {
+        const unsigned want = dnnl_cpu_isa_avx512_core_bf16;
+        native = ((unsigned)dnnl_get_effective_cpu_isa() & want) == want;
+    }
+    return native;
+}
+
+/* C (m x n, dense) = alpha op(A) op(B) + beta C for one matrix pair; a failure
+ * is one line naming the call, then abort (the shapes were checked long
+ * before, so it is an internal bug or oneDNN out of memory) */
+static void gemm(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                 double alpha, double beta)
+{
+    dnnl_status_t st = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, (float)alpha, a, ta ? m : k,
+                                             b, tb ? k : n, (float)beta, c, n);
+    if (st != dnnl_success) {
+        fprintf(stderr, "fsdpc kernels/c: dnnl_gemm_bf16bf16f32(%c, %c, m %lld, n %lld, k %lld) failed: %s\n",
+                ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, dnnl_status2str(st));
+        abort();
+    }
+}
+
+static void matmul(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    if (batch <= 0 || m <= 0 || n <= 0 || k <= 0 || !bf16_native()) { /* k 0: C = beta C, never reading A, B */
+        k_matmul_widened_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, beta, 0);
+        return;
+    }
+    if (batch == 1 || (sb == 0 && !ta && sa == m * k)) {
+        gemm(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; i++)
+        gemm(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
+}
+
+void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double beta)
+{
+    matmul(c, a, b, batch, sa, sb, m, n, k, ta, tb, 1.0, beta);
+}
+
+void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
+                       int tb)
+{
+    if (bias || add)
+        k_matmul_epilogue_f32(c, bias, add, batch * m, n);
+    matmul(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0);
+}
