@@ -51,7 +51,8 @@ for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch2 import ensure_debian_torch, torch2_python  # noqa: E402
 
-ensure_debian_torch()
+if args.ddp_rank < 0:  # the driver (a rank runs under the torch 2 python, which needs no onnx)
+    ensure_debian_torch()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
