@@ -21,7 +21,6 @@ order is ~1e-7 of that.
 import argparse
 import collections
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -36,36 +35,15 @@ ap.add_argument("--repeat", type=int, default=5)
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8,768/12/1024/1", help="d/L/T/B,...")
 args = ap.parse_args()
+sys.path.insert(0, HERE)
+from step_gemms import step_gemms as bench_step_gemms  # noqa: E402
 
-CALL = re.compile(r"k_matmul(_add)?_bf16\((.*)\);")
 SIDES = ("widened", "onednn", "f32")
 
 
 def step_gemms(fsdpc, work, d, L, T, B):
     """{(batch, sa, sb, m, n, k, ta, tb, alpha): calls} of one bf16 training step of the d/L/T/B GPT"""
-    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-    import torch
-    from gpt import GPT, GPTConfig, export
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=256, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T))
-    onnx = os.path.join(work, "gpt.onnx")
-    export(model, onnx, B=B, T=T)
-    subprocess.run([fsdpc, onnx, "-o", os.path.join(work, "train"), "--target", "cpu", "--loss",
-                    "cross_entropy:logits,labels", "--dim", "batch=%d" % B, "--precision", "bf16", "--emit-c"],
-                   check=True, stdout=subprocess.DEVNULL)
-    shapes = collections.Counter()
-    for line in open(os.path.join(work, "train.c")):
-        m = CALL.search(line)
-        if not m:
-            continue
-        a = [v.strip() for v in m.group(2).split(",")]
-        # k_matmul: c, a, b, batch, sa, sb, m, n, k, ta, tb, beta; k_matmul_add: c, a, b, bias, add, alpha, batch, ...
-        alpha = float(a[-9]) if m.group(1) else 1.0
-        tail = a[-8:] if m.group(1) else a[-9:-1]
-        shapes[tuple(int(v) for v in tail) + (alpha,)] += 1
-    if not shapes:
-        raise SystemExit("bf16_gemm: no k_matmul_bf16 calls in %s" % os.path.join(work, "train.c"))
-    return shapes
+    return bench_step_gemms(fsdpc, work, d, L, T, B, "bf16", ["--precision", "bf16"])
 
 
 def build(root):

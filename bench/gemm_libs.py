@@ -20,7 +20,6 @@ import argparse
 import collections
 import glob
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +35,9 @@ ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8,768/12/1024/1", help="d/L/T/B,...")
 ap.add_argument("--libs", default="openblas,blis,onednn,mkl")
 args = ap.parse_args()
+sys.path.insert(0, HERE)
+from step_gemms import step_gemms as bench_step_gemms  # noqa: E402
 
-CALL = re.compile(r"k_matmul(_add)?_f32\((.*)\);")
 
 
 def apt_install(pkg, probe):
@@ -88,28 +88,9 @@ def libraries(names):
 
 def step_gemms(fsdpc, work, d, L, T, B):
     """{(batch, m, n, k, ta, tb): calls} of one training step of the d/L/T/B GPT"""
-    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-    import torch
-    from gpt import GPT, GPTConfig, export
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=256, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T))
-    onnx = os.path.join(work, "gpt.onnx")
-    export(model, onnx, B=B, T=T)
-    subprocess.run([fsdpc, onnx, "-o", os.path.join(work, "train"), "--target", "cpu", "--loss",
-                    "cross_entropy:logits,labels", "--dim", "batch=%d" % B, "--emit-c"], check=True,
-                   stdout=subprocess.DEVNULL)
     shapes = collections.Counter()
-    for line in open(os.path.join(work, "train.c")):
-        m = CALL.search(line)
-        if not m:
-            continue
-        nums = [a.strip() for a in m.group(2).split(",")]
-        # k_matmul: ..., batch, sa, sb, m, n, k, ta, tb, beta; k_matmul_add: ..., batch, sa, sb, m, n, k, ta, tb
-        tail = nums[-8:] if m.group(1) else nums[-9:-1]
-        batch, _, _, mm, nn, kk, ta, tb = (int(v) for v in tail)
-        shapes[(batch, mm, nn, kk, ta, tb)] += 1
-    if not shapes:
-        raise SystemExit("gemm_libs: no k_matmul calls found in %s" % os.path.join(work, "train.c"))
+    for (batch, _, _, mm, nn, kk, ta, tb, _), calls in bench_step_gemms(fsdpc, work, d, L, T, B).items():
+        shapes[(batch, mm, nn, kk, ta, tb)] += calls
     return shapes
 
 
