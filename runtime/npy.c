@@ -448,59 +448,6 @@ int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off)
     return 0;
 }
 
-int rt_write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        ssize_t r = write(fd, p, k);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-/* DIR/.BASE.tmp.PID for path DIR/BASE (BASE alone: .BASE.tmp.PID) */
-static char *tmp_path_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
-    size_t tl = strlen(path) + 40;
-    char *tmp = malloc(tl);
-    if (tmp)
-        snprintf(tmp, tl, "%.*s.%s.tmp.%ld", (int)dl, path, path + dl, (long)getpid());
-    return tmp;
-}
-
-static int write_tmp(const char *tmp, const char *hdr, size_t hn, const void *data, size_t nbytes,
-                     char *err, size_t errlen)
-{
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a stale one of an earlier process with our pid */
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    const char *stage = "writing";
-    if (rt_write_all(fd, hdr, hn) != 0 || rt_write_all(fd, data, nbytes) != 0 ||
-        (stage = "syncing", fsync(fd) != 0)) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return fail(err, errlen, "%s %s: %s", stage, tmp, strerror(e));
-    }
-    if (close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return fail(err, errlen, "closing %s: %s", tmp, strerror(e));
-    }
-    return 0;
-}
-
 int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const void *data,
              char *err, size_t errlen)
 {
@@ -512,17 +459,17 @@ int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const 
     for (int d = 0; d < rank; d++)
         if (__builtin_mul_overflow(nbytes, (uint64_t)shape[d], &nbytes) || nbytes > (uint64_t)SIZE_MAX)
             return fail(err, errlen, "%s: array too large", path);
-    char *tmp = tmp_path_of(path);
-    if (!tmp)
-        return fail(err, errlen, "%s: out of memory", path);
-    int rc = write_tmp(tmp, hdr, hn, data, (size_t)nbytes, err, errlen);
-    if (rc == 0 && rename(tmp, path) != 0) {
+    RtAFile f;
+    if (rt_afile_open(&f, path, 0666) != 0)
+        return fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    if (rt_write_all(f.fd, hdr, hn) != 0 || rt_write_all(f.fd, data, (size_t)nbytes) != 0) {
         int e = errno;
-        unlink(tmp);
-        rc = fail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+        rt_afile_abort(&f);
+        return fail(err, errlen, "writing %s: %s", path, strerror(e));
     }
-    free(tmp);
-    return rc;
+    if (rt_afile_commit(&f) != 0)
+        return fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    return 0;
 }
 
 int npy_sync_dir(const char *dir)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "afile.h"
 #include "rt.h"
 
 typedef struct {
@@ -46,8 +47,8 @@ void npy_close(NpyArray *a);
 size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *shape);
 
 /* Write a C-order .npy of dtype and shape (dims >= 0) holding data (numel *
- * elem size bytes) to PATH atomically: DIR/.BASE.tmp.PID, written, fsync'ed,
- * renamed to PATH.  The directory itself is not fsync'ed (npy_sync_dir).
+ * elem size bytes) to PATH atomically and never through a planted link
+ * (rt_afile_*: a temporary beside it, fsync'ed, renamed, the folder synced).
  * Returns 0, or -1 with a one-line reason naming the file in err. */
 int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const void *data,
              char *err, size_t errlen);
@@ -61,9 +62,9 @@ size_t npy_elem_size(int dtype);
 int64_t rt_elem_size(int dtype);
 
 /* I/O that finishes or fails: retries EINTR and short counts (chunks of
- * 1 GiB); pread past the end is EIO.  Return 0, or -1 with errno set. */
+ * 1 GiB); pread past the end is EIO.  Return 0, or -1 with errno set.
+ * (rt_write_all: afile.h) */
 int rt_pread_all(int fd, void *buf, uint64_t n, uint64_t off);
-int rt_write_all(int fd, const void *buf, size_t n);
 
 /* Every file a run reads is opened this way, so that none can hang it: opened
  * O_NONBLOCK (a FIFO without a writer does not block the open), refused unless

@@ -5,11 +5,13 @@
  * Fortran order, malformed headers, overflowing shapes, ...), then checks
  * that good files parse to the right dtype/shape/values and bad ones are
  * rejected with a sensible message and without crashing.
- * Build: cc -std=c11 -Iruntime tests/rt_npy_test.c runtime/npy.c
+ * Build: cc -std=c11 -Iruntime tests/rt_npy_test.c runtime/npy.c runtime/afile.c
  * Exit status 0 on success, 1 (with messages) on failure.
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +167,89 @@ static void expect_bad(const char *name, int major, int minor, const char *heade
     Buf b = make_npy(major, minor, header, 1, data, ndata);
     expect_bad_buf(name, &b, want);
     free(b.b);
+}
+
+/* the folder's entries but . and .. */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void read_back(const char *path, const char *want, const char *what)
+{
+    char got[64] = "";
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f)
+        fclose(f);
+    got[n] = 0;
+    if (strcmp(got, want))
+        failf("%s: %s holds '%s', expected '%s'", what, path, got, want);
+}
+
+/* afile.c: atomic writes replace a planted link instead of following it; folder removal never follows one */
+static void afile_tests(void)
+{
+    char dir[64], victim[400], out[400], p[400];
+    snprintf(dir, sizeof dir, "%s/out", tmpdir);
+    snprintf(victim, sizeof victim, "%s/victim", tmpdir);
+    snprintf(out, sizeof out, "%s/t.st", dir);
+    mkdir(dir, 0755);
+    write_file(victim, &(Buf){(unsigned char *)"precious", 8});
+    if (symlink(victim, out) != 0)
+        failf("symlink: %s", strerror(errno));
+    if (rt_afile_write(out, "new", 3, 0644) != 0)
+        failf("rt_afile_write through a link's name: %s", strerror(errno));
+    struct stat st;
+    if (lstat(out, &st) != 0 || !S_ISREG(st.st_mode))
+        failf("rt_afile_write: %s is not a regular file after the write", out);
+    read_back(out, "new", "written");
+    read_back(victim, "precious", "the link's target");
+    if (count_entries(dir) != 1)
+        failf("rt_afile_write left %d entries in %s (a temporary?)", count_entries(dir), dir);
+    RtAFile f;
+    if (rt_afile_open(&f, out, 0644) != 0 || rt_write_all(f.fd, "half", 4) != 0)
+        failf("rt_afile_open: %s", strerror(errno));
+    rt_afile_abort(&f);
+    read_back(out, "new", "after an aborted write");
+    if (count_entries(dir) != 1)
+        failf("rt_afile_abort left %d entries in %s", count_entries(dir), dir);
+    snprintf(p, sizeof p, "%s/", dir);
+    if (rt_afile_write(p, "x", 1, 0644) == 0 || errno != EISDIR)
+        failf("rt_afile_write of a folder's path: %s", strerror(errno));
+    /* a link planted in a folder's place: removing the folder removes the link, not the target's files */
+    char important[64];
+    snprintf(important, sizeof important, "%s/important", tmpdir);
+    mkdir(important, 0755);
+    snprintf(p, sizeof p, "%s/keep", important);
+    write_file(p, &(Buf){(unsigned char *)"k", 1});
+    snprintf(p, sizeof p, "%s/.step.tmp", dir);
+    if (symlink(important, p) != 0)
+        failf("symlink: %s", strerror(errno));
+    int dfd = rt_dir_open(dir);
+    if (dfd < 0 || rt_dir_remove(dfd, ".step.tmp") != 0)
+        failf("rt_dir_remove of a link: %s", strerror(errno));
+    if (lstat(p, &st) == 0 || count_entries(important) != 1)
+        failf("rt_dir_remove followed a link: %s has %d entries", important, count_entries(important));
+    /* a real folder is removed with its files */
+    mkdir(p, 0755);
+    snprintf(victim, sizeof victim, "%s/.step.tmp/rank-0", dir);
+    write_file(victim, &(Buf){(unsigned char *)"r", 1});
+    if (rt_dir_remove(dfd, ".step.tmp") != 0 || lstat(p, &st) == 0)
+        failf("rt_dir_remove of a folder: %s", strerror(errno));
+    if (rt_dir_open(out) >= 0 || rt_dir_openat(dfd, "t.st") >= 0)
+        failf("rt_dir_open opened a file");
+    close(dfd);
+    snprintf(p, sizeof p, "%s/keep", important);
+    unlink(p), rmdir(important), unlink(out), rmdir(dir);
+    snprintf(p, sizeof p, "%s/victim", tmpdir);
+    unlink(p);
 }
 
 int main(void)
@@ -332,6 +417,8 @@ int main(void)
         }
         free(b.b);
     }
+
+    afile_tests();
 
     if (rmdir(tmpdir) != 0)
         perror(tmpdir);

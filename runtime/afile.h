@@ -1,0 +1,57 @@
+/* afile.h — files written whole or not at all, never through a link someone
+ * else planted.  Used by the executables (runtime/) and by the compiler.
+ *
+ * A file PATH is written as a temporary in PATH's folder, created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW under an unpredictable name (.BASE.XXXXXX), so a
+ * symlink or file planted under any name we could choose is never opened;
+ * it is fsync'ed, renamed over PATH (rename replaces a link, never follows
+ * it) and the folder is fsync'ed.  The folder is opened once (O_DIRECTORY)
+ * and every step works through its fd (openat, renameat, unlinkat), so a
+ * folder swapped for a link half way cannot redirect the rename or the
+ * clean-up.  rt_dir_open gives the same for folders whose entries we delete
+ * (checkpoints): O_NOFOLLOW|O_DIRECTORY, worked on with unlinkat.
+ *
+ * No MPI, no compiler headers: tested standalone (tests/rt_npy_test.c).
+ */
+#ifndef FSDPC_AFILE_H
+#define FSDPC_AFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+typedef struct {
+    int dirfd;        /* PATH's folder */
+    int fd;           /* the temporary, open for writing; -1 once closed */
+    char *base;       /* PATH's last component (malloc'd) */
+    char tmp[300];    /* the temporary's name in the folder */
+} RtAFile;
+
+/* Create PATH's temporary (mode as for open(2), before the umask).  0, or -1
+ * with errno set (nothing left behind).  PATH must name a file: "" or one
+ * ending in '/' is EISDIR. */
+int rt_afile_open(RtAFile *f, const char *path, mode_t mode);
+/* fsync and close the temporary, rename it over PATH, fsync the folder.  0,
+ * or -1 with errno set; either way f is released and, on failure, the
+ * temporary removed. */
+int rt_afile_commit(RtAFile *f);
+/* Give up: close and remove the temporary, release f (keeps errno). */
+void rt_afile_abort(RtAFile *f);
+/* PATH written atomically with the n bytes of buf: 0, or -1 with errno */
+int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode);
+
+/* write n bytes to fd, retrying EINTR and short writes (chunks of 1 GiB): 0, or -1 with errno */
+int rt_write_all(int fd, const void *buf, size_t n);
+
+/* Open folder PATH without following a link in its last component
+ * (O_DIRECTORY|O_NOFOLLOW): an fd, or -1 with errno (ELOOP / ENOTDIR for a
+ * link).  Entries under it are then made and removed with *at calls. */
+int rt_dir_open(const char *path);
+/* openat(dirfd, name) the same way: a folder that is not a link */
+int rt_dir_openat(int dirfd, const char *name);
+/* Remove folder NAME of dirfd and the files in it (one level: what fsdpc
+ * writes there), never following a link: a link in NAME's place is itself
+ * removed, its target untouched.  0, or -1 with errno (ENOENT is success). */
+int rt_dir_remove(int dirfd, const char *name);
+
+#endif
