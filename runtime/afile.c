@@ -2,7 +2,8 @@
  *
  * The temporary's name is .BASE.XXXXXX with six random characters from
  * getrandom (64^6 names): O_EXCL makes a planted name a collision, not a
- * redirection, and the next name is tried (64 tries, then EEXIST).
+ * redirection, and the next name is tried (64 tries, then EEXIST).  A
+ * stream (rt_afile_fopen) owns the fd: release closes the one or the other.
  */
 #define _GNU_SOURCE
 
@@ -86,12 +87,26 @@ static void random_suffix(char out[7])
     out[6] = 0;
 }
 
-int rt_afile_open(RtAFile *f, const char *path, mode_t mode)
+/* close what f holds (the stream or the temporary, the folder), free its name, reset it; keeps errno */
+static void release(RtAFile *f)
 {
+    int e = errno;
+    if (f->fp)
+        fclose(f->fp);
+    else if (f->fd >= 0)
+        close(f->fd);
+    if (f->dirfd >= 0)
+        close(f->dirfd);
+    free(f->base);
     memset(f, 0, sizeof *f);
+    f->fd = f->dirfd = -1;
+    errno = e;
+}
+
+/* f->dirfd and f->base set (owned by f): create the temporary; 0, or -1 with errno and f released */
+static int create_tmp(RtAFile *f, mode_t mode)
+{
     f->fd = -1;
-    if ((f->dirfd = open_parent(path, &f->base)) < 0)
-        return -1;
     for (int tries = 0; tries < 64; tries++) {
         char sfx[7];
         random_suffix(sfx);
@@ -102,28 +117,84 @@ int rt_afile_open(RtAFile *f, const char *path, mode_t mode)
         if (errno != EEXIST)
             break;
     }
-    int e = errno;
-    close(f->dirfd);
-    free(f->base);
+    release(f);
+    return -1;
+}
+
+int rt_afile_open(RtAFile *f, const char *path, mode_t mode)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    if ((f->dirfd = open_parent(path, &f->base)) < 0)
+        return -1;
+    return create_tmp(f, mode);
+}
+
+int rt_afile_openat(RtAFile *f, int dirfd, const char *name, mode_t mode)
+{
     memset(f, 0, sizeof *f);
     f->fd = f->dirfd = -1;
-    errno = e;
-    return -1;
+    if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+        errno = EISDIR;
+        return -1;
+    }
+    if (strlen(name) > 255 - 16) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (!(f->base = strdup(name)))
+        return -1;
+    if ((f->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        release(f);
+        return -1;
+    }
+    return create_tmp(f, mode);
+}
+
+FILE *rt_afile_fopen(RtAFile *f, const char *path, mode_t mode)
+{
+    if (rt_afile_open(f, path, mode) != 0)
+        return NULL;
+    if (!(f->fp = fdopen(f->fd, "w")))
+        rt_afile_abort(f);
+    return f->fp;
+}
+
+int rt_afile_publish(RtAFile *f)
+{
+    if (f->dirfd < 0 || f->published) {
+        errno = EBADF;
+        return -1;
+    }
+    if (renameat(f->dirfd, f->tmp, f->dirfd, f->base) != 0)
+        return -1;
+    f->published = 1;
+    return 0;
 }
 
 void rt_afile_abort(RtAFile *f)
 {
-    int e = errno;
-    if (f->fd >= 0)
-        close(f->fd);
-    if (f->dirfd >= 0) {
+    if (f->dirfd >= 0 && !f->published)
         unlinkat(f->dirfd, f->tmp, 0);
-        close(f->dirfd);
+    release(f);
+}
+
+/* flush and sync the temporary, then close it (f->fd = -1, f->fp = NULL): 0, or -1 with errno */
+static int sync_close(RtAFile *f)
+{
+    int rc = 0;
+    if (f->fp && (fflush(f->fp) != 0 || ferror(f->fp)))
+        rc = -1;
+    if (rc == 0 && fsync(f->fd) != 0)
+        rc = -1;
+    int e = errno, c = f->fp ? fclose(f->fp) : close(f->fd);
+    f->fp = NULL;
+    f->fd = -1;
+    if (rc != 0) {
+        errno = e ? e : EIO;
+        return -1;
     }
-    free(f->base);
-    memset(f, 0, sizeof *f);
-    f->fd = f->dirfd = -1;
-    errno = e;
+    return c;
 }
 
 int rt_afile_commit(RtAFile *f)
@@ -132,25 +203,12 @@ int rt_afile_commit(RtAFile *f)
         errno = EBADF;
         return -1;
     }
-    int fd = f->fd;
-    f->fd = -1;
-    if (fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
+    if (sync_close(f) != 0 || (!f->published && renameat(f->dirfd, f->tmp, f->dirfd, f->base) != 0)) {
         rt_afile_abort(f);
         return -1;
     }
-    if (close(fd) != 0 || renameat(f->dirfd, f->tmp, f->dirfd, f->base) != 0) {
-        rt_afile_abort(f);
-        return -1;
-    }
-    int rc = fsync(f->dirfd), e = errno;
-    close(f->dirfd);
-    free(f->base);
-    memset(f, 0, sizeof *f);
-    f->fd = f->dirfd = -1;
-    errno = e;
+    int rc = fsync(f->dirfd);
+    release(f);
     return rc;
 }
 
@@ -164,6 +222,12 @@ int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode)
         return -1;
     }
     return rt_afile_commit(&f);
+}
+
+int rt_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int rt_dir_open(const char *path)

@@ -11,6 +11,12 @@
  * clean-up.  rt_dir_open gives the same for folders whose entries we delete
  * (checkpoints): O_NOFOLLOW|O_DIRECTORY, worked on with unlinkat.
  *
+ * A text file is written through rt_afile_fopen's stream; a file read while
+ * it grows (the metrics JSONL) is rt_afile_publish'ed at once: the temporary
+ * takes PATH's name before the first line, and commit then only syncs it.
+ * rt_same_file says whether an output would overwrite an input (by identity:
+ * st_dev and st_ino, so ./m.onnx, m.onnx and a hard link are one file).
+ *
  * No MPI, no compiler headers: tested standalone (tests/rt_npy_test.c).
  */
 #ifndef FSDPC_AFILE_H
@@ -25,23 +31,39 @@ typedef struct {
     int fd;           /* the temporary, open for writing; -1 once closed */
     char *base;       /* PATH's last component (malloc'd) */
     char tmp[300];    /* the temporary's name in the folder */
+    FILE *fp;         /* rt_afile_fopen's stream over fd, or NULL */
+    int published;    /* rt_afile_publish: the temporary is PATH already */
 } RtAFile;
 
 /* Create PATH's temporary (mode as for open(2), before the umask).  0, or -1
  * with errno set (nothing left behind).  PATH must name a file: "" or one
  * ending in '/' is EISDIR. */
 int rt_afile_open(RtAFile *f, const char *path, mode_t mode);
-/* fsync and close the temporary, rename it over PATH, fsync the folder.  0,
- * or -1 with errno set; either way f is released and, on failure, the
- * temporary removed. */
+/* the same for NAME in folder dirfd (dup'ed: the caller keeps dirfd) */
+int rt_afile_openat(RtAFile *f, int dirfd, const char *name, mode_t mode);
+/* rt_afile_open with a stream ("w") over the temporary, kept in f->fp (the
+ * caller writes to it, never fcloses it): the stream, or NULL with errno */
+FILE *rt_afile_fopen(RtAFile *f, const char *path, mode_t mode);
+/* rename the temporary over PATH now, before it is complete (a log read as
+ * it grows); commit then flushes, syncs and closes it.  0, or -1 with errno
+ * (f untouched: still a temporary) */
+int rt_afile_publish(RtAFile *f);
+/* flush f->fp (if any), fsync and close the temporary, rename it over PATH
+ * (unless published), fsync the folder.  0, or -1 with errno set; either way
+ * f is released and, on failure, the temporary removed (a published file is
+ * kept: it is PATH). */
 int rt_afile_commit(RtAFile *f);
-/* Give up: close and remove the temporary, release f (keeps errno). */
+/* Give up: close and remove the temporary (unless published), release f (keeps errno). */
 void rt_afile_abort(RtAFile *f);
 /* PATH written atomically with the n bytes of buf: 0, or -1 with errno */
 int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode);
 
 /* write n bytes to fd, retrying EINTR and short writes (chunks of 1 GiB): 0, or -1 with errno */
 int rt_write_all(int fd, const void *buf, size_t n);
+
+/* 1 when A and B both exist and are one file (or folder): the same st_dev
+ * and st_ino, following links; else 0 (a file not there yet is no other) */
+int rt_same_file(const char *a, const char *b);
 
 /* Open folder PATH without following a link in its last component
  * (O_DIRECTORY|O_NOFOLLOW): an fd, or -1 with errno (ELOOP / ENOTDIR for a

@@ -245,6 +245,38 @@ static void afile_tests(void)
         failf("rt_dir_remove of a folder: %s", strerror(errno));
     if (rt_dir_open(out) >= 0 || rt_dir_openat(dfd, "t.st") >= 0)
         failf("rt_dir_open opened a file");
+    /* a stream over a link's name; rt_afile_openat; a published file is there before the commit */
+    unlink(out);
+    snprintf(victim, sizeof victim, "%s/victim", tmpdir);
+    if (symlink(victim, out) != 0)
+        failf("symlink: %s", strerror(errno));
+    FILE *fp = rt_afile_fopen(&f, out, 0644);
+    if (!fp || fprintf(fp, "stream") < 0 || rt_afile_commit(&f) != 0)
+        failf("rt_afile_fopen through a link's name: %s", strerror(errno));
+    read_back(out, "stream", "rt_afile_fopen");
+    read_back(victim, "precious", "the link's target (stream)");
+    unlink(out);
+    if (symlink(victim, out) != 0)
+        failf("symlink: %s", strerror(errno));
+    if (rt_afile_openat(&f, dfd, "t.st", 0644) != 0 || rt_afile_openat(&(RtAFile){0}, dfd, "a/b", 0644) == 0)
+        failf("rt_afile_openat: %s (or it took a name with a slash)", strerror(errno));
+    if (!(f.fp = fdopen(f.fd, "w")) || fputs("line 1\n", f.fp) < 0 || fflush(f.fp) != 0 || rt_afile_publish(&f) != 0)
+        failf("rt_afile_publish: %s", strerror(errno));
+    read_back(out, "line 1\n", "published before the commit");
+    if (fputs("line 2\n", f.fp) < 0 || rt_afile_commit(&f) != 0)
+        failf("rt_afile_commit of a published file: %s", strerror(errno));
+    read_back(out, "line 1\nline 2\n", "published, then committed");
+    read_back(victim, "precious", "the link's target (published)");
+    if (count_entries(dir) != 1)
+        failf("rt_afile_openat/publish left %d entries in %s", count_entries(dir), dir);
+    /* identity: ./x and x, a hard link, a file not there */
+    char dot[420], hard[420];
+    snprintf(dot, sizeof dot, "%s/./t.st", dir);
+    snprintf(hard, sizeof hard, "%s/hard", dir);
+    if (link(out, hard) != 0 || !rt_same_file(out, dot) || !rt_same_file(hard, out) || rt_same_file(out, victim) ||
+        rt_same_file(out, p))
+        failf("rt_same_file: wrong answer (%s)", strerror(errno));
+    unlink(hard);
     close(dfd);
     snprintf(p, sizeof p, "%s/keep", important);
     unlink(p), rmdir(important), unlink(out), rmdir(dir);
