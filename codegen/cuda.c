@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cg.h"
 #include "fsdpc_config.h"
+#include "afile.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -238,15 +239,14 @@ static void cache_write(const Job *j, const char *dir, uint64_t key)
         }
     mkdir(p, 0755);
     const char *path = ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch);
-    const char *tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    RtAFile af; /* a shared cache folder: written beside path and renamed, never through a planted link */
+    FILE *f = rt_afile_fopen(&af, path, 0644);
     uint64_t hdr[3] = {key, j->len, fnv(14695981039346656037ull, j->data, j->len)};
     int ok = f && fwrite(CACHE_MAGIC, 1, 16, f) == 16 && fwrite(hdr, 8, 3, f) == 3 &&
              fwrite(j->data, 1, j->len, f) == j->len;
-    if (f && fclose(f))
-        ok = 0;
-    if (!ok || rename(tmp, path)) {
-        unlink(tmp);
+    if (f && !ok)
+        rt_afile_abort(&af);
+    if (!ok || rt_afile_commit(&af) != 0) {
         fprintf(stderr, "fsdpc: warning: cannot write the kernel cache %s (%s); kernels will be compiled "
                 "again next time\n", dir, strerror(errno));
     }
@@ -336,8 +336,7 @@ int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **as
     cg_put(tables, "static const RtImage images[] = {\n");
     for (int i = 0; i < njob; i++) {
         const char *path = ir_fmt("%s/img%d.bin", dir, i);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(job[i].data, 1, job[i].len, f) != job[i].len || fclose(f))
+        if (rt_afile_write(path, job[i].data, job[i].len, 0644) != 0)
             fatal("%s: cannot write: %s", path, strerror(errno));
         /* dir comes from mkdtemp: only [A-Za-z0-9/._-], safe inside the quotes */
         cg_put(&s, "\t.global fsdpc_img%d\n\t.balign 64\nfsdpc_img%d:\n\t.incbin \"%s\"\n", i, i, path);
@@ -351,8 +350,7 @@ int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **as
     cg_put(&decl, "%s", tables->buf);
     *tables = decl;
     const char *sp = ir_fmt("%s/images.S", dir);
-    FILE *f = fopen(sp, "w");
-    if (!f || fwrite(s.buf, 1, s.len, f) != s.len || fclose(f))
+    if (rt_afile_write(sp, s.buf, s.len, 0644) != 0)
         fatal("%s: cannot write: %s", sp, strerror(errno));
     *asm_path = sp;
     for (int i = 0; i < njob; i++)

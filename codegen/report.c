@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L /* fileno, fsync */
 #include "cg.h"
 #include "rules/nn.h"
+#include "afile.h"
 
 #include <errno.h>
 #include <string.h>
@@ -242,10 +243,10 @@ static void json_row(FILE *f, const CgRow *r, int hw, const char *indent)
 void cg_report_json(const char *path, const Graph *g, int world, const CgHw *hw, const CgRow *row, int nrow,
                     int self)
 {
-    char *tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
+    RtAFile af; /* written beside path and renamed over it: never through a link planted there */
+    FILE *f = rt_afile_fopen(&af, path, 0666);
     if (!f)
-        fatal("--report-json %s: cannot create %s: %s", ir_q(path), ir_q(tmp), strerror(errno));
+        fatal("--report-json %s: cannot create a temporary beside it: %s", ir_q(path), strerror(errno));
     fprintf(f, "{\n  \"model\": ");
     json_str(f, g->opt->model);
     fprintf(f, ",\n  \"target\": ");
@@ -268,17 +269,6 @@ void cg_report_json(const char *path, const Graph *g, int world, const CgHw *hw,
         fprintf(f, "\n    }");
     }
     fprintf(f, "\n  ]\n}\n");
-    int bad = ferror(f) != 0;
-    bad |= fflush(f) != 0;
-    bad |= fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad) {
-        unlink(tmp);
-        fatal("--report-json %s: write failed: %s", ir_q(path), strerror(errno));
-    }
-    if (rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        fatal("--report-json %s: cannot write: %s", ir_q(path), strerror(e));
-    }
+    if (rt_afile_commit(&af) != 0)
+        fatal("--report-json %s: cannot write: %s", ir_q(path), strerror(errno));
 }

@@ -195,15 +195,15 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
         fit(S, tr, K, world, &rbw, &rlat);
     }
     if (rank == 0) {
-        char host[256] = "?", tmp[4200];
+        char host[256] = "?";
         gethostname(host, sizeof host - 1);
         for (char *h = host; *h; h++)
             if ((unsigned char)*h < 0x20 || (unsigned char)*h > 0x7e || *h == '#')
                 *h = '?';
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-        FILE *f = fopen(tmp, "w");
+        RtAFile af;
+        FILE *f = rt_afile_fopen(&af, out, 0666);
         if (!f)
-            rt_fatal(1, "calibrate: cannot create %s: %s", tmp, strerror(errno));
+            rt_fatal(1, "calibrate: cannot create a temporary beside %s: %s", out, strerror(errno));
         fprintf(f, "# measured by fsdpc --calibrate on %s: %d rank%s, each with %s\n", host, world,
                 world > 1 ? "s" : "", rt_dev_threads());
         fprintf(f, "description %d rank%s on %s, measured\ndevices_per_node %d\n", world, world > 1 ? "s" : "",
@@ -231,14 +231,8 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
                                                        : "collectives inside the step (no core for the thread)");
         fprintf(f, "inter_busbw_gbs %.6g          # one machine: no inter-node link measured (as intra)\n"
                 "inter_latency_us %.4g\n", gbw / 1e9, glat * 1e6);
-        int bad = ferror(f) != 0;
-        bad |= fflush(f) != 0;
-        bad |= fsync(fileno(f)) != 0;
-        bad |= fclose(f) != 0;
-        if (bad || rename(tmp, out)) {
-            unlink(tmp);
+        if (rt_afile_commit(&af) != 0)
             rt_fatal(1, "calibrate: cannot write %s: %s", out, strerror(errno));
-        }
         printf("calibrate: %s: float32 GEMM %.4g TFLOPS (%.0f %% at 2048x768x768), float64 %.4g; memory %.4g GB/s "
                "(kernels %.4g); per kernel %.3g us", out, peak / 1e12, 100 * shaped / peak, peak64 / 1e12, bw / 1e9,
                kbw / 1e9, overhead * 1e6);

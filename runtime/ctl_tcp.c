@@ -6,7 +6,7 @@
  * RANK/WORLD_SIZE/LOCAL_RANK (torchrun style); none: a world of one, which
  * needs no sockets.  Rendezvous: rank 0 listens on TCP, the others connect:
  *   --rendezvous file:PATH      rank 0 takes an ephemeral port and writes
- *                               "HOST PORT\n" to PATH (PATH.tmp.PID renamed);
+ *                               "HOST PORT\n" to PATH (rt_afile_write);
  *                               the others poll PATH
  *   --rendezvous tcp:HOST:PORT  rank 0 listens on PORT (also MASTER_ADDR and
  *                               MASTER_PORT when there is no --rendezvous)
@@ -634,14 +634,10 @@ static int listen_any(int *port, char *err, size_t errlen)
 /* rank 0: "HOST PORT\n" into the rendezvous file, atomically */
 static int write_rdv_file(const Rdv *r, int port, char *err, size_t errlen)
 {
-    char tmp[PATH_MAX + 32], line[300];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", r->path, (long)getpid());
+    char line[300];
     int n = snprintf(line, sizeof line, "%s %d\n", g.host, port);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || rt_write_all(fd, line, (size_t)n) != 0 || close(fd) != 0 || rename(tmp, r->path) != 0) {
+    if (rt_afile_write(r->path, line, (size_t)n, 0644) != 0) {
         snprintf(err, errlen, "rank 0: cannot write the %s: %s", r->what, strerror(errno));
-        if (fd >= 0)
-            unlink(tmp);
         return -1;
     }
     return 0;

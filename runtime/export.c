@@ -10,8 +10,9 @@
  * data_type kept), does the same for each initializer the step writes back
  * (RtConst.name: BatchNormalization running statistics, rank 0's values,
  * as PyTorch DDP broadcasts rank 0's buffers), packs the model and writes it
- * atomically:
- * FILE.tmp.<pid>, fsync, rename to FILE, fsync of the directory.  The
+ * atomically
+ * (afile.h: a temporary of an unpredictable name made beside FILE, never
+ * through a link, fsync'ed and renamed over FILE).  The
  * safetensors file is every float initializer in name order (trained,
  * written back, or kept fixed: --freeze, or no gradient reaches it, with its
  * original values): an 8-byte little-endian header length, the JSON header
@@ -45,6 +46,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "afile.h"
 #include "onnx.pb-c.h"
 #include "rt_ctl.h"
 #include "rt_dev.h"
@@ -335,75 +337,33 @@ int rt_export_check(const RtModel *m, const char *flag, const char *path, char *
     return rc;
 }
 
-static int fsync_dir_of(const char *path)
+/* path's temporary (rt_afile: made beside it, never through a link), created for writing; 0, or -1 (x->err) */
+static int open_tmp(Export *x, const char *path, RtAFile *f)
 {
-    char *dir = dir_of(path);
-    if (!dir) {
-        errno = ENOMEM;
-        return -1;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
+    if (rt_afile_open(f, path, 0666) != 0)
+        return xfail(x, "cannot create a temporary beside %s: %s", path, strerror(errno));
+    return 0;
 }
 
-/* path's temporary twin (malloc'd into *tmp), created for writing; the fd, or -1 (x->err) */
-static int open_tmp(Export *x, const char *path, char **tmp)
+/* f's temporary renamed over path (synced); on failure (rc != 0 on entry: a write failed, errno) it is removed */
+static int commit_tmp(Export *x, RtAFile *f, const char *path, int rc)
 {
-    size_t tl = strlen(path) + 32;
-    *tmp = malloc(tl);
-    if (!*tmp)
-        return xfail(x, "out of memory");
-    snprintf(*tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(*tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        xfail(x, "cannot create %s: %s", *tmp, strerror(errno));
-        free(*tmp);
-        *tmp = NULL;
-    }
-    return fd;
-}
-
-/* fsync and close fd (the temporary tmp, freed), rename it to path, fsync the directory; on failure
- * (rc != 0 on entry: a write failed, errno) the temporary is removed */
-static int commit_tmp(Export *x, int fd, char *tmp, const char *path, int rc)
-{
-    const char *stage = "writing";
-    if (rc != 0 || (stage = "syncing", fsync(fd) != 0) || (stage = "closing", close(fd) != 0)) {
+    if (rc != 0) {
         int e = errno;
-        if (strcmp(stage, "closing") != 0)
-            close(fd);
-        unlink(tmp);
-        xfail(x, "%s %s: %s", stage, tmp, strerror(e));
-        free(tmp);
-        return -1;
+        rt_afile_abort(f);
+        return xfail(x, "writing %s: %s", path, strerror(e));
     }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        xfail(x, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    if (fsync_dir_of(path) != 0)
-        return xfail(x, "syncing the directory of %s: %s", path, strerror(errno));
+    if (rt_afile_commit(f) != 0)
+        return xfail(x, "writing %s: %s", path, strerror(errno));
     return 0;
 }
 
 static int write_atomic(Export *x, const uint8_t *buf, size_t len)
 {
-    char *tmp;
-    int fd = open_tmp(x, x->path, &tmp);
-    if (fd < 0)
+    RtAFile f;
+    if (open_tmp(x, x->path, &f) != 0)
         return -1;
-    return commit_tmp(x, fd, tmp, x->path, rt_write_all(fd, buf, len));
+    return commit_tmp(x, &f, x->path, rt_write_all(f.fd, buf, len));
 }
 
 /* the elements of t (-1: a bad shape) */
@@ -538,9 +498,8 @@ static int write_safetensors(Export *x, const char *path)
     put(&h, "}");
     while (!h.oom && h.n % 8)
         put(&h, " ");
-    char *tmp;
-    int fd = h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &tmp);
-    if (fd < 0) {
+    RtAFile f;
+    if (h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &f)) {
         free(keep);
         free(h.b);
         return -1;
@@ -548,7 +507,7 @@ static int write_safetensors(Export *x, const char *path)
     uint8_t len8[8];
     for (int k = 0; k < 8; k++)
         len8[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
-    int rc = rt_write_all(fd, len8, 8) != 0 || rt_write_all(fd, h.b, h.n) != 0 ? -1 : 0;
+    int rc = rt_write_all(f.fd, len8, 8) != 0 || rt_write_all(f.fd, h.b, h.n) != 0 ? -1 : 0;
     for (size_t i = 0; i < x->nrefs && rc == 0; i++) {
         const uint8_t *p;
         size_t len;
@@ -557,19 +516,17 @@ static int write_safetensors(Export *x, const char *path)
             continue;
         if (data_of(x, &x->refs[i], &p, &len, &owned) != 0) {
             free(owned);
-            close(fd);
-            unlink(tmp);
-            free(tmp);
+            rt_afile_abort(&f);
             free(keep);
             free(h.b);
             return -1;
         }
-        rc = rt_write_all(fd, p, len);
+        rc = rt_write_all(f.fd, p, len);
         free(owned);
     }
     free(keep);
     free(h.b);
-    return commit_tmp(x, fd, tmp, path, rc);
+    return commit_tmp(x, &f, path, rc);
 }
 
 /* t's data in the export's external file, at off */
@@ -598,13 +555,13 @@ static int write_external(Export *x, const char *onnx_path)
 {
     const char *slash = strrchr(onnx_path, '/');
     size_t pl = strlen(onnx_path);
-    char *path = x->data_path = malloc(pl + 6), *tmp; /* kept until packed: location points into it */
+    char *path = x->data_path = malloc(pl + 6); /* kept until packed: location points into it */
     if (!path)
         return xfail(x, "out of memory");
     snprintf(path, pl + 6, "%s.data", onnx_path);
     const char *location = path + (slash ? (size_t)(slash - onnx_path) + 1 : 0); /* a bare file name */
-    int fd = open_tmp(x, path, &tmp);
-    if (fd < 0)
+    RtAFile f;
+    if (open_tmp(x, path, &f) != 0)
         return -1;
     Onnx__GraphProto *g = x->mp->graph;
     InitRef **by_index = calloc(x->nrefs + 1, sizeof *by_index);
@@ -637,7 +594,7 @@ static int write_external(Export *x, const char *onnx_path)
             }
             continue;
         }
-        rc = rt_write_all(fd, zero, (size_t)pad) != 0 || rt_write_all(fd, p, len) != 0 ? -1 : 0;
+        rc = rt_write_all(f.fd, zero, (size_t)pad) != 0 || rt_write_all(f.fd, p, len) != 0 ? -1 : 0;
         free(owned);
         off += pad;
         make_external(x, t, location, off, len);
@@ -645,15 +602,13 @@ static int write_external(Export *x, const char *onnx_path)
     }
     free(by_index);
     if (rc > 0) { /* x->err says why */
-        close(fd);
-        unlink(tmp);
-        free(tmp);
+        rt_afile_abort(&f);
         return -1;
     }
     if (rc < 0 && !by_index)
         errno = ENOMEM;
     x->path = path;
-    rc = commit_tmp(x, fd, tmp, path, rc);
+    rc = commit_tmp(x, &f, path, rc);
     x->path = onnx_path;
     if (rc != 0) { /* the message names the data file: keep it */
         char e[sizeof x->err];

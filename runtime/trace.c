@@ -125,9 +125,8 @@ int rt_trace_write(RtCtx *c, const char *path)
     if (status == 0) {
         rt_ctl_gather(mine, most * (int64_t)sizeof *mine, all, 0);
         if (c->rank == 0) {
-            char tmp[4096];
-            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-            FILE *f = fopen(tmp, "w");
+            RtAFile af;
+            FILE *f = rt_afile_fopen(&af, path, 0666);
             int64_t t0 = INT64_MAX;
             for (int64_t i = 0; i < most * c->world; i++)
                 if (all[i].node >= 0 && all[i].t0 < t0)
@@ -155,13 +154,8 @@ int rt_trace_write(RtCtx *c, const char *path)
                 }
                 fprintf(f, "\n]}\n");
             }
-            int bad = !f || ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-            if (f && fclose(f) != 0)
-                bad = 1;
-            if (bad || rename(tmp, path) != 0) {
+            if (!f || rt_afile_commit(&af) != 0)
                 rt_err_set(1, "--trace %s: cannot write: %s", path, strerror(errno));
-                unlink(tmp);
-            }
         }
         status = rt_err_sync();
     }
