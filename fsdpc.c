@@ -6,8 +6,10 @@
  * IR can be verified (--verify) and printed (--dump-after NAME).
  */
 #include "ir.h"
+#include "afile.h"
 #include "fsdpc_config.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +127,46 @@ static void parse_loss(Options *o, const char *s)
         fatal("--loss '%s': unknown kind (supported: mse, cross_entropy, l1, huber, smooth_l1, bce)", s);
     o->loss_pred = ir_fmt("%.*s", (int)(comma - colon - 1), colon + 1);
     o->loss_target = ir_strdup(comma + 1);
+}
+
+/* Refuse, in one line naming both, an output (-o OUT, OUT.init, OUT.c, --report-json) that is one of the
+ * compile's inputs: by identity (afile.h's rt_same_file), so ./m.onnx, m.onnx and a hard link are one file and an
+ * output not there yet is none.  Inputs: g NULL (the option checks, before the model is read) the model, the --hw
+ * profile, --cc, fsdpc itself and the runtime libraries executables are linked from; g given (after the frontend,
+ * before anything is written) the model's external data files. */
+static void refuse_clobber(const Options *o, const Graph *g)
+{
+    const char *out[4] = {o->out, o->out ? ir_fmt("%s.init", o->out) : NULL, o->out ? ir_fmt("%s.c", o->out) : NULL,
+                          o->report_json};
+    const char *flag[4] = {"-o", "-o OUT's init file", "-o OUT's --emit-c source", "--report-json"};
+    const char *in[256], *what[256];
+    int n = 0;
+    if (g) {
+        for (int i = 0; i < g->ninit && n < 256; i++)
+            if (g->ext[i].file)
+                what[n] = "an external data file of the model", in[n++] = g->ext[i].file;
+    } else {
+        const char *inc, *lib = NULL;
+        if (o->out) /* (a --report needs no runtime) */
+            cg_runtime_dirs(&inc, &lib);
+        what[n] = "the model", in[n++] = o->model;
+        what[n] = "fsdpc itself", in[n++] = "/proc/self/exe";
+        if (o->hw)
+            what[n] = "the --hw profile", in[n++] = o->hw;
+        if (o->cc)
+            what[n] = "the --cc compiler", in[n++] = o->cc;
+        DIR *d = lib ? opendir(lib) : NULL;
+        for (struct dirent *e; d && n < 256 && (e = readdir(d)) != NULL;)
+            if (strlen(e->d_name) > 2 && !strcmp(e->d_name + strlen(e->d_name) - 2, ".a"))
+                what[n] = "a runtime library of fsdpc", in[n++] = ir_fmt("%s/%s", lib, e->d_name);
+        if (d)
+            closedir(d);
+    }
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; out[k] && i < n; i++)
+            if (rt_same_file(out[k], in[i]))
+                fatal("%s %s is %s %s: the compile would overwrite its input; write it elsewhere", flag[k],
+                      ir_q(out[k]), what[i], ir_q(in[i]));
 }
 
 static void parse_args(Options *o, int argc, char **argv)
@@ -318,6 +360,7 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--hw %s: the profile is for --report's prediction; add --report", o->hw);
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
+    refuse_clobber(o, NULL);
 }
 
 static void after(Graph *g, const char *pass)
@@ -439,6 +482,7 @@ int main(int argc, char **argv)
     if (o.hw)
         cg_hw_load(o.hw, &hw);
     Graph *g = o.eval ? compile_eval(&o) : compile(&o);
+    refuse_clobber(&o, g);
     if (o.report) { /* not with --eval */
         cg_report(stdout, g, o.world, o.hw ? &hw : NULL);
         compare_strategies(&o, g, o.hw ? &hw : NULL);

@@ -26,6 +26,13 @@
  * rest, fsyncs, renames the directory into place and then points
  * DIR/latest at it (written beside and renamed).  A save that dies half way
  * leaves only the .tmp directory: the previous checkpoint and latest stay.
+ * Links: DIR is the user's (it may be a link they made), but anything in it
+ * may have been planted by whoever else can write there.  So DIR is opened
+ * once (O_DIRECTORY) and every entry is made, renamed and removed through
+ * its fd (mkdirat, renameat, rt_dir_remove: a link in the place of .tmp,
+ * step-N or its .old is removed itself, never followed); the writers open
+ * .tmp with O_NOFOLLOW and create their files O_EXCL|O_NOFOLLOW; latest is
+ * written with rt_afile; a prune never follows a link.
  *
  * Resuming reads the manifest (every rank; nothing in it is trusted: every
  * number is range-checked), rank 0 verifies every file's size and checksum,
@@ -80,22 +87,6 @@ static int64_t unit_block(int64_t len, int dtype, int nstate) { return (1 + nsta
 
 /* ------------------------------------------------------------------- save */
 
-/* unlink the files in dir, then dir itself (a stale .tmp or a replaced checkpoint) */
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[PLEN + 256];
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
-            unlink(path);
-    closedir(d);
-    rmdir(dir);
-}
-
 typedef struct {
     int64_t bytes;
     uint64_t sum;
@@ -125,17 +116,26 @@ static int fault_here(int rank)
     return *end == 0 && r == rank;
 }
 
-/* this rank's shards (first group) or rank 0's constants into a new file of tmp */
-static Written write_part(RtCtx *c, const char *tmp, int consts)
+/* a new file NAME of the .tmp folder tfd: created, never opened through a link or over a file someone else
+ * made there (O_EXCL|O_NOFOLLOW); an fd, or -1 with errno */
+static int create_in(int tfd, const char *name)
+{
+    return openat(tfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
+/* this rank's shards (first group) or rank 0's constants into a new file of the .tmp folder tfd (tmp: its path,
+ * for messages) */
+static Written write_part(RtCtx *c, int tfd, const char *tmp, int consts)
 {
     const RtModel *m = c->m;
     Written w = {0, FNV0, 0};
-    char path[PLEN];
+    char name[32], path[PLEN + 32];
     if (consts)
-        snprintf(path, sizeof path, "%s/consts.bin", tmp);
+        snprintf(name, sizeof name, "consts.bin");
     else
-        snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp, c->rank);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        snprintf(name, sizeof name, "rank-%05d.bin", c->rank);
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    int fd = create_in(tfd, name);
     int rc = fd < 0 ? -1 : 0, fault = !consts && fault_here(c->rank);
     for (int i = 0; rc == 0 && consts && i < m->nconst; i++)
         if (m->cnst[i].name) {
@@ -198,17 +198,19 @@ static void mput(Out *o, const char *fmt, ...)
         free(s);
 }
 
-/* rank 0: the manifest into tmp; its last record, "end H", carries H, the
+/* rank 0: the manifest into the .tmp folder tfd; its last record, "end H", carries H, the
  * FNV-1a-64 of every byte before it */
-static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t pos, const Written *ranks,
+static int write_manifest(const RtCtx *c, int tfd, int64_t step, int64_t pos, const Written *ranks,
                           const Written *consts)
 {
     const RtModel *m = c->m;
-    char path[PLEN];
-    snprintf(path, sizeof path, "%s/manifest", tmp);
-    Out o = {fopen(path, "w"), FNV0, 0};
-    if (!o.f)
+    int fd = create_in(tfd, "manifest");
+    Out o = {fd >= 0 ? fdopen(fd, "w") : NULL, FNV0, 0};
+    if (!o.f) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     mput(&o, FORMAT "\nstep %" PRId64 "\ndata_pos %" PRId64 "\nworld %d\nshard_group %d\noptimizer %d\n", step, pos,
         c->world, c->sf, m->optimizer);
     mput(&o, "updates %" PRId64 "\n", c->updates);
@@ -253,88 +255,141 @@ static int write_manifest(const RtCtx *c, const char *tmp, int64_t step, int64_t
     return fclose(o.f) != 0 || bad ? -1 : 0;
 }
 
-/* rank 0: tmp becomes DIR/step-N (replacing one of that step), then latest points at it */
 /* name is what publish names a checkpoint: step-NNNNNNNN */
 static int is_step_name(const char *name)
 {
     return strlen(name) == 13 && strncmp(name, "step-", 5) == 0 && strspn(name + 5, "0123456789") == 8;
 }
 
-static int publish(const char *dir, const char *tmp, int64_t step)
+/* The folder checkpoints go to: DIR (made if missing; the user's own, so it may be a link they made) or, with
+ * sub, DIR/SUB (made if missing; never a link: it is inside DIR).  An fd, or -1 with errno. */
+static int open_ckpt_dir(const char *dir, const char *sub, int create)
 {
-    char fin[PLEN], old[PLEN], latest[PLEN], ltmp[PLEN], name[32];
-    snprintf(name, sizeof name, "step-%08" PRId64, step);
-    snprintf(fin, sizeof fin, "%s/%s", dir, name);
-    snprintf(old, sizeof old, "%s/.%s.old", dir, name);
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(ltmp, sizeof ltmp, "%s/.latest.tmp", dir);
-    if (npy_sync_dir(tmp) != 0)
+    if (create && mkdir(dir, 0755) != 0 && errno != EEXIST)
         return -1;
-    struct stat st;
-    int replace = stat(fin, &st) == 0;
-    remove_dir(old);
-    if ((replace && rename(fin, old) != 0) || rename(tmp, fin) != 0)
-        return -1;
-    if (replace)
-        remove_dir(old);
-    int fd = open(ltmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    char line[40];
-    int n = snprintf(line, sizeof line, "%s\n", name);
-    if (fd < 0 || rt_write_all(fd, line, (size_t)n) != 0 || fsync(fd) != 0 || close(fd) != 0 ||
-        rename(ltmp, latest) != 0)
-        return -1;
-    return npy_sync_dir(dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || !sub)
+        return fd;
+    int sfd = create && mkdirat(fd, sub, 0755) != 0 && errno != EEXIST ? -1 : rt_dir_openat(fd, sub);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return sfd;
 }
 
-int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos)
+/* rank 0: the .tmp folder tmp of dfd becomes step-N (replacing one of that step: a folder, or a link, which is
+ * removed, never followed), then latest (written with rt_afile) names it */
+static int publish(int dfd, int tfd, const char *tmp, int64_t step)
 {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s/.step-%08" PRId64 ".tmp", dir, step) >= (int)sizeof tmp - 32) {
-        rt_err_set(1, "--ckpt-dir %s: the path is too long", dir);
-        return rt_err_sync();
+    char name[32], old[40], line[40];
+    snprintf(name, sizeof name, "step-%08" PRId64, step);
+    snprintf(old, sizeof old, ".%s.old", name);
+    if (fsync(tfd) != 0)
+        return -1;
+    struct stat st;
+    int replace = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (rt_dir_remove(dfd, old) != 0 || (replace && renameat(dfd, name, dfd, old) != 0) ||
+        renameat(dfd, tmp, dfd, name) != 0)
+        return -1;
+    if (replace)
+        rt_dir_remove(dfd, old);
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    RtAFile f;
+    if (rt_afile_openat(&f, dfd, "latest", 0644) != 0)
+        return -1;
+    if (rt_write_all(f.fd, line, (size_t)n) != 0) {
+        rt_afile_abort(&f);
+        return -1;
     }
-    if (c->rank == 0) {
-        remove_dir(tmp); /* a save that died before */
-        if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || mkdir(tmp, 0755) != 0)
-            rt_err_set(1, "--ckpt-dir %s: cannot create %s: %s", dir, tmp, strerror(errno));
+    return rt_afile_commit(&f); /* syncs dfd too */
+}
+
+/* rank 0: the checkpoint folder and a fresh, empty .tmp folder tmp in it (a stale one, or a link in its place,
+ * removed first); the folder's fd, or -1 (rt_err_set) */
+static int make_tmp(const char *dir, const char *sub, const char *shown, const char *tmp)
+{
+    int dfd = open_ckpt_dir(dir, sub, 1);
+    if (dfd < 0) {
+        rt_err_set(1, "--ckpt-dir %s: cannot open %s: %s", dir, shown, strerror(errno));
+        return -1;
     }
+    if (rt_dir_remove(dfd, tmp) != 0 || mkdirat(dfd, tmp, 0755) != 0) { /* a save that died before */
+        rt_err_set(1, "--ckpt-dir %s: cannot create %s/%s: %s", dir, shown, tmp, strerror(errno));
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
+/* a writer: the .tmp folder rank 0 made, opened without following a link (another process may have put one in
+ * its place); the folder's fd in *tfd and the checkpoint folder's in *dfd, or -1 (rt_err_set) */
+static int open_tmp(const char *dir, const char *sub, const char *shown, const char *tmp, int *dfd, int *tfd)
+{
+    if (*dfd < 0 && (*dfd = open_ckpt_dir(dir, sub, 0)) < 0) {
+        rt_err_set(1, "--ckpt-dir %s: cannot open %s: %s", dir, shown, strerror(errno));
+        return -1;
+    }
+    if ((*tfd = rt_dir_openat(*dfd, tmp)) < 0) {
+        rt_err_set(1, "--ckpt-dir %s: cannot open %s/%s (not the folder rank 0 made: a link?): %s", dir, shown,
+                   tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos)
+{
+    char tmp[40], shown[PLEN];
+    snprintf(tmp, sizeof tmp, ".step-%08" PRId64 ".tmp", step);
+    snprintf(shown, sizeof shown, "%s%s%s", dir, sub ? "/" : "", sub ? sub : "");
+    int dfd = c->rank == 0 ? make_tmp(dir, sub, shown, tmp) : -1, tfd = -1;
     int status = rt_err_sync();
     if (status != 0)
         return status;
+    char tpath[PLEN + 64];
+    snprintf(tpath, sizeof tpath, "%s/%s", shown, tmp);
     Written mine = {0, FNV0, 0}, *all = c->rank == 0 ? calloc((size_t)c->world, sizeof *all) : NULL;
-    if (c->rank < c->sf)
-        mine = write_part(c, tmp, 0);
+    if (c->rank < c->sf && open_tmp(dir, sub, shown, tmp, &dfd, &tfd) != 0)
+        mine.failed = 1;
+    else if (c->rank < c->sf)
+        mine = write_part(c, tfd, tpath, 0);
     rt_ctl_gather(&mine, sizeof mine, all, 0);
     if (c->rank == 0) {
-        int failed = !all;
+        int failed = !all || mine.failed;
         for (int r = 0; all && r < c->sf; r++)
             failed |= all[r].failed != 0;
-        Written consts = failed ? (Written){0, FNV0, 1} : write_part(c, tmp, 1);
+        Written consts = failed ? (Written){0, FNV0, 1} : write_part(c, tfd, tpath, 1);
         if (!failed && !consts.failed &&
-            (write_manifest(c, tmp, step, pos, all, &consts) != 0 || publish(dir, tmp, step) != 0))
-            rt_err_set(1, "checkpoint: writing step %" PRId64 " into %s: %s", step, dir, strerror(errno));
+            (write_manifest(c, tfd, step, pos, all, &consts) != 0 || publish(dfd, tfd, tmp, step) != 0))
+            rt_err_set(1, "checkpoint: writing step %" PRId64 " into %s: %s", step, shown, strerror(errno));
         else if (failed && !all)
             rt_err_set(1, "checkpoint: out of memory");
     }
     free(all);
+    if (tfd >= 0)
+        close(tfd);
+    if (dfd >= 0)
+        close(dfd);
     return rt_err_sync();
 }
 
-void rt_ckpt_prune(const char *dir, int64_t keep)
+void rt_ckpt_prune(const char *dir, const char *sub, int64_t keep)
 {
-    char name[32], path[PLEN + 256];
+    char name[32];
     snprintf(name, sizeof name, "step-%08" PRId64, keep);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
+    int dfd = open_ckpt_dir(dir, sub, 0), lfd = dfd >= 0 ? fcntl(dfd, F_DUPFD_CLOEXEC, 0) : -1;
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        /* checkpoints only (never latest), and not the one kept */
-        if (is_step_name(e->d_name) && strcmp(e->d_name, name) != 0 &&
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
-            remove_dir(path);
-    }
-    closedir(d);
+    while (d && (e = readdir(d)) != NULL)
+        if (is_step_name(e->d_name) && strcmp(e->d_name, name) != 0) /* checkpoints only (never latest), and not
+                                                                       * the one kept */
+            rt_dir_remove(dfd, e->d_name);
+    if (d)
+        closedir(d);
+    else if (lfd >= 0)
+        close(lfd);
+    if (dfd >= 0)
+        close(dfd);
 }
 
 /* ----------------------------------------------------------------- resume */
@@ -384,13 +439,13 @@ static void ckpt_free(Ckpt *k)
     memset(k, 0, sizeof *k);
 }
 
-/* the checkpoint directory of --resume PATH: PATH itself, or PATH/latest's */
-static int resolve(const char *path, char *dir, size_t cap)
+int rt_ckpt_resolve(const char *path, char *dir, size_t cap, int quiet)
 {
     char p[PLEN];
     struct stat st;
     if (strlen(path) >= cap - 32) {
-        rt_err_set(1, "--resume %.200s...: the path is too long", path);
+        if (!quiet)
+            rt_err_set(1, "--resume %.200s...: the path is too long", path);
         return -1;
     }
     snprintf(p, sizeof p, "%s/manifest", path);
@@ -402,11 +457,13 @@ static int resolve(const char *path, char *dir, size_t cap)
     int fd = rt_open_regular(p, &st);
     char name[64] = "";
     if (fd == -2) {
-        rt_err_set(1, "--resume %s: %s: %s", path, p, rt_open_why(fd));
+        if (!quiet)
+            rt_err_set(1, "--resume %s: %s: %s", path, p, rt_open_why(fd));
         return -1;
     }
     if (fd < 0) {
-        rt_err_set(1, "--resume %s: neither a checkpoint (no manifest) nor a --ckpt-dir (no latest)", path);
+        if (!quiet)
+            rt_err_set(1, "--resume %s: neither a checkpoint (no manifest) nor a --ckpt-dir (no latest)", path);
         return -1;
     }
     ssize_t got = read(fd, name, sizeof name - 1);
@@ -418,7 +475,8 @@ static int resolve(const char *path, char *dir, size_t cap)
         name[--n] = 0;
     ok = ok && is_step_name(name);
     if (!ok) {
-        rt_err_set(1, "--resume %s: %s does not name a checkpoint (step-NNNNNNNN)", path, p);
+        if (!quiet)
+            rt_err_set(1, "--resume %s: %s does not name a checkpoint (step-NNNNNNNN)", path, p);
         return -1;
     }
     snprintf(dir, cap, "%s/%s", path, name);
@@ -690,7 +748,7 @@ int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos)
     memset(&k, 0, sizeof k);
     k.updates = -1;
     char mpath[PLEN], *text = NULL;
-    int rc = resolve(path, k.dir, sizeof k.dir);
+    int rc = rt_ckpt_resolve(path, k.dir, sizeof k.dir, 0);
     if (rc == 0) {
         snprintf(mpath, sizeof mpath, "%s/manifest", k.dir);
         struct stat st;

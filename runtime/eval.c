@@ -133,7 +133,7 @@ static int output_paths(Eval *e)
             return -1;
         }
         sprintf(e->path[i], "%s%s%s", dir, slash ? "" : "/", f);
-        if (strlen(f) > NAME_MAX - 24) /* room for the temporary .NAME.tmp.PID */
+        if (strlen(f) > NAME_MAX - 24) /* room for the temporary .NAME.XXXXXX */
             rt_err_set(1, "output '%.60s...': the name is too long for a file name (%zu bytes)", name, strlen(name));
         for (int j = 0; j < i; j++)
             if (strcmp(e->fname[j], f) == 0)
@@ -141,6 +141,19 @@ static int output_paths(Eval *e)
                            e->path[i]);
     }
     return 0;
+}
+
+/* rank 0, before --out-dir is made: no output file is an input (noclobber.c); 0, or -1 (rt_err_set) */
+static int refuse_clobber(const Eval *e)
+{
+    RtInputs in;
+    RtOpts v = *e->o;
+    v.data_flag = "--input";
+    int rc = rt_inputs_collect(&in, &v, e->init_path);
+    for (int i = 0; rc == 0 && i < e->ctx.m->noutput; i++)
+        rc = rt_inputs_refuse(&in, "--out-dir", e->path[i]);
+    rt_inputs_free(&in);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- start-up */
@@ -248,7 +261,7 @@ static int start_up(Eval *e, const char *argv0)
     read_inputs(e);
     if ((status = rt_err_sync()) != 0)
         return status;
-    if (e->ctx.rank == 0)
+    if (e->ctx.rank == 0 && refuse_clobber(e) == 0)
         rt_prepare_dir("--out-dir", e->o->out_dir);
     return rt_err_sync();
 }

@@ -263,13 +263,14 @@ static void json_num(char *buf, size_t cap, double v, int is_f32)
     }
 }
 
-static int metrics_flush(FILE **mf, const char *path)
+/* the metrics written so far out to the file (*mf: f's stream; closed, NULL on failure) */
+static int metrics_flush(RtAFile *f, FILE **mf, const char *path)
 {
     if (*mf && (fflush(*mf) != 0 || ferror(*mf))) {
         fprintf(stderr, "%s: error: writing metrics file %s: %s (metrics stop here)\n", rt_prog, path,
                 strerror(errno ? errno : EIO));
         fflush(stderr);
-        fclose(*mf);
+        rt_afile_abort(f); /* published: the lines so far stay */
         *mf = NULL;
         return -1;
     }
@@ -296,6 +297,9 @@ static void dump_free(const RtModel *m, Dump *d)
     memset(d, 0, sizeof *d);
 }
 
+/* DIR (--dump-grads, --out-dir) made if missing and usable.  DIR is the user's: it may be a link they made.
+ * Its files are written with npy_save (rt_afile: a temporary made O_EXCL|O_NOFOLLOW in DIR, renamed over the
+ * name), so a link planted at a file's name in DIR is replaced, never written through; nothing in DIR is removed. */
 int rt_prepare_dir(const char *flag, const char *dir)
 {
     struct stat st;
@@ -365,7 +369,7 @@ static void dump_shapes(const RtModel *m, Dump *d, int init_fd)
 }
 
 /* rank 0, at start-up: DIR, distinct file names that fit, the shapes */
-static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
+static int dump_prepare(const RtModel *m, const char *dir, int init_fd, const RtInputs *in, Dump *d)
 {
     size_t np = m->nparam ? (size_t)m->nparam : 1, dl = strlen(dir);
     int slash = dl > 0 && dir[dl - 1] == '/';
@@ -378,7 +382,7 @@ static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
         rt_err_set(1, "out of memory");
         return -1;
     }
-    int rc = rt_prepare_dir("--dump-grads", dir);
+    int rc = 0;
     for (int i = 0; rc == 0 && i < m->nparam; i++) {
         const char *name = m->param[i].name ? m->param[i].name : "";
         d->rank[i] = -1;
@@ -392,9 +396,11 @@ static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
         sprintf(d->path[i], "%s%s%s", dir, slash ? "" : "/", f);
         names[i] = d->path[i] + dl + !slash;
         free(f);
-        if (strlen(names[i]) > NAME_MAX - 24) { /* room for the temporary .NAME.tmp.PID */
+        if (strlen(names[i]) > NAME_MAX - 24) { /* room for the temporary .NAME.XXXXXX */
             rt_err_set(1, "--dump-grads: parameter '%.60s...': the name is too long for a file name", name);
             rc = -1;
+        } else {
+            rc = rt_inputs_refuse(in, "--dump-grads", d->path[i]);
         }
     }
     if (rc == 0 && m->nparam > 1) {
@@ -408,6 +414,8 @@ static int dump_prepare(const RtModel *m, const char *dir, int init_fd, Dump *d)
             }
     }
     free(names);
+    if (rc == 0)
+        rc = rt_prepare_dir("--dump-grads", dir);
     if (rc == 0) {
         dump_shapes(m, d, init_fd);
         for (int i = 0; i < m->nparam; i++)
@@ -491,9 +499,11 @@ typedef struct {
     RtData data;
     char *init_path, *base;
     int init_fd;
-    FILE *mf;
+    RtAFile metrics;      /* rank 0, --metrics: published at once (read as it grows) */
+    FILE *mf;             /*   its stream, NULL when none */
     int metrics_failed;
     Dump dump;            /* rank 0, --dump-grads */
+    RtInputs in;          /* rank 0: the input files no output may be */
     int64_t first;        /* steps already done (--resume: the checkpoint's step) */
     double peak;          /* rank 0: the per-rank peak FLOP/s of MFU (0: none) */
     double total_s;       /* rank 0: the time of the steps run so far */
@@ -554,6 +564,34 @@ static int load(Run *r, const char *argv0)
     return 0;
 }
 
+/* rank 0, before anything is written: no file output is an input, nor the checkpoints' folder (noclobber.c) */
+static void refuse_clobber(Run *r)
+{
+    const RtOpts *o = &r->o;
+    if (rt_inputs_collect(&r->in, o, r->init_path) != 0)
+        return;
+    const char *flag[] = {"--export-onnx", "--export-safetensors", "--metrics", "--trace"};
+    const char *out[] = {o->export_path, o->export_st, o->metrics, o->trace};
+    for (int i = 0; i < 4; i++)
+        if (out[i] && rt_inputs_refuse(&r->in, flag[i], out[i]) != 0)
+            return;
+    if (o->export_path) { /* the export's external data file, FILE.data */
+        size_t n = strlen(o->export_path) + 6;
+        char *data = malloc(n);
+        if (!data) {
+            rt_err_set(1, "out of memory");
+            return;
+        }
+        snprintf(data, n, "%s.data", o->export_path);
+        int rc = rt_inputs_refuse(&r->in, "--export-onnx (its external data)", data);
+        free(data);
+        if (rc != 0)
+            return;
+    }
+    if (o->ckpt_dir)
+        rt_inputs_refuse_ckpt(&r->in, o->ckpt_dir);
+}
+
 /* rank 0: the export target is usable; the metrics file opens */
 static int open_outputs(Run *r)
 {
@@ -565,9 +603,13 @@ static int open_outputs(Run *r)
              rt_export_check(r->ctx.m, "--export-safetensors", o->export_st, why, sizeof why))
         rt_err_set(1, "%s", why);
     if (g_rank == 0 && o->metrics && !g_code) {
-        r->mf = fopen(o->metrics, "w");
-        if (!r->mf)
-            rt_err_set(1, "cannot open metrics file %s: %s", o->metrics, strerror(errno));
+        r->mf = rt_afile_fopen(&r->metrics, o->metrics, 0666);
+        if (!r->mf || rt_afile_publish(&r->metrics) != 0) {
+            rt_err_set(1, "cannot create metrics file %s: %s", o->metrics, strerror(errno));
+            if (r->mf)
+                rt_afile_abort(&r->metrics);
+            r->mf = NULL;
+        }
     }
     return rt_err_sync();
 }
@@ -629,6 +671,10 @@ static int start_up(Run *r, const char *argv0)
         return status;
     if ((status = load(r, argv0)) != 0)
         return status;
+    if (g_rank == 0)
+        refuse_clobber(r);
+    if ((status = rt_err_sync()) != 0)
+        return status;
     rt_data_open(m, &r->o, g_world, &r->data);
     if ((status = rt_err_sync()) != 0)
         return status;
@@ -636,7 +682,7 @@ static int start_up(Run *r, const char *argv0)
     if ((status = rt_err_sync()) != 0)
         return status;
     if (g_rank == 0 && r->o.dump_grads)
-        dump_prepare(m, r->o.dump_grads, r->init_fd, &r->dump);
+        dump_prepare(m, r->o.dump_grads, r->init_fd, &r->in, &r->dump);
     if ((status = rt_err_sync()) != 0)
         return status;
     if (g_rank == 0 && !r->o.quiet)
@@ -790,18 +836,9 @@ static int validate_due(Run *r, int64_t step, int *did, double *val, double *val
     r->best_step = step;
     if (!o->save_best)
         return 0;
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s/best", o->ckpt_dir) >= (int)sizeof dir) {
-        rt_err_set(1, "--ckpt-dir %s: the path is too long", o->ckpt_dir);
-        return rt_err_sync();
-    }
-    if (g_rank == 0 && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
-        rt_err_set(1, "--ckpt-dir %s: cannot create it: %s", o->ckpt_dir, strerror(errno));
-    int status = rt_err_sync();
-    if (status == 0)
-        status = rt_ckpt_save(&r->ctx, dir, step, r->data.pos);
+    int status = rt_ckpt_save(&r->ctx, o->ckpt_dir, "best", step, r->data.pos);
     if (status == 0 && g_rank == 0)
-        rt_ckpt_prune(dir, step);
+        rt_ckpt_prune(o->ckpt_dir, "best", step);
     return status;
 }
 
@@ -870,7 +907,7 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
         if (v.mfu >= 0)
             fprintf(r->mf, ",\"mfu\":%.6g,\"peak_tflops\":%.6g", v.mfu, r->peak * 1e-12);
         fprintf(r->mf, ",\"peak_rss_bytes\":%.0f,\"eta_s\":%.3f}\n", rss, eta);
-        if (metrics_flush(&r->mf, o->metrics) != 0)
+        if (metrics_flush(&r->metrics, &r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
     }
 }
@@ -965,7 +1002,7 @@ static int train(Run *r)
                 return status;
         }
         if (r->o.ckpt_dir && ((r->o.ckpt_every && c->step % r->o.ckpt_every == 0) || c->step == r->o.steps)) {
-            int status = rt_ckpt_save(c, r->o.ckpt_dir, c->step, r->data.pos);
+            int status = rt_ckpt_save(c, r->o.ckpt_dir, NULL, c->step, r->data.pos);
             if (status != 0)
                 return status;
         }
@@ -981,11 +1018,11 @@ static int finish(Run *r)
         rt_export(&r->ctx, r->o.export_path, r->o.export_st, r->init_fd, r->init_path) != 0)
         status = 1;
     if (g_rank == 0 && r->mf) {
-        if (fclose(r->mf) != 0) {
+        r->mf = NULL;
+        if (rt_afile_commit(&r->metrics) != 0) {
             fprintf(stderr, "%s: error: writing metrics file %s: %s\n", rt_prog, r->o.metrics, strerror(errno));
             r->metrics_failed = 1;
         }
-        r->mf = NULL;
     }
     rt_ctl_bcast(&r->metrics_failed, sizeof r->metrics_failed, 0);
     return r->metrics_failed ? 1 : status;
@@ -995,11 +1032,12 @@ static void release(Run *r)
 {
     rt_dev_finish(&r->ctx);
     if (r->mf)
-        fclose(r->mf);
+        rt_afile_abort(&r->metrics);
     rt_data_close(r->ctx.m, &r->data);
     if (r->has_val)
         rt_data_close(r->ctx.m, &r->val);
     dump_free(r->ctx.m, &r->dump);
+    rt_inputs_free(&r->in);
     if (r->init_fd >= 0)
         close(r->init_fd);
     free(r->init_path);
@@ -1067,7 +1105,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
                                       "GEMM on this rank's threads)") : "nothing (give --peak-tflops)");
             if (!o->quiet && r->peak > 0)
                 printf("peak: %.4g TFLOPS per rank\n", r->peak * 1e-12);
-            if (metrics_flush(&r->mf, r->o.metrics) != 0)
+            if (metrics_flush(&r->metrics, &r->mf, r->o.metrics) != 0)
                 r->metrics_failed = 1;
         }
         status = train(r);

@@ -298,17 +298,44 @@ static inline int64_t rt_rs_prepare(RtCtx *c, const char *what, void *full, int6
 }
 
 
-/* ckpt.c: a checkpoint of the state after step into DIR/step-NNNNNNNN
- * (pos: the data position the next step reads from); collective, returns
- * the exit status every rank uses */
-int rt_ckpt_save(RtCtx *c, const char *dir, int64_t step, int64_t pos);
-/* rank 0, after a save into dir: remove its other step-N checkpoints (--save-best keeps one) */
-void rt_ckpt_prune(const char *dir, int64_t keep);
+/* ckpt.c: a checkpoint of the state after step into DIR/step-NNNNNNNN, or
+ * DIR/SUB/step-NNNNNNNN when sub is not NULL (--save-best: "best"); DIR
+ * (made if missing) may be a link, SUB may not (pos: the data position the
+ * next step reads from); collective, returns the exit status every rank uses */
+int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos);
+/* rank 0, after a save into DIR[/SUB]: remove its other step-N checkpoints (--save-best keeps one), never
+ * following a link */
+void rt_ckpt_prune(const char *dir, const char *sub, int64_t keep);
+/* the checkpoint folder of --resume PATH (PATH itself, or PATH/latest's) into dir: 0, or -1 (rt_err_set
+ * unless quiet) */
+int rt_ckpt_resolve(const char *path, char *dir, size_t cap, int quiet);
 /* --resume PATH: this rank's shards and the persistent state from a
  * checkpoint of the same model (any world size, strategy or layout) after
  * the init file was loaded; *step, *pos: where it was taken.  Collective;
  * returns the exit status. */
 int rt_ckpt_resume(RtCtx *c, const char *path, int64_t *step, int64_t *pos);
+
+/* noclobber.c: rank 0, before anything is written: the run's input files
+ * (o's data and token files, the init file, the executable, the --resume
+ * checkpoint's files) by identity, and the checks that no output is one */
+typedef struct {
+    const char *flag;     /* --data, --tokens, ..., "init"; NULL: path describes it */
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    int resume;           /* a file of the --resume checkpoint */
+} RtInFile;
+typedef struct {
+    RtInFile *f;
+    int n;
+} RtInputs;
+/* 0, or -1 (out of memory: rt_err_set) */
+int rt_inputs_collect(RtInputs *in, const RtOpts *o, const char *init_path);
+void rt_inputs_free(RtInputs *in);
+/* -1 and rt_err_set (one line naming both) when out, written by flag, is one of in's files; else 0 */
+int rt_inputs_refuse(const RtInputs *in, const char *flag, const char *out);
+/* -1 and rt_err_set when a save or prune in --ckpt-dir dir would overwrite or remove an input; else 0 */
+int rt_inputs_refuse_ckpt(const RtInputs *in, const char *dir);
 
 /* trace.c (--trace): record the first `steps` steps' node stamps (rt_trace);
  * then write them, every rank's, as one Chrome trace (collective; returns the

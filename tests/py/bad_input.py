@@ -7,7 +7,9 @@ data, flags, loss names; hostile models: shapes whose element count would
 wrap, zero-sized matrices and losses, attributes of the wrong type, names
 with control characters, FIFOs as model or external data) and the executable (data files of the wrong
 dtype/shape, missing/unknown inputs, truncated .npy, bad flags, a foreign
-init file, labels outside the class range).
+init file, labels outside the class range), and for both an output that names
+an input (refused, the input untouched) or a link planted at an output's name
+(replaced, never followed).
 """
 import os
 import shutil
@@ -238,6 +240,117 @@ def mlp(path, extra_nodes=(), external=False, batch="batch"):
         onnx.save(m, path)
 
 
+def snapshot(*paths):
+    """path -> its bytes, for every file under paths (a folder: every file in it)"""
+    out = {}
+    for p in paths:
+        files = [os.path.join(p, f) for f in sorted(os.listdir(p))] if os.path.isdir(p) else [p]
+        for f in files:
+            with open(f, "rb") as h:
+                out[f] = h.read()
+    return out
+
+
+def untouched(before, tag):
+    """every file of a snapshot is still there with the same bytes, and nothing was added to its folders"""
+    for f, data in before.items():
+        if not os.path.isfile(f) or open(f, "rb").read() != data:
+            failures.append("%s: %s was changed or removed" % (tag, f))
+            return
+    print("ok  %-60s -> %d victim files untouched" % (tag[:60], len(before)))
+
+
+def planted(link, target):
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(target, link)
+
+
+def clobber_compiler(fsdpc, J, good, base):
+    """An output that is an input (by identity) is refused before anything is written; a link planted at an
+    output's name is replaced, never followed."""
+    cpu = ["--target", "cpu"] + base
+    keep = snapshot(good)
+    expect_error([fsdpc, good, "--report", "--report-json", good] + cpu, "--report-json", "is the model", "good.onnx",
+                 code=(1,))
+    expect_error([fsdpc, good, "-o", good] + cpu, "-o", "is the model", code=(1,))
+    dotted = os.path.join(os.path.dirname(good), ".", os.path.basename(good))  # ./m.onnx vs m.onnx
+    expect_error([fsdpc, good, "--report", "--report-json", dotted] + cpu, "--report-json", "is the model", code=(1,))
+    os.link(good, J("hard.init"))  # -o hard writes hard.init: a hard link to the model
+    expect_error([fsdpc, good, "-o", J("hard")] + cpu, "init file", "hard.init", "is the model", code=(1,),
+                 absent=J("hard"))
+    os.unlink(J("hard.init"))
+    untouched(keep, "compiler: the model named as an output")
+    os.makedirs(J("cx"), exist_ok=True)
+    mlp(J("cx", "m.onnx"), external=True)
+    keep = snapshot(J("cx"))
+    expect_error([fsdpc, J("cx", "m.onnx"), "--report", "--report-json", J("cx", "w.bin")] + cpu, "--report-json",
+                 "external data file", "w.bin", code=(1,))
+    untouched(keep, "compiler: external data named as an output")
+    # a link planted at --report-json's name (by anyone who can write the folder): replaced, its target untouched
+    with open(J("victim"), "w") as f:
+        f.write("precious")
+    planted(J("rj.json"), J("victim"))
+    keep = snapshot(J("victim"))
+    run([fsdpc, good, "--report", "--report-json", J("rj.json")] + cpu)
+    untouched(keep, "compiler: --report-json over a planted link")
+    if os.path.islink(J("rj.json")) or "strategies" not in open(J("rj.json")).read():
+        failures.append("--report-json over a planted link: %s is not the report" % J("rj.json"))
+
+
+def clobber_executable(fsdpc, exe, J, X):
+    """The executable: an output naming one of its inputs (data, its init file, itself) is refused in one line
+    before anything is written; links planted at an output's name or its old temporary name are not followed."""
+    x, t = J("x.npy"), J("t.npy")
+    keep = snapshot(x, t, exe, exe + ".init")
+    expect_error([exe, "--export-safetensors", x] + X, "--export-safetensors", "x.npy", "is the --data file",
+                 code=(2,))
+    expect_error([exe, "--export-onnx", os.path.join(os.path.dirname(t), ".", "t.npy")] + X, "--export-onnx",
+                 "is the --data file", code=(2,))
+    expect_error([exe, "--metrics", exe + ".init"] + X, "--metrics", "is the init file", code=(2,))
+    expect_error([exe, "--export-onnx", exe] + X, "--export-onnx", "this executable", code=(2,))
+    expect_error([exe, "--trace", x] + X, "--trace", "is the --data file", code=(2,))
+    os.makedirs(J("dg"), exist_ok=True)  # --dump-grads DIR writes DIR/w.npy: here the --data file
+    shutil.copy(x, J("dg", "w.npy"))
+    keep.update(snapshot(J("dg")))
+    expect_error([exe, "--data", "x=" + J("dg", "w.npy"), "--data", "t=" + t, "--steps", "2", "--dump-grads",
+                  J("dg")], "--dump-grads", "w.npy", "is the --data file", code=(2,))
+    os.makedirs(J("ckx", "step-00000001"), exist_ok=True)  # a --data file inside a checkpoint a save replaces
+    shutil.copy(x, J("ckx", "step-00000001", "x.npy"))
+    keep.update(snapshot(J("ckx", "step-00000001")))
+    expect_error([exe, "--data", "x=" + J("ckx", "step-00000001", "x.npy"), "--data", "t=" + t, "--steps", "2",
+                  "--ckpt-dir", J("ckx")], "--ckpt-dir", "holds the --data file", code=(2,))
+    untouched(keep, "executable: inputs named as outputs")
+    # a forward-only executable: --out-dir DIR writes DIR/y.npy, here its --input file
+    ev = J("ev")
+    run([fsdpc, J("good.onnx"), "-o", ev, "--target", "cpu", "--eval", "--dim", "batch=8"])
+    os.makedirs(J("evo"), exist_ok=True)
+    shutil.copy(x, J("evo", "y.npy"))
+    keep = snapshot(J("evo"))
+    expect_error([ev, "--input", "x=" + J("evo", "y.npy"), "--out-dir", J("evo")], "--out-dir", "y.npy",
+                 "is the --input file", code=(2,))
+    untouched(keep, "eval: --out-dir onto its --input")
+    # links planted at the outputs' names, and at the old temporary name PATH.tmp.<pid> (the shell's pid is the
+    # executable's: exec): every output is written, the victim is untouched
+    with open(J("victim"), "w") as f:
+        f.write("precious")
+    keep = snapshot(J("victim"))
+    os.makedirs(J("out"), exist_ok=True)
+    for name in ("t.st", "m.onnx", "metrics.jsonl"):
+        planted(J("out", name), J("victim"))
+    cmd = [exe, "--export-safetensors", J("out", "t.st"), "--export-onnx", J("out", "m.onnx"), "--metrics",
+           J("out", "metrics.jsonl")] + X
+    sh = "for f in t.st m.onnx metrics.jsonl; do ln -s %s %s/$f.tmp.$$; done; exec \"$@\"" % (J("victim"), J("out"))
+    p = run(["sh", "-c", sh, "sh"] + cmd, check=False)
+    if p.returncode != 0:
+        failures.append("outputs over planted links: exit %d: %s" % (p.returncode, p.stderr[-500:]))
+    for name in ("t.st", "m.onnx", "metrics.jsonl"):
+        f = J("out", name)
+        if os.path.islink(f) or not os.path.isfile(f) or os.path.getsize(f) < 16:
+            failures.append("outputs over planted links: %s was not written" % f)
+    untouched(keep, "executable: outputs over planted links")
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -310,6 +423,7 @@ def main():
     expect_error([fsdpc, good] + base + ["-o"], "-o")
     expect_error([fsdpc, "-o", J("o"), "--target", "cpu"] + base, "no model")
     hostile_models(fsdpc, J, base)
+    clobber_compiler(fsdpc, J, good, base)
 
     # --- executable -------------------------------------------------------
     exe = J("train")
@@ -340,6 +454,7 @@ def main():
     expect_error([exe, "--export-safetensors", work] + X, "--export-safetensors", "is a directory")
     expect_error([exe, "--export-safetensors", J("no", "dir", "w.safetensors")] + X, "--export-safetensors",
                  "no/dir")
+    clobber_executable(fsdpc, exe, J, X)
     expect_error([exe, "--lr-schedule", "step"] + X, "--lr-schedule", "constant, cosine, linear or wsd", code=(2,))
     expect_error([exe, "--decay-steps", "5"] + X, "--lr-schedule cosine, linear or wsd", code=(2,))
     expect_error([exe, "--wsd-decay-steps", "2"] + X, "--lr-schedule wsd", code=(2,))

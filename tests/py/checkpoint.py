@@ -41,6 +41,15 @@ per-rank batch is 12/W; each (world, strategy) executable is compiled once.
     edits are refused for their checksum.
 6. Bad flags: --resume of a directory with neither manifest nor latest fails
    non-zero naming the path; --ckpt-every 0 exits 2.
+7. Links planted in --ckpt-dir (by anyone who can write there): at world 2
+   --steps 2 --ckpt-every 1, a stale .step-00000001.tmp that is a link to a
+   folder, then (saving again) step-00000002, .step-00000002.old and latest
+   as links: every run succeeds with real checkpoints and latest, and the
+   links' targets keep every file (sha256); --save-best with best a link
+   fails in one line, its target untouched.  A --ckpt-dir that is the
+   user's own link to a folder works: saves land in the folder, --resume
+   through the link continues; an export naming one of the --resume
+   checkpoint's files is refused in one line, the checkpoint unchanged.
 """
 import hashlib
 import json
@@ -307,8 +316,81 @@ def main():
                                                 "--ckpt-every", "0"], expect_ok=False)
     check(p.returncode == 2, "--ckpt-every 0: exit %d, expected 2:\n%s" % (p.returncode, p.stderr[-2000:]))
     print("bad flags   --ckpt-every 0: exit 2: %s" % (p.stderr.strip().splitlines() or [""])[0][:150])
+    links(J, train)
     print("OK checkpoint: bit-for-bit resume at world 4, resharded to world 1-4 x full/grad_op/none/hybrid:2, "
           "a killed save leaves latest intact, a corrupted shard is refused")
+
+
+def links(J, train):
+    """7. links planted inside --ckpt-dir are never followed; the user's own --ckpt-dir link is"""
+    imp = J("important")
+    os.makedirs(imp)
+    for f in ("a.txt", "b.bin"):
+        with open(os.path.join(imp, f), "w") as h:
+            h.write("keep " + f)
+    with open(J("victim"), "w") as h:
+        h.write("precious")
+    keep, victim = tree_hashes(imp), open(J("victim")).read()
+
+    def intact(tag):
+        check(tree_hashes(imp) == keep, "%s: the link's target %s lost or changed files: %s" % (tag, imp,
+                                                                                            sorted(tree_hashes(imp))))
+        check(open(J("victim")).read() == victim, "%s: the victim file was overwritten" % tag)
+
+    ck = J("ck_links")
+    os.makedirs(ck)
+    os.symlink(imp, os.path.join(ck, ".step-00000001.tmp"))
+    run2 = ["--steps", "2", "--ckpt-dir", ck, "--ckpt-every", "1"]
+    train(2, "full", "links1", run2)
+    intact("a stale .tmp that is a link")
+    for s in (1, 2):
+        check_ckpt(os.path.join(ck, step_name(s)), 2, "links1")
+    check(read_latest(ck).strip() == step_name(2), "links1: latest does not name step 2")
+    shutil.rmtree(os.path.join(ck, step_name(2)))
+    os.symlink(imp, os.path.join(ck, step_name(2)))
+    os.symlink(imp, os.path.join(ck, ".%s.old" % step_name(2)))
+    os.unlink(os.path.join(ck, "latest"))
+    os.symlink(J("victim"), os.path.join(ck, "latest"))
+    train(2, "full", "links2", run2)
+    intact("step-N, its .old and latest as links, saved again")
+    check(not os.path.islink(os.path.join(ck, step_name(2))), "links2: step 2 is still the planted link")
+    check_ckpt(os.path.join(ck, step_name(2)), 2, "links2")
+    check(not os.path.islink(os.path.join(ck, "latest")) and read_latest(ck).strip() == step_name(2),
+          "links2: latest is not a file naming step 2")
+    check(sorted(os.listdir(ck)) == ["latest", step_name(1), step_name(2)], "links2: %s holds %s" % (
+        ck, sorted(os.listdir(ck))))
+    print("links       .tmp, step-N, .old and latest planted as links: replaced, their targets untouched")
+    ckb = J("ck_best")
+    os.makedirs(ckb)
+    os.symlink(imp, os.path.join(ckb, "best"))
+    p, _, _ = train(1, "grad_op", "links_best", ["--steps", "2", "--ckpt-dir", ckb, "--val-data", "x=" + J("x.npy"),
+                                                  "--val-data", "target=" + J("t.npy"), "--save-best"],
+                    expect_ok=False)
+    errs = [l for l in p.stderr.splitlines() if l.strip()]
+    check(p.returncode == 1 and len(errs) == 1 and "best" in errs[0], "--save-best with best a link: exit %d, "
+          "expected 1 and one line naming best:\n%s" % (p.returncode, p.stderr[-2000:]))
+    intact("best as a link")
+    print("links       --save-best with best a link: %s" % errs[0][errs[0].find("error"):][:120])
+    real, mine = J("ck_real"), J("ck_mine")
+    os.makedirs(real)
+    os.symlink(real, mine)
+    train(2, "full", "links_user", ["--steps", "2", "--ckpt-dir", mine])
+    check_ckpt(os.path.join(real, step_name(2)), 2, "the user's own link")
+    _, m, _ = train(2, "full", "links_user_resume", ["--resume", mine, "--steps", "3", "--ckpt-dir", mine])
+    check([r["step"] for r in metrics(m)] == [3], "resume through the user's own link: steps %s" % (
+        [r["step"] for r in metrics(m)]))
+    check(read_latest(real).strip() == step_name(3), "the user's own link: latest does not name step 3")
+    print("links       --ckpt-dir as the user's own link: saved into its folder, resumed through it")
+    rank0 = os.path.join(real, step_name(3), "rank-00000.bin")
+    before = tree_hashes(real)
+    p, _, _ = train(1, "grad_op", "links_clobber", ["--resume", mine, "--steps", "4", "--export-safetensors", rank0],
+                    expect_ok=False)
+    errs = [l for l in p.stderr.splitlines() if l.strip()]
+    check(p.returncode == 2 and len(errs) == 1 and "is the --resume file" in errs[0] and "rank-00000.bin" in errs[0],
+          "an export onto the --resume checkpoint's file: exit %d, expected 2 and one line naming both:\n%s" % (
+              p.returncode, p.stderr[-2000:]))
+    check(tree_hashes(real) == before, "an export onto the --resume checkpoint's file changed the checkpoint")
+    print("clobber     --export-safetensors onto a --resume file: %s" % errs[0][errs[0].find("error"):][:120])
 
 
 if __name__ == "__main__":
