@@ -129,44 +129,49 @@ static void parse_loss(Options *o, const char *s)
     o->loss_target = ir_strdup(comma + 1);
 }
 
-/* Refuse, in one line naming both, an output (-o OUT, OUT.init, OUT.c, --report-json) that is one of the
+/* the one line when one of the outputs out[] (-o, OUT.init, OUT.c, --report-json; NULL: not written) is in */
+static void refuse_input(const char *const out[4], const char *what, const char *in)
+{
+    static const char *const flag[4] = {"-o", "-o OUT's init file", "-o OUT's --emit-c source", "--report-json"};
+    for (int k = 0; k < 4; k++)
+        if (out[k] && rt_same_file(out[k], in))
+            fatal("%s %s is %s %s: the compile would overwrite its input; write it elsewhere", flag[k],
+                  out[k], what, in);
+}
+
+/* Refuse, in one line naming both, an output (-o OUT, OUT.init, --emit-c's OUT.c, --report-json) that is one of the
  * compile's inputs: by identity (afile.h's rt_same_file), so ./m.onnx, m.onnx and a hard link are one file and an
  * output not there yet is none.  Inputs: g NULL (the option checks, before the model is read) the model, the --hw
  * profile, --cc, fsdpc itself and the runtime libraries executables are linked from; g given (after the frontend,
  * before anything is written) the model's external data files. */
 static void refuse_clobber(const Options *o, const Graph *g)
 {
-    const char *out[4] = {o->out, o->out ? ir_fmt("%s.init", o->out) : NULL, o->out ? ir_fmt("%s.c", o->out) : NULL,
-                          o->report_json};
-    const char *flag[4] = {"-o", "-o OUT's init file", "-o OUT's --emit-c source", "--report-json"};
-    const char *in[256], *what[256];
-    int n = 0;
+    const char *out[4] = {o->out, o->out ? ir_fmt("%s.init", o->out) : NULL,
+                          o->out && o->keep_c ? ir_fmt("%s.c", o->out) : NULL, o->report_json};
     if (g) {
-        for (int i = 0; i < g->ninit && n < 256; i++)
+        for (int i = 0; i < g->ninit; i++)
             if (g->ext[i].file)
-                what[n] = "an external data file of the model", in[n++] = g->ext[i].file;
-    } else {
-        const char *inc, *lib = NULL;
-        if (o->out) /* (a --report needs no runtime) */
-            cg_runtime_dirs(&inc, &lib);
-        what[n] = "the model", in[n++] = o->model;
-        what[n] = "fsdpc itself", in[n++] = "/proc/self/exe";
-        if (o->hw)
-            what[n] = "the --hw profile", in[n++] = o->hw;
-        if (o->cc)
-            what[n] = "the --cc compiler", in[n++] = o->cc;
-        DIR *d = lib ? opendir(lib) : NULL;
-        for (struct dirent *e; d && n < 256 && (e = readdir(d)) != NULL;)
-            if (strlen(e->d_name) > 2 && !strcmp(e->d_name + strlen(e->d_name) - 2, ".a"))
-                what[n] = "a runtime library of fsdpc", in[n++] = ir_fmt("%s/%s", lib, e->d_name);
-        if (d)
-            closedir(d);
+                refuse_input(out, "an external data file of the model", g->ext[i].file);
+        return;
     }
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; out[k] && i < n; i++)
-            if (rt_same_file(out[k], in[i]))
-                fatal("%s %s is %s %s: the compile would overwrite its input; write it elsewhere", flag[k],
-                      ir_q(out[k]), what[i], ir_q(in[i]));
+    refuse_input(out, "the model", o->model);
+    refuse_input(out, "fsdpc itself", "/proc/self/exe");
+    if (o->hw)
+        refuse_input(out, "the --hw profile", o->hw);
+    if (o->cc)
+        refuse_input(out, "the --cc compiler", o->cc);
+    const char *inc, *lib;
+    if (!o->out) /* a --report needs no runtime */
+        return;
+    cg_runtime_dirs(&inc, &lib);
+    DIR *d = opendir(lib);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n > 2 && !strcmp(e->d_name + n - 2, ".a"))
+            refuse_input(out, "a runtime library of fsdpc", ir_fmt("%s/%s", lib, e->d_name));
+    }
+    if (d)
+        closedir(d);
 }
 
 static void parse_args(Options *o, int argc, char **argv)

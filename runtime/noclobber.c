@@ -31,7 +31,9 @@
 static const char *input_name(const RtInputs *in, int i, char *buf, size_t cap)
 {
     const RtInFile *f = &in->f[i];
-    snprintf(buf, cap, f->flag ? "the %s file %s" : "%s", f->flag ? f->flag : f->path, f->path);
+    if (!f->flag)
+        return f->path;
+    snprintf(buf, cap, "the %s file %s", f->flag, f->path);
     return buf;
 }
 

@@ -15,7 +15,10 @@
  * only one node misses, an allocation) are agreed on collectively, so that
  * no rank is left waiting in a collective.  Exactly one line is printed, by
  * the lowest failing rank, and every rank exits with the same status after
- * rt_ctl_finalize (1, or 2 for command-line errors).
+ * rt_ctl_finalize (1, or 2 for command-line errors).  Among them, before
+ * anything is written: no output may be one of the run's inputs
+ * (noclobber.c).  Every file is written with rt_afile (afile.h); --metrics
+ * is published as soon as it is created, as it is read while it grows.
  */
 #define _POSIX_C_SOURCE 200809L
 
