@@ -174,8 +174,10 @@ int rt_afile_publish(RtAFile *f)
 
 void rt_afile_abort(RtAFile *f)
 {
+    int e = errno;
     if (f->dirfd >= 0 && !f->published)
         unlinkat(f->dirfd, f->tmp, 0);
+    errno = e;
     release(f);
 }
 
