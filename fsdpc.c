@@ -79,8 +79,8 @@ static const char *usage =
     "  --report-json PATH      --report, also written to PATH as JSON\n"
     "  --calibrate [-o PATH] [--world N]\n"
     "                          measure this machine (GEMMs, memory, fsdpc's kernels, the collectives on N\n"
-    "                          ranks started by mpirun, default 2) and write its profile for --hw (default\n"
-    "                          calibrated.hw); no model\n"
+    "                          ranks started by mpirun, default 2, at most one per core) and write its\n"
+    "                          profile for --hw (default calibrated.hw); no model\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
@@ -101,7 +101,7 @@ static int64_t parse_int(const char *flag, const char *s, int64_t min, int64_t m
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || end == s || isspace((unsigned char)*s) || *s == '+')
+    if (!*s || *end || isspace((unsigned char)*s) || *s == '+')
         fatal("%s: '%s' is not an integer (expected one in [%lld, %lld])", flag, ir_q(s), (long long)min,
               (long long)max);
     if (errno == ERANGE || v < min || v > max)

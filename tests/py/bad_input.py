@@ -315,8 +315,8 @@ def main():
     expect_error(rep + ["--wrap", "size:99999999999999999999"], "--wrap size:N", "99999999999999999999", "out of range",
                  code=(1,))
     expect_error(rep + ["--world", "+3"], "--world", "'+3'", "not an integer", code=(1,))
-    expect_error([fsdpc, good, "--target", "cpu", "--report", "--loss", "mse:y,t", "--dim", "batch=99999999999999999999"],
-                 "--dim batch", "99999999999999999999", "[1, 1099511627776]", code=(1,))
+    expect_error([fsdpc, good, "--target", "cpu", "--report", "--loss", "mse:y,t", "--dim",
+                  "batch=99999999999999999999"], "--dim batch", "99999999999999999999", "[1, 1099511627776]", code=(1,))
     expect_error(rep + ["--dim", "batch=3"], "--dim batch is given twice", code=(1,))
     # --calibrate: at most one rank per core, and -o checked before it builds or measures anything (--cc /bin/false
     # would fail the build first)
