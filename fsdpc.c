@@ -9,9 +9,14 @@
 #include "afile.h"
 #include "fsdpc_config.h"
 
+#include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *usage =
     "usage: fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [options]\n"
@@ -76,8 +81,8 @@ static const char *usage =
     "  --report-json PATH      --report, also written to PATH as JSON\n"
     "  --calibrate [-o PATH] [--world N]\n"
     "                          measure this machine (GEMMs, memory, fsdpc's kernels, the collectives on N\n"
-    "                          ranks started by mpirun, default 2) and write its profile for --hw (default\n"
-    "                          calibrated.hw); no model\n"
+    "                          ranks started by mpirun, default 2, at most one per core) and write its\n"
+    "                          profile for --hw (default calibrated.hw); no model\n"
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
@@ -90,12 +95,20 @@ static const char *usage =
 static const char *passes[] = {"frontend", "fold", "shape", "attention", "loss", "autodiff", "optim",
                                "units", "shard", "precision", "recompute", "fuse", "schedule", "memplan", NULL};
 
-static int64_t parse_int(const char *flag, const char *s, int64_t min)
+/* The one parser of fsdpc's integer options: s, a decimal integer in [min, max] (the range of the field that
+ * holds it, or less where more makes no sense); else one line naming flag, s and the range.  Every integer
+ * option goes through it: strtoll's ERANGE and a narrowing cast would silently change the value. */
+static int64_t parse_int(const char *flag, const char *s, int64_t min, int64_t max)
 {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < min)
-        fatal("%s: '%s' is not an integer >= %lld", flag, s, (long long)min);
+    if (!*s || *end || isspace((unsigned char)*s) || *s == '+')
+        fatal("%s: '%s' is not an integer (expected one in [%lld, %lld])", flag, ir_q(s), (long long)min,
+              (long long)max);
+    if (errno == ERANGE || v < min || v > max)
+        fatal("%s: %s is out of range: expected an integer in [%lld, %lld]", flag, ir_q(s), (long long)min,
+              (long long)max);
     return v;
 }
 
@@ -216,7 +229,12 @@ static void parse_args(Options *o, int argc, char **argv)
             if (o->ndims == 64)
                 fatal("--dim: at most 64 dimensions");
             o->dim_name[o->ndims] = ir_fmt("%.*s", (int)(eq - v), v);
-            o->dim_value[o->ndims++] = parse_int("--dim", eq + 1, 1);
+            for (int k = 0; k < o->ndims; k++)
+                if (!strcmp(o->dim_name[k], o->dim_name[o->ndims]))
+                    fatal("--dim %s is given twice", ir_q(o->dim_name[k]));
+            /* no tensor holds more than MAX_NUMEL elements: neither can one dimension */
+            o->dim_value[o->ndims] = parse_int(ir_fmt("--dim %s", ir_q(o->dim_name[o->ndims])), eq + 1, 1, MAX_NUMEL);
+            o->ndims++;
         } else if (!strcmp(a, "--precision")) {
             static const char *const names[] = {"fp32", "bf16", "fp16", NULL}; /* Precision order */
             o->precision = (Precision)pick(a, VALUE(), names, "fp32, bf16 or fp16");
@@ -232,9 +250,7 @@ static void parse_args(Options *o, int argc, char **argv)
             const char *v = VALUE();
             if (!strncmp(v, "hybrid:", 7)) {
                 o->shard = SHARD_HYBRID;
-                o->hybrid = (int)parse_int("--shard hybrid:F", v + 7, 1);
-                if (o->hybrid > (1 << 20))
-                    fatal("--shard %s: at most %d ranks in a group", v, 1 << 20);
+                o->hybrid = (int)parse_int("--shard hybrid:F", v + 7, 1, MAX_WORLD);
             } else {
                 o->shard = (ShardMode)pick(a, v, names, "full, grad_op, none or hybrid:F");
             }
@@ -242,7 +258,7 @@ static void parse_args(Options *o, int argc, char **argv)
             const char *v = VALUE();
             if (!strncmp(v, "size:", 5)) {
                 o->wrap = WRAP_SIZE;
-                o->wrap_size = parse_int("--wrap size", v + 5, 1);
+                o->wrap_size = parse_int("--wrap size:N", v + 5, 1, INT64_MAX);
             } else if (!strcmp(v, "blocks")) {
                 o->wrap = WRAP_BLOCKS;
             } else if (!strncmp(v, "prefix:", 7)) {
@@ -267,7 +283,7 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--forward-prefetch")) {
             o->forward_prefetch = 1;
         } else if (!strcmp(a, "--max-inflight")) {
-            o->max_inflight = (int)parse_int("--max-inflight", VALUE(), 1);
+            o->max_inflight = (int)parse_int("--max-inflight", VALUE(), 1, INT_MAX);
         } else if (!strcmp(a, "--huber-delta") || !strcmp(a, "--smooth-l1-beta") ||
                    !strcmp(a, "--label-smoothing")) {
             const char *v = VALUE();
@@ -313,7 +329,7 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--calibrate")) {
             o->calibrate = 1;
         } else if (!strcmp(a, "--world")) {
-            o->world = (int)parse_int("--world", VALUE(), 1);
+            o->world = (int)parse_int("--world", VALUE(), 1, MAX_WORLD);
         } else if (!strcmp(a, "--verify")) {
             o->verify = 1;
         } else if (!strcmp(a, "--emit-c")) {
@@ -366,6 +382,36 @@ static void parse_args(Options *o, int argc, char **argv)
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
     refuse_clobber(o, NULL);
+}
+
+/* --calibrate's -o PATH, checked before its measurement (20 s and more) rather than after: a new or regular
+ * file (not a directory, FIFO or device), in a folder that exists and this user may write */
+static void check_output(const char *flag, const char *path)
+{
+    struct stat st;
+    if (!*path)
+        fatal("%s: an empty path", flag);
+    if (!stat(path, &st) && !S_ISREG(st.st_mode))
+        fatal("%s %s: not a regular file (%s): give the path of a file to write", flag, ir_q(path),
+              S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+    const char *slash = strrchr(path, '/');
+    const char *dir = !slash ? "." : slash == path ? "/" : ir_fmt("%.*s", (int)(slash - path), path);
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        fatal("%s %s: its folder %s does not exist", flag, ir_q(path), ir_q(dir));
+    if (access(dir, W_OK | X_OK))
+        fatal("%s %s: its folder %s is not writable: %s", flag, ir_q(path), ir_q(dir), strerror(errno));
+}
+
+/* --calibrate's checks, all before it measures: one rank per core at most (more ranks would time-share the
+ * cores, and the profile would describe no machine: a --world 4 profile of a 2-core machine predicts nothing),
+ * and an output it can write */
+static void check_calibrate(const Options *o)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && o->world > cores)
+        fatal("--calibrate --world %d: this machine has %ld cores; the profile measures one rank per core (more "
+              "would share cores and describe no real machine): give --world %ld or less", o->world, cores, cores);
+    check_output("--calibrate -o", o->out ? o->out : "calibrated.hw");
 }
 
 static void after(Graph *g, const char *pass)
@@ -480,6 +526,7 @@ int main(int argc, char **argv)
     Options o = {0};
     parse_args(&o, argc, argv);
     if (o.calibrate) {
+        check_calibrate(&o);
         cg_calibrate(o.out ? o.out : "calibrated.hw", o.world, o.cc);
         return 0;
     }

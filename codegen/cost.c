@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* the shipped profiles (codegen/hw/NAME.hw, embedded by codegen/embed.cmake) */
 extern const char *const fsdpc_hw_name[], *const fsdpc_hw_text[];
@@ -180,16 +179,18 @@ void cg_hw_load(const char *arg, CgHw *hw)
         fatal("--hw %s: no such profile (shipped: %s; or a file, e.g. one fsdpc --calibrate wrote: --hw ./NAME.hw)",
               ir_q(arg), names.buf ? names.buf : "none");
     }
-    FILE *f = fopen(arg, "rb");
-    struct stat st;
-    if (!f)
-        fatal("--hw %s: %s", ir_q(arg), strerror(errno));
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size > 65536)
-        fatal("--hw %s: not a regular file of at most 64 KiB", ir_q(arg));
-    char *text = ir_alloc((size_t)st.st_size + 1);
-    size_t got = fread(text, 1, (size_t)st.st_size, f);
+    int64_t size;
+    const char *why;
+    int fd = ir_open_regular(arg, 0, &size, &why);
+    if (fd < 0)
+        fatal("--hw %s: %s", ir_q(arg), why);
+    FILE *f = fdopen(fd, "rb");
+    if (!f || size > 65536)
+        fatal("--hw %s: %s", ir_q(arg), f ? "larger than 64 KiB: not a profile" : strerror(errno));
+    char *text = ir_alloc((size_t)size + 1);
+    size_t got = fread(text, 1, (size_t)size, f);
     fclose(f);
-    if (got != (size_t)st.st_size)
+    if (got != (size_t)size)
         fatal("--hw %s: read failed", ir_q(arg));
     if (memchr(text, 0, got))
         fatal("--hw %s: a NUL byte: not a text profile", ir_q(arg));

@@ -204,9 +204,15 @@ static int cache_read(Job *j, const char *dir, uint64_t key)
 {
     if (!dir)
         return 0;
-    FILE *f = fopen(ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch), "rb");
-    if (!f)
+    int64_t size;
+    const char *why;
+    int fd = ir_open_regular(ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch), 0, &size, &why);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) { /* a miss: none there, or no regular file (never waited on); compiled again */
+        if (fd >= 0)
+            close(fd);
         return 0;
+    }
     char magic[16] = {0};
     uint64_t hdr[3]; /* key, length, checksum */
     int ok = fread(magic, 1, 16, f) == 16 && !memcmp(magic, CACHE_MAGIC, 16) && fread(hdr, 8, 3, f) == 3 &&

@@ -33,12 +33,10 @@
 #include "onnx.pb-c.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 enum {
@@ -162,32 +160,26 @@ static void define(const char *name, int v, const char *what)
 
 /* ---- reading and unpacking ------------------------------------------------ */
 
-/* Opens file for reading.  A FIFO, device or directory is refused, and
- * never waited on: the open does not block (O_NONBLOCK, cleared once fstat
- * has said the file is a regular one).  what names the file in messages. */
-static int open_regular(const char *file, const char *what, struct stat *st)
+/* Opens file for reading (ir_open_regular: a FIFO, device or directory is refused, never waited on); its size
+ * into *size.  what names the file in messages. */
+static int open_regular(const char *file, const char *what, int64_t *size)
 {
-    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, st))
-        bad("cannot open %s: %s", what, strerror(errno));
-    if (!S_ISREG(st->st_mode))
-        bad("%s is not a regular file (%s); give a file", what,
-            S_ISFIFO(st->st_mode) ? "a FIFO" : S_ISDIR(st->st_mode) ? "a directory" : "a device or socket");
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK))
-        bad("cannot read %s: %s", what, strerror(errno));
+    const char *why;
+    int fd = ir_open_regular(file, 0, size, &why);
+    if (fd < 0)
+        bad("cannot open %s: %s", what, why);
     return fd;
 }
 
 /* the model file into the arena (fsdpc --report loads it once per strategy and releases all but the first) */
 static size_t read_model(void)
 {
-    struct stat st;
-    int fd = open_regular(path, "the model", &st);
-    if (st.st_size > (off_t)MAX_MODEL_BYTES)
+    int64_t size;
+    int fd = open_regular(path, "the model", &size);
+    if (size > (int64_t)MAX_MODEL_BYTES)
         bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
             "external data (onnx.save_model(m, path, save_as_external_data=True))");
-    size_t n = 0, cap = (size_t)st.st_size;
+    size_t n = 0, cap = (size_t)size;
     bytes = ir_alloc(cap + 1);
     while (n < cap) { /* a file that shrinks meanwhile is read as far as it goes */
         ssize_t r = read(fd, bytes + n, cap - n);
@@ -438,11 +430,11 @@ static void locate_external(const Onnx__TensorProto *t, const char *what, size_t
     if (!inside(e->file))
         bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
             ir_q(loc), ir_q(e->file));
-    struct stat st;
-    close(open_regular(e->file, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &st));
-    if (e->off > st.st_size || (int64_t)bytes > st.st_size - e->off)
+    int64_t size;
+    close(open_regular(e->file, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &size));
+    if (e->off > size || (int64_t)bytes > size - e->off)
         bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
-            what, bytes, (long long)e->off, ir_q(loc), (long long)st.st_size);
+            what, bytes, (long long)e->off, ir_q(loc), (long long)size);
 }
 
 static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)

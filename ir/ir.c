@@ -414,6 +414,28 @@ int ir_find_value(const Graph *g, const char *name)
     return -1;
 }
 
+int ir_open_regular(const char *path, int flags, int64_t *size, const char **why)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | flags), fl = -1;
+    if (fd < 0 || fstat(fd, &st) || (S_ISREG(st.st_mode) && ((fl = fcntl(fd, F_GETFL)) < 0 ||
+                                                             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)))) {
+        *why = strerror(errno);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        *why = S_ISFIFO(st.st_mode)  ? "not a regular file (a FIFO): give a file"
+               : S_ISDIR(st.st_mode) ? "not a regular file (a directory): give a file"
+                                     : "not a regular file (a device or socket): give a file";
+        close(fd);
+        return -1;
+    }
+    *size = (int64_t)st.st_size;
+    return fd;
+}
+
 /* ---- weights left in external data files ------------------------------------
  * The frontend reads an external float initializer's bytes only when asked:
  * passes read data of shapes, indices and scalars, and OUT.init is written
@@ -423,21 +445,16 @@ const char *ir_ext_stream(const ExtData *e, void (*put)(void *ctx, const void *p
 {
     if (e->missing)
         return e->missing;
-    struct stat st;
-    /* a real path (no symbolic link to follow); no waiting on a FIFO put in its place */
-    int fd = open(e->file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 || fstat(fd, &st)) {
-        const char *why = strerror(errno);
-        if (fd >= 0)
-            close(fd);
+    int64_t size = 0;
+    const char *why;
+    /* a real path (no symbolic link to follow) */
+    int fd = ir_open_regular(e->file, O_NOFOLLOW, &size, &why);
+    if (fd < 0)
         return ir_fmt("%s: cannot open its external data file '%s': %s", e->what, ir_q(e->loc), why);
-    }
     const char *err = NULL;
-    if (!S_ISREG(st.st_mode))
-        err = ir_fmt("%s: its external data file '%s' is not a regular file", e->what, ir_q(e->loc));
-    else if (e->off > st.st_size || e->len > st.st_size - e->off)
+    if (e->off > size || e->len > size - e->off)
         err = ir_fmt("%s needs %lld bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)", e->what,
-                     (long long)e->len, (long long)e->off, ir_q(e->loc), (long long)st.st_size);
+                     (long long)e->len, (long long)e->off, ir_q(e->loc), (long long)size);
     size_t cap = e->len < (int64_t)IR_CHUNK ? (size_t)e->len + 1 : IR_CHUNK;
     char *buf = err ? NULL : malloc(cap);
     if (!err && !buf)

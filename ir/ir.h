@@ -22,6 +22,7 @@
  * is checked against it (shape_count), so element counts and byte sizes of
  * the IR never wrap. */
 #define MAX_NUMEL ((int64_t)1 << 40)
+#define MAX_WORLD (1 << 20) /* ranks of a job (--world, hybrid:F; the runtime's limit too) */
 
 typedef enum {
     DT_UNDEF,
@@ -325,6 +326,12 @@ int ir_find_value(const Graph *g, const char *name); /* -1 if absent */
  * whether a value that may be float is a known constant reads through it, so that a weight not yet read is never
  * taken for a non-constant (indices and shapes, never deferred, may be read as data). */
 const void *ir_data(const Graph *g, int v);
+/* Every file the compiler reads is opened this way (the model, its external data, --hw, the kernel cache), so
+ * that none can hang it: O_NONBLOCK (a FIFO without a writer does not block the open), refused unless fstat
+ * says it is a regular file (a FIFO or device could block or never end), then back to blocking reads.  flags:
+ * more open flags (O_NOFOLLOW).  Returns the fd and the file's size in *size, or -1 with the reason as a
+ * message's tail in *why ("not a regular file (a FIFO)", strerror). */
+int ir_open_regular(const char *path, int flags, int64_t *size, const char **why);
 /* Passes the len bytes of external data e to put(ctx, p, n) in order, at most IR_CHUNK at a time: NULL, or the
  * one-line reason they cannot be read (the file gone, shorter, not a regular file; nothing is printed). */
 #define IR_CHUNK ((size_t)4 << 20)

@@ -279,12 +279,7 @@ static int nd_positions(Sweep *s, int id, int b, int *k)
             node_fatal(g, &n, "batch dim %d is %lld in indices '%s' and %lld in data '%s'", i,
                        (long long)ix->shape.dim[i], ir_q(ix->name), (long long)x->shape.dim[i], ir_q(x->name));
     const int64_t *dims = x->shape.dim + b;
-    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
-        int64_t v = ((const int64_t *)ix->data)[i], lim = dims[i % *k];
-        if (v < -lim || v >= lim)
-            node_fatal(g, &n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v, (long long)i,
-                       ir_q(ix->name), (long long)-lim, (long long)lim);
-    }
+    tensor_const_indices(g, &n, ix, dims, *k);
     return nd_index(s, id, n.in[1], dims, *k, b, "positions");
 }
 

@@ -238,18 +238,25 @@ static int parse_double(const char *flag, const char *s, double lo, double hi, i
     return 0;
 }
 
-/* a decimal integer >= lo */
-static int parse_int(const char *flag, const char *s, int64_t lo, int64_t *out)
+/* Counts of steps (--steps, --warmup-steps, --accum, ...) are at most 2^53: exact as doubles (the schedule,
+ * the ETA) and far from wrapping when added or multiplied by a unit's events (--trace-steps) */
+#define MAX_COUNT ((int64_t)1 << 53)
+
+/* The one parser of the executable's integer flags: s, a decimal integer in [lo, hi]; else one line naming
+ * flag, s and the range (rt_err_set).  Every integer flag goes through it. */
+static int parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != 0 || isspace((unsigned char)*s) || *s == '+' || errno == ERANGE) {
-        rt_err_set(2, "%s: invalid integer '%s' (see --help)", flag, s);
+    if (end == s || *end != 0 || isspace((unsigned char)*s) || *s == '+') {
+        rt_err_set(2, "%s: invalid integer '%.40s' (expected one in [%" PRId64 ", %" PRId64 "]; see --help)", flag,
+                   s, lo, hi);
         return -1;
     }
-    if (v < lo) {
-        rt_err_set(2, "%s: %s must be >= %" PRId64, flag, s, lo);
+    if (errno == ERANGE || v < lo || v > hi) {
+        rt_err_set(2, "%s: %.40s is out of range: expected an integer in [%" PRId64 ", %" PRId64 "]", flag, s, lo,
+                   hi);
         return -1;
     }
     *out = v;
@@ -318,15 +325,15 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--val-tokens") == 0) {
         o->val_tokens = val;
     } else if (strcmp(flag, "--eval-every") == 0) {
-        rc = parse_int(flag, val, 1, &o->eval_every);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->eval_every);
     } else if (strcmp(flag, "--eval-steps") == 0) {
-        rc = parse_int(flag, val, 1, &o->eval_steps);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->eval_steps);
     } else if (strcmp(flag, "--out-dir") == 0) {
         o->out_dir = val;
     } else if (strcmp(flag, "--steps") == 0) {
-        rc = parse_int(flag, val, 0, &o->steps);
+        rc = parse_int(flag, val, 0, MAX_COUNT, &o->steps);
     } else if (strcmp(flag, "--log-every") == 0) {
-        rc = parse_int(flag, val, 1, &o->log_every);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->log_every);
     } else if (strcmp(flag, "--lr") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->lr);
     } else if (strcmp(flag, "--weight-decay") == 0) {
@@ -349,9 +356,9 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--trace") == 0) {
         o->trace = val;
     } else if (strcmp(flag, "--trace-steps") == 0) {
-        rc = parse_int(flag, val, 1, &o->trace_steps);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->trace_steps);
     } else if (strcmp(flag, "--accum") == 0) {
-        rc = parse_int(flag, val, 1, &o->accum);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->accum);
     } else if (strcmp(flag, "--accum-mode") == 0) {
         if (strcmp(val, "local") == 0 || strcmp(val, "comm") == 0) {
             o->accum_local = val[0] == 'l';
@@ -369,11 +376,11 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
     } else if (strcmp(flag, "--ckpt-dir") == 0) {
         o->ckpt_dir = val;
     } else if (strcmp(flag, "--ckpt-every") == 0) {
-        rc = parse_int(flag, val, 1, &o->ckpt_every);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->ckpt_every);
     } else if (strcmp(flag, "--resume") == 0) {
         o->resume = val;
     } else if (strcmp(flag, "--seed") == 0) {
-        rc = parse_int(flag, val, 0, &o->seed);
+        rc = parse_int(flag, val, 0, INT64_MAX, &o->seed);
     } else if (strcmp(flag, "--peak-tflops") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->peak_tflops);
     } else if (strcmp(flag, "--clip-grad-norm") == 0) {
@@ -389,11 +396,11 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
             rc = -1;
         }
     } else if (strcmp(flag, "--wsd-decay-steps") == 0) {
-        rc = parse_int(flag, val, 1, &o->wsd_decay);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->wsd_decay);
     } else if (strcmp(flag, "--warmup-steps") == 0) {
-        rc = parse_int(flag, val, 0, &o->warmup);
+        rc = parse_int(flag, val, 0, MAX_COUNT, &o->warmup);
     } else if (strcmp(flag, "--decay-steps") == 0) {
-        rc = parse_int(flag, val, 1, &o->decay_steps);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->decay_steps);
         o->set_decay = 1;
     } else if (strcmp(flag, "--min-lr") == 0) {
         rc = parse_double(flag, val, 0, INFINITY, 0, &o->min_lr);
@@ -420,7 +427,7 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
         o->static_scale |= strcmp(flag, "--loss-scale") == 0;
         o->set_scale_init |= strcmp(flag, "--loss-scale-init") == 0;
     } else if (strcmp(flag, "--loss-scale-growth-interval") == 0) {
-        rc = parse_int(flag, val, 1, &o->growth_interval);
+        rc = parse_int(flag, val, 1, MAX_COUNT, &o->growth_interval);
         o->set_growth = 1;
     } else if (strcmp(flag, "--rendezvous") == 0) {
         if (strncmp(val, "file:", 5) == 0 || strncmp(val, "tcp:", 4) == 0 || strcmp(val, "mpi") == 0) {

@@ -535,8 +535,8 @@ static int parse(Ckpt *k, const char *text, const char *path)
         rec[len] = 0;
         p = nl + 1;
         char word[16], name[8192 + 1];
-        int u, d, ns, r;
-        int64_t a, b, c2, e;
+        int r;
+        int64_t a, b, c2, e, du, nu;
         uint64_t sum;
         if (line == 1) {
             if (strcmp(rec, FORMAT))
@@ -545,12 +545,12 @@ static int parse(Ckpt *k, const char *text, const char *path)
             k->step = a;
         } else if (sscanf(rec, "data_pos %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 0) {
             k->pos = a;
-        } else if (sscanf(rec, "world %d%n", &u, &r) == 1 && !rec[r] && u >= 1) {
-            k->world = u;
-        } else if (sscanf(rec, "shard_group %d%n", &u, &r) == 1 && !rec[r] && u >= 1 && u <= (1 << 20)) {
-            k->sf = u;
-        } else if (sscanf(rec, "optimizer %d%n", &u, &r) == 1 && !rec[r]) {
-            k->optimizer = u;
+        } else if (sscanf(rec, "world %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 1 && a <= (1 << 20)) {
+            k->world = (int)a; /* read as int64 and checked: "%d" of 2^32 + 2 would be 2 */
+        } else if (sscanf(rec, "shard_group %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 1 && a <= (1 << 20)) {
+            k->sf = (int)a;
+        } else if (sscanf(rec, "optimizer %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 0 && a < 64) {
+            k->optimizer = (int)a;
         } else if (sscanf(rec, "updates %" SCNd64 "%n", &a, &r) == 1 && !rec[r] && a >= 0) {
             k->updates = a;
         } else if (sscanf(rec, "loss_scale %lf %" SCNd64 " %" SCNd64 "%n", &k->scale, &a, &b, &r) == 3 && !rec[r] &&
@@ -558,11 +558,12 @@ static int parse(Ckpt *k, const char *text, const char *path)
             k->has_scale = 1;
             k->scale_good = a;
             k->skipped = b;
-        } else if (sscanf(rec, "unit %d %" SCNd64 " %d %d %" SCNd64 " %" SCNd64 "%n", &u, &a, &d, &ns, &b, &c2,
-                          &r) == 6 && !rec[r]) {
-            if (u != k->nunit || a < 0 || a > INT64_MAX / 64 || rt_elem_size(d) == 0 || ns < 0 || ns > 2 || b < 0 ||
-                c2 < 0 || k->sf < 1 || b != (a + k->sf - 1) / k->sf)
+        } else if (sscanf(rec, "unit %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 " %" SCNd64 "%n", &e,
+                          &a, &du, &nu, &b, &c2, &r) == 6 && !rec[r]) {
+            if (e != k->nunit || a < 0 || a > INT64_MAX / 64 || du < 0 || du > 64 || rt_elem_size((int)du) == 0 ||
+                nu < 0 || nu > 2 || b < 0 || c2 < 0 || k->sf < 1 || b != (a + k->sf - 1) / k->sf)
                 BAD("%s", path, line, "a unit out of order or of impossible sizes");
+            int d = (int)du, ns = (int)nu;
             CUnit *q = realloc(k->unit, sizeof *q * (size_t)(k->nunit + 1));
             if (!q)
                 BAD("%s", path, line, "out of memory");

@@ -3,7 +3,8 @@
  * rank's own parameter shards, hand it to the device layer) and the training
  * data (match --data and --tokens to the model inputs, check the .npy files,
  * map the token stream, copy each step's samples into the arena and upload
- * them).
+ * them; a file that shrinks under the run ends it with one line, by the
+ * SIGBUS guard of npy.h).
  * Errors go through rt_err_set; rt.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -13,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -741,7 +743,11 @@ int rt_data_open(const RtModel *m, const RtOpts *o, int world, RtData *d)
         return -1;
     }
     int rc = 0;
-    if (o->tokens)
+    if (rt_map_guard_install() != 0) {
+        rt_err_set(1, "cannot install the SIGBUS handler that reports a data file shrinking: %s", strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0 && o->tokens)
         rc = open_token_feeds(m, o, d, skip);
     if (rc == 0)
         rc = match_inputs(m, o, o->data_flag, files, skip);
@@ -925,8 +931,25 @@ static void fill(const RtData *d, const RtFeed *f, const RtInput *in, char *dst,
     }
 }
 
+/* the mapped file of d that holds address at (a .npy or a token file), or NULL */
+static const char *file_at(const RtModel *m, const RtData *d, const void *at)
+{
+    const char *p = at;
+    for (int i = 0; d->feed && i < m->ninput; i++)
+        for (int k = 0; d->feed[i].kind == FEED_NPY && k < d->feed[i].npart; k++) {
+            const NpyArray *a = &d->feed[i].part[k];
+            if (a->map && p >= (const char *)a->map && p < (const char *)a->map + a->map_len)
+                return a->path;
+        }
+    for (int k = 0; k < d->nseg; k++)
+        if (p >= (const char *)d->seg[k].map && p < (const char *)d->seg[k].map + d->seg[k].map_len)
+            return d->seg[k].path;
+    return NULL;
+}
+
 /* the samples of global positions pos + rank*b + i, i < b, of every input
- * into the arena and to the device */
+ * into the arena and to the device; a data file that shrank under the run
+ * (SIGBUS in the copy out of its map) ends it with one line naming it */
 void rt_data_next(RtCtx *c, RtData *d)
 {
     const RtModel *m = c->m;
@@ -934,14 +957,19 @@ void rt_data_next(RtCtx *c, RtData *d)
         return;
     if (d->pos > INT64_MAX / 2) /* never in a real run; a manifest may say so: stay defined */
         d->pos %= d->rows;
-    for (int i = 0; i < m->ninput; i++) {
-        const RtInput *in = &m->input[i];
-        const RtFeed *f = &d->feed[i];
-        int64_t b = in->shape[0];
-        char *dst = c->arena + in->arena_off;
-        fill(d, f, in, dst, d->pos + b * c->rank, b);
-        rt_dev_upload(c, dst, b * (int64_t)f->row_bytes);
+    sigjmp_buf jb;
+    if (RT_MAP_TRY(jb)) {
+        const char *f = file_at(m, d, rt_map_fault());
+        rt_fatal(1, "%s: the file shrank while the run read it (truncated or rewritten in place?): a data file must "
+                    "stay as it was at start-up; restore it and --resume from the last checkpoint",
+                 f ? f : "a data file");
     }
+    for (int i = 0; i < m->ninput; i++)
+        fill(d, &d->feed[i], &m->input[i], c->arena + m->input[i].arena_off, d->pos + m->input[i].shape[0] * c->rank,
+             m->input[i].shape[0]);
+    rt_map_guard_end();
+    for (int i = 0; i < m->ninput; i++)
+        rt_dev_upload(c, c->arena + m->input[i].arena_off, m->input[i].shape[0] * (int64_t)d->feed[i].row_bytes);
     d->pos += d->gstep;
 }
 

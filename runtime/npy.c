@@ -1,5 +1,6 @@
 /* npy.c — strict, bounded reader of NumPy .npy files, and an atomic writer
- * of format 1.0 files (see npy.h).
+ * of format 1.0 files (see npy.h); the SIGBUS guard of reads out of a
+ * mapped data file that shrinks under the run (.npy and token files).
  *
  * Format (numpy.lib.format): "\x93NUMPY", major, minor, then the header
  * length (uint16 LE for 1.0, uint32 LE for 2.0 and 3.0), then the header: a
@@ -12,6 +13,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +347,11 @@ int npy_open(const char *path, NpyArray *a, char *err, size_t errlen)
     }
     a->map = map;
     a->map_len = len;
+    a->path = strdup(path);
+    if (!a->path) {
+        npy_close(a);
+        return fail(err, errlen, "%s: out of memory", path);
+    }
     return 0;
 }
 
@@ -351,8 +359,59 @@ void npy_close(NpyArray *a)
 {
     if (a->map)
         munmap(a->map, a->map_len);
+    free(a->path);
     memset(a, 0, sizeof *a);
 }
+
+/* ---------------------------------------------- reads of a file that shrinks
+ * Why a handler and not pread: the data is read where it lies, a row or a
+ * token window at a time; a guard costs one sigsetjmp (no mask saved: a few
+ * ns) per batch, a pread one system call per row or window (--shuffle reads
+ * rows one by one).  Measured on this machine (AMD EPYC, 2026-11-26), a batch of
+ * 32 rows of 64 B at random places of a cached file: 0.1-0.2 us by memcpy
+ * from the map under the guard (as without it), 31-37 us by pread, against
+ * 25 us for a whole step of examples/mlp.onnx at batch 32. */
+
+static struct sigaction g_old_bus;      /* the handler before ours */
+static _Thread_local sigjmp_buf *t_jb;  /* this thread's guarded read, or NULL */
+static _Thread_local const void *t_at;  /* where the last caught fault read */
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    sigjmp_buf *jb = t_jb;
+    if (jb && si->si_code == BUS_ADRERR) { /* a guarded read past a mapped file's end */
+        t_jb = NULL;
+        t_at = si->si_addr;
+        siglongjmp(*jb, 1);
+    }
+    if (g_old_bus.sa_flags & SA_SIGINFO) {
+        g_old_bus.sa_sigaction(sig, si, uc);
+    } else if (g_old_bus.sa_handler != SIG_DFL && g_old_bus.sa_handler != SIG_IGN) {
+        g_old_bus.sa_handler(sig);
+    } else { /* as if we were not here: the signal ends the process */
+        signal(SIGBUS, SIG_DFL);
+        raise(SIGBUS);
+    }
+}
+
+int rt_map_guard_install(void)
+{
+    static int done;
+    if (done++)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER; /* not blocked in the handler: siglongjmp needs no mask restored */
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, &g_old_bus);
+}
+
+void rt_map_guard_begin(void *jb) { t_jb = jb; }
+
+void rt_map_guard_end(void) { t_jb = NULL; }
+
+const void *rt_map_fault(void) { return t_at; }
 
 /* ------------------------------------------------------------------ writer */
 

@@ -28,6 +28,7 @@ typedef struct {
     /* owned by npy_open */
     void *map;
     size_t map_len;
+    char *path;                 /* the file's (for messages) */
 } NpyArray;
 
 /* Parse a whole .npy image held in memory (buf, len).  On success fills *a
@@ -40,6 +41,19 @@ int npy_parse(const void *buf, size_t len, NpyArray *a, char *err, size_t errlen
  * released by npy_close. */
 int npy_open(const char *path, NpyArray *a, char *err, size_t errlen);
 void npy_close(NpyArray *a);
+
+/* A mapped file that shrinks under the run (truncated, rewritten in place) raises SIGBUS where a read
+ * touches a page past its new end.  Reads of mapped data run between RT_MAP_TRY(jb) and rt_map_guard_end()
+ * on one thread: RT_MAP_TRY is 0 on entry, and 1 again after such a fault, with rt_map_fault() the address
+ * the read touched (the caller names the file holding it, and stops: one line, never the signal).  The
+ * handler is installed once, by rt_map_guard_install (after MPI_Init, so that a SIGBUS outside a guarded
+ * read still goes to the handler that was there: MPI's, or the default).  Measured beside pread per row:
+ * see runtime/npy.c. */
+int rt_map_guard_install(void);
+void rt_map_guard_begin(void *jb); /* a sigjmp_buf: void here, for files without POSIX's setjmp.h */
+void rt_map_guard_end(void);
+const void *rt_map_fault(void);
+#define RT_MAP_TRY(jb) (rt_map_guard_begin(jb), sigsetjmp(jb, 0)) /* jb: a sigjmp_buf (setjmp.h) */
 
 /* The .npy 1.0 header (magic .. the dict padded with spaces and '\n' to a
  * multiple of 64 bytes) of a C-order array into buf.  Returns its length, or

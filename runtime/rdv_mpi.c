@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rt_priv.h"
 
@@ -31,6 +32,15 @@ int rt_rdv_mpi(char *line, int cap, int rank, int world, char *err, size_t errle
     const char *lib = getenv("FSDPC_MPI_LIB");
     if (lib && strcmp(lib, "none") == 0)
         return 0;
+    if (lib && strchr(lib, '/')) { /* a path: dlopen's open would wait on a FIFO */
+        struct stat st;
+        int fd = rt_open_regular(lib, &st);
+        if (fd < 0) {
+            snprintf(err, errlen, "rank %d: FSDPC_MPI_LIB=%.200s: %s", rank, lib, rt_open_why(fd));
+            return -1;
+        }
+        close(fd);
+    }
     void *h = dlopen(lib && *lib ? lib : "libmpi.so.40", RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
         if (!lib || !*lib)

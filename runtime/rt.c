@@ -944,15 +944,30 @@ static void report_stop(const Run *r, double loss, int loss_rank, double gsq)
     fflush(stderr);
 }
 
+/* --on-nonfinite skip, and every step of this run skipped: the model is as it started, which a run that exits 0
+ * (and exports) would hide; rank 0 says so in one line, every rank returns 1 (the skips were agreed) */
+static int report_none_applied(const Run *r)
+{
+    if (g_rank == 0) {
+        fprintf(stderr, "%s: error: no step was applied: all %lld steps of this run were skipped (--on-nonfinite "
+                        "skip: their loss or gradient was not finite), so the model is unchanged and not exported: "
+                        "check the data and --lr\n", rt_prog, (long long)(r->o.steps - r->first));
+        fflush(stderr);
+    }
+    return 1;
+}
+
 /* the steps after r->first up to --steps, checkpointing as asked; returns the
- * exit status (non-zero: --dump-grads or a checkpoint failed, or a step was
- * not finite under --on-nonfinite stop).  A step whose loss or gradient norm
- * is not finite is never applied: the updates skip on a non-finite norm, a
- * non-finite loss makes the norm NaN (codegen), and after a micro-step with
- * a non-finite loss the step's later micro-steps only consume their data. */
+ * exit status (non-zero: --dump-grads or a checkpoint failed, a step was
+ * not finite under --on-nonfinite stop, or under skip none was applied).
+ * A step whose loss or gradient norm is not finite is never applied: the
+ * updates skip on a non-finite norm, a non-finite loss makes the norm NaN
+ * (codegen), and after a micro-step with a non-finite loss the step's later
+ * micro-steps only consume their data. */
 static int train(Run *r)
 {
     RtCtx *c = &r->ctx;
+    const int64_t updates0 = c->updates;
     for (int64_t s = r->first; s < r->o.steps; s++) {
         c->step = s + 1;
         c->opt_step = c->updates + 1; /* a skipped step's update is not counted */
@@ -1010,7 +1025,7 @@ static int train(Run *r)
                 return status;
         }
     }
-    return 0;
+    return r->o.skip_nonfinite && r->o.steps > r->first && c->updates == updates0 ? report_none_applied(r) : 0;
 }
 
 /* export, close the metrics file; returns the exit status */
@@ -1082,7 +1097,9 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }
-    if (status == 0 && o->trace && rt_trace_start(&r->ctx, o->trace_steps) != 0)
+    int64_t left = o->steps > r->first ? o->steps - r->first : 0; /* the steps this run traces: no more than run */
+    int64_t traced = o->trace_steps < left ? o->trace_steps : left;
+    if (status == 0 && o->trace && rt_trace_start(&r->ctx, traced) != 0)
         status = rt_err_sync();
     if (status == 0) {
         const char *overlap = rt_dev_overlap(&r->ctx);

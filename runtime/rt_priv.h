@@ -62,23 +62,26 @@ void rt_progress_read(RtProgress *p);
 
 /* FSDPC_STEP_TIMEOUT: the seconds one wait on the other ranks (a collective,
  * a step on the GPU) may make no progress before the job is brought down;
- * default 600.  0, or -1 with a one-line reason in err.  Inline: the cuda
- * device layer's self-test links no core. */
+ * default 600 (unset).  Set, it is a number in (0, 1e9]: '', 'inf', 'nan',
+ * '5s' are refused, not read as the default or as never.  0, or -1 with a
+ * one-line reason in err.  Inline: the cuda device layer's self-test links
+ * no core. */
 static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
 {
     const char *t = getenv("FSDPC_STEP_TIMEOUT");
     *seconds = 600;
-    if (!t || !*t)
+    if (!t)
         return 0;
     char *end;
     double v = strtod(t, &end);
-    if (*end || !(v > 0)) {
+    if (!*t || *end || !(v > 0 && v <= 1e9)) { /* NaN fails too */
         char shown[41];
         size_t i = 0;
         for (; t[i] && i + 1 < sizeof shown; i++) /* printable: it is echoed in a one-line message */
             shown[i] = (unsigned char)t[i] < 0x20 || t[i] == 0x7f ? '?' : t[i];
         shown[i] = 0;
-        snprintf(err, errlen, "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0", shown);
+        snprintf(err, errlen, "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0 and at most 1e9 (unset "
+                 "for the default, 600)", shown);
         return -1;
     }
     *seconds = v;

@@ -52,12 +52,15 @@ static int64_t now_ns(void)
 int rt_trace_start(RtCtx *c, int64_t steps)
 {
     Trace *t = calloc(1, sizeof *t);
-    int64_t cap = steps * ((int64_t)c->m->nnode + c->m->ncoll) * (c->accum > 0 ? c->accum : 1);
-    Ev *ev = cap > 0 ? malloc(sizeof *ev * (size_t)cap) : NULL;
-    if (!t || (cap > 0 && !ev)) {
+    int64_t cap, per; /* events: per step, in all */
+    int wraps = __builtin_mul_overflow((int64_t)c->m->nnode + c->m->ncoll, c->accum > 0 ? c->accum : 1, &per) ||
+                __builtin_mul_overflow(steps, per, &cap) || (uint64_t)cap > SIZE_MAX / sizeof(Ev);
+    Ev *ev = !wraps && cap > 0 ? malloc(sizeof *ev * (size_t)cap) : NULL;
+    if (!t || wraps || (cap > 0 && !ev)) {
         free(t);
         free(ev);
-        rt_err_set(1, "--trace: out of memory for %lld events", (long long)(steps * (c->m->nnode + 1)));
+        rt_err_set(1, "--trace-steps %lld: out of memory for the events of so many steps (trace fewer)",
+                   (long long)steps);
         return -1;
     }
     t->ev = ev;

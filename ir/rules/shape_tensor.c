@@ -231,13 +231,7 @@ static void gather(Graph *g, const Node *n)
         s.dim[s.rank++] = ix->shape.dim[d];
     for (int d = ax + 1; d < x->shape.rank; d++)
         s.dim[s.rank++] = x->shape.dim[d];
-    int64_t lim = x->shape.dim[ax];
-    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
-        int64_t v = ((const int64_t *)ix->data)[i];
-        if (v < -lim || v >= lim)
-            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
-                       (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
-    }
+    tensor_const_indices(g, n, ix, &x->shape.dim[ax], 1);
     set_out(g, n, 0, x->dtype, &s);
 }
 

@@ -530,14 +530,19 @@ int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Va
             node_fatal(g, n, "indices '%s' have %lld along dim %d, data '%s' %lld; off the axis they can "
                        "be no longer", ir_q(ix->name), (long long)ix->shape.dim[d], d, ir_q(x->name),
                        (long long)x->shape.dim[d]);
-    int64_t lim = x->shape.dim[ax];
-    for (int64_t i = 0; ix->role == R_CONST && ix->data && i < shape_numel(&ix->shape); i++) {
-        int64_t v = ((const int64_t *)ix->data)[i];
-        if (v < -lim || v >= lim)
-            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v,
-                       (long long)i, ir_q(ix->name), (long long)-lim, (long long)lim);
-    }
+    tensor_const_indices(g, n, ix, &x->shape.dim[ax], 1);
     return ax;
+}
+
+void tensor_const_indices(const Graph *g, const Node *n, const Value *ix, const int64_t *lim, int k)
+{
+    if (ix->role != R_CONST || !ix->data)
+        return;
+    const int64_t *v = ix->data;
+    for (int64_t i = 0, count = shape_numel(&ix->shape); i < count; i++) /* counted once: tables of 2^20 */
+        if (v[i] < -lim[i % k] || v[i] >= lim[i % k])
+            node_fatal(g, n, "index %lld (entry %lld of '%s') is outside [%lld, %lld)", (long long)v[i], (long long)i,
+                       ir_q(ix->name), (long long)-lim[i % k], (long long)lim[i % k]);
 }
 
 void tensor_nd_counts(const Node *n, const Shape *ix, int64_t *nb, int64_t *nq)

@@ -19,6 +19,9 @@
 
 /* axis attribute value a of a rank-r tensor, normalised to [0, r) */
 int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *what);
+/* constant indices ix (none checked when ix is no constant): entry i inside [-lim[i % k], lim[i % k]), else
+ * fatal naming node n, the index and the entry (Gather, GatherElements: k 1; GatherND's tuples: k dims) */
+void tensor_const_indices(const Graph *g, const Node *n, const Value *ix, const int64_t *lim, int k);
 /* GatherElements' and ScatterElements' indices ix into data x (node n, attr axis): int64, x's rank, no
  * longer than x off the axis, and, when a constant, inside x along it; returns the axis (fatal otherwise) */
 int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Value *ix);

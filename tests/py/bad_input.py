@@ -419,6 +419,29 @@ def main():
     expect_error([fsdpc, J("f64.onnx"), "-o", J("o"), "--target", "cpu", "--precision", "fp16"] + base,
                  "--precision fp16", "float32 model", "f64")
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--loss", "mse:y,t", "--dim", "batch=0"], "--dim")
+    # integers: the flag, the value and the range, never a value cut to int (SIGFPE, or world 2 for 2^32+2)
+    rep = [fsdpc, good, "--target", "cpu", "--report"] + base
+    expect_error(rep + ["--world", "4294967296"], "--world", "4294967296", "[1, 1048576]", code=(1,))
+    expect_error(rep + ["--world", "4294967298"], "--world", "4294967298", "[1, 1048576]", code=(1,))
+    expect_error(rep + ["--shard", "hybrid:4294967296"], "hybrid:F", "4294967296", "[1, 1048576]", code=(1,))
+    expect_error(rep + ["--max-inflight", "4294967297"], "--max-inflight", "4294967297", "[1, 2147483647]", code=(1,))
+    expect_error(rep + ["--wrap", "size:99999999999999999999"], "--wrap size:N", "99999999999999999999", "out of range",
+                 code=(1,))
+    expect_error(rep + ["--world", "+3"], "--world", "'+3'", "not an integer", code=(1,))
+    expect_error([fsdpc, good, "--target", "cpu", "--report", "--loss", "mse:y,t", "--dim",
+                  "batch=99999999999999999999"], "--dim batch", "99999999999999999999", "[1, 1099511627776]", code=(1,))
+    expect_error(rep + ["--dim", "batch=3"], "--dim batch is given twice", code=(1,))
+    # --calibrate: at most one rank per core, and -o checked before it builds or measures anything (--cc /bin/false
+    # would fail the build first)
+    cal = [fsdpc, "--calibrate", "--cc", "/bin/false"]
+    expect_error(cal + ["--world", "99999999999"], "--world", "99999999999", "[1, 1048576]", code=(1,))
+    expect_error(cal + ["--world", str(os.cpu_count() + 1)], "--world %d" % (os.cpu_count() + 1), "cores", code=(1,))
+    expect_error(cal + ["-o", work], "-o", "not a regular file (a directory)", code=(1,))
+    expect_error(cal + ["-o", J("no", "dir", "x.hw")], "no/dir", "does not exist", code=(1,))
+    # --hw: a FIFO, a directory are refused at once (a hang fails the timeout)
+    os.mkfifo(J("hw.fifo"))
+    expect_error(rep + ["--hw", J("hw.fifo")], "--hw", "hw.fifo", "not a regular file (a FIFO)", code=(1,), timeout=60)
+    expect_error(rep + ["--hw", work + "/"], "--hw", "not a regular file (a directory)", code=(1,), timeout=60)
     expect_error([fsdpc, good, "-o", J("o"), "--target", "cpu", "--target", "tpu"] + base, "tpu")
     expect_error([fsdpc, good] + base + ["-o"], "-o")
     expect_error([fsdpc, "-o", J("o"), "--target", "cpu"] + base, "no model")
@@ -449,6 +472,11 @@ def main():
     expect_error([exe, "--data", "x=" + J("x.npy"), "--lr", "abc"] + ok, "--lr")
     X = ["--data", "x=" + J("x.npy")] + ok
     expect_error([exe, "--accum", "0"] + X, "--accum", code=(2,))
+    expect_error([exe, "--steps", "99999999999999999999"] + X, "--steps", "out of range", "[0, 9007199254740992]",
+                 code=(2,))
+    expect_error([exe, "--trace-steps", "9007199254740993"] + X, "--trace-steps", "[1, 9007199254740992]", code=(2,))
+    expect_error([exe, "--seed", "9223372036854775808"] + X, "--seed", "[0, 9223372036854775807]", code=(2,))
+    expect_error([exe, "--log-every", "1x"] + X, "--log-every", "'1x'", code=(2,))
     expect_error([exe, "--accum-mode", "locale"] + X, "--accum-mode", "expects comm or local", code=(2,))
     expect_error([exe, "--clip-grad-norm", "-1"] + X, "--clip-grad-norm", code=(2,))
     expect_error([exe, "--export-safetensors", work] + X, "--export-safetensors", "is a directory")

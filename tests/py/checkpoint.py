@@ -38,7 +38,8 @@ per-rank batch is 12/W; each (world, strategy) executable is compiled once.
     name, an unknown record, step 6 edited to step 4, data_pos edited, a
     wrong checksum on the end record, none, a record after the end): one
     line naming the manifest, exit 1; the step, data_pos and wrong-checksum
-    edits are refused for their checksum.
+    edits are refused for their checksum.  A world of 2^32 + W with a
+    valid checksum is refused too (not read as W).
 6. Bad flags: --resume of a directory with neither manifest nor latest fails
    non-zero naming the path; --ckpt-every 0 exits 2.
 7. Links planted in --ckpt-dir (by anyone who can write there): at world 2
@@ -59,7 +60,7 @@ import subprocess
 import sys
 
 import numpy as np
-
+from common import check, mpirun, onnx_weights, rel_err, run, write_manifest
 from common import check, mpirun, onnx_weights, rel_err, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -297,6 +298,18 @@ def main():
         if "edited" in what or "wrong" in what:
             check("checksum does not match" in errs[0], "%s: the refusal does not name the checksum: %s" % (what, errs[0]))
         print("tampered    %-26s -> %s" % (what, errs[0][errs[0].find("--resume"):][:110]))
+
+    # a world of 2^32 + W, checksummed again: refused ("%d" read it as W)
+    T = J("tampered")
+    shutil.rmtree(T, ignore_errors=True)
+    shutil.copytree(os.path.join(D, step_name(INTERRUPT)), T)
+    write_manifest(os.path.join(T, "manifest"), [("world %d" % (2**32 + int(l.split()[1])) if l.startswith("world ")
+                                                  else l) for l in good])
+    p, _, _ = train(1, "grad_op", "tampered", ["--resume", T, "--steps", str(STEPS)], expect_ok=False)
+    errs = [l for l in p.stderr.splitlines() if l.strip()]
+    check(p.returncode == 1 and len(errs) == 1 and "manifest" in errs[0] and "an unknown record" in errs[0],
+          "a world of 2^32 + W: expected exit 1 and one line, got %d:\n%s" % (p.returncode, p.stderr))
+    print("tampered    %-26s -> %s" % ("world 2^32 + W", errs[0][errs[0].find("--resume"):][:110]))
 
     # 6. bad flags
     empty = J("empty")

@@ -9,7 +9,7 @@ Open MPI's library loaded at run time for the rendezvous — glibc's
 LD_DEBUG=files shows every rank loading it) their losses and exported
 weights match the reference, and so at world 3 under mpirun with
 FSDPC_MPI_LIB=none (no rank loads it: the /tmp rendezvous file); an
-FSDPC_MPI_LIB that does not load is a one-line error per rank; a start-up
+FSDPC_MPI_LIB that does not load, or is a FIFO, is a one-line error per rank; a start-up
 error on one rank is printed once, by that rank; a rank killed mid-run
 takes the others down within seconds, with a message naming it.
 
@@ -129,6 +129,13 @@ def main():
     check(p.returncode != 0 and len(lines) == 2, "FSDPC_MPI_LIB that does not load: exit %d, stderr:\n%s"
           % (p.returncode, p.stderr[-2000:]))
     print("FSDPC_MPI_LIB that does not load:", lines[0])
+    # a FIFO as the MPI library: refused at once, never opened (dlopen would wait for a writer)
+    os.mkfifo(J("libmpi.fifo"))
+    p = run(mpirun(2, args(J("tcp_w2"), "fifompi")), check=False, env={"FSDPC_MPI_LIB": J("libmpi.fifo")}, timeout=60)
+    lines = [l for l in p.stderr.splitlines() if "FSDPC_MPI_LIB=" in l and "not a regular file" in l]
+    check(p.returncode != 0 and len(lines) == 2, "FSDPC_MPI_LIB a FIFO: exit %d, stderr:\n%s"
+          % (p.returncode, p.stderr[-2000:]))
+    print("FSDPC_MPI_LIB a FIFO:", lines[0])
 
     # a start-up error on rank 1 only: one line, by rank 1; every rank exits 1
     exe = J("tcp_w2")

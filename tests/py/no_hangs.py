@@ -18,7 +18,8 @@ case with a 60 s limit (a hang would hit it) and a measured exit time:
   - rank 0 blocked in a system call (opening a --metrics FIFO nobody reads)
     while rank 1 waits at start-up: rank 1's line names rank 0, which answers
     from its watchdog thread, with where it is;
-  - FSDPC_STEP_TIMEOUT that is not a number: one line, every rank exits 1;
+  - FSDPC_STEP_TIMEOUT that is not a number of seconds ('5s', '', 'inf'): one
+    line, every rank exits 1;
   - --resume of a checkpoint only rank 0 can read (rank 1 points at an empty
     directory): every rank stops at start-up.
 Files that are not regular files are refused at once, never read (a FIFO
@@ -174,13 +175,15 @@ def main():
            r"not arrive: rank 0 is at start-up, outside any collective")
     check(re.search(pat, p.stderr), "a rank blocked: stderr lacks %r:\n%s" % (pat, p.stderr))
     print("%-28s exit %d after %4.1f s" % ("rank 0 blocked in open()", p.returncode, took))
-    # a timeout that is not a number: one line
-    env = dict(os.environ, FSDPC_STEP_TIMEOUT="5s")
-    p = subprocess.run(mpmd([exe] + args, [exe] + args), capture_output=True, text=True, timeout=LIMIT, env=env)
-    lines = [l for l in p.stderr.splitlines() if "FSDPC_STEP_TIMEOUT" in l]
-    check(p.returncode != 0 and len(lines) == 1 and "FSDPC_STEP_TIMEOUT='5s': expected a number of seconds > 0"
-          in lines[0], "FSDPC_STEP_TIMEOUT=5s: exit %d, expected one line:\n%s" % (p.returncode, p.stderr))
-    print("%-28s exit %d: %s" % ("FSDPC_STEP_TIMEOUT=5s", p.returncode, lines[0].strip()))
+    # a timeout that is not a number of seconds (set but empty, never, 5s): one line
+    for bad_t in ("5s", "", "inf"):
+        env = dict(os.environ, FSDPC_STEP_TIMEOUT=bad_t)
+        p = subprocess.run(mpmd([exe] + args, [exe] + args), capture_output=True, text=True, timeout=LIMIT, env=env)
+        lines = [l for l in p.stderr.splitlines() if "FSDPC_STEP_TIMEOUT" in l]
+        check(p.returncode != 0 and len(lines) == 1 and "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0"
+              % bad_t in lines[0], "FSDPC_STEP_TIMEOUT=%r: exit %d, expected one line:\n%s" % (bad_t, p.returncode,
+                                                                                             p.stderr))
+        print("%-28s exit %d: %s" % ("FSDPC_STEP_TIMEOUT=%r" % bad_t, p.returncode, lines[0].strip()))
     # a checkpoint rank 0 reads and rank 1 cannot
     run([exe] + data + ["--steps", "2", "--ckpt-dir", J("ck"), "--quiet"])
     os.makedirs(J("empty"), exist_ok=True)

@@ -26,7 +26,9 @@ At world 1 and 2:
    and moments untouched) and both manifests say "updates 2"; step 6's
    says "updates 5"; the exported weights are finite.  A --resume of
    step-00000003 --steps 6 gives the losses of steps 4..6 exactly and
-   skipped_total 1 (the skip count survives the checkpoint).
+   skipped_total 1 (the skip count survives the checkpoint).  With NaN in
+   every row (xallnan.npy), --steps 3: no step applied, exit 1 with one
+   line "no step was applied", no export.
 5. fp16 (world 1): a NaN loss stops as in 1; tbig.npy's overflow is still a
    skip with the loss scale halved (exit 0).
 """
@@ -78,6 +80,7 @@ def main():
     xn = x.copy()
     xn[31, 5] = np.nan
     np.save(J("xnan.npy"), xn)
+    np.save(J("xallnan.npy"), np.full_like(x, np.nan))
     tb = t.copy()
     tb[24:36] = 1.2e19
     np.save(J("tbig.npy"), tb)
@@ -155,6 +158,15 @@ def main():
         back = steps(J("resume_w%d.jsonl" % world))
         check([r["loss"] for r in back] == [r["loss"] for r in rows[3:]] and back[-1]["skipped_total"] == 1,
               "%s: resumed from the skipped step: %r" % (tag, back))
+
+        # 4b. skip, and no step applied: exit 1 with one line, no export
+        E5 = J("none_w%d.onnx" % world)
+        p = train("none_w%d" % world, ["--data", "x=" + J("xallnan.npy"), "--data", "target=" + J("t.npy"),
+                                       "--steps", "3", "--export-onnx", E5, "--on-nonfinite", "skip"], False)
+        lines = our_lines(p.stderr)
+        check(len(lines) == 1 and "error: no step was applied: all 3 steps of this run were skipped" in lines[0],
+              "%s skip, every step: %r" % (tag, p.stderr))
+        check(not os.path.exists(E5), "%s skip, every step: exported" % tag)
 
     # 5. fp16: a NaN loss stops; an overflow stays a skip with the scale backed off
     exe = build(1, ("--precision", "fp16"))

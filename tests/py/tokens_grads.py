@@ -11,11 +11,14 @@ loss must equal NumPy's cross-entropy of the expected samples (sample k = tokens
 the r-th slice), once with the default inputs (labels = the shifted window) and
 once with --token-inputs labels,ids (labels = the unshifted window).  Step 1's
 gradient of W from --dump-grads (shape [C, V]) must equal NumPy's.  Then the
-bad cases: one error line each.
+bad cases: one error line each; among them x.npy and the token file
+truncated to 0 bytes while a long run reads them (after its step 1): one
+line naming the file, exit 1, never SIGBUS.
 """
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -34,6 +37,22 @@ def ce(x, W, lab):
     loss = -np.take_along_axis(lp, lab[..., None].astype(np.int64), -1).mean()
     g = (np.exp(lp) - np.eye(V)[lab]) / lab.size
     return loss, np.einsum("btc,btv->cv", x.astype(np.float64), g)
+
+
+def shrinks(cmd, victim):
+    """cmd's exit status and stderr when victim is truncated to 0 bytes after its step 1 (a hang fails)"""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in p.stdout:
+        if line.startswith("step 1/"):
+            break
+    os.truncate(victim, 0)
+    try:
+        _, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return "none within 120 s", p.communicate()[1]
+    return p.returncode, err
 
 
 def main():
@@ -132,6 +151,17 @@ def main():
                                                                            p.stderr[-400:], needle))
         else:
             print("ok  %-40s -> %s" % (needle, lines[0][:120]))
+    # a data file that shrinks under the run (truncated once step 1 is done): one line naming it, exit 1, no SIGBUS
+    for victim in ("x.npy", "tok.bin"):
+        shutil.copy(J(victim), J("shrink_" + victim))
+        cmd = [exe, "--tokens", J("shrink_tok.bin" if victim == "tok.bin" else "tok.bin"),
+               "--data", "x=" + J("shrink_x.npy" if victim == "x.npy" else "x.npy"), "--steps", "100000000"]
+        rc, err = shrinks(cmd, J("shrink_" + victim))
+        lines = [l for l in err.splitlines() if l.strip()]
+        if rc != 1 or len(lines) != 1 or "shrink_%s: the file shrank while the run read it" % victim not in err:
+            bad.append("%s truncated under the run: exit %s, stderr %r" % (victim, rc, err[-400:]))
+        else:
+            print("ok  %-40s -> %s" % (victim + " truncated under the run", lines[0][:120]))
     # ranks reading different token files
     toks2 = toks.copy()
     toks2[3] ^= 1
