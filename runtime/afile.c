@@ -4,6 +4,14 @@
  * getrandom (64^6 names): O_EXCL makes a planted name a collision, not a
  * redirection, and the next name is tried (64 tries, then EEXIST).  A
  * stream (rt_afile_fopen) owns the fd: release closes the one or the other.
+ *
+ * What is at PATH already decides how it is written: nothing, a regular file
+ * or a link: the temporary, renamed over it (a link is replaced, never
+ * followed); a FIFO or a character device: written in place, opened
+ * O_NOFOLLOW without O_CREAT — a stream has nothing to replace atomically
+ * (--metrics into a pipe, an export to /dev/null, which a rename would
+ * replace by a file when run as root); a folder (EISDIR), a socket or a block
+ * device (EEXIST): refused before anything is written.
  */
 #define _GNU_SOURCE
 
@@ -106,6 +114,18 @@ static void release(RtAFile *f)
 /* f->dirfd and f->base set (owned by f): create the temporary; 0, or -1 with errno and f released */
 static int create_tmp(RtAFile *f, mode_t mode)
 {
+    struct stat st;
+    if (fstatat(f->dirfd, f->base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) { /* a stream: written in place, never replaced */
+            f->fd = openat(f->dirfd, f->base, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            f->stream = f->published = f->fd >= 0;
+            if (f->fd >= 0)
+                return 0;
+        } else
+            errno = S_ISDIR(st.st_mode) ? EISDIR : EEXIST; /* a folder, socket or block device */
+        release(f);
+        return -1;
+    }
     f->fd = -1;
     for (int tries = 0; tries < 64; tries++) {
         char sfx[7];
@@ -162,6 +182,8 @@ FILE *rt_afile_fopen(RtAFile *f, const char *path, mode_t mode)
 
 int rt_afile_publish(RtAFile *f)
 {
+    if (f->stream)
+        return 0;
     if (f->dirfd < 0 || f->published) {
         errno = EBADF;
         return -1;
@@ -187,7 +209,7 @@ static int sync_close(RtAFile *f)
     int rc = 0;
     if (f->fp && (fflush(f->fp) != 0 || ferror(f->fp)))
         rc = -1;
-    if (rc == 0 && fsync(f->fd) != 0)
+    if (rc == 0 && !f->stream && fsync(f->fd) != 0)
         rc = -1;
     int e = errno, c = f->fp ? fclose(f->fp) : close(f->fd);
     f->fp = NULL;
@@ -209,7 +231,7 @@ int rt_afile_commit(RtAFile *f)
         rt_afile_abort(f);
         return -1;
     }
-    int rc = fsync(f->dirfd);
+    int rc = f->stream ? 0 : fsync(f->dirfd);
     release(f);
     return rc;
 }

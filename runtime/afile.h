@@ -33,11 +33,14 @@ typedef struct {
     char tmp[300];    /* the temporary's name in the folder */
     FILE *fp;         /* rt_afile_fopen's stream over fd, or NULL */
     int published;    /* rt_afile_publish: the temporary is PATH already */
+    int stream;       /* PATH is a FIFO or character device, written in place (fd is PATH itself) */
 } RtAFile;
 
 /* Create PATH's temporary (mode as for open(2), before the umask).  0, or -1
  * with errno set (nothing left behind).  PATH must name a file: "" or one
- * ending in '/' is EISDIR. */
+ * ending in '/' is EISDIR, an existing folder too, a socket or block device
+ * EEXIST; an existing FIFO or character device is opened itself (f->stream:
+ * no temporary, commit only closes it; the open waits for a FIFO's reader). */
 int rt_afile_open(RtAFile *f, const char *path, mode_t mode);
 /* the same for NAME in folder dirfd (dup'ed: the caller keeps dirfd) */
 int rt_afile_openat(RtAFile *f, int dirfd, const char *name, mode_t mode);

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +224,23 @@ static void afile_tests(void)
     snprintf(p, sizeof p, "%s/", dir);
     if (rt_afile_write(p, "x", 1, 0644) == 0 || errno != EISDIR)
         failf("rt_afile_write of a folder's path: %s", strerror(errno));
+    if (rt_afile_write(dir, "x", 1, 0644) == 0 || errno != EISDIR)
+        failf("rt_afile_write over a folder: %s", strerror(errno));
+    /* a stream is written in place: /dev/null stays the device (a rename would make it a file, as root) */
+    struct stat before;
+    if (stat("/dev/null", &before) != 0 || rt_afile_write("/dev/null", "x", 1, 0644) != 0 ||
+        lstat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode) || st.st_ino != before.st_ino)
+        failf("rt_afile_write to /dev/null: %s, or it is no longer the device", strerror(errno));
+    char fifo[400];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    int rfd = mkfifo(fifo, 0600) == 0 ? open(fifo, O_RDONLY | O_NONBLOCK) : -1; /* a reader: the write's open returns */
+    char got[8] = "";
+    if (rfd < 0 || rt_afile_write(fifo, "pipe", 4, 0644) != 0 || read(rfd, got, sizeof got - 1) != 4 ||
+        strcmp(got, "pipe") || lstat(fifo, &st) != 0 || !S_ISFIFO(st.st_mode))
+        failf("rt_afile_write to a FIFO: %s; read '%s'", strerror(errno), got);
+    if (rfd >= 0)
+        close(rfd);
+    unlink(fifo);
     /* a link planted in a folder's place: removing the folder removes the link, not the target's files */
     char important[64];
     snprintf(important, sizeof important, "%s/important", tmpdir);
