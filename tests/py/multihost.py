@@ -20,7 +20,14 @@ environment (the variables the ranks need go by mpirun -x).  Checked:
   watchdog thread over UDP to host 0 (a peer it could not reach would be "not responding");
 - the cuda target's control plane (ctl_tcp.c, here on the CPU through CC_TCP as in runtime_tcp_train):
   the MLP on 2 hosts x 2 ranks, its rendezvous through Open MPI (rank 0's hostname and port): the same
-  losses and weights as the MPI runtime's world-4 run within 1e-6.
+  losses and weights as the MPI runtime's world-4 run within 1e-6;
+- host 1 cut off mid-run (its link pulled out of the switch), 2 ranks on host 0 and 1 on host 1: before the cut,
+  the watchdog's UDP sockets are bound to 127.0.0.1 and the host's own address only, and a question with a
+  wrong token from host 2 (which runs no rank) or from a process on host 0 gets no answer; then, with
+  FSDPC_STEP_TIMEOUT=3 and the hosts' net.ipv4.tcp_retries2=5, a rank on host 0 names rank 2 "not responding",
+  and mpirun (exit non-zero), every rank and both hosts' daemons are gone within 120 s; again with Open MPI's
+  daemon keepalive (oob_tcp_keepalive_* 2 + 3 x 1 s) and the default timeout: mpirun reports the lost daemon on
+  fsdpc-node1 and the whole job ends.  Every wait is bounded: a job that does not end fails the test.
 Skips (exit 77, printed) only when this machine refuses to make network namespaces (not root, no iproute2).
 """
 import copy
