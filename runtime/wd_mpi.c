@@ -5,13 +5,13 @@
  * only write the progress record (rt_priv.h, progress.c).  The thread wakes
  * every 100 ms: it answers the other ranks' questions, and samples the
  * record; the wait in flight (what, and the count of waits begun) unchanged
- * for the timeout is a stall.  Then it asks every other rank, over UDP, for its record: step,
- * wait, waits begun, and for how long.  A rank that has begun fewer waits did
- * not arrive (it is behind: named with its step and what it does); one that
- * does not answer within 1.5 s (asked three times) is stopped, or hung inside
- * a system call, or cut off.  The ranks issue the same waits in the same order
- * (the step's collectives in start order, the control plane's in program
- * order), so the counts compare.
+ * for the timeout is a stall.  Then it asks every other rank, over UDP, for
+ * its record: step, wait, waits begun, and for how long.  A rank that has
+ * begun fewer waits did not arrive (it is behind: named with its step and
+ * what it does); one that does not answer within 1.5 s (asked three times)
+ * is stopped, hung inside a system call, or cut off.  The ranks issue the
+ * same waits in the same order (the step's collectives in start order, the
+ * control plane's in program order), so the counts compare.
  *
  * The side channel listens only where the peers are and answers only them.
  * At start-up (rt_wd_start) one MPI_Allgather shares the host names: a rank
@@ -65,8 +65,8 @@ typedef struct {
 } Msg;
 _Static_assert(sizeof(Msg) == 56, "the watchdog's datagram is 56 bytes");
 
-/* where a rank listens, shared by the second MPI_Allgather (byte order: the wire's for addr, this host's for
- * the ports, which never leave the job's hosts of one architecture) */
+/* where a rank listens, shared by the second MPI_Allgather (addr in network byte order; the rest in the
+ * hosts' own, as every integer MPI_BYTE carries between the job's ranks of one executable) */
 typedef struct {
     uint64_t token;        /* rank 0's is the job's */
     uint32_t addr;         /* the network socket's address; 0: none */
@@ -121,7 +121,7 @@ static void serve(int fd, uint64_t nonce, char *got, Msg *ans)
     Msg m;
     struct sockaddr_in from;
     socklen_t flen = sizeof from;
-    ssize_t n = recvfrom(fd, &m, sizeof m, MSG_DONTWAIT, (struct sockaddr *)&from, &flen);
+    ssize_t n = recvfrom(fd, &m, sizeof m, MSG_DONTWAIT | MSG_TRUNC, (struct sockaddr *)&from, &flen);
     if (n != (ssize_t)sizeof m || flen != sizeof from || !from_peer(&m, &from))
         return;
     if (m.magic == ASK) {
@@ -399,8 +399,8 @@ static void bind_sockets(Addr *me)
 static uint64_t draw_token(void)
 {
     uint64_t t = 0;
-    if (getrandom(&t, sizeof t, GRND_NONBLOCK) != (ssize_t)sizeof t)
-        t = (uint64_t)now_ns() * 0x9e3779b97f4a7c15u ^ (uint64_t)getpid() << 32; /* no entropy yet: unguessable enough */
+    if (getrandom(&t, sizeof t, GRND_NONBLOCK) != (ssize_t)sizeof t) /* no entropy yet: the clock and pid */
+        t = (uint64_t)now_ns() * 0x9e3779b97f4a7c15u ^ (uint64_t)getpid() << 32;
     return t;
 }
 
