@@ -20,7 +20,14 @@ environment (the variables the ranks need go by mpirun -x).  Checked:
   watchdog thread over UDP to host 0 (a peer it could not reach would be "not responding");
 - the cuda target's control plane (ctl_tcp.c, here on the CPU through CC_TCP as in runtime_tcp_train):
   the MLP on 2 hosts x 2 ranks, its rendezvous through Open MPI (rank 0's hostname and port): the same
-  losses and weights as the MPI runtime's world-4 run within 1e-6.
+  losses and weights as the MPI runtime's world-4 run within 1e-6;
+- host 1 cut off mid-run (its link pulled out of the switch), 2 ranks on host 0 and 1 on host 1: before the cut,
+  the watchdog's UDP sockets are bound to 127.0.0.1 and the host's own address only, and a question with a
+  wrong token from host 2 (which runs no rank) or from a process on host 0 gets no answer; then, with
+  FSDPC_STEP_TIMEOUT=3 and the hosts' net.ipv4.tcp_retries2=5, a rank on host 0 names rank 2 "not responding",
+  and mpirun (exit non-zero), every rank and both hosts' daemons are gone within 120 s; again with Open MPI's
+  daemon keepalive (oob_tcp_keepalive_* 2 + 3 x 1 s) and the default timeout: mpirun reports the lost daemon on
+  fsdpc-node1 and the whole job ends.  Every wait is bounded: a job that does not end fails the test.
 Skips (exit 77, printed) only when this machine refuses to make network namespaces (not root, no iproute2).
 """
 import copy
@@ -110,20 +117,34 @@ class Hosts:
         return ["ip", "netns", "exec", self.ns[i], "unshare", "--uts", "sh", "-c",
                 'hostname "$0" && exec "$@"', self.names[i]] + argv
 
-    def mpirun(self, per_host, apps, env=None):
-        """mpirun on host 0 placing per_host[i] ranks on host i, then the MPMD parts of apps"""
+    def mpirun(self, per_host, apps, env=None, opts=()):
+        """mpirun on host 0 placing per_host[i] ranks on host i, with opts, then the MPMD parts of apps"""
         hostfile = os.path.join(self.work, "hostfile")
         with open(hostfile, "w") as f:
             f.write("".join("%s slots=%d\n" % (h, k) for h, k in zip(self.names, per_host) if k))
         cmd = ["mpirun", "--hostfile", hostfile, "--mca", "plm_rsh_agent", self.agent,
                "--mca", "oob_tcp_if_include", NET + ".0/24", "--mca", "btl", "tcp,vader,self",
-               "--mca", "btl_tcp_if_include", NET + ".0/24"]
+               "--mca", "btl_tcp_if_include", NET + ".0/24"] + list(opts)
         xs = []  # per app context: -x before the first ':' does not reach the others
-        for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "FSDPC_STEP_TIMEOUT"):
+        for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "FSDPC_STEP_TIMEOUT", "ASAN_OPTIONS"):
             xs += ["-x", v] if v in (env or os.environ) else []
         for k, argv in enumerate(apps):
             cmd += ([":"] if k else []) + xs + argv
         return self.on(0, cmd)
+
+    def pids(self, i):
+        """the processes in host i's namespace"""
+        return sh("ip", "netns", "pids", self.ns[i], check_rc=False).stdout.split()
+
+    def cut(self, i, up=False):
+        """host i's link pulled out of the switch (both ends see no carrier; nothing crosses), or put back (and
+        host 0 reaches it again, within 30 s)"""
+        sh("ip", "-n", self.sw, "link", "set", "p%d" % i, "up" if up else "down")
+        t0 = time.time()
+        reach = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], 9), 1)\n"
+                 "except ConnectionRefusedError:\n    pass\n")  # refused: it answered
+        while up and sh(*self.on(0, ["/usr/bin/python3", "-c", reach, self.addrs[i]]), check_rc=False).returncode:
+            check(time.time() - t0 < 30, "host %d's link is back, but host 0 does not reach it" % i)
 
     def rx_bytes(self, i):
         o = json.loads(sh("ip", "-j", "-s", "-n", self.ns[i], "link", "show", "dev", "eth0").stdout)
@@ -137,6 +158,78 @@ def clean_stale():
         if m and not os.path.exists("/proc/" + m.group(2)):
             sh("ip", "netns", "del", m.group(1), check_rc=False)
             shutil.rmtree("/etc/netns/" + m.group(1), ignore_errors=True)
+
+
+# a question to the watchdog (runtime/wd_mpi.c's Msg): magic "WASK", the sender's rank, the job's token (here a
+# guess), a nonce, the record's fields zero; sent to every address given, once per rank, from the namespace it runs
+# in; prints the number of datagrams that came back within a second
+PROBE = r"""
+import select, socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for target in sys.argv[2:]:
+    host, port = target.rsplit(":", 1)
+    for rank in range(int(sys.argv[1])):
+        s.sendto(struct.pack("<IiQQqqiiq", 0x4b534157, rank, 0x5eed, 7 + rank, 0, 0, 0, 0, 0), (host, int(port)))
+n, end = 0, time.time() + 1
+while select.select([s], [], [], max(0.0, end - time.time()))[0]:
+    s.recv(256)
+    n += 1
+print(n)
+"""
+
+
+def udp_sockets(hosts, i, name):
+    """the local addresses ("A.B.C.D:PORT") of the UDP sockets of the processes called name on host i"""
+    out = sh("ip", "netns", "exec", hosts.ns[i], "ss", "-uanpH").stdout
+    return sorted(l.split()[3] for l in out.splitlines() if '"%s"' % name in l)
+
+
+def wait_until(what, cond, limit):
+    """cond() true within limit seconds, else FAILED naming what"""
+    t0 = time.time()
+    while not cond():
+        check(time.time() - t0 < limit, "%s: not within %d s" % (what, limit))
+        time.sleep(0.2)
+
+
+def ends(hosts, proc, limit):
+    """seconds until proc (mpirun) has exited and no process is left on hosts 0 and 1; FAILED (naming what is
+    left) past limit"""
+    t0 = time.time()
+    while proc.poll() is None or hosts.pids(0) or hosts.pids(1):
+        if time.time() - t0 > limit:
+            left = [open("/proc/%s/comm" % q).read().strip() for i in (0, 1) for q in hosts.pids(i)
+                    if os.path.exists("/proc/" + q)]
+            check(False, "the job has not ended %d s after host 1 was cut off: mpirun %s, left on the hosts: %s"
+                  % (limit, "running" if proc.poll() is None else "exited %d" % proc.returncode, left))
+        time.sleep(0.2)
+    return time.time() - t0
+
+
+def run_cut(hosts, work, per_host, argv, env, opts=(), before=None):
+    """argv under mpirun (opts) until its ranks' watchdog sockets are up on hosts 0 and 1; before(), then host 1
+    cut off; returns mpirun's exit status, the seconds until the whole job ended, and its stderr.  The output
+    goes to files: Open MPI's daemons hold copies of mpirun's output pipes after it exits."""
+    name = os.path.basename(argv[0])[:15]
+    err = os.path.join(work, "cut.err")
+    socks = [k * (2 if k > 1 else 1) for k in per_host]  # a rank with a peer on its host has a loopback socket too
+    with open(os.path.join(work, "cut.out"), "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(hosts.mpirun(per_host, [argv], env=env, opts=opts), stdout=o, stderr=e,
+                                env=dict(os.environ, **env))
+    try:
+        wait_until("the ranks' watchdog sockets on hosts 0 and 1", lambda: proc.poll() is not None or (
+            len(udp_sockets(hosts, 0, name)) >= socks[0] and len(udp_sockets(hosts, 1, name)) >= socks[1]), 120)
+        check(proc.poll() is None, "the long run ended early:\n" + open(err).read()[-3000:])
+        if before:
+            before()
+        hosts.cut(1)
+        took = ends(hosts, proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        hosts.cut(1, up=True)
+    return proc.returncode, took, open(err).read()
 
 
 def rows(path):
@@ -254,6 +347,54 @@ def main():
             e = rel_err(wa[k], wb[k])
             check(e <= 1e-6, "tcp control plane: weight %s differs from the MPI runtime's by %.3g" % (k, e))
         print("ctl_tcp     2 hosts [2, 2]: %d steps = the MPI runtime's world-4 run within 1e-6" % STEPS)
+
+        # host 1 cut off mid-run, with 2 ranks on host 0 and 1 on host 1 (host 2, which runs none, is a stranger)
+        exe, long_run = J("gpt_full"), ["--steps", "100000000", "--log-every", "100000000"]
+        name = os.path.basename(exe)
+
+        def side_channel():
+            """the watchdog's sockets are bound where the peers are, and a stranger gets no answer"""
+            mine = [udp_sockets(hosts, i, name) for i in (0, 1)]
+            ips = [sorted(a.rsplit(":", 1)[0] for a in m) for m in mine]
+            check(ips == [["10.250.0.1", "10.250.0.1", "127.0.0.1", "127.0.0.1"], ["10.250.0.2"]],
+                  "the watchdog's UDP sockets are bound at %s on host 0 and %s on host 1: expected 127.0.0.1 and "
+                  "the host's own address for each rank on host 0, the address alone on host 1" % tuple(mine))
+            net = [a for m in mine for a in m if not a.startswith("127.")]
+            for i, targets in ((2, net), (0, mine[0])):  # another host; a process on a peer's host
+                n = sh(*hosts.on(i, ["/usr/bin/python3", "-c", PROBE, "3"] + targets)).stdout.strip()
+                check(n == "0", "host %d asked the watchdog at %s with a wrong token and got %s answers"
+                      % (i, targets, n))
+
+        # (a) fsdpc's watchdog ends it: every rank exits within FSDPC_STEP_TIMEOUT + 1.5 s, rank 0's MPI_Abort
+        # makes mpirun order every daemon to kill its ranks and wait for their answers; host 1's never comes, so
+        # mpirun (and host 1's daemon, waiting to tell it) stay until the kernel gives their TCP connection up:
+        # net.ipv4.tcp_retries2 retransmissions, 15 by default (~15 min), 5 here (~13 s)
+        for ns in hosts.ns:
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_retries2=5")
+        rc, took, err = run_cut(hosts, work, [2, 1], [exe] + gpt_data + long_run, {"FSDPC_STEP_TIMEOUT": "3"},
+                                before=side_channel)
+        pat = (r"error: rank [01]: (start-up|step \d+): [^\n]* made no progress for 3 s \(FSDPC_STEP_TIMEOUT\): "
+               r"did not arrive: [^\n]*rank 2 not responding")
+        check(rc != 0 and re.search(pat, err), "host 1 cut off: mpirun exited %d, its stderr lacks %r:\n%s"
+              % (rc, pat, err[-3000:]))
+        print("partition   host 1 cut off, FSDPC_STEP_TIMEOUT=3, tcp_retries2=5: ranks, mpirun and daemons gone "
+              "%.1f s later, exit %d: %s" % (took, rc, re.search(pat, err).group(0)[:80]))
+        print("side chan.  the watchdog's sockets on 127.0.0.1 and the host's address; a stranger host and a "
+              "process on host 0 got no answer")
+
+        # (b) Open MPI notices first: with keepalive probes on its daemons' connections, idle during the steps
+        # (here 2 s + 3 x 1 s, below FSDPC_STEP_TIMEOUT's default 600 s), mpirun loses host 1's daemon and ends
+        # the job on both sides, whatever tcp_retries2 is
+        for ns in hosts.ns:
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_retries2=15")
+        keep = ["--mca", "oob_tcp_keepalive_time", "2", "--mca", "oob_tcp_keepalive_intvl", "1",
+                "--mca", "oob_tcp_keepalive_probes", "3"]
+        rc, took, err = run_cut(hosts, work, [1, 1], [exe] + gpt_data + long_run, {}, opts=keep)
+        want = "ORTE has lost communication with a remote daemon"
+        check(rc != 0 and want in err and "fsdpc-node1" in err, "host 1 cut off under keepalive: mpirun exited "
+              "%d, its stderr lacks %r naming fsdpc-node1:\n%s" % (rc, want, err[-3000:]))
+        print("partition   host 1 cut off, oob_tcp_keepalive 2+3x1 s: mpirun lost its daemon; the whole job gone "
+              "%.1f s later, exit %d" % (took, rc))
     print("multihost: OK")
 
 

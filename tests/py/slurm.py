@@ -10,8 +10,9 @@ declared so 4 tasks fit on 2 cores), their own ports, state and spool under WORK
 - the cuda target's control plane (ctl_tcp.c on the CPU through CC_TCP, no MPI linked): ranks from
   SLURM_PROCID/SLURM_NTASKS, the rendezvous through Open MPI loaded at run time: the MLP at W = 3 equals
   the MPI runtime's world-3 run within 1e-6;
-- a rank killed (SIGKILL) mid-run under srun: the job ends within 20 s, non-zero, and Slurm's queue (squeue)
-  is empty afterwards.
+- a rank killed (SIGKILL) mid-run under srun, and one stopped (SIGSTOP: its peer's watchdog names it with
+  FSDPC_STEP_TIMEOUT=5 and calls MPI_Abort, on which Slurm ends the step): the job ends within 20 s, non-zero,
+  and Slurm's queue (squeue) is empty afterwards.
 """
 import copy
 import json
@@ -197,40 +198,48 @@ def main():
             check(e <= 1e-6, "ctl_tcp under srun: weight %s differs from the MPI runtime's by %.3g" % (k, e))
         print("srun -n 3 mlp_tcp    %d steps = the MPI runtime's world-3 run within 1e-6" % STEPS)
 
-        # a rank killed mid-run
+        # a rank killed mid-run; a rank stopped mid-run (a half-dead job: rank 0's watchdog names it and calls
+        # MPI_Abort, on which Slurm's PMIx plugin ends the step, the stopped rank included)
         exe = J("gpt_full")
         env = dict(slurm.env, FSDPC_STEP_TIMEOUT="5")
-        proc = subprocess.Popen(slurm.srun(2, [exe] + gpt_data + ["--steps", "100000000", "--log-every",
-                                                                  "100000000"]),
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            time.sleep(3)
-            if proc.poll() is not None:
-                check(False, "the long run under srun ended early: %s" % proc.communicate()[1][-2000:])
+        for sig, what in ((signal.SIGKILL, "killed"), (signal.SIGSTOP, "stopped")):
+            proc = subprocess.Popen(slurm.srun(2, [exe] + gpt_data + ["--steps", "100000000", "--log-every",
+                                                                      "100000000"]),
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             victim = None
-            for d in os.listdir("/proc"):
-                try:
-                    env_d = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
-                    argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
-                except OSError:
-                    continue
-                if argv[0] == exe.encode() and b"SLURM_PROCID=1" in env_d:
-                    victim = int(d)
-            check(victim is not None, "no process of rank 1 under srun")
-            os.kill(victim, signal.SIGKILL)
-            t0 = time.time()
-            out, err = proc.communicate(timeout=60)
-            took = time.time() - t0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        check(proc.returncode != 0 and took < 20, "rank 1 killed under srun: exit %d after %.1f s"
-              % (proc.returncode, took))
-        print("srun -n 2, rank 1 killed: exit %d after %.1f s: %s" % (
-            proc.returncode, took, (err.strip().splitlines() or [""])[0][:150]))
-        p = subprocess.run(["squeue", "-h"], env=slurm.env, capture_output=True, text=True)
-        check(p.returncode == 0 and not p.stdout.strip(), "jobs left in Slurm's queue: %r %r" % (p.stdout, p.stderr))
+            try:
+                time.sleep(3)
+                if proc.poll() is not None:
+                    check(False, "the long run under srun ended early: %s" % proc.communicate()[1][-2000:])
+                for d in os.listdir("/proc"):
+                    try:
+                        env_d = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
+                        argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+                    except OSError:
+                        continue
+                    if argv[0] == exe.encode() and b"SLURM_PROCID=1" in env_d:
+                        victim = int(d)
+                check(victim is not None, "no process of rank 1 under srun")
+                os.kill(victim, sig)
+                t0 = time.time()
+                out, err = proc.communicate(timeout=60)
+                took = time.time() - t0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                if victim is not None and sig == signal.SIGSTOP and os.path.exists("/proc/%d" % victim):
+                    os.kill(victim, signal.SIGKILL)
+            check(proc.returncode != 0 and took < 20, "rank 1 %s under srun: exit %d after %.1f s"
+                  % (what, proc.returncode, took))
+            pat = "rank 0: step "
+            check(sig == signal.SIGKILL or (pat in err and "rank 1 not responding" in err),
+                  "rank 1 stopped under srun: stderr lacks rank 0's watchdog line naming it:\n" + err[-2000:])
+            print("srun -n 2, rank 1 %s: exit %d after %.1f s: %s" % (
+                what, proc.returncode, took, (err.strip().splitlines() or [""])[0][:150]))
+            p = subprocess.run(["squeue", "-h"], env=slurm.env, capture_output=True, text=True)
+            check(p.returncode == 0 and not p.stdout.strip(), "jobs left in Slurm's queue: %r %r"
+                  % (p.stdout, p.stderr))
     print("slurm: OK")
 
 
