@@ -237,8 +237,14 @@ def main():
                   "rank 1 stopped under srun: stderr lacks rank 0's watchdog line naming it:\n" + err[-2000:])
             print("srun -n 2, rank 1 %s: exit %d after %.1f s: %s" % (
                 what, proc.returncode, took, (err.strip().splitlines() or [""])[0][:150]))
-            p = subprocess.run(["squeue", "-h"], env=slurm.env, capture_output=True, text=True)
-            check(p.returncode == 0 and not p.stdout.strip(), "jobs left in Slurm's queue: %r %r"
+            # the job leaves the queue once slurmd has reaped its step (a stopped rank's kill takes a moment:
+            # state CG, completing): empty within 30 s, polled
+            for _ in range(60):
+                p = subprocess.run(["squeue", "-h"], env=slurm.env, capture_output=True, text=True)
+                if p.returncode != 0 or not p.stdout.strip():
+                    break
+                time.sleep(0.5)
+            check(p.returncode == 0 and not p.stdout.strip(), "jobs left in Slurm's queue after 30 s: %r %r"
                   % (p.stdout, p.stderr))
     print("slurm: OK")
 
