@@ -34,6 +34,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,7 +60,7 @@ typedef struct {
 
 static void remove_tree(const char *dir, int nimage);
 
-/* everything b made removed; then the one-line error msg */
+/* everything b made removed; then the one-line error msg, which says the old pair is as it was */
 static _Noreturn void build_fail(Build *b, const char *msg)
 {
     rt_afile_abort(&b->init);
@@ -69,7 +70,7 @@ static _Noreturn void build_fail(Build *b, const char *msg)
         rt_dir_remove(b->dirfd, b->priv);
     if (b->cuda_dir)
         remove_tree(b->cuda_dir, b->nimage);
-    fatal("%s", msg);
+    fatal("%s; %s and %s.init are left as they were", msg, b->out, b->out);
 }
 
 /* ---- the init file ------------------------------------------------------
@@ -921,7 +922,10 @@ const char *cg_source_cpu(const Graph *g, size_t *len)
  * At every point OUT starts: the old pair; the old pair and a new init
  * aside; the new executable reading .OUT.init.<id>; the new pair.  A build
  * that crashed between the last two renames leaves .OUT.init.<id>, which the
- * new executable uses, and the next build of OUT removes. */
+ * new executable uses, and the next build of OUT removes.  Builds that
+ * install into one folder at once take turns (flock on the folder), so each
+ * leaves a whole pair.  A build killed before it installs leaves only its
+ * hidden temporaries (.OUT.init.XXXXXX, .OUT.build.XXXXXX/). */
 
 #define ID_NAME_LEN 22 /* ".init.": 6, the id in hex: 16 */
 
@@ -930,7 +934,11 @@ static Build build_open(const char *out)
 {
     Build b = {.out = out, .privfd = -1, .init = {.fd = -1, .dirfd = -1}};
     if ((b.dirfd = rt_parent_open(out, &b.base)) < 0)
-        fatal("-o %s: %s", out, errno == EISDIR ? "names a folder, not a file" : strerror(errno));
+        fatal("-o %s: %s", out, errno == EISDIR ? "names a folder, not a file"
+                                : errno == ENOENT ? ir_fmt("no folder %s", parent(out)) : strerror(errno));
+    struct stat st;
+    if (fstatat(b.dirfd, b.base, &st, 0) == 0 && S_ISDIR(st.st_mode))
+        fatal("-o %s: names a folder, not a file", out);
     if (strlen(b.base) + 1 + ID_NAME_LEN > 255)
         fatal("-o %s: the name is too long (fsdpc also writes .%s.init.<id> beside it): at most %d characters", out,
               b.base, 255 - 1 - ID_NAME_LEN);
@@ -990,6 +998,7 @@ static void remove_stale(Build *b, const char *keep)
 static void install(Build *b, uint64_t id)
 {
     const char *aside = ir_fmt(".%s.init.%016llx", b->base, (unsigned long long)id);
+    flock(b->dirfd, LOCK_EX); /* builds installing beside each other take turns (released at the close) */
     if (rt_afile_stage(&b->init, aside) != 0)
         build_fail(b, ir_fmt("%s.init: cannot write: %s", b->out, strerror(errno)));
     if (rt_afile_install(b->privfd, "exe", b->dirfd, b->base) != 0)
@@ -1029,8 +1038,7 @@ void cg_build(const Graph *g)
     const char *cpath = write_source(&b, &src, g->opt->keep_c);
     const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g)));
     if (why)
-        build_fail(&b, ir_fmt("%s: building the executable failed: %s; %s and %s.init are left as they were: fix "
-                              "that (disk space, --cc, the fsdpc install) and compile again", b.out, why, b.out,
-                              b.out));
+        build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
+                              "install) and compile again", b.out, why));
     install(&b, id);
 }
