@@ -1013,6 +1013,7 @@ static void install(Build *b, uint64_t id)
     if (b->cuda_dir)
         remove_tree(b->cuda_dir, b->nimage);
     close(b->dirfd);
+    free(b->base);
 }
 
 void cg_build(const Graph *g)

@@ -1192,7 +1192,9 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
         return status;
     rt_dev_set_graph(!o->no_cuda_graph);
     *path = o->init ? strdup(o->init) : default_init_path(argv0);
-    if (!*path)
+    if (!c->m->init_sum)
+        rt_err_set(1, "corrupt model tables: no init file checksums");
+    else if (!*path)
         rt_err_set(1, "out of memory");
     else
         *fd = open_init(c->m, path, o->init == NULL, &init_size);
