@@ -39,8 +39,10 @@
  * shard, the last one completed from the file (up to 7 bytes past the
  * shard, never more), and one all-reduce adds the shares of every rank.  The
  * ranks of a shard group read each word of the unit once, so the total is
- * the unit's checksum times the number of shard groups (world / F): a bad
- * word in any rank's copy of the file changes it.  Rank 0 reads the model
+ * the unit's checksum times the number of shard groups (world / F; the
+ * first group counted twice where that is even, so that the multiplier is
+ * odd and the same bad word in every copy cannot cancel out): a bad word in
+ * any rank's copy of the file changes it.  Rank 0 reads the model
  * bytes and the untrained external initializers only to export them (or,
  * the model, for --dump-grads), so it checks those sections at start-up of
  * a run that will: a run never starts from, or ends by exporting, bytes
@@ -453,20 +455,25 @@ static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem, uint64_t *p
 }
 
 /* Collective: every rank's checksum shares of the units added up (in 32-bit halves, so that the int64 sum
- * cannot overflow) and checked against the compiler's sums times the shard groups, which each read every
- * unit once.  Every rank sees the same totals and says the same.  0, or -1 (rt_err_set called). */
+ * cannot overflow) and checked against the compiler's sums times the shard groups, which each read every unit
+ * once.  With an even number of groups the first one counts twice: the multiplier stays odd, so the same
+ * change in every group's copy cannot cancel mod 2^64.  Every rank sees the same totals and says the same.
+ * 0, or -1 (rt_err_set called). */
 static int check_units(const RtCtx *c, const char *path, const uint64_t *part)
 {
     enum { B = 256 };
     const RtModel *m = c->m;
-    const uint64_t *want = m->init_sum + 1 + m->nconst, copies = (uint64_t)(c->world / c->sf);
+    uint64_t groups = (uint64_t)(c->world / c->sf), twice = groups % 2 == 0;
+    const uint64_t *want = m->init_sum + 1 + m->nconst, copies = groups + twice;
+    const uint64_t weight = twice && c->rank < c->sf ? 2 : 1; /* groups are sf consecutive ranks */
     int64_t x[2 * B];
     int rc = 0;
     for (int u0 = 0; u0 < m->nunit; u0 += B) {
         int n = m->nunit - u0 < B ? m->nunit - u0 : B;
         for (int i = 0; i < n; i++) {
-            x[2 * i] = (int64_t)(part[u0 + i] & 0xffffffffu);
-            x[2 * i + 1] = (int64_t)(part[u0 + i] >> 32);
+            uint64_t share = part[u0 + i] * weight;
+            x[2 * i] = (int64_t)(share & 0xffffffffu);
+            x[2 * i + 1] = (int64_t)(share >> 32);
         }
         rt_ctl_allreduce_i64(x, 2 * n, RT_CTL_SUM);
         for (int i = 0; rc == 0 && i < n; i++)

@@ -12,7 +12,7 @@ usage: init_pair.py FSDPC WORKDIR
     old OUT.init finds its own init under .OUT.init.<id> and trains as the new pair does; without that file it is
     one line ("another build"); the next build of OUT removes the leftover.
 (d) A flipped bit in OUT.init: in a unit's parameters (at world 1, and at world 2 in each rank's shard, the
-    shards meeting inside an 8-byte word), in the header's id, size and reserved bytes, in a constant: one line
+    shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in a constant: one line
     naming the file and "compile the model again", exit 1; in the embedded model: only a run that exports (or
     dumps gradients) reads it, and that run says so at start.
 """
@@ -160,6 +160,15 @@ def flipped_bits(fsdpc, work, J, data):
                   "%s at world 2: exit %d\n%s" % (what, p.returncode, p.stderr))
         print("(d) flipped bit in %s (world %d): exit %d, %s" % (what, world, p.returncode,
                                                                  re.search(r"corrupt.*", p.stderr).group(0)[:100]))
+    ddp = J("out", "ddp")  # --shard none at world 2: both ranks read the whole unit (two shard groups)
+    run([fsdpc, J("m.onnx"), "-o", ddp, "--shard", "none"] + A)
+    loss(ddp, data, 2)
+    flip(ddp + ".init", uoff + 9, 3)
+    p = run(mpirun(2, [ddp] + data + ["--steps", "1"]), check=False)
+    check(p.returncode != 0 and "corrupt" in p.stderr, "--shard none at world 2: a flipped bit trains:\n%s" % p.stderr)
+    for f in (ddp, ddp + ".init"):
+        os.unlink(f)
+    print("(d) flipped bit in a weight, --shard none (world 2): exit %d" % p.returncode)
     open(init, "wb").write(good)
     flip(init, 64 + 10, 6)  # the embedded model: read by --export-onnx, checked at start by such a run
     loss(exe, data)
