@@ -791,6 +791,20 @@ static const char *how_ended(int st)
          : WIFSIGNALED(st) ? ir_fmt("killed by signal %d", WTERMSIG(st)) : "stopped";
 }
 
+/* fd read to its end: the first 64 KiB (*len bytes), the rest read and dropped */
+static char *read_capped(int fd, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *text = ir_alloc(cap), drop[4096];
+    for (ssize_t r; (r = read(fd, n < cap ? text + n : drop, n < cap ? cap - n : sizeof drop)) != 0;)
+        if (r > 0 && n < cap)
+            n += (size_t)r;
+        else if (r < 0 && errno != EINTR)
+            break;
+    *len = n;
+    return text;
+}
+
 /* Run the C compiler (argv), its messages read through a pipe (a full disk loses none of them) and passed
  * on when it succeeds.  NULL, or one line: what went wrong and how it ended. */
 static const char *spawn_cc(char *const *argv)
@@ -811,13 +825,8 @@ static const char *spawn_cc(char *const *argv)
         close(pfd[0]);
         return ir_fmt("cannot run the C compiler '%s': %s", argv[0], strerror(rc));
     }
-    size_t cap = 1 << 16, len = 0; /* the messages' first 64 KiB; the rest is read and dropped */
-    char *text = ir_alloc(cap), drop[4096];
-    for (ssize_t r; (r = read(pfd[0], len < cap ? text + len : drop, len < cap ? cap - len : sizeof drop)) != 0;)
-        if (r > 0 && len < cap)
-            len += (size_t)r;
-        else if (r < 0 && errno != EINTR)
-            break;
+    size_t len;
+    char *text = read_capped(pfd[0], &len);
     close(pfd[0]);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0)
