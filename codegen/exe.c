@@ -327,7 +327,7 @@ static uint64_t write_init(const Graph *g, InitLayout *L, Build *b)
 {
     Sink s = {.b = b};
     if (b) {
-        if (rt_afile_open(&b->init, ir_fmt("%s.init", b->out), 0644) != 0)
+        if (rt_afile_openat(&b->init, b->dirfd, ir_fmt("%s.init", b->base), 0644) != 0) /* OUT's folder, once opened */
             build_fail(b, ir_fmt("%s.init: cannot create: %s", b->out, strerror(errno)));
         s.buf = ir_alloc(SINK_BUF);
     }
