@@ -7,8 +7,11 @@
  * ensures:  OUT (an executable linked with runtime/ and kernels/c, or for
  *           cuda with the cuda runtime and kernels/cuda's launchers) and
  *           OUT.init (the step-0 checkpoint: original model bytes, constants,
- *           each unit's unpadded flat initial parameters), both written
- *           atomically (temporary name, then rename).
+ *           each unit's unpadded flat initial parameters, each section
+ *           checksummed), written aside and replacing the old pair only once
+ *           both are complete, in an order that keeps a pair that starts in
+ *           place throughout ("installing the pair" below); a failing C
+ *           compiler leaves the old pair as it was.
  *
  * The emitted C is straight-line: one kernel or collective call per node in
  * schedule order, pointers computed from the static plan.  Names from the
@@ -19,14 +22,19 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "cg.h"
 #include "rt.h"
+#include "afile.h"
+#include "isum.h"
 #include "fsdpc_config.h"
 #include "../ir/rules/nn.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,13 +42,47 @@
 extern char **environ;
 static const char *g_cc; /* --cc override of the configured compiler */
 
+/* ---- what a build has made ----------------------------------------------
+ * Everything a build writes before it succeeds is aside, removed again if it
+ * fails: OUT.init's temporary (rt_afile), the private folder the C compiler
+ * works in, the device images' folder (cuda). */
+typedef struct {
+    const char *out;      /* -o OUT */
+    int dirfd;            /* OUT's folder */
+    char *base;           /* OUT's last component */
+    char priv[300];       /* the private folder in OUT's folder ("" none yet) */
+    const char *priv_path; /* its path, for the C compiler */
+    int privfd;
+    RtAFile init;         /* OUT.init, written aside (fd, dirfd -1: none) */
+    const char *cuda_dir; /* cuda: the device images' folder, and how many */
+    int nimage;
+} Build;
+
+static void remove_tree(const char *dir, int nimage);
+
+/* everything b made removed; then the one-line error msg, which says the old pair is as it was */
+static _Noreturn void build_fail(Build *b, const char *msg)
+{
+    rt_afile_abort(&b->init);
+    if (b->privfd >= 0)
+        close(b->privfd);
+    if (b->priv[0])
+        rt_dir_remove(b->dirfd, b->priv);
+    if (b->cuda_dir)
+        remove_tree(b->cuda_dir, b->nimage);
+    fatal("%s; %s and %s.init are left as they were", msg, b->out, b->out);
+}
+
 /* ---- the init file ------------------------------------------------------
- * Laid out first (offsets only), then written in one pass that hashes what it
- * writes: the id in its header (written last) and in the executable's source
- * is an FNV-1a of the model bytes, the constants, each unit's parameters and
- * numel, and the kept external initializers.  A weight still in its external
- * data file is copied from there IR_CHUNK bytes at a time, so the compiler
- * never holds more of the weights than one chunk. */
+ * Laid out first (offsets only), then written in one pass that sums what it
+ * writes (runtime/isum.h): each section — the model bytes, each constant,
+ * each unit's parameters, each kept external initializer — gets its own
+ * checksum, which the executable carries (RtModel.init_sum) and checks as
+ * it reads; the file's id, in its header (written last, with the header's
+ * own checksum) and in the executable, is a hash of those checksums, the
+ * units' sizes and the file's.  A weight still in its external data file is
+ * copied from there IR_CHUNK bytes at a time, so the compiler never holds
+ * more of the weights than one chunk, and never reads the file back. */
 typedef struct {
     int64_t model_off, size;
     int64_t *const_off;  /* per value id, -1 if not stored */
@@ -48,6 +90,8 @@ typedef struct {
     int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
     int *ext_val;        /* per ONNX initializer with ext_off >= 0: its value */
     int next;
+    uint64_t *sum;       /* the sections' checksums, in RtModel.init_sum's order (write_init) */
+    int nsum;
 } InitLayout;
 
 static int64_t al(int64_t x) { return (x + 63) / 64 * 64; }
@@ -81,13 +125,15 @@ static InitLayout layout_init(const Graph *g)
     InitLayout L = {0};
     L.const_off = ir_alloc(sizeof(int64_t) * (size_t)g->nval);
     L.unit_off = ir_alloc(sizeof(int64_t) * (size_t)(g->nunit + 1));
-    L.model_off = 64;
+    L.model_off = RT_INIT_HEADER;
     int64_t off = after_bytes(g, L.model_off, (int64_t)g->model_len);
+    int nconst = 0;
     for (int v = 0; v < g->nval; v++) {
         L.const_off[v] = -1;
         if (!stored_const(g, v))
             continue;
         L.const_off[v] = off;
+        nconst++;
         off = after_bytes(g, off, value_bytes(g, v));
     }
     for (int u = 0; u < g->nunit; u++) {
@@ -119,38 +165,93 @@ static InitLayout layout_init(const Graph *g)
         off = after_bytes(g, off, g->ext[i].len);
     }
     L.size = off;
+    L.sum = ir_alloc(sizeof(uint64_t) * (size_t)(1 + nconst + g->nunit + L.next));
     return L;
 }
 
-/* where the init file's bytes go: f (NULL: nowhere, only hashed) */
+#define SINK_BUF ((size_t)1 << 20) /* bytes gathered before a write(2) */
+
+/* where the init file's bytes go (b NULL: nowhere, only summed) */
 typedef struct {
-    FILE *f;
-    const char *tmp;  /* f's name, removed on failure */
-    int64_t at;       /* bytes so far */
-    uint64_t h;       /* FNV-1a of the bytes put */
+    Build *b;             /* the build writing OUT.init: b->init.fd */
+    unsigned char *buf;   /* bytes not yet written, nbuf of SINK_BUF */
+    size_t nbuf;
+    int64_t at;           /* bytes so far */
+    uint64_t sum;         /* the open section's checksum so far */
+    unsigned char part[8]; /* its last word, while incomplete (npart = at % 8 bytes) */
+    int npart;
 } Sink;
 
 static _Noreturn void sink_fail(Sink *s, const char *msg)
 {
-    if (s->f) {
-        fclose(s->f);
-        unlink(s->tmp);
-    }
+    if (s->b)
+        build_fail(s->b, msg);
     fatal("%s", msg);
 }
 
-static void sink_write(Sink *s, const void *p, size_t n)
+static void sink_flush(Sink *s)
 {
-    if (s->f && n && fwrite(p, 1, n, s->f) != n)
-        sink_fail(s, ir_fmt("%s: write failed: %s", s->tmp, strerror(errno)));
-    s->at += (int64_t)n;
+    if (s->nbuf && rt_write_all(s->b->init.fd, s->buf, s->nbuf) != 0)
+        sink_fail(s, ir_fmt("%s.init: write failed: %s", s->b->out, strerror(errno)));
+    s->nbuf = 0;
 }
 
+/* n bytes at the end of the file, not summed */
+static void sink_write(Sink *s, const void *p, size_t n)
+{
+    s->at += (int64_t)n;
+    if (!s->b || !n)
+        return;
+    if (s->nbuf + n > SINK_BUF)
+        sink_flush(s);
+    if (n >= SINK_BUF) {
+        if (rt_write_all(s->b->init.fd, p, n) != 0)
+            sink_fail(s, ir_fmt("%s.init: write failed: %s", s->b->out, strerror(errno)));
+        return;
+    }
+    memcpy(s->buf + s->nbuf, p, n);
+    s->nbuf += n;
+}
+
+/* n bytes at file offset s->at added to the open section's checksum: whole words, the rest kept in s->part */
+static void sink_sum(Sink *s, const unsigned char *p, size_t n)
+{
+    uint64_t at = (uint64_t)s->at;
+    if (s->npart != (int)(at % 8))
+        die("init file: a section starts off a word");
+    if (s->npart) {
+        size_t k = n < (size_t)(8 - s->npart) ? n : (size_t)(8 - s->npart);
+        memcpy(s->part + s->npart, p, k);
+        s->npart += (int)k, p += k, n -= k, at += k;
+        if (s->npart < 8)
+            return;
+        s->sum += rt_isum(s->part, 1, at / 8 - 1);
+        s->npart = 0;
+    }
+    s->sum += rt_isum(p, n / 8, at / 8);
+    s->npart = (int)(n % 8);
+    memcpy(s->part, p + n / 8 * 8, n % 8);
+}
+
+/* bytes of the open section (the callback of ir_ext_stream) */
 static void sink_put(void *ctx, const void *p, size_t n)
 {
     Sink *s = ctx;
+    sink_sum(s, p, n);
     sink_write(s, p, n);
-    s->h = fnv(s->h, p, n);
+}
+
+/* the open section's checksum (its last word zero-padded, as the file is); the next one opens */
+static uint64_t sink_end(Sink *s)
+{
+    if (s->npart) {
+        memset(s->part + s->npart, 0, (size_t)(8 - s->npart));
+        s->sum += rt_isum(s->part, 1, (uint64_t)s->at / 8);
+        s->npart = 0;
+    }
+    uint64_t sum = s->sum;
+    s->sum = 0;
+    return sum;
 }
 
 static void sink_pad(Sink *s, int64_t off)
@@ -187,60 +288,62 @@ static void put_le64(unsigned char *p, uint64_t x)
         p[i] = (unsigned char)(x >> (8 * i));
 }
 
-/* Writes OUT.init (path; NULL: nothing written) atomically: the temporary file, fsync, rename.  Its id. */
-static uint64_t write_init(const Graph *g, const InitLayout *L, const char *path)
+/* the sections, each summed into L->sum (in RtModel.init_sum's order); the file's id */
+static uint64_t sink_sections(Sink *s, const Graph *g, InitLayout *L)
 {
-    Sink s = {.h = 14695981039346656037ull};
-    if (path) {
-        s.tmp = ir_fmt("%s.tmp.%ld", path, (long)getpid());
-        if (!(s.f = fopen(s.tmp, "wb")))
-            fatal("%s: cannot create: %s", s.tmp, strerror(errno));
-    }
-    unsigned char hdr[32] = {0};
-    memcpy(hdr, RT_INIT_MAGIC, 16);
-    put_le64(hdr + 24, (uint64_t)L->size); /* the id, at 16, once known */
-    sink_write(&s, hdr, sizeof hdr);
-    sink_pad(&s, L->model_off);
-    sink_put(&s, g->model_bytes, g->model_len);
+    int k = 0;
+    sink_pad(s, L->model_off);
+    sink_put(s, g->model_bytes, g->model_len);
+    L->sum[k++] = sink_end(s);
     for (int v = 0; v < g->nval; v++)
         if (L->const_off[v] >= 0) {
-            sink_pad(&s, L->const_off[v]);
-            sink_value(&s, g, v, value_bytes(g, v));
+            sink_pad(s, L->const_off[v]);
+            sink_value(s, g, v, value_bytes(g, v));
+            L->sum[k++] = sink_end(s);
         }
+    uint64_t id = fnv(14695981039346656037ull, &L->size, sizeof L->size);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
-        sink_pad(&s, L->unit_off[u]);
+        sink_pad(s, L->unit_off[u]);
         for (int i = 0; i < un->nparams; i++) /* the host bytes: the unit's dtype (bf16 params keep f32 masters) */
-            sink_value(&s, g, un->params[i], value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype));
-        s.h = fnv(s.h, &un->numel, sizeof un->numel);
+            sink_value(s, g, un->params[i], value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype));
+        L->sum[k++] = sink_end(s);
+        id = fnv(id, &un->numel, sizeof un->numel);
     }
     for (int i = 0; i < g->ninit; i++)
         if (L->ext_off[i] >= 0) {
-            sink_pad(&s, L->ext_off[i]);
-            sink_value(&s, g, L->ext_val[i], g->ext[i].len);
+            sink_pad(s, L->ext_off[i]);
+            sink_value(s, g, L->ext_val[i], g->ext[i].len);
+            L->sum[k++] = sink_end(s);
         }
-    sink_pad(&s, L->size);
-    if (!path)
-        return s.h;
-    put_le64(hdr, s.h);
-    if (fflush(s.f) || fseek(s.f, 16, SEEK_SET) || fwrite(hdr, 1, 8, s.f) != 8 || fflush(s.f) || fsync(fileno(s.f)))
-        sink_fail(&s, ir_fmt("%s: write failed: %s", s.tmp, strerror(errno)));
-    if (fclose(s.f)) {
-        unlink(s.tmp);
-        fatal("%s: write failed: %s", s.tmp, strerror(errno));
-    }
-    if (rename(s.tmp, path)) {
-        int e = errno;
-        unlink(s.tmp);
-        fatal("%s: cannot write: %s", path, strerror(e));
-    }
-    return s.h;
+    sink_pad(s, L->size);
+    L->nsum = k;
+    return fnv(id, L->sum, sizeof(uint64_t) * (size_t)k);
 }
 
-static void write_all(FILE *f, const void *p, size_t n, const char *path)
+/* Writes OUT.init aside (b->init; b NULL: nothing written, only summed): the sections, then the header with the
+ * id and the header's checksum.  Its id. */
+static uint64_t write_init(const Graph *g, InitLayout *L, Build *b)
 {
-    if (n && fwrite(p, 1, n, f) != n)
-        fatal("%s: write failed: %s", path, strerror(errno));
+    Sink s = {.b = b};
+    if (b) {
+        if (rt_afile_openat(&b->init, b->dirfd, ir_fmt("%s.init", b->base), 0644) != 0) /* OUT's folder, once opened */
+            build_fail(b, ir_fmt("%s.init: cannot create: %s", b->out, strerror(errno)));
+        s.buf = ir_alloc(SINK_BUF);
+    }
+    unsigned char hdr[RT_INIT_HEADER] = {0};
+    memcpy(hdr, RT_INIT_MAGIC, 16);
+    put_le64(hdr + 24, (uint64_t)L->size); /* the id, at 16, and the header's checksum, at 32, once known */
+    sink_write(&s, hdr, sizeof hdr);
+    uint64_t id = sink_sections(&s, g, L);
+    if (!b)
+        return id;
+    sink_flush(&s);
+    put_le64(hdr + 16, id);
+    put_le64(hdr + 32, rt_isum(hdr, RT_INIT_HEADER / 8, 0));
+    if (pwrite(b->init.fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+        build_fail(b, ir_fmt("%s.init: write failed: %s", b->out, strerror(errno ? errno : EIO)));
+    return id;
 }
 
 /* ---- the C source ------------------------------------------------------- */
@@ -494,6 +597,10 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id,
     int nparam = 0;
     for (int u = 0; u < g->nunit; u++)
         nparam += g->unit[u].nparams;
+    cg_put(b, "static const uint64_t init_sum[] = {");
+    for (int k = 0; k < L->nsum; k++)
+        cg_put(b, "%s0x%016llxull", !k ? "\n    " : k % 4 ? ", " : ",\n    ", (unsigned long long)L->sum[k]);
+    cg_put(b, "\n};\n");
     cg_put(b, "static const RtModel model = {\n");
     /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
      * and the shard groups */
@@ -521,6 +628,7 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id,
         (long long)g->model_len);
     cg_put(b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
     cg_put(b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
+    cg_put(b, "    .init_sum = init_sum,\n");
     if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
         int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
         int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;
@@ -610,10 +718,11 @@ static int split(const char *s, char **argv, int max, const char *cpu)
     return n;
 }
 
-/* cpu: the step compiled for --cpu (-march), linked with the kernels built for its level */
-static void run_cc(const char *src, const char *asm_src, const char *exe, const char *cpu)
+/* The C compiler's command line: the step src (and asm_src: cuda's images) compiled for --cpu (-march; cpu
+ * target), linked with the runtime and the kernels built for its level, into exe */
+static char **cc_argv(const char *src, const char *asm_src, const char *exe, const char *cpu)
 {
-    char *argv[256];
+    char **argv = ir_alloc(sizeof(char *) * 256);
     int n = 0;
     argv[n++] = (char *)(g_cc ? g_cc : FSDPC_CC);
     n += split(cg_cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100, NULL);
@@ -626,13 +735,110 @@ static void run_cc(const char *src, const char *asm_src, const char *exe, const 
         argv[n++] = (char *)asm_src;
     n += split(cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
     argv[n] = NULL;
+    return argv;
+}
+
+/* Is this line of the C compiler's messages only context ("In function", "In file included from", a note, a
+ * warning, the quoted source under an error), not what went wrong? */
+static int context_line(const char *l, size_t n)
+{
+    static const char *const ctx[] = {"In function", "In file included from", "At top level", ": note:",
+                                      ": warning:", "                 from ", NULL};
+    const char *e = l + n;
+    if (n == 0 || l[0] == ' ' || l[0] == '\t') /* a source line quoted under a message, its caret */
+        return 1;
+    for (int i = 0; ctx[i]; i++)
+        for (const char *p = l; p + strlen(ctx[i]) <= e; p++)
+            if (!strncmp(p, ctx[i], strlen(ctx[i])))
+                return 1;
+    return 0;
+}
+
+/* what went wrong, from the C compiler's messages: their first line that is not context (else their first
+ * line), a tool's path trimmed ("/usr/bin/ld: x" -> "ld: x"); NULL: there are none */
+static const char *cc_reason(const char *text, size_t len)
+{
+    const char *first = NULL, *pick = NULL;
+    size_t first_n = 0, pick_n = 0;
+    for (const char *l = text, *end = text + len; l < end && !pick;) {
+        const char *nl = memchr(l, '\n', (size_t)(end - l));
+        size_t n = nl ? (size_t)(nl - l) : (size_t)(end - l);
+        if (n && !first)
+            first = l, first_n = n;
+        if (!context_line(l, n))
+            pick = l, pick_n = n;
+        l += n + 1;
+    }
+    if (!pick)
+        pick = first, pick_n = first_n;
+    if (!pick)
+        return NULL;
+    const char *colon = memchr(pick, ':', pick_n);
+    if (pick[0] == '/' && colon && !memchr(pick, ' ', (size_t)(colon - pick))) {
+        const char *name = pick;
+        for (const char *p = pick; p < colon; p++)
+            if (*p == '/')
+                name = p + 1;
+        pick_n -= (size_t)(name - pick), pick = name;
+    }
+    return ir_fmt("%.*s", (int)pick_n, pick);
+}
+
+/* how a child that failed ended */
+static const char *how_ended(int st)
+{
+    return WIFEXITED(st) ? ir_fmt("exit status %d", WEXITSTATUS(st))
+         : WIFSIGNALED(st) ? ir_fmt("killed by signal %d", WTERMSIG(st)) : "stopped";
+}
+
+/* fd read to its end: the first 64 KiB (*len bytes), the rest read and dropped */
+static char *read_capped(int fd, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *text = ir_alloc(cap), drop[4096];
+    for (ssize_t r; (r = read(fd, n < cap ? text + n : drop, n < cap ? cap - n : sizeof drop)) != 0;)
+        if (r > 0 && n < cap)
+            n += (size_t)r;
+        else if (r < 0 && errno != EINTR)
+            break;
+    *len = n;
+    return text;
+}
+
+/* Run the C compiler (argv), its messages read through a pipe (a full disk loses none of them) and passed
+ * on when it succeeds.  NULL, or one line: what went wrong and how it ended. */
+static const char *spawn_cc(char *const *argv)
+{
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return ir_fmt("cannot run the C compiler '%s': %s", argv[0], strerror(errno));
+    fcntl(pfd[0], F_SETFD, FD_CLOEXEC);
+    fcntl(pfd[1], F_SETFD, FD_CLOEXEC); /* the child's stderr is a dup2 of it, without the flag */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-    if (rc)
-        fatal("cannot run the C compiler '%s': %s", argv[0], strerror(rc));
-    int st;
-    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-        die("the C compiler failed on the generated step (%s)", src);
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    if (rc) {
+        close(pfd[0]);
+        return ir_fmt("cannot run the C compiler '%s': %s", argv[0], strerror(rc));
+    }
+    size_t len;
+    char *text = read_capped(pfd[0], &len);
+    close(pfd[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return ir_fmt("the C compiler '%s': %s", argv[0], strerror(errno));
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        fwrite(text, 1, len, stderr);
+        return NULL;
+    }
+    const char *why = cc_reason(text, len);
+    return why ? ir_fmt("%s (the C compiler '%s': %s)", why, argv[0], how_ended(st))
+               : ir_fmt("the C compiler '%s' failed without a message (%s)", argv[0], how_ended(st));
 }
 
 static void remove_tree(const char *dir, int nimage)
@@ -667,7 +873,13 @@ void cg_calibrate(const char *out, int world, const char *cc)
     if (!f || fprintf(f, "#include \"rt.h\"\nint main(int argc, char **argv) { return rt_calibrate(argc, argv, \"%s\"); "
                       "}\n", kname) < 0 || fclose(f))
         fatal("%s: cannot write: %s", src, strerror(errno));
-    run_cc(src, NULL, exe, "native");
+    const char *why = spawn_cc(cc_argv(src, NULL, exe, "native"));
+    if (why) {
+        unlink(exe);
+        unlink(src);
+        rmdir(dir);
+        fatal("--calibrate: building the measurement failed: %s; check --cc and the fsdpc install", why);
+    }
     char *argv[8];
     int n = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -705,42 +917,145 @@ const char *cg_source_cpu(const Graph *g, size_t *len)
     return src.buf;
 }
 
+/* ---- installing the pair -------------------------------------------------
+ * OUT and OUT.init are written aside and replace the old pair only once
+ * both are complete: a failing C compiler, a full disk or an interrupted
+ * build leaves the old pair as it was.  The executable finds its init file
+ * as OUT.init and checks its id (runtime/load.c), so no order of two renames
+ * keeps a matching pair in place throughout: OUT first leaves the new
+ * executable beside the old init, OUT.init first the old executable beside
+ * the new init.  So the new init file takes a third name first, one that
+ * holds the build's id — .OUT.init.<id>, where the executable looks when
+ * OUT.init is another build's — then the executable replaces OUT, then
+ * .OUT.init.<id> replaces OUT.init (each rename fsync'ed, its folder too).
+ * At every point OUT starts: the old pair; the old pair and a new init
+ * aside; the new executable reading .OUT.init.<id>; the new pair.  A build
+ * that crashed between the last two renames leaves .OUT.init.<id>, which the
+ * new executable uses, and the next build of OUT removes.  Builds that
+ * install into one folder at once take turns (flock on the folder), so each
+ * leaves a whole pair.  A build killed before it installs leaves only its
+ * hidden temporaries (.OUT.init.XXXXXX, .OUT.build.XXXXXX/). */
+
+#define ID_NAME_LEN 22 /* ".init.": 6, the id in hex: 16 */
+
+/* OUT's folder opened, its name checked; nothing made yet */
+static Build build_open(const char *out)
+{
+    Build b = {.out = out, .privfd = -1, .init = {.fd = -1, .dirfd = -1}};
+    if ((b.dirfd = rt_parent_open(out, &b.base)) < 0)
+        fatal("-o %s: %s", out, errno == EISDIR ? "names a folder, not a file"
+                                : errno == ENOENT ? ir_fmt("no folder %s", parent(out)) : strerror(errno));
+    struct stat st;
+    if (fstatat(b.dirfd, b.base, &st, 0) == 0 && S_ISDIR(st.st_mode))
+        fatal("-o %s: names a folder, not a file", out);
+    /* the pair is two files: a FIFO or device there would be written in place (afile.h), never installed */
+    if (fstatat(b.dirfd, b.base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        fatal("-o %s: not a regular file (a FIFO, device or socket): name a file", out);
+    if (fstatat(b.dirfd, ir_fmt("%s.init", b.base), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
+        !S_ISLNK(st.st_mode))
+        fatal("-o %s: %s.init is not a regular file (a folder, FIFO, device or socket): remove it or name "
+              "another file", out, out);
+    if (strlen(b.base) + 1 + ID_NAME_LEN > 255)
+        fatal("-o %s: the name is too long (fsdpc also writes .%s.init.<id> beside it): at most %d characters", out,
+              b.base, 255 - 1 - ID_NAME_LEN);
+    return b;
+}
+
+/* the private folder (mode 0700, in OUT's folder: the executable's rename stays on one file system) */
+static void build_private(Build *b)
+{
+    if (rt_dir_mktemp(b->dirfd, ir_fmt(".%s.build", b->base), b->priv, sizeof b->priv) != 0 ||
+        (b->privfd = rt_dir_openat(b->dirfd, b->priv)) < 0) {
+        int e = errno;
+        b->priv[0] = 0;
+        build_fail(b, ir_fmt("-o %s: cannot create a folder beside it: %s", b->out, strerror(e)));
+    }
+    b->priv_path = ir_fmt("%s/%s", parent(b->out), b->priv);
+}
+
+/* the generated C into the private folder (and, --emit-c, to OUT.c); its path there */
+static const char *write_source(Build *b, const Buf *src, int keep)
+{
+    int fd = openat(b->privfd, "step.c", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || rt_write_all(fd, src->buf, src->len) != 0 || close(fd) != 0)
+        build_fail(b, ir_fmt("%s/step.c: cannot write: %s", b->priv_path, strerror(errno)));
+    if (keep && rt_afile_write(ir_fmt("%s.c", b->out), src->buf, src->len, 0644) != 0)
+        build_fail(b, ir_fmt("%s.c: cannot write: %s", b->out, strerror(errno)));
+    return ir_fmt("%s/step.c", b->priv_path);
+}
+
+/* Is name .BASE.init.<16 hex digits>? */
+static int id_name(const char *name, const char *base)
+{
+    size_t l = strlen(base), n = strlen(name);
+    if (n != l + 1 + ID_NAME_LEN || name[0] != '.' || strncmp(name + 1, base, l) || strncmp(name + 1 + l, ".init.", 6))
+        return 0;
+    return strspn(name + l + 7, "0123456789abcdef") == 16;
+}
+
+/* init files of earlier builds of OUT left under their id's name (one crashed between its last two renames),
+ * but keep */
+static void remove_stale(Build *b, const char *keep)
+{
+    int fd = dup(b->dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (id_name(e->d_name, b->base) && strcmp(e->d_name, keep))
+            unlinkat(b->dirfd, e->d_name, 0);
+    closedir(d);
+}
+
+/* the new pair in place of the old (see above); then nothing of the build left aside */
+static void install(Build *b, uint64_t id)
+{
+    const char *aside = ir_fmt(".%s.init.%016llx", b->base, (unsigned long long)id);
+    flock(b->dirfd, LOCK_EX); /* builds installing beside each other take turns (released at the close) */
+    if (rt_afile_stage(&b->init, aside) != 0)
+        build_fail(b, ir_fmt("%s.init: cannot write: %s", b->out, strerror(errno)));
+    if (rt_afile_install(b->privfd, "exe", b->dirfd, b->base) != 0)
+        build_fail(b, ir_fmt("%s: cannot write the executable: %s", b->out, strerror(errno)));
+    if (rt_afile_commit(&b->init) != 0)
+        fprintf(stderr, "fsdpc: warning: %s.init: cannot replace it: %s; %s reads its weights from %s beside it\n",
+                b->out, strerror(errno), b->out, aside);
+    remove_stale(b, aside); /* after the executable: it might have been the one reading one of them */
+    close(b->privfd);
+    b->privfd = -1;
+    rt_dir_remove(b->dirfd, b->priv);
+    if (b->cuda_dir)
+        remove_tree(b->cuda_dir, b->nimage);
+    close(b->dirfd);
+    free(b->base);
+}
+
 void cg_build(const Graph *g)
 {
-    const char *out = g->opt->out;
     g_cc = g->opt->cc;
     cg_cuda = !strcmp(g->opt->target, "cuda");
+    Build b = build_open(g->opt->out);
     InitLayout L = layout_init(g);
     Buf images = {0};
-    int nimage = 0;
     Buf step = emit_step(g); /* first: the kernels it generates are compiled with the rest */
     const char *asm_src = NULL;
-    char *dir = NULL;
     if (cg_cuda) {
         if (!*FSDPC_LIBS_CUDA)
             fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
                   "rebuild fsdpc where the CUDA 13 toolkit is installed");
-        dir = temp_dir();
-        nimage = cg_cuda_images(g, dir, &images, &asm_src);
+        b.cuda_dir = temp_dir();
+        b.nimage = cg_cuda_images(g, b.cuda_dir, &images, &asm_src);
     }
     Buf src = emit_source(g, &L, &step, &images);
-    emit_model(&src, g, &L, write_init(g, &L, ir_fmt("%s.init", out)), &step, nimage);
-    const char *cpath = g->opt->keep_c ? ir_fmt("%s.c", out) : ir_fmt("%s.tmp.%ld.c", out, (long)getpid());
-    FILE *f = fopen(cpath, "w");
-    if (!f)
-        fatal("%s: cannot create: %s", cpath, strerror(errno));
-    write_all(f, src.buf, src.len, cpath);
-    if (fclose(f))
-        fatal("%s: write failed: %s", cpath, strerror(errno));
-    const char *tmp = ir_fmt("%s.tmp.%ld", out, (long)getpid());
-    run_cc(cpath, asm_src, tmp, cg_cuda ? NULL : opt_cpu(g));
-    if (!g->opt->keep_c)
-        unlink(cpath);
-    if (dir)
-        remove_tree(dir, nimage);
-    if (rename(tmp, out)) {
-        int e = errno;
-        unlink(tmp);
-        fatal("%s: cannot write the executable: %s", out, strerror(e));
-    }
+    build_private(&b);
+    uint64_t id = write_init(g, &L, &b);
+    emit_model(&src, g, &L, id, &step, b.nimage);
+    const char *cpath = write_source(&b, &src, g->opt->keep_c);
+    const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g)));
+    if (why)
+        build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
+                              "install) and compile again", b.out, why));
+    install(&b, id);
 }

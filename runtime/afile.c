@@ -45,8 +45,7 @@ int rt_write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-/* PATH's folder ("." for a bare name) opened O_DIRECTORY, and a copy of its last component in *base */
-static int open_parent(const char *path, char **base)
+int rt_parent_open(const char *path, char **base)
 {
     const char *slash = strrchr(path, '/');
     const char *b = slash ? slash + 1 : path;
@@ -145,7 +144,7 @@ int rt_afile_open(RtAFile *f, const char *path, mode_t mode)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    if ((f->dirfd = open_parent(path, &f->base)) < 0)
+    if ((f->dirfd = rt_parent_open(path, &f->base)) < 0)
         return -1;
     return create_tmp(f, mode);
 }
@@ -203,9 +202,12 @@ void rt_afile_abort(RtAFile *f)
     release(f);
 }
 
-/* flush and sync the temporary, then close it (f->fd = -1, f->fp = NULL): 0, or -1 with errno */
+/* flush and sync the temporary, then close it (f->fd = -1, f->fp = NULL; nothing if it is closed already):
+ * 0, or -1 with errno */
 static int sync_close(RtAFile *f)
 {
+    if (!f->fp && f->fd < 0)
+        return 0;
     int rc = 0;
     if (f->fp && (fflush(f->fp) != 0 || ferror(f->fp)))
         rc = -1;
@@ -228,12 +230,55 @@ int rt_afile_commit(RtAFile *f)
         return -1;
     }
     if (sync_close(f) != 0 || (!f->published && renameat(f->dirfd, f->tmp, f->dirfd, f->base) != 0)) {
-        rt_afile_abort(f);
+        if (f->staged) /* complete under the name stage gave it: a reader may be using it */
+            release(f);
+        else
+            rt_afile_abort(f);
         return -1;
     }
     int rc = f->stream ? 0 : fsync(f->dirfd);
     release(f);
     return rc;
+}
+
+int rt_afile_stage(RtAFile *f, const char *name)
+{
+    if (f->dirfd < 0 || f->published) {
+        errno = EBADF;
+        return -1;
+    }
+    if (strlen(name) >= sizeof f->tmp) {
+        errno = ENAMETOOLONG;
+        rt_afile_abort(f);
+        return -1;
+    }
+    if (sync_close(f) != 0 || renameat(f->dirfd, f->tmp, f->dirfd, name) != 0) {
+        rt_afile_abort(f);
+        return -1;
+    }
+    snprintf(f->tmp, sizeof f->tmp, "%s", name);
+    f->staged = 1;
+    if (fsync(f->dirfd) != 0) {
+        rt_afile_abort(f);
+        return -1;
+    }
+    return 0;
+}
+
+int rt_afile_install(int fromdir, const char *name, int todir, const char *to)
+{
+    int fd = openat(fromdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    if (rc != 0) {
+        errno = e;
+        return -1;
+    }
+    if (renameat(fromdir, name, todir, to) != 0)
+        return -1;
+    return fsync(todir);
 }
 
 int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode)
@@ -287,4 +332,23 @@ int rt_dir_remove(int dirfd, const char *name)
             unlinkat(fd, e->d_name, 0); /* a file or a link: the entry itself, never what it points to */
     closedir(d);
     return unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+int rt_dir_mktemp(int dirfd, const char *prefix, char *name, size_t cap)
+{
+    size_t pl = strlen(prefix);
+    if (pl + 8 > cap) { /* PREFIX.XXXXXX and its NUL */
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (int tries = 0; tries < 64; tries++) {
+        memcpy(name, prefix, pl);
+        name[pl] = '.';
+        random_suffix(name + pl + 1);
+        if (mkdirat(dirfd, name, 0700) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
 }

@@ -17,6 +17,13 @@
  * rt_same_file says whether an output would overwrite an input (by identity:
  * st_dev and st_ino, so ./m.onnx, m.onnx and a hard link are one file).
  *
+ * Files that must change together (fsdpc's executable and its OUT.init) are
+ * written aside first and renamed in an order their reader tolerates:
+ * rt_afile_stage gives a finished temporary a name a reader can find before
+ * rt_afile_commit renames it over PATH; rt_afile_install moves a file made
+ * by another program (the linker's output, in an rt_dir_mktemp folder) into
+ * place durably.
+ *
  * No MPI, no compiler headers: tested standalone (tests/rt_npy_test.c).
  */
 #ifndef FSDPC_AFILE_H
@@ -34,6 +41,7 @@ typedef struct {
     FILE *fp;         /* rt_afile_fopen's stream over fd, or NULL */
     int published;    /* rt_afile_publish: the temporary is PATH already */
     int stream;       /* PATH is a FIFO or character device, written in place (fd is PATH itself) */
+    int staged;       /* tmp is the name rt_afile_stage gave it */
 } RtAFile;
 
 /* Create PATH's temporary (mode as for open(2), before the umask).  0, or -1
@@ -56,10 +64,28 @@ int rt_afile_publish(RtAFile *f);
  * f is released and, on failure, the temporary removed (a published file is
  * kept: it is PATH). */
 int rt_afile_commit(RtAFile *f);
+/* fsync and close the temporary and rename it to NAME in PATH's folder (a
+ * planted link at NAME is replaced, not followed), then fsync the folder:
+ * the file is complete on disk under a name a reader can look for, not yet
+ * PATH.  f stays held: rt_afile_commit renames NAME over PATH (and, should
+ * that fail, leaves it under NAME for its readers), rt_afile_abort removes
+ * NAME.  0, or -1 with errno (f released, the temporary removed). */
+int rt_afile_stage(RtAFile *f, const char *name);
 /* Give up: close and remove the temporary (unless published), release f (keeps errno). */
 void rt_afile_abort(RtAFile *f);
 /* PATH written atomically with the n bytes of buf: 0, or -1 with errno */
 int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode);
+
+/* File NAME of folder fromdir (made by another program: not a link) fsync'ed
+ * and renamed to TO in folder todir (the same file system), then todir
+ * fsync'ed.  0, or -1 with errno (NAME left where it was). */
+int rt_afile_install(int fromdir, const char *name, int todir, const char *to);
+
+/* PATH's folder ("." for a bare name) opened O_DIRECTORY (following links:
+ * the folder the user named), and a malloc'd copy of PATH's last component
+ * in *base: an fd, or -1 with errno (EISDIR for "", "x/", "." or "..";
+ * ENAMETOOLONG where .BASE.XXXXXX would not fit a name). */
+int rt_parent_open(const char *path, char **base);
 
 /* write n bytes to fd, retrying EINTR and short writes (chunks of 1 GiB): 0, or -1 with errno */
 int rt_write_all(int fd, const void *buf, size_t n);
@@ -78,5 +104,8 @@ int rt_dir_openat(int dirfd, const char *name);
  * writes there), never following a link: a link in NAME's place is itself
  * removed, its target untouched.  0, or -1 with errno (ENOENT is success). */
 int rt_dir_remove(int dirfd, const char *name);
+/* A new folder PREFIX.XXXXXX (random, mode 0700: no one else can plant
+ * anything in it) in dirfd; its name into name[cap].  0, or -1 with errno. */
+int rt_dir_mktemp(int dirfd, const char *prefix, char *name, size_t cap);
 
 #endif

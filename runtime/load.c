@@ -1,10 +1,10 @@
 /* load.c — what a rank reads at start-up and per step: the init file (open
  * and validate it, carve the one allocation, load the constants and this
- * rank's own parameter shards, hand it to the device layer) and the training
- * data (match --data and --tokens to the model inputs, check the .npy files,
- * map the token stream, copy each step's samples into the arena and upload
- * them; a file that shrinks under the run ends it with one line, by the
- * SIGBUS guard of npy.h).
+ * rank's own parameter shards, each checked against fsdpc's checksums, hand
+ * it to the device layer) and the training data (match --data and --tokens
+ * to the model inputs, check the .npy files, map the token stream, copy each
+ * step's samples into the arena and upload them; a file that shrinks under
+ * the run ends it with one line, by the SIGBUS guard of npy.h).
  * Errors go through rt_err_set; rt.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -22,14 +22,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "isum.h"
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
 
 #define ALIGN 64
-#define HEADER_BYTES 32 /* magic[16], id u64 LE, file size u64 LE */
 
-/* ---------------------------------------------------------------- init file */
+/* ---------------------------------------------------------------- init file
+ *
+ * Checked as it is read (runtime/isum.h's checksums; the compiler's sums are
+ * in m->init_sum).  Every rank checks the header (its own checksum, then the
+ * id: the init file of this build) and the constants, which it reads whole.
+ * A unit's parameters are read in shards, a rank only its own (deferred
+ * init): its share of the unit's checksum is the words that start in its
+ * shard, the last one completed from the file (up to 7 bytes past the
+ * shard, never more), and one all-reduce adds the shares of every rank.  The
+ * ranks of a shard group read each word of the unit once, so the total is
+ * the unit's checksum times the number of shard groups (world / F; the
+ * first group counted twice where that is even, so that the multiplier is
+ * odd and the same bad word in every copy cannot cancel out): a bad word in
+ * any rank's copy of the file changes it.  Rank 0 reads the model
+ * bytes and the untrained external initializers only to export them (or,
+ * the model, for --dump-grads), so it checks those sections at start-up of
+ * a run that will: a run never starts from, or ends by exporting, bytes
+ * other than the compiler's.
+ *
+ * Where OUT.init is another build's, the executable looks for its own init
+ * file under the name that holds its id, .OUT.init.<id>: fsdpc moves a new
+ * init file there before it replaces OUT, and over OUT.init after
+ * (codegen/exe.c), so the executable in place always finds its weights. */
+
+#define SUM_CHUNK ((uint64_t)1 << 20) /* bytes read, then summed while still in the cache */
 
 static uint64_t le64(const unsigned char *b)
 {
@@ -37,6 +61,65 @@ static uint64_t le64(const unsigned char *b)
     for (int i = 7; i >= 0; i--)
         v = v << 8 | b[i];
     return v;
+}
+
+/* The checksum share of file bytes [off, off+n), which buf holds: the words that start among them, the last one
+ * completed from the file (fd) where the range ends inside it.  0, or -1 with errno. */
+static int range_sum(int fd, const unsigned char *buf, uint64_t off, uint64_t n, uint64_t *sum)
+{
+    uint64_t first = (off + 7) / 8, end = off + n; /* the first word that starts in the range */
+    if (first * 8 >= end)
+        return 0;
+    uint64_t whole = (end - first * 8) / 8, at = (first + whole) * 8;
+    *sum += rt_isum(buf + (first * 8 - off), whole, first);
+    if (at == end)
+        return 0;
+    unsigned char w[8];
+    memcpy(w, buf + (at - off), (size_t)(end - at));
+    if (rt_pread_all(fd, w + (end - at), 8 - (end - at), end) != 0)
+        return -1;
+    *sum += rt_isum(w, 1, at / 8);
+    return 0;
+}
+
+/* n bytes at file offset off into dst, their checksum share added to *sum (range_sum), read in chunks that end
+ * on a word (each summed while in the cache).  0, or -1 with errno. */
+static int pread_summed(int fd, void *dst, uint64_t n, uint64_t off, uint64_t *sum)
+{
+    unsigned char *p = dst;
+    while (n > 0) {
+        uint64_t k = n > SUM_CHUNK ? ((off + SUM_CHUNK) & ~(uint64_t)7) - off : n;
+        if (rt_pread_all(fd, p, k, off) != 0 || range_sum(fd, p, off, k, sum) != 0)
+            return -1;
+        p += k, off += k, n -= k;
+    }
+    return 0;
+}
+
+/* the one line on a section whose bytes are not the compiler's */
+static void corrupt(const char *path, const char *what)
+{
+    rt_err_set(1, "init file %s is corrupt: checksum mismatch in %s (not the bytes fsdpc wrote: a damaged copy or "
+                  "disk?); copy it again or compile the model again with fsdpc", path, what);
+}
+
+/* file bytes [off, off+n) checked against sum, through a buffer (sections this rank does not keep) */
+static int check_section(int fd, const char *path, uint64_t off, uint64_t n, uint64_t want, const char *what)
+{
+    unsigned char *buf = malloc(n < SUM_CHUNK ? n + 1 : SUM_CHUNK);
+    uint64_t sum = 0;
+    int rc = buf ? 0 : (errno = ENOMEM, -1);
+    for (uint64_t k; rc == 0 && n > 0; off += k, n -= k) {
+        k = n > SUM_CHUNK ? ((off + SUM_CHUNK) & ~(uint64_t)7) - off : n;
+        rc = rt_pread_all(fd, buf, k, off) != 0 || range_sum(fd, buf, off, k, &sum) != 0 ? -1 : 0;
+    }
+    int e = errno;
+    free(buf);
+    if (rc != 0)
+        rt_err_set(1, "reading init file %s: %s", path, strerror(e));
+    else if (sum != want)
+        corrupt(path, what);
+    return rc == 0 && sum == want ? 0 : -1;
 }
 
 /* OUT.init beside the executable (from /proc/self/exe, else argv0); malloc'd */
@@ -58,7 +141,7 @@ static char *default_init_path(const char *argv0)
     return p;
 }
 
-/* a regular file of at least HEADER_BYTES; its size into *size */
+/* a regular file of at least RT_INIT_HEADER bytes; its size into *size */
 static int check_file(int fd, const char *path, uint64_t *size)
 {
     struct stat st;
@@ -71,29 +154,36 @@ static int check_file(int fd, const char *path, uint64_t *size)
         return -1;
     }
     *size = (uint64_t)st.st_size;
-    if (*size < HEADER_BYTES) {
+    if (*size < RT_INIT_HEADER) {
         rt_err_set(1, "%s is not an fsdpc init file (too short)", path);
         return -1;
     }
     return 0;
 }
 
-/* magic, build id and recorded size */
+/* magic, the header's checksum, build id and recorded size: 0, 1 for another build's file (nothing said), or
+ * -1 (rt_err_set called) */
 static int check_header(int fd, const char *path, const RtModel *m, uint64_t size)
 {
-    unsigned char h[HEADER_BYTES];
-    if (rt_pread_all(fd, h, HEADER_BYTES, 0) != 0) {
+    unsigned char h[RT_INIT_HEADER];
+    if (rt_pread_all(fd, h, RT_INIT_HEADER, 0) != 0) {
         rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
         return -1;
     }
-    if (memcmp(h, RT_INIT_MAGIC, 16) != 0) {
+    if (memcmp(h, RT_INIT_MAGIC, 12) != 0) { /* "FSDPC-INIT-v" */
         rt_err_set(1, "%s is not an fsdpc init file (bad magic)", path);
         return -1;
     }
-    if (le64(h + 16) != m->id) {
-        rt_err_set(1, "init file %s belongs to another build of the model; rebuild with fsdpc or pass --init", path);
+    if (memcmp(h, RT_INIT_MAGIC, 16) != 0) /* another version: another fsdpc's build */
+        return 1;
+    uint64_t hsum = le64(h + 32);
+    memset(h + 32, 0, 8);
+    if (rt_isum(h, RT_INIT_HEADER / 8, 0) != hsum) {
+        corrupt(path, "its header");
         return -1;
     }
+    if (le64(h + 16) != m->id)
+        return 1;
     if (le64(h + 24) != size) {
         rt_err_set(1, "init file %s is truncated or corrupt (its header says %" PRIu64 " bytes, the file has %" PRIu64 ")",
                    path, le64(h + 24), size);
@@ -130,8 +220,9 @@ static int check_ranges(const char *path, const RtModel *m, uint64_t size)
     return 0;
 }
 
-/* open and validate the init file; returns the fd, or -1 (rt_err_set called) */
-static int open_init(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
+/* open and validate the init file at path: the fd, or -1 (rt_err_set called), or -2: it is another build's
+ * (nothing said) */
+static int open_checked(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
 {
     struct stat st;
     int fd = rt_open_regular(path, &st);
@@ -141,13 +232,51 @@ static int open_init(const RtModel *m, const char *path, int is_default, uint64_
         return -1;
     }
     uint64_t size = 0;
-    if (check_file(fd, path, &size) != 0 || check_header(fd, path, m, size) != 0 ||
-        check_ranges(path, m, size) != 0) {
+    int rc = check_file(fd, path, &size);
+    if (rc == 0)
+        rc = check_header(fd, path, m, size);
+    if (rc == 0)
+        rc = check_ranges(path, m, size);
+    if (rc != 0) {
         close(fd);
-        return -1;
+        return rc > 0 ? -2 : -1;
     }
     *size_out = size;
     return fd;
+}
+
+/* path's .BASE.<id> beside it (malloc'd): where fsdpc puts a new init file while it replaces the executable */
+static char *id_path(const char *path, uint64_t id)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash + 1 - path) : 0, n = strlen(path) + 20;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%.*s.%s.%016" PRIx64, (int)dl, path, path + dl, id);
+    return p;
+}
+
+/* open and validate the init file *path; the default one, when another build's, may be found under its id's
+ * name (then *path is that).  The fd, or -1 (rt_err_set called). */
+static int open_init(const RtModel *m, char **path, int is_default, uint64_t *size_out)
+{
+    int fd = open_checked(m, *path, is_default, size_out);
+    if (fd != -2)
+        return fd;
+    char *alt = is_default ? id_path(*path, m->id) : NULL;
+    struct stat st;
+    if (alt && lstat(alt, &st) == 0) {
+        fd = open_checked(m, alt, 1, size_out);
+        if (fd >= 0) {
+            free(*path);
+            *path = alt;
+            return fd;
+        }
+    }
+    free(alt);
+    if (fd == -2)
+        rt_err_set(1, "init file %s belongs to another build of the model; rebuild with fsdpc or pass --init", *path);
+    return -1;
 }
 
 /* ------------------------------------------------------------------- layout */
@@ -287,15 +416,22 @@ static int carve(RtCtx *c, const RtMem *mem, char **base_out)
     return 0;
 }
 
-/* constants and this rank's parameter shards from the init file; adds the
- * parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
-static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
+/* Constants (each checked) and this rank's parameter shards from the init file, each unit's checksum share into
+ * part[u]; adds the parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
+static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem, uint64_t *part)
 {
     const RtModel *m = c->m;
     for (int i = 0; i < m->nconst; i++) {
         const RtConst *k = &m->cnst[i];
-        if (k->nbytes > 0 && rt_pread_all(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off) != 0) {
+        uint64_t sum = 0;
+        if (pread_summed(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off, &sum) != 0) {
             rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
+            return -1;
+        }
+        if (sum != m->init_sum[1 + i]) {
+            char what[64];
+            snprintf(what, sizeof what, "constant %d", i);
+            corrupt(path, what);
             return -1;
         }
     }
@@ -308,11 +444,65 @@ static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem)
         if (start >= end)
             continue; /* all padding */
         uint64_t n = (uint64_t)((end - start) * es);
-        if (rt_pread_all(fd, c->shard[u * RT_NSTATE + RT_S_PARAM], n, (uint64_t)(un->file_off + start * es)) != 0) {
+        if (pread_summed(fd, c->shard[u * RT_NSTATE + RT_S_PARAM], n, (uint64_t)(un->file_off + start * es),
+                         &part[u]) != 0) {
             rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
             return -1;
         }
         mem->init_param_read += n;
+    }
+    return 0;
+}
+
+/* Collective: every rank's checksum shares of the units added up (in 32-bit halves, so that the int64 sum
+ * cannot overflow) and checked against the compiler's sums times the shard groups, which each read every unit
+ * once.  With an even number of groups the first one counts twice: the multiplier stays odd, so the same
+ * change in every group's copy cannot cancel mod 2^64.  Every rank sees the same totals and says the same.
+ * 0, or -1 (rt_err_set called). */
+static int check_units(const RtCtx *c, const char *path, const uint64_t *part)
+{
+    enum { B = 256 };
+    const RtModel *m = c->m;
+    uint64_t groups = (uint64_t)(c->world / c->sf), twice = groups % 2 == 0;
+    const uint64_t *want = m->init_sum + 1 + m->nconst, copies = groups + twice;
+    const uint64_t weight = twice && c->rank < c->sf ? 2 : 1; /* groups are sf consecutive ranks */
+    int64_t x[2 * B];
+    int rc = 0;
+    for (int u0 = 0; u0 < m->nunit; u0 += B) {
+        int n = m->nunit - u0 < B ? m->nunit - u0 : B;
+        for (int i = 0; i < n; i++) {
+            uint64_t share = part[u0 + i] * weight;
+            x[2 * i] = (int64_t)(share & 0xffffffffu);
+            x[2 * i + 1] = (int64_t)(share >> 32);
+        }
+        rt_ctl_allreduce_i64(x, 2 * n, RT_CTL_SUM);
+        for (int i = 0; rc == 0 && i < n; i++)
+            if (((uint64_t)x[2 * i + 1] << 32) + (uint64_t)x[2 * i] != want[u0 + i] * copies) {
+                char what[300];
+                snprintf(what, sizeof what, "the parameters of unit '%s'%s", m->unit[u0 + i].name,
+                         c->world > 1 ? " (as one of the ranks read them)" : "");
+                corrupt(path, what);
+                rc = -1;
+            }
+    }
+    return rc;
+}
+
+/* rank 0 of a run that will read them (--export-onnx, --export-safetensors: the model and the untrained external
+ * initializers; --dump-grads: the model): those sections checked now, before the run.  0, or -1. */
+static int check_exported(const RtModel *m, const RtOpts *o, int fd, const char *path)
+{
+    if (!o->export_path && !o->export_st && !o->dump_grads)
+        return 0;
+    if (check_section(fd, path, (uint64_t)m->model_off, (uint64_t)m->model_len, m->init_sum[0],
+                      "the embedded model") != 0)
+        return -1;
+    for (int i = 0; i < m->nextern; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "external initializer %d", m->ext[i].init);
+        if (check_section(fd, path, (uint64_t)m->ext[i].file_off, (uint64_t)m->ext[i].nbytes,
+                          m->init_sum[1 + m->nconst + m->nunit + i], what) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1009,14 +1199,25 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
         return status;
     rt_dev_set_graph(!o->no_cuda_graph);
     *path = o->init ? strdup(o->init) : default_init_path(argv0);
-    if (!*path)
+    if (!c->m->init_sum)
+        rt_err_set(1, "corrupt model tables: no init file checksums");
+    else if (!*path)
         rt_err_set(1, "out of memory");
     else
-        *fd = open_init(c->m, *path, o->init == NULL, &init_size);
+        *fd = open_init(c->m, path, o->init == NULL, &init_size);
     if ((status = rt_err_sync()) != 0)
         return status;
-    if (carve(c, mem, base) == 0 && load_init(c, *fd, *path, mem) == 0 &&
-        rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
+    uint64_t *part = calloc((size_t)c->m->nunit + 1, sizeof *part);
+    if (!part)
+        rt_err_set(1, "out of memory");
+    else if (carve(c, mem, base) == 0 && load_init(c, *fd, *path, mem, part) == 0 && c->rank == 0)
+        check_exported(c->m, o, *fd, *path);
+    if ((status = rt_err_sync()) != 0) {
+        free(part);
+        return status;
+    }
+    if (check_units(c, *path, part) == 0 && rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
         rt_err_set(1, "%s", why);
+    free(part);
     return rt_err_sync();
 }

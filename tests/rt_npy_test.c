@@ -4,8 +4,10 @@
  * scalar and 1-tuple shapes) and a set of broken ones (truncated, bad magic,
  * Fortran order, malformed headers, overflowing shapes, ...), then checks
  * that good files parse to the right dtype/shape/values and bad ones are
- * rejected with a sensible message and without crashing.
- * Build: cc -std=c11 -Iruntime tests/rt_npy_test.c runtime/npy.c runtime/afile.c
+ * rejected with a sensible message and without crashing.  Also runtime/afile.c
+ * (atomic, link-safe writes; the staged pair fsdpc installs) and
+ * runtime/isum.c (the init file's checksum: it splits at any word).
+ * Build: cc -std=c11 -Iruntime tests/rt_npy_test.c runtime/npy.c runtime/afile.c runtime/isum.c
  * Exit status 0 on success, 1 (with messages) on failure.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "isum.h"
 #include "npy.h"
 
 static int failures;
@@ -302,6 +305,87 @@ static void afile_tests(void)
     unlink(p);
 }
 
+/* afile.c's two-step replacement (what fsdpc does with OUT.init): staged under a name a reader finds, PATH
+ * untouched until the commit; a planted link at that name replaced, not followed; an abort after the stage
+ * removes it.  rt_dir_mktemp's folder is private; rt_afile_install moves a file in. */
+static void afile_stage_tests(void)
+{
+    char dir[64], out[400], name[400], victim[400];
+    snprintf(dir, sizeof dir, "%s/stage", tmpdir);
+    snprintf(out, sizeof out, "%s/t.init", dir);
+    snprintf(name, sizeof name, "%s/.t.init.id", dir);
+    snprintf(victim, sizeof victim, "%s/victim2", tmpdir);
+    mkdir(dir, 0755);
+    write_file(out, &(Buf){(unsigned char *)"old", 3});
+    write_file(victim, &(Buf){(unsigned char *)"precious", 8});
+    if (symlink(victim, name) != 0)
+        failf("symlink: %s", strerror(errno));
+    RtAFile f;
+    if (rt_afile_open(&f, out, 0644) != 0 || rt_write_all(f.fd, "new", 3) != 0 || rt_afile_stage(&f, ".t.init.id"))
+        failf("rt_afile_stage: %s", strerror(errno));
+    read_back(out, "old", "PATH before the commit");
+    read_back(name, "new", "the staged name");
+    read_back(victim, "precious", "a link planted at the staged name: its target");
+    if (rt_afile_commit(&f) != 0)
+        failf("rt_afile_commit after a stage: %s", strerror(errno));
+    read_back(out, "new", "PATH after the commit");
+    if (count_entries(dir) != 1)
+        failf("stage + commit left %d entries in %s", count_entries(dir), dir);
+    if (rt_afile_open(&f, out, 0644) != 0 || rt_afile_stage(&f, ".t.init.id") != 0)
+        failf("rt_afile_stage: %s", strerror(errno));
+    rt_afile_abort(&f);
+    if (count_entries(dir) != 1)
+        failf("stage + abort left %d entries in %s", count_entries(dir), dir);
+    /* a private folder, and a file made in it moved over PATH */
+    char *base = NULL, priv[300], priv2[300];
+    int dfd = rt_parent_open(out, &base);
+    if (dfd < 0 || strcmp(base, "t.init"))
+        failf("rt_parent_open(%s): %s, base %s", out, strerror(errno), base ? base : "(none)");
+    struct stat st;
+    if (rt_dir_mktemp(dfd, ".t.build", priv, sizeof priv) != 0 || rt_dir_mktemp(dfd, ".t.build", priv2, sizeof priv2) ||
+        !strcmp(priv, priv2) || fstatat(dfd, priv, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        (st.st_mode & 0777) != 0700)
+        failf("rt_dir_mktemp: %s (%s, %s, mode %o)", strerror(errno), priv, priv2, (unsigned)st.st_mode & 0777);
+    int pfd = rt_dir_openat(dfd, priv);
+    int fd = pfd >= 0 ? openat(pfd, "exe", O_WRONLY | O_CREAT | O_EXCL, 0755) : -1;
+    if (fd < 0 || rt_write_all(fd, "exe", 3) != 0 || close(fd) != 0 || rt_afile_install(pfd, "exe", dfd, "t.init"))
+        failf("rt_afile_install: %s", strerror(errno));
+    read_back(out, "exe", "after rt_afile_install");
+    close(pfd);
+    if (rt_dir_remove(dfd, priv) != 0 || rt_dir_remove(dfd, priv2) != 0 || count_entries(dir) != 1)
+        failf("private folders left: %d entries in %s", count_entries(dir), dir);
+    free(base);
+    close(dfd);
+    unlink(out), rmdir(dir), unlink(victim);
+}
+
+/* isum.c: one flipped bit anywhere changes the checksum; the sum of shares split at any word is the whole's */
+static void isum_tests(void)
+{
+    enum { N = 1000 };
+    static unsigned char buf[8 * N];
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < sizeof buf; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+    uint64_t whole = rt_isum(buf, N, 5);
+    for (int cut = 0; cut <= N; cut += 37)
+        if (rt_isum(buf, (uint64_t)cut, 5) + rt_isum(buf + 8 * cut, (uint64_t)(N - cut), 5 + (uint64_t)cut) != whole)
+            failf("isum: the shares split at word %d do not add up to the whole", cut);
+    for (size_t bit = 0; bit < 8 * sizeof buf; bit += 61) {
+        buf[bit / 8] ^= (unsigned char)(1u << bit % 8);
+        if (rt_isum(buf, N, 5) == whole)
+            failf("isum: flipping bit %zu leaves the checksum unchanged", bit);
+        buf[bit / 8] ^= (unsigned char)(1u << bit % 8);
+    }
+    if (rt_isum(buf, N, 6) == whole)
+        failf("isum: the words' position does not count");
+    unsigned char two[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    if (rt_isum(two, 2, 0) != 0x44dd9603019163c7ull) /* the file format: fsdpc and every executable agree */
+        failf("isum: the checksum of 1..16 is %#llx", (unsigned long long)rt_isum(two, 2, 0));
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -469,6 +553,8 @@ int main(void)
     }
 
     afile_tests();
+    afile_stage_tests();
+    isum_tests();
 
     if (rmdir(tmpdir) != 0)
         perror(tmpdir);

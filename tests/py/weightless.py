@@ -218,7 +218,7 @@ def big(fsdpc, work, rss):
         check(maxrss < largest + 150 * MB, "peak RSS %.1f MB is not below the largest tensor + 150 MB" % (maxrss / MB))
     with open(init, "rb") as f:
         head = f.read(32)
-    check(head[:13] == b"FSDPC-INIT-v1" and int.from_bytes(head[24:32], "little") == isize,
+    check(head[:13] == b"FSDPC-INIT-v2" and int.from_bytes(head[24:32], "little") == isize,
           "OUT.init is %d bytes, its header says %d" % (isize, int.from_bytes(head[24:32], "little")))
     units, params, consts = c_tables(exe + ".c")
     nparam = shaped_model.param_count(L, D, T, V)

@@ -1,0 +1,203 @@
+"""The executable and its OUT.init: written aside, replaced as a pair, checked as read.
+
+usage: init_pair.py FSDPC WORKDIR
+
+(a) -o over a planted link at OUT, OUT.init and OUT.c (--emit-c) replaces each link and leaves its target alone;
+    nothing but OUT, OUT.init and OUT.c is left in the folder.
+(b) A failing C compiler with a good pair in place (--cc a script that exits 3 silently; one that really compiles
+    and links, then says "ld: cannot open output file ...: No space left on device" and exits 1; one that does
+    not exist): one line naming the tool's message, exit 1; OUT and OUT.init byte-identical to before and the old
+    executable still runs a step; no temporary left beside them.
+(c) The pair's replacement, stopped between its renames (the state a crash leaves): the new executable beside the
+    old OUT.init finds its own init under .OUT.init.<id> and trains as the new pair does; without that file it is
+    one line ("another build"); the next build of OUT removes the leftover.
+(d) A flipped bit in OUT.init: in a unit's parameters (at world 1, and at world 2 in each rank's shard, the
+    shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in a constant: one line
+    naming the file and "compile the model again", exit 1; in the embedded model: only a run that exports (or
+    dumps gradients) reads it, and that run says so at start.
+"""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import check, mpirun, run
+
+A = ["--target", "cpu", "--loss", "mse:y,target", "--dim", "batch=4"]
+
+
+def model(path, scale=1.0, n=5):
+    """x [batch, 5] -> MatMul w [5, n] -> Gather of its columns by a constant permutation idx -> y [batch, n].
+    25 weights: the unit's bytes end inside an 8-byte word, and at world 2 the shards (13 and 12 weights) meet
+    inside one"""
+    w = numpy_helper.from_array((np.arange(5 * n, dtype=np.float32).reshape(5, n) / 10 - 1) * scale, "w")
+    idx = numpy_helper.from_array(np.arange(n, dtype=np.int64)[::-1].copy(), "idx")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Gather", ["h", "idx"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n])], [w, idx])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def digest(*paths):
+    return [hashlib.sha256(open(p, "rb").read()).hexdigest() for p in paths]
+
+
+def one_line(p, *needles):
+    lines = [l for l in p.stderr.strip().splitlines() if l.strip()]
+    check(p.returncode == 1 and len(lines) == 1 and all(n in lines[0] for n in needles),
+          "expected one error line with %s, exit 1; got %d:\n%s" % (needles, p.returncode, p.stderr))
+    return lines[0]
+
+
+def loss(exe, data, world=1, extra=()):
+    p = run(mpirun(world, [exe] + data + ["--steps", "1"] + list(extra)))
+    return re.search(r"^step 1/1 +loss (\S+)", p.stdout, re.M).group(1)
+
+
+def flip(path, off, bit=0):
+    d = bytearray(open(path, "rb").read())
+    d[off] ^= 1 << bit
+    open(path, "wb").write(d)
+
+
+def tables(src):
+    """the units {file off, numel} and constants {file off, bytes} of the generated C (--emit-c)"""
+    c = open(src).read()
+    units = [tuple(map(int, m)) for m in re.findall(r'\{"[^"]*", (\d+), \d+, \d+, (\d+)\},', c.split("RtUnit units")[1]
+                                                                         .split("};")[0])]
+    consts = [tuple(map(int, m)) for m in re.findall(r"\{(\d+), \d+, (\d+), ", c.split("RtConst consts")[1]
+                                                       .split("};")[0])]
+    return [(off, numel) for numel, off in units], consts
+
+
+def planted_links(fsdpc, work, J):
+    victim = J("victim")
+    for name in ("train", "train.init", "train.c"):
+        open(victim + name, "w").write("precious")
+        os.symlink(victim + name, J("out", name))
+    run([fsdpc, J("m.onnx"), "-o", J("out", "train"), "--emit-c"] + A)
+    for name in ("train", "train.init", "train.c"):
+        check(not os.path.islink(J("out", name)) and os.path.isfile(J("out", name)), "%s is still a link" % name)
+        check(open(victim + name).read() == "precious", "the write followed the link at %s" % name)
+    check(sorted(os.listdir(J("out"))) == ["train", "train.c", "train.init"], "left: %s" % os.listdir(J("out")))
+    print("(a) planted links at OUT, OUT.init, OUT.c replaced, their targets untouched")
+
+
+def failing_cc(fsdpc, work, J, data):
+    exe = J("out", "train")
+    before, want = digest(exe, exe + ".init"), loss(exe, data)
+    fail = J("fail.sh")
+    open(fail, "w").write("#!/bin/sh\nexit 3\n")
+    ld = J("ldfail.sh")
+    open(ld, "w").write('#!/bin/sh\ncc "$@" || exit\necho "/usr/bin/ld: cannot open output file %s: No space '
+                        'left on device" >&2\necho "collect2: error: ld returned 1 exit status" >&2\nexit 1\n' % exe)
+    for f in (fail, ld):
+        os.chmod(f, 0o755)
+    cases = ((fail, ("fail.sh", "exit status 3", "left as they were")),
+             (ld, ("ld: cannot open output file", "No space left on device", "left as they were")),
+             (J("no-such-cc"), ("no-such-cc", "No such file")))
+    for cc, needles in cases:  # a new model, so that a replaced OUT.init would not be the old one
+        p = run([fsdpc, J("m2.onnx"), "-o", exe, "--emit-c", "--cc", cc] + A, check=False)
+        line = one_line(p, *needles)
+        check(digest(exe, exe + ".init") == before, "%s: the old pair was replaced" % os.path.basename(cc))
+        check(loss(exe, data) == want, "%s: the old executable does not train as before" % os.path.basename(cc))
+        left = [f for f in os.listdir(J("out")) if f not in ("train", "train.c", "train.init")]
+        check(not left, "%s: left beside the pair: %s" % (os.path.basename(cc), left))
+        print("(b) --cc %s: %s" % (os.path.basename(cc), line[:160]))
+
+
+def stopped_between(fsdpc, work, J, data):
+    """the old pair in out/, the new one in new/; then the state between the last two renames"""
+    old, new = J("out", "train"), J("new", "train")
+    os.unlink(old + ".c")
+    run([fsdpc, J("m.onnx"), "-o", old] + A)
+    run([fsdpc, J("m2.onnx"), "-o", new] + A)
+    want = loss(new, data)
+    check(want != loss(old, data), "the two models train alike: the test cannot tell them apart")
+    ident = int.from_bytes(open(new + ".init", "rb").read()[16:24], "little")
+    aside = J("out", ".train.init.%016x" % ident)
+    shutil.copy(new + ".init", aside)
+    shutil.copy(new, old)
+    check(loss(old, data) == want, "the new executable beside the old OUT.init does not train from its own init")
+    os.rename(aside, aside + "x")
+    one_line(run([old] + data + ["--steps", "1"], check=False), "train.init", "another build")
+    os.rename(aside + "x", aside)
+    run([fsdpc, J("m.onnx"), "-o", old] + A)
+    check(sorted(os.listdir(J("out"))) == ["train", "train.init"], "after the next build: %s" % os.listdir(J("out")))
+    print("(c) stopped between the renames: the new executable trains from .OUT.init.<id> (loss %s); the next "
+          "build removes it" % want)
+
+
+def flipped_bits(fsdpc, work, J, data):
+    exe = J("out", "train")
+    run([fsdpc, J("m.onnx"), "-o", exe, "--emit-c"] + A)
+    init = exe + ".init"
+    good = open(init, "rb").read()
+    units, consts = tables(exe + ".c")
+    check(len(units) == 1 and consts, "the model's tables: units %s, constants %s" % (units, consts))
+    uoff, numel = units[0]
+    half = (numel + 1) // 2 * 4  # world 2: rank 1's shard starts here, inside an 8-byte word
+    check(half % 8 != 0, "the shards of world 2 meet on a word boundary: %d" % half)
+    cases = [("a weight", uoff + 5, 1, "unit"), ("the last weight", uoff + numel * 4 - 1, 1, "unit"),
+             ("rank 0's last weight", uoff + half - 1, 2, "unit"), ("rank 1's first weight", uoff + half, 2, "unit"),
+             ("rank 1's second word", uoff + half + 4, 2, "unit"),
+             ("the header's id", 17, 1, "header"), ("the header's size", 25, 1, "header"),
+             ("a reserved header byte", 50, 1, "header"), ("a constant", consts[0][0] + 3, 1, "constant")]
+    for what, off, world, needle in cases:
+        open(init, "wb").write(good)
+        flip(init, off, 6)
+        p = run(mpirun(world, [exe] + data + ["--steps", "1"]), check=False)
+        if world == 1:
+            one_line(p, init, "corrupt", needle, "compile the model again")
+        else:
+            check(p.returncode != 0 and "corrupt" in p.stderr and "compile the model again" in p.stderr,
+                  "%s at world 2: exit %d\n%s" % (what, p.returncode, p.stderr))
+        print("(d) flipped bit in %s (world %d): exit %d, %s" % (what, world, p.returncode,
+                                                                 re.search(r"corrupt.*", p.stderr).group(0)[:100]))
+    ddp = J("out", "ddp")  # --shard none at world 2: both ranks read the whole unit (two shard groups)
+    run([fsdpc, J("m.onnx"), "-o", ddp, "--shard", "none"] + A)
+    loss(ddp, data, 2)
+    flip(ddp + ".init", uoff + 9, 3)
+    p = run(mpirun(2, [ddp] + data + ["--steps", "1"]), check=False)
+    check(p.returncode != 0 and "corrupt" in p.stderr, "--shard none at world 2: a flipped bit trains:\n%s" % p.stderr)
+    for f in (ddp, ddp + ".init"):
+        os.unlink(f)
+    print("(d) flipped bit in a weight, --shard none (world 2): exit %d" % p.returncode)
+    open(init, "wb").write(good)
+    flip(init, 64 + 10, 6)  # the embedded model: read by --export-onnx, checked at start by such a run
+    loss(exe, data)
+    one_line(run([exe] + data + ["--steps", "1", "--export-onnx", J("e.onnx")], check=False), "corrupt",
+             "the embedded model")
+    check(not os.path.exists(J("e.onnx")), "an export from a corrupt model section")
+    open(init, "wb").write(good)
+    loss(exe, data, 2, ["--export-onnx", J("e.onnx")])
+    print("(d) flipped bit in the embedded model: a run without export trains, one with --export-onnx refuses")
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    for d in ("out", "new"):
+        os.makedirs(os.path.join(work, d))
+    J = lambda *p: os.path.join(work, *p)
+    model(J("m.onnx"))
+    model(J("m2.onnx"), scale=-0.5)
+    rng = np.random.default_rng(0)
+    np.save(J("x.npy"), rng.standard_normal((16, 5)).astype(np.float32))
+    np.save(J("t.npy"), rng.standard_normal((16, 5)).astype(np.float32))
+    data = ["--data", "x=" + J("x.npy"), "--data", "target=" + J("t.npy")]
+    planted_links(fsdpc, work, J)
+    failing_cc(fsdpc, work, J, data)
+    stopped_between(fsdpc, work, J, data)
+    flipped_bits(fsdpc, work, J, data)
+    print("OK init_pair")
+
+
+if __name__ == "__main__":
+    main()
