@@ -281,6 +281,10 @@ def clobber_compiler(fsdpc, J, good, base):
                  absent=J("hard"))
     os.unlink(J("hard.init"))
     untouched(keep, "compiler: the model named as an output")
+    os.mkfifo(J("fifo_out.init"))  # the pair is two files: a FIFO at OUT.init is refused at once, never opened
+    expect_error([fsdpc, good, "-o", J("fifo_out")] + cpu, "fifo_out.init is not a regular file", code=(1,),
+                 timeout=60, absent=J("fifo_out"))
+    os.unlink(J("fifo_out.init"))
     os.makedirs(J("cx"), exist_ok=True)
     mlp(J("cx", "m.onnx"), external=True)
     keep = snapshot(J("cx"))
