@@ -1,6 +1,6 @@
 /* rt.c — rt_main: the life of an executable around the model's step
  * function: flags (args.c), the control plane (rt_ctl.h), start-up (init
- * file, memory and data from load.c; the device from rt_dev.h), the step
+ * file and memory from load.c, data from data.c; the device from rt_dev.h), the step
  * loop with its progress lines and metrics, export, and start-up errors
  * (agreed on by all ranks).  Forward-only builds (m->eval) branch to eval.c
  * once the control plane is up.  No MPI here: this file, like the rest of

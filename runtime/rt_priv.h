@@ -1,5 +1,5 @@
 /* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, args.c,
- * load.c, export.c, eval.c, fatal.c, npy.c, tensor_pb.c; and the control
+ * load.c, data.c, export.c, eval.c, fatal.c, npy.c, tensor_pb.c; and the control
  * planes and device layers); never seen by generated code.  No MPI here:
  * the control plane is rt_ctl.h, the step's memory rt_dev.h. */
 #ifndef FSDPC_RT_PRIV_H
@@ -173,7 +173,7 @@ double rt_lr_at(const RtOpts *o, int64_t step);
 void rt_opts_free(RtOpts *o);
 void rt_usage(const RtModel *m);
 
-/* ------------------------------------------- init file and data (load.c) */
+/* ------------------------------- init file (load.c) and data (data.c) */
 
 /* The memory of one rank, for the start-up report. */
 typedef struct {
