@@ -20,7 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #define _XOPEN_SOURCE 700 /* realpath */
-#include "cg.h"
+#include "build.h"
 #include "rt.h"
 #include "afile.h"
 #include "isum.h"
@@ -42,26 +42,14 @@
 extern char **environ;
 static const char *g_cc; /* --cc override of the configured compiler */
 
-/* ---- what a build has made ----------------------------------------------
+/* ---- what a build has made (build.h) -------------------------------------
  * Everything a build writes before it succeeds is aside, removed again if it
  * fails: OUT.init's temporary (rt_afile), the private folder the C compiler
  * works in, the device images' folder (cuda). */
-typedef struct {
-    const char *out;      /* -o OUT */
-    int dirfd;            /* OUT's folder */
-    char *base;           /* OUT's last component */
-    char priv[300];       /* the private folder in OUT's folder ("" none yet) */
-    const char *priv_path; /* its path, for the C compiler */
-    int privfd;
-    RtAFile init;         /* OUT.init, written aside (fd, dirfd -1: none) */
-    const char *cuda_dir; /* cuda: the device images' folder, and how many */
-    int nimage;
-} Build;
 
 static void remove_tree(const char *dir, int nimage);
 
-/* everything b made removed; then the one-line error msg, which says the old pair is as it was */
-static _Noreturn void build_fail(Build *b, const char *msg)
+_Noreturn void cg_build_fail(Build *b, const char *msg)
 {
     rt_afile_abort(&b->init);
     if (b->privfd >= 0)
@@ -71,279 +59,6 @@ static _Noreturn void build_fail(Build *b, const char *msg)
     if (b->cuda_dir)
         remove_tree(b->cuda_dir, b->nimage);
     fatal("%s; %s and %s.init are left as they were", msg, b->out, b->out);
-}
-
-/* ---- the init file ------------------------------------------------------
- * Laid out first (offsets only), then written in one pass that sums what it
- * writes (runtime/isum.h): each section — the model bytes, each constant,
- * each unit's parameters, each kept external initializer — gets its own
- * checksum, which the executable carries (RtModel.init_sum) and checks as
- * it reads; the file's id, in its header (written last, with the header's
- * own checksum) and in the executable, is a hash of those checksums, the
- * units' sizes and the file's.  A weight still in its external data file is
- * copied from there IR_CHUNK bytes at a time, so the compiler never holds
- * more of the weights than one chunk, and never reads the file back. */
-typedef struct {
-    int64_t model_off, size;
-    int64_t *const_off;  /* per value id, -1 if not stored */
-    int64_t *unit_off;
-    int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
-    int *ext_val;        /* per ONNX initializer with ext_off >= 0: its value */
-    int next;
-    uint64_t *sum;       /* the sections' checksums, in RtModel.init_sum's order (write_init) */
-    int nsum;
-} InitLayout;
-
-static int64_t al(int64_t x) { return (x + 63) / 64 * 64; }
-
-static int stored_const(const Graph *g, int v)
-{
-    const Value *x = &g->val[v];
-    return x->role == R_CONST && x->alias_of < 0 && x->loc.kind == LOC_ARENA;
-}
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
-
-static int64_t value_bytes(const Graph *g, int v) { return value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype); }
-
-/* the offset after n bytes at off, aligned; sizes come from the model, so the sum is checked */
-static int64_t after_bytes(const Graph *g, int64_t off, int64_t n)
-{
-    if (n < 0 || n > (INT64_MAX >> 2) - off)
-        fatal("%s: the init file would hold more than 2^61 bytes", g->opt->model);
-    return al(off + n);
-}
-
-static InitLayout layout_init(const Graph *g)
-{
-    InitLayout L = {0};
-    L.const_off = ir_alloc(sizeof(int64_t) * (size_t)g->nval);
-    L.unit_off = ir_alloc(sizeof(int64_t) * (size_t)(g->nunit + 1));
-    L.model_off = RT_INIT_HEADER;
-    int64_t off = after_bytes(g, L.model_off, (int64_t)g->model_len);
-    int nconst = 0;
-    for (int v = 0; v < g->nval; v++) {
-        L.const_off[v] = -1;
-        if (!stored_const(g, v))
-            continue;
-        L.const_off[v] = off;
-        nconst++;
-        off = after_bytes(g, off, value_bytes(g, v));
-    }
-    for (int u = 0; u < g->nunit; u++) {
-        const Unit *un = &g->unit[u];
-        L.unit_off[u] = off;
-        off = after_bytes(g, off, un->numel > (INT64_MAX >> 4) ? -1 : un->numel * (int64_t)dtype_size(un->dtype));
-    }
-    /* the untrained initializers the model keeps in external data files: an export writes them beside itself */
-    L.ext_off = ir_alloc(sizeof(int64_t) * (size_t)(g->ninit + 1));
-    L.ext_val = ir_alloc(sizeof(int) * (size_t)(g->ninit + 1));
-    char *trained = ir_alloc((size_t)g->ninit + 1);
-    for (int u = 0; u < g->nunit; u++)
-        for (int i = 0; i < g->unit[u].nparams; i++) {
-            int k = g->val[g->unit[u].params[i]].init_index;
-            if (k >= 0 && k < g->ninit)
-                trained[k] = 1;
-        }
-    for (int i = 0; i < g->ninit; i++)
-        L.ext_val[i] = -1;
-    for (int v = g->nval - 1; v >= 0; v--) /* the frontend's value of each initializer: the first */
-        if (g->val[v].init_index >= 0 && g->val[v].init_index < g->ninit)
-            L.ext_val[g->val[v].init_index] = v;
-    for (int i = 0; i < g->ninit; i++) {
-        L.ext_off[i] = -1;
-        if (!g->ext[i].loc || trained[i] || L.ext_val[i] < 0)
-            continue;
-        L.ext_off[i] = off;
-        L.next++;
-        off = after_bytes(g, off, g->ext[i].len);
-    }
-    L.size = off;
-    L.sum = ir_alloc(sizeof(uint64_t) * (size_t)(1 + nconst + g->nunit + L.next));
-    return L;
-}
-
-#define SINK_BUF ((size_t)1 << 20) /* bytes gathered before a write(2) */
-
-/* where the init file's bytes go (b NULL: nowhere, only summed) */
-typedef struct {
-    Build *b;             /* the build writing OUT.init: b->init.fd */
-    unsigned char *buf;   /* bytes not yet written, nbuf of SINK_BUF */
-    size_t nbuf;
-    int64_t at;           /* bytes so far */
-    uint64_t sum;         /* the open section's checksum so far */
-    unsigned char part[8]; /* its last word, while incomplete (npart = at % 8 bytes) */
-    int npart;
-} Sink;
-
-static _Noreturn void sink_fail(Sink *s, const char *msg)
-{
-    if (s->b)
-        build_fail(s->b, msg);
-    fatal("%s", msg);
-}
-
-static void sink_flush(Sink *s)
-{
-    if (s->nbuf && rt_write_all(s->b->init.fd, s->buf, s->nbuf) != 0)
-        sink_fail(s, ir_fmt("%s.init: write failed: %s", s->b->out, strerror(errno)));
-    s->nbuf = 0;
-}
-
-/* n bytes at the end of the file, not summed */
-static void sink_write(Sink *s, const void *p, size_t n)
-{
-    s->at += (int64_t)n;
-    if (!s->b || !n)
-        return;
-    if (s->nbuf + n > SINK_BUF)
-        sink_flush(s);
-    if (n >= SINK_BUF) {
-        if (rt_write_all(s->b->init.fd, p, n) != 0)
-            sink_fail(s, ir_fmt("%s.init: write failed: %s", s->b->out, strerror(errno)));
-        return;
-    }
-    memcpy(s->buf + s->nbuf, p, n);
-    s->nbuf += n;
-}
-
-/* n bytes at file offset s->at added to the open section's checksum: whole words, the rest kept in s->part */
-static void sink_sum(Sink *s, const unsigned char *p, size_t n)
-{
-    uint64_t at = (uint64_t)s->at;
-    if (s->npart != (int)(at % 8))
-        die("init file: a section starts off a word");
-    if (s->npart) {
-        size_t k = n < (size_t)(8 - s->npart) ? n : (size_t)(8 - s->npart);
-        memcpy(s->part + s->npart, p, k);
-        s->npart += (int)k, p += k, n -= k, at += k;
-        if (s->npart < 8)
-            return;
-        s->sum += rt_isum(s->part, 1, at / 8 - 1);
-        s->npart = 0;
-    }
-    s->sum += rt_isum(p, n / 8, at / 8);
-    s->npart = (int)(n % 8);
-    memcpy(s->part, p + n / 8 * 8, n % 8);
-}
-
-/* bytes of the open section (the callback of ir_ext_stream) */
-static void sink_put(void *ctx, const void *p, size_t n)
-{
-    Sink *s = ctx;
-    sink_sum(s, p, n);
-    sink_write(s, p, n);
-}
-
-/* the open section's checksum (its last word zero-padded, as the file is); the next one opens */
-static uint64_t sink_end(Sink *s)
-{
-    if (s->npart) {
-        memset(s->part + s->npart, 0, (size_t)(8 - s->npart));
-        s->sum += rt_isum(s->part, 1, (uint64_t)s->at / 8);
-        s->npart = 0;
-    }
-    uint64_t sum = s->sum;
-    s->sum = 0;
-    return sum;
-}
-
-static void sink_pad(Sink *s, int64_t off)
-{
-    static const char zero[64];
-    if (s->at > off || off - s->at > 64)
-        die("init file layout");
-    sink_write(s, zero, (size_t)(off - s->at));
-}
-
-/* value v's n bytes: its host data, or its initializer's external data file streamed */
-static void sink_value(Sink *s, const Graph *g, int v, int64_t n)
-{
-    const Value *x = &g->val[v];
-    if (x->data) {
-        sink_put(s, x->data, (size_t)n);
-        return;
-    }
-    if (x->init_index < 0 || x->init_index >= g->ninit || !g->ext[x->init_index].loc ||
-        g->ext[x->init_index].len != n)
-        die("value %d has no bytes to write", v);
-    int64_t end = s->at + n;
-    const char *err = ir_ext_stream(&g->ext[x->init_index], sink_put, s);
-    if (err)
-        sink_fail(s, ir_fmt("%s: %s", g->opt->model, err));
-    if (s->at != end)
-        die("external data of value %d: %lld bytes streamed, %lld expected", v, (long long)(s->at - end + n),
-            (long long)n);
-}
-
-static void put_le64(unsigned char *p, uint64_t x)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(x >> (8 * i));
-}
-
-/* the sections, each summed into L->sum (in RtModel.init_sum's order); the file's id */
-static uint64_t sink_sections(Sink *s, const Graph *g, InitLayout *L)
-{
-    int k = 0;
-    sink_pad(s, L->model_off);
-    sink_put(s, g->model_bytes, g->model_len);
-    L->sum[k++] = sink_end(s);
-    for (int v = 0; v < g->nval; v++)
-        if (L->const_off[v] >= 0) {
-            sink_pad(s, L->const_off[v]);
-            sink_value(s, g, v, value_bytes(g, v));
-            L->sum[k++] = sink_end(s);
-        }
-    uint64_t id = fnv(14695981039346656037ull, &L->size, sizeof L->size);
-    for (int u = 0; u < g->nunit; u++) {
-        const Unit *un = &g->unit[u];
-        sink_pad(s, L->unit_off[u]);
-        for (int i = 0; i < un->nparams; i++) /* the host bytes: the unit's dtype (bf16 params keep f32 masters) */
-            sink_value(s, g, un->params[i], value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype));
-        L->sum[k++] = sink_end(s);
-        id = fnv(id, &un->numel, sizeof un->numel);
-    }
-    for (int i = 0; i < g->ninit; i++)
-        if (L->ext_off[i] >= 0) {
-            sink_pad(s, L->ext_off[i]);
-            sink_value(s, g, L->ext_val[i], g->ext[i].len);
-            L->sum[k++] = sink_end(s);
-        }
-    sink_pad(s, L->size);
-    L->nsum = k;
-    return fnv(id, L->sum, sizeof(uint64_t) * (size_t)k);
-}
-
-/* Writes OUT.init aside (b->init; b NULL: nothing written, only summed): the sections, then the header with the
- * id and the header's checksum.  Its id. */
-static uint64_t write_init(const Graph *g, InitLayout *L, Build *b)
-{
-    Sink s = {.b = b};
-    if (b) {
-        if (rt_afile_openat(&b->init, b->dirfd, ir_fmt("%s.init", b->base), 0644) != 0) /* OUT's folder, once opened */
-            build_fail(b, ir_fmt("%s.init: cannot create: %s", b->out, strerror(errno)));
-        s.buf = ir_alloc(SINK_BUF);
-    }
-    unsigned char hdr[RT_INIT_HEADER] = {0};
-    memcpy(hdr, RT_INIT_MAGIC, 16);
-    put_le64(hdr + 24, (uint64_t)L->size); /* the id, at 16, and the header's checksum, at 32, once known */
-    sink_write(&s, hdr, sizeof hdr);
-    uint64_t id = sink_sections(&s, g, L);
-    if (!b)
-        return id;
-    sink_flush(&s);
-    put_le64(hdr + 16, id);
-    put_le64(hdr + 32, rt_isum(hdr, RT_INIT_HEADER / 8, 0));
-    if (pwrite(b->init.fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
-        build_fail(b, ir_fmt("%s.init: write failed: %s", b->out, strerror(errno ? errno : EIO)));
-    return id;
 }
 
 /* ---- the C source ------------------------------------------------------- */
@@ -604,9 +319,9 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id,
     cg_put(b, "static const RtModel model = {\n");
     /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
      * and the shard groups */
-    uint64_t key = fnv(id, step->buf, step->len);
+    uint64_t key = cg_fnv(id, step->buf, step->len);
     int sg = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0;
-    key = fnv(key, &sg, sizeof sg);
+    key = cg_fnv(key, &sg, sizeof sg);
     cg_put(b, "    .id = 0x%016llxull, .key = 0x%016llxull, .name = %s,\n", (unsigned long long)id,
         (unsigned long long)key, cg_cstr(base_name(g->opt->model)));
     cg_put(b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
@@ -909,10 +624,10 @@ void cg_calibrate(const char *out, int world, const char *cc)
 const char *cg_source_cpu(const Graph *g, size_t *len)
 {
     cg_cuda = 0;
-    InitLayout L = layout_init(g);
+    InitLayout L = cg_init_layout(g);
     Buf step = emit_step(g);
     Buf src = emit_source(g, &L, &step, &(Buf){0});
-    emit_model(&src, g, &L, write_init(g, &L, NULL), &step, 0);
+    emit_model(&src, g, &L, cg_write_init(g, &L, NULL), &step, 0);
     *len = src.len;
     return src.buf;
 }
@@ -968,7 +683,7 @@ static void build_private(Build *b)
         (b->privfd = rt_dir_openat(b->dirfd, b->priv)) < 0) {
         int e = errno;
         b->priv[0] = 0;
-        build_fail(b, ir_fmt("-o %s: cannot create a folder beside it: %s", b->out, strerror(e)));
+        cg_build_fail(b, ir_fmt("-o %s: cannot create a folder beside it: %s", b->out, strerror(e)));
     }
     b->priv_path = ir_fmt("%s/%s", parent(b->out), b->priv);
 }
@@ -978,9 +693,9 @@ static const char *write_source(Build *b, const Buf *src, int keep)
 {
     int fd = openat(b->privfd, "step.c", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || rt_write_all(fd, src->buf, src->len) != 0 || close(fd) != 0)
-        build_fail(b, ir_fmt("%s/step.c: cannot write: %s", b->priv_path, strerror(errno)));
+        cg_build_fail(b, ir_fmt("%s/step.c: cannot write: %s", b->priv_path, strerror(errno)));
     if (keep && rt_afile_write(ir_fmt("%s.c", b->out), src->buf, src->len, 0644) != 0)
-        build_fail(b, ir_fmt("%s.c: cannot write: %s", b->out, strerror(errno)));
+        cg_build_fail(b, ir_fmt("%s.c: cannot write: %s", b->out, strerror(errno)));
     return ir_fmt("%s/step.c", b->priv_path);
 }
 
@@ -1016,9 +731,9 @@ static void install(Build *b, uint64_t id)
     const char *aside = ir_fmt(".%s.init.%016llx", b->base, (unsigned long long)id);
     flock(b->dirfd, LOCK_EX); /* builds installing beside each other take turns (released at the close) */
     if (rt_afile_stage(&b->init, aside) != 0)
-        build_fail(b, ir_fmt("%s.init: cannot write: %s", b->out, strerror(errno)));
+        cg_build_fail(b, ir_fmt("%s.init: cannot write: %s", b->out, strerror(errno)));
     if (rt_afile_install(b->privfd, "exe", b->dirfd, b->base) != 0)
-        build_fail(b, ir_fmt("%s: cannot write the executable: %s", b->out, strerror(errno)));
+        cg_build_fail(b, ir_fmt("%s: cannot write the executable: %s", b->out, strerror(errno)));
     if (rt_afile_commit(&b->init) != 0)
         fprintf(stderr, "fsdpc: warning: %s.init: cannot replace it: %s; %s reads its weights from %s beside it\n",
                 b->out, strerror(errno), b->out, aside);
@@ -1037,7 +752,7 @@ void cg_build(const Graph *g)
     g_cc = g->opt->cc;
     cg_cuda = !strcmp(g->opt->target, "cuda");
     Build b = build_open(g->opt->out);
-    InitLayout L = layout_init(g);
+    InitLayout L = cg_init_layout(g);
     Buf images = {0};
     Buf step = emit_step(g); /* first: the kernels it generates are compiled with the rest */
     const char *asm_src = NULL;
@@ -1050,12 +765,12 @@ void cg_build(const Graph *g)
     }
     Buf src = emit_source(g, &L, &step, &images);
     build_private(&b);
-    uint64_t id = write_init(g, &L, &b);
+    uint64_t id = cg_write_init(g, &L, &b);
     emit_model(&src, g, &L, id, &step, b.nimage);
     const char *cpath = write_source(&b, &src, g->opt->keep_c);
     const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g)));
     if (why)
-        build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
+        cg_build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
                               "install) and compile again", b.out, why));
     install(&b, id);
 }

@@ -1,0 +1,56 @@
+/* build.h — private to codegen/exe.c and init.c: what a build of OUT has
+ * made so far, and the init file's layout and writer. */
+#ifndef FSDPC_CG_BUILD_H
+#define FSDPC_CG_BUILD_H
+
+#include "cg.h"
+#include "afile.h"
+
+/* ---- what a build has made ----------------------------------------------
+ * Everything a build writes before it succeeds is aside, removed again if it
+ * fails: OUT.init's temporary (rt_afile), the private folder the C compiler
+ * works in, the device images' folder (cuda). */
+typedef struct {
+    const char *out;      /* -o OUT */
+    int dirfd;            /* OUT's folder */
+    char *base;           /* OUT's last component */
+    char priv[300];       /* the private folder in OUT's folder ("" none yet) */
+    const char *priv_path; /* its path, for the C compiler */
+    int privfd;
+    RtAFile init;         /* OUT.init, written aside (fd, dirfd -1: none) */
+    const char *cuda_dir; /* cuda: the device images' folder, and how many */
+    int nimage;
+} Build;
+
+/* everything b made removed; then the one-line error msg, which says the old pair is as it was (exe.c) */
+_Noreturn void cg_build_fail(Build *b, const char *msg);
+
+/* ---- the init file ------------------------------------------------------
+ * Laid out first (offsets only), then written in one pass that sums what it
+ * writes (runtime/isum.h): each section — the model bytes, each constant,
+ * each unit's parameters, each kept external initializer — gets its own
+ * checksum, which the executable carries (RtModel.init_sum) and checks as
+ * it reads; the file's id, in its header (written last, with the header's
+ * own checksum) and in the executable, is a hash of those checksums, the
+ * units' sizes and the file's.  A weight still in its external data file is
+ * copied from there IR_CHUNK bytes at a time, so the compiler never holds
+ * more of the weights than one chunk, and never reads the file back. */
+typedef struct {
+    int64_t model_off, size;
+    int64_t *const_off;  /* per value id, -1 if not stored */
+    int64_t *unit_off;
+    int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
+    int *ext_val;        /* per ONNX initializer with ext_off >= 0: its value */
+    int next;
+    uint64_t *sum;       /* the sections' checksums, in RtModel.init_sum's order (write_init) */
+    int nsum;
+} InitLayout;
+
+InitLayout cg_init_layout(const Graph *g);
+/* Writes OUT.init aside (b->init; b NULL: nothing written, only summed): the sections, then the header with the
+ * id and the header's checksum.  Its id. */
+uint64_t cg_write_init(const Graph *g, InitLayout *L, Build *b);
+/* FNV-1a-64 of n bytes, continuing h (the init file's id, the executable's key) */
+uint64_t cg_fnv(uint64_t h, const void *p, size_t n);
+
+#endif
