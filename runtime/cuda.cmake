@@ -16,6 +16,7 @@
 #                      with its one-line reason.  On a GPU the same program
 #                      checks GEMMs, collectives at world 1, CUDA Graph
 #                      replay and device checks (tests/gpu/run.sh runs it).
+#                      Not made with -DBUILD_TESTING=OFF.
 
 find_library(FSDPC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
   PATH_SUFFIXES lib lib64)
@@ -49,13 +50,15 @@ target_include_directories(fsdpc_rt_cuda_dev PRIVATE
 target_compile_options(fsdpc_rt_cuda_dev PRIVATE ${FSDPC_WARN})
 set_target_properties(fsdpc_rt_cuda_dev PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
-# the device layer against a stubbed control plane (tests/gpu/rt_dev_test.c)
-add_executable(cuda_rt_dev_test ${CMAKE_SOURCE_DIR}/tests/gpu/rt_dev_test.c)
-target_include_directories(cuda_rt_dev_test PRIVATE
-  ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda ${CMAKE_SOURCE_DIR}/kernels/c
-  ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
-target_compile_options(cuda_rt_dev_test PRIVATE ${FSDPC_WARN})
-target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev fsdpc_kernels_cuda ${FSDPC_CUDA_LINK_LIST})
-# exit 77: a GPU is present, so the no-driver path cannot be checked here
-add_test(NAME cuda_rt_nodriver COMMAND cuda_rt_dev_test nodriver)
-set_tests_properties(cuda_rt_nodriver PROPERTIES SKIP_RETURN_CODE 77)
+# the device layer against a stubbed control plane (tests/gpu/rt_dev_test.c); not with -DBUILD_TESTING=OFF
+if(BUILD_TESTING)
+  add_executable(cuda_rt_dev_test ${CMAKE_SOURCE_DIR}/tests/gpu/rt_dev_test.c)
+  target_include_directories(cuda_rt_dev_test PRIVATE
+    ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/kernels/cuda ${CMAKE_SOURCE_DIR}/kernels/c
+    ${CUDAToolkit_INCLUDE_DIRS} ${FSDPC_NCCL_INCLUDE_DIR})
+  target_compile_options(cuda_rt_dev_test PRIVATE ${FSDPC_WARN})
+  target_link_libraries(cuda_rt_dev_test PRIVATE fsdpc_rt_cuda_dev fsdpc_kernels_cuda ${FSDPC_CUDA_LINK_LIST})
+  # exit 77: a GPU is present, so the no-driver path cannot be checked here
+  add_test(NAME cuda_rt_nodriver COMMAND cuda_rt_dev_test nodriver)
+  set_tests_properties(cuda_rt_nodriver PROPERTIES SKIP_RETURN_CODE 77)
+endif()

@@ -4,14 +4,19 @@
 # text that ships with Debian (the GPL-3 licence; its last tenth held out for
 # validation) on 2 ranks, draw the run
 # (build/demo/run.png), sample a few lines from the trained model through a
-# forward-only executable, export the ONNX.
+# forward-only executable, export the ONNX.  Each stage prints a line as it
+# starts; only what the demo needs is built (fsdpc's target: the compiler, its
+# runtime and kernels; no test and no fuzzer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== setup: the Debian packages fsdpc needs (scripts/setup.sh; only what is missing)"
 scripts/setup.sh
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cmake -S . -B build -G Ninja >/dev/null
-cmake --build build >/dev/null
+echo "== configure: cmake -S . -B build -G Ninja (warnings only)"
+cmake -S . -B build -G Ninja --log-level=WARNING
+echo "== build: the compiler, its runtime and kernels (cmake --build build --target fsdpc; minutes the first time)"
+cmake --build build --target fsdpc
 out=build/demo
 mkdir -p $out
 corpus=/usr/share/common-licenses/GPL-3

@@ -20,8 +20,9 @@ if ! [ -e /usr/local/cuda/lib64/libnvrtc.so ] && ! command -v nvcc >/dev/null; t
        "build for --target cpu only and the cuda tests will be skipped; install it from NVIDIA for --target cuda" >&2
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
+  echo "setup: installing ${#missing[@]} packages and what they need: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "setup: apt-get update (the package lists)"
   $SUDO apt-get update -qq
   # packages with daemons (slurmd, slurmctld, munge) are installed, not started: a policy-rc.d that denies
   # service starts for the length of the install, where the machine has none
@@ -32,6 +33,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO chmod 755 $policy
     trap '$SUDO rm -f $policy' EXIT
   fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # apt's progress as it goes, a line per package set up (its errors go to stderr as they are)
+  echo "setup: apt-get install (downloading, then a line per package set up; minutes the first time)"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" |
+    awk '/^(Need to get|After this operation|Setting up) / { print "  " $0; fflush() }'
   if [ -n "$policy" ]; then $SUDO rm -f $policy; trap - EXIT; fi
 fi

@@ -15,6 +15,15 @@ usage: install.py FSDPC BUILD_DIR SOURCE_DIR WORKDIR
 3. pkg-config reads the moved prefix's fsdpc.pc (its fsdpc variable is the installed compiler, its Libs the
    installed archives: the prefix is found from the file's place); the man page starts with .TH and holds
    the option list.
+
+usage: install.py --minimal BUILD_DIR SOURCE_DIR WORKDIR
+
+A second build tree, WORKDIR/build, configured with -DBUILD_TESTING=OFF and BUILD_DIR's generator, compiler,
+compiler launcher (ccache: the objects are mostly cache hits), build type, FSDPC_WERROR and FSDPC_SANITIZE:
+1. `cmake --build --target fsdpc` alone, then `cmake --install` into a prefix: the man page, which fsdpc's
+   target does not make, is rendered at install.
+2. the default target builds no test binary and no fuzzer (the only executable made is fsdpc); installed
+   again, its fsdpc compiles examples/mlp.onnx and the executable trains one step (a finite loss).
 """
 import json
 import os
@@ -40,7 +49,68 @@ def losses(metrics):
     return [json.loads(l)["loss"] for l in open(metrics) if '"step"' in l]
 
 
+def cache_args(build):
+    """the -G and -D options that configure a tree as BUILD_DIR was (its CMakeCache.txt); ccache as the
+    launcher where BUILD_DIR has none and ccache is installed"""
+    keep = ("CMAKE_BUILD_TYPE", "CMAKE_C_COMPILER", "CMAKE_C_COMPILER_LAUNCHER", "FSDPC_WERROR", "FSDPC_SANITIZE")
+    args, have = [], {}
+    for line in open(os.path.join(build, "CMakeCache.txt")):
+        key, sep, value = line.rstrip("\n").partition("=")
+        name = key.split(":")[0]
+        if sep and name == "CMAKE_GENERATOR":
+            args += ["-G", value]
+        elif sep and name in keep:
+            have[name] = value
+    if "CMAKE_C_COMPILER_LAUNCHER" not in have and shutil.which("ccache"):
+        have["CMAKE_C_COMPILER_LAUNCHER"] = "ccache"
+    return args + ["-D%s=%s" % kv for kv in sorted(have.items())]
+
+
+def executables(tree):
+    """the executable files under tree, but CMake's own (CMakeFiles: the compiler checks)"""
+    found = []
+    for d, subdirs, files in os.walk(tree):
+        subdirs[:] = [s for s in subdirs if s != "CMakeFiles"]
+        found += [os.path.relpath(os.path.join(d, f), tree) for f in files
+                  if os.access(os.path.join(d, f), os.X_OK) and os.path.isfile(os.path.join(d, f))]
+    return sorted(found)
+
+
+def minimal(build, source, work):
+    """-DBUILD_TESTING=OFF: the compiler, the runtime and the kernels only, installable from fsdpc's target"""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tree, pre = os.path.join(work, "build"), os.path.join(work, "prefix")
+    run(["cmake", "-S", source, "-B", tree, "-DBUILD_TESTING=OFF"] + cache_args(build))
+    run(["cmake", "--build", tree, "--target", "fsdpc"], timeout=1200)
+    run(["cmake", "--install", tree, "--prefix", pre])
+    man = os.path.join(pre, "share/man/man1/fsdpc.1")
+    check(os.path.isfile(man) and open(man).read().startswith(".TH FSDPC 1"),
+          "cmake --install after --target fsdpc: no man page rendered at %s" % man)
+    print("ok --target fsdpc alone, then cmake --install: the man page rendered at install")
+    run(["cmake", "--build", tree], timeout=1200)
+    made = executables(tree)
+    check(made == ["fsdpc"], "-DBUILD_TESTING=OFF built executables other than fsdpc: %s" % made)
+    check(not os.path.exists(os.path.join(tree, "tests")), "-DBUILD_TESTING=OFF read tests/ (%s/tests)" % tree)
+    print("ok -DBUILD_TESTING=OFF: the default target made no test binary, no fuzzer (executables: %s)" % made)
+    run(["cmake", "--install", tree, "--prefix", pre])
+    rng = np.random.default_rng(0)
+    np.save(os.path.join(work, "x.npy"), rng.standard_normal((4, 16)).astype(np.float32))
+    np.save(os.path.join(work, "t.npy"), rng.standard_normal((4, 1)).astype(np.float32))
+    exe, metrics = os.path.join(work, "mlp"), os.path.join(work, "mlp.jsonl")
+    run([os.path.join(pre, "bin", "fsdpc"), os.path.join(source, "examples", "mlp.onnx"), "-o", exe,
+         "--target", "cpu", "--loss", "mse:y,target", "--dim", "batch=4"])
+    run([exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(work, "t.npy"),
+         "--steps", "1", "--lr", "1e-3", "--metrics", metrics, "--quiet"])
+    got = losses(metrics)
+    check(len(got) == 1 and np.isfinite(got[0]), "one step of the installed fsdpc's MLP: losses %s" % got)
+    print("ok the installed fsdpc's examples/mlp.onnx trains a step: loss %.6f" % got[0])
+    print("OK install_minimal")
+
+
 def main():
+    if sys.argv[1] == "--minimal":
+        return minimal(*sys.argv[2:5])
     fsdpc, build, source, work = sys.argv[1:5]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
