@@ -597,13 +597,10 @@ void cg_calibrate(const char *out, int world, const char *cc)
     }
     char *argv[8];
     int n = 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (world > 1) {
+    if (world > 1) { /* at most one rank per core (fsdpc.c checked): Open MPI needs no --oversubscribe */
         argv[n++] = (char *)(*FSDPC_MPIEXEC ? FSDPC_MPIEXEC : "mpirun");
         argv[n++] = "-np";
         argv[n++] = ir_fmt("%d", world);
-        if (cores > 0 && world > cores) /* Open MPI refuses more ranks than cores without it */
-            argv[n++] = "--oversubscribe";
     }
     argv[n++] = (char *)exe;
     argv[n++] = (char *)out;
