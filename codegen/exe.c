@@ -139,11 +139,10 @@ static char *validation_nodes(const Graph *g)
 {
     if (g->opt->eval || g->loss_avg < 0)
         return NULL;
-    char *need = calloc((size_t)g->nnode + 1, 1), *seen = calloc((size_t)g->nval + 1, 1);
-    char *tag = calloc((size_t)g->ncoll + 1, 1); /* a kept collective's tag */
-    int *stack = malloc(sizeof(int) * ((size_t)g->nval + 1)), sp = 0;
-    if (!need || !seen || !tag || !stack)
-        die("out of memory");
+    /* in the compile's arena: a user error later in emit_step (fatal) leaks nothing (fuzz_compile's leak check) */
+    char *need = ir_alloc((size_t)g->nnode + 1), *seen = ir_alloc((size_t)g->nval + 1);
+    char *tag = ir_alloc((size_t)g->ncoll + 1); /* a kept collective's tag */
+    int *stack = ir_alloc(sizeof(int) * ((size_t)g->nval + 1)), sp = 0;
     stack[sp++] = g->loss_avg;
     seen[g->loss_avg] = 1;
     while (sp > 0) {
@@ -169,9 +168,6 @@ static char *validation_nodes(const Graph *g)
             else if (pass == 1 && n->op == OP_Wait && tag[t])
                 need[i] = 1;
         }
-    free(seen);
-    free(tag);
-    free(stack);
     return need;
 }
 
@@ -251,7 +247,6 @@ static Buf emit_step(const Graph *g)
         if (guard)
             cg_put(&body, "    }\n");
     }
-    free(need);
     cg_put(&body, "}\n\n");
     if (!cg_jobs.len)
         return body;
