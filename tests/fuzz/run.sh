@@ -18,7 +18,8 @@ if [ ! -x "$fuzzer" ]; then
 fi
 secs=${FSDPC_FUZZ_SECONDS:-60}
 mkdir -p "$work/corpus" "$work/seeds" "$work/artifacts" || exit 1
-for f in "$src"/examples/*.onnx "$src"/tests/data/opset23/*.onnx; do ln -sf "$f" "$work/seeds/"; done
+# tests/fuzz/found: inputs a fuzz run once failed on (crashes, leaks), kept as seeds: replayed first, every run
+for f in "$src"/examples/*.onnx "$src"/tests/data/opset23/*.onnx "$src"/tests/fuzz/found/*; do ln -sf "$f" "$work/seeds/"; done
 n=0
 for d in /usr/share/libonnx-testdata/data/node/*/; do
   [ -f "$d/model.onnx" ] && ln -sf "$d/model.onnx" "$work/seeds/$(basename "$d").onnx" && n=$((n + 1))
