@@ -199,18 +199,21 @@ const char *cg_kernel_op(Op op)
 }
 
 /* After the reduce-scatter of flat gradient x into this rank's piece of it: the gradient shard y is that
- * piece (micro-step 0) or the sum of the micro-steps' (--accum-mode comm); with --accum-mode local (c->dev_acc)
- * the piece of the unit's summed gradient, after the last micro-step only */
+ * piece (micro-step 0) or the sum of the micro-steps' (--accum-mode comm: k_grad_accum, which on the cuda target
+ * reads the micro-step from the step parameters, a captured graph being replayed at every micro-step); with
+ * --accum-mode local (c->dev_acc) a copy of the piece of the unit's summed gradient, after the last micro-step
+ * only */
 static void emit_grad_accum(Buf *b, const Graph *g, int x, int y, int unit)
 {
     DType dt = g->val[x].dtype;
-    const char *T = cg_ctype(dt);
+    int sz = (int)dtype_size(dt);
     if (g->val[x].loc.alias) /* the flat gradient reduced in the gradient shard itself */
         cg_put(b, "    if (!(c->slot_alias & %d))\n", g->val[x].loc.alias);
-    cg_put(b, "    if (!c->dev_acc || c->micro + 1 == c->accum)\n");
-    cg_put(b, "      k_grad_accum_%s(%s, (%s *)((c->dev_acc ? c->dev_acc[%d] : (char *)%s) + (int64_t)c->srank * "
-           "c->shard_len[%d] * %d), c->shard_len[%d], c->dev_acc ? 0 : c->micro);\n", cg_sfx(dt), cg_ptr(g, y), T,
-           unit, cg_ptr(g, x), unit, (int)dtype_size(dt), unit);
+    const char *mine = ir_fmt("(int64_t)c->srank * c->shard_len[%d] * %d", unit, sz); /* the piece's offset */
+    cg_put(b, "    {\n      if (!c->dev_acc)\n        k_grad_accum_%s(%s, (%s *)((char *)%s + %s), c->shard_len[%d], "
+           "c->micro);\n", cg_sfx(dt), cg_ptr(g, y), cg_ctype(dt), cg_ptr(g, x), mine, unit);
+    cg_put(b, "      else if (c->micro + 1 == c->accum)\n        rt_memcpy(%s, c->dev_acc[%d] + %s, c->shard_len[%d] * "
+           "%d);\n    }\n", cg_ptr(g, y), unit, mine, unit, sz);
 }
 
 /* the collective's own code: the calls its job runs */
