@@ -214,8 +214,10 @@ def run_model(r, m, tag, env, extra, peaks, timeout):
         row["result"] = ("pass" if rel <= tol else "FAIL") if strict else "(TF32: not asserted)"
         if strict and rel > tol:
             worst = max(range(len(ref)), key=lambda i: abs(losses[i] - ref[i]) / abs(ref[i]))
-            r.fail("%s %s: loss differs from the CPU by %.3g (> %g) at step %d: %.9g vs %.9g"
-                   % (m["name"], tag, rel, tol, worst + 1, losses[worst], ref[worst]))
+            sens = m.get("cpu_sensitivity") or [None] * len(ref)
+            r.fail("%s %s: loss differs from the CPU by %.3g (> %g) at step %d: %.9g vs %.9g (the check's own "
+                   "sensitivity there, prep.py's: %s)" % (m["name"], tag, rel, tol, worst + 1, losses[worst],
+                                                          ref[worst], sens[worst]))
     r.rows.append(row)
     return row
 
