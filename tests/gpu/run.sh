@@ -13,7 +13,7 @@
 #       copies into OUTDIR what the run needs: executables, .init files
 #       (gzipped when large), data, manifest.json, the device layer's test,
 #       and any shared library the executables need beyond libc, cuBLASLt and
-#       NCCL.  OUTDIR inside the repository (e.g. build-gpu, ignored by git)
+#       NCCL (the executables gzipped).  OUTDIR inside the repository (e.g. build-gpu, ignored by git)
 #       can then travel with the device tool's `carry`.  QUICK=1: small
 #       benchmark shapes (to try prepare out).
 #
@@ -87,6 +87,11 @@ prepare() {
             [ -f "$path" ] && cp -L "$path" "$outdir/lib/"
         done < <(ldd "$exe" | grep '=>')
     done
+    # the executables travel gzipped (6-7 MiB each, mostly kernel images: ~4x smaller); run unpacks them
+    for exe in "$outdir"/*; do
+        [ -f "$exe" ] && [ -x "$exe" ] || continue
+        gzip -9f "$exe"
+    done
     local size repo
     size=$(du -sm "$outdir" | cut -f1)
     repo=$(git ls-files -z | du -cm --files0-from=- | tail -1 | cut -f1)
@@ -138,7 +143,11 @@ PY
     outabs=$(cd "$outdir" && pwd)
     export LD_LIBRARY_PATH="$outabs/lib:$lt:$nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "run.sh: cuBLASLt from $lt, NCCL from $nccl; python $py"
-    local exe missing
+    local exe missing z
+    for z in "$outdir"/*.gz; do # the executables prepare gzipped (not the .init.gz files: gpu_run.py's)
+        case $z in *.init.gz) continue ;; esac
+        [ -e "${z%.gz}" ] || { gunzip -kf "$z" && chmod 755 "${z%.gz}"; }
+    done
     for exe in "$outdir"/gpt_check "$outdir"/cuda_rt_dev_test; do
         [ -x "$exe" ] || continue
         missing=$(ldd "$exe" | grep 'not found' || true)
