@@ -195,6 +195,7 @@ typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision; /* fp16: with loss s
  * (every rank the whole model: DDP), HYBRID_SHARD (shard inside groups of
  * Options.hybrid consecutive ranks, replicate across groups) */
 typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardMode;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_UNITS, RECOMPUTE_SELECTIVE } Recompute; /* --recompute's order */
 /* --prefetch: when a backward gather starts (passes/schedule.c) */
 typedef enum { PREFETCH_PRE, PREFETCH_POST, PREFETCH_NONE } Prefetch;
 
@@ -235,7 +236,8 @@ typedef struct {
     int keep_c;              /* --emit-c: keep OUT.c */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */
-    int recompute;           /* --recompute: 0 none, 1 units (activations recomputed in backward) */
+    int recompute;           /* --recompute: RECOMPUTE_NONE, _UNITS (activations recomputed in backward),
+                              * _SELECTIVE (the same, GEMM / conv / attention outputs kept) */
     Precision precision;     /* --precision: the dtype parameters are gathered and GEMMs computed in */
     Precision reduce_dtype;  /* --reduce-dtype: the dtype gradients are reduced in */
     ShardMode shard;         /* --shard */
@@ -383,6 +385,7 @@ void pass_fold(Graph *g);
 void shape_node(Graph *g, int node);              /* shape.c: infer one node's outputs */
 void pass_shape(Graph *g);
 void pass_attention(Graph *g);
+void share_constants(Graph *g); /* passes/consts.c: every reader of a constant reads the first identical one */
 void pass_loss(Graph *g);
 void pass_autodiff(Graph *g);
 void pass_optim(Graph *g);

@@ -262,4 +262,5 @@ void pass_autodiff(Graph *g)
             g->val[v].grad = grad[v];
         }
     ir_link(g);
+    share_constants(g); /* the trained initializers are known: the rest are constants for good */
 }

@@ -21,6 +21,7 @@ codegen/cost.c can be counted by hand:
     strategy and every strategy, equal to the text report's table; null times without --hw;
   - bad profiles and flags are one line and exit 1: unknown name, missing file, unknown or repeated key,
     missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report, --calibrate with a model;
+  - identical constants stored once: the GPT's two layers' causal masks, one in the arena, 28 parameters kept;
   - fsdpc --calibrate on 2 ranks writes a profile with every key, --hw reads it;
   - calibrated at world 1, the predicted step of a GPT of bench/'s smallest size (d 128, 4 layers, T 128, batch 8)
     is within 40 % of its measured step (the best of 3 medians of 12 steps; the test runs alone: RUN_SERIAL; the
@@ -52,6 +53,21 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), mm)
 gpt = os.path.join(examples, "gpt.onnx")
 GPT = [gpt, "--loss", "cross_entropy:logits,labels", "--dim", "batch=8"]
 MM = [mm, "--loss", "mse:y,target"]
+
+
+# identical constants are stored once (passes/consts.c): the GPT's two layers each hold the same causal mask
+# (f32 [1, 1, 64, 64], 16384 B); after autodiff only the first is read, and the arena holds one of them.  The
+# layers' LayerNorm scales (ones) and biases (zeros) are alike too, and stay 28 trained parameters.
+out = run([fsdpc] + GPT + ["--target", "cpu", "--report"]).stdout
+cbytes = int(re.search(r"arena: constants\s+(\d+) B", out).group(1))
+check(cbytes < 2 * 16384, "the two layers' identical masks stored once: arena constants %d B" % cbytes)
+check(re.search(r"^trained .*\(28, 482304 B\)$", out, re.M), "28 trained parameters: %s" % out[:300])
+dump = run([fsdpc] + GPT + ["--target", "cpu", "--dump-after", "autodiff"]).stdout
+ids = dict((m.group(2), m.group(1)) for m in re.finditer(r'^\s*(%\d+) \S+ const "([^"]+)"', dump, re.M))
+m0, m1 = ids["transformer.h.0.attn.mask"], ids["transformer.h.1.attn.mask"]
+reads = lambda v: sum(1 for l in dump.splitlines() if " = " in l and re.search(r"%s(?!\d)" % v, l.split(" = ", 1)[1]))
+check(reads(m0) >= 2 and reads(m1) == 0, "every mask reader reads the first mask: %s read %d times, %s %d times"
+      % (m0, reads(m0), m1, reads(m1)))
 
 
 def profile(name, **kv):
