@@ -69,8 +69,10 @@ static const char *usage =
     "  --freeze PATTERN        keep the initializers matching the shell pattern fixed: no gradient, no\n"
     "                          optimizer state (repeatable; they stay whole constants on every rank;\n"
     "                          applies after --params)\n"
-    "  --recompute none|units  units: each unit's activations are recomputed in the backward from its\n"
-    "                          saved input, reusing the backward's gather (default none)\n"
+    "  --recompute none|units|selective  units: each unit's activations are recomputed in the backward\n"
+    "                          from its saved input, reusing the backward's gather; selective: the same,\n"
+    "                          except that GEMM, convolution and attention outputs stay saved, so only\n"
+    "                          the cheap ops (elementwise, norms, softmax, casts) run again (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
     "                          precision recompute fuse schedule memplan)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
@@ -313,8 +315,8 @@ static void parse_args(Options *o, int argc, char **argv)
                 fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
                       "shard precision recompute fuse schedule memplan)", o->dump_after);
         } else if (!strcmp(a, "--recompute")) {
-            static const char *const names[] = {"none", "units", NULL};
-            o->recompute = pick(a, VALUE(), names, "none or units");
+            static const char *const names[] = {"none", "units", "selective", NULL};
+            o->recompute = pick(a, VALUE(), names, "none, units or selective");
         } else if (!strcmp(a, "--no-fuse")) {
             o->no_fuse = 1;
         } else if (!strcmp(a, "--eval")) {
@@ -503,7 +505,7 @@ static void compare_strategies(const Options *o, const Graph *build, const CgHw 
         cg_report_json(o->report_json, build, o->world, hw, row, nrow, self);
 }
 
-/* --report --recompute units: the planned activations beside those of --recompute none */
+/* --report --recompute units|selective: the planned activations beside those of --recompute none */
 static void compare_recompute(const Options *o, const Graph *g)
 {
     Options v = *o;
@@ -516,8 +518,9 @@ static void compare_recompute(const Options *o, const Graph *g)
     int n = 0;
     for (int i = 0; i < g->nnode; i++)
         n += strstr(g->node[i].name, "@recompute") != NULL;
-    printf("recompute units: %d nodes recomputed in the backward; planned activations %lld B, %lld B with "
-           "--recompute none (%.1f %% less)\n", n, (long long)g->peak_act_bytes, (long long)h_act,
+    printf("recompute %s: %d nodes recomputed in the backward; planned activations %lld B, %lld B with "
+           "--recompute none (%.1f %% less)\n", o->recompute == RECOMPUTE_SELECTIVE ? "selective" : "units", n,
+           (long long)g->peak_act_bytes, (long long)h_act,
            h_act ? 100.0 * (double)(h_act - g->peak_act_bytes) / (double)h_act : 0.0);
 }
 

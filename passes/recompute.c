@@ -1,4 +1,4 @@
-/* recompute.c — activation recompute per FSDP unit (--recompute units).
+/* recompute.c — activation recompute per FSDP unit (--recompute units, selective).
  *
  * requires: shard, precision (the step's collectives, Frees and casts in
  *           place; g->nfwd marks the forward nodes).
@@ -38,6 +38,13 @@
  *     equals the forward's).  Dropout draws its mask from a counter-based
  *     RNG keyed by the node's `stream` attribute and the step, which the
  *     clone copies: the same mask, so the forward's mask is not kept either.
+ * --recompute selective (torchtitan's default "selective" policy in spirit:
+ * keep what is expensive to recompute, recompute what is cheap) is the same
+ * with MatMul, MatMulAdd, Conv and FusedAttention never cloned: their
+ * outputs stay saved, and only the nodes between them (elementwise ops,
+ * norms, softmax, casts, views) run again, from those outputs and the
+ * segment's input.  It saves less memory than units but adds almost no
+ * FLOPs: the recomputed work is bandwidth, not GEMMs.
  * The IR stays single-assignment and topologically ordered; the clones all
  * lie after g->nfwd, so the forward pass is unchanged.
  */
@@ -144,6 +151,12 @@ static void find_buffers(Rc *r)
     }
 }
 
+/* the ops --recompute selective keeps: the products (their outputs stay saved) */
+static int kept_product(Op op)
+{
+    return op == OP_MatMul || op == OP_MatMulAdd || op == OP_Conv || op == OP_FusedAttention;
+}
+
 /* may node i be cloned into the backward? (before the window check) */
 static int clonable(const Rc *r, int i)
 {
@@ -151,6 +164,8 @@ static int clonable(const Rc *r, int i)
     const Node *n = &g->node[i];
     int f = op_info[n->op].flags;
     if (r->seg[i] < 0 || n->nout == 0 || (f & (F_COLL | F_OPT)) || n->op == OP_Assign || n->op == OP_Fused)
+        return 0;
+    if (g->opt->recompute == RECOMPUTE_SELECTIVE && kept_product(n->op))
         return 0;
     for (int j = 0; j < n->nin; j++) {
         int v = n->in[j];
@@ -163,15 +178,19 @@ static int clonable(const Rc *r, int i)
     return 1;
 }
 
-/* is x (read by a node of segment s) cloned along with it? */
+/* is x (read by a node of segment s) cloned along with it? (not when its own recompute would need
+ * something new saved: then the clone reads x saved, where find_status allows it) */
 static int cloned_with(const Rc *r, int x, int s)
 {
     int p = producer_in(r, x);
-    return p >= 0 && r->seg[p] == s && r->clonable[p];
+    return p >= 0 && r->seg[p] == s && r->clonable[p] && r->status[x];
 }
 
 /* status of every forward value, in program order: its recompute reads, from
- * its own segment, only values that stay saved anyway */
+ * its own segment, only values that stay saved anyway or can be recomputed
+ * in turn (under --recompute selective the chain from a GEMM's output stops
+ * at the first value the backward keeps anyway: a bias Add's output, say,
+ * whose MatMul output the backward does not keep) */
 static void find_status(Rc *r)
 {
     Graph *g = r->g;
@@ -184,8 +203,9 @@ static void find_status(Rc *r)
             rp |= is_param(g, x);
             if (p < 0 || r->seg[p] != r->seg[i])
                 continue; /* from outside the segment: the checkpoint boundary */
-            ok = r->clonable[p] ? r->status[x] : r->first_bwd[x] < r->nn;
-            rp |= r->clonable[p] && r->reads_param[x];
+            int again = r->clonable[p] && r->status[x]; /* x recomputed too */
+            ok = again || r->first_bwd[x] < r->nn;
+            rp |= again && r->reads_param[x];
         }
         for (int k = 0; k < n->nout; k++) {
             r->status[n->out[k]] = (char)ok;
