@@ -29,7 +29,8 @@
  * - Kernels that reduce with block_reduce need blockDim.x a multiple of 32
  *   (at most 1024) and every thread of the block to reach it.
  * - Deterministic: no float atomics; every sum runs in an order fixed by
- *   the launch geometry alone.  Sums accumulate in double, like kernels/c.
+ *   the launch geometry alone.  Sums accumulate in double, like kernels/c,
+ *   but attn.cu's tiles, which sum in T (float32 like kernels/c's sgemm).
  * - Kernels that combine per-block partials into one scalar (grid_combine)
  *   must run with at most KC_GRID_PARTIALS blocks and never concurrently
  *   with each other (the step runs its kernels on one stream).
