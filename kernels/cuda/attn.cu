@@ -19,18 +19,22 @@
  *      in chunks of 64 (Q staged once when d <= 64), the online softmax per
  *      row (running max m and sum l; p = exp(s - m), the older sums rescaled
  *      by exp(m_old - m)), P to shared memory, O += P V in registers; then
- *      y = O / l, lse = m + log l.  Shared: Q 64x65, K 64x33, V 32x64, P
- *      64x33 floats = 41.5 KB.
+ *      y = O / l, lse = m + log l.  Shared: Q 64x65, K 64x33, V 32x65, P
+ *      64x33 floats = 41 KB.
  *  k_attention_grad_q  a block per (problem, 64 query rows, 64 columns of
  *      dq): D_i = dy_i . y_i, then per key tile P = exp(S - lse), dP = dY
  *      V^T (over dv in chunks), dS = P (dP - D) to shared memory and dQ +=
  *      dS K in registers; dq = scale dQ.  Shared: Q or dY 64x65, K, V^T, dS
- *      64x33 = 41.9 KB.
+ *      64x33 = 41 KB.
  *  k_attention_grad_kv  a block per (problem, 64 keys, a 64-column chunk of
  *      dk and of dv): the query tiles of 16 in order, S^T, P^T and dP^T as
  *      above with the keys as rows (K and V^T staged once when d, dv <= 64),
  *      dV += P^T dY and dK += dS^T Q in registers; dkt = scale dK.  Shared:
- *      K, V^T 64x65, Q^T, dY^T 64x17, P^T (then dS^T) 64x17 = 46.5 KB.
+ *      K, V^T 64x65, Q^T, dY^T 64x17, P^T (then dS^T) 64x17 = 45.5 KB.
+ * (float64: 32 query rows, 32 keys per step, chunks of 32, 32 keys per kv
+ * block: 33 / 33 / 30 KB.)  All static, under the 48 KB a block gets
+ * without opt-in: 4 to 5 blocks (16 to 20 warps) per H100 multiprocessor,
+ * fewer where the ~170 registers a thread of the backward holds bind.
  * The contraction's chunks run in an order that ends with the block's own
  * output chunk, so the operand the last product needs is still staged.  A
  * key tile (or, in the kv kernel, query tile) whose bias entries are all
@@ -49,11 +53,17 @@
  * Types.  The f32 / f64 kernels are templates stamped by kernels.def.  The
  * low-precision instances (k_attention_bf16, _f16, ...) take q, kt, v as
  * bfloat16 / float16 bits and everything else in float32; they run the same
- * templates with AttnTy<KcBf16> / <KcF16>, which widen q, kt, v exactly when
- * staged and round to the low type every other GEMM operand: P before P V,
- * dY in dP = dY V^T and dV += P^T dY, dS in dQ and dK.  The softmax
- * statistics, D and the sums stay float32.  (They run on the CUDA cores, as
- * float32 does; tensor-core fragments for them are not written yet.)
+ * templates with AttnTy<KcBf16> / <KcF16>: q, kt, v are staged as they are
+ * and every other GEMM operand rounded to the low type (P before P V, dY in
+ * dP = dY V^T and dV += P^T dY, dS in dQ and dK); the softmax statistics, D
+ * and the sums stay float32.  Their products run on the tensor cores
+ * (attn_mma_tc: nvcuda::wmma 16x16x16 fragments with float accumulators,
+ * each warp taking the product's 16 x 16 tiles in turn, stored to a 64x68
+ * float scratch from which each thread adds its entries to its registers, so
+ * the softmax rescaling stays the float32 code's), with operands as bits in
+ * rows padded by 8 (wmma's ldm, 16-byte rows off the same banks): shared
+ * 41 / 41 / 44 KB with the 17 KB scratch.  Below sm_80 (no bf16 wmma) they
+ * widen to float in shared memory and take the float32 path.
  */
 
 #define KC_ATTN_BATCH 0
@@ -69,35 +79,84 @@
 
 /* ---- element types ------------------------------------------------------- */
 
+/* The 16-bit instances multiply on the tensor cores (nvcuda::wmma, bf16 from
+ * sm_80 on) where the arch has them: KC_ATTN_TC.  The host emulation
+ * (tests/cuda_emu.h) has its own wmma; elsewhere they run on the CUDA cores. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define KC_ATTN_TC 1
+#else
+#define KC_ATTN_TC 0
+#endif
+#if defined(__CUDACC_RTC__) && KC_ATTN_TC
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+#endif
+
 struct KcBf16 {}; /* tags: q, kt and v hold bfloat16 / float16 bits */
 struct KcF16 {};
 
-/* E: the element of q, kt, v; T: of everything else and of the sums; in()
- * widens an E; op() rounds a T to the type of the GEMM operands */
+/* E: the element of q, kt, v; T: of everything else and of the sums; S: of
+ * the GEMM operands staged in shared memory, PAD their rows' padding, TC
+ * whether attn_mma takes the tensor cores (W: wmma's element type).
+ * in() widens an E to T, op() rounds a T as a GEMM operand; st() stages an
+ * E and stt() a T as a GEMM operand (both exact but for the rounding). */
 template <typename L> struct AttnTy {
     typedef L T;
     typedef L E;
+    typedef L S;
+    enum { PAD = 1, TC = 0 };
     KC_DEV T in(E x) { return x; }
     KC_DEV T op(T x) { return x; }
+    KC_DEV S st(E x) { return x; }
+    KC_DEV S stt(T x) { return x; }
 };
-template <> struct AttnTy<KcBf16> {
+/* a 16-bit type's bits widened to float and a float rounded to them */
+template <typename L> struct AttnBits;
+template <> struct AttnBits<KcBf16> {
+    KC_DEV float wide(uint16_t x) { return kc_bf16_to_f32(x); }
+    KC_DEV uint16_t narrow(float x) { return kc_bf16_from_f32(x); }
+};
+template <> struct AttnBits<KcF16> {
+    KC_DEV float wide(uint16_t x) { return kc_f16_to_f32(x); }
+    KC_DEV uint16_t narrow(float x) { return kc_f16_from_f32(x); }
+};
+#if KC_ATTN_TC
+/* bits in shared memory, rows padded to a multiple of 8 elements (wmma's ldm) */
+template <typename L, typename W> struct AttnLow {
     typedef float T;
     typedef uint16_t E;
-    KC_DEV float in(uint16_t x) { return kc_bf16_to_f32(x); }
-    KC_DEV float op(float x) { return kc_bf16_to_f32(kc_bf16_from_f32(x)); }
+    typedef uint16_t S;
+    typedef W Wmma;
+    enum { PAD = 8, TC = 1 };
+    KC_DEV float in(uint16_t x) { return AttnBits<L>::wide(x); }
+    KC_DEV float op(float x) { return AttnBits<L>::wide(AttnBits<L>::narrow(x)); }
+    KC_DEV uint16_t st(uint16_t x) { return x; }
+    KC_DEV uint16_t stt(float x) { return AttnBits<L>::narrow(x); }
 };
-template <> struct AttnTy<KcF16> {
+template <> struct AttnTy<KcBf16> : AttnLow<KcBf16, __nv_bfloat16> {};
+template <> struct AttnTy<KcF16> : AttnLow<KcF16, __half> {};
+#else
+/* widened to float in shared memory */
+template <typename L> struct AttnLow {
     typedef float T;
     typedef uint16_t E;
-    KC_DEV float in(uint16_t x) { return kc_f16_to_f32(x); }
-    KC_DEV float op(float x) { return kc_f16_to_f32(kc_f16_from_f32(x)); }
+    typedef float S;
+    enum { PAD = 1, TC = 0 };
+    KC_DEV float in(uint16_t x) { return AttnBits<L>::wide(x); }
+    KC_DEV float op(float x) { return AttnBits<L>::wide(AttnBits<L>::narrow(x)); }
+    KC_DEV float st(uint16_t x) { return AttnBits<L>::wide(x); }
+    KC_DEV float stt(float x) { return op(x); }
 };
-/* staging conversions of a T source: as it is, or rounded like a GEMM operand */
-template <typename T> struct AttnId {
-    KC_DEV T in(T x) { return x; }
+template <> struct AttnTy<KcBf16> : AttnLow<KcBf16> {};
+template <> struct AttnTy<KcF16> : AttnLow<KcF16> {};
+#endif
+/* attn_stage's conversions: an E (q, kt, v), or a T as a GEMM operand (dy) */
+template <typename L> struct AttnSt {
+    KC_DEV typename AttnTy<L>::S in(typename AttnTy<L>::E x) { return AttnTy<L>::st(x); }
 };
 template <typename L> struct AttnOp {
-    KC_DEV typename AttnTy<L>::T in(typename AttnTy<L>::T x) { return AttnTy<L>::op(x); }
+    KC_DEV typename AttnTy<L>::S in(typename AttnTy<L>::T x) { return AttnTy<L>::stt(x); }
 };
 
 /* tile sizes: query rows per block (BM), keys per step (BN), the chunk of d
@@ -129,9 +188,10 @@ KC_DEV void attn_stage(T *dst, int dr, int dc, const E *src, int64_t rs, int64_t
 }
 
 /* acc[i][c] += sum over k < K of A(k, ty R + i) B(k, tx + 8 c), from shared
- * memory: A(k, r) = a[k ak + r ar], B(k, c) = b[k bk + c bc] */
-template <int R, int C, int K, typename T>
-KC_DEV void attn_mma(T (&acc)[R][C], const T *a, int ak, int ar, const T *b, int bk, int bc)
+ * memory: A(k, r) = a[k AK + r AR], B(k, c) = b[k BK + c BC], on the CUDA
+ * cores (each thread its R x C entries) */
+template <int R, int C, int K, int AK, int AR, int BK, int BC, typename T, typename S>
+KC_DEV void attn_mma_simt(T (&acc)[R][C], const S *a, const S *b)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
 #pragma unroll 4
@@ -139,16 +199,86 @@ KC_DEV void attn_mma(T (&acc)[R][C], const T *a, int ak, int ar, const T *b, int
         T av[R], bv[C];
 #pragma unroll
         for (int i = 0; i < R; i++)
-            av[i] = a[k * ak + (ty * R + i) * ar];
+            av[i] = a[k * AK + (ty * R + i) * AR];
 #pragma unroll
         for (int c = 0; c < C; c++)
-            bv[c] = b[k * bk + (tx + 8 * c) * bc];
+            bv[c] = b[k * BK + (tx + 8 * c) * BC];
 #pragma unroll
         for (int i = 0; i < R; i++)
 #pragma unroll
             for (int c = 0; c < C; c++)
                 acc[i][c] += av[i] * bv[c];
     }
+}
+
+#if KC_ATTN_TC
+/* the tensor cores' product tile (at most 64 x 64 floats, rows padded to 68) */
+#define KC_ATTN_SCRATCH (64 * 68)
+KC_DEV float *attn_scratch()
+{
+    __shared__ __align__(32) float sc[KC_ATTN_SCRATCH];
+    return sc;
+}
+
+template <bool C, typename A, typename B> struct AttnIf {
+    typedef A type;
+};
+template <typename A, typename B> struct AttnIf<false, A, B> {
+    typedef B type;
+};
+
+/* attn_mma_simt's product on the tensor cores: the M x N tile (M = 16 R, N =
+ * 8 C) in 16 x 16 fragments, the block's warps taking them in turn, each
+ * summing K / 16 products of 16 x 16 x 16 fragments in float; stored to
+ * attn_scratch, from which each thread adds its entries to acc.  A and B are
+ * wmma-loadable (one of each pair of strides 1, the other a multiple of 8). */
+template <typename W, int R, int C, int K, int AK, int AR, int BK, int BC, typename T>
+KC_DEV void attn_mma_tc(T (&acc)[R][C], const uint16_t *a, const uint16_t *b)
+{
+    using namespace nvcuda;
+    enum { M = 16 * R, N = 8 * C, LD = N + 4 };
+    static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && M * LD <= KC_ATTN_SCRATCH, "attn_mma_tc: tile");
+    static_assert((AK == 1 || AR == 1) && (BK == 1 || BC == 1), "attn_mma_tc: a layout wmma loads");
+    typedef typename AttnIf<AR == 1, wmma::col_major, wmma::row_major>::type LA;
+    typedef typename AttnIf<BC == 1, wmma::row_major, wmma::col_major>::type LB;
+    float *sc = attn_scratch();
+    for (int f = threadIdx.x >> 5; f < (M / 16) * (N / 16); f += KC_ATTN_BLOCK / 32) {
+        const int fm = f / (N / 16) * 16, fn = f % (N / 16) * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+        wmma::fill_fragment(fc, 0.0f);
+#pragma unroll
+        for (int k = 0; k < K; k += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, W, LA> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, W, LB> fb;
+            wmma::load_matrix_sync(fa, (const W *)(a + k * AK + fm * AR), AR == 1 ? AK : AR);
+            wmma::load_matrix_sync(fb, (const W *)(b + k * BK + fn * BC), BC == 1 ? BK : BC);
+            wmma::mma_sync(fc, fa, fb, fc);
+        }
+        wmma::store_matrix_sync(sc + fm * LD + fn, fc, LD, wmma::mem_row_major);
+    }
+    __syncthreads();
+    const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+            acc[i][c] += sc[(ty * R + i) * LD + tx + 8 * c];
+    __syncthreads(); /* before the next product's stores */
+}
+#endif
+
+/* acc += the product (attn_mma_simt's contract) of the instance L's staged
+ * operands: on the tensor cores where AttnTy<L>::TC, else on the CUDA cores.
+ * Every thread of the block calls it. */
+template <typename L, int R, int C, int K, int AK, int AR, int BK, int BC, typename T, typename S>
+KC_DEV void attn_mma(T (&acc)[R][C], const S *a, const S *b)
+{
+#if KC_ATTN_TC
+    if constexpr (AttnTy<L>::TC)
+        attn_mma_tc<typename AttnTy<L>::Wmma, R, C, K, AK, AR, BK, BC>(acc, a, b);
+    else
+#endif
+        attn_mma_simt<R, C, K, AK, AR, BK, BC>(acc, a, b);
 }
 
 template <int R, int C, typename T> KC_DEV void attn_zero(T (&acc)[R][C])
@@ -227,8 +357,8 @@ KC_DEV void attn_rowdot(T (&dd)[R], const T *dy, const T *y, int64_t r0, int64_t
 /* the online softmax of a tile's scores sc (R rows of C entries): updates
  * the rows' max m and sum l, rescales o, and leaves p (rounded to the GEMM
  * operand type) in ps (row r at ps[r ld]) */
-template <typename L, int R, int C, int CD, typename T>
-KC_DEV void attn_online(T (&sc)[R][C], T (&m)[R], T (&l)[R], T (&o)[R][CD], T *ps, int ld)
+template <typename L, int R, int C, int CD, typename T, typename S>
+KC_DEV void attn_online(T (&sc)[R][C], T (&m)[R], T (&l)[R], T (&o)[R][CD], S *ps, int ld)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
 #pragma unroll
@@ -244,7 +374,7 @@ KC_DEV void attn_online(T (&sc)[R][C], T (&m)[R], T (&l)[R], T (&o)[R][CD], T *p
         for (int c = 0; c < C; c++) {
             const T e = none ? (T)0 : kc_exp(sc[i][c] - mn);
             sum += e;
-            ps[(ty * R + i) * ld + tx + 8 * c] = AttnTy<L>::op(e);
+            ps[(ty * R + i) * ld + tx + 8 * c] = AttnTy<L>::stt(e);
         }
         const T alpha = none ? (T)1 : kc_exp(m[i] - mn);
         l[i] = l[i] * alpha + attn_row_reduce(sum, KcSum());
@@ -286,8 +416,9 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
 {
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
-    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8 };
-    __shared__ T qs[DK * (BM + 1)], ks[DK * (BN + 1)], vs[BN * DK], ps[BM * (BN + 1)];
+    typedef typename Ty::S S;
+    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
+    __shared__ __align__(32) S qs[DK * (BM + P)], ks[DK * (BN + P)], vs[BN * (DK + P)], ps[BM * (BN + P)];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
     const int64_t tiles = (t + BM - 1) / BM, nkd = (d + DK - 1) / DK, nvd = (dv + DK - 1) / DK;
@@ -303,7 +434,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
         attn_zero(o);
         __syncthreads(); /* the previous unit's readers of qs are done */
         if (nkd == 1) /* Q^T staged once */
-            attn_stage<Ty>(qs, 1, BM + 1, qb, d, 1, BM, DK, rv, d);
+            attn_stage<AttnSt<L> >(qs, 1, BM + P, qb, d, 1, BM, DK, rv, d);
         for (int64_t j0 = 0; j0 < s; j0 += BN) {
             const int64_t jv = kc_min64(BN, s - j0);
             T sc[R][C];
@@ -316,23 +447,23 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
                 if (kc)
                     __syncthreads();
                 if (nkd > 1)
-                    attn_stage<Ty>(qs, 1, BM + 1, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
+                    attn_stage<AttnSt<L> >(qs, 1, BM + P, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
                 if (krow) /* K rows j, columns k */
-                    attn_stage<Ty>(ks, 1, BN + 1, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
+                    attn_stage<AttnSt<L> >(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
                 else
-                    attn_stage<Ty>(ks, BN + 1, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
+                    attn_stage<AttnSt<L> >(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
                 __syncthreads();
-                attn_mma<R, C, DK>(acc, qs, BM + 1, 1, ks, BN + 1, 1);
+                attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(acc, qs, ks);
             }
 #pragma unroll
             for (int i = 0; i < R; i++)
 #pragma unroll
                 for (int c = 0; c < C; c++)
                     sc[i][c] += acc[i][c] * sc_;
-            attn_online<L>(sc, m, l, o, ps, BN + 1);
-            attn_stage<Ty>(vs, DK, 1, vb + j0 * dv + c0, dv, 1, BN, DK, jv, cv);
+            attn_online<L>(sc, m, l, o, ps, BN + P);
+            attn_stage<AttnSt<L> >(vs, DK + P, 1, vb + j0 * dv + c0, dv, 1, BN, DK, jv, cv);
             __syncthreads();
-            attn_mma<R, CD, BN>(o, ps, 1, BN + 1, vs, DK, 1);
+            attn_mma<L, R, CD, BN, 1, BN + P, DK + P, 1>(o, ps, vs);
         }
         attn_store(y, lse, o, m, l, b * t + i0, rv, c0, p);
     }
@@ -354,8 +485,9 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
 {
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
-    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8 };
-    __shared__ T as[DK * (BM + 1)], ks[DK * (BN + 1)], vt[DK * (BN + 1)], dss[BM * (BN + 1)];
+    typedef typename Ty::S S;
+    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
+    __shared__ __align__(32) S as[DK * (BM + P)], ks[DK * (BN + P)], vt[DK * (BN + P)], dss[BM * (BN + P)];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
     const int64_t tiles = (t + BM - 1) / BM, nkd = (d + DK - 1) / DK, nvd = (dv + DK - 1) / DK;
@@ -381,30 +513,30 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
             for (int64_t k = 0; k < nkd; k++) { /* S; ends with dq's chunk qc staged in ks */
                 const int64_t kc = (qc + 1 + k) % nkd;
                 __syncthreads();
-                attn_stage<Ty>(as, 1, BM + 1, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
+                attn_stage<AttnSt<L> >(as, 1, BM + P, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
                 if (krow)
-                    attn_stage<Ty>(ks, 1, BN + 1, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
+                    attn_stage<AttnSt<L> >(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
                 else
-                    attn_stage<Ty>(ks, BN + 1, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
+                    attn_stage<AttnSt<L> >(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
                 __syncthreads();
-                attn_mma<R, C, DK>(sa, as, BM + 1, 1, ks, BN + 1, 1);
+                attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(sa, as, ks);
             }
             for (int64_t vc = 0; vc < nvd; vc++) { /* dP = dY V^T */
                 __syncthreads();
-                attn_stage<AttnOp<L> >(as, 1, BM + 1, dy + row0 * dv + vc * DK, dv, 1, BM, DK, rv, dv - vc * DK);
-                attn_stage<Ty>(vt, 1, BN + 1, vb + j0 * dv + vc * DK, dv, 1, BN, DK, jv, dv - vc * DK);
+                attn_stage<AttnOp<L> >(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, BM, DK, rv, dv - vc * DK);
+                attn_stage<AttnSt<L> >(vt, 1, BN + P, vb + j0 * dv + vc * DK, dv, 1, BN, DK, jv, dv - vc * DK);
                 __syncthreads();
-                attn_mma<R, C, DK>(dp, as, BM + 1, 1, vt, BN + 1, 1);
+                attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, as, vt);
             }
 #pragma unroll
             for (int i = 0; i < R; i++)
 #pragma unroll
                 for (int c = 0; c < C; c++) {
                     const T pr = attn_prob(sa[i][c] * sc_ + sc[i][c], ls[i], p);
-                    dss[(ty * R + i) * (BN + 1) + tx + 8 * c] = Ty::op(pr * (dp[i][c] - dd[i]));
+                    dss[(ty * R + i) * (BN + P) + tx + 8 * c] = Ty::stt(pr * (dp[i][c] - dd[i]));
                 }
             __syncthreads();
-            attn_mma<R, CD, BN>(acc, dss, 1, BN + 1, ks, 1, BN + 1); /* dQ += dS K */
+            attn_mma<L, R, CD, BN, 1, BN + P, 1, BN + P>(acc, dss, ks); /* dQ += dS K */
             __syncthreads(); /* before the next tile's stores into dss */
         }
 #pragma unroll
@@ -451,9 +583,10 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
 {
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
-    enum { BM = AttnTile<T>::KBM, BN = AttnTile<T>::KBN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8 };
+    typedef typename Ty::S S;
+    enum { BM = AttnTile<T>::KBM, BN = AttnTile<T>::KBN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
     static_assert(BN == 16, "attn_query_stats: a query per row of 8 lanes");
-    __shared__ T ks[DK * (BM + 1)], vt[DK * (BM + 1)], qt[DK * (BN + 1)], dyt[DK * (BN + 1)], pb[BM * (BN + 1)];
+    __shared__ __align__(32) S ks[DK * (BM + P)], vt[DK * (BM + P)], qt[DK * (BN + P)], dyt[DK * (BN + P)], pb[BM * (BN + P)];
     __shared__ T ls[BN], dd[BN];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
@@ -471,10 +604,10 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
         attn_zero(dvv);
         __syncthreads(); /* the previous unit's readers of ks, vt are done */
         if (nkd == 1) /* K staged once: ks(k, j) */
-            krow ? attn_stage<Ty>(ks, 1, BM + 1, kb + j0 * d, d, 1, BM, DK, jv, d)
-                 : attn_stage<Ty>(ks, BM + 1, 1, kb + j0, s, 1, DK, BM, d, jv);
+            krow ? attn_stage<AttnSt<L> >(ks, 1, BM + P, kb + j0 * d, d, 1, BM, DK, jv, d)
+                 : attn_stage<AttnSt<L> >(ks, BM + P, 1, kb + j0, s, 1, DK, BM, d, jv);
         if (nvd == 1) /* V^T staged once: vt(c, j) */
-            attn_stage<Ty>(vt, 1, BM + 1, vb, dv, 1, BM, DK, jv, dv);
+            attn_stage<AttnSt<L> >(vt, 1, BM + P, vb, dv, 1, BM, DK, jv, dv);
         for (int64_t i0 = 0; i0 < t; i0 += BN) {
             const int64_t iv = kc_min64(BN, t - i0), row0 = b * t + i0;
             T sc[R][C], sa[R][C], dp[R][C];
@@ -489,20 +622,20 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 if (k)
                     __syncthreads();
                 if (nkd > 1)
-                    krow ? attn_stage<Ty>(ks, 1, BM + 1, kb + j0 * d + kc * DK, d, 1, BM, DK, jv, d - kc * DK)
-                         : attn_stage<Ty>(ks, BM + 1, 1, kb + kc * DK * s + j0, s, 1, DK, BM, d - kc * DK, jv);
-                attn_stage<Ty>(qt, 1, BN + 1, q + row0 * d + kc * DK, d, 1, BN, DK, iv, d - kc * DK);
+                    krow ? attn_stage<AttnSt<L> >(ks, 1, BM + P, kb + j0 * d + kc * DK, d, 1, BM, DK, jv, d - kc * DK)
+                         : attn_stage<AttnSt<L> >(ks, BM + P, 1, kb + kc * DK * s + j0, s, 1, DK, BM, d - kc * DK, jv);
+                attn_stage<AttnSt<L> >(qt, 1, BN + P, q + row0 * d + kc * DK, d, 1, BN, DK, iv, d - kc * DK);
                 __syncthreads();
-                attn_mma<R, C, DK>(sa, ks, BM + 1, 1, qt, BN + 1, 1);
+                attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(sa, ks, qt);
             }
             for (int64_t k = 0; k < nvd; k++) { /* dP^T = V dY^T; ends with dv's chunk staged in dyt */
                 const int64_t vc = (oc + 1 + k) % nvd;
                 __syncthreads();
                 if (nvd > 1)
-                    attn_stage<Ty>(vt, 1, BM + 1, vb + vc * DK, dv, 1, BM, DK, jv, dv - vc * DK);
-                attn_stage<AttnOp<L> >(dyt, 1, BN + 1, dy + row0 * dv + vc * DK, dv, 1, BN, DK, iv, dv - vc * DK);
+                    attn_stage<AttnSt<L> >(vt, 1, BM + P, vb + vc * DK, dv, 1, BM, DK, jv, dv - vc * DK);
+                attn_stage<AttnOp<L> >(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, BN, DK, iv, dv - vc * DK);
                 __syncthreads();
-                attn_mma<R, C, DK>(dp, vt, BM + 1, 1, dyt, BN + 1, 1);
+                attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, vt, dyt);
             }
             if (nkd + nvd == 0)
                 __syncthreads(); /* ls, dd */
@@ -511,21 +644,21 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
 #pragma unroll
                 for (int c = 0; c < C; c++) { /* sa becomes P^T, dp dS^T */
                     sa[i][c] = attn_prob(sa[i][c] * sc_ + sc[i][c], ls[tx + 8 * c], p);
-                    dp[i][c] = Ty::op(sa[i][c] * (dp[i][c] - dd[tx + 8 * c]));
-                    pb[(ty * R + i) * (BN + 1) + tx + 8 * c] = Ty::op(sa[i][c]);
+                    dp[i][c] = sa[i][c] * (dp[i][c] - dd[tx + 8 * c]);
+                    pb[(ty * R + i) * (BN + P) + tx + 8 * c] = Ty::stt(sa[i][c]);
                 }
             __syncthreads();
             if (oc < nvd) /* dV += P^T dY */
-                attn_mma<R, CD, BN>(dvv, pb, 1, BN + 1, dyt, 1, BN + 1);
+                attn_mma<L, R, CD, BN, 1, BN + P, 1, BN + P>(dvv, pb, dyt);
             __syncthreads();
 #pragma unroll
             for (int i = 0; i < R; i++)
 #pragma unroll
                 for (int c = 0; c < C; c++)
-                    pb[(ty * R + i) * (BN + 1) + tx + 8 * c] = dp[i][c];
+                    pb[(ty * R + i) * (BN + P) + tx + 8 * c] = Ty::stt(dp[i][c]);
             __syncthreads();
             if (oc < nkd) /* dK += dS^T Q */
-                attn_mma<R, CD, BN>(dk, pb, 1, BN + 1, qt, 1, BN + 1);
+                attn_mma<L, R, CD, BN, 1, BN + P, 1, BN + P>(dk, pb, qt);
         }
 #pragma unroll
         for (int i = 0; i < R; i++)
