@@ -177,11 +177,11 @@ template <typename T> struct AttnTile {
 
 /* dst(r, c) = Cv::in(src[r rs + c cs]) for r < R, c < C: 0 outside rv x cv;
  * dst(r, c) is dst[r dr + c dc].  Consecutive threads take consecutive c. */
-template <typename Cv, typename T, typename E>
-KC_DEV void attn_stage(T *dst, int dr, int dc, const E *src, int64_t rs, int64_t cs, int R, int C, int64_t rv,
-                       int64_t cv)
+template <typename Cv, int R, int C, typename T, typename E>
+KC_DEV void attn_stage(T *dst, int dr, int dc, const E *src, int64_t rs, int64_t cs, int64_t rv, int64_t cv)
 {
-    for (int e = threadIdx.x; e < R * C; e += blockDim.x) {
+#pragma unroll 4
+    for (int e = threadIdx.x; e < R * C; e += KC_ATTN_BLOCK) {
         const int r = e / C, c = e % C;
         dst[r * dr + c * dc] = r < rv && c < cv ? Cv::in(src[r * rs + c * cs]) : (T)0;
     }
@@ -434,7 +434,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
         attn_zero(o);
         __syncthreads(); /* the previous unit's readers of qs are done */
         if (nkd == 1) /* Q^T staged once */
-            attn_stage<AttnSt<L> >(qs, 1, BM + P, qb, d, 1, BM, DK, rv, d);
+            attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb, d, 1, rv, d);
         for (int64_t j0 = 0; j0 < s; j0 += BN) {
             const int64_t jv = kc_min64(BN, s - j0);
             T sc[R][C];
@@ -447,11 +447,11 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
                 if (kc)
                     __syncthreads();
                 if (nkd > 1)
-                    attn_stage<AttnSt<L> >(qs, 1, BM + P, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb + kc * DK, d, 1, rv, d - kc * DK);
                 if (krow) /* K rows j, columns k */
-                    attn_stage<AttnSt<L> >(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK);
                 else
-                    attn_stage<AttnSt<L> >(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
+                    attn_stage<AttnSt<L>, DK, BN>(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(acc, qs, ks);
             }
@@ -461,7 +461,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
                 for (int c = 0; c < C; c++)
                     sc[i][c] += acc[i][c] * sc_;
             attn_online<L>(sc, m, l, o, ps, BN + P);
-            attn_stage<AttnSt<L> >(vs, DK + P, 1, vb + j0 * dv + c0, dv, 1, BN, DK, jv, cv);
+            attn_stage<AttnSt<L>, BN, DK>(vs, DK + P, 1, vb + j0 * dv + c0, dv, 1, jv, cv);
             __syncthreads();
             attn_mma<L, R, CD, BN, 1, BN + P, DK + P, 1>(o, ps, vs);
         }
@@ -513,18 +513,18 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
             for (int64_t k = 0; k < nkd; k++) { /* S; ends with dq's chunk qc staged in ks */
                 const int64_t kc = (qc + 1 + k) % nkd;
                 __syncthreads();
-                attn_stage<AttnSt<L> >(as, 1, BM + P, qb + kc * DK, d, 1, BM, DK, rv, d - kc * DK);
+                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, qb + kc * DK, d, 1, rv, d - kc * DK);
                 if (krow)
-                    attn_stage<AttnSt<L> >(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, BN, DK, jv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK);
                 else
-                    attn_stage<AttnSt<L> >(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, DK, BN, d - kc * DK, jv);
+                    attn_stage<AttnSt<L>, DK, BN>(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(sa, as, ks);
             }
             for (int64_t vc = 0; vc < nvd; vc++) { /* dP = dY V^T */
                 __syncthreads();
-                attn_stage<AttnOp<L> >(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, BM, DK, rv, dv - vc * DK);
-                attn_stage<AttnSt<L> >(vt, 1, BN + P, vb + j0 * dv + vc * DK, dv, 1, BN, DK, jv, dv - vc * DK);
+                attn_stage<AttnOp<L>, BM, DK>(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, rv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BN, DK>(vt, 1, BN + P, vb + j0 * dv + vc * DK, dv, 1, jv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, as, vt);
             }
@@ -604,10 +604,10 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
         attn_zero(dvv);
         __syncthreads(); /* the previous unit's readers of ks, vt are done */
         if (nkd == 1) /* K staged once: ks(k, j) */
-            krow ? attn_stage<AttnSt<L> >(ks, 1, BM + P, kb + j0 * d, d, 1, BM, DK, jv, d)
-                 : attn_stage<AttnSt<L> >(ks, BM + P, 1, kb + j0, s, 1, DK, BM, d, jv);
+            krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * d, d, 1, jv, d)
+                 : attn_stage<AttnSt<L>, DK, BM>(ks, BM + P, 1, kb + j0, s, 1, d, jv);
         if (nvd == 1) /* V^T staged once: vt(c, j) */
-            attn_stage<AttnSt<L> >(vt, 1, BM + P, vb, dv, 1, BM, DK, jv, dv);
+            attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb, dv, 1, jv, dv);
         for (int64_t i0 = 0; i0 < t; i0 += BN) {
             const int64_t iv = kc_min64(BN, t - i0), row0 = b * t + i0;
             T sc[R][C], sa[R][C], dp[R][C];
@@ -622,9 +622,9 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 if (k)
                     __syncthreads();
                 if (nkd > 1)
-                    krow ? attn_stage<AttnSt<L> >(ks, 1, BM + P, kb + j0 * d + kc * DK, d, 1, BM, DK, jv, d - kc * DK)
-                         : attn_stage<AttnSt<L> >(ks, BM + P, 1, kb + kc * DK * s + j0, s, 1, DK, BM, d - kc * DK, jv);
-                attn_stage<AttnSt<L> >(qt, 1, BN + P, q + row0 * d + kc * DK, d, 1, BN, DK, iv, d - kc * DK);
+                    krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK)
+                         : attn_stage<AttnSt<L>, DK, BM>(ks, BM + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
+                attn_stage<AttnSt<L>, BN, DK>(qt, 1, BN + P, q + row0 * d + kc * DK, d, 1, iv, d - kc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(sa, ks, qt);
             }
@@ -632,8 +632,8 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 const int64_t vc = (oc + 1 + k) % nvd;
                 __syncthreads();
                 if (nvd > 1)
-                    attn_stage<AttnSt<L> >(vt, 1, BM + P, vb + vc * DK, dv, 1, BM, DK, jv, dv - vc * DK);
-                attn_stage<AttnOp<L> >(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, BN, DK, iv, dv - vc * DK);
+                    attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb + vc * DK, dv, 1, jv, dv - vc * DK);
+                attn_stage<AttnOp<L>, BN, DK>(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, iv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, vt, dyt);
             }
