@@ -424,7 +424,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
     const int64_t tiles = (t + BM - 1) / BM, nkd = (d + DK - 1) / DK, nvd = (dv + DK - 1) / DK;
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nvd; u += gridDim.x) {
-        const int64_t b = u / (tiles * nvd), i0 = u / nvd % tiles * BM, c0 = u % nvd * DK;
+        /* the last query tiles first: under a causal mask they see the most keys (the longest first) */
+        const int64_t nb = p.d[KC_ATTN_BATCH] * nvd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nvd, c0 = u % nvd * DK;
         const int64_t rv = kc_min64(BM, t - i0), cv = kc_min64(DK, dv - c0);
         const typename Ty::E *qb = q + (b * t + i0) * d, *kb = kt + b * d * s, *vb = v + b * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
@@ -494,7 +495,8 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nkd; u += gridDim.x) {
-        const int64_t b = u / (tiles * nkd), i0 = u / nkd % tiles * BM, qc = u % nkd, row0 = b * t + i0;
+        const int64_t nb = p.d[KC_ATTN_BATCH] * nkd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nkd, qc = u % nkd;
+        const int64_t row0 = b * t + i0; /* the last query tiles first, as the forward */
         const int64_t rv = kc_min64(BM, t - i0);
         const typename Ty::E *qb = q + row0 * d, *kb = kt + b * d * s, *vb = v + b * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
@@ -595,7 +597,8 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nout; u += gridDim.x) {
-        const int64_t b = u / (tiles * nout), j0 = u / nout % tiles * BM, oc = u % nout;
+        /* the first key tiles first: under a causal mask they see the most queries */
+        const int64_t nb = p.d[KC_ATTN_BATCH] * nout, j0 = u / nb * BM, b = u % nb / nout, oc = u % nout;
         const int64_t jv = kc_min64(BM, s - j0);
         const typename Ty::E *kb = kt + b * d * s, *vb = v + (b * s + j0) * dv;
         const T *bb = attn_bias_at(bias, b, 0, p);
