@@ -405,7 +405,9 @@ KC_DEV void attn_store(T *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const
             if (c0 + tx + 8 * c < dv)
                 y[row * dv + c0 + tx + 8 * c] = s > 0 && !none ? o[i][c] / l[i] : yz;
         if (c0 == 0 && tx == 0)
-            lse[row] = s == 0 || (none && zero) ? -kc_inf<T>() : none ? kc_nan<T>() : (T)((double)m[i] + log((double)l[i]));
+            lse[row] = s == 0 || (none && zero) ? -kc_inf<T>()
+                       : none                   ? kc_nan<T>()
+                                                : (T)((double)m[i] + log((double)l[i]));
     }
 }
 
@@ -417,7 +419,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
     typedef typename Ty::S S;
-    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
+    constexpr int BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK;
+    constexpr int R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD;
     __shared__ __align__(32) S qs[DK * (BM + P)], ks[DK * (BN + P)], vs[BN * (DK + P)], ps[BM * (BN + P)];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
@@ -425,7 +428,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nvd; u += gridDim.x) {
         /* the last query tiles first: under a causal mask they see the most keys (the longest first) */
-        const int64_t nb = p.d[KC_ATTN_BATCH] * nvd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nvd, c0 = u % nvd * DK;
+        const int64_t nb = p.d[KC_ATTN_BATCH] * nvd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nvd;
+        const int64_t c0 = u % nvd * DK;
         const int64_t rv = kc_min64(BM, t - i0), cv = kc_min64(DK, dv - c0);
         const typename Ty::E *qb = q + (b * t + i0) * d, *kb = kt + b * d * s, *vb = v + b * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
@@ -487,7 +491,8 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
     typedef typename Ty::S S;
-    enum { BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
+    constexpr int BM = AttnTile<T>::BM, BN = AttnTile<T>::BN, DK = AttnTile<T>::DK;
+    constexpr int R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD;
     __shared__ __align__(32) S as[DK * (BM + P)], ks[DK * (BN + P)], vt[DK * (BN + P)], dss[BM * (BN + P)];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
@@ -586,9 +591,11 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
     typedef AttnTy<L> Ty;
     typedef typename Ty::T T;
     typedef typename Ty::S S;
-    enum { BM = AttnTile<T>::KBM, BN = AttnTile<T>::KBN, DK = AttnTile<T>::DK, R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD };
+    constexpr int BM = AttnTile<T>::KBM, BN = AttnTile<T>::KBN, DK = AttnTile<T>::DK;
+    constexpr int R = BM / 16, C = BN / 8, CD = DK / 8, P = Ty::PAD;
     static_assert(BN == 16, "attn_query_stats: a query per row of 8 lanes");
-    __shared__ __align__(32) S ks[DK * (BM + P)], vt[DK * (BM + P)], qt[DK * (BN + P)], dyt[DK * (BN + P)], pb[BM * (BN + P)];
+    __shared__ __align__(32) S ks[DK * (BM + P)], vt[DK * (BM + P)], qt[DK * (BN + P)], dyt[DK * (BN + P)];
+    __shared__ __align__(32) S pb[BM * (BN + P)];
     __shared__ T ls[BN], dd[BN];
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
