@@ -26,8 +26,9 @@
  *           through the query rows a tile at a time and keeps each row's
  *           log-sum-exp for the backward, which recomputes the tile's
  *           probabilities (grad_nn.c: FusedAttentionGrad).  On --target cuda
- *           the kernels are kernels/cuda/attn.cu's (a block per query row,
- *           or per key for dk and dv; no workspace).
+ *           the kernels are kernels/cuda/attn.cu's (tiled flash attention:
+ *           a block per 64 query rows with an online softmax, or per 64 keys
+ *           for dk and dv; no workspace).
  *
  * Conditions: float32 or float64 throughout; q, kt, v with the same leading
  * dims L (the problems; no broadcasting between them); a bias whose leading

@@ -24,7 +24,8 @@
  * std::atomic_ref; the math functions are libm's.  KC_GLOBAL is empty, so
  * the kernels are ordinary functions: the test includes the sources inside
  * a namespace, away from the kernels/c functions of the same names.
- * Everything is single-threaded, so results are deterministic.
+ * Everything is single-threaded, so results are deterministic.  The
+ * tensor cores' nvcuda::wmma calls the kernels use are emulated at the end.
  */
 #ifndef FSDPC_CUDA_EMU_H
 #define FSDPC_CUDA_EMU_H
@@ -37,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include <math.h>
@@ -55,6 +57,7 @@ constexpr int warpSize = 32;
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define KC_GLOBAL
 
 namespace emu {
@@ -268,5 +271,105 @@ inline double __longlong_as_double(long long v)
     return d;
 }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+
+/* ---- tensor cores: the subset of nvcuda::wmma (mma.h) the kernels use ------
+ * 16 x 16 x 16 fragments of bfloat16 / float16 operands and a float
+ * accumulator.  A fragment holds its whole tile (as floats: every 16-bit
+ * value is one) in every thread of the warp; each call is one warp-wide
+ * step (every lane must make it, as on the GPU: a barrier of the warp) that
+ * every lane performs alike, so a store writes the same values once per
+ * lane.  Pointers must be 32-byte aligned and ldm a multiple of 16 bytes,
+ * as the hardware demands; the products sum k in order in float. */
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __half {
+    uint16_t bits;
+};
+
+namespace emu {
+inline float wide(__nv_bfloat16 h)
+{
+    const uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+inline float wide(__half h) /* exact: every float16 is a float */
+{
+    const int e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ff;
+    const float v = e == 0x1f ? (m ? NAN : INFINITY) : e ? ldexpf((float)(m | 0x400), e - 25) : ldexpf((float)m, -24);
+    return h.bits & 0x8000 ? -v : v;
+}
+inline float wide(float f) { return f; }
+
+inline void wmma_check(const void *p, unsigned ldm, size_t esize)
+{
+    if ((uintptr_t)p % 32 || ldm * esize % 16)
+        fail("wmma: a pointer not 32-byte aligned or an ldm not a multiple of 16 bytes");
+}
+} // namespace emu
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
+    static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
+    float x[rows * cols]; /* (r, c) at x[r cols + c] */
+};
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p, unsigned ldm)
+{
+    static_assert(!std::is_same_v<Layout, void>, "load_matrix_sync: an operand fragment needs a layout");
+    emu::sync_warp();
+    emu::wmma_check(p, ldm, sizeof(T));
+    typedef fragment<Use, M, N, K, T, Layout> F;
+    for (int r = 0; r < F::rows; r++)
+        for (int c = 0; c < F::cols; c++)
+            f.x[r * F::cols + c] = emu::wide(std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r]);
+}
+
+template <int M, int N, int K, typename T>
+void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t l)
+{
+    emu::sync_warp();
+    emu::wmma_check(p, ldm, sizeof(T));
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++)
+            p[l == mem_row_major ? r * ldm + c : c * ldm + r] = f.x[r * N + c];
+}
+
+template <int M, int N, int K, typename T> void fill_fragment(fragment<accumulator, M, N, K, T> &f, T v)
+{
+    emu::sync_warp();
+    for (float &e : f.x)
+        e = v;
+}
+
+template <int M, int N, int K, typename T, typename LA, typename LB>
+void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+              const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c)
+{
+    emu::sync_warp();
+    float r[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = c.x[i * N + j];
+            for (int k = 0; k < K; k++)
+                s += a.x[i * K + k] * b.x[k * N + j];
+            r[i * N + j] = s;
+        }
+    memcpy(d.x, r, sizeof r);
+}
+} // namespace wmma
+} // namespace nvcuda
 
 #endif

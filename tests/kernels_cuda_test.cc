@@ -26,7 +26,9 @@
  * Floats must agree to 1e-5 relative (|a - b| <= 1e-5 (1 + |b|)), doubles
  * to 1e-12; the optimizers, the squared norm (float32) and gradient
  * accumulation exactly; copies, masks, integers, indices
- * and the check slots must agree exactly.  A failing check prints what it
+ * and the check slots must agree exactly; the bfloat16 / float16 attention
+ * (no kernels/c twin yet) agrees with a float64 reference of the same
+ * rounded inputs within 3e-2 / 4e-3.  A failing check prints what it
  * was and where; the exit status is 1 if any failed.
  */
 #include "cuda_emu.h"
@@ -795,38 +797,49 @@ template <typename T> static void test_pad()
 
 /* ---- fused attention ---------------------------------------------------------------- */
 
-/* kc_attention / kc_attention_grad against kernels/c's: no bias, causal, a random per-batch bias (with an
- * all -inf row in the forward: NaN in both; with K_ATTN_ZERO 0, lse -inf, and kept for the backward, whose
- * gradients there are 0), keys transposed or as rows, more keys and rows than a block (128) and more rows
- * than a grid; with a bias, its gradient dbias too (a bias slice read by several problems) */
+/* The attention tests' problems: batch, t x s scores, d, dv; the bias (kind 0: none, 1: causal, 2: random with
+ * 30 % -inf and one row all -inf), its nbias x brep broadcast; K_ATTN_ZERO or not.  attn.cu's tiles are 64 (32
+ * for float64) query rows by 32 keys, 64 keys by 16 queries in the dk, dv kernel, d and dv in chunks of 64 (32):
+ * the cases cross each, and d, dv > 64 take several chunks. */
+struct AttnCase {
+    int64_t batch, t, s, d, dv;
+    int kind;
+    int64_t nbias, brep;
+    int zero;
+};
+static const AttnCase attn_cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},     {2, 70, 70, 8, 8, 1, 1, 1, 0},
+                                      {6, 9, 13, 5, 7, 2, 2, 3, 0},     {2, 40, 300, 6, 5, 1, 1, 1, 0},
+                                      {3, 150, 20, 4, 4, 2, 3, 1, 0},   {6, 9, 13, 5, 7, 2, 2, 3, 1},
+                                      {4, 150, 20, 4, 4, 2, 2, 1, 1},   {2, 40, 300, 6, 5, 1, 1, 1, 1},
+                                      {2, 33, 45, 70, 130, 1, 1, 1, 0}, {3, 17, 50, 100, 9, 2, 3, 1, 1}};
+
+/* the bias of case c (kind 1 or 2; the all -inf row in kind 2) */
+template <typename T> static V<T> attn_bias(const AttnCase &c)
+{
+    V<T> bias(c.kind ? c.nbias * c.t * c.s + 1 : 1);
+    for (int64_t i = 0; i + 1 < (int64_t)bias.size() && c.kind; i++) {
+        const int64_t r = i / c.s % c.t, j = i % c.s;
+        bias[i] = c.kind == 1 ? (j > r + c.s - c.t ? -(T)INFINITY : 0) : uni(0, 1) < 0.3 ? -(T)INFINITY : (T)uni(-1, 1);
+    }
+    if (c.kind == 2)
+        for (int64_t j = 0; j < c.s; j++)
+            bias[(c.t / 2) * c.s + j] = -(T)INFINITY; /* a row that sees nothing: NaN */
+    return bias;
+}
+
+/* kc_attention / kc_attention_grad against kernels/c's on attn_cases (the all -inf row: NaN in both; with
+ * K_ATTN_ZERO 0, lse -inf, and kept for the backward, whose gradients there are 0), keys transposed or as
+ * rows; with a bias, its gradient dbias too (a bias slice read by several problems) */
 template <typename T> static void test_attention()
 {
-    struct Case {
-        int64_t batch, t, s, d, dv;
-        int kind;
-        int64_t nbias, brep;
-        int zero;
-    };
-    static const Case cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},   {2, 70, 70, 8, 8, 1, 1, 1, 0},
-                                 {6, 9, 13, 5, 7, 2, 2, 3, 0},   {2, 40, 300, 6, 5, 1, 1, 1, 0},
-                                 {3, 150, 20, 4, 4, 2, 3, 1, 0}, {6, 9, 13, 5, 7, 2, 2, 3, 1},
-                                 {4, 150, 20, 4, 4, 2, 2, 1, 1}, {2, 40, 300, 6, 5, 1, 1, 1, 1}};
     const double scale = 0.35;
-    for (const Case &c : cases)
+    for (const AttnCase &c : attn_cases)
         for (int krow = 0; krow < 2; krow++) {
             const int flags = krow | (c.zero ? K_ATTN_ZERO : 0);
             const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
             const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
             V<T> q = rnd<T>(nq, -2, 2), k = rnd<T>(nk, -2, 2), v = rnd<T>(nv, -1, 1), dy = rnd<T>(ny, -1, 1);
-            V<T> bias(c.kind ? c.nbias * c.t * c.s + 1 : 1);
-            for (int64_t i = 0; i + 1 < (int64_t)bias.size() && c.kind; i++) {
-                const int64_t r = i / c.s % c.t, j = i % c.s;
-                bias[i] = c.kind == 1 ? (j > r + c.s - c.t ? -(T)INFINITY : 0)
-                                      : uni(0, 1) < 0.3 ? -(T)INFINITY : (T)uni(-1, 1);
-            }
-            if (c.kind == 2)
-                for (int64_t j = 0; j < c.s; j++)
-                    bias[(c.t / 2) * c.s + j] = -(T)INFINITY; /* a row that sees nothing: NaN */
+            V<T> bias = attn_bias<T>(c);
             const T *bp = c.kind ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
@@ -859,6 +872,118 @@ template <typename T> static void test_attention()
             check_f(gdb.data(), wdb.data(), nb, tol<T>());
         }
 }
+
+/* float64 attention (kernels.h k_attention's contract) of inputs as doubles: y, lse and the gradients dq, dk
+ * (in k's layout), dv, dbias (nbias slices) for dy; a row that sees nothing takes K_ATTN_ZERO's y 0, lse -inf
+ * and no gradient (the callers give such rows only with K_ATTN_ZERO) */
+struct AttnRef {
+    V<double> y, lse, dq, dk, dv, db;
+};
+static AttnRef attn_ref(const AttnCase &c, int flags, const V<double> &q, const V<double> &k, const V<double> &v,
+                        const float *bias, const F &dy, double scale)
+{
+    const int64_t t = c.t, s = c.s, d = c.d, dv = c.dv;
+    const bool krow = flags & K_ATTN_KROW;
+    AttnRef r{V<double>(c.batch * t * dv), V<double>(c.batch * t), V<double>(c.batch * t * d),
+              V<double>(c.batch * s * d), V<double>(c.batch * s * dv), V<double>(c.nbias * t * s)};
+    V<double> p(s);
+    for (int64_t b = 0; b < c.batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            const int64_t row = b * t + i, bs = (b / c.brep % c.nbias) * t * s + i * s;
+            const double *kb = k.data() + b * d * s, *vb = v.data() + b * s * dv;
+            double mx = -INFINITY, sum = 0, dd = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double a = 0;
+                for (int64_t l = 0; l < d; l++)
+                    a += q[row * d + l] * kb[krow ? j * d + l : l * s + j];
+                p[j] = scale * a + (bias ? bias[bs + j] : 0);
+                mx = std::max(mx, p[j]);
+            }
+            r.lse[row] = mx;
+            if (mx == -INFINITY)
+                continue;
+            for (int64_t j = 0; j < s; j++)
+                sum += p[j] = exp(p[j] - mx);
+            r.lse[row] = mx + log(sum);
+            for (int64_t j = 0; j < s; j++)
+                for (int64_t e = 0; e < dv; e++)
+                    r.y[row * dv + e] += p[j] / sum * vb[j * dv + e];
+            for (int64_t e = 0; e < dv; e++)
+                dd += dy[row * dv + e] * r.y[row * dv + e];
+            for (int64_t j = 0; j < s; j++) {
+                double dp = 0;
+                for (int64_t e = 0; e < dv; e++) {
+                    dp += dy[row * dv + e] * vb[j * dv + e];
+                    r.dv[(b * s + j) * dv + e] += p[j] / sum * dy[row * dv + e];
+                }
+                const double ds = p[j] / sum * (dp - dd);
+                for (int64_t l = 0; l < d; l++) {
+                    r.dq[row * d + l] += scale * ds * kb[krow ? j * d + l : l * s + j];
+                    r.dk[b * d * s + (krow ? j * d + l : l * s + j)] += scale * ds * q[row * d + l];
+                }
+                r.db[bs + j] += ds;
+            }
+        }
+    return r;
+}
+
+/* n random values in [lo, hi) rounded to bfloat16 or float16: the bits and their values */
+static std::pair<std::vector<uint16_t>, V<double>> attn_low(int64_t n, double lo, double hi, bool f16)
+{
+    std::vector<uint16_t> h((size_t)n + 1);
+    V<double> x((size_t)n + 1);
+    for (int64_t i = 0; i <= n; i++) {
+        h[i] = f16 ? k_f16_from_f32((float)uni(lo, hi)) : k_bf16_from_f32((float)uni(lo, hi));
+        x[i] = f16 ? k_f16_to_f32(h[i]) : k_bf16_to_f32(h[i]);
+    }
+    return {h, x};
+}
+
+static F attn_floats(const V<double> &x) { return F(x.begin(), x.end()); }
+
+/* kc_attention_bf16 / _f16 and their gradients against attn_ref on the same rounded q, k, v, on attn_cases
+ * with keys transposed or as rows: within the low type's rounding of P, dY and dS (relative to 1 + |want|:
+ * 3e-2 for bfloat16's 8 bits, 4e-3 for float16's 11); the backward takes attn_ref's y and lse */
+static void test_attention_low(bool f16)
+{
+    const double scale = 0.35, tl = f16 ? 4e-3 : 3e-2;
+    for (const AttnCase &c : attn_cases)
+        for (int krow = 0; krow < 2; krow++) {
+            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0);
+            const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
+            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t, nb = c.kind ? c.nbias * c.t * c.s : 0;
+            auto [q16, q] = attn_low(nq, -2, 2, f16);
+            auto [k16, k] = attn_low(nk, -2, 2, f16);
+            auto [v16, v] = attn_low(nv, -1, 1, f16);
+            F dy = rnd(ny, -1, 1), bias = attn_bias<float>(c);
+            if (c.kind == 2 && !c.zero) /* attn_ref's rows that see nothing are K_ATTN_ZERO's */
+                for (int64_t j = 0; j < c.s; j++)
+                    bias[(c.t / 2) * c.s + j] = 0;
+            const float *bp = c.kind ? bias.data() : nullptr;
+            const AttnRef r = attn_ref(c, flags, q, k, v, bp, dy, scale);
+            const F wy = attn_floats(r.y), wl = attn_floats(r.lse);
+            F gy(ny + 1), gl(nl + 1), gdq(nq + 1, NAN), gdk(nk + 1, NAN), gdv(nv + 1, NAN), gdb(nb + 1, NAN);
+            (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
+                                                         v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
+                                                         c.brep, scale, nullptr);
+            CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", f16 ? "f16" : "bf16",
+                (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d, (long long)c.dv, c.kind, flags);
+            check_f(gy.data(), wy.data(), ny, tl);
+            check_f(gl.data(), wl.data(), nl, tl);
+            (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
+                gdq.data(), gdk.data(), gdv.data(), c.kind ? gdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
+                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale,
+                nullptr);
+            CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", f16 ? "f16" : "bf16",
+                (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d, (long long)c.dv, c.kind, flags);
+            check_f(gdq.data(), attn_floats(r.dq).data(), nq, tl);
+            check_f(gdk.data(), attn_floats(r.dk).data(), nk, tl);
+            check_f(gdv.data(), attn_floats(r.dv).data(), nv, tl);
+            check_f(gdb.data(), attn_floats(r.db).data(), nb, tl);
+        }
+}
+static void test_attention_bf16() { test_attention_low(false); }
+static void test_attention_f16() { test_attention_low(true); }
 
 /* ---- reduce ---------------------------------------------------------------------- */
 
@@ -1823,7 +1948,7 @@ int main()
         BOTH(test_dropout), BOTH(test_mse_ce),        BOTH(test_nll),      BOTH(test_optim),
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
-        test_matmul_add_f64, BOTH(test_attention)};
+        test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16};
 #undef BOTH
     for (auto t : tests)
         t();

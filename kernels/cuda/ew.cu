@@ -208,58 +208,6 @@ KC_DEV int64_t cast_float_to_int(double v, double lo, double hi)
     return (int64_t)v;
 }
 
-/* kernels.h's k_bf16_from_f32 bit for bit: NVRTC cannot include kernels.h,
- * and CUDA's __float2bfloat16_rn needs cuda_bf16.h and gives a canonical
- * NaN (0x7fff), where the CPU keeps the sign.  Adding 0x7fff plus the
- * lowest kept bit rounds to nearest even; a carry out of the mantissa steps
- * the exponent, up to infinity past bfloat16's largest finite value.  A NaN
- * is handled first because that addition could carry it into an infinity. */
-KC_DEV uint16_t kc_bf16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* exact: bfloat16 is the top half of a float */
-KC_DEV float kc_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-/* kernels.h's k_f16_from_f32 bit for bit (CUDA's __float2half_rn needs
- * cuda_fp16.h and makes NaNs canonical): round to nearest even, 65520 and
- * above to infinity, subnormal halves below 2^-14, a quiet NaN of the same
- * sign keeping the top of its payload */
-KC_DEV uint16_t kc_f16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u)
-        return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) {
-        const uint32_t r = a - 0x38000000u;
-        return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-    }
-    if (a <= 0x33000000u)
-        return (uint16_t)sign;
-    const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
-    uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    q += (rem > half || (rem == half && (q & 1u))) ? 1u : 0u;
-    return (uint16_t)(sign | q);
-}
-
-/* exact, NaN payloads kept (kernels.h's k_f16_to_f32) */
-KC_DEV float kc_f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu)
-        return __uint_as_float(sign | 0x7f800000u | (m << 13));
-    if (e)
-        return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-    return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f)); /* m 2^-24 */
-}
-
 KC_DEV bool cast_is_float(int dt)
 {
     return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16 || dt == K_DT_F16;

@@ -442,6 +442,64 @@ static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t d
     return p;
 }
 
+/* Blocks of the attention kernels (attn.cu): one per unit, a unit being a
+ * (problem, tile of query rows, output chunk) in the forward and dq
+ * kernels, a (problem, tile of keys, output chunk) in the dk, dv kernel;
+ * h = 2 for float64, whose tiles are half the size.  The kernels loop over
+ * the units, so a cap on the grid changes nothing but the speed. */
+typedef struct {
+    unsigned fwd, q, kv;
+} AttnGrid;
+
+static unsigned attn_blocks(int64_t units) { return min_u(units < 1 ? 1 : units, 1 << 30); }
+
+static AttnGrid attn_grid(const KDims *p, int h)
+{
+    const int64_t batch = p->d[0], t = p->d[1], s = p->d[2], d = p->d[3], dv = p->d[4];
+    const int64_t bm = KC_ATTN_BM / h, dk = KC_ATTN_DK / h, kbm = KC_ATTN_KBM / h;
+    const int64_t tiles = (t + bm - 1) / bm, nkd = (d + dk - 1) / dk, nvd = (dv + dk - 1) / dk;
+    AttnGrid g = {attn_blocks(batch * tiles * nvd), attn_blocks(batch * tiles * nkd),
+                  attn_blocks(batch * ((s + kbm - 1) / kbm) * (nkd > nvd ? nkd : nvd))};
+    return g;
+}
+
+/* kc_attention##S and kc_attention_grad##S for q, kt, v of type E and the
+ * rest of type T (h: AttnGrid's); the workspace kernels/c needs is not used.
+ * The backward: dq by the q kernel, dk and dv by the kv kernel, dbias (when
+ * wanted) by a block per bias row. */
+#define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
+    void kc_attention##S(T *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
+                         int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
+                         double scale, T *ws)                                                                  \
+    {                                                                                                          \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);                                     \
+        (void)ws;                                                                                              \
+        if (batch * t > 0 && dv > 0)                                                                           \
+            launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
+    }                                                                                                          \
+    void kc_attention_grad##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const E *q, const E *kt,           \
+                              int flags, const E *v, const T *bias, const T *y, const T *lse, int64_t batch,   \
+                              int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
+                              double scale, T *ws)                                                             \
+    {                                                                                                          \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);                                     \
+        const AttnGrid g = attn_grid(&p, h);                                                                   \
+        (void)ws;                                                                                              \
+        if (batch * t > 0 && d > 0)                                                                            \
+            launch_k_attention_grad_q##S(g.q, KC_ATTN_BLOCK, dq, dy, q, kt, v, bias, y, lse, p, scale);        \
+        if (batch * s > 0 && d + dv > 0)                                                                       \
+            launch_k_attention_grad_kv##S(g.kv, KC_ATTN_BLOCK, dkt, dval, dy, q, kt, v, bias, y, lse, p,       \
+                                          scale);                                                              \
+        if (dbias && nbias * t * s > 0)                                                                        \
+            launch_k_attention_grad_bias##S(row_grid(nbias * t, KC_ATTN_BLOCK), KC_ATTN_BLOCK, dbias, dy, q,   \
+                                            kt, v, bias, y, lse, p, scale);                                    \
+    }
+KC_ATTN_LAUNCHERS(_f32, float, float, 1)
+KC_ATTN_LAUNCHERS(_f64, double, double, 2)
+KC_ATTN_LAUNCHERS(_bf16, uint16_t, float, 1)
+KC_ATTN_LAUNCHERS(_f16, uint16_t, float, 1)
+#undef KC_ATTN_LAUNCHERS
+
 /* ---- the typed launchers, once per element type ------------------------------------ */
 
 #define T float

@@ -6,35 +6,6 @@
 
 #define KFN(f) KC_CAT(f, S)
 
-/* ---- attn.c -------------------------------------------------------------------- */
-
-/* a block per query row; the workspace kernels/c needs is not used here */
-void KFN(kc_attention)(T *y, T *lse, const T *q, const T *kt, int flags, const T *v, const T *bias, int64_t batch,
-                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
-{
-    const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);
-    (void)ws;
-    if (batch * t > 0)
-        KFN(launch_k_attention)(row_grid(batch * t, KC_ATTN_BLOCK), KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);
-}
-
-/* dq by a block per query row, dk and dv by a block per key, dbias (when wanted) by a block per bias row */
-void KFN(kc_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q, const T *kt, int flags,
-                            const T *v, const T *bias, const T *y, const T *lse, int64_t batch, int64_t t, int64_t s,
-                            int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
-{
-    const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);
-    (void)ws;
-    if (batch * t > 0)
-        KFN(launch_k_attention_grad_q)(row_grid(batch * t, KC_ATTN_BLOCK), KC_ATTN_BLOCK, dq, dy, q, kt, v, bias, y,
-                                       lse, p, scale);
-    if (batch * s > 0)
-        KFN(launch_k_attention_grad_kv)(row_grid(batch * s, KC_ATTN_BLOCK), KC_ATTN_BLOCK, dkt, dval, dy, q, kt, v,
-                                        bias, y, lse, p, scale);
-    if (dbias && nbias * t * s > 0)
-        KFN(launch_k_attention_grad_bias)(row_grid(nbias * t, KC_ATTN_BLOCK), KC_ATTN_BLOCK, dbias, dy, q, kt, v,
-                                          bias, y, lse, p, scale);
-}
 /* ---- ew.c -------------------------------------------------------------------- */
 
 void KFN(kc_binary)(int op, T *y, const T *a, const T *b, int rank, const int64_t *shape,
