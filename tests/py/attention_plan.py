@@ -6,7 +6,8 @@ The model is scripts/shaped_model.py's GPT-2 124M shape (12 layers, d 768, 12 he
 batch 8, without weights (--report and --dump-after read none).  For --target cpu and cuda at the default world (2):
   - --dump-after memplan under bf16 and fp16: one FusedAttention and one FusedAttentionGrad per layer, each
     reading q, kt, v in the 16-bit dtype, and no value of B H T T elements (the scores, the probabilities or
-    their gradients) anywhere in the plan;
+    their gradients) anywhere in the plan; the step's FLOPs those of fp32 (codegen/report.c counts the fused
+    attention's products whatever its dtype);
   - the bf16 and fp16 peaks per rank at most 0.9x fp32's.  Unfused (before 2026-11-26) they planned 1.41x
     fp32's; fused, 0.88x (11.64 GB against 13.16 GB).  What keeps them from 0.5x is what stays float32 by
     design (passes/precision.c: a MatMul writes float32): at the peak, the logits and their gradient (3.3 GB)
@@ -29,12 +30,13 @@ def fsdpc_args(fsdpc, model, target, precision):
     return [fsdpc, model, "--target", target, "--precision", precision, "--loss", "cross_entropy:logits,labels"]
 
 
-def peak(fsdpc, model, target, precision, work):
-    """the planned peak bytes per rank of the build (--report-json)"""
+def plan(fsdpc, model, target, precision, work):
+    """the planned peak bytes per rank and FLOPs per step of the build (--report-json)"""
     out = os.path.join(work, "%s_%s.json" % (target, precision))
     run(fsdpc_args(fsdpc, model, target, precision) + ["--report", "--report-json", out])
     with open(out) as f:
-        return json.load(f)["peak_bytes_per_rank"]
+        r = json.load(f)
+    return r["peak_bytes_per_rank"], r["flops_per_step"]
 
 
 def check_fused(fsdpc, model, target, precision, low):
@@ -64,10 +66,12 @@ def main():
          str(LAYERS), "--embd", "768", "--heads", str(HEADS), "--block", str(T), "--batch", str(BATCH), "--vocab",
          "50257", "--no-data"])
     for target in ("cpu", "cuda"):
-        p32 = peak(fsdpc, model, target, "fp32", work)
+        p32, f32 = plan(fsdpc, model, target, "fp32", work)
         for precision, low in (("bf16", "bf16"), ("fp16", "f16")):
             check_fused(fsdpc, model, target, precision, low)
-            p16 = peak(fsdpc, model, target, precision, work)
+            p16, f16 = plan(fsdpc, model, target, precision, work)
+            check(f16 == f32, "%s %s: %g FLOPs per step, fp32 %g: the fused attention's count differs"
+                  % (target, precision, f16, f32))
             check(p16 <= 0.9 * p32, "%s %s: planned peak %d B, %.3fx fp32's %d B (at most 0.9x)"
                   % (target, precision, p16, p16 / p32, p32))
             print("%s %s: planned peak %.2f GB, %.3fx fp32's %.2f GB; every layer's attention fused"
