@@ -630,7 +630,8 @@ static inline int64_t k_attention_workspace(int64_t batch, int64_t t, int64_t s)
     return k_attention_slots(batch, t) * k_attention_slot(t, s);
 }
 /* the widened GEMM scratch (k_gemm_widened_scratch) of the largest GEMM of the 16-bit kernels' tiles: R query
- * rows, up to s keys (attn_impl.h's six products, each shape monotone in s: keep the two in step) */
+ * rows, up to s keys (attn_impl.h's six products, dK's in both key layouts; each monotone in s: keep the two in
+ * step) */
 static inline int64_t k_attention_gemm_scratch(int64_t t, int64_t s, int64_t d, int64_t dv)
 {
     const int64_t r = k_attention_rows(t), shapes[7][3] = {
