@@ -15,6 +15,9 @@ const char *cg_cstr(const char *s);       /* a C string literal of any bytes */
 const char *cg_comment(const char *s);    /* text safe inside a C comment */
 const char *cg_ctype(DType t);            /* "float", "int64_t", ... */
 const char *cg_sfx(DType t);              /* kernel suffix: "f32" / "f64" */
+/* a GEMM-like kernel's suffix (k_matmul_*, k_attention_*): its operand's dtype when 16-bit ("bf16", "f16"),
+ * else its float32 / float64 result's */
+const char *cg_gemm_sfx(DType operand, DType result);
 const char *cg_kdt(DType t);              /* kernel dtype code: "K_DT_F32", ... */
 const char *cg_ptr(const Graph *g, int v);/* typed pointer expression of value v */
 const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */

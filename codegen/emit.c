@@ -95,6 +95,11 @@ const char *cg_kdt(DType t)
 
 const char *cg_sfx(DType t) { return t == DT_F64 ? "f64" : "f32"; }
 
+const char *cg_gemm_sfx(DType operand, DType result)
+{
+    return operand == DT_BF16 ? "bf16" : operand == DT_F16 ? "f16" : cg_sfx(result);
+}
+
 int cg_cuda;
 int cg_ncheck;
 const char **cg_checks;
@@ -178,8 +183,7 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     int64_t batch = shape_numel(sy) / (m * nn);
     int64_t strA = shape_numel(sa) == m * k ? 0 : m * k, strB = shape_numel(sb) == k * nn ? 0 : k * nn;
     /* --precision bf16 / fp16: 16-bit operands, float32 result */
-    DType da = g->val[n->in[0]].dtype;
-    const char *s = da == DT_BF16 ? "bf16" : da == DT_F16 ? "f16" : cg_sfx(g->val[n->out[0]].dtype);
+    const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->out[0]].dtype);
     if (n->op == OP_MatMulAdd) /* alpha and the epilogue's bias and addend, or NULL */
         cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, %.17g, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
                cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",

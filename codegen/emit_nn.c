@@ -221,13 +221,15 @@ static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
 
 /* ---- fused attention ------------------------------------------------------ */
 
-/* FusedAttention and its gradient: the problems (q's leading dims) and t, s, d, dv from the shapes */
+/* FusedAttention and its gradient: the problems (q's leading dims) and t, s, d, dv from the shapes; the kernel
+ * of q's dtype (bf16 / f16: 16-bit q, kt, v under --precision, everything else float32) */
 static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
 {
     const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
     const Shape *qs = &g->val[q].shape, *vs = &g->val[v].shape;
     const int r = qs->rank, flags = (ir_attr_i(n, "krow", 0) ? K_ATTN_KROW : 0) |
                                     (ir_attr_i(n, "zero_rows", 0) ? K_ATTN_ZERO : 0);
+    const char *sfx = cg_gemm_sfx(g->val[q].dtype, g->val[n->out[0]].dtype);
     int64_t batch = 1;
     for (int d = 0; d < r - 2; d++)
         batch *= qs->dim[d];
@@ -237,11 +239,11 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
                               (long long)ir_attr_i(n, "brep", 1), ir_attr_f(n, "scale", 1.0),
                               P(g, n->out[grad ? 3 : 2]));
     if (!grad)
-        cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", cg_sfx(g->val[q].dtype), P(g, n->out[0]),
+        cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(g, n->out[0]),
                P(g, n->out[1]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias), dims);
     else
         cg_put(b, "    k_attention_grad_%s(%s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s);\n",
-               cg_sfx(g->val[q].dtype), P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]),
+               sfx, P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]),
                opt(g, n->nout > 4 ? n->out[4] : -1), P(g, n->in[0]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias),
                P(g, n->in[4]), P(g, n->in[5]), dims);
 }

@@ -103,6 +103,11 @@ void ir_verify(const Graph *g, const char *after)
         /* once shaped (shape refuses such a model with its own message: before, it is the user's error) */
         if (typed && (n->op == OP_MatMul || n->op == OP_MatMulAdd) && g->val[n->in[0]].dtype != g->val[n->in[1]].dtype)
             die("after %s: %s '%s' has operands of two dtypes", after, oi->name, n->name);
+        if (typed && (n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad)) { /* q, kt, v: one dtype */
+            const int *qkv = n->in + (n->op == OP_FusedAttentionGrad);
+            if (g->val[qkv[1]].dtype != g->val[qkv[0]].dtype || g->val[qkv[2]].dtype != g->val[qkv[0]].dtype)
+                die("after %s: %s '%s' has q, kt, v of two dtypes", after, oi->name, n->name);
+        }
         for (int j = 2; n->op == OP_MatMulAdd && j < 4; j++)
             if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[0]].dtype)
                 die("after %s: MatMulAdd '%s' adds a %s value to its %s result", after, n->name,

@@ -39,9 +39,19 @@
  * and no other reader of the scores (ONNX's qk_matmul_output).  Anything
  * else stays as it was.
  *
- * Not applied (the chain stays unfused): under --precision bf16 / fp16
- * (their GEMMs take 16-bit operands; the fused kernel computes in the
- * model's dtype), with --no-fuse, and in --eval builds.
+ * Under --precision bf16 / fp16 the chain is fused alike (the model is
+ * float32 here); precision.c then gives FusedAttention and its gradient
+ * 16-bit q, kt and v, as it gives MatMul 16-bit operands, and the kernels
+ * (k_attention_bf16, k_attention_f16) compute as flash attention does:
+ * every GEMM on 16-bit operands (P, dY and dS rounded to 16 bits before
+ * their products), the scores, softmax statistics, y, lse and gradients in
+ * float32: the points where the unfused chain's MatMuls round (with dS
+ * rounded before the scale, the same where the scale is a power of 2, as
+ * 1/sqrt(d) is for d 64 or 16).  The scratch is then sized for those kernels
+ * (k_attention_workspace_16).
+ *
+ * Not applied (the chain stays unfused): with --no-fuse, and in --eval
+ * builds (whose pipeline has no attention pass).
  */
 #include "ir.h"
 #include "kernels.h"
@@ -302,8 +312,12 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
     DType dt = sv->dtype;
     if (g->val[c->q].dtype != dt || g->val[c->kt].dtype != dt || g->val[c->v].dtype != dt)
         return 0;
-    const int64_t t = qs->dim[r - 2], s = ks->dim[r - 1];
-    c->ws = k_attention_workspace(numel_of(qs, 0, r - 2), t, s);
+    const int64_t t = qs->dim[r - 2], s = ks->dim[r - 1], batch = numel_of(qs, 0, r - 2);
+    /* --precision bf16 / fp16 will give a float32 chain 16-bit operands (precision.c), and its kernels a
+     * workspace of their own; dims are at most MAX_NUMEL, so neither size overflows */
+    c->ws = g->opt->precision != PREC_FP32 && dt == DT_F32
+                ? k_attention_workspace_16(batch, t, s, qs->dim[r - 1], vs->dim[r - 1])
+                : k_attention_workspace(batch, t, s);
     if (c->ws > MAX_NUMEL)
         return 0;
     c->nbias = c->brep = 1;
@@ -318,7 +332,7 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
 void pass_attention(Graph *g)
 {
     const Options *o = g->opt;
-    if (o->precision != PREC_FP32 || o->no_fuse)
+    if (o->no_fuse)
         return;
     const int cuda = !strcmp(o->target, "cuda");
     ir_link(g);

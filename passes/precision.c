@@ -14,6 +14,11 @@
  *     value, before its first MatMul reader) and writes float32, accumulated
  *     in float32 — the GEMMs of forward and backward alike, as torch.autocast
  *     does; a cast activation kept for the backward is kept as bfloat16;
+ *   - so does every FusedAttention (passes/attention.c) and its gradient:
+ *     q, kt and v cast as MatMul operands are (the forward's casts are the
+ *     backward's), y, lse, the bias, dy and the gradients float32; the
+ *     kernels (k_attention_bf16) compute as flash attention does, every GEMM
+ *     on bfloat16 operands, the softmax in float32;
  *   - data movement (Transpose, Gather of a table, Identity, Reshape) of a
  *     bfloat16 value stays bfloat16;
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
@@ -45,6 +50,8 @@ int precision_reads_bf16(const Node *n, int input)
     switch (n->op) {
     case OP_MatMul: case OP_Free: case OP_Wait: return 1;
     case OP_MatMulAdd: return input < 2; /* the operands; the bias and addend have the float32 result's dtype */
+    case OP_FusedAttention: return input < 3; /* q, kt, v; the bias is float32 */
+    case OP_FusedAttentionGrad: return input >= 1 && input <= 3; /* q, kt, v; dy, y, lse, bias are float32 */
     case OP_Cast: return input == 0;
     default: return input == 0 && moves_input0(n->op);
     }
@@ -53,6 +60,9 @@ int precision_reads_bf16(const Node *n, int input)
 DType precision_low(Precision p) { return p == PREC_FP16 ? DT_F16 : DT_BF16; }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
+
+/* ops whose operands (precision_reads_bf16's inputs) a float32 result reads in the low dtype */
+static int is_gemm(Op op) { return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad; }
 
 typedef struct {
     Graph *g;
@@ -167,10 +177,12 @@ void pass_precision(Graph *g)
         int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1));
         memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
         n.in = in;
-        if (n.op == OP_MatMul && g->val[n.out[0]].dtype == DT_F32) {
-            for (int j = 0; j < 2; j++)
-                if (g->val[in[j]].dtype == DT_F32)
+        if (is_gemm(n.op) && g->val[n.out[0]].dtype == DT_F32) {
+            for (int j = 0; j < n.nin; j++)
+                if (in[j] >= 0 && precision_reads_bf16(&n, j) && g->val[in[j]].dtype == DT_F32)
                     in[j] = cast_of(&w, in[j], low);
+                else if (in[j] >= 0 && !precision_reads_bf16(&n, j) && is_low(g->val[in[j]].dtype))
+                    in[j] = cast_of(&w, in[j], DT_F32);
         } else if (moves_input0(n.op) && g->val[in[0]].dtype == low) {
             g->val[n.out[0]].dtype = low;
         } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {

@@ -4,13 +4,19 @@
  * inference, the ONNX running variance), Conv2d (strides, pads, dilations,
  * groups, depthwise, the direct 1x1 path), MaxPool / AveragePool /
  * GlobalAveragePool, Gather and its scatter-add backward, Dropout and its
- * Philox generator, fused attention and its backward.
+ * Philox generator, fused attention and its backward (and the bfloat16 /
+ * float16 kernels of --precision bf16 / fp16: against float64 loops on the
+ * same rounded q, kt, v, within the 16-bit roundings and not closer).
  *
  * Forwards are compared with naive loops written here (one output element
  * at a time, straight from the definitions); backwards with float64 central
  * finite differences of the kernel's float64 forward (ktest.h).
  */
 #include "ktest.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---- k_softmax, k_softmax_grad ------------------------------------------ */
 
@@ -966,11 +972,222 @@ static void test_attention(int dt)
     }
 }
 
-int main(void)
+/* ---- fused attention on 16-bit operands ---------------------------------- */
+
+/* An attention problem set with its float64 reference: q, kt, v hold the values of the 16-bit q16, kt16, v16
+ * (rounded once, so the reference reads what the kernel reads), bias (NULL: none), dy; the reference computes
+ * in double without rounding anything else. */
+typedef struct {
+    int64_t batch, t, s, d, dv, nbias, brep;
+    int flags, f16;
+    double scale, *q, *kt, *v, *bias, *dy;
+    uint16_t *q16, *kt16, *v16;
+} Attn16;
+
+/* the float64 forward and backward of a (y, lse; dq, dkt in kt's layout, dval, dbias nbias t s) */
+static void ref_attention_16(const Attn16 *a, double *y, double *lse, double *dq, double *dkt, double *dval,
+                             double *dbias)
+{
+    const int64_t t = a->t, s = a->s, d = a->d, dv = a->dv;
+    const int krow = a->flags & K_ATTN_KROW, zero = (a->flags & K_ATTN_ZERO) != 0;
+    double *p = xalloc((size_t)s, sizeof(double));
+    memset(dq, 0, sizeof(double) * (size_t)(a->batch * t * d));
+    memset(dkt, 0, sizeof(double) * (size_t)(a->batch * d * s));
+    memset(dval, 0, sizeof(double) * (size_t)(a->batch * s * dv));
+    memset(dbias, 0, sizeof(double) * (size_t)(a->nbias * t * s));
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            const double *qi = a->q + (b * t + i) * d, *dyi = a->dy + (b * t + i) * dv;
+            const int64_t bs = (b / a->brep % a->nbias) * t * s + i * s;
+            double mx = -INFINITY, sum = 0, dd = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double sc = 0;
+                for (int64_t k = 0; k < d; k++)
+                    sc += qi[k] * a->kt[b * d * s + (krow ? j * d + k : k * s + j)];
+                p[j] = a->scale * sc + (a->bias ? a->bias[bs + j] : 0);
+                mx = fmax(mx, p[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += exp(p[j] - mx);
+            lse[b * t + i] = mx == -INFINITY ? (zero ? -INFINITY : NAN) : mx + log(sum);
+            for (int64_t j = 0; j < s; j++)
+                p[j] = mx == -INFINITY ? (zero ? 0 : NAN) : exp(p[j] - mx) / sum;
+            for (int64_t c = 0; c < dv; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < s; j++)
+                    acc += p[j] * a->v[b * s * dv + j * dv + c];
+                y[(b * t + i) * dv + c] = acc;
+                dd += dyi[c] * acc;
+            }
+            for (int64_t j = 0; j < s; j++) {
+                double dp = 0;
+                for (int64_t c = 0; c < dv; c++) {
+                    dp += dyi[c] * a->v[b * s * dv + j * dv + c];
+                    dval[b * s * dv + j * dv + c] += p[j] * dyi[c];
+                }
+                const double ds = p[j] * (dp - dd);
+                if (a->bias)
+                    dbias[bs + j] += ds;
+                for (int64_t k = 0; k < d; k++) {
+                    const int64_t kj = b * d * s + (krow ? j * d + k : k * s + j);
+                    dq[(b * t + i) * d + k] += a->scale * ds * a->kt[kj];
+                    dkt[kj] += a->scale * ds * qi[k];
+                }
+            }
+        }
+    free(p);
+}
+
+/* x (n values, drawn in [lo, hi)) rounded to the problem's 16-bit type: the bits into h, their values into x */
+static void round_16(int f16, double *x, uint16_t *h, int64_t n, double lo, double hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float f = (float)rnd(lo, hi);
+        h[i] = f16 ? k_f16_from_f32(f) : k_bf16_from_f32(f);
+        x[i] = f16 ? k_f16_to_f32(h[i]) : k_bf16_to_f32(h[i]);
+    }
+}
+
+/* got (float) against want: NaN exactly where want has one, the same infinities, and the rest within tol of
+ * want norm-wise (||got - want|| / ||want||: the 16-bit roundings of P, dY and dS are relative errors of
+ * about 2^-9 (bfloat16) or 2^-12 (float16) per element, in sums of both signs), but at least floor from it:
+ * the roundings are there (float32 throughout would be about 1e-7 away) */
+static void check_rel(const float *got, const double *want, int64_t n, double tol, double floor)
+{
+    double e = 0, w = 0;
+    checks++;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(want[i]) || isinf(want[i])) {
+            if (isnan(want[i]) ? !isnan(got[i]) : got[i] != want[i]) {
+                printf("FAIL %s at %lld: expected %g, actual %g\n", what, (long long)i, want[i], got[i]);
+                failures++;
+                return;
+            }
+            continue;
+        }
+        e += (got[i] - want[i]) * (got[i] - want[i]), w += want[i] * want[i];
+    }
+    if (!(sqrt(e) <= tol * sqrt(w) && sqrt(e) >= floor * sqrt(w))) {
+        printf("FAIL %s: ||got - want|| / ||want|| = %.3g, not in [%.3g, %.3g]\n", what,
+               sqrt(e / (w > 0 ? w : 1)), floor, tol);
+        failures++;
+    }
+}
+
+/* the kernels' float outputs of one run */
+typedef struct {
+    float *y, *lse, *dq, *dkt, *dval, *dbias;
+} Attn16Out;
+
+static Attn16Out attn16_run(const Attn16 *a, float *ws)
+{
+    const int64_t bt = a->batch * a->t, ns = a->nbias * a->t * a->s;
+    Attn16Out o = {xalloc((size_t)(bt * a->dv), 4), xalloc((size_t)bt, 4), xalloc((size_t)(bt * a->d), 4),
+                   xalloc((size_t)(a->batch * a->d * a->s), 4), xalloc((size_t)(a->batch * a->s * a->dv), 4),
+                   xalloc((size_t)ns, 4)};
+    float *bias = a->bias ? xalloc((size_t)ns, 4) : NULL, *dy = xalloc((size_t)(bt * a->dv), 4);
+    for (int64_t i = 0; bias && i < ns; i++)
+        bias[i] = (float)a->bias[i];
+    for (int64_t i = 0; i < bt * a->dv; i++)
+        dy[i] = (float)a->dy[i];
+    (a->f16 ? k_attention_f16 : k_attention_bf16)(o.y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+    (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
+        o.dq, o.dkt, o.dval, bias ? o.dbias : NULL, dy, a->q16, a->kt16, a->flags, a->v16, bias, o.y, o.lse,
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+    free(bias), free(dy);
+    return o;
+}
+
+static void attn16_free(Attn16Out *o)
+{
+    free(o->y), free(o->lse), free(o->dq), free(o->dkt), free(o->dval), free(o->dbias);
+}
+
+/* k_attention_bf16 / _f16 (f16) and their backward against ref_attention_16, bias kinds as attn_case (with
+ * kind 2 and without K_ATTN_ZERO the all -inf row is unmasked for the backward, whose reference would be NaN);
+ * and the same bits from one thread as from the team */
+static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
+                        int64_t brep, int flags)
+{
+    const double tl = f16 ? 2e-3 : 1.5e-2;
+    Attn16 a = {batch, t, s, d, dv, nbias, brep, flags, f16, 1 / sqrt((double)d), NULL, NULL, NULL, NULL, NULL,
+                NULL, NULL, NULL};
+    const int64_t nq = batch * t * d, nk = batch * d * s, nv = batch * s * dv, ns = nbias * t * s;
+    a.q = xalloc((size_t)nq, 8), a.kt = xalloc((size_t)nk, 8), a.v = xalloc((size_t)nv, 8);
+    a.q16 = xalloc((size_t)nq, 2), a.kt16 = xalloc((size_t)nk, 2), a.v16 = xalloc((size_t)nv, 2);
+    a.dy = xalloc((size_t)(batch * t * dv), 8);
+    round_16(f16, a.q, a.q16, nq, -2, 2), round_16(f16, a.kt, a.kt16, nk, -2, 2), round_16(f16, a.v, a.v16, nv, -1, 1);
+    for (int64_t i = 0; i < batch * t * dv; i++)
+        a.dy[i] = rnd(-1, 1);
+    if (kind) {
+        a.bias = xalloc((size_t)ns, 8);
+        for (int64_t i = 0; i < ns; i++) {
+            const int64_t r = i / s % t, j = i % s;
+            a.bias[i] = kind == 1 ? (j > r + s - t ? -INFINITY : 0) : rnd(0, 1) < 0.3 ? -INFINITY : rnd(-1, 1);
+        }
+        for (int64_t j = 0; kind == 2 && j < s; j++)
+            a.bias[(t / 2) * s + j] = (flags & K_ATTN_ZERO) ? -INFINITY : 0; /* bias 0's row t/2 */
+    }
+    const int64_t nb = batch * t;
+    double *y = xalloc((size_t)(nb * dv), 8), *lse = xalloc((size_t)nb, 8), *dq = xalloc((size_t)nq, 8);
+    double *dkt = xalloc((size_t)nk, 8), *dval = xalloc((size_t)nv, 8), *dbias = xalloc((size_t)ns, 8);
+    ref_attention_16(&a, y, lse, dq, dkt, dval, dbias);
+    float *ws = xalloc((size_t)k_attention_workspace_16(batch, t, s, d, dv), 4);
+    Attn16Out o = attn16_run(&a, ws);
+    const char *name = f16 ? "k_attention_f16" : "k_attention_bf16";
+    static const char *const part[] = {"y", "lse", "dq", "dkt", "dval", "dbias"};
+    const float *got[] = {o.y, o.lse, o.dq, o.dkt, o.dval, o.dbias};
+    const double *want[] = {y, lse, dq, dkt, dval, dbias};
+    const int64_t len[] = {nb * dv, nb, nq, nk, nv, kind ? ns : 0};
+    for (int k = 0; k < 6; k++) {
+        CTX("%s %s: batch %lld t %lld s %lld d %lld dv %lld bias %d nbias %lld brep %lld flags %d", name, part[k],
+            (long long)batch, (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)nbias,
+            (long long)brep, flags);
+        check_rel(got[k], want[k], len[k], k == 1 ? 1e-5 : tl, k == 1 || k == 5 ? 0 : tl / 50); /* lse: float32 */
+    }
+#ifdef _OPENMP
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    Attn16Out one = attn16_run(&a, ws);
+    omp_set_num_threads(team);
+    const float *alone[] = {one.y, one.lse, one.dq, one.dkt, one.dval, one.dbias};
+    for (int k = 0; k < 6; k++) {
+        CTX("%s %s on 1 thread and on %d: batch %lld t %lld s %lld bias %d flags %d", name, part[k], team,
+            (long long)batch, (long long)t, (long long)s, kind, flags);
+        check_bytes(F32, alone[k], got[k], sizeof(float) * (size_t)len[k]);
+    }
+    attn16_free(&one);
+#endif
+    attn16_free(&o);
+    free(ws), free(y), free(lse), free(dq), free(dkt), free(dval), free(dbias);
+    free(a.q), free(a.kt), free(a.v), free(a.q16), free(a.kt16), free(a.v16), free(a.dy), free(a.bias);
+}
+
+static void test_attention_16(int dt)
+{
+    for (int f16 = 0; dt == F32 && f16 < 2; f16++)
+        for (int krow = 0; krow < 2; krow++) {
+            attn16_case(f16, 3, 5, 5, 4, 3, 0, 1, 1, krow);
+            attn16_case(f16, 2, 70, 70, 16, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow);    /* a learned bias of problem b: (b / 3) % 2 */
+            attn16_case(f16, 4, 40, 130, 3, 2, 1, 4, 1, krow);  /* s > t: causal offset s - t */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+            attn16_case(f16, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices */
+            attn16_case(f16, 2, 70, 600, 64, 40, 1, 1, 1, krow); /* past the widening's blocks (512, 256) */
+        }
+}
+
+/* with the argument attention_16: that test alone (kernels_nn_widened runs it on the widened path) */
+int main(int argc, char **argv)
 {
     static void (*const tests[])(int) = {
         test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
         test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout, test_attention,
+        test_attention_16,
     };
+    static void (*const only16[])(int) = {test_attention_16};
+    if (argc > 1 && !strcmp(argv[1], "attention_16"))
+        return ktest_main("kernels_nn_test attention_16", only16, 1);
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -29,6 +29,15 @@
  * whose scores are all -inf gives NaN (as softmax does), or under
  * K_ATTN_ZERO y 0, lse -inf and no gradient (ONNX Attention's row that
  * attends nothing).  Typed bodies are in attn_impl.h.
+ *
+ * 16-bit operands (--precision fp16 here, bf16 in attn_bf16.c, whose GEMM
+ * needs oneDNN).  q, kt and v are float16 and every GEMM takes 16-bit
+ * operands with float32 accumulation, as flash attention does: the scores,
+ * the softmax statistics, y, lse and the gradients stay float32, and the
+ * tile's P (for P V), dY (for dV and dP) and dS (for dQ and dKt) are rounded
+ * to 16 bits before their products, into the thread's slot.  The float16
+ * GEMMs are k_gemm_widened_16's (OpenBLAS has none), each thread widening
+ * into the rest of its slot (k_attention_slot_16).
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,36 +51,66 @@
 #include "kernels.h"
 #include "walk.h"
 
-/* the team's size for n units, at most K_ATTN_SLOTS */
-static int attn_threads(int64_t n)
+/* the typed GEMMs of attn_impl.h: C (m x n, ldc) = alpha op(A) op(B) + beta C, row-major; w, wn: the widened
+ * 16-bit GEMM's scratch (the f32 and f64 GEMMs need none) */
+static void attn_gemm_f32(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, double beta, float *c, int64_t ldc, float *w, int64_t wn)
 {
-#ifdef _OPENMP
-    int t = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (t > K_ATTN_SLOTS)
-        t = K_ATTN_SLOTS;
-    return n < t ? (int)(n < 1 ? 1 : n) : t;
-#else
-    (void)n;
-    return 1;
-#endif
+    (void)w, (void)wn;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c, (int)ldc);
 }
 
+static void attn_gemm_f64(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a,
+                          int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc, double *w,
+                          int64_t wn)
+{
+    (void)w, (void)wn;
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* float16 operands: k_matmul_f16's GEMM, widened (OpenBLAS has no float16 GEMM) */
+static void attn_gemm_f16(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const uint16_t *a,
+                          int64_t lda, const uint16_t *b, int64_t ldb, double beta, float *c, int64_t ldc, float *w,
+                          int64_t wn)
+{
+    k_gemm_widened_16(c, ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta, 1, w, wn);
+}
+
+#define K_SLOT(t, s, d, dv) k_attention_slot(t, s)
+
 #define T float
+#define O float
 #define S f32
 #define KM(fn) fn##f
-#define K_GEMM cblas_sgemm
 #include "attn_impl.h"
 #undef T
+#undef O
 #undef S
-#undef K_GEMM
 #undef KM
 
 #define T double
+#define O double
 #define S f64
 #define KM(fn) fn
-#define K_GEMM cblas_dgemm
 #include "attn_impl.h"
 #undef T
+#undef O
 #undef S
-#undef K_GEMM
 #undef KM
+#undef K_SLOT
+
+#define K_SLOT(t, s, d, dv) k_attention_slot_16(t, s, d, dv)
+#define K_ROUND k_f16_from_f32
+#define T float
+#define O uint16_t
+#define S f16
+#define KM(fn) fn##f
+#include "attn_impl.h"
+#undef T
+#undef O
+#undef S
+#undef KM
+#undef K_ROUND
+#undef K_SLOT

@@ -1,13 +1,55 @@
-/* attn_impl.h — typed bodies of attn.c, included once per dtype with T
- * (element type), S (name suffix) and K_GEMM (cblas_sgemm / cblas_dgemm)
- * defined.  No include guard on purpose. */
+/* attn_impl.h — typed bodies of attn.c and attn_bf16.c, included once per
+ * kernel with defined:
+ *   T                 the scores' type, and that of y, lse, bias, dy and the gradients
+ *   O                 the GEMM operands' type: q, kt, v (T itself, or uint16_t)
+ *   S                 the name suffix (f32, f64, bf16, f16)
+ *   KM(fn)            fn's version for T (expf for float)
+ *   K_SLOT(t,s,d,dv)  the elements of T of one thread's workspace slot
+ *   K_ROUND(x)        (16-bit operands only) x of type T rounded to O
+ * and a function KFN(attn_gemm)(ta, tb, m, n, k, alpha, a, lda, b, ldb,
+ * beta, c, ldc, w, wn): C (m x n, ldc, of T) = alpha op(A) op(B) + beta C on
+ * operands of O, row-major, w (wn elements of T) its scratch.  With K_ROUND
+ * the tile's P, dY and dS are rounded to O before they enter a GEMM, and the
+ * slot holds them and the GEMMs' scratch after the scores and their
+ * gradient (kernels.h: k_attention_slot_16).  No include guard on purpose. */
 
-/* C (m x n, ldc) = alpha op(A) op(B) + beta C, row-major */
-static void KFN(attn_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const T *a, int64_t lda,
-                           const T *b, int64_t ldb, double beta, T *c, int64_t ldc)
+/* a thread's part of the workspace: scores and their gradient (R s of T each); with K_ROUND also P or dS
+ * rounded (R s of O), dY rounded (R dv of O) and the GEMMs' scratch (wn of T) */
+typedef struct {
+    T *sc, *dp, *w;
+    O *p, *dy;
+    int64_t wn;
+} KFN(AttnSlot);
+
+/* this thread's slot of ws (the kernel's t, s, d, dv) */
+static KFN(AttnSlot) KFN(attn_slot)(T *ws, int64_t t, int64_t s, int64_t d, int64_t dv)
 {
-    K_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-           (T)alpha, a, (int)lda, b, (int)ldb, (T)beta, c, (int)ldc);
+    const int64_t R = k_attention_rows(t);
+    (void)d, (void)dv; /* only a 16-bit slot depends on them */
+#ifdef _OPENMP
+    ws += (int64_t)omp_get_thread_num() * K_SLOT(t, s, d, dv);
+#endif
+    KFN(AttnSlot) sl = {ws, ws + R * s, NULL, NULL, NULL, 0};
+#ifdef K_ROUND
+    sl.p = (O *)(ws + 2 * R * s);
+    sl.dy = sl.p + R * s;
+    sl.w = ws + 2 * R * s + (R * s + 1) / 2 + (R * dv + 1) / 2;
+    sl.wn = k_attention_gemm_scratch(t, s, d, dv);
+#endif
+    return sl;
+}
+
+/* x (n elements) as a GEMM operand: rounded into buf with K_ROUND, else x itself */
+static const O *KFN(attn_operand)(const T *x, int64_t n, O *buf)
+{
+#ifdef K_ROUND
+    for (int64_t i = 0; i < n; i++)
+        buf[i] = K_ROUND(x[i]);
+    return buf;
+#else
+    (void)n, (void)buf;
+    return x;
+#endif
 }
 
 /* the columns a tile of r rows needs: up to its rows' last finite bias
@@ -28,28 +70,18 @@ static int64_t KFN(attn_cols)(const T *bias, int64_t r, int64_t s)
 }
 
 /* S (r x n) = scale Q K[:n]^T + bias: the tile's scores (K as kt, d x s, or krow: s x d) */
-static void KFN(attn_scores)(T *sc, const T *q, const T *kt, int krow, const T *bias, int64_t r, int64_t n,
-                             int64_t s, int64_t d, double scale)
+static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, int krow, const T *bias, int64_t r,
+                             int64_t n, int64_t s, int64_t d, double scale)
 {
-    KFN(attn_gemm)(0, krow, r, n, d, scale, q, d, kt, krow ? d : s, 0.0, sc, n);
+    T *sc = sl->sc;
+    KFN(attn_gemm)(0, krow, r, n, d, scale, q, d, kt, krow ? d : s, 0.0, sc, n, sl->w, sl->wn);
     if (bias)
         for (int64_t i = 0; i < r; i++)
             for (int64_t j = 0; j < n; j++)
                 sc[i * n + j] += bias[i * s + j];
 }
 
-/* this thread's slot of the workspace: 2 R s elements (scores, then their gradient) */
-static T *KFN(attn_slot)(T *ws, int64_t R, int64_t s)
-{
-#ifdef _OPENMP
-    return ws + (int64_t)omp_get_thread_num() * 2 * R * s;
-#else
-    (void)R, (void)s;
-    return ws;
-#endif
-}
-
-void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int flags, const T *v, const T *bias, int64_t batch,
+void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
@@ -59,7 +91,8 @@ void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int flags, const T 
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++) {
-        T *sc = KFN(attn_slot)(ws, R, s);
+        const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
+        T *sc = sl.sc;
         const int64_t b = u / tiles, i0 = u % tiles * R;
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
@@ -72,7 +105,7 @@ void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int flags, const T 
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, r, s);
-        KFN(attn_scores)(sc, q + (b * t + i0) * d, kt + b * d * s, krow, bb, r, n, s, d, scale);
+        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + b * d * s, krow, bb, r, n, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
@@ -94,26 +127,29 @@ void KFN(k_attention)(T *y, T *lse, const T *q, const T *kt, int flags, const T 
                 row[j] *= inv;
             lt[i] = (T)((double)mx + log((double)sum));
         }
-        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, sc, n, v + b * s * dv, dv, 0.0, yt, dv);
+        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + b * s * dv, dv, 0.0, yt, dv,
+                       sl.w, sl.wn);
     }
 }
 
-/* problem b's gradients (dq, dkt, dval of b all written) in the slot sc; dbt: dbias of b's bias slice (t x s) to
+/* problem b's gradients (dq, dkt, dval of b all written) in the slot sl; dbt: dbias of b's bias slice (t x s) to
  * add dS to, or NULL */
-static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, const T *dy, const T *q, const T *kt,
-                                   int flags, const T *v, const T *bias, const T *y, const T *lse, int64_t t, int64_t s,
-                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *sc)
+static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, const T *dy, const O *q, const O *kt,
+                                   int flags, const O *v, const T *bias, const T *y, const T *lse, int64_t t, int64_t s,
+                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale,
+                                   const KFN(AttnSlot) *sl)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t);
-    T *dp = sc + R * s, *dktb = dkt + b * d * s, *dvb = dval + b * s * dv;
-    const T *ktb = kt + b * d * s, *vb = v + b * s * dv;
+    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + b * d * s, *dvb = dval + b * s * dv;
+    const O *ktb = kt + b * d * s, *vb = v + b * s * dv;
     memset(dktb, 0, sizeof(T) * (size_t)(d * s));
     memset(dvb, 0, sizeof(T) * (size_t)(s * dv));
     for (int64_t i0 = 0; i0 < t; i0 += R) {
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        const T *qt = q + (b * t + i0) * d, *dyt = dy + (b * t + i0) * dv, *yt = y + (b * t + i0) * dv;
+        const O *qt = q + (b * t + i0) * d;
+        const T *dyt = dy + (b * t + i0) * dv, *yt = y + (b * t + i0) * dv;
         const T *lt = lse + b * t + i0;
         T *dqt = dq + (b * t + i0) * d;
         if (s <= 0 || d <= 0) {
@@ -122,7 +158,7 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, r, s);
-        KFN(attn_scores)(sc, qt, ktb, krow, bb, r, n, s, d, scale);
+        KFN(attn_scores)(sl, qt, ktb, krow, bb, r, n, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* P from the saved row statistic (0 in a row that sees nothing) */
             T *row = sc + i * n;
             const T l = lt[i];
@@ -133,8 +169,9 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
                     row[j] = KM(exp)(row[j] - l);
         }
         if (dv > 0) {
-            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, sc, n, dyt, dv, 1.0, dvb, dv); /* dV += P^T dY */
-            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, dv, vb, dv, 0.0, dp, n); /* dP = dY V^T */
+            const O *dyo = KFN(attn_operand)(dyt, r * dv, sl->dy), *po = KFN(attn_operand)(sc, r * n, sl->p);
+            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyo, dv, 1.0, dvb, dv, sl->w, sl->wn); /* dV += P^T dY */
+            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyo, dv, vb, dv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
         } else {
             memset(dp, 0, sizeof(T) * (size_t)(r * n));
         }
@@ -150,12 +187,13 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
             for (int64_t i = 0; i < r; i++)
                 for (int64_t j = 0; j < n; j++)
                     dbt[(i0 + i) * s + j] += dp[i * n + j];
+        const O *dso = KFN(attn_operand)(dp, r * n, sl->p); /* P's rounding is spent: dS takes its place */
         if (krow) {
-            KFN(attn_gemm)(0, 0, r, d, n, scale, dp, n, ktb, d, 0.0, dqt, d);  /* dQ = scale dS K */
-            KFN(attn_gemm)(1, 0, n, d, r, scale, dp, n, qt, d, 1.0, dktb, d);  /* dK += scale dS^T Q */
+            KFN(attn_gemm)(0, 0, r, d, n, scale, dso, n, ktb, d, 0.0, dqt, d, sl->w, sl->wn); /* dQ = scale dS K */
+            KFN(attn_gemm)(1, 0, n, d, r, scale, dso, n, qt, d, 1.0, dktb, d, sl->w, sl->wn); /* dK += scale dS^T Q */
         } else {
-            KFN(attn_gemm)(0, 1, r, d, n, scale, dp, n, ktb, s, 0.0, dqt, d);  /* dQ = scale dS Kt^T */
-            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, d, dp, n, 1.0, dktb, s); /* dKt += scale Q^T dS */
+            KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqt, d, sl->w, sl->wn);  /* dQ = scale dS Kt^T */
+            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, d, dso, n, 1.0, dktb, s, sl->w, sl->wn); /* dKt += scale Q^T dS */
         }
     }
 }
@@ -163,20 +201,20 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
 /* The work is split by problem; with dbias, by bias slice instead: slice c's problems (those with (b / brep) %
  * nbias == c) run in increasing b on one thread, each adding its dS to dbias[c] in that order, so dbias too is
  * the same for any thread count. */
-void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q, const T *kt, int flags,
-                           const T *v, const T *bias, const T *y, const T *lse, int64_t batch, int64_t t, int64_t s,
+void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const O *q, const O *kt, int flags,
+                           const O *v, const T *bias, const T *y, const T *lse, int64_t batch, int64_t t, int64_t s,
                            int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
 {
     if (batch <= 0)
         return;
-    const int64_t R = k_attention_rows(t), units = dbias ? nbias : batch;
+    const int64_t units = dbias ? nbias : batch;
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++) {
-        T *sc = KFN(attn_slot)(ws, R, s);
+        const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         if (!dbias) {
             KFN(attn_grad_problem)(u, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
-                                   brep, scale, sc);
+                                   brep, scale, &sl);
             continue;
         }
         T *dbt = dbias + u * t * s;
@@ -184,6 +222,6 @@ void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const 
         for (int64_t m = 0; m < batch / (nbias * brep); m++)
             for (int64_t rp = 0; rp < brep; rp++)
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
-                                       lse, t, s, d, dv, nbias, brep, scale, sc);
+                                       lse, t, s, d, dv, nbias, brep, scale, &sl);
     }
 }

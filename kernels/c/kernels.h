@@ -408,6 +408,46 @@ void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const flo
  * path, and k_matmul_bf16's where oneDNN has no native bf16 GEMM */
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                          int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16);
+/* The widening's blocks: op(A) in K_WIDE_BM x K_WIDE_BK, op(B) in K_WIDE_BK x
+ * K_WIDE_BN; the floats an m x n x k GEMM widens into at once. */
+#define K_WIDE_BM 512
+#define K_WIDE_BN 512
+#define K_WIDE_BK 256
+static inline int64_t k_gemm_widened_scratch(int64_t m, int64_t n, int64_t k)
+{
+    m = m < 0 ? 0 : m < K_WIDE_BM ? m : K_WIDE_BM;
+    n = n < 0 ? 0 : n < K_WIDE_BN ? n : K_WIDE_BN;
+    k = k < 0 ? 0 : k < K_WIDE_BK ? k : K_WIDE_BK;
+    return m * k + k * n;
+}
+/* One GEMM of 16-bit operands with leading dimensions, row-major: op(A)
+ * m x k (a, lda), op(B) k x n (b, ldb), C m x n (c, ldc) = alpha op(A)
+ * op(B) + beta C, accumulated in float32; beta 0 never reads C.  Through
+ * cblas_sgemm on blocks widened into w (wn floats, at least
+ * k_gemm_widened_scratch(m, n, k); w NULL: matmul.c's static buffers, one
+ * caller at a time).  k_matmul_widened_16's GEMM; the fused attention's
+ * (kernels/c/attn.c), one per thread of its team, each with its own w. */
+void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                       int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16, float *w,
+                       int64_t wn);
+/* k_gemm_widened_16 on bfloat16 operands, through oneDNN's bf16 GEMM where
+ * it is native (w unused), else widened (matmul_bf16.c) */
+void k_gemm_bf16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double alpha, double beta, float *w, int64_t wn);
+/* k_attention_f32 and its backward with q, kt, v in bfloat16 (attn_bf16.c),
+ * as flash attention computes: the scores, the softmax statistics and every
+ * sum in float32; every GEMM on 16-bit operands (S = Q Kt; P rounded for
+ * P V; in the backward dY rounded for dP = dY V^T, P and dS rounded for
+ * dV += P^T dY, dQ = scale dS K, dKt += scale Q^T dS).  y, lse, bias, dy and
+ * the gradients are float32.  ws: k_attention_workspace_16(batch, t, s, d,
+ * dv) floats. */
+void k_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
+                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
+                      int64_t brep, double scale, float *ws);
+void k_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
+                           const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
+                           const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
+                           int64_t nbias, int64_t brep, double scale, float *ws);
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n);
@@ -463,6 +503,15 @@ void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch,
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
+/* k_attention_bf16 and its backward with q, kt, v in float16 (attn.c; the
+ * GEMMs widened: k_gemm_widened_16) */
+void k_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
+                     const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
+                     int64_t brep, double scale, float *ws);
+void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
+                          const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
+                          const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
+                          int64_t nbias, int64_t brep, double scale, float *ws);
 
 /* ---- threads -------------------------------------------------------------
  * The kernels' team: OpenMP for the kernels and the generated step's loops,
@@ -563,12 +612,49 @@ static inline int64_t k_attention_rows(int64_t t)
 {
     return t < K_ATTN_ROWS ? (t > 0 ? t : 1) : K_ATTN_ROWS;
 }
-/* elements of T k_attention and k_attention_grad need in ws: a slot per thread
+/* the workspace slots k_attention and k_attention_grad use: one per thread
  * that can have work (the forward's tiles; the backward has fewer units) */
-static inline int64_t k_attention_workspace(int64_t batch, int64_t t, int64_t s)
+static inline int64_t k_attention_slots(int64_t batch, int64_t t)
 {
     const int64_t r = k_attention_rows(t), units = batch * ((t + r - 1) / r);
-    return (units < K_ATTN_SLOTS ? (units > 0 ? units : 0) : K_ATTN_SLOTS) * 2 * r * (s > 0 ? s : 0);
+    return units < K_ATTN_SLOTS ? (units > 0 ? units : 0) : K_ATTN_SLOTS;
+}
+/* a slot of the float32 / float64 kernels: the tile's scores and their gradient, R s elements of T each */
+static inline int64_t k_attention_slot(int64_t t, int64_t s)
+{
+    return 2 * k_attention_rows(t) * (s > 0 ? s : 0);
+}
+/* elements of T k_attention and k_attention_grad need in ws */
+static inline int64_t k_attention_workspace(int64_t batch, int64_t t, int64_t s)
+{
+    return k_attention_slots(batch, t) * k_attention_slot(t, s);
+}
+/* the widened GEMM scratch (k_gemm_widened_scratch) of the largest GEMM of the 16-bit kernels' tiles: R query
+ * rows, up to s keys (attn_impl.h's six products, dK's in both key layouts; each monotone in s: keep the two in
+ * step) */
+static inline int64_t k_attention_gemm_scratch(int64_t t, int64_t s, int64_t d, int64_t dv)
+{
+    const int64_t r = k_attention_rows(t), shapes[7][3] = {
+        {r, s, d}, {r, dv, s}, {s, dv, r}, {r, s, dv}, {r, d, s}, {s, d, r}, {d, s, r}}; /* m, n, k */
+    int64_t most = 0;
+    for (int i = 0; i < 7; i++) {
+        const int64_t w = k_gemm_widened_scratch(shapes[i][0], shapes[i][1], shapes[i][2]);
+        most = w > most ? w : most;
+    }
+    return most;
+}
+/* a slot of the bfloat16 / float16 kernels (k_attention_bf16, ...), in floats: the scores and their gradient
+ * (R s each), P or dS rounded to 16 bits (R s halves), dY rounded (R dv halves), the GEMMs' widening scratch */
+static inline int64_t k_attention_slot_16(int64_t t, int64_t s, int64_t d, int64_t dv)
+{
+    const int64_t r = k_attention_rows(t);
+    s = s > 0 ? s : 0;
+    return 2 * r * s + (r * s + 1) / 2 + (r * (dv > 0 ? dv : 0) + 1) / 2 + k_attention_gemm_scratch(t, s, d, dv);
+}
+/* floats k_attention_bf16 / _f16 and their backward need in ws */
+static inline int64_t k_attention_workspace_16(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv)
+{
+    return k_attention_slots(batch, t) * k_attention_slot_16(t, s, d, dv);
 }
 
 /* a 1x1 stride-1 unpadded convolution runs straight on x / dx (no workspace) */

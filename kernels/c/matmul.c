@@ -92,46 +92,93 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
  * has no native bf16 GEMM (matmul_bf16.c) — is a float32 GEMM of the widened
  * operands: bfloat16 -> float is exact and so is the product of two bfloat16
  * values in float, hence the result is what an sbgemm computes (float32
- * accumulation) up to summation order.  The operands are widened
- * block by block into two fixed scratch buffers (kernels never allocate):
- * op(A) in BM x BK blocks, op(B) in BK x BN blocks, each block pair one
- * cblas_sgemm accumulating into C.  The widening costs m n k (1/BM + 1/BN)
- * conversions against the GEMM's 2 m n k flops.  The buffers make the kernel
- * non-reentrant: the step calls kernels from one thread.  float16 operands
- * take the same path with another widening: float16 -> float is exact too,
- * and a product of two float16 values (11-bit significands) fits float's 24
- * bits. */
+ * accumulation) up to summation order.  The operands are widened block by
+ * block, op(A) in BM x BK blocks, op(B) in BK x BN blocks, each block pair
+ * one cblas_sgemm accumulating into C (k_gemm_widened_16, which takes
+ * leading dimensions).  A block is widened as it is stored, its rows read
+ * whole, and cblas_sgemm transposes a transposed one (widening it into op()'s
+ * layout read down a column: bench/attn_16.c's widened bf16 attention
+ * backward, T 1024, whose GEMMs read P and Q transposed, went from 1.33x
+ * to 0.97x the float32 kernel's time; a 768 x 3072 x 4096 bf16 GEMM with
+ * B transposed, as the step's Linears read their weights, from 66 to 85
+ * GFLOP/s at 1 thread, the others at 86-91 before and after).  The widening costs m n k (1/BM + 1/BN) conversions
+ * against the GEMM's 2 m n k flops.  Kernels never allocate: the step calls
+ * kernels from one thread, so k_matmul_widened_16 widens into two fixed
+ * buffers; a caller that runs GEMMs on several threads at once (the fused
+ * attention's team) hands k_gemm_widened_16 a scratch of its own per thread.
+ * float16 operands take the same path with another widening: float16 ->
+ * float is exact too, and a product of two float16 values (11-bit
+ * significands) fits float's 24 bits. */
 
-enum { BM = 512, BN = 512, BK = 256 };
+enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK };
 static float wide_a[BM * BK], wide_b[BK * BN];
 
-/* rows x cols block of the 16-bit matrix x (ld columns; f16: float16, else
- * bfloat16), at (r0, c0), transposed when tr (then x is read as cols x
- * rows), into dense float w */
-static void widen(float *w, const uint16_t *x, int64_t ld, int tr, int64_t r0, int64_t c0, int64_t rows,
-                  int64_t cols, int f16)
+/* the rows x cols block at (r0, c0) of the 16-bit matrix x (ld columns; f16:
+ * float16, else bfloat16) into dense float w, in x's own layout: rows read
+ * whole, each conversion loop on its own (the bfloat16 one vectorises) */
+static void widen(float *w, const uint16_t *x, int64_t ld, int64_t r0, int64_t c0, int64_t rows, int64_t cols,
+                  int f16)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            uint16_t h = tr ? x[(c0 + c) * ld + r0 + r] : x[(r0 + r) * ld + c0 + c];
-            w[r * cols + c] = f16 ? k_f16_to_f32(h) : k_bf16_to_f32(h);
-        }
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *xr = x + (r0 + r) * ld + c0;
+        float *wr = w + r * cols;
+        if (f16)
+            for (int64_t c = 0; c < cols; c++)
+                wr[c] = k_f16_to_f32(xr[c]);
+        else
+            for (int64_t c = 0; c < cols; c++)
+                wr[c] = k_bf16_to_f32(xr[c]);
+    }
 }
 
-static void gemm_16(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta,
-                    int tb, double alpha, double beta, int f16)
+/* a caller's scratch too small for its GEMM: an internal bug, said and aborted on */
+static void die_scratch(int64_t m, int64_t n, int64_t k, int64_t wn)
 {
+    fprintf(stderr, "fsdpc kernels/c: k_gemm_widened_16 (m %lld, n %lld, k %lld) given %lld floats of scratch\n",
+            (long long)m, (long long)n, (long long)k, (long long)wn);
+    abort();
+}
+
+/* C (m x n, ldc) = beta C, beta 0 writing exact zeros: a GEMM with k 0 */
+static void scale_rows(float *c, int64_t ldc, int64_t m, int64_t n, double beta)
+{
+    for (int64_t i = 0; i < m; i++)
+        scale_c_f32(c + i * ldc, n, beta);
+}
+
+void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                       int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16, float *w,
+                       int64_t wn)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        scale_rows(c, ldc, m, n, beta);
+        return;
+    }
+    check_dims(m, n, k);
+    check_dims(lda, ldb, ldc);
+    if (w && wn < k_gemm_widened_scratch(m, n, k))
+        die_scratch(m, n, k, wn);
+    /* each block widened as it is stored (op(A) is m x k: stored k x m when ta), cblas_sgemm transposing */
+    float *wa = w ? w : wide_a, *wb = w ? w + (m < BM ? m : BM) * (k < BK ? k : BK) : wide_b;
     for (int64_t i0 = 0; i0 < m; i0 += BM) {
         int64_t bm = m - i0 < BM ? m - i0 : BM;
         for (int64_t k0 = 0; k0 < k; k0 += BK) {
             int64_t bk = k - k0 < BK ? k - k0 : BK;
-            /* op(A) is m x k: stored k x m (ld m) when ta, else m x k (ld k) */
-            widen(wide_a, a, ta ? m : k, ta, i0, k0, bm, bk, f16);
+            if (ta)
+                widen(wa, a, lda, k0, i0, bk, bm, f16);
+            else
+                widen(wa, a, lda, i0, k0, bm, bk, f16);
             for (int64_t j0 = 0; j0 < n; j0 += BN) {
                 int64_t bn = n - j0 < BN ? n - j0 : BN;
-                widen(wide_b, b, tb ? k : n, tb, k0, j0, bk, bn, f16);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bm, (int)bn, (int)bk, (float)alpha,
-                            wide_a, (int)bk, wide_b, (int)bn, k0 ? 1.0f : (float)beta, c + i0 * n + j0, (int)n);
+                if (tb)
+                    widen(wb, b, ldb, j0, k0, bn, bk, f16);
+                else
+                    widen(wb, b, ldb, k0, j0, bk, bn, f16);
+                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)bm,
+                            (int)bn, (int)bk, (float)alpha, wa, (int)(ta ? bm : bk), wb, (int)(tb ? bk : bn),
+                            k0 ? 1.0f : (float)beta, c + i0 * ldc + j0, (int)ldc);
             }
         }
     }
@@ -147,12 +194,11 @@ void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t
         return;
     }
     check_dims(m, n, k);
-    if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) { /* shared B: one tall GEMM, as k_matmul_f32 */
-        gemm_16(c, a, b, batch * m, n, k, ta, tb, alpha, beta, f16);
-        return;
-    }
+    if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) /* shared B: one tall GEMM, as k_matmul_f32 */
+        m *= batch, batch = 1;
     for (int64_t i = 0; i < batch; i++)
-        gemm_16(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta, f16);
+        k_gemm_widened_16(c + i * m * n, n, a + i * sa, ta ? m : k, b + i * sb, tb ? k : n, m, n, k, ta, tb, alpha,
+                          beta, f16, NULL, 0);
 }
 
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n)

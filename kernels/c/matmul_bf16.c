@@ -17,7 +17,9 @@
  * no native bf16 GEMM: below AVX512-BF16 its bf16 GEMM is emulated and slower
  * than the widened one (and below AVX-512 it has none).  The choice is made
  * once, from oneDNN's effective ISA, so DNNL_MAX_CPU_ISA=AVX512_CORE forces
- * the widened path.
+ * the widened path.  k_gemm_bf16 is one such GEMM with leading dimensions,
+ * for the fused attention's tiles (attn_bf16.c), which call it from every
+ * thread of their team, each with its own widening scratch.
  *
  * This file is its own object so that libdnnl is linked (as needed) only by
  * an executable that makes a bfloat16 GEMM.
@@ -42,8 +44,9 @@ dnnl_status_t DNNL_API dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_
                                              dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
 #endif
 
-/* 1: oneDNN's bf16 GEMM runs natively here (AVX512-BF16 or above), 0: widen; -1 before the first call */
-static int native = -1;
+/* 1: oneDNN's bf16 GEMM runs natively here (AVX512-BF16 or above), 0: widen; -1 before the first call (atomic:
+ * the fused attention asks from every thread of its team) */
+static _Atomic int native = -1;
 
 static int bf16_native(void)
 {
@@ -54,19 +57,27 @@ static int bf16_native(void)
     return native;
 }
 
-/* C (m x n, dense) = alpha op(A) op(B) + beta C for one matrix pair; a failure
- * is one line naming the call, then abort (the shapes were checked long
- * before, so it is an internal bug or oneDNN out of memory) */
-static void gemm(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta, int tb,
-                 double alpha, double beta)
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C for one matrix pair (leading
+ * dimensions lda, ldb, ldc); a failure is one line naming the call, then
+ * abort (the shapes were checked long before, so it is an internal bug or
+ * oneDNN out of memory) */
+static void gemm(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
 {
-    dnnl_status_t st = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, (float)alpha, a, ta ? m : k,
-                                             b, tb ? k : n, (float)beta, c, n);
+    dnnl_status_t st = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, (float)alpha, a, lda, b, ldb,
+                                             (float)beta, c, ldc);
     if (st != dnnl_success) {
         fprintf(stderr, "fsdpc kernels/c: dnnl_gemm_bf16bf16f32(%c, %c, m %lld, n %lld, k %lld) failed: %s\n",
                 ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, dnnl_status2str(st));
         abort();
     }
+}
+
+/* one dense GEMM of a batch: op(A) m x k, op(B) k x n, C m x n, all without gaps */
+static void dense(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                  double alpha, double beta)
+{
+    gemm(c, n, a, ta ? m : k, b, tb ? k : n, m, n, k, ta, tb, alpha, beta);
 }
 
 static void matmul(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
@@ -77,12 +88,21 @@ static void matmul(float *c, const uint16_t *a, const uint16_t *b, int64_t batch
         return;
     }
     if (batch == 1 || (sb == 0 && !ta && sa == m * k)) {
-        gemm(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
+        dense(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
         return;
     }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < batch; i++)
-        gemm(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
+        dense(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
+}
+
+void k_gemm_bf16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, int64_t m,
+                 int64_t n, int64_t k, int ta, int tb, double alpha, double beta, float *w, int64_t wn)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || !bf16_native())
+        k_gemm_widened_16(c, ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta, 0, w, wn);
+    else
+        gemm(c, ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta);
 }
 
 void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,

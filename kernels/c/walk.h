@@ -202,6 +202,21 @@ static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
     f(ctx, 0, total);
 }
 
+/* The fused attention's team for n units (attn.c, attn_bf16.c): at most
+ * K_ATTN_SLOTS threads, one workspace slot each; 1 inside a team. */
+static inline int attn_threads(int64_t n)
+{
+#ifdef _OPENMP
+    int t = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (t > K_ATTN_SLOTS)
+        t = K_ATTN_SLOTS;
+    return n < t ? (int)(n < 1 ? 1 : n) : t;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
 /* Blocks of a deterministic sum. */
 #define K_SUM_BLOCKS 64
 

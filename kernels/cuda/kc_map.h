@@ -1,7 +1,8 @@
 /* kc_map.h — the kernels.h API on the cuda target.
  *
  * Every kernels.h function that the generated step calls with float32,
- * float64, bfloat16 (k_matmul_bf16, k_matmul_add_bf16), float16 (k_matmul_f16, k_matmul_add_f16) or dtype-generic arguments has a twin in
+ * float64, bfloat16 (k_matmul_bf16, k_matmul_add_bf16, k_attention_bf16, k_attention_grad_bf16), float16 (k_matmul_f16,
+ * k_matmul_add_f16, k_attention_f16, k_attention_grad_f16) or dtype-generic arguments has a twin in
  * kernels/cuda/launch.c named kc_ instead of k_, with the same parameters
  * and contract (pointers are device pointers).  This header maps each k_
  * name to its twin and then includes kernels.h, so kernels.h's own
@@ -15,7 +16,8 @@
  * k_pool_out_dim, k_conv2d_workspace and k_philox4x32_10, which the step
  * never calls (codegen evaluates the first two at compile time), and the
  * scalar k_bf16_from_f32 / k_bf16_to_f32 / k_f16_from_f32 / k_f16_to_f32
- * (tensors convert with k_cast).
+ * (tensors convert with k_cast), and the single GEMMs k_gemm_bf16 /
+ * k_gemm_widened_16 (the cpu attention's; cuBLASLt has its own).
  */
 #ifndef FSDPC_KC_MAP_H
 #define FSDPC_KC_MAP_H
@@ -29,6 +31,10 @@
 #define k_attention_f64 kc_attention_f64
 #define k_attention_grad_f32 kc_attention_grad_f32
 #define k_attention_grad_f64 kc_attention_grad_f64
+#define k_attention_bf16 kc_attention_bf16
+#define k_attention_f16 kc_attention_f16
+#define k_attention_grad_bf16 kc_attention_grad_bf16
+#define k_attention_grad_f16 kc_attention_grad_f16
 /* ew.c */
 #define k_binary_f32 kc_binary_f32
 #define k_binary_f64 kc_binary_f64

@@ -12,6 +12,9 @@ rounding to the float32 masters), and every matmul, forward and backward,
 rounds its two operands to bfloat16 and multiplies in float32.
 
 Checks at world 1 and 2:
+  - the attention is fused (one FusedAttention and its gradient per layer, on
+    bfloat16 q, kt, v: flash attention's roundings, which are the unfused
+    MatMuls' here, as the head size 16 makes the scale 1/4 exact);
   - step-1 loss within 1e-5 of the oracle, and at least 10 times closer to it
     than to plain float32 PyTorch's: it is really bfloat16;
   - every step-1 gradient within 5e-3 of the oracle (||g - ref|| / ||ref||), and
@@ -22,6 +25,7 @@ Checks at world 1 and 2:
 """
 import copy
 import os
+import re
 import sys
 
 import numpy as np
@@ -31,7 +35,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 
-from common import check  # noqa: E402
+from common import check, run  # noqa: E402
 from gpt import GPT, GPTConfig, export  # noqa: E402
 from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data  # noqa: E402
 from torch_ref import compile_exe, reference, safe_name, train_exe  # noqa: E402
@@ -141,6 +145,24 @@ def check_grads(tag, got, ref_grads, f32_grads, tol, dtype):
     return worst, closest32
 
 
+def check_fused(fsdpc, onnx_path, batch, precision, low):
+    """--precision `precision` fuses every layer's attention (passes/attention.c): after the precision pass
+    there are LAYERS FusedAttention and LAYERS FusedAttentionGrad nodes, each reading q, kt, v in the dtype
+    `low` (bf16, f16) and nothing else in it, and no Softmax is left"""
+    out = run([fsdpc, onnx_path, "--dump-after", "precision", "--target", "cpu", "--loss",
+               "cross_entropy:logits,labels", "--dim", "batch=%d" % batch, "--precision", precision]).stdout
+    dtype = dict(re.findall(r"^  %(\d+) (\w+)\[", out, re.M))
+    for op, first in (("FusedAttention", 0), ("FusedAttentionGrad", 1)):
+        nodes = [re.findall(r"%(\d+)", args) for args in re.findall(r"= %s ([^#]*)#" % op, out)]
+        check(len(nodes) == LAYERS, "%s: %d %s nodes after precision, expected %d (one per layer)"
+              % (precision, len(nodes), op, LAYERS))
+        for ins in nodes:
+            got = [dtype[v] for v in ins]
+            want = [low if first <= j < first + 3 else "f32" for j in range(len(ins))]
+            check(got == want, "%s: %s reads %s, expected %s" % (precision, op, got, want))
+    check(" Softmax " not in out, "%s: a Softmax is left after precision" % precision)
+
+
 def fro_err(a, b):
     """||a - b|| / ||b||: rounding flips are sparse, bfloat16 rounding everywhere is not"""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -176,6 +198,7 @@ def main():
         ref_model = copy.deepcopy(model)
         ref_losses, ref_grads = reference(ref_model, mixed_precision_loss, rank_batches, world, STEPS)
         exe = os.path.join(work, "gpt_bf16_w%d" % world)
+        check_fused(fsdpc, onnx_path, GLOBAL_B // world, "bf16", "bf16")
         compile_exe(fsdpc, onnx_path, exe, GLOBAL_B // world, ["--precision", "bf16"])
         losses, dump = train_exe(exe, world, ["--tokens", tok_path], STEPS, work)
         tag = "bf16 world %d" % world

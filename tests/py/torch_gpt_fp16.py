@@ -14,6 +14,7 @@ S (the backward's seed is S), the gradient unscaled by the update.
    carries the factor S, so it is S*dy that rounds, as in fsdpc) and multiplies
    in float32; the loss's gradient is seeded with S and the float32 masters
    receive it divided by S (GradScaler.unscale_).  At world 1 and 2:
+     - the attention is fused, on float16 q, kt, v (torch_gpt_bf16.check_fused);
      - step-1 loss within 1e-6 of the oracle (float16's rounding moves this loss
        by only ~5e-7 from float32's: the gradients tell the dtypes apart);
      - every step-1 gradient (--dump-grads writes it unscaled) within 1e-3 of the
@@ -59,7 +60,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 from common import check, mpirun, onnx_weights, run, write_manifest  # noqa: E402
 from gpt import GPT, GPTConfig, export  # noqa: E402
 from torch_gpt import EMBD, GLOBAL_B, HEADS, LAYERS, STEPS, T, VOCAB, token_data  # noqa: E402
-from torch_gpt_bf16 import check_grads, grads_of, recipe  # noqa: E402
+from torch_gpt_bf16 import check_fused, check_grads, grads_of, recipe  # noqa: E402
 from torch_ref import adamw_flags, compile_exe, reference, train_exe  # noqa: E402
 import json  # noqa: E402
 
@@ -82,6 +83,7 @@ def recipe(fsdpc, work, model, onnx_path, tok_path, rank_batches):
         ref_model = copy.deepcopy(model)
         ref_losses, ref_grads = reference(ref_model, mixed_precision_loss, rank_batches, world, STEPS)
         exe = os.path.join(work, "gpt_fp16_w%d" % world)
+        check_fused(fsdpc, onnx_path, GLOBAL_B // world, "fp16", "f16")
         compile_exe(fsdpc, onnx_path, exe, GLOBAL_B // world, ["--precision", "fp16"])
         losses, dump = train_exe(exe, world, ["--tokens", tok_path], STEPS, work)
         tag = "fp16 world %d" % world
