@@ -228,7 +228,9 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
     const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
     const Shape *qs = &g->val[q].shape, *vs = &g->val[v].shape;
     const int r = qs->rank, flags = (ir_attr_i(n, "krow", 0) ? K_ATTN_KROW : 0) |
-                                    (ir_attr_i(n, "zero_rows", 0) ? K_ATTN_ZERO : 0);
+                                    (ir_attr_i(n, "zero_rows", 0) ? K_ATTN_ZERO : 0) |
+                                    (ir_attr_i(n, "causal", 0) ? K_ATTN_CAUSAL : 0) |
+                                    (int)ir_attr_i(n, "window", 0) << K_ATTN_WINDOW_SHIFT;
     const char *sfx = cg_gemm_sfx(g->val[q].dtype, g->val[n->out[0]].dtype);
     int64_t batch = 1;
     for (int d = 0; d < r - 2; d++)

@@ -70,9 +70,25 @@ int64_t cg_coll_bytes(const Graph *g, const Node *n, int F)
     return len * F * (int64_t)dtype_size(g->val[wire].dtype);
 }
 
+/* the share of a fused attention's t x s scores its kernels compute: under a causal band (attrs causal,
+ * window) the keys each query sees, the masked ones skipped; 1 otherwise */
+static double band_share(const Node *n, int64_t t, int64_t s)
+{
+    if (!ir_attr_i(n, "causal", 0) || t <= 0 || s <= 0)
+        return 1;
+    const int64_t w = ir_attr_i(n, "window", 0);
+    double kept = 0;
+    for (int64_t i = 0; i < t; i++) {
+        const int64_t hi = i + s - t < s - 1 ? i + s - t : s - 1, lo = w && i + s - t - w + 1 > 0 ? i + s - t - w + 1 : 0;
+        kept += hi >= lo ? (double)(hi - lo + 1) : 0;
+    }
+    return kept / ((double)t * (double)s);
+}
+
 /* the FLOPs of node n: 2 m n k per matmul, 2 per tap of a convolution output (the forward, dx and dw
  * each), the unfused chain's products for fused attention; hardware: also the fused attention backward's
- * recomputed scores (the model's FLOPs leave them out, like activation recompute) */
+ * recomputed scores (the model's FLOPs leave them out, like activation recompute), and only the scores a
+ * causal band keeps (the model's FLOPs count them all, as the unfused chain computes them) */
 double cg_node_flops(const Graph *g, const Node *n, int hardware)
 {
     if (n->op == OP_MatMul || n->op == OP_MatMulAdd) {
@@ -86,7 +102,8 @@ double cg_node_flops(const Graph *g, const Node *n, int hardware)
         const Shape *q = &g->val[n->in[grad]].shape, *v = &g->val[n->in[grad + 2]].shape;
         const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[v->rank - 2];
         const double dk = (double)q->dim[q->rank - 1], dv = (double)v->dim[v->rank - 1];
-        return (grad ? 2.0 : 1.0) * 2.0 * ts * (dk + dv) + (grad && hardware ? 2.0 * ts * dk : 0.0);
+        const double f = (grad ? 2.0 : 1.0) * 2.0 * ts * (dk + dv) + (grad && hardware ? 2.0 * ts * dk : 0.0);
+        return hardware ? f * band_share(n, q->dim[q->rank - 2], v->dim[v->rank - 2]) : f;
     }
     if (n->op == OP_Conv || n->op == OP_ConvGrad) {
         KConv2d p;

@@ -29,6 +29,19 @@
  *           the kernels are kernels/cuda/attn.cu's (tiled flash attention:
  *           a block per 64 query rows with an online softmax, or per 64 keys
  *           for dk and dv; no workspace).
+ *           A mask or bias the compiler can read that is the causal band
+ *           (band_of: query i sees key j exactly where j <= i + s - t, and
+ *           with a sliding window of w keys where also j > i + s - t - w) is
+ *           no tensor at all: the node gets attrs causal (and window) and no
+ *           bias, the kernels compute the pattern (K_ATTN_CAUSAL), and the
+ *           nodes that made the mask (nanoGPT's Slice, Equal, Cast of its
+ *           buffer) are dropped when nothing else reads them.  Readable: a
+ *           bool constant, a float constant folding made, or Equal(buffer,
+ *           c) of a float initializer that only Slices and Equals read (so
+ *           autodiff cannot train it) through prefix Slices, its bytes in
+ *           memory or in a data file that is there (without the file, as
+ *           --report may run, the band stays a tensor and such a plan can
+ *           be larger than a compile's).
  *
  * Conditions: float32 or float64 throughout; q, kt, v with the same leading
  * dims L (the problems; no broadcasting between them); a bias whose leading
@@ -155,6 +168,146 @@ static int guard_of(const Graph *g, const int *reader, int e, int bias, Chain *c
         return 0;
     c->guard[2] = rm, c->guard[3] = eq;
     return 1;
+}
+
+/* A mask or bias whose values the compiler knows: element (i, j) is x's element i cols + j (x may be larger
+ * than the [t, s] it stands for: the top-left corner that prefix Slices took); masked where b (a bool) is
+ * true_masks's truth; where x (a float) is -inf, kept where 0 (a bias); or with eq set where (x == z) is
+ * true_masks's truth (nanoGPT's `bias[:, :, :T, :T] == 0` of a float buffer). */
+typedef struct {
+    const Value *x;
+    const uint8_t *b;
+    int64_t cols;
+    int true_masks, eq;
+    double z;
+} Known;
+
+/* is element (i, j) masked (1), kept (0), or neither (-1: a bias of another value)? */
+static int masked_at(const Known *m, int64_t i, int64_t j)
+{
+    const int64_t k = i * m->cols + j;
+    if (m->b)
+        return m->b[k] ? m->true_masks : !m->true_masks;
+    const double f = tensor_const_f(m->x, k);
+    if (m->eq)
+        return (f == m->z) ? m->true_masks : !m->true_masks;
+    return f == 0 ? 0 : f == -INFINITY ? 1 : -1;
+}
+
+/* can the compiler read v's values: a constant whose bytes are in memory or in a data file that is there
+ * (without it, as --report may run, the pattern stays a tensor: such a plan can be larger than a compile's) */
+static int readable(const Graph *g, int v)
+{
+    const Value *x = &g->val[v];
+    const int i = x->init_index;
+    return x->role == R_CONST && (x->data || i < 0 || i >= g->ninit || !g->ext[i].loc || !g->ext[i].missing) &&
+           ir_data(g, v);
+}
+
+/* v through Slices that keep every axis's start (0, step 1) and only shorten the last two: the value sliced
+ * (whose leading dims must be 1s, like v's) */
+static int prefix_source(const Graph *g, int v)
+{
+    for (int p; (p = g->val[v].producer) >= 0 && g->node[p].op == OP_Slice;) {
+        const Node *n = &g->node[p];
+        int ns = 0, na = 0, nt = 0;
+        const int64_t *st = ir_attr_ints(n, "starts", &ns), *ax = ir_attr_ints(n, "axes", &na),
+                      *sp = ir_attr_ints(n, "steps", &nt);
+        const int r = g->val[n->in[0]].shape.rank;
+        for (int k = 0; k < ns; k++) {
+            const int64_t a = k < na ? (ax[k] < 0 ? ax[k] + r : ax[k]) : k;
+            if (st[k] != 0 || (k < nt && sp[k] != 1) || a < r - 2)
+                return -1;
+        }
+        v = n->in[0];
+    }
+    const Shape *s = &g->val[v].shape;
+    for (int d = 0; d + 2 < s->rank; d++)
+        if (s->dim[d] != 1)
+            return -1;
+    return s->rank >= 2 ? v : -1;
+}
+
+/* m for value v: a bool constant; a float constant that folding made (not an initializer, which autodiff
+ * could train); or Equal of a scalar constant and a float initializer (through prefix Slices) that only
+ * Slices and Equals read, so that nothing trains it.  0 when its values are not known. */
+static int known_of(const Graph *g, int v, int true_masks, Known *m)
+{
+    memset(m, 0, sizeof *m);
+    m->true_masks = true_masks;
+    const Value *x = &g->val[v];
+    m->cols = x->shape.dim[x->shape.rank - 1];
+    if (x->dtype == DT_BOOL && readable(g, v)) {
+        m->x = x, m->b = ir_data(g, v);
+        return 1;
+    }
+    if ((x->dtype == DT_F32 || x->dtype == DT_F64) && x->init_index < 0 && readable(g, v)) {
+        m->x = x;
+        return 1;
+    }
+    int p = x->producer;
+    while (p >= 0 && g->node[p].op == OP_Cast && g->val[g->node[p].in[0]].dtype == DT_BOOL)
+        p = g->val[g->node[p].in[0]].producer; /* a bool cast to bool */
+    if (x->dtype != DT_BOOL || p < 0 || g->node[p].op != OP_Equal)
+        return 0;
+    const Node *e = &g->node[p];
+    for (int side = 0; side < 2; side++) {
+        const int f = prefix_source(g, e->in[side]), c = e->in[!side];
+        if (f < 0 || !shape_eq(&g->val[e->in[side]].shape, &x->shape))
+            continue;
+        const Value *fv = &g->val[f], *cv = &g->val[c];
+        if ((fv->dtype != DT_F32 && fv->dtype != DT_F64) || cv->role != R_CONST || shape_numel(&cv->shape) != 1 ||
+            !readable(g, c) || !readable(g, f))
+            continue;
+        int only_compared = 1;
+        for (int i = 0; i < g->nnode && only_compared; i++)
+            for (int j = 0; j < g->node[i].nin; j++)
+                if (g->node[i].in[j] == f && g->node[i].op != OP_Equal && g->node[i].op != OP_Slice)
+                    only_compared = 0;
+        if (!only_compared)
+            continue;
+        m->x = fv, m->eq = 1, m->z = tensor_const_f(cv, 0), m->cols = fv->shape.dim[fv->shape.rank - 1];
+        return 1;
+    }
+    return 0;
+}
+
+/* Is mask or bias v, over [1.., t, s], the causal band: row i sees the keys j with j <= i + s - t (the last
+ * query sees every key) and, with a sliding window of w keys, j > i + s - t - w?  Then 1 and *w (0: no
+ * window). */
+static int band_of(const Graph *g, int v, int true_masks, int64_t t, int64_t s, int64_t *w)
+{
+    const Value *x = &g->val[v];
+    const int r = x->shape.rank;
+    Known m;
+    if (r < 2 || x->shape.dim[r - 2] != t || x->shape.dim[r - 1] != s || t < 1 || s < 1 ||
+        shape_numel(&x->shape) != t * s || !known_of(g, v, true_masks, &m))
+        return 0;
+    int64_t win = 0; /* the last row's kept keys: s, or the window */
+    for (int64_t j = 0; j < s; j++)
+        win += masked_at(&m, t - 1, j) == 0;
+    if (win == 0)
+        return 0;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < s; j++) {
+            const int64_t hi = i + s - t;
+            if (masked_at(&m, i, j) != (j > hi || j <= hi - win))
+                return 0;
+        }
+    *w = win == s ? 0 : win;
+    return *w < K_ATTN_WINDOW_MAX; /* what the kernels' flags carry */
+}
+
+/* v's producer is dropped when its one reader is (and so on up the chain: the Slice, Equal and Cast that made a
+ * mask the kernel now computes) */
+static void drop_unread(const Graph *g, const int *reader, char *drop, int v)
+{
+    const int p = v >= 0 ? g->val[v].producer : -1, r = v >= 0 ? only_reader(g, reader, v) : -1;
+    if (p < 0 || r < 0 || !drop[r] || drop[p] || g->node[p].nout != 1)
+        return;
+    drop[p] = 1;
+    for (int j = 0; j < g->node[p].nin; j++)
+        drop_unread(g, reader, drop, g->node[p].in[j]);
 }
 
 /* a and b broadcast (numpy) into *y, or 0 */
@@ -353,7 +506,13 @@ void pass_attention(Graph *g)
         const int y = g->node[c.last].out[0];
         const DType dt = g->val[c.q].dtype;
         int r = g->val[c.q].shape.rank, bias = c.bias;
-        if (c.mask >= 0) { /* the mask as a bias of 0 and -inf */
+        const int64_t t = g->val[c.q].shape.dim[r - 1 - 1], s = g->val[c.v].shape.dim[r - 2];
+        int64_t window = 0;
+        const int band = (c.mask >= 0 && c.nbias == 1 && band_of(g, c.mask, c.mask_true_masks, t, s, &window)) ||
+                         (c.bias >= 0 && c.add2 < 0 && c.nbias == 1 && band_of(g, c.bias, 1, t, s, &window));
+        if (band) { /* the kernel computes the pattern: no tensor */
+            bias = -1;
+        } else if (c.mask >= 0) { /* the mask as a bias of 0 and -inf */
             int ninf = ir_scalar(g, ir_fmt("%s.neg_inf", name), dt, -INFINITY);
             int zero = ir_scalar(g, ir_fmt("%s.zero", name), dt, 0);
             Shape bs = g->val[c.mask].shape;
@@ -379,6 +538,10 @@ void pass_attention(Graph *g)
         ir_attr_add(g, k, "krow", A_INT)->i = c.krow;
         if (c.zero_rows)
             ir_attr_add(g, k, "zero_rows", A_INT)->i = 1;
+        if (band)
+            ir_attr_add(g, k, "causal", A_INT)->i = 1;
+        if (window)
+            ir_attr_add(g, k, "window", A_INT)->i = window;
         repl[c.last] = k;
         drop[c.first] = drop[c.softmax] = 1;
         if (c.scale_node >= 0)
@@ -394,6 +557,8 @@ void pass_attention(Graph *g)
             drop[c.qscale] = 1;
         if (c.kscale >= 0)
             drop[c.kscale] = 1;
+        if (band)
+            drop_unread(g, reader, drop, c.mask >= 0 ? c.mask : c.bias);
         fused++;
     }
     if (!fused)

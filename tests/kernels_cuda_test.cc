@@ -134,6 +134,10 @@ SAME_FIELD(KPool2d, count_include_pad);
     X(K_PAD_REFLECT) X(K_PAD_EDGE) X(K_RSUM) X(K_RMEAN) X(K_RMAX) X(K_RMIN) X(K_LOSS_NONE)        \
     X(K_LOSS_SUM) X(K_LOSS_MEAN)
 ENUMS(SAME_ENUM)
+/* attn.cu's flag bits are kernels.h's */
+static_assert(KC_ATTN_KROW_BIT == K_ATTN_KROW && KC_ATTN_ZERO_BIT == K_ATTN_ZERO && KC_ATTN_CAUSAL_BIT == K_ATTN_CAUSAL &&
+                  KC_ATTN_WINDOW_SHIFT == K_ATTN_WINDOW_SHIFT,
+              "attention flags");
 
 /* ---- the runtime's side, emulated --------------------------------------------------- */
 
@@ -798,7 +802,8 @@ template <typename T> static void test_pad()
 /* ---- fused attention ---------------------------------------------------------------- */
 
 /* The attention tests' problems: batch, t x s scores, d, dv; the bias (kind 0: none, 1: causal, 2: random with
- * 30 % -inf and one row all -inf), its nbias x brep broadcast; K_ATTN_ZERO or not.  attn.cu's tiles are 64 (32
+ * 30 % -inf and one row all -inf; 3: the causal band computed, K_ATTN_CAUSAL and no bias, 4: the same with a
+ * sliding window of 7 keys), its nbias x brep broadcast; K_ATTN_ZERO or not.  attn.cu's tiles are 64 (32
  * for float64) query rows by 32 keys, 64 keys by 16 queries in the dk, dv kernel, d and dv in chunks of 64 (32):
  * the cases cross each, and d, dv > 64 take several chunks. */
 struct AttnCase {
@@ -811,15 +816,29 @@ static const AttnCase attn_cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},     {2, 70, 7
                                       {6, 9, 13, 5, 7, 2, 2, 3, 0},     {2, 40, 300, 6, 5, 1, 1, 1, 0},
                                       {3, 150, 20, 4, 4, 2, 3, 1, 0},   {6, 9, 13, 5, 7, 2, 2, 3, 1},
                                       {4, 150, 20, 4, 4, 2, 2, 1, 1},   {2, 40, 300, 6, 5, 1, 1, 1, 1},
-                                      {2, 33, 45, 70, 130, 1, 1, 1, 0}, {3, 17, 50, 100, 9, 2, 3, 1, 1}};
+                                      {2, 33, 45, 70, 130, 1, 1, 1, 0}, {3, 17, 50, 100, 9, 2, 3, 1, 1},
+                                      {2, 70, 70, 8, 8, 3, 1, 1, 0},    {2, 40, 300, 6, 5, 3, 1, 1, 0},
+                                      {4, 150, 20, 4, 4, 3, 1, 1, 1},   {2, 100, 100, 8, 8, 4, 1, 1, 0},
+                                      {2, 33, 90, 6, 5, 4, 1, 1, 0}};
 
-/* the bias of case c (kind 1 or 2; the all -inf row in kind 2) */
+/* whether case c's kernels read a bias (kinds 3 and 4 compute theirs), and the flags of its band */
+static bool attn_reads_bias(const AttnCase &c) { return c.kind == 1 || c.kind == 2; }
+static int attn_band_flags(const AttnCase &c)
+{
+    return c.kind == 3 ? K_ATTN_CAUSAL : c.kind == 4 ? K_ATTN_CAUSAL | 7 << K_ATTN_WINDOW_SHIFT : 0;
+}
+
+/* the bias of case c (kind 1 or 2; the all -inf row in kind 2; kinds 3 and 4: their band as a bias, for the
+ * float64 reference) */
 template <typename T> static V<T> attn_bias(const AttnCase &c)
 {
     V<T> bias(c.kind ? c.nbias * c.t * c.s + 1 : 1);
     for (int64_t i = 0; i + 1 < (int64_t)bias.size() && c.kind; i++) {
-        const int64_t r = i / c.s % c.t, j = i % c.s;
-        bias[i] = c.kind == 1 ? (j > r + c.s - c.t ? -(T)INFINITY : 0) : uni(0, 1) < 0.3 ? -(T)INFINITY : (T)uni(-1, 1);
+        const int64_t r = i / c.s % c.t, j = i % c.s, hi = r + c.s - c.t;
+        bias[i] = c.kind == 1 || c.kind == 3 ? (j > hi ? -(T)INFINITY : 0)
+                  : c.kind == 4              ? (j > hi || j <= hi - 7 ? -(T)INFINITY : 0)
+                  : uni(0, 1) < 0.3          ? -(T)INFINITY
+                                             : (T)uni(-1, 1);
     }
     if (c.kind == 2)
         for (int64_t j = 0; j < c.s; j++)
@@ -835,12 +854,12 @@ template <typename T> static void test_attention()
     const double scale = 0.35;
     for (const AttnCase &c : attn_cases)
         for (int krow = 0; krow < 2; krow++) {
-            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0);
+            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0) | attn_band_flags(c);
             const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
             const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
             V<T> q = rnd<T>(nq, -2, 2), k = rnd<T>(nk, -2, 2), v = rnd<T>(nv, -1, 1), dy = rnd<T>(ny, -1, 1);
             V<T> bias = attn_bias<T>(c);
-            const T *bp = c.kind ? bias.data() : nullptr;
+            const T *bp = attn_reads_bias(c) ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
                         c.nbias, c.brep, scale, ws.data());
@@ -855,13 +874,13 @@ template <typename T> static void test_attention()
                     bias[(c.t / 2) * c.s + j] = 0;
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
                         c.nbias, c.brep, scale, ws.data());
-            const int64_t nb = c.kind ? c.nbias * c.t * c.s : 0;
+            const int64_t nb = bp ? c.nbias * c.t * c.s : 0;
             V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
             V<T> wdb(nb + 1), gdb(nb + 1, NAN);
-            k_attention_grad(wdq.data(), wdk.data(), wdv.data(), c.kind ? wdb.data() : nullptr, dy.data(), q.data(),
+            k_attention_grad(wdq.data(), wdk.data(), wdv.data(), bp ? wdb.data() : nullptr, dy.data(), q.data(),
                              k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias,
                              c.brep, scale, ws.data());
-            kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), c.kind ? gdb.data() : nullptr, dy.data(), q.data(),
+            kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q.data(),
                               k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv,
                               c.nbias, c.brep, scale, ws.data());
             CTX("kc_attention_grad batch %lld t %lld s %lld bias %d flags %d", (long long)c.batch, (long long)c.t,
@@ -949,9 +968,9 @@ static void test_attention_low(bool f16)
     const double scale = 0.35, tl = f16 ? 4e-3 : 3e-2;
     for (const AttnCase &c : attn_cases)
         for (int krow = 0; krow < 2; krow++) {
-            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0);
+            const int flags = krow | (c.zero ? K_ATTN_ZERO : 0) | attn_band_flags(c);
             const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
-            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t, nb = c.kind ? c.nbias * c.t * c.s : 0;
+            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t, nb = attn_reads_bias(c) ? c.nbias * c.t * c.s : 0;
             auto [q16, q] = attn_low(nq, -2, 2, f16);
             auto [k16, k] = attn_low(nk, -2, 2, f16);
             auto [v16, v] = attn_low(nv, -1, 1, f16);
@@ -959,8 +978,8 @@ static void test_attention_low(bool f16)
             if (c.kind == 2 && !c.zero) /* attn_ref's rows that see nothing are K_ATTN_ZERO's */
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
-            const float *bp = c.kind ? bias.data() : nullptr;
-            const AttnRef r = attn_ref(c, flags, q, k, v, bp, dy, scale);
+            const float *bp = attn_reads_bias(c) ? bias.data() : nullptr;
+            const AttnRef r = attn_ref(c, flags, q, k, v, c.kind ? bias.data() : nullptr, dy, scale); /* the band too */
             const F wy = attn_floats(r.y), wl = attn_floats(r.lse);
             F gy(ny + 1), gl(nl + 1), gdq(nq + 1, NAN), gdk(nk + 1, NAN), gdv(nv + 1, NAN), gdb(nb + 1, NAN);
             (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
@@ -971,7 +990,7 @@ static void test_attention_low(bool f16)
             check_f(gy.data(), wy.data(), ny, tl);
             check_f(gl.data(), wl.data(), nl, tl);
             (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
-                gdq.data(), gdk.data(), gdv.data(), c.kind ? gdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
+                gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
                 flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale,
                 nullptr);
             CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", f16 ? "f16" : "bf16",

@@ -1178,13 +1178,109 @@ static void test_attention_16(int dt)
         }
 }
 
+/* ---- the causal band computed (K_ATTN_CAUSAL) ------------------------------ */
+
+/* One run of every attention kernel, forward and backward, on band problems: the outputs as bytes. */
+typedef struct {
+    void *o[5];   /* y, lse, dq, dkt, dval */
+    size_t n[5]; /* their bytes */
+} BandOut;
+
+/* k_attention_K (K 0 f32, 1 f64, 2 bf16) with bias (NULL: none) and flags on the fixed inputs */
+static BandOut band_run(int K, const double *q, const double *kt, const double *v, const double *dy, const double *bias,
+                        int flags, int64_t B, int64_t t, int64_t s, int64_t d, int64_t dv)
+{
+    const size_t es = K == 1 ? 8 : 4, is = K == 2 ? 2 : es;
+    const int64_t nq = B * t * d, nk = B * d * s, nv = B * s * dv, ny = B * t * dv, ns = t * s;
+    const int64_t nws = K == 2 ? k_attention_workspace_16(B, t, s, d, dv) : k_attention_workspace(B, t, s);
+    void *Q = xalloc((size_t)nq, is), *KT = xalloc((size_t)nk, is), *VV = xalloc((size_t)nv, is);
+    void *DY = xalloc((size_t)ny, es), *BI = bias ? xalloc((size_t)ns, es) : NULL, *W = xalloc((size_t)nws + 1, es);
+    const double *src[5] = {q, kt, v, dy, bias};
+    void *dst[5] = {Q, KT, VV, DY, BI};
+    const int64_t cnt[5] = {nq, nk, nv, ny, ns};
+    for (int a = 0; a < 5; a++)
+        for (int64_t i = 0; dst[a] && i < cnt[a]; i++) {
+            const int low = K == 2 && a < 3;
+            if (low)
+                ((uint16_t *)dst[a])[i] = k_bf16_from_f32((float)src[a][i]);
+            else if (es == 8)
+                ((double *)dst[a])[i] = src[a][i];
+            else
+                ((float *)dst[a])[i] = (float)src[a][i];
+        }
+    BandOut r;
+    const int64_t n[5] = {ny, B * t, nq, nk, nv};
+    for (int a = 0; a < 5; a++)
+        r.n[a] = (size_t)n[a] * es, r.o[a] = xalloc((size_t)n[a], es);
+    if (K == 0) {
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
+                             1, 1, 0.25, W);
+    } else if (K == 1) {
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
+                             1, 1, 0.25, W);
+    } else {
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
+                              dv, 1, 1, 0.25, W);
+    }
+    free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
+    return r;
+}
+
+/* K_ATTN_CAUSAL (no bias; a window w in the flags) gives the bits the same band as a bias of 0 and -inf gives,
+ * forward and backward, in float32, float64 and bfloat16, for t = s, t < s, t > s (rows that see nothing, with
+ * K_ATTN_ZERO) and sliding windows, both key layouts */
+static void test_attention_band(int dt)
+{
+    static const int64_t cases[][4] = {{70, 70, 0, 0}, {40, 130, 0, 0}, {70, 9, 0, 1}, {70, 70, 16, 0}, {33, 50, 7, 0}};
+    if (dt != F32)
+        return;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int krow = 0; krow < 2; krow++) {
+            const int64_t B = 3, t = cases[c][0], s = cases[c][1], w = cases[c][2], d = 8, dv = 6;
+            const int base = krow | (cases[c][3] ? K_ATTN_ZERO : 0);
+            double *q = xalloc((size_t)(B * t * d), 8), *kt = xalloc((size_t)(B * d * s), 8);
+            double *v = xalloc((size_t)(B * s * dv), 8), *dy = xalloc((size_t)(B * t * dv), 8);
+            double *bias = xalloc((size_t)(t * s), 8);
+            for (int64_t i = 0; i < B * t * d; i++)
+                q[i] = rnd(-2, 2);
+            for (int64_t i = 0; i < B * d * s; i++)
+                kt[i] = rnd(-2, 2);
+            for (int64_t i = 0; i < B * s * dv; i++)
+                v[i] = rnd(-1, 1);
+            for (int64_t i = 0; i < B * t * dv; i++)
+                dy[i] = rnd(-1, 1);
+            for (int64_t i = 0; i < t; i++)
+                for (int64_t j = 0; j < s; j++) {
+                    const int64_t hi = i + s - t;
+                    bias[i * s + j] = j > hi || (w && j <= hi - w) ? -INFINITY : 0;
+                }
+            for (int K = 0; K < 3; K++) {
+                BandOut a = band_run(K, q, kt, v, dy, bias, base, B, t, s, d, dv);
+                BandOut b = band_run(K, q, kt, v, dy, NULL, base | K_ATTN_CAUSAL | (int)w << K_ATTN_WINDOW_SHIFT,
+                                     B, t, s, d, dv);
+                for (int o = 0; o < 5; o++) {
+                    checks++;
+                    if (memcmp(a.o[o], b.o[o], a.n[o]))
+                        failures++, printf("FAIL k_attention%s K_ATTN_CAUSAL t %lld s %lld window %lld krow %d: "
+                                           "output %d differs from the band as a bias\n", K == 0 ? "_f32" : K == 1 ?
+                                           "_f64" : "_bf16", (long long)t, (long long)s, (long long)w, krow, o);
+                    free(a.o[o]), free(b.o[o]);
+                }
+            }
+            free(q), free(kt), free(v), free(dy), free(bias);
+        }
+}
+
 /* with the argument attention_16: that test alone (kernels_nn_widened runs it on the widened path) */
 int main(int argc, char **argv)
 {
     static void (*const tests[])(int) = {
         test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
         test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout, test_attention,
-        test_attention_16,
+        test_attention_16, test_attention_band,
     };
     static void (*const only16[])(int) = {test_attention_16};
     if (argc > 1 && !strcmp(argv[1], "attention_16"))

@@ -52,11 +52,16 @@ static const O *KFN(attn_operand)(const T *x, int64_t n, O *buf)
 #endif
 }
 
-/* the columns a tile of r rows needs: up to its rows' last finite bias
- * entry (all s without a bias, and all s when every entry is -inf, so that
- * such rows compute the NaN softmax gives) */
-static int64_t KFN(attn_cols)(const T *bias, int64_t r, int64_t s)
+/* the columns a tile of r rows from row i0 needs: up to its rows' last
+ * finite bias entry, or under K_ATTN_CAUSAL the last row's last key (all s
+ * without either, and all s when every entry is masked, so that such rows
+ * compute the NaN softmax gives) */
+static int64_t KFN(attn_cols)(const T *bias, int flags, int64_t i0, int64_t r, int64_t t, int64_t s)
 {
+    if (flags & K_ATTN_CAUSAL) {
+        const int64_t n = i0 + r + s - t;
+        return n > 0 && n < s ? n : s;
+    }
     if (!bias)
         return s;
     int64_t n = 0;
@@ -69,22 +74,33 @@ static int64_t KFN(attn_cols)(const T *bias, int64_t r, int64_t s)
     return n ? n : s;
 }
 
-/* S (r x n) = scale Q K[:n]^T + bias: the tile's scores (K as kt, d x s, or krow: s x d) */
-static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, int krow, const T *bias, int64_t r,
-                             int64_t n, int64_t s, int64_t d, double scale)
+/* S (r x n) = scale Q K[:n]^T + bias: the scores of the tile of rows i0.. (K as kt, d x s, or krow: s x d);
+ * under K_ATTN_CAUSAL -inf outside the band (kernels.h) */
+static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, int flags, const T *bias, int64_t i0,
+                             int64_t r, int64_t n, int64_t t, int64_t s, int64_t d, double scale)
 {
     T *sc = sl->sc;
-    KFN(attn_gemm)(0, krow, r, n, d, scale, q, d, kt, krow ? d : s, 0.0, sc, n, sl->w, sl->wn);
+    KFN(attn_gemm)(0, flags & K_ATTN_KROW, r, n, d, scale, q, d, kt, flags & K_ATTN_KROW ? d : s, 0.0, sc, n, sl->w,
+                   sl->wn);
     if (bias)
         for (int64_t i = 0; i < r; i++)
             for (int64_t j = 0; j < n; j++)
                 sc[i * n + j] += bias[i * s + j];
+    if (flags & K_ATTN_CAUSAL) {
+        const int64_t w = flags >> K_ATTN_WINDOW_SHIFT;
+        for (int64_t i = 0; i < r; i++) {
+            const int64_t hi = i0 + i + s - t, lo = w ? hi - w + 1 : 0; /* the keys row i0 + i sees */
+            for (int64_t j = 0; j < n; j++)
+                if (j > hi || j < lo)
+                    sc[i * n + j] = -(T)INFINITY;
+        }
+    }
 }
 
 void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
 {
-    const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
+    const int zero = flags & K_ATTN_ZERO;
     if (batch <= 0 || t <= 0 || dv <= 0)
         return;
     const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R, units = batch * tiles;
@@ -104,8 +120,8 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
                 lt[i] = -(T)INFINITY;
             continue;
         }
-        const int64_t n = KFN(attn_cols)(bb, r, s);
-        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + b * d * s, krow, bb, r, n, s, d, scale);
+        const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
+        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + b * d * s, flags, bb, i0, r, n, t, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
@@ -157,8 +173,8 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
                 dqt[i] = 0;
             continue;
         }
-        const int64_t n = KFN(attn_cols)(bb, r, s);
-        KFN(attn_scores)(sl, qt, ktb, krow, bb, r, n, s, d, scale);
+        const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
+        KFN(attn_scores)(sl, qt, ktb, flags, bb, i0, r, n, t, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* P from the saved row statistic (0 in a row that sees nothing) */
             T *row = sc + i * n;
             const T l = lt[i];

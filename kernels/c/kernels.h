@@ -304,7 +304,8 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
  * = the row's log-sum-exp (max + log sum exp(S - max), the sum in double).  A row      \
  * of -inf gives NaN, as softmax does, or with K_ATTN_ZERO in flags y 0 and lse -inf    \
  * (and no gradient: ONNX Attention's row that attends nothing).  flags: K_ATTN_KROW,   \
- * K_ATTN_ZERO.  ws: k_attention_workspace(batch, t, s) elements of T.  */               \
+ * K_ATTN_ZERO, K_ATTN_CAUSAL (with no bias).  ws: k_attention_workspace(batch, t, s)   \
+ * elements of T.  */                                                                   \
 void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv,                                                         \
@@ -607,6 +608,11 @@ static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int6
 /* k_attention's flags: the keys as rows (s x d, not kt d x s); a row of all -inf scores gives 0, not NaN */
 #define K_ATTN_KROW 1
 #define K_ATTN_ZERO 2
+/* the causal band, computed instead of read from a bias (passes/attention.c): query i sees key j where
+ * j <= i + s - t and, with a window w (flags >> K_ATTN_WINDOW_SHIFT, 0: none), j > i + s - t - w */
+#define K_ATTN_CAUSAL 4
+#define K_ATTN_WINDOW_SHIFT 8
+#define K_ATTN_WINDOW_MAX ((int64_t)1 << 22) /* windows the flags can carry */
 #define K_ATTN_SLOTS 16
 static inline int64_t k_attention_rows(int64_t t)
 {

@@ -73,9 +73,11 @@
 #define KC_ATTN_DV 4
 #define KC_ATTN_NBIAS 5
 #define KC_ATTN_BREP 6
-#define KC_ATTN_FLAGS 7 /* K_ATTN_KROW | K_ATTN_ZERO (kernels.h) */
+#define KC_ATTN_FLAGS 7 /* K_ATTN_KROW | K_ATTN_ZERO | K_ATTN_CAUSAL | window << K_ATTN_WINDOW_SHIFT (kernels.h) */
 #define KC_ATTN_KROW_BIT 1
 #define KC_ATTN_ZERO_BIT 2
+#define KC_ATTN_CAUSAL_BIT 4
+#define KC_ATTN_WINDOW_SHIFT 8
 
 /* ---- element types ------------------------------------------------------- */
 
@@ -309,12 +311,31 @@ template <typename T> KC_DEV const T *attn_bias_at(const T *bias, int64_t b, int
     return bias ? bias + (b / p.d[KC_ATTN_BREP] % p.d[KC_ATTN_NBIAS]) * t * s + i0 * s : (const T *)0;
 }
 
+/* The causal band (K_ATTN_CAUSAL, passes/attention.c): query i sees key j
+ * where j <= i + s - t and, with a window w, j > i + s - t - w; no tensor
+ * holds it.  A tile's position: its first query and key, and whether its
+ * rows are the keys (the kv kernel) or the queries. */
+typedef struct {
+    bool on;
+    int64_t off, w; /* s - t; the window, 0: none */
+    int64_t q0, k0;
+    bool keys_rows;
+} AttnBand;
+
+KC_DEV AttnBand attn_band(const KDims &p, int64_t q0, int64_t k0, bool keys_rows)
+{
+    const int64_t f = p.d[KC_ATTN_FLAGS];
+    return AttnBand{(f & KC_ATTN_CAUSAL_BIT) != 0, p.d[KC_ATTN_S] - p.d[KC_ATTN_T], f >> KC_ATTN_WINDOW_SHIFT, q0, k0,
+                    keys_rows};
+}
+
 /* The bias of this thread's entries of a tile into bt (rows ty R + i, columns
- * tx + 8 c; entry (r, c) at bb[r rs + c cs]): -inf outside rv x cv, 0 with
- * no bias.  Returns whether any entry of the block is finite (or NaN); with
- * no bias, true without a barrier. */
+ * tx + 8 c; entry (r, c) at bb[r rs + c cs]): -inf outside rv x cv and
+ * outside the band, 0 with no bias.  Returns whether any entry of the block
+ * is finite (or NaN); with neither bias nor band, true without a barrier. */
 template <int R, int C, typename T>
-KC_DEV bool attn_bias_tile(T (&bt)[R][C], const T *bb, int64_t rs, int64_t cs, int64_t rv, int64_t cv)
+KC_DEV bool attn_bias_tile(T (&bt)[R][C], const T *bb, int64_t rs, int64_t cs, int64_t rv, int64_t cv,
+                           const AttnBand &bd)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     bool live = false;
@@ -323,11 +344,15 @@ KC_DEV bool attn_bias_tile(T (&bt)[R][C], const T *bb, int64_t rs, int64_t cs, i
 #pragma unroll
         for (int c = 0; c < C; c++) {
             const int r = ty * R + i, cc = tx + 8 * c;
-            const bool in = r < rv && cc < cv;
+            bool in = r < rv && cc < cv;
+            if (bd.on) {
+                const int64_t qi = bd.q0 + (bd.keys_rows ? cc : r), kj = bd.k0 + (bd.keys_rows ? r : cc);
+                in = in && kj <= qi + bd.off && (bd.w == 0 || kj > qi + bd.off - bd.w);
+            }
             bt[i][c] = !in ? -kc_inf<T>() : bb ? bb[r * rs + cc * cs] : (T)0;
             live = live || (in && bt[i][c] != -kc_inf<T>());
         }
-    return bb ? attn_any(live) : true;
+    return bb || bd.on ? attn_any(live) : true;
 }
 
 /* p = exp(score - lse): 0 in a row that sees nothing under KC_ATTN_ZERO */
@@ -443,7 +468,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
         for (int64_t j0 = 0; j0 < s; j0 += BN) {
             const int64_t jv = kc_min64(BN, s - j0);
             T sc[R][C];
-            if (!attn_bias_tile(sc, bb ? bb + j0 : bb, s, 1, rv, jv))
+            if (!attn_bias_tile(sc, bb ? bb + j0 : bb, s, 1, rv, jv, attn_band(p, i0, j0, false)))
                 continue;
             T acc[R][C];
             attn_zero(acc);
@@ -513,7 +538,7 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
         for (int64_t j0 = 0; j0 < s; j0 += BN) {
             const int64_t jv = kc_min64(BN, s - j0);
             T sc[R][C], sa[R][C], dp[R][C];
-            if (!attn_bias_tile(sc, bb ? bb + j0 : bb, s, 1, rv, jv))
+            if (!attn_bias_tile(sc, bb ? bb + j0 : bb, s, 1, rv, jv, attn_band(p, i0, j0, false)))
                 continue;
             attn_zero(sa);
             attn_zero(dp);
@@ -621,7 +646,7 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
         for (int64_t i0 = 0; i0 < t; i0 += BN) {
             const int64_t iv = kc_min64(BN, t - i0), row0 = b * t + i0;
             T sc[R][C], sa[R][C], dp[R][C];
-            if (!attn_bias_tile(sc, bb ? bb + i0 * s + j0 : bb, 1, s, jv, iv))
+            if (!attn_bias_tile(sc, bb ? bb + i0 * s + j0 : bb, 1, s, jv, iv, attn_band(p, i0, j0, true)))
                 continue;
             attn_zero(sa);
             attn_zero(dp);
