@@ -534,6 +534,15 @@ const char *shape_str(const Shape *s)
     return buf;
 }
 
+int ir_wanted(const Graph *g, int v)
+{
+    for (int k = 0; k < g->noutput; k++)
+        if (g->output[k] == v)
+            return 1;
+    const char *name = g->val[v].name, *pred = g->opt->loss_pred, *target = g->opt->loss_target;
+    return (pred && !strcmp(name, pred)) || (target && !strcmp(name, target));
+}
+
 int shape_eq(const Shape *a, const Shape *b)
 {
     if (a->rank != b->rank)

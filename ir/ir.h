@@ -349,6 +349,8 @@ const char *shape_str(const Shape *s);            /* "[2,3]", ir_alloc'ed */
  * characters become '?', and it is cut after 80 bytes ("..."). */
 const char *ir_q(const char *s);
 int shape_eq(const Shape *a, const Shape *b);
+/* is v a graph output or the loss's named prediction or target (kept as it is by the passes that drop or merge) */
+int ir_wanted(const Graph *g, int v);
 size_t dtype_size(DType t);
 const char *dtype_name(DType t);
 const char *role_name(Role r);

@@ -46,21 +46,11 @@ static const ExtData *ext_of(const Graph *g, int v)
     return !x->data && i >= 0 && i < g->ninit && g->ext[i].loc ? &g->ext[i] : NULL;
 }
 
-static int shape_same(const Shape *a, const Shape *b)
-{
-    if (a->rank != b->rank)
-        return 0;
-    for (int d = 0; d < a->rank; d++)
-        if (a->dim[d] != b->dim[d])
-            return 0;
-    return 1;
-}
-
 /* whether constants a and b (same hash) hold the same tensor */
 static int same_const(const Graph *g, int a, int b)
 {
     const Value *x = &g->val[a], *y = &g->val[b];
-    if (x->dtype != y->dtype || !shape_same(&x->shape, &y->shape))
+    if (x->dtype != y->dtype || !shape_eq(&x->shape, &y->shape))
         return 0;
     const ExtData *ea = ext_of(g, a), *eb = ext_of(g, b);
     if (ea || eb)
@@ -74,22 +64,13 @@ static int key_cmp(const void *pa, const void *pb)
     return a->hash != b->hash ? (a->hash < b->hash ? -1 : 1) : a->v - b->v;
 }
 
-static int named_output(const Graph *g, int v)
-{
-    for (int k = 0; k < g->noutput; k++)
-        if (g->output[k] == v)
-            return 1;
-    const char *name = g->val[v].name, *pred = g->opt->loss_pred, *target = g->opt->loss_target;
-    return (pred && !strcmp(name, pred)) || (target && !strcmp(name, target));
-}
-
 void share_constants(Graph *g)
 {
     Key *key = ir_alloc(sizeof(Key) * (size_t)(g->nval + 1));
     int n = 0;
     for (int v = 0; v < g->nval; v++) {
         const Value *x = &g->val[v];
-        if (x->role != R_CONST || x->nuses == 0 || named_output(g, v))
+        if (x->role != R_CONST || x->nuses == 0 || ir_wanted(g, v))
             continue;
         uint64_t h = fnv(0xcbf29ce484222325ULL, &x->dtype, sizeof x->dtype);
         h = fnv(h, x->shape.dim, sizeof(int64_t) * (size_t)x->shape.rank);

@@ -979,14 +979,6 @@ void fold_visit(Sweep *s, int id)
 /* ---- nodes that compute nothing --------------------------------------------- */
 
 /* Is value v a graph output or named by --loss (so it must keep its node)? */
-static int wanted(const Graph *g, int v)
-{
-    for (int k = 0; k < g->noutput; k++)
-        if (g->output[k] == v)
-            return 1;
-    const char *name = g->val[v].name, *pred = g->opt->loss_pred, *target = g->opt->loss_target;
-    return (pred && !strcmp(name, pred)) || (target && !strcmp(name, target));
-}
 
 /* Drops the Transposes matmul_operands left unread, and Dropout that drops
  * nothing: ratio 0 (nanoGPT's default) or not training, its mask unread.
@@ -1009,10 +1001,10 @@ static void drop_identities(Graph *g)
             if (x->in[k] >= 0)
                 x->in[k] = repl[x->in[k]];
         int y = x->out[0];
-        if (x->op == OP_Transpose && !uses[y] && !wanted(g, y))
+        if (x->op == OP_Transpose && !uses[y] && !ir_wanted(g, y))
             continue; /* left by matmul_operands */
-        if (x->op == OP_Dropout && (nn_dropout_ratio(g, x) == 0 || !nn_dropout_training(g, x)) && !wanted(g, y) &&
-            (x->nout < 2 || x->out[1] < 0 || (!uses[x->out[1]] && !wanted(g, x->out[1])))) {
+        if (x->op == OP_Dropout && (nn_dropout_ratio(g, x) == 0 || !nn_dropout_training(g, x)) && !ir_wanted(g, y) &&
+            (x->nout < 2 || x->out[1] < 0 || (!uses[x->out[1]] && !ir_wanted(g, x->out[1])))) {
             repl[y] = x->in[0];
             continue;
         }
