@@ -489,7 +489,10 @@ void pass_attention(Graph *g)
         return;
     const int cuda = !strcmp(o->target, "cuda");
     ir_link(g);
-    int nn = g->nnode, *reader = ir_alloc(sizeof(int) * (size_t)g->nval);
+    int nn = g->nnode, nv = g->nval, *reader = ir_alloc(sizeof(int) * (size_t)g->nval);
+    /* band_of's answer per (mask value, true_masks), when asked: layers reading one mask scan it once */
+    signed char *seen = ir_alloc((size_t)nv * 2);
+    int64_t *seen_w = ir_alloc(sizeof(int64_t) * (size_t)nv * 2);
     for (int i = 0; i < nn; i++)
         for (int j = 0; j < g->node[i].nin; j++)
             if (g->node[i].in[j] >= 0)
@@ -508,8 +511,14 @@ void pass_attention(Graph *g)
         int r = g->val[c.q].shape.rank, bias = c.bias;
         const int64_t t = g->val[c.q].shape.dim[r - 1 - 1], s = g->val[c.v].shape.dim[r - 2];
         int64_t window = 0;
-        const int band = (c.mask >= 0 && c.nbias == 1 && band_of(g, c.mask, c.mask_true_masks, t, s, &window)) ||
-                         (c.bias >= 0 && c.add2 < 0 && c.nbias == 1 && band_of(g, c.bias, 1, t, s, &window));
+        const int mv = c.mask >= 0 ? c.mask : c.add2 < 0 ? c.bias : -1, tm = c.mask >= 0 ? c.mask_true_masks : 1;
+        int band = 0;
+        if (mv >= 0 && mv < nv && c.nbias == 1) {
+            const int k = mv * 2 + tm;
+            if (!seen[k])
+                seen[k] = band_of(g, mv, tm, t, s, &seen_w[k]) ? 1 : -1;
+            band = seen[k] > 0, window = band ? seen_w[k] : 0;
+        }
         if (band) { /* the kernel computes the pattern: no tensor */
             bias = -1;
         } else if (c.mask >= 0) { /* the mask as a bias of 0 and -inf */
