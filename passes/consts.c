@@ -18,7 +18,9 @@
  * left in its external data file is not read for this (--report runs
  * without the data file, and must plan what a compile with it plans): it
  * is the same as another only when both name the same bytes of the same
- * file.  Graph outputs and the loss's named values keep their own constant.
+ * file.  Graph outputs and the loss's named values keep their own constant,
+ * and so does state a node writes (BatchNorm's running mean and variance,
+ * updated by Assign: every layer's starts as the same zeros and ones).
  */
 #include "ir.h"
 
@@ -67,10 +69,17 @@ static int key_cmp(const void *pa, const void *pb)
 void share_constants(Graph *g)
 {
     Key *key = ir_alloc(sizeof(Key) * (size_t)(g->nval + 1));
+    char *written = ir_alloc((size_t)g->nval + 1); /* state a node updates: BatchNorm's running statistics */
+    for (int i = 0; i < g->nnode; i++)
+        for (int j = 0; j < g->node[i].nin; j++) {
+            const int r = g->node[i].in[j] >= 0 ? ir_root(g, g->node[i].in[j]) : -1;
+            if (r >= 0 && ir_writes(g, &g->node[i], r))
+                written[r] = 1;
+        }
     int n = 0;
     for (int v = 0; v < g->nval; v++) {
         const Value *x = &g->val[v];
-        if (x->role != R_CONST || x->nuses == 0 || ir_wanted(g, v))
+        if (x->role != R_CONST || x->nuses == 0 || ir_wanted(g, v) || written[ir_root(g, v)])
             continue;
         uint64_t h = fnv(0xcbf29ce484222325ULL, &x->dtype, sizeof x->dtype);
         h = fnv(h, x->shape.dim, sizeof(int64_t) * (size_t)x->shape.rank);

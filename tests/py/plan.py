@@ -78,6 +78,23 @@ ids = dict((m.group(2), m.group(1)) for m in re.finditer(r'^\s*(%\d+) \S+ const 
 reads = lambda v: sum(1 for l in dump.splitlines() if " = " in l and re.search(r"%s(?!\d)" % v, l.split(" = ", 1)[1]))
 check(reads(ids["C1"]) >= 2 and reads(ids["C2"]) == 0, "every reader of C2 reads C1: C1 read %d times, C2 %d times"
       % (reads(ids["C1"]), reads(ids["C2"])))
+# ... but state a node writes is never shared: two BatchNorms in training mode, whose running means (zeros) and
+# variances (ones) are alike at the start, keep their own (each updated by its own Assign)
+z, o = np.zeros(8, np.float32), np.ones(8, np.float32)
+inits = [numpy_helper.from_array(a, n) for n, a in (("s1", o), ("b1", z), ("m1", z), ("v1", o), ("s2", o),
+                                                     ("b2", z), ("m2", z), ("v2", o))]
+bg = helper.make_graph([helper.make_node("BatchNormalization", ["x", "s1", "b1", "m1", "v1"], ["h", "rm1", "rv1"],
+                                         training_mode=1),
+                        helper.make_node("BatchNormalization", ["h", "s2", "b2", "m2", "v2"], ["y", "rm2", "rv2"],
+                                         training_mode=1)], "bn",
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8, 3, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8, 3, 3])], inits)
+bm = os.path.join(work, "bn.onnx")
+onnx.save(helper.make_model(bg, opset_imports=[helper.make_opsetid("", 17)]), bm)
+dump = run([fsdpc, bm, "--loss", "mse:y,target", "--target", "cpu", "--dump-after", "autodiff"]).stdout
+stats = re.findall(r"= BatchNormalization %\d+, %\d+, %\d+, (%\d+), (%\d+)", dump)
+check(len(stats) == 2 and len({v for pair in stats for v in pair}) == 4,
+      "two BatchNorms' running statistics are four values, not shared: %s" % stats)
 
 def profile(name, **kv):
     base = dict(devices_per_node=8, peak_tflops_f32=1, gemm_efficiency=1, mem_bw_gbs=1e9, op_overhead_us=0,
