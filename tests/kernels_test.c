@@ -1,8 +1,8 @@
 /* kernels_test.c — checks the core reference kernels of kernels/c (binary
  * ops, scale / fill, matmul, transpose, reductions and ReduceMax's backward,
  * losses (MSE, cross-entropy, negative log-likelihood), optimizers), f32 and
- * f64.  kernels_ew_test.c and kernels_nn_test.c cover the rest; the harness
- * (buffers, checks, finite differences) is ktest.h.
+ * f64.  kernels_ew_test.c, kernels_nn_test.c and kernels_attn_test.c cover
+ * the rest; the harness (buffers, checks, finite differences) is ktest.h.
  *
  * Expected values come from naive loops written here (unravel every index,
  * no stride merging, no BLAS) or from constants worked out by hand in the

@@ -1,5 +1,5 @@
 /* ktest.h — the harness shared by the kernels/c test programs
- * (kernels_test.c, kernels_ew_test.c, kernels_nn_test.c).
+ * (kernels_test.c, kernels_ew_test.c, kernels_nn_test.c, kernels_attn_test.c).
  *
  * How it works.  Each test is written once and run for both dtypes.  A Buf
  * holds a tensor as doubles (the f64 kernels work on them directly) plus a

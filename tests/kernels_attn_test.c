@@ -1,0 +1,437 @@
+/* kernels_attn_test.c — checks kernels/c's fused attention (attn.c,
+ * attn_bf16.c: passes/attention.c's FusedAttention) and its backward:
+ * float32 and float64 against naive loops (one row at a time, straight from
+ * the definition) and float64 central finite differences of the float64
+ * forward (ktest.h); the bfloat16 / float16 kernels of --precision bf16 /
+ * fp16 against float64 loops on the same rounded q, kt, v, within the 16-bit
+ * roundings and not closer, and the same bits from 1 thread as from the
+ * team; the causal band computed (K_ATTN_CAUSAL) bit for bit as the same
+ * band given as a bias.
+ */
+#include "ktest.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ---- fused attention ---------------------------------------------------- */
+
+typedef struct {
+    int64_t batch, t, s, d, dv, nbias, brep;
+    int flags;
+    double scale, *ws, *lse;
+} AttnCtx;
+
+/* y (batch t dv) of the FD forward: in = q, kt, v, bias (NULL: none) */
+static void attn_fwd(void *ctx, double *const *in, double *y)
+{
+    const AttnCtx *c = ctx;
+    k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
+                    c->brep, c->scale, c->ws);
+}
+
+/* bias kinds: 0 none, 1 causal (0 / -inf, the diagonal offset s - t), 2 random
+ * with -inf entries and one row all -inf (its y row is NaN, or 0 with K_ATTN_ZERO:
+ * then it stays for the backward, whose gradients there are 0); flags: K_ATTN_KROW
+ * (the keys as rows, s x d, instead of transposed, d x s), K_ATTN_ZERO.  With a
+ * bias its gradient dbias too, by finite differences like the others. */
+static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
+                      int64_t brep, int flags)
+{
+    const int krow = flags & K_ATTN_KROW, zero = (flags & K_ATTN_ZERO) != 0;
+    const double scale = 1 / sqrt((double)d);
+    Buf q = buf_new(batch * t * d), kt = buf_new(batch * d * s), v = buf_new(batch * s * dv);
+    Buf bias = buf_new(kind ? nbias * t * s : 1), y = buf_new(batch * t * dv), lse = buf_new(batch * t);
+    Buf want = buf_new(batch * t * dv), wlse = buf_new(batch * t), w = buf_new(batch * t * dv);
+    Buf dq = buf_new(batch * t * d), dkt = buf_new(batch * d * s), dval = buf_new(batch * s * dv);
+    Buf ws = buf_new(k_attention_workspace(batch, t, s)), dbias = buf_new(kind ? nbias * t * s : 1);
+    fill_rnd(&q, -2, 2), fill_rnd(&kt, -2, 2), fill_rnd(&v, -1, 1), fill_rnd(&w, -1, 1);
+    for (int64_t i = 0; i < bias.n && kind; i++) {
+        const int64_t r = i / s % t, j = i % s;
+        bias.d[i] = kind == 1 ? (j > r + s - t ? -INFINITY : 0) : rnd(0, 1) < 0.3 ? -INFINITY : rnd(-1, 1);
+    }
+    if (kind == 2)
+        for (int64_t j = 0; j < s; j++)
+            bias.d[(t / 2) * s + j] = -INFINITY; /* row t/2 of bias 0 masks everything */
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            double sc[512], mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double a = 0;
+                for (int64_t k = 0; k < d; k++)
+                    a += q.d[(b * t + i) * d + k] * kt.d[b * d * s + (krow ? j * d + k : k * s + j)];
+                sc[j] = scale * a + (kind ? bias.d[(b / brep % nbias) * t * s + i * s + j] : 0);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += exp(sc[j] - mx);
+            wlse.d[b * t + i] = mx == -INFINITY ? (zero ? -INFINITY : NAN) : mx + log(sum);
+            for (int64_t c = 0; c < dv; c++) {
+                double a = 0;
+                for (int64_t j = 0; j < s; j++)
+                    a += exp(sc[j] - mx) / sum * v.d[b * s * dv + j * dv + c];
+                want.d[(b * t + i) * dv + c] = mx == -INFINITY ? (zero ? 0 : NAN) : a;
+            }
+        }
+    PUT(&q, &kt, &v, &bias, &w);
+    const void *bp = kind ? V(bias) : NULL;
+    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", (long long)batch, (long long)t,
+        (long long)s, (long long)d, (long long)dv, kind, flags);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    GET(&y, &lse);
+    check(dt, y.d, want.d, y.n, tol(dt));
+    for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax (or -inf, exactly) */
+        if (isnan(wlse.d[i]) || (zero && wlse.d[i] == -INFINITY)) {
+            checks++;
+            if (!(zero ? lse.d[i] == -INFINITY : isnan(lse.d[i])))
+                failures++, printf("FAIL %s: lse[%lld] = %g\n", what, (long long)i, lse.d[i]);
+            lse.d[i] = wlse.d[i] = 0;
+        }
+    check(dt, lse.d, wlse.d, lse.n, tol(dt));
+    if (kind == 2 && !zero) /* the rest is finite differences around finite values */
+        for (int64_t j = 0; j < s; j++)
+            bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
+          V(lse), batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    GET(&dq, &dkt, &dval, &dbias);
+    AttnCtx c = {batch, t, s, d, dv, nbias, brep, flags, scale, ws.d, lse.d};
+    double *in[4] = {q.d, kt.d, v.d, kind ? bias.d : NULL};
+    CTX("k_attention_grad dq, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 0, q.n, w.d, y.n, dq.d);
+    CTX("k_attention_grad dkt, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 1, kt.n, w.d, y.n, dkt.d);
+    CTX("k_attention_grad dv, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
+    check_fd(dt, attn_fwd, &c, in, 2, v.n, w.d, y.n, dval.d);
+    if (kind) {
+        CTX("k_attention_grad dbias, batch %lld t %lld s %lld bias %d flags %d", (long long)batch, (long long)t,
+            (long long)s, kind, flags);
+        check_fd(dt, attn_fwd, &c, in, 3, bias.n, w.d, y.n, dbias.d);
+    }
+    buf_free(&dbias), buf_free(&q), buf_free(&kt), buf_free(&v), buf_free(&bias), buf_free(&y), buf_free(&lse), buf_free(&want);
+    buf_free(&wlse), buf_free(&w), buf_free(&dq), buf_free(&dkt), buf_free(&dval), buf_free(&ws);
+}
+
+static void test_attention(int dt)
+{
+    for (int krow = 0; krow < 2; krow++) {
+        attn_case(dt, 3, 5, 5, 4, 3, 0, 1, 1, krow);
+        attn_case(dt, 2, 70, 70, 8, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow);   /* bias of problem b: (b / 3) % 2 */
+        attn_case(dt, 4, 40, 130, 3, 2, 1, 4, 1, krow); /* s > t: causal offset s - t, tiles narrower than s */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+        attn_case(dt, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices, repeated */
+    }
+}
+
+/* ---- fused attention on 16-bit operands ---------------------------------- */
+
+/* An attention problem set with its float64 reference: q, kt, v hold the values of the 16-bit q16, kt16, v16
+ * (rounded once, so the reference reads what the kernel reads), bias (NULL: none), dy; the reference computes
+ * in double without rounding anything else. */
+typedef struct {
+    int64_t batch, t, s, d, dv, nbias, brep;
+    int flags, f16;
+    double scale, *q, *kt, *v, *bias, *dy;
+    uint16_t *q16, *kt16, *v16;
+} Attn16;
+
+/* the float64 forward and backward of a (y, lse; dq, dkt in kt's layout, dval, dbias nbias t s) */
+static void ref_attention_16(const Attn16 *a, double *y, double *lse, double *dq, double *dkt, double *dval,
+                             double *dbias)
+{
+    const int64_t t = a->t, s = a->s, d = a->d, dv = a->dv;
+    const int krow = a->flags & K_ATTN_KROW, zero = (a->flags & K_ATTN_ZERO) != 0;
+    double *p = xalloc((size_t)s, sizeof(double));
+    memset(dq, 0, sizeof(double) * (size_t)(a->batch * t * d));
+    memset(dkt, 0, sizeof(double) * (size_t)(a->batch * d * s));
+    memset(dval, 0, sizeof(double) * (size_t)(a->batch * s * dv));
+    memset(dbias, 0, sizeof(double) * (size_t)(a->nbias * t * s));
+    for (int64_t b = 0; b < a->batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            const double *qi = a->q + (b * t + i) * d, *dyi = a->dy + (b * t + i) * dv;
+            const int64_t bs = (b / a->brep % a->nbias) * t * s + i * s;
+            double mx = -INFINITY, sum = 0, dd = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double sc = 0;
+                for (int64_t k = 0; k < d; k++)
+                    sc += qi[k] * a->kt[b * d * s + (krow ? j * d + k : k * s + j)];
+                p[j] = a->scale * sc + (a->bias ? a->bias[bs + j] : 0);
+                mx = fmax(mx, p[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += exp(p[j] - mx);
+            lse[b * t + i] = mx == -INFINITY ? (zero ? -INFINITY : NAN) : mx + log(sum);
+            for (int64_t j = 0; j < s; j++)
+                p[j] = mx == -INFINITY ? (zero ? 0 : NAN) : exp(p[j] - mx) / sum;
+            for (int64_t c = 0; c < dv; c++) {
+                double acc = 0;
+                for (int64_t j = 0; j < s; j++)
+                    acc += p[j] * a->v[b * s * dv + j * dv + c];
+                y[(b * t + i) * dv + c] = acc;
+                dd += dyi[c] * acc;
+            }
+            for (int64_t j = 0; j < s; j++) {
+                double dp = 0;
+                for (int64_t c = 0; c < dv; c++) {
+                    dp += dyi[c] * a->v[b * s * dv + j * dv + c];
+                    dval[b * s * dv + j * dv + c] += p[j] * dyi[c];
+                }
+                const double ds = p[j] * (dp - dd);
+                if (a->bias)
+                    dbias[bs + j] += ds;
+                for (int64_t k = 0; k < d; k++) {
+                    const int64_t kj = b * d * s + (krow ? j * d + k : k * s + j);
+                    dq[(b * t + i) * d + k] += a->scale * ds * a->kt[kj];
+                    dkt[kj] += a->scale * ds * qi[k];
+                }
+            }
+        }
+    free(p);
+}
+
+/* x (n values, drawn in [lo, hi)) rounded to the problem's 16-bit type: the bits into h, their values into x */
+static void round_16(int f16, double *x, uint16_t *h, int64_t n, double lo, double hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float f = (float)rnd(lo, hi);
+        h[i] = f16 ? k_f16_from_f32(f) : k_bf16_from_f32(f);
+        x[i] = f16 ? k_f16_to_f32(h[i]) : k_bf16_to_f32(h[i]);
+    }
+}
+
+/* got (float) against want: NaN exactly where want has one, the same infinities, and the rest within tol of
+ * want norm-wise (||got - want|| / ||want||: the 16-bit roundings of P, dY and dS are relative errors of
+ * about 2^-9 (bfloat16) or 2^-12 (float16) per element, in sums of both signs), but at least floor from it:
+ * the roundings are there (float32 throughout would be about 1e-7 away) */
+static void check_rel(const float *got, const double *want, int64_t n, double tol, double floor)
+{
+    double e = 0, w = 0;
+    checks++;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(want[i]) || isinf(want[i])) {
+            if (isnan(want[i]) ? !isnan(got[i]) : got[i] != want[i]) {
+                printf("FAIL %s at %lld: expected %g, actual %g\n", what, (long long)i, want[i], got[i]);
+                failures++;
+                return;
+            }
+            continue;
+        }
+        e += (got[i] - want[i]) * (got[i] - want[i]), w += want[i] * want[i];
+    }
+    if (!(sqrt(e) <= tol * sqrt(w) && sqrt(e) >= floor * sqrt(w))) {
+        printf("FAIL %s: ||got - want|| / ||want|| = %.3g, not in [%.3g, %.3g]\n", what,
+               sqrt(e / (w > 0 ? w : 1)), floor, tol);
+        failures++;
+    }
+}
+
+/* the kernels' float outputs of one run */
+typedef struct {
+    float *y, *lse, *dq, *dkt, *dval, *dbias;
+} Attn16Out;
+
+static Attn16Out attn16_run(const Attn16 *a, float *ws)
+{
+    const int64_t bt = a->batch * a->t, ns = a->nbias * a->t * a->s;
+    Attn16Out o = {xalloc((size_t)(bt * a->dv), 4), xalloc((size_t)bt, 4), xalloc((size_t)(bt * a->d), 4),
+                   xalloc((size_t)(a->batch * a->d * a->s), 4), xalloc((size_t)(a->batch * a->s * a->dv), 4),
+                   xalloc((size_t)ns, 4)};
+    float *bias = a->bias ? xalloc((size_t)ns, 4) : NULL, *dy = xalloc((size_t)(bt * a->dv), 4);
+    for (int64_t i = 0; bias && i < ns; i++)
+        bias[i] = (float)a->bias[i];
+    for (int64_t i = 0; i < bt * a->dv; i++)
+        dy[i] = (float)a->dy[i];
+    (a->f16 ? k_attention_f16 : k_attention_bf16)(o.y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+    (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
+        o.dq, o.dkt, o.dval, bias ? o.dbias : NULL, dy, a->q16, a->kt16, a->flags, a->v16, bias, o.y, o.lse,
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+    free(bias), free(dy);
+    return o;
+}
+
+static void attn16_free(Attn16Out *o)
+{
+    free(o->y), free(o->lse), free(o->dq), free(o->dkt), free(o->dval), free(o->dbias);
+}
+
+/* k_attention_bf16 / _f16 (f16) and their backward against ref_attention_16, bias kinds as attn_case (with
+ * kind 2 and without K_ATTN_ZERO the all -inf row is unmasked for the backward, whose reference would be NaN);
+ * and the same bits from one thread as from the team */
+static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
+                        int64_t brep, int flags)
+{
+    const double tl = f16 ? 2e-3 : 1.5e-2;
+    Attn16 a = {batch, t, s, d, dv, nbias, brep, flags, f16, 1 / sqrt((double)d), NULL, NULL, NULL, NULL, NULL,
+                NULL, NULL, NULL};
+    const int64_t nq = batch * t * d, nk = batch * d * s, nv = batch * s * dv, ns = nbias * t * s;
+    a.q = xalloc((size_t)nq, 8), a.kt = xalloc((size_t)nk, 8), a.v = xalloc((size_t)nv, 8);
+    a.q16 = xalloc((size_t)nq, 2), a.kt16 = xalloc((size_t)nk, 2), a.v16 = xalloc((size_t)nv, 2);
+    a.dy = xalloc((size_t)(batch * t * dv), 8);
+    round_16(f16, a.q, a.q16, nq, -2, 2), round_16(f16, a.kt, a.kt16, nk, -2, 2), round_16(f16, a.v, a.v16, nv, -1, 1);
+    for (int64_t i = 0; i < batch * t * dv; i++)
+        a.dy[i] = rnd(-1, 1);
+    if (kind) {
+        a.bias = xalloc((size_t)ns, 8);
+        for (int64_t i = 0; i < ns; i++) {
+            const int64_t r = i / s % t, j = i % s;
+            a.bias[i] = kind == 1 ? (j > r + s - t ? -INFINITY : 0) : rnd(0, 1) < 0.3 ? -INFINITY : rnd(-1, 1);
+        }
+        for (int64_t j = 0; kind == 2 && j < s; j++)
+            a.bias[(t / 2) * s + j] = (flags & K_ATTN_ZERO) ? -INFINITY : 0; /* bias 0's row t/2 */
+    }
+    const int64_t nb = batch * t;
+    double *y = xalloc((size_t)(nb * dv), 8), *lse = xalloc((size_t)nb, 8), *dq = xalloc((size_t)nq, 8);
+    double *dkt = xalloc((size_t)nk, 8), *dval = xalloc((size_t)nv, 8), *dbias = xalloc((size_t)ns, 8);
+    ref_attention_16(&a, y, lse, dq, dkt, dval, dbias);
+    float *ws = xalloc((size_t)k_attention_workspace_16(batch, t, s, d, dv), 4);
+    Attn16Out o = attn16_run(&a, ws);
+    const char *name = f16 ? "k_attention_f16" : "k_attention_bf16";
+    static const char *const part[] = {"y", "lse", "dq", "dkt", "dval", "dbias"};
+    const float *got[] = {o.y, o.lse, o.dq, o.dkt, o.dval, o.dbias};
+    const double *want[] = {y, lse, dq, dkt, dval, dbias};
+    const int64_t len[] = {nb * dv, nb, nq, nk, nv, kind ? ns : 0};
+    for (int k = 0; k < 6; k++) {
+        CTX("%s %s: batch %lld t %lld s %lld d %lld dv %lld bias %d nbias %lld brep %lld flags %d", name, part[k],
+            (long long)batch, (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)nbias,
+            (long long)brep, flags);
+        check_rel(got[k], want[k], len[k], k == 1 ? 1e-5 : tl, k == 1 || k == 5 ? 0 : tl / 50); /* lse: float32 */
+    }
+#ifdef _OPENMP
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    Attn16Out one = attn16_run(&a, ws);
+    omp_set_num_threads(team);
+    const float *alone[] = {one.y, one.lse, one.dq, one.dkt, one.dval, one.dbias};
+    for (int k = 0; k < 6; k++) {
+        CTX("%s %s on 1 thread and on %d: batch %lld t %lld s %lld bias %d flags %d", name, part[k], team,
+            (long long)batch, (long long)t, (long long)s, kind, flags);
+        check_bytes(F32, alone[k], got[k], sizeof(float) * (size_t)len[k]);
+    }
+    attn16_free(&one);
+#endif
+    attn16_free(&o);
+    free(ws), free(y), free(lse), free(dq), free(dkt), free(dval), free(dbias);
+    free(a.q), free(a.kt), free(a.v), free(a.q16), free(a.kt16), free(a.v16), free(a.dy), free(a.bias);
+}
+
+static void test_attention_16(int dt)
+{
+    for (int f16 = 0; dt == F32 && f16 < 2; f16++)
+        for (int krow = 0; krow < 2; krow++) {
+            attn16_case(f16, 3, 5, 5, 4, 3, 0, 1, 1, krow);
+            attn16_case(f16, 2, 70, 70, 16, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow);    /* a learned bias of problem b: (b / 3) % 2 */
+            attn16_case(f16, 4, 40, 130, 3, 2, 1, 4, 1, krow);  /* s > t: causal offset s - t */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+            attn16_case(f16, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices */
+            attn16_case(f16, 2, 70, 600, 64, 40, 1, 1, 1, krow); /* past the widening's blocks (512, 256) */
+        }
+}
+
+/* ---- the causal band computed (K_ATTN_CAUSAL) ------------------------------ */
+
+/* One run of every attention kernel, forward and backward, on band problems: the outputs as bytes. */
+typedef struct {
+    void *o[5];   /* y, lse, dq, dkt, dval */
+    size_t n[5]; /* their bytes */
+} BandOut;
+
+/* k_attention_K (K 0 f32, 1 f64, 2 bf16) with bias (NULL: none) and flags on the fixed inputs */
+static BandOut band_run(int K, const double *q, const double *kt, const double *v, const double *dy, const double *bias,
+                        int flags, int64_t B, int64_t t, int64_t s, int64_t d, int64_t dv)
+{
+    const size_t es = K == 1 ? 8 : 4, is = K == 2 ? 2 : es;
+    const int64_t nq = B * t * d, nk = B * d * s, nv = B * s * dv, ny = B * t * dv, ns = t * s;
+    const int64_t nws = K == 2 ? k_attention_workspace_16(B, t, s, d, dv) : k_attention_workspace(B, t, s);
+    void *Q = xalloc((size_t)nq, is), *KT = xalloc((size_t)nk, is), *VV = xalloc((size_t)nv, is);
+    void *DY = xalloc((size_t)ny, es), *BI = bias ? xalloc((size_t)ns, es) : NULL, *W = xalloc((size_t)nws + 1, es);
+    const double *src[5] = {q, kt, v, dy, bias};
+    void *dst[5] = {Q, KT, VV, DY, BI};
+    const int64_t cnt[5] = {nq, nk, nv, ny, ns};
+    for (int a = 0; a < 5; a++)
+        for (int64_t i = 0; dst[a] && i < cnt[a]; i++) {
+            const int low = K == 2 && a < 3;
+            if (low)
+                ((uint16_t *)dst[a])[i] = k_bf16_from_f32((float)src[a][i]);
+            else if (es == 8)
+                ((double *)dst[a])[i] = src[a][i];
+            else
+                ((float *)dst[a])[i] = (float)src[a][i];
+        }
+    BandOut r;
+    const int64_t n[5] = {ny, B * t, nq, nk, nv};
+    for (int a = 0; a < 5; a++)
+        r.n[a] = (size_t)n[a] * es, r.o[a] = xalloc((size_t)n[a], es);
+    if (K == 0) {
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
+                             1, 1, 0.25, W);
+    } else if (K == 1) {
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
+                             1, 1, 0.25, W);
+    } else {
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
+                              dv, 1, 1, 0.25, W);
+    }
+    free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
+    return r;
+}
+
+/* K_ATTN_CAUSAL (no bias; a window w in the flags) gives the bits the same band as a bias of 0 and -inf gives,
+ * forward and backward, in float32, float64 and bfloat16, for t = s, t < s, t > s (rows that see nothing, with
+ * K_ATTN_ZERO) and sliding windows, both key layouts */
+static void test_attention_band(int dt)
+{
+    static const int64_t cases[][4] = {{70, 70, 0, 0}, {40, 130, 0, 0}, {70, 9, 0, 1}, {70, 70, 16, 0}, {33, 50, 7, 0}};
+    if (dt != F32)
+        return;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int krow = 0; krow < 2; krow++) {
+            const int64_t B = 3, t = cases[c][0], s = cases[c][1], w = cases[c][2], d = 8, dv = 6;
+            const int base = krow | (cases[c][3] ? K_ATTN_ZERO : 0);
+            double *q = xalloc((size_t)(B * t * d), 8), *kt = xalloc((size_t)(B * d * s), 8);
+            double *v = xalloc((size_t)(B * s * dv), 8), *dy = xalloc((size_t)(B * t * dv), 8);
+            double *bias = xalloc((size_t)(t * s), 8);
+            for (int64_t i = 0; i < B * t * d; i++)
+                q[i] = rnd(-2, 2);
+            for (int64_t i = 0; i < B * d * s; i++)
+                kt[i] = rnd(-2, 2);
+            for (int64_t i = 0; i < B * s * dv; i++)
+                v[i] = rnd(-1, 1);
+            for (int64_t i = 0; i < B * t * dv; i++)
+                dy[i] = rnd(-1, 1);
+            for (int64_t i = 0; i < t; i++)
+                for (int64_t j = 0; j < s; j++) {
+                    const int64_t hi = i + s - t;
+                    bias[i * s + j] = j > hi || (w && j <= hi - w) ? -INFINITY : 0;
+                }
+            for (int K = 0; K < 3; K++) {
+                BandOut a = band_run(K, q, kt, v, dy, bias, base, B, t, s, d, dv);
+                BandOut b = band_run(K, q, kt, v, dy, NULL, base | K_ATTN_CAUSAL | (int)w << K_ATTN_WINDOW_SHIFT,
+                                     B, t, s, d, dv);
+                for (int o = 0; o < 5; o++) {
+                    checks++;
+                    if (memcmp(a.o[o], b.o[o], a.n[o]))
+                        failures++, printf("FAIL k_attention%s K_ATTN_CAUSAL t %lld s %lld window %lld krow %d: "
+                                           "output %d differs from the band as a bias\n", K == 0 ? "_f32" : K == 1 ?
+                                           "_f64" : "_bf16", (long long)t, (long long)s, (long long)w, krow, o);
+                    free(a.o[o]), free(b.o[o]);
+                }
+            }
+            free(q), free(kt), free(v), free(dy), free(bias);
+        }
+}
+
+/* with the argument attention_16: that test alone (kernels_attn_widened runs it on the widened path) */
+int main(int argc, char **argv)
+{
+    static void (*const tests[])(int) = {test_attention, test_attention_16, test_attention_band};
+    static void (*const only16[])(int) = {test_attention_16};
+    if (argc > 1 && !strcmp(argv[1], "attention_16"))
+        return ktest_main("kernels_attn_test attention_16", only16, 1);
+    return ktest_main("kernels_attn_test", tests, sizeof tests / sizeof tests[0]);
+}
