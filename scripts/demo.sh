@@ -31,8 +31,8 @@ echo "== compile: examples/gpt.onnx (2 layers, d 64, T 64, 121k parameters) -> $
 build/fsdpc examples/gpt.onnx -o $out/train --target cpu --loss cross_entropy:logits,labels \
   --optimizer adamw --dim batch=8 --wrap size:30000 --report --world 2
 
-echo "== train on 2 ranks (global batch 16 x 64 tokens)"
-mpirun -np 2 $out/train --tokens $out/text.bin --val-tokens $out/val.bin --eval-every 100 --steps 800 \
+echo "== train on 2 ranks (global batch 16 x 64 tokens; --shuffle: each epoch visits the windows in its own order)"
+mpirun -np 2 $out/train --tokens $out/text.bin --val-tokens $out/val.bin --eval-every 100 --steps 800 --shuffle \
   --lr 2e-3 --weight-decay 0.01 --log-every 50 --metrics $out/metrics.jsonl --export-onnx $out/trained.onnx
 
 /usr/bin/python3 - "$out/metrics.jsonl" <<'PY'
