@@ -38,6 +38,8 @@ static const char *num(double v)
 
 static const Value *val(const Graph *g, int v) { return &g->val[v]; }
 
+static void emit_zero(Buf *b, const Graph *g, int y);
+
 static void emit_moves(Buf *b, const Graph *g, const Node *n)
 {
     Move *m;
@@ -47,7 +49,9 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
     int fills = 0;
     for (int i = 0; i < k; i++)
         fills |= m[i].src < 0;
-    if (cg_cuda && fills) { /* the device cannot read a host constant: fill all of y, then copy x over it */
+    if (cg_cuda && fills && fill == 0) /* the device cannot read a host constant: zero all of y, copy x over it */
+        emit_zero(b, g, n->out[0]);
+    else if (cg_cuda && fills) { /* the same with a float32 fill */
         const Value *y = val(g, n->out[0]);
         if (y->dtype != DT_F32)
             fatal("node '%s' (%s): a %s fill computed at run time is not supported by --target cuda yet; use "

@@ -221,14 +221,14 @@ static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, in
 /* CumSum as log2(len) shifted adds (Hillis-Steele): y += y shifted by k
  * along the axis for k = 1, 2, 4, ... < len (reverse: shifted the other
  * way); exclusive shifts x by one first.  Gradients follow from Add's and
- * Pad's. */
+ * Pad's; on int64 (position ids) they are Add's and Pad's integer forms. */
 void expand_cumsum(Sweep *s, int id)
 {
     Graph *g = s->g;
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]];
-    if (!is_float(x->dtype))
-        node_fatal(g, &n, "x is %s: not supported (float32 or float64 only)", dtype_name(x->dtype));
+    if (!is_float(x->dtype) && x->dtype != DT_I64) /* int32: intarith.c widened it */
+        node_fatal(g, &n, "x is %s: not supported (float32, float64, int32 or int64)", dtype_name(x->dtype));
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
     int64_t len = x->shape.dim[ax];
     int sign = ir_attr_i(&n, "reverse", 0) ? -1 : 1, y = n.in[0];

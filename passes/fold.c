@@ -18,7 +18,10 @@
  *           GRAD_MAX_IN inputs (longer ones nest); composite ops are
  *           expanded (RMSNormalization; IsNaN, IsInf, And, Or, Xor into
  *           comparisons, Not and Where); Min / Max take two inputs (longer
- *           ones chain); Mod with fmod 1 is FMod;
+ *           ones chain); Mod with fmod 1 is FMod; integer arithmetic
+ *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
+ *           as comparisons, an integer Pow in float64, a float Pow's
+ *           exponent in the base's dtype);
  *           every node whose inputs are all constants — Shape and Size
  *           always, since shapes are static — is evaluated and its outputs
  *           become constants, unless an input is a float initializer (a
@@ -600,7 +603,7 @@ static int variadic_chain(Sweep *s, int id)
 }
 
 /* Rewrite node id into the form later passes expect, then visit it. */
-static void canon(Sweep *s, int id)
+static void canon_op(Sweep *s, int id)
 {
     Graph *g = s->g;
     if (s->nseq && g->node[id].op == OP_Identity && seq_of(s, g->node[id].in[0]) && sequence(s, id))
@@ -634,6 +637,14 @@ static void canon(Sweep *s, int id)
             g->node[id].op = OP_FMod;
         break;
     case OP_MatMul: matmul_operands(s, id); break;
+    case OP_Neg: case OP_Abs: case OP_Sign:
+        if (int_unary(s, id))
+            return;
+        break;
+    case OP_Pow:
+        if (int_pow(s, id))
+            return;
+        break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;
     case OP_CastLike: castlike(g, id); break;
@@ -646,6 +657,15 @@ static void canon(Sweep *s, int id)
     default: break;
     }
     visit(s, id);
+}
+
+/* As canon_op, with int32 arithmetic computed in int64 (intarith.c). */
+static void canon(Sweep *s, int id)
+{
+    int y32 = int_widen(s, id);
+    canon_op(s, id);
+    if (y32 >= 0)
+        int_narrow(s, id, y32);
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

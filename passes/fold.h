@@ -41,4 +41,10 @@ void expand_einsum(Sweep *s, int id);
 void expand_attention(Sweep *s, int id);
 void expand_rope(Sweep *s, int id);       /* RotaryEmbedding */
 
+/* integer arithmetic at run time (intarith.c) */
+int int_widen(Sweep *s, int id);          /* int32 arithmetic in int64: the int32 output to narrow into, or -1 */
+void int_narrow(Sweep *s, int id, int y32);
+int int_unary(Sweep *s, int id);          /* Neg, Abs, Sign of int64: 1 if replaced */
+int int_pow(Sweep *s, int id);            /* Pow's operands; 1 if replaced (an integer base) */
+
 #endif

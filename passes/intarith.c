@@ -1,0 +1,169 @@
+/* intarith.c — fold's rewrites that let integer arithmetic run at run time.
+ *
+ * The executable computes integer tensors with one family of kernels: the
+ * broadcasting binary ops of ops.def's F_I64 rows (Add, Sub, Mul, Div, Min,
+ * Max, Mod, FMod) on int64, plus data movement (Pad, Slice, Gather...),
+ * comparisons, Where and Cast, which take any dtype.  Everything else an
+ * exported model does with integers is written here in those terms, so no
+ * kernel is added and both targets follow:
+ *
+ *   int32 arithmetic   the int32 inputs read through Casts to int64, the op
+ *                      computes int64, a Cast back to int32 writes the
+ *                      node's output (int_widen before the node's own
+ *                      canonicalisation, int_narrow after it).  Exact while
+ *                      the int32 result is in range (ONNX leaves overflow
+ *                      undefined; ours saturates);
+ *   Neg, Abs, Sign     of int64: 0 - x; Where(x < 0, 0 - x, x);
+ *                      Cast(x > 0) - Cast(x < 0)   (int_unary);
+ *   CumSum             of int64: expand.c's shifted adds, which are Pad and
+ *                      Add (RoBERTa's and transformers 5's position ids);
+ *   Pow                a float base with an exponent of another dtype reads
+ *                      the exponent cast to the base's dtype (BLOOM's ALiBi
+ *                      slopes: 2^-k with an int64 k); an integer base: both
+ *                      cast to float64, Pow, a Cast back (exact while the
+ *                      result is below 2^53)   (int_pow).
+ *
+ * With constant inputs the new nodes fold like any other, so shape
+ * arithmetic is unchanged; integer values never carry a gradient.
+ */
+#include "fold.h"
+#include "rules/tensor.h"
+
+static void visit(Sweep *s, int id) { fold_visit(s, id); }
+
+static int is_int(DType t) { return t == DT_I64 || t == DT_I32; }
+
+/* A new value named after node id (NODE/suffix.N), undefined until shaped. */
+static int new_value(Sweep *s, int id, const char *suffix)
+{
+    Graph *g = s->g;
+    return ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), DT_UNDEF, NULL, R_ACT);
+}
+
+/* Cast(x) to dt named NODE/suffix writing out (-1: a new value), visited; its output. */
+static int cast_to(Sweep *s, int id, int x, DType dt, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    if (out < 0)
+        out = new_value(s, id, suffix);
+    int c = ir_node1(g, OP_Cast, ir_fmt("%s/%s", g->node[id].name, suffix), x, -1, out);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(dt);
+    visit(s, c);
+    return out;
+}
+
+/* The inputs of node id that hold integer data (not shape-deciding constants). */
+static int data_inputs(const Graph *g, int id)
+{
+    const Node *n = &g->node[id];
+    if ((op_info[n->op].flags & F_BINARY) && (op_info[n->op].flags & F_I64))
+        return 2;
+    switch (n->op) {
+    case OP_CumSum: case OP_Neg: case OP_Abs: case OP_Sign: return 1;
+    default: return 0;
+    }
+}
+
+/* int32 arithmetic in int64: node id's int32 data inputs read through Casts
+ * to int64 and its output becomes a new int64 value.  Returns the int32
+ * value int_narrow must write once the node is canonicalised, or -1 when
+ * the node is not int32 arithmetic. */
+int int_widen(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    int k = data_inputs(g, id);
+    if (k == 0 || g->node[id].nin < k)
+        return -1;
+    for (int i = 0; i < k; i++)
+        if (g->node[id].in[i] < 0 || g->val[g->node[id].in[i]].dtype != DT_I32)
+            return -1;
+    for (int i = 0; i < k; i++) {
+        int x = cast_to(s, id, g->node[id].in[i], DT_I64, ir_fmt("int64_%d", i), -1);
+        g->node[id].in[i] = x;
+    }
+    int y32 = g->node[id].out[0];
+    g->node[id].out[0] = new_value(s, id, "int64");
+    return y32;
+}
+
+/* The int64 result of node id (canonicalised: its output may now be written
+ * by the nodes it expanded into) cast to y32. */
+void int_narrow(Sweep *s, int id, int y32)
+{
+    cast_to(s, id, s->g->node[id].out[0], DT_I32, "int32", y32);
+}
+
+/* An int64 scalar constant v named after node id. */
+static int int_scalar(Sweep *s, int id, int64_t v, const char *suffix)
+{
+    Graph *g = s->g;
+    Shape sc = {.rank = 0};
+    return ir_const(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), DT_I64, &sc, &v);
+}
+
+/* op(a, b[, c]) named NODE/suffix writing out (-1: a new value), visited; its output. */
+static int node3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    int in[3] = {a, b, c};
+    if (out < 0)
+        out = new_value(s, id, suffix);
+    int k = ir_node(g, op, ir_fmt("%s/%s", g->node[id].name, suffix), c >= 0 ? 3 : b >= 0 ? 2 : 1, in, 1, &out);
+    visit(s, k);
+    return out;
+}
+
+/* Neg, Abs and Sign of an int64 x as comparisons, Where and int64 Sub; 1 if
+ * node id was one (and is replaced), 0 otherwise. */
+int int_unary(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    if (g->val[n.in[0]].dtype != DT_I64)
+        return 0;
+    int x = n.in[0], zero = int_scalar(s, id, 0, "zero");
+    switch (n.op) {
+    case OP_Neg:
+        node3(s, id, OP_Sub, zero, x, -1, "neg", n.out[0]);
+        return 1;
+    case OP_Abs: {
+        int neg = node3(s, id, OP_Less, x, zero, -1, "negative", -1);
+        int minus = node3(s, id, OP_Sub, zero, x, -1, "neg", -1);
+        node3(s, id, OP_Where, neg, minus, x, "abs", n.out[0]);
+        return 1;
+    }
+    case OP_Sign: {
+        int pos = cast_to(s, id, node3(s, id, OP_Greater, x, zero, -1, "positive", -1), DT_I64, "pos", -1);
+        int neg = cast_to(s, id, node3(s, id, OP_Less, x, zero, -1, "negative", -1), DT_I64, "neg", -1);
+        node3(s, id, OP_Sub, pos, neg, -1, "sign", n.out[0]);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Pow's operands: a float base reads its exponent in its own dtype; an
+ * integer base is computed in float64 and cast back.  1 if node id was
+ * replaced (an integer base), 0 if it stays a Pow (perhaps with a cast
+ * exponent). */
+int int_pow(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    if (n.nin < 2 || n.in[0] < 0 || n.in[1] < 0)
+        return 0;
+    DType bt = g->val[n.in[0]].dtype, et = g->val[n.in[1]].dtype;
+    if (is_float(bt)) {
+        if (et != bt && (is_float(et) || is_int(et)))
+            g->node[id].in[1] = cast_to(s, id, n.in[1], bt, "exponent", -1);
+        return 0;
+    }
+    if (!is_int(bt) || !(is_float(et) || is_int(et)))
+        return 0; /* the shape rule names what is wrong */
+    int b = cast_to(s, id, n.in[0], DT_F64, "base", -1);
+    int e = et == DT_F64 ? n.in[1] : cast_to(s, id, n.in[1], DT_F64, "exponent", -1);
+    int p = node3(s, id, OP_Pow, b, e, -1, "pow", -1);
+    cast_to(s, id, p, bt, "int", n.out[0]);
+    return 1;
+}
