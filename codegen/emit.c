@@ -173,6 +173,57 @@ const char *cg_ints(const int64_t *v, int n)
     return b.buf;
 }
 
+/* A MatMul's batch, split where its operands broadcast: the output's batch
+ * dims [0, p) are looped over (outer[] their sizes, oa[] / ob[] each
+ * operand's matrix stride per dim, 0 where it broadcasts) and dims [p, nb)
+ * are one strided batch of `inner` GEMMs in which each operand is either
+ * every matrix or one (stride 0).  No partial broadcast: p = 0, one call. */
+typedef struct {
+    int p;
+    int64_t outer[MAX_RANK], oa[MAX_RANK], ob[MAX_RANK], inner, nouter;
+    int a_inner, b_inner; /* the operand varies over the inner dims */
+} MatBatch;
+
+/* Operand x's matrix strides over the output's nb batch dims (0: broadcast). */
+static void batch_strides(const Shape *x, const Shape *y, int nb, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = nb - 1; d >= 0; d--) {
+        int k = d - (nb - (x->rank - 2));
+        int64_t xd = k >= 0 ? x->dim[k] : 1;
+        st[d] = xd == 1 && y->dim[d] != 1 ? 0 : acc;
+        acc *= xd;
+    }
+}
+
+static MatBatch mat_batch(const Shape *sa, const Shape *sb, const Shape *sy)
+{
+    MatBatch mb = {.inner = 1, .nouter = 1};
+    int nb = sy->rank - 2;
+    int64_t sta[MAX_RANK], stb[MAX_RANK];
+    batch_strides(sa, sy, nb, sta);
+    batch_strides(sb, sy, nb, stb);
+    /* the inner dims: the longest suffix over which each operand is all there or all broadcast */
+    int p = nb, a_in = -1, b_in = -1;
+    for (; p > 0; p--) {
+        int d = p - 1, av = sta[d] != 0, bv = stb[d] != 0;
+        if (sy->dim[d] == 1)
+            continue; /* a size-1 dim goes either way */
+        if ((a_in >= 0 && av != a_in) || (b_in >= 0 && bv != b_in))
+            break;
+        a_in = av, b_in = bv;
+    }
+    mb.p = p;
+    mb.a_inner = a_in > 0, mb.b_inner = b_in > 0;
+    for (int d = p; d < nb; d++)
+        mb.inner *= sy->dim[d];
+    for (int d = 0; d < p; d++) {
+        mb.outer[d] = sy->dim[d], mb.oa[d] = sta[d], mb.ob[d] = stb[d];
+        mb.nouter *= sy->dim[d];
+    }
+    return mb;
+}
+
 static void emit_matmul(Buf *b, const Graph *g, const Node *n)
 {
     const Shape *sa = &g->val[n->in[0]].shape, *sb = &g->val[n->in[1]].shape;
@@ -180,18 +231,34 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
     int64_t m = sy->dim[sy->rank - 2], nn = sy->dim[sy->rank - 1];
     int64_t k = sa->dim[sa->rank - (ta ? 2 : 1)];
-    int64_t batch = shape_numel(sy) / (m * nn);
-    int64_t strA = shape_numel(sa) == m * k ? 0 : m * k, strB = shape_numel(sb) == k * nn ? 0 : k * nn;
+    MatBatch mb = mat_batch(sa, sb, sy);
+    int64_t strA = mb.a_inner ? m * k : 0, strB = mb.b_inner ? k * nn : 0;
     /* --precision bf16 / fp16: 16-bit operands, float32 result */
     const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->out[0]].dtype);
+    const char *y = cg_ptr(g, n->out[0]), *a = cg_ptr(g, n->in[0]), *bb = cg_ptr(g, n->in[1]);
+    const char *add = n->op == OP_MatMulAdd && n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL";
+    if (mb.p > 0) { /* partially broadcast: a loop over the outer batch dims (offsets in matrices) */
+        cg_put(b, "    { static const int64_t osh[] = %s, oa[] = %s, ob[] = %s;\n", cg_ints(mb.outer, mb.p),
+               cg_ints(mb.oa, mb.p), cg_ints(mb.ob, mb.p));
+        cg_put(b, "      for (int64_t o = 0; o < %lld; o++) {\n        int64_t r = o, ia = 0, ib = 0;\n"
+                  "        for (int d = %d; d >= 0; d--) { ia += r %% osh[d] * oa[d]; ib += r %% osh[d] * ob[d]; "
+                  "r /= osh[d]; }\n", (long long)mb.nouter, mb.p - 1);
+        const char *yo = ir_fmt("o * %lld", (long long)(mb.inner * m * nn));
+        y = ir_fmt("%s + %s", y, yo);
+        a = ir_fmt("%s + ia * %lld", a, (long long)(m * k));
+        bb = ir_fmt("%s + ib * %lld", bb, (long long)(k * nn));
+        if (strcmp(add, "NULL"))
+            add = ir_fmt("%s + %s", add, yo);
+    }
     if (n->op == OP_MatMulAdd) /* alpha and the epilogue's bias and addend, or NULL */
-        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, %.17g, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
-               cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL",
-               n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL", ir_attr_f(n, "alpha", 1.0));
+        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, %.17g, ", s, y, a, bb,
+               n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL", add, ir_attr_f(n, "alpha", 1.0));
     else
-        cg_put(b, "    k_matmul_%s(%s, %s, %s, ", s, cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]));
-    cg_put(b, "%lld, %lld, %lld, %lld, %lld, %lld, %d, %d%s);\n", (long long)batch, (long long)strA,
+        cg_put(b, "    k_matmul_%s(%s, %s, %s, ", s, y, a, bb);
+    cg_put(b, "%lld, %lld, %lld, %lld, %lld, %lld, %d, %d%s);\n", (long long)mb.inner, (long long)strA,
            (long long)strB, (long long)m, (long long)nn, (long long)k, ta, tb, n->op == OP_MatMul ? ", 0.0" : "");
+    if (mb.p > 0)
+        cg_put(b, "    } }\n");
 }
 
 /* The kernels' code of an elementwise op ("K_RELU": its row in kernels/c/fused.h, ops.def's EW1 / EW2). */

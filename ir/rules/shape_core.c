@@ -50,8 +50,8 @@ static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
 }
 
 /* MatMul with fsdpc's transA/transB; both operands rank >= 2 with batch
- * dims that broadcast.  Codegen needs each operand's batch to be either the
- * full output batch or a single matrix. */
+ * dims that broadcast, partially too ([B,1,M,K] x [B,H,K,N]: multi-query
+ * attention; codegen loops over the dims where an operand broadcasts). */
 static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
 {
     const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]];
@@ -77,10 +77,6 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
     if (!broadcast(&ba, &bb, &bo))
         node_fatal(g, n, "%s", ir_fmt("batch dims of %s and %s do not broadcast", shape_str(&a->shape),
                          shape_str(&b->shape)));
-    int64_t nb = shape_numel(&bo);
-    if ((shape_numel(&ba) != nb && shape_numel(&ba) != 1) ||
-        (shape_numel(&bb) != nb && shape_numel(&bb) != 1))
-        node_fatal(g, n, "%s", "partially broadcast batch dims are not supported");
     *dt = a->dtype;
     *s = bo;
     s->dim[s->rank++] = m;

@@ -99,6 +99,13 @@ def cases():
                            lambda w: w["A"] @ w["B"])
     c["MatMul_bcast_A"] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(3, 4), "B": r(2, 4, 5)},
                            lambda w: w["A"] @ w["B"])
+    # partially broadcast batch dims: multi-query attention's one key head against every query head, each side,
+    # and each operand broadcast on a dim of its own (codegen loops over the outer dims)
+    for name, sa, sb in (("MatMul_partial_A", (2, 1, 3, 4), (2, 3, 4, 5)), ("MatMul_partial_B", (2, 3, 3, 4), (2, 1, 4, 5)),
+                         ("MatMul_partial_cross", (3, 1, 2, 4), (1, 2, 4, 5)),
+                         ("MatMul_partial_outer", (2, 1, 3, 2, 4), (2, 4, 1, 4, 5))):
+        c[name] = ([helper.make_node("MatMul", ["A", "B"], ["Y"])], {"A": r(*sa), "B": r(*sb)},
+                   lambda w: w["A"] @ w["B"])
     for ta in (0, 1):
         for tb in (0, 1):
             for alpha, beta in ((1.0, 1.0), (0.75, 1.25)):  # exact in float32 (ONNX stores float attrs so)

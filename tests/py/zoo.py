@@ -10,7 +10,8 @@ AdamW steps at world 2 under mpirun on the committed batch; the 3 losses within 
 and every parameter's final values (at ref.json's positions, and its L2 norm) within 1e-4 of its max |w|.
 Each compile's attentions are fused as FUSED says (FusedAttention nodes after the attention pass, both exports; 0
 where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), BERT and both ViTs 2,
-T5 all 6 (their learned relative-position bias gets its gradient from the fused op).
+T5 all 6 (their learned relative-position bias gets its gradient from the fused op); Falcon's multi-query
+attention (MatMuls broadcast over the heads) is not fused.
 On the HF Llama and GPT-2 (where they compile) also --shard full, grad_op and hybrid:2 at world 4 (per-rank
 batch 2 over the 4-sample file: ranks 2-3 repeat ranks 0-1's samples, the same mean) and --wrap blocks at world 2.
 

@@ -1,5 +1,5 @@
-"""Writes the model zoo that tests/py/zoo.py trains: ten PyTorch models with tiny configs (plus the Llama with
-SDPA at opset 23 and a model of torch's indexing ops), each exported both ways, and PyTorch's reference trajectory.
+"""Writes the model zoo that tests/py/zoo.py trains: eleven PyTorch models with tiny configs (plus the Llama
+with SDPA at opset 23 and a model of torch's indexing ops), each exported both ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
 
@@ -96,6 +96,16 @@ def llama_sdpa23(rng):
     return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
+def falcon(rng):
+    """multi-query attention: one key/value head shared by every query head, its MatMuls broadcast over the heads
+    ([B,1,T,D] against [B,H,D,T]), as Falcon-7B's"""
+    from transformers import FalconConfig, FalconForCausalLM
+    cfg = FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       multi_query=True, new_decoder_architecture=False, parallel_attn=True, bias=False,
+                       max_position_embeddings=32, attn_implementation="eager")
+    return Logits(FalconForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
 def bert(rng):
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -171,7 +181,7 @@ def indexing(rng):
     return Indexing(), {"input_ids": tokens(rng, GLOBAL_B, T), "slots": slots}, rng.integers(0, CLASSES, GLOBAL_B)
 
 
-MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "bert": bert, "t5": t5,
+MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
           "llama_sdpa23": llama_sdpa23, "indexing": indexing}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
