@@ -176,7 +176,7 @@ def read_def(text):
                     if not sections:
                         fail("ir/ops.def: %s comes before the first section" % name)
                     sections[-1][2].append({
-                        "name": name, "since": since, "types": classes[types],
+                        "name": name, "since": since, "class": types, "types": classes[types],
                         "inmin": c_value(inmin, {}), "inmax": c_value(inmax, {}),
                         "diff": c_value(diff, {}), "limits": user_text(comment)})
         i += 1
