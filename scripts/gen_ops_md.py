@@ -93,6 +93,7 @@ def c_value(expr, names):
 
 
 def balanced(s):
+    """are s's parentheses balanced (so '(a) < (b)' is not taken for one parenthesized whole)?"""
     d = 0
     for ch in s:
         d += ch == "("
@@ -103,6 +104,7 @@ def balanced(s):
 
 
 def top_level(s, op):
+    """the index of the first op character of s outside parentheses, or None"""
     d = 0
     for i, ch in enumerate(s):
         d += ch == "("
@@ -184,6 +186,7 @@ def read_def(text):
 
 
 def opset_range(text):
+    """(OPSET_MIN, OPSET_MAX) of frontend/onnx.c"""
     lo, hi = (re.search(r"\b%s\s*=\s*(\d+)" % k, text) for k in ("OPSET_MIN", "OPSET_MAX"))
     if not lo or not hi:
         fail("frontend/onnx.c defines no OPSET_MIN / OPSET_MAX")
