@@ -37,11 +37,15 @@ typedef enum {
 } DType;
 
 typedef enum {
-#define OP(name, onnx, inmin, inmax, outmin, outmax, diff, flags) OP_##name,
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags) OP_##name,
 #include "ops.def"
 #undef OP
     OP_COUNT
 } Op;
+
+/* the dtypes an ONNX op takes (ops.def's types column, where each is spelled
+ * out for docs/ops.md) */
+typedef enum { T_NONE, T_FLOAT, T_NUM, T_ANY, T_BOOL, T_CMP, T_TEST, T_INDEX, T_SHAPE, T_NUMBER } OpTypes;
 
 enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32, F_DOUT = 64, F_I64 = 128, F_REDUCE = 256 };
 
@@ -57,7 +61,8 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    int onnx;
+    int since;           /* 0: fsdpc's own; else the first ONNX opset the frontend reads it at */
+    OpTypes types;
     int inmin, inmax;    /* inmax -1: unbounded */
     int outmin, outmax;  /* outmax -1: as many as the node names */
     unsigned diff;       /* bit i: input i carries a gradient */

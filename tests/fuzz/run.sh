@@ -31,7 +31,8 @@ fi
   "with examples/ only"
 # a dictionary: the ONNX op types fsdpc accepts, the default domain, some attribute names
 {
-  sed -n -e 's/^OP(\([A-Za-z]*\), *1,.*/"\1"/p' -e 's/^EW[12](\([A-Za-z]*\),.*/"\1"/p' -e 's/^EW2D(\([A-Za-z]*\), *1,.*/"\1"/p' "$src/ir/ops.def"
+  sed -n -e 's/^OP(\([A-Za-z]*\), *[1-9][0-9]*,.*/"\1"/p' -e 's/^EW[12](\([A-Za-z]*\),.*/"\1"/p' \
+    -e 's/^EW2D(\([A-Za-z]*\), *[1-9][0-9]*,.*/"\1"/p' "$src/ir/ops.def"
   for w in ai.onnx axis axes perm keepdims epsilon training_mode transA transB alpha beta kernel_shape strides \
            pads dilations group value to split momentum reduction ignore_index batch_dims equation mode \
            coordinate_transformation_mode nearest_mode cubic_coeff_a exclude_outside is_causal q_num_heads \

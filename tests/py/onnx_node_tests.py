@@ -143,7 +143,7 @@ def main():
         status, msg = run_case(fsdpc, work, case)
         counts[status] += 1
         if status == "skip":
-            m = re.search(r"unsupported ops: (\w+)", msg)
+            m = re.search(r"unsupported ops? (\w+)", msg)
             reasons["op " + m.group(1) if m else re.sub(r".*: ", "", msg)[:70]] += 1
         elif status == "fail":
             fails.append("%s: %s" % (case, msg))

@@ -11,8 +11,10 @@ Small models made with onnx.helper at the opset under test, run through
     negative);
   - AveragePool-19 (opset 19): dilations;
   - the MLP of examples/ re-stamped at opset 28 trains exactly as at 17.
+  - LayerNormalization at opset 13 (ONNX's from 17; ONNX Runtime's optimizer writes it at older opsets).
 Refused with one line naming the node, op and what to do (exit 1):
   - opset 29 and opset 12 (the message names the opset and the range);
+  - an op newer than the model's opset (ops.def's since): Trilu at 13, CastLike at 14, Gelu at 19;
   - ReduceMean at opset 17 with an axes input; at opset 18 with an axes attribute;
   - Split at opset 17 with num_outputs; Pad-19's wrap mode.
 """
@@ -123,6 +125,19 @@ def main():
               {"im": im}, ["y"], opset=19)
     want = (im[:, :, 0:5, 0:5] + im[:, :, 2:7, 0:5] + im[:, :, 0:5, 2:7] + im[:, :, 2:7, 2:7]) / 4
     expect(fsdpc, work, "AveragePool19_dilations", m, {"im": im}, {"y": want})
+
+    # an op newer than the model's opset (ops.def's since column) is refused; LayerNormalization (ONNX's from
+    # opset 17) is read at 13-16 too, as ONNX Runtime's optimizer writes it there
+    for op, since, attrs in (("Trilu", 14, {}), ("CastLike", 15, {}), ("Gelu", 20, {})):
+        ins = ["x", "x"] if op == "CastLike" else ["x"]
+        m = model([helper.make_node(op, ins, ["y"], name="n1", **attrs)], {"x": x}, ["y"], opset=since - 1)
+        refuse(fsdpc, work, "%s%d" % (op, since - 1), m, "'n1' (%s)" % op, "opset %d op" % since,
+               "opset %d" % (since - 1))
+    w, b = rng.standard_normal(4), rng.standard_normal(4)
+    m = model([helper.make_node("LayerNormalization", ["x", "w", "b"], ["y"], epsilon=1e-5)], {"x": x}, ["y"],
+              [("w", w), ("b", b)], opset=13)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    expect(fsdpc, work, "LayerNormalization13", m, {"x": x}, {"y": (x - mu) / np.sqrt(var + 1e-5) * w + b})
 
     # the opset range
     for opset in (12, 29):
