@@ -45,7 +45,7 @@ typedef enum {
 
 /* the dtypes an ONNX op takes (ops.def's types column, where each is spelled
  * out for docs/ops.md) */
-typedef enum { T_NONE, T_FLOAT, T_NUM, T_ANY, T_BOOL, T_CMP, T_TEST, T_INDEX, T_SHAPE, T_NUMBER } OpTypes;
+typedef enum { T_NONE, T_FLOAT, T_ANY, T_BOOL, T_CMP, T_TEST, T_INDEX, T_SHAPE, T_NUMBER } OpTypes;
 
 enum { F_EW = 1, F_COLL = 2, F_OPT = 4, F_VIEW = 8, F_UNARY = 16, F_BINARY = 32, F_DOUT = 64, F_I64 = 128, F_REDUCE = 256 };
 

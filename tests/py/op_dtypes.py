@@ -29,7 +29,7 @@ NP = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "b
 ALL = set(DT)
 FLOAT = {"f32", "f64"}
 # what each dtype class of ops.def's head accepts in the probed input(s)
-CLASS = {"T_FLOAT": FLOAT, "T_NUM": FLOAT | {"i64"}, "T_ANY": ALL, "T_BOOL": {"bool"}, "T_CMP": ALL,
+CLASS = {"T_FLOAT": FLOAT, "T_ANY": ALL, "T_BOOL": {"bool"}, "T_CMP": ALL,
          "T_TEST": FLOAT, "T_INDEX": FLOAT, "T_SHAPE": ALL, "T_NUMBER": ALL - {"bool"}}
 
 N = helper.make_node
