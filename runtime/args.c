@@ -1,14 +1,31 @@
-/* args.c — the command line of a training or forward-only (eval) executable:
- * the options (RtOpts) with their defaults, --help text, and flag parsing.
- * Each kind rejects the other's flags; cpu builds reject the cuda target's
- * (--rendezvous, --no-cuda-graph).  Errors go through rt_err_set (status 2
- * for a bad command line), so that rt.c reports them once for all ranks.
+/* args.c — the options of a training or forward-only (eval) executable:
+ * the table of them (OPTS: name, value type, which builds take it, whether
+ * a checkpoint keeps it), their defaults (RtOpts), where their values come
+ * from, and the parsing of each value (set_flag).
+ *
+ * Values come from three sources, lowest precedence first: the run.toml of
+ * the --resume checkpoint (the options of the run that wrote it), the
+ * --config FILE, the command line; an option takes its values from the
+ * highest source that gives it (a repeatable one its whole list).  Run files
+ * are read by runcfg.c; a key is an option's name, its value the text the
+ * flag would get, so every source goes through set_flag.  describe() then
+ * writes the options in force as the run.toml every checkpoint gets (all
+ * but F_NOSAVE's), the start-up line on what --resume restored, and a hash
+ * the ranks compare (each reads its files itself).
+ *
+ * Each kind rejects the other's options; cpu builds reject the cuda
+ * target's (--rendezvous, --no-cuda-graph), fp32 builds the fp16 ones
+ * (a run.toml of another build has them ignored, and said so).  Errors go
+ * through rt_err_set (status 2 for a bad command line or run file: "FILE:
+ * LINE: key 'K': ..."), so that rt.c reports them once for all ranks.  The
+ * --help text is usage.c's.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,207 +33,6 @@
 
 #include "rt_priv.h"
 
-static void usage_inputs(const RtModel *m)
-{
-    printf("\nModel inputs (one .npy each, N rows, or --tokens samples; b = rows per rank and step,\n"
-           "so the global batch is b * ranks; at step s = 0, 1, ... rank r reads rows\n"
-           "(s*b*ranks + r*b + i) mod N, i < b):\n");
-    if (m->ninput == 0)
-        printf("  (none)\n");
-    for (int i = 0; i < m->ninput; i++) {
-        const RtInput *in = &m->input[i];
-        printf("  %-16s %s [", in->name, npy_dtype_name(in->dtype));
-        for (int d = 0; d < in->rank && d < RT_MAX_RANK; d++) {
-            if (d == 0)
-                printf("N");
-            else
-                printf(", %" PRId64, in->shape[d]);
-        }
-        printf("]  (b = %" PRId64 ")\n", in->rank > 0 ? in->shape[0] : 0);
-    }
-    int ti, tl;
-    char why[1024];
-    if (rt_token_inputs(m, NULL, &ti, &tl, why, sizeof why) == 0)
-        printf("--tokens feeds '%s' (tokens) and '%s' (labels: the tokens shifted by one) by default.\n",
-               m->input[ti].name, m->input[tl].name);
-}
-
-/* the cuda target's flags (both kinds) */
-static void usage_cuda(const RtModel *m)
-{
-    if (!m->target_cuda)
-        return;
-    printf("  --rendezvous SPEC       how the ranks find rank 0: file:PATH (a file every rank can\n"
-           "                          read; rank 0 writes its address there), tcp:HOST:PORT (rank 0\n"
-           "                          listens on PORT) or mpi (Open MPI's library, loaded at run\n"
-           "                          time, broadcasts rank 0's address).  Default: MASTER_ADDR and\n"
-           "                          MASTER_PORT, else under mpirun or srun mpi when libmpi.so.40\n"
-           "                          loads ($FSDPC_MPI_LIB: another path, or none), else (mpirun,\n"
-           "                          one node) a file in /tmp.  Ranks come from mpirun, srun, or\n"
-           "                          RANK and WORLD_SIZE\n"
-           "  --no-cuda-graph         run every step eagerly instead of replaying a CUDA Graph\n");
-}
-
-static void usage_fp16(const RtModel *m)
-{
-    if (!m->loss_scaling)
-        return;
-    printf("  --loss-scale-init S     built with --precision fp16: dynamic loss scaling starts at S\n"
-           "                          (default 65536 = 2^16).  A step whose gradient overflows (a\n"
-           "                          non-finite global norm, the same on every rank) is skipped and\n"
-           "                          S halves; S doubles after N steps without one\n"
-           "  --loss-scale-growth-interval N\n"
-           "                          that N (default 2000)\n"
-           "  --loss-scale S          a fixed loss scale instead (overflowing steps are still skipped)\n");
-}
-
-static void eval_usage(const RtModel *m)
-{
-    printf("usage: %s --out-dir DIR --input NAME=FILE ... [options]\n"
-           "Runs the forward pass of %s once (built by fsdpc --eval) and writes every graph\n"
-           "output to DIR/NAME.npy.\n"
-           "\n"
-           "  --input NAME=FILE       model input NAME from FILE.npy, or FILE.pb (a serialized ONNX\n"
-           "                          TensorProto); one per input, of its exact dtype and shape\n"
-           "  --out-dir DIR           where the outputs go (created if missing); required\n"
-           "  --init FILE             constants (default: this executable's path + .init)\n"
-           "  --quiet                 no progress lines\n"
-           "  --help                  this text\n",
-           rt_prog, m->name ? m->name : "the model");
-    usage_cuda(m);
-    printf("\nModel inputs:\n");
-    char dims[256];
-    if (m->ninput == 0)
-        printf("  (none)\n");
-    for (int i = 0; i < m->ninput; i++) {
-        rt_dims_str(dims, sizeof dims, m->input[i].rank, m->input[i].shape, 0);
-        printf("  %-16s %s %s\n", m->input[i].name, npy_dtype_name(m->input[i].dtype), dims);
-    }
-    printf("Model outputs:\n");
-    if (m->noutput == 0 || !m->output)
-        printf("  (none)\n");
-    for (int i = 0; m->output && i < m->noutput; i++) {
-        const RtOutput *out = &m->output[i];
-        char *f = out->name ? rt_output_file_name(out->name) : NULL;
-        rt_dims_str(dims, sizeof dims, out->rank, out->shape, 0);
-        printf("  %-16s %s %s  -> DIR/%s\n", out->name ? out->name : "?", npy_dtype_name(out->dtype), dims,
-               f ? f : "?");
-        free(f);
-    }
-    fflush(stdout);
-}
-
-void rt_usage(const RtModel *m)
-{
-    if (m->eval) {
-        eval_usage(m);
-        return;
-    }
-    printf("usage: %s [options]            (one rank)\n"
-           "       mpirun -np N %s [options]   (N ranks; or srun)\n"
-           "Trains %s (built by fsdpc; optimizer %s).\n"
-           "\n"
-           "  --data NAME=FILE.npy    training data of model input NAME (one per input)\n"
-           "  --tokens FILE.bin       a token stream (uint16 little-endian, as nanoGPT's train.bin;\n"
-           "                          or llm.c's .bin with its 1024-byte header: version 1 uint16,\n"
-           "                          version 2 uint32 tokens) feeding two int64\n"
-           "                          [N, T] inputs: sample k is tokens [k*T, k*T+T) and its labels\n"
-           "                          tokens [k*T+1, k*T+T+1); (ntokens-1)/T samples.  Other inputs\n"
-           "                          still come from --data (with as many rows as samples)\n"
-           "  --shuffle               each epoch visits the samples in its own order: a permutation of\n"
-           "                          the N samples drawn from --seed and the epoch (a bijection, no\n"
-           "                          table), the same at every world size; without it sample k of\n"
-           "                          global position p is p mod N\n"
-           "  --random-windows        --tokens: the window of global position p starts at a token\n"
-           "                          drawn uniformly from [0, ntokens - T) by (--seed, p), as\n"
-           "                          nanoGPT's get_batch (independent draws, the same at every world\n"
-           "                          size; resumed runs continue the draws); validation keeps fixed\n"
-           "                          windows\n"
-           "  --seed S                seeds --shuffle, --random-windows and Dropout's masks (default 0:\n"
-           "                          the build's dropout seed)\n"
-           "  --token-inputs IN,LAB   the inputs --tokens feeds (default: the model's first int64\n"
-           "                          [N, T] input and the other one, e.g. the labels input of\n"
-           "                          --loss cross_entropy:logits,labels)\n"
-           "  --val-data NAME=FILE.npy, --val-tokens FILE.bin\n"
-           "                          held-out data, as --data / --tokens: the mean loss over it is\n"
-           "                          computed every --eval-every K steps and after the last one,\n"
-           "                          forward only (Dropout off, BatchNorm on its running statistics, as\n"
-           "                          torch's eval mode; no optimizer state or statistic touched),\n"
-           "                          sharded as training; the step line and --metrics get val_loss\n"
-           "  --eval-every K          validate after every K-th step (default: after the last only)\n"
-           "  --eval-steps N          batches per validation, from the set's start each time (default:\n"
-           "                          one pass: its samples / the global batch, at least 1)\n"
-           "  --save-best             keep the checkpoint of the best validation loss in --ckpt-dir's\n"
-           "                          best/ (--resume DIR/best continues from it)\n"
-           "  --steps N               optimizer steps (default 10)\n"
-           "  --lr X                  learning rate (default 1e-3)\n"
-           "  --weight-decay X        weight decay (default 0.01 for adamw, 0 for adam and sgd: PyTorch's);\n"
-           "                          adamw decouples it (p -= lr*X*p), adam and sgd add X*p to the\n"
-           "                          gradient\n"
-           "  --no-decay PATTERN      the parameters weight decay skips: those whose ONNX name matches\n"
-           "                          PATTERN (a glob; repeatable); default: every parameter of rank\n"
-           "                          < 2 (biases, norm scales), as nanoGPT and Hugging Face do;\n"
-           "                          --no-decay none: every parameter decays\n"
-           "  --lr-mult PATTERN=X     the parameters whose ONNX name matches PATTERN (a glob;\n"
-           "                          repeatable, the first match counts) train at X times the learning\n"
-           "                          rate (and its schedule), as a PyTorch param group with lr*X\n"
-           "  --momentum X            sgd momentum (default 0)\n"
-           "  --nesterov              sgd: Nesterov momentum (torch.optim.SGD nesterov=True; needs\n"
-           "                          --momentum > 0)\n"
-           "  --beta1 X, --beta2 X    adamw/adam betas (default 0.9, 0.999)\n"
-           "  --eps X                 adamw/adam epsilon (default 1e-8)\n"
-           "  --clip-grad-norm X      scale the gradient to global L2 norm at most X before each\n"
-           "                          update (torch.nn.utils.clip_grad_norm_; the norm over every\n"
-           "                          rank's shard); metrics then report grad_norm (default: none)\n"
-           "  --lr-schedule constant|cosine|linear|wsd\n"
-           "                          every one: lr * s/W for steps s <= W (--warmup-steps W, default 0);\n"
-           "                          then constant (the default): lr; cosine: cosine decay from lr to\n"
-           "                          --min-lr X (default lr/10) at step --decay-steps D (default\n"
-           "                          --steps), min-lr after it; linear: the same, linear; wsd\n"
-           "                          (warmup-stable-decay): lr until D - K, then linear to min-lr at D\n"
-           "                          (--wsd-decay-steps K, default (D - W)/5 rounded up)\n"
-           "  --on-nonfinite stop|skip\n"
-           "                          a step whose loss or gradient norm is not finite (NaN, inf) is\n"
-           "                          never applied; stop (the default): the run stops there with an\n"
-           "                          error, before any checkpoint or export of it; skip: the update is\n"
-           "                          skipped (counted in the step line and --metrics) and training goes on\n"
-           "  --metrics FILE.jsonl    rank 0 writes one JSON object per step\n"
-           "  --trace FILE.json       a Chrome trace (chrome://tracing, Perfetto) of the first steps:\n"
-           "                          every node of every rank, compute and collectives apart (cpu)\n"
-           "  --trace-steps N         steps traced (default 2)\n"
-           "  --accum K               gradient accumulation: each step runs K micro-steps of the batch\n"
-           "                          this was built for and updates once: as a batch K times larger\n"
-           "  --accum-mode comm|local comm (default): each micro-step's gradient is reduce-scattered into\n"
-           "                          the gradient shards; local: summed in an unsharded gradient per unit\n"
-           "                          (more memory), reduce-scattered once, after the last micro-step\n"
-           "  --ckpt-dir DIR          sharded checkpoints DIR/step-NNNNNNNN (DIR/latest names the newest\n"
-           "                          complete one) after every --ckpt-every K-th step and the last\n"
-           "  --resume PATH           continue from a checkpoint (PATH, or a --ckpt-dir's latest): at\n"
-           "                          its step + 1 up to --steps; any world size, --shard or layout of\n"
-           "                          the same model\n"
-           "  --export-onnx FILE.onnx write the trained model as ONNX at the end\n"
-           "  --export-safetensors FILE\n"
-           "                          write the trained parameters (and BatchNorm statistics) as\n"
-           "                          safetensors at the end, named as the model's initializers\n"
-           "  --init FILE             initial weights (default: this executable's path + .init)\n"
-           "  --dump-grads DIR        after step 1, write the gradient of every parameter (averaged\n"
-           "                          over the global batch, before the optimizer) to DIR/NAME.npy\n"
-           "                          (rank 0; NAME sanitised as in --eval outputs; DIR is created)\n"
-           "  --log-every N           print the step line of step 1, every N-th step and the\n"
-           "                          last step (default 1: every step; --metrics gets all): loss, lr,\n"
-           "                          grad norm (when computed), step time, tokens/s (or samples/s) over\n"
-           "                          all ranks, TFLOPS and MFU per rank, peak memory, ETA\n"
-           "  --peak-tflops X         the per-rank peak MFU is computed against (default: measured once\n"
-           "                          at start on cpu, a float32 GEMM on this rank's BLAS threads; cuda:\n"
-           "                          no MFU unless given)\n"
-           "  --quiet                 no per-step lines\n"
-           "  --help                  this text\n",
-           rt_prog, rt_prog, m->name ? m->name : "the model", rt_opt_name(m->optimizer));
-    usage_cuda(m);
-    usage_fp16(m);
-    usage_inputs(m);
-    fflush(stdout);
-}
 
 static int parse_double(const char *flag, const char *s, double lo, double hi, int hi_open, double *out)
 {
@@ -290,14 +106,6 @@ static int add_data(RtOpts *o, const char *flag, const char *val)
     list[*n].file = e + 1;
     (*n)++;
     return 0;
-}
-
-static int is_file_flag(const char *flag)
-{
-    return !strcmp(flag, "--metrics") || !strcmp(flag, "--export-onnx") || !strcmp(flag, "--init") ||
-           !strcmp(flag, "--out-dir") || !strcmp(flag, "--tokens") || !strcmp(flag, "--dump-grads") ||
-           !strcmp(flag, "--ckpt-dir") || !strcmp(flag, "--resume") || !strcmp(flag, "--trace") ||
-           !strcmp(flag, "--export-safetensors") || !strcmp(flag, "--val-tokens");
 }
 
 /* one known flag that takes a value */
@@ -437,71 +245,410 @@ static int set_flag(RtOpts *o, const char *flag, const char *val)
             rc = -1;
         }
     }
-    if (rc != 0)
-        return -1;
-    if (*val == 0 && is_file_flag(flag)) {
-        rt_err_set(2, "%s: empty file name", flag);
-        return -1;
-    }
-    return 0;
+    return rc != 0 ? -1 : 0;
 }
 
-/* flags that take a value: for training executables, for eval ones, for both */
-static const char *const train_flags[] = {"--data", "--steps", "--lr", "--weight-decay", "--momentum",
-                                          "--beta1", "--beta2", "--eps", "--metrics", "--export-onnx",
-                                          "--log-every", "--tokens", "--token-inputs", "--dump-grads",
-                                          "--clip-grad-norm", "--lr-schedule", "--warmup-steps", "--wsd-decay-steps",
-                                          "--decay-steps", "--min-lr", "--ckpt-dir", "--ckpt-every", "--resume",
-                                          "--accum", "--accum-mode", "--trace", "--trace-steps",
-                                          "--export-safetensors", "--loss-scale-init",
-                                          "--loss-scale-growth-interval", "--loss-scale", "--on-nonfinite",
-                                          "--peak-tflops", "--seed", "--val-data", "--val-tokens",
-                                          "--eval-every", "--eval-steps", "--no-decay", "--lr-mult"};
-static const char *const eval_flags[] = {"--input", "--out-dir"};
+/* ------------------------------------------------------------ the option table */
 
-static int in_list(const char *flag, const char *const *list, size_t n)
+enum { T_SWITCH, T_INT, T_REAL, T_STR, T_LIST }; /* the value an option takes (T_LIST: repeatable) */
+enum {
+    F_TRAIN = 1,   /* an option of training executables */
+    F_EVAL = 2,    /* of forward-only ones (both bits: of both) */
+    F_CUDA = 4,    /* of cuda-target builds only */
+    F_FP16 = 8,    /* of --precision fp16 builds only */
+    F_FILE = 16,   /* names a file or folder: never empty */
+    F_NOSAVE = 32, /* not kept in a checkpoint's run.toml: nothing to restore */
+};
+#define TE (F_TRAIN | F_EVAL)
+
+/* Every option of the executables, once; run.toml lists them in this order.  The values are parsed by
+ * set_flag (switches by set_switch). */
+static const struct {
+    const char *name; /* the flag without "--"; a run file's key */
+    int type, flags;
+} OPTS[] = {
+    {"config", T_STR, TE | F_FILE | F_NOSAVE},
+    {"data", T_LIST, F_TRAIN},
+    {"tokens", T_STR, F_TRAIN | F_FILE},
+    {"token-inputs", T_STR, F_TRAIN},
+    {"val-data", T_LIST, F_TRAIN},
+    {"val-tokens", T_STR, F_TRAIN | F_FILE},
+    {"shuffle", T_SWITCH, F_TRAIN},
+    {"random-windows", T_SWITCH, F_TRAIN},
+    {"seed", T_INT, F_TRAIN},
+    {"eval-every", T_INT, F_TRAIN},
+    {"eval-steps", T_INT, F_TRAIN},
+    {"save-best", T_SWITCH, F_TRAIN},
+    {"steps", T_INT, F_TRAIN},
+    {"lr", T_REAL, F_TRAIN},
+    {"weight-decay", T_REAL, F_TRAIN},
+    {"no-decay", T_LIST, F_TRAIN},
+    {"lr-mult", T_LIST, F_TRAIN},
+    {"momentum", T_REAL, F_TRAIN},
+    {"nesterov", T_SWITCH, F_TRAIN},
+    {"beta1", T_REAL, F_TRAIN},
+    {"beta2", T_REAL, F_TRAIN},
+    {"eps", T_REAL, F_TRAIN},
+    {"clip-grad-norm", T_REAL, F_TRAIN},
+    {"lr-schedule", T_STR, F_TRAIN},
+    {"warmup-steps", T_INT, F_TRAIN},
+    {"decay-steps", T_INT, F_TRAIN},
+    {"min-lr", T_REAL, F_TRAIN},
+    {"wsd-decay-steps", T_INT, F_TRAIN},
+    {"on-nonfinite", T_STR, F_TRAIN},
+    {"accum", T_INT, F_TRAIN},
+    {"accum-mode", T_STR, F_TRAIN},
+    {"loss-scale-init", T_REAL, F_TRAIN | F_FP16},
+    {"loss-scale-growth-interval", T_INT, F_TRAIN | F_FP16},
+    {"loss-scale", T_REAL, F_TRAIN | F_FP16},
+    {"metrics", T_STR, F_TRAIN | F_FILE},
+    {"trace", T_STR, F_TRAIN | F_FILE | F_NOSAVE},
+    {"trace-steps", T_INT, F_TRAIN | F_NOSAVE},
+    {"ckpt-dir", T_STR, F_TRAIN | F_FILE},
+    {"ckpt-every", T_INT, F_TRAIN},
+    {"resume", T_STR, F_TRAIN | F_FILE | F_NOSAVE},
+    {"export-onnx", T_STR, F_TRAIN | F_FILE},
+    {"export-safetensors", T_STR, F_TRAIN | F_FILE},
+    {"init", T_STR, TE | F_FILE},
+    {"dump-grads", T_STR, F_TRAIN | F_FILE | F_NOSAVE},
+    {"log-every", T_INT, F_TRAIN},
+    {"peak-tflops", T_REAL, F_TRAIN},
+    {"quiet", T_SWITCH, TE},
+    {"rendezvous", T_STR, TE | F_CUDA | F_NOSAVE},
+    {"no-cuda-graph", T_SWITCH, TE | F_CUDA},
+    {"input", T_LIST, F_EVAL},
+    {"out-dir", T_STR, F_EVAL | F_FILE},
+};
+#define NOPT ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+/* the table index of option name (no "--"), or -1 */
+static int opt_find(const char *name)
 {
-    for (size_t k = 0; k < n; k++)
-        if (strcmp(flag, list[k]) == 0)
-            return 1;
-    return 0;
-}
-
-#define IN_LIST(flag, list) in_list(flag, list, sizeof list / sizeof list[0])
-
-/* 0, or -1 for a cuda target's flag in a cpu build (rt_err_set called) */
-static int cuda_only(const RtModel *m, const char *flag)
-{
-    if (m->target_cuda)
-        return 0;
-    rt_err_set(2, "%s: only for executables built with --target cuda", flag);
+    for (int k = 0; k < NOPT; k++)
+        if (!strcmp(OPTS[k].name, name))
+            return k;
     return -1;
 }
 
-/* 1: a value flag of m's kind; 0: unknown; -1: the other kind's or target's (rt_err_set called) */
-static int takes_value(const RtModel *m, const char *flag)
+/* NULL when option k is one of m's; else why not */
+static const char *out_of_scope(const RtModel *m, int k)
 {
-    if (strcmp(flag, "--init") == 0)
+    int f = OPTS[k].flags;
+    if (m->eval && !(f & F_EVAL))
+        return "a training option; this executable is forward-only (built with fsdpc --eval; see --help)";
+    if (!m->eval && !(f & F_TRAIN))
+        return "an option of forward-only executables (fsdpc --eval); this one trains (its data: --data "
+               "NAME=FILE.npy)";
+    if ((f & F_CUDA) && !m->target_cuda)
+        return "only for executables built with --target cuda";
+    if ((f & F_FP16) && !m->loss_scaling)
+        return "loss scaling is for executables built with fsdpc --precision fp16; this one was not (drop it, or "
+               "rebuild with --precision fp16)";
+    return NULL;
+}
+
+/* switch option name on or off */
+static void set_switch(RtOpts *o, const char *name, int on)
+{
+    int *field = !strcmp(name, "quiet")          ? &o->quiet
+               : !strcmp(name, "no-cuda-graph")  ? &o->no_cuda_graph
+               : !strcmp(name, "shuffle")        ? &o->shuffle
+               : !strcmp(name, "save-best")      ? &o->save_best
+               : !strcmp(name, "random-windows") ? &o->random_windows
+                                                 : &o->nesterov;
+    *field = on;
+}
+
+/* ------------------------------------------------- the options' sources */
+
+/* Where values come from, lowest precedence first: the --resume checkpoint's run.toml, the --config file,
+ * the command line.  An option takes its values from the highest source that gives it (a list whole: the
+ * command line's --data replaces a file's data = [...]). */
+enum { L_CKPT, L_CONFIG, L_ARGV, NLAYER };
+
+typedef struct {
+    const char **val; /* the values given, in order: argv's strings, or a run file's */
+    int n, cap;       /* cap > 0: val allocated here (argv's) */
+    int set;          /* given (an empty array too) */
+    int line;         /* a run file's line */
+} Given;
+
+struct RtOptSrc {
+    Given g[NLAYER][NOPT];
+    RtCfg file[NLAYER];   /* [L_CKPT]: run.toml, [L_CONFIG]: --config's */
+    int ignored[NOPT];    /* run.toml gave it, but it is another build's (cuda, fp16) */
+    int have_ckpt;        /* run.toml was read */
+};
+
+/* the source whose values of option k count, or -1 */
+static int top(const RtOptSrc *src, int k)
+{
+    for (int l = NLAYER - 1; l >= 0; l--)
+        if (src->g[l][k].set)
+            return l;
+    return -1;
+}
+
+/* argv's value v of option k: replaces the one before, or (a list) is appended */
+static int add_argv(Given *g, int k, const char *v)
+{
+    if (OPTS[k].type != T_LIST)
+        g->n = 0;
+    if (g->n == g->cap) {
+        const char **q = realloc(g->val, sizeof *q * (size_t)(2 * g->cap + 4));
+        if (!q) {
+            rt_err_set(1, "out of memory");
+            return -1;
+        }
+        g->val = q;
+        g->cap = 2 * g->cap + 4;
+    }
+    g->val[g->n++] = v;
+    g->set = 1;
+    return 0;
+}
+
+/* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on): into src's command-line layer.
+ * 0: done; 1: --help; -1: error. */
+static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOptSrc *src)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
         return 1;
-    if (strcmp(flag, "--rendezvous") == 0)
-        return cuda_only(m, flag) == 0 ? 1 : -1;
-    if (!strncmp(flag, "--loss-scale", 12) && IN_LIST(flag, train_flags) && !m->eval && !m->loss_scaling) {
-        rt_err_set(2, "%s: loss scaling is for executables built with fsdpc --precision fp16; this one was not "
-                      "(drop the flag, or rebuild with --precision fp16)", flag);
+    if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+        rt_err_set(2, "unexpected argument '%s' (see --help)", a);
         return -1;
     }
-    int train = IN_LIST(flag, train_flags), eval = IN_LIST(flag, eval_flags);
-    if (m->eval && train) {
-        rt_err_set(2, "%s is a training flag; this executable is forward-only (built with fsdpc --eval; "
-                      "see --help)", flag);
+    char flag[64];
+    const char *eq = strchr(a, '='), *val;
+    size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+    if (fl >= sizeof flag) {
+        rt_err_set(2, "unknown flag '%.40s...' (see --help)", a);
         return -1;
     }
-    if (!m->eval && eval) {
-        rt_err_set(2, "%s is a flag of forward-only executables (fsdpc --eval); this one trains%s (see --help)",
-                   flag, strcmp(flag, "--input") == 0 ? ": use --data NAME=FILE.npy" : "");
+    memcpy(flag, a, fl);
+    flag[fl] = 0;
+    int k = opt_find(flag + 2);
+    const char *why = k >= 0 ? out_of_scope(m, k) : NULL;
+    if (k < 0 || why) {
+        rt_err_set(2, k < 0 ? "unknown flag '%s' (see --help)" : "%s: %s", flag, why);
         return -1;
     }
-    return train || eval;
+    if (OPTS[k].type == T_SWITCH) {
+        val = eq ? eq + 1 : "true";
+        if (strcmp(val, "true") && strcmp(val, "false")) {
+            rt_err_set(2, "%s takes no value (or =true, =false: to override a run file's; see --help)", flag);
+            return -1;
+        }
+    } else if (eq) {
+        val = eq + 1;
+    } else if (*i + 1 < argc) {
+        val = argv[++*i];
+    } else {
+        rt_err_set(2, "missing value for '%s' (see --help)", flag);
+        return -1;
+    }
+    if (!*val && (OPTS[k].flags & F_FILE)) {
+        rt_err_set(2, "%s: empty file name", flag);
+        return -1;
+    }
+    return add_argv(&src->g[L_ARGV][k], k, val);
+}
+
+/* does a run file's value of type cv (RT_CV_*) fit an option of type t? */
+static int fits(int t, int cv)
+{
+    return t == T_SWITCH ? cv == RT_CV_BOOL : t == T_INT ? cv == RT_CV_INT : t == T_REAL ? cv == RT_CV_INT || cv == RT_CV_REAL
+         : t == T_STR ? cv == RT_CV_STR : cv == RT_CV_STR || cv == RT_CV_ARRAY;
+}
+
+/* one entry e of run file l (a key of m's, with a value of its type) into src's layer l */
+static int take_entry(const RtModel *m, RtOptSrc *src, int l, const RtCfgEntry *e)
+{
+    static const char *const want[] = {"true or false", "an integer", "a number", "a \"string\"",
+                                       "a \"string\" or an array of them [\"a\", \"b\"]"};
+    const char *path = src->file[l].path;
+    int k = opt_find(e->key);
+    if (k < 0) {
+        rt_err_set(2, "%s:%d: unknown key '%s' (the keys are the long options without '--'; see --help)", path,
+                   e->line, e->key);
+        return -1;
+    }
+    const char *why = out_of_scope(m, k);
+    if (k == opt_find("config") || (l == L_CKPT && k == opt_find("resume")))
+        why = l == L_CKPT ? "a checkpoint's run.toml names no other run file" : "--config files do not nest";
+    else if (why && l == L_CKPT && (OPTS[k].flags & (F_CUDA | F_FP16))) { /* a checkpoint of another build */
+        src->ignored[k] = 1;
+        return 0;
+    } else if (!why && !fits(OPTS[k].type, e->type)) {
+        why = want[OPTS[k].type];
+    } else if (!why && (OPTS[k].flags & F_FILE) && !*e->val[0]) {
+        why = "empty file name";
+    }
+    if (why) {
+        rt_err_set(2, "%s:%d: key '%s': %s%s", path, e->line, e->key, fits(OPTS[k].type, e->type) ? "" : "expected ",
+                   why);
+        return -1;
+    }
+    Given *g = &src->g[l][k];
+    *g = (Given){(const char **)e->val, e->nval, 0, 1, e->line};
+    return 0;
+}
+
+/* --config FILE (the command line's) and the run.toml of --resume PATH (the command line's or FILE's) into
+ * src; 0, or -1 (rt_err_set called) */
+static int load_files(const RtModel *m, RtOptSrc *src)
+{
+    int kc = opt_find("config"), kr = opt_find("resume");
+    if (src->g[L_ARGV][kc].set) {
+        int rc = rt_cfg_load(&src->file[L_CONFIG], "--config", src->g[L_ARGV][kc].val[0], 0, 0);
+        for (int i = 0; rc == 0 && i < src->file[L_CONFIG].n; i++)
+            rc = take_entry(m, src, L_CONFIG, &src->file[L_CONFIG].e[i]);
+        if (rc != 0)
+            return -1;
+    }
+    int l = top(src, kr);
+    if (l < 0 || m->eval)
+        return 0;
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    if (rt_ckpt_resolve(src->g[l][kr].val[0], dir, sizeof dir, 0) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/run.toml", dir);
+    int rc = rt_cfg_load(&src->file[L_CKPT], "--resume", path, 1, 1); /* none: a checkpoint of an older fsdpc */
+    src->have_ckpt = rc == 0;
+    for (int i = 0; rc == 0 && i < src->file[L_CKPT].n; i++)
+        rc = take_entry(m, src, L_CKPT, &src->file[L_CKPT].e[i]);
+    return rc < 0 ? -1 : 0;
+}
+
+/* the source of option k that apply(src, o, only) reads: only's, or (only < 0) the one that counts */
+static int pick(const RtOptSrc *src, int k, int only)
+{
+    return only < 0 ? top(src, k) : src->g[only][k].set ? only : -1;
+}
+
+/* every option's values that count (only < 0), or those of source only, into o (in table order; a run file's
+ * errors name its line) */
+static int apply(RtOptSrc *src, RtOpts *o, int only)
+{
+    size_t total = 1;
+    for (int k = 0; k < NOPT; k++)
+        total += pick(src, k, only) >= 0 ? (size_t)src->g[pick(src, k, only)][k].n : 0;
+    o->data = calloc(total, sizeof *o->data);
+    o->val_data = calloc(total, sizeof *o->val_data);
+    o->no_decay = calloc(total, sizeof *o->no_decay);
+    o->lr_mult = calloc(total, sizeof *o->lr_mult);
+    if (!o->data || !o->val_data || !o->no_decay || !o->lr_mult) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    int failed = 0;
+    for (int k = 0, l; k < NOPT; k++) {
+        if ((l = pick(src, k, only)) < 0)
+            continue;
+        const Given *g = &src->g[l][k];
+        char where[PATH_MAX + 128], flag[64];
+        snprintf(where, sizeof where, "%s:%d: key '%s'", src->file[l].path, g->line, OPTS[k].name);
+        snprintf(flag, sizeof flag, "--%s", OPTS[k].name);
+        rt_err_where(l == L_ARGV ? NULL : where);
+        for (int v = 0; v < g->n; v++) {
+            if (OPTS[k].type == T_SWITCH) {
+                set_switch(o, OPTS[k].name, !strcmp(g->val[v], "true"));
+            } else {
+                failed |= set_flag(o, flag, g->val[v]) != 0;
+            }
+        }
+        rt_err_where(NULL);
+    }
+    return failed ? -1 : 0;
+}
+
+/* option k's value(s) as TOML after "key = " */
+static void put_value(RtStr *b, int k, const Given *g)
+{
+    switch (OPTS[k].type) {
+    case T_SWITCH:
+        rt_str_add(b, "%s", g->val[0]);
+        break;
+    case T_INT:
+        rt_str_add(b, "%lld", strtoll(g->val[0], NULL, 10)); /* set_flag checked it: no leading zero or '+' */
+        break;
+    case T_REAL:
+        rt_cfg_put_real(b, strtod(g->val[0], NULL));
+        break;
+    case T_STR:
+        rt_cfg_put_string(b, g->val[0]);
+        break;
+    default:
+        rt_str_add(b, "[");
+        for (int v = 0; v < g->n; v++) {
+            rt_str_add(b, "%s", g->n > 1 ? "\n    " : "");
+            rt_cfg_put_string(b, g->val[v]);
+            rt_str_add(b, "%s", g->n > 1 ? "," : "");
+        }
+        rt_str_add(b, "%s]", g->n > 1 ? "\n" : "");
+    }
+}
+
+/* the options in force as run-file lines: all of them, or those a checkpoint keeps */
+static void put_options(RtStr *b, const RtOptSrc *src, int all)
+{
+    for (int k = 0, l; k < NOPT; k++)
+        if ((l = top(src, k)) >= 0 && (all || !(OPTS[k].flags & F_NOSAVE))) {
+            rt_str_add(b, "%s = ", OPTS[k].name);
+            put_value(b, k, &src->g[l][k]);
+            rt_str_add(b, "\n");
+        }
+}
+
+/* the start-up line on --resume's run.toml: the options it gave (as flags), those it gave for other builds */
+static void put_restored(RtStr *b, const RtOptSrc *src)
+{
+    const char *path = src->file[L_CKPT].path;
+    if (!src->have_ckpt) {
+        rt_str_add(b, "no %s (a checkpoint of an older fsdpc): the options are the command line's", path);
+        return;
+    }
+    int n = 0;
+    rt_str_add(b, "options from %s:", path);
+    for (int k = 0; k < NOPT; k++)
+        for (int v = 0; top(src, k) == L_CKPT && v < src->g[L_CKPT][k].n; v++, n++) {
+            const char *val = src->g[L_CKPT][k].val[v];
+            if (OPTS[k].type == T_SWITCH)
+                rt_str_add(b, " --%s%s", OPTS[k].name, strcmp(val, "true") ? "=false" : "");
+            else
+                rt_str_add(b, " --%s %s", OPTS[k].name, val);
+        }
+    rt_str_add(b, "%s", n ? "" : " none (given again)");
+    for (int k = 0, first = 1; k < NOPT; k++)
+        if (src->ignored[k]) {
+            rt_str_add(b, "%s --%s", first ? "; ignored (another build's):" : "", OPTS[k].name);
+            first = 0;
+        }
+    for (char *p = b->s; p && *p; p++) /* one line, whatever the values hold */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+}
+
+/* o->run_toml, o->restored and o->opts_hash from the options in force; 0, or -1 (out of memory) */
+static int describe(const RtOptSrc *src, const RtModel *m, RtOpts *o)
+{
+    RtStr t = {0}, all = {0}, r = {0};
+    rt_str_add(&t, "# fsdpc run options (every checkpoint keeps its run's): --resume restores them, and a flag or\n"
+                   "# --config given with --resume overrides them; paths are relative to where the run starts\n");
+    put_options(&t, src, 0);
+    put_options(&all, src, 1);
+    if (top(src, opt_find("resume")) >= 0 && !m->eval)
+        put_restored(&r, src);
+    o->run_toml = t.s;
+    o->restored = r.s;
+    o->opts_hash = rt_fnv(RT_FNV0, all.s ? all.s : "", all.n);
+    free(all.s);
+    if (t.bad || all.bad || r.bad || !t.s) {
+        rt_err_set(1, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static void set_defaults(const RtModel *m, RtOpts *o)
@@ -523,83 +670,33 @@ static void set_defaults(const RtModel *m, RtOpts *o)
     o->tokens_flag = "--tokens";
 }
 
-/* argv[*i] is "--flag", "--flag=value" or "--flag value" (then *i moves on).
- * 0: handled; 1: --help; -1: error. */
-static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOpts *o)
-{
-    const char *a = argv[*i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-        return 1;
-    if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
-        rt_err_set(2, "unexpected argument '%s' (see --help)", a);
-        return -1;
-    }
-    char flag[64];
-    const char *eq = strchr(a, '='), *val = NULL;
-    size_t fl = eq ? (size_t)(eq - a) : strlen(a);
-    if (fl >= sizeof flag) {
-        rt_err_set(2, "unknown flag '%.40s...' (see --help)", a);
-        return -1;
-    }
-    memcpy(flag, a, fl);
-    flag[fl] = 0;
-    int quiet = strcmp(flag, "--quiet") == 0, no_graph = strcmp(flag, "--no-cuda-graph") == 0;
-    int shuffle = !m->eval && strcmp(flag, "--shuffle") == 0, best = !m->eval && strcmp(flag, "--save-best") == 0;
-    int windows = !m->eval && strcmp(flag, "--random-windows") == 0;
-    int nesterov = !m->eval && strcmp(flag, "--nesterov") == 0;
-    if (quiet || no_graph || shuffle || best || windows || nesterov) {
-        if (eq) {
-            rt_err_set(2, "%s takes no value (see --help)", flag);
-            return -1;
-        }
-        if (no_graph && cuda_only(m, flag) != 0)
-            return -1;
-        o->quiet |= quiet;
-        o->no_cuda_graph |= no_graph;
-        o->shuffle |= shuffle;
-        o->save_best |= best;
-        o->random_windows |= windows;
-        o->nesterov |= nesterov;
-        return 0;
-    }
-    int tv = takes_value(m, flag);
-    if (tv < 0)
-        return -1;
-    if (tv == 0) {
-        rt_err_set(2, "unknown flag '%s' (see --help)", flag);
-        return -1;
-    }
-    if (eq)
-        val = eq + 1;
-    else if (*i + 1 < argc)
-        val = argv[++*i];
-    else {
-        rt_err_set(2, "missing value for '%s' (see --help)", flag);
-        return -1;
-    }
-    return set_flag(o, flag, val);
-}
-
 int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
 {
     set_defaults(m, o);
-    o->data = calloc((size_t)argc + 1, sizeof *o->data);
-    o->val_data = calloc((size_t)argc + 1, sizeof *o->val_data);
-    o->no_decay = calloc((size_t)argc + 1, sizeof *o->no_decay);
-    o->lr_mult = calloc((size_t)argc + 1, sizeof *o->lr_mult);
-    if (!o->data || !o->val_data || !o->no_decay || !o->lr_mult) {
+    RtOptSrc *src = o->src = calloc(1, sizeof *src);
+    if (!src) {
         rt_err_set(1, "out of memory");
         return -1;
     }
-    /* past an error, go on (rt_err_set keeps the first): the control plane
-     * starts anyway, to agree on it, and needs a later --rendezvous */
     int failed = 0;
     for (int i = 1; i < argc; i++) {
-        int rc = parse_one(argc, argv, &i, m, o);
+        int rc = parse_one(argc, argv, &i, m, src);
         if (rc == 1 && !failed)
             return 1;
         failed |= rc < 0;
     }
+    failed = failed || load_files(m, src) != 0;
+    /* past an error, the values go into o all the same (rt_err_set keeps the
+     * first error): the control plane starts anyway, to agree on it, and
+     * needs --rendezvous */
+    for (int l = L_CKPT; l <= L_CONFIG && !failed; l++) { /* a run file's values that the command line
+                                                             * overrides are checked all the same */
+        RtOpts scratch;
+        set_defaults(m, &scratch);
+        failed = apply(src, &scratch, l) != 0;
+        rt_opts_free(&scratch);
+    }
+    failed |= apply(src, o, -1) != 0;
     if (failed)
         return -1;
     if (m->eval && !o->out_dir) {
@@ -668,7 +765,7 @@ int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o)
                       "and --decay-steps", o->wsd_decay, o->decay_steps - o->warmup);
         return -1;
     }
-    return 0;
+    return describe(src, m, o);
 }
 
 double rt_lr_at(const RtOpts *o, int64_t step)
@@ -700,6 +797,16 @@ void rt_opts_free(RtOpts *o)
     for (int k = 0; o->lr_mult && k < o->nlr_mult; k++)
         free((char *)o->lr_mult[k].pattern);
     free(o->lr_mult);
+    for (int l = 0; o->src && l < NLAYER; l++) {
+        for (int k = 0; l == L_ARGV && k < NOPT; k++)
+            free(o->src->g[l][k].val);
+        rt_cfg_free(&o->src->file[l]);
+    }
+    free(o->src);
+    free(o->run_toml);
+    free(o->restored);
+    o->src = NULL;
+    o->run_toml = o->restored = NULL;
     o->data = o->val_data = NULL;
     o->no_decay = NULL;
     o->lr_mult = NULL;

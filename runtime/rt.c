@@ -50,16 +50,23 @@ static int g_rank, g_world = 1;
 
 static char g_err[2048];
 static int g_code; /* 0: no error on this rank; else the exit status */
+static char g_where[512]; /* rt_err_where's prefix */
 
 void rt_err_set(int code, const char *fmt, ...)
 {
     if (g_code)
         return; /* keep the first */
+    int n = g_where[0] ? snprintf(g_err, sizeof g_err, "%s: ", g_where) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    vsnprintf(g_err + n, sizeof g_err - (size_t)n, fmt, ap);
     va_end(ap);
     g_code = code;
+}
+
+void rt_err_where(const char *where)
+{
+    snprintf(g_where, sizeof g_where, "%s", where ? where : "");
 }
 
 /* this rank's error, as one line */
@@ -839,7 +846,7 @@ static int validate_due(Run *r, int64_t step, int *did, double *val, double *val
     r->best_step = step;
     if (!o->save_best)
         return 0;
-    int status = rt_ckpt_save(&r->ctx, o->ckpt_dir, "best", step, r->data.pos);
+    int status = rt_ckpt_save(&r->ctx, o->ckpt_dir, "best", step, r->data.pos, o->run_toml);
     if (status == 0 && g_rank == 0)
         rt_ckpt_prune(o->ckpt_dir, "best", step);
     return status;
@@ -1020,7 +1027,7 @@ static int train(Run *r)
                 return status;
         }
         if (r->o.ckpt_dir && ((r->o.ckpt_every && c->step % r->o.ckpt_every == 0) || c->step == r->o.steps)) {
-            int status = rt_ckpt_save(c, r->o.ckpt_dir, NULL, c->step, r->data.pos);
+            int status = rt_ckpt_save(c, r->o.ckpt_dir, NULL, c->step, r->data.pos, r->o.run_toml);
             if (status != 0)
                 return status;
         }
@@ -1094,6 +1101,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         }
         if (status == 0 && o->static_scale) /* --loss-scale fixes S, whatever the checkpoint ran with */
             r->ctx.loss_scale = o->loss_scale_init;
+        if (status == 0 && g_rank == 0 && o->restored) /* even --quiet: it says what the run is */
+            printf("%s\n", o->restored);
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }
@@ -1151,6 +1160,17 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     return status;
 }
 
+/* Every rank read its options itself (a --config file, the checkpoint's run.toml): do they match rank 0's? */
+static int agree_opts(const RtOpts *o)
+{
+    uint64_t h = o->opts_hash;
+    rt_ctl_bcast(&h, sizeof h, 0);
+    if (h != o->opts_hash)
+        rt_err_set(2, "this rank's options differ from rank 0's: a --config file or the --resume checkpoint's "
+                      "run.toml that differs between the nodes? (every rank must read the same)");
+    return rt_err_sync();
+}
+
 int rt_main(int argc, char **argv, const RtModel *m)
 {
     if (argc > 0 && argv[0] && argv[0][0])
@@ -1173,6 +1193,8 @@ int rt_main(int argc, char **argv, const RtModel *m)
         return status;
     }
     int status = rt_err_sync();
+    if (status == 0 && pf == 0)
+        status = agree_opts(&o);
     if (status == 0 && pf == 1) {
         if (g_rank == 0)
             rt_usage(m);
