@@ -474,20 +474,20 @@ static int take_entry(const RtModel *m, RtOptSrc *src, int l, const RtCfgEntry *
                    e->line, e->key);
         return -1;
     }
-    const char *why = out_of_scope(m, k);
-    if (k == opt_find("config") || (l == L_CKPT && k == opt_find("resume")))
+    const char *why = out_of_scope(m, k), *expected = "";
+    if (k == opt_find("config") || (l == L_CKPT && k == opt_find("resume"))) {
         why = l == L_CKPT ? "a checkpoint's run.toml names no other run file" : "--config files do not nest";
-    else if (why && l == L_CKPT && (OPTS[k].flags & (F_CUDA | F_FP16))) { /* a checkpoint of another build */
+    } else if (why && l == L_CKPT && (OPTS[k].flags & (F_CUDA | F_FP16))) { /* a checkpoint of another build */
         src->ignored[k] = 1;
         return 0;
     } else if (!why && !fits(OPTS[k].type, e->type)) {
         why = want[OPTS[k].type];
+        expected = "expected ";
     } else if (!why && (OPTS[k].flags & F_FILE) && !*e->val[0]) {
         why = "empty file name";
     }
     if (why) {
-        rt_err_set(2, "%s:%d: key '%s': %s%s", path, e->line, e->key, fits(OPTS[k].type, e->type) ? "" : "expected ",
-                   why);
+        rt_err_set(2, "%s:%d: key '%s': %s%s", path, e->line, e->key, expected, why);
         return -1;
     }
     Given *g = &src->g[l][k];
