@@ -313,7 +313,7 @@ static const struct {
     {"dump-grads", T_STR, F_TRAIN | F_FILE | F_NOSAVE},
     {"log-every", T_INT, F_TRAIN},
     {"peak-tflops", T_REAL, F_TRAIN},
-    {"quiet", T_SWITCH, TE},
+    {"quiet", T_SWITCH, TE | F_NOSAVE},
     {"rendezvous", T_STR, TE | F_CUDA | F_NOSAVE},
     {"no-cuda-graph", T_SWITCH, TE | F_CUDA},
     {"input", T_LIST, F_EVAL},
@@ -380,6 +380,9 @@ struct RtOptSrc {
     int have_ckpt;        /* run.toml was read */
 };
 
+/* the value of a single-valued option that counts: the last given (a run file's only one) */
+static const char *last(const Given *g) { return g->n > 0 ? g->val[g->n - 1] : ""; }
+
 /* the source whose values of option k count, or -1 */
 static int top(const RtOptSrc *src, int k)
 {
@@ -389,11 +392,10 @@ static int top(const RtOptSrc *src, int k)
     return -1;
 }
 
-/* argv's value v of option k: replaces the one before, or (a list) is appended */
-static int add_argv(Given *g, int k, const char *v)
+/* argv's value v, appended to those given before: a list's next, or a single value's next (each is checked;
+ * the last counts, as set_flag sees them in order) */
+static int add_argv(Given *g, const char *v)
 {
-    if (OPTS[k].type != T_LIST)
-        g->n = 0;
     if (g->n == g->cap) {
         const char **q = realloc(g->val, sizeof *q * (size_t)(2 * g->cap + 4));
         if (!q) {
@@ -452,14 +454,17 @@ static int parse_one(int argc, char **argv, int *i, const RtModel *m, RtOptSrc *
         rt_err_set(2, "%s: empty file name", flag);
         return -1;
     }
-    return add_argv(&src->g[L_ARGV][k], k, val);
+    return add_argv(&src->g[L_ARGV][k], val);
 }
 
 /* does a run file's value of type cv (RT_CV_*) fit an option of type t? */
 static int fits(int t, int cv)
 {
-    return t == T_SWITCH ? cv == RT_CV_BOOL : t == T_INT ? cv == RT_CV_INT : t == T_REAL ? cv == RT_CV_INT || cv == RT_CV_REAL
-         : t == T_STR ? cv == RT_CV_STR : cv == RT_CV_STR || cv == RT_CV_ARRAY;
+    return t == T_SWITCH ? cv == RT_CV_BOOL
+         : t == T_INT    ? cv == RT_CV_INT
+         : t == T_REAL   ? cv == RT_CV_INT || cv == RT_CV_REAL
+         : t == T_STR    ? cv == RT_CV_STR
+                         : cv == RT_CV_STR || cv == RT_CV_ARRAY;
 }
 
 /* one entry e of run file l (a key of m's, with a value of its type) into src's layer l */
@@ -501,7 +506,7 @@ static int load_files(const RtModel *m, RtOptSrc *src)
 {
     int kc = opt_find("config"), kr = opt_find("resume");
     if (src->g[L_ARGV][kc].set) {
-        int rc = rt_cfg_load(&src->file[L_CONFIG], "--config", src->g[L_ARGV][kc].val[0], 0, 0);
+        int rc = rt_cfg_load(&src->file[L_CONFIG], "--config", last(&src->g[L_ARGV][kc]), 0, 0);
         for (int i = 0; rc == 0 && i < src->file[L_CONFIG].n; i++)
             rc = take_entry(m, src, L_CONFIG, &src->file[L_CONFIG].e[i]);
         if (rc != 0)
@@ -511,7 +516,7 @@ static int load_files(const RtModel *m, RtOptSrc *src)
     if (l < 0 || m->eval)
         return 0;
     char dir[PATH_MAX], path[PATH_MAX + 16];
-    if (rt_ckpt_resolve(src->g[l][kr].val[0], dir, sizeof dir, 0) != 0)
+    if (rt_ckpt_resolve(last(&src->g[l][kr]), dir, sizeof dir, 0) != 0)
         return -1;
     snprintf(path, sizeof path, "%s/run.toml", dir);
     int rc = rt_cfg_load(&src->file[L_CKPT], "--resume", path, 1, 1); /* none: a checkpoint of an older fsdpc */
@@ -563,21 +568,21 @@ static int apply(RtOptSrc *src, RtOpts *o, int only)
     return failed ? -1 : 0;
 }
 
-/* option k's value(s) as TOML after "key = " */
+/* option k's value(s) as TOML after "key = " (a single value: the last given) */
 static void put_value(RtStr *b, int k, const Given *g)
 {
     switch (OPTS[k].type) {
     case T_SWITCH:
-        rt_str_add(b, "%s", g->val[0]);
+        rt_str_add(b, "%s", last(g));
         break;
     case T_INT:
-        rt_str_add(b, "%lld", strtoll(g->val[0], NULL, 10)); /* set_flag checked it: no leading zero or '+' */
+        rt_str_add(b, "%lld", strtoll(last(g), NULL, 10)); /* set_flag checked it: decimal, in range */
         break;
     case T_REAL:
-        rt_cfg_put_real(b, strtod(g->val[0], NULL));
+        rt_cfg_put_real(b, strtod(last(g), NULL));
         break;
     case T_STR:
-        rt_cfg_put_string(b, g->val[0]);
+        rt_cfg_put_string(b, last(g));
         break;
     default:
         rt_str_add(b, "[");

@@ -103,8 +103,10 @@ static int utf8(uint32_t u, char *out)
         return out[0] = (char)u, 1;
     if (u < 0x800)
         return out[0] = (char)(0xc0 | u >> 6), out[1] = (char)(0x80 | (u & 63)), 2;
-    if (u < 0x10000)
-        return out[0] = (char)(0xe0 | u >> 12), out[1] = (char)(0x80 | (u >> 6 & 63)), out[2] = (char)(0x80 | (u & 63)), 3;
+    if (u < 0x10000) {
+        out[0] = (char)(0xe0 | u >> 12), out[1] = (char)(0x80 | (u >> 6 & 63)), out[2] = (char)(0x80 | (u & 63));
+        return 3;
+    }
     out[0] = (char)(0xf0 | u >> 18), out[1] = (char)(0x80 | (u >> 12 & 63));
     out[2] = (char)(0x80 | (u >> 6 & 63)), out[3] = (char)(0x80 | (u & 63));
     return 4;

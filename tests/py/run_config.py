@@ -78,7 +78,7 @@ def main():
         saved = tomllib.load(f)
     want = {"data": ["x=" + J("x.npy"), "target=" + J("t.npy")], "steps": 8, "lr": 0.01, "lr-schedule": "cosine",
             "warmup-steps": 2, "shuffle": True, "seed": 3, "clip-grad-norm": 0.5, "weight-decay": 0.05,
-            "ckpt-dir": D, "ckpt-every": 4, "metrics": R_m, "export-onnx": R_o, "quiet": True}
+            "ckpt-dir": D, "ckpt-every": 4, "metrics": R_m, "export-onnx": R_o}
     check(saved == want, "run.toml read by tomllib:\n%s\nexpected\n%s" % (saved, want))
     shutil.copy(R_m, J("R.keep.jsonl"))
     print("1. reference: 8 steps at world 2; run.toml (tomllib) = its %d options" % len(want))
