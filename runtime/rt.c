@@ -11,6 +11,11 @@
  * DIR/<parameter name>.npy per parameter, of the parameter's shape (read from
  * the ONNX model embedded in the init file at start-up) and the unit's dtype.
  *
+ * Options: every rank parses its own (args.c: the command line, a --config
+ * file, the --resume checkpoint's run.toml); once the control plane is up
+ * the ranks compare a hash of them, so that a file that differs between
+ * nodes stops the run at start-up instead of training two runs in one.
+ *
  * Start-up errors: every rank runs the same checks; local failures (a file
  * only one node misses, an allocation) are agreed on collectively, so that
  * no rank is left waiting in a collective.  Exactly one line is printed, by

@@ -506,10 +506,15 @@ void rt_cfg_put_string(RtStr *b, const char *s)
 void rt_cfg_put_real(RtStr *b, double v)
 {
     char s[40];
-    for (int prec = 1; prec <= 17; prec++) { /* the shortest form that reads back as v */
+    int prec = 1;
+    for (;; prec++) { /* the fewest digits that read back as v (17 always do) */
         snprintf(s, sizeof s, "%.*g", prec, v);
-        if (strtod(s, NULL) == v)
+        if (prec == 17 || strtod(s, NULL) == v)
             break;
     }
+    const char *e = strchr(s, 'e');
+    int x = e ? atoi(e + 1) : -1;
+    if (x >= prec && x < 17) /* 10, not 1e+01: as many digits as the integer part has */
+        snprintf(s, sizeof s, "%.*g", x + 1, v);
     rt_str_add(b, "%s%s", s, strpbrk(s, ".e") ? "" : ".0"); /* 10 -> 10.0: a TOML float */
 }

@@ -73,7 +73,7 @@ static void usage_run_files(void)
            "    lr = 3e-4                            # numbers\n"
            "    lr-schedule = \"cosine\"               # other values are \"strings\"\n"
            "    shuffle = true                       # switches: true or false\n"
-           "    data = [\"x=x.npy\", \"target=t.npy\"]  # a repeatable flag: an array of strings\n"
+           "    data = [\"x=x.npy\", \"target=t.npy\"]   # a repeatable flag: an array of strings\n"
            "Paths are relative to the working directory, as on the command line.  A key unknown,\n"
            "given twice or of the wrong type is an error naming FILE:LINE.  Precedence: the\n"
            "command line, then --config, then --resume's run.toml, then the defaults.\n");
