@@ -648,6 +648,7 @@ static int describe(const RtOptSrc *src, const RtModel *m, RtOpts *o)
     o->run_toml = t.s;
     o->restored = r.s;
     o->opts_hash = rt_fnv(RT_FNV0, all.s ? all.s : "", all.n);
+    o->from_files = src->have_ckpt || src->file[L_CONFIG].path;
     free(all.s);
     if (t.bad || all.bad || r.bad || !t.s) {
         rt_err_set(1, "out of memory");

@@ -12,9 +12,10 @@
  * the ONNX model embedded in the init file at start-up) and the unit's dtype.
  *
  * Options: every rank parses its own (args.c: the command line, a --config
- * file, the --resume checkpoint's run.toml); once the control plane is up
- * the ranks compare a hash of them, so that a file that differs between
- * nodes stops the run at start-up instead of training two runs in one.
+ * file, the --resume checkpoint's run.toml); once the control plane is up,
+ * if any rank read such a file, the ranks compare a hash of them, so that a
+ * file that differs between nodes stops the run at start-up instead of
+ * training two runs in one.
  *
  * Start-up errors: every rank runs the same checks; local failures (a file
  * only one node misses, an allocation) are agreed on collectively, so that
@@ -1165,12 +1166,16 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     return status;
 }
 
-/* Every rank read its options itself (a --config file, the checkpoint's run.toml): do they match rank 0's? */
+/* Every rank read its options itself: where any rank read a file (--config, the checkpoint's run.toml), do
+ * they all match rank 0's?  (Command lines that differ by design, mpirun's A : B, are left to the checks of
+ * what they name: the data, the executable.) */
 static int agree_opts(const RtOpts *o)
 {
+    int64_t files = o->from_files;
+    rt_ctl_allreduce_i64(&files, 1, RT_CTL_MAX);
     uint64_t h = o->opts_hash;
     rt_ctl_bcast(&h, sizeof h, 0);
-    if (h != o->opts_hash)
+    if (files && h != o->opts_hash)
         rt_err_set(2, "this rank's options differ from rank 0's: a --config file or the --resume checkpoint's "
                       "run.toml that differs between the nodes? (every rank must read the same)");
     return rt_err_sync();

@@ -212,7 +212,8 @@ typedef struct {
     struct RtOptSrc *src;     /* where the options came from: the command line, --config, run.toml (args.c) */
     char *run_toml;           /* the options a checkpoint keeps, as its run.toml */
     char *restored;           /* --resume: the start-up line on what its run.toml gave (NULL: no --resume) */
-    uint64_t opts_hash;       /* of every option in force: the ranks agree on it */
+    uint64_t opts_hash;       /* of every option in force: the ranks agree on it (rt.c) */
+    int from_files;           /* a --config file or a run.toml was read */
 } RtOpts;
 typedef struct RtOptSrc RtOptSrc;
 
