@@ -19,7 +19,7 @@
  *                   the last record, "end H", carries H, the FNV-1a-64 of
  *                   every byte before it (an edited step or data_pos is
  *                   refused, as a damaged shard is);
- *   run.toml        the run's options (args.c, in runcfg.c's form): what
+ *   run.toml        the run's options (opts.c, in runcfg.c's form): what
  *                   --resume restores unless a flag or --config overrides
  *                   them.  Not in the manifest: a file of options to read
  *                   (and edit), parsed as strictly as any --config file;
@@ -259,7 +259,7 @@ static int write_manifest(const RtCtx *c, int tfd, int64_t step, int64_t pos, co
     return fclose(o.f) != 0 || bad ? -1 : 0;
 }
 
-/* rank 0: the run's options as run.toml into the .tmp folder tfd (runcfg.c's form; args.c wrote them) */
+/* rank 0: the run's options as run.toml into the .tmp folder tfd (runcfg.c's form; opts.c wrote them) */
 static int write_options(int tfd, const char *run_toml)
 {
     int fd = create_in(tfd, "run.toml");

@@ -1,5 +1,5 @@
 /* rt.c — rt_main: the life of an executable around the model's step
- * function: flags (args.c), the control plane (rt_ctl.h), start-up (init
+ * function: options (opts.c, args.c), the control plane (rt_ctl.h), start-up (init
  * file and memory from load.c, data from data.c; the device from rt_dev.h), the step
  * loop with its progress lines and metrics, export, and start-up errors
  * (agreed on by all ranks).  Forward-only builds (m->eval) branch to eval.c
@@ -11,7 +11,7 @@
  * DIR/<parameter name>.npy per parameter, of the parameter's shape (read from
  * the ONNX model embedded in the init file at start-up) and the unit's dtype.
  *
- * Options: every rank parses its own (args.c: the command line, a --config
+ * Options: every rank parses its own (opts.c: the command line, a --config
  * file, the --resume checkpoint's run.toml); once the control plane is up,
  * if any rank read such a file, the ranks compare a hash of them, so that a
  * file that differs between nodes stops the run at start-up instead of

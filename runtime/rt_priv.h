@@ -1,4 +1,4 @@
-/* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, args.c,
+/* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, opts.c, args.c, usage.c, runcfg.c,
  * load.c, data.c, export.c, eval.c, fatal.c, npy.c, tensor_pb.c; and the control
  * planes and device layers); never seen by generated code.  No MPI here:
  * the control plane is rt_ctl.h, the step's memory rt_dev.h. */
@@ -146,7 +146,7 @@ void rt_cfg_put_string(RtStr *b, const char *s);
 /* v (finite) as a TOML float, in the fewest digits that read back as v */
 void rt_cfg_put_real(RtStr *b, double v);
 
-/* ---------------------------------------------------------- flags (args.c) */
+/* ------------------------------------------- options (opts.c, args.c) */
 
 typedef struct {
     const char *name, *file;
@@ -209,7 +209,7 @@ typedef struct {
     int nesterov;             /* --nesterov (sgd) */
     int64_t seed;             /* --seed S (0) */
     int quiet;
-    struct RtOptSrc *src;     /* where the options came from: the command line, --config, run.toml (args.c) */
+    struct RtOptSrc *src;     /* where the options came from: the command line, --config, run.toml (opts.c) */
     char *run_toml;           /* the options a checkpoint keeps, as its run.toml */
     char *restored;           /* --resume: the start-up line on what its run.toml gave (NULL: no --resume) */
     uint64_t opts_hash;       /* of every option in force: the ranks agree on it (rt.c) */
@@ -221,6 +221,11 @@ typedef struct RtOptSrc RtOptSrc;
  * over the --resume checkpoint's run.toml.  Every rank reads them itself (rt.c then checks that they agree).
  * 0: run; 1: --help; -1: error (rt_err_set called).  Free with rt_opts_free, whatever it returned. */
 int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o);
+/* args.c: o's defaults for m; one flag's value (flag: "--NAME"; val: its text, kept by reference) into o,
+ * 0 or -1 (rt_err_set called); the checks across options once all are in, 0 or -1 */
+void rt_opts_defaults(const RtModel *m, RtOpts *o);
+int rt_set_flag(RtOpts *o, const char *flag, const char *val);
+int rt_opts_check(const RtModel *m, RtOpts *o);
 /* the learning rate of 1-based step under o's schedule */
 double rt_lr_at(const RtOpts *o, int64_t step);
 void rt_opts_free(RtOpts *o);

@@ -1,6 +1,6 @@
 /* runcfg.c — run files: the config-file form of an executable's options
  * (--config FILE) and the run.toml every checkpoint holds, read and written
- * in one small subset of TOML (toml.io v1.0).  args.c maps their keys to
+ * in one small subset of TOML (toml.io v1.0).  opts.c maps their keys to
  * options; this file knows only the syntax.
  *
  * The subset, line by line:
@@ -23,7 +23,7 @@
  * (rt_err_set, status 2), never a crash; every length is bounded before it
  * is used.  A value becomes the text its flag would get on the command line
  * (a number without '_' or a leading '+', "true"/"false", a string's bytes),
- * so a file and the flags go through the same parser (args.c's set_flag).
+ * so a file and the flags go through the same parser (args.c's rt_set_flag).
  */
 #define _POSIX_C_SOURCE 200809L
 

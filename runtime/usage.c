@@ -1,5 +1,5 @@
 /* usage.c — the --help text of a training or forward-only (eval) executable:
- * its options (parsed in args.c), the run files' form (runcfg.c), and the
+ * its options (opts.c, args.c), the run files' form (runcfg.c), and the
  * model's inputs (and, for eval, outputs) as this build fixed them.
  */
 #define _POSIX_C_SOURCE 200809L
