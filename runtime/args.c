@@ -170,6 +170,8 @@ int rt_set_flag(RtOpts *o, const char *flag, const char *val)
         rc = parse_int(flag, val, 1, MAX_COUNT, &o->ckpt_every);
     } else if (strcmp(flag, "--resume") == 0) {
         o->resume = val;
+    } else if (strcmp(flag, "--config") == 0) {
+        o->config = val;
     } else if (strcmp(flag, "--seed") == 0) {
         rc = parse_int(flag, val, 0, INT64_MAX, &o->seed);
     } else if (strcmp(flag, "--peak-tflops") == 0) {

@@ -186,6 +186,7 @@ typedef struct {
     const char *ckpt_dir;     /* --ckpt-dir DIR */
     int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
     const char *resume;       /* --resume PATH */
+    const char *config;       /* --config FILE */
     int64_t accum;            /* --accum K: micro-steps per step (1) */
     int accum_local;          /* --accum-mode local */
     int skip_nonfinite;       /* --on-nonfinite skip (0: stop) */

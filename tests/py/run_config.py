@@ -20,7 +20,7 @@ them would differ: --lr, a cosine schedule with warmup, --shuffle --seed 3, --cl
 5. Bad run files, each refused with exit status 2 and exactly one stderr line naming FILE:LINE and the key:
    an unknown key, a bad number, an unterminated string, a wrong type, a duplicate key, a table, a line of
    100,000 bytes, binary bytes, a bad value the command line overrides; a missing --config file and
-   /dev/zero (one line naming it); a checkpoint whose run.toml is a symbolic link, or names resume = ...,
+   /dev/zero (one line naming it); --metrics naming the --config file (which stays); a checkpoint whose run.toml is a symbolic link, or names resume = ...,
    or has an unknown key (all refused, the checkpoint untouched).  A run.toml with an fp16 build's
    loss-scale is resumed by this fp32 build with the key ignored, and said so.  A checkpoint without
    run.toml (an older fsdpc's) resumes with the full command line, saying so.
@@ -171,6 +171,10 @@ def main():
         refused(base + ["--config", B], needles, "config %r" % text[:30])
     refused(base + ["--config", J("missing.toml")], ["--config", "missing.toml"], "a missing --config")
     refused(base + ["--config", "/dev/zero"], ["/dev/zero", "not a regular file"], "--config /dev/zero")
+    with open(B, "w") as f:
+        f.write("lr = 0.1\n")
+    refused(base + ["--config", B, "--metrics", B], ["--metrics", "is the --config file"], "--metrics onto --config")
+    check(open(B).read() == "lr = 0.1\n", "--metrics onto --config: the config file changed")
     with open(B, "w") as f:
         f.write("lr = 1e-3x\n")
     refused(base + ["--config", B], ["bad.toml:1", "'lr'"], "a bad config at world 2", world=2)
