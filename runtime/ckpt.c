@@ -18,7 +18,12 @@
  *                   and every file with its size and FNV-1a-64 checksum;
  *                   the last record, "end H", carries H, the FNV-1a-64 of
  *                   every byte before it (an edited step or data_pos is
- *                   refused, as a damaged shard is).
+ *                   refused, as a damaged shard is);
+ *   run.toml        the run's options (opts.c, in runcfg.c's form): what
+ *                   --resume restores unless a flag or --config overrides
+ *                   them.  Not in the manifest: a file of options to read
+ *                   (and edit), parsed as strictly as any --config file;
+ *                   none in the checkpoints of an older fsdpc.
  * (The dropout RNG is counter-based on the step: the step is its state.)
  *
  * Saving is collective: rank 0 makes DIR/.step-N.tmp, the writers fill and
@@ -63,11 +68,10 @@
 
 #define FORMAT "fsdpc-checkpoint 1"
 #define MAX_MANIFEST (64 << 20)
-#define FNV0 14695981039346656037ull
 /* a path in a checkpoint directory: the directory (< PATH_MAX) and a file name */
 #define PLEN (PATH_MAX + 64)
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+uint64_t rt_fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) {
@@ -101,7 +105,7 @@ static int put(int fd, const void *buf, int64_t n, Written *w, int fault)
         fprintf(stderr, "%s: rank fault injected by FSDPC_FAULT during a checkpoint save\n", rt_prog);
         _exit(1);
     }
-    w->sum = fnv(w->sum, buf, (size_t)n);
+    w->sum = rt_fnv(w->sum, buf, (size_t)n);
     w->bytes += n;
     return rt_write_all(fd, buf, (size_t)n);
 }
@@ -128,7 +132,7 @@ static int create_in(int tfd, const char *name)
 static Written write_part(RtCtx *c, int tfd, const char *tmp, int consts)
 {
     const RtModel *m = c->m;
-    Written w = {0, FNV0, 0};
+    Written w = {0, RT_FNV0, 0};
     char name[32], path[PLEN + 32];
     if (consts)
         snprintf(name, sizeof name, "consts.bin");
@@ -193,7 +197,7 @@ static void mput(Out *o, const char *fmt, ...)
         return;
     }
     o->bad |= fwrite(s, 1, (size_t)n, o->f) != (size_t)n;
-    o->h = fnv(o->h, s, (size_t)n);
+    o->h = rt_fnv(o->h, s, (size_t)n);
     if (s != small)
         free(s);
 }
@@ -205,7 +209,7 @@ static int write_manifest(const RtCtx *c, int tfd, int64_t step, int64_t pos, co
 {
     const RtModel *m = c->m;
     int fd = create_in(tfd, "manifest");
-    Out o = {fd >= 0 ? fdopen(fd, "w") : NULL, FNV0, 0};
+    Out o = {fd >= 0 ? fdopen(fd, "w") : NULL, RT_FNV0, 0};
     if (!o.f) {
         if (fd >= 0)
             close(fd);
@@ -253,6 +257,21 @@ static int write_manifest(const RtCtx *c, int tfd, int64_t step, int64_t pos, co
     mput(&o, "end %016" PRIx64 "\n", o.h);
     int bad = o.bad || ferror(o.f) || fflush(o.f) != 0 || fsync(fileno(o.f)) != 0;
     return fclose(o.f) != 0 || bad ? -1 : 0;
+}
+
+/* rank 0: the run's options as run.toml into the .tmp folder tfd (runcfg.c's form; opts.c wrote them) */
+static int write_options(int tfd, const char *run_toml)
+{
+    int fd = create_in(tfd, "run.toml");
+    if (fd < 0)
+        return -1;
+    if (rt_write_all(fd, run_toml, strlen(run_toml)) != 0 || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return close(fd);
 }
 
 /* name is what publish names a checkpoint: step-NNNNNNNN */
@@ -337,7 +356,7 @@ static int open_tmp(const char *dir, const char *sub, const char *shown, const c
     return 0;
 }
 
-int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos)
+int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos, const char *run_toml)
 {
     char tmp[40], shown[PLEN];
     snprintf(tmp, sizeof tmp, ".step-%08" PRId64 ".tmp", step);
@@ -348,7 +367,7 @@ int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64
         return status;
     char tpath[PLEN + 64];
     snprintf(tpath, sizeof tpath, "%s/%s", shown, tmp);
-    Written mine = {0, FNV0, 0}, *all = c->rank == 0 ? calloc((size_t)c->world, sizeof *all) : NULL;
+    Written mine = {0, RT_FNV0, 0}, *all = c->rank == 0 ? calloc((size_t)c->world, sizeof *all) : NULL;
     if (c->rank < c->sf && open_tmp(dir, sub, shown, tmp, &dfd, &tfd) != 0)
         mine.failed = 1;
     else if (c->rank < c->sf)
@@ -358,9 +377,10 @@ int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64
         int failed = !all || mine.failed;
         for (int r = 0; all && r < c->sf; r++)
             failed |= all[r].failed != 0;
-        Written consts = failed ? (Written){0, FNV0, 1} : write_part(c, tfd, tpath, 1);
+        Written consts = failed ? (Written){0, RT_FNV0, 1} : write_part(c, tfd, tpath, 1);
         if (!failed && !consts.failed &&
-            (write_manifest(c, tfd, step, pos, all, &consts) != 0 || publish(dfd, tfd, tmp, step) != 0))
+            (write_manifest(c, tfd, step, pos, all, &consts) != 0 ||
+             (run_toml && write_options(tfd, run_toml) != 0) || publish(dfd, tfd, tmp, step) != 0))
             rt_err_set(1, "checkpoint: writing step %" PRId64 " into %s: %s", step, shown, strerror(errno));
         else if (failed && !all)
             rt_err_set(1, "checkpoint: out of memory");
@@ -604,7 +624,7 @@ static int parse(Ckpt *k, const char *text, const char *path)
             q[k->nfile].bytes = e;
             q[k->nfile++].sum = sum;
         } else if (sscanf(rec, "end %16" SCNx64 "%n", &sum, &r) == 1 && !rec[r] && r == 20) {
-            if (sum != fnv(FNV0, text, (size_t)(nl - len - text)))
+            if (sum != rt_fnv(RT_FNV0, text, (size_t)(nl - len - text)))
                 BAD("%s", path, line, "the checksum does not match the manifest's content: it was edited or damaged "
                     "(resume from another checkpoint)");
             ended = 1;
@@ -658,14 +678,14 @@ static int verify(const Ckpt *k)
                        (long long)st.st_size, (long long)k->file[i].bytes);
             rc = -1;
         } else {
-            uint64_t h = FNV0;
+            uint64_t h = RT_FNV0;
             for (int64_t off = 0; rc == 0 && off < k->file[i].bytes; off += (int64_t)cap) {
                 size_t n = (size_t)(k->file[i].bytes - off < (int64_t)cap ? k->file[i].bytes - off : (int64_t)cap);
                 if (rt_pread_all(fd, buf, n, (uint64_t)off) != 0) {
                     rt_err_set(1, "--resume: reading %s: %s", path, strerror(errno));
                     rc = -1;
                 }
-                h = fnv(h, buf, n);
+                h = rt_fnv(h, buf, n);
             }
             if (rc == 0 && h != k->file[i].sum) {
                 rt_err_set(1, "--resume: %s: the checksum does not match the manifest's: the checkpoint is damaged "

@@ -1,7 +1,7 @@
 /* noclobber.c — no output of a run overwrites one of its inputs.
  *
  * Rank 0, before anything is written, collects the run's input files (the
- * --data/--input, --val-data, --tokens and --val-tokens files, the init
+ * --data/--input, --val-data, --tokens, --val-tokens and --config files, the init
  * file, the executable itself and every file of the --resume checkpoint)
  * with their identity (st_dev, st_ino: ./x.npy, x.npy and a hard link are
  * one file), then checks each output against them: a file output that
@@ -87,6 +87,8 @@ int rt_inputs_collect(RtInputs *in, const RtOpts *o, const char *init_path)
         rc = add(in, "--tokens", o->tokens, o->tokens, 0);
     if (rc == 0 && o->val_tokens)
         rc = add(in, "--val-tokens", o->val_tokens, o->val_tokens, 0);
+    if (rc == 0 && o->config)
+        rc = add(in, "--config", o->config, o->config, 0);
     if (rc == 0 && init_path)
         rc = add(in, "init", init_path, init_path, 0);
     if (rc == 0)

@@ -1,5 +1,5 @@
 /* rt.c — rt_main: the life of an executable around the model's step
- * function: flags (args.c), the control plane (rt_ctl.h), start-up (init
+ * function: options (opts.c, args.c), the control plane (rt_ctl.h), start-up (init
  * file and memory from load.c, data from data.c; the device from rt_dev.h), the step
  * loop with its progress lines and metrics, export, and start-up errors
  * (agreed on by all ranks).  Forward-only builds (m->eval) branch to eval.c
@@ -10,6 +10,12 @@
  * (left untouched by the optimizer) are gathered to rank 0, which writes one
  * DIR/<parameter name>.npy per parameter, of the parameter's shape (read from
  * the ONNX model embedded in the init file at start-up) and the unit's dtype.
+ *
+ * Options: every rank parses its own (opts.c: the command line, a --config
+ * file, the --resume checkpoint's run.toml); once the control plane is up,
+ * if any rank read such a file, the ranks compare a hash of them, so that a
+ * file that differs between nodes stops the run at start-up instead of
+ * training two runs in one.
  *
  * Start-up errors: every rank runs the same checks; local failures (a file
  * only one node misses, an allocation) are agreed on collectively, so that
@@ -50,16 +56,23 @@ static int g_rank, g_world = 1;
 
 static char g_err[2048];
 static int g_code; /* 0: no error on this rank; else the exit status */
+static char g_where[512]; /* rt_err_where's prefix */
 
 void rt_err_set(int code, const char *fmt, ...)
 {
     if (g_code)
         return; /* keep the first */
+    int n = g_where[0] ? snprintf(g_err, sizeof g_err, "%s: ", g_where) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    vsnprintf(g_err + n, sizeof g_err - (size_t)n, fmt, ap);
     va_end(ap);
     g_code = code;
+}
+
+void rt_err_where(const char *where)
+{
+    snprintf(g_where, sizeof g_where, "%s", where ? where : "");
 }
 
 /* this rank's error, as one line */
@@ -839,7 +852,7 @@ static int validate_due(Run *r, int64_t step, int *did, double *val, double *val
     r->best_step = step;
     if (!o->save_best)
         return 0;
-    int status = rt_ckpt_save(&r->ctx, o->ckpt_dir, "best", step, r->data.pos);
+    int status = rt_ckpt_save(&r->ctx, o->ckpt_dir, "best", step, r->data.pos, o->run_toml);
     if (status == 0 && g_rank == 0)
         rt_ckpt_prune(o->ckpt_dir, "best", step);
     return status;
@@ -1020,7 +1033,7 @@ static int train(Run *r)
                 return status;
         }
         if (r->o.ckpt_dir && ((r->o.ckpt_every && c->step % r->o.ckpt_every == 0) || c->step == r->o.steps)) {
-            int status = rt_ckpt_save(c, r->o.ckpt_dir, NULL, c->step, r->data.pos);
+            int status = rt_ckpt_save(c, r->o.ckpt_dir, NULL, c->step, r->data.pos, r->o.run_toml);
             if (status != 0)
                 return status;
         }
@@ -1094,6 +1107,8 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         }
         if (status == 0 && o->static_scale) /* --loss-scale fixes S, whatever the checkpoint ran with */
             r->ctx.loss_scale = o->loss_scale_init;
+        if (status == 0 && g_rank == 0 && o->restored) /* even --quiet: it says what the run is */
+            printf("%s\n", o->restored);
         if (status == 0 && g_rank == 0 && !o->quiet)
             printf("resumed from %s at step %lld\n", o->resume, (long long)r->first);
     }
@@ -1151,6 +1166,21 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
     return status;
 }
 
+/* Every rank read its options itself: where any rank read a file (--config, the checkpoint's run.toml), do
+ * they all match rank 0's?  (Command lines that differ by design, mpirun's A : B, are left to the checks of
+ * what they name: the data, the executable.) */
+static int agree_opts(const RtOpts *o)
+{
+    int64_t files = o->from_files;
+    rt_ctl_allreduce_i64(&files, 1, RT_CTL_MAX);
+    uint64_t h = o->opts_hash;
+    rt_ctl_bcast(&h, sizeof h, 0);
+    if (files && h != o->opts_hash)
+        rt_err_set(2, "this rank's options differ from rank 0's: a --config file or the --resume checkpoint's "
+                      "run.toml that differs between the nodes? (every rank must read the same)");
+    return rt_err_sync();
+}
+
 int rt_main(int argc, char **argv, const RtModel *m)
 {
     if (argc > 0 && argv[0] && argv[0][0])
@@ -1173,6 +1203,8 @@ int rt_main(int argc, char **argv, const RtModel *m)
         return status;
     }
     int status = rt_err_sync();
+    if (status == 0 && pf == 0)
+        status = agree_opts(&o);
     if (status == 0 && pf == 1) {
         if (g_rank == 0)
             rt_usage(m);

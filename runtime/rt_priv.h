@@ -1,4 +1,4 @@
-/* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, args.c,
+/* rt_priv.h — private to runtime/ (the target-neutral core: rt.c, opts.c, args.c, usage.c, runcfg.c,
  * load.c, data.c, export.c, eval.c, fatal.c, npy.c, tensor_pb.c; and the control
  * planes and device layers); never seen by generated code.  No MPI here:
  * the control plane is rt_ctl.h, the step's memory rt_dev.h. */
@@ -93,6 +93,9 @@ static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
 /* Record this rank's first start-up error (exit status code: 1, or 2 for a
  * command-line error); rt.c agrees on it across ranks and prints it once. */
 void rt_err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* where != NULL: every later rt_err_set message starts "WHERE: " (a run file's "PATH:LINE: key 'K'"), until
+ * rt_err_where(NULL) */
+void rt_err_where(const char *where);
 /* Collective: did any rank fail?  The lowest failing rank prints its one
  * line; returns its exit status on every rank (0 if none failed). */
 int rt_err_sync(void);
@@ -100,7 +103,50 @@ int rt_err_sync(void);
  * missing, one level) and is writable.  0, or -1 (rt_err_set called). */
 int rt_prepare_dir(const char *flag, const char *dir);
 
-/* ---------------------------------------------------------- flags (args.c) */
+/* FNV-1a-64 of n bytes at p, continuing h (RT_FNV0 to start): the checkpoint's checksums (ckpt.c) */
+#define RT_FNV0 14695981039346656037ull
+uint64_t rt_fnv(uint64_t h, const void *p, size_t n);
+
+/* ------------------------------------------- run files (runcfg.c) */
+
+/* The TOML subset of --config files and of a checkpoint's run.toml (runcfg.c's essay). */
+#define RT_CFG_LINE 65536      /* the longest line read */
+#define RT_CFG_MAX (1 << 20)   /* the largest file read */
+enum { RT_CV_STR, RT_CV_INT, RT_CV_REAL, RT_CV_BOOL, RT_CV_ARRAY };
+typedef struct {
+    char *key;   /* as written, '_' read as '-' */
+    int line;
+    int type;    /* RT_CV_*: what was written */
+    char **val;  /* nval strings, as the flag would take them: a string's bytes, a number's text (no '_', no
+                  * leading '+'), "true" / "false", an array's strings */
+    int nval;
+} RtCfgEntry;
+typedef struct {
+    char *path;  /* for messages */
+    RtCfgEntry *e;
+    int n;
+} RtCfg;
+/* Read PATH (a regular file of at most RT_CFG_MAX bytes; nofollow: a link is refused) into c.  0; 1: no such
+ * file and missing_ok; -1: rt_err_set(2, "WHAT PATH: ..." or "PATH:LINE: ...").  Free c with rt_cfg_free
+ * whatever it returned. */
+int rt_cfg_load(RtCfg *c, const char *what, const char *path, int nofollow, int missing_ok);
+/* the n bytes of text (c->path names them) into c: 0, or -1 (rt_err_set(2, "PATH:LINE: ...")) */
+int rt_cfg_parse(RtCfg *c, const char *text, size_t n);
+void rt_cfg_free(RtCfg *c);
+
+/* a growing string (bad: out of memory, the text is incomplete) */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int bad;
+} RtStr;
+void rt_str_add(RtStr *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s as a TOML basic string, quoted */
+void rt_cfg_put_string(RtStr *b, const char *s);
+/* v (finite) as a TOML float, in the fewest digits that read back as v */
+void rt_cfg_put_real(RtStr *b, double v);
+
+/* ------------------------------------------- options (opts.c, args.c) */
 
 typedef struct {
     const char *name, *file;
@@ -140,6 +186,7 @@ typedef struct {
     const char *ckpt_dir;     /* --ckpt-dir DIR */
     int64_t ckpt_every;       /* --ckpt-every K (0: at the end only) */
     const char *resume;       /* --resume PATH */
+    const char *config;       /* --config FILE */
     int64_t accum;            /* --accum K: micro-steps per step (1) */
     int accum_local;          /* --accum-mode local */
     int skip_nonfinite;       /* --on-nonfinite skip (0: stop) */
@@ -163,11 +210,23 @@ typedef struct {
     int nesterov;             /* --nesterov (sgd) */
     int64_t seed;             /* --seed S (0) */
     int quiet;
+    struct RtOptSrc *src;     /* where the options came from: the command line, --config, run.toml (opts.c) */
+    char *run_toml;           /* the options a checkpoint keeps, as its run.toml */
+    char *restored;           /* --resume: the start-up line on what its run.toml gave (NULL: no --resume) */
+    uint64_t opts_hash;       /* of every option in force: the ranks agree on it (rt.c) */
+    int from_files;           /* a --config file or a run.toml was read */
 } RtOpts;
+typedef struct RtOptSrc RtOptSrc;
 
-/* The flags of m's kind (training, or eval when m->eval).  0: run; 1: --help;
- * -1: error (rt_err_set called).  Free with rt_opts_free, whatever it returned. */
+/* The options of m's kind (training, or eval when m->eval): the command line's, over the --config file's,
+ * over the --resume checkpoint's run.toml.  Every rank reads them itself (rt.c then checks that they agree).
+ * 0: run; 1: --help; -1: error (rt_err_set called).  Free with rt_opts_free, whatever it returned. */
 int rt_parse_flags(int argc, char **argv, const RtModel *m, RtOpts *o);
+/* args.c: o's defaults for m; one flag's value (flag: "--NAME"; val: its text, kept by reference) into o,
+ * 0 or -1 (rt_err_set called); the checks across options once all are in, 0 or -1 */
+void rt_opts_defaults(const RtModel *m, RtOpts *o);
+int rt_set_flag(RtOpts *o, const char *flag, const char *val);
+int rt_opts_check(const RtModel *m, RtOpts *o);
 /* the learning rate of 1-based step under o's schedule */
 double rt_lr_at(const RtOpts *o, int64_t step);
 void rt_opts_free(RtOpts *o);
@@ -304,8 +363,9 @@ static inline int64_t rt_rs_prepare(RtCtx *c, const char *what, void *full, int6
 /* ckpt.c: a checkpoint of the state after step into DIR/step-NNNNNNNN, or
  * DIR/SUB/step-NNNNNNNN when sub is not NULL (--save-best: "best"); DIR
  * (made if missing) may be a link, SUB may not (pos: the data position the
- * next step reads from); collective, returns the exit status every rank uses */
-int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos);
+ * next step reads from; run_toml: the run's options, rank 0 writes them as
+ * run.toml); collective, returns the exit status every rank uses */
+int rt_ckpt_save(RtCtx *c, const char *dir, const char *sub, int64_t step, int64_t pos, const char *run_toml);
 /* rank 0, after a save into DIR[/SUB]: remove its other step-N checkpoints (--save-best keeps one), never
  * following a link */
 void rt_ckpt_prune(const char *dir, const char *sub, int64_t keep);

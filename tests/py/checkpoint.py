@@ -10,7 +10,7 @@ per-rank batch is 12/W; each (world, strategy) executable is compiled once.
    exported weights W.
 2. Interrupted: world 4, full, --steps 6 --ckpt-dir D --ckpt-every 4: D holds
    exactly latest, step-00000004 and step-00000006; latest reads
-   "step-00000006"; each checkpoint holds exactly manifest, consts.bin and
+   "step-00000006"; each checkpoint holds exactly manifest, consts.bin, run.toml and
    rank-00000.bin..rank-00003.bin; the losses of steps 1-6 equal L[1..6]
    exactly (==).  --resume D (the directory: latest is used) --steps 10 at
    world 4: the metrics (memory line first) hold exactly steps 7..10, their
@@ -111,7 +111,7 @@ def read_latest(d):
 def check_ckpt(d, nfiles, tag):
     """d is a complete checkpoint with the rank files of nfiles ranks"""
     check(os.path.isdir(d), "%s: checkpoint %s does not exist" % (tag, d))
-    want = {"manifest", "consts.bin"} | {"rank-%05d.bin" % r for r in range(nfiles)}
+    want = {"manifest", "consts.bin", "run.toml"} | {"rank-%05d.bin" % r for r in range(nfiles)}
     have = set(os.listdir(d))
     check(have == want, "%s: %s holds %s, expected %s" % (tag, d, sorted(have), sorted(want)))
 
