@@ -89,6 +89,8 @@ static const char *usage =
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
     "  --cc PATH               C compiler for the generated step\n"
+    "  --quiet                 no progress lines on stderr (the cuda target's NVRTC stages); notes,\n"
+    "                          warnings and errors are still printed\n"
     "  --version               the version, the targets this fsdpc builds for and where its runtime is\n"
     "environment: FSDPC_HOME   the install prefix whose runtime (include/fsdpc, lib/fsdpc) executables\n"
     "                          are built with (default: the build tree fsdpc runs from, or the prefix\n"
@@ -338,6 +340,8 @@ static void parse_args(Options *o, int argc, char **argv)
             o->keep_c = 1;
         } else if (!strcmp(a, "--cc")) {
             o->cc = VALUE();
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = 1;
         } else if (a[0] == '-') {
             fatal("unknown flag '%s' (see --help)", a);
         } else if (o->model) {

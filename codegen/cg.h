@@ -39,6 +39,9 @@ extern const char **cg_checks;
 /* cuda.c: the kernels for every --arch into dir (images + images.S); the C
  * text of `static const RtImage images[]` into tables; returns their count */
 int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
+/* notes.c: the notes (stderr) on what OUT needs that this machine lacks: an NVIDIA driver (cuda), a native bf16
+ * GEMM (cpu, --precision bf16) */
+void cg_notes(const Graph *g);
 
 /* the kernels.h op code of an elementwise op ("K_RELU", "K_ADD") and a unary
  * op's two parameters as C text (emit.c) */

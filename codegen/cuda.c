@@ -16,6 +16,12 @@
  * key, length, checksum) when read; a bad or unreadable entry is compiled
  * again, and a cache that cannot be written is only a warning.
  *
+ * Progress: a compile that misses the cache takes minutes (NVRTC compiles
+ * the whole program once per arch, the archs on threads of their own), so it
+ * says on stderr what it compiles, for which archs, where the cache is, each
+ * arch as it is done and the total time, one line each (not under
+ * --quiet); a compile served from the cache says nothing.
+ *
  * A compile error in kernels/cuda or in generated kernels is a bug in
  * fsdpc, never in the user's model: the message says so and prints the
  * NVRTC log.
@@ -24,6 +30,7 @@
 #include "cg.h"
 #include "fsdpc_config.h"
 #include "afile.h"
+#include "kc.h" /* KC_COUNT: the kernels of kernels/cuda */
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* the sources of kernels/cuda, in concatenation order (gen/cuda_src.c) */
@@ -116,17 +124,26 @@ typedef struct {
     size_t len;
     char *log;             /* on failure */
     int failed;
+    int say;               /* print a line when compiled (not --quiet) */
 } Job;
 
-static void *compile_job(void *arg)
+/* seconds on the monotonic clock */
+static double now_s(void)
 {
-    Job *j = arg;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* NVRTC's compile of j's program for j's arch: j->data (a cubin or PTX), else j->failed and j->log */
+static void compile_one(Job *j)
+{
     nvrtcProgram_ p;
     const char *hdr_name = fsdpc_cuda_src_name[0], *hdr_text = fsdpc_cuda_src_text[0];
     if (nv.create(&p, j->text, "fsdpc_kernels.cu", 1, &hdr_text, &hdr_name)) {
         j->failed = 1;
         j->log = ir_strdup("nvrtcCreateProgram failed");
-        return NULL;
+        return;
     }
     char archopt[64];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", j->arch);
@@ -145,7 +162,7 @@ static void *compile_job(void *arg)
         j->failed = 1;
         j->log = log;
         nv.destroy(&p);
-        return NULL;
+        return;
     }
     free(log);
     int is_ptx = !strncmp(j->arch, "compute_", 8);
@@ -154,7 +171,7 @@ static void *compile_job(void *arg)
         j->failed = 1;
         j->log = ir_strdup("cannot read NVRTC's output");
         nv.destroy(&p);
-        return NULL;
+        return;
     }
     j->data = malloc(n ? n : 1);
     if (!j->data || (is_ptx ? nv.ptx(p, (char *)j->data) : nv.cubin(p, (char *)j->data))) {
@@ -163,6 +180,16 @@ static void *compile_job(void *arg)
     }
     j->len = n;
     nv.destroy(&p);
+}
+
+/* compile_one on a thread of its own, then j's progress line */
+static void *compile_job(void *arg)
+{
+    Job *j = arg;
+    double t0 = now_s();
+    compile_one(j);
+    if (j->say && !j->failed) /* one fprintf: one whole line, whichever thread prints beside it */
+        fprintf(stderr, "fsdpc: NVRTC: %s compiled in %.1f s\n", j->arch, now_s() - t0);
     return NULL;
 }
 
@@ -231,10 +258,11 @@ static int cache_read(Job *j, const char *dir, uint64_t key)
     return ok;
 }
 
-static void cache_write(const Job *j, const char *dir, uint64_t key)
+/* j's image into the cache dir (NULL: none); 0 when written, else -1 after a warning */
+static int cache_write(const Job *j, const char *dir, uint64_t key)
 {
     if (!dir)
-        return;
+        return -1;
     /* mkdir -p: the parents of the default dir may not exist yet */
     char *p = ir_strdup(dir);
     for (char *s = p + 1; *s; s++)
@@ -255,7 +283,9 @@ static void cache_write(const Job *j, const char *dir, uint64_t key)
     if (!ok || rt_afile_commit(&af) != 0) {
         fprintf(stderr, "fsdpc: warning: cannot write the kernel cache %s (%s); kernels will be compiled "
                 "again next time\n", dir, strerror(errno));
+        return -1;
     }
+    return 0;
 }
 
 /* ---- the archs ------------------------------------------------------------ */
@@ -293,6 +323,59 @@ static int parse_archs(const char *spec, int *sm, int max)
     return n;
 }
 
+/* The first progress line of a compile that misses the cache in jobs
+ * miss[0..nmiss-1] (of their program: kernels/cuda's kernels and the model's
+ * fused ones) */
+static void say_start(const Job *job, const int *miss, int nmiss, const char *cdir)
+{
+    Buf archs = {0};
+    for (int i = 0; i < nmiss; i++)
+        cg_put(&archs, "%s%s%s", i ? ", " : "", job[miss[i]].arch,
+               strncmp(job[miss[i]].arch, "compute_", 8) ? "" : " (PTX)");
+    fprintf(stderr, "fsdpc: compiling %d CUDA kernels with NVRTC %d.%d for %s, an arch per thread; kernel cache: "
+            "%s\n", KC_COUNT + cg_nfused, nv.major, nv.minor, archs.buf,
+            cdir ? cdir : "none (no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME)");
+}
+
+/* Every job's image: from the cache, else compiled by NVRTC (a thread per
+ * job, each written to the cache); say: the progress lines on stderr */
+static void compile_all(Job *job, int njob, int say)
+{
+    const char *cdir = cache_dir();
+    uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
+    pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
+    int *started = ir_alloc(sizeof(int) * (size_t)njob), *miss = ir_alloc(sizeof(int) * (size_t)njob), nmiss = 0;
+    for (int i = 0; i < njob; i++) {
+        key[i] = job_key(&job[i]);
+        if (!cache_read(&job[i], cdir, key[i]))
+            miss[nmiss++] = i;
+    }
+    if (!nmiss)
+        return;
+    double t0 = now_s();
+    if (say)
+        say_start(job, miss, nmiss, cdir);
+    for (int m = 0; m < nmiss; m++) {
+        Job *j = &job[miss[m]];
+        j->say = say;
+        started[m] = !pthread_create(&th[m], NULL, compile_job, j);
+        if (!started[m])
+            compile_job(j);
+    }
+    int ok = 1, kept = 1;
+    for (int m = 0; m < nmiss; m++) {
+        Job *j = &job[miss[m]];
+        if (started[m])
+            pthread_join(th[m], NULL);
+        ok &= !j->failed;
+        if (!j->failed)
+            kept &= cache_write(j, cdir, key[miss[m]]) == 0;
+    }
+    if (say && ok) /* a failure: cg_cuda_images says so */
+        fprintf(stderr, "fsdpc: NVRTC: %d arch%s compiled in %.1f s%s\n", nmiss, nmiss > 1 ? "s" : "",
+                now_s() - t0, kept ? ir_fmt("; kept in %s for the next compile", cdir) : "");
+}
+
 /* Compile for every arch (cache first, threads for the rest); write the
  * images into dir, the .S that embeds them, and the RtImage table `images`
  * as C into tables.  Returns the number of images. */
@@ -312,24 +395,7 @@ int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **as
     for (int i = 0; i < nsm; i++)
         job[i] = (Job){.arch = ir_fmt("sm_%d", sm[i]), .text = text};
     job[nsm] = (Job){.arch = ir_fmt("compute_%d", lowest), .text = text};
-    const char *cdir = cache_dir();
-    uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
-    pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
-    int *started = ir_alloc(sizeof(int) * (size_t)njob);
-    for (int i = 0; i < njob; i++) {
-        key[i] = job_key(&job[i]);
-        if (cache_read(&job[i], cdir, key[i]))
-            continue;
-        started[i] = !pthread_create(&th[i], NULL, compile_job, &job[i]);
-        if (!started[i])
-            compile_job(&job[i]);
-    }
-    for (int i = 0; i < njob; i++)
-        if (started[i]) {
-            pthread_join(th[i], NULL);
-            if (!job[i].failed)
-                cache_write(&job[i], cdir, key[i]);
-        }
+    compile_all(job, njob, !g->opt->quiet);
     for (int i = 0; i < njob; i++)
         if (job[i].failed) {
             fprintf(stderr, "%s\n", job[i].log ? job[i].log : "");

@@ -356,6 +356,8 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id,
         const char *kname;
         cpu_kernels(opt_cpu(g), &kname);
         cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
+        if (g->opt->precision == PREC_BF16) /* its GEMMs' path, which rank 0 names at start where it is widened */
+            cg_put(b, "    .bf16_native = k_bf16_gemm_native,\n");
     }
     if (cg_cuda)
         cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
@@ -744,6 +746,7 @@ void cg_build(const Graph *g)
     g_cc = g->opt->cc;
     cg_cuda = !strcmp(g->opt->target, "cuda");
     Build b = build_open(g->opt->out);
+    cg_notes(g); /* before NVRTC's and cc's minutes */
     InitLayout L = cg_init_layout(g);
     Buf images = {0};
     Buf step = emit_step(g); /* first: the kernels it generates are compiled with the rest */

@@ -21,7 +21,12 @@
  *                  whether they overlap the step (the executable's own
  *                  decision: a communication thread where a core is left)
  * Each figure is the best of a few runs, then the slowest rank's (the step
- * waits for it).  Rank 0 writes the profile, atomically.
+ * waits for it).  Rank 0 writes the profile, atomically.  Figures it cannot
+ * trust (cal_trust.h: GEMM and memory repeats that differ by more than 30 %,
+ * a float64 GEMM not slower than the float32 one, a GEMM above the plausible
+ * peak) are named in the profile ("# KEY untrusted: ...") and in one warning
+ * line each on stderr; the profile is still written (a busy machine's is
+ * better than none, and the warning says to measure again).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +41,7 @@
 #include <omp.h>
 #endif
 
+#include "cal_trust.h"
 #include "kernels.h"
 #include "rt_ctl.h"
 #include "rt_dev.h"
@@ -63,21 +69,26 @@ typedef struct {
     double *da;
     int64_t m, n, k;
     RtCtx *ctx;
+    double spread;        /* best's: (slowest - best) / best of its timed runs */
 } Bufs;
 
-/* the best time of reps runs of fn, every rank starting together (MPI is up only under a launcher) */
+/* the best time of reps runs of fn, every rank starting together (MPI is up only under a launcher); their
+ * spread into x->spread */
 static double best(void (*fn)(Bufs *), Bufs *x, int reps)
 {
-    double t = INFINITY;
+    double t = INFINITY, slow = 0;
     for (int r = 0; r < reps + 1; r++) {
         if (x->ctx->world > 1)
             RT_MPI(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = now();
         fn(x);
         double dt = now() - t0;
-        if (r > 0 && dt < t) /* the first run warms up */
-            t = dt;
+        if (r > 0) { /* the first run warms up */
+            t = dt < t ? dt : t;
+            slow = dt > slow ? dt : slow;
+        }
     }
+    x->spread = t > 0 ? (slow - t) / t : 0;
     return t;
 }
 
@@ -144,6 +155,26 @@ static double worst(double v, int rate, int world)
     return v;
 }
 
+/* best() of fn for the profile key `key`, its spread (the widest rank's) kept in c for cal_trust.h's rule */
+static double timed(void (*fn)(Bufs *), Bufs *x, int reps, RtCalFigures *c, const char *key)
+{
+    double t = best(fn, x, reps);
+    c->key[c->n] = key;
+    c->spread[c->n++] = worst(x->spread, 0, x->ctx->world);
+    return t;
+}
+
+/* the figures of c that cannot be trusted: a comment line each in the profile f, a warning line each on stderr */
+static void flag_doubts(const RtCalFigures *c, FILE *f)
+{
+    char why[RT_CAL_MAX + 3][RT_CAL_WHY];
+    int n = rt_cal_doubts(c, why, RT_CAL_MAX + 3);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "# %s\n", why[i]);
+        fprintf(stderr, "calibrate: warning: %s; calibrate again on a quiet machine\n", why[i]);
+    }
+}
+
 int rt_calibrate(int argc, char **argv, const char *kernels)
 {
     if (argc != 2 || !argv[1][0] || argv[1][0] == '-') {
@@ -170,16 +201,18 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
     for (int64_t i = 0; i < 3 * 1024 * 1024; i++)
         x.da[i] = (double)(i % 7) * 0.125;
 
+    RtCalFigures doubt = {.ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     x.m = x.n = x.k = N;
-    double peak = worst(2.0 * N * N * N / best(sgemm, &x, 3), 1, world);
+    double peak = worst(2.0 * N * N * N / timed(sgemm, &x, 3, &doubt, "peak_tflops_f32"), 1, world);
     x.m = 2048, x.n = x.k = 768;
-    double shaped = worst(2.0 * 2048 * 768 * 768 / best(sgemm, &x, 5), 1, world);
+    double shaped = worst(2.0 * 2048 * 768 * 768 / timed(sgemm, &x, 5, &doubt, "gemm_efficiency"), 1, world);
     x.m = 1024;
-    double peak64 = worst(2.0 * 1024 * 1024 * 1024 / best(dgemm, &x, 3), 1, world);
+    double peak64 = worst(2.0 * 1024 * 1024 * 1024 / timed(dgemm, &x, 3, &doubt, "peak_tflops_f64"), 1, world);
     x.n = n;
-    double bw = worst(12.0 * (double)n / best(triad, &x, 5), 1, world);
+    double bw = worst(12.0 * (double)n / timed(triad, &x, 5, &doubt, "mem_bw_gbs"), 1, world);
     x.n = 8 << 20;
-    double kbw = worst(mix_bytes(x.n) / best(kernels_mix, &x, 3), 1, world);
+    double kbw = worst(mix_bytes(x.n) / timed(kernels_mix, &x, 3, &doubt, "mem_efficiency"), 1, world);
+    doubt.f32 = peak, doubt.f64 = peak64;
     double overhead = worst(best(small, &x, 5) / 1000, 0, world);
     double gbw = kbw, glat = 0, rbw = kbw, rlat = 0;
     if (world > 1) {
@@ -206,6 +239,7 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
             rt_fatal(1, "calibrate: cannot create a temporary beside %s: %s", out, strerror(errno));
         fprintf(f, "# measured by fsdpc --calibrate on %s: %d rank%s, each with %s\n", host, world,
                 world > 1 ? "s" : "", rt_dev_threads());
+        flag_doubts(&doubt, f);
         fprintf(f, "description %d rank%s on %s, measured\ndevices_per_node %d\n", world, world > 1 ? "s" : "",
                 host, world);
         fprintf(f, "peak_tflops_f32 %.6g          # float32 GEMM 2048^3\n", peak / 1e12);

@@ -151,6 +151,8 @@ typedef struct {
     const char *cpu_kernels; /* the level of the kernels it links */
     const char *const *cpu_needs; /* the CPU features that lets the compiler use (RT_CPU_FEATURES' names),
                                    * NULL-terminated: rt_dev_init refuses to run on a CPU without one */
+    int (*bf16_native)(void); /* a step of bf16 GEMMs (fsdpc --precision bf16): k_bf16_gemm_native (0: they run
+                               * widened to float32 on this CPU, which rank 0 says at start); NULL otherwise */
 } RtModel;
 
 /* x86 features -march may enable, as X(GCC's macro without its underscores, __builtin_cpu_supports name):

@@ -435,6 +435,20 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
  * it is native (w unused), else widened (matmul_bf16.c) */
 void k_gemm_bf16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, int64_t m,
                  int64_t n, int64_t k, int ta, int tb, double alpha, double beta, float *w, int64_t wn);
+/* Does oneDNN compute bfloat16 GEMMs natively at ISA `isa` (its
+ * dnnl_get_effective_cpu_isa(): the CPU's, capped by DNNL_MAX_CPU_ISA)?  Yes
+ * from avx512_core_bf16 (AVX512-BF16's vdpbf16ps; AMX above it) up; below it
+ * k_matmul_bf16 widens.  The one rule matmul_bf16.c's choice and the
+ * compiler's --precision bf16 note (codegen/notes.c) follow; the value is
+ * dnnl_cpu_isa_avx512_core_bf16 (matmul_bf16.c asserts it). */
+#define K_DNNL_ISA_AVX512_CORE_BF16 0xe7u
+static inline int k_bf16_isa_native(unsigned isa)
+{
+    return (isa & K_DNNL_ISA_AVX512_CORE_BF16) == K_DNNL_ISA_AVX512_CORE_BF16;
+}
+/* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
+ * 0: they widen to float32 (k_bf16_isa_native, decided once) */
+int k_bf16_gemm_native(void);
 /* k_attention_f32 and its backward with q, kt, v in bfloat16 (attn_bf16.c),
  * as flash attention computes: the scores, the softmax statistics and every
  * sum in float32; every GEMM on 16-bit operands (S = Q Kt; P rounded for

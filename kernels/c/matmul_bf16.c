@@ -17,7 +17,8 @@
  * no native bf16 GEMM: below AVX512-BF16 its bf16 GEMM is emulated and slower
  * than the widened one (and below AVX-512 it has none).  The choice is made
  * once, from oneDNN's effective ISA, so DNNL_MAX_CPU_ISA=AVX512_CORE forces
- * the widened path.  k_gemm_bf16 is one such GEMM with leading dimensions,
+ * the widened path (k_bf16_gemm_native tells which: the executable says so at
+ * start, runtime/rt.c).  k_gemm_bf16 is one such GEMM with leading dimensions,
  * for the fused attention's tiles (attn_bf16.c), which call it from every
  * thread of their team, each with its own widening scratch.
  *
@@ -44,18 +45,21 @@ dnnl_status_t DNNL_API dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_
                                              dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
 #endif
 
+_Static_assert(K_DNNL_ISA_AVX512_CORE_BF16 == (unsigned)dnnl_cpu_isa_avx512_core_bf16,
+               "kernels.h's K_DNNL_ISA_AVX512_CORE_BF16 is not oneDNN's dnnl_cpu_isa_avx512_core_bf16");
+
 /* 1: oneDNN's bf16 GEMM runs natively here (AVX512-BF16 or above), 0: widen; -1 before the first call (atomic:
  * the fused attention asks from every thread of its team) */
 static _Atomic int native = -1;
 
 static int bf16_native(void)
 {
-    if (native < 0) {
-        const unsigned want = dnnl_cpu_isa_avx512_core_bf16;
-        native = ((unsigned)dnnl_get_effective_cpu_isa() & want) == want;
-    }
+    if (native < 0)
+        native = k_bf16_isa_native((unsigned)dnnl_get_effective_cpu_isa());
     return native;
 }
+
+int k_bf16_gemm_native(void) { return bf16_native(); }
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C for one matrix pair (leading
  * dimensions lda, ldb, ldc); a failure is one line naming the call, then

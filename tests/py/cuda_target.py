@@ -22,6 +22,13 @@ usage: cuda_target.py FSDPC WORKDIR
    (convolutions, BatchNorm, pooling, cross-entropy, AdamW), their steps
    call the float64 kernels (and no float32 one) and exit with the no-GPU
    line here; --precision bf16 / fp16 refuse a float64 model in one line.
+7. What the compiler says on stderr: on this machine (no NVIDIA driver) one
+   note that the executable needs a driver and a GPU and that --target cpu
+   trains here, once per cuda build and never for --target cpu, and another
+   reason (or none) where a libcuda.so.1 loads (a stub library); a cold
+   kernel cache a line naming the kernels, NVRTC's version, every arch and
+   the cache, one per arch compiled and the total time; a warm cache or
+   --quiet nothing more than the note.
 """
 import os
 import shutil
@@ -58,13 +65,17 @@ def main():
     export_resnet(resnet)
     common = ["--target", "cuda", "--loss", "cross_entropy:logits,labels", "--optimizer", "adamw", "--verify"]
 
-    # 1. build both (the first build fills the cache)
-    exes = {}
+    # 1. build both (the first build fills the cache; the second, cold too, quietly)
+    exes, said = {}, {}
     for name, model, extra in (("gpt", gpt, ["--dim", "batch=4", "--wrap", "size:30000"]),
-                               ("resnet18", resnet, ["--dim", "batch=2", "--wrap", "size:2000000"])):
+                               ("resnet18", resnet, ["--dim", "batch=2", "--wrap", "size:2000000", "--quiet"])):
         exe = os.path.join(work, name)
-        run([fsdpc, model, "-o", exe, "--emit-c"] + common + extra, env=env, timeout=900)
+        said[name] = run([fsdpc, model, "-o", exe, "--emit-c"] + common + extra, env=env, timeout=900).stderr
         exes[name] = exe
+    check_cold_lines(said["gpt"], cache)
+    if said["resnet18"].splitlines() != [driver_note(said["resnet18"])]:
+        raise SystemExit("FAILED: a cold --quiet compile should print the driver note only, got:\n%s"
+                         % said["resnet18"])
     # the GPT's attention is fused on the GPU too: attn.cu's kernels, no workspace
     src = open(exes["gpt"] + ".c").read()
     if src.count("k_attention_f32(") != 2 or src.count("k_attention_grad_f32(") != 2 or "k_softmax_f32(" in src:
@@ -102,9 +113,13 @@ def main():
     # 3. the cache: nothing recompiled, corruption detected and repaired
     stamp = {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in entries}
     gpt_flags = common + ["--dim", "batch=4", "--wrap", "size:30000"]
-    run([fsdpc, gpt, "-o", os.path.join(work, "gpt2")] + gpt_flags, env=env)
+    warm = run([fsdpc, gpt, "-o", os.path.join(work, "gpt2")] + gpt_flags, env=env).stderr
     if {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in os.listdir(cache)} != stamp:
         raise SystemExit("FAILED: a second build with the same kernels rewrote the cache")
+    if warm.splitlines() != [driver_note(warm)]:
+        raise SystemExit("FAILED: a compile from a warm kernel cache should print the driver note only, got:\n%s"
+                         % warm)
+    check_driver_detection(fsdpc, work, gpt, gpt_flags, env)
     # the GPT's entry: it was built first
     victim = [e for e in entries if e.endswith("sm_90")]
     victim = os.path.join(cache, min(victim, key=lambda e: os.stat(os.path.join(cache, e)).st_mtime_ns))
@@ -192,7 +207,62 @@ def main():
                       "--dim", "batch=2", "--precision", prec], "float32 model", "f64")
     print("float64 MLP and ResNet-18: built for cuda with float64 kernels only; --precision bf16/fp16 refuse them")
     print("OK cuda_target: GPT and ResNet-18 (float32 and float64) built for sm_80, sm_90 + PTX; no "
-          "libcuda/MPI/protobuf-c needed; clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag errors")
+          "libcuda/MPI/protobuf-c needed; clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag "
+          "errors; the driver note once and NVRTC's progress")
+
+
+def driver_note(stderr):
+    """the one driver note of a cuda compile here (no NVIDIA driver: DESIGN.md's CI machines)"""
+    notes = [l for l in stderr.splitlines() if "NVIDIA" in l]
+    want = ("fsdpc: note: no NVIDIA driver on this machine (libcuda.so.1 does not load): ", " will need an NVIDIA "
+            "driver and GPU to run; --target cpu builds an executable that trains here")
+    if len(notes) != 1 or not notes[0].startswith(want[0]) or not notes[0].endswith(want[1]):
+        raise SystemExit("FAILED: a cuda compile without a driver should say once that the executable needs one, "
+                         "got:\n%s" % stderr)
+    return notes[0]
+
+
+def check_cold_lines(stderr, cache):
+    """a cold compile's lines: the note, what NVRTC compiles for which archs and where the cache is, each arch as
+    it is done (in any order), the total"""
+    lines = stderr.splitlines()
+    note = driver_note(stderr)
+    start = "fsdpc: compiling "
+    head = [l for l in lines if l.startswith(start)]
+    done = sorted(l.split(" compiled in ")[0] for l in lines if l.startswith("fsdpc: NVRTC: ") and "archs" not in l)
+    total = [l for l in lines if l.startswith("fsdpc: NVRTC: 3 archs compiled in ")]
+    ok = (lines[0] == note and len(head) == 1 and len(total) == 1 and lines[-1] == total[0] and len(lines) == 6
+          and head[0].endswith(" for sm_80, sm_90, compute_80 (PTX), an arch per thread; kernel cache: " + cache)
+          and " CUDA kernels with NVRTC " in head[0] and int(head[0][len(start):].split()[0]) > 100
+          and done == ["fsdpc: NVRTC: compute_80", "fsdpc: NVRTC: sm_80", "fsdpc: NVRTC: sm_90"]
+          and total[0].endswith(" s; kept in %s for the next compile" % cache))
+    if not ok:
+        raise SystemExit("FAILED: a cold cuda compile should print the note, a line naming the kernels, archs and "
+                         "cache, a line per arch and the total, got:\n%s" % stderr)
+    print("cold compile says:\n  " + "\n  ".join(lines))
+
+
+def check_driver_detection(fsdpc, work, gpt, gpt_flags, env):
+    """no note for --target cpu; where a libcuda.so.1 loads (a stub on LD_LIBRARY_PATH) not the missing driver: the
+    missing GPU instead, or nothing where /dev/nvidiactl is there"""
+    p = run([fsdpc, gpt, "-o", os.path.join(work, "gpt_cpu"), "--target", "cpu", "--loss",
+             "cross_entropy:logits,labels", "--dim", "batch=4"])
+    if "NVIDIA" in p.stderr:
+        raise SystemExit("FAILED: --target cpu should not mention the NVIDIA driver, got:\n%s" % p.stderr)
+    stub = os.path.join(work, "stub")
+    os.makedirs(stub, exist_ok=True)
+    src = os.path.join(stub, "stub.c")
+    open(src, "w").write("int fsdpc_stub_cuda;\n")
+    run(["cc", "-shared", "-fPIC", "-o", os.path.join(stub, "libcuda.so.1"), src])
+    p = run([fsdpc, gpt, "-o", os.path.join(work, "gpt_stub")] + gpt_flags,
+            env=dict(env, LD_LIBRARY_PATH=stub + ":" + os.environ.get("LD_LIBRARY_PATH", "")))
+    want = [] if os.path.exists("/dev/nvidiactl") else [
+        "fsdpc: note: no NVIDIA GPU on this machine (libcuda.so.1 loads, but there is no /dev/nvidiactl): %s will "
+        "need an NVIDIA driver and GPU to run; --target cpu builds an executable that trains here"
+        % os.path.join(work, "gpt_stub")]
+    if p.stderr.splitlines() != want:
+        raise SystemExit("FAILED: with a libcuda.so.1 that loads, expected %s, got:\n%s" % (want, p.stderr))
+    print("driver note: once per cuda build, none for --target cpu; with a stub libcuda.so.1: %s" % (want or "none"))
 
 
 def data_flags(work, name):

@@ -23,7 +23,8 @@ codegen/cost.c can be counted by hand:
     missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report, --calibrate with a model;
   - identical constants stored once: two Constant nodes of the same values, one in the arena, an initializer
     equal to them still trained;
-  - fsdpc --calibrate on 2 ranks writes a profile with every key, --hw reads it;
+  - fsdpc --calibrate on 2 ranks writes a profile with every key, --hw reads it; the figures it flags as untrusted
+    (a comment line each) are those it warns of, one line each;
   - calibrated at world 1, the predicted step of a GPT of bench/'s smallest size (d 128, 4 layers, T 128, batch 8)
     is within 40 % of its measured step (the best of 3 medians of 12 steps; the test runs alone: RUN_SERIAL; the
     figure is printed; not under the sanitizers, --no-timing).  bench/plan_cpu.py is the full comparison.
@@ -254,6 +255,14 @@ for k in ("peak_tflops_f32", "peak_tflops_f64", "gemm_efficiency", "mem_bw_gbs",
 check(prof["devices_per_node"].strip() == "2" and float(prof["peak_tflops_f32"]) > 0.001 and
       0 < float(prof["gemm_efficiency"]) <= 1 and 0 < float(prof["mem_efficiency"]) <= 1 and
       prof["comm_overlap"].strip() in ("0", "1"), "calibrated values: %s" % prof)
+# figures it cannot trust (runtime/cal_trust.h; the rule itself: the calibrate_trust test): each named in the profile
+# and in one warning line, the same reasons in the same order; the profile still loads
+flagged = [l[2:].rstrip("\n") for l in open(cal) if re.match(r"# \S+ untrusted: ", l)]
+warned = [l[len("calibrate: warning: "):-len("; calibrate again on a quiet machine")] for l in p.stderr.splitlines()
+          if l.startswith("calibrate: warning: ")]
+check(flagged == warned and all(w.split()[0] in prof and w.split()[1] == "untrusted:" for w in warned),
+      "untrusted figures: the profile says %s, the warnings %s" % (flagged, p.stderr))
+print("plan: calibration at world 2: %d figure(s) untrusted%s" % (len(warned), "".join("\n  " + w for w in warned)))
 r, _ = report(GPT, 2, cal)
 check(r["hw"] == "here" and r["step_time_s"] > 0 and r["comm_s"] > 0, "a calibrated prediction: %s" % r)
 check(not [f for f in os.listdir(work) if ".tmp." in f], "no temporary file left")
