@@ -21,7 +21,8 @@
  *           ones chain); Mod with fmod 1 is FMod; integer arithmetic
  *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
  *           as comparisons, an integer Pow in float64, a float Pow's
- *           exponent in the base's dtype);
+ *           exponent in the base's dtype); a 1-D Conv or pooling is the
+ *           2-D one over a height of 1 (lift1d.c);
  *           every node whose inputs are all constants — Shape and Size
  *           always, since shapes are static — is evaluated and its outputs
  *           become constants, unless an input is a float initializer (a
@@ -659,13 +660,17 @@ static void canon_op(Sweep *s, int id)
     visit(s, id);
 }
 
-/* As canon_op, with int32 arithmetic computed in int64 (intarith.c). */
+/* As canon_op, with int32 arithmetic computed in int64 (intarith.c) and
+ * 1-D convolutions and pooling as 2-D ones (lift1d.c). */
 static void canon(Sweep *s, int id)
 {
+    int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
     int y32 = int_widen(s, id);
     canon_op(s, id);
     if (y32 >= 0)
         int_narrow(s, id, y32);
+    if (lifted)
+        lower_1d(s, id, orig, nout);
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

@@ -46,5 +46,9 @@ int int_widen(Sweep *s, int id);          /* int32 arithmetic in int64: the int3
 void int_narrow(Sweep *s, int id, int y32);
 int int_unary(Sweep *s, int id);          /* Neg, Abs, Sign of int64: 1 if replaced */
 int int_pow(Sweep *s, int id);            /* Pow's operands; 1 if replaced (an integer base) */
+/* 1-D convolutions and pooling as 2-D ones (lift1d.c): lift_1d before the node's canonicalisation (0: not one),
+ * lower_1d after it */
+int lift_1d(Sweep *s, int id, int orig[2], int *nout);
+void lower_1d(Sweep *s, int id, const int orig[2], int nout);
 
 #endif

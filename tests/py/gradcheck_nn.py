@@ -160,6 +160,18 @@ def conv_cases(c):
     add("Conv_depthwise", (2, 4, 6, 5), (4, 1, 3, 3), [2, 1], [1, 1, 0, 1], [1, 1], 4, True)
     add("Conv_1x1", (2, 3, 4, 4), (5, 3, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1, True)
 
+    def add1d(name, xs, ws, s, p, d, group, bias):  # 1-D: the 2-D reference over a height of 1
+        attrs = dict(strides=[s], pads=p, dilations=[d], group=group, kernel_shape=[ws[2]])
+        ins = ["X", "W"] + (["B"] if bias else [])
+        wts = {"X": r(*xs), "W": r(*ws)}
+        if bias:
+            wts["B"] = r(ws[0])
+        c[name] = ([node("Conv", ins, ["Y"], **attrs)], wts,
+                   lambda w: conv_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s], [0, p[0], 0, p[1]],
+                                      [1, d], group)[:, :, 0])
+    add1d("Conv1d_stride2_pads_bias", (2, 3, 9), (4, 3, 3), 2, [1, 2], 1, 1, True)
+    add1d("Conv1d_dilation_groups", (2, 4, 10), (6, 2, 3), 1, [2, 0], 2, 2, False)
+
 
 def norm_cases(c):
     eps, mom = 2.0 ** -8, 0.75  # exact in the float32 ONNX attributes
@@ -201,6 +213,15 @@ def pool_cases(c):
     add("AveragePool_include_pad", "AveragePool", (2, 2, 6, 7), [3, 3], [2, 2], [1, 1, 1, 1], cip=1)
     c["GlobalAveragePool"] = ([node("GlobalAveragePool", ["X"], ["Y"])], {"X": r(2, 3, 4, 5)},
                               lambda w: w["X"].mean((2, 3), keepdims=True))
+    # 1-D: the 2-D reference over a height of 1
+    c["MaxPool1d"] = ([node("MaxPool", ["X"], ["Y"], kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1)],
+                      {"X": r(2, 3, 8)},
+                      lambda w: pool_ref(w["X"][:, :, None], [1, 3], [1, 2], [0, 1, 0, 1], (1, 1), 1, "max", 0)[:, :, 0])
+    c["AveragePool1d"] = ([node("AveragePool", ["X"], ["Y"], kernel_shape=[2], strides=[2], pads=[0, 1])],
+                          {"X": r(2, 3, 7)},
+                          lambda w: pool_ref(w["X"][:, :, None], [1, 2], [1, 2], [0, 0, 0, 1], (1, 1), 0, "avg", 0)[:, :, 0])
+    c["GlobalAveragePool1d"] = ([node("GlobalAveragePool", ["X"], ["Y"])], {"X": r(2, 3, 5)},
+                                lambda w: w["X"].mean(2, keepdims=True))
 
 
 def reduce_cases(c):
