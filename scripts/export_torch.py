@@ -14,7 +14,9 @@ and optionally
                           (FSDPC_ARGS after "--" are added to them)
 
 Then runs `fsdpc OUT.onnx --target cpu --report ...` and `--dump-after units`, and prints which initializers
-fsdpc trains, beside the module's parameters and buffers: every parameter should be trained, no buffer.
+fsdpc trains, beside the module's parameters and buffers: every parameter should be trained (a tied one, e.g.
+GPT-2's lm_head = wte, under one of its names), no buffer, and no frozen parameter (requires_grad False: the check
+compiles with --freeze NAME for each, and says to).
 
 Exporters (torch >= 2.6; see README "Exporting a model for training"):
   dynamo       torch.onnx.export(model, args, f, dynamo=True, optimize=False, ...)
@@ -116,25 +118,51 @@ def trained_names(fsdpc, path, fsdpc_args):
     return names, p.stdout
 
 
+def frozen_names(model):
+    """the parameters PyTorch does not train (requires_grad False): fsdpc keeps them fixed with --freeze NAME"""
+    return [n for n, p in model.named_parameters() if not p.requires_grad]
+
+
+def freeze_args(model):
+    return [a for n in frozen_names(model) for a in ("--freeze", n)]
+
+
 def check(model, path, fsdpc="fsdpc", fsdpc_args=()):
-    """runs fsdpc's report on path and prints what it trains against model's parameters and buffers;
-    returns True when every parameter and no buffer is trained"""
-    names, report = trained_names(fsdpc, path, fsdpc_args)
+    """runs fsdpc's report on path (with --freeze for each frozen parameter) and prints what it trains against
+    model's parameters and buffers; returns True when every trainable parameter (under one of its names, when
+    tied: GPT-2's lm_head is wte) and no buffer or frozen parameter is trained"""
+    frozen = frozen_names(model)
+    names, report = trained_names(fsdpc, path, list(fsdpc_args) + freeze_args(model))
     print(report.rstrip())
     trained = set(names)
+    aliases = {}  # a parameter's names: tied weights have several
+    for n, p in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(n)
     params = dict(model.named_parameters())
+    every = {n for ns in aliases.values() for n in ns}
     buffers = {n for n, b in model.named_buffers() if b.is_floating_point()}
-    missing = [n for n in params if n not in trained]
-    extra = [n for n in names if n not in params]
+    missing = [n for n, p in params.items() if p.requires_grad and not trained & set(aliases[id(p)])]
+    extra = [n for n in names if n not in every]
+    bad_frozen = [n for n in frozen if trained & set(aliases[id(params[n])])]
     bad_buffers = [n for n in extra if n in buffers]
     print("fsdpc trains %d initializers (%d elements in the module's %d parameters)"
-          % (len(names), sum(p.numel() for n, p in params.items() if n in trained), len(params)))
+          % (len(names), sum(p.numel() for n, p in params.items() if trained & set(aliases[id(p)])), len(params)))
+    for n, p in params.items():
+        tied = [a for a in aliases[id(p)] if a != n]
+        if tied:
+            print("  tied: %s is %s (one parameter, trained once)" % (n, ", ".join(tied)))
+    for n in frozen:
+        print("  frozen (requires_grad False): %s, kept fixed with --freeze %s" % (n, n))
     for n in missing:
         print("  NOT TRAINED: parameter %s (not an initializer of that name, or no gradient reaches it)" % n)
     for n in extra:
         print("  TRAINED, not a parameter%s: %s" % (" (a buffer!)" if n in bad_buffers else "", n))
-    ok = not missing and not bad_buffers
-    print("OK: every parameter is trained under its own name" if ok else "CHECK the lines above")
+    for n in bad_frozen:
+        print("  TRAINED, though frozen: %s" % n)
+    ok = not missing and not bad_buffers and not bad_frozen
+    print(("OK: every parameter is trained under its own name (a tied one under one of them)" if ok
+           else "CHECK the lines above")
+          + ("; compile with " + " ".join(freeze_args(model)) if frozen and ok else ""))
     return ok
 
 

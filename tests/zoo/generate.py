@@ -1,4 +1,4 @@
-"""Writes the model zoo that tests/py/zoo.py trains: eleven PyTorch models with tiny configs (plus the Llama
+"""Writes the model zoo that tests/py/zoo.py trains: twelve PyTorch models with tiny configs (plus the Llama
 with SDPA at opset 23 and a model of torch's indexing ops), each exported both ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
@@ -132,6 +132,18 @@ def hf_vit(rng):
             rng.integers(0, CLASSES, GLOBAL_B))
 
 
+def whisper_enc(rng):
+    """an audio encoder: Whisper's conv1d stem (two Conv1d + GELU, the second strided) over log-mel features, then
+    transformer layers, mean-pooled into class logits (WhisperForAudioClassification)"""
+    from transformers import WhisperConfig, WhisperForAudioClassification
+    cfg = WhisperConfig(num_mel_bins=8, d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
+                        decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64, max_source_positions=8,
+                        vocab_size=VOCAB, num_labels=CLASSES, classifier_proj_size=16, attn_implementation="eager")
+    feats = rng.standard_normal((GLOBAL_B, 8, 16))  # float64 here: see FLOAT64
+    return (Logits(WhisperForAudioClassification(cfg), ("input_features",)), {"input_features": feats},
+            rng.integers(0, CLASSES, GLOBAL_B))
+
+
 def resnet18(rng):
     import torchvision
     return (torchvision.models.resnet18(num_classes=CLASSES), {"x": images(rng, 64, np.float64)},
@@ -181,11 +193,11 @@ def indexing(rng):
     return Indexing(), {"input_ids": tokens(rng, GLOBAL_B, T), "slots": slots}, rng.integers(0, CLASSES, GLOBAL_B)
 
 
-MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "bert": bert, "t5": t5,
+MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
           "llama_sdpa23": llama_sdpa23, "indexing": indexing}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
-FLOAT64 = {"resnet18", "mobilenet_v3_small"}
+FLOAT64 = {"resnet18", "mobilenet_v3_small", "whisper_enc"}
 
 
 def init_params(model, seed):
@@ -298,7 +310,8 @@ def generate(name, seed):
     b = GLOBAL_B // WORLD
     args = tuple(torch.from_numpy(v[:b]) for v in inputs.values())
     ref = {"seed": seed, "dtype": dtype, "inputs": list(inputs), "world": WORLD, "steps": STEPS,
-           "params": recipe, "exports": {}}
+           "params": recipe, "exports": {},
+           "frozen": [n for n, p in model.named_parameters() if not p.requires_grad]}
     for exporter in ("dynamo", "torchscript"):
         path = os.path.join(out, exporter + ".onnx")
         e = {"file": exporter + ".onnx"}
