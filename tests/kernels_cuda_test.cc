@@ -476,6 +476,8 @@ template <typename T> static void test_unary()
 {
     double p[K_UNARY_COUNT][2] = {};
     p[K_LEAKY_RELU][0] = 0.1;
+    p[K_ELU][0] = 0.7, p[K_CELU][0] = 1.5, p[K_THRESHOLDED_RELU][0] = 0.5;
+    p[K_SELU][0] = 1.6732632423543772, p[K_SELU][1] = 1.0507009873554805;
     p[K_CLIP][0] = -0.5, p[K_CLIP][1] = 0.7;
     p[K_SOFTPLUS][0] = 1, p[K_SOFTPLUS][1] = 20;
     p[K_HARD_SIGMOID][0] = 0.2, p[K_HARD_SIGMOID][1] = 0.5;

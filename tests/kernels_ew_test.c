@@ -31,6 +31,11 @@ static const UnaryCase unary_cases[] = {
     {K_ABS, "abs", -4, 4, 0, 0},
     {K_ERF, "erf", -3, 3, 0, 0},
     {K_LEAKY_RELU, "leaky_relu", -4, 4, 0.1, 0},
+    {K_ELU, "elu", -4, 4, 0.7, 0},
+    {K_SELU, "selu", -4, 4, 1.6732632423543772, 1.0507009873554805},
+    {K_CELU, "celu", -4, 4, 1.5, 0},
+    {K_THRESHOLDED_RELU, "thresholded_relu", -4, 4, 0.5, 0},
+    {K_SOFTSIGN, "softsign", -4, 4, 0, 0},
     {K_CLIP, "clip", -3, 3, -1, 1.5},
     {K_SOFTPLUS, "softplus", -4, 4, 1, 20},
     {K_SOFTPLUS, "softplus beta 2 thr 3", -4, 4, 2, 3},
@@ -61,6 +66,11 @@ static double ref_unary(int op, double x, double a, double b)
     case K_ABS: return fabs(x);
     case K_ERF: return erf(x);
     case K_LEAKY_RELU: return x > 0 ? x : a * x;
+    case K_ELU: return x > 0 ? x : a * (exp(x) - 1);
+    case K_SELU: return b * (x > 0 ? x : a * (exp(x) - 1));
+    case K_CELU: return fmax(0, x) + fmin(0, a * (exp(x / a) - 1));
+    case K_THRESHOLDED_RELU: return x > a ? x : 0;
+    case K_SOFTSIGN: return x / (1 + fabs(x));
     case K_CLIP: return x != x ? x : fmin(fmax(x, a), b);
     case K_SOFTPLUS: return a * x > b ? x : log1p(exp(a * x)) / a;
     case K_COS: return cos(x);

@@ -95,6 +95,15 @@ KF_SIMD_(double, exp) KF_SIMD_(double, erf) KF_SIMD_(double, tanh) KF_SIMD_(doub
     U(ERF, X, M(erf)(x), dy * (T)1.1283791670955125739 * M(exp)(-x * x))                      \
     /* p0 = alpha */                                                                           \
     U(LEAKY_RELU, X, x > 0 ? x : x * p0, x > 0 ? dy : dy * p0)                                 \
+    /* p0 = alpha; the gradient at 0 is alpha's side, as torch's elu_backward */                \
+    U(ELU, X, x > 0 ? x : p0 * M(expm1)(x), x > 0 ? dy : dy * p0 * M(exp)(x))                   \
+    /* p0 = alpha, p1 = gamma: gamma elu(x, alpha) */                                          \
+    U(SELU, X, x > 0 ? p1 * x : p1 * p0 * M(expm1)(x), x > 0 ? dy * p1 : dy * p1 * p0 * M(exp)(x)) \
+    /* p0 = alpha: max(0, x) + min(0, alpha (exp(x / alpha) - 1)) */                          \
+    U(CELU, X, x > 0 ? x : p0 * M(expm1)(x / p0), x > 0 ? dy : dy * M(exp)(x / p0))             \
+    /* p0 = alpha: x where x > alpha, else 0 */                                                \
+    U(THRESHOLDED_RELU, X, x > p0 ? x : (T)0, x > p0 ? dy : (T)0)                              \
+    U(SOFTSIGN, X, x / ((T)1 + M(fabs)(x)), dy / (((T)1 + M(fabs)(x)) * ((T)1 + M(fabs)(x))))  \
     /* p0 = min, p1 = max (-INFINITY / INFINITY when absent), as torch.clamp:                  \
      * NaN stays NaN, min > max gives max */                                                   \
     U(CLIP, X, (x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x), x >= p0 && x <= p1 ? dy : (T)0) \

@@ -45,7 +45,8 @@ def probes():
     p = {}
     unary = lambda op, **kw: lambda d: ([N(op, ["a"], ["y"], **kw)], {"a": x(d)}, {}, ["y"])
     binary = lambda op: lambda d: ([N(op, ["a", "b"], ["y"])], {"a": x(d), "b": x(d)}, {}, ["y"])
-    for op in ("Relu Tanh Sigmoid Sqrt Reciprocal Exp Log Neg Abs Erf LeakyRelu Softplus Clip Cos Sin Floor Ceil "
+    for op in ("Relu Tanh Sigmoid Sqrt Reciprocal Exp Log Neg Abs Erf LeakyRelu Elu Selu Celu ThresholdedRelu "
+               "Softsign Softplus Clip Cos Sin Floor Ceil "
                "Round Sign HardSigmoid HardSwish Gelu Identity Transpose Flatten Shape Size Not IsNaN IsInf ArgMax "
                "ArgMin Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd Dropout").split():
         p[op] = unary(op)
