@@ -22,7 +22,9 @@
  *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
  *           as comparisons, an integer Pow in float64, a float Pow's
  *           exponent in the base's dtype); a 1-D Conv or pooling is the
- *           2-D one over a height of 1 (lift1d.c);
+ *           2-D one over a height of 1 (lift1d.c); Sum, Mean, ReduceL1,
+ *           ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp and
+ *           OneHot are written with Add, Scale, ReduceSum, Where... (compose.c);
  *           every node whose inputs are all constants — Shape and Size
  *           always, since shapes are static — is evaluated and its outputs
  *           become constants, unless an input is a float initializer (a
@@ -205,6 +207,11 @@ static const ConstInputs const_inputs[] = {
     {OP_ReduceMax, 1, 0, {"axes"}},
     {OP_ReduceMin, 1, 0, {"axes"}},
     {OP_ReduceProd, 1, 0, {"axes"}},
+    {OP_ReduceL1, 1, 0, {"axes"}},
+    {OP_ReduceL2, 1, 0, {"axes"}},
+    {OP_ReduceSumSquare, 1, 0, {"axes"}},
+    {OP_ReduceLogSum, 1, 0, {"axes"}},
+    {OP_ReduceLogSumExp, 1, 0, {"axes"}},
     {OP_Trilu, 1, 0, {"k"}},
     {OP_CumSum, 1, 1, {"axis"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
@@ -629,10 +636,22 @@ static void canon_op(Sweep *s, int id)
     case OP_Einsum: expand_einsum(s, id); return;
     case OP_Attention: expand_attention(s, id); return;
     case OP_RotaryEmbedding: expand_rope(s, id); return;
+    case OP_Sum: case OP_Mean: /* Mean: canon scales the sum */
+        g->node[id].op = OP_Add;
+        if (variadic_chain(s, id))
+            return;
+        break;
     case OP_Min: case OP_Max:
         if (variadic_chain(s, id))
             return;
         break;
+    case OP_ReduceL1: case OP_ReduceL2: case OP_ReduceSumSquare: case OP_ReduceLogSum: case OP_ReduceLogSumExp: {
+        int shift, y = compose_reduce(s, id, &shift);
+        visit(s, id);
+        compose_reduce_end(s, id, op, y, shift);
+        return;
+    }
+    case OP_OneHot: compose_onehot(s, id); return;
     case OP_Mod:
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;
@@ -665,8 +684,11 @@ static void canon_op(Sweep *s, int id)
 static void canon(Sweep *s, int id)
 {
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
-    int y32 = int_widen(s, id);
+    int y32 = int_widen(s, id), nin = s->g->node[id].nin;
+    int mean = s->g->node[id].op == OP_Mean ? compose_mean(s, id) : -1;
     canon_op(s, id);
+    if (mean >= 0)
+        compose_mean_end(s, id, nin, mean);
     if (y32 >= 0)
         int_narrow(s, id, y32);
     if (lifted)

@@ -7,7 +7,7 @@
  * exported model does with integers is written here in those terms, so no
  * kernel is added and both targets follow:
  *
- *   int32 arithmetic   the int32 inputs read through Casts to int64, the op
+ *   int32 arithmetic   (and Sum) the int32 inputs read through Casts to int64, the op
  *                      computes int64, a Cast back to int32 writes the
  *                      node's output (int_widen before the node's own
  *                      canonicalisation, int_narrow after it).  Exact while
@@ -60,6 +60,7 @@ static int data_inputs(const Graph *g, int id)
         return 2;
     switch (n->op) {
     case OP_CumSum: case OP_Neg: case OP_Abs: case OP_Sign: return 1;
+    case OP_Sum: return n->nin;
     default: return 0;
     }
 }

@@ -318,6 +318,28 @@ def check_fused(fsdpc, work, name):
     check(out.count("= FusedAttention ") == 1 and "= Softmax " not in out, "%s: not fused:\n%s" % (name, out))
 
 
+def composed_cases(c):
+    """the ops fold writes as others (passes/compose.c): the reductions over ReduceSum, Sum and Mean as Adds"""
+    lse = lambda x, ax, k: np.log(np.exp(x).sum(ax, keepdims=k))
+    for op, f in (("ReduceL1", lambda x, ax, k: np.abs(x).sum(ax, keepdims=k)),
+                  ("ReduceL2", lambda x, ax, k: np.sqrt((x * x).sum(ax, keepdims=k))),
+                  ("ReduceSumSquare", lambda x, ax, k: (x * x).sum(ax, keepdims=k)),
+                  ("ReduceLogSum", lambda x, ax, k: np.log(x.sum(ax, keepdims=k))),
+                  ("ReduceLogSumExp", lse)):
+        for axes, keep in (([1], 1), ([0, 2], 0)):
+            x = pos(2, 3, 4) if op in ("ReduceLogSum", "ReduceL1") else r(2, 3, 4)
+            c["%s_%s_k%d" % (op, "_".join(map(str, axes)), keep)] = (
+                [node(op, ["X"], ["Y"], axes=axes, keepdims=keep)], {"X": x},
+                (lambda f, ax, k: lambda w: f(w["X"], tuple(ax), bool(k)))(f, axes, keep))
+    # large inputs: the max shift keeps it finite
+    c["ReduceLogSumExp_large"] = ([node("ReduceLogSumExp", ["X"], ["Y"], axes=[1], keepdims=0)],
+                                  {"X": r(2, 3) + 800.0}, lambda w: 800.0 + lse(w["X"] - 800.0, (1,), False))
+    c["Sum3"] = ([node("Sum", ["A", "B", "C"], ["Y"])], {"A": r(2, 3), "B": r(3), "C": r(2, 1)},
+                 lambda w: w["A"] + w["B"] + w["C"])
+    c["Mean3"] = ([node("Mean", ["A", "B", "C"], ["Y"])], {"A": r(2, 3), "B": r(3), "C": r(2, 1)},
+                  lambda w: (w["A"] + w["B"] + w["C"]) / 3)
+
+
 def cases():
     c = {}
     misc_cases(c)
@@ -325,6 +347,7 @@ def cases():
     norm_cases(c)
     pool_cases(c)
     reduce_cases(c)
+    composed_cases(c)
     return c
 
 

@@ -48,11 +48,14 @@ def probes():
     for op in ("Relu Tanh Sigmoid Sqrt Reciprocal Exp Log Neg Abs Erf LeakyRelu Elu Selu Celu ThresholdedRelu "
                "Softsign Softplus Clip Cos Sin Floor Ceil "
                "Round Sign HardSigmoid HardSwish Gelu Identity Transpose Flatten Shape Size Not IsNaN IsInf ArgMax "
-               "ArgMin Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd Dropout").split():
+               "ArgMin Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 "
+               "ReduceSumSquare ReduceLogSum ReduceLogSumExp Dropout").split():
         p[op] = unary(op)
-    for op in "Add Sub Mul Div Min Max Mod Pow Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor".split():
+    for op in "Add Sub Mul Div Min Max Mod Pow Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor".split():
         p[op] = binary(op)
     p["Cast"] = unary("Cast", to=TensorProto.FLOAT)
+    p["OneHot"] = lambda d: ([N("OneHot", ["i", "n", "v"], ["y"])], {"i": x(d)},
+                             {"n": np.array(3, np.int64), "v": np.array([0, 1], np.float32)}, ["y"])
     p["Trilu"] = unary("Trilu")
     p["CastLike"] = lambda d: ([N("CastLike", ["a", "b"], ["y"])], {"a": x(d), "b": x("f32", [1])}, {}, ["y"])
     p["Constant"] = lambda d: ([N("Constant", [], ["y"], value=numpy_helper.from_array(np.ones(2, NP[d])))],
