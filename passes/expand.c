@@ -204,9 +204,10 @@ void expand_argmax(Sweep *s, int id)
     visit(s, c);
 }
 
-/* x shifted by k along axis ax (a Pad adding k zeros at the front and
- * cropping k at the back; sign -1: the other way), visited; its output. */
-static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, int out)
+/* x shifted by k along axis ax (a Pad adding k fill values (fill -1: zeros)
+ * at the front and cropping k at the back; sign -1: the other way),
+ * visited; its output. */
+static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, int fill, int out)
 {
     Graph *g = s->g;
     int r = g->val[x].shape.rank, c = expand_node(s, id, OP_Pad, x, -1, ir_fmt("shift%lld", (long long)k), out);
@@ -214,31 +215,37 @@ static int expand_shift(Sweep *s, int id, int x, int ax, int64_t k, int sign, in
     pads[ax] = sign * k;
     pads[r + ax] = -sign * k;
     ir_attr_ints_add(g, c, "pads", pads, 2 * r);
+    if (fill >= 0)
+        ir_attr_add(g, c, "value", A_TENSOR)->t = fill;
     visit(s, c);
     return g->node[c].out[0];
 }
 
 /* CumSum as log2(len) shifted adds (Hillis-Steele): y += y shifted by k
  * along the axis for k = 1, 2, 4, ... < len (reverse: shifted the other
- * way); exclusive shifts x by one first.  Gradients follow from Add's and
- * Pad's; on int64 (position ids) they are Add's and Pad's integer forms. */
+ * way); exclusive shifts x by one first.  CumProd the same with Mul and
+ * ones shifted in.  Gradients follow from Add's / Mul's and Pad's (a
+ * product's at zeros too); on int64 (position ids) they are the integer
+ * forms. */
 void expand_cumsum(Sweep *s, int id)
 {
     Graph *g = s->g;
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]];
+    int prod = n.op == OP_CumProd;
     if (!is_float(x->dtype) && x->dtype != DT_I64) /* int32: intarith.c widened it */
         node_fatal(g, &n, "x is %s: not supported (float32, float64, int32 or int64)", dtype_name(x->dtype));
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
     int64_t len = x->shape.dim[ax];
     int sign = ir_attr_i(&n, "reverse", 0) ? -1 : 1, y = n.in[0];
+    int one = prod ? new_scalar(s, id, DT_F64, 1.0, "one") : -1; /* Pad casts its value to x's dtype */
     if (ir_attr_i(&n, "exclusive", 0))
-        y = expand_shift(s, id, y, ax, 1, sign, len > 1 ? -1 : n.out[0]);
+        y = expand_shift(s, id, y, ax, 1, sign, one, len > 1 ? -1 : n.out[0]);
     else if (len <= 1)
         expand(s, id, OP_Identity, y, -1, "identity", n.out[0]);
     for (int64_t k = 1; k < len; k *= 2)
-        y = expand(s, id, OP_Add, y, expand_shift(s, id, y, ax, k, sign, -1), ir_fmt("add%lld", (long long)k),
-                   2 * k >= len ? n.out[0] : -1);
+        y = expand(s, id, prod ? OP_Mul : OP_Add, y, expand_shift(s, id, y, ax, k, sign, one, -1),
+                   ir_fmt("%s%lld", prod ? "mul" : "add", (long long)k), 2 * k >= len ? n.out[0] : -1);
 }
 
 /* ---- GatherND, ScatterND, ScatterElements ------------------------------------ */

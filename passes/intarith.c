@@ -59,7 +59,7 @@ static int data_inputs(const Graph *g, int id)
     if ((op_info[n->op].flags & F_BINARY) && (op_info[n->op].flags & F_I64))
         return 2;
     switch (n->op) {
-    case OP_CumSum: case OP_Neg: case OP_Abs: case OP_Sign: return 1;
+    case OP_CumSum: case OP_CumProd: case OP_Neg: case OP_Abs: case OP_Sign: return 1;
     case OP_Sum: return n->nin;
     default: return 0;
     }

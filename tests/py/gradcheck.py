@@ -138,7 +138,8 @@ def cases():
 
 
 # ops that need a later opset than 17 (Resize: opset 18's axes, 19's modes; Attention: 25's windows)
-NEWER_OPS = {"Gelu": 20, "Resize": 19, "Attention": 25, "RotaryEmbedding": 23, "ScatterND": 18, "ScatterElements": 18}
+NEWER_OPS = {"Gelu": 20, "Resize": 19, "Attention": 25, "RotaryEmbedding": 23, "ScatterND": 18, "ScatterElements": 18,
+             "CumProd": 26}
 
 
 def build(path, nodes, weights, y_shape):

@@ -63,6 +63,16 @@ def cumsum_ref(a, axis, exclusive=0, reverse=0):
     return np.flip(y, axis) if reverse else y
 
 
+def cumprod_ref(a, axis, exclusive=0, reverse=0):
+    b = np.flip(a, axis) if reverse else a
+    if exclusive:  # ones shifted in
+        pad = [(0, 0)] * b.ndim
+        pad[axis] = (1, 0)
+        b = np.take(np.pad(b, pad, constant_values=1), range(b.shape[axis]), axis)
+    y = np.cumprod(b, axis)
+    return np.flip(y, axis) if reverse else y
+
+
 def arg_ref(fn, a, axis, last=0, keepdims=1):
     """np.argmax / argmin (the first NaN wins, as in torch); last: the last of equal values"""
     y = a.shape[axis] - 1 - fn(np.flip(a, axis), axis) if last else fn(a, axis)
@@ -231,6 +241,15 @@ def cases():
     c["CumSum_exclusive_len8"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1)],
                                   {"A": r(2, 8), "ax": numpy_helper.from_array(np.array([-1], np.int32), "ax")},
                                   lambda w: cumsum_ref(w["A"], 1, 1))
+    # CumProd (opset 26): plain, exclusive and reverse; a zero in the input (the product's gradient there)
+    c["CumProd_len7"] = ([node("CumProd", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
+                         lambda w: cumprod_ref(w["A"], 1))
+    c["CumProd_reverse_exclusive"] = ([node("CumProd", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
+                                      {"A": r(5, 2, 3), "ax": I64("ax", 0)}, lambda w: cumprod_ref(w["A"], 0, 1, 1))
+    az = r(2, 6)
+    az[0, 2] = 0
+    c["CumProd_zero"] = ([node("CumProd", ["A", "ax"], ["Y"])], {"A": az, "ax": I64("ax", -1)},
+                         lambda w: cumprod_ref(w["A"], 1))
     # Einsum against np.einsum: implicit output, ellipses broadcasting, Mul (no summed label) and MatMul paths,
     # three operands, a single operand summed and transposed, a full contraction to a scalar
     ein = lambda eq, ins, out="Y": node("Einsum", ins, [out], equation=eq)

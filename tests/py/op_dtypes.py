@@ -70,7 +70,8 @@ def probes():
     p["Einsum"] = lambda d: ([N("Einsum", ["a", "b"], ["y"], equation="ij,jk->ik")],
                              {"a": x(d, (2, 3)), "b": x(d, (3, 4))}, {}, ["y"])
     const_in = {"Reshape": I64(3, 2), "Squeeze": I64(0), "Unsqueeze": I64(0), "Expand": I64(3, 2, 3),
-                "Tile": I64(2, 1), "Pad": I64(0, 1, 0, 1), "CumSum": np.array(1, np.int64)}
+                "Tile": I64(2, 1), "Pad": I64(0, 1, 0, 1), "CumSum": np.array(1, np.int64),
+                "CumProd": np.array(1, np.int64)}
     for op, c in const_in.items():
         p[op] = (lambda op, c: lambda d: ([N(op, ["a", "c"], ["y"])], {"a": x(d, (1, 6) if op == "Squeeze" else
                                                                                  (2, 3))}, {"c": c}, ["y"]))(op, c)
