@@ -31,6 +31,7 @@ Initialisation as nanoGPT: normal(0, 0.02) for Linear and Embedding weights,
 zero biases, c_proj weights normal(0, 0.02 / sqrt(2 * n_layer)).
 """
 import argparse
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -155,9 +156,11 @@ def export(model, path, B, T):
     (no constant folding, so nothing is folded into or aliased with anything else);
     the batch axis symbolic ("batch"), the sequence length static T."""
     idx = torch.zeros(B, T, dtype=torch.long)
+    # the TorchScript exporter on every torch (dynamo=True is torch 2.9's default; it takes none of these options)
+    kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, (idx,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=["input_ids"], output_names=["logits"],
-                      dynamic_axes={"input_ids": {0: "batch"}, "logits": {0: "batch"}})
+                      dynamic_axes={"input_ids": {0: "batch"}, "logits": {0: "batch"}}, **kw)
 
 
 def main():
