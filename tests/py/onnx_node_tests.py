@@ -29,7 +29,7 @@ from onnx import numpy_helper
 
 from common import run
 
-ROOT = "/usr/share/libonnx-testdata/data/node"
+ROOT = os.environ.get("FSDPC_ONNX_NODE_DATA", "/usr/share/libonnx-testdata/data/node")  # or scripts/onnx_cases.py's
 CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4], "Unsqueeze": [1],
                 "Squeeze": [1], "Pad": [1, 2], "ConstantOfShape": [0], "Range": [0, 1, 2], "Split": [1],
                 "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
