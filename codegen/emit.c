@@ -69,12 +69,8 @@ const char *cg_comment(const char *s)
 const char *cg_ctype(DType t)
 {
     switch (t) {
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    case DT_I64: return "int64_t";
-    case DT_I32: return "int32_t";
-    case DT_BOOL: return "uint8_t";
-    case DT_BF16: case DT_F16: return "uint16_t";
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) case DT_##name: return #ctype;
+#include "dtypes.def"
     default: die("no C type for dtype %d", t);
     }
 }
@@ -82,13 +78,8 @@ const char *cg_ctype(DType t)
 const char *cg_kdt(DType t)
 {
     switch (t) {
-    case DT_F32: return "K_DT_F32";
-    case DT_F64: return "K_DT_F64";
-    case DT_I64: return "K_DT_I64";
-    case DT_I32: return "K_DT_I32";
-    case DT_BOOL: return "K_DT_BOOL";
-    case DT_BF16: return "K_DT_BF16";
-    case DT_F16: return "K_DT_F16";
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) case DT_##name: return #kdt;
+#include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }
 }

@@ -557,19 +557,21 @@ int shape_eq(const Shape *a, const Shape *b)
 
 size_t dtype_size(DType t)
 {
-    switch (t) {
-    case DT_F32: case DT_I32: return 4;
-    case DT_BF16: case DT_F16: return 2;
-    case DT_F64: case DT_I64: return 8;
-    case DT_BOOL: return 1;
-    default: return 0;
-    }
+    static const size_t size[DT_COUNT] = {
+#define DTYPE(name, ctype, sz, onnx, kdt, text, model) [DT_##name] = sz,
+#include "dtypes.def"
+    };
+    return (unsigned)t < DT_COUNT ? size[t] : 0;
 }
 
 const char *dtype_name(DType t)
 {
-    static const char *names[DT_COUNT] = {"undef", "f32", "f64", "i64", "i32", "bool", "bf16", "f16"};
-    return t < DT_COUNT ? names[t] : "?";
+    static const char *names[DT_COUNT] = {
+        [DT_UNDEF] = "undef",
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) [DT_##name] = text,
+#include "dtypes.def"
+    };
+    return (unsigned)t < DT_COUNT ? names[t] : "?";
 }
 
 const char *role_name(Role r)

@@ -26,13 +26,8 @@
 
 typedef enum {
     DT_UNDEF,
-    DT_F32,  /* float     (ONNX FLOAT = 1)   */
-    DT_F64,  /* double    (ONNX DOUBLE = 11) */
-    DT_I64,  /* int64_t   (ONNX INT64 = 7)   */
-    DT_I32,  /* int32_t   (ONNX INT32 = 6)   */
-    DT_BOOL, /* uint8_t   (ONNX BOOL = 9)    */
-    DT_BF16, /* bfloat16 bits in a uint16_t (ONNX BFLOAT16 = 16); made by the precision pass only */
-    DT_F16,  /* IEEE binary16 bits in a uint16_t (ONNX FLOAT16 = 10); made by the precision pass only */
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) DT_##name,
+#include "dtypes.def" /* F32, F64, I64, I32, BOOL; BF16, F16 (the precision pass's) */
     DT_COUNT
 } DType;
 

@@ -58,32 +58,25 @@ const int64_t *tensor_ints(const Node *n, const char *name, int *count)
 
 DType tensor_from_onnx(int64_t code)
 {
-    switch (code) {
-    case 1: return DT_F32;
-    case 11: return DT_F64;
-    case 7: return DT_I64;
-    case 6: return DT_I32;
-    case 9: return DT_BOOL;
-    default: return DT_UNDEF;
-    }
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) if (model && code == onnx) return DT_##name;
+#include "dtypes.def"
+    return DT_UNDEF;
 }
 
 int64_t tensor_to_onnx(DType t)
 {
-    static const int64_t code[DT_COUNT] = {0, 1, 11, 7, 6, 9, 16};
-    return t < DT_COUNT ? code[t] : 0;
+    static const int64_t code[DT_COUNT] = {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) [DT_##name] = onnx,
+#include "dtypes.def"
+    };
+    return (unsigned)t < DT_COUNT ? code[t] : 0;
 }
 
 int tensor_kdt(DType t)
 {
     switch (t) {
-    case DT_F32: return K_DT_F32;
-    case DT_F64: return K_DT_F64;
-    case DT_I64: return K_DT_I64;
-    case DT_I32: return K_DT_I32;
-    case DT_BOOL: return K_DT_BOOL;
-    case DT_BF16: return K_DT_BF16;
-    case DT_F16: return K_DT_F16;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model) case DT_##name: return kdt;
+#include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }
 }
