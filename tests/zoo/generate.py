@@ -195,22 +195,26 @@ def indexing(rng):
 
 
 class PaddingIdx(nn.Module):
-    """an embedding whose padding_idx row PyTorch never trains (the exporters drop padding_idx; export_torch.py
-    records it in the model's metadata_props): 8 rows of 4, every element in ref.json's final values"""
+    """embeddings whose padding_idx row PyTorch's lookup never trains (the exporters drop padding_idx;
+    export_torch.py records it in the model's metadata_props), every element in ref.json's final values: tok
+    (padding_idx 0) is tied to the output projection, whose gradient still reaches row 0; kind (padding_idx 1, its
+    own weight) is looked up by input_ids % 4, so rows 1 and 5 of tok read its pad row"""
 
     def __init__(self):
         super().__init__()
-        self.emb = nn.Embedding(8, 4, padding_idx=0)
-        self.head = nn.Linear(4, CLASSES)
+        self.tok = nn.Embedding(8, 4, padding_idx=0)
+        self.kind = nn.Embedding(4, 4, padding_idx=1)
+        self.head = nn.Linear(4, 8, bias=False)
+        self.head.weight = self.tok.weight
 
     def forward(self, input_ids):
-        return self.head(torch.tanh(self.emb(input_ids)))
+        return self.head(torch.tanh(self.tok(input_ids) + self.kind(input_ids % 4)))
 
 
 def padding_idx(rng):
     ids = rng.integers(1, 8, (GLOBAL_B, T)).astype(np.int64)
     ids[:, -3:] = 0  # the pad token ends every sample
-    return PaddingIdx(), {"input_ids": ids}, rng.integers(0, CLASSES, (GLOBAL_B, T))
+    return PaddingIdx(), {"input_ids": ids}, rng.integers(0, 8, (GLOBAL_B, T))
 
 
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
