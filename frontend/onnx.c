@@ -653,7 +653,12 @@ static void load_signature(const Onnx__GraphProto *gp)
  * G->sig_lost, which autodiff refuses.  A tied weight is read under its other name (k read), an unused one is
  * named by no operation.  Without fx_node metadata (stripped) nothing is concluded.  Signature lines quoted
  * otherwise (names with a quote) are skipped. */
-typedef struct { const char *ph, *target; int lost, stamp; } SigParam;
+typedef struct {
+    const char *ph, *target;  /* the placeholder ("p_c_bias") and the parameter ("c.bias") */
+    int lost;                 /* the graph has no initializer named target */
+    int listed;               /* in G->sig_lost */
+    int stamp;                /* each_named's mark: named already by this text */
+} SigParam;
 
 static int ph_cmp(const void *a, const void *b)
 {
@@ -664,6 +669,8 @@ static int ph_cmp(const void *a, const void *b)
 static SigParam *sig_parameters(Bytes t, int *np)
 {
     static const char tag[] = ": PARAMETER target='";
+    if (t.n > INT_MAX)  /* no lines to read as "%.*s" (a 2 GB signature is no torch export's) */
+        t = (Bytes){0};
     size_t lines = 1;
     for (uint64_t i = 0; i < t.n; i++)
         lines += t.p[i] == '\n';
@@ -680,7 +687,7 @@ static SigParam *sig_parameters(Bytes t, int *np)
             const char *name = ir_fmt("%.*s", (int)(eol - 1 - at), (const char *)at);
             int v = find(name);
             l[n++] = (SigParam){ir_fmt("%.*s", (int)(at - (sizeof tag - 1) - p), (const char *)p), name,
-                                v < 0 || G->val[v].init_index < 0, -1};
+                                v < 0 || G->val[v].init_index < 0, 0, -1};
         }
         p = eol + 1;
     }
@@ -696,7 +703,7 @@ static void each_named(const char *text, SigParam *l, int n, int stamp, void (*f
         const char *q = ++p;
         while (*q == '_' || (*q >= '0' && *q <= '9') || ((*q | 32) >= 'a' && (*q | 32) <= 'z'))
             q++;
-        SigParam key = {ir_fmt("%.*s", (int)(q - p), p), NULL, 0, 0};
+        SigParam key = {ir_fmt("%.*s", (int)(q - p), p), NULL, 0, 0, 0};
         SigParam *hit = bsearch(&key, l, (size_t)n, sizeof *l, ph_cmp);
         if (hit && hit->stamp != stamp) {
             hit->stamp = stamp;
@@ -717,8 +724,10 @@ static void count_named(SigParam *s, void *ctx)
 static void keep_lost(SigParam *s, void *ctx)
 {
     (void)ctx;
-    if (s->lost && s->lost++ == 1)   /* once: lost 2 = listed */
+    if (s->lost && !s->listed) {
+        s->listed = 1;
         G->sig_lost[G->nsig_lost++] = s->target;
+    }
 }
 
 typedef struct { const char *fx; int node; } FxNode;
@@ -745,6 +754,7 @@ static int params_read(const Onnx__GraphProto *gp, const FxNode *f, int k, int *
     return r;
 }
 
+/* G->sig_lost: the signature's parameters an operation reads but the graph lacks (see above). */
 static void load_program_signature(const Onnx__GraphProto *gp)
 {
     int n, nlost = 0, nfx = 0;
@@ -757,7 +767,7 @@ static void load_program_signature(const Onnx__GraphProto *gp)
     for (size_t i = 0; i < gp->n_node; i++) {
         Bytes t = metadata(&gp->node[i]->base, NODE_METADATA, FX_KEY,
                            ir_fmt("node '%s'", gp->node[i]->name ? ir_q(gp->node[i]->name) : ""));
-        if (t.p)
+        if (t.p && t.n <= INT_MAX)
             f[nfx++] = (FxNode){ir_fmt("%.*s", (int)t.n, (const char *)t.p), (int)i};
     }
     qsort(f, (size_t)nfx, sizeof *f, fx_cmp);
