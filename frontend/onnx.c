@@ -10,7 +10,10 @@
  *   → every op one the frontend accepts (ir/ops.def; docs/ops.md lists them)
  *   → initializers      → R_CONST values with host data (raw, typed or external;
  *                          external float ones only located: ir_data reads them)
- *   → graph signature   → Value.sig of the initializers PyTorch's exporter marks
+ *   → graph signature   → Value.sig of the initializers PyTorch's exporter marks;
+ *                          G->sig_lost: parameters the exported program lists
+ *                          that the graph lacks (autodiff refuses those)
+ *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
  *   → graph outputs     → g->output
@@ -545,7 +548,10 @@ static void load_initializers(const Onnx__GraphProto *gp)
  * protobuf-c leaves it among the message's unknown fields: its wire bytes,
  * read here, every length checked. */
 #define SIG_KEY "pkg.torch.export.graph_signature.InputSpec.kind"
-enum { VI_METADATA = 4, TENSOR_METADATA = 16 };
+#define PROGRAM_SIG_KEY "pkg.torch.export.ExportedProgram.graph_signature"
+#define FX_KEY "pkg.torch.onnx.fx_node"
+#define PADDING_KEY "fsdpc.padding_idx."
+enum { VI_METADATA = 4, NODE_METADATA = 9, TENSOR_METADATA = 16, GRAPH_METADATA = 16 };
 
 typedef struct { const uint8_t *p; uint64_t n; } Bytes;
 
@@ -571,11 +577,11 @@ static int string_entry(const uint8_t *p, const uint8_t *end, Bytes *key, Bytes 
     return 0;
 }
 
-/* What message m's metadata_props (its unknown field `field`) say of the value: SIG_NONE when no entry
- * has SIG_KEY. */
-static SigKind sig_kind(const ProtobufCMessage *m, uint32_t field, const char *what)
+/* The value of message m's metadata_props entry (its unknown field `field`) whose key is key; the last one
+ * when several are, {NULL, 0} when none is.  A malformed entry is refused, naming what. */
+static Bytes metadata(const ProtobufCMessage *m, uint32_t field, const char *key_want, const char *what)
 {
-    SigKind k = SIG_NONE;
+    Bytes found = {0};
     for (unsigned i = 0; i < m->n_unknown_fields; i++) {
         const ProtobufCMessageUnknownField *u = &m->unknown_fields[i];
         if (u->tag != field)
@@ -588,10 +594,18 @@ static SigKind sig_kind(const ProtobufCMessage *m, uint32_t field, const char *w
             len != (uint64_t)(end - p) || string_entry(p, end, &key, &val))
             bad("%s has a malformed metadata_props entry (field %u is no well-formed key/value entry: a bad "
                 "length, tag or wire type); export the model again", what, (unsigned)field);
-        if (bytes_is(key, SIG_KEY))
-            k = bytes_is(val, "PARAMETER") ? SIG_PARAMETER : SIG_OTHER;
+        if (bytes_is(key, key_want))
+            found = val.p ? val : (Bytes){(const uint8_t *)"", 0};
     }
-    return k;
+    return found;
+}
+
+/* What message m's metadata_props (its unknown field `field`) say of the value: SIG_NONE when no entry
+ * has SIG_KEY. */
+static SigKind sig_kind(const ProtobufCMessage *m, uint32_t field, const char *what)
+{
+    Bytes val = metadata(m, field, SIG_KEY, what);
+    return !val.p ? SIG_NONE : bytes_is(val, "PARAMETER") ? SIG_PARAMETER : SIG_OTHER;
 }
 
 /* Records kind k for the initializer called name, if one is (a user input's kind is not kept). */
@@ -625,6 +639,173 @@ static void load_signature(const Onnx__GraphProto *gp)
             const char *what = ir_fmt("%s '%s'", k ? "value_info" : "graph input", name ? ir_q(name) : "");
             note_sig(name, sig_kind(&vi[k][i]->base, VI_METADATA, what), what);
         }
+}
+
+/* The exported program's whole signature, a text on the graph (GraphProto metadata_props PROGRAM_SIG_KEY),
+ * lists every parameter of the module, one line each: "p_c_bias: PARAMETER target='c.bias'".  One the graph
+ * has no initializer of was removed by the exporter's optimizer (a zero bias: onnxscript's
+ * RemoveOptionalBiasFromConv) or folded into another constant -- or is tied to one the graph has under its
+ * other name (GPT-2's wte is lm_head.weight), or the forward pass never reads it (every export drops it, and
+ * PyTorch's training leaves it as it is).  The nodes' fx_node metadata (NODE_METADATA FX_KEY, the same text on
+ * every ONNX node one torch operation became: "%conv2d : ... = call_function[...](args = (%x, %p_c_weight,
+ * %p_c_bias), ...)") tells which: where the nodes of one operation name k parameters of the signature, a lost
+ * one among them, but read fewer than k distinct parameter initializers, the lost ones it names are in
+ * G->sig_lost, which autodiff refuses.  A tied weight is read under its other name (k read), an unused one is
+ * named by no operation.  Without fx_node metadata (stripped) nothing is concluded.  Signature lines quoted
+ * otherwise (names with a quote) are skipped. */
+typedef struct {
+    const char *ph, *target;  /* the placeholder ("p_c_bias") and the parameter ("c.bias") */
+    int lost;                 /* the graph has no initializer named target */
+    int listed;               /* in G->sig_lost */
+    int stamp;                /* each_named's mark: named already by this text */
+} SigParam;
+
+static int ph_cmp(const void *a, const void *b)
+{
+    return strcmp(((const SigParam *)a)->ph, ((const SigParam *)b)->ph);
+}
+
+/* The signature's PARAMETER lines, sorted by placeholder; lost: the graph has no initializer of the target. */
+static SigParam *sig_parameters(Bytes t, int *np)
+{
+    static const char tag[] = ": PARAMETER target='";
+    if (t.n > INT_MAX)  /* no lines to read as "%.*s" (a 2 GB signature is no torch export's) */
+        t = (Bytes){0};
+    size_t lines = 1;
+    for (uint64_t i = 0; i < t.n; i++)
+        lines += t.p[i] == '\n';
+    SigParam *l = ir_alloc(lines * sizeof *l);
+    int n = 0;
+    for (const uint8_t *p = t.p, *end = t.p + t.n; p && p < end;) {
+        const uint8_t *eol = memchr(p, '\n', (size_t)(end - p));
+        eol = eol ? eol : end;
+        const uint8_t *at = NULL;
+        for (const uint8_t *q = p; !at && q + sizeof tag - 1 < eol; q++)
+            if (!memcmp(q, tag, sizeof tag - 1))
+                at = q + sizeof tag - 1;
+        if (at && eol[-1] == '\'' && eol - 1 > at && !memchr(at, '\\', (size_t)(eol - 1 - at))) {
+            const char *name = ir_fmt("%.*s", (int)(eol - 1 - at), (const char *)at);
+            int v = find(name);
+            l[n++] = (SigParam){ir_fmt("%.*s", (int)(at - (sizeof tag - 1) - p), (const char *)p), name,
+                                v < 0 || G->val[v].init_index < 0, 0, -1};
+        }
+        p = eol + 1;
+    }
+    qsort(l, (size_t)n, sizeof *l, ph_cmp);
+    *np = n;
+    return l;
+}
+
+/* Calls fn(the signature parameter) for each distinct one text names ("%p_c_bias"); stamp: this text's mark. */
+static void each_named(const char *text, SigParam *l, int n, int stamp, void (*fn)(SigParam *, void *), void *ctx)
+{
+    for (const char *p = strchr(text, '%'); p; p = strchr(p, '%')) {
+        const char *q = ++p;
+        while (*q == '_' || (*q >= '0' && *q <= '9') || ((*q | 32) >= 'a' && (*q | 32) <= 'z'))
+            q++;
+        SigParam key = {ir_fmt("%.*s", (int)(q - p), p), NULL, 0, 0, 0};
+        SigParam *hit = bsearch(&key, l, (size_t)n, sizeof *l, ph_cmp);
+        if (hit && hit->stamp != stamp) {
+            hit->stamp = stamp;
+            fn(hit, ctx);
+        }
+        p = q;
+    }
+}
+
+typedef struct { int named, lost; } Named;
+
+static void count_named(SigParam *s, void *ctx)
+{
+    ((Named *)ctx)->named++;
+    ((Named *)ctx)->lost += s->lost;
+}
+
+static void keep_lost(SigParam *s, void *ctx)
+{
+    (void)ctx;
+    if (s->lost && !s->listed) {
+        s->listed = 1;
+        G->sig_lost[G->nsig_lost++] = s->target;
+    }
+}
+
+typedef struct { const char *fx; int node; } FxNode;
+
+static int fx_cmp(const void *a, const void *b)
+{
+    return strcmp(((const FxNode *)a)->fx, ((const FxNode *)b)->fx);
+}
+
+/* The distinct parameter initializers (graph signature PARAMETERs) nodes f[0..k) read; seen: per value. */
+static int params_read(const Onnx__GraphProto *gp, const FxNode *f, int k, int *seen, int stamp)
+{
+    int r = 0;
+    for (int i = 0; i < k; i++) {
+        const Onnx__NodeProto *np = gp->node[f[i].node];
+        for (size_t j = 0; j < np->n_input; j++) {
+            int v = np->input[j] && *np->input[j] ? find(np->input[j]) : -1;
+            if (v >= 0 && G->val[v].init_index >= 0 && G->val[v].sig == SIG_PARAMETER && seen[v] != stamp) {
+                seen[v] = stamp;
+                r++;
+            }
+        }
+    }
+    return r;
+}
+
+/* G->sig_lost: the signature's parameters an operation reads but the graph lacks (see above). */
+static void load_program_signature(const Onnx__GraphProto *gp)
+{
+    int n, nlost = 0, nfx = 0;
+    SigParam *l = sig_parameters(metadata(&gp->base, GRAPH_METADATA, PROGRAM_SIG_KEY, "the graph"), &n);
+    for (int i = 0; i < n; i++)
+        nlost += l[i].lost;
+    if (!nlost)
+        return;
+    FxNode *f = ir_alloc(gp->n_node * sizeof *f + 1);
+    for (size_t i = 0; i < gp->n_node; i++) {
+        Bytes t = metadata(&gp->node[i]->base, NODE_METADATA, FX_KEY,
+                           ir_fmt("node '%s'", gp->node[i]->name ? ir_q(gp->node[i]->name) : ""));
+        if (t.p && t.n <= INT_MAX)
+            f[nfx++] = (FxNode){ir_fmt("%.*s", (int)t.n, (const char *)t.p), (int)i};
+    }
+    qsort(f, (size_t)nfx, sizeof *f, fx_cmp);
+    int *seen = ir_alloc((size_t)G->nval * sizeof *seen + 1);
+    G->sig_lost = ir_alloc((size_t)nlost * sizeof *G->sig_lost);
+    for (int a = 0, b, stamp = 1; a < nfx; a = b, stamp += 2) {
+        for (b = a + 1; b < nfx && !strcmp(f[a].fx, f[b].fx); b++) {}
+        Named c = {0, 0};
+        each_named(f[a].fx, l, n, stamp, count_named, &c);
+        if (c.lost && params_read(gp, f + a, b - a, seen, stamp) < c.named)
+            each_named(f[a].fx, l, n, stamp + 1, keep_lost, NULL);
+    }
+}
+
+/* scripts/export_torch.py's record of an nn.Embedding's padding_idx: model metadata_props PADDING_KEY + the
+ * weight's initializer name = the row, which PyTorch's lookup gives no gradient (Value.pad_row; autodiff's
+ * Gather rule keeps that row of the lookup's gradient zero). */
+static void load_padding(void)
+{
+    for (size_t i = 0; i < model->n_metadata_props; i++) {
+        const Onnx__StringStringEntryProto *e = model->metadata_props[i];
+        if (!e->key || strncmp(e->key, PADDING_KEY, strlen(PADDING_KEY)))
+            continue;
+        const char *name = e->key + strlen(PADDING_KEY), *what = ir_fmt("metadata_props '%s'", ir_q(e->key));
+        int v = find(name);
+        const Value *x = v >= 0 ? &G->val[v] : NULL;
+        if (!x || x->init_index < 0 || (x->dtype != DT_F32 && x->dtype != DT_F64) || x->shape.rank != 2)
+            bad("%s: '%s' is no float initializer of rank 2 (an embedding's weight); export the model again "
+                "with scripts/export_torch.py", what, ir_q(name));
+        char *endp = NULL;
+        errno = 0;
+        long long row = e->value ? strtoll(e->value, &endp, 10) : -1;
+        if (!e->value || !*e->value || *endp || errno || row < 0 || row >= x->shape.dim[0])
+            bad("%s: padding_idx '%s' is no row of '%s' (0..%lld); export the model again with "
+                "scripts/export_torch.py", what, e->value ? ir_q(e->value) : "", ir_q(name),
+                (long long)x->shape.dim[0] - 1);
+        G->val[v].pad_row = row;
+    }
 }
 
 /* Calls fn(dim_param) for every symbolic dim of the graph's typed values. */
@@ -1377,6 +1558,8 @@ Graph *onnx_load(const Options *opt)
     check_ops();
     load_initializers(gp);
     load_signature(gp);
+    load_program_signature(gp);
+    load_padding();
     load_inputs(opt, gp);
     for (size_t i = 0; i < nflat; i++)
         load_node(&flat[i]);

@@ -240,6 +240,7 @@ int ir_value(Graph *g, const char *name, DType dt, const Shape *s, Role role)
     v->unit = -1;
     v->producer = -1;
     v->init_index = -1;
+    v->pad_row = -1;
     v->grad = -1;
     v->alias_of = -1;
     return id;

@@ -135,6 +135,8 @@ typedef struct {
                       * external data file (g->ext[init_index]; only float ones are): ir_data() reads it */
     int init_index;  /* index of the ONNX initializer it came from, -1 otherwise */
     SigKind sig;     /* initializers: what the model's graph signature says it is */
+    int64_t pad_row; /* an embedding weight: the row its padding_idx names (the export's metadata), which the
+                      * lookup gives no gradient (autodiff's Gather rule); -1 none */
     int grad;        /* R_PARAM: value id of its gradient (autodiff), -1 otherwise */
     int state;       /* R_STATESHARD: which state (2 = m / momentum, 3 = v) */
     int alias_of;    /* -1, or the value this one is a view of (shares its bytes) */
@@ -270,6 +272,8 @@ typedef struct {
     int nfwd;                   /* autodiff: nodes [0, nfwd) are the forward pass */
     int signature;              /* frontend: the model carries a graph signature (some value has a SigKind) */
     ParamRule param_rule;       /* autodiff: how the trained initializers were chosen */
+    const char **sig_lost; int nsig_lost; /* frontend: parameters the exported program's signature lists that
+                                 * the graph has no initializer of (the exporter removed or folded them) */
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
     int ncoll;                  /* schedule: collectives (tags 0 .. ncoll-1) */

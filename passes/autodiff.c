@@ -15,10 +15,17 @@
  * ir/rules/grad_*.c, built with the ad_* helpers below) and sums
  * contributions when a value feeds several nodes.  Broadcasting is undone by
  * ad_sum_to().
+ *
+ * Before any of it, the model must be the module: a parameter the exported
+ * program's signature lists but the graph lacks (check_lost) or holds only
+ * as an unnamed folded copy (check_folded) is refused.  An embedding weight
+ * with a padding_idx gets a note (note_padding); its lookups' gradient rule
+ * leaves that row zero (ir/rules/grad_tensor.c).
  */
 #include "ir.h"
 
 #include <fnmatch.h>
+#include <stdio.h>
 
 /* Does input i of op carry a gradient? (ops.def's diff column) */
 static int diff_input(Op op, int i) { return i < 32 && (op_info[op].diff >> i & 1u); }
@@ -164,6 +171,19 @@ static void check_folded(const Graph *g)
     }
 }
 
+/* A parameter the exported program's signature lists but the graph lacks (G->sig_lost: the exporter's
+ * optimizer removed it, a zero Conv bias, or folded it into another constant) would train a different
+ * network with exit 0.  Refused, naming it and the export that keeps it. */
+static void check_lost(const Graph *g)
+{
+    if (g->nsig_lost)
+        fatal("%s: parameter '%s'%s is in the model's graph signature but not in its graph: the exporter's "
+              "optimizer removed or folded it, and training without it would not train the module; export with "
+              "torch.onnx.export(model, args, f, dynamo=True, optimize=False) or (dynamo=False) "
+              "do_constant_folding=False, as scripts/export_torch.py does", g->opt->model, ir_q(g->sig_lost[0]),
+              g->nsig_lost > 1 ? ir_fmt(" (and %d more)", g->nsig_lost - 1) : "");
+}
+
 /* The initializers trained, before the loss has its say: --params names them; else the graph signature's
  * PARAMETERs; else float initializers of rank >= 1 that are no Pow exponent (a scalar is an exported
  * constant: an attention scale, GELU's sqrt(2)).  --freeze takes its matches out of any of these. */
@@ -175,6 +195,7 @@ static char *trainable(Graph *g)
     g->param_rule = o->nparams ? PARAMS_FLAG : g->signature ? PARAMS_SIGNATURE : PARAMS_DEFAULT;
     if (g->param_rule == PARAMS_SIGNATURE)
         check_folded(g);
+    check_lost(g);
     for (int v = 0; v < g->nval; v++) {
         const Value *x = &g->val[v];
         if (x->role != R_CONST || x->init_index < 0 || !is_float(x->dtype))
@@ -223,6 +244,29 @@ static char *mark_active(Graph *g)
     return act;
 }
 
+/* Each trained embedding weight with a padding_idx (Value.pad_row): a note saying its lookups leave that row
+ * untrained (the Gather rule's mask); refused when no forward Gather along axis 0 reads it, as then no mask
+ * does what PyTorch does. */
+static void note_padding(const Graph *g, int nfwd)
+{
+    for (int v = 0; v < g->nval; v++) {
+        const Value *w = &g->val[v];
+        if (w->role != R_PARAM || w->pad_row < 0)
+            continue;
+        int lookups = 0;
+        for (int i = 0; i < nfwd; i++)
+            lookups += g->node[i].op == OP_Gather && g->node[i].in[0] == v &&
+                       (ir_attr_i(&g->node[i], "axis", 0) == 0 || ir_attr_i(&g->node[i], "axis", 0) == -2);
+        if (!lookups)
+            fatal("%s: '%s' has a padding_idx (%lld, the export's metadata) but no Gather along its axis 0 reads "
+                  "it, so fsdpc cannot keep that row untrained as PyTorch does; export the model again with "
+                  "scripts/export_torch.py", g->opt->model, ir_q(w->name), (long long)w->pad_row);
+        fprintf(stderr, "fsdpc: note: %s: row %lld of '%s' is its embedding's padding_idx (the export's metadata): "
+                "its lookups give that row no gradient, as PyTorch's do\n", g->opt->model, (long long)w->pad_row,
+                ir_q(w->name));
+    }
+}
+
 void pass_autodiff(Graph *g)
 {
     char *active = mark_active(g);
@@ -255,6 +299,7 @@ void pass_autodiff(Graph *g)
         if (flows)
             node_grad(g, i, grad, active);
     }
+    note_padding(g, nfwd);
     for (int v = 0; v < nval0; v++)
         if (g->val[v].role == R_PARAM) {
             if (grad[v] < 0)

@@ -26,6 +26,10 @@ Exporters (torch >= 2.6; see README "Exporting a model for training"):
                training_mode=1 on every BatchNormalization node (and says so); a mix is refused.
   torchscript  torch.onnx.export(model, args, f, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
                                  do_constant_folding=False, ...)
+Both: each nn.Embedding with a padding_idx has it recorded in the file's model metadata_props, key
+"fsdpc.padding_idx.INIT" (INIT: the initializer holding its weight, under one of its names when tied), value the
+row: neither exporter keeps padding_idx, and fsdpc reads the key to give that row no gradient from the lookup,
+as PyTorch does.
 Importable: export(model, args, path, exporter, input_names, output_names, opset) and check(path, ...).
 """
 import argparse
@@ -74,6 +78,38 @@ def _set_bn_training(path, n_train):
     return len(bns)
 
 
+PADDING_KEY = "fsdpc.padding_idx."
+
+
+def _record_padding(model, path):
+    """each nn.Embedding's padding_idx written into path's model metadata_props (PADDING_KEY + the initializer
+    holding its weight = the row); returns the notes"""
+    embs = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None]
+    if not embs:
+        return []
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    aliases = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(p), []).append(n)
+    notes = []
+    for name, emb in embs:
+        found = [a for a in aliases.get(id(emb.weight), []) if a in inits]
+        if not found:
+            raise SystemExit("export_torch: %s's weight (an nn.Embedding with padding_idx %d) is no initializer of "
+                             "%s under any of its names (%s): its padding_idx cannot be recorded"
+                             % (name, emb.padding_idx, path, ", ".join(aliases.get(id(emb.weight), []))))
+        e = m.metadata_props.add()
+        e.key, e.value = PADDING_KEY + found[0], str(emb.padding_idx)
+        notes.append("%s: padding_idx %d recorded for initializer %s (fsdpc gives that row no gradient from the "
+                     "lookup, as PyTorch)" % (name, emb.padding_idx, found[0]))
+    tmp = path + ".tmp"
+    onnx.save(m, tmp)
+    os.replace(tmp, path)
+    return notes
+
+
 def export(model, args, path, exporter="dynamo", input_names=None, output_names=("logits",), opset=None):
     """model (put in training mode) exported to path for fsdpc training; returns a list of notes"""
     model.train()
@@ -102,7 +138,7 @@ def export(model, args, path, exporter="dynamo", input_names=None, output_names=
                               **kw)
         else:
             raise SystemExit("export_torch: --exporter %s: dynamo or torchscript" % exporter)
-    return notes
+    return notes + _record_padding(model, path)
 
 
 def trained_names(fsdpc, path, fsdpc_args):

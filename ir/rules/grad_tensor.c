@@ -10,6 +10,10 @@
  * copies, WhereGrad routes dy by the condition.  Those carry the forward
  * node's attributes and are created with dx typed like the forward input.
  *
+ * An embedding's padding_idx (Value.pad_row, from the export's metadata):
+ * the lookup's scatter-add is multiplied by a [rows, 1] mask with 0 at that
+ * row, so the lookup never trains it, as in PyTorch.
+ *
  * GatherGrad and GatherElementsGrad are also the scatters of ScatterND and
  * ScatterElements (passes/expand.c): their gradient gathers dy back.
  *
@@ -110,6 +114,31 @@ static int cast_grad(GradCtx *cx)
     return y;
 }
 
+/* Gather's scatter-add dx, times a [rows, 1] mask with a 0 at the data's pad_row when the data is an
+ * embedding weight whose padding_idx the export recorded and the lookup is along axis 0: PyTorch's
+ * nn.Embedding gives that row no gradient from its lookups (other uses of a tied weight still do). */
+static int pad_masked(GradCtx *cx, int dx)
+{
+    Graph *g = cx->g;
+    const Node *n = cx->n;
+    const Value *w = &g->val[n->in[0]];
+    if (n->op != OP_Gather || w->pad_row < 0 || tensor_axis(g, n, ir_attr_i(n, "axis", 0), w->shape.rank, "axis"))
+        return dx;
+    int64_t rows = w->shape.dim[0];
+    size_t es = w->dtype == DT_F64 ? sizeof(double) : sizeof(float);
+    char *m = ir_alloc((size_t)rows * es);
+    for (int64_t r = 0; r < rows; r++) {
+        double one = r != w->pad_row;
+        if (es == sizeof(double))
+            ((double *)m)[r] = one;
+        else
+            ((float *)m)[r] = (float)one;
+    }
+    Shape s = {2, {rows, 1}};
+    int mask = ir_const(g, ir_fmt("%s.pad_mask", cx->name), w->dtype, &s, m);
+    return ad_emit(g, OP_Mul, ir_fmt("%s.pad", cx->name), dx, mask);
+}
+
 int grad_tensor(GradCtx *cx)
 {
     Graph *g = cx->g;
@@ -124,7 +153,8 @@ int grad_tensor(GradCtx *cx)
     case OP_Slice: cx->d[0] = node(cx, OP_SliceGrad, "scatter", 1, &dy, x, 1); return 1;
     case OP_Gather: case OP_GatherElements: {
         int in[2] = {dy, n->in[1]};
-        cx->d[0] = node(cx, n->op == OP_Gather ? OP_GatherGrad : OP_GatherElementsGrad, "scatter", 2, in, x, 1);
+        cx->d[0] = pad_masked(cx, node(cx, n->op == OP_Gather ? OP_GatherGrad : OP_GatherElementsGrad, "scatter", 2,
+                                       in, x, 1));
         return 1;
     }
     case OP_GatherGrad: case OP_GatherElementsGrad: { /* a scatter-add (ScatterND, ScatterElements): gather dy back */

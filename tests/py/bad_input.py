@@ -228,6 +228,43 @@ def hostile_models(fsdpc, J, base):
     expect_error(cc(os.path.dirname(never)), "not a regular file", code=(1,), timeout=60, absent=never)
 
 
+def export_metadata(fsdpc, J, good, base):
+    """Exports that would train another network with exit 0, and export_torch.py's padding_idx metadata gone
+    wrong: one error line each, no executable.  tests/data/export (its generate.py, torch 2.15: CI has no torch 2)
+    holds torch.onnx.export's default export of a zero Conv bias, which onnxscript's optimizer drops (as all 26 of
+    torchvision's SqueezeNet), and an optimize=False export with a tied embedding and an unused Linear, which
+    compiles: a tied parameter is read under its other name and an unused one by nothing, so neither is refused."""
+    never = J("never")
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "export")
+    cc = lambda model, *extra: [fsdpc, model, "-o", never, "--target", "cpu"] + list(extra)
+    dropped = os.path.join(data, "dropped_bias.onnx")
+    for extra in ([], ["--params", "*"]):  # naming what to train does not bring the bias back
+        expect_error(cc(dropped, "--loss", "mse:y,t", *extra), "dropped_bias.onnx", "parameter 'conv.bias' is",
+                     "optimize=False", "do_constant_folding=False", code=(1,), absent=never)
+    err = run(cc(dropped, "--loss", "mse:y,t"), check=False).stderr
+    if "unused" in err or "more)" in err:
+        failures.append("dropped_bias.onnx: the unused Linear's parameters refused too: %s" % err.strip()[:300])
+    p = run([fsdpc, os.path.join(data, "tied_unused.onnx"), "-o", J("tied"), "--target", "cpu", "--loss",
+             "cross_entropy:y,t", "--report"], check=False)
+    if p.returncode != 0 or "): head.weight (1," not in p.stdout:
+        failures.append("tied_unused.onnx: exit %d, expected head.weight trained alone: %s"
+                        % (p.returncode, (p.stderr + p.stdout).strip()[:300]))
+    else:
+        print("ok  tied_unused.onnx compiles: head.weight (tied to emb.weight) trained, unused.* not refused")
+    # fsdpc.padding_idx.INIT = ROW (scripts/export_torch.py) on the MLP's w [3, 4], read by a MatMul
+    for i, (key, val, needles) in enumerate([
+            ("nope", "0", ["'nope' is no float initializer of rank 2", "export_torch.py"]),
+            ("w", "3", ["padding_idx '3' is no row of 'w' (0..2)"]),
+            ("w", "-1", ["padding_idx '-1'"]),
+            ("w", "1x", ["padding_idx '1x'"]),
+            ("w", "1", ["'w' has a padding_idx (1", "no Gather along its axis 0"])]):
+        m = onnx.load(good)
+        e = m.metadata_props.add()
+        e.key, e.value = "fsdpc.padding_idx." + key, val
+        onnx.save(m, J("pad%d.onnx" % i))
+        expect_error(cc(J("pad%d.onnx" % i), *base), "pad%d.onnx" % i, *needles, code=(1,), absent=never)
+
+
 def mlp(path, extra_nodes=(), external=False, batch="batch"):
     w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])] + list(extra_nodes)
@@ -456,6 +493,7 @@ def main():
     expect_error([fsdpc, good] + base + ["-o"], "-o")
     expect_error([fsdpc, "-o", J("o"), "--target", "cpu"] + base, "no model")
     hostile_models(fsdpc, J, base)
+    export_metadata(fsdpc, J, good, base)
     clobber_compiler(fsdpc, J, good, base)
 
     # --- executable -------------------------------------------------------

@@ -1,5 +1,6 @@
 """Writes the model zoo that tests/py/zoo.py trains: twelve PyTorch models with tiny configs (plus the Llama
-with SDPA at opset 23 and a model of torch's indexing ops), each exported both ways, and PyTorch's reference trajectory.
+with SDPA at opset 23, a model of torch's indexing ops and an embedding with a padding_idx, which
+export_torch.py records in the file's metadata), each exported both ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
 
@@ -193,9 +194,32 @@ def indexing(rng):
     return Indexing(), {"input_ids": tokens(rng, GLOBAL_B, T), "slots": slots}, rng.integers(0, CLASSES, GLOBAL_B)
 
 
+class PaddingIdx(nn.Module):
+    """embeddings whose padding_idx row PyTorch's lookup never trains (the exporters drop padding_idx;
+    export_torch.py records it in the model's metadata_props), every element in ref.json's final values: tok
+    (padding_idx 0) is tied to the output projection, whose gradient still reaches row 0; kind (padding_idx 1, its
+    own weight) is looked up by input_ids % 4, so rows 1 and 5 of tok read its pad row"""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(8, 4, padding_idx=0)
+        self.kind = nn.Embedding(4, 4, padding_idx=1)
+        self.head = nn.Linear(4, 8, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, input_ids):
+        return self.head(torch.tanh(self.tok(input_ids) + self.kind(input_ids % 4)))
+
+
+def padding_idx(rng):
+    ids = rng.integers(1, 8, (GLOBAL_B, T)).astype(np.int64)
+    ids[:, -3:] = 0  # the pad token ends every sample
+    return PaddingIdx(), {"input_ids": ids}, rng.integers(0, 8, (GLOBAL_B, T))
+
+
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
-          "llama_sdpa23": llama_sdpa23, "indexing": indexing}
+          "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small", "whisper_enc"}
 
