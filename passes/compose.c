@@ -218,16 +218,16 @@ void compose_convt(Sweep *s, int id)
     Shape empty = {1, {0}};
     int in[3] = {n.in[0], -1, n.in[1]};
     int out[4] = {y, ir_value(g, ir_fmt("%s/dw.%d", n.name, s->nnew++), dt, &empty, R_ACT),
-                  ir_value(g, ir_fmt("%s/db.%d", n.name, s->nnew++), dt, &empty, R_ACT), -1};
+                  ir_value(g, ir_fmt("%s/db.%d", n.name, s->nnew++), dt, &empty, R_ACT),
+                  ir_value(g, ir_fmt("%s/scratch.%d", n.name, s->nnew++), dt, &empty, R_ACT)}; /* sized below */
     int c = ir_node(g, OP_ConvGrad, ir_fmt("%s/convt", n.name), 3, in, 4, out);
     nn_conv_attrs(g, c, &n, pads);
     ir_attr_add(g, c, "need", A_INT)->i = 1;
     ir_attr_ints_add(g, c, "xshape", ys.dim, 4);
-    ir_attr_ints_add(g, c, "wshape", wv->shape.dim, 4);
+    ir_attr_ints_add(g, c, "wshape", g->val[n.in[1]].shape.dim, 4);
     KConv2d p;
     nn_conv_geom(g, &g->node[c], &ys, &g->val[n.in[1]].shape, &p);
-    Shape ws = {1, {nn_conv_ws(&p)}};
-    g->node[c].out[3] = ir_value(g, ir_fmt("%s/scratch.%d", n.name, s->nnew++), dt, &ws, R_ACT);
+    g->val[out[3]].shape.dim[0] = nn_conv_ws(&p);
     visit(s, c);
     if (b < 0)
         return;

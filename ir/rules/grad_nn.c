@@ -50,9 +50,9 @@ static int result(GradCtx *cx, const char *sfx, int like, int wanted)
 static void conv_grad_node(GradCtx *cx, const char *sfx, const int io[3], const int like[3], int need, int *d)
 {
     Graph *g = cx->g;
-    const Shape *xs = &g->val[like[0]].shape, *wsh = &g->val[like[1]].shape;
+    Shape xs = g->val[like[0]].shape, wsh = g->val[like[1]].shape; /* copies: values are made below */
     KConv2d p;
-    nn_conv_geom(g, cx->n, xs, wsh, &p);
+    nn_conv_geom(g, cx->n, &xs, &wsh, &p);
     int in[3] = {io[0], need & 2 ? io[1] : -1, need & 1 ? io[2] : -1};
     Shape ws = {1, {need & 3 ? nn_conv_ws(&p) : 0}};
     int out[4] = {result(cx, ir_fmt("%s.dx", sfx), like[0], need & 1),
@@ -62,8 +62,8 @@ static void conv_grad_node(GradCtx *cx, const char *sfx, const int io[3], const 
     int k = ir_node(g, OP_ConvGrad, ir_fmt("%s.%s", cx->name, sfx), 3, in, 4, out);
     nn_conv_attrs(g, k, cx->n, NULL);
     ir_attr_add(g, k, "need", A_INT)->i = need;
-    ir_attr_ints_add(g, k, "xshape", xs->dim, 4);
-    ir_attr_ints_add(g, k, "wshape", wsh->dim, 4);
+    ir_attr_ints_add(g, k, "xshape", xs.dim, 4);
+    ir_attr_ints_add(g, k, "wshape", wsh.dim, 4);
     for (int i = 0; i < 3; i++)
         d[i] = need >> i & 1 ? out[i] : -1;
 }
