@@ -9,7 +9,8 @@
  * its attributes into their 2-D forms (kernel_shape k -> [1, k], strides and
  * dilations s -> [1, s], pads [b, e] -> [0, b, 0, e], output_padding p ->
  * [0, p], output_shape l -> [1, l]); the node then
- * computes a 4-D output, which lower_1d Squeezes back into the node's own
+ * computes a 4-D output (a ConvTranspose: the nodes compose.c makes of it
+ * write that value), which lower_1d Squeezes back into the node's own
  * 3-D outputs (MaxPool's Indices too: with a height of 1 the flat positions
  * are the 1-D ones).  Nothing else in fsdpc sees a 1-D op.
  */

@@ -9,7 +9,9 @@
  * `need` (bit i: result i is wanted); unwanted results are empty values, and
  * inputs only they would read are left out (-1), so nothing is kept alive for
  * them.  Conv's backward has its own im2col scratch output: scratch lives for
- * one node and is never kept from forward to backward.
+ * one node and is never kept from forward to backward.  ConvGrad computing
+ * dx alone is ConvTranspose's forward (passes/compose.c), so it has a rule
+ * too: a Conv for its dy input and another ConvGrad's dw for its weight.
  *
  *
  * inference-mode BatchNormalization's rule is written with forward ops.

@@ -11,7 +11,9 @@
  *
  * Geometry: Conv and the pools are 2-D NCHW only, with explicit pads
  * (auto_pad NOTSET); output sizes follow k_pool_out_dim (kernels.h), as the
- * kernels' own geometry checks do.
+ * kernels' own geometry checks do.  ConvTranspose has no rule here (fold
+ * rewrites it, passes/compose.c): nn_convt_geom checks it and gives the
+ * output shape and pads of the Conv whose data gradient it is.
  */
 #include "nn.h"
 
@@ -232,7 +234,10 @@ void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w
     if (!shape_numel(&x->shape) || !shape_numel(&w->shape))
         node_fatal(g, n, "input %s and weight %s: a ConvTranspose over a zero-sized dimension is not supported "
                    "(fsdpc refuses empty tensors here)", shape_str(&x->shape), shape_str(&w->shape));
-    if (grp < 1 || c % grp || w->shape.dim[0] != c || w->shape.dim[1] > MAX_NUMEL / grp)
+    if (w->shape.dim[0] != c)
+        node_fatal(g, n, "weight %s: its dim 0 must be the %lld input channels (the weight is (channels, out "
+                   "channels / group, kh, kw))", shape_str(&w->shape), (long long)c);
+    if (grp < 1 || c % grp || w->shape.dim[1] > MAX_NUMEL / grp)
         node_fatal(g, n, "attribute group = %lld does not fit %lld input channels (the weight must be "
                    "(channels, out channels / group, kh, kw))", (long long)grp, (long long)c);
     window_fits(g, n, &w->shape.dim[2], dl);
