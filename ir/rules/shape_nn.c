@@ -196,11 +196,11 @@ static int64_t convt_dim(const Graph *g, const Node *n, int64_t in, int64_t k, i
         int64_t total = full - os, half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor */
         pd[0] = total - half;
         pd[1] = half;
+        if (pd[0] < 0)
+            node_fatal(g, n, "attribute output_shape: %lld is more than one beyond the natural output size %lld "
+                       "(its begin pad would be negative), which is not supported", (long long)os, (long long)full);
         if (pd[1] < 0) /* more output padding */
             *op -= pd[1], full -= pd[1], pd[1] = 0;
-        if (pd[0] < 0)
-            node_fatal(g, n, "attribute output_shape: %lld is more than a stride beyond the natural output "
-                       "size %lld, which is not supported", (long long)os, (long long)full);
     }
     int64_t out = full - pd[0] - pd[1];
     if (out < 1)

@@ -396,11 +396,11 @@ def cases():
     c = {}
     misc_cases(c)
     conv_cases(c)
-    conv_transpose_cases(c)
     norm_cases(c)
     pool_cases(c)
     reduce_cases(c)
     composed_cases(c)
+    conv_transpose_cases(c)  # last: the cases before keep the random data and directions they had
     return c
 
 
