@@ -9,7 +9,16 @@
  *                     as a constant of the shift (finite for large x; its
  *                     gradient paths cancel: d/dx is softmax(x));
  *   OneHot            Where(Equal(indices as int64, wrapped when negative,
- *                     unsqueezed at axis; [0, depth) along axis), on, off).
+ *                     unsqueezed at axis; [0, depth) along axis), on, off);
+ *   ConvTranspose     the data gradient of the Conv over its output: with
+ *                     y = ConvTranspose(x, w), Conv(y-shaped input, w) has
+ *                     x's shape (same strides, pads, dilations, group; w
+ *                     [c, m/group, kh, kw] is that Conv's weight), and y is
+ *                     its dx for the output gradient x: a ConvGrad node
+ *                     computing dx only (need 1), whose gradient rule
+ *                     (grad_nn.c) makes training work; output_shape's pads
+ *                     computed and output padding folded into xshape by
+ *                     nn_convt_geom; the bias an Add over channels.
  *
  * A rewrite keeps node id as the node writing a ReduceSum (so fold's axes,
  * keepdims and noop_with_empty_axes handling stays ReduceSum's own) or
@@ -17,6 +26,7 @@
  * reduce_end) must write.
  */
 #include "fold.h"
+#include "rules/nn.h"
 #include "rules/tensor.h"
 
 #include <string.h>
@@ -186,4 +196,45 @@ void compose_onehot(Sweep *s, int id)
     int off = node2(s, id, OP_Gather, n.in[2], i0, "off", -1), on = node2(s, id, OP_Gather, n.in[2], i1, "on", -1);
     int in4[3] = {hit, on, off};
     node_n(s, id, OP_Where, in4, 3, "onehot", n.out[0]);
+}
+
+/* ConvTranspose(x, w, b) with its Conv attributes: see the head.  Node id is
+ * left unvisited (fold drops it); its output is written by the new nodes. */
+void compose_convt(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    int b = n.nin > 2 ? n.in[2] : -1;
+    const Value *xv = &g->val[n.in[0]], *wv = &g->val[n.in[1]];
+    Shape ys;
+    int64_t pads[4];
+    nn_convt_geom(g, &n, xv, wv, &ys, pads);
+    DType dt = xv->dtype;
+    int y = n.out[0];
+    if (b >= 0)
+        y = ir_value(g, ir_fmt("%s/convt.%d", n.name, s->nnew++), dt, &ys, R_ACT);
+    g->val[y].dtype = dt;
+    g->val[y].shape = ys;
+    Shape empty = {1, {0}};
+    int in[3] = {n.in[0], -1, n.in[1]};
+    int out[4] = {y, ir_value(g, ir_fmt("%s/dw.%d", n.name, s->nnew++), dt, &empty, R_ACT),
+                  ir_value(g, ir_fmt("%s/db.%d", n.name, s->nnew++), dt, &empty, R_ACT),
+                  ir_value(g, ir_fmt("%s/scratch.%d", n.name, s->nnew++), dt, &empty, R_ACT)}; /* sized below */
+    int c = ir_node(g, OP_ConvGrad, ir_fmt("%s/convt", n.name), 3, in, 4, out);
+    nn_conv_attrs(g, c, &n, pads);
+    ir_attr_add(g, c, "need", A_INT)->i = 1;
+    ir_attr_ints_add(g, c, "xshape", ys.dim, 4);
+    ir_attr_ints_add(g, c, "wshape", g->val[n.in[1]].shape.dim, 4);
+    KConv2d p;
+    nn_conv_geom(g, &g->node[c], &ys, &g->val[n.in[1]].shape, &p);
+    g->val[out[3]].shape.dim[0] = nn_conv_ws(&p);
+    visit(s, c);
+    if (b < 0)
+        return;
+    int64_t ax[2] = {1, 2};
+    int u = ir_node1(g, OP_Unsqueeze, ir_fmt("%s/bias", n.name), b, -1,
+                     ir_value(g, ir_fmt("%s/bias.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT));
+    ir_attr_ints_add(g, u, "axes", ax, 2);
+    visit(s, u);
+    node2(s, id, OP_Add, y, g->node[u].out[0], "add_bias", n.out[0]);
 }

@@ -21,10 +21,12 @@
  *           ones chain); Mod with fmod 1 is FMod; integer arithmetic
  *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
  *           as comparisons, an integer Pow in float64, a float Pow's
- *           exponent in the base's dtype); a 1-D Conv or pooling is the
- *           2-D one over a height of 1 (lift1d.c); Sum, Mean, ReduceL1,
- *           ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp and
- *           OneHot are written with Add, Scale, ReduceSum, Where... (compose.c);
+ *           exponent in the base's dtype); a 1-D Conv, ConvTranspose or
+ *           pooling is the 2-D one over a height of 1 (lift1d.c); Sum,
+ *           Mean, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum,
+ *           ReduceLogSumExp and OneHot are written with Add, Scale,
+ *           ReduceSum, Where..., ConvTranspose as a ConvGrad computing dx
+ *           (compose.c);
  *           every node whose inputs are all constants — Shape and Size
  *           always, since shapes are static — is evaluated and its outputs
  *           become constants, unless an input is a float initializer (a
@@ -653,6 +655,7 @@ static void canon_op(Sweep *s, int id)
         return;
     }
     case OP_OneHot: compose_onehot(s, id); return;
+    case OP_ConvTranspose: compose_convt(s, id); return;
     case OP_Mod:
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;

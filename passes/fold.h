@@ -57,5 +57,6 @@ void compose_reduce_end(Sweep *s, int id, Op of, int y, int shift);
 int compose_mean(Sweep *s, int id);
 void compose_mean_end(Sweep *s, int id, int n, int y);
 void compose_onehot(Sweep *s, int id);
+void compose_convt(Sweep *s, int id);
 
 #endif

@@ -1,13 +1,16 @@
 /* lift1d.c — fold's rewrite of 1-D convolutions and pooling into 2-D ones.
  *
- * The kernels are 2-D (NCHW).  A 1-D Conv, MaxPool, AveragePool or
- * GlobalAveragePool over [N, C, L] (audio models' conv stems, Whisper's,
- * wav2vec's) is the 2-D op over [N, C, 1, L] with a height-1 window: lift_1d
- * reads its input (and Conv's weight [Co, Ci/g, K]) through an Unsqueeze of
+ * The kernels are 2-D (NCHW).  A 1-D Conv, ConvTranspose, MaxPool,
+ * AveragePool or GlobalAveragePool over [N, C, L] (audio models' conv stems,
+ * Whisper's, wav2vec's; vocoders' upsampling) is the 2-D op over [N, C, 1, L]
+ * with a height-1 window: lift_1d reads its input (and Conv's weight
+ * [Co, Ci/g, K], ConvTranspose's [Ci, Co/g, K]) through an Unsqueeze of
  * axis 2 — a view, no copy; the gradient flows back through it — and turns
  * its attributes into their 2-D forms (kernel_shape k -> [1, k], strides and
- * dilations s -> [1, s], pads [b, e] -> [0, b, 0, e]); the node then
- * computes a 4-D output, which lower_1d Squeezes back into the node's own
+ * dilations s -> [1, s], pads [b, e] -> [0, b, 0, e], output_padding p ->
+ * [0, p], output_shape l -> [1, l]); the node then
+ * computes a 4-D output (a ConvTranspose: the nodes compose.c makes of it
+ * write that value), which lower_1d Squeezes back into the node's own
  * 3-D outputs (MaxPool's Indices too: with a height of 1 the flat positions
  * are the 1-D ones).  Nothing else in fsdpc sees a 1-D op.
  */
@@ -19,7 +22,8 @@ static void visit(Sweep *s, int id) { fold_visit(s, id); }
 
 static int lifts(Op op)
 {
-    return op == OP_Conv || op == OP_MaxPool || op == OP_AveragePool || op == OP_GlobalAveragePool;
+    return op == OP_Conv || op == OP_ConvTranspose || op == OP_MaxPool || op == OP_AveragePool ||
+           op == OP_GlobalAveragePool;
 }
 
 /* op(x) with the ints attribute axes = {2}, named NODE/suffix writing out (-1: a new value), visited; its output */
@@ -71,7 +75,8 @@ int lift_1d(Sweep *s, int id, int orig[2], int *nout)
         return 0;
     int x = axis2(s, id, OP_Unsqueeze, g->node[id].in[0], "as2d", -1);
     g->node[id].in[0] = x;
-    if (g->node[id].op == OP_Conv && g->node[id].nin > 1 && g->node[id].in[1] >= 0 &&
+    Op op = g->node[id].op;
+    if ((op == OP_Conv || op == OP_ConvTranspose) && g->node[id].nin > 1 && g->node[id].in[1] >= 0 &&
         g->val[g->node[id].in[1]].shape.rank == 3) {
         int w = axis2(s, id, OP_Unsqueeze, g->node[id].in[1], "weight2d", -1);
         g->node[id].in[1] = w;
@@ -80,6 +85,8 @@ int lift_1d(Sweep *s, int id, int orig[2], int *nout)
     lift_ints(g, id, "strides", 1);
     lift_ints(g, id, "dilations", 1);
     lift_ints(g, id, "pads", 0);
+    lift_ints(g, id, "output_padding", 0);
+    lift_ints(g, id, "output_shape", 1);
     /* the ONNX outputs: Y, and MaxPool's Indices (the rest are fsdpc's own, shaped by the 2-D rule) */
     n = &g->node[id];
     *nout = n->op == OP_MaxPool && n->nout > 1 && ir_is_read(g, n->out[1]) ? 2 : 1;

@@ -9,7 +9,9 @@
  * `need` (bit i: result i is wanted); unwanted results are empty values, and
  * inputs only they would read are left out (-1), so nothing is kept alive for
  * them.  Conv's backward has its own im2col scratch output: scratch lives for
- * one node and is never kept from forward to backward.
+ * one node and is never kept from forward to backward.  ConvGrad computing
+ * dx alone is ConvTranspose's forward (passes/compose.c), so it has a rule
+ * too: a Conv for its dy input and another ConvGrad's dw for its weight.
  *
  *
  * inference-mode BatchNormalization's rule is written with forward ops.
@@ -43,24 +45,63 @@ static int result(GradCtx *cx, const char *sfx, int like, int wanted)
     return ir_value(g, ir_fmt("%s.%s", cx->name, sfx), g->val[cx->n->in[0]].dtype, &empty, R_ACT);
 }
 
+/* A ConvGrad node (named NAME.sfx) computing the results need asks for (bit
+ * 0: dx like xl, 1: dw like wl, 2: db like bl) of a Conv with the forward
+ * node's attributes whose input is shaped like xl and weight like wl, from
+ * its output gradient dy, input x and weight w; the results into d[0..3) */
+static void conv_grad_node(GradCtx *cx, const char *sfx, const int io[3], const int like[3], int need, int *d)
+{
+    Graph *g = cx->g;
+    Shape xs = g->val[like[0]].shape, wsh = g->val[like[1]].shape; /* copies: values are made below */
+    KConv2d p;
+    nn_conv_geom(g, cx->n, &xs, &wsh, &p);
+    int in[3] = {io[0], need & 2 ? io[1] : -1, need & 1 ? io[2] : -1};
+    Shape ws = {1, {need & 3 ? nn_conv_ws(&p) : 0}};
+    int out[4] = {result(cx, ir_fmt("%s.dx", sfx), like[0], need & 1),
+                  result(cx, ir_fmt("%s.dw", sfx), like[1], need & 2),
+                  result(cx, ir_fmt("%s.db", sfx), like[2], need & 4),
+                  ir_value(g, ir_fmt("%s.%s.scratch", cx->name, sfx), g->val[like[0]].dtype, &ws, R_ACT)};
+    int k = ir_node(g, OP_ConvGrad, ir_fmt("%s.%s", cx->name, sfx), 3, in, 4, out);
+    nn_conv_attrs(g, k, cx->n, NULL);
+    ir_attr_add(g, k, "need", A_INT)->i = need;
+    ir_attr_ints_add(g, k, "xshape", xs.dim, 4);
+    ir_attr_ints_add(g, k, "wshape", wsh.dim, 4);
+    for (int i = 0; i < 3; i++)
+        d[i] = need >> i & 1 ? out[i] : -1;
+}
+
 static void conv_grad(GradCtx *cx)
+{
+    const Node *n = cx->n;
+    int x = n->in[0], w = n->in[1], b = n->nin > 2 ? n->in[2] : -1;
+    int io[3] = {cx->dys[0], x, w}, like[3] = {x, w, b >= 0 ? b : x};
+    conv_grad_node(cx, "conv", io, like, need_bits(cx, 3), cx->d);
+}
+
+/* ConvGrad's dx (need 1; ConvTranspose's form, compose.c): y = dx(x, w) is
+ * linear in both, the adjoint of a Conv over y-shaped input with output
+ * gradient x.  So dL/dx = Conv(dy, w) and dL/dw is that Conv's dw with dy as
+ * its input and x as its output gradient. */
+static void conv_dx_grad(GradCtx *cx)
 {
     Graph *g = cx->g;
     const Node *n = cx->n;
-    int x = n->in[0], w = n->in[1], b = n->nin > 2 ? n->in[2] : -1;
-    KConv2d p;
-    nn_conv_geom(g, n, &g->val[x].shape, &g->val[w].shape, &p);
-    int in[3] = {cx->dys[0], cx->need[1] ? x : -1, cx->need[0] ? w : -1};
-    Shape ws = {1, {cx->need[0] || cx->need[1] ? nn_conv_ws(&p) : 0}};
-    int out[4] = {result(cx, "dx", x, cx->need[0]), result(cx, "dw", w, cx->need[1]),
-                  result(cx, "db", b >= 0 ? b : x, cx->need[2]),
-                  ir_value(g, ir_fmt("%s.scratch", cx->name), g->val[x].dtype, &ws, R_ACT)};
-    int k = mk(cx, OP_ConvGrad, "conv", 3, in, 4, out);
-    ir_attr_add(g, k, "need", A_INT)->i = need_bits(cx, 3);
-    ir_attr_ints_add(g, k, "xshape", g->val[x].shape.dim, 4);
-    ir_attr_ints_add(g, k, "wshape", g->val[w].shape.dim, 4);
-    for (int i = 0; i < 3; i++)
-        cx->d[i] = cx->need[i] ? out[i] : -1;
+    if (ir_attr_i(n, "need", 0) != 1)
+        node_fatal(g, n, "only a ConvGrad computing dx alone is differentiable");
+    int x = n->in[0], w = n->in[2], dy = cx->dys[0];
+    if (cx->need[0]) {
+        int out[2] = {ir_value(g, ir_fmt("%s.dx", cx->name), DT_UNDEF, NULL, R_ACT),
+                      ir_value(g, ir_fmt("%s.dx.scratch", cx->name), DT_UNDEF, NULL, R_ACT)};
+        int k = ir_node(g, OP_Conv, ir_fmt("%s.conv", cx->name), 2, (int[]){dy, w}, 2, out);
+        nn_conv_attrs(g, k, n, NULL);
+        shape_node(g, k);
+        cx->d[0] = out[0];
+    }
+    if (cx->need[2]) {
+        int d[3];
+        conv_grad_node(cx, "dw", (int[]){x, dy, -1}, (int[]){dy, w, w}, 2, d);
+        cx->d[2] = d[1];
+    }
 }
 
 /* FusedAttentionGrad: dq, dkt, dv from y and the rows' log-sum-exp (the forward's outputs 0, 1), with a
@@ -207,6 +248,7 @@ int grad_nn(GradCtx *cx)
     }
     switch (n->op) {
     case OP_Conv: conv_grad(cx); return 1;
+    case OP_ConvGrad: conv_dx_grad(cx); return 1;
     case OP_BatchNormalization:
         if (nn_bn_training(n))
             norm_grad(cx, OP_BatchNormGrad, 3, 4);

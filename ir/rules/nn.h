@@ -27,6 +27,13 @@ void nn_split(const Shape *s, int ax, int64_t *outer, int64_t *axis, int64_t *in
 /* Conv: x n c h w, w m c/groups kh kw */
 void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w, KConv2d *p);
 int64_t nn_conv_ws(const KConv2d *p);  /* = k_conv2d_workspace */
+/* node src's Conv attributes (kernel_shape, strides, dilations, group, and
+ * pads, or the given pads t l b r when not NULL) added to node dst */
+void nn_conv_attrs(Graph *g, int dst, const Node *src, const int64_t *pads);
+/* ConvTranspose: x n c h w, w c m/groups kh kw: checks the node, gives its
+ * output shape y and the pads (t, l, b, r) of the Conv over y whose data
+ * gradient it is (output_shape's pads computed; output padding is in y) */
+void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w, Shape *y, int64_t pads[4]);
 /* MaxPool / AveragePool on x n c h w */
 void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p);
 

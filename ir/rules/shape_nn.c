@@ -11,7 +11,9 @@
  *
  * Geometry: Conv and the pools are 2-D NCHW only, with explicit pads
  * (auto_pad NOTSET); output sizes follow k_pool_out_dim (kernels.h), as the
- * kernels' own geometry checks do.
+ * kernels' own geometry checks do.  ConvTranspose has no rule here (fold
+ * rewrites it, passes/compose.c): nn_convt_geom checks it and gives the
+ * output shape and pads of the Conv whose data gradient it is.
  */
 #include "nn.h"
 
@@ -163,6 +165,90 @@ int64_t nn_conv_ws(const KConv2d *p)
     if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && !p->pt && !p->pl && !p->pb && !p->pr)
         return 0;
     return p->c / p->groups * p->kh * p->kw * p->oh * p->ow;
+}
+
+void nn_conv_attrs(Graph *g, int dst, const Node *src, const int64_t *pads)
+{
+    static const char *const keep[] = {"kernel_shape", "strides", "dilations", "group", "pads"};
+    for (int i = 0; i < src->nattr; i++)
+        for (int k = 0; k < (pads ? 4 : 5); k++)
+            if (!strcmp(src->attr[i].name, keep[k]))
+                *ir_attr_add(g, dst, keep[k], src->attr[i].kind) = src->attr[i];
+    if (pads)
+        ir_attr_ints_add(g, dst, "pads", pads, 4);
+}
+
+/* One spatial dim of a ConvTranspose: its output size from input size in,
+ * kernel k, stride st, dilation dl, output padding op and pads pd[0] (begin),
+ * pd[1] (end); os > 0: output_shape asks for that size and the pads are
+ * computed as ONNX specifies (total = natural size - os, begin = total -
+ * floor(total / 2), end = floor(total / 2)), a negative end pad being more
+ * output padding.  Returns the size; pd and *op hold what the Conv over that
+ * output, whose data gradient the ConvTranspose is, uses. */
+static int64_t convt_dim(const Graph *g, const Node *n, int64_t in, int64_t k, int64_t st, int64_t dl, int64_t *op,
+                         int64_t pd[2], int64_t os)
+{
+    if (in - 1 > MAX_NUMEL / st)
+        node_fatal(g, n, "attribute strides: %lld x %lld input elements is beyond 2^40", (long long)st,
+                   (long long)in);
+    int64_t full = st * (in - 1) + *op + dl * (k - 1) + 1; /* each term <= 2^40: no wrap */
+    if (os > 0) {
+        int64_t total = full - os, half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor */
+        pd[0] = total - half;
+        pd[1] = half;
+        if (pd[0] < 0)
+            node_fatal(g, n, "attribute output_shape: %lld is more than one beyond the natural output size %lld "
+                       "(its begin pad would be negative), which is not supported", (long long)os, (long long)full);
+        if (pd[1] < 0) /* more output padding */
+            *op -= pd[1], full -= pd[1], pd[1] = 0;
+    }
+    int64_t out = full - pd[0] - pd[1];
+    if (out < 1)
+        node_fatal(g, n, "attribute pads: they leave no output (the natural output size is %lld)", (long long)full);
+    if (k_pool_out_dim(out, k, st, pd[0], pd[1], dl, 0) != in) /* the Conv over the output gives x back */
+        node_fatal(g, n, "attributes output_padding / output_shape: %lld extra output is not supported (fsdpc "
+                   "needs it below the stride %lld)", (long long)*op, (long long)st);
+    return out;
+}
+
+void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w, Shape *y, int64_t pads[4])
+{
+    int64_t st[2], dl[2], op[2], os[2], ks[2];
+    need_float(g, n, x, "input");
+    if (w->dtype != x->dtype)
+        node_fatal(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", ir_q(w->name),
+                   dtype_name(w->dtype), dtype_name(x->dtype));
+    need_2d(g, n, &x->shape);
+    no_auto_pad(g, n);
+    if (w->shape.rank != 4)
+        node_fatal(g, n, "the weight must have rank 4 (c, m/group, kh, kw)");
+    ints_attr(g, n, "kernel_shape", 2, 1, 0, ks);
+    if (ir_attr(n, "kernel_shape") && (ks[0] != w->shape.dim[2] || ks[1] != w->shape.dim[3]))
+        node_fatal(g, n, "attribute kernel_shape differs from the weight's spatial dims");
+    ints_attr(g, n, "strides", 2, 1, 1, st);
+    ints_attr(g, n, "dilations", 2, 1, 1, dl);
+    ints_attr(g, n, "pads", 4, 0, 0, pads);
+    ints_attr(g, n, "output_padding", 2, 0, 0, op);
+    ints_attr(g, n, "output_shape", 2, 1, 0, os);
+    int64_t grp = ir_attr_i(n, "group", 1), c = x->shape.dim[1];
+    if (!shape_numel(&x->shape) || !shape_numel(&w->shape))
+        node_fatal(g, n, "input %s and weight %s: a ConvTranspose over a zero-sized dimension is not supported "
+                   "(fsdpc refuses empty tensors here)", shape_str(&x->shape), shape_str(&w->shape));
+    if (w->shape.dim[0] != c)
+        node_fatal(g, n, "weight %s: its dim 0 must be the %lld input channels (the weight is (channels, out "
+                   "channels / group, kh, kw))", shape_str(&w->shape), (long long)c);
+    if (grp < 1 || c % grp || w->shape.dim[1] > MAX_NUMEL / grp)
+        node_fatal(g, n, "attribute group = %lld does not fit %lld input channels (the weight must be "
+                   "(channels, out channels / group, kh, kw))", (long long)grp, (long long)c);
+    window_fits(g, n, &w->shape.dim[2], dl);
+    *y = (Shape){4, {x->shape.dim[0], w->shape.dim[1] * grp}};
+    for (int i = 0; i < 2; i++) {
+        int64_t pd[2] = {pads[i], pads[i + 2]};
+        y->dim[2 + i] = convt_dim(g, n, x->shape.dim[2 + i], w->shape.dim[2 + i], st[i], dl[i], &op[i], pd, os[i]);
+        pads[i] = pd[0], pads[i + 2] = pd[1];
+    }
+    need_vec(g, n, 2, x, y->dim[1], "B");
+    node_check_shape(g, n, y, "the output");
 }
 
 void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)

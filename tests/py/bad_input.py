@@ -105,6 +105,14 @@ def hostile_models(fsdpc, J, base):
     graph_model(J("conv_pads.onnx"), [conv], {"cw": np.ones((2, 1, 3, 3), np.float32)}, [None, 2, None, None],
                 x_shape=("batch", 1, 4, 4))
     expect_error(cc(J("conv_pads.onnx")), "'conv' (Conv)", "2^40", code=(1,), absent=never)
+    # ConvTranspose: output padding of a stride or more, output_shape past a stride's extra, auto_pad
+    for tag, attrs, needles in (("outpad", dict(strides=[2, 2], output_padding=[2, 0]), ("output_padding", "stride 2")),
+                                ("outshape", dict(strides=[2, 2], output_shape=[12, 7]), ("output_shape", "12")),
+                                ("autopad", dict(auto_pad="SAME_UPPER"), ("auto_pad", "explicit pads"))):
+        convt = helper.make_node("ConvTranspose", ["x", "cw"], ["y"], name="ct", **attrs)
+        graph_model(J("convt_%s.onnx" % tag), [convt], {"cw": np.ones((1, 2, 3, 3), np.float32)},
+                    [None, 2, None, None], x_shape=("batch", 1, 3, 3))
+        expect_error(cc(J("convt_%s.onnx" % tag)), "'ct' (ConvTranspose)", *needles, code=(1,), absent=never)
     # zero-sized dims: a Gemm with a [3, 0] weight, cross-entropy over 0 classes, an empty Conv weight
     graph_model(J("gemm_empty.onnx"), [helper.make_node("Gemm", ["x", "w0"], ["y"], name="g0")],
                 {"w0": np.ones((3, 0), np.float32)}, [None, 0])
@@ -412,11 +420,11 @@ def main():
     expect_error([fsdpc, J("missing.onnx"), "-o", J("o"), "--target", "cpu"] + base, "missing.onnx")
     mlp(J("unsup.onnx"), [helper.make_node("Hardmax", ["y"], ["s1"], name="sm1"),
                           helper.make_node("Hardmax", ["s1"], ["s2"], name="sm2"),
-                          helper.make_node("ConvTranspose", ["s2", "s2"], ["c"], name="conv")])
+                          helper.make_node("MaxUnpool", ["s2", "s2"], ["c"], name="conv")])
     # one short line: each unsupported op with its first node and how many more, and where the accepted ops are
     # listed (not a list of them: that was 1,061 characters)
     expect_error([fsdpc, J("unsup.onnx"), "-o", J("o"), "--target", "cpu"] + base, "unsupported ops",
-                 "Hardmax (node 'sm1' and 1 more)", "ConvTranspose (node 'conv')", "docs/ops.md")
+                 "Hardmax (node 'sm1' and 1 more)", "MaxUnpool (node 'conv')", "docs/ops.md")
     msg = run([fsdpc, J("unsup.onnx"), "-o", J("o"), "--target", "cpu"] + base, check=False).stderr.strip()
     msg = msg.replace(J("unsup.onnx"), "MODEL")
     if len(msg) > 160 or "Relu" in msg:

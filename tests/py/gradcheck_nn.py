@@ -57,6 +57,27 @@ def conv_ref(x, w, b, s, p, d, group):
     return y if b is None else y + b[None, :, None, None]
 
 
+def conv_transpose_ref(x, w, b, s, p, d, group, op):
+    """ConvTranspose directly: each input pixel scatters x * w into the output (pads p t l b r cut the
+    output's border off, output padding op adds to its end)."""
+    n, c, h, wd = x.shape
+    _, mg, kh, kw = w.shape
+    oh = s[0] * (h - 1) + op[0] + d[0] * (kh - 1) + 1 - p[0] - p[2]
+    ow = s[1] * (wd - 1) + op[1] + d[1] * (kw - 1) + 1 - p[1] - p[3]
+    y = np.zeros((n, mg * group, oh, ow))
+    cg = c // group
+    for ci in range(c):
+        gi = ci // cg
+        for i in range(h):
+            for j in range(wd):
+                for a in range(kh):
+                    for e in range(kw):
+                        yi, yj = i * s[0] - p[0] + a * d[0], j * s[1] - p[1] + e * d[1]
+                        if 0 <= yi < oh and 0 <= yj < ow:
+                            y[:, gi * mg:(gi + 1) * mg, yi, yj] += x[:, ci, i, j][:, None] * w[ci, :, a, e][None, :]
+    return y if b is None else y + b[None, :, None, None]
+
+
 def out_dim(n, k, s, pb, pe, d, ceil):
     num = n + pb + pe - d * (k - 1) - 1
     o = (-(-num // s) if ceil else num // s) + 1
@@ -172,6 +193,37 @@ def conv_cases(c):
     add1d("Conv1d_stride2_pads_bias", (2, 3, 9), (4, 3, 3), 2, [1, 2], 1, 1, True)
     add1d("Conv1d_dilation_groups", (2, 4, 10), (6, 2, 3), 1, [2, 0], 2, 2, False)
 
+
+
+def conv_transpose_cases(c):
+    def add(name, xs, ws, s, p, d, group, op, bias, shape=None):
+        """2-D; shape: output_shape instead of pads (the pads it implies given as p and op to the reference)"""
+        attrs = dict(strides=s, dilations=d, group=group, kernel_shape=list(ws[2:]))
+        attrs.update(output_shape=shape) if shape else attrs.update(pads=p, output_padding=op)
+        ins = ["X", "W"] + (["B"] if bias else [])
+        wts = {"X": r(*xs), "W": r(*ws)}
+        if bias:
+            wts["B"] = r(ws[1] * group)
+        c[name] = ([node("ConvTranspose", ins, ["Y"], **attrs)], wts,
+                   lambda w: conv_transpose_ref(w["X"], w["W"], w.get("B"), s, p, d, group, op))
+    add("ConvT_stride2_pads_outpad_bias", (2, 3, 4, 3), (3, 4, 3, 3), [2, 2], [1, 0, 2, 1], [1, 1], 1, [1, 1], True)
+    add("ConvT_dilation", (1, 2, 4, 5), (2, 3, 3, 2), [1, 2], [1, 1, 1, 1], [2, 1], 1, [0, 1], False)
+    add("ConvT_groups2_bias", (2, 4, 4, 4), (4, 3, 3, 3), [2, 1], [1, 1, 1, 1], [1, 1], 2, [0, 0], True)
+    add("ConvT_depthwise", (2, 3, 3, 4), (3, 1, 2, 3), [2, 2], [0, 1, 0, 0], [1, 1], 3, [1, 0], False)
+    # ONNX's own example: output_shape 10 x 8 is the natural 9 x 7 plus one: pads 0, an extra row and column
+    add("ConvT_output_shape", (1, 2, 3, 3), (2, 2, 3, 3), [3, 2], [0, 0, 0, 0], [1, 1], 1, [1, 1], False, [10, 8])
+
+    def add1d(name, xs, ws, s, p, d, group, op, bias):  # 1-D: the 2-D reference over a height of 1
+        attrs = dict(strides=[s], pads=p, dilations=[d], group=group, kernel_shape=[ws[2]], output_padding=[op])
+        ins = ["X", "W"] + (["B"] if bias else [])
+        wts = {"X": r(*xs), "W": r(*ws)}
+        if bias:
+            wts["B"] = r(ws[1] * group)
+        c[name] = ([node("ConvTranspose", ins, ["Y"], **attrs)], wts,
+                   lambda w: conv_transpose_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s],
+                                                [0, p[0], 0, p[1]], [1, d], group, [0, op])[:, :, 0])
+    add1d("ConvT1d_stride2_pads_bias", (2, 3, 5), (3, 4, 3), 2, [1, 2], 1, 1, 1, True)
+    add1d("ConvT1d_dilation_groups", (2, 4, 6), (4, 3, 3), 1, [2, 0], 2, 2, 0, False)
 
 def norm_cases(c):
     eps, mom = 2.0 ** -8, 0.75  # exact in the float32 ONNX attributes
@@ -348,6 +400,7 @@ def cases():
     pool_cases(c)
     reduce_cases(c)
     composed_cases(c)
+    conv_transpose_cases(c)  # last: the cases before keep the random data and directions they had
     return c
 
 

@@ -97,6 +97,8 @@ def probes():
     p["GlobalAveragePool"] = img("GlobalAveragePool")
     p["Conv"] = lambda d: ([N("Conv", ["a", "w"], ["y"])], {"a": x(d, (1, 1, 3, 3)), "w": x(d, (1, 1, 2, 2))}, {},
                            ["y"])
+    p["ConvTranspose"] = lambda d: ([N("ConvTranspose", ["a", "w"], ["y"])],
+                                    {"a": x(d, (1, 1, 3, 3)), "w": x(d, (1, 1, 2, 2))}, {}, ["y"])
     p["BatchNormalization"] = lambda d: ([N("BatchNormalization", ["a", "s", "b", "m", "v"], ["y"])],
                                          dict({"a": x(d, (2, 3, 2))}, **{k: x(d, (3,)) for k in "sbmv"}), {}, ["y"])
     p["LayerNormalization"] = lambda d: ([N("LayerNormalization", ["a", "s"], ["y"])], {"a": x(d), "s": x(d, (3,))},
