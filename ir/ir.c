@@ -263,8 +263,12 @@ int ir_node(Graph *g, Op op, const char *name, int nin, const int *in, int nout,
     if (nout)
         memcpy(n->out, out, sizeof(int) * (size_t)nout);
     n->unit = -1;
-    for (int i = 0; i < nout; i++)
+    for (int i = 0; i < nout; i++) {
+        if (out[i] < 0 || out[i] >= g->nval)
+            die("node '%s' (%s): output %d is value %d, not a value of the graph", n->name, op_info[op].name, i,
+                out[i]);
         g->val[out[i]].producer = id;
+    }
     return id;
 }
 

@@ -151,10 +151,11 @@ static void find_buffers(Rc *r)
     }
 }
 
-/* the ops --recompute selective keeps: the products (their outputs stay saved) */
+/* the ops --recompute selective keeps: the products (their outputs stay saved); a ConvGrad in the forward is a
+ * ConvTranspose (compose.c) */
 static int kept_product(Op op)
 {
-    return op == OP_MatMul || op == OP_MatMulAdd || op == OP_Conv || op == OP_FusedAttention;
+    return op == OP_MatMul || op == OP_MatMulAdd || op == OP_Conv || op == OP_ConvGrad || op == OP_FusedAttention;
 }
 
 /* may node i be cloned into the backward? (before the window check) */
