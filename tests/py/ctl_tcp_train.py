@@ -130,6 +130,8 @@ def main():
           % (p.returncode, p.stderr[-2000:]))
     print("FSDPC_MPI_LIB that does not load:", lines[0])
     # a FIFO as the MPI library: refused at once, never opened (dlopen would wait for a writer)
+    if os.path.lexists(J("libmpi.fifo")):  # a run before this one in the same folder
+        os.remove(J("libmpi.fifo"))
     os.mkfifo(J("libmpi.fifo"))
     p = run(mpirun(2, args(J("tcp_w2"), "fifompi")), check=False, env={"FSDPC_MPI_LIB": J("libmpi.fifo")}, timeout=60)
     lines = [l for l in p.stderr.splitlines() if "FSDPC_MPI_LIB=" in l and "not a regular file" in l]
