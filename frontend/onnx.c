@@ -671,6 +671,10 @@ static SigParam *sig_parameters(Bytes t, int *np)
     static const char tag[] = ": PARAMETER target='";
     if (t.n > INT_MAX)  /* no lines to read as "%.*s" (a 2 GB signature is no torch export's) */
         t = (Bytes){0};
+    if (!t.p || !t.n) { /* none (t.p may be NULL: no pointer arithmetic on it) */
+        *np = 0;
+        return ir_alloc(sizeof(SigParam));
+    }
     size_t lines = 1;
     for (uint64_t i = 0; i < t.n; i++)
         lines += t.p[i] == '\n';
