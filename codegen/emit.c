@@ -215,8 +215,37 @@ static MatBatch mat_batch(const Shape *sa, const Shape *sb, const Shape *sy)
     return mb;
 }
 
+/* A MatMulAdd with a 16-bit output and a float32 scratch (fuse.c's gemm_low_out): the output's rows in
+ * blocks of the scratch's, each a GEMM into the scratch and a rounding into place */
+static void emit_matmul_rows(Buf *b, const Graph *g, const Node *n)
+{
+    const Shape *sy = &g->val[n->out[0]].shape, *ss = &g->val[n->out[1]].shape;
+    int64_t cols = sy->dim[sy->rank - 1], rows = value_numel(g, n->out[0]) / cols, block = ss->dim[0];
+    int64_t k = g->val[n->in[0]].shape.dim[g->val[n->in[0]].shape.rank - 1];
+    int tb = (int)ir_attr_i(n, "transB", 0);
+    const Value *yv = &g->val[n->out[0]];
+    const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, DT_F32), *w = cg_ptr(g, n->out[1]);
+    cg_put(b, "    for (int64_t r0 = 0; r0 < %lldLL; r0 += %lldLL) {\n", (long long)rows, (long long)block);
+    cg_put(b, "      const int64_t nr = %lldLL - r0 < %lldLL ? %lldLL - r0 : %lldLL;\n", (long long)rows,
+           (long long)block, (long long)rows, (long long)block);
+    cg_put(b, "      k_matmul_add_%s(%s, %s + r0 * %lldLL, %s, %s, ", s, w, cg_ptr(g, n->in[0]), (long long)k,
+           cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL");
+    if (n->in[3] >= 0)
+        cg_put(b, "%s + r0 * %lldLL, ", cg_ptr(g, n->in[3]), (long long)cols);
+    else
+        cg_put(b, "NULL, ");
+    cg_put(b, "%.17g, 1, 0, 0, nr, %lld, %lld, 0, %d);\n", ir_attr_f(n, "alpha", 1.0), (long long)cols,
+           (long long)k, tb);
+    cg_put(b, "      k_cast(%s, %s + r0 * %lldLL, %s, %s, nr * %lldLL);\n    }\n", cg_kdt(yv->dtype),
+           cg_ptr(g, n->out[0]), (long long)cols, cg_kdt(DT_F32), w, (long long)cols);
+}
+
 static void emit_matmul(Buf *b, const Graph *g, const Node *n)
 {
+    if (n->nout > 1 && n->out[1] >= 0) {
+        emit_matmul_rows(b, g, n);
+        return;
+    }
     const Shape *sa = &g->val[n->in[0]].shape, *sb = &g->val[n->in[1]].shape;
     const Shape *sy = &g->val[n->out[0]].shape;
     int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
@@ -431,7 +460,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_CrossEntropyLoss: {
         const Shape *xs = &g->val[x].shape;
         int64_t cls = xs->dim[xs->rank - 1], rows = shape_numel(xs) / cls;
-        cg_put(b, "    { int64_t bad = k_cross_entropy_%s(%s, %s, %s, %lld, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    { int64_t bad = k_cross_entropy_%s(%s, %s, %s, %lld, %lld);\n",
+            cg_gemm_sfx(g->val[x].dtype, g->val[y].dtype), cg_ptr(g, y), cg_ptr(g, x),
             cg_ptr(g, n->in[1]), (long long)rows, (long long)cls);
         cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld in row %%lld of this rank's "
                                "batch is outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
@@ -443,7 +473,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
     case OP_CrossEntropyGrad: {
         const Shape *xs = &g->val[n->in[1]].shape;
         int64_t cls = xs->dim[xs->rank - 1], rows = shape_numel(xs) / cls;
-        cg_put(b, "    k_cross_entropy_grad_%s(%s, %s, %s, %s, %lld, %lld);\n", s, cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    k_cross_entropy_grad_%s(%s, %s, %s, %s, %lld, %lld);\n",
+            cg_gemm_sfx(g->val[n->in[1]].dtype, g->val[x].dtype), cg_ptr(g, y), cg_ptr(g, x),
             cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), (long long)rows, (long long)cls);
         break;
     }

@@ -1,7 +1,10 @@
 /* emit_fused.c — the code of a Fused node (passes/fuse.c): one loop over
  * the output's elements that loads each outside input once (broadcast by
  * index arithmetic on compile-time constants), computes every member node
- * into a local with kernels/c/fused.h, and stores the root's value.
+ * into a local with kernels/c/fused.h, and stores the root's value.  Under
+ * --precision bf16 / fp16 a loop may load 16-bit inputs (widened), round at
+ * a member Cast to 16 bits, and store a 16-bit result: every local is of the
+ * compute type, float32 (float64 for float64 loops).
  *
  * cpu: the loop is inline in the step.  cuda: the same body becomes a
  * generated kernel `fsdpc_fused<K>` (a grid-stride loop) appended to the
@@ -66,18 +69,39 @@ static const char *operand(const Fusion *f, int k, const Node *n, int v)
     die("fused operand '%s' is neither inside nor an input", "?");
 }
 
-/* the loop body for element i: loads, members, the store into y */
+/* the 16-bit conversions of the target (kernels.h's on cpu, common.cuh's on cuda), bit for bit alike */
+static const char *conv(int from16, DType low)
+{
+    return ir_fmt("%s_%s_%s", cg_cuda ? "kc" : "k", low == DT_BF16 ? "bf16" : "f16", from16 ? "to_f32" : "from_f32");
+}
+
+static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
+
+/* value v of dtype t as the loop's compute type (a 16-bit float widened) */
+static const char *load(DType t, const char *v) { return is_low(t) ? ir_fmt("%s(%s)", conv(1, t), v) : v; }
+
+/* the loop body for element i: loads, members, the store into y.  Every local is of the compute type
+ * (float64, or float32 for float32 and 16-bit values); a Cast to 16 bits rounds there. */
 static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
 {
     const Fusion *f = &g->fusion[ir_attr_i(n, "group", -1)];
     const Value *yv = &g->val[n->out[0]];
-    const char *T = cg_ctype(yv->dtype), *S = cg_sfx(yv->dtype);
-    for (int i = 0; i < n->nin; i++)
-        cg_put(b, "%sconst %s x%d = in%d[%s];\n", ind, T, i, i, index_expr(g, n->in[i], &yv->shape));
+    DType ct = yv->dtype == DT_F64 ? DT_F64 : DT_F32;
+    const char *T = cg_ctype(ct), *S = cg_sfx(ct);
+    for (int i = 0; i < n->nin; i++) {
+        DType t = g->val[n->in[i]].dtype;
+        cg_put(b, "%sconst %s x%d = %s;\n", ind, T, i,
+               load(t, ir_fmt("in%d[%s]", i, index_expr(g, n->in[i], &yv->shape))));
+    }
     for (int k = 0; k < f->n; k++) {
         const Node *m = &f->member[k];
         const char *a = operand(f, k, n, m->in[0]), *e;
         switch (m->op) {
+        case OP_Cast: {
+            DType to = g->val[m->out[0]].dtype;
+            e = is_low(to) ? ir_fmt("%s(%s(%s))", conv(1, to), conv(0, to), a) : a;
+            break;
+        }
         case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;
         case OP_UnaryGrad: {
             Op of = (Op)ir_attr_i(m, "of", -1);
@@ -95,7 +119,8 @@ static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
         }
         cg_put(b, "%sconst %s t%d = %s; /* %s */\n", ind, T, k, e, cg_comment(m->name));
     }
-    cg_put(b, "%sy[i] = t%d;\n", ind, f->n - 1);
+    const char *t = ir_fmt("t%d", f->n - 1);
+    cg_put(b, "%sy[i] = %s;\n", ind, is_low(yv->dtype) ? ir_fmt("%s(%s)", conv(0, yv->dtype), t) : t);
 }
 
 void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
@@ -109,7 +134,7 @@ void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
     if (!cg_cuda) {
         cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
         for (int i = 0; i < n->nin; i++)
-            cg_put(b, "      const %s *in%d = %s;\n", T, i, cg_ptr(g, n->in[i]));
+            cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(g, n->in[i]));
         if (total >= K_PAR_MIN) /* elementwise: each i alike however the range is split */
             cg_put(b, "      _Pragma(\"omp parallel for schedule(static)\")\n");
         cg_put(b, "      for (long long i = 0; i < %lldLL; i++) {\n", (long long)total);
@@ -122,7 +147,7 @@ void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
     Buf *s = &cg_fused_src;
     cg_put(s, "extern \"C\" __global__ void fsdpc_fused%d(%s *y", k, T);
     for (int i = 0; i < n->nin; i++)
-        cg_put(s, ", const %s *in%d", T, i);
+        cg_put(s, ", const %s *in%d", cg_ctype(g->val[n->in[i]].dtype), i);
     cg_put(s, ", long long n)\n{\n    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
               "         i += (long long)gridDim.x * blockDim.x) {\n");
     body(s, g, n, "        ");
@@ -131,7 +156,7 @@ void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
     grid = grid > 8192 ? 8192 : grid;
     cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
     for (int i = 0; i < n->nin; i++)
-        cg_put(b, "      const %s *in%d = %s;\n", T, i, cg_ptr(g, n->in[i]));
+        cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(g, n->in[i]));
     cg_put(b, "      long long n = %lldLL;\n      void *args[] = {&y", (long long)total);
     for (int i = 0; i < n->nin; i++)
         cg_put(b, ", &in%d", i);

@@ -109,7 +109,7 @@ void ir_verify(const Graph *g, const char *after)
                 die("after %s: %s '%s' has q, kt, v of two dtypes", after, oi->name, n->name);
         }
         for (int j = 2; n->op == OP_MatMulAdd && j < 4; j++)
-            if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[0]].dtype)
+            if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[n->nout - 1]].dtype) /* (its scratch's) */
                 die("after %s: MatMulAdd '%s' adds a %s value to its %s result", after, n->name,
                     dtype_name(g->val[n->in[j]].dtype), dtype_name(g->val[n->out[0]].dtype));
         if (n->op == OP_Free)

@@ -12,7 +12,10 @@
  *           point.  --no-fuse leaves the graph as it is.
  *
  * Fusable: Add Sub Mul Div Pow, the unary ops, UnaryGrad, Scale, on float32
- * or float64, every input of the node's dtype.  A group grows from its root
+ * or float64, every input of the node's dtype; and the Casts between float32
+ * and bfloat16 / float16 that passes/precision.c puts around such ops (so a
+ * loop loads 16-bit values widened and stores its result rounded, and the
+ * float32 copies between are never written).  A group grows from its root
  * backwards through inputs whose value
  *   - is produced by a fusable node of the same phase (forward/backward),
  *   - has exactly one use (inside the group), is an activation (not a view,
@@ -47,8 +50,18 @@
 
 static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
+static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
+
+/* what a fused loop computes a value of dtype t in: float64, or float32 (float32 and the 16-bit floats, which
+ * the loop loads widened and stores rounded) */
+static DType compute_type(DType t) { return t == DT_F64 ? DT_F64 : DT_F32; }
+
 static int fusable(const Graph *g, const Node *n)
 {
+    if (n->op == OP_Cast) { /* precision.c's casts between float32 and the low dtype */
+        DType from = g->val[n->in[0]].dtype, to = g->val[n->out[0]].dtype;
+        return (is_low(from) && to == DT_F32) || (from == DT_F32 && is_low(to));
+    }
     if (!(op_info[n->op].flags & (F_UNARY | F_BINARY)) && n->op != OP_UnaryGrad && n->op != OP_Scale)
         return 0;
     if ((op_info[n->op].flags & F_UNARY) && n->nin > 1) /* Clip's bounds not (yet) attributes */
@@ -192,11 +205,85 @@ static void gemm_epilogues(Graph *g)
     ir_set_nodes(g, keep, n);
 }
 
+/* Rows of a GEMM's scratch block: its float32 results of at most GEMM_LOW_BLOCK bytes */
+#define GEMM_LOW_BLOCK ((int64_t)32 << 20)
+
+/* The rows of GEMM p's output as one matrix: the output's rows when the GEMM is one matrix product, or its
+ * batch's rows together when the second operand is one matrix every batch shares and the first is not
+ * transposed (x [B, T, D] @ W [D, N]); else 0 (the rows are not one contiguous block of A and Y). */
+static int64_t gemm_rows(const Graph *g, const Node *p)
+{
+    const Shape *sa = &g->val[p->in[0]].shape, *sb = &g->val[p->in[1]].shape, *sy = &g->val[p->out[0]].shape;
+    if (ir_attr_i(p, "transA", 0) || sa->rank != sy->rank)
+        return 0;
+    for (int d = 0; d < sb->rank - 2; d++)
+        if (sb->dim[d] != 1)
+            return 0;
+    return shape_numel(sy) / sy->dim[sy->rank - 1];
+}
+
+/* A large GEMM result that only a Cast to 16 bits reads (passes/precision.c stores products low) is never
+ * written in float32: the GEMM (as MatMulAdd) writes the 16-bit value itself, computing a block of rows at a
+ * time into a float32 scratch (its output 1, GEMM_LOW_BLOCK bytes at most) and rounding it into place, so
+ * the step never holds the whole float32 result (a language model's logits: 1.6 GB at GPT-2's vocabulary
+ * and 8192 tokens).  Smaller ones keep their Cast. */
+static void gemm_low_out(Graph *g)
+{
+    ir_link(g);
+    int nn = g->nnode, merged = 0;
+    char *dropped = ir_alloc((size_t)nn + 1);
+    int *barrier_before = ir_alloc(sizeof(int) * (size_t)(nn + 1));
+    for (int i = 0; i < nn; i++)
+        barrier_before[i + 1] = barrier_before[i] + is_barrier(&g->node[i]);
+    for (int c = 0; c < nn; c++) {
+        const Node *cast = &g->node[c];
+        if (cast->op != OP_Cast || !is_low(g->val[cast->out[0]].dtype))
+            continue;
+        int x = cast->in[0], p = g->val[x].producer;
+        const Value *xv = &g->val[x];
+        if (p < 0 || (g->node[p].op != OP_MatMul && g->node[p].op != OP_MatMulAdd) || xv->dtype != DT_F32 ||
+            xv->nuses != 1 || xv->role != R_ACT || xv->alias_of >= 0 || is_output(g, x) ||
+            (p >= g->nfwd) != (c >= g->nfwd) || barrier_before[c] != barrier_before[p + 1] ||
+            value_numel(g, x) * 4 <= GEMM_LOW_BLOCK)
+            continue;
+        int64_t rows = gemm_rows(g, &g->node[p]), cols = xv->shape.dim[xv->shape.rank - 1];
+        if (rows <= 0)
+            continue;
+        int64_t block = GEMM_LOW_BLOCK / 4 / cols;
+        block = block < 1 ? 1 : block > rows ? rows : block;
+        Node mm = g->node[p];
+        int *in = ir_alloc(sizeof(int) * 4), *out = ir_alloc(sizeof(int) * 2);
+        in[0] = mm.in[0], in[1] = mm.in[1], in[2] = -1, in[3] = -1;
+        if (mm.op == OP_MatMulAdd)
+            in[2] = mm.in[2], in[3] = mm.in[3];
+        Shape ss = {2, {block, cols}};
+        out[0] = cast->out[0];
+        out[1] = ir_value(g, ir_fmt("%s.rows", g->val[x].name), DT_F32, &ss, R_ACT);
+        mm.op = OP_MatMulAdd;
+        mm.in = in, mm.nin = 4, mm.out = out, mm.nout = 2;
+        g->node[p] = mm;
+        dropped[c] = 1;
+        merged++;
+    }
+    if (!merged)
+        return;
+    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
+    int n = 0, nfwd = 0;
+    for (int i = 0; i < nn; i++)
+        if (!dropped[i]) {
+            keep[n++] = g->node[i];
+            nfwd += i < g->nfwd;
+        }
+    g->nfwd = nfwd;
+    ir_set_nodes(g, keep, n);
+}
+
 void pass_fuse(Graph *g)
 {
     if (g->opt->no_fuse)
         return;
     gemm_epilogues(g);
+    gemm_low_out(g);
     ir_link(g);
     int nn = g->nnode;
     int *group = ir_alloc(sizeof(int) * (size_t)nn);   /* node -> group, -1 */
@@ -227,7 +314,7 @@ void pass_fuse(Graph *g)
                 int p = x->producer;
                 if (p < 0 || group[p] >= 0 || !fusable(g, &g->node[p]) || (p >= g->nfwd) != phase ||
                     x->nuses != 1 || x->role != R_ACT || x->alias_of >= 0 || is_output(g, v) ||
-                    x->dtype != ro->dtype || !shape_eq(&x->shape, &ro->shape) ||
+                    compute_type(x->dtype) != compute_type(ro->dtype) || !shape_eq(&x->shape, &ro->shape) ||
                     barrier_before[r] != barrier_before[p + 1])
                     continue;
                 int dup = 0;

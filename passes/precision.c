@@ -11,19 +11,40 @@
  *     piece into place, then gathers in place), so the collective moves half
  *     the bytes and the gathered units take half the memory;
  *   - every float32 MatMul reads bfloat16 operands (Cast nodes made once per
- *     value, before its first MatMul reader) and writes float32, accumulated
- *     in float32 — the GEMMs of forward and backward alike, as torch.autocast
- *     does; a cast activation kept for the backward is kept as bfloat16;
+ *     value, before its first MatMul reader), accumulated in float32 — the
+ *     GEMMs of forward and backward alike, as torch.autocast does; a cast
+ *     activation kept for the backward is kept as bfloat16;
  *   - so does every FusedAttention (passes/attention.c) and its gradient:
  *     q, kt and v cast as MatMul operands are (the forward's casts are the
- *     backward's), y, lse, the bias, dy and the gradients float32; the
- *     kernels (k_attention_bf16) compute as flash attention does, every GEMM
- *     on bfloat16 operands, the softmax in float32;
+ *     backward's), lse, the bias and dy float32; the kernels
+ *     (k_attention_bf16) compute as flash attention does, every GEMM on
+ *     bfloat16 operands, the softmax in float32;
+ *   - activations are stored as torch.autocast stores them: the result of a
+ *     MatMul (y of a FusedAttention; dq, dkt, dv of its gradient) is
+ *     bfloat16 — the GEMM writes a float32 temporary and a Cast stores it,
+ *     which fuse.c takes into the GEMM where it is large — and an elementwise
+ *     op (F_UNARY / F_BINARY, UnaryGrad, Scale) whose inputs are all
+ *     bfloat16 (scalar constants aside, as torch's type promotion ignores a
+ *     Python scalar) reads each through a Cast of its own to float32,
+ *     computes in float32 and stores its result through a Cast to bfloat16
+ *     (fuse.c's loops take those Casts in: 16-bit loads and stores, no
+ *     float32 copy written); with a float32 input its result is float32.  A
+ *     MatMul whose one reader is elementwise (a Linear's bias Add) stays
+ *     float32 and counts as bfloat16 there, so the product and its bias
+ *     round once, as addmm does, and the GEMM epilogue can add the bias.
+ *     A result is stored low only when it is an activation some reader
+ *     takes in low without a copy (a GEMM operand, an elementwise op, a move
+ *     to such a reader, the cross-entropy's logits: readers_ahead), not a
+ *     parameter's gradient on its way (moves and sums) to the flat gradient,
+ *     the loss, or an --eval build's output;
+ *   - the cross-entropy reads bfloat16 logits (k_cross_entropy_bf16) and
+ *     writes their gradient in bfloat16;
  *   - data movement (Transpose, Gather of a table, Identity, Reshape) of a
  *     bfloat16 value stays bfloat16;
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
- *     value (so LayerNorm scales, biases, Conv weights compute in float32 on
- *     the rounded values);
+ *     value and phase (LayerNorm, softmax, reductions, Conv compute in
+ *     float32 on the rounded values; the backward casts again rather than
+ *     keep the forward's float32 copy alive);
  *   - gradients, the master shards and the optimizer state stay float32
  *     (FSDP's MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)).
  * --reduce-dtype bf16 (with either --precision): every ReduceScatter gets a
@@ -53,6 +74,9 @@ int precision_reads_bf16(const Node *n, int input)
     case OP_FusedAttention: return input < 3; /* q, kt, v; the bias is float32 */
     case OP_FusedAttentionGrad: return input >= 1 && input <= 3; /* q, kt, v; dy, y, lse, bias are float32 */
     case OP_Cast: return input == 0;
+    case OP_Fused: return 1; /* fuse.c's loops load 16-bit inputs widened */
+    case OP_CrossEntropyLoss: return input == 0; /* the logits (k_cross_entropy_bf16) */
+    case OP_CrossEntropyGrad: return input == 1;
     default: return input == 0 && moves_input0(n->op);
     }
 }
@@ -73,8 +97,36 @@ typedef struct {
     int *view;        /* per value: the Reshape / Identity (index in out) that made it of a float32 value */
 } Rewrite;
 
-/* the value v cast to dtype `to` (w->low or float32), made once, before the node being emitted.
- * A view (Reshape, Identity) of a value already cast to the low dtype becomes the
+/* a Cast of value v to dtype `to` (w->low or float32) into the new value c, appended to w->out */
+static void push_cast(Rewrite *w, int v, int c, DType to)
+{
+    Graph *g = w->g;
+    Attr *a = ir_alloc(sizeof(Attr));
+    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : to == DT_F16 ? ONNX_FLOAT16 : ONNX_FLOAT};
+    Node n = {.op = OP_Cast, .name = ir_fmt("%s.to_%s", g->val[v].name, dtype_name(to)), .nin = 1, .nout = 1,
+              .in = ir_alloc(sizeof(int)), .out = ir_alloc(sizeof(int)), .nattr = 1, .attr = a, .unit = -1};
+    n.in[0] = v;
+    n.out[0] = c;
+    w->out[w->n++] = n;
+}
+
+/* a new activation of v's shape and dtype `to`, named after v */
+static int new_like(Graph *g, int v, DType to, const char *suffix)
+{
+    Shape s = g->val[v].shape; /* ir_value may move g->val */
+    return ir_value(g, ir_fmt("%s.%s", g->val[v].name, suffix), to, &s, R_ACT);
+}
+
+/* v cast to dtype `to`, a cast of its own (one reader: the fused loops take it in) */
+static int cast_fresh(Rewrite *w, int v, DType to)
+{
+    int c = new_like(w->g, v, to, dtype_name(to));
+    push_cast(w, v, c, to);
+    return c;
+}
+
+/* the value v cast to dtype `to` (w->low or float32), made once (per phase for float32), before the node
+ * being emitted.  A view (Reshape, Identity) of a value already cast to the low dtype becomes the
  * same view of that cast instead of a second cast (the backward's flattened
  * operands of a Linear's weight gradient, say). */
 static int cast_of(Rewrite *w, int v, DType to)
@@ -85,11 +137,10 @@ static int cast_of(Rewrite *w, int v, DType to)
     Graph *g = w->g;
     if (to == w->low && w->view[v] >= 0 && w->as16[w->out[w->view[v]].in[0]] >= 0) {
         Node n = w->out[w->view[v]];
-        Shape s = g->val[v].shape; /* ir_value may move g->val */
         int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1)), *out = ir_alloc(sizeof(int));
         memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
         in[0] = w->as16[n.in[0]];
-        out[0] = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
+        out[0] = new_like(g, v, to, dtype_name(to));
         n.in = in;
         n.out = out;
         n.nout = 1;
@@ -97,16 +148,7 @@ static int cast_of(Rewrite *w, int v, DType to)
         w->out[w->n++] = n;
         return cache[v] = out[0];
     }
-    Shape s = g->val[v].shape; /* ir_value may move g->val */
-    int c = ir_value(g, ir_fmt("%s.%s", g->val[v].name, dtype_name(to)), to, &s, R_ACT);
-    Attr *a = ir_alloc(sizeof(Attr));
-    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : to == DT_F16 ? ONNX_FLOAT16 : ONNX_FLOAT};
-    Node n = {.op = OP_Cast, .name = ir_fmt("%s.to_%s", g->val[v].name, dtype_name(to)), .nin = 1, .nout = 1,
-              .in = ir_alloc(sizeof(int)), .out = ir_alloc(sizeof(int)), .nattr = 1, .attr = a, .unit = -1};
-    n.in[0] = v;
-    n.out[0] = c;
-    w->out[w->n++] = n;
-    return cache[v] = c;
+    return cache[v] = cast_fresh(w, v, to);
 }
 
 /* the gathered buffers of every unit and the parameter views into them, in the low dtype */
@@ -151,6 +193,83 @@ static void reduce_in_bf16(Graph *g)
     }
 }
 
+/* elementwise ops: computed one element at a time in float32 by the fused loops (fuse.c), which take in the
+ * casts around them */
+static int is_elementwise(const Node *n)
+{
+    return (op_info[n->op].flags & (F_UNARY | F_BINARY)) || n->op == OP_UnaryGrad || n->op == OP_Scale;
+}
+
+/* a constant of one element: a scalar in the model's code, which (as in torch's type promotion) does not
+ * make a low result float32 */
+static int is_scalar_const(const Graph *g, int v)
+{
+    return g->val[v].role == R_CONST && value_numel(g, v) == 1;
+}
+
+/* What the rewrite needs to know of each value ahead of its readers (the graph is in program order, so one
+ * sweep from the end):
+ *   low_reader[v]: some reader takes v in the low dtype without a copy of it (a GEMM operand, an elementwise
+ *                  op, or a move whose result has such a reader), so storing v low saves memory;
+ *   grad_bound[v]: v becomes a parameter's gradient through moves and sums (it stays float32, as the
+ *                  gradients do);
+ *   reads[v], ew_reader[v]: how many times v is read, and whether by an elementwise op of the same phase. */
+static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, int *reads, char *ew_reader)
+{
+    for (int v = 0; v < g->nval; v++)
+        grad_bound[v] = g->val[v].role == R_GRAD || g->val[v].role == R_FLATGRAD;
+    for (int i = g->nnode - 1; i >= 0; i--) {
+        const Node *n = &g->node[i];
+        int bound = 0;
+        for (int k = 0; k < n->nout; k++)
+            bound |= n->out[k] >= 0 && grad_bound[n->out[k]];
+        int passes_grad = moves_input0(n->op) || n->op == OP_Add || n->op == OP_Sum;
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (v < 0)
+                continue;
+            if (bound && passes_grad)
+                grad_bound[v] = 1;
+            reads[v]++;
+            if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
+                ew_reader[v] = 1;
+            if ((precision_reads_bf16(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast) ||
+                is_elementwise(n) ||
+                (j == 0 && moves_input0(n->op) && n->nout >= 1 && low_reader[n->out[0]]))
+                low_reader[v] = 1;
+        }
+    }
+}
+
+/* Is output v of a GEMM or an elementwise op stored in the low dtype (torch.autocast's rule: a product and
+ * what is computed from low values alone are low)?  Only an activation of the step that a reader takes in
+ * low and that is no gradient, loss, or output of an --eval build. */
+static int stored_low(const Graph *g, const char *low_reader, const char *grad_bound, int v)
+{
+    const Value *x = &g->val[v];
+    if (x->role != R_ACT || x->alias_of >= 0 || x->dtype != DT_F32 || !low_reader[v] || grad_bound[v] ||
+        v == g->loss || v == g->loss_avg)
+        return 0;
+    for (int k = 0; k < g->noutput && g->opt->eval; k++) /* (a training step's outputs are not read after it) */
+        if (g->output[k] == v)
+            return 0;
+    return 1;
+}
+
+/* node n (already in w->out) wrote output k into float32: it now writes a float32 temporary that a Cast
+ * stores into the output, whose dtype becomes the low one */
+static void store_low(Rewrite *w, Node *n, int k)
+{
+    Graph *g = w->g;
+    int v = n->out[k], t = new_like(g, v, DT_F32, "f32");
+    int *out = ir_alloc(sizeof(int) * (size_t)n->nout);
+    memcpy(out, n->out, sizeof(int) * (size_t)n->nout);
+    out[k] = t;
+    n->out = out;
+    g->val[v].dtype = w->low;
+    push_cast(w, t, v, w->low);
+}
+
 void pass_precision(Graph *g)
 {
     if (g->opt->reduce_dtype == PREC_BF16)
@@ -160,39 +279,81 @@ void pass_precision(Graph *g)
     DType low = precision_low(g->opt->precision);
     gather_in_low(g, low);
     int nn = g->nnode, nval = g->nval;
+    char *low_reader = ir_alloc((size_t)nval + 1), *grad_bound = ir_alloc((size_t)nval + 1);
+    char *ew_reader = ir_alloc((size_t)nval + 1);
+    int *reads = ir_alloc(sizeof(int) * ((size_t)nval + 1));
+    readers_ahead(g, low_reader, grad_bound, reads, ew_reader);
     Rewrite w = {.g = g, .low = low};
-    /* at most one cast per input of every node, plus the node itself */
+    /* at most one cast per input and per output of every node, plus the node itself */
     int room = nn;
     for (int i = 0; i < nn; i++)
-        room += g->node[i].nin;
+        room += g->node[i].nin + g->node[i].nout;
     w.out = ir_alloc(sizeof(Node) * (size_t)(room + 1));
     w.as16 = ir_alloc(sizeof(int) * (size_t)(nval + room));
     w.as32 = ir_alloc(sizeof(int) * (size_t)(nval + room));
     w.view = ir_alloc(sizeof(int) * (size_t)(nval + room));
     for (int v = 0; v < nval + room; v++)
         w.as16[v] = w.as32[v] = w.view[v] = -1;
+    /* a product whose one reader is elementwise (a Linear's bias Add) stays float32 and counts as low
+     * there: rounded once, after the addition, as torch's addmm does, and the GEMM's epilogue can add it */
+    char *lowish = ir_alloc((size_t)(nval + room) + 1);
     int nfwd = 0;
     for (int i = 0; i < nn; i++) {
         Node n = g->node[i];
         int *in = ir_alloc(sizeof(int) * (size_t)(n.nin + 1));
         memcpy(in, n.in, sizeof(int) * (size_t)n.nin);
         n.in = in;
+        if (i == g->nfwd) /* the backward casts what it reads to float32 itself: the forward's casts die there */
+            for (int v = 0; v < nval + room; v++)
+                w.as32[v] = -1;
+        int nlow = 0; /* outputs [0, nlow) stored low */
         if (is_gemm(n.op) && g->val[n.out[0]].dtype == DT_F32) {
             for (int j = 0; j < n.nin; j++)
                 if (in[j] >= 0 && precision_reads_bf16(&n, j) && g->val[in[j]].dtype == DT_F32)
                     in[j] = cast_of(&w, in[j], low);
                 else if (in[j] >= 0 && !precision_reads_bf16(&n, j) && is_low(g->val[in[j]].dtype))
                     in[j] = cast_of(&w, in[j], DT_F32);
+            nlow = n.op == OP_FusedAttentionGrad ? 3 : 1; /* y; dq, dkt, dv */
+        } else if (n.op == OP_CrossEntropyGrad && is_low(g->val[in[1]].dtype)) {
+            /* 16-bit logits give a 16-bit gradient (k_cross_entropy_grad_bf16), if it may be stored so */
+            if (stored_low(g, low_reader, grad_bound, n.out[0]))
+                g->val[n.out[0]].dtype = low;
+            else
+                in[1] = cast_of(&w, in[1], DT_F32);
         } else if (moves_input0(n.op) && g->val[in[0]].dtype == low) {
             g->val[n.out[0]].dtype = low;
         } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {
             w.view[n.out[0]] = w.n; /* a later bfloat16 cast of its output may view in[0]'s instead */
+        } else if (is_elementwise(&n) && g->val[n.out[0]].dtype == DT_F32) {
+            /* low when every input but scalar constants is low: each low input read through a cast of its
+             * own, the fused loop's load */
+            int all_low = 1, any_low = 0;
+            for (int j = 0; j < n.nin; j++)
+                if (in[j] >= 0 && !is_scalar_const(g, in[j])) {
+                    int l = is_low(g->val[in[j]].dtype) || lowish[in[j]];
+                    all_low &= l;
+                    any_low |= l;
+                }
+            for (int j = 0; j < n.nin; j++)
+                if (in[j] >= 0 && is_low(g->val[in[j]].dtype))
+                    in[j] = cast_fresh(&w, in[j], DT_F32);
+            nlow = all_low && any_low;
         } else {
             for (int j = 0; j < n.nin; j++)
                 if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !precision_reads_bf16(&n, j))
                     in[j] = cast_of(&w, in[j], DT_F32);
         }
+        int at = w.n;
         w.out[w.n++] = n;
+        for (int k = 0; k < nlow && k < n.nout; k++) {
+            int v = n.out[k];
+            if (v < 0 || !stored_low(g, low_reader, grad_bound, v))
+                continue;
+            if (n.op == OP_MatMul && reads[v] == 1 && ew_reader[v])
+                lowish[v] = 1;
+            else
+                store_low(&w, &w.out[at], k);
+        }
         if (i + 1 == g->nfwd)
             nfwd = w.n;
     }

@@ -168,6 +168,10 @@ static int clonable(const Rc *r, int i)
         return 0;
     if (g->opt->recompute == RECOMPUTE_SELECTIVE && kept_product(n->op))
         return 0;
+    /* nor the Cast that stores a product in 16 bits (precision.c): the 16-bit value is the product kept */
+    if (g->opt->recompute == RECOMPUTE_SELECTIVE && n->op == OP_Cast && g->val[n->in[0]].producer >= 0 &&
+        kept_product(g->node[g->val[n->in[0]].producer].op))
+        return 0;
     for (int j = 0; j < n->nin; j++) {
         int v = n->in[j];
         if (!is_param(g, v))

@@ -1006,6 +1006,51 @@ static void test_attention_low(bool f16)
 static void test_attention_bf16() { test_attention_low(false); }
 static void test_attention_f16() { test_attention_low(true); }
 
+/* kc_cross_entropy_bf16 / _f16 and their gradient against kernels/c's on the same 16-bit logits: the loss within
+ * float32 rounding (the two sum the rows in different orders), every gradient element within one step of the
+ * 16-bit type (its float32 value may round either way); in place too; a bad label lands in the check slot */
+static void test_cross_entropy_low(bool f16)
+{
+    static const int64_t cases[][2] = {{1, 3}, {7, 11}, {300, 7}, {5, 1500}};
+    const double step = f16 ? 1.0 / 1024 : 1.0 / 128;
+    for (const auto &c : cases) {
+        const int64_t rows = c[0], cls = c[1], n = rows * cls;
+        auto [x16, xw] = attn_low(n, -4, 4, f16);
+        std::vector<int64_t> lab(rows);
+        for (auto &l : lab)
+            l = below(cls);
+        F gl(1), wl(1), dl = rnd(1, 0.5, 2);
+        std::vector<uint16_t> gd(n), wd(n);
+        check_slot[0] = -1, next_slot = 0;
+        CTX("kc_cross_entropy_%s %lldx%lld", f16 ? "f16" : "bf16", (long long)rows, (long long)cls);
+        check_int((f16 ? kc_cross_entropy_f16 : kc_cross_entropy_bf16)(gl.data(), x16.data(), lab.data(), rows, cls), -1);
+        check_int((f16 ? k_cross_entropy_f16 : k_cross_entropy_bf16)(wl.data(), x16.data(), lab.data(), rows, cls), -1);
+        check_int(check_slot[0], -1);
+        check_f(gl.data(), wl.data(), 1, 1e-6);
+        (f16 ? kc_cross_entropy_grad_f16 : kc_cross_entropy_grad_bf16)(gd.data(), dl.data(), x16.data(), lab.data(),
+                                                                       rows, cls);
+        (f16 ? k_cross_entropy_grad_f16 : k_cross_entropy_grad_bf16)(wd.data(), dl.data(), x16.data(), lab.data(),
+                                                                     rows, cls);
+        auto wide = [f16](uint16_t h) { return f16 ? k_f16_to_f32(h) : k_bf16_to_f32(h); };
+        F g(n), w(n);
+        for (int64_t i = 0; i < n; i++)
+            g[i] = wide(gd[i]), w[i] = wide(wd[i]);
+        CTX("kc_cross_entropy_grad_%s %lldx%lld", f16 ? "f16" : "bf16", (long long)rows, (long long)cls);
+        check_f(g.data(), w.data(), n, step);
+        (f16 ? kc_cross_entropy_grad_f16 : kc_cross_entropy_grad_bf16)(x16.data(), dl.data(), x16.data(), lab.data(),
+                                                                       rows, cls);
+        CTX("kc_cross_entropy_grad_%s %lldx%lld in place", f16 ? "f16" : "bf16", (long long)rows, (long long)cls);
+        check_bytes(x16.data(), gd.data(), (size_t)n * 2);
+        lab[rows - 1] = cls;
+        check_slot[0] = -1, next_slot = 0;
+        (f16 ? kc_cross_entropy_f16 : kc_cross_entropy_bf16)(gl.data(), x16.data(), lab.data(), rows, cls);
+        CTX("kc_cross_entropy_%s bad label", f16 ? "f16" : "bf16");
+        check_int(check_slot[0], rows - 1);
+    }
+}
+static void test_cross_entropy_bf16() { test_cross_entropy_low(false); }
+static void test_cross_entropy_f16() { test_cross_entropy_low(true); }
+
 /* ---- reduce ---------------------------------------------------------------------- */
 
 template <typename T> static void test_reduce()
@@ -1969,7 +2014,8 @@ int main()
         BOTH(test_dropout), BOTH(test_mse_ce),        BOTH(test_nll),      BOTH(test_optim),
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
-        test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16};
+        test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16,
+        test_cross_entropy_bf16, test_cross_entropy_f16};
 #undef BOTH
     for (auto t : tests)
         t();

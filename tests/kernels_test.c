@@ -1139,12 +1139,52 @@ static void test_clip(int dt)
     buf_free(&x), buf_free(&x2), buf_free(&y);
 }
 
+/* k_cross_entropy_bf16 / _f16 (16-bit logits, float32 loss): on logits x16, the loss is k_cross_entropy_f32's on
+ * x16 widened, bit for bit, and the gradient that one's rounded to 16 bits (both take e = exp(x - max) rounded
+ * to float32 and sum in double), also with dx aliasing x; a bad label comes back as in float32 */
+static void test_cross_entropy_16(int dt)
+{
+    if (dt != F32)
+        return;
+    enum { R = 33, C = 257 };
+    static uint16_t x16[R * C], dx16[R * C];
+    static float xf[R * C], dxf[R * C];
+    int64_t lab[R];
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (int i = 0; i < R * C; i++) {
+            float v = (float)rnd(-6, 6) + (i == 5 ? 90.0f : 0.0f); /* one large logit: the max shift */
+            x16[i] = f16 ? k_f16_from_f32(v) : k_bf16_from_f32(v);
+            xf[i] = f16 ? k_f16_to_f32(x16[i]) : k_bf16_to_f32(x16[i]);
+        }
+        for (int r = 0; r < R; r++)
+            lab[r] = (r * 7) % C;
+        float l16 = 42, lf = 42, dl = 0.75f;
+        CTX(f16 ? "k_cross_entropy_f16 = f32 on the widened logits" : "k_cross_entropy_bf16 = f32 on the widened logits");
+        check_int(dt, (f16 ? k_cross_entropy_f16 : k_cross_entropy_bf16)(&l16, x16, lab, R, C), -1);
+        check_int(dt, k_cross_entropy_f32(&lf, xf, lab, R, C), -1);
+        check_int(dt, memcmp(&l16, &lf, sizeof lf), 0);
+        (f16 ? k_cross_entropy_grad_f16 : k_cross_entropy_grad_bf16)(dx16, &dl, x16, lab, R, C);
+        k_cross_entropy_grad_f32(dxf, &dl, xf, lab, R, C);
+        int64_t differ = 0;
+        for (int i = 0; i < R * C; i++)
+            differ += dx16[i] != (f16 ? k_f16_from_f32(dxf[i]) : k_bf16_from_f32(dxf[i]));
+        CTX(f16 ? "k_cross_entropy_grad_f16 = f32's rounded" : "k_cross_entropy_grad_bf16 = f32's rounded");
+        check_int(dt, differ, 0);
+        (f16 ? k_cross_entropy_grad_f16 : k_cross_entropy_grad_bf16)(x16, &dl, x16, lab, R, C);
+        CTX(f16 ? "k_cross_entropy_grad_f16 in place" : "k_cross_entropy_grad_bf16 in place");
+        check_int(dt, memcmp(x16, dx16, sizeof dx16), 0);
+        lab[R - 1] = C;
+        CTX("k_cross_entropy 16-bit: a bad label");
+        check_int(dt, (f16 ? k_cross_entropy_f16 : k_cross_entropy_bf16)(&l16, dx16, lab, R, C), R - 1);
+    }
+}
+
 int main(void)
 {
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
-        test_matmul_f16, test_loss_scale, test_matmul_add,
+        test_matmul_f16, test_loss_scale, test_matmul_add, test_cross_entropy_16,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -446,6 +446,14 @@ static inline int k_bf16_isa_native(unsigned isa)
 {
     return (isa & K_DNNL_ISA_AVX512_CORE_BF16) == K_DNNL_ISA_AVX512_CORE_BF16;
 }
+/* k_cross_entropy_f32 and its gradient on 16-bit logits (loss.c): x and dx bfloat16 / float16 bits, the loss
+ * and dloss float32, every sum in double */
+int64_t k_cross_entropy_bf16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
+void k_cross_entropy_grad_bf16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
+                               int64_t rows, int64_t classes);
+int64_t k_cross_entropy_f16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
+void k_cross_entropy_grad_f16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
+                              int64_t rows, int64_t classes);
 /* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
  * 0: they widen to float32 (k_bf16_isa_native, decided once) */
 int k_bf16_gemm_native(void);

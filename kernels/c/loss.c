@@ -5,7 +5,8 @@
  * How it works.  MSE and cross-entropy are means, reduced in double for
  * either dtype so the loss a run prints does not depend on the element
  * count's rounding.
- * Cross-entropy works row by row on logits x[rows][classes]: it subtracts the
+ * Cross-entropy (ce_impl.h; also on bfloat16 / float16 logits, whose
+ * gradient is then 16-bit too: --precision bf16 / fp16) works row by row on logits x[rows][classes]: it subtracts the
  * row max before exponentiating (logsumexp(x) = max + log sum exp(x - max)),
  * so logits of 1000 are as safe as logits of 1.  The forward checks every
  * label before touching the loss and reports the first bad row; the grad
@@ -44,11 +45,41 @@ static int64_t nll_at(int64_t i, int64_t l, int64_t c, int64_t d)
 #define T float
 #define S f32
 #include "loss_impl.h"
+#define X T
+#define XL(v) (double)(v)
+#define CE_E_IN_DX 1
+#include "ce_impl.h"
 #undef T
 #undef S
 
 #define T double
 #define S f64
 #include "loss_impl.h"
+#include "ce_impl.h"
 #undef T
 #undef S
+#undef X
+#undef XL
+#undef CE_E_IN_DX
+
+/* cross-entropy of 16-bit logits (--precision bf16 / fp16): the loss float32 */
+#define T float
+#define X uint16_t
+#define CE_E_IN_DX 0
+#define S bf16
+#define XL(v) (double)k_bf16_to_f32(v)
+#define XS(d) k_bf16_from_f32((float)(d))
+#include "ce_impl.h"
+#undef S
+#undef XL
+#undef XS
+#define S f16
+#define XL(v) (double)k_f16_to_f32(v)
+#define XS(d) k_f16_from_f32((float)(d))
+#include "ce_impl.h"
+#undef S
+#undef XL
+#undef XS
+#undef T
+#undef X
+#undef CE_E_IN_DX

@@ -145,6 +145,10 @@
 #define k_cross_entropy_f64 kc_cross_entropy_f64
 #define k_cross_entropy_grad_f32 kc_cross_entropy_grad_f32
 #define k_cross_entropy_grad_f64 kc_cross_entropy_grad_f64
+#define k_cross_entropy_bf16 kc_cross_entropy_bf16
+#define k_cross_entropy_f16 kc_cross_entropy_f16
+#define k_cross_entropy_grad_bf16 kc_cross_entropy_grad_bf16
+#define k_cross_entropy_grad_f16 kc_cross_entropy_grad_f16
 #define k_nll_loss_f32 kc_nll_loss_f32
 #define k_nll_loss_f64 kc_nll_loss_f64
 #define k_nll_loss_grad_f32 kc_nll_loss_grad_f32

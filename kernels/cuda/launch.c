@@ -518,6 +518,29 @@ KC_ATTN_LAUNCHERS(_f16, uint16_t, float, 1)
 #undef S
 #undef KC_GEMM_T
 
+/* ---- loss.c: cross-entropy of 16-bit logits (float32 loss) ------------------------------ */
+
+#define KC_CE_LOW_LAUNCHERS(S)                                                                                 \
+    int64_t kc_cross_entropy##S(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows,          \
+                                int64_t classes)                                                               \
+    {                                                                                                          \
+        int64_t *check = kc_next_check();                                                                      \
+        const unsigned block = row_block(classes);                                                             \
+        launch_k_cross_entropy##S(partial_grid(row_grid(rows, block)), block, loss, x, labels, rows, classes,  \
+                                  check);                                                                      \
+        return -1;                                                                                             \
+    }                                                                                                          \
+    void kc_cross_entropy_grad##S(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,  \
+                                  int64_t rows, int64_t classes)                                               \
+    {                                                                                                          \
+        const unsigned block = row_block(classes);                                                             \
+        if (rows > 0 && classes > 0)                                                                           \
+            launch_k_cross_entropy_grad##S(row_grid(rows, block), block, dx, dloss, x, labels, rows, classes); \
+    }
+KC_CE_LOW_LAUNCHERS(_bf16)
+KC_CE_LOW_LAUNCHERS(_f16)
+#undef KC_CE_LOW_LAUNCHERS
+
 /* ---- matmul.c: bfloat16 and float16 operands, float32 C ------------------------------- */
 
 void kc_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,

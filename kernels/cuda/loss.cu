@@ -39,22 +39,35 @@ template <typename T> KC_DEV void k_mse_grad(T *dp, const T *dloss, const T *p, 
 
 /* ---- softmax cross-entropy ------------------------------------------------ */
 
+/* the logits' storage X of a loss type T: X = T (float, double), or 16-bit bits (tag L of attn.cu, T float):
+ * wide() an X as double, narrow() a double into X */
+template <typename T> struct CeOf {
+    typedef T X;
+    KC_DEV double wide(X v) { return (double)v; }
+    KC_DEV X narrow(double d) { return (T)d; }
+};
+template <typename L> struct CeLow {
+    typedef uint16_t X;
+    KC_DEV double wide(X v) { return (double)AttnBits<L>().wide(v); }
+    KC_DEV X narrow(double d) { return AttnBits<L>().narrow((float)d); }
+};
+
 /* max and sum of exp(x - max) of one row, both block-reduced in double */
-template <typename T> KC_DEV void row_lse_parts(const T *xr, int64_t classes, double *mx, double *sum)
+template <typename C> KC_DEV void row_lse_parts(const typename C::X *xr, int64_t classes, double *mx, double *sum)
 {
     double m = -KC_INF, s = 0;
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-        m = kc_nanmax(m, (double)xr[j]);
+        m = kc_nanmax(m, C().wide(xr[j]));
     m = block_reduce(m, -KC_INF, KcMax());
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-        s += exp((double)xr[j] - m);
+        s += exp(C().wide(xr[j]) - m);
     *mx = m;
     *sum = block_sum(s);
 }
 
 /* loss[0] = mean over rows of logsumexp(x_r) - x_r[label_r] */
-template <typename T> KC_DEV void k_cross_entropy(T *loss, const T *x, const int64_t *labels, int64_t rows,
-                                                  int64_t classes, int64_t *check)
+template <typename T, typename C> KC_DEV void ce_forward(T *loss, const typename C::X *x, const int64_t *labels,
+                                                       int64_t rows, int64_t classes, int64_t *check)
 {
     double v[1] = {0};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -64,10 +77,10 @@ template <typename T> KC_DEV void k_cross_entropy(T *loss, const T *x, const int
                 atomicMin((unsigned long long *)check, (unsigned long long)r);
             continue;
         }
-        const T *xr = x + r * classes;
+        const typename C::X *xr = x + r * classes;
         double mx, s;
-        row_lse_parts(xr, classes, &mx, &s);
-        v[0] += mx + log(s) - (double)xr[lab];
+        row_lse_parts<C>(xr, classes, &mx, &s);
+        v[0] += mx + log(s) - C().wide(xr[lab]);
     }
     if (grid_combine(v, 0.0, KcSum()) && threadIdx.x == 0)
         loss[0] = rows > 0 ? (T)(v[0] / (double)rows) : kc_nan<T>();
@@ -75,22 +88,50 @@ template <typename T> KC_DEV void k_cross_entropy(T *loss, const T *x, const int
 
 /* dx = dloss[0] (softmax(x_r) - onehot(label_r)) / rows, a block per row;
  * dx may alias x (each element is read, then written, by one thread) */
-template <typename T> KC_DEV void k_cross_entropy_grad(T *dx, const T *dloss, const T *x,
-                                                       const int64_t *labels, int64_t rows, int64_t classes)
+template <typename T, typename C> KC_DEV void ce_backward(typename C::X *dx, const T *dloss, const typename C::X *x,
+                                                        const int64_t *labels, int64_t rows, int64_t classes)
 {
     const double scale = (double)dloss[0] / (double)rows;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T *xr = x + r * classes;
-        T *dr = dx + r * classes;
+        const typename C::X *xr = x + r * classes;
+        typename C::X *dr = dx + r * classes;
         const int64_t lab = labels[r];
         double mx, s;
-        row_lse_parts(xr, classes, &mx, &s);
+        row_lse_parts<C>(xr, classes, &mx, &s);
         for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
-            const T e = (T)exp((double)xr[j] - mx); /* kernels/c stores it in T first */
-            dr[j] = (T)(scale * ((double)e / s - (double)(j == lab)));
+            const T e = (T)exp(C().wide(xr[j]) - mx); /* kernels/c rounds it to T first */
+            dr[j] = C().narrow(scale * ((double)e / s - (double)(j == lab)));
         }
     }
 }
+
+template <typename T> KC_DEV void k_cross_entropy(T *loss, const T *x, const int64_t *labels, int64_t rows,
+                                                  int64_t classes, int64_t *check)
+{
+    ce_forward<T, CeOf<T> >(loss, x, labels, rows, classes, check);
+}
+
+template <typename T> KC_DEV void k_cross_entropy_grad(T *dx, const T *dloss, const T *x,
+                                                       const int64_t *labels, int64_t rows, int64_t classes)
+{
+    ce_backward<T, CeOf<T> >(dx, dloss, x, labels, rows, classes);
+}
+
+/* the 16-bit logits of --precision bf16 / fp16 (kernels/c's k_cross_entropy_bf16, ...): loss float32 */
+#define KC_CE_LOW(S, L)                                                                                        \
+    KC_GLOBAL void k_cross_entropy##S(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows,     \
+                                      int64_t classes, int64_t *check)                                         \
+    {                                                                                                          \
+        ce_forward<float, CeLow<L> >(loss, x, labels, rows, classes, check);                                  \
+    }                                                                                                          \
+    KC_GLOBAL void k_cross_entropy_grad##S(uint16_t *dx, const float *dloss, const uint16_t *x,                \
+                                           const int64_t *labels, int64_t rows, int64_t classes)               \
+    {                                                                                                          \
+        ce_backward<float, CeLow<L> >(dx, dloss, x, labels, rows, classes);                                   \
+    }
+KC_CE_LOW(_bf16, KcBf16)
+KC_CE_LOW(_f16, KcF16)
+#undef KC_CE_LOW
 
 /* ---- negative log-likelihood ---------------------------------------------- */
 

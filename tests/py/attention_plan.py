@@ -8,10 +8,11 @@ batch 8, without weights (--report and --dump-after read none).  For --target cp
     reading q, kt, v in the 16-bit dtype, and no value of B H T T elements (the scores, the probabilities or
     their gradients) anywhere in the plan; the step's FLOPs those of fp32 (codegen/report.c counts the fused
     attention's products whatever its dtype);
-  - the bf16 and fp16 peaks per rank at most 0.9x fp32's.  Unfused (before 2026-11-26) they planned 1.41x
-    fp32's; fused, 0.88x (11.64 GB against 13.16 GB).  What keeps them from 0.5x is what stays float32 by
-    design (passes/precision.c: a MatMul writes float32): at the peak, the logits and their gradient (3.3 GB)
-    and the erf GELU's three float32 intermediates (3.6 GB), both as large under fp32.
+  - the bf16 and fp16 peaks per rank at most 0.6x fp32's (the issue's bound).  Unfused (before 2026-11-26)
+    they planned 1.41x fp32's; fused, 0.88x (11.64 GB against 13.16 GB), while a MatMul wrote float32 and
+    everything else computed in float32.  Since passes/precision.c stores activations as torch.autocast does
+    (products and what is computed from 16-bit values alone in 16 bits; the logits 16-bit and their
+    cross-entropy on them; fuse.c's large GEMMs rounding a block of rows at a time): 0.587x (7.73 GB).
 Prints the figures.
 """
 import json
@@ -72,7 +73,7 @@ def main():
             p16, f16 = plan(fsdpc, model, target, precision, work)
             check(f16 == f32, "%s %s: %g FLOPs per step, fp32 %g: the fused attention's count differs"
                   % (target, precision, f16, f32))
-            check(p16 <= 0.9 * p32, "%s %s: planned peak %d B, %.3fx fp32's %d B (at most 0.9x)"
+            check(p16 <= 0.6 * p32, "%s %s: planned peak %d B, %.3fx fp32's %d B (at most 0.6x)"
                   % (target, precision, p16, p16 / p32, p32))
             print("%s %s: planned peak %.2f GB, %.3fx fp32's %.2f GB; every layer's attention fused"
                   % (target, precision, p16 / 1e9, p16 / p32, p32 / 1e9))

@@ -43,9 +43,15 @@ from torch_ref import compile_exe, reference, safe_name, train_exe  # noqa: E402
 
 def recipe(dtype, scale=1.0):
     """the loss function of --precision bf16 (dtype torch.bfloat16) or fp16 (torch.float16, loss scale S =
-    scale) as PyTorch computes it: every parameter read rounded to dtype, every matmul on dtype-rounded
-    operands in float32, and so their backward; with a loss scale the loss's gradient is S, and each
-    parameter's gradient is divided by S where it is read"""
+    scale) as PyTorch computes it with real 16-bit tensors where fsdpc stores 16-bit values
+    (passes/precision.c, torch.autocast's rule): every parameter read in dtype; a Linear's product of
+    dtype-rounded operands in float32 plus its bias, rounded once; the attention's matmuls on rounded
+    operands with float32 scores and softmax (flash attention's roundings); the erf GELU op by op as the
+    export has it, each op of 16-bit values rounding its result (torch's own 16-bit arithmetic); LayerNorm
+    in float32 on the widened input; the residual stream 16-bit; the logits 16-bit and the cross-entropy in
+    float32 on them.  The backward is torch's autograd of that (16-bit gradients where the values are).
+    With a loss scale the loss's gradient is S, and each parameter's gradient is divided by S where it is
+    read."""
     def rnd(x):
         return x.to(dtype).to(torch.float32)
 
@@ -53,11 +59,11 @@ def recipe(dtype, scale=1.0):
         """a float32 master read in dtype"""
         @staticmethod
         def forward(ctx, x):
-            return rnd(x)
+            return x.to(dtype)
 
         @staticmethod
         def backward(ctx, dy):
-            return dy / scale
+            return dy.to(torch.float32) / scale
 
     class Seed(torch.autograd.Function):
         """the loss, whose gradient is S instead of 1"""
@@ -70,7 +76,7 @@ def recipe(dtype, scale=1.0):
             return dy * scale
 
     class MatMul16(torch.autograd.Function):
-        """a @ b on dtype-rounded operands in float32, and so its backward"""
+        """a @ b on dtype-rounded operands in float32 (a float32 result), and so its backward"""
         @staticmethod
         def forward(ctx, a, b):
             a, b = rnd(a), rnd(b)
@@ -90,6 +96,30 @@ def recipe(dtype, scale=1.0):
                 da = da.sum(0)
             return da, db
 
+    def linear(x, w, b=None):
+        y = MatMul16.apply(x, w.t())
+        if b is not None:
+            y = y + b.float()
+        return y.to(dtype)
+
+    def layer_norm(x, shape, w=None, b=None, eps=1e-5):
+        return F_layer_norm(x.float(), shape, w.float() if w is not None else None,
+                                              b.float() if b is not None else None, eps)
+
+    def low(f, *xs):
+        """f of 16-bit values computed in float32 and rounded once, as fsdpc's loops (torch's own 16-bit
+        arithmetic may round a scalar operand first: x / 1.41421 in bfloat16 differs in 2 % of elements)"""
+        return f(*[x.float() for x in xs]).to(dtype)
+
+    def gelu(x, approximate="none"):  # the export's Div, Erf, Add, Mul, Mul
+        e = low(torch.erf, low(lambda a: a / 1.4142135381698608, x))
+        return low(lambda a: a * 0.5, low(lambda a, b: a * b, x, low(lambda a: a + 1, e)))
+
+    def cross_entropy(logits, y, *a, **k):
+        return F_cross_entropy(logits.float(), y, *a, **k)
+
+    F_cross_entropy, F_layer_norm = F.cross_entropy, F.layer_norm
+
     def loss(model, x, y):
         params = dict(model.named_parameters())
         rounded = {n: Round.apply(p) for n, p in params.items()}
@@ -98,14 +128,14 @@ def recipe(dtype, scale=1.0):
             for n, p in params.items():
                 if t is p:
                     rounded[name] = rounded[n]
-        matmul, linear = torch.Tensor.__matmul__, F.linear
+        saved = torch.Tensor.__matmul__, F.linear, F.layer_norm, F.gelu, F.cross_entropy
         torch.Tensor.__matmul__ = lambda a, b: MatMul16.apply(a, b)
-        F.linear = lambda x, w, b=None: MatMul16.apply(x, w.t()) + (b if b is not None else 0)
+        F.linear, F.layer_norm, F.gelu, F.cross_entropy = linear, layer_norm, gelu, cross_entropy
         try:
             with torch.nn.utils.stateless._reparametrize_module(model, rounded):
                 return Seed.apply(model.loss(x, y))
         finally:
-            torch.Tensor.__matmul__, F.linear = matmul, linear
+            torch.Tensor.__matmul__, F.linear, F.layer_norm, F.gelu, F.cross_entropy = saved
     return loss
 
 
@@ -113,35 +143,22 @@ mixed_precision_loss = recipe(torch.bfloat16)  # model.loss(x, y) with the recip
 
 
 def check_grads(tag, got, ref_grads, f32_grads, tol, dtype):
-    """Every parameter's step-1 gradient g against the recipe's r and float32 PyTorch's f (distances
-    ||a - b|| / ||b||, fro_err):
-      (a) |g - r| <= tol: g follows the recipe;
-      (b) |g - f| >= |r - f| / 2: g carries the low-precision rounding, at the size the recipe's own has
-          (a float32 path through any parameter gives |g - f| ~ 1e-6, a thousandth of it);
-      (c) |g - r| < |g - f|: g is nearer the recipe than float32.
-    Why not "at least 2x nearer the recipe than float32", which this test asked until 2026-11: that ratio
-    is not a property of a correct recipe.  Rounding to 16 bits is discontinuous, so where two correct
-    implementations' float32 sums differ in the last bit an operand rounds to the neighbouring 16-bit
-    value, and the first layers' gradients collect those flips.  How many there are depends on the
-    summation order of every float32 op -- which OpenBLAS kernel the CPU gets included.  Measured with
-    one fsdpc --precision fp16 executable on one machine (2026-11-24, Intel Xeon with AVX-512):
-    OPENBLAS_CORETYPE=Haswell gives a worst ratio of 2.75, SkylakeX (the default there) 1.85 (at
-    transformer.h.0.ln_1.weight: |g - r| 3.55e-4, |g - f| 6.56e-4); the gradients were bit-identical
-    to those of the fsdpc before the fold/fuse rewrites (fee2b4c).  Two correct float16 recipes in
-    PyTorch that differ only in summing the matmuls in float64 instead of float32 are 1.3e-4 to 2.0e-4
-    apart on that layer, a third of |r - f|.  (b) and (c) held there with margins of 1.8x (b: worst
-    |g - f| / |r - f| = 0.91 fp16, 0.95 bf16) and 1.85x (c)."""
+    """Every parameter's step-1 gradient g within tol of the recipe's r (||g - r|| / ||r||); returns the worst
+    and, for the report, the smallest ratio of g's distance to float32 PyTorch's gradient over its distance to
+    r.  The recipe's backward rounds where torch's autograd of 16-bit tensors does (every gradient of a 16-bit
+    value is 16-bit, a parameter's too), fsdpc's where its precision rule does (a gradient is 16-bit where it
+    is computed from 16-bit values alone; parameters' gradients and the GEMMs that make them stay float32):
+    measured 2026-11-27 (AMD EPYC, avx512_bf16), g is 1.4e-3..8.2e-3 from r in bfloat16 and 2e-4..1.02e-3 in
+    float16, about as far as float32's gradient is from either, so this check bounds the rounding's size and
+    check_fused tells the dtypes.  (Until 2026-11 a MatMul wrote float32 and everything else computed in
+    float32; the recipe of that was exact and the gradients were checked to 5e-3 and nearer it than float32.)"""
     worst, closest32 = (0.0, ""), (float("inf"), "")
     for name, g in got.items():
         e, e32 = fro_err(g, ref_grads[name]), fro_err(g, f32_grads[name])
-        d = fro_err(ref_grads[name], f32_grads[name])
         worst = max(worst, (e, name))
         closest32 = min(closest32, (e32 / max(e, 1e-12), name))
-        check(e <= tol, "%s: gradient of %s differs from the PyTorch recipe by %.3g" % (tag, name, e))
-        check(e32 >= 0.5 * d, "%s: gradient of %s is within %.3g of float32 PyTorch's, where the %s recipe is %.3g "
-              "away from it: is it really computed in %s?" % (tag, name, e32, dtype, d, dtype))
-        check(e < e32, "%s: gradient of %s is nearer float32 PyTorch's (%.3g) than the %s recipe's (%.3g)"
-              % (tag, name, e32, dtype, e))
+        check(e <= tol, "%s: gradient of %s differs from the %s recipe by %.3g (float32 PyTorch's by %.3g)"
+              % (tag, name, dtype, e, e32))
     return worst, closest32
 
 
@@ -161,6 +178,11 @@ def check_fused(fsdpc, onnx_path, batch, precision, low):
             want = [low if first <= j < first + 3 else "f32" for j in range(len(ins))]
             check(got == want, "%s: %s reads %s, expected %s" % (precision, op, got, want))
     check(" Softmax " not in out, "%s: a Softmax is left after precision" % precision)
+    # activations stored in 16 bits, as torch.autocast stores them: the GELU's values, the residual stream
+    # (the blocks' Add) and the logits
+    stored = {name: dt for dt, name in re.findall(r'^  %\d+ (\w+)\[[\d,]*\] act "([^"]*)"', out, re.M)}
+    for name in ("/h.0/mlp/gelu/Mul_output_0", "/h.1/Add_output_0", "logits"):
+        check(stored.get(name) == low, "%s: activation %s is %s, expected %s" % (precision, name, stored.get(name), low))
 
 
 def fro_err(a, b):
@@ -204,11 +226,11 @@ def main():
         tag = "bf16 world %d" % world
         e1 = abs(losses[0] - ref_losses[0]) / abs(ref_losses[0])
         l32 = abs(losses[0] - f32_losses[0]) / abs(f32_losses[0])
-        check(e1 <= 1e-5 and l32 >= 10 * e1, "%s: step 1 loss %.9g vs the PyTorch recipe %.9g (rel %.3g), "
+        check(e1 <= 1.5e-5, "%s: step 1 loss %.9g vs the PyTorch recipe %.9g (rel %.3g), "
               "vs float32 PyTorch %.9g (rel %.3g)" % (tag, losses[0], ref_losses[0], e1, f32_losses[0], l32))
-        worst, closest32 = check_grads(tag, grads_of(ref_model, dump), ref_grads, f32_grads, 5e-3, "bfloat16")
+        worst, closest32 = check_grads(tag, grads_of(ref_model, dump), ref_grads, f32_grads, 1.5e-2, "bfloat16")
         el = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
-        check(el <= 1e-4, "%s: losses differ from the PyTorch recipe by up to %.3g (rel)" % (tag, el))
+        check(el <= 2e-4, "%s: losses differ from the PyTorch recipe by up to %.3g (rel)" % (tag, el))
         print("%s: step-1 loss rel %.2g (float32 PyTorch: %.2g), gradients within %.2g of the recipe (worst %s), at least %.0fx "
               "closer than to float32 (%s); %d losses within %.2g"
               % (tag, e1, l32, worst[0], worst[1], closest32[0], closest32[1], len(losses), el))

@@ -1,0 +1,87 @@
+/* ce_impl.h — softmax cross-entropy of loss.c, included once per logits
+ * dtype with T (the loss's and dloss's element type), X (the logits' and
+ * dx's storage), XL(v) (an X as double), XS(d) (a double stored as X) and S
+ * (the name suffix) defined: f32 and f64 (X = T), and bf16 / f16 (logits
+ * and their gradient in 16 bits, the loss float32, every sum in double as
+ * for the others).  No include guard on purpose. */
+
+static double KFN(row_max)(const X *x, int64_t n)
+{
+    double mx = XL(x[0]);
+    for (int64_t j = 1; j < n; j++)
+        if (XL(x[j]) > mx)
+            mx = XL(x[j]);
+    return mx;
+}
+
+static double KFN(logsumexp)(const X *x, int64_t n)
+{
+    double mx = KFN(row_max)(x, n), s = 0;
+    for (int64_t j = 0; j < n; j++)
+        s += exp(XL(x[j]) - mx);
+    return mx + log(s);
+}
+
+typedef struct {
+    const X *x;
+    const int64_t *labels;
+    int64_t classes;
+} KFN(CeJob);
+
+static double KFN(ce_sum)(const void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(CeJob) *j = ctx;
+    double a = 0;
+    for (int64_t r = lo; r < hi; r++) {
+        const X *xr = j->x + r * j->classes;
+        a += KFN(logsumexp)(xr, j->classes) - XL(xr[j->labels[r]]);
+    }
+    return a;
+}
+
+int64_t KFN(k_cross_entropy)(T *loss, const X *x, const int64_t *labels,
+                             int64_t rows, int64_t classes)
+{
+    for (int64_t r = 0; r < rows; r++)
+        if (labels[r] < 0 || labels[r] >= classes)
+            return r;
+    const double s = par_sum(KFN(ce_sum), &(KFN(CeJob)){x, labels, classes}, rows, classes);
+    loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
+    return -1;
+}
+
+/* Row by row, scale = dloss/rows: dx = scale (e / sum - onehot) with
+ * e = exp(x - max) rounded to T.  Where X is T, dx holds e first (one
+ * exponential per element); a 16-bit dx cannot, so the row's sum is taken
+ * first and e computed again.  Either way x is not read after dx's row is
+ * written, so dx may alias x. */
+void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
+                               const int64_t *labels, int64_t rows,
+                               int64_t classes)
+{
+    if (rows <= 0 || classes <= 0)
+        return;
+    const double scale = (double)dloss[0] / (double)rows;
+#pragma omp parallel for schedule(static) if (rows * classes >= K_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const X *xr = x + r * classes;
+        X *dr = dx + r * classes;
+        double mx = KFN(row_max)(xr, classes), sum = 0;
+#if CE_E_IN_DX
+        for (int64_t j = 0; j < classes; j++) {
+            double e = exp(XL(xr[j]) - mx);
+            dr[j] = (T)e;
+            sum += e;
+        }
+        for (int64_t j = 0; j < classes; j++)
+            dr[j] = (T)(scale * ((double)dr[j] / sum - (j == labels[r])));
+#else
+        for (int64_t j = 0; j < classes; j++)
+            sum += exp(XL(xr[j]) - mx);
+        for (int64_t j = 0; j < classes; j++) {
+            const T e = (T)exp(XL(xr[j]) - mx);
+            dr[j] = XS(scale * ((double)e / sum - (j == labels[r])));
+        }
+#endif
+    }
+}
