@@ -1,0 +1,49 @@
+"""The planner against published FSDP runs of other groups (scripts/published_runs.py, its table
+scripts/published_runs.json): a few runs, each planned with --report --hw from its shape alone.
+
+usage: published_runs.py FSDPC WORKDIR
+
+Asserted for each kept run (what today's planner achieves; the whole table and its misses are in docs/planning.md):
+- the predicted tokens/s per GPU within BAND (0.85-1.15x) of the published figure;
+- fsdpc's model FLOPs per token within 2 % of 6N + 12 L T d (N the run's published parameter count), and fsdpc's
+  parameter count equal to the published one: the shaped model is the run's model;
+- the runs with activation checkpointing fit the memory of the GPU they ran on.
+Not asserted, because today's planner misses it (docs/planning.md says why): the runs without activation
+checkpointing plan above the GPU's memory (activations kept in float32 where PyTorch's autocast keeps bf16), and the
+H100 runs are predicted 11-25 % above the published figures.
+"""
+import os
+import sys
+
+from common import check
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import published_runs  # noqa: E402
+
+BAND = (0.85, 1.15)
+KEPT = ["mpt-7b a100 T2048", "mpt-7b a100 T8192 ckpt", "mpt-30b a100 T2048 ckpt", "mpt-1b h100 T2048"]
+
+
+def main():
+    fsdpc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    table = published_runs.load(os.path.join(HERE, "..", "..", "scripts", "published_runs.json"))
+    runs = {r["name"]: r for r in table["runs"]}
+    for name in KEPT:
+        r = published_runs.predict(fsdpc, table, runs[name], work)
+        print("%-26s predicted %8.0f tokens/s/GPU, published %6d: %.3f; planned peak %.1f GiB of %.1f; "
+              "FLOPs / (6N + 12LTd) %.4f" % (name, r["predicted_tps"], r["published_tps"], r["ratio"], r["peak_gib"],
+                                             r["gpu_gib"], r["flops_ratio"]))
+        check(BAND[0] <= r["ratio"] <= BAND[1], "%s: predicted / published tokens/s %.3f outside %s"
+              % (name, r["ratio"], BAND))
+        check(r["params"] == r["published_params"], "%s: fsdpc counts %d parameters, the source %d"
+              % (name, r["params"], r["published_params"]))
+        check(abs(r["flops_ratio"] - 1) < 0.02, "%s: model FLOPs per token %.4f x 6N + 12LTd" % (name, r["flops_ratio"]))
+        if r["recompute"] != "none":
+            check(r["fits"], "%s: planned peak %.1f GiB above the GPU's %.1f" % (name, r["peak_gib"], r["gpu_gib"]))
+    print("published_runs: OK")
+
+
+if __name__ == "__main__":
+    main()
