@@ -5,12 +5,14 @@ usage: published_runs.py FSDPC WORKDIR
 
 Asserted for each kept run (what today's planner achieves; the whole table and its misses are in docs/planning.md):
 - the predicted tokens/s per GPU within BAND (0.85-1.15x) of the published figure;
-- fsdpc's model FLOPs per token within 2 % of 6N + 12 L T d (N the run's published parameter count), and fsdpc's
-  parameter count equal to the published one: the shaped model is the run's model;
-- the runs with activation checkpointing fit the memory of the GPU they ran on.
+- fsdpc's model FLOPs per token within 2 % of 6N + 12 L T d (N the run's parameter count), and fsdpc's parameter
+  count equal to the run's (MPT: the source's NumParams; Llama 2: its shape's): the shaped model is the run's model;
+- the planned peak per rank: the MPT runs with activation checkpointing fit the memory of the GPU they ran on; Llama 2
+  34B on 128 A100s (--recompute units) plans below 95 GiB (87.8 GiB today; 134.3 GiB before a block's RMSNorm
+  lead-in was recomputed with the block instead of saved beside its input).
 Not asserted, because today's planner misses it (docs/planning.md says why): the runs without activation
-checkpointing plan above the GPU's memory (activations kept in float32 where PyTorch's autocast keeps bf16), and the
-H100 runs are predicted 11-25 % above the published figures.
+checkpointing and the Llama runs plan above the GPU's memory (activations kept in float32 where PyTorch keeps bf16),
+and most H100 runs are predicted 11-25 % above the published figures.
 """
 import os
 import sys
@@ -22,7 +24,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import published_runs  # noqa: E402
 
 BAND = (0.85, 1.15)
-KEPT = ["mpt-7b a100 T2048", "mpt-7b a100 T8192 ckpt", "mpt-30b a100 T2048 ckpt", "mpt-1b h100 T2048"]
+# run: the planned peak it must stay under, GiB (None: the GPU's memory; 0: not asserted)
+KEPT = {"mpt-7b a100 T2048": 0, "mpt-7b a100 T8192 ckpt": None, "mpt-30b a100 T2048 ckpt": None,
+        "mpt-1b h100 T2048": 0, "llama2-34b a100 x128 ckpt": 95}
 
 
 def main():
@@ -30,7 +34,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     table = published_runs.load(os.path.join(HERE, "..", "..", "scripts", "published_runs.json"))
     runs = {r["name"]: r for r in table["runs"]}
-    for name in KEPT:
+    for name, bound in KEPT.items():
         r = published_runs.predict(fsdpc, table, runs[name], work)
         print("%-26s predicted %8.0f tokens/s/GPU, published %6d: %.3f; planned peak %.1f GiB of %.1f; "
               "FLOPs / (6N + 12LTd) %.4f" % (name, r["predicted_tps"], r["published_tps"], r["ratio"], r["peak_gib"],
@@ -40,8 +44,10 @@ def main():
         check(r["params"] == r["published_params"], "%s: fsdpc counts %d parameters, the source %d"
               % (name, r["params"], r["published_params"]))
         check(abs(r["flops_ratio"] - 1) < 0.02, "%s: model FLOPs per token %.4f x 6N + 12LTd" % (name, r["flops_ratio"]))
-        if r["recompute"] != "none":
+        if bound is None:
             check(r["fits"], "%s: planned peak %.1f GiB above the GPU's %.1f" % (name, r["peak_gib"], r["gpu_gib"]))
+        elif bound:
+            check(r["peak_gib"] < bound, "%s: planned peak %.1f GiB, expected below %g" % (name, r["peak_gib"], bound))
     print("published_runs: OK")
 
 
