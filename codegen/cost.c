@@ -16,7 +16,10 @@
  *                  algorithms); an all-reduce over R ranks 2(R-1) latency +
  *                  2(R-1)/R S / busbw.  The inter-node bandwidth and latency
  *                  apply when the group spans nodes (ranks are numbered node
- *                  by node, devices_per_node to a node), else intra-node;
+ *                  by node, devices_per_node to a node), else intra-node; the
+ *                  inter-node bandwidth is a node's, so HYBRID's replica
+ *                  all-reduces, which every rank of a node runs at once over
+ *                  its own group, share it (min(F, devices per node) rings);
  *                  reductions at the profile's *_rs_* rates where it gives
  *                  them (MPI's reduce-scatter on the cpu target is an
  *                  all-reduce: slower than its all-gather)
@@ -280,8 +283,12 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     double S = (double)cg_coll_bytes(g, n, F), t = hw->op_overhead;
     if (F > 1)
         t += ring(hw, F > hw->per_node, n->op == OP_ReduceScatter, F - 1, (F - 1.0) / F * S);
-    if (n->op == OP_ReduceScatter && R > 1) /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
-        t += ring(hw, (int64_t)(R - 1) * F >= hw->per_node, 1, 2 * (R - 1), 2.0 * (R - 1) / R * (S / F));
+    if (n->op == OP_ReduceScatter && R > 1) { /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
+        /* every rank of a node all-reduces its own shard at once: across nodes the node's min(F, devices per node)
+         * concurrent rings share its network (the profile's inter-node bus bandwidth is a node's) */
+        int spans = (int64_t)(R - 1) * F >= hw->per_node, share = spans ? (F < hw->per_node ? F : hw->per_node) : 1;
+        t += ring(hw, spans, 1, 2 * (R - 1), share * 2.0 * (R - 1) / R * (S / F));
+    }
     return t;
 }
 

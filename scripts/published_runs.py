@@ -9,6 +9,7 @@ its source URL and the figure quoted), this writes the run's model shape with sc
 
     fsdpc MODEL --target cuda --precision bf16 --wrap blocks --loss cross_entropy:logits,labels
           --report --world GPUS --hw PROFILE --report-json PLAN.json [--recompute units|selective] [--shard ...]
+          [--reduce-dtype bf16]
 
 and prints per run: the predicted tokens/s per GPU (micro-batch x sequence length / predicted step), the published
 one and their ratio; the planned peak memory per rank against the GPU's memory (fits or not); fsdpc's model FLOPs per
@@ -62,6 +63,8 @@ def plan(fsdpc, table, run, work):
            "--hw", run["hw"], "--report-json", out, "--shard", run.get("shard", "full")]
     if run.get("recompute", "none") != "none":
         cmd += ["--recompute", run["recompute"]]
+    if run.get("reduce_dtype"):
+        cmd += ["--reduce-dtype", run["reduce_dtype"]]
     if run.get("forward_prefetch"):
         cmd += ["--forward-prefetch"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
