@@ -164,7 +164,8 @@ S = 4 * K * N  # the flat float32 buffer (K N divides by 2 and 4: no padding)
 r, _ = report(MM + ["--shard", "hybrid:2"], 4,
               profile("nodes", devices_per_node=2, intra_busbw_gbs=1, inter_busbw_gbs=0.5, **fast))
 inside = (S / 2 + S / 2) / 1e9                      # gather + reduce-scatter in the group of 2: (F-1)/F S each
-across = 2 * (2 - 1) / 2 * (S / 2) / 0.5e9          # the shard all-reduced over the 2 replicas, across nodes
+# the shard all-reduced over the 2 replicas, across nodes: both ranks of a node at once, sharing the node's link
+across = 2 * (2 * (2 - 1) / 2 * (S / 2)) / 0.5e9
 close(r["comm_s"], inside + across + loss_ar / 0.5e9, 1e-9, "hybrid:2: group inside a node, replicas across")
 check(r["strategy"] == "hybrid:2", "the build's strategy: %s" % r["strategy"])
 
@@ -225,7 +226,7 @@ def text_profile(name, body):
 
 
 good = open(profile("good"), "rb").read()
-bad(["--report", "--hw", "tpu-v9"], r"--hw tpu-v9: no such profile \(shipped: a100-roce, h100-ib")
+bad(["--report", "--hw", "tpu-v9"], r"--hw tpu-v9: no such profile \(shipped: a100-400g, a100-roce, a100-roce1600, h100-800g, h100-ib;")
 bad(["--report", "--hw", os.path.join(work, "absent.hw")], r"absent\.hw.*No such file")
 bad(["--report", "--hw", text_profile("k.hw", good + b"peak_tflops_f33 1\n")], r"unknown key 'peak_tflops_f33'")
 bad(["--report", "--hw", text_profile("d.hw", good + b"mem_bw_gbs 3\n")], r"'mem_bw_gbs' given twice")
