@@ -212,7 +212,8 @@ def attention(g, x, p, s, a, masked, rope):
     else:
         q, k, v = heads(q, H, [0, 2, 1, 3]), heads(k, KH, [0, 2, 1, 3]), heads(v, KH, [0, 2, 1, 3])
         if rope is not None:
-            q, k = g.rotary(q, rope[0], rope[1], hd, s + "attn/rope"), g.rotary(k, rope[0], rope[1], hd, s + "attn/rope")
+            q = g.rotary(q, rope[0], rope[1], hd, s + "attn/rope")
+            k = g.rotary(k, rope[0], rope[1], hd, s + "attn/rope")
         if KH != H:
             k = g.repeat_kv(k, B, KH, H // KH, T, hd, s + "attn/repeat_kv")
             v = g.repeat_kv(v, B, KH, H // KH, T, hd, s + "attn/repeat_kv")

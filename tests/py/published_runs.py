@@ -46,7 +46,8 @@ def main():
               % (name, r["ratio"], BAND))
         check(r["params"] == r["published_params"], "%s: fsdpc counts %d parameters, the source %d"
               % (name, r["params"], r["published_params"]))
-        check(abs(r["flops_ratio"] - 1) < 0.02, "%s: model FLOPs per token %.4f x 6N + 12LTd" % (name, r["flops_ratio"]))
+        check(abs(r["flops_ratio"] - 1) < 0.02, "%s: model FLOPs per token %.4f x 6N + 12LTd"
+              % (name, r["flops_ratio"]))
         if bound is None:
             check(r["fits"], "%s: planned peak %.1f GiB above the GPU's %.1f" % (name, r["peak_gib"], r["gpu_gib"]))
         elif bound:

@@ -183,7 +183,8 @@ def main():
         check(0 in blocks, "llama %s: block 0 not recomputed" % mode)
         for i in blocks:  # (the last block may be left out: its backward follows its forward at once)
             check(re.search(r'"transformer\.h\.%d\.ln_1/Div_\d+@recompute"$' % i, ir, re.M),
-                  "llama %s: block %d's RMSNorm (ln_1/Div) is not recomputed: saved beside the block's input" % (mode, i))
+                  "llama %s: block %d's RMSNorm (ln_1/Div) is not recomputed: saved beside the block's input"
+                  % (mode, i))
 
     # ResNet-18: BatchNorm in training mode (running statistics exported)
     export_resnet(J("resnet.onnx"))
