@@ -5,7 +5,10 @@
  * the runtime runs it: one compute stream running the nodes in order, one
  * communication stream running the collectives in start order.
  *   compute node   op_overhead + max(FLOPs / (peak_gemm[dtype] x
- *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)):
+ *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)),
+ *                  a fused attention at attention_efficiency where the
+ *                  profile gives it (flash kernels reach less of the
+ *                  peak than cuBLAS's GEMMs):
  *                  FLOPs of GEMMs and convolutions (cg_node_flops, with the
  *                  work recompute adds), bytes read and written (every
  *                  input and output once; a view moves none)
@@ -63,6 +66,7 @@ static const Key keys[] = {
     K("peak_tflops_f16", peak_gemm[DT_F16], 1e12, 0, 0, 1),
     K("peak_tflops_f64", peak_gemm[DT_F64], 1e12, 0, 0, 1),
     K("gemm_efficiency", gemm_eff, 1, 1, 0, 1),
+    K("attention_efficiency", attn_eff, 1, 0, 0, 1),
     K("mem_bw_gbs", mem_bw, 1e9, 1, 0, 1),
     K("mem_efficiency", mem_eff, 1, 0, 0, 1),
     K("op_overhead_us", op_overhead, 1e-6, 0, 0, 0),
@@ -162,6 +166,8 @@ static void parse_profile(const char *text, const char *what, CgHw *hw)
         hw->rs_inter_lat = hw->inter_lat;
     if (!hw->mem_eff)
         hw->mem_eff = 1;
+    if (!hw->attn_eff)
+        hw->attn_eff = hw->gemm_eff;
     if (hw->overlap != 0 && hw->overlap != 1)
         fatal("%s: comm_overlap is 1 (collectives beside the compute) or 0 (inside it)", what);
 }
@@ -254,7 +260,8 @@ static double compute_time(const Graph *g, const Node *n, int F, const CgHw *hw,
         return 0;
     double f = cg_node_flops(g, n, 1), t = node_bytes(g, n, F) / (hw->mem_bw * hw->mem_eff);
     if (f > 0) {
-        double tc = f / (need_peak(hw, gemm_dtype(g, n)) * hw->gemm_eff);
+        const int attn = n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad;
+        double tc = f / (need_peak(hw, gemm_dtype(g, n)) * (attn ? hw->attn_eff : hw->gemm_eff));
         t = tc > t ? tc : t;
         c->hw_flops += f;
         c->gemm_s += t;

@@ -35,19 +35,21 @@ attn.q_proj [A, D], attn.k_proj and attn.v_proj [G hd, D]; heads by Reshape and 
 --pos rotary rotates q and k as Llama's apply_rotary_pos_emb (x cos + rotate_half(x) sin, rotate_half by Slice, Neg
 and Concat, the cos and sin tables [T, hd] Constants of theta 10000); grouped K and V repeated to H heads as
 transformers' repeat_kv (Unsqueeze, Expand, Reshape); scores q.k scaled by Mul(1/sqrt(hd)), the causal mask as
-Where(mask == 0, -inf, scores) with one float buffer causal_mask [1, 1, T, T] (tril of ones) shared by the blocks,
-Softmax, the second MatMul, attn.c_proj [D, A]; ln_2; the MLP: mlp.c_fc [F, D] (F = --ffn, default 4D), GELU (erf
+Where(causal_mask, -inf, scores) with one bool initializer causal_mask [1, 1, T, T] (true above the diagonal: the
+masked keys) shared by the blocks, inside the model so that fsdpc reads it without the data file and computes the
+causal band (--mask buffer: nanoGPT's Where(mask == 0, -inf, scores) of a float buffer causal_mask, tril of ones, in
+the data file; a plan without that file keeps the mask as a tensor and charges the masked half), Softmax, the second MatMul, attn.c_proj [D, A]; ln_2; the MLP: mlp.c_fc [F, D] (F = --ffn, default 4D), GELU (erf
 form, or the Gelu op of opset 20 with --gelu op), mlp.c_proj [D, F]; or --mlp swiglu: mlp.gate_proj and
 mlp.up_proj [F, D], c_proj(silu(gate x) * up x) with silu as x Sigmoid(x); residual Adds), transformer.ln_f, and
 lm_head: MatMul by wte transposed (tied, the default) or by lm_head.weight [V, D] (--untied).  The norms are
 LayerNormalization with weight and bias, or --norm rms: x / Sqrt(ReduceMean(x x) + 1e-5) * weight (no bias).
 Every Linear has a bias unless --no-bias.  Linear weights are [out, in] and used through Transpose, as torch
-exports them.  Every initializer is external data at a 64-byte aligned offset of one file, OUT.onnx.data (named
-by its bare file name, beside the model):
+exports them.  Every float initializer is external data at a 64-byte aligned offset of one file, OUT.onnx.data
+(named by its bare file name, beside the model):
 
     --no-data        (the default) the file is not written: the model alone, for --report and --dump-after
     --data sparse    the file is made by truncate, so it holds zeros and costs no disk I/O however large; only
-                     the mask is written (tril of ones): a model of any size for compiling with -o
+                     a --mask buffer is written (tril of ones): a model of any size for compiling with -o
     --data random    real values, initialised as nanoGPT (normal(0, 0.02), c_proj normal(0, 0.02/sqrt(2L)),
                      zero biases, norm weights 1), from --seed (default 0)
 
@@ -60,7 +62,7 @@ import sys
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 ALIGN = 64
 
@@ -263,7 +265,10 @@ def build(a):
     if a.pos == "rotary":
         cos, sin = rope_tables(T, hd)
         rope = (g.const("/rope/cos", cos), g.const("/rope/sin", sin))
-    masked = g.op("Equal", ["causal_mask", g.const("/mask_zero", f32(0.0))], "/Equal")
+    # --mask buffer: nanoGPT's float buffer (tril of ones) in the data file; bool: the masked keys as a bool
+    # initializer inside the model, which fsdpc reads without the data file and so computes as the causal band
+    masked = g.op("Equal", ["causal_mask", g.const("/mask_zero", f32(0.0))], "/Equal") if a.mask == "buffer" \
+        else "causal_mask"
     for i in range(a.layers):
         p, s = "transformer.h.%d." % i, "/h.%d/" % i
         x = g.op("Add", [x, attention(g, g.norm(x, p + "ln_1", a.norm), p, s, a, masked, rope)], s + "Add")
@@ -307,6 +312,10 @@ def main():
                     help="learned positions (wpe), rotary embeddings of q and k, or none (as ALiBi's FLOPs)")
     ap.add_argument("--kv-heads", type=int, default=0, help="grouped-query attention: K/V heads (default --heads)")
     ap.add_argument("--no-bias", action="store_true", help="Linear layers without bias")
+    ap.add_argument("--mask", choices=["bool", "buffer"], default="bool",
+                    help="the causal mask: a bool initializer inside the model (T x T bytes; fsdpc reads it "
+                         "without the data file and computes the causal band: the default) or nanoGPT's float "
+                         "buffer in the data file (a plan without the file keeps it as a tensor)")
     ap.add_argument("--no-data", action="store_true", help="do not write the data file (the default)")
     ap.add_argument("--data", choices=["random", "sparse"])
     ap.add_argument("--seed", type=int, default=0)
@@ -327,13 +336,15 @@ def main():
     data_path = os.path.join(os.path.dirname(os.path.abspath(a.out)), data_name)
     inits, layout, off = [], [], 0
     arch = arch_of(a)
-    for name, shape, kind in params(a.layers, a.embd, T, a.vocab, a.untied, a.ffn or None, inner, arch, a.heads) + [
-            ("causal_mask", [1, 1, T, T], "mask")]:
+    mask = [("causal_mask", [1, 1, T, T], "mask")] if a.mask == "buffer" else []
+    for name, shape, kind in params(a.layers, a.embd, T, a.vocab, a.untied, a.ffn or None, inner, arch, a.heads) + mask:
         t, nbytes = external(name, shape, data_name, off)
         inits.append(t)
         layout.append((off, shape, kind))
         off = (off + nbytes + ALIGN - 1) // ALIGN * ALIGN
     g = build(a)
+    if a.mask == "bool":
+        inits.append(numpy_helper.from_array(~np.tril(np.ones((1, 1, T, T), bool)), "causal_mask"))
     graph = helper.make_graph(g.nodes, "shaped_gpt", [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, [a.batch, T])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [a.batch, T, a.vocab])], inits)

@@ -139,6 +139,16 @@ close(r["mfu"], r["tflops_per_device"] / 1.0, 1e-12, "MFU against the 1 TFLOP/s 
 # gemm_efficiency scales the GEMM term
 r2, _ = report(MM, 1, profile("half", peak_tflops_f32=1, gemm_efficiency=0.5))
 close(r2["compute_s"], 2 * r["compute_s"], 1e-6, "gemm_efficiency 0.5 doubles the compute time")
+# attention_efficiency scales the fused attention's term alone (default: gemm_efficiency): the demo GPT, compute-bound
+GPT = [os.path.join(examples, "gpt.onnx"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=8"]
+cb = dict(peak_tflops_f32=1e-3, mem_bw_gbs=1e12)
+t = {(ge, ae): report(GPT, 1, profile("attn_%g_%g" % (ge, ae), gemm_efficiency=ge, **cb, **(
+    {"attention_efficiency": ae} if ae else {})))[0]["compute_s"] for ge, ae in ((1, 0), (1, 1), (0.5, 1), (1, 0.5),
+                                                                                 (0.5, 0.5))}
+close(t[1, 0], t[1, 1], 1e-12, "attention_efficiency defaults to gemm_efficiency")
+check(t[1, 0.5] > t[1, 1] * 1.01, "attention_efficiency 0.5: compute %g s, %g s at 1" % (t[1, 0.5], t[1, 1]))
+close(t[0.5, 0.5] - t[1, 1], (t[0.5, 1] - t[1, 1]) + (t[1, 0.5] - t[1, 1]), 1e-6,
+      "gemm_efficiency and attention_efficiency scale disjoint parts of the step")
 
 
 def units(text):
