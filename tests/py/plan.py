@@ -236,7 +236,8 @@ def text_profile(name, body):
 
 
 good = open(profile("good"), "rb").read()
-bad(["--report", "--hw", "tpu-v9"], r"--hw tpu-v9: no such profile \(shipped: a100-400g, a100-roce, a100-roce1600, h100-800g, h100-ib;")
+bad(["--report", "--hw", "tpu-v9"],
+    r"--hw tpu-v9: no such profile \(shipped: a100-400g, a100-roce, a100-roce1600, h100-800g, h100-ib;")
 bad(["--report", "--hw", os.path.join(work, "absent.hw")], r"absent\.hw.*No such file")
 bad(["--report", "--hw", text_profile("k.hw", good + b"peak_tflops_f33 1\n")], r"unknown key 'peak_tflops_f33'")
 bad(["--report", "--hw", text_profile("d.hw", good + b"mem_bw_gbs 3\n")], r"'mem_bw_gbs' given twice")
