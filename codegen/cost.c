@@ -5,7 +5,10 @@
  * the runtime runs it: one compute stream running the nodes in order, one
  * communication stream running the collectives in start order.
  *   compute node   op_overhead + max(FLOPs / (peak_gemm[dtype] x
- *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)):
+ *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)),
+ *                  a fused attention at attention_efficiency where the
+ *                  profile gives it (flash kernels reach less of the
+ *                  peak than cuBLAS's GEMMs):
  *                  FLOPs of GEMMs and convolutions (cg_node_flops, with the
  *                  work recompute adds), bytes read and written (every
  *                  input and output once; a view moves none)
@@ -16,7 +19,10 @@
  *                  algorithms); an all-reduce over R ranks 2(R-1) latency +
  *                  2(R-1)/R S / busbw.  The inter-node bandwidth and latency
  *                  apply when the group spans nodes (ranks are numbered node
- *                  by node, devices_per_node to a node), else intra-node;
+ *                  by node, devices_per_node to a node), else intra-node; the
+ *                  inter-node bandwidth is a node's, so HYBRID's replica
+ *                  all-reduces, which every rank of a node runs at once over
+ *                  its own group, share it (min(F, devices per node) rings);
  *                  reductions at the profile's *_rs_* rates where it gives
  *                  them (MPI's reduce-scatter on the cpu target is an
  *                  all-reduce: slower than its all-gather)
@@ -60,6 +66,7 @@ static const Key keys[] = {
     K("peak_tflops_f16", peak_gemm[DT_F16], 1e12, 0, 0, 1),
     K("peak_tflops_f64", peak_gemm[DT_F64], 1e12, 0, 0, 1),
     K("gemm_efficiency", gemm_eff, 1, 1, 0, 1),
+    K("attention_efficiency", attn_eff, 1, 0, 0, 1),
     K("mem_bw_gbs", mem_bw, 1e9, 1, 0, 1),
     K("mem_efficiency", mem_eff, 1, 0, 0, 1),
     K("op_overhead_us", op_overhead, 1e-6, 0, 0, 0),
@@ -159,6 +166,8 @@ static void parse_profile(const char *text, const char *what, CgHw *hw)
         hw->rs_inter_lat = hw->inter_lat;
     if (!hw->mem_eff)
         hw->mem_eff = 1;
+    if (!hw->attn_eff)
+        hw->attn_eff = hw->gemm_eff;
     if (hw->overlap != 0 && hw->overlap != 1)
         fatal("%s: comm_overlap is 1 (collectives beside the compute) or 0 (inside it)", what);
 }
@@ -251,7 +260,8 @@ static double compute_time(const Graph *g, const Node *n, int F, const CgHw *hw,
         return 0;
     double f = cg_node_flops(g, n, 1), t = node_bytes(g, n, F) / (hw->mem_bw * hw->mem_eff);
     if (f > 0) {
-        double tc = f / (need_peak(hw, gemm_dtype(g, n)) * hw->gemm_eff);
+        const int attn = n->op == OP_FusedAttention || n->op == OP_FusedAttentionGrad;
+        double tc = f / (need_peak(hw, gemm_dtype(g, n)) * (attn ? hw->attn_eff : hw->gemm_eff));
         t = tc > t ? tc : t;
         c->hw_flops += f;
         c->gemm_s += t;
@@ -280,8 +290,12 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     double S = (double)cg_coll_bytes(g, n, F), t = hw->op_overhead;
     if (F > 1)
         t += ring(hw, F > hw->per_node, n->op == OP_ReduceScatter, F - 1, (F - 1.0) / F * S);
-    if (n->op == OP_ReduceScatter && R > 1) /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
-        t += ring(hw, (int64_t)(R - 1) * F >= hw->per_node, 1, 2 * (R - 1), 2.0 * (R - 1) / R * (S / F));
+    if (n->op == OP_ReduceScatter && R > 1) { /* HYBRID, NO_SHARD: the shard all-reduced over the replicas */
+        /* every rank of a node all-reduces its own shard at once: across nodes the node's min(F, devices per node)
+         * concurrent rings share its network (the profile's inter-node bus bandwidth is a node's) */
+        int spans = (int64_t)(R - 1) * F >= hw->per_node, share = spans ? (F < hw->per_node ? F : hw->per_node) : 1;
+        t += ring(hw, spans, 1, 2 * (R - 1), share * 2.0 * (R - 1) / R * (S / F));
+    }
     return t;
 }
 

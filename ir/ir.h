@@ -457,6 +457,7 @@ typedef struct {
     double peak[DT_COUNT];                        /* FLOP/s of non-GEMM work by dtype (0: not given) */
     double peak_gemm[DT_COUNT];                   /* FLOP/s of GEMMs by dtype (float32: TF32 on GPUs) */
     double gemm_eff, mem_bw, mem_eff, op_overhead;
+    double attn_eff;                              /* fused attention's share of the GEMM peak (default gemm_eff) */
     double overlap;                               /* 1: collectives run beside the compute; 0: inside it */
     double intra_bw, intra_lat, inter_bw, inter_lat; /* collectives: bus bandwidth, latency per ring step */
     double rs_intra_bw, rs_intra_lat, rs_inter_bw, rs_inter_lat; /* reductions' (default: the same) */

@@ -6,7 +6,10 @@
  *   - the forward pass is cut into one segment per unit: unit u's segment
  *     runs from the first forward node that reads one of u's parameters up
  *     to the next unit's first such node (the nodes before the first unit
- *     belong to none);
+ *     belong to none); a parameter-free lead-in that only u's segment reads
+ *     and that reads only what crosses into u's segment anyway (an RMSNorm
+ *     written as Mul, ReduceMean, Add, Sqrt, Div before its weight's Mul)
+ *     joins u's segment, so the boundary is the block's input alone;
  *   - an activation produced in u's segment and read by the backward is no
  *     longer kept from forward to backward: its producer, and what the
  *     producer needs from the segment, are cloned ("NAME@recompute") into
@@ -81,6 +84,111 @@ static int producer_in(const Rc *r, int v) /* forward producer of v, -1 */
     return p >= 0 && p < r->nfwd ? p : -1;
 }
 
+/* may forward node n move into the segment its readers are in? (it reads no
+ * parameter and is a plain computation) */
+static int movable(const Graph *g, const Node *n)
+{
+    if (n->nout == 0 || (op_info[n->op].flags & (F_COLL | F_OPT)) || n->op == OP_Assign || n->op == OP_Free ||
+        n->op == OP_Wait)
+        return 0;
+    for (int j = 0; j < n->nin; j++)
+        if (is_param(g, n->in[j]))
+            return 0;
+    return 1;
+}
+
+/* the forward readers of every value, as CSR: value v's readers are
+ * rd[off[v]] .. rd[off[v + 1] - 1] */
+static void forward_readers(const Rc *r, int **off_out, int **rd_out)
+{
+    const Graph *g = r->g;
+    int *off = ir_alloc(sizeof(int) * (size_t)(g->nval + 1)), *fill = ir_alloc(sizeof(int) * (size_t)g->nval);
+    for (int i = 0; i < r->nfwd; i++)
+        for (int j = 0; j < g->node[i].nin; j++)
+            if (g->node[i].in[j] >= 0)
+                off[g->node[i].in[j] + 1]++;
+    for (int v = 0; v < g->nval; v++)
+        off[v + 1] += off[v];
+    int *rd = ir_alloc(sizeof(int) * (size_t)(off[g->nval] + 1));
+    for (int i = 0; i < r->nfwd; i++)
+        for (int j = 0; j < g->node[i].nin; j++) {
+            int v = g->node[i].in[j];
+            if (v >= 0)
+                rd[off[v] + fill[v]++] = i;
+        }
+    *off_out = off;
+    *rd_out = rd;
+}
+
+/* may candidate node i (moving into segment s = to[i]) move? every forward reader of its outputs is in s after
+ * the move, and every input it reads is a parameter or constant, made by a candidate moving into s too, or read
+ * by a node that is in s without moving (it crosses into s anyway) */
+static int lead_in_ok(const Rc *r, int i, const int *to, const int *off, const int *rd)
+{
+    const Graph *g = r->g;
+    const Node *n = &g->node[i];
+    int s = to[i];
+    for (int k = 0; k < n->nout; k++)
+        for (int e = n->out[k] < 0 ? 0 : off[n->out[k]]; n->out[k] >= 0 && e < off[n->out[k] + 1]; e++)
+            if ((to[rd[e]] >= 0 ? to[rd[e]] : r->seg[rd[e]]) != s)
+                return 0;
+    for (int j = 0; j < n->nin; j++) {
+        int v = n->in[j], p = producer_in(r, v), crosses = p < 0 || to[p] == s;
+        for (int e = v < 0 ? 0 : off[v]; v >= 0 && !crosses && e < off[v + 1]; e++)
+            crosses = to[rd[e]] < 0 && r->seg[rd[e]] == s;
+        if (!crosses)
+            return 0;
+    }
+    return 1;
+}
+
+/* a unit's lead-in: the parameter-free nodes before its first parameter read
+ * that only its own segment reads in the forward (an RMSNorm written as Mul,
+ * ReduceMean, Add, Sqrt, Div before its weight's Mul) join that segment when
+ * what they read crosses into it anyway: the checkpoint boundary is then the
+ * block's input, as PyTorch's checkpoint of the block has it, not the
+ * chain's output saved beside that input (one more [B, T, D] kept per
+ * block).  Candidates are found walking back from the forward's end, so that
+ * chains move whole; a candidate whose move would save something new (its
+ * inputs would cross) is dropped, until none is. */
+static void lead_in(Rc *r)
+{
+    Graph *g = r->g;
+    enum { NONE = -2, MIXED = -3 };
+    int *rseg = ir_alloc(sizeof(int) * (size_t)g->nval); /* value: the segment of its forward readers */
+    int *to = ir_alloc(sizeof(int) * (size_t)(r->nfwd + 1)); /* node: the segment it moves into, -1 */
+    for (int v = 0; v < g->nval; v++)
+        rseg[v] = NONE;
+    for (int i = r->nfwd - 1; i >= 0; i--) {
+        const Node *n = &g->node[i];
+        int s = NONE;
+        for (int k = 0; k < n->nout && s != MIXED; k++) {
+            int o = n->out[k];
+            s = o < 0 || rseg[o] == NONE ? s : s == NONE || s == rseg[o] ? rseg[o] : MIXED;
+        }
+        to[i] = s >= 0 && s != r->seg[i] && movable(g, n) ? s : -1;
+        int si = to[i] >= 0 ? to[i] : r->seg[i];
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (v >= 0)
+                rseg[v] = rseg[v] == NONE || rseg[v] == si ? si : MIXED;
+        }
+    }
+    int *off, *rd;
+    forward_readers(r, &off, &rd);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < r->nfwd; i++)
+            if (to[i] >= 0 && !lead_in_ok(r, i, to, off, rd)) {
+                to[i] = -1;
+                changed = 1;
+            }
+    }
+    for (int i = 0; i < r->nfwd; i++)
+        if (to[i] >= 0)
+            r->seg[i] = to[i];
+}
+
 /* the unit segments: each forward node belongs to the unit whose first
  * parameter read is the last one at or before it */
 static void find_segments(Rc *r)
@@ -105,6 +213,7 @@ static void find_segments(Rc *r)
                 r->seg[i] = u;
             }
     }
+    lead_in(r);
 }
 
 /* per unit: the buffer the backward reads its parameters from, that

@@ -139,6 +139,16 @@ close(r["mfu"], r["tflops_per_device"] / 1.0, 1e-12, "MFU against the 1 TFLOP/s 
 # gemm_efficiency scales the GEMM term
 r2, _ = report(MM, 1, profile("half", peak_tflops_f32=1, gemm_efficiency=0.5))
 close(r2["compute_s"], 2 * r["compute_s"], 1e-6, "gemm_efficiency 0.5 doubles the compute time")
+# attention_efficiency scales the fused attention's term alone (default: gemm_efficiency): the demo GPT, compute-bound
+GPT = [os.path.join(examples, "gpt.onnx"), "--loss", "cross_entropy:logits,labels", "--dim", "batch=8"]
+cb = dict(peak_tflops_f32=1e-3, mem_bw_gbs=1e12)
+t = {(ge, ae): report(GPT, 1, profile("attn_%g_%g" % (ge, ae), gemm_efficiency=ge, **cb, **(
+    {"attention_efficiency": ae} if ae else {})))[0]["compute_s"] for ge, ae in ((1, 0), (1, 1), (0.5, 1), (1, 0.5),
+                                                                                 (0.5, 0.5))}
+close(t[1, 0], t[1, 1], 1e-12, "attention_efficiency defaults to gemm_efficiency")
+check(t[1, 0.5] > t[1, 1] * 1.01, "attention_efficiency 0.5: compute %g s, %g s at 1" % (t[1, 0.5], t[1, 1]))
+close(t[0.5, 0.5] - t[1, 1], (t[0.5, 1] - t[1, 1]) + (t[1, 0.5] - t[1, 1]), 1e-6,
+      "gemm_efficiency and attention_efficiency scale disjoint parts of the step")
 
 
 def units(text):
@@ -164,7 +174,8 @@ S = 4 * K * N  # the flat float32 buffer (K N divides by 2 and 4: no padding)
 r, _ = report(MM + ["--shard", "hybrid:2"], 4,
               profile("nodes", devices_per_node=2, intra_busbw_gbs=1, inter_busbw_gbs=0.5, **fast))
 inside = (S / 2 + S / 2) / 1e9                      # gather + reduce-scatter in the group of 2: (F-1)/F S each
-across = 2 * (2 - 1) / 2 * (S / 2) / 0.5e9          # the shard all-reduced over the 2 replicas, across nodes
+# the shard all-reduced over the 2 replicas, across nodes: both ranks of a node at once, sharing the node's link
+across = 2 * (2 * (2 - 1) / 2 * (S / 2)) / 0.5e9
 close(r["comm_s"], inside + across + loss_ar / 0.5e9, 1e-9, "hybrid:2: group inside a node, replicas across")
 check(r["strategy"] == "hybrid:2", "the build's strategy: %s" % r["strategy"])
 
@@ -225,7 +236,8 @@ def text_profile(name, body):
 
 
 good = open(profile("good"), "rb").read()
-bad(["--report", "--hw", "tpu-v9"], r"--hw tpu-v9: no such profile \(shipped: a100-roce, h100-ib")
+bad(["--report", "--hw", "tpu-v9"],
+    r"--hw tpu-v9: no such profile \(shipped: a100-400g, a100-roce, a100-roce1600, h100-800g, h100-ib;")
 bad(["--report", "--hw", os.path.join(work, "absent.hw")], r"absent\.hw.*No such file")
 bad(["--report", "--hw", text_profile("k.hw", good + b"peak_tflops_f33 1\n")], r"unknown key 'peak_tflops_f33'")
 bad(["--report", "--hw", text_profile("d.hw", good + b"mem_bw_gbs 3\n")], r"'mem_bw_gbs' given twice")

@@ -19,7 +19,10 @@ Cases: a GPT (examples/gpt.py: 2 layers, d 32, T 16, tied head) with --wrap bloc
 and --wrap size:9000 under --shard full, grad_op, none, hybrid:2 at world 1 and
 2, --precision bf16 (full, grad_op), --freeze; the same GPT with dropout 0.1 in
 training mode (its losses differ from the dropout-0 model's: the masks act, and
-the recomputed masks are the forward's: Dropout nodes are cloned); a ResNet-18
+the recomputed masks are the forward's: Dropout nodes are cloned); a Llama-shaped
+model (scripts/shaped_model.py: RMSNorm as Mul, ReduceMean, Add, Sqrt, Div, rotary, grouped-query
+attention) under units and selective, whose blocks' ln_1 RMSNorm chains are recomputed with their blocks (the
+checkpoint boundary is the block's input, not the chain's output saved beside it); a ResNet-18
 (torchvision, BatchNorm in training mode: the running statistics, written by
 Assign nodes that are never cloned, are exported equal); the shipped MLP,
 where every activation the backward reads is a unit's input or the root's, so
@@ -93,9 +96,10 @@ def case(fsdpc, work, tag, model, flags, world, data, expect_saving=True, mode="
     (l0, m0, w0, a0, s0, r0, p0), (l1, m1, w1, a1, s1, r1, p1) = res["none"], res[mode]
     check(l0 == l1, "%s: losses with recompute %s differ from without %s" % (tag, l1, l0))
     check(w0.keys() == w1.keys(), "%s: exported tensors differ" % tag)
-    for k in w0:
-        check(w0[k].dtype == w1[k].dtype and np.array_equal(w0[k], w1[k]),
-              "%s: exported %s differs with recompute (max |d| %.3g)" % (tag, k, np.max(np.abs(w0[k] - w1[k]))))
+    for k in w0:  # (the difference in float64: a bool initializer, a causal mask, has no subtraction)
+        same = w0[k].dtype == w1[k].dtype and np.array_equal(w0[k], w1[k])
+        check(same, "%s: exported %s differs with recompute (max |d| %.3g)" % (tag, k, 0 if same else np.max(
+            np.abs(w0[k].astype(np.float64) - w1[k].astype(np.float64)))))
     for after, x, y in (("recompute", r0, r1), ("memplan", p0, p1)):
         g0, g1 = count(x, r"= AllGather "), count(y, r"= AllGather ")
         check(g0 == g1, "%s: %d AllGather nodes after %s with recompute, %d without" % (tag, g1, after, g0))
@@ -164,6 +168,24 @@ def main():
         ref = ref or losses
     nodrop = read_metrics(J("gpt_blocks_full_w2_none.jsonl"))[0]
     check(all(a != b for a, b in zip(ref, nodrop)), "dropout 0.1 trains as dropout 0: %s vs %s" % (ref, nodrop))
+
+    # a Llama-shaped model (scripts/shaped_model.py: RMSNorm written as Mul, ReduceMean, Add, Sqrt, Div before its
+    # weight's Mul; rotary, grouped-query attention): a block's checkpoint boundary is its input, so the RMSNorm
+    # chain before the block's first parameter read is recomputed with the block, not saved beside its input.
+    # (Its GELU MLP, not SwiGLU: a forward Sigmoid fused with its Muls and the unfused Sigmoid of its clone differ
+    # in the last bits today, so SwiGLU under recompute is not bit-identical; left open.)
+    run([sys.executable, os.path.join(ROOT, "scripts", "shaped_model.py"), J("llama.onnx"), "--layers", "2", "--embd",
+         "32", "--heads", "4", "--kv-heads", "2", "--block", "16", "--vocab", "64", "--batch", "6", "--norm", "rms",
+         "--pos", "rotary", "--no-bias", "--untied", "--data", "random"])
+    for mode in ("units", "selective"):
+        _, _, _, _, ir = case(fsdpc, work, "llama_blocks_full_w2", J("llama.onnx"), gpt + ["--wrap", "blocks"], 2,
+                              tokens, mode=mode)
+        blocks = [i for i in (0, 1) if re.search(r'"transformer\.h\.%d\.\S+@recompute"$' % i, ir, re.M)]
+        check(0 in blocks, "llama %s: block 0 not recomputed" % mode)
+        for i in blocks:  # (the last block may be left out: its backward follows its forward at once)
+            check(re.search(r'"transformer\.h\.%d\.ln_1/Div_\d+@recompute"$' % i, ir, re.M),
+                  "llama %s: block %d's RMSNorm (ln_1/Div) is not recomputed: saved beside the block's input"
+                  % (mode, i))
 
     # ResNet-18: BatchNorm in training mode (running statistics exported)
     export_resnet(J("resnet.onnx"))

@@ -2,7 +2,8 @@
 
 usage: weightless.py FSDPC WORKDIR [--no-rss]
 
-Models from scripts/shaped_model.py (a nanoGPT-shaped transformer, every initializer external data in one file).
+Models from scripts/shaped_model.py (a nanoGPT-shaped transformer, every initializer external data in one file:
+--mask buffer, nanoGPT's float mask buffer among them).
 
 (a) A GPT-3-175B-shaped model (96 layers, d 12288, 96 heads, T 2048, vocab 50257, batch 1) whose data file does not
     exist: `--report --world 512 --target cuda --precision bf16 --recompute units --wrap blocks` succeeds within
@@ -40,7 +41,7 @@ MB = 1e6
 def shaped(path, layers, embd, heads, block, batch, vocab, data):
     run([sys.executable, os.path.join(HERE, "..", "..", "scripts", "shaped_model.py"), path, "--layers", str(layers),
          "--embd", str(embd), "--heads", str(heads), "--block", str(block), "--batch", str(batch), "--vocab",
-         str(vocab)] + (["--data", data] if data else ["--no-data"]))
+         str(vocab), "--mask", "buffer"] + (["--data", data] if data else ["--no-data"]))
 
 
 def measured(cmd):
