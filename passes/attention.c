@@ -133,6 +133,8 @@ static int bias_layout(const Shape *bs, const Shape *ys, int lr, int64_t t, int6
     return 1;
 }
 
+enum { REP_NODES = 8 }; /* a repeat_kv's Reshape, Expand, Unsqueeze (or Reshape) and Identities between them */
+
 typedef struct {
     int softmax, scale_node, mask_node, first, last; /* node ids (-1: absent) */
     int guard[4];                                    /* Where (pre, post), ReduceMax, Equal of the guard */
@@ -146,7 +148,7 @@ typedef struct {
     double scale;
     int64_t nbias, brep;
     int64_t kvrep;     /* query problem b reads K/V problem b / kvrep */
-    int rep[2][3];     /* kt's and v's repeat_kv nodes (Reshape, Expand, Unsqueeze or Reshape), -1: none */
+    int rep[2][REP_NODES]; /* kt's and v's repeat_kv nodes, outermost first (-1 after the last) */
     int zero_rows;     /* the guard matched */
 } Chain;
 
@@ -363,24 +365,38 @@ static int scaled_operand(const Graph *g, const int *reader, int v, int r, doubl
     return x;
 }
 
+/* v's producer after any Identities (a dynamo export's clone), when it is op or alt: its id, appended to rn
+ * (holding *n of REP_NODES) after the Identities'; else -1 */
+static int producer_through(const Graph *g, int v, Op op, Op alt, int *rn, int *n)
+{
+    int p;
+    while ((p = g->val[v].producer) >= 0 && g->node[p].op == OP_Identity && *n < REP_NODES - 1)
+        rn[(*n)++] = p, v = g->node[p].in[0];
+    if (p < 0 || (g->node[p].op != op && g->node[p].op != alt) || *n >= REP_NODES - 1)
+        return -1;
+    rn[(*n)++] = p;
+    return p;
+}
+
 /* Is x (rank r) Hugging Face's repeat_kv of a k:
  *   u = Unsqueeze(k, axes [a + 1]) or Reshape(k)   [L.., h, 1, X, Y]   (k [L.., h, X, Y])
  *   e = Expand(u)                                  [L.., h, rep, X, Y]
  *   x = Reshape(e)                                 [L.., h rep, X, Y]
- * (as opset 23's Attention expands its kv_num_heads too: passes/expand.c attn_repeat), so that x's element
- * [.., i, ..] on axis a is k's [.., i / rep, ..]?  Then k, and the three nodes in rn (outermost first); else x. */
-static int unrepeat(const Graph *g, int x, int r, int rn[3])
+ * (Identities between them: a dynamo export's clone; opset 23's Attention expands its kv_num_heads so too:
+ * passes/expand.c attn_repeat), so that x's element [.., i, ..] on axis a is k's [.., i / rep, ..]?  Then k, and
+ * its nodes in rn (outermost first, then -1); else x. */
+static int unrepeat(const Graph *g, int x, int r, int rn[REP_NODES])
 {
-    const int p1 = g->val[x].producer, e = p1 >= 0 && g->node[p1].op == OP_Reshape ? g->node[p1].in[0] : -1;
-    const int p2 = e >= 0 ? g->val[e].producer : -1;
-    if (p2 < 0 || g->node[p2].op != OP_Expand || g->val[e].shape.rank != r + 1)
-        return x;
-    const int u = g->node[p2].in[0], p3 = g->val[u].producer;
-    if (p3 < 0 || (g->node[p3].op != OP_Unsqueeze && g->node[p3].op != OP_Reshape))
+    int n = 0, nodes[REP_NODES];
+    const int p1 = producer_through(g, x, OP_Reshape, OP_Reshape, nodes, &n);
+    const int p2 = p1 >= 0 ? producer_through(g, g->node[p1].in[0], OP_Expand, OP_Expand, nodes, &n) : -1;
+    const int e = p2 >= 0 ? g->node[p2].out[0] : -1, u = p2 >= 0 ? g->node[p2].in[0] : -1;
+    const int p3 = u >= 0 ? producer_through(g, u, OP_Unsqueeze, OP_Reshape, nodes, &n) : -1;
+    if (p3 < 0)
         return x;
     const int k = g->node[p3].in[0];
     const Shape *xs = &g->val[x].shape, *es = &g->val[e].shape, *us = &g->val[u].shape, *ks = &g->val[k].shape;
-    if (us->rank != r + 1 || ks->rank != r || g->val[k].dtype != g->val[x].dtype)
+    if (es->rank != r + 1 || us->rank != r + 1 || ks->rank != r || g->val[k].dtype != g->val[x].dtype)
         return x;
     for (int a = 0; a + 2 < r; a++) { /* the axis repeated: a of x and k, a, a + 1 of e and u */
         int fits = us->dim[a + 1] == 1 && es->dim[a] * es->dim[a + 1] == xs->dim[a];
@@ -389,7 +405,7 @@ static int unrepeat(const Graph *g, int x, int r, int rn[3])
             fits = ks->dim[d] == es->dim[de] && us->dim[de] == es->dim[de] && (d == a || es->dim[de] == xs->dim[d]);
         }
         if (fits) {
-            rn[0] = p1, rn[1] = p2, rn[2] = p3;
+            memcpy(rn, nodes, sizeof(int) * (size_t)n);
             return k;
         }
     }
@@ -659,8 +675,8 @@ void pass_attention(Graph *g)
         if (band)
             drop_unread(g, reader, drop, c.mask >= 0 ? c.mask : c.bias);
         drop[c.last] = 1; /* replaced: v's repeat below is unread then */
-        for (int a = 0; a < 2; a++) /* repeat_kv's Reshape, Expand, Unsqueeze, when only the chain read them */
-            for (int j = 0; j < 3 && c.rep[a][j] >= 0; j++) {
+        for (int a = 0; a < 2; a++) /* repeat_kv's nodes, when only the chain read them */
+            for (int j = 0; j < REP_NODES && c.rep[a][j] >= 0; j++) {
                 const int rd = only_reader(g, reader, g->node[c.rep[a][j]].out[0]);
                 if (rd < 0 || !drop[rd])
                     break;

@@ -367,8 +367,8 @@ def gqa_attention_cases(c):
     """Grouped-query and multi-query attention, which passes/attention.c fuses with the K/V heads read in place
     (kvrep): q [2,4,4,5] against k [2,2,6,5], v [2,2,6,4] repeated by Hugging Face's repeat_kv (Unsqueeze,
     Expand, Reshape) under a causal mask; k [2,1,6,5], v [2,1,6,4] broadcast over the 4 heads by the MatMuls
-    (Falcon's multi-query) with a padding bias per batch; and repeat_kv with a learned bias per query head (its
-    dbias summed across the K/V groups)"""
+    (Falcon's multi-query) with a padding bias per batch; and repeat_kv with a clone (Identity, as dynamo exports
+    Qwen2's) and a learned bias per query head (its dbias summed across the K/V groups)"""
     causal = np.triu(np.ones((4, 6), np.bool_), k=3)[None, None]
     pad = rng.random((2, 1, 4, 6)) < 0.3
     pad[..., 0] = False  # every row sees something
@@ -376,15 +376,16 @@ def gqa_attention_cases(c):
     shapes = {"ax2": i64("ax2", [2]), "e5": i64("e5", [2, 2, 2, 6, 5]), "r5": i64("r5", [2, 4, 6, 5]),
               "e4": i64("e4", [2, 2, 2, 6, 4]), "r4": i64("r4", [2, 4, 6, 4])}
 
-    def repeat_kv(x, d):  # x [2,2,6,d] -> x + "R" [2,4,6,d]
-        return [node("Unsqueeze", [x, "ax2"], [x + "u"]), node("Expand", [x + "u", "e%d" % d], [x + "e"]),
-                node("Reshape", [x + "e", "r%d" % d], [x + "R"])]
+    def repeat_kv(x, d, clone=False):  # x [2,2,6,d] -> x + "R" [2,4,6,d]
+        return [node("Unsqueeze", [x, "ax2"], [x + "u"]), node("Expand", [x + "u", "e%d" % d], [x + "e"])] + (
+            [node("Identity", [x + "e"], [x + "c"])] if clone else []) + [
+            node("Reshape", [x + ("c" if clone else "e"), "r%d" % d], [x + "R"])]
 
     def ref(w, bias, rep=2):
         k, v = np.repeat(w["K"], rep, axis=1), np.repeat(w["V"], rep, axis=1)
         return softmax(w["Q"] @ k.transpose(0, 1, 3, 2) / np.sqrt(5.0) + bias, -1) @ v
-    head = repeat_kv("K", 5) + repeat_kv("V", 4) + [node("Transpose", ["KR"], ["KT"], perm=[0, 1, 3, 2]),
-                                                    node("MatMul", ["Q", "KT"], ["S0"])]
+    scores = [node("Transpose", ["KR"], ["KT"], perm=[0, 1, 3, 2]), node("MatMul", ["Q", "KT"], ["S0"])]
+    head = repeat_kv("K", 5) + repeat_kv("V", 4) + scores
     tail = [node("Softmax", ["S2"], ["P"], axis=-1), node("MatMul", ["P", "VR"], ["Y"])]
     gqa = {"Q": r(2, 4, 4, 5), "K": r(2, 2, 6, 5), "V": r(2, 2, 6, 4), **shapes}
     c["Attention_fused_gqa_repeat_causal"] = (
@@ -401,7 +402,7 @@ def gqa_attention_cases(c):
          "neg": const("neg", -30.0), "M": numpy_helper.from_array(pad, "M")},
         lambda w: ref(w, pad * -30.0, 1))
     c["Attention_fused_gqa_learned_bias"] = (
-        head + [node("Mul", ["S0", "c"], ["S1"]), node("Add", ["S1", "PB"], ["S2"])] + tail,
+        repeat_kv("K", 5, True) + repeat_kv("V", 4, True) + scores + [node("Mul", ["S0", "c"], ["S1"]), node("Add", ["S1", "PB"], ["S2"])] + tail,
         {**gqa, "c": const("c", 1 / np.sqrt(5.0)), "PB": r(4, 4, 6)},
         lambda w: ref(w, w["PB"]))
 
