@@ -138,6 +138,8 @@ ENUMS(SAME_ENUM)
 static_assert(KC_ATTN_KROW_BIT == K_ATTN_KROW && KC_ATTN_ZERO_BIT == K_ATTN_ZERO && KC_ATTN_CAUSAL_BIT == K_ATTN_CAUSAL &&
                   KC_ATTN_WINDOW_SHIFT == K_ATTN_WINDOW_SHIFT,
               "attention flags");
+/* ... and below kvrep in KDims' flags slot (launch.c attn_dims) */
+static_assert(K_ATTN_WINDOW_MAX << K_ATTN_WINDOW_SHIFT <= (int64_t)1 << (KC_ATTN_KVREP_SHIFT - 1), "attention window");
 
 /* ---- the runtime's side, emulated --------------------------------------------------- */
 

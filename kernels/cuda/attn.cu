@@ -76,13 +76,12 @@
 #define KC_ATTN_NBIAS 5
 #define KC_ATTN_BREP 6
 /* K_ATTN_KROW | K_ATTN_ZERO | K_ATTN_CAUSAL | window << K_ATTN_WINDOW_SHIFT (kernels.h) in the low 32 bits,
- * kvrep - 1 in the high ones (KDims has no ninth slot; 0 there: every problem its own K and V) */
+ * kvrep - 1 from KC_ATTN_KVREP_SHIFT (kc.h) on (KDims has no ninth slot; 0 there: each problem its own K, V) */
 #define KC_ATTN_FLAGS 7
 #define KC_ATTN_KROW_BIT 1
 #define KC_ATTN_ZERO_BIT 2
 #define KC_ATTN_CAUSAL_BIT 4
 #define KC_ATTN_WINDOW_SHIFT 8
-#define KC_ATTN_KVREP_SHIFT 32
 
 /* ---- element types ------------------------------------------------------- */
 
@@ -334,7 +333,7 @@ KC_DEV AttnBand attn_band(const KDims &p, int64_t q0, int64_t k0, bool keys_rows
 {
     const int64_t f = p.d[KC_ATTN_FLAGS];
     return AttnBand{(f & KC_ATTN_CAUSAL_BIT) != 0, p.d[KC_ATTN_S] - p.d[KC_ATTN_T],
-                    (f & 0xffffffff) >> KC_ATTN_WINDOW_SHIFT, q0, k0, keys_rows};
+                    (f & (((int64_t)1 << KC_ATTN_KVREP_SHIFT) - 1)) >> KC_ATTN_WINDOW_SHIFT, q0, k0, keys_rows};
 }
 
 /* The bias of this thread's entries of a tile into bt (rows ty R + i, columns

@@ -441,7 +441,7 @@ static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t d
         die("k_attention", "kvrep below 1, or not dividing the problems");
     memset(&p, 0, sizeof p);
     p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep;
-    p.d[7] = (int64_t)(uint32_t)flags | (kvrep - 1) << 32; /* attn.cu's KC_ATTN_FLAGS */
+    p.d[7] = (int64_t)(uint32_t)flags | (kvrep - 1) << KC_ATTN_KVREP_SHIFT; /* attn.cu's KC_ATTN_FLAGS */
     return p;
 }
 
@@ -461,7 +461,7 @@ static AttnGrid attn_grid(const KDims *p, int h)
     const int64_t batch = p->d[0], t = p->d[1], s = p->d[2], d = p->d[3], dv = p->d[4];
     const int64_t bm = KC_ATTN_BM / h, dk = KC_ATTN_DK / h, kbm = KC_ATTN_KBM / h;
     const int64_t tiles = (t + bm - 1) / bm, nkd = (d + dk - 1) / dk, nvd = (dv + dk - 1) / dk;
-    const int64_t kvrep = (p->d[7] >> 32) + 1; /* the kv kernel's unit: a K/V problem */
+    const int64_t kvrep = (p->d[7] >> KC_ATTN_KVREP_SHIFT) + 1; /* the kv kernel's unit: a K/V problem */
     AttnGrid g = {attn_blocks(batch * tiles * nvd), attn_blocks(batch * tiles * nkd),
                   attn_blocks(batch / kvrep * ((s + kbm - 1) / kbm) * (nkd > nvd ? nkd : nvd))};
     return g;
