@@ -51,7 +51,7 @@ typedef struct {
 #define KC_ATTN_DK 64
 #define KC_ATTN_KBM 64
 /* KDims' flags slot of the attention kernels (attn.cu KC_ATTN_FLAGS): the flags in the low 32 bits, kvrep - 1
- * (query problem b reads K/V problem b / kvrep) from this bit on */
+ * (query problem b reads K/V problem b / kvrep) from this bit on (mirrored in common.cuh) */
 #define KC_ATTN_KVREP_SHIFT 32
 
 /* kernel ids, in kernels.def order */
