@@ -221,8 +221,9 @@ static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
 
 /* ---- fused attention ------------------------------------------------------ */
 
-/* FusedAttention and its gradient: the problems (q's leading dims) and t, s, d, dv from the shapes; the kernel
- * of q's dtype (bf16 / f16: 16-bit q, kt, v under --precision, everything else float32) */
+/* FusedAttention and its gradient: the problems (q's leading dims; kt and v hold batch / kvrep) and t, s, d, dv
+ * from the shapes; the kernel of q's dtype (bf16 / f16: 16-bit q, kt, v under --precision, everything else
+ * float32) */
 static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
 {
     const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
@@ -235,11 +236,11 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
     int64_t batch = 1;
     for (int d = 0; d < r - 2; d++)
         batch *= qs->dim[d];
-    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s", (long long)batch,
+    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s", (long long)batch,
                               (long long)qs->dim[r - 2], (long long)vs->dim[r - 2], (long long)qs->dim[r - 1],
                               (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
-                              (long long)ir_attr_i(n, "brep", 1), ir_attr_f(n, "scale", 1.0),
-                              P(g, n->out[grad ? 3 : 2]));
+                              (long long)ir_attr_i(n, "brep", 1), (long long)ir_attr_i(n, "kvrep", 1),
+                              ir_attr_f(n, "scale", 1.0), P(g, n->out[grad ? 3 : 2]));
     if (!grad)
         cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(g, n->out[0]),
                P(g, n->out[1]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias), dims);

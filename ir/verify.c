@@ -65,6 +65,20 @@ static void check_waits(const Graph *g, const char *after)
     }
 }
 
+/* FusedAttention's problems (passes/attention.c): q holds kvrep times as many (its leading dims' product) as kt and
+ * v, which hold the same number (grouped-query attention reads K/V problem b / kvrep in place) */
+static void check_attention_problems(const Graph *g, const Node *n, const int *qkv, const char *after)
+{
+    int64_t p[3] = {1, 1, 1};
+    for (int i = 0; i < 3; i++) /* the product of the leading dims (rank 3 or more: the pass's) */
+        for (int d = 0; d + 2 < g->val[qkv[i]].shape.rank; d++)
+            p[i] *= g->val[qkv[i]].shape.dim[d];
+    const int64_t kvrep = ir_attr_i(n, "kvrep", 1);
+    if (kvrep < 1 || p[1] != p[2] || p[1] * kvrep != p[0])
+        die("after %s: %s '%s' has %lld query problems against %lld and %lld K/V ones (kvrep %lld)", after,
+            op_info[n->op].name, n->name, (long long)p[0], (long long)p[1], (long long)p[2], (long long)kvrep);
+}
+
 void ir_verify(const Graph *g, const char *after)
 {
     static const char *untyped[] = {"frontend", "fold", NULL};
@@ -107,6 +121,7 @@ void ir_verify(const Graph *g, const char *after)
             const int *qkv = n->in + (n->op == OP_FusedAttentionGrad);
             if (g->val[qkv[1]].dtype != g->val[qkv[0]].dtype || g->val[qkv[2]].dtype != g->val[qkv[0]].dtype)
                 die("after %s: %s '%s' has q, kt, v of two dtypes", after, oi->name, n->name);
+            check_attention_problems(g, n, qkv, after);
         }
         for (int j = 2; n->op == OP_MatMulAdd && j < 4; j++)
             if (n->in[j] >= 0 && g->val[n->in[j]].dtype != g->val[n->out[n->nout - 1]].dtype) /* (its scratch's) */

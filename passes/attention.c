@@ -43,8 +43,22 @@
  *           --report may run, the band stays a tensor and such a plan can
  *           be larger than a compile's).
  *
- * Conditions: float32 or float64 throughout; q, kt, v with the same leading
- * dims L (the problems; no broadcasting between them); a bias whose leading
+ * Grouped-query and multi-query attention (Llama 3, Mistral, Qwen2, Falcon:
+ * fewer key/value heads than query heads) is fused without the repeated
+ * K/V: where kt or v is Hugging Face's repeat_kv (unrepeat: Unsqueeze or
+ * Reshape, Expand, Reshape; opset 23's Attention expands its kv_num_heads
+ * so too) the node reads the un-repeated k, and where kt and v broadcast
+ * over the heads (Falcon's [B, 1, T, D] against [B, H, T, D] in the
+ * MatMuls) it reads them as they are: attr kvrep, query problem b reading
+ * K/V problem b / kvrep (kv_layout).  The repeat's nodes are dropped when
+ * nothing else reads them, so neither the [B, H, T, D] copies nor their
+ * gradients exist; the backward sums each K/V problem's gradient over its
+ * kvrep query problems (kernels/c/attn_impl.h, kernels/cuda/attn.cu).
+ *
+ * Conditions: float32 or float64 throughout; q's leading dims L (the
+ * problems); kt's and v's (both alike) L, or L up to one dim that theirs
+ * divides (a repeat_kv's heads, or 1), then 1s (no other broadcasting: the
+ * MatMul's output has L); a bias whose leading
  * dims, right-aligned against L, are 1s, then L's own, then 1s (so problem
  * b reads bias (b / brep) % nbias: a causal mask [1, 1, t, s], a padding
  * mask [B, 1, t, s] or a per-head bias); MatMuls without transA (the second
@@ -119,6 +133,8 @@ static int bias_layout(const Shape *bs, const Shape *ys, int lr, int64_t t, int6
     return 1;
 }
 
+enum { REP_NODES = 8 }; /* a repeat_kv's Reshape, Expand, Unsqueeze (or Reshape) and Identities between them */
+
 typedef struct {
     int softmax, scale_node, mask_node, first, last; /* node ids (-1: absent) */
     int guard[4];                                    /* Where (pre, post), ReduceMax, Equal of the guard */
@@ -131,7 +147,9 @@ typedef struct {
     int cast[4], ncast;                              /* Casts to the same dtype after the Softmax */
     double scale;
     int64_t nbias, brep;
-    int zero_rows; /* the guard matched */
+    int64_t kvrep;     /* query problem b reads K/V problem b / kvrep */
+    int rep[2][REP_NODES]; /* kt's and v's repeat_kv nodes, outermost first (-1 after the last) */
+    int zero_rows;     /* the guard matched */
 } Chain;
 
 static int is_zero(const Graph *g, int v)
@@ -347,6 +365,81 @@ static int scaled_operand(const Graph *g, const int *reader, int v, int r, doubl
     return x;
 }
 
+/* v's producer after any Identities (a dynamo export's clone), when it is op or alt: its id, appended to rn
+ * (holding *n of REP_NODES) after the Identities'; else -1 */
+static int producer_through(const Graph *g, int v, Op op, Op alt, int *rn, int *n)
+{
+    int p;
+    while ((p = g->val[v].producer) >= 0 && g->node[p].op == OP_Identity && *n < REP_NODES - 1)
+        rn[(*n)++] = p, v = g->node[p].in[0];
+    if (p < 0 || (g->node[p].op != op && g->node[p].op != alt) || *n >= REP_NODES - 1)
+        return -1;
+    rn[(*n)++] = p;
+    return p;
+}
+
+/* Is x (rank r) Hugging Face's repeat_kv of a k:
+ *   u = Unsqueeze(k, axes [a + 1]) or Reshape(k)   [L.., h, 1, X, Y]   (k [L.., h, X, Y])
+ *   e = Expand(u)                                  [L.., h, rep, X, Y]
+ *   x = Reshape(e)                                 [L.., h rep, X, Y]
+ * (Identities between them: a dynamo export's clone; opset 23's Attention expands its kv_num_heads so too:
+ * passes/expand.c attn_repeat), so that x's element [.., i, ..] on axis a is k's [.., i / rep, ..]?  Then k, and
+ * its nodes in rn (outermost first, then -1); else x. */
+static int unrepeat(const Graph *g, int x, int r, int rn[REP_NODES])
+{
+    int n = 0, nodes[REP_NODES];
+    const int p1 = producer_through(g, x, OP_Reshape, OP_Reshape, nodes, &n);
+    const int p2 = p1 >= 0 ? producer_through(g, g->node[p1].in[0], OP_Expand, OP_Expand, nodes, &n) : -1;
+    const int e = p2 >= 0 ? g->node[p2].out[0] : -1, u = p2 >= 0 ? g->node[p2].in[0] : -1;
+    const int p3 = u >= 0 ? producer_through(g, u, OP_Unsqueeze, OP_Reshape, nodes, &n) : -1;
+    if (p3 < 0)
+        return x;
+    const int k = g->node[p3].in[0];
+    const Shape *xs = &g->val[x].shape, *es = &g->val[e].shape, *us = &g->val[u].shape, *ks = &g->val[k].shape;
+    if (es->rank != r + 1 || us->rank != r + 1 || ks->rank != r || g->val[k].dtype != g->val[x].dtype)
+        return x;
+    for (int a = 0; a + 2 < r; a++) { /* the axis repeated: a of x and k, a, a + 1 of e and u */
+        int fits = us->dim[a + 1] == 1 && es->dim[a] * es->dim[a + 1] == xs->dim[a];
+        for (int d = 0; d < r && fits; d++) {
+            const int de = d + (d > a); /* e's and u's axis of x's d */
+            fits = ks->dim[d] == es->dim[de] && us->dim[de] == es->dim[de] && (d == a || es->dim[de] == xs->dim[d]);
+        }
+        if (fits) {
+            memcpy(rn, nodes, sizeof(int) * (size_t)n);
+            return k;
+        }
+    }
+    return x;
+}
+
+/* kvs's leading dims (the K/V problems) against L, q's (rank lr): equal up to an axis a where L[a] is a multiple
+ * of kvs's (a broadcast 1, or repeat_kv's heads), 1s after it, so that query problem b reads K/V problem b /
+ * kvrep.  Its kvrep (1: the same problems), or 0 when kvs does not fit so. */
+static int64_t kv_layout(const Shape *kvs, const Shape *qs, int lr)
+{
+    int a = 0;
+    while (a < lr && kvs->dim[a] == qs->dim[a])
+        a++;
+    if (a == lr)
+        return 1;
+    if (kvs->dim[a] < 1 || qs->dim[a] % kvs->dim[a])
+        return 0;
+    for (int d = a + 1; d < lr; d++)
+        if (kvs->dim[d] != 1)
+            return 0;
+    return qs->dim[a] / kvs->dim[a] * numel_of(qs, a + 1, lr);
+}
+
+/* kvrep of keys kt and values v (rank of q, one kv_layout) against q's shape qs, or 0 */
+static int64_t kv_of(const Graph *g, int kt, int v, const Shape *qs)
+{
+    const Shape *ks = &g->val[kt].shape, *vs = &g->val[v].shape;
+    if (qs->rank < 3 || ks->rank != qs->rank || vs->rank != qs->rank)
+        return 0;
+    const int64_t kvrep = kv_layout(ks, qs, qs->rank - 2);
+    return kv_layout(vs, qs, qs->rank - 2) == kvrep ? kvrep : 0;
+}
+
 /* the chain around Softmax node i, or 0 */
 static int match(const Graph *g, const int *reader, int i, Chain *c)
 {
@@ -446,8 +539,19 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         c->qscale = g->val[c->q].producer, c->q = sq;
     if (sk >= 0)
         c->kscale = g->val[c->kt].producer, c->kt = sk;
-    /* shapes: q [L, t, d], kt [L, d, s] (krow: k [L, s, d]), v [L, s, dv], one dtype, the same L */
-    const Shape *qs = &g->val[c->q].shape, *vs = &g->val[c->v].shape;
+    /* shapes: q [L, t, d], kt [Lkv, d, s] (krow: k [Lkv, s, d]), v [Lkv, s, dv], one dtype; Lkv L's problems or
+     * fewer read in place (kv_layout: repeat_kv's heads, or MatMul's broadcast over a head dim of 1) */
+    const Shape *qs = &g->val[c->q].shape;
+    const int kt0 = c->kt, v0 = c->v;
+    c->kt = unrepeat(g, c->kt, qs->rank, c->rep[0]);
+    c->v = unrepeat(g, c->v, qs->rank, c->rep[1]);
+    if ((c->kvrep = kv_of(g, c->kt, c->v, qs)) < 1) { /* as they are, then */
+        c->kt = kt0, c->v = v0;
+        memset(c->rep, -1, sizeof c->rep);
+        if ((c->kvrep = kv_of(g, kt0, v0, qs)) < 1)
+            return 0;
+    }
+    const Shape *vs = &g->val[c->v].shape;
     Shape kts = g->val[c->kt].shape, *ks = &kts;
     if (c->krow && kts.rank >= 2) { /* as the transposed keys it stands for */
         int64_t tmp = kts.dim[kts.rank - 1];
@@ -458,7 +562,7 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
     if (r < 3 || ks->rank != r || vs->rank != r || ys->rank != r)
         return 0;
     for (int d = 0; d < r - 2; d++)
-        if (ks->dim[d] != qs->dim[d] || vs->dim[d] != qs->dim[d] || ys->dim[d] != qs->dim[d])
+        if (ys->dim[d] != qs->dim[d])
             return 0;
     if (ks->dim[r - 2] != qs->dim[r - 1] || vs->dim[r - 2] != ks->dim[r - 1])
         return 0;
@@ -545,6 +649,8 @@ void pass_attention(Graph *g)
         ir_attr_add(g, k, "nbias", A_INT)->i = c.nbias;
         ir_attr_add(g, k, "brep", A_INT)->i = c.brep;
         ir_attr_add(g, k, "krow", A_INT)->i = c.krow;
+        if (c.kvrep > 1)
+            ir_attr_add(g, k, "kvrep", A_INT)->i = c.kvrep;
         if (c.zero_rows)
             ir_attr_add(g, k, "zero_rows", A_INT)->i = 1;
         if (band)
@@ -568,6 +674,14 @@ void pass_attention(Graph *g)
             drop[c.kscale] = 1;
         if (band)
             drop_unread(g, reader, drop, c.mask >= 0 ? c.mask : c.bias);
+        drop[c.last] = 1; /* replaced: v's repeat below is unread then */
+        for (int a = 0; a < 2; a++) /* repeat_kv's nodes, when only the chain read them */
+            for (int j = 0; j < REP_NODES && c.rep[a][j] >= 0; j++) {
+                const int rd = only_reader(g, reader, g->node[c.rep[a][j]].out[0]);
+                if (rd < 0 || !drop[rd])
+                    break;
+                drop[c.rep[a][j]] = 1;
+            }
         fused++;
     }
     if (!fused)

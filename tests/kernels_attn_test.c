@@ -6,7 +6,9 @@
  * fp16 against float64 loops on the same rounded q, kt, v, within the 16-bit
  * roundings and not closer, and the same bits from 1 thread as from the
  * team; the causal band computed (K_ATTN_CAUSAL) bit for bit as the same
- * band given as a bias.
+ * band given as a bias; grouped-query attention (kvrep: query problem b reading
+ * K/V problem b / kvrep) in every precision, the K/V gradients summed over their
+ * query problems in one order (1 thread = a team of 4, bit for bit).
  */
 #include "ktest.h"
 
@@ -17,7 +19,7 @@
 /* ---- fused attention ---------------------------------------------------- */
 
 typedef struct {
-    int64_t batch, t, s, d, dv, nbias, brep;
+    int64_t batch, t, s, d, dv, nbias, brep, kvrep;
     int flags;
     double scale, *ws, *lse;
 } AttnCtx;
@@ -27,23 +29,69 @@ static void attn_fwd(void *ctx, double *const *in, double *y)
 {
     const AttnCtx *c = ctx;
     k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
-                    c->brep, c->scale, c->ws);
+                    c->brep, c->kvrep, c->scale, c->ws);
+}
+
+/* The outputs of k_attention and k_attention_grad (y, lse, dq, dkt, dval, dbias: already computed by the caller on
+ * the inputs put in q .. dy) the same bits from 1 thread as from a team of 4: the backward's K/V problems sum their
+ * query problems' dkt, dval (and dbias) in one order.  dbias NULL: none wanted. */
+static void attn_threads_check(int dt, Buf *q, Buf *kt, Buf *v, Buf *bias, Buf *dy, Buf *y, Buf *lse, Buf *dq, Buf *dkt,
+                               Buf *dval, Buf *dbias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
+                               int64_t nbias, int64_t brep, int64_t kvrep, int flags, Buf *ws)
+{
+#ifdef _OPENMP
+    const size_t es = dt == F32 ? sizeof(float) : sizeof(double);
+    Buf *out[6] = {y, lse, dq, dkt, dval, dbias};
+    void *team[6];
+    static const char *const part[] = {"y", "lse", "dq", "dkt", "dval", "dbias"};
+    const double scale = 1 / sqrt((double)d);
+    for (int run = 0; run < 2; run++) {
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(run ? 1 : 4);
+        KCALL(k_attention, vp(dt, y), vp(dt, lse), vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL,
+              batch, t, s, d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
+        KCALL(k_attention_grad, vp(dt, dq), vp(dt, dkt), vp(dt, dval), bias ? vp(dt, dbias) : NULL, vp(dt, dy),
+              vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL, vp(dt, y), vp(dt, lse), batch, t, s,
+              d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
+        omp_set_num_threads(before);
+        for (int k = 0; k < 6; k++) {
+            const size_t n = (size_t)(k == 5 && !bias ? 0 : out[k]->n) * es;
+            if (!run) {
+                team[k] = xalloc(n + 1, 1);
+                memcpy(team[k], vp(dt, out[k]), n);
+                continue;
+            }
+            CTX("k_attention %s on 1 thread and on 4: batch %lld t %lld s %lld kvrep %lld flags %d", part[k],
+                (long long)batch, (long long)t, (long long)s, (long long)kvrep, flags);
+            check_bytes(dt, vp(dt, out[k]), team[k], n);
+            free(team[k]);
+        }
+    }
+#else
+    (void)dt, (void)q, (void)kt, (void)v, (void)bias, (void)dy, (void)y, (void)lse, (void)dq, (void)dkt, (void)dval;
+    (void)dbias, (void)batch, (void)t, (void)s, (void)d, (void)dv, (void)nbias, (void)brep, (void)kvrep, (void)flags;
+    (void)ws;
+#endif
 }
 
 /* bias kinds: 0 none, 1 causal (0 / -inf, the diagonal offset s - t), 2 random
  * with -inf entries and one row all -inf (its y row is NaN, or 0 with K_ATTN_ZERO:
  * then it stays for the backward, whose gradients there are 0); flags: K_ATTN_KROW
  * (the keys as rows, s x d, instead of transposed, d x s), K_ATTN_ZERO.  With a
- * bias its gradient dbias too, by finite differences like the others. */
+ * bias its gradient dbias too, by finite differences like the others.  kvrep: batch
+ * / kvrep K/V problems, problem b reading b / kvrep (grouped-query attention; the
+ * finite differences of a shared K/V sum its query problems' gradients); then also
+ * the same bits from 1 thread as from a team of 4. */
 static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
-                      int64_t brep, int flags)
+                      int64_t brep, int64_t kvrep, int flags)
 {
     const int krow = flags & K_ATTN_KROW, zero = (flags & K_ATTN_ZERO) != 0;
     const double scale = 1 / sqrt((double)d);
-    Buf q = buf_new(batch * t * d), kt = buf_new(batch * d * s), v = buf_new(batch * s * dv);
+    const int64_t nkv = batch / kvrep;
+    Buf q = buf_new(batch * t * d), kt = buf_new(nkv * d * s), v = buf_new(nkv * s * dv);
     Buf bias = buf_new(kind ? nbias * t * s : 1), y = buf_new(batch * t * dv), lse = buf_new(batch * t);
     Buf want = buf_new(batch * t * dv), wlse = buf_new(batch * t), w = buf_new(batch * t * dv);
-    Buf dq = buf_new(batch * t * d), dkt = buf_new(batch * d * s), dval = buf_new(batch * s * dv);
+    Buf dq = buf_new(batch * t * d), dkt = buf_new(nkv * d * s), dval = buf_new(nkv * s * dv);
     Buf ws = buf_new(k_attention_workspace(batch, t, s)), dbias = buf_new(kind ? nbias * t * s : 1);
     fill_rnd(&q, -2, 2), fill_rnd(&kt, -2, 2), fill_rnd(&v, -1, 1), fill_rnd(&w, -1, 1);
     for (int64_t i = 0; i < bias.n && kind; i++) {
@@ -59,7 +107,7 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
             for (int64_t j = 0; j < s; j++) {
                 double a = 0;
                 for (int64_t k = 0; k < d; k++)
-                    a += q.d[(b * t + i) * d + k] * kt.d[b * d * s + (krow ? j * d + k : k * s + j)];
+                    a += q.d[(b * t + i) * d + k] * kt.d[b / kvrep * d * s + (krow ? j * d + k : k * s + j)];
                 sc[j] = scale * a + (kind ? bias.d[(b / brep % nbias) * t * s + i * s + j] : 0);
                 mx = fmax(mx, sc[j]);
             }
@@ -69,15 +117,16 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
             for (int64_t c = 0; c < dv; c++) {
                 double a = 0;
                 for (int64_t j = 0; j < s; j++)
-                    a += exp(sc[j] - mx) / sum * v.d[b * s * dv + j * dv + c];
+                    a += exp(sc[j] - mx) / sum * v.d[b / kvrep * s * dv + j * dv + c];
                 want.d[(b * t + i) * dv + c] = mx == -INFINITY ? (zero ? 0 : NAN) : a;
             }
         }
     PUT(&q, &kt, &v, &bias, &w);
     const void *bp = kind ? V(bias) : NULL;
-    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", (long long)batch, (long long)t,
-        (long long)s, (long long)d, (long long)dv, kind, flags);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d", (long long)batch,
+        (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)kvrep, flags);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, scale,
+          V(ws));
     GET(&y, &lse);
     check(dt, y.d, want.d, y.n, tol(dt));
     for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax (or -inf, exactly) */
@@ -91,11 +140,15 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     if (kind == 2 && !zero) /* the rest is finite differences around finite values */
         for (int64_t j = 0; j < s; j++)
             bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, scale, V(ws));
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, scale,
+          V(ws));
     KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
-          V(lse), batch, t, s, d, dv, nbias, brep, scale, V(ws));
+          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, scale, V(ws));
+    if (kvrep > 1)
+        attn_threads_check(dt, &q, &kt, &v, kind ? &bias : NULL, &w, &y, &lse, &dq, &dkt, &dval, &dbias, batch, t, s,
+                           d, dv, nbias, brep, kvrep, flags, &ws);
     GET(&dq, &dkt, &dval, &dbias);
-    AttnCtx c = {batch, t, s, d, dv, nbias, brep, flags, scale, ws.d, lse.d};
+    AttnCtx c = {batch, t, s, d, dv, nbias, brep, kvrep, flags, scale, ws.d, lse.d};
     double *in[4] = {q.d, kt.d, v.d, kind ? bias.d : NULL};
     CTX("k_attention_grad dq, batch %lld t %lld s %lld bias %d", (long long)batch, (long long)t, (long long)s, kind);
     check_fd(dt, attn_fwd, &c, in, 0, q.n, w.d, y.n, dq.d);
@@ -115,12 +168,18 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
 static void test_attention(int dt)
 {
     for (int krow = 0; krow < 2; krow++) {
-        attn_case(dt, 3, 5, 5, 4, 3, 0, 1, 1, krow);
-        attn_case(dt, 2, 70, 70, 8, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
-        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow);   /* bias of problem b: (b / 3) % 2 */
-        attn_case(dt, 4, 40, 130, 3, 2, 1, 4, 1, krow); /* s > t: causal offset s - t, tiles narrower than s */
-        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
-        attn_case(dt, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices, repeated */
+        attn_case(dt, 3, 5, 5, 4, 3, 0, 1, 1, 1, krow);
+        attn_case(dt, 2, 70, 70, 8, 8, 1, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, 1, krow);   /* bias of problem b: (b / 3) % 2 */
+        attn_case(dt, 4, 40, 130, 3, 2, 1, 4, 1, 1, krow); /* s > t: causal offset s - t, tiles narrower than s */
+        attn_case(dt, 6, 9, 13, 5, 7, 2, 2, 3, 1, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+        attn_case(dt, 4, 70, 9, 4, 3, 2, 2, 1, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices, repeated */
+        /* grouped-query attention: K/V problem b / kvrep */
+        attn_case(dt, 8, 7, 9, 4, 3, 0, 1, 1, 4, krow);                /* 2 K/V problems, 4 query heads each */
+        attn_case(dt, 4, 70, 70, 4, 3, 1, 1, 1, 2, krow);              /* causal, two tiles */
+        attn_case(dt, 8, 9, 13, 5, 7, 2, 2, 4, 2, krow | K_ATTN_ZERO); /* a padding bias per batch (brep 4) */
+        attn_case(dt, 6, 5, 7, 3, 4, 2, 6, 1, 3, krow);   /* a learned bias per head: dbias across the groups */
+        attn_case(dt, 6, 5, 7, 3, 4, 0, 1, 1, 6, krow);   /* multi-query: one K/V problem for all */
     }
 }
 
@@ -130,7 +189,7 @@ static void test_attention(int dt)
  * (rounded once, so the reference reads what the kernel reads), bias (NULL: none), dy; the reference computes
  * in double without rounding anything else. */
 typedef struct {
-    int64_t batch, t, s, d, dv, nbias, brep;
+    int64_t batch, t, s, d, dv, nbias, brep, kvrep; /* kt, v: batch / kvrep problems, b reading b / kvrep */
     int flags, f16;
     double scale, *q, *kt, *v, *bias, *dy;
     uint16_t *q16, *kt16, *v16;
@@ -144,18 +203,18 @@ static void ref_attention_16(const Attn16 *a, double *y, double *lse, double *dq
     const int krow = a->flags & K_ATTN_KROW, zero = (a->flags & K_ATTN_ZERO) != 0;
     double *p = xalloc((size_t)s, sizeof(double));
     memset(dq, 0, sizeof(double) * (size_t)(a->batch * t * d));
-    memset(dkt, 0, sizeof(double) * (size_t)(a->batch * d * s));
-    memset(dval, 0, sizeof(double) * (size_t)(a->batch * s * dv));
+    memset(dkt, 0, sizeof(double) * (size_t)(a->batch / a->kvrep * d * s));
+    memset(dval, 0, sizeof(double) * (size_t)(a->batch / a->kvrep * s * dv));
     memset(dbias, 0, sizeof(double) * (size_t)(a->nbias * t * s));
     for (int64_t b = 0; b < a->batch; b++)
         for (int64_t i = 0; i < t; i++) {
             const double *qi = a->q + (b * t + i) * d, *dyi = a->dy + (b * t + i) * dv;
-            const int64_t bs = (b / a->brep % a->nbias) * t * s + i * s;
+            const int64_t bs = (b / a->brep % a->nbias) * t * s + i * s, kb = b / a->kvrep;
             double mx = -INFINITY, sum = 0, dd = 0;
             for (int64_t j = 0; j < s; j++) {
                 double sc = 0;
                 for (int64_t k = 0; k < d; k++)
-                    sc += qi[k] * a->kt[b * d * s + (krow ? j * d + k : k * s + j)];
+                    sc += qi[k] * a->kt[kb * d * s + (krow ? j * d + k : k * s + j)];
                 p[j] = a->scale * sc + (a->bias ? a->bias[bs + j] : 0);
                 mx = fmax(mx, p[j]);
             }
@@ -167,21 +226,21 @@ static void ref_attention_16(const Attn16 *a, double *y, double *lse, double *dq
             for (int64_t c = 0; c < dv; c++) {
                 double acc = 0;
                 for (int64_t j = 0; j < s; j++)
-                    acc += p[j] * a->v[b * s * dv + j * dv + c];
+                    acc += p[j] * a->v[kb * s * dv + j * dv + c];
                 y[(b * t + i) * dv + c] = acc;
                 dd += dyi[c] * acc;
             }
             for (int64_t j = 0; j < s; j++) {
                 double dp = 0;
                 for (int64_t c = 0; c < dv; c++) {
-                    dp += dyi[c] * a->v[b * s * dv + j * dv + c];
-                    dval[b * s * dv + j * dv + c] += p[j] * dyi[c];
+                    dp += dyi[c] * a->v[kb * s * dv + j * dv + c];
+                    dval[kb * s * dv + j * dv + c] += p[j] * dyi[c];
                 }
                 const double ds = p[j] * (dp - dd);
                 if (a->bias)
                     dbias[bs + j] += ds;
                 for (int64_t k = 0; k < d; k++) {
-                    const int64_t kj = b * d * s + (krow ? j * d + k : k * s + j);
+                    const int64_t kj = kb * d * s + (krow ? j * d + k : k * s + j);
                     dq[(b * t + i) * d + k] += a->scale * ds * a->kt[kj];
                     dkt[kj] += a->scale * ds * qi[k];
                 }
@@ -235,7 +294,8 @@ static Attn16Out attn16_run(const Attn16 *a, float *ws)
 {
     const int64_t bt = a->batch * a->t, ns = a->nbias * a->t * a->s;
     Attn16Out o = {xalloc((size_t)(bt * a->dv), 4), xalloc((size_t)bt, 4), xalloc((size_t)(bt * a->d), 4),
-                   xalloc((size_t)(a->batch * a->d * a->s), 4), xalloc((size_t)(a->batch * a->s * a->dv), 4),
+                   xalloc((size_t)(a->batch / a->kvrep * a->d * a->s), 4),
+                   xalloc((size_t)(a->batch / a->kvrep * a->s * a->dv), 4),
                    xalloc((size_t)ns, 4)};
     float *bias = a->bias ? xalloc((size_t)ns, 4) : NULL, *dy = xalloc((size_t)(bt * a->dv), 4);
     for (int64_t i = 0; bias && i < ns; i++)
@@ -243,10 +303,10 @@ static Attn16Out attn16_run(const Attn16 *a, float *ws)
     for (int64_t i = 0; i < bt * a->dv; i++)
         dy[i] = (float)a->dy[i];
     (a->f16 ? k_attention_f16 : k_attention_bf16)(o.y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
-                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
     (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
         o.dq, o.dkt, o.dval, bias ? o.dbias : NULL, dy, a->q16, a->kt16, a->flags, a->v16, bias, o.y, o.lse,
-        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->scale, ws);
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
     free(bias), free(dy);
     return o;
 }
@@ -260,12 +320,12 @@ static void attn16_free(Attn16Out *o)
  * kind 2 and without K_ATTN_ZERO the all -inf row is unmasked for the backward, whose reference would be NaN);
  * and the same bits from one thread as from the team */
 static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int kind, int64_t nbias,
-                        int64_t brep, int flags)
+                        int64_t brep, int64_t kvrep, int flags)
 {
     const double tl = f16 ? 2e-3 : 1.5e-2;
-    Attn16 a = {batch, t, s, d, dv, nbias, brep, flags, f16, 1 / sqrt((double)d), NULL, NULL, NULL, NULL, NULL,
+    Attn16 a = {batch, t, s, d, dv, nbias, brep, kvrep, flags, f16, 1 / sqrt((double)d), NULL, NULL, NULL, NULL, NULL,
                 NULL, NULL, NULL};
-    const int64_t nq = batch * t * d, nk = batch * d * s, nv = batch * s * dv, ns = nbias * t * s;
+    const int64_t nq = batch * t * d, nk = batch / kvrep * d * s, nv = batch / kvrep * s * dv, ns = nbias * t * s;
     a.q = xalloc((size_t)nq, 8), a.kt = xalloc((size_t)nk, 8), a.v = xalloc((size_t)nv, 8);
     a.q16 = xalloc((size_t)nq, 2), a.kt16 = xalloc((size_t)nk, 2), a.v16 = xalloc((size_t)nv, 2);
     a.dy = xalloc((size_t)(batch * t * dv), 8);
@@ -286,27 +346,35 @@ static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d,
     double *dkt = xalloc((size_t)nk, 8), *dval = xalloc((size_t)nv, 8), *dbias = xalloc((size_t)ns, 8);
     ref_attention_16(&a, y, lse, dq, dkt, dval, dbias);
     float *ws = xalloc((size_t)k_attention_workspace_16(batch, t, s, d, dv), 4);
+#ifdef _OPENMP
+    const int before = omp_get_max_threads();
+    if (kvrep > 1) /* the K/V problems' sums over their query problems on a real team, whatever OMP_NUM_THREADS */
+        omp_set_num_threads(4);
     Attn16Out o = attn16_run(&a, ws);
+    omp_set_num_threads(before);
+#else
+    Attn16Out o = attn16_run(&a, ws);
+#endif
     const char *name = f16 ? "k_attention_f16" : "k_attention_bf16";
     static const char *const part[] = {"y", "lse", "dq", "dkt", "dval", "dbias"};
     const float *got[] = {o.y, o.lse, o.dq, o.dkt, o.dval, o.dbias};
     const double *want[] = {y, lse, dq, dkt, dval, dbias};
     const int64_t len[] = {nb * dv, nb, nq, nk, nv, kind ? ns : 0};
     for (int k = 0; k < 6; k++) {
-        CTX("%s %s: batch %lld t %lld s %lld d %lld dv %lld bias %d nbias %lld brep %lld flags %d", name, part[k],
-            (long long)batch, (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)nbias,
-            (long long)brep, flags);
+        CTX("%s %s: batch %lld t %lld s %lld d %lld dv %lld bias %d nbias %lld brep %lld kvrep %lld flags %d", name,
+            part[k], (long long)batch, (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)nbias,
+            (long long)brep, (long long)kvrep, flags);
         check_rel(got[k], want[k], len[k], k == 1 ? 1e-5 : tl, k == 1 || k == 5 ? 0 : tl / 50); /* lse: float32 */
     }
 #ifdef _OPENMP
     const int team = omp_get_max_threads();
-    omp_set_num_threads(1);
+    omp_set_num_threads(1); /* against the team got's run had (kvrep cases: a team of 4, below) */
     Attn16Out one = attn16_run(&a, ws);
     omp_set_num_threads(team);
     const float *alone[] = {one.y, one.lse, one.dq, one.dkt, one.dval, one.dbias};
     for (int k = 0; k < 6; k++) {
-        CTX("%s %s on 1 thread and on %d: batch %lld t %lld s %lld bias %d flags %d", name, part[k], team,
-            (long long)batch, (long long)t, (long long)s, kind, flags);
+        CTX("%s %s on 1 thread and on %d: batch %lld t %lld s %lld bias %d kvrep %lld flags %d", name, part[k],
+            kvrep > 1 ? 4 : team, (long long)batch, (long long)t, (long long)s, kind, (long long)kvrep, flags);
         check_bytes(F32, alone[k], got[k], sizeof(float) * (size_t)len[k]);
     }
     attn16_free(&one);
@@ -320,13 +388,18 @@ static void test_attention_16(int dt)
 {
     for (int f16 = 0; dt == F32 && f16 < 2; f16++)
         for (int krow = 0; krow < 2; krow++) {
-            attn16_case(f16, 3, 5, 5, 4, 3, 0, 1, 1, krow);
-            attn16_case(f16, 2, 70, 70, 16, 8, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
-            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow);    /* a learned bias of problem b: (b / 3) % 2 */
-            attn16_case(f16, 4, 40, 130, 3, 2, 1, 4, 1, krow);  /* s > t: causal offset s - t */
-            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
-            attn16_case(f16, 4, 70, 9, 4, 3, 2, 2, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices */
-            attn16_case(f16, 2, 70, 600, 64, 40, 1, 1, 1, krow); /* past the widening's blocks (512, 256) */
+            attn16_case(f16, 3, 5, 5, 4, 3, 0, 1, 1, 1, krow);
+            attn16_case(f16, 2, 70, 70, 16, 8, 1, 1, 1, 1, krow);  /* causal, two tiles, the second partial */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, 1, krow);    /* a learned bias of problem b: (b / 3) % 2 */
+            attn16_case(f16, 4, 40, 130, 3, 2, 1, 4, 1, 1, krow);  /* s > t: causal offset s - t */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 2, 3, 1, krow | K_ATTN_ZERO); /* the all -inf row gives 0 */
+            attn16_case(f16, 4, 70, 9, 4, 3, 2, 2, 1, 1, krow | K_ATTN_ZERO); /* two tiles, two bias slices */
+            attn16_case(f16, 2, 70, 600, 64, 40, 1, 1, 1, 1, krow); /* past the widening's blocks (512, 256) */
+            /* grouped-query attention: K/V problem b / kvrep */
+            attn16_case(f16, 8, 70, 70, 16, 8, 1, 1, 1, 4, krow);               /* causal, 4 query heads a K/V */
+            attn16_case(f16, 8, 9, 13, 5, 7, 2, 2, 4, 2, krow | K_ATTN_ZERO);   /* a padding bias (brep 4) */
+            attn16_case(f16, 6, 9, 13, 5, 7, 2, 6, 1, 3, krow);                 /* a learned bias per head */
+            attn16_case(f16, 6, 40, 50, 8, 8, 0, 1, 1, 6, krow);                /* multi-query */
         }
 }
 
@@ -365,17 +438,17 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
     for (int a = 0; a < 5; a++)
         r.n[a] = (size_t)n[a] * es, r.o[a] = xalloc((size_t)n[a], es);
     if (K == 0) {
-        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
         k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, 0.25, W);
+                             1, 1, 1, 0.25, W);
     } else if (K == 1) {
-        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
         k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, 0.25, W);
+                             1, 1, 1, 0.25, W);
     } else {
-        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 0.25, W);
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
         k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
-                              dv, 1, 1, 0.25, W);
+                              dv, 1, 1, 1, 0.25, W);
     }
     free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
     return r;

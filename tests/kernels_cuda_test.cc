@@ -138,6 +138,8 @@ ENUMS(SAME_ENUM)
 static_assert(KC_ATTN_KROW_BIT == K_ATTN_KROW && KC_ATTN_ZERO_BIT == K_ATTN_ZERO && KC_ATTN_CAUSAL_BIT == K_ATTN_CAUSAL &&
                   KC_ATTN_WINDOW_SHIFT == K_ATTN_WINDOW_SHIFT,
               "attention flags");
+/* ... and below kvrep in KDims' flags slot (launch.c attn_dims) */
+static_assert(K_ATTN_WINDOW_MAX << K_ATTN_WINDOW_SHIFT <= (int64_t)1 << (KC_ATTN_KVREP_SHIFT - 1), "attention window");
 
 /* ---- the runtime's side, emulated --------------------------------------------------- */
 
@@ -807,12 +809,14 @@ template <typename T> static void test_pad()
  * 30 % -inf and one row all -inf; 3: the causal band computed, K_ATTN_CAUSAL and no bias, 4: the same with a
  * sliding window of 7 keys), its nbias x brep broadcast; K_ATTN_ZERO or not.  attn.cu's tiles are 64 (32
  * for float64) query rows by 32 keys, 64 keys by 16 queries in the dk, dv kernel, d and dv in chunks of 64 (32):
- * the cases cross each, and d, dv > 64 take several chunks. */
+ * the cases cross each, and d, dv > 64 take several chunks.  kvrep (1 when not given): batch / kvrep K/V problems,
+ * problem b reading b / kvrep (grouped-query attention; the dk, dv kernel sums a group's query problems). */
 struct AttnCase {
     int64_t batch, t, s, d, dv;
     int kind;
     int64_t nbias, brep;
     int zero;
+    int64_t kvrep = 1;
 };
 static const AttnCase attn_cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},     {2, 70, 70, 8, 8, 1, 1, 1, 0},
                                       {6, 9, 13, 5, 7, 2, 2, 3, 0},     {2, 40, 300, 6, 5, 1, 1, 1, 0},
@@ -821,7 +825,10 @@ static const AttnCase attn_cases[] = {{3, 5, 5, 4, 3, 0, 1, 1, 0},     {2, 70, 7
                                       {2, 33, 45, 70, 130, 1, 1, 1, 0}, {3, 17, 50, 100, 9, 2, 3, 1, 1},
                                       {2, 70, 70, 8, 8, 3, 1, 1, 0},    {2, 40, 300, 6, 5, 3, 1, 1, 0},
                                       {4, 150, 20, 4, 4, 3, 1, 1, 1},   {2, 100, 100, 8, 8, 4, 1, 1, 0},
-                                      {2, 33, 90, 6, 5, 4, 1, 1, 0}};
+                                      {2, 33, 90, 6, 5, 4, 1, 1, 0},
+                                      /* grouped-query and multi-query attention */
+                                      {8, 70, 70, 8, 8, 3, 1, 1, 0, 4},   {6, 9, 13, 5, 7, 2, 2, 3, 1, 3},
+                                      {6, 40, 100, 70, 9, 2, 6, 1, 0, 2}, {4, 150, 20, 4, 4, 0, 1, 1, 0, 4}};
 
 /* whether case c's kernels read a bias (kinds 3 and 4 compute theirs), and the flags of its band */
 static bool attn_reads_bias(const AttnCase &c) { return c.kind == 1 || c.kind == 2; }
@@ -857,36 +864,36 @@ template <typename T> static void test_attention()
     for (const AttnCase &c : attn_cases)
         for (int krow = 0; krow < 2; krow++) {
             const int flags = krow | (c.zero ? K_ATTN_ZERO : 0) | attn_band_flags(c);
-            const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
-            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
+            const int64_t nq = c.batch * c.t * c.d, nk = c.batch / c.kvrep * c.s * c.d;
+            const int64_t nv = c.batch / c.kvrep * c.s * c.dv, ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
             V<T> q = rnd<T>(nq, -2, 2), k = rnd<T>(nk, -2, 2), v = rnd<T>(nv, -1, 1), dy = rnd<T>(ny, -1, 1);
             V<T> bias = attn_bias<T>(c);
             const T *bp = attn_reads_bias(c) ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, scale, ws.data());
+                        c.nbias, c.brep, c.kvrep, scale, ws.data());
             kc_attention(gy.data(), gl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                         c.nbias, c.brep, scale, ws.data());
-            CTX("kc_attention batch %lld t %lld s %lld bias %d flags %d", (long long)c.batch, (long long)c.t,
-                (long long)c.s, c.kind, flags);
+                         c.nbias, c.brep, c.kvrep, scale, ws.data());
+            CTX("kc_attention batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
+                (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gy.data(), wy.data(), ny, tol<T>());
             check_f(gl.data(), wl.data(), nl, tol<T>());
             if (c.kind == 2 && !c.zero) /* the backward around finite rows */
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, scale, ws.data());
+                        c.nbias, c.brep, c.kvrep, scale, ws.data());
             const int64_t nb = bp ? c.nbias * c.t * c.s : 0;
             V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
             V<T> wdb(nb + 1), gdb(nb + 1, NAN);
             k_attention_grad(wdq.data(), wdk.data(), wdv.data(), bp ? wdb.data() : nullptr, dy.data(), q.data(),
                              k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                             c.brep, scale, ws.data());
+                             c.brep, c.kvrep, scale, ws.data());
             kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q.data(),
                               k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv,
-                              c.nbias, c.brep, scale, ws.data());
-            CTX("kc_attention_grad batch %lld t %lld s %lld bias %d flags %d", (long long)c.batch, (long long)c.t,
-                (long long)c.s, c.kind, flags);
+                              c.nbias, c.brep, c.kvrep, scale, ws.data());
+            CTX("kc_attention_grad batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
+                (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gdq.data(), wdq.data(), nq, tol<T>());
             check_f(gdk.data(), wdk.data(), nk, tol<T>());
             check_f(gdv.data(), wdv.data(), nv, tol<T>());
@@ -906,12 +913,13 @@ static AttnRef attn_ref(const AttnCase &c, int flags, const V<double> &q, const 
     const int64_t t = c.t, s = c.s, d = c.d, dv = c.dv;
     const bool krow = flags & K_ATTN_KROW;
     AttnRef r{V<double>(c.batch * t * dv), V<double>(c.batch * t), V<double>(c.batch * t * d),
-              V<double>(c.batch * s * d), V<double>(c.batch * s * dv), V<double>(c.nbias * t * s)};
+              V<double>(c.batch / c.kvrep * s * d), V<double>(c.batch / c.kvrep * s * dv), V<double>(c.nbias * t * s)};
     V<double> p(s);
     for (int64_t b = 0; b < c.batch; b++)
         for (int64_t i = 0; i < t; i++) {
             const int64_t row = b * t + i, bs = (b / c.brep % c.nbias) * t * s + i * s;
-            const double *kb = k.data() + b * d * s, *vb = v.data() + b * s * dv;
+            const int64_t g = b / c.kvrep; /* the K/V problem */
+            const double *kb = k.data() + g * d * s, *vb = v.data() + g * s * dv;
             double mx = -INFINITY, sum = 0, dd = 0;
             for (int64_t j = 0; j < s; j++) {
                 double a = 0;
@@ -935,12 +943,12 @@ static AttnRef attn_ref(const AttnCase &c, int flags, const V<double> &q, const 
                 double dp = 0;
                 for (int64_t e = 0; e < dv; e++) {
                     dp += dy[row * dv + e] * vb[j * dv + e];
-                    r.dv[(b * s + j) * dv + e] += p[j] / sum * dy[row * dv + e];
+                    r.dv[(g * s + j) * dv + e] += p[j] / sum * dy[row * dv + e];
                 }
                 const double ds = p[j] / sum * (dp - dd);
                 for (int64_t l = 0; l < d; l++) {
                     r.dq[row * d + l] += scale * ds * kb[krow ? j * d + l : l * s + j];
-                    r.dk[b * d * s + (krow ? j * d + l : l * s + j)] += scale * ds * q[row * d + l];
+                    r.dk[g * d * s + (krow ? j * d + l : l * s + j)] += scale * ds * q[row * d + l];
                 }
                 r.db[bs + j] += ds;
             }
@@ -971,8 +979,9 @@ static void test_attention_low(bool f16)
     for (const AttnCase &c : attn_cases)
         for (int krow = 0; krow < 2; krow++) {
             const int flags = krow | (c.zero ? K_ATTN_ZERO : 0) | attn_band_flags(c);
-            const int64_t nq = c.batch * c.t * c.d, nk = c.batch * c.s * c.d, nv = c.batch * c.s * c.dv;
-            const int64_t ny = c.batch * c.t * c.dv, nl = c.batch * c.t, nb = attn_reads_bias(c) ? c.nbias * c.t * c.s : 0;
+            const int64_t nq = c.batch * c.t * c.d, nk = c.batch / c.kvrep * c.s * c.d;
+            const int64_t nv = c.batch / c.kvrep * c.s * c.dv, ny = c.batch * c.t * c.dv, nl = c.batch * c.t;
+            const int64_t nb = attn_reads_bias(c) ? c.nbias * c.t * c.s : 0;
             auto [q16, q] = attn_low(nq, -2, 2, f16);
             auto [k16, k] = attn_low(nk, -2, 2, f16);
             auto [v16, v] = attn_low(nv, -1, 1, f16);
@@ -986,17 +995,19 @@ static void test_attention_low(bool f16)
             F gy(ny + 1), gl(nl + 1), gdq(nq + 1, NAN), gdk(nk + 1, NAN), gdv(nv + 1, NAN), gdb(nb + 1, NAN);
             (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
                                                          v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                                                         c.brep, scale, nullptr);
-            CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", f16 ? "f16" : "bf16",
-                (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d, (long long)c.dv, c.kind, flags);
+                                                         c.brep, c.kvrep, scale, nullptr);
+            CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
+                f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
+                (long long)c.dv, c.kind, (long long)c.kvrep, flags);
             check_f(gy.data(), wy.data(), ny, tl);
             check_f(gl.data(), wl.data(), nl, tl);
             (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
                 gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
-                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, scale,
-                nullptr);
-            CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d flags %d", f16 ? "f16" : "bf16",
-                (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d, (long long)c.dv, c.kind, flags);
+                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, c.kvrep,
+                scale, nullptr);
+            CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
+                f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
+                (long long)c.dv, c.kind, (long long)c.kvrep, flags);
             check_f(gdq.data(), attn_floats(r.dq).data(), nq, tl);
             check_f(gdk.data(), attn_floats(r.dk).data(), nk, tl);
             check_f(gdv.data(), attn_floats(r.dv).data(), nv, tl);

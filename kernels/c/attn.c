@@ -22,10 +22,15 @@
  * workspace slot each); the GEMMs run inside the team on the calling thread.
  * A unit's arithmetic does not depend on which thread runs it, and the
  * backward accumulates dKt and dV of a problem tile after tile in order, so
- * results are the same for any thread count.  With a bias gradient (dbias:
+ * results are the same for any thread count.  Grouped-query attention (kvrep
+ * > 1: query problem b reads K/V problem b / kvrep, passes/attention.c) is
+ * read in place: the backward's unit is then a K/V problem, running its
+ * kvrep query problems in increasing order, so their dKt and dV sum in one
+ * order.  With a bias gradient (dbias:
  * dS summed over the problems reading each bias slice; a learned bias) the
  * backward's units are the bias slices instead, each running its problems
- * in increasing order, so dbias too is the same for any thread count.  A row
+ * in increasing order, so dbias too is the same for any thread count (one
+ * unit for all where a K/V group spans bias slices).  A row
  * whose scores are all -inf gives NaN (as softmax does), or under
  * K_ATTN_ZERO y 0, lse -inf and no gradient (ONNX Attention's row that
  * attends nothing).  Typed bodies are in attn_impl.h.

@@ -98,7 +98,8 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, i
 }
 
 void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
-                      int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
+                      int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
+                      double scale, T *ws)
 {
     const int zero = flags & K_ATTN_ZERO;
     if (batch <= 0 || t <= 0 || dv <= 0)
@@ -121,7 +122,8 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
-        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + b * d * s, flags, bb, i0, r, n, t, s, d, scale);
+        const int64_t kb = b / kvrep; /* the K/V problem */
+        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + kb * d * s, flags, bb, i0, r, n, t, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
@@ -143,24 +145,27 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
                 row[j] *= inv;
             lt[i] = (T)((double)mx + log((double)sum));
         }
-        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + b * s * dv, dv, 0.0, yt, dv,
+        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + kb * s * dv, dv, 0.0, yt, dv,
                        sl.w, sl.wn);
     }
 }
 
-/* problem b's gradients (dq, dkt, dval of b all written) in the slot sl; dbt: dbias of b's bias slice (t x s) to
- * add dS to, or NULL */
+/* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
+ * b / kvrep (set to 0 first by the group's first problem, b % kvrep == 0: the group's problems run in increasing b
+ * on one thread); dbt: dbias of b's bias slice (t x s) to add dS to, or NULL */
 static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, const T *dy, const O *q, const O *kt,
                                    int flags, const O *v, const T *bias, const T *y, const T *lse, int64_t t, int64_t s,
-                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale,
+                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale,
                                    const KFN(AttnSlot) *sl)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
-    const int64_t R = k_attention_rows(t);
-    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + b * d * s, *dvb = dval + b * s * dv;
-    const O *ktb = kt + b * d * s, *vb = v + b * s * dv;
-    memset(dktb, 0, sizeof(T) * (size_t)(d * s));
-    memset(dvb, 0, sizeof(T) * (size_t)(s * dv));
+    const int64_t R = k_attention_rows(t), kb = b / kvrep;
+    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + kb * d * s, *dvb = dval + kb * s * dv;
+    const O *ktb = kt + kb * d * s, *vb = v + kb * s * dv;
+    if (b % kvrep == 0) {
+        memset(dktb, 0, sizeof(T) * (size_t)(d * s));
+        memset(dvb, 0, sizeof(T) * (size_t)(s * dv));
+    }
     for (int64_t i0 = 0; i0 < t; i0 += R) {
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
@@ -214,23 +219,34 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
     }
 }
 
-/* The work is split by problem; with dbias, by bias slice instead: slice c's problems (those with (b / brep) %
- * nbias == c) run in increasing b on one thread, each adding its dS to dbias[c] in that order, so dbias too is
- * the same for any thread count. */
+/* The work is split by K/V problem, each running its kvrep query problems in increasing b (so dkt and dval sum
+ * them in one order).  With dbias, by bias slice instead: slice c's problems (those with (b / brep) % nbias == c)
+ * run in increasing b on one thread, each adding its dS to dbias[c] in that order; where a K/V group may span
+ * bias slices (kvrep does not divide brep: a per-head learned bias with grouped kv heads, rare) one thread runs
+ * every problem in order.  So dkt, dval and dbias are the same for any thread count. */
 void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const O *q, const O *kt, int flags,
                            const O *v, const T *bias, const T *y, const T *lse, int64_t batch, int64_t t, int64_t s,
-                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, double scale, T *ws)
+                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws)
 {
     if (batch <= 0)
         return;
-    const int64_t units = dbias ? nbias : batch;
+    const int by_slice = dbias && brep % kvrep == 0, alone = dbias && !by_slice;
+    const int64_t units = by_slice ? nbias : alone ? 1 : batch / kvrep;
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++) {
         const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         if (!dbias) {
-            KFN(attn_grad_problem)(u, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
-                                   brep, scale, &sl);
+            for (int64_t b = u * kvrep; b < (u + 1) * kvrep; b++)
+                KFN(attn_grad_problem)(b, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
+                                       brep, kvrep, scale, &sl);
+            continue;
+        }
+        if (alone) {
+            memset(dbias, 0, sizeof(T) * (size_t)(nbias * t * s));
+            for (int64_t b = 0; b < batch; b++)
+                KFN(attn_grad_problem)(b, dq, dkt, dval, dbias + (b / brep % nbias) * t * s, dy, q, kt, flags, v,
+                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
             continue;
         }
         T *dbt = dbias + u * t * s;
@@ -238,6 +254,6 @@ void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const 
         for (int64_t m = 0; m < batch / (nbias * brep); m++)
             for (int64_t rp = 0; rp < brep; rp++)
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
-                                       lse, t, s, d, dv, nbias, brep, scale, &sl);
+                                       lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
     }
 }

@@ -301,7 +301,10 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
  * krow as rows, K_b s x d; bias t x s of problem b's bias (b / brep) % nbias, NULL     \
  * for none; -inf masks),                                                               \
  * P = softmax over each row of S, y_b = P V_b (V_b s x dv, y_b t x dv), lse[b t + i]   \
- * = the row's log-sum-exp (max + log sum exp(S - max), the sum in double).  A row      \
+ * = the row's log-sum-exp (max + log sum exp(S - max), the sum in double).  K_b and    \
+ * V_b are K/V problem b / kvrep: kt and v hold batch / kvrep problems (kvrep >= 1      \
+ * divides batch; grouped-query attention's kv heads, each read by kvrep consecutive    \
+ * query heads and never repeated in memory).  A row                                    \
  * of -inf gives NaN, as softmax does, or with K_ATTN_ZERO in flags y 0 and lse -inf    \
  * (and no gradient: ONNX Attention's row that attends nothing).  flags: K_ATTN_KROW,   \
  * K_ATTN_ZERO, K_ATTN_CAUSAL (with no bias).  ws: k_attention_workspace(batch, t, s)   \
@@ -309,16 +312,18 @@ void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *l
 void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv,                                                         \
-                     int64_t nbias, int64_t brep, double scale, T *ws);                 \
+                     int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws);  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
- * all written), P recomputed tile by tile as exp(S - lse); dbias (nbias x t x s, NULL: \
- * not wanted) = the sum of dS over the problems reading each bias slice, in increasing \
- * problem order */                                                                     \
+ * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
+ * problem sum its kvrep query problems' in increasing order; dbias (nbias x t x s,     \
+ * NULL: not wanted) = the sum of dS over the problems reading each bias slice, in      \
+ * increasing problem order */                                                          \
 void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q,    \
                           const T *kt, int flags, const T *v, const T *bias, const T *y, \
                           const T *lse,                                                  \
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
-                          int64_t nbias, int64_t brep, double scale, T *ws);            \
+                          int64_t nbias, int64_t brep, int64_t kvrep, double scale,     \
+                          T *ws);                                                        \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
  * otherwise they return at once).  They first clip: with clip > 0 the gradient is      \
@@ -466,11 +471,11 @@ int k_bf16_gemm_native(void);
  * dv) floats. */
 void k_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                      int64_t brep, double scale, float *ws);
+                      int64_t brep, int64_t kvrep, double scale, float *ws);
 void k_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                            const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                            const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                           int64_t nbias, int64_t brep, double scale, float *ws);
+                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n);
@@ -530,11 +535,11 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
  * GEMMs widened: k_gemm_widened_16) */
 void k_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                     int64_t brep, double scale, float *ws);
+                     int64_t brep, int64_t kvrep, double scale, float *ws);
 void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                           const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                           const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                          int64_t nbias, int64_t brep, double scale, float *ws);
+                          int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 
 /* ---- threads -------------------------------------------------------------
  * The kernels' team: OpenMP for the kernels and the generated step's loops,

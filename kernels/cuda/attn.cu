@@ -2,8 +2,9 @@
  * twins of kernels/c/attn.c, tiled as FlashAttention-2 on the GPU's terms.
  *
  * Nothing of size t x s is stored.  The problem's dims travel as a KDims
- * (KC_ATTN_*: batch, t, s, d, dv, nbias, brep, flags; see kernels.h
- * k_attention).  A score is scale (q_i . k_j) + bias_ij, the dot product
+ * (KC_ATTN_*: batch, t, s, d, dv, nbias, brep, flags with kvrep; see
+ * kernels.h k_attention).  Query problem b reads K/V problem b / kvrep
+ * (grouped-query attention's kv heads, read in place).  A score is scale (q_i . k_j) + bias_ij, the dot product
  * summed in T.  Every kernel runs KC_ATTN_BLOCK = 128 threads as a 16 x 8
  * grid: thread (ty, tx) = (threadIdx / 8, threadIdx % 8) holds rows ty R ..
  * ty R + R-1 of a tile and its columns tx, tx + 8, ... (strided, so that a
@@ -26,8 +27,9 @@
  *      V^T (over dv in chunks), dS = P (dP - D) to shared memory and dQ +=
  *      dS K in registers; dq = scale dQ.  Shared: Q or dY 64x65, K, V^T, dS
  *      64x33 = 41 KB.
- *  k_attention_grad_kv  a block per (problem, 64 keys, a 64-column chunk of
- *      dk and of dv): the query tiles of 16 in order, S^T, P^T and dP^T as
+ *  k_attention_grad_kv  a block per (K/V problem, 64 keys, a 64-column chunk
+ *      of dk and of dv): the query tiles of 16 of its kvrep query problems
+ *      in order (so a group's sum has one order), S^T, P^T and dP^T as
  *      above with the keys as rows (K and V^T staged once when d, dv <= 64),
  *      dV += P^T dY and dK += dS^T Q in registers; dkt = scale dK.  Shared:
  *      K, V^T 64x65, Q^T, dY^T 64x17, P^T (then dS^T) 64x17 = 45.5 KB.
@@ -73,7 +75,9 @@
 #define KC_ATTN_DV 4
 #define KC_ATTN_NBIAS 5
 #define KC_ATTN_BREP 6
-#define KC_ATTN_FLAGS 7 /* K_ATTN_KROW | K_ATTN_ZERO | K_ATTN_CAUSAL | window << K_ATTN_WINDOW_SHIFT (kernels.h) */
+/* K_ATTN_KROW | K_ATTN_ZERO | K_ATTN_CAUSAL | window << K_ATTN_WINDOW_SHIFT (kernels.h) in the low 32 bits,
+ * kvrep - 1 from KC_ATTN_KVREP_SHIFT (kc.h) on (KDims has no ninth slot; 0 there: each problem its own K, V) */
+#define KC_ATTN_FLAGS 7
 #define KC_ATTN_KROW_BIT 1
 #define KC_ATTN_ZERO_BIT 2
 #define KC_ATTN_CAUSAL_BIT 4
@@ -311,6 +315,9 @@ template <typename T> KC_DEV const T *attn_bias_at(const T *bias, int64_t b, int
     return bias ? bias + (b / p.d[KC_ATTN_BREP] % p.d[KC_ATTN_NBIAS]) * t * s + i0 * s : (const T *)0;
 }
 
+/* the query problems that read one K/V problem (kvrep: grouped-query attention, K/V problem b / kvrep) */
+KC_DEV int64_t attn_kvrep(const KDims &p) { return (p.d[KC_ATTN_FLAGS] >> KC_ATTN_KVREP_SHIFT) + 1; }
+
 /* The causal band (K_ATTN_CAUSAL, passes/attention.c): query i sees key j
  * where j <= i + s - t and, with a window w, j > i + s - t - w; no tensor
  * holds it.  A tile's position: its first query and key, and whether its
@@ -325,8 +332,8 @@ typedef struct {
 KC_DEV AttnBand attn_band(const KDims &p, int64_t q0, int64_t k0, bool keys_rows)
 {
     const int64_t f = p.d[KC_ATTN_FLAGS];
-    return AttnBand{(f & KC_ATTN_CAUSAL_BIT) != 0, p.d[KC_ATTN_S] - p.d[KC_ATTN_T], f >> KC_ATTN_WINDOW_SHIFT, q0, k0,
-                    keys_rows};
+    return AttnBand{(f & KC_ATTN_CAUSAL_BIT) != 0, p.d[KC_ATTN_S] - p.d[KC_ATTN_T],
+                    (f & (((int64_t)1 << KC_ATTN_KVREP_SHIFT) - 1)) >> KC_ATTN_WINDOW_SHIFT, q0, k0, keys_rows};
 }
 
 /* The bias of this thread's entries of a tile into bt (rows ty R + i, columns
@@ -456,7 +463,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
         const int64_t nb = p.d[KC_ATTN_BATCH] * nvd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nvd;
         const int64_t c0 = u % nvd * DK;
         const int64_t rv = kc_min64(BM, t - i0), cv = kc_min64(DK, dv - c0);
-        const typename Ty::E *qb = q + (b * t + i0) * d, *kb = kt + b * d * s, *vb = v + b * s * dv;
+        const int64_t g = b / attn_kvrep(p); /* the K/V problem */
+        const typename Ty::E *qb = q + (b * t + i0) * d, *kb = kt + g * d * s, *vb = v + g * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
         T m[R], l[R], o[R][CD];
         for (int i = 0; i < R; i++)
@@ -528,7 +536,8 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
         const int64_t nb = p.d[KC_ATTN_BATCH] * nkd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nkd, qc = u % nkd;
         const int64_t row0 = b * t + i0; /* the last query tiles first, as the forward */
         const int64_t rv = kc_min64(BM, t - i0);
-        const typename Ty::E *qb = q + row0 * d, *kb = kt + b * d * s, *vb = v + b * s * dv;
+        const int64_t g = b / attn_kvrep(p); /* the K/V problem */
+        const typename Ty::E *qb = q + row0 * d, *kb = kt + g * d * s, *vb = v + g * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
         T dd[R], ls[R], acc[R][CD];
         attn_rowdot(dd, dy, y, row0, rv, dv);
@@ -628,12 +637,12 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
     const int64_t nout = kc_max64(nkd, nvd);
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     const T sc_ = (T)scale;
-    for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nout; u += gridDim.x) {
-        /* the first key tiles first: under a causal mask they see the most queries */
-        const int64_t nb = p.d[KC_ATTN_BATCH] * nout, j0 = u / nb * BM, b = u % nb / nout, oc = u % nout;
+    const int64_t kvrep = attn_kvrep(p), qtiles = (t + BN - 1) / BN;
+    for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] / kvrep * tiles * nout; u += gridDim.x) {
+        /* the first key tiles first: under a causal mask they see the most queries; g: the K/V problem */
+        const int64_t nb = p.d[KC_ATTN_BATCH] / kvrep * nout, j0 = u / nb * BM, g = u % nb / nout, oc = u % nout;
         const int64_t jv = kc_min64(BM, s - j0);
-        const typename Ty::E *kb = kt + b * d * s, *vb = v + (b * s + j0) * dv;
-        const T *bb = attn_bias_at(bias, b, 0, p);
+        const typename Ty::E *kb = kt + g * d * s, *vb = v + (g * s + j0) * dv;
         T dk[R][CD], dvv[R][CD];
         attn_zero(dk);
         attn_zero(dvv);
@@ -643,8 +652,10 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                  : attn_stage<AttnSt<L>, DK, BM>(ks, BM + P, 1, kb + j0, s, 1, d, jv);
         if (nvd == 1) /* V^T staged once: vt(c, j) */
             attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb, dv, 1, jv, dv);
-        for (int64_t i0 = 0; i0 < t; i0 += BN) {
+        for (int64_t e = 0; e < kvrep * qtiles; e++) { /* the group's query problems b in order, their tiles i0 */
+            const int64_t b = g * kvrep + e / qtiles, i0 = e % qtiles * BN;
             const int64_t iv = kc_min64(BN, t - i0), row0 = b * t + i0;
+            const T *bb = attn_bias_at(bias, b, 0, p);
             T sc[R][C], sa[R][C], dp[R][C];
             if (!attn_bias_tile(sc, bb ? bb + i0 * s + j0 : bb, 1, s, jv, iv, attn_band(p, i0, j0, true)))
                 continue;
@@ -703,9 +714,9 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 if (ty * R + i >= jv)
                     continue;
                 if (oc < nvd && col < dv)
-                    dval[(b * s + j) * dv + col] = dvv[i][c];
+                    dval[(g * s + j) * dv + col] = dvv[i][c];
                 if (oc < nkd && col < d)
-                    dkt[b * d * s + (krow ? j * d + col : col * s + j)] = dk[i][c] * sc_;
+                    dkt[g * d * s + (krow ? j * d + col : col * s + j)] = dk[i][c] * sc_;
             }
     }
 }
@@ -743,6 +754,7 @@ KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L
     typedef typename AttnTy<L>::T T;
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const int64_t nbias = p.d[KC_ATTN_NBIAS], brep = p.d[KC_ATTN_BREP], outer = p.d[KC_ATTN_BATCH] / (nbias * brep);
+    const int64_t kvrep = attn_kvrep(p);
     for (int64_t brow = blockIdx.x; brow < nbias * t; brow += gridDim.x) {
         const int64_t c = brow / t, i = brow % t;
         for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
@@ -751,13 +763,14 @@ KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L
                 for (int64_t r = 0; r < brep; r++) {
                     const int64_t b = (m * nbias + c) * brep + r, row = b * t + i;
                     const T *dyi = dy + row * dv, *yi = y + row * dv;
-                    const typename AttnTy<L>::E *vj = v + (b * s + j) * dv;
+                    const typename AttnTy<L>::E *vj = v + (b / kvrep * s + j) * dv;
                     double dp = 0, dd = 0;
                     for (int64_t k = 0; k < dv; k++) {
                         dp += (double)AttnTy<L>::op(dyi[k]) * (double)AttnTy<L>::in(vj[k]);
                         dd += (double)dyi[k] * (double)yi[k];
                     }
-                    const T sc = attn_score<L>(q + row * d, kt + b * d * s, attn_bias_at(bias, b, i, p), j, p, scale);
+                    const T sc = attn_score<L>(q + row * d, kt + b / kvrep * d * s, attn_bias_at(bias, b, i, p), j, p,
+                                               scale);
                     a += (double)(attn_prob(sc, lse[row], p) * (T)(dp - dd));
                 }
             dbias[brow * s + j] = (T)a;

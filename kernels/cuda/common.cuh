@@ -67,6 +67,7 @@ typedef unsigned long long uint64_t;
 #define KC_ATTN_BM 64     /* attn.cu's float32 tiles (float64 halves them): query rows per block, */
 #define KC_ATTN_DK 64     /* the chunk of d and dv, */
 #define KC_ATTN_KBM 64    /* keys per block of the dk, dv kernel */
+#define KC_ATTN_KVREP_SHIFT 32 /* kvrep - 1's place in the attention kernels' flags slot of KDims */
 typedef struct {
     int64_t d[KC_MAX_RANK];
 } KDims;

@@ -50,6 +50,9 @@ typedef struct {
 #define KC_ATTN_BM 64
 #define KC_ATTN_DK 64
 #define KC_ATTN_KBM 64
+/* KDims' flags slot of the attention kernels (attn.cu KC_ATTN_FLAGS): the flags in the low 32 bits, kvrep - 1
+ * (query problem b reads K/V problem b / kvrep) from this bit on (mirrored in common.cuh) */
+#define KC_ATTN_KVREP_SHIFT 32
 
 /* kernel ids, in kernels.def order */
 enum {
@@ -118,18 +121,18 @@ void kc_memset(void *dst, int byte, int64_t bytes);
  * every GEMM operand rounded to that type, sums and softmax in float32) */
 void kc_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                        const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                       int64_t nbias, int64_t brep, double scale, float *ws);
+                       int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 void kc_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                             const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                             const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                            int64_t nbias, int64_t brep, double scale, float *ws);
+                            int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 void kc_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                      int64_t nbias, int64_t brep, double scale, float *ws);
+                      int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 void kc_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                            const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                            const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                           int64_t nbias, int64_t brep, double scale, float *ws);
+                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 
 /* kernels.h's k_cross_entropy_bf16 / _f16 and their gradients (16-bit logits and dx, float32 loss) */
 int64_t kc_cross_entropy_bf16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);

@@ -432,19 +432,22 @@ void kc_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
 /* ---- attn.c: the problem's dims as attn.cu's kernels take them ---------------------- */
 
 static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                       int flags)
+                       int64_t kvrep, int flags)
 {
     KDims p;
     if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1)
         die("k_attention", "negative dims, or a bias layout below 1");
+    if (kvrep < 1 || kvrep > ((int64_t)1 << 30) || batch % kvrep)
+        die("k_attention", "kvrep below 1, or not dividing the problems");
     memset(&p, 0, sizeof p);
-    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep, p.d[7] = flags;
+    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep;
+    p.d[7] = (int64_t)(uint32_t)flags | (kvrep - 1) << KC_ATTN_KVREP_SHIFT; /* attn.cu's KC_ATTN_FLAGS */
     return p;
 }
 
 /* Blocks of the attention kernels (attn.cu): one per unit, a unit being a
  * (problem, tile of query rows, output chunk) in the forward and dq
- * kernels, a (problem, tile of keys, output chunk) in the dk, dv kernel;
+ * kernels, a (K/V problem, tile of keys, output chunk) in the dk, dv kernel;
  * h = 2 for float64, whose tiles are half the size.  The kernels loop over
  * the units, so a cap on the grid changes nothing but the speed. */
 typedef struct {
@@ -458,8 +461,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
     const int64_t batch = p->d[0], t = p->d[1], s = p->d[2], d = p->d[3], dv = p->d[4];
     const int64_t bm = KC_ATTN_BM / h, dk = KC_ATTN_DK / h, kbm = KC_ATTN_KBM / h;
     const int64_t tiles = (t + bm - 1) / bm, nkd = (d + dk - 1) / dk, nvd = (dv + dk - 1) / dk;
+    const int64_t kvrep = (p->d[7] >> KC_ATTN_KVREP_SHIFT) + 1; /* the kv kernel's unit: a K/V problem */
     AttnGrid g = {attn_blocks(batch * tiles * nvd), attn_blocks(batch * tiles * nkd),
-                  attn_blocks(batch * ((s + kbm - 1) / kbm) * (nkd > nvd ? nkd : nvd))};
+                  attn_blocks(batch / kvrep * ((s + kbm - 1) / kbm) * (nkd > nvd ? nkd : nvd))};
     return g;
 }
 
@@ -470,9 +474,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
     void kc_attention##S(T *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
-                         double scale, T *ws)                                                                  \
+                         int64_t kvrep, double scale, T *ws)                                                   \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);                                     \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
         (void)ws;                                                                                              \
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
@@ -480,9 +484,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
     void kc_attention_grad##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const E *q, const E *kt,           \
                               int flags, const E *v, const T *bias, const T *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
-                              double scale, T *ws)                                                             \
+                              int64_t kvrep, double scale, T *ws)                                              \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, flags);                                     \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
         const AttnGrid g = attn_grid(&p, h);                                                                   \
         (void)ws;                                                                                              \
         if (batch * t > 0 && d > 0)                                                                            \

@@ -363,11 +363,57 @@ def attention_cases(c):
         lambda w: softmax(w["Q"] @ w["K"].transpose(0, 1, 3, 2) + w["PB"] + pad * -30.0, -1) @ w["V"])
 
 
+def gqa_attention_cases(c):
+    """Grouped-query and multi-query attention, which passes/attention.c fuses with the K/V heads read in place
+    (kvrep): q [2,4,4,5] against k [2,2,6,5], v [2,2,6,4] repeated by Hugging Face's repeat_kv (Unsqueeze,
+    Expand, Reshape) under a causal mask; k [2,1,6,5], v [2,1,6,4] broadcast over the 4 heads by the MatMuls
+    (Falcon's multi-query) with a padding bias per batch; and repeat_kv with a clone (Identity, as dynamo exports
+    Qwen2's) and a learned bias per query head (its dbias summed across the K/V groups)"""
+    causal = np.triu(np.ones((4, 6), np.bool_), k=3)[None, None]
+    pad = rng.random((2, 1, 4, 6)) < 0.3
+    pad[..., 0] = False  # every row sees something
+    i64 = lambda name, v: const(name, v, np.int64)
+    shapes = {"ax2": i64("ax2", [2]), "e5": i64("e5", [2, 2, 2, 6, 5]), "r5": i64("r5", [2, 4, 6, 5]),
+              "e4": i64("e4", [2, 2, 2, 6, 4]), "r4": i64("r4", [2, 4, 6, 4])}
+
+    def repeat_kv(x, d, clone=False):  # x [2,2,6,d] -> x + "R" [2,4,6,d]
+        return [node("Unsqueeze", [x, "ax2"], [x + "u"]), node("Expand", [x + "u", "e%d" % d], [x + "e"])] + (
+            [node("Identity", [x + "e"], [x + "c"])] if clone else []) + [
+            node("Reshape", [x + ("c" if clone else "e"), "r%d" % d], [x + "R"])]
+
+    def ref(w, bias, rep=2):
+        k, v = np.repeat(w["K"], rep, axis=1), np.repeat(w["V"], rep, axis=1)
+        return softmax(w["Q"] @ k.transpose(0, 1, 3, 2) / np.sqrt(5.0) + bias, -1) @ v
+    scores = [node("Transpose", ["KR"], ["KT"], perm=[0, 1, 3, 2]), node("MatMul", ["Q", "KT"], ["S0"])]
+    head = repeat_kv("K", 5) + repeat_kv("V", 4) + scores
+    tail = [node("Softmax", ["S2"], ["P"], axis=-1), node("MatMul", ["P", "VR"], ["Y"])]
+    gqa = {"Q": r(2, 4, 4, 5), "K": r(2, 2, 6, 5), "V": r(2, 2, 6, 4), **shapes}
+    c["Attention_fused_gqa_repeat_causal"] = (
+        head + [node("Mul", ["S0", "c"], ["S1"]), node("Where", ["M", "ninf", "S1"], ["S2"])] + tail,
+        {**gqa, "c": const("c", 1 / np.sqrt(5.0)), "ninf": const("ninf", -np.inf),
+         "M": numpy_helper.from_array(causal, "M")},
+        lambda w: ref(w, np.where(causal, -np.inf, 0.0)))
+    c["Attention_fused_mqa_broadcast"] = (
+        [node("Transpose", ["K"], ["KT"], perm=[0, 1, 3, 2]), node("MatMul", ["Q", "KT"], ["S0"]),
+         node("Div", ["S0", "c"], ["S1"]), node("Cast", ["M"], ["Mf"], to=TensorProto.DOUBLE),
+         node("Mul", ["Mf", "neg"], ["B"]), node("Add", ["S1", "B"], ["S2"]), node("Softmax", ["S2"], ["P"], axis=-1),
+         node("MatMul", ["P", "V"], ["Y"])],
+        {"Q": r(2, 4, 4, 5), "K": r(2, 1, 6, 5), "V": r(2, 1, 6, 4), "c": const("c", np.sqrt(5.0)),
+         "neg": const("neg", -30.0), "M": numpy_helper.from_array(pad, "M")},
+        lambda w: ref(w, pad * -30.0, 1))
+    c["Attention_fused_gqa_learned_bias"] = (
+        repeat_kv("K", 5, True) + repeat_kv("V", 4, True) + scores + [node("Mul", ["S0", "c"], ["S1"]), node("Add", ["S1", "PB"], ["S2"])] + tail,
+        {**gqa, "c": const("c", 1 / np.sqrt(5.0)), "PB": r(4, 4, 6)},
+        lambda w: ref(w, w["PB"]))
+
+
 def check_fused(fsdpc, work, name):
-    """the case's model compiles to one FusedAttention (not the unfused chain)"""
+    """the case's model compiles to one FusedAttention (not the unfused chain); a grouped-query or multi-query one
+    with its K/V heads read in place (kvrep), no Expand left"""
     out = run([fsdpc, os.path.join(work, name + ".onnx"), "--target", "cpu", "--loss", "mse:Y,T", "--dump-after",
                "attention"]).stdout.split("nodes:")[1]
-    check(out.count("= FusedAttention ") == 1 and "= Softmax " not in out, "%s: not fused:\n%s" % (name, out))
+    check(out.count("= FusedAttention ") == 1 and "= Softmax " not in out and "= Expand " not in out and
+          ("_gqa_" not in name and "_mqa_" not in name or " kvrep=" in out), "%s: not fused:\n%s" % (name, out))
 
 
 def composed_cases(c):
@@ -403,7 +449,8 @@ def cases():
     pool_cases(c)
     reduce_cases(c)
     composed_cases(c)
-    conv_transpose_cases(c)  # last: the cases before keep the random data and directions they had
+    conv_transpose_cases(c)
+    gqa_attention_cases(c)  # last: the cases before keep the random data and directions they had
     return c
 
 

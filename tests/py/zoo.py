@@ -10,8 +10,9 @@ AdamW steps at world 2 under mpirun on the committed batch; the 3 losses within 
 and every parameter's final values (at ref.json's positions, and its L2 norm) within 1e-4 of its max |w|.
 Each compile's attentions are fused as FUSED says (FusedAttention nodes after the attention pass, both exports; 0
 where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), BERT and both ViTs 2,
-T5 all 6 (their learned relative-position bias gets its gradient from the fused op); Falcon's multi-query
-attention (MatMuls broadcast over the heads) is not fused.
+T5 all 6 (their learned relative-position bias gets its gradient from the fused op), Falcon 2.  The grouped-query
+and multi-query ones (GQA: Llama's repeat_kv, Falcon's MatMuls broadcast over the heads) read their K/V heads in
+place: no Expand is left after fuse, in float32 and under --precision bf16 (compiled once more, not trained).
 On the HF Llama and GPT-2 (where they compile) also --shard full, grad_op and hybrid:2 at world 4 (per-rank
 batch 2 over the 4-sample file: ranks 2-3 repeat ranks 0-1's samples, the same mean) and --wrap blocks at world 2.
 
@@ -43,7 +44,10 @@ STRATEGY_MODELS = ("llama", "gpt2")
 KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3)}  # suffix -> (k, parts): part k of parts
 
 # model -> its FusedAttention nodes (passes/attention.c), either export
-FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6}
+FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6,
+         "falcon": 2}
+# models whose attention has fewer K/V heads than query heads (FusedAttention's kvrep > 1, no Expand left)
+GQA = ("llama", "llama_sdpa23", "falcon")
 
 # (model, exporter) -> the first line fsdpc prints when it refuses the export ("export: ..." when the exporter
 # itself failed in generate.py)
@@ -97,6 +101,21 @@ def first_error(p, where):
     errs = [ln for ln in lines if "error" in ln.lower()]
     line = (errs or lines or ["(no output, exit %d)" % p.returncode])[0].strip()
     return line.replace(where + os.sep, "").split("; fsdpc supports:")[0]
+
+
+def check_gqa(tag, onnx_path):
+    """a GQA model's attentions fused with their K/V read in place (kvrep), no Expand after fuse, in float32 and
+    under --precision bf16"""
+    want = FUSED[os.path.basename(os.path.dirname(onnx_path))]
+    for prec in ("fp32", "bf16"):
+        out = run([os.environ["FSDPC"], onnx_path, "-o", onnx_path + ".gqa", "--target", "cpu", "--loss",
+                   "cross_entropy:logits,labels", "--precision", prec, "--dump-after", "fuse"]).stdout
+        fused = re.findall(r"= FusedAttention .* kvrep=(\d+)", out)
+        check(len(fused) == want and out.count("= FusedAttentionGrad ") == want and "= Expand " not in out,
+              "%s --precision %s: %d of %d attentions fused with kvrep, %d Expand left" % (tag, prec, len(fused), want,
+                                                                                       out.count("= Expand ")))
+    print("%s: %d attentions fused with their K/V heads read in place (kvrep %s), no Expand (fp32, bf16)"
+          % (tag, want, fused[0]))
 
 
 def train(tag, ref, onnx_path, src, exe, world, extra=()):
@@ -192,6 +211,8 @@ def main():
                     continue
             if got is None:
                 trained.append(tag)
+                if name in GQA:
+                    check_gqa(tag, path)
                 if want is not None:
                     failures.append("%s compiles and trains now: move it out of BLOCKED (was: %s)" % (tag, want))
                 if name in STRATEGY_MODELS:
