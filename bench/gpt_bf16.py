@@ -2,7 +2,8 @@
 eager and torch.compile, on the same GPTs: step time, CPU time and peak RSS, one process and two ranks.
 
     /usr/bin/python3 bench/gpt_bf16.py [--quick] [--threads 2] [--steps 5] [--repeat 3] [--fsdpc build/fsdpc]
-                                       [--torch2 PYTHON] [--sizes 128/4/128/8,256/6/256/8,512/8/256/8] [--json FILE]
+                                       [--torch2 PYTHON] [--no-compile] [--fsdp2] [--json FILE]
+                                       [--sizes 128/4/128/8,256/6/256/8,512/8/256/8]
 
 The driver runs under Debian's /usr/bin/python3 (torch 1.13 exports the ONNX file fsdpc compiles: bench/gpt_work.py
 writes each size's folder, the same model, initial weights and batch for every side).  fsdpc compiles it three
@@ -14,16 +15,18 @@ torch.set_num_threads; mpirun -x):
   1 x N threads   one process, --threads threads: fsdpc bf16, fsdpc fp32, torch eager bf16, torch compile bf16;
   1 x 1 thread    the same four on one thread: CPU time per step there is the figure a shared machine's load does
                   not distort;
-  2 ranks x 1     fsdpc bf16 under mpirun -np 2, and PyTorch DDP with autocast bf16 over gloo, one thread a rank.
+  2 ranks x 1     fsdpc bf16 under mpirun -np 2, and PyTorch DDP with autocast bf16 over gloo, one thread a rank
+                  (--fsdp2: and FSDP2, fully_shard on each block and the model, as fsdpc's units).
 Interleaved: each repetition runs every side of every configuration once per size, in turn.  A side's step time is
 the median of its timed steps after one warm-up step (the slowest rank's), its CPU time per step that of all its
 processes and threads (fsdpc: its run's CPU time less a one-step run's, over the timed steps; PyTorch: measured
-around each timed step), its peak RSS the largest process's VmHWM.  The tables give the best of the repetitions (and
-the median), fsdpc bf16's ratio to each other side (below 1: fsdpc bf16 faster or smaller), and the losses of the
-first steps of every side: they must agree with fsdpc fp32's within bf16's tolerance (--tol, relative), or the
-comparison is not of the same computation and the script says so and exits 1.  It also prints the CPU, whether it
-has AVX512-BF16, and fsdpc's notes (an executable whose bf16 GEMMs run widened to float32 says so; none: oneDNN's
-native bf16 GEMM).  --quick: the smallest size, 3 steps, one repetition (a couple of minutes).
+around each timed step), its peak RSS the largest process's VmHWM (a torch.compile run before the repetitions fills
+Inductor's cache, so that every repetition's compilation, in its warm-up step, is a warm one).  The tables give the
+best of the repetitions (and the median), fsdpc bf16's ratio to each other side (below 1: fsdpc bf16 faster or
+smaller), and the losses of the first steps of every side: they must agree with fsdpc fp32's within bf16's unit
+roundoff (--tol, relative), or the comparison is not of the same computation and the script says so and exits 1.
+It also prints the CPU, whether it has AVX512-BF16, and fsdpc's notes (an executable whose bf16 GEMMs run widened
+to float32 says so; none: oneDNN's native bf16 GEMM), the commit, the versions and the load average.  --quick: the smallest size, 3 steps, one repetition (a couple of minutes).
 """
 import argparse
 import json
@@ -41,12 +44,14 @@ ap.add_argument("--threads", type=int, default=2, help="threads of the one-proce
 ap.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up step")
 ap.add_argument("--repeat", type=int, default=3)
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
-ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH if it has it, else one "
-                "installed in ~/.cache/fsdpc-bench/torch2)")
+ap.add_argument("--torch2", default="", help="a python with torch >= 2 (default: python3 on PATH if it has it, else "
+                "one installed in ~/.cache/fsdpc-bench/torch2)")
 ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+ap.add_argument("--fsdp2", action="store_true", help="add PyTorch's FSDP2 (fully_shard per block) to the 2 ranks")
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8", help="d/L/T/B,...")
 ap.add_argument("--check-steps", type=int, default=3, help="the first steps whose losses are compared")
-ap.add_argument("--tol", type=float, default=2e-2, help="relative difference of the losses allowed against fsdpc fp32")
+ap.add_argument("--tol", type=float, default=2 ** -8, help="relative difference of the losses allowed against fsdpc "
+                "fp32 (default: bf16's unit roundoff)")
 ap.add_argument("--json", default="", help="write every run's figures here")
 args = ap.parse_args()
 if args.quick:
@@ -83,8 +88,9 @@ def sides_of():
                 Side(config, "eager bf16", False, "eager", t)]
         if not args.no_compile:
             out.append(Side(config, "compile bf16", False, "compile", t))
-    return out + [Side("2 ranks x 1 thread", "fsdpc bf16", True, "bf16_r2", 1, 2),
-                  Side("2 ranks x 1 thread", "DDP bf16", False, "ddp", 1, 2)]
+    out += [Side("2 ranks x 1 thread", "fsdpc bf16", True, "bf16_r2", 1, 2),
+            Side("2 ranks x 1 thread", "DDP bf16", False, "ddp", 1, 2)]
+    return out + ([Side("2 ranks x 1 thread", "FSDP2 bf16", False, "fsdp2", 1, 2)] if args.fsdp2 else [])
 
 
 def build_all(work, B):
@@ -157,7 +163,7 @@ def loss_check(sides, sizes, res):
     fsdpc fp32's at the same threads (one process); False where one is beyond --tol"""
     ok = True
     print("\nlosses of the first %d steps (first repetition) and the largest relative difference from fsdpc fp32's "
-          "(1 process): the same computation within bf16's rounding (--tol %g)" % (args.check_steps, args.tol))
+          "(1 process): the same computation within bf16's rounding (--tol %.2g)" % (args.check_steps, args.tol))
     for key in sizes:
         ref = next(res[key][id(s)][0]["losses"] for s in sides if s.label == "fsdpc fp32")
         for s in sides:
@@ -191,6 +197,8 @@ def main():
             work = os.path.join(root, "%d_%d_%d_%d" % key)
             params[key] = gpt_work.prepare(work, *key)
             notes.update(build_all(work, key[3]))
+            if not args.no_compile:  # Inductor's cache filled, so that no repetition's peak RSS is a cold compile's
+                gpt_work.run_torch(py2, work, "compile", args.threads, 0, "bf16")
             res[key] = {id(s): [] for s in sides}
         for rep in range(args.repeat):
             for key in sizes:

@@ -5,11 +5,11 @@ prepare() writes the folder: the GPT of examples/gpt.py (vocab 256, one head per
 (cfg.json), parameter names (params.json), initial weights (weights.npz: the state_dict the PyTorch sides load, so
 every side starts from the same numbers whichever torch runs it), one batch of B rows (idx.npy, lab.npy: every
 step of every side trains on it) and the ONNX export (gpt.onnx, training mode, the batch axis symbolic).  It runs
-under the driver's torch (Debian's 1.13: its TorchScript exporter).  The driver runs one side at a time.  build() compiles that ONNX file with fsdpc
-(--target cpu, the cross-entropy loss, --dim batch=N, extra flags) and returns fsdpc's notes; run_fsdpc() runs
-the executable (one process, or mpirun -np R: each rank reads its contiguous slice of the batch, the printed loss
-the mean over the global batch) and run_torch() runs bench/torch_step.py under a given python (one process, or R
-processes over gloo, their losses averaged as fsdpc's are).  Both return one dict per run:
+under the driver's torch (Debian's 1.13: its TorchScript exporter).  The driver runs one side at a time.  build()
+compiles that ONNX file with fsdpc (--target cpu, the cross-entropy loss, --dim batch=N, extra flags) and returns
+fsdpc's notes; run_fsdpc() runs the executable (one process, or mpirun -np R: each rank reads its contiguous slice
+of the batch, the printed loss the mean over the global batch) and run_torch() runs bench/torch_step.py under a
+given python (one process, or R processes over gloo, their losses averaged as fsdpc's are).  Both return one dict per run:
   times_ms   wall time of each step (the slowest rank's), the first a warm-up;
   losses     the loss of each step over the global batch;
   cpu_s      CPU time of all the run's processes (user + system, every thread): fsdpc's for the whole run (the
