@@ -177,6 +177,14 @@ def loss_check(sides, sizes, res):
     return ok
 
 
+def save(sides, sizes, res):
+    """--json: every run so far (written after each size of each repetition, so that a long run cut short keeps
+    what it measured)"""
+    if args.json:
+        json.dump({"/".join(map(str, k)): {"%s | %s" % (s.config, s.label): res[k][id(s)] for s in sides}
+                   for k in sizes}, open(args.json, "w"), indent=1)
+
+
 def main():
     py2, v2 = torch2_python(args.torch2)
     if not py2:
@@ -184,11 +192,9 @@ def main():
     name, has_bf16 = machine()
     sides = sides_of()
     sizes = gpt_work.parse_sizes(args.sizes)
+    version = subprocess.run([args.fsdpc, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     print("%s, AVX512-BF16 %s; %s at %s; torch %s (%s: eager, compile and DDP under autocast bf16); load %s at "
-          "the start" % (
-        name, "yes" if has_bf16 else "no", subprocess.run([args.fsdpc, "--version"], capture_output=True,
-                                                          text=True).stdout.split("\n")[0], commit(), v2, py2,
-        " ".join(load())))
+          "the start" % (name, "yes" if has_bf16 else "no", version, commit(), v2, py2, " ".join(load())))
     print("%d timed steps after 1 warm-up, %d interleaved repetitions" % (args.steps, args.repeat), flush=True)
     root = tempfile.mkdtemp(prefix="fsdpc-bf16-")
     res, notes, params, port = {}, set(), {}, 29517
@@ -211,7 +217,9 @@ def main():
                     if r["avx512_bf16"] is not None:
                         torch_bf16 = r["avx512_bf16"]
                 print("  repetition %d, %s: %s" % (rep + 1, "/".join(map(str, key)), ", ".join(
-                    "%s %s %.1f ms" % (s.config, s.label, res[key][id(s)][-1]["wall_ms"]) for s in sides)), flush=True)
+                    "%s %s %.1f ms (CPU %.1f)" % (s.config, s.label, res[key][id(s)][-1]["wall_ms"],
+                                                  res[key][id(s)][-1]["cpu_ms"]) for s in sides)), flush=True)
+                save(sides, sizes, res)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     widened = [n for n in notes if WIDENED in n]
@@ -225,9 +233,6 @@ def main():
     for config in dict.fromkeys(s.config for s in sides):
         table(config, sides, sizes, res)
     ok = loss_check(sides, sizes, res)
-    if args.json:
-        json.dump({"/".join(map(str, k)): {"%s | %s" % (s.config, s.label): res[k][id(s)] for s in sides}
-                   for k in sizes}, open(args.json, "w"), indent=1)
     if not ok:
         sys.exit("bench: a side's losses differ from fsdpc fp32's beyond --tol: not the same computation")
 
