@@ -19,8 +19,8 @@ torch.set_num_threads; mpirun -x):
                   (--fsdp2: and FSDP2, fully_shard on each block and the model, as fsdpc's units).
 Interleaved: each repetition runs every side of every configuration once per size, in turn.  A side's step time is
 the median of its timed steps after one warm-up step (the slowest rank's), its CPU time per step that of all its
-processes and threads (fsdpc: its run's CPU time less a one-step run's, over the timed steps; PyTorch: measured
-around each timed step), its peak RSS the largest process's VmHWM (a torch.compile run before the repetitions fills
+processes and threads over the timed steps (fsdpc: every thread's run time from /proc as the metrics show each
+step end; PyTorch: the process's CPU clock around each step), its peak RSS the largest process's VmHWM (a torch.compile run before the repetitions fills
 Inductor's cache, so that every repetition's compilation, in its warm-up step, is a warm one).  The tables give the
 best of the repetitions (and the median), fsdpc bf16's ratio to each other side (below 1: fsdpc bf16 faster or
 smaller), and the losses of the first steps of every side: they must agree with fsdpc fp32's within bf16's unit
@@ -103,14 +103,12 @@ def build_all(work, B):
 def measure(side, work, py2, port):
     """one run of side on the size in work: {wall_ms, cpu_ms, rss, losses, notes}"""
     if side.fsdpc:
-        long = gpt_work.run_fsdpc(work, side.what, args.steps + 1, side.threads, side.ranks)
-        short = gpt_work.run_fsdpc(work, side.what, 1, side.threads, side.ranks)  # the start-up and warm-up alone
-        cpu = (long["cpu_s"] - short["cpu_s"]) / args.steps
-        r = long
+        r = gpt_work.run_fsdpc(work, side.what, args.steps + 1, side.threads, side.ranks)
+        cpu = r["cpu_step_s"]
     else:
         r = gpt_work.run_torch(py2, work, side.what, side.threads, args.steps, "bf16", side.ranks, port)
         cpu = statistics.mean(r["cpu_s"][1:])
-    return dict(wall_ms=statistics.median(r["times_ms"][1:]), cpu_ms=cpu * 1e3, rss=r["peak_rss"],
+    return dict(wall_ms=statistics.median(r["times_ms"][1:]), cpu_ms=float("nan") if cpu is None else cpu * 1e3, rss=r["peak_rss"],
                 losses=r["losses"][:args.check_steps], notes=r["notes"], avx512_bf16=r.get("avx512_bf16"))
 
 

@@ -12,19 +12,21 @@ of the batch, the printed loss the mean over the global batch) and run_torch() r
 given python (one process, or R processes over gloo, their losses averaged as fsdpc's are).  Both return one dict per run:
   times_ms   wall time of each step (the slowest rank's), the first a warm-up;
   losses     the loss of each step over the global batch;
-  cpu_s      CPU time of all the run's processes (user + system, every thread): fsdpc's for the whole run (the
-             driver's RUSAGE_CHILDREN before and after, mpirun's own share included; the caller subtracts a shorter
-             run for the start-up), PyTorch's per step (CLOCK_PROCESS_CPUTIME_ID around each step, summed over
-             ranks);
+  cpu_s      (PyTorch) the CPU time of each step, all its processes and threads (CLOCK_PROCESS_CPUTIME_ID around each
+             step, summed over ranks);
+  cpu_step_s (fsdpc) the CPU time per step of every thread of its processes (mpirun's own not counted) between the
+             end of the first step and the end of the last (/proc/PID/task/TID/schedstat, read as the metrics file
+             shows each step's line: the warm-up step and the start-up are out, as PyTorch's);
   peak_rss   the largest process's peak resident memory (VmHWM: GNU time's %M for fsdpc, /proc/self/status for
              PyTorch);
   notes      the 'note:' lines the side printed (fsdpc's executable says where its bf16 GEMMs run widened).
 """
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOCAB = 256
@@ -78,13 +80,62 @@ def build(fsdpc, work, name, batch, flags=()):
     return notes(p.stderr)
 
 
+def descendants(root, name):
+    """the pids of root's descendant processes whose command is name (as /proc/PID/stat spells it: 15 characters)"""
+    kids = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open("/proc/%s/stat" % pid).read()
+        except OSError:  # gone meanwhile
+            continue
+        comm, ppid = st[st.index("(") + 1:st.rindex(")")], int(st[st.rindex(")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append((int(pid), comm))
+    out, todo = [], [root]
+    while todo:
+        for pid, comm in kids.get(todo.pop(), []):
+            todo.append(pid)
+            if comm == os.path.basename(name)[:15]:
+                out.append(pid)
+    return out
+
+
+def threads_cpu_s(pids):
+    """the CPU seconds every thread of pids has run so far (/proc/PID/task/TID/schedstat, in ns); None when one of
+    them is gone"""
+    total = 0
+    try:
+        for pid in pids:
+            for tid in os.listdir("/proc/%d/task" % pid):
+                total += int(open("/proc/%d/task/%s/schedstat" % (pid, tid)).read().split()[0])
+    except OSError:
+        return None
+    return total * 1e-9
+
+
+def sample_steps(p, m, name):
+    """while p runs: after each new step line of the metrics file m, (steps so far, CPU seconds of every thread of
+    the processes named name under p); the file is polled every 2 ms, the processes read only when it grows"""
+    samples, size, pids = [], 0, None
+    while p.poll() is None:
+        time.sleep(0.002)
+        if not os.path.exists(m) or os.stat(m).st_size == size:
+            continue
+        size = os.stat(m).st_size
+        n = sum('"step"' in l for l in open(m))
+        pids = pids or descendants(p.pid, name)
+        cpu = threads_cpu_s(pids) if pids else None
+        if n and cpu is not None and (not samples or n > samples[-1][0]):
+            samples.append((n, cpu))
+    return samples
+
+
 def run_fsdpc(work, name, steps, threads, ranks=1):
     """runs work/name for steps steps with threads threads per process, as one process or ranks ranks under
     mpirun, each process under GNU time; the run's dict (the module's essay)"""
     m, timing = os.path.join(work, name + ".jsonl"), os.path.join(work, name + ".time.")
-    for r in range(ranks):
-        if os.path.exists(timing + str(r)):
-            os.unlink(timing + str(r))
+    for f in [m] + [timing + str(r) for r in range(ranks)]:
+        if os.path.exists(f):
+            os.unlink(f)
     env = thread_env(threads, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     exe = [os.path.join(work, name), "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
            "labels=" + os.path.join(work, "lab.npy"), "--steps", str(steps), "--lr", "1e-4", "--metrics", m, "--quiet"]
@@ -93,16 +144,18 @@ def run_fsdpc(work, name, steps, threads, ranks=1):
     if ranks > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + \
             sum((["-x", "%s=%d" % (k, threads)] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")), []) + cmd
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit("bench: %s failed:\n%s" % (" ".join(cmd), p.stderr[-3000:]))
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        samples = sample_steps(p, m, exe[0])
+        err.seek(0)
+        if p.wait() != 0:
+            raise SystemExit("bench: %s failed:\n%s" % (" ".join(cmd), err.read()[-3000:]))
+        text = err.read()
     rows = [json.loads(l) for l in open(m) if '"step"' in l]
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    (n0, c0), (n1, c1) = (samples[0], samples[-1]) if samples else ((0, 0), (0, 0))
     rss = max(int(open(timing + str(r)).read().split()[-1]) * 1024 for r in range(ranks))
-    return dict(times_ms=[r["time_ms"] for r in rows], losses=[r["loss"] for r in rows], cpu_s=cpu, peak_rss=rss,
-                notes=notes(p.stderr))
+    return dict(times_ms=[r["time_ms"] for r in rows], losses=[r["loss"] for r in rows], peak_rss=rss,
+                cpu_step_s=(c1 - c0) / (n1 - n0) if n1 > n0 else None, notes=notes(text))
 
 
 def run_torch(py, work, mode, threads, steps, precision="fp32", ranks=1, port=29517):
