@@ -2,7 +2,7 @@
 eager and torch.compile, on the same GPTs: step time, CPU time and peak RSS, one process and two ranks.
 
     /usr/bin/python3 bench/gpt_bf16.py [--quick] [--threads 2] [--steps 5] [--repeat 3] [--fsdpc build/fsdpc]
-                                       [--torch2 PYTHON] [--no-compile] [--fsdp2] [--json FILE]
+                                       [--torch2 PYTHON] [--no-compile] [--fsdp2] [--json FILE] [--from-json FILE]
                                        [--sizes 128/4/128/8,256/6/256/8,512/8/256/8]
 
 The driver runs under Debian's /usr/bin/python3 (torch 1.13 exports the ONNX file fsdpc compiles: bench/gpt_work.py
@@ -20,13 +20,15 @@ torch.set_num_threads; mpirun -x):
 Interleaved: each repetition runs every side of every configuration once per size, in turn.  A side's step time is
 the median of its timed steps after one warm-up step (the slowest rank's), its CPU time per step that of all its
 processes and threads over the timed steps (fsdpc: every thread's run time from /proc as the metrics show each
-step end; PyTorch: the process's CPU clock around each step), its peak RSS the largest process's VmHWM (a torch.compile run before the repetitions fills
-Inductor's cache, so that every repetition's compilation, in its warm-up step, is a warm one).  The tables give the
-best of the repetitions (and the median), fsdpc bf16's ratio to each other side (below 1: fsdpc bf16 faster or
-smaller), and the losses of the first steps of every side: they must agree with fsdpc fp32's within bf16's unit
-roundoff (--tol, relative), or the comparison is not of the same computation and the script says so and exits 1.
-It also prints the CPU, whether it has AVX512-BF16, and fsdpc's notes (an executable whose bf16 GEMMs run widened
-to float32 says so; none: oneDNN's native bf16 GEMM), the commit, the versions and the load average.  --quick: the smallest size, 3 steps, one repetition (a couple of minutes).
+step end; PyTorch: the process's CPU clock around each step), its peak RSS the largest process's VmHWM (a
+torch.compile run before the repetitions fills Inductor's cache, so that every repetition's compilation, in its
+warm-up step, is a warm one).  The tables give the best of the repetitions (and the median), fsdpc bf16's ratio to
+each other side (below 1: fsdpc bf16 faster or smaller), and the losses of the first steps of every side: they must
+agree with fsdpc fp32's within bf16's unit roundoff (--tol, relative), or the comparison is not of the same
+computation and the script says so and exits 1.  It also prints the CPU, whether it has AVX512-BF16, and fsdpc's
+notes (an executable whose bf16 GEMMs run widened to float32 says so; none: oneDNN's native bf16 GEMM), the commit,
+the versions and the load average.  --quick: the smallest size, 3 steps, one repetition (a couple of minutes).
+--json FILE keeps every run (written as the run goes); --from-json FILE prints the tables of one and runs nothing.
 """
 import argparse
 import json
@@ -53,6 +55,7 @@ ap.add_argument("--check-steps", type=int, default=3, help="the first steps whos
 ap.add_argument("--tol", type=float, default=2 ** -8, help="relative difference of the losses allowed against fsdpc "
                 "fp32 (default: bf16's unit roundoff)")
 ap.add_argument("--json", default="", help="write every run's figures here")
+ap.add_argument("--from-json", default="", help="print the tables of a --json file and run nothing")
 args = ap.parse_args()
 if args.quick:
     args.sizes, args.steps, args.repeat = "128/4/128/8", 3, 1
@@ -108,8 +111,9 @@ def measure(side, work, py2, port):
     else:
         r = gpt_work.run_torch(py2, work, side.what, side.threads, args.steps, "bf16", side.ranks, port)
         cpu = statistics.mean(r["cpu_s"][1:])
-    return dict(wall_ms=statistics.median(r["times_ms"][1:]), cpu_ms=float("nan") if cpu is None else cpu * 1e3, rss=r["peak_rss"],
-                losses=r["losses"][:args.check_steps], notes=r["notes"], avx512_bf16=r.get("avx512_bf16"))
+    return dict(wall_ms=statistics.median(r["times_ms"][1:]), cpu_ms=float("nan") if cpu is None else cpu * 1e3,
+                rss=r["peak_rss"], losses=r["losses"][:args.check_steps], notes=r["notes"],
+                avx512_bf16=r.get("avx512_bf16"))
 
 
 def machine():
@@ -138,13 +142,13 @@ def table(config, sides, sizes, res):
     bf16's ratios to the others"""
     sd = [s for s in sides if s.config == config]
     ref, others = sd[0], sd[1:]
-    print("\n%s: step ms, best of %d repetitions (median); CPU ms per step, best; peak RSS\n" % (config, args.repeat))
+    print("\n%s: step ms, best of the repetitions (median); CPU ms per step, best; peak RSS\n" % config)
     head = ["d/L/T/B"] + [s.label for s in sd] + ["CPU " + " / ".join(s.label for s in sd)] + \
         ["%s / %s: step, CPU" % (ref.label, s.label) for s in others] + ["peak RSS " + " / ".join(s.label for s in sd)]
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
     for key in sizes:
-        runs = {id(s): res[key][id(s)] for s in sd}
+        runs = {id(s): res[key][sid(s)] for s in sd}
         best = {k: min(r["wall_ms"] for r in v) for k, v in runs.items()}
         med = {k: statistics.median(r["wall_ms"] for r in v) for k, v in runs.items()}
         cpu = {k: min(r["cpu_ms"] for r in v) for k, v in runs.items()}
@@ -163,9 +167,9 @@ def loss_check(sides, sizes, res):
     print("\nlosses of the first %d steps (first repetition) and the largest relative difference from fsdpc fp32's "
           "(1 process): the same computation within bf16's rounding (--tol %.2g)" % (args.check_steps, args.tol))
     for key in sizes:
-        ref = next(res[key][id(s)][0]["losses"] for s in sides if s.label == "fsdpc fp32")
+        ref = next(res[key][sid(s)][0]["losses"] for s in sides if s.label == "fsdpc fp32")
         for s in sides:
-            ls = res[key][id(s)][0]["losses"]
+            ls = res[key][sid(s)][0]["losses"]
             diff = max(abs(a - b) / abs(b) for a, b in zip(ls, ref))
             bad = diff > args.tol or len(ls) != len(ref)
             ok = ok and not bad
@@ -175,15 +179,70 @@ def loss_check(sides, sizes, res):
     return ok
 
 
-def save(sides, sizes, res):
+def sid(side):
+    """the side's key in the results and the --json file"""
+    return "%s | %s" % (side.config, side.label)
+
+
+def save(res):
     """--json: every run so far (written after each size of each repetition, so that a long run cut short keeps
-    what it measured)"""
+    what it measured: --from-json prints its tables)"""
     if args.json:
-        json.dump({"/".join(map(str, k)): {"%s | %s" % (s.config, s.label): res[k][id(s)] for s in sides}
-                   for k in sizes}, open(args.json, "w"), indent=1)
+        json.dump({"/".join(map(str, k)): v for k, v in res.items()}, open(args.json, "w"), indent=1)
+
+
+def report(sides, res):
+    """the tables and the loss check of res; False where the losses disagree"""
+    sizes = list(res)
+    for config in dict.fromkeys(s.config for s in sides):
+        table(config, sides, sizes, res)
+    return loss_check(sides, sizes, res)
+
+
+def from_json():
+    """--from-json: the report of a saved run (its sides with at least one run of every size)"""
+    res = {tuple(int(v) for v in k.split("/")): v for k, v in json.load(open(args.from_json)).items()}
+    args.fsdp2 = True
+    sides = [s for s in sides_of() if all(r.get(sid(s)) for r in res.values())]
+    return report(sides, res)
+
+
+def run(py2, sides, sizes):
+    """prepares every size, runs the repetitions; (results, fsdpc's and the sides' notes, parameter counts, whether
+    torch sees AVX512-BF16)"""
+    root = tempfile.mkdtemp(prefix="fsdpc-bf16-")
+    res, notes, params, port, torch_bf16 = {}, set(), {}, 29517, None
+    try:
+        for key in sizes:
+            work = os.path.join(root, "%d_%d_%d_%d" % key)
+            params[key] = gpt_work.prepare(work, *key)
+            notes.update(build_all(work, key[3]))
+            if not args.no_compile:  # Inductor's cache filled, so that no repetition's peak RSS is a cold compile's
+                gpt_work.run_torch(py2, work, "compile", args.threads, 0, "bf16")
+            res[key] = {sid(s): [] for s in sides}
+        for rep in range(args.repeat):
+            for key in sizes:
+                work = os.path.join(root, "%d_%d_%d_%d" % key)
+                for s in sides:
+                    port += 1
+                    r = measure(s, work, py2, port)
+                    notes.update(r["notes"])
+                    res[key][sid(s)].append(r)
+                    torch_bf16 = r["avx512_bf16"] if r["avx512_bf16"] is not None else torch_bf16
+                print("  repetition %d, %s: %s" % (rep + 1, "/".join(map(str, key)), ", ".join(
+                    "%s %s %.1f ms (CPU %.1f)" % (s.config, s.label, res[key][sid(s)][-1]["wall_ms"],
+                                                  res[key][sid(s)][-1]["cpu_ms"]) for s in sides)), flush=True)
+                save(res)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return res, notes, params, torch_bf16
 
 
 def main():
+    if args.from_json:
+        if not from_json():
+            sys.exit("bench: a side's losses differ from fsdpc fp32's beyond --tol: not the same computation")
+        return
     py2, v2 = torch2_python(args.torch2)
     if not py2:
         sys.exit("bench: gpt_bf16.py compares against PyTorch 2 (--torch2 none leaves nothing to compare)")
@@ -194,32 +253,7 @@ def main():
     print("%s, AVX512-BF16 %s; %s at %s; torch %s (%s: eager, compile and DDP under autocast bf16); load %s at "
           "the start" % (name, "yes" if has_bf16 else "no", version, commit(), v2, py2, " ".join(load())))
     print("%d timed steps after 1 warm-up, %d interleaved repetitions" % (args.steps, args.repeat), flush=True)
-    root = tempfile.mkdtemp(prefix="fsdpc-bf16-")
-    res, notes, params, port = {}, set(), {}, 29517
-    try:
-        for key in sizes:
-            work = os.path.join(root, "%d_%d_%d_%d" % key)
-            params[key] = gpt_work.prepare(work, *key)
-            notes.update(build_all(work, key[3]))
-            if not args.no_compile:  # Inductor's cache filled, so that no repetition's peak RSS is a cold compile's
-                gpt_work.run_torch(py2, work, "compile", args.threads, 0, "bf16")
-            res[key] = {id(s): [] for s in sides}
-        for rep in range(args.repeat):
-            for key in sizes:
-                work = os.path.join(root, "%d_%d_%d_%d" % key)
-                for s in sides:
-                    port += 1
-                    r = measure(s, work, py2, port)
-                    notes.update(r["notes"])
-                    res[key][id(s)].append(r)
-                    if r["avx512_bf16"] is not None:
-                        torch_bf16 = r["avx512_bf16"]
-                print("  repetition %d, %s: %s" % (rep + 1, "/".join(map(str, key)), ", ".join(
-                    "%s %s %.1f ms (CPU %.1f)" % (s.config, s.label, res[key][id(s)][-1]["wall_ms"],
-                                                  res[key][id(s)][-1]["cpu_ms"]) for s in sides)), flush=True)
-                save(sides, sizes, res)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    res, notes, params, torch_bf16 = run(py2, sides, sizes)
     widened = [n for n in notes if WIDENED in n]
     print("\nbf16 GEMMs: %s; torch sees AVX512-BF16: %s; load %s at the end" % (
         "WIDENED to float32 (%s)" % widened[0] if widened else "native (oneDNN's bf16 GEMM, no note from fsdpc)",
@@ -228,10 +262,7 @@ def main():
         print("  " + n)
     for key in sizes:
         print("%s: %.2f M parameters" % ("/".join(map(str, key)), params[key] / 1e6))
-    for config in dict.fromkeys(s.config for s in sides):
-        table(config, sides, sizes, res)
-    ok = loss_check(sides, sizes, res)
-    if not ok:
+    if not report(sides, res):
         sys.exit("bench: a side's losses differ from fsdpc fp32's beyond --tol: not the same computation")
 
 
