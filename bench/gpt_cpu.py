@@ -53,12 +53,8 @@ from torch2 import ensure_debian_torch, torch2_python  # noqa: E402
 
 ensure_debian_torch()
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-from gpt import GPT, GPTConfig, export  # noqa: E402
-
-VOCAB = 256
+import gpt_work  # noqa: E402
 
 
 def ort_python(py2):
@@ -96,12 +92,8 @@ def sgemm_peak():
 
 
 def torch_side(py, work, mode):
-    p = subprocess.run([py, os.path.join(HERE, "torch_step.py"), work, mode, str(args.threads), str(args.steps)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit("%s torch_step.py %s failed:\n%s" % (py, mode, p.stderr[-3000:]))
-    o = json.loads(p.stdout.strip().splitlines()[-1])
-    return statistics.median(o["times_ms"][1:]), o["peak_rss_bytes"]
+    o = gpt_work.run_torch(py, work, mode, args.threads, args.steps)
+    return statistics.median(o["times_ms"][1:]), o["peak_rss"]
 
 
 def ort_side(py, work):
@@ -114,12 +106,8 @@ def ort_side(py, work):
 
 
 def fsdpc_side(work):
-    m = os.path.join(work, "m.jsonl")
-    subprocess.run([os.path.join(work, "train"), "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
-                    "labels=" + os.path.join(work, "lab.npy"), "--steps", str(args.steps + 1), "--lr", "1e-4",
-                    "--metrics", m, "--quiet"], check=True, stdout=subprocess.DEVNULL)
-    rows = [json.loads(l) for l in open(m) if '"step"' in l]
-    return statistics.median(r["time_ms"] for r in rows[1:]), max(r["peak_rss_bytes"] for r in rows)
+    o = gpt_work.run_fsdpc(work, "train", args.steps + 1, args.threads)
+    return statistics.median(o["times_ms"][1:]), o["peak_rss"]
 
 
 def main():
@@ -135,26 +123,16 @@ def main():
     peak = sgemm_peak()
     print("threads %d, sgemm 2048^3 peak %.1f GFLOP/s (numpy, %s threads), %d timed steps after 1 warm-up, %d "
           "interleaved repetitions" % (args.threads, peak, args.threads, args.steps, args.repeat))
-    sizes = [tuple(int(v) for v in s.split("/")) for s in args.sizes.split(",")]
+    sizes = gpt_work.parse_sizes(args.sizes)
     root = tempfile.mkdtemp(prefix="fsdpc-bench-")
     res = {}
     try:
         for d, L, T, B in sizes:
             work = os.path.join(root, "%d_%d_%d_%d" % (d, L, T, B))
-            os.makedirs(work)
-            torch.manual_seed(0)
-            cfg = dict(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T)
-            model = GPT(GPTConfig(**cfg))
-            json.dump(cfg, open(os.path.join(work, "cfg.json"), "w"))
-            json.dump([n for n, _ in model.named_parameters()], open(os.path.join(work, "params.json"), "w"))
-            np.savez(os.path.join(work, "weights.npz"), **{k: v.detach().numpy() for k, v in model.state_dict().items()})
-            np.save(os.path.join(work, "idx.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
-            np.save(os.path.join(work, "lab.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
-            export(model, os.path.join(work, "gpt.onnx"), B=B, T=T)
-            subprocess.run([args.fsdpc, os.path.join(work, "gpt.onnx"), "-o", os.path.join(work, "train"), "--target",
-                            "cpu", "--loss", "cross_entropy:logits,labels", "--dim", "batch=%d" % B], check=True)
+            params = gpt_work.prepare(work, d, L, T, B)
+            gpt_work.build(args.fsdpc, work, "train", B)
             res[(d, L, T, B)] = {s: [] for s in sides}
-            res[(d, L, T, B)]["params"] = sum(p.numel() for p in model.parameters())
+            res[(d, L, T, B)]["params"] = params
         for rep in range(args.repeat):
             for key in sizes:
                 work = os.path.join(root, "%d_%d_%d_%d" % key)
