@@ -133,6 +133,20 @@ static void set_alpha(Graph *g, int id, double alpha)
     ir_attr_add(g, id, "alpha", A_FLOAT)->f = alpha;
 }
 
+/* the graph without the nodes marked in dropped (the forward's count kept) */
+static void drop_nodes(Graph *g, const char *dropped)
+{
+    int nn = g->nnode, n = 0, nfwd = 0;
+    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
+    for (int i = 0; i < nn; i++)
+        if (!dropped[i]) {
+            keep[n++] = g->node[i];
+            nfwd += i < g->nfwd;
+        }
+    g->nfwd = nfwd;
+    ir_set_nodes(g, keep, n);
+}
+
 static void gemm_epilogues(Graph *g)
 {
     ir_link(g);
@@ -192,17 +206,8 @@ static void gemm_epilogues(Graph *g)
             break;
         }
     }
-    if (!merged)
-        return;
-    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
-    int n = 0, nfwd = 0;
-    for (int i = 0; i < nn; i++)
-        if (!dropped[i]) {
-            keep[n++] = g->node[i];
-            nfwd += i < g->nfwd;
-        }
-    g->nfwd = nfwd;
-    ir_set_nodes(g, keep, n);
+    if (merged)
+        drop_nodes(g, dropped);
 }
 
 /* Rows of a GEMM's scratch block: its float32 results of at most GEMM_LOW_BLOCK bytes */
@@ -265,17 +270,8 @@ static void gemm_low_out(Graph *g)
         dropped[c] = 1;
         merged++;
     }
-    if (!merged)
-        return;
-    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
-    int n = 0, nfwd = 0;
-    for (int i = 0; i < nn; i++)
-        if (!dropped[i]) {
-            keep[n++] = g->node[i];
-            nfwd += i < g->nfwd;
-        }
-    g->nfwd = nfwd;
-    ir_set_nodes(g, keep, n);
+    if (merged)
+        drop_nodes(g, dropped);
 }
 
 void pass_fuse(Graph *g)

@@ -250,7 +250,8 @@ int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bia
     X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
     X(gather) X(gather_grad_f32) X(gather_elements) X(gather_elements_grad_f32) X(nd_index)          \
     X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)                                 \
-    X(cross_entropy_f32) X(cross_entropy_grad_f32) X(nll_loss_f32) X(nll_loss_grad_f32)           \
+    X(cross_entropy_f32) X(cross_entropy_grad_f32) X(cross_entropy_bf16) X(cross_entropy_grad_bf16)     \
+    X(cross_entropy_f16) X(cross_entropy_grad_f16) X(nll_loss_f32) X(nll_loss_grad_f32)           \
     X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
     X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16) X(attention_f32) X(attention_grad_f32)
 #define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;

@@ -134,14 +134,6 @@ void kc_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, con
                            const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                            int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 
-/* kernels.h's k_cross_entropy_bf16 / _f16 and their gradients (16-bit logits and dx, float32 loss) */
-int64_t kc_cross_entropy_bf16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
-void kc_cross_entropy_grad_bf16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
-                                int64_t rows, int64_t classes);
-int64_t kc_cross_entropy_f16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
-void kc_cross_entropy_grad_f16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
-                               int64_t rows, int64_t classes);
-
 #ifdef __cplusplus
 }
 #endif
