@@ -971,7 +971,8 @@ static std::pair<std::vector<uint16_t>, V<double>> attn_low(int64_t n, double lo
 
 static F attn_floats(const V<double> &x) { return F(x.begin(), x.end()); }
 
-/* kc_attention_bf16 / _f16 and their gradients against attn_ref on the same rounded q, k, v, on attn_cases
+/* kc_attention_bf16 / _f16 and their gradients against attn_ref on the same rounded q, k, v, and against the cpu
+ * kernels k_attention_bf16 / _f16, on attn_cases
  * with keys transposed or as rows: within the low type's rounding of P, dY and dS (relative to 1 + |want|:
  * 3e-2 for bfloat16's 8 bits, 4e-3 for float16's 11); the backward takes attn_ref's y and lse */
 static void test_attention_low(bool f16)
@@ -1013,6 +1014,25 @@ static void test_attention_low(bool f16)
             check_f(gdk.data(), attn_floats(r.dk).data(), nk, tl);
             check_f(gdv.data(), attn_floats(r.dv).data(), nv, tl);
             check_f(gdb.data(), attn_floats(r.db).data(), nb, tl);
+            /* and against the cpu kernel itself (kernels/c, its own tiling and workspace) on the same inputs */
+            F ws(k_attention_workspace_16(c.batch, c.t, c.s, c.d, c.dv) + 1), cy(ny + 1), cl(nl + 1);
+            F cdq(nq + 1, NAN), cdk(nk + 1, NAN), cdv(nv + 1, NAN), cdb(nb + 1, NAN);
+            (f16 ? k_attention_f16 : k_attention_bf16)(cy.data(), cl.data(), q16.data(), k16.data(), flags,
+                                                       v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
+                                                       c.brep, c.kvrep, scale, ws.data());
+            (f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
+                cdq.data(), cdk.data(), cdv.data(), bp ? cdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
+                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, c.kvrep,
+                scale, ws.data());
+            CTX("kc_attention_%s (and grad) = k_attention_%s, batch %lld t %lld s %lld bias %d kvrep %lld flags %d",
+                f16 ? "f16" : "bf16", f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s,
+                c.kind, (long long)c.kvrep, flags);
+            check_f(gy.data(), cy.data(), ny, tl);
+            check_f(gl.data(), cl.data(), nl, tl);
+            check_f(gdq.data(), cdq.data(), nq, tl);
+            check_f(gdk.data(), cdk.data(), nk, tl);
+            check_f(gdv.data(), cdv.data(), nv, tl);
+            check_f(gdb.data(), cdb.data(), nb, tl);
         }
 }
 static void test_attention_bf16() { test_attention_low(false); }
