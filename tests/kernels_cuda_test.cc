@@ -1095,7 +1095,8 @@ template <typename T> static void test_reduce()
         {{2, 3, 4, 5}, {1, 3, 1, 5}}, {{3, 1, 4}, {3, 1, 1}}, {{}, {}},           {{6}, {6}},
         {{70001}, {1}},          /* one value, grid-wide */
         {{300, 33}, {300, 1}},  /* more rows than a grid */
-        {{2000, 40}, {1, 40}},  /* long columns */
+        {{2000, 40}, {1, 40}},  /* long columns: chunks of rows, folded by k_cols_fold */
+        {{4, 500, 40}, {4, 1, 40}}, /* the same under an outer kept dim */
         {{0, 3}, {1, 3}},       /* empty groups */
     };
     for (const Case &c : cases)
@@ -1198,7 +1199,8 @@ template <typename T> static void test_range_trilu()
 
 template <typename T> static void test_layernorm()
 {
-    static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}};
+    /* 300 x 8, 700 x 40: dscale, dbias in chunks of rows (k_cols_fold) */
+    static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}, {700, 40}};
     for (const auto &c : cases)
         for (int affine = 0; affine < 2; affine++) {
             const int64_t o = c[0], in = c[1], n = o * in;
@@ -1377,7 +1379,10 @@ template <typename T> static void test_pool()
 
 template <typename T> static void test_gather()
 {
-    static const int64_t cases[][4] = {{1, 10, 4, 7}, {3, 5, 1, 6}, {2, 7, 33, 9}, {1, 50, 64, 200}, {2, 3, 0, 4}};
+    /* 9000 indices: k_gather_lists stages them in three pieces; the last: more indices than kc_glist
+     * lists (the backward's every-index walk) */
+    static const int64_t cases[][4] = {{1, 10, 4, 7},   {3, 5, 1, 6}, {2, 7, 33, 9},
+                                       {1, 50, 64, 200}, {2, 3, 0, 4}, {1, 50, 2, 9000}, {1, 3, 1, KC_GATHER_SLOTS}};
     for (const auto &c : cases)
         for (int es : {1, 2, 4, 8}) {
             const int64_t outer = c[0], axis = c[1], inner = c[2], nidx = c[3];

@@ -63,6 +63,9 @@ typedef unsigned long long uint64_t;
 
 #define KC_MAX_RANK 8
 #define KC_GRID_PARTIALS 1024
+#define KC_COL_PARTIALS (1 << 18)
+#define KC_GATHER_SLOTS (1 << 18)
+#define KC_GATHER_THREADS 1024
 #define KC_ATTN_BLOCK 128 /* threads of the attention kernels (attn.cu): 16 x 8 */
 #define KC_ATTN_BM 64     /* attn.cu's float32 tiles (float64 halves them): query rows per block, */
 #define KC_ATTN_DK 64     /* the chunk of d and dv, */
@@ -278,6 +281,17 @@ template <typename T> KC_DEV T block_sum(T v) { return block_reduce(v, (T)0, KcS
 #define KC_PARTIAL_VALUES 2 /* most values one grid_combine carries */
 __device__ double kc_partial[KC_PARTIAL_VALUES * KC_GRID_PARTIALS];
 __device__ unsigned int kc_ticket;
+
+/* A column reduction over many rows and few columns (a bias gradient: 8192
+ * rows of 768) splits the rows into chunks, a block per (32 columns, chunk),
+ * so that the device fills: each chunk's partial sums of value v, column c
+ * go to kc_colpart[(v chunks + chunk) n + c] (n columns), and k_cols_fold
+ * (reduce.cu) folds them in chunk order.  Same contract as kc_partial: one stream. */
+__device__ double kc_colpart[KC_COL_PARTIALS];
+
+/* Gather's backward: the lists of index positions per bucket of dx rows
+ * (gather.cu, k_gather_lists); same contract. */
+__device__ int kc_glist[KC_GATHER_SLOTS];
 
 /* v[k] (block-reduced, the same in every thread) in; returns true in the
  * last block only, with v[k] = the op-combination over all blocks */

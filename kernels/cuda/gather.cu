@@ -13,10 +13,89 @@
  * The backward adds dy's rows into dx at the selected rows; a repeated
  * index adds twice.  dx is zeroed first (the launcher's kc_memset), then
  * each thread owns a set of dx elements (a column, split by row into
- * buckets for parallelism), walks the indices in ascending order and adds
- * the ones that land in its elements: deterministic, no atomics, and every
- * element's float sum is kernels/c's, in kernels/c's order.
+ * buckets for parallelism) and adds the indices that land in its elements
+ * in ascending order: deterministic, no atomics, and every element's float
+ * sum is kernels/c's, in kernels/c's order.  Which indices those are, one
+ * block lists first (k_gather_lists: each bucket's positions in ascending
+ * order, in kc_glist), so that a thread walks only its own bucket's list
+ * (an embedding's gradient: 8192 tokens over 1024 buckets, 8 each); an
+ * index list too long for kc_glist makes every thread walk all indices
+ * (k_gather_grad).
  */
+
+/* the bucket of index i (-1: out of range), for k_gather_lists */
+KC_DEV int gather_bucket(const int64_t *idx, int64_t i, int64_t axis, int64_t buckets)
+{
+    const int64_t k = idx[i] < 0 ? idx[i] + axis : idx[i];
+    return k >= 0 && k < axis ? (int)(k & (buckets - 1)) : -1;
+}
+
+/* one block of KC_GATHER_THREADS threads (buckets at most that many):
+ * kc_glist[b] (b <= buckets) = the first slot of bucket b's list, and
+ * kc_glist[buckets + 1 + that ...] the positions i (ascending) of the valid
+ * indices whose row k has k mod buckets == b.  The indices' buckets are
+ * staged in shared memory a piece at a time (the threads read them there,
+ * not each all of idx from global memory); thread t counts bucket t's,
+ * the block's exclusive scan of the counts places the lists, and a second
+ * pass writes them. */
+#define KC_GATHER_STAGE 4096
+KC_GLOBAL void k_gather_lists(const int64_t *idx, int64_t nidx, int64_t axis, int64_t buckets)
+{
+    __shared__ int64_t sum[KC_GATHER_THREADS];
+    __shared__ int stage[KC_GATHER_STAGE];
+    const int t = threadIdx.x;
+    int *list = kc_glist + buckets + 1;
+    int64_t mine = 0;
+    for (int64_t i0 = 0; i0 < nidx; i0 += KC_GATHER_STAGE) {
+        const int n = nidx - i0 < KC_GATHER_STAGE ? (int)(nidx - i0) : KC_GATHER_STAGE;
+        __syncthreads();
+        for (int j = t; j < n; j += KC_GATHER_THREADS)
+            stage[j] = gather_bucket(idx, i0 + j, axis, buckets);
+        __syncthreads();
+        for (int j = 0; j < n; j++)
+            mine += stage[j] == t;
+    }
+    sum[t] = mine;
+    __syncthreads();
+    for (int s = 1; s < KC_GATHER_THREADS; s *= 2) { /* inclusive scan */
+        const int64_t v = t >= s ? sum[t - s] : 0;
+        __syncthreads();
+        sum[t] += v;
+        __syncthreads();
+    }
+    int64_t at = sum[t] - mine; /* bucket t's list, from here */
+    if (t < buckets)
+        kc_glist[t] = (int)at;
+    if (t == KC_GATHER_THREADS - 1)
+        kc_glist[buckets] = (int)sum[t];
+    for (int64_t i0 = 0; i0 < nidx; i0 += KC_GATHER_STAGE) {
+        const int n = nidx - i0 < KC_GATHER_STAGE ? (int)(nidx - i0) : KC_GATHER_STAGE;
+        __syncthreads();
+        for (int j = t; j < n; j += KC_GATHER_THREADS)
+            stage[j] = gather_bucket(idx, i0 + j, axis, buckets);
+        __syncthreads();
+        for (int j = 0; j < n; j++)
+            if (stage[j] == t)
+                list[at++] = (int)(i0 + j);
+    }
+}
+
+/* dx (zeroed) [o][idx[i]][c] += dy[o][i][c] for bucket b's list (k_gather_lists),
+ * thread (b, o, c), c fastest */
+template <typename T> KC_DEV void k_gather_grad_lists(T *dx, const T *dy, const int64_t *idx, int64_t outer,
+                                                      int64_t axis, int64_t inner, int64_t nidx, int64_t buckets)
+{
+    const int *list = kc_glist + buckets + 1;
+    for (int64_t t = kc_first<int64_t>(); t < buckets * outer * inner; t += kc_stride<int64_t>()) {
+        const int64_t c = t % inner, o = t / inner % outer, b = t / (inner * outer);
+        T *dxo = dx + o * axis * inner + c;
+        const T *dyo = dy + o * nidx * inner + c;
+        for (int j = kc_glist[b]; j < kc_glist[b + 1]; j++) {
+            const int64_t i = list[j], k = idx[i] < 0 ? idx[i] + axis : idx[i];
+            dxo[k * inner] += dyo[i * inner];
+        }
+    }
+}
 
 template <typename U, typename I>
 KC_DEV void gather_loop(U *y, const U *x, const int64_t *idx, I outer, I axis, I inner, I nidx,

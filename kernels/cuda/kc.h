@@ -43,6 +43,15 @@ typedef struct {
  * (the scalar losses, a full reduction) runs with: its partials live in a
  * device array of this many slots (kernels/cuda/common.cuh). */
 #define KC_GRID_PARTIALS 1024
+/* Doubles in the device array where a column reduction split into chunks of
+ * rows keeps each chunk's partial sums (kernels/cuda/common.cuh): the
+ * columns times the chunks (times 2 for LayerNorm's dscale and dbias) fit. */
+#define KC_COL_PARTIALS (1 << 18)
+/* Gather's backward lists the index positions of each bucket of dx rows
+ * (at most KC_GATHER_THREADS buckets, listed by one block of that many
+ * threads) in a device array of this many ints: buckets + 1 + indices. */
+#define KC_GATHER_SLOTS (1 << 18)
+#define KC_GATHER_THREADS 1024
 /* the attention kernels' block (16 x 8 threads) and their float32 tiles
  * (float64 halves them; attn.cu): query rows per block, the chunk of d
  * and dv, keys per block of the dk, dv kernel */

@@ -100,6 +100,27 @@ static unsigned partial_grid(unsigned grid)
     return grid < KC_GRID_PARTIALS ? grid : KC_GRID_PARTIALS;
 }
 
+/* chunks of rows for a column reduction (k_reduce_cols,
+ * k_layernorm_grad_cols) whose columns make tiles blocks: enough for a
+ * device-full of blocks, at least 64 rows a chunk, and the partials (nv
+ * values of ncols columns a chunk) within kc_colpart; 1: no split */
+static int64_t col_chunks(int64_t tiles, int64_t rows, int nv, int64_t ncols)
+{
+    const int64_t want = (int64_t)kc_num_sms() * (KC_SM_THREADS / KC_BLOCK);
+    int64_t chunks = (want + tiles - 1) / tiles;
+    if (chunks > rows / 64)
+        chunks = rows / 64;
+    if (chunks > KC_COL_PARTIALS / (nv * (ncols > 0 ? ncols : 1)))
+        chunks = KC_COL_PARTIALS / (nv * (ncols > 0 ? ncols : 1));
+    return chunks < 1 ? 1 : chunks;
+}
+
+/* threads for a block of a column reduction whose warps split rows rows */
+static unsigned col_block(int64_t rows)
+{
+    return 32 * min_u(rows / 4 < 1 ? 1 : rows / 4, 8);
+}
+
 static int64_t numel(int rank, const int64_t *shape)
 {
     int64_t n = 1;

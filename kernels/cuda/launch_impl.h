@@ -180,9 +180,12 @@ void KFN(kc_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
         const int64_t nc = k.shape.d[k.rank - 1];
         walk_remove(&k, k.rank - 1);
         const int64_t nko = numel(k.rank, k.shape.d), tiles = nko * ((nc + 31) / 32);
-        const unsigned block = 32 * min_u((group + 3) / 4 < 1 ? 1 : (group + 3) / 4, 8);
-        KFN(launch_k_reduce_cols)(row_grid(tiles, block), block, op, y, x, nko, nc, group, k.rank,
-                                  k.shape, k.st[0], r.rank, r.shape, r.st[0], scale);
+        const int64_t chunks = col_chunks(tiles, group, 1, nko * nc);
+        const unsigned block = col_block((group + chunks - 1) / chunks + 3);
+        KFN(launch_k_reduce_cols)(row_grid(tiles * chunks, block), block, op, y, x, nko, nc, group, chunks,
+                                  k.rank, k.shape, k.st[0], r.rank, r.shape, r.st[0], scale);
+        if (chunks > 1)
+            KFN(launch_k_cols_fold)(grid_for(nko * nc, KC_BLOCK), KC_BLOCK, op, y, NULL, nko * nc, chunks, scale);
         return;
     }
     const unsigned block = row_block(group);
@@ -272,9 +275,13 @@ void KFN(kc_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
     if (inner <= 0)
         return;
     if (dscale || dbias) {
-        const unsigned block = 32 * min_u(outer / 4 < 1 ? 1 : outer / 4, 8);
-        KFN(launch_k_layernorm_grad_cols)(row_grid((inner + 31) / 32, block), block, dscale, dbias, dy,
-                                          x, mean, invstd, outer, inner);
+        const int64_t chunks = col_chunks((inner + 31) / 32, outer, 2, inner);
+        const unsigned block = col_block((outer + chunks - 1) / chunks);
+        KFN(launch_k_layernorm_grad_cols)(row_grid((inner + 31) / 32 * chunks, block), block, dscale, dbias, dy,
+                                          x, mean, invstd, outer, inner, chunks);
+        if (chunks > 1)
+            KFN(launch_k_cols_fold)(grid_for(inner, KC_BLOCK), KC_BLOCK, K_RSUM, dscale, dbias, inner, chunks,
+                                    1.0);
     }
     if (dx && outer > 0) {
         const unsigned block = row_block(inner);
@@ -460,8 +467,14 @@ void KFN(kc_gather_grad)(T *dx, const T *dy, const int64_t *idx, int64_t outer, 
      * device-fulls of threads run (an embedding has few columns) */
     const int64_t want = 2 * (int64_t)kc_num_sms() * KC_SM_THREADS;
     int64_t buckets = 1;
-    while (buckets * 2 <= axis && buckets < 1024 && buckets * outer * inner < want)
+    while (buckets * 2 <= axis && buckets < KC_GATHER_THREADS && buckets * outer * inner < want)
         buckets *= 2;
+    if (nidx <= KC_GATHER_SLOTS - KC_GATHER_THREADS - 1) { /* each bucket walks its own list */
+        launch_k_gather_lists(1, KC_GATHER_THREADS, idx, nidx, axis, buckets);
+        KFN(launch_k_gather_grad_lists)(grid_for(buckets * outer * inner, KC_BLOCK), KC_BLOCK, dx, dy, idx,
+                                        outer, axis, inner, nidx, buckets);
+        return;
+    }
     KFN(launch_k_gather_grad)(grid_for(buckets * outer * inner, KC_BLOCK), KC_BLOCK, dx, dy, idx, outer,
                               axis, inner, nidx, buckets);
 }

@@ -11,9 +11,11 @@
  * by the same thread.
  *
  * LayerNorm's dscale / dbias sum down the columns, across rows: a second
- * kernel (k_layernorm_grad_cols_f32) gives each block 32 columns and splits
- * the rows among its warps, folding the warps' partials in order; the
- * launcher runs it before the dx kernel, since dx may alias dy.
+ * kernel (k_layernorm_grad_cols_f32) gives each block 32 columns (and a
+ * chunk of the rows, when the columns are too few to fill the device) and
+ * splits the rows among its warps, folding the warps' partials in order
+ * (and k_cols_fold the chunks'); the launcher runs it before the dx kernel,
+ * since dx may alias dy.
  */
 
 /* ---- LayerNormalization -------------------------------------------------- */
@@ -76,18 +78,23 @@ template <typename T> KC_DEV void k_layernorm_grad(T *dx, const T *dy, const T *
 }
 
 /* dscale = sum over rows of dy xhat, dbias = sum of dy (each NULL to skip);
- * a block takes 32 columns, warp w the rows w, w + warps, ... */
+ * the rows split into chunks (ceil outer / chunks each); a block takes 32
+ * columns of one chunk, warp w the chunk's rows w, w + warps, ...  More
+ * than one chunk: the chunk's sums go to kc_colpart (dscale's as value 0,
+ * dbias's as value 1) and k_cols_fold finishes. */
 template <typename T> KC_DEV void k_layernorm_grad_cols(T *dscale, T *dbias, const T *dy, const T *x,
                                                         const T *mean, const T *invstd, int64_t outer,
-                                                        int64_t inner)
+                                                        int64_t inner, int64_t chunks)
 {
     __shared__ double ps[32][33], pb[32][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int64_t c0 = (int64_t)blockIdx.x * 32; c0 < inner; c0 += (int64_t)gridDim.x * 32) {
-        const int64_t c = c0 + lane;
+    const int64_t ctiles = (inner + 31) / 32, rows = (outer + chunks - 1) / chunks;
+    for (int64_t t = blockIdx.x; t < ctiles * chunks; t += gridDim.x) {
+        const int64_t ch = t / ctiles, c = t % ctiles * 32 + lane;
+        const int64_t r1 = outer < (ch + 1) * rows ? outer : (ch + 1) * rows;
         double ds = 0, db = 0;
         if (c < inner)
-            for (int64_t r = warp; r < outer; r += warps) {
+            for (int64_t r = ch * rows + warp; r < r1; r += warps) {
                 const double d = dy[r * inner + c];
                 ds += d * (((double)x[r * inner + c] - (double)mean[r]) * (double)invstd[r]);
                 db += d;
@@ -100,10 +107,15 @@ template <typename T> KC_DEV void k_layernorm_grad_cols(T *dscale, T *dbias, con
                 ds += ps[w][lane];
                 db += pb[w][lane];
             }
-            if (dscale)
-                dscale[c] = (T)ds;
-            if (dbias)
-                dbias[c] = (T)db;
+            if (chunks > 1) {
+                kc_colpart[ch * inner + c] = ds;
+                kc_colpart[(chunks + ch) * inner + c] = db;
+            } else {
+                if (dscale)
+                    dscale[c] = (T)ds;
+                if (dbias)
+                    dbias[c] = (T)db;
+            }
         }
         __syncthreads();
     }

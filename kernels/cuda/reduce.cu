@@ -10,7 +10,9 @@
  *         are contiguous; block_reduce combines the threads.
  *   cols  x's innermost dim is kept (a bias gradient, a mean over the batch):
  *         a block takes 32 adjacent outputs, its warps split the group, and
- *         each column's per-warp partials are folded in warp order.
+ *         each column's per-warp partials are folded in warp order; when
+ *         the columns alone would leave the device idle, the group splits
+ *         into chunks of rows too, and k_cols_fold folds the chunks.
  *   all   every dim reduced into one value: all blocks stride over x and
  *         grid_combine folds their partials (common.cuh).
  * Sums and products accumulate in double, as kernels/c does; max / min
@@ -66,21 +68,26 @@ template <typename T> KC_DEV void k_reduce_rows(int op, T *y, const T *x, int64_
 }
 
 /* Innermost dim kept: y is nko x nc (nc = that dim, stride 1 in x; ko runs
- * over the other kept dims).  A block takes 32 columns of one ko; warp w
- * folds group elements w, w + warps, ... for its lane's column. */
+ * over the other kept dims).  The group splits into chunks of rows (ceil
+ * group / chunks each); a block takes 32 columns of one ko and one chunk,
+ * warp w folds the chunk's elements w, w + warps, ... for its lane's
+ * column, and warp 0 folds the warps in order.  One chunk: y = that times
+ * scale; more: the chunk's partial goes to kc_colpart (common.cuh) and
+ * k_cols_fold finishes. */
 template <typename T> KC_DEV void k_reduce_cols(int op, T *y, const T *x, int64_t nko, int64_t nc,
-                                                int64_t group, int krank, KDims kshape, KDims kst, int rrank,
-                                                KDims rshape, KDims rst, double scale)
+                                                int64_t group, int64_t chunks, int krank, KDims kshape,
+                                                KDims kst, int rrank, KDims rshape, KDims rst, double scale)
 {
     __shared__ double part[32][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int64_t ctiles = (nc + 31) / 32;
-    for (int64_t t = blockIdx.x; t < nko * ctiles; t += gridDim.x) {
-        const int64_t ko = t / ctiles, c = t % ctiles * 32 + lane;
+    const int64_t ctiles = (nc + 31) / 32, tiles = nko * ctiles, rows = (group + chunks - 1) / chunks;
+    for (int64_t t = blockIdx.x; t < tiles * chunks; t += gridDim.x) {
+        const int64_t ch = t / tiles, ko = t % tiles / ctiles, c = t % ctiles * 32 + lane;
+        const int64_t g1 = group < (ch + 1) * rows ? group : (ch + 1) * rows;
         double acc = red_identity(op);
         if (c < nc) {
             const T *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
-            for (int64_t g = warp; g < group; g += warps)
+            for (int64_t g = ch * rows + warp; g < g1; g += warps)
                 acc = red_fold(op, acc, xc[kc_offset1(g, rrank, rshape, rst)]);
         }
         part[warp][lane] = acc;
@@ -88,9 +95,30 @@ template <typename T> KC_DEV void k_reduce_cols(int op, T *y, const T *x, int64_
         if (warp == 0 && c < nc) {
             for (int w = 1; w < warps; w++)
                 acc = red_fold(op, acc, part[w][lane]);
-            y[ko * nc + c] = (T)(acc * scale);
+            if (chunks == 1)
+                y[ko * nc + c] = (T)(acc * scale);
+            else
+                kc_colpart[ch * nko * nc + ko * nc + c] = acc;
         }
         __syncthreads();
+    }
+}
+
+/* A chunked column reduction's end (k_reduce_cols, k_layernorm_grad_cols):
+ * y0[c] = the op-combination of value 0's chunk partials in chunk order,
+ * times scale; y1 (NULL: none) the same of value 1.  A thread per column. */
+template <typename T> KC_DEV void k_cols_fold(int op, T *y0, T *y1, int64_t n, int64_t chunks, double scale)
+{
+    for (int64_t c = kc_first<int64_t>(); c < n; c += kc_stride<int64_t>()) {
+        T *ys[2] = {y0, y1};
+        for (int v = 0; v < 2; v++) {
+            if (!ys[v])
+                continue;
+            double acc = red_identity(op);
+            for (int64_t ch = 0; ch < chunks; ch++)
+                acc = red_fold(op, acc, kc_colpart[(v * chunks + ch) * n + c]);
+            ys[v][c] = (T)(acc * scale);
+        }
     }
 }
 
