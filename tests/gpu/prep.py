@@ -11,7 +11,8 @@ Writes into OUTDIR (flat, so it can be carried to the GPU machine whole):
   gpt_check_bf16       the same with --precision bf16 (both targets)
   gpt_check_fp16       the same with --precision fp16 (dynamic loss scaling)
   resnet_check         torchvision ResNet-18 (10 classes), float32, 64x64,
-                       batch 16, SGD with momentum: the same, data as .npy
+                       batch 16, SGD with momentum (--lr 1e-4, 3 steps):
+                       the same, data as .npy
   resnet_check_fp64    the same model and data in float64 (the cuda
                        target's float64 kernels and cuBLASLt's FP64 GEMM;
                        its weights tiled with half the period, to compress)
@@ -27,7 +28,8 @@ values (scaled to each tensor's std), which compresses ~1000x, so that a
 speed does not depend on the values.  (ResNet check weights are tiled too.)
 
 Environment: GPT_BENCH="layers,embd,heads,T,vocab,batch" and
-RESNET_BENCH="size,batch" override the benchmark shapes.
+RESNET_BENCH="size,batch" override the benchmark shapes; PREP_MODELS="gpt_bench,..."
+builds only the models it names (a shorter GPU call).
 --quick: small benchmark shapes (to try this script out).
 """
 import copy
@@ -149,9 +151,12 @@ def compile_both(fsdpc, onnx_path, out, name, flags, cpu):
 
 def cpu_losses(out, name, args, steps, precision, tol):
     """the --target cpu run's losses, and the check's own sensitivity: the largest relative change of a loss when
-    the learning rate moves by one rounding unit of the master weights' dtype (2^-23; float64: 2^-52), about what
-    a different summation order does to every update.  A check whose sensitivity is within 10x of its tolerance
-    measures the model's chaos, not the cuda target (ResNet-18 at --lr 0.01 moved 2.6e-2 by step 8): refused."""
+    the learning rate moves by one rounding unit of the master weights' dtype (2^-23; float64: 2^-52), or every
+    element of the float --data inputs by one rounding unit of its dtype, up or down at random: what a different
+    summation order does to every update and activation.  (The learning rate alone understates it: ResNet-18 at
+    --lr 1e-3 moved 2.2e-6 by step 5 with it, 2.2e-4 with the nudged images, and the GPU differed by 2.8e-4.)  A
+    check whose sensitivity is within 10x of its tolerance measures the model's chaos, not the cuda target
+    (ResNet-18 at --lr 0.01 moved 2.6e-2 by step 8): refused."""
     def losses_at(lr_args, tag):
         metrics = os.path.join(out, "%s_cpu%s.jsonl" % (name, tag))
         _, t = run([os.path.join(out, name + "_cpu")] + lr_args + ["--steps", str(steps), "--metrics", metrics,
@@ -170,9 +175,31 @@ def cpu_losses(out, name, args, steps, precision, tol):
     os.remove(os.path.join(out, "%s_cpu_nudged.jsonl" % name))
     sens = [abs(a - b) / abs(b) for a, b in zip(other, losses)]
     log("%s: sensitivity to one rounding unit of the learning rate: %s" % (name, " ".join("%.1e" % x for x in sens)))
+    data = list(args)
+    rng = np.random.default_rng(7)
+    made = []
+    for i, a in enumerate(args):
+        if i and args[i - 1] == "--data" and a.endswith(".npy"):
+            key, _, path = a.partition("=")
+            x = np.load(os.path.join(out, path))
+            if x.dtype.kind != "f":
+                continue
+            up = rng.integers(0, 2, x.shape).astype(bool)
+            y = np.where(up, np.nextafter(x, x.dtype.type(np.inf)), np.nextafter(x, x.dtype.type(-np.inf)))
+            made.append(os.path.join(out, "nudged_" + path))
+            np.save(made[-1], y.astype(x.dtype))
+            data[i] = "%s=nudged_%s" % (key, path)
+    if made:
+        other, _ = losses_at(data, "_data")
+        for f in made + [os.path.join(out, "%s_cpu_data.jsonl" % name)]:
+            os.remove(f)
+        dsens = [abs(a - b) / abs(b) for a, b in zip(other, losses)]
+        log("%s: sensitivity to one rounding unit of the inputs: %s" % (name, " ".join("%.1e" % x for x in dsens)))
+        sens = [max(a, b) for a, b in zip(sens, dsens)]
     if max(sens) * 10 > tol:
         raise SystemExit("prep: %s: the check is too chaotic for its tolerance %g: one rounding unit of the "
-                         "learning rate moves a loss by %.2g; use a smaller --lr or fewer steps" % (name, tol, max(sens)))
+                         "learning rate or the inputs moves a loss by %.2g; use a smaller --lr or fewer steps"
+                         % (name, tol, max(sens)))
     return losses, sens
 
 
@@ -225,7 +252,10 @@ def resnet_check(fsdpc, out, steps, precision="fp32"):
     np.save(os.path.join(out, name + "_labels.npy"), rng.integers(0, classes, N).astype(np.int64))
     flags = LOSS + ["--optimizer", "sgd", "--dim", "batch=%d" % B, "--wrap", "size:2000000"]
     plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=True)
-    args = ["--data", "x=%s_x.npy" % name, "--data", "labels=%s_labels.npy" % name, "--lr", "0.001",
+    # --lr 1e-3 for 5 steps was too chaotic for float32: one rounding unit of the images moved step 5's loss by
+    # 2.2e-4 (the first GPU run, an H200, differed by 2.8e-4 while the float64 run agreed to 5e-16); at 1e-4,
+    # 1.7e-5 by step 5 and 3.7e-6 by step 3 (float32 runs 3 steps)
+    args = ["--data", "x=%s_x.npy" % name, "--data", "labels=%s_labels.npy" % name, "--lr", "0.0001",
             "--momentum", "0.9"]
     cwd = os.getcwd()
     os.chdir(out)
@@ -304,11 +334,21 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
     gpt_shape = shape_env("GPT_BENCH", (2, 128, 4, 128, 256, 4) if quick else (12, 768, 12, 1024, 50304, 8), 6)
     resnet_shape = shape_env("RESNET_BENCH", (64, 8) if quick else (224, 128), 2)
-    models = [gpt_check(fsdpc, out, 20), gpt_check(fsdpc, out, 20, "bf16"), gpt_check(fsdpc, out, 20, "fp16"),
-              resnet_check(fsdpc, out, 5), resnet_check(fsdpc, out, 5, "fp64"),
-              gpt_bench(fsdpc, out, 20, gpt_shape), gpt_bench(fsdpc, out, 20, gpt_shape, "bf16"),
-              resnet_bench(fsdpc, out, 20, resnet_shape)]
-    for m in models:  # the CPU executables stay behind: only their losses travel
+    makers = [("gpt_check", lambda: gpt_check(fsdpc, out, 20)),
+              ("gpt_check_bf16", lambda: gpt_check(fsdpc, out, 20, "bf16")),
+              ("gpt_check_fp16", lambda: gpt_check(fsdpc, out, 20, "fp16")),
+              ("resnet_check", lambda: resnet_check(fsdpc, out, 3)),
+              ("resnet_check_fp64", lambda: resnet_check(fsdpc, out, 5, "fp64")),
+              ("gpt_bench", lambda: gpt_bench(fsdpc, out, 20, gpt_shape)),
+              ("gpt_bench_bf16", lambda: gpt_bench(fsdpc, out, 20, gpt_shape, "bf16")),
+              ("resnet_bench", lambda: resnet_bench(fsdpc, out, 20, resnet_shape))]
+    only = [s for s in os.environ.get("PREP_MODELS", "").split(",") if s]
+    unknown = set(only) - {n for n, _ in makers}
+    if unknown:
+        raise SystemExit("prep: PREP_MODELS names %s; the models are %s"
+                         % (", ".join(sorted(unknown)), ", ".join(n for n, _ in makers)))
+    models = [make() for n, make in makers if not only or n in only]
+    for m in models if not os.environ.get("PREP_KEEP_CPU") else []:  # the CPU executables stay behind: only their losses travel
         cpu = os.path.join(out, m["exe"] + "_cpu")
         for f in (cpu, cpu + ".init"):
             if os.path.exists(f):

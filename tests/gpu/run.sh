@@ -26,10 +26,16 @@
 #       torch.compile on the same GPT, as one table.  Fits one 10-minute call
 #       (GPU_RUN_BUDGET seconds, default 560).  Report, results and logs go to
 #       OUTDIR and, when set, $OUT.  Exit 1 if a check failed.
+#
+#   tests/gpu/run.sh profile OUTDIR   on the GPU machine, the same setup, then
+#       tests/gpu/gpu_profile.py: where the benchmark models' step time goes
+#       (Nsight Compute's duration of every kernel of two eager steps, summed
+#       by kernel), compute-sanitizer's memcheck of the check models, and
+#       PyTorch's ResNet-18 on the benchmark's shape beside fsdpc's.
 set -euo pipefail
 
 usage() {
-    echo "usage: tests/gpu/run.sh prepare OUTDIR | run OUTDIR" >&2
+    echo "usage: tests/gpu/run.sh prepare OUTDIR | run OUTDIR | profile OUTDIR" >&2
     exit 2
 }
 [ $# -eq 2 ] || usage
@@ -116,6 +122,7 @@ find_lib() {
     return 1
 }
 
+# run SCRIPT: the setup both run and profile need, then tests/gpu/SCRIPT OUTDIR
 run() {
     [ -f "$outdir/manifest.json" ] || {
         echo "run.sh: $outdir/manifest.json missing: run 'tests/gpu/run.sh prepare $outdir' on a build machine" >&2
@@ -157,11 +164,12 @@ PY
         fi
     done
     nvidia-smi || true
-    "$py" tests/gpu/gpu_run.py "$outdir"
+    "$py" "tests/gpu/$1" "$outdir"
 }
 
 case $mode in
 prepare) prepare ;;
-run) run ;;
+run) run gpu_run.py ;;
+profile) run gpu_profile.py ;;
 *) usage ;;
 esac
