@@ -15,6 +15,9 @@ and multi-query ones (GQA: Llama's repeat_kv, Falcon's MatMuls broadcast over th
 place: no Expand is left after fuse, in float32 and under --precision bf16 (compiled once more, not trained).
 On the HF Llama and GPT-2 (where they compile) also --shard full, grad_op and hybrid:2 at world 4 (per-rank
 batch 2 over the 4-sample file: ranks 2-3 repeat ranks 0-1's samples, the same mean) and --wrap blocks at world 2.
+The decoders (nanoGPT, GPT-2, Llama, Llama with SDPA, Falcon) also train their dynamo export under --precision bf16
+against PyTorch's torch.autocast(bfloat16) trajectory (ref.json's "bf16", generate.py --bf16): the losses and
+each parameter's update within the BF16_* tolerances below, the attentions fused as in float32.
 
 BLOCKED lists the exports fsdpc refuses today with its exact error line (or the exporter's own failure, from
 ref.json): such an export must still fail with that line; one that compiles fails the test until it is moved
@@ -36,12 +39,18 @@ GLOBAL_B, STEPS, WORLD = 4, 3, 2
 ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01}
 TOL = 1e-4
 STRATEGY_MODELS = ("llama", "gpt2")
+# --precision bf16 against PyTorch's torch.autocast(bfloat16) trajectory (ref.json's "bf16": the decoders, the
+# dynamo export): both keep float32 master weights and round activations to bf16, but not at the same places, so
+# the weights agree in their updates, not to the bit: each parameter's update (final - initial, at the sampled
+# positions) within cosine BF16_COS of PyTorch's and within BF16_NORM of its size, all parameters' together within
+# BF16_COS_ALL; the losses within BF16_LOSS_TOL (PyTorch's own bf16 moves them 1e-6 to 3e-5 from its float32)
+BF16_LOSS_TOL, BF16_COS, BF16_NORM, BF16_COS_ALL = 2e-4, 0.95, 0.1, 0.99
 # Attention's key bias: its exact gradient is 0 (adding q.b_k to every score of a query leaves the softmax
 # unchanged), so both implementations compute rounding noise (~1e-9) there, and AdamW turns any noise into steps
 # of about lr: its final values are noise in PyTorch as in fsdpc. Those elements (the key third of a packed
 # in_proj_bias) are checked to have moved at most STEPS * lr, not against PyTorch's; the rest of the parameter
 # is compared as usual, and its norm is not (it includes them).
-KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3)}  # suffix -> (k, parts): part k of parts
+KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3), "c_attn.bias": (1, 3)}  # suffix -> (k, parts): part k
 
 # model -> its FusedAttention nodes (passes/attention.c), either export
 FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6,
@@ -118,9 +127,9 @@ def check_gqa(tag, onnx_path):
           % (tag, want, fused[0]))
 
 
-def train(tag, ref, onnx_path, src, exe, world, extra=()):
-    """compile onnx_path with extra flags, run STEPS at world; compare with ref; returns None or the
-    compiler's first error line"""
+def train(tag, ref, onnx_path, src, exe, world, extra=(), bf16=False):
+    """compile onnx_path with extra flags, run STEPS at world; compare with ref (ref["bf16"]'s trajectory and the
+    bf16 tolerances when bf16); returns None or the compiler's first error line"""
     # parameters PyTorch does not train (requires_grad False: Whisper's sinusoidal positions) are given --freeze,
     # as scripts/export_torch.py tells a user to
     table = ref["exports"][os.path.basename(onnx_path).split(".")[0]]["table"]
@@ -148,27 +157,41 @@ def train(tag, ref, onnx_path, src, exe, world, extra=()):
                                       "--quiet"] + adamw_flags()), timeout=1800)
     losses, _ = read_metrics(metrics)
     check(len(losses) == STEPS, "%s: %d losses" % (tag, len(losses)))
-    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref["losses"]))
-    check(worst_l <= TOL, "%s: losses %s, PyTorch %s (rel %.3g)" % (tag, losses, ref["losses"], worst_l))
+    want = ref["bf16"] if bf16 else ref
+    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, want["losses"]))
+    check(worst_l <= (BF16_LOSS_TOL if bf16 else TOL), "%s: losses %s, PyTorch %s (rel %.3g)"
+          % (tag, losses, want["losses"], worst_l))
     w = read_safetensors(st)
-    worst_w, seen = (0.0, ""), set()
+    worst_w, seen, ups = (0.0, ""), set(), ([], [])
     for e in table:
-        f = ref["final"][e["param"]]
+        f = want["final"][e["param"]]
         check(e["init"] in w, "%s: %s (parameter %s) not exported" % (tag, e["init"], e["param"]))
         a = w[e["init"]].astype(np.float64).ravel()
         idx, vals = np.array(f["idx"]), np.array(f["vals"])
+        r = ref["params"][e["param"]]
+        a0 = param_values(ref["seed"], r["index"], r["shape"], r["mean"], r["std"], ref["dtype"]).astype(
+            np.float64).ravel()
         key = [kp for s, kp in KEY_BIAS.items() if e["param"].endswith(s)]
         if key:
             k, parts = key[0]
             lo, hi = k * a.size // parts, (k + 1) * a.size // parts
             noise = (idx >= lo) & (idx < hi)
-            r = ref["params"][e["param"]]
-            a0 = param_values(ref["seed"], r["index"], r["shape"], r["mean"], r["std"], ref["dtype"]).astype(
-                np.float64).ravel()
             moved = float(np.max(np.abs(a[lo:hi] - a0[lo:hi]))) if hi > lo else 0.0
             check(moved <= STEPS * ADAMW["lr"] * 1.05, "%s: the key bias %s moved by %.3g, more than AdamW's "
                   "%d steps of lr can" % (tag, e["param"], moved, STEPS))
             idx, vals = idx[~noise], vals[~noise]
+        seen.add(e["param"])
+        if bf16:  # the updates' direction (cosine) and size at the sampled positions
+            du, dt = a[idx] - a0[idx], vals - a0[idx]
+            nu, nt = float(np.linalg.norm(du)), float(np.linalg.norm(dt))
+            cos = float(du @ dt) / (nu * nt) if nu * nt > 0 else float(nu == nt)
+            ratio = nu / nt if nt > 0 else float(nu == 0)
+            ups[0].append(du)
+            ups[1].append(dt)
+            worst_w = max(worst_w, (1 - cos, e["param"]))
+            check(cos >= BF16_COS and abs(ratio - 1) <= BF16_NORM, "%s: %s's update (initializer %s) has cosine "
+                  "%.4f with PyTorch's and %.3fx its size" % (tag, e["param"], e["init"], cos, ratio))
+            continue
         err = float(np.max(np.abs(a[idx] - vals))) if idx.size else 0.0
         if not key:
             err = max(err, abs(float(np.linalg.norm(a)) - f["norm"]))
@@ -176,9 +199,16 @@ def train(tag, ref, onnx_path, src, exe, world, extra=()):
         worst_w = max(worst_w, (err, e["param"]))
         check(err <= TOL, "%s: final %s (initializer %s) differs from PyTorch's by %.3g of max |w|"
               % (tag, e["param"], e["init"], err))
-        seen.add(e["param"])
-    missing = sorted(set(ref["final"]) - seen)
+    missing = sorted(set(want["final"]) - seen)
     check(not missing, "%s: parameters not in the ONNX file as initializers: %s" % (tag, missing[:8]))
+    if bf16:
+        du, dt = np.concatenate(ups[0]), np.concatenate(ups[1])
+        cos = float(du @ dt) / float(np.linalg.norm(du) * np.linalg.norm(dt))
+        check(cos >= BF16_COS_ALL, "%s: the updates of all parameters have cosine %.5f with PyTorch's" % (tag, cos))
+        print("%s: trains as PyTorch's autocast bf16: %d losses within %.2g, the updates of %d parameters at "
+              "cosine %.5f with PyTorch's (the least %.4f: %s); %d attentions fused"
+              % (tag, STEPS, worst_l, len(seen), cos, 1 - worst_w[0], worst_w[1], fused))
+        return None
     print("%s: trains as PyTorch: %d losses within %.2g, %d parameters' final weights within %.2g (%s); %d "
           "attentions fused" % (tag, STEPS, worst_l, len(seen), worst_w[0], worst_w[1], fused))
     return None
@@ -213,6 +243,10 @@ def main():
                 trained.append(tag)
                 if name in GQA:
                     check_gqa(tag, path)
+                if "bf16" in ref and exporter == "dynamo":
+                    err = train(tag + " --precision bf16", ref, path, src, os.path.join(work, name, exporter + "_bf16"),
+                                WORLD, ["--precision", "bf16"], bf16=True)
+                    check(err is None, "%s --precision bf16: %s" % (tag, err))
                 if want is not None:
                     failures.append("%s compiles and trains now: move it out of BLOCKED (was: %s)" % (tag, want))
                 if name in STRATEGY_MODELS:

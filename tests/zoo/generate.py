@@ -3,6 +3,7 @@ with SDPA at opset 23, a model of torch's indexing ops and an embedding with a p
 export_torch.py records in the file's metadata), each exported both ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
+       python3 tests/zoo/generate.py --bf16 [NAME ...]   the decoders' autocast bf16 trajectory, into ref.json
 
 Per model NAME, tests/zoo/NAME/ gets
   dynamo.onnx        torch.onnx.export(..., dynamo=True, optimize=False) through scripts/export_torch.py
@@ -282,8 +283,9 @@ def externalize(path, model):
     return table, inline
 
 
-def reference(model, inputs, labels, dtype):
-    """PyTorch's 3 AdamW steps at world 2 (simulated ranks); (losses, model)"""
+def reference(model, inputs, labels, dtype, bf16=False):
+    """PyTorch's 3 AdamW steps at world 2 (simulated ranks), the forward and the loss under
+    torch.autocast("cpu", dtype=torch.bfloat16) when bf16; the losses"""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
                             eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"], foreach=False)
@@ -295,8 +297,9 @@ def reference(model, inputs, labels, dtype):
         for r in range(WORLD):
             xs = [torch.from_numpy(v[r * b:(r + 1) * b]) for v in inputs.values()]
             y = torch.from_numpy(labels[r * b:(r + 1) * b])
-            logits = model(*xs)
-            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(*xs)
+                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
             (loss / WORLD).backward()
             total += loss.item()
         losses.append(total / WORLD)
@@ -361,8 +364,50 @@ def generate(name, seed):
           model.parameters()), ref["losses"]))
 
 
+def generate_bf16(name):
+    """ref.json's "bf16": the same model, batch and recipe trained under torch.autocast(bfloat16) (float32 master
+    weights and AdamW, as fsdpc --precision bf16), added to the committed ref.json without exporting again.  The
+    model is rebuilt as generate() built it; its inputs must equal the committed ones and its float32 trajectory
+    the committed losses (within 1e-6), or this torch/transformers builds another model than the one exported."""
+    out = os.path.join(HERE, name)
+    with open(os.path.join(out, "ref.json")) as f:
+        ref = json.load(f)
+    seed = ref["seed"]
+    fresh = []
+    for _ in range(2):  # one float32 run (the check), one bf16 run, each from the initial weights
+        torch.manual_seed(seed)
+        rng = np.random.default_rng(seed)
+        model, inputs, labels = MODELS[name](rng)
+        model.train()
+        init_params(model, seed)
+        fresh.append((model, inputs, np.asarray(labels, dtype=np.int64)))
+    model, inputs, labels = fresh[0]
+    for k, v in inputs.items():
+        if not np.array_equal(np.load(os.path.join(out, k + ".npy")), v):
+            raise SystemExit("%s: input %s differs from the committed one" % (name, k))
+    losses = reference(model, inputs, labels, "float32")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses, ref["losses"]))
+    if worst > 1e-6:
+        raise SystemExit("%s: float32 losses %s, committed %s: another model than the exported one"
+                         % (name, losses, ref["losses"]))
+    model, inputs, labels = fresh[1]
+    ref["bf16"] = {"losses": reference(model, inputs, labels, "float32", bf16=True),
+                   "final": final_weights(model, seed), "torch": torch.__version__}
+    with open(os.path.join(out, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print("%s: float32 as committed (within %.2g); autocast bf16 losses %s" % (name, worst, ref["bf16"]["losses"]))
+
+
+# the decoders whose ref.json also holds the autocast bf16 trajectory (generate.py --bf16)
+DECODERS = ("nanogpt", "gpt2", "llama", "llama_sdpa23", "falcon")
+
+
 def main():
     torch.set_num_threads(1)
+    if sys.argv[1:2] == ["--bf16"]:
+        for n in sys.argv[2:] or DECODERS:
+            generate_bf16(n)
+        return
     names = sys.argv[1:] or list(MODELS)
     for n in names:
         if n not in MODELS:
