@@ -27,7 +27,9 @@ FLOPs per step: GPT 6 x parameters x tokens (attention's T^2 terms not
 counted); ResNet 3 x the forward pass's 2 x multiply-adds of every
 convolution and linear layer (BatchNorm, ReLU, pooling, additions not
 counted).  Writes OUTDIR/report.txt and results.json (and copies them, with
-the logs, to $OUT when set).  Exit 1 when a check failed.
+the logs, to $OUT when set) after every stage, the first within a minute of
+the start, so that a call cut short still reports.  Exit 1 when a check
+failed.
 """
 import gzip
 import json
@@ -340,6 +342,28 @@ def table(r, gpu, peaks):
     return "\n".join(lines)
 
 
+def publish(r, gpu, peaks, done):
+    """report.txt and results.json in OUTDIR and, when set, $OUT (with the logs): after every stage, so that a
+    call cut short still brings back what ran (done False: the table says the run goes on)"""
+    text = table(r, gpu, peaks)
+    if not done:
+        text += "\n(partial: written at %.0f s, the run went on)" % (time.time() - T0)
+    for d in (r.out, os.environ.get("OUT")):
+        if not d or not os.path.isdir(d):
+            continue
+        for name, body in (("report.txt", text + "\n"),
+                           ("results.json", json.dumps(dict(gpu=gpu, peaks=peaks, rows=r.rows, failures=r.failures,
+                                                            notes=r.notes, done=done), indent=1))):
+            with open(os.path.join(d, name + ".tmp"), "w") as f:
+                f.write(body)
+            os.replace(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+        if d != r.out:
+            with tarfile.open(os.path.join(d, "logs.tar.gz.tmp"), "w:gz") as t:
+                t.add(r.logdir, arcname="logs")
+            os.replace(os.path.join(d, "logs.tar.gz.tmp"), os.path.join(d, "logs.tar.gz"))
+    return text
+
+
 def main():
     out = os.path.abspath(sys.argv[1])
     manifest_path = os.path.join(out, "manifest.json")
@@ -350,6 +374,7 @@ def main():
     print("gpu_run: %s; %d models; budget %.0f s" % (gpu[0], len(models), BUDGET), flush=True)
     unpack(out, models)
     device_layer(r)
+    publish(r, gpu, peaks, False)
     for m in models:
         if m["check"] and m.get("precision") in ("bf16", "fp16", "fp64"):
             run_model(r, m, m["precision"] + "-graph", {}, [], peaks, 90)
@@ -361,24 +386,15 @@ def main():
             if m["kind"] == "gpt":
                 accum_modes(r, m)
                 validation(r, m)
+        publish(r, gpu, peaks, False)
     for m in models:
         if not m["check"]:
             p = "bf16" if m.get("precision") == "bf16" else "tf32"
             run_model(r, m, p + "-graph", {}, [], peaks, 180)
             run_model(r, m, p + "-eager", {}, ["--no-cuda-graph"], peaks, 180)
+            publish(r, gpu, peaks, False)
     torch_bench(r, manifest_path, peaks, models)
-    text = table(r, gpu, peaks)
-    print(text, flush=True)
-    with open(os.path.join(out, "report.txt"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(dict(gpu=gpu, peaks=peaks, rows=r.rows, failures=r.failures, notes=r.notes), f, indent=1)
-    dst = os.environ.get("OUT")
-    if dst and os.path.isdir(dst):
-        shutil.copy(os.path.join(out, "report.txt"), dst)
-        shutil.copy(os.path.join(out, "results.json"), dst)
-        with tarfile.open(os.path.join(dst, "logs.tar.gz"), "w:gz") as t:
-            t.add(r.logdir, arcname="logs")
+    print(publish(r, gpu, peaks, True), flush=True)
     print("gpu_run: %.0f s" % (time.time() - T0))
     sys.exit(1 if r.failures else 0)
 

@@ -29,11 +29,14 @@ speed does not depend on the values.  (ResNet check weights are tiled too.)
 
 Environment: GPT_BENCH="layers,embd,heads,T,vocab,batch" and
 RESNET_BENCH="size,batch" override the benchmark shapes; PREP_MODELS="gpt_bench,..."
-builds only the models it names (a shorter GPU call).
+builds only the models it names (a shorter GPU call); PREP_KEEP_CPU=1 keeps the --target cpu
+executables (to look at a check's reference).  Models with the same initial weights share one
+.init (the others get --init): the full package is 36 MiB.
 --quick: small benchmark shapes (to try this script out).
 """
 import copy
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -315,6 +318,25 @@ def resnet_bench(fsdpc, out, steps, shape):
                 gen=dict(images=B, size=S, classes=classes), config=dict(size=S, classes=classes), precision="fp32")
 
 
+def share_inits(out, models):
+    """models whose initial weights are the same bytes (a model in fp32 and under --precision bf16 / fp16: the
+    master weights are float32 either way) keep one file, the others read it with --init: the package is
+    smaller (the benchmark GPT's 8 MiB once)"""
+    kept = {}
+    for m in models:
+        path = os.path.join(out, m["init"])
+        h = hashlib.sha256()
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                h.update(chunk)
+        first = kept.setdefault(h.hexdigest(), m["init"])
+        if first != m["init"]:
+            os.remove(path)
+            m["init"] = first
+            m["args"] = m["args"] + ["--init", first[:-3] if first.endswith(".gz") else first]
+            log("%s: the same initial weights as %s: shared" % (m["name"], first))
+
+
 def shape_env(var, default, n):
     v = os.environ.get(var)
     if not v:
@@ -348,6 +370,7 @@ def main():
         raise SystemExit("prep: PREP_MODELS names %s; the models are %s"
                          % (", ".join(sorted(unknown)), ", ".join(n for n, _ in makers)))
     models = [make() for n, make in makers if not only or n in only]
+    share_inits(out, models)
     for m in models if not os.environ.get("PREP_KEEP_CPU") else []:  # the CPU executables stay behind: only their losses travel
         cpu = os.path.join(out, m["exe"] + "_cpu")
         for f in (cpu, cpu + ".init"):
