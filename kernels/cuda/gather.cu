@@ -45,38 +45,37 @@ KC_GLOBAL void k_gather_lists(const int64_t *idx, int64_t nidx, int64_t axis, in
     __shared__ int stage[KC_GATHER_STAGE];
     const int t = threadIdx.x;
     int *list = kc_glist + buckets + 1;
-    int64_t mine = 0;
-    for (int64_t i0 = 0; i0 < nidx; i0 += KC_GATHER_STAGE) {
-        const int n = nidx - i0 < KC_GATHER_STAGE ? (int)(nidx - i0) : KC_GATHER_STAGE;
+    int64_t mine = 0, at = 0;
+    for (int pass = 0; pass < 2; pass++) { /* count, then write */
+        for (int64_t i0 = 0; i0 < nidx; i0 += KC_GATHER_STAGE) {
+            const int n = nidx - i0 < KC_GATHER_STAGE ? (int)(nidx - i0) : KC_GATHER_STAGE;
+            __syncthreads();
+            for (int j = t; j < n; j += KC_GATHER_THREADS)
+                stage[j] = gather_bucket(idx, i0 + j, axis, buckets);
+            __syncthreads();
+            for (int j = 0; j < n; j++)
+                if (stage[j] == t) {
+                    if (pass)
+                        list[at++] = (int)(i0 + j);
+                    else
+                        mine++;
+                }
+        }
+        if (pass)
+            break;
+        sum[t] = mine;
         __syncthreads();
-        for (int j = t; j < n; j += KC_GATHER_THREADS)
-            stage[j] = gather_bucket(idx, i0 + j, axis, buckets);
-        __syncthreads();
-        for (int j = 0; j < n; j++)
-            mine += stage[j] == t;
-    }
-    sum[t] = mine;
-    __syncthreads();
-    for (int s = 1; s < KC_GATHER_THREADS; s *= 2) { /* inclusive scan */
-        const int64_t v = t >= s ? sum[t - s] : 0;
-        __syncthreads();
-        sum[t] += v;
-        __syncthreads();
-    }
-    int64_t at = sum[t] - mine; /* bucket t's list, from here */
-    if (t < buckets)
-        kc_glist[t] = (int)at;
-    if (t == KC_GATHER_THREADS - 1)
-        kc_glist[buckets] = (int)sum[t];
-    for (int64_t i0 = 0; i0 < nidx; i0 += KC_GATHER_STAGE) {
-        const int n = nidx - i0 < KC_GATHER_STAGE ? (int)(nidx - i0) : KC_GATHER_STAGE;
-        __syncthreads();
-        for (int j = t; j < n; j += KC_GATHER_THREADS)
-            stage[j] = gather_bucket(idx, i0 + j, axis, buckets);
-        __syncthreads();
-        for (int j = 0; j < n; j++)
-            if (stage[j] == t)
-                list[at++] = (int)(i0 + j);
+        for (int s = 1; s < KC_GATHER_THREADS; s *= 2) { /* inclusive scan */
+            const int64_t v = t >= s ? sum[t - s] : 0;
+            __syncthreads();
+            sum[t] += v;
+            __syncthreads();
+        }
+        at = sum[t] - mine; /* bucket t's list, from here */
+        if (t < buckets)
+            kc_glist[t] = (int)at;
+        if (t == KC_GATHER_THREADS - 1)
+            kc_glist[buckets] = (int)sum[t];
     }
 }
 
