@@ -620,7 +620,7 @@ static int parse(Ckpt *k, const char *text, const char *path)
             if (!q)
                 BAD("%s", path, line, "out of memory");
             k->file = q;
-            snprintf(q[k->nfile].name, sizeof q[k->nfile].name, "%s", name);
+            snprintf(q[k->nfile].name, sizeof q[k->nfile].name, "%.31s", name); /* read by %31s */
             q[k->nfile].bytes = e;
             q[k->nfile++].sum = sum;
         } else if (sscanf(rec, "end %16" SCNx64 "%n", &sum, &r) == 1 && !rec[r] && r == 20) {
