@@ -14,16 +14,14 @@ Writes OUTDIR/profile.txt and profile.json (and copies them, with the logs, to
 $OUT when set).  Exit 1 when memcheck found an error or a run failed.
 """
 import csv
+import glob
 import io
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tarfile
 import time
-import glob
 
 import gpu_run
 
@@ -192,16 +190,9 @@ def main():
                                if r.failures else "pass"))
     text = "\n".join(lines)
     print(text, flush=True)
-    with open(os.path.join(out_dir, "profile.txt"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(out_dir, "profile.json"), "w") as f:
-        json.dump(dict(gpu=gpu, results=res, failures=r.failures, notes=r.notes), f, indent=1)
-    dst = os.environ.get("OUT")
-    if dst and os.path.isdir(dst):
-        shutil.copy(os.path.join(out_dir, "profile.txt"), dst)
-        shutil.copy(os.path.join(out_dir, "profile.json"), dst)
-        with tarfile.open(os.path.join(dst, "profile_logs.tar.gz"), "w:gz") as t:
-            t.add(r.logdir, arcname="logs")
+    gpu_run.deliver(r, {"profile.txt": text + "\n",
+                        "profile.json": json.dumps(dict(gpu=gpu, results=res, failures=r.failures, notes=r.notes),
+                                                   indent=1)}, "profile_logs.tar.gz")
     print("gpu_profile: %.0f s" % (time.time() - gpu_run.T0))
     sys.exit(1 if r.failures else 0)
 

@@ -342,25 +342,31 @@ def table(r, gpu, peaks):
     return "\n".join(lines)
 
 
-def publish(r, gpu, peaks, done):
-    """report.txt and results.json in OUTDIR and, when set, $OUT (with the logs): after every stage, so that a
-    call cut short still brings back what ran (done False: the table says the run goes on)"""
-    text = table(r, gpu, peaks)
-    if not done:
-        text += "\n(partial: written at %.0f s, the run went on)" % (time.time() - T0)
+def deliver(r, files, logs):
+    """files ({name: text}) into OUTDIR and, when set, $OUT, with the logs tarred there as logs; each written
+    whole (a temporary, then renamed), so that a call cut short brings back complete files"""
     for d in (r.out, os.environ.get("OUT")):
         if not d or not os.path.isdir(d):
             continue
-        for name, body in (("report.txt", text + "\n"),
-                           ("results.json", json.dumps(dict(gpu=gpu, peaks=peaks, rows=r.rows, failures=r.failures,
-                                                            notes=r.notes, done=done), indent=1))):
+        for name, body in files.items():
             with open(os.path.join(d, name + ".tmp"), "w") as f:
                 f.write(body)
             os.replace(os.path.join(d, name + ".tmp"), os.path.join(d, name))
         if d != r.out:
-            with tarfile.open(os.path.join(d, "logs.tar.gz.tmp"), "w:gz") as t:
+            with tarfile.open(os.path.join(d, logs + ".tmp"), "w:gz") as t:
                 t.add(r.logdir, arcname="logs")
-            os.replace(os.path.join(d, "logs.tar.gz.tmp"), os.path.join(d, "logs.tar.gz"))
+            os.replace(os.path.join(d, logs + ".tmp"), os.path.join(d, logs))
+
+
+def publish(r, gpu, peaks, done):
+    """report.txt and results.json (and logs.tar.gz in $OUT) after every stage, so that a call cut short still
+    brings back what ran (done False: the table says the run goes on)"""
+    text = table(r, gpu, peaks)
+    if not done:
+        text += "\n(partial: written at %.0f s, the run went on)" % (time.time() - T0)
+    deliver(r, {"report.txt": text + "\n",
+                "results.json": json.dumps(dict(gpu=gpu, peaks=peaks, rows=r.rows, failures=r.failures,
+                                                notes=r.notes, done=done), indent=1)}, "logs.tar.gz")
     return text
 
 
