@@ -684,10 +684,11 @@ static void canon_op(Sweep *s, int id)
 }
 
 /* As canon_op, with int32 arithmetic computed in int64 (intarith.c) and
- * 1-D convolutions and pooling as 2-D ones (lift1d.c). */
+ * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c). */
 static void canon(Sweep *s, int id)
 {
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
+    explicit_pads(s, id);
     int y32 = int_widen(s, id), nin = s->g->node[id].nin;
     int mean = s->g->node[id].op == OP_Mean ? compose_mean(s, id) : -1;
     canon_op(s, id);

@@ -50,6 +50,7 @@ int int_pow(Sweep *s, int id);            /* Pow's operands; 1 if replaced (an i
  * lower_1d after it */
 int lift_1d(Sweep *s, int id, int orig[2], int *nout);
 void lower_1d(Sweep *s, int id, const int orig[2], int nout);
+void explicit_pads(Sweep *s, int id);     /* auto_pad written as the pads it stands for (lift1d.c) */
 /* compositions (compose.c): the reductions written as a ReduceSum (the node's own output, -1: not one; *shift:
  * LogSumExp's max) and their epilogue after the ReduceSum is visited; Mean's scale; OneHot */
 int compose_reduce(Sweep *s, int id, int *shift);

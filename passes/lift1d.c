@@ -13,6 +13,15 @@
  * write that value), which lower_1d Squeezes back into the node's own
  * 3-D outputs (MaxPool's Indices too: with a height of 1 the flat positions
  * are the 1-D ones).  Nothing else in fsdpc sees a 1-D op.
+ *
+ * explicit_pads then writes auto_pad (SAME_UPPER, SAME_LOWER, VALID) as the
+ * pads it stands for, from the input's spatial size, so the rules, the
+ * gradients and the kernels know explicit pads only.  As ONNX specifies:
+ * SAME keeps ceil(in / stride) outputs (a ConvTranspose: in x stride, or
+ * its output_shape), padding by the total the dilated window needs beyond
+ * the input, half before and half after, the odd one after (SAME_UPPER) or
+ * before (SAME_LOWER); a ConvTranspose's negative end pad is more output
+ * padding.  VALID pads nothing.
  */
 #include "fold.h"
 
@@ -102,4 +111,113 @@ void lower_1d(Sweep *s, int id, const int orig[2], int nout)
 {
     for (int i = 0; i < nout; i++)
         axis2(s, id, OP_Squeeze, s->g->node[id].out[i], i ? "indices1d" : "as1d", orig[i]);
+}
+
+/* ---- auto_pad ------------------------------------------------------------- */
+
+/* attribute name of node id set to the ints v[0..n) (replaced if there, else added) */
+static void set_ints(Graph *g, int id, const char *name, const int64_t *v, int n)
+{
+    Node *nd = &g->node[id];
+    for (int i = 0; i < nd->nattr; i++)
+        if (!strcmp(nd->attr[i].name, name)) {
+            Attr *a = &nd->attr[i];
+            a->kind = A_INTS, a->n = n;
+            a->ints = ir_alloc(sizeof(int64_t) * (size_t)n);
+            memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+            return;
+        }
+    ir_attr_ints_add(g, id, name, v, n);
+}
+
+/* attribute name (2 ints, one per spatial dim) of n into v, def where absent; 0 when it is not 2 ints within
+ * [1, 2^40] (the node's rule then says what is wrong with it) */
+static int two_ints(const Node *n, const char *name, int64_t def, int64_t v[2])
+{
+    const Attr *a = ir_attr(n, name);
+    v[0] = v[1] = def;
+    if (!a)
+        return 1;
+    if (a->kind != A_INTS || a->n != 2)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if ((v[i] = a->ints[i]) < 1 || v[i] > MAX_NUMEL)
+            return 0;
+    return 1;
+}
+
+static int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
+
+/* Conv, ConvTranspose, MaxPool, AveragePool (2-D, after lift_1d) with auto_pad other than NOTSET: its pads
+ * written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet are left
+ * to their rules, which refuse them in one line. */
+void explicit_pads(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node *n = &g->node[id];
+    Op op = n->op;
+    int convt = op == OP_ConvTranspose, conv = op == OP_Conv || convt;
+    if ((!conv && op != OP_MaxPool && op != OP_AveragePool) || n->nin < 1 || n->in[0] < 0)
+        return;
+    const Attr *ap = ir_attr(n, "auto_pad");
+    if (!ap || ap->kind != A_STRING || !ap->s || !strcmp(ap->s, "NOTSET"))
+        return;
+    int upper = !strcmp(ap->s, "SAME_UPPER"), lower = !strcmp(ap->s, "SAME_LOWER");
+    if (!upper && !lower && strcmp(ap->s, "VALID"))
+        node_fatal(g, n, "attribute auto_pad = %s: ONNX knows NOTSET, SAME_UPPER, SAME_LOWER and VALID",
+                   ir_q(ap->s));
+    const Shape *x = &g->val[n->in[0]].shape;
+    const Shape *w = conv && n->nin > 1 && n->in[1] >= 0 ? &g->val[n->in[1]].shape : NULL;
+    int64_t k[2], st[2], dl[2], os[2], opad[2] = {0, 0}, pads[4] = {0, 0, 0, 0};
+    if (x->rank != 4 || (conv && (!w || w->rank != 4)))
+        return;
+    if (!two_ints(n, "strides", 1, st) || !two_ints(n, "dilations", 1, dl) ||
+        !two_ints(n, "kernel_shape", conv ? 1 : 0, k))
+        return;
+    if (conv)
+        k[0] = w->dim[2], k[1] = w->dim[3];
+    const Attr *oa = ir_attr(n, "output_padding");
+    if (convt && oa && (oa->kind != A_INTS || oa->n != 2))
+        return;
+    for (int i = 0; i < 2 && convt && oa; i++)
+        opad[i] = oa->ints[i];
+    int has_os = convt && ir_attr(n, "output_shape");
+    if (has_os && !two_ints(n, "output_shape", 1, os))
+        return;
+    for (int i = 0; i < 2 && (upper || lower); i++) {
+        int64_t in = x->dim[2 + i];
+        if (k[i] < 1 || in < 1 || (k[i] > 1 && dl[i] > (MAX_NUMEL - 1) / (k[i] - 1)) || opad[i] < 0 ||
+            opad[i] > MAX_NUMEL || in > MAX_NUMEL / st[i])
+            return; /* the rule's checks say what is wrong */
+        int64_t win = dl[i] * (k[i] - 1) + 1, total, before;
+        if (convt) { /* the output: output_shape, else in x stride; the total may be negative */
+            int64_t out = has_os ? os[i] : in * st[i];
+            total = st[i] * (in - 1) + opad[i] + win - out;
+            before = upper ? floor_half(total) : total - floor_half(total);
+        } else {
+            int64_t out = (in + st[i] - 1) / st[i];
+            total = (out - 1) * st[i] + win - in;
+            total = total > 0 ? total : 0;
+            before = upper ? total / 2 : total - total / 2;
+        }
+        int64_t after = total - before;
+        if (before < 0)
+            node_fatal(g, n, "attribute auto_pad = %s: the output asks for a negative pad before dim %d, which is "
+                       "not supported (export with explicit pads)", ap->s, 2 + i);
+        if (after < 0) /* a ConvTranspose's: more output padding */
+            opad[i] -= after, after = 0;
+        pads[i] = before, pads[2 + i] = after;
+    }
+    set_ints(g, id, "pads", pads, 4);
+    if (convt && (opad[0] || opad[1]))
+        set_ints(g, id, "output_padding", opad, 2);
+    if (convt && has_os && (upper || lower)) { /* the pads now give that size: the rule's own split must not */
+        Node *nd = &g->node[id];
+        for (int i = 0; i < nd->nattr; i++)
+            if (!strcmp(nd->attr[i].name, "output_shape"))
+                nd->attr[i] = nd->attr[--nd->nattr];
+    }
+    for (int i = 0; i < g->node[id].nattr; i++)
+        if (!strcmp(g->node[id].attr[i].name, "auto_pad"))
+            g->node[id].attr[i].s = ir_strdup("NOTSET");
 }

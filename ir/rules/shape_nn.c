@@ -10,7 +10,7 @@
  * model, the node, the op and the attribute, with "not supported" in it.
  *
  * Geometry: Conv and the pools are 2-D NCHW only, with explicit pads
- * (auto_pad NOTSET); output sizes follow k_pool_out_dim (kernels.h), as the
+ * (fold wrote auto_pad as pads: passes/lift1d.c); output sizes follow k_pool_out_dim (kernels.h), as the
  * kernels' own geometry checks do.  ConvTranspose has no rule here (fold
  * rewrites it, passes/compose.c): nn_convt_geom checks it and gives the
  * output shape and pads of the Conv whose data gradient it is.
@@ -109,7 +109,7 @@ static void no_auto_pad(const Graph *g, const Node *n)
 {
     const char *a = ir_attr_s(n, "auto_pad", "NOTSET");
     if (strcmp(a, "NOTSET"))
-        node_fatal(g, n, "attribute auto_pad = %s is not supported (export with explicit pads)", ir_q(a));
+        node_fatal(g, n, "attribute auto_pad = %s is not supported here (export with explicit pads)", ir_q(a));
 }
 
 /* the dilated window d * (k - 1) + 1 of each spatial dim fits in 2^40 (k, d already <= 2^40) */
@@ -134,7 +134,6 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
 {
     int64_t st[2], dl[2], pd[4], ks[2];
     need_2d(g, n, x);
-    no_auto_pad(g, n);
     if (w->rank != 4)
         node_fatal(g, n, "the weight must have rank 4 (m, c/group, kh, kw)");
     ints_attr(g, n, "kernel_shape", 2, 1, 0, ks);
@@ -143,6 +142,7 @@ void nn_conv_geom(const Graph *g, const Node *n, const Shape *x, const Shape *w,
     ints_attr(g, n, "strides", 2, 1, 1, st);
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
+    no_auto_pad(g, n);
     int64_t grp = ir_attr_i(n, "group", 1);
     if (!shape_numel(x) || !shape_numel(w))
         node_fatal(g, n, "input %s and weight %s: a Conv over a zero-sized dimension is not supported (fsdpc "
@@ -219,7 +219,6 @@ void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w
         node_fatal(g, n, "weight '%s' is %s but the input is %s; mixed dtypes are not supported", ir_q(w->name),
                    dtype_name(w->dtype), dtype_name(x->dtype));
     need_2d(g, n, &x->shape);
-    no_auto_pad(g, n);
     if (w->shape.rank != 4)
         node_fatal(g, n, "the weight must have rank 4 (c, m/group, kh, kw)");
     ints_attr(g, n, "kernel_shape", 2, 1, 0, ks);
@@ -230,6 +229,7 @@ void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w
     ints_attr(g, n, "pads", 4, 0, 0, pads);
     ints_attr(g, n, "output_padding", 2, 0, 0, op);
     ints_attr(g, n, "output_shape", 2, 1, 0, os);
+    no_auto_pad(g, n);
     int64_t grp = ir_attr_i(n, "group", 1), c = x->shape.dim[1];
     if (!shape_numel(&x->shape) || !shape_numel(&w->shape))
         node_fatal(g, n, "input %s and weight %s: a ConvTranspose over a zero-sized dimension is not supported "
@@ -255,13 +255,13 @@ void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p)
 {
     int64_t st[2], dl[2], pd[4], ks[2];
     need_2d(g, n, x);
-    no_auto_pad(g, n);
     if (!ir_attr(n, "kernel_shape"))
         node_fatal(g, n, "attribute kernel_shape is required");
     ints_attr(g, n, "kernel_shape", 2, 1, 1, ks);
     ints_attr(g, n, "strides", 2, 1, 1, st);
     ints_attr(g, n, "dilations", 2, 1, 1, dl);
     ints_attr(g, n, "pads", 4, 0, 0, pd);
+    no_auto_pad(g, n);
     window_fits(g, n, ks, dl);
     if (ir_attr_i(n, "storage_order", 0) != 0)
         node_fatal(g, n, "attribute storage_order = 1 (column-major indices) is not supported");

@@ -105,10 +105,13 @@ def hostile_models(fsdpc, J, base):
     graph_model(J("conv_pads.onnx"), [conv], {"cw": np.ones((2, 1, 3, 3), np.float32)}, [None, 2, None, None],
                 x_shape=("batch", 1, 4, 4))
     expect_error(cc(J("conv_pads.onnx")), "'conv' (Conv)", "2^40", code=(1,), absent=never)
-    # ConvTranspose: output padding of a stride or more, output_shape past a stride's extra, auto_pad
+    # ConvTranspose: output padding of a stride or more, output_shape past a stride's extra, an auto_pad ONNX does
+    # not know, SAME_UPPER asking for a negative pad before (3 x 4 outputs of a 3-wide window: 1 short)
     for tag, attrs, needles in (("outpad", dict(strides=[2, 2], output_padding=[2, 0]), ("output_padding", "stride 2")),
                                 ("outshape", dict(strides=[2, 2], output_shape=[12, 7]), ("output_shape", "12")),
-                                ("autopad", dict(auto_pad="SAME_UPPER"), ("auto_pad", "explicit pads"))):
+                                ("autopad", dict(auto_pad="SAME"), ("auto_pad", "SAME_UPPER, SAME_LOWER")),
+                                ("autopad_neg", dict(auto_pad="SAME_UPPER", strides=[4, 4]),
+                                 ("auto_pad", "negative pad before"))):
         convt = helper.make_node("ConvTranspose", ["x", "cw"], ["y"], name="ct", **attrs)
         graph_model(J("convt_%s.onnx" % tag), [convt], {"cw": np.ones((1, 2, 3, 3), np.float32)},
                     [None, 2, None, None], x_shape=("batch", 1, 3, 3))

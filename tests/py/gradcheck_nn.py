@@ -192,6 +192,13 @@ def conv_cases(c):
                                       [1, d], group)[:, :, 0])
     add1d("Conv1d_stride2_pads_bias", (2, 3, 9), (4, 3, 3), 2, [1, 2], 1, 1, True)
     add1d("Conv1d_dilation_groups", (2, 4, 10), (6, 2, 3), 1, [2, 0], 2, 2, False)
+    # auto_pad SAME_LOWER, the pads it stands for given to the reference: H 7 at stride 2 keeps 4 rows, the
+    # 3-row window needs 2 more (1 before, 1 after); W 6 keeps 3, the dilated 5-wide window needs 3 (the odd one
+    # before: 2, 1)
+    c["Conv_auto_pad_same_lower"] = (
+        [node("Conv", ["X", "W", "B"], ["Y"], strides=[2, 2], dilations=[1, 2], auto_pad="SAME_LOWER")],
+        {"X": r(1, 2, 7, 6), "W": r(3, 2, 3, 3), "B": r(3)},
+        lambda w: conv_ref(w["X"], w["W"], w["B"], [2, 2], [1, 2, 1, 1], [1, 2], 1))
 
 
 
@@ -224,6 +231,11 @@ def conv_transpose_cases(c):
                                                 [0, p[0], 0, p[1]], [1, d], group, [0, op])[:, :, 0])
     add1d("ConvT1d_stride2_pads_bias", (2, 3, 5), (3, 4, 3), 2, [1, 2], 1, 1, 1, True)
     add1d("ConvT1d_dilation_groups", (2, 4, 6), (4, 3, 3), 1, [2, 0], 2, 2, 0, False)
+    # auto_pad SAME_UPPER: the output is in x stride (6 x 8); the natural 7 x 9 less 1 each, taken after
+    c["ConvT_auto_pad_same_upper"] = (
+        [node("ConvTranspose", ["X", "W"], ["Y"], strides=[2, 2], auto_pad="SAME_UPPER")],
+        {"X": r(1, 2, 3, 4), "W": r(2, 3, 3, 3)},
+        lambda w: conv_transpose_ref(w["X"], w["W"], None, [2, 2], [0, 0, 1, 1], [1, 1], 1, [0, 0]))
 
 def norm_cases(c):
     eps, mom = 2.0 ** -8, 0.75  # exact in the float32 ONNX attributes
@@ -272,6 +284,10 @@ def pool_cases(c):
     c["AveragePool1d"] = ([node("AveragePool", ["X"], ["Y"], kernel_shape=[2], strides=[2], pads=[0, 1])],
                           {"X": r(2, 3, 7)},
                           lambda w: pool_ref(w["X"][:, :, None], [1, 2], [1, 2], [0, 0, 0, 1], (1, 1), 0, "avg", 0)[:, :, 0])
+    # auto_pad SAME_LOWER, 1-D: 7 at stride 2 keeps 4, the 2-wide window needs 1 more, before (not counted)
+    c["AveragePool1d_auto_pad_same_lower"] = (
+        [node("AveragePool", ["X"], ["Y"], kernel_shape=[2], strides=[2], auto_pad="SAME_LOWER")], {"X": r(2, 3, 7)},
+        lambda w: pool_ref(w["X"][:, :, None], [1, 2], [1, 2], [0, 1, 0, 0], (1, 1), 0, "avg", 0)[:, :, 0])
     c["GlobalAveragePool1d"] = ([node("GlobalAveragePool", ["X"], ["Y"])], {"X": r(2, 3, 5)},
                                 lambda w: w["X"].mean(2, keepdims=True))
 
