@@ -1,9 +1,9 @@
 """The cost model on this machine: fsdpc --report --hw (calibrated here) against the measured step.
 
-    /usr/bin/python3 bench/plan_cpu.py [--fsdpc build/fsdpc] [--worlds 1,2,3,4] [--sizes 128/4/128/8,...]
+    /usr/bin/python3 bench/plan_cpu.py [--fsdpc build/fsdpc] [--worlds 1,2] [--sizes 128/4/128/8,...]
                                        [--steps 6] [--repeat 2]
 
-For each world W: `fsdpc --calibrate --world W` measures this machine on W ranks (GEMMs, memory, fsdpc's
+For each world W (default 1 to the core count: --calibrate refuses more ranks than cores): `fsdpc --calibrate --world W` measures this machine on W ranks (GEMMs, memory, fsdpc's
 kernels, the collectives; each rank with the threads a training executable would take: the cores / W, set
 explicitly through OMP_NUM_THREADS and OPENBLAS_NUM_THREADS for both the calibration and the runs).  Then for
 each GPT size (bench/'s GPT: d/L/T/B, B per rank, --wrap blocks) and strategy (full, grad_op, none; hybrid:2 at
@@ -22,7 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
-ap.add_argument("--worlds", default="1,2,3,4")
+ap.add_argument("--worlds", default=",".join(str(w) for w in range(1, (os.cpu_count() or 1) + 1)))
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8")
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--repeat", type=int, default=2)

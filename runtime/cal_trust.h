@@ -5,7 +5,7 @@
  * float64 GEMM faster than the float32 one).  The figures are best-of-N, so a slowdown shows as a spread between
  * the repeats; and some figures bound others.  A figure is flagged when
  *   - its repeats differ by more than RT_CAL_SPREAD: (slowest - best) / best, on the rank where it is widest
- *     (the machine was busy while it ran);
+ *     (the machine was busy while it ran), in each of RT_CAL_ROUNDS rounds of them;
  *   - the float64 GEMM rate is not below the float32 one (a float64 multiply-add does half the lanes' work on
  *     every x86 vector unit: one of the two runs was slowed);
  *   - a GEMM rate is above this machine's plausible peak: its online CPUs x RT_CAL_MAX_GHZ x the most
@@ -17,6 +17,7 @@
 #define FSDPC_CAL_TRUST_H
 
 #define RT_CAL_SPREAD 0.30  /* repeats differing more than this share of the best: untrusted */
+#define RT_CAL_ROUNDS 3     /* rounds of repeats calibrate.c measures while they differ by more than that */
 #define RT_CAL_MAX_GHZ 6.0  /* no x86 core runs its vector units faster */
 #define RT_CAL_WHY 256      /* a reason's characters, with its NUL */
 #define RT_CAL_MAX 16       /* spread-checked figures at most */

@@ -27,7 +27,8 @@ codegen/cost.c can be counted by hand:
     (a comment line each) are those it warns of, one line each;
   - calibrated at world 1, the predicted step of a GPT of bench/'s smallest size (d 128, 4 layers, T 128, batch 8)
     is within 40 % of its measured step (the best of 3 medians of 12 steps; the test runs alone: RUN_SERIAL; the
-    figure is printed; not under the sanitizers, --no-timing).  bench/plan_cpu.py is the full comparison.
+    figure is printed; not under the sanitizers, --no-timing); a miss is calibrated and measured once more (a
+    neighbour busy for the seconds of one calibration), and the second must hold.  bench/plan_cpu.py is the full comparison.
 """
 import json
 import os
@@ -282,27 +283,44 @@ check(not [f for f in os.listdir(work) if ".tmp." in f], "no temporary file left
 # the calibrated prediction against the measured step: a GPT of bench/'s smallest size (d 128, 4 layers, T 128,
 # batch 8, vocab 256; scripts/shaped_model.py, random weights) at world 1 on the threads the tests give a rank
 cal1 = os.path.join(work, "one.hw")
-run([fsdpc, "--calibrate", "--world", "1", "-o", cal1])
 gm = os.path.join(work, "g128.onnx")
 run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "shaped_model.py"),
      gm, "--layers", "4", "--embd", "128", "--heads", "2", "--block", "128", "--batch", "8", "--vocab", "256",
      "--data", "random"])
 exe = os.path.join(work, "g128")
-r, _ = report([gm, "--loss", "cross_entropy:logits,labels", "-o", exe], 1, cal1)
 np.random.default_rng(0).integers(0, 256, 41 * 8 * 128 + 1).astype("<u2").tofile(os.path.join(work, "tok.bin"))
 met = os.path.join(work, "g128.jsonl")
-times = []
-for rep in range(3):  # the best of 3 medians: this machine's speed drifts
-    if os.path.exists(met):
-        os.unlink(met)
-    run([exe, "--tokens", os.path.join(work, "tok.bin"), "--steps", "13", "--lr", "1e-4", "--metrics", met, "--quiet"])
-    t = sorted(json.loads(l)["time_ms"] for l in open(met) if '"step"' in l)[1:]  # less the slowest (warm-up)
-    times.append(t[len(t) // 2] / 1e3)
-ratio = r["step_time_s"] / min(times)
+
+
+def attempt():
+    """calibrate, predict, measure: the prediction over the measured step (the best of 3 medians of 12 steps)"""
+    p = run([fsdpc, "--calibrate", "--world", "1", "-o", cal1])
+    busy = [l for l in p.stderr.splitlines() if l.startswith("calibrate: warning: ")]
+    r, _ = report([gm, "--loss", "cross_entropy:logits,labels", "-o", exe], 1, cal1)
+    times = []
+    for rep in range(3):  # the best of 3 medians: this machine's speed drifts
+        if os.path.exists(met):
+            os.unlink(met)
+        run([exe, "--tokens", os.path.join(work, "tok.bin"), "--steps", "13", "--lr", "1e-4", "--metrics", met,
+             "--quiet"])
+        t = sorted(json.loads(l)["time_ms"] for l in open(met) if '"step"' in l)[1:]  # less the slowest (warm-up)
+        times.append(t[len(t) // 2] / 1e3)
+    ratio = r["step_time_s"] / min(times)
+    print("plan: calibrated prediction %.2f ms, measured %.2f ms (best of %s), ratio %.3f%s"
+          % (r["step_time_s"] * 1e3, min(times) * 1e3, ["%.2f" % (x * 1e3) for x in times], ratio,
+             "".join("\n  " + w for w in busy)))
+    return ratio
+
+
 if not timing:
+    attempt()
     print("plan: ok (the prediction's accuracy not checked: sanitizer build)")
     sys.exit(0)
-print("plan: calibrated prediction %.2f ms, measured %.2f ms (best of %s), ratio %.3f"
-      % (r["step_time_s"] * 1e3, min(times) * 1e3, ["%.2f" % (x * 1e3) for x in times], ratio))
+# a second attempt (calibration and measurement again) only when the first misses: a neighbour that takes this
+# machine's cores for the seconds of one calibration (seen on CI: the kernel mix 31 % apart, the prediction 1.67x)
+# says nothing of the cost model; a model that is wrong misses twice
+ratio = attempt()
+if not 0.6 <= ratio <= 1 / 0.6:
+    ratio = attempt()
 check(0.6 <= ratio <= 1 / 0.6, "the calibrated prediction within 40 %% of the measured step: %.3f" % ratio)
 print("plan: ok")
