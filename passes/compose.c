@@ -19,6 +19,12 @@
  *                     (grad_nn.c) makes training work; output_shape's pads
  *                     computed and output padding folded into xshape by
  *                     nn_convt_geom; the bias an Add over channels.
+ *   LpPool            (sum over each window of |x|^p)^(1/p): the sum a
+ *                     depthwise Conv (group = channels) of |x|^p with a
+ *                     constant window of ones, its pads zeros as ONNX's
+ *                     cases pad; ceil_mode's last partial window is more
+ *                     zero padding at the end; p 1 is |x| and no root, p 2
+ *                     x * x and Sqrt, else Pow both ways.
  *
  * A rewrite keeps node id as the node writing a ReduceSum (so fold's axes,
  * keepdims and noop_with_empty_axes handling stays ReduceSum's own) or
@@ -237,4 +243,64 @@ void compose_convt(Sweep *s, int id)
     ir_attr_ints_add(g, u, "axes", ax, 2);
     visit(s, u);
     node2(s, id, OP_Add, y, g->node[u].out[0], "add_bias", n.out[0]);
+}
+
+/* a scalar constant of dtype dt (float32 or float64) holding v */
+static int scalar(Sweep *s, int id, DType dt, double v, const char *what)
+{
+    Shape sc = {0, {0}};
+    float f = (float)v;
+    return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, what, s->nnew++), dt, &sc,
+                    dt == DT_F64 ? (const void *)&v : (const void *)&f);
+}
+
+/* LpPool(x) with its pooling attributes (2-D after lift_1d, pads explicit): see the head.  Node id is left
+ * unvisited (fold drops it); its output is written by the new nodes. */
+void compose_lppool(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *xv = &g->val[n.in[0]];
+    DType dt = xv->dtype;
+    if (dt != DT_F32 && dt != DT_F64)
+        node_fatal(g, &n, "input '%s' is %s; LpPool takes float32 or float64", ir_q(xv->name), dtype_name(dt));
+    KPool2d q;
+    nn_pool_geom(g, &n, &xv->shape, &q);
+    int64_t p = ir_attr_i(&n, "p", 2);
+    if (p < 1 || p > 64)
+        node_fatal(g, &n, "attribute p = %lld is not supported (fsdpc supports 1 to 64)", (long long)p);
+    const int64_t lim = (int64_t)1 << 28; /* the window of ones: channels x kh x kw elements */
+    if (q.kh > lim / q.kw || q.c > lim / (q.kh * q.kw))
+        node_fatal(g, &n, "%lld channels of a %lld x %lld window: more than 2^28 window elements is not supported",
+                   (long long)q.c, (long long)q.kh, (long long)q.kw);
+    /* ceil_mode: the padded input extended so that the floor of the Conv's count is the pool's ceil */
+    int64_t eh = (q.oh - 1) * q.sh + q.dh * (q.kh - 1) + 1 - (q.h + q.pt + q.pb);
+    int64_t ew = (q.ow - 1) * q.sw + q.dw * (q.kw - 1) + 1 - (q.w + q.pl + q.pr);
+    int64_t pads[4] = {q.pt, q.pl, q.pb + (eh > 0 ? eh : 0), q.pr + (ew > 0 ? ew : 0)};
+    int64_t numel = q.c * q.kh * q.kw, ks[2] = {q.kh, q.kw}, st[2] = {q.sh, q.sw}, dl[2] = {q.dh, q.dw};
+    void *ones = ir_alloc((size_t)numel * dtype_size(dt));
+    for (int64_t i = 0; i < numel; i++)
+        if (dt == DT_F64)
+            ((double *)ones)[i] = 1;
+        else
+            ((float *)ones)[i] = 1;
+    Shape ws = {4, {q.c, 1, q.kh, q.kw}};
+    int w = ir_const(g, ir_fmt("%s/window.%d", n.name, s->nnew++), dt, &ws, ones);
+    int x = n.in[0];
+    int xp = p == 2 ? node2(s, id, OP_Mul, x, x, "square", -1) : node2(s, id, OP_Abs, x, -1, "abs", -1);
+    if (p > 2)
+        xp = node2(s, id, OP_Pow, xp, scalar(s, id, dt, (double)p, "p"), "pow", -1);
+    int y = p == 1 ? n.out[0] : ir_value(g, ir_fmt("%s/sum.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int out[2] = {y, ir_value(g, ir_fmt("%s/scratch.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT)};
+    int c = ir_node(g, OP_Conv, ir_fmt("%s/sum", n.name), 2, (int[]){xp, w}, 2, out);
+    ir_attr_ints_add(g, c, "kernel_shape", ks, 2);
+    ir_attr_ints_add(g, c, "strides", st, 2);
+    ir_attr_ints_add(g, c, "dilations", dl, 2);
+    ir_attr_ints_add(g, c, "pads", pads, 4);
+    ir_attr_add(g, c, "group", A_INT)->i = q.c;
+    visit(s, c);
+    if (p == 2)
+        node2(s, id, OP_Sqrt, y, -1, "root", n.out[0]);
+    else if (p > 2)
+        node2(s, id, OP_Pow, y, scalar(s, id, dt, 1.0 / (double)p, "inv_p"), "root", n.out[0]);
 }

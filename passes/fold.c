@@ -656,6 +656,7 @@ static void canon_op(Sweep *s, int id)
     }
     case OP_OneHot: compose_onehot(s, id); return;
     case OP_ConvTranspose: compose_convt(s, id); return;
+    case OP_LpPool: compose_lppool(s, id); return;
     case OP_Mod:
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;

@@ -59,5 +59,6 @@ int compose_mean(Sweep *s, int id);
 void compose_mean_end(Sweep *s, int id, int n, int y);
 void compose_onehot(Sweep *s, int id);
 void compose_convt(Sweep *s, int id);
+void compose_lppool(Sweep *s, int id);
 
 #endif

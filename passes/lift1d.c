@@ -1,7 +1,7 @@
 /* lift1d.c — fold's rewrite of 1-D convolutions and pooling into 2-D ones.
  *
  * The kernels are 2-D (NCHW).  A 1-D Conv, ConvTranspose, MaxPool,
- * AveragePool or GlobalAveragePool over [N, C, L] (audio models' conv stems,
+ * AveragePool, LpPool or GlobalAveragePool over [N, C, L] (audio models' conv stems,
  * Whisper's, wav2vec's; vocoders' upsampling) is the 2-D op over [N, C, 1, L]
  * with a height-1 window: lift_1d reads its input (and Conv's weight
  * [Co, Ci/g, K], ConvTranspose's [Ci, Co/g, K]) through an Unsqueeze of
@@ -32,7 +32,7 @@ static void visit(Sweep *s, int id) { fold_visit(s, id); }
 static int lifts(Op op)
 {
     return op == OP_Conv || op == OP_ConvTranspose || op == OP_MaxPool || op == OP_AveragePool ||
-           op == OP_GlobalAveragePool;
+           op == OP_LpPool || op == OP_GlobalAveragePool;
 }
 
 /* op(x) with the ints attribute axes = {2}, named NODE/suffix writing out (-1: a new value), visited; its output */
@@ -148,7 +148,7 @@ static int two_ints(const Node *n, const char *name, int64_t def, int64_t v[2])
 
 static int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
 
-/* Conv, ConvTranspose, MaxPool, AveragePool (2-D, after lift_1d) with auto_pad other than NOTSET: its pads
+/* Conv, ConvTranspose, MaxPool, AveragePool, LpPool (2-D, after lift_1d) with auto_pad other than NOTSET: its pads
  * written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet are left
  * to their rules, which refuse them in one line. */
 void explicit_pads(Sweep *s, int id)
@@ -157,7 +157,7 @@ void explicit_pads(Sweep *s, int id)
     Node *n = &g->node[id];
     Op op = n->op;
     int convt = op == OP_ConvTranspose, conv = op == OP_Conv || convt;
-    if ((!conv && op != OP_MaxPool && op != OP_AveragePool) || n->nin < 1 || n->in[0] < 0)
+    if ((!conv && op != OP_MaxPool && op != OP_AveragePool && op != OP_LpPool) || n->nin < 1 || n->in[0] < 0)
         return;
     const Attr *ap = ir_attr(n, "auto_pad");
     if (!ap || ap->kind != A_STRING || !ap->s || !strcmp(ap->s, "NOTSET"))

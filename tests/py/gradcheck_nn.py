@@ -84,7 +84,8 @@ def out_dim(n, k, s, pb, pe, d, ceil):
     return o - 1 if ceil and (o - 1) * s >= n + pb else o
 
 
-def pool_ref(x, k, s, p, d, ceil, kind, cip=0):
+def pool_ref(x, k, s, p, d, ceil, kind, cip=0, lp=2):
+    """kind max, avg (cip: count_include_pad) or lp (the lp-norm of each window, pads 0)"""
     n, c, h, w = x.shape
     oh, ow = out_dim(h, k[0], s[0], p[0], p[2], d[0], ceil), out_dim(w, k[1], s[1], p[1], p[3], d[1], ceil)
     y = np.zeros((n, c, oh, ow))
@@ -97,6 +98,8 @@ def pool_ref(x, k, s, p, d, ceil, kind, cip=0):
             win = x[:, :, iy][:, :, :, ix]
             if kind == "max":
                 y[:, :, oy, ox] = win.max((2, 3))
+            elif kind == "lp":
+                y[:, :, oy, ox] = (np.abs(win) ** lp).sum((2, 3)) ** (1.0 / lp)
             else:
                 if cip:
                     div = sum(-p[0] <= t < h + p[2] for t in ys) * sum(-p[1] <= t < w + p[3] for t in xs)
@@ -288,6 +291,17 @@ def pool_cases(c):
     c["AveragePool1d_auto_pad_same_lower"] = (
         [node("AveragePool", ["X"], ["Y"], kernel_shape=[2], strides=[2], auto_pad="SAME_LOWER")], {"X": r(2, 3, 7)},
         lambda w: pool_ref(w["X"][:, :, None], [1, 2], [1, 2], [0, 1, 0, 0], (1, 1), 0, "avg", 0)[:, :, 0])
+    # LpPool: the p-norm of each window (its pads zeros); p 3 with pads, dilations and ceil_mode's partial last
+    # window; p 2 and 1-D SAME_UPPER (7 at stride 2: 4 outputs, the 3-wide window 2 beyond: 1 before, 1 after); p 1
+    c["LpPool_p3_pads_dilation_ceil"] = (
+        [node("LpPool", ["X"], ["Y"], p=3, kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 0, 1], dilations=[1, 2],
+              ceil_mode=1)], {"X": r(2, 3, 6, 7)},
+        lambda w: pool_ref(w["X"], [2, 3], [2, 2], [1, 0, 0, 1], (1, 2), 1, "lp", lp=3))
+    c["LpPool1d_p2_auto_pad_same_upper"] = (
+        [node("LpPool", ["X"], ["Y"], kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER")], {"X": r(2, 3, 7)},
+        lambda w: pool_ref(w["X"][:, :, None], [1, 3], [1, 2], [0, 1, 0, 1], (1, 1), 0, "lp", lp=2)[:, :, 0])
+    c["LpPool_p1"] = ([node("LpPool", ["X"], ["Y"], p=1, kernel_shape=[2, 2], strides=[1, 2])], {"X": r(2, 2, 4, 5)},
+                      lambda w: pool_ref(w["X"], [2, 2], [1, 2], [0, 0, 0, 0], (1, 1), 0, "lp", lp=1))
     c["GlobalAveragePool1d"] = ([node("GlobalAveragePool", ["X"], ["Y"])], {"X": r(2, 3, 5)},
                                 lambda w: w["X"].mean(2, keepdims=True))
 

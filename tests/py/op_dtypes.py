@@ -94,6 +94,7 @@ def probes():
     img = lambda op, **kw: lambda d: ([N(op, ["a"], ["y"], **kw)], {"a": x(d, (1, 1, 3, 3))}, {}, ["y"])
     p["MaxPool"] = img("MaxPool", kernel_shape=[2, 2])
     p["AveragePool"] = img("AveragePool", kernel_shape=[2, 2])
+    p["LpPool"] = img("LpPool", kernel_shape=[2, 2], p=3)
     p["GlobalAveragePool"] = img("GlobalAveragePool")
     p["Conv"] = lambda d: ([N("Conv", ["a", "w"], ["y"])], {"a": x(d, (1, 1, 3, 3)), "w": x(d, (1, 1, 2, 2))}, {},
                            ["y"])
