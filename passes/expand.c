@@ -1,6 +1,6 @@
 /* expand.c — fold's expansions of composite ops: opset 23's RMSNormalization,
  * RotaryEmbedding and Attention, the logical and NaN tests, ArgMax / ArgMin,
- * CumSum, GatherND / ScatterND / ScatterElements, Resize and Einsum, each
+ * CumSum, TopK, GatherND / ScatterND / ScatterElements, Resize and Einsum, each
  * written with ops fsdpc computes (and differentiates), so no later pass
  * sees a composite.  Each expansion replaces node id by new nodes, named
  * NODE/suffix, which it visits (fold.c: shaped or folded) in order; the
@@ -246,6 +246,111 @@ void expand_cumsum(Sweep *s, int id)
     for (int64_t k = 1; k < len; k *= 2)
         y = expand(s, id, prod ? OP_Mul : OP_Add, y, expand_shift(s, id, y, ax, k, sign, one, -1),
                    ir_fmt("%s%lld", prod ? "mul" : "add", (long long)k), 2 * k >= len ? n.out[0] : -1);
+}
+
+/* ---- TopK ---------------------------------------------------------------------- */
+
+/* a constant of dtype t (float32 or float64; bool: nonzero) and shape sh, its elements f(i) */
+static int table(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, int64_t), int64_t len,
+                 const char *suffix)
+{
+    int64_t n = shape_numel(sh);
+    size_t es = t == DT_F64 ? sizeof(double) : t == DT_F32 ? sizeof(float) : 1;
+    void *p = ir_alloc(es * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = f(i, len);
+        if (t == DT_F64)
+            ((double *)p)[i] = v;
+        else if (t == DT_F32)
+            ((float *)p)[i] = (float)v;
+        else
+            ((uint8_t *)p)[i] = v != 0;
+    }
+    return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), t, sh, p);
+}
+static double position(int64_t i, int64_t len) { (void)len; return (double)i; }
+static double earlier(int64_t i, int64_t len) { return i % len < i / len; } /* [i][j]: j before i */
+
+/* TopK(x) with k (an attribute after fold), axis, largest (sorted: the output is always sorted) as ranks: the
+ * rank of x[i] along the axis is how many x[j] beat it (larger; smaller if not largest; equal and j < i: ties go
+ * to the lower index, as ONNX asks; a NaN ranks as +inf, so it leads a largest TopK and trails a smallest one);
+ * the r-th index is the position whose rank is r; the values are GatherElements(x, indices), whose gradient
+ * scatters dy back.  The ranks compare every pair along the axis ([.., len, len, ..] intermediates), so the
+ * pairs are bounded: router-sized axes (experts, beams), not vocabularies. */
+void expand_topk(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    DType xt = x->dtype, t = is_float(xt) ? xt : DT_F64; /* t: the counts' and positions' */
+    if (!is_float(xt) && xt != DT_I64 && xt != DT_I32)
+        node_fatal(g, &n, "input '%s' is %s: not supported (float32, float64, int32 or int64)", ir_q(x->name),
+                   dtype_name(xt));
+    if (!ir_attr(&n, "k"))
+        node_fatal(g, &n, "needs its K input (a constant)");
+    int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
+    int64_t len = x->shape.dim[ax], k = ir_attr_i(&n, "k", 0), numel = shape_numel(&x->shape);
+    if (k < 1 || k > len)
+        node_fatal(g, &n, "K = %lld is outside [1, %lld] (the axis' length; an empty TopK is not supported)",
+                   (long long)k, (long long)len);
+    const int64_t pairs = (int64_t)1 << 26;
+    if (len > pairs / numel)
+        node_fatal(g, &n, "TopK over %lld elements along an axis of %lld: fsdpc ranks them by comparing every pair "
+                   "(%lld x %lld), which it supports up to 2^26 comparisons", (long long)numel, (long long)len,
+                   (long long)numel, (long long)len);
+    int largest = ir_attr_i(&n, "largest", 1) != 0;
+    int64_t a1 = ax + 1, a0 = ax;
+    int key = n.in[0];
+    if (xt == DT_I32) { /* compared in int64, as fold's canon compares int32 */
+        int c = expand_node(s, id, OP_Cast, key, -1, "key64", -1);
+        ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
+        visit(s, c);
+        key = g->node[c].out[0];
+    }
+    if (is_float(xt)) {
+        int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, key, key, "self_equal", -1), -1, "nan", -1);
+        key = expand3(s, id, OP_Where, nan, new_scalar(s, id, t, INFINITY, "nan_key"), key, "key", -1);
+    }
+    int ki = expand_node(s, id, OP_Unsqueeze, key, -1, "key_i", -1); /* [.., i, 1, ..] */
+    ir_attr_ints_add(g, ki, "axes", &a1, 1);
+    visit(s, ki);
+    int kj = expand_node(s, id, OP_Unsqueeze, key, -1, "key_j", -1); /* [.., 1, j, ..] */
+    ir_attr_ints_add(g, kj, "axes", &a0, 1);
+    visit(s, kj);
+    int vi = g->node[ki].out[0], vj = g->node[kj].out[0];
+    Shape ps = {.rank = r + 1 - ax}; /* [len, len, 1...]: j before i, broadcasting over the dims after the axis */
+    ps.dim[0] = ps.dim[1] = len;
+    for (int i = 2; i < ps.rank; i++)
+        ps.dim[i] = 1;
+    int before = table(s, id, DT_BOOL, &ps, earlier, len, "earlier");
+    int tie = expand3(s, id, OP_Where, expand(s, id, OP_Equal, vj, vi, "tie", -1), before,
+                      new_scalar(s, id, DT_BOOL, 0, "false"), "tie_before", -1);
+    int beats = expand3(s, id, OP_Where, expand(s, id, largest ? OP_Greater : OP_Less, vj, vi, "beyond", -1),
+                        new_scalar(s, id, DT_BOOL, 1, "true"), tie, "beats", -1);
+    int c = expand_node(s, id, OP_Cast, beats, -1, "count", -1);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(t);
+    visit(s, c);
+    int rank = expand_reduce(s, id, OP_ReduceSum, g->node[c].out[0], (int)a1, 1, "rank", -1); /* [.., i, 1, ..] */
+    ps.dim[0] = k, ps.dim[1] = 1;
+    ps.rank = r - ax; /* [k, 1...] at the new axis a1 */
+    for (int i = 1; i < ps.rank; i++)
+        ps.dim[i] = 1;
+    int want = table(s, id, t, &ps, position, k, "ranks");
+    ps.rank = r + 1 - ax; /* [len, 1, 1...] at the axis */
+    ps.dim[0] = len;
+    for (int i = 1; i < ps.rank; i++)
+        ps.dim[i] = 1;
+    int pos = table(s, id, t, &ps, position, len, "positions");
+    int pick = expand3(s, id, OP_Where, expand(s, id, OP_Equal, rank, want, "ranked", -1), pos,
+                       new_scalar(s, id, t, 0, "zero"), "pick", -1); /* [.., len, k, ..] */
+    int idx = expand_reduce(s, id, OP_ReduceSum, pick, (int)a0, 0, "index", -1); /* [.., k, ..] */
+    int out1 = n.nout > 1 && n.out[1] >= 0 ? n.out[1] : -1;
+    c = expand_node(s, id, OP_Cast, idx, -1, "indices", out1);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
+    visit(s, c);
+    int ge = expand_node(s, id, OP_GatherElements, n.in[0], g->node[c].out[0], "values", n.out[0]);
+    ir_attr_add(g, ge, "axis", A_INT)->i = ax;
+    visit(s, ge);
 }
 
 /* ---- GatherND, ScatterND, ScatterElements ------------------------------------ */

@@ -217,6 +217,7 @@ static const ConstInputs const_inputs[] = {
     {OP_Trilu, 1, 0, {"k"}},
     {OP_CumSum, 1, 1, {"axis"}},
     {OP_CumProd, 1, 1, {"axis"}},
+    {OP_TopK, 1, 1, {"k"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
 };
 
@@ -632,6 +633,7 @@ static void canon_op(Sweep *s, int id)
     case OP_RMSNormalization: expand_rmsnorm(s, id); return;
     case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
     case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
+    case OP_TopK: expand_topk(s, id); return;
     case OP_CumSum: case OP_CumProd: expand_cumsum(s, id); return;
     case OP_GatherND: cast_input(s, id, 1); expand_gather_nd(s, id); return;
     case OP_ScatterND: case OP_ScatterElements: cast_input(s, id, 1); expand_scatter(s, id); return;

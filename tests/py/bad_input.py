@@ -116,6 +116,13 @@ def hostile_models(fsdpc, J, base):
         graph_model(J("convt_%s.onnx" % tag), [convt], {"cw": np.ones((1, 2, 3, 3), np.float32)},
                     [None, 2, None, None], x_shape=("batch", 1, 3, 3))
         expect_error(cc(J("convt_%s.onnx" % tag)), "'ct' (ConvTranspose)", *needles, code=(1,), absent=never)
+    # TopK: K beyond the axis, and an axis too long to rank by pairs (2^14 x 2^13 elements: 2^40 comparisons)
+    for tag, xs, k, needles in (("topk_k", ("batch", 3), 4, ("K = 4", "[1, 3]")),
+                                ("topk_long", (8192, 16384), 2, ("axis of 16384", "2^26"))):
+        graph_model(J("%s.onnx" % tag), [helper.make_node("TopK", ["x", "k"], ["y", "i"], name="tk")],
+                    {"k": np.array([k], np.int64)}, None, x_shape=xs)
+        expect_error(cc(J("%s.onnx" % tag), "--eval", *(["--dim", "batch=2"] if "batch" in xs else [])),
+                     "'tk' (TopK)", *needles, code=(1,), absent=never)
     # zero-sized dims: a Gemm with a [3, 0] weight, cross-entropy over 0 classes, an empty Conv weight
     graph_model(J("gemm_empty.onnx"), [helper.make_node("Gemm", ["x", "w0"], ["y"], name="g0")],
                 {"w0": np.ones((3, 0), np.float32)}, [None, 0])

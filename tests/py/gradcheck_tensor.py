@@ -73,6 +73,13 @@ def cumprod_ref(a, axis, exclusive=0, reverse=0):
     return np.flip(y, axis) if reverse else y
 
 
+def topk_ref(a, k, axis, largest=True):
+    """values and indices of the k largest (smallest) along axis, ties to the lower index (no NaN)"""
+    order = np.argsort(-a if largest else a, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(a, idx, axis), idx
+
+
 def arg_ref(fn, a, axis, last=0, keepdims=1):
     """np.argmax / argmin (the first NaN wins, as in torch); last: the last of equal values"""
     y = a.shape[axis] - 1 - fn(np.flip(a, axis), axis) if last else fn(a, axis)
@@ -233,6 +240,12 @@ def cases():
     c["ScatterND_mul_rows"] = ([node("ScatterND", ["D", "sn", "U"], ["Y"], reduction="mul")],
                                {"D": r(5, 3), "U": r(4, 3), "sn": I64("sn", sn1)},
                                lambda w: scatter_nd_ref(w["D"], sn1 % 5, w["U"], "mul"))
+    # TopK: the values' gradient scatters back to the positions picked (GatherElements'); the indices are not
+    # differentiated
+    c["TopK_axis1_k3"] = ([node("TopK", ["A", "K"], ["Y", "I"], axis=1)], {"A": r(3, 6, 2), "K": I64("K", [3])},
+                          lambda w: topk_ref(w["A"], 3, 1)[0])
+    c["TopK_smallest_last_axis"] = ([node("TopK", ["A", "K"], ["Y", "I"], largest=0)],
+                                    {"A": r(4, 5), "K": I64("K", [2])}, lambda w: topk_ref(w["A"], 2, 1, False)[0])
     c["CumSum_len7"] = ([node("CumSum", ["A", "ax"], ["Y"])], {"A": r(3, 7), "ax": I64("ax", 1)},
                         lambda w: cumsum_ref(w["A"], 1))
     c["CumSum_reverse_exclusive"] = ([node("CumSum", ["A", "ax"], ["Y"], exclusive=1, reverse=1)],
@@ -448,6 +461,15 @@ def forward_cases():
                                         node("ArgMin", ["x"], ["d"], select_last_index=1)], {"x": ta}, {},
                                        {"a": arg_ref(np.argmax, ta, 1), "b": arg_ref(np.argmax, ta, 1, 1, 0),
                                         "c": arg_ref(np.argmin, ta, 1, 0, 0), "d": arg_ref(np.argmin, ta, 0, 1)})
+    # TopK: ties to the lower index, a NaN ranks as +inf (first of the largest, last of the smallest); int64
+    tx = np.array([[1.0, 3.0, 3.0, np.nan, -1.0], [2.0, 2.0, 2.0, 0.0, 5.0]])
+    c["TopK_ties_nan_f64"] = ([node("TopK", ["x", "k"], ["v", "i"], axis=1), node("TopK", ["x", "k2"], ["w", "j"], largest=0)],
+                              {"x": tx}, {"k": np.array([3], np.int64), "k2": np.array([2], np.int64)},
+                              {"i": np.array([[3, 1, 2], [4, 0, 1]]), "j": np.array([[4, 0], [3, 0]]),
+                               "w": np.array([[-1.0, 1.0], [0.0, 2.0]])})
+    tk = np.array([[4, -2, 7], [4, 9, -1], [0, 9, 3]], np.int64)
+    c["TopK_int64_axis0"] = ([node("TopK", ["x", "k"], ["v", "i"], axis=0)], {"x": tk}, {"k": np.array([2], np.int64)},
+                             {"v": np.array([[4, 9, 7], [4, 9, 3]], np.int64), "i": np.array([[0, 1, 0], [1, 2, 2]])})
     c["ArgMax_ArgMin_f32"] = ([node("ArgMax", ["x"], ["a"], axis=2, keepdims=0), node("ArgMin", ["x"], ["b"], axis=0)],
                               {"x": f}, {}, {"a": arg_ref(np.argmax, f, 2, 0, 0), "b": arg_ref(np.argmin, f, 0)})
     aq, ak, av, pk, pv = (g.standard_normal(sh) for sh in ((1, 2, 3, 4), (1, 2, 2, 4), (1, 2, 2, 3), (1, 2, 1, 4),
