@@ -1344,6 +1344,21 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         if (a->s.len)
             memcpy(r->s, a->s.data, a->s.len);
         break;
+    case AT(STRINGS):
+        if (a->n_strings > 64)
+            bad("%s lists %zu strings; fsdpc reads at most 64", aw, a->n_strings);
+        r = ir_attr_add(G, nid, a->name, A_STRINGS);
+        r->n = (int)a->n_strings;
+        r->strs = ir_alloc(sizeof(char *) * (a->n_strings + 1));
+        for (size_t i = 0; i < a->n_strings; i++) {
+            const ProtobufCBinaryData *b = &a->strings[i];
+            if (b->len > 256 || (b->len && memchr(b->data, 0, b->len)))
+                bad("%s: string %zu is longer than 256 bytes or holds a NUL byte", aw, i);
+            r->strs[i] = ir_alloc(b->len + 1);
+            if (b->len)
+                memcpy(r->strs[i], b->data, b->len);
+        }
+        break;
     case AT(TENSOR): {
         if (!a->t)
             bad("%s has no tensor", aw);
@@ -1475,7 +1490,7 @@ static void load_node(const Flat *fl)
             lo == hi ? ir_fmt("%d", lo) : hi < INT_MAX / 2 ? ir_fmt("%d to %d", lo, hi)
                                                          : ir_fmt("at least %d", lo));
     int nout = oi->outmax >= 0 ? oi->outmax : (int)n->n_output;
-    if ((int)n->n_output < oi->outmin || (int)n->n_output > nout || !*n->output[0])
+    if ((int)n->n_output < oi->outmin || (int)n->n_output > nout || (oi->outmin > 0 && !*n->output[0]))
         bad("%s has %zu output%s; %s has %d to %d", what, n->n_output, n->n_output == 1 ? "" : "s",
             oi->name, oi->outmin, nout);
     int *in = ir_alloc(sizeof(int) * (n->n_input + 1));

@@ -339,7 +339,7 @@ const Attr *ir_attr(const Node *n, const char *name)
 /* attribute name of n, which must be of kind k (or also k2; -1: none), or NULL */
 static const Attr *attr_of(const Node *n, const char *name, AttrKind k, int k2)
 {
-    static const char *kn[] = {"INT", "FLOAT", "INTS", "FLOATS", "STRING", "TENSOR"};
+    static const char *kn[] = {"INT", "FLOAT", "INTS", "FLOATS", "STRING", "TENSOR", "STRINGS"};
     const Attr *a = ir_attr(n, name);
     if (a && a->kind != k && (int)a->kind != k2)
         fatal("%sattribute '%s' must be %s %s, found %s", node_prefix(model_path, n), name,

@@ -145,7 +145,7 @@ typedef struct {
     Loc loc;         /* filled by memplan */
 } Value;
 
-typedef enum { A_INT, A_FLOAT, A_INTS, A_FLOATS, A_STRING, A_TENSOR } AttrKind;
+typedef enum { A_INT, A_FLOAT, A_INTS, A_FLOATS, A_STRING, A_TENSOR, A_STRINGS } AttrKind;
 
 typedef struct {
     char *name;
@@ -154,8 +154,9 @@ typedef struct {
     double f;
     int64_t *ints;
     double *floats;
-    int n;           /* length of ints / floats */
+    int n;           /* length of ints / floats / strs */
     char *s;
+    char **strs;     /* A_STRINGS (RNN's activations) */
     int t;           /* A_TENSOR: value id of a R_CONST holding it */
 } Attr;
 

@@ -58,6 +58,11 @@ static void print_attr(FILE *f, const Attr *a)
     case A_FLOAT: fprintf(f, "%.9g", a->f); break;
     case A_STRING: fprintf(f, "\"%s\"", a->s); break;
     case A_TENSOR: fprintf(f, "%%%d", a->t); break;
+    case A_STRINGS:
+        for (int i = 0; i < a->n; i++)
+            fprintf(f, "%s\"%s\"", i ? "," : "[", a->strs[i]);
+        fputs(a->n ? "]" : "[]", f);
+        break;
     case A_INTS:
     case A_FLOATS:
         fputc('[', f);

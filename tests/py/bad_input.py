@@ -123,6 +123,21 @@ def hostile_models(fsdpc, J, base):
                     {"k": np.array([k], np.int64)}, None, x_shape=xs)
         expect_error(cc(J("%s.onnx" % tag), "--eval", *(["--dim", "batch=2"] if "batch" in xs else [])),
                      "'tk' (TopK)", *needles, code=(1,), absent=never)
+    # LSTM: sequence_lens given at run time, an activation fsdpc lacks, W that does not fit hidden_size
+    lstm_w = {"w": np.ones((1, 8, 3), np.float32), "r": np.ones((1, 8, 2), np.float32)}
+    for tag, ins, attrs, extra, needles in (
+            ("lstm_seqlens", ["x", "w", "r", "", "sl"], {}, {}, ("sequence_lens", "not supported")),
+            ("lstm_act", ["x", "w", "r"], dict(activations=["HardSigmoid", "Tanh", "Tanh"]), {},
+             ("HardSigmoid", "not supported")),
+            ("lstm_hidden", ["x", "w", "r"], dict(hidden_size=3), {}, ("hidden_size 3", "[1,8,3]"))):
+        g = helper.make_graph([helper.make_node("LSTM", ins, ["y"], name="lstm", hidden_size=attrs.pop("hidden_size", 2),
+                                                **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 3]),
+                               helper.make_tensor_value_info("sl", TensorProto.INT32, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in lstm_w.items()])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), J(tag + ".onnx"))
+        expect_error(cc(J(tag + ".onnx"), "--eval"), "'lstm' (LSTM)", *needles, code=(1,), absent=never)
     # zero-sized dims: a Gemm with a [3, 0] weight, cross-entropy over 0 classes, an empty Conv weight
     graph_model(J("gemm_empty.onnx"), [helper.make_node("Gemm", ["x", "w0"], ["y"], name="g0")],
                 {"w0": np.ones((3, 0), np.float32)}, [None, 0])

@@ -109,6 +109,59 @@ def pool_ref(x, k, s, p, d, ceil, kind, cip=0, lp=2):
     return y
 
 
+ACTS = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh, "Relu": lambda v: np.maximum(v, 0)}
+
+
+def recurrent_ref(kind, X, W, R, B=None, h0=None, c0=None, P=None, direction="forward", lbr=0, layout=0, acts=None,
+                  clip=None, out="Y"):
+    """ONNX's RNN / GRU / LSTM written out step by step (gates i o f c, z r h); Y [T, dirs, B, H] or Y_h"""
+    if layout:
+        X = X.transpose(1, 0, 2)
+        h0 = None if h0 is None else h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else c0.transpose(1, 0, 2)
+    T, nb, _ = X.shape
+    D, H = W.shape[0], R.shape[2]
+    G = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+    nact = {"RNN": 1, "GRU": 2, "LSTM": 3}[kind]
+    names = acts or {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}[kind] * D
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
+    ys, hs, cs = [], [], []
+    for d in range(D):
+        f, g, h = ([ACTS[a] for a in names[d * nact:(d + 1) * nact]] + [None, None])[:3]
+        wb = B[d][:G * H] if B is not None else np.zeros(G * H)
+        rb = B[d][G * H:] if B is not None else np.zeros(G * H)
+        ht = h0[d] if h0 is not None else np.zeros((nb, H))
+        ct = c0[d] if c0 is not None else np.zeros((nb, H))
+        y = [None] * T
+        for t in (range(T - 1, -1, -1) if direction == "reverse" or d == 1 else range(T)):
+            xw = X[t] @ W[d].T + wb
+            if kind == "RNN":
+                ht = f(cl(xw + ht @ R[d].T + rb))
+            elif kind == "LSTM":
+                pre = xw + ht @ R[d].T + rb
+                i, o, fg, c = (pre[:, k * H:(k + 1) * H] for k in range(4))
+                if P is not None:
+                    i, fg = i + P[d][:H] * ct, fg + P[d][2 * H:] * ct
+                ct = f(cl(fg)) * ct + f(cl(i)) * g(cl(c))
+                if P is not None:
+                    o = o + P[d][H:2 * H] * ct
+                ht = f(cl(o)) * h(ct)
+            else:
+                hr = ht @ R[d].T + rb
+                z = f(cl(xw[:, :H] + hr[:, :H]))
+                rr = f(cl(xw[:, H:2 * H] + hr[:, H:2 * H]))
+                hh = (rr * hr[:, 2 * H:] if lbr else (rr * ht) @ R[d][2 * H:].T + rb[2 * H:])
+                ht = (1 - z) * g(cl(xw[:, 2 * H:] + hh)) + z * ht
+            y[t] = ht
+        ys.append(np.stack(y))
+        hs.append(ht)
+        cs.append(ct)
+    Y, Yh = np.stack(ys, 1), np.stack(hs)
+    if layout:
+        Y, Yh = Y.transpose(2, 0, 1, 3), Yh.transpose(1, 0, 2)
+    return Y if out == "Y" else Yh
+
+
 def bn_ref(x, scale, bias, eps):
     ax = (0,) + tuple(range(2, x.ndim))
     sh = (1, -1) + (1,) * (x.ndim - 2)
@@ -262,6 +315,28 @@ def norm_cases(c):
                             lambda w: ln_ref(w["X"], w["S"], w["Bb"], 1, eps))
     c["LayerNorm_nobias"] = ([node("LayerNormalization", ["X", "S"], ["Y"], epsilon=eps)],
                              {"X": r(3, 6), "S": r(6)}, lambda w: ln_ref(w["X"], w["S"], 0, -1, eps))
+
+
+def recurrent_cases(c):
+    s = lambda *sh: 0.5 * r(*sh)
+    lw = {"X": r(4, 2, 3), "W": s(2, 12, 3), "R": s(2, 12, 3), "B": s(2, 24), "h0": s(2, 2, 3), "c0": s(2, 2, 3),
+          "P": s(2, 9)}
+    c["LSTM_bidirectional_peepholes"] = (
+        [node("LSTM", ["X", "W", "R", "B", "", "h0", "c0", "P"], ["Y"], hidden_size=3, direction="bidirectional")], lw,
+        lambda w: recurrent_ref("LSTM", w["X"], w["W"], w["R"], w["B"], w["h0"], w["c0"], w["P"],
+                                direction="bidirectional"))
+    c["GRU_reverse_Y_h"] = (  # the first output unnamed: Y_h is the loss's
+        [node("GRU", ["X", "W", "R", "B"], ["", "Y"], hidden_size=2, direction="reverse")],
+        {"X": r(3, 2, 3), "W": s(1, 6, 3), "R": s(1, 6, 2), "B": s(1, 12)},
+        lambda w: recurrent_ref("GRU", w["X"], w["W"], w["R"], w["B"], direction="reverse", out="Y_h"))
+    c["GRU_linear_before_reset_batch_major"] = (
+        [node("GRU", ["X", "W", "R", "B", "", "h0"], ["Y"], hidden_size=3, linear_before_reset=1, layout=1)],
+        {"X": r(2, 3, 2), "W": s(1, 9, 2), "R": s(1, 9, 3), "B": s(1, 18), "h0": s(2, 1, 3)},
+        lambda w: recurrent_ref("GRU", w["X"], w["W"], w["R"], w["B"], w["h0"], lbr=1, layout=1))
+    c["RNN_relu_clip"] = (
+        [node("RNN", ["X", "W", "R", "B"], ["Y"], hidden_size=3, activations=["Relu"], clip=1.5)],
+        {"X": r(4, 2, 3), "W": s(1, 3, 3), "R": s(1, 3, 3), "B": s(1, 6)},
+        lambda w: recurrent_ref("RNN", w["X"], w["W"], w["R"], w["B"], acts=["Relu"], clip=1.5))
 
 
 def pool_cases(c):
@@ -477,6 +552,7 @@ def cases():
     conv_cases(c)
     norm_cases(c)
     pool_cases(c)
+    recurrent_cases(c)
     reduce_cases(c)
     composed_cases(c)
     conv_transpose_cases(c)

@@ -75,6 +75,10 @@ def probes():
     for op, c in const_in.items():
         p[op] = (lambda op, c: lambda d: ([N(op, ["a", "c"], ["y"])], {"a": x(d, (1, 6) if op == "Squeeze" else
                                                                                  (2, 3))}, {"c": c}, ["y"]))(op, c)
+    for op, g in (("RNN", 1), ("GRU", 3), ("LSTM", 4)):
+        p[op] = (lambda op, g: lambda d: ([N(op, ["a", "w", "r"], ["y"], hidden_size=2)],
+                                          {"a": x(d, (3, 1, 2)), "w": x(d, (1, 2 * g, 2)), "r": x(d, (1, 2 * g, 2))},
+                                          {}, ["y"]))(op, g)
     p["TopK"] = lambda d: ([N("TopK", ["a", "k"], ["y", "i"])], {"a": x(d, (2, 3))}, {"k": I64(2)}, ["y", "i"])
     p["Concat"] = lambda d: ([N("Concat", ["a", "b"], ["y"], axis=0)], {"a": x(d), "b": x(d)}, {}, ["y"])
     p["Split"] = lambda d: ([N("Split", ["a"], ["y", "z"], axis=0, num_outputs=2)], {"a": x(d, (4, 3))}, {},
