@@ -82,17 +82,30 @@ static int transpose(Sweep *s, int id, int x, const int64_t *perm, int n, const 
     return op_ints(s, id, OP_Transpose, x, "perm", perm, n, suffix, -1);
 }
 
-/* Concat of xs[0..n) along axis 0, each unsqueezed there first, into out */
+/* Concat of xs[0..n) along axis, into out; nested 8 inputs at a time, as fold nests an ONNX Concat (a gradient
+ * rule takes at most 8) */
+static int concat(Sweep *s, int id, const int *xs, int n, int64_t axis, const char *suffix, int out)
+{
+    if (n > 8) {
+        int m = (n + 7) / 8, *part = ir_alloc(sizeof(int) * (size_t)m);
+        for (int i = 0; i < m; i++)
+            part[i] = concat(s, id, xs + 8 * i, n - 8 * i < 8 ? n - 8 * i : 8, axis, suffix, -1);
+        return concat(s, id, part, m, axis, suffix, out);
+    }
+    int c = mk(s, id, OP_Concat, xs, n, suffix, out);
+    ir_attr_add(s->g, c, "axis", A_INT)->i = axis;
+    visit(s, c);
+    return s->g->node[c].out[0];
+}
+
+/* xs[0..n) stacked along a new axis 0, into out */
 static int stack(Sweep *s, int id, const int *xs, int n, const char *suffix, int out)
 {
     int64_t zero = 0;
     int *u = ir_alloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++)
         u[i] = op_ints(s, id, OP_Unsqueeze, xs[i], "axes", &zero, 1, suffix, -1);
-    int c = mk(s, id, OP_Concat, u, n, suffix, out);
-    ir_attr_add(s->g, c, "axis", A_INT)->i = 0;
-    visit(s, c);
-    return s->g->node[c].out[0];
+    return concat(s, id, u, n, 0, suffix, out);
 }
 
 typedef struct {
@@ -292,12 +305,10 @@ void expand_recurrent(Sweep *s, int id)
         int u[2];
         for (int d = 0; d < D; d++)
             u[d] = op_ints(s, id, OP_Unsqueeze, ys[d], "axes", &one, 1, "Y_unsq", -1);
-        int cc = mk(s, id, OP_Concat, u, D, "Y", layout ? -1 : y);
-        ir_attr_add(g, cc, "axis", A_INT)->i = 1;
-        visit(s, cc);
+        int yy = concat(s, id, u, D, 1, "Y", layout ? -1 : y);
         if (layout) {
             int64_t p[4] = {2, 0, 1, 3};
-            op_ints(s, id, OP_Transpose, g->node[cc].out[0], "perm", p, 4, "Y_batch_major", y);
+            op_ints(s, id, OP_Transpose, yy, "perm", p, 4, "Y_batch_major", y);
         }
     }
     for (int k = 0; k < 2; k++) {

@@ -1,6 +1,7 @@
 """Writes the model zoo that tests/py/zoo.py trains: twelve PyTorch models with tiny configs (plus the Llama
-with SDPA at opset 23, a model of torch's indexing ops and an embedding with a padding_idx, which
-export_torch.py records in the file's metadata), each exported both ways, and PyTorch's reference trajectory.
+with SDPA at opset 23, a model of torch's indexing ops, an embedding with a padding_idx, which
+export_torch.py records in the file's metadata, and an LSTM + GRU), each exported both ways, and PyTorch's
+reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
        python3 tests/zoo/generate.py --bf16 [NAME ...]   the decoders' autocast bf16 trajectory, into ref.json
@@ -218,9 +219,30 @@ def padding_idx(rng):
     return PaddingIdx(), {"input_ids": ids}, rng.integers(0, 8, (GLOBAL_B, T))
 
 
+class Recurrent(nn.Module):
+    """recurrent layers as torch users stack them: a 2-layer bidirectional LSTM over embeddings (batch_first), a
+    GRU over its outputs, the GRU's last step into class logits"""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 16)
+        self.lstm = nn.LSTM(16, 12, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(24, 16, batch_first=True)
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, input_ids):
+        h, _ = self.lstm(self.emb(input_ids))
+        g, _ = self.gru(h)
+        return self.head(g[:, -1])
+
+
+def recurrent(rng):
+    return Recurrent(), {"input_ids": tokens(rng, GLOBAL_B, T)}, rng.integers(0, CLASSES, GLOBAL_B)
+
+
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
-          "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx}
+          "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx, "recurrent": recurrent}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small", "whisper_enc"}
 
