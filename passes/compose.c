@@ -25,6 +25,21 @@
  *                     cases pad; ceil_mode's last partial window is more
  *                     zero padding at the end; p 1 is |x| and no root, p 2
  *                     x * x and Sqrt, else Pow both ways.
+ *   Hardmax           Cast(position == ArgMax(x, axis)): the first maximum;
+ *   LpNormalization   x / (sum over axis of |x|^p)^(1/p), p 1 or 2;
+ *   Swish             x sigmoid(alpha x);      PRelu  Where(x < 0, x slope, x);
+ *   Shrink            Where(x < -lambd, x + bias, Where(x > lambd, x - bias, 0));
+ *   GlobalMaxPool     ReduceMax over the spatial axes;
+ *   EyeLike           a constant: ones on diagonal k;
+ *   SpaceToDepth, DepthToSpace (DCR, CRD)   Reshape, Transpose, Reshape;
+ *   InstanceNormalization, GroupNormalization   the mean and variance of
+ *                     ReduceMeans over each (sample, channel or group),
+ *                     then scale and bias per channel (GroupNormalization-18's
+ *                     per group);
+ *   CenterCropPad     a centred Slice of the longer axes, a centred zero Pad
+ *                     of the shorter;
+ *   AffineGrid        the base grid (a constant, align_corners as ONNX) times
+ *                     theta^T: [N, H W, 3] x [N, 3, 2] (3-D: 4 x 3).
  *
  * A rewrite keeps node id as the node writing a ReduceSum (so fold's axes,
  * keepdims and noop_with_empty_axes handling stays ReduceSum's own) or
@@ -303,4 +318,380 @@ void compose_lppool(Sweep *s, int id)
         node2(s, id, OP_Sqrt, y, -1, "root", n.out[0]);
     else if (p > 2)
         node2(s, id, OP_Pow, y, scalar(s, id, dt, 1.0 / (double)p, "inv_p"), "root", n.out[0]);
+}
+
+/* ---- small compositions ------------------------------------------------------ */
+
+/* op(x) with the ints attribute name = v[0..n) (and keepdims when keep >= 0), writing out; its output */
+static int node_ints(Sweep *s, int id, Op op, int x, const char *name, const int64_t *v, int n, int keep,
+                     const char *suffix, int out)
+{
+    Graph *g = s->g;
+    if (out < 0)
+        out = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int c = ir_node1(g, op, ir_fmt("%s/%s", g->node[id].name, suffix), x, -1, out);
+    ir_attr_ints_add(g, c, name, v, n);
+    if (keep >= 0)
+        ir_attr_add(g, c, "keepdims", A_INT)->i = keep;
+    visit(s, c);
+    return out;
+}
+
+/* x reshaped to dims[0..n) */
+static int reshape(Sweep *s, int id, int x, const int64_t *dims, int n, const char *suffix, int out)
+{
+    Shape cs = {1, {n}};
+    int sv = ir_const(s->g, ir_fmt("%s/%s.shape.%d", s->g->node[id].name, suffix, s->nnew++), DT_I64, &cs, dims);
+    return node2(s, id, OP_Reshape, x, sv, suffix, out);
+}
+
+static int cast_to(Sweep *s, int id, int x, DType to, const char *suffix, int out)
+{
+    Graph *g = s->g;
+    if (out < 0)
+        out = ir_value(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int c = ir_node1(g, OP_Cast, ir_fmt("%s/%s", g->node[id].name, suffix), x, -1, out);
+    ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(to);
+    visit(s, c);
+    return out;
+}
+
+static int fscalar(Sweep *s, int id, DType dt, double v, const char *suffix)
+{
+    return ir_scalar(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), dt, v);
+}
+
+/* the input 0 of node n: float32 or float64, else one line */
+static DType float_in(const Graph *g, const Node *n)
+{
+    DType t = g->val[n->in[0]].dtype;
+    if (t != DT_F32 && t != DT_F64)
+        node_fatal(g, n, "input '%s' is %s: not supported (float32 or float64)", ir_q(g->val[n->in[0]].name),
+                   dtype_name(t));
+    return t;
+}
+
+/* a constant of dtype t and shape sh, element i = f(i, ctx) (f32, f64, i64, i32, bool) */
+static int const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, const int64_t *),
+                      const int64_t *ctx, const char *suffix)
+{
+    int64_t n = shape_numel(sh);
+    size_t es = dtype_size(t);
+    unsigned char *p = ir_alloc(es * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) {
+        double v = f(i, ctx);
+        switch (t) {
+        case DT_F32: ((float *)p)[i] = (float)v; break;
+        case DT_F64: ((double *)p)[i] = v; break;
+        case DT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+        case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+        default: p[i] = v != 0; break;
+        }
+    }
+    return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), t, sh, p);
+}
+
+static double index_of(int64_t i, const int64_t *ctx) { (void)ctx; return (double)i; }
+
+/* ctx: {cols, k}: 1 where column - row = k */
+static double eye_at(int64_t i, const int64_t *ctx) { return i % ctx[0] - i / ctx[0] == ctx[1]; }
+
+void compose_hardmax(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    int r = g->val[n.in[0]].shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
+    int am = ir_value(g, ir_fmt("%s/argmax.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int c = ir_node1(g, OP_ArgMax, ir_fmt("%s/argmax", n.name), n.in[0], -1, am);
+    ir_attr_add(g, c, "axis", A_INT)->i = ax;
+    ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
+    expand_argmax(s, c); /* writes am; node c itself is dropped */
+    Shape ps = {r - ax, {g->val[n.in[0]].shape.dim[ax]}}; /* [len, 1...]: positions along the axis */
+    for (int i = 1; i < ps.rank; i++)
+        ps.dim[i] = 1;
+    int pos = const_fill(s, id, DT_I64, &ps, index_of, NULL, "positions");
+    cast_to(s, id, node2(s, id, OP_Equal, pos, am, "is_max", -1), t, "onehot", n.out[0]);
+}
+
+void compose_lpnorm(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    float_in(g, &n);
+    int r = g->val[n.in[0]].shape.rank;
+    int64_t ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis"), p = ir_attr_i(&n, "p", 2);
+    if (p != 1 && p != 2)
+        node_fatal(g, &n, "attribute p = %lld: ONNX allows 1 or 2", (long long)p);
+    int x = n.in[0], a = p == 1 ? node2(s, id, OP_Abs, x, -1, "abs", -1) : node2(s, id, OP_Mul, x, x, "square", -1);
+    int sum = node_ints(s, id, OP_ReduceSum, a, "axes", &ax, 1, 1, "sum", -1);
+    int norm = p == 1 ? sum : node2(s, id, OP_Sqrt, sum, -1, "norm", -1);
+    node2(s, id, OP_Div, x, norm, "normalized", n.out[0]);
+}
+
+void compose_swish(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    int ax = node2(s, id, OP_Mul, n.in[0], fscalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
+    node2(s, id, OP_Mul, n.in[0], node2(s, id, OP_Sigmoid, ax, -1, "gate", -1), "swish", n.out[0]);
+}
+
+void compose_prelu(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    int x = n.in[0], neg = node2(s, id, OP_Less, x, fscalar(s, id, t, 0, "zero"), "negative", -1);
+    int in[3] = {neg, node2(s, id, OP_Mul, x, n.in[1], "sloped", -1), x};
+    node_n(s, id, OP_Where, in, 3, "prelu", n.out[0]);
+}
+
+void compose_shrink(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    double l = ir_attr_f(&n, "lambd", 0.5), b = ir_attr_f(&n, "bias", 0.0);
+    int x = n.in[0];
+    int hi[3] = {node2(s, id, OP_Greater, x, fscalar(s, id, t, l, "lambd"), "above", -1),
+                 node2(s, id, OP_Sub, x, fscalar(s, id, t, b, "bias"), "down", -1), fscalar(s, id, t, 0, "zero")};
+    int lo[3] = {node2(s, id, OP_Less, x, fscalar(s, id, t, -l, "neg_lambd"), "below", -1),
+                 node2(s, id, OP_Add, x, fscalar(s, id, t, b, "bias"), "up", -1),
+                 node_n(s, id, OP_Where, hi, 3, "upper", -1)};
+    node_n(s, id, OP_Where, lo, 3, "shrink", n.out[0]);
+}
+
+void compose_global_max(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    float_in(g, &n);
+    int r = g->val[n.in[0]].shape.rank;
+    if (r < 3)
+        node_fatal(g, &n, "the input has rank %d; GlobalMaxPool needs (N, C, spatial...)", r);
+    int64_t axes[MAX_RANK];
+    for (int i = 2; i < r; i++)
+        axes[i - 2] = i;
+    node_ints(s, id, OP_ReduceMax, n.in[0], "axes", axes, r - 2, 1, "max", n.out[0]);
+}
+
+void compose_eyelike(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    if (x->shape.rank != 2)
+        node_fatal(g, &n, "the input has rank %d; EyeLike takes a 2-D tensor", x->shape.rank);
+    DType t = ir_attr(&n, "dtype") ? tensor_from_onnx(ir_attr_i(&n, "dtype", 1)) : x->dtype;
+    if (t != DT_F32 && t != DT_F64 && t != DT_I64 && t != DT_I32 && t != DT_BOOL)
+        node_fatal(g, &n, "attribute dtype = %lld: fsdpc makes float32, float64, int64, int32 or bool",
+                   (long long)ir_attr_i(&n, "dtype", 1));
+    int64_t ctx[2] = {x->shape.dim[1], ir_attr_i(&n, "k", 0)};
+    int c = const_fill(s, id, t, &x->shape, eye_at, ctx, "eye");
+    node2(s, id, OP_Identity, c, -1, "eye", n.out[0]);
+}
+
+/* SpaceToDepth, DepthToSpace (DCR, CRD): Reshape, Transpose, Reshape */
+void compose_space_depth(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Shape *x = &g->val[n.in[0]].shape;
+    int64_t b = ir_attr_i(&n, "blocksize", 0);
+    if (x->rank != 4)
+        node_fatal(g, &n, "the input has rank %d; %s takes (N, C, H, W)", x->rank, op_info[n.op].name);
+    int64_t N = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
+    if (b < 1 || b > 4096)
+        node_fatal(g, &n, "attribute blocksize = %lld is outside [1, 4096]", (long long)b);
+    int y;
+    const char *mode = ir_attr_s(&n, "mode", "DCR");
+    int crd = !strcmp(mode, "CRD");
+    if (!crd && strcmp(mode, "DCR"))
+        node_fatal(g, &n, "mode %s: ONNX knows DCR and CRD", ir_q(mode));
+    if (n.op == OP_SpaceToDepth) { /* channel (bh b + bw) C + c (DCR) or c b b + bh b + bw (CRD) */
+        if (H % b || W % b)
+            node_fatal(g, &n, "H %lld and W %lld must be multiples of blocksize %lld", (long long)H, (long long)W,
+                       (long long)b);
+        int64_t d6[6] = {N, C, H / b, b, W / b, b}, d4[4] = {N, C * b * b, H / b, W / b};
+        int64_t pd[6] = {0, 3, 5, 1, 2, 4}, pc[6] = {0, 1, 3, 5, 2, 4};
+        y = node_ints(s, id, OP_Transpose, reshape(s, id, n.in[0], d6, 6, "blocks", -1), "perm", crd ? pc : pd, 6,
+                      -1, "moved", -1);
+        reshape(s, id, y, d4, 4, "depth", n.out[0]);
+        return;
+    }
+    if (C % (b * b))
+        node_fatal(g, &n, "C %lld must be a multiple of blocksize^2 %lld", (long long)C, (long long)(b * b));
+    int64_t c = C / (b * b), dcr[6] = {N, b, b, c, H, W}, crd6[6] = {N, c, b, b, H, W};
+    int64_t pd[6] = {0, 3, 4, 1, 5, 2}, pc[6] = {0, 1, 4, 2, 5, 3}, d4[4] = {N, c, H * b, W * b};
+    y = node_ints(s, id, OP_Transpose, reshape(s, id, n.in[0], crd ? crd6 : dcr, 6, "blocks", -1), "perm",
+                  crd ? pc : pd, 6, -1, "moved", -1);
+    reshape(s, id, y, d4, 4, "space", n.out[0]);
+}
+
+/* (x - mean) / sqrt(var + eps) over the axes [from, r) of x, keepdims */
+static int normalize(Sweep *s, int id, int x, int from, DType t, double eps)
+{
+    int64_t axes[MAX_RANK];
+    int r = s->g->val[x].shape.rank;
+    for (int i = from; i < r; i++)
+        axes[i - from] = i;
+    int mean = node_ints(s, id, OP_ReduceMean, x, "axes", axes, r - from, 1, "mean", -1);
+    int d = node2(s, id, OP_Sub, x, mean, "centred", -1);
+    int var = node_ints(s, id, OP_ReduceMean, node2(s, id, OP_Mul, d, d, "square", -1), "axes", axes, r - from, 1,
+                        "var", -1);
+    int sd = node2(s, id, OP_Sqrt, node2(s, id, OP_Add, var, fscalar(s, id, t, eps, "epsilon"), "var_eps", -1), -1,
+                   "std", -1);
+    return node2(s, id, OP_Div, d, sd, "normalized", -1);
+}
+
+/* v [c] reshaped to [c, 1 x (rank - 2)] for a rank-`rank` tensor's channels */
+static int per_channel(Sweep *s, int id, int v, int rank, const char *suffix)
+{
+    int64_t d[MAX_RANK];
+    d[0] = shape_numel(&s->g->val[v].shape);
+    for (int i = 1; i < rank - 1; i++)
+        d[i] = 1;
+    return reshape(s, id, v, d, rank - 1, suffix, -1);
+}
+
+void compose_instance_norm(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    const Shape *x = &g->val[n.in[0]].shape;
+    if (x->rank < 3)
+        node_fatal(g, &n, "the input has rank %d; %s needs (N, C, spatial...)", x->rank, op_info[n.op].name);
+    for (int k = 1; k < 3; k++)
+        if (shape_numel(&g->val[n.in[k]].shape) != x->dim[1])
+            node_fatal(g, &n, "%s %s must hold the %lld channels", k == 1 ? "scale" : "B",
+                       shape_str(&g->val[n.in[k]].shape), (long long)x->dim[1]);
+    int y = normalize(s, id, n.in[0], 2, t, ir_attr_f(&n, "epsilon", 1e-5));
+    y = node2(s, id, OP_Mul, y, per_channel(s, id, n.in[1], x->rank, "scale"), "scaled", -1);
+    node2(s, id, OP_Add, y, per_channel(s, id, n.in[2], x->rank, "bias"), "shifted", n.out[0]);
+}
+
+void compose_group_norm(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    const Shape *x = &g->val[n.in[0]].shape;
+    int64_t G = ir_attr_i(&n, "num_groups", 0);
+    if (x->rank < 2)
+        node_fatal(g, &n, "the input has rank %d; GroupNormalization needs (N, C, ...)", x->rank);
+    int64_t N = x->dim[0], C = x->dim[1], rest = shape_numel(x) / (N > 0 && C > 0 ? N * C : 1);
+    if (G < 1 || C % G)
+        node_fatal(g, &n, "num_groups = %lld does not divide the %lld channels", (long long)G, (long long)C);
+    int64_t ns = shape_numel(&g->val[n.in[1]].shape), nb = shape_numel(&g->val[n.in[2]].shape);
+    int grouped = ns == G && ns != C; /* GroupNormalization-18: scale and bias per group */
+    if ((ns != C && !grouped) || nb != ns)
+        node_fatal(g, &n, "scale %s and bias %s must hold the %lld channels (or, opset 18, the %lld groups)",
+                   shape_str(&g->val[n.in[1]].shape), shape_str(&g->val[n.in[2]].shape), (long long)C,
+                   (long long)G);
+    int64_t d3[3] = {N, G, C / G * rest};
+    int y = normalize(s, id, reshape(s, id, n.in[0], d3, 3, "groups", -1), 2, t, ir_attr_f(&n, "epsilon", 1e-5));
+    if (grouped) {
+        y = node2(s, id, OP_Mul, y, per_channel(s, id, n.in[1], 3, "scale"), "scaled", -1);
+        y = node2(s, id, OP_Add, y, per_channel(s, id, n.in[2], 3, "bias"), "shifted", -1);
+        reshape(s, id, y, x->dim, x->rank, "channels", n.out[0]);
+        return;
+    }
+    y = reshape(s, id, y, x->dim, x->rank, "channels", -1);
+    y = node2(s, id, OP_Mul, y, per_channel(s, id, n.in[1], x->rank, "scale"), "scaled", -1);
+    node2(s, id, OP_Add, y, per_channel(s, id, n.in[2], x->rank, "bias"), "shifted", n.out[0]);
+}
+
+void compose_center_crop_pad(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Shape *x = &g->val[n.in[0]].shape;
+    int r = x->rank, ns;
+    const int64_t *sh = ir_attr_ints(&n, "shape", &ns);
+    int na = 0;
+    const int64_t *ax = ir_attr_ints(&n, "axes", &na);
+    if (!ax)
+        na = r;
+    if (!sh || ns != na)
+        node_fatal(g, &n, "shape lists %d sizes for %d axes", sh ? ns : 0, na);
+    int64_t starts[MAX_RANK], ends[MAX_RANK], axes[MAX_RANK], pads[2 * MAX_RANK] = {0};
+    int ncut = 0, npad = 0;
+    char seen[MAX_RANK] = {0};
+    for (int i = 0; i < na; i++) {
+        int a = ax ? tensor_axis(g, &n, ax[i], r, "axes") : i;
+        if (seen[a]++)
+            node_fatal(g, &n, "axes lists axis %d twice", a);
+        int64_t dim = x->dim[a], want = sh[i];
+        if (want < 1 || want > MAX_NUMEL)
+            node_fatal(g, &n, "shape %lld for axis %d is outside [1, 2^40]", (long long)want, a);
+        if (want < dim)
+            starts[ncut] = (dim - want) / 2, ends[ncut] = starts[ncut] + want, axes[ncut++] = a;
+        else if (want > dim)
+            pads[a] = (want - dim) / 2, pads[r + a] = want - dim - (want - dim) / 2, npad++;
+    }
+    int y = n.in[0];
+    if (ncut) {
+        int c = ir_node1(g, OP_Slice, ir_fmt("%s/crop", n.name), y, -1,
+                         npad ? ir_value(g, ir_fmt("%s/crop.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT)
+                              : n.out[0]);
+        ir_attr_ints_add(g, c, "starts", starts, ncut);
+        ir_attr_ints_add(g, c, "ends", ends, ncut);
+        ir_attr_ints_add(g, c, "axes", axes, ncut);
+        visit(s, c);
+        y = g->node[c].out[0];
+    }
+    if (npad)
+        node_ints(s, id, OP_Pad, y, "pads", pads, 2 * r, -1, "pad", n.out[0]);
+    else if (!ncut)
+        node2(s, id, OP_Identity, y, -1, "same", n.out[0]);
+}
+
+/* ctx: {dims..., ndims, align}: the base grid's row i: [x, y(, z), 1], x along the last dim */
+static double base_at(int64_t i, const int64_t *ctx)
+{
+    int nd = (int)ctx[3], k = (int)(i % (nd + 1));
+    int64_t cell = i / (nd + 1);
+    if (k == nd)
+        return 1;
+    int64_t stride = 1; /* the coordinate k counts along dim nd - 1 - k (x: the last) */
+    for (int j = nd - 1; j > nd - 1 - k; j--)
+        stride *= ctx[j];
+    int64_t len = ctx[nd - 1 - k], at = cell / stride % len;
+    if (ctx[4])
+        return len > 1 ? -1 + 2.0 * (double)at / (double)(len - 1) : 0;
+    return (2.0 * (double)at + 1) / (double)len - 1;
+}
+
+void compose_affine_grid(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    int ns;
+    const int64_t *size = ir_attr_ints(&n, "size", &ns);
+    const Shape *th = &g->val[n.in[0]].shape;
+    int nd = ns - 2;
+    if (!size || (nd != 2 && nd != 3) || th->rank != 3 || th->dim[1] != nd || th->dim[2] != nd + 1 ||
+        size[0] != th->dim[0])
+        node_fatal(g, &n, "theta %s and size (%d values) must be [N, 2, 3] and (N, C, H, W), or [N, 3, 4] and "
+                   "(N, C, D, H, W)", shape_str(th), size ? ns : 0);
+    int64_t cells = 1, ctx[5] = {0, 0, 0, nd, ir_attr_i(&n, "align_corners", 0) != 0};
+    for (int i = 0; i < nd; i++) {
+        if (size[2 + i] < 1 || size[2 + i] > MAX_NUMEL / cells)
+            node_fatal(g, &n, "size %lld of spatial dim %d is outside [1, 2^40]", (long long)size[2 + i], i);
+        cells *= size[2 + i], ctx[i] = size[2 + i];
+    }
+    Shape bs = {2, {cells, nd + 1}};
+    int base = const_fill(s, id, t, &bs, base_at, ctx, "base_grid");           /* [cells, nd + 1] */
+    int64_t p[3] = {0, 2, 1};
+    int tt = node_ints(s, id, OP_Transpose, n.in[0], "perm", p, 3, -1, "theta_t", -1); /* [N, nd + 1, nd] */
+    int y = node2(s, id, OP_MatMul, base, tt, "grid", -1);                   /* [N, cells, nd] */
+    int64_t d[5] = {size[0]};
+    for (int i = 0; i < nd; i++)
+        d[1 + i] = size[2 + i];
+    d[1 + nd] = nd;
+    reshape(s, id, y, d, nd + 2, "grid_shaped", n.out[0]);
 }

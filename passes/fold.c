@@ -218,6 +218,8 @@ static const ConstInputs const_inputs[] = {
     {OP_CumSum, 1, 1, {"axis"}},
     {OP_CumProd, 1, 1, {"axis"}},
     {OP_TopK, 1, 1, {"k"}},
+    {OP_CenterCropPad, 1, 1, {"shape"}},
+    {OP_AffineGrid, 1, 1, {"size"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
 };
 
@@ -660,6 +662,18 @@ static void canon_op(Sweep *s, int id)
     case OP_OneHot: compose_onehot(s, id); return;
     case OP_ConvTranspose: compose_convt(s, id); return;
     case OP_LpPool: compose_lppool(s, id); return;
+    case OP_Hardmax: compose_hardmax(s, id); return;
+    case OP_LpNormalization: compose_lpnorm(s, id); return;
+    case OP_Swish: compose_swish(s, id); return;
+    case OP_PRelu: compose_prelu(s, id); return;
+    case OP_Shrink: compose_shrink(s, id); return;
+    case OP_GlobalMaxPool: compose_global_max(s, id); return;
+    case OP_EyeLike: compose_eyelike(s, id); return;
+    case OP_SpaceToDepth: case OP_DepthToSpace: compose_space_depth(s, id); return;
+    case OP_InstanceNormalization: compose_instance_norm(s, id); return;
+    case OP_GroupNormalization: compose_group_norm(s, id); return;
+    case OP_CenterCropPad: compose_center_crop_pad(s, id); return;
+    case OP_AffineGrid: compose_affine_grid(s, id); return;
     case OP_Mod:
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;

@@ -62,5 +62,17 @@ void compose_mean_end(Sweep *s, int id, int n, int y);
 void compose_onehot(Sweep *s, int id);
 void compose_convt(Sweep *s, int id);
 void compose_lppool(Sweep *s, int id);
+void compose_hardmax(Sweep *s, int id);
+void compose_lpnorm(Sweep *s, int id);
+void compose_swish(Sweep *s, int id);
+void compose_prelu(Sweep *s, int id);
+void compose_shrink(Sweep *s, int id);
+void compose_global_max(Sweep *s, int id);
+void compose_eyelike(Sweep *s, int id);
+void compose_space_depth(Sweep *s, int id);     /* SpaceToDepth, DepthToSpace */
+void compose_instance_norm(Sweep *s, int id);
+void compose_group_norm(Sweep *s, int id);
+void compose_center_crop_pad(Sweep *s, int id);
+void compose_affine_grid(Sweep *s, int id);
 
 #endif

@@ -41,6 +41,15 @@ static const UnaryCase unary_cases[] = {
     {K_SOFTPLUS, "softplus beta 2 thr 3", -4, 4, 2, 3},
     {K_COS, "cos", -4, 4, 0, 0},
     {K_SIN, "sin", -4, 4, 0, 0},
+    {K_TAN, "tan", -1.3, 1.3, 0, 0},
+    {K_ASIN, "asin", -0.9, 0.9, 0, 0},
+    {K_ACOS, "acos", -0.9, 0.9, 0, 0},
+    {K_ATAN, "atan", -4, 4, 0, 0},
+    {K_SINH, "sinh", -3, 3, 0, 0},
+    {K_COSH, "cosh", -3, 3, 0, 0},
+    {K_ASINH, "asinh", -4, 4, 0, 0},
+    {K_ACOSH, "acosh", 1.1, 4, 0, 0},
+    {K_ATANH, "atanh", -0.9, 0.9, 0, 0},
     {K_FLOOR, "floor", -4, 4, 0, 0},
     {K_CEIL, "ceil", -4, 4, 0, 0},
     {K_ROUND, "round", -4, 4, 0, 0},
@@ -75,6 +84,15 @@ static double ref_unary(int op, double x, double a, double b)
     case K_SOFTPLUS: return a * x > b ? x : log1p(exp(a * x)) / a;
     case K_COS: return cos(x);
     case K_SIN: return sin(x);
+    case K_TAN: return tan(x);
+    case K_ASIN: return asin(x);
+    case K_ACOS: return acos(x);
+    case K_ATAN: return atan(x);
+    case K_SINH: return sinh(x);
+    case K_COSH: return cosh(x);
+    case K_ASINH: return asinh(x);
+    case K_ACOSH: return acosh(x);
+    case K_ATANH: return atanh(x);
     case K_FLOOR: return floor(x);
     case K_CEIL: return ceil(x);
     case K_ROUND: return x - floor(x) == 0.5 ? 2 * round(x / 2) : round(x); /* halves to even */

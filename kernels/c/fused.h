@@ -113,6 +113,15 @@ KF_SIMD_(double, exp) KF_SIMD_(double, erf) KF_SIMD_(double, tanh) KF_SIMD_(doub
       x * p0 > p1 ? dy : dy * M(exp)(x * p0) / (M(exp)(x * p0) + (T)1))                        \
     U(COS, X, M(cos)(x), dy * -M(sin)(x))                                                      \
     U(SIN, X, M(sin)(x), dy * M(cos)(x))                                                       \
+    U(TAN, Y, M(tan)(x), dy * ((T)1 + y * y))                                                  \
+    U(ASIN, X, M(asin)(x), dy / M(sqrt)((T)1 - x * x))                                         \
+    U(ACOS, X, M(acos)(x), -dy / M(sqrt)((T)1 - x * x))                                        \
+    U(ATAN, X, M(atan)(x), dy / ((T)1 + x * x))                                                \
+    U(SINH, X, M(sinh)(x), dy * M(cosh)(x))                                                    \
+    U(COSH, X, M(cosh)(x), dy * M(sinh)(x))                                                    \
+    U(ASINH, X, M(asinh)(x), dy / M(sqrt)(x * x + (T)1))                                       \
+    U(ACOSH, X, M(acosh)(x), dy / M(sqrt)(x * x - (T)1))                                       \
+    U(ATANH, X, M(atanh)(x), dy / ((T)1 - x * x))                                              \
     /* piecewise constant: a zero gradient, as torch */                                        \
     U(FLOOR, NONE, M(floor)(x), (T)0)                                                          \
     U(CEIL, NONE, M(ceil)(x), (T)0)                                                            \

@@ -521,6 +521,70 @@ def check_fused(fsdpc, work, name):
           ("_gqa_" not in name and "_mqa_" not in name or " kvrep=" in out), "%s: not fused:\n%s" % (name, out))
 
 
+def affine_grid_ref(theta, size, align):
+    """ONNX AffineGrid, 2-D: the base grid [x, y, 1] over H x W times theta^T"""
+    n, _, h, w = size
+    lin = lambda k: np.linspace(-1, 1, k) if align else (2 * np.arange(k) + 1) / k - 1
+    gy, gx = np.meshgrid(lin(h), lin(w), indexing="ij")
+    base = np.stack([gx, gy, np.ones_like(gx)], -1).reshape(-1, 3)
+    return (base @ theta.transpose(0, 2, 1)).reshape(n, h, w, 2)
+
+
+def group_norm_ref(x, scale, bias, groups, eps, per_group=False):
+    n, ch = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    y = (g - g.mean(2, keepdims=True)) / np.sqrt(g.var(2, keepdims=True) + eps)
+    if per_group:
+        return (y * scale[:, None] + bias[:, None]).reshape(x.shape)
+    sh = (1, ch) + (1,) * (x.ndim - 2)
+    return y.reshape(x.shape) * scale.reshape(sh) + bias.reshape(sh)
+
+
+def more_composed_cases(c):
+    """compose.c's small compositions, each against NumPy"""
+    eps = 2.0 ** -8
+    c["PRelu_channel_slope"] = ([node("PRelu", ["X", "S"], ["Y"])], {"X": r(2, 3, 4), "S": r(3, 1)},
+                                lambda w: np.where(w["X"] < 0, w["X"] * w["S"], w["X"]))
+    c["Swish_alpha"] = ([node("Swish", ["X"], ["Y"], alpha=0.75)], {"X": r(2, 5)},
+                        lambda w: w["X"] / (1 + np.exp(-0.75 * w["X"])))
+    c["Shrink_soft"] = ([node("Shrink", ["X"], ["Y"], lambd=0.5, bias=0.25)], {"X": r(3, 4)},
+                        lambda w: np.where(w["X"] < -0.5, w["X"] + 0.25, np.where(w["X"] > 0.5, w["X"] - 0.25, 0)))
+    c["LpNormalization_p2_axis0"] = ([node("LpNormalization", ["X"], ["Y"], axis=0, p=2)], {"X": r(3, 4)},
+                                     lambda w: w["X"] / np.sqrt((w["X"] ** 2).sum(0, keepdims=True)))
+    c["LpNormalization_p1"] = ([node("LpNormalization", ["X"], ["Y"], p=1)], {"X": r(2, 5)},
+                               lambda w: w["X"] / np.abs(w["X"]).sum(-1, keepdims=True))
+    c["InstanceNormalization"] = ([node("InstanceNormalization", ["X", "S", "B"], ["Y"], epsilon=eps)],
+                                  {"X": r(2, 3, 4, 2), "S": r(3), "B": r(3)},
+                                  lambda w: group_norm_ref(w["X"], w["S"], w["B"], 3, eps))
+    c["GroupNormalization_21"] = ([node("GroupNormalization", ["X", "S", "B"], ["Y"], num_groups=2, epsilon=eps)],
+                                  {"X": r(2, 4, 3), "S": r(4), "B": r(4)},
+                                  lambda w: group_norm_ref(w["X"], w["S"], w["B"], 2, eps))
+    c["GroupNormalization_18_per_group"] = (
+        [node("GroupNormalization", ["X", "S", "B"], ["Y"], num_groups=2, epsilon=eps)],
+        {"X": r(2, 6, 2, 2), "S": r(2), "B": r(2)},
+        lambda w: group_norm_ref(w["X"], w["S"], w["B"], 2, eps, per_group=True))
+    c["SpaceToDepth_DepthToSpace_CRD"] = (
+        [node("SpaceToDepth", ["X"], ["Z"], blocksize=2), node("Mul", ["Z", "K"], ["Z2"]),
+         node("DepthToSpace", ["Z2"], ["Y"], blocksize=2, mode="CRD")], {"X": r(1, 2, 4, 6), "K": r(1, 8, 1, 1)},
+        lambda w: depth_to_space_crd(space_to_depth(w["X"], 2) * w["K"], 2))
+    c["CenterCropPad_crop_and_pad"] = (
+        [node("CenterCropPad", ["X", "sh"], ["Y"], axes=[1, 2])], {"X": r(2, 7, 3), "sh": const("sh", [4, 6], np.int64)},
+        lambda w: np.pad(w["X"][:, 1:5], ((0, 0), (0, 0), (1, 2))))
+    c["AffineGrid_2d"] = ([node("AffineGrid", ["Th", "size"], ["Y"], align_corners=0)],
+                          {"Th": r(2, 2, 3), "size": const("size", [2, 1, 3, 4], np.int64)},
+                          lambda w: affine_grid_ref(w["Th"], (2, 1, 3, 4), 0))
+
+
+def space_to_depth(x, b):
+    n, ch, h, w = x.shape
+    return x.reshape(n, ch, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4).reshape(n, ch * b * b, h // b, w // b)
+
+
+def depth_to_space_crd(x, b):
+    n, ch, h, w = x.shape
+    return x.reshape(n, ch // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, ch // (b * b), h * b, w * b)
+
+
 def composed_cases(c):
     """the ops fold writes as others (passes/compose.c): the reductions over ReduceSum, Sum and Mean as Adds"""
     lse = lambda x, ax, k: np.log(np.exp(x).sum(ax, keepdims=k))
@@ -553,6 +617,7 @@ def cases():
     norm_cases(c)
     pool_cases(c)
     recurrent_cases(c)
+    more_composed_cases(c)
     reduce_cases(c)
     composed_cases(c)
     conv_transpose_cases(c)

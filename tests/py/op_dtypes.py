@@ -46,7 +46,7 @@ def probes():
     unary = lambda op, **kw: lambda d: ([N(op, ["a"], ["y"], **kw)], {"a": x(d)}, {}, ["y"])
     binary = lambda op: lambda d: ([N(op, ["a", "b"], ["y"])], {"a": x(d), "b": x(d)}, {}, ["y"])
     for op in ("Relu Tanh Sigmoid Sqrt Reciprocal Exp Log Neg Abs Erf LeakyRelu Elu Selu Celu ThresholdedRelu "
-               "Softsign Softplus Clip Cos Sin Floor Ceil "
+               "Softsign Softplus Clip Cos Sin Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Floor Ceil "
                "Round Sign HardSigmoid HardSwish Gelu Identity Transpose Flatten Shape Size Not IsNaN IsInf ArgMax "
                "ArgMin Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 "
                "ReduceSumSquare ReduceLogSum ReduceLogSumExp Dropout").split():
@@ -79,6 +79,18 @@ def probes():
         p[op] = (lambda op, g: lambda d: ([N(op, ["a", "w", "r"], ["y"], hidden_size=2)],
                                           {"a": x(d, (3, 1, 2)), "w": x(d, (1, 2 * g, 2)), "r": x(d, (1, 2 * g, 2))},
                                           {}, ["y"]))(op, g)
+    for op in ("InstanceNormalization", "GroupNormalization"):
+        p[op] = (lambda op: lambda d: ([N(op, ["a", "s", "b"], ["y"], **({"num_groups": 1} if "Group" in op else {}))],
+                                       {"a": x(d, (1, 1, 3, 3))}, {"s": np.ones(1, NP[d]), "b": np.zeros(1, NP[d])},
+                                       ["y"]))(op)
+    for op in ("LpNormalization", "Hardmax", "Swish", "Shrink"):
+        p[op] = (lambda op: lambda d: ([N(op, ["a"], ["y"])], {"a": x(d, (2, 3))}, {}, ["y"]))(op)
+    p["PRelu"] = lambda d: ([N("PRelu", ["a", "s"], ["y"])], {"a": x(d, (2, 3))}, {"s": np.ones(3, NP[d])}, ["y"])
+    p["EyeLike"] = lambda d: ([N("EyeLike", ["a"], ["y"])], {"a": x(d, (2, 3))}, {}, ["y"])
+    p["CenterCropPad"] = lambda d: ([N("CenterCropPad", ["a", "s"], ["y"])], {"a": x(d, (2, 3))}, {"s": I64(1, 4)},
+                                    ["y"])
+    p["AffineGrid"] = lambda d: ([N("AffineGrid", ["a", "s"], ["y"])], {"a": x(d, (1, 2, 3))}, {"s": I64(1, 1, 2, 2)},
+                                 ["y"])
     p["TopK"] = lambda d: ([N("TopK", ["a", "k"], ["y", "i"])], {"a": x(d, (2, 3))}, {"k": I64(2)}, ["y", "i"])
     p["Concat"] = lambda d: ([N("Concat", ["a", "b"], ["y"], axis=0)], {"a": x(d), "b": x(d)}, {}, ["y"])
     p["Split"] = lambda d: ([N("Split", ["a"], ["y", "z"], axis=0, num_outputs=2)], {"a": x(d, (4, 3))}, {},
@@ -101,6 +113,9 @@ def probes():
     p["AveragePool"] = img("AveragePool", kernel_shape=[2, 2])
     p["LpPool"] = img("LpPool", kernel_shape=[2, 2], p=3)
     p["GlobalAveragePool"] = img("GlobalAveragePool")
+    p["GlobalMaxPool"] = img("GlobalMaxPool")
+    p["SpaceToDepth"] = img("SpaceToDepth", blocksize=1)
+    p["DepthToSpace"] = img("DepthToSpace", blocksize=1)
     p["Conv"] = lambda d: ([N("Conv", ["a", "w"], ["y"])], {"a": x(d, (1, 1, 3, 3)), "w": x(d, (1, 1, 2, 2))}, {},
                            ["y"])
     p["ConvTranspose"] = lambda d: ([N("ConvTranspose", ["a", "w"], ["y"])],
