@@ -637,6 +637,7 @@ static void canon_op(Sweep *s, int id)
     case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
     case OP_TopK: expand_topk(s, id); return;
     case OP_RNN: case OP_GRU: case OP_LSTM: expand_recurrent(s, id); return;
+    case OP_GridSample: expand_gridsample(s, id); return;
     case OP_CumSum: case OP_CumProd: expand_cumsum(s, id); return;
     case OP_GatherND: cast_input(s, id, 1); expand_gather_nd(s, id); return;
     case OP_ScatterND: case OP_ScatterElements: cast_input(s, id, 1); expand_scatter(s, id); return;

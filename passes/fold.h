@@ -35,6 +35,7 @@ void expand_logical(Sweep *s, int id);    /* IsNaN, IsInf, And, Or, Xor */
 void expand_argmax(Sweep *s, int id);     /* ArgMax, ArgMin */
 void expand_topk(Sweep *s, int id);
 void expand_recurrent(Sweep *s, int id);  /* RNN, GRU, LSTM: unrolled (recurrent.c) */
+void expand_gridsample(Sweep *s, int id); /* gridsample.c */
 void expand_cumsum(Sweep *s, int id);
 void expand_gather_nd(Sweep *s, int id);
 void expand_scatter(Sweep *s, int id);    /* ScatterND, ScatterElements */

@@ -540,6 +540,58 @@ def group_norm_ref(x, scale, bias, groups, eps, per_group=False):
     return y.reshape(x.shape) * scale.reshape(sh) + bias.reshape(sh)
 
 
+def grid_sample_ref(x, grid, mode="linear", pad="zeros", align=0):
+    """ONNX GridSample, 2-D, written out per output pixel as onnx's reference computes it"""
+    n, ch, h, w = x.shape
+    ho, wo = grid.shape[1:3]
+    y = np.zeros((n, ch, ho, wo))
+    dims = (w, h)
+    lo = [0.0 if align else -0.5] * 2
+    hi = [d - 1.0 if align else d - 0.5 for d in dims]
+
+    def reflect(v, a, b):
+        span = b - a
+        if span <= 0:
+            return 0.0
+        m = np.mod(v - a, 2 * span)
+        return a + (m if m <= span else 2 * span - m)
+
+    def pixel(b, yy, xx):
+        idx = []
+        for v, d, k in ((xx, w, 0), (yy, h, 1)):
+            if pad == "zeros" and not 0 <= v < d:
+                return np.zeros(ch)
+            if pad == "border":
+                v = min(max(v, 0), d - 1)
+            if pad == "reflection":
+                v = int(reflect(v, lo[k], hi[k]))
+            idx.append(int(v))
+        return x[b, :, idx[1], idx[0]]
+
+    for b in range(n):
+        for i in range(ho):
+            for j in range(wo):
+                co = []
+                for k, gv in enumerate(grid[b, i, j]):
+                    d = dims[k]
+                    v = (gv + 1) / 2 * (d - 1) if align else ((gv + 1) * d - 1) / 2
+                    if mode == "nearest":
+                        v = np.rint(v)
+                    if pad == "border" and not lo[k] <= v <= hi[k]:
+                        v = min(max(v, 0), d - 1)
+                    if pad == "reflection" and not lo[k] <= v <= hi[k]:
+                        v = reflect(v, lo[k], hi[k])
+                    co.append(v)
+                if mode == "nearest":
+                    y[b, :, i, j] = pixel(b, int(co[1]), int(co[0]))
+                    continue
+                x0, y0 = int(np.floor(co[0])), int(np.floor(co[1]))
+                fx, fy = co[0] - x0, co[1] - y0
+                y[b, :, i, j] = ((1 - fy) * ((1 - fx) * pixel(b, y0, x0) + fx * pixel(b, y0, x0 + 1)) +
+                                 fy * ((1 - fx) * pixel(b, y0 + 1, x0) + fx * pixel(b, y0 + 1, x0 + 1)))
+    return y
+
+
 def more_composed_cases(c):
     """compose.c's small compositions, each against NumPy"""
     eps = 2.0 ** -8
@@ -570,6 +622,13 @@ def more_composed_cases(c):
     c["CenterCropPad_crop_and_pad"] = (
         [node("CenterCropPad", ["X", "sh"], ["Y"], axes=[1, 2])], {"X": r(2, 7, 3), "sh": const("sh", [4, 6], np.int64)},
         lambda w: np.pad(w["X"][:, 1:5], ((0, 0), (0, 0), (1, 2))))
+    # GridSample: the grid reaches past the image (1.3) so that taps fall outside it
+    for mode, pad, align in (("linear", "zeros", 0), ("linear", "reflection", 1), ("linear", "border", 0),
+                             ("nearest", "reflection", 0)):
+        c["GridSample_%s_%s_ac%d" % (mode, pad, align)] = (
+            [node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=pad, align_corners=align)],
+            {"X": r(2, 2, 3, 4), "G": np.clip(0.8 * r(2, 3, 2, 2), -1.3, 1.3)},
+            (lambda mode, pad, align: lambda w: grid_sample_ref(w["X"], w["G"], mode, pad, align))(mode, pad, align))
     c["AffineGrid_2d"] = ([node("AffineGrid", ["Th", "size"], ["Y"], align_corners=0)],
                           {"Th": r(2, 2, 3), "size": const("size", [2, 1, 3, 4], np.int64)},
                           lambda w: affine_grid_ref(w["Th"], (2, 1, 3, 4), 0))

@@ -91,6 +91,8 @@ def probes():
                                     ["y"])
     p["AffineGrid"] = lambda d: ([N("AffineGrid", ["a", "s"], ["y"])], {"a": x(d, (1, 2, 3))}, {"s": I64(1, 1, 2, 2)},
                                  ["y"])
+    p["GridSample"] = lambda d: ([N("GridSample", ["a", "g"], ["y"])], {"a": x(d, (1, 1, 2, 2)), "g": x(d, (1, 2, 2, 2))},
+                                 {}, ["y"])
     p["TopK"] = lambda d: ([N("TopK", ["a", "k"], ["y", "i"])], {"a": x(d, (2, 3))}, {"k": I64(2)}, ["y", "i"])
     p["Concat"] = lambda d: ([N("Concat", ["a", "b"], ["y"], axis=0)], {"a": x(d), "b": x(d)}, {}, ["y"])
     p["Split"] = lambda d: ([N("Split", ["a"], ["y", "z"], axis=0, num_outputs=2)], {"a": x(d, (4, 3))}, {},
