@@ -39,7 +39,14 @@
  *   CenterCropPad     a centred Slice of the longer axes, a centred zero Pad
  *                     of the shorter;
  *   AffineGrid        the base grid (a constant, align_corners as ONNX) times
- *                     theta^T: [N, H W, 3] x [N, 3, 2] (3-D: 4 x 3).
+ *                     theta^T: [N, H W, 3] x [N, 3, 2] (3-D: 4 x 3);
+ *   SwiGLU            A sigmoid(alpha A) B;
+ *   HannWindow, HammingWindow, BlackmanWindow   constants;
+ *   LRN               x / (bias + alpha / size sum of x^2 over the channel
+ *                     window)^beta, the sum an AveragePool (padded, counting
+ *                     the pads) over [N, 1, C, spatial] times size;
+ *   ReverseSequence   GatherElements at constant indices (sequence_lens a
+ *                     constant).
  *
  * A rewrite keeps node id as the node writing a ReduceSum (so fold's axes,
  * keepdims and noop_with_empty_axes handling stays ReduceSum's own) or
@@ -50,6 +57,7 @@
 #include "rules/nn.h"
 #include "rules/tensor.h"
 
+#include <math.h>
 #include <string.h>
 
 static void visit(Sweep *s, int id) { fold_visit(s, id); }
@@ -694,4 +702,112 @@ void compose_affine_grid(Sweep *s, int id)
         d[1 + i] = size[2 + i];
     d[1 + nd] = nd;
     reshape(s, id, y, d, nd + 2, "grid_shaped", n.out[0]);
+}
+
+void compose_swiglu(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    if (!shape_eq(&g->val[n.in[0]].shape, &g->val[n.in[1]].shape))
+        node_fatal(g, &n, "A %s and B %s must have one shape (SwiGLU does not broadcast)",
+                   shape_str(&g->val[n.in[0]].shape), shape_str(&g->val[n.in[1]].shape));
+    int a = n.in[0], ax = node2(s, id, OP_Mul, a, fscalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
+    int sw = node2(s, id, OP_Mul, a, node2(s, id, OP_Sigmoid, ax, -1, "gate", -1), "swish", -1);
+    node2(s, id, OP_Mul, sw, n.in[1], "swiglu", n.out[0]);
+}
+
+/* ctx: {op, denominator}: the window's element i */
+static double window_at(int64_t i, const int64_t *ctx)
+{
+    const double pi = 3.14159265358979323846, x = 2 * pi * (double)i / (double)ctx[1];
+    switch (ctx[0]) {
+    case OP_HannWindow: return 0.5 - 0.5 * cos(x);
+    case OP_HammingWindow: return 25.0 / 46 - (1 - 25.0 / 46) * cos(x);
+    default: return 0.42 - 0.5 * cos(x) + 0.08 * cos(2 * x);
+    }
+}
+
+void compose_window(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    int cnt = 0;
+    const int64_t *sz = ir_attr_ints(&n, "size", &cnt);
+    if (!sz || cnt != 1)
+        node_fatal(g, &n, "needs its size input: a constant scalar");
+    int64_t size = sz[0], periodic = ir_attr_i(&n, "periodic", 1) != 0;
+    if (size < 1 || size > (1 << 24))
+        node_fatal(g, &n, "size %lld is outside [1, 2^24]", (long long)size);
+    DType t = tensor_from_onnx(ir_attr_i(&n, "output_datatype", 1));
+    if (t != DT_F32 && t != DT_F64 && t != DT_I64 && t != DT_I32)
+        node_fatal(g, &n, "output_datatype %lld: fsdpc makes float32, float64, int64 or int32",
+                   (long long)ir_attr_i(&n, "output_datatype", 1));
+    int64_t ctx[2] = {n.op, periodic ? size : size - 1 ? size - 1 : 1};
+    Shape ws = {1, {size}};
+    node2(s, id, OP_Identity, const_fill(s, id, t, &ws, window_at, ctx, "window"), -1, "window", n.out[0]);
+}
+
+void compose_lrn(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    DType t = float_in(g, &n);
+    const Shape *x = &g->val[n.in[0]].shape;
+    int64_t size = ir_attr_i(&n, "size", 0);
+    if (x->rank < 3)
+        node_fatal(g, &n, "the input has rank %d; LRN needs (N, C, spatial...)", x->rank);
+    if (size < 1 || size > x->dim[1] * 2 + 1)
+        node_fatal(g, &n, "attribute size = %lld is outside [1, 2 C + 1]", (long long)size);
+    int64_t sp = shape_numel(x) / (x->dim[0] * x->dim[1]), d4[4] = {x->dim[0], 1, x->dim[1], sp};
+    int sq = reshape(s, id, node2(s, id, OP_Mul, n.in[0], n.in[0], "square", -1), d4, 4, "channels", -1);
+    int64_t k[2] = {size, 1}, pads[4] = {(size - 1) / 2, 0, size / 2, 0};
+    int c = ir_node1(g, OP_AveragePool, ir_fmt("%s/window", n.name), sq, -1,
+                     ir_value(g, ir_fmt("%s/window.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT));
+    ir_attr_ints_add(g, c, "kernel_shape", k, 2);
+    ir_attr_ints_add(g, c, "pads", pads, 4);
+    ir_attr_add(g, c, "count_include_pad", A_INT)->i = 1;
+    visit(s, c);
+    int mean = reshape(s, id, g->node[c].out[0], x->dim, x->rank, "mean", -1); /* sum / size */
+    double alpha = ir_attr_f(&n, "alpha", 1e-4), beta = ir_attr_f(&n, "beta", 0.75), bias = ir_attr_f(&n, "bias", 1);
+    int den = node2(s, id, OP_Add, node2(s, id, OP_Mul, mean, fscalar(s, id, t, alpha, "alpha"), "scaled", -1),
+                    fscalar(s, id, t, bias, "bias"), "base", -1);
+    den = node2(s, id, OP_Pow, den, fscalar(s, id, t, beta, "beta"), "den", -1);
+    node2(s, id, OP_Div, n.in[0], den, "lrn", n.out[0]);
+}
+
+void compose_reverse_sequence(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    const Value *x = &g->val[n.in[0]];
+    int r = x->shape.rank;
+    int64_t ba = ir_attr_i(&n, "batch_axis", 1), ta = ir_attr_i(&n, "time_axis", 0);
+    if (r < 2 || (ba != 0 && ba != 1) || (ta != 0 && ta != 1) || ba == ta)
+        node_fatal(g, &n, "batch_axis %lld and time_axis %lld must be 0 and 1 in some order over a rank >= 2 input",
+                   (long long)ba, (long long)ta);
+    const Value *lv = n.nin > 1 && n.in[1] >= 0 ? &g->val[n.in[1]] : NULL;
+    int64_t B = x->shape.dim[ba], T = x->shape.dim[ta], numel = shape_numel(&x->shape);
+    if (!lv || lv->role != R_CONST || !lv->data || shape_numel(&lv->shape) != B)
+        node_fatal(g, &n, "sequence_lens must be a constant of the %lld batch entries (fsdpc has static shapes)",
+                   (long long)B);
+    if (numel > ((int64_t)1 << 26))
+        node_fatal(g, &n, "an input of %lld elements: fsdpc reverses through an index of every element, up to 2^26",
+                   (long long)numel);
+    int64_t *idx = ir_alloc(sizeof(int64_t) * (size_t)(numel ? numel : 1)), inner = numel / (B * T);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = tensor_const_i(lv, b);
+        if (len < 0 || len > T)
+            node_fatal(g, &n, "sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)b, (long long)len,
+                       (long long)T);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t at = ta == 0 ? (t * B + b) * inner + i : (b * T + t) * inner + i;
+                idx[at] = t < len ? len - 1 - t : t;
+            }
+    }
+    int iv = ir_const(g, ir_fmt("%s/index.%d", n.name, s->nnew++), DT_I64, &x->shape, idx);
+    int c = ir_node1(g, OP_GatherElements, ir_fmt("%s/reversed", n.name), n.in[0], iv, n.out[0]);
+    ir_attr_add(g, c, "axis", A_INT)->i = ta;
+    visit(s, c);
 }

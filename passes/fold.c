@@ -220,6 +220,9 @@ static const ConstInputs const_inputs[] = {
     {OP_TopK, 1, 1, {"k"}},
     {OP_CenterCropPad, 1, 1, {"shape"}},
     {OP_AffineGrid, 1, 1, {"size"}},
+    {OP_HannWindow, 0, 1, {"size"}},
+    {OP_HammingWindow, 0, 1, {"size"}},
+    {OP_BlackmanWindow, 0, 1, {"size"}},
     {OP_ConstantOfShape, 0, 1, {"shape"}},
 };
 
@@ -675,6 +678,10 @@ static void canon_op(Sweep *s, int id)
     case OP_GroupNormalization: compose_group_norm(s, id); return;
     case OP_CenterCropPad: compose_center_crop_pad(s, id); return;
     case OP_AffineGrid: compose_affine_grid(s, id); return;
+    case OP_SwiGLU: compose_swiglu(s, id); return;
+    case OP_HannWindow: case OP_HammingWindow: case OP_BlackmanWindow: compose_window(s, id); return;
+    case OP_LRN: compose_lrn(s, id); return;
+    case OP_ReverseSequence: compose_reverse_sequence(s, id); return;
     case OP_Mod:
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;

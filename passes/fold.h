@@ -75,5 +75,9 @@ void compose_instance_norm(Sweep *s, int id);
 void compose_group_norm(Sweep *s, int id);
 void compose_center_crop_pad(Sweep *s, int id);
 void compose_affine_grid(Sweep *s, int id);
+void compose_swiglu(Sweep *s, int id);
+void compose_window(Sweep *s, int id);          /* HannWindow, HammingWindow, BlackmanWindow */
+void compose_lrn(Sweep *s, int id);
+void compose_reverse_sequence(Sweep *s, int id);
 
 #endif

@@ -140,7 +140,7 @@ def cases():
 # ops that need a later opset than 17 (Resize: opset 18's axes, 19's modes; Attention: 25's windows)
 NEWER_OPS = {"Gelu": 20, "Resize": 19, "Attention": 25, "RotaryEmbedding": 23, "ScatterND": 18, "ScatterElements": 18,
              "CumProd": 26, "Swish": 24, "GroupNormalization": 21, "CenterCropPad": 18, "AffineGrid": 20,
-             "GridSample": 20}
+             "GridSample": 20, "SwiGLU": 28}
 
 
 def build(path, nodes, weights, y_shape):

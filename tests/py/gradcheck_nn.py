@@ -629,6 +629,24 @@ def more_composed_cases(c):
             [node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=pad, align_corners=align)],
             {"X": r(2, 2, 3, 4), "G": np.clip(0.8 * r(2, 3, 2, 2), -1.3, 1.3)},
             (lambda mode, pad, align: lambda w: grid_sample_ref(w["X"], w["G"], mode, pad, align))(mode, pad, align))
+    c["SwiGLU"] = ([node("SwiGLU", ["A", "B"], ["Y"], alpha=1.5)], {"A": r(2, 4), "B": r(2, 4)},
+                   lambda w: w["A"] / (1 + np.exp(-1.5 * w["A"])) * w["B"])
+
+    def lrn_ref(x, size, alpha, beta, bias):
+        sq = np.pad(x * x, ((0, 0), ((size - 1) // 2, size // 2), (0, 0), (0, 0)))
+        s = sum(sq[:, i:i + x.shape[1]] for i in range(size))
+        return x / (bias + alpha / size * s) ** beta
+    c["LRN_size4"] = ([node("LRN", ["X"], ["Y"], size=4, alpha=0.5, beta=0.75, bias=2.0)], {"X": r(2, 5, 2, 3)},
+                      lambda w: lrn_ref(w["X"], 4, 0.5, 0.75, 2.0))
+
+    def reverse_ref(x, lens):  # time axis 0, batch axis 1
+        y = x.copy()
+        for b, n in enumerate(lens):
+            y[:n, b] = x[:n, b][::-1]
+        return y
+    c["ReverseSequence_time_major"] = (
+        [node("ReverseSequence", ["X", "L"], ["Y"], batch_axis=1, time_axis=0)],
+        {"X": r(4, 3, 2), "L": const("L", [4, 0, 2], np.int64)}, lambda w: reverse_ref(w["X"], [4, 0, 2]))
     c["AffineGrid_2d"] = ([node("AffineGrid", ["Th", "size"], ["Y"], align_corners=0)],
                           {"Th": r(2, 2, 3), "size": const("size", [2, 1, 3, 4], np.int64)},
                           lambda w: affine_grid_ref(w["Th"], (2, 1, 3, 4), 0))

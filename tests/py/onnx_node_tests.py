@@ -35,7 +35,8 @@ CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4
                 "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
                 "TopK": [1], "Resize": [1, 2, 3], "CumSum": [1], "CumProd": [1],
                 "RNN": [4], "GRU": [4], "LSTM": [4],  # sequence_lens
-                "CenterCropPad": [1], "AffineGrid": [1],
+                "CenterCropPad": [1], "AffineGrid": [1], "ReverseSequence": [1],
+                "HannWindow": [0], "HammingWindow": [0], "BlackmanWindow": [0],
                 # axes: an input from opset 18
                 **{op: [1] for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                                       "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")}}

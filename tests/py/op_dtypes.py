@@ -93,6 +93,13 @@ def probes():
                                  ["y"])
     p["GridSample"] = lambda d: ([N("GridSample", ["a", "g"], ["y"])], {"a": x(d, (1, 1, 2, 2)), "g": x(d, (1, 2, 2, 2))},
                                  {}, ["y"])
+    p["SwiGLU"] = lambda d: ([N("SwiGLU", ["a", "b"], ["y"])], {"a": x(d), "b": x(d)}, {}, ["y"])
+    for op in ("HannWindow", "HammingWindow", "BlackmanWindow"):  # the class is output_datatype's
+        p[op] = (lambda op: lambda d: ([N(op, ["s"], ["y"], output_datatype=DT[d])], {}, {"s": np.array(4, np.int64)},
+                                       ["y"]))(op)
+    p["LRN"] = lambda d: ([N("LRN", ["a"], ["y"], size=3)], {"a": x(d, (1, 2, 3, 3))}, {}, ["y"])
+    p["ReverseSequence"] = lambda d: ([N("ReverseSequence", ["a", "l"], ["y"])], {"a": x(d, (3, 2))},
+                                      {"l": I64(2, 3)}, ["y"])
     p["TopK"] = lambda d: ([N("TopK", ["a", "k"], ["y", "i"])], {"a": x(d, (2, 3))}, {"k": I64(2)}, ["y", "i"])
     p["Concat"] = lambda d: ([N("Concat", ["a", "b"], ["y"], axis=0)], {"a": x(d), "b": x(d)}, {}, ["y"])
     p["Split"] = lambda d: ([N("Split", ["a"], ["y", "z"], axis=0, num_outputs=2)], {"a": x(d, (4, 3))}, {},
