@@ -26,7 +26,7 @@
  *                     zero padding at the end; p 1 is |x| and no root, p 2
  *                     x * x and Sqrt, else Pow both ways.
  *   Hardmax           Cast(position == ArgMax(x, axis)): the first maximum;
- *   LpNormalization   x / (sum over axis of |x|^p)^(1/p), p 1 or 2;
+ *   LpNormalization   x / (sum over axis of |x|^p)^(1/p), p 1 or 2 (a zero norm: 0);
  *   Swish             x sigmoid(alpha x);      PRelu  Where(x < 0, x slope, x);
  *   Shrink            Where(x < -lambd, x + bias, Where(x > lambd, x - bias, 0));
  *   GlobalMaxPool     ReduceMax over the spatial axes;
@@ -433,7 +433,13 @@ void compose_lpnorm(Sweep *s, int id)
         node_fatal(g, &n, "attribute p = %lld: ONNX allows 1 or 2", (long long)p);
     int x = n.in[0], a = p == 1 ? node2(s, id, OP_Abs, x, -1, "abs", -1) : node2(s, id, OP_Mul, x, x, "square", -1);
     int sum = node_ints(s, id, OP_ReduceSum, a, "axes", &ax, 1, 1, "sum", -1);
-    int norm = p == 1 ? sum : node2(s, id, OP_Sqrt, sum, -1, "norm", -1);
+    /* a zero sum (every x of it 0) is taken as 1 before the root: y 0 there, as ONNX's cases ask, and a finite
+     * gradient (the root's at 0 is not) */
+    DType t = g->val[x].dtype;
+    int in[3] = {node2(s, id, OP_Equal, sum, fscalar(s, id, t, 0, "zero"), "zero_sum", -1),
+                 fscalar(s, id, t, 1, "one"), sum};
+    int safe = node_n(s, id, OP_Where, in, 3, "safe_sum", -1);
+    int norm = p == 1 ? safe : node2(s, id, OP_Sqrt, safe, -1, "norm", -1);
     node2(s, id, OP_Div, x, norm, "normalized", n.out[0]);
 }
 
