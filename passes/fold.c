@@ -709,10 +709,45 @@ static void canon_op(Sweep *s, int id)
     visit(s, id);
 }
 
-/* As canon_op, with int32 arithmetic computed in int64 (intarith.c) and
- * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c). */
+/* A MatMul with a 1-D operand, as numpy: a [K] first operand is [1, K], a [K] second one [K, 1], and the dim
+ * added is squeezed from the result.  Before the node's canonicalisation: the operands unsqueezed, the node
+ * writing a new value; returns the node's own output (-1: no 1-D operand), *sq the result's dims to squeeze. */
+static int matmul_vec(Sweep *s, int id, int64_t sq[2], int *nsq)
+{
+    Graph *g = s->g;
+    Node *n = &g->node[id];
+    *nsq = 0;
+    if (n->op != OP_MatMul || n->nin != 2 || n->in[0] < 0 || n->in[1] < 0)
+        return -1;
+    int ra = g->val[n->in[0]].shape.rank, rb = g->val[n->in[1]].shape.rank;
+    if (g->val[n->in[0]].dtype == DT_UNDEF || g->val[n->in[1]].dtype == DT_UNDEF || (ra != 1 && rb != 1) || !ra ||
+        !rb)
+        return -1;
+    int pa = ra == 1 ? 2 : ra, pb = rb == 1 ? 2 : rb, r = pa > pb ? pa : pb; /* the promoted result's rank */
+    for (int k = 0; k < 2; k++) {
+        if ((k ? rb : ra) != 1)
+            continue;
+        int64_t ax = k; /* [1, K] or [K, 1] */
+        const char *name = ir_fmt("%s/%s", g->node[id].name, k ? "column" : "row");
+        int v = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+        int c = ir_node1(g, OP_Unsqueeze, name, g->node[id].in[k], -1, v);
+        ir_attr_ints_add(g, c, "axes", &ax, 1);
+        visit(s, c);
+        g->node[id].in[k] = v;
+        sq[(*nsq)++] = k ? r - 1 : r - 2;
+    }
+    int y = g->node[id].out[0];
+    g->node[id].out[0] = ir_value(g, ir_fmt("%s/2d.%d", g->node[id].name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    return y;
+}
+
+/* As canon_op, with int32 arithmetic computed in int64 (intarith.c),
+ * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c)
+ * and 1-D MatMul operands as matrices (matmul_vec). */
 static void canon(Sweep *s, int id)
 {
+    int64_t sq[2];
+    int nsq, vec = matmul_vec(s, id, sq, &nsq);
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
     explicit_pads(s, id);
     int y32 = int_widen(s, id), nin = s->g->node[id].nin;
@@ -724,6 +759,13 @@ static void canon(Sweep *s, int id)
         int_narrow(s, id, y32);
     if (lifted)
         lower_1d(s, id, orig, nout);
+    if (vec >= 0) {
+        Graph *g = s->g;
+        const char *name = ir_fmt("%s/vector", g->node[id].name);
+        int c = ir_node1(g, OP_Squeeze, name, g->node[id].out[0], -1, vec);
+        ir_attr_ints_add(g, c, "axes", sq, nsq);
+        visit(s, c);
+    }
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

@@ -647,6 +647,11 @@ def more_composed_cases(c):
     c["ReverseSequence_time_major"] = (
         [node("ReverseSequence", ["X", "L"], ["Y"], batch_axis=1, time_axis=0)],
         {"X": r(4, 3, 2), "L": const("L", [4, 0, 2], np.int64)}, lambda w: reverse_ref(w["X"], [4, 0, 2]))
+    # MatMul with a 1-D operand (numpy's promotion): vector x batch of matrices, batch of matrices x vector
+    c["MatMul_vector_left"] = ([node("MatMul", ["A", "B"], ["Y"])], {"A": r(3), "B": r(2, 3, 4)},
+                               lambda w: np.matmul(w["A"], w["B"]))
+    c["MatMul_vector_right"] = ([node("MatMul", ["A", "B"], ["Y"])], {"A": r(2, 3, 4), "B": r(4)},
+                                lambda w: np.matmul(w["A"], w["B"]))
     c["AffineGrid_2d"] = ([node("AffineGrid", ["Th", "size"], ["Y"], align_corners=0)],
                           {"Th": r(2, 2, 3), "size": const("size", [2, 1, 3, 4], np.int64)},
                           lambda w: affine_grid_ref(w["Th"], (2, 1, 3, 4), 0))

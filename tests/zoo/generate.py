@@ -1,7 +1,7 @@
 """Writes the model zoo that tests/py/zoo.py trains: twelve PyTorch models with tiny configs (plus the Llama
 with SDPA at opset 23, a model of torch's indexing ops, an embedding with a padding_idx, which
-export_torch.py records in the file's metadata, and an LSTM + GRU), each exported both ways, and PyTorch's
-reference trajectory.
+export_torch.py records in the file's metadata, an LSTM + GRU and a ConvTranspose decoder), each exported both
+ways, and PyTorch's reference trajectory.
 
 usage: python3 tests/zoo/generate.py [NAME ...]     (torch 2.15, torchvision, transformers 5, onnx, onnxscript)
        python3 tests/zoo/generate.py --bf16 [NAME ...]   the decoders' autocast bf16 trajectory, into ref.json
@@ -236,13 +236,35 @@ class Recurrent(nn.Module):
         return self.head(g[:, -1])
 
 
+class Upsampler(nn.Module):
+    """a convolutional decoder's upsampling as segmentation and generative models write it: a strided Conv2d
+    down, ConvTranspose2d back up (stride 2, padding 1, output_padding 1; a grouped one), the pixels pooled into
+    class logits"""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)
+        self.up2 = nn.ConvTranspose2d(6, 6, 4, stride=2, padding=1, groups=2)
+        self.head = nn.Linear(6, CLASSES)
+
+    def forward(self, x):
+        h = torch.relu(self.up(torch.relu(self.down(x))))
+        return self.head(torch.tanh(self.up2(h)).mean((2, 3)))
+
+
+def upsampler(rng):
+    return Upsampler(), {"x": images(rng, 16, np.float32)}, rng.integers(0, CLASSES, GLOBAL_B)
+
+
 def recurrent(rng):
     return Recurrent(), {"input_ids": tokens(rng, GLOBAL_B, T)}, rng.integers(0, CLASSES, GLOBAL_B)
 
 
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
-          "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx, "recurrent": recurrent}
+          "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx, "recurrent": recurrent,
+          "upsampler": upsampler}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small", "whisper_enc"}
 
