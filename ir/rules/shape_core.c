@@ -57,8 +57,8 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
     const Value *a = &g->val[n->in[0]], *b = &g->val[n->in[1]];
     int ta = (int)ir_attr_i(n, "transA", 0), tb = (int)ir_attr_i(n, "transB", 0);
     if (a->shape.rank < 2 || b->shape.rank < 2)
-        node_fatal(g, n, "%s", ir_fmt("operands %s and %s: fsdpc multiplies operands of rank 1 or "
-                                      "more (not a scalar)",
+        node_fatal(g, n, "%s", ir_fmt("operands %s and %s: a scalar operand is not supported (MatMul "
+                                      "takes rank 1 or more)",
                          shape_str(&a->shape), shape_str(&b->shape)));
     if (a->dtype != b->dtype || !is_float(a->dtype))
         node_fatal(g, n, "%s", ir_fmt("dtypes %s and %s: need equal float dtypes", dtype_name(a->dtype),
