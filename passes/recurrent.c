@@ -179,8 +179,9 @@ void expand_recurrent(Sweep *s, int id)
         node_fatal(g, &n, "W %s and R %s do not fit %d direction(s) of %d gates of hidden_size %lld over %lld "
                    "inputs (W: [dirs, gates x hidden, input], R: [dirs, gates x hidden, hidden])",
                    shape_str(&wv->shape), shape_str(&rv->shape), D, G, (long long)H, (long long)I);
-    if (T > 4096)
-        node_fatal(g, &n, "a sequence of %lld steps: fsdpc unrolls it, up to 4096 steps", (long long)T);
+    if (T < 1 || T > 4096 || B < 1)
+        node_fatal(g, &n, "a sequence of %lld steps over a batch of %lld: fsdpc unrolls 1 to 4096 steps over a "
+                   "non-empty batch", (long long)T, (long long)B);
     int sl = opt_in(&n, 4);
     if (sl >= 0) {
         const Value *lv = &g->val[sl];
