@@ -289,6 +289,8 @@ void compose_lppool(Sweep *s, int id)
         node_fatal(g, &n, "input '%s' is %s; LpPool takes float32 or float64", ir_q(xv->name), dtype_name(dt));
     KPool2d q;
     nn_pool_geom(g, &n, &xv->shape, &q);
+    if (!shape_numel(&xv->shape))
+        node_fatal(g, &n, "input %s is empty: not supported", shape_str(&xv->shape));
     int64_t p = ir_attr_i(&n, "p", 2);
     if (p < 1 || p > 64)
         node_fatal(g, &n, "attribute p = %lld is not supported (fsdpc supports 1 to 64)", (long long)p);
@@ -502,6 +504,8 @@ void compose_eyelike(Sweep *s, int id)
     if (t != DT_F32 && t != DT_F64 && t != DT_I64 && t != DT_I32 && t != DT_BOOL)
         node_fatal(g, &n, "attribute dtype = %lld: fsdpc makes float32, float64, int64, int32 or bool",
                    (long long)ir_attr_i(&n, "dtype", 1));
+    if (shape_numel(&x->shape) > ((int64_t)1 << 26) || !shape_numel(&x->shape))
+        node_fatal(g, &n, "input %s: fsdpc makes EyeLike's constant of 1 to 2^26 elements", shape_str(&x->shape));
     int64_t ctx[2] = {x->shape.dim[1], ir_attr_i(&n, "k", 0)};
     int c = const_fill(s, id, t, &x->shape, eye_at, ctx, "eye");
     node2(s, id, OP_Identity, c, -1, "eye", n.out[0]);
@@ -694,8 +698,9 @@ void compose_affine_grid(Sweep *s, int id)
                    "(N, C, D, H, W)", shape_str(th), size ? ns : 0);
     int64_t cells = 1, ctx[5] = {0, 0, 0, nd, ir_attr_i(&n, "align_corners", 0) != 0};
     for (int i = 0; i < nd; i++) {
-        if (size[2 + i] < 1 || size[2 + i] > MAX_NUMEL / cells)
-            node_fatal(g, &n, "size %lld of spatial dim %d is outside [1, 2^40]", (long long)size[2 + i], i);
+        if (size[2 + i] < 1 || size[2 + i] > ((int64_t)1 << 24) / cells)
+            node_fatal(g, &n, "size %lld of spatial dim %d: fsdpc makes grids of up to 2^24 points",
+                       (long long)size[2 + i], i);
         cells *= size[2 + i], ctx[i] = size[2 + i];
     }
     Shape bs = {2, {cells, nd + 1}};
@@ -765,6 +770,8 @@ void compose_lrn(Sweep *s, int id)
         node_fatal(g, &n, "the input has rank %d; LRN needs (N, C, spatial...)", x->rank);
     if (size < 1 || size > x->dim[1] * 2 + 1)
         node_fatal(g, &n, "attribute size = %lld is outside [1, 2 C + 1]", (long long)size);
+    if (!shape_numel(x))
+        node_fatal(g, &n, "input %s is empty: not supported", shape_str(x));
     int64_t sp = shape_numel(x) / (x->dim[0] * x->dim[1]), d4[4] = {x->dim[0], 1, x->dim[1], sp};
     int sq = reshape(s, id, node2(s, id, OP_Mul, n.in[0], n.in[0], "square", -1), d4, 4, "channels", -1);
     int64_t k[2] = {size, 1}, pads[4] = {(size - 1) / 2, 0, size / 2, 0};
@@ -797,8 +804,8 @@ void compose_reverse_sequence(Sweep *s, int id)
     if (!lv || lv->role != R_CONST || !lv->data || shape_numel(&lv->shape) != B)
         node_fatal(g, &n, "sequence_lens must be a constant of the %lld batch entries (fsdpc has static shapes)",
                    (long long)B);
-    if (numel > ((int64_t)1 << 26))
-        node_fatal(g, &n, "an input of %lld elements: fsdpc reverses through an index of every element, up to 2^26",
+    if (numel > ((int64_t)1 << 26) || !numel)
+        node_fatal(g, &n, "an input of %lld elements: fsdpc reverses through an index of every element, 1 to 2^26",
                    (long long)numel);
     int64_t *idx = ir_alloc(sizeof(int64_t) * (size_t)(numel ? numel : 1)), inner = numel / (B * T);
     for (int64_t b = 0; b < B; b++) {

@@ -294,6 +294,8 @@ void expand_topk(Sweep *s, int id)
         node_fatal(g, &n, "K = %lld is outside [1, %lld] (the axis' length; an empty TopK is not supported)",
                    (long long)k, (long long)len);
     const int64_t pairs = (int64_t)1 << 26;
+    if (!numel)
+        node_fatal(g, &n, "input %s is empty: an empty TopK is not supported", shape_str(&x->shape));
     if (len > pairs / numel)
         node_fatal(g, &n, "TopK over %lld elements along an axis of %lld: fsdpc ranks them by comparing every pair "
                    "(%lld x %lld), which it supports up to 2^26 comparisons", (long long)numel, (long long)len,

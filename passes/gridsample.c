@@ -140,6 +140,8 @@ void expand_gridsample(Sweep *s, int id)
     if (gs->rank != 4 || gs->dim[0] != N || gs->dim[3] != 2)
         node_fatal(g, &n, "grid %s must be [N %lld, H_out, W_out, 2]", shape_str(gs), (long long)N);
     int64_t Ho = gs->dim[1], Wo = gs->dim[2];
+    if (!shape_numel(&xv->shape) || !shape_numel(gs))
+        node_fatal(g, &n, "X %s or the grid %s is empty: not supported", shape_str(&xv->shape), shape_str(gs));
     const char *mode = ir_attr_s(&n, "mode", "linear"), *pm = ir_attr_s(&n, "padding_mode", "zeros");
     int nearest = !strcmp(mode, "nearest");
     if (!nearest && strcmp(mode, "linear") && strcmp(mode, "bilinear"))

@@ -174,7 +174,7 @@ void expand_recurrent(Sweep *s, int id)
     const Shape *xs = &g->val[x].shape;
     int64_t T = xs->dim[0], B = xs->dim[1], I = xs->dim[2];
     int64_t H = ir_attr_i(&n, "hidden_size", rv->shape.dim[2]);
-    if (H < 1 || H != rv->shape.dim[2] || rv->shape.dim[0] != D || rv->shape.dim[1] != G * H ||
+    if (H < 1 || H > MAX_NUMEL || H != rv->shape.dim[2] || rv->shape.dim[0] != D || rv->shape.dim[1] != G * H ||
         wv->shape.dim[0] != D || wv->shape.dim[1] != G * H || wv->shape.dim[2] != I)
         node_fatal(g, &n, "W %s and R %s do not fit %d direction(s) of %d gates of hidden_size %lld over %lld "
                    "inputs (W: [dirs, gates x hidden, input], R: [dirs, gates x hidden, hidden])",
@@ -182,6 +182,9 @@ void expand_recurrent(Sweep *s, int id)
     if (T < 1 || T > 4096 || B < 1)
         node_fatal(g, &n, "a sequence of %lld steps over a batch of %lld: fsdpc unrolls 1 to 4096 steps over a "
                    "non-empty batch", (long long)T, (long long)B);
+    if (B > ((int64_t)1 << 26) / H)
+        node_fatal(g, &n, "a state of %lld x %lld: fsdpc supports recurrent states of up to 2^26 elements",
+                   (long long)B, (long long)H);
     int sl = opt_in(&n, 4);
     if (sl >= 0) {
         const Value *lv = &g->val[sl];
