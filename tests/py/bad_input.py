@@ -123,6 +123,14 @@ def hostile_models(fsdpc, J, base):
                     {"k": np.array([k], np.int64)}, None, x_shape=xs)
         expect_error(cc(J("%s.onnx" % tag), "--eval", *(["--dim", "batch=2"] if "batch" in xs else [])),
                      "'tk' (TopK)", *needles, code=(1,), absent=never)
+    # constants a composition would make too large: AffineGrid's 2^40-point grid, EyeLike of 2^40 elements
+    for tag, nd, xs, inits, needles in (
+            ("affine_big", helper.make_node("AffineGrid", ["x", "s"], ["y"], name="ag"), (1, 2, 3),
+             {"s": np.array([1, 1, 2**20, 2**20], np.int64)}, ("'ag' (AffineGrid)", "2^24")),
+            ("eye_big", helper.make_node("EyeLike", ["x"], ["y"], name="eye"), (2**20, 2**20), {},
+             ("'eye' (EyeLike)", "2^26"))):
+        graph_model(J(tag + ".onnx"), [nd], inits, None, x_shape=xs, opset=20)
+        expect_error(cc(J(tag + ".onnx"), "--eval"), *needles, code=(1,), absent=never)
     # LSTM: sequence_lens given at run time, an activation fsdpc lacks, W that does not fit hidden_size
     lstm_w = {"w": np.ones((1, 8, 3), np.float32), "r": np.ones((1, 8, 2), np.float32)}
     for tag, ins, attrs, extra, needles in (
@@ -443,13 +451,13 @@ def main():
         f.write(data[: len(data) // 2])
     expect_error([fsdpc, J("trunc.onnx"), "-o", J("o"), "--target", "cpu"] + base, "trunc.onnx")
     expect_error([fsdpc, J("missing.onnx"), "-o", J("o"), "--target", "cpu"] + base, "missing.onnx")
-    mlp(J("unsup.onnx"), [helper.make_node("Hardmax", ["y"], ["s1"], name="sm1"),
-                          helper.make_node("Hardmax", ["s1"], ["s2"], name="sm2"),
+    mlp(J("unsup.onnx"), [helper.make_node("Unique", ["y"], ["s1"], name="sm1"),
+                          helper.make_node("Unique", ["s1"], ["s2"], name="sm2"),
                           helper.make_node("MaxUnpool", ["s2", "s2"], ["c"], name="conv")])
     # one short line: each unsupported op with its first node and how many more, and where the accepted ops are
     # listed (not a list of them: that was 1,061 characters)
     expect_error([fsdpc, J("unsup.onnx"), "-o", J("o"), "--target", "cpu"] + base, "unsupported ops",
-                 "Hardmax (node 'sm1' and 1 more)", "MaxUnpool (node 'conv')", "docs/ops.md")
+                 "Unique (node 'sm1' and 1 more)", "MaxUnpool (node 'conv')", "docs/ops.md")
     msg = run([fsdpc, J("unsup.onnx"), "-o", J("o"), "--target", "cpu"] + base, check=False).stderr.strip()
     msg = msg.replace(J("unsup.onnx"), "MODEL")
     if len(msg) > 160 or "Relu" in msg:
