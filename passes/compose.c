@@ -355,7 +355,7 @@ static int reshape(Sweep *s, int id, int x, const int64_t *dims, int n, const ch
     return node2(s, id, OP_Reshape, x, sv, suffix, out);
 }
 
-static int cast_to(Sweep *s, int id, int x, DType to, const char *suffix, int out)
+int fold_cast(Sweep *s, int id, int x, DType to, const char *suffix, int out)
 {
     Graph *g = s->g;
     if (out < 0)
@@ -366,7 +366,7 @@ static int cast_to(Sweep *s, int id, int x, DType to, const char *suffix, int ou
     return out;
 }
 
-static int fscalar(Sweep *s, int id, DType dt, double v, const char *suffix)
+int fold_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
 {
     return ir_scalar(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), dt, v);
 }
@@ -382,8 +382,8 @@ static DType float_in(const Graph *g, const Node *n)
 }
 
 /* a constant of dtype t and shape sh, element i = f(i, ctx) (f32, f64, i64, i32, bool) */
-static int const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, const int64_t *),
-                      const int64_t *ctx, const char *suffix)
+int fold_const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, const int64_t *),
+                    const int64_t *ctx, const char *suffix)
 {
     int64_t n = shape_numel(sh);
     size_t es = dtype_size(t);
@@ -401,7 +401,7 @@ static int const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(in
     return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), t, sh, p);
 }
 
-static double index_of(int64_t i, const int64_t *ctx) { (void)ctx; return (double)i; }
+double fold_index_of(int64_t i, const int64_t *ctx) { (void)ctx; return (double)i; }
 
 /* ctx: {cols, k}: 1 where column - row = k */
 static double eye_at(int64_t i, const int64_t *ctx) { return i % ctx[0] - i / ctx[0] == ctx[1]; }
@@ -420,8 +420,8 @@ void compose_hardmax(Sweep *s, int id)
     Shape ps = {r - ax, {g->val[n.in[0]].shape.dim[ax]}}; /* [len, 1...]: positions along the axis */
     for (int i = 1; i < ps.rank; i++)
         ps.dim[i] = 1;
-    int pos = const_fill(s, id, DT_I64, &ps, index_of, NULL, "positions");
-    cast_to(s, id, node2(s, id, OP_Equal, pos, am, "is_max", -1), t, "onehot", n.out[0]);
+    int pos = fold_const_fill(s, id, DT_I64, &ps, fold_index_of, NULL, "positions");
+    fold_cast(s, id, node2(s, id, OP_Equal, pos, am, "is_max", -1), t, "onehot", n.out[0]);
 }
 
 void compose_lpnorm(Sweep *s, int id)
@@ -438,8 +438,8 @@ void compose_lpnorm(Sweep *s, int id)
     /* a zero sum (every x of it 0) is taken as 1 before the root: y 0 there, as ONNX's cases ask, and a finite
      * gradient (the root's at 0 is not) */
     DType t = g->val[x].dtype;
-    int in[3] = {node2(s, id, OP_Equal, sum, fscalar(s, id, t, 0, "zero"), "zero_sum", -1),
-                 fscalar(s, id, t, 1, "one"), sum};
+    int in[3] = {node2(s, id, OP_Equal, sum, fold_scalar(s, id, t, 0, "zero"), "zero_sum", -1),
+                 fold_scalar(s, id, t, 1, "one"), sum};
     int safe = node_n(s, id, OP_Where, in, 3, "safe_sum", -1);
     int norm = p == 1 ? safe : node2(s, id, OP_Sqrt, safe, -1, "norm", -1);
     node2(s, id, OP_Div, x, norm, "normalized", n.out[0]);
@@ -450,7 +450,7 @@ void compose_swish(Sweep *s, int id)
     Graph *g = s->g;
     Node n = g->node[id];
     DType t = float_in(g, &n);
-    int ax = node2(s, id, OP_Mul, n.in[0], fscalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
+    int ax = node2(s, id, OP_Mul, n.in[0], fold_scalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
     node2(s, id, OP_Mul, n.in[0], node2(s, id, OP_Sigmoid, ax, -1, "gate", -1), "swish", n.out[0]);
 }
 
@@ -459,7 +459,7 @@ void compose_prelu(Sweep *s, int id)
     Graph *g = s->g;
     Node n = g->node[id];
     DType t = float_in(g, &n);
-    int x = n.in[0], neg = node2(s, id, OP_Less, x, fscalar(s, id, t, 0, "zero"), "negative", -1);
+    int x = n.in[0], neg = node2(s, id, OP_Less, x, fold_scalar(s, id, t, 0, "zero"), "negative", -1);
     int in[3] = {neg, node2(s, id, OP_Mul, x, n.in[1], "sloped", -1), x};
     node_n(s, id, OP_Where, in, 3, "prelu", n.out[0]);
 }
@@ -471,10 +471,10 @@ void compose_shrink(Sweep *s, int id)
     DType t = float_in(g, &n);
     double l = ir_attr_f(&n, "lambd", 0.5), b = ir_attr_f(&n, "bias", 0.0);
     int x = n.in[0];
-    int hi[3] = {node2(s, id, OP_Greater, x, fscalar(s, id, t, l, "lambd"), "above", -1),
-                 node2(s, id, OP_Sub, x, fscalar(s, id, t, b, "bias"), "down", -1), fscalar(s, id, t, 0, "zero")};
-    int lo[3] = {node2(s, id, OP_Less, x, fscalar(s, id, t, -l, "neg_lambd"), "below", -1),
-                 node2(s, id, OP_Add, x, fscalar(s, id, t, b, "bias"), "up", -1),
+    int hi[3] = {node2(s, id, OP_Greater, x, fold_scalar(s, id, t, l, "lambd"), "above", -1),
+                 node2(s, id, OP_Sub, x, fold_scalar(s, id, t, b, "bias"), "down", -1), fold_scalar(s, id, t, 0, "zero")};
+    int lo[3] = {node2(s, id, OP_Less, x, fold_scalar(s, id, t, -l, "neg_lambd"), "below", -1),
+                 node2(s, id, OP_Add, x, fold_scalar(s, id, t, b, "bias"), "up", -1),
                  node_n(s, id, OP_Where, hi, 3, "upper", -1)};
     node_n(s, id, OP_Where, lo, 3, "shrink", n.out[0]);
 }
@@ -507,7 +507,7 @@ void compose_eyelike(Sweep *s, int id)
     if (shape_numel(&x->shape) > ((int64_t)1 << 26) || !shape_numel(&x->shape))
         node_fatal(g, &n, "input %s: fsdpc makes EyeLike's constant of 1 to 2^26 elements", shape_str(&x->shape));
     int64_t ctx[2] = {x->shape.dim[1], ir_attr_i(&n, "k", 0)};
-    int c = const_fill(s, id, t, &x->shape, eye_at, ctx, "eye");
+    int c = fold_const_fill(s, id, t, &x->shape, eye_at, ctx, "eye");
     node2(s, id, OP_Identity, c, -1, "eye", n.out[0]);
 }
 
@@ -559,7 +559,7 @@ static int normalize(Sweep *s, int id, int x, int from, DType t, double eps)
     int d = node2(s, id, OP_Sub, x, mean, "centred", -1);
     int var = node_ints(s, id, OP_ReduceMean, node2(s, id, OP_Mul, d, d, "square", -1), "axes", axes, r - from, 1,
                         "var", -1);
-    int sd = node2(s, id, OP_Sqrt, node2(s, id, OP_Add, var, fscalar(s, id, t, eps, "epsilon"), "var_eps", -1), -1,
+    int sd = node2(s, id, OP_Sqrt, node2(s, id, OP_Add, var, fold_scalar(s, id, t, eps, "epsilon"), "var_eps", -1), -1,
                    "std", -1);
     return node2(s, id, OP_Div, d, sd, "normalized", -1);
 }
@@ -704,7 +704,7 @@ void compose_affine_grid(Sweep *s, int id)
         cells *= size[2 + i], ctx[i] = size[2 + i];
     }
     Shape bs = {2, {cells, nd + 1}};
-    int base = const_fill(s, id, t, &bs, base_at, ctx, "base_grid");           /* [cells, nd + 1] */
+    int base = fold_const_fill(s, id, t, &bs, base_at, ctx, "base_grid");           /* [cells, nd + 1] */
     int64_t p[3] = {0, 2, 1};
     int tt = node_ints(s, id, OP_Transpose, n.in[0], "perm", p, 3, -1, "theta_t", -1); /* [N, nd + 1, nd] */
     int y = node2(s, id, OP_MatMul, base, tt, "grid", -1);                   /* [N, cells, nd] */
@@ -723,7 +723,7 @@ void compose_swiglu(Sweep *s, int id)
     if (!shape_eq(&g->val[n.in[0]].shape, &g->val[n.in[1]].shape))
         node_fatal(g, &n, "A %s and B %s must have one shape (SwiGLU does not broadcast)",
                    shape_str(&g->val[n.in[0]].shape), shape_str(&g->val[n.in[1]].shape));
-    int a = n.in[0], ax = node2(s, id, OP_Mul, a, fscalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
+    int a = n.in[0], ax = node2(s, id, OP_Mul, a, fold_scalar(s, id, t, ir_attr_f(&n, "alpha", 1.0), "alpha"), "scaled", -1);
     int sw = node2(s, id, OP_Mul, a, node2(s, id, OP_Sigmoid, ax, -1, "gate", -1), "swish", -1);
     node2(s, id, OP_Mul, sw, n.in[1], "swiglu", n.out[0]);
 }
@@ -756,7 +756,7 @@ void compose_window(Sweep *s, int id)
                    (long long)ir_attr_i(&n, "output_datatype", 1));
     int64_t ctx[2] = {n.op, periodic ? size : size - 1 ? size - 1 : 1};
     Shape ws = {1, {size}};
-    node2(s, id, OP_Identity, const_fill(s, id, t, &ws, window_at, ctx, "window"), -1, "window", n.out[0]);
+    node2(s, id, OP_Identity, fold_const_fill(s, id, t, &ws, window_at, ctx, "window"), -1, "window", n.out[0]);
 }
 
 void compose_lrn(Sweep *s, int id)
@@ -783,9 +783,9 @@ void compose_lrn(Sweep *s, int id)
     visit(s, c);
     int mean = reshape(s, id, g->node[c].out[0], x->dim, x->rank, "mean", -1); /* sum / size */
     double alpha = ir_attr_f(&n, "alpha", 1e-4), beta = ir_attr_f(&n, "beta", 0.75), bias = ir_attr_f(&n, "bias", 1);
-    int den = node2(s, id, OP_Add, node2(s, id, OP_Mul, mean, fscalar(s, id, t, alpha, "alpha"), "scaled", -1),
-                    fscalar(s, id, t, bias, "bias"), "base", -1);
-    den = node2(s, id, OP_Pow, den, fscalar(s, id, t, beta, "beta"), "den", -1);
+    int den = node2(s, id, OP_Add, node2(s, id, OP_Mul, mean, fold_scalar(s, id, t, alpha, "alpha"), "scaled", -1),
+                    fold_scalar(s, id, t, bias, "bias"), "base", -1);
+    den = node2(s, id, OP_Pow, den, fold_scalar(s, id, t, beta, "beta"), "den", -1);
     node2(s, id, OP_Div, n.in[0], den, "lrn", n.out[0]);
 }
 

@@ -250,26 +250,8 @@ void expand_cumsum(Sweep *s, int id)
 
 /* ---- TopK ---------------------------------------------------------------------- */
 
-/* a constant of dtype t (float32 or float64; bool: nonzero) and shape sh, its elements f(i) */
-static int table(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, int64_t), int64_t len,
-                 const char *suffix)
-{
-    int64_t n = shape_numel(sh);
-    size_t es = t == DT_F64 ? sizeof(double) : t == DT_F32 ? sizeof(float) : 1;
-    void *p = ir_alloc(es * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        double v = f(i, len);
-        if (t == DT_F64)
-            ((double *)p)[i] = v;
-        else if (t == DT_F32)
-            ((float *)p)[i] = (float)v;
-        else
-            ((uint8_t *)p)[i] = v != 0;
-    }
-    return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), t, sh, p);
-}
-static double position(int64_t i, int64_t len) { (void)len; return (double)i; }
-static double earlier(int64_t i, int64_t len) { return i % len < i / len; } /* [i][j]: j before i */
+/* ctx[0] = the axis' length: element [i][j] is 1 where j comes before i */
+static double earlier(int64_t i, const int64_t *ctx) { return i % ctx[0] < i / ctx[0]; }
 
 /* TopK(x) with k (an attribute after fold), axis, largest (sorted: the output is always sorted) as ranks: the
  * rank of x[i] along the axis is how many x[j] beat it (larger; smaller if not largest; equal and j < i: ties go
@@ -324,7 +306,7 @@ void expand_topk(Sweep *s, int id)
     ps.dim[0] = ps.dim[1] = len;
     for (int i = 2; i < ps.rank; i++)
         ps.dim[i] = 1;
-    int before = table(s, id, DT_BOOL, &ps, earlier, len, "earlier");
+    int before = fold_const_fill(s, id, DT_BOOL, &ps, earlier, &len, "earlier");
     int tie = expand3(s, id, OP_Where, expand(s, id, OP_Equal, vj, vi, "tie", -1), before,
                       new_scalar(s, id, DT_BOOL, 0, "false"), "tie_before", -1);
     int beats = expand3(s, id, OP_Where, expand(s, id, largest ? OP_Greater : OP_Less, vj, vi, "beyond", -1),
@@ -337,12 +319,12 @@ void expand_topk(Sweep *s, int id)
     ps.rank = r - ax; /* [k, 1...] at the new axis a1 */
     for (int i = 1; i < ps.rank; i++)
         ps.dim[i] = 1;
-    int want = table(s, id, t, &ps, position, k, "ranks");
+    int want = fold_const_fill(s, id, t, &ps, fold_index_of, NULL, "ranks");
     ps.rank = r + 1 - ax; /* [len, 1, 1...] at the axis */
     ps.dim[0] = len;
     for (int i = 1; i < ps.rank; i++)
         ps.dim[i] = 1;
-    int pos = table(s, id, t, &ps, position, len, "positions");
+    int pos = fold_const_fill(s, id, t, &ps, fold_index_of, NULL, "positions");
     int pick = expand3(s, id, OP_Where, expand(s, id, OP_Equal, rank, want, "ranked", -1), pos,
                        new_scalar(s, id, t, 0, "zero"), "pick", -1); /* [.., len, k, ..] */
     int idx = expand_reduce(s, id, OP_ReduceSum, pick, (int)a0, 0, "index", -1); /* [.., k, ..] */

@@ -28,6 +28,13 @@ const Value *fold_const_in(Graph *g, const Node *n, int i, const char *what);
 int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const char *attr, int64_t axis);
 /* op(a[, b]) named NODE/suffix writing out (-1: a new value), visited; its output (expand.c) */
 int fold_expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out);
+/* compose.c's builders for the expansions: Cast(x) to `to`; a scalar constant of a float dtype; a constant of
+ * dtype t and shape sh whose element i is f(i, ctx) (float32, float64, int64, int32 or bool); f = i */
+int fold_cast(Sweep *s, int id, int x, DType to, const char *suffix, int out);
+int fold_scalar(Sweep *s, int id, DType dt, double v, const char *suffix);
+int fold_const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int64_t, const int64_t *),
+                    const int64_t *ctx, const char *suffix);
+double fold_index_of(int64_t i, const int64_t *ctx);
 
 /* composite ops into the ops fsdpc computes (expand.c): each replaces node id by nodes it visits */
 void expand_rmsnorm(Sweep *s, int id);    /* RMSNormalization */

@@ -32,12 +32,7 @@ typedef struct {
 
 static int op2(Gs *c, Op op, int a, int b, const char *suffix)
 {
-    Graph *g = c->s->g;
-    const char *name = ir_fmt("%s/%s", g->node[c->id].name, suffix);
-    int out = ir_value(g, ir_fmt("%s.%d", name, c->s->nnew++), DT_UNDEF, NULL, R_ACT);
-    int k = ir_node1(g, op, name, a, b, out);
-    visit(c->s, k);
-    return out;
+    return fold_expand(c->s, c->id, op, a, b, suffix, -1);
 }
 
 static int where(Gs *c, int cond, int a, int b, const char *suffix, int out)
@@ -51,10 +46,7 @@ static int where(Gs *c, int cond, int a, int b, const char *suffix, int out)
     return out;
 }
 
-static int num(Gs *c, double v, const char *suffix)
-{
-    return ir_scalar(c->s->g, ir_fmt("%s/%s.%d", c->s->g->node[c->id].name, suffix, c->s->nnew++), c->t, v);
-}
+static int num(Gs *c, double v, const char *suffix) { return fold_scalar(c->s, c->id, c->t, v, suffix); }
 
 static int clip(Gs *c, int x, double lo, double hi, const char *suffix)
 {
@@ -68,16 +60,7 @@ static int clip(Gs *c, int x, double lo, double hi, const char *suffix)
     return out;
 }
 
-static int cast(Gs *c, int x, DType to, const char *suffix)
-{
-    Graph *g = c->s->g;
-    const char *name = ir_fmt("%s/%s", g->node[c->id].name, suffix);
-    int out = ir_value(g, ir_fmt("%s.%d", name, c->s->nnew++), DT_UNDEF, NULL, R_ACT);
-    int k = ir_node1(g, OP_Cast, name, x, -1, out);
-    ir_attr_add(g, k, "to", A_INT)->i = tensor_to_onnx(to);
-    visit(c->s, k);
-    return out;
-}
+static int cast(Gs *c, int x, DType to, const char *suffix) { return fold_cast(c->s, c->id, x, to, suffix, -1); }
 
 static int reshape(Gs *c, int x, const int64_t *dims, int n, const char *suffix)
 {

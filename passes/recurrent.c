@@ -41,9 +41,7 @@ static int mk(Sweep *s, int id, Op op, const int *in, int nin, const char *suffi
 /* op(a[, b]) visited; its output */
 static int op2(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
 {
-    int c = mk(s, id, op, (int[]){a, b}, b < 0 ? 1 : 2, suffix, out);
-    visit(s, c);
-    return s->g->node[c].out[0];
+    return fold_expand(s, id, op, a, b, suffix, out);
 }
 
 /* op(x) with the ints attribute name = v[0..n), visited; its output */
