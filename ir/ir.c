@@ -281,6 +281,10 @@ int ir_scalar(Graph *g, const char *name, DType dt, double v)
         *(float *)g->val[c].data = (float)v;
     else if (dt == DT_BOOL)
         *(uint8_t *)g->val[c].data = v != 0;
+    else if (dt == DT_I64)
+        *(int64_t *)g->val[c].data = (int64_t)v;
+    else if (dt == DT_I32)
+        *(int32_t *)g->val[c].data = (int32_t)v;
     else
         *(double *)g->val[c].data = v;
     g->val[c].persistent = 1;

@@ -305,7 +305,7 @@ int ir_value(Graph *g, const char *name, DType dt, const Shape *s, Role role);
 int ir_node(Graph *g, Op op, const char *name, int nin, const int *in, int nout, const int *out);
 int ir_const(Graph *g, const char *name, DType dt, const Shape *s, const void *data);
 int ir_like(Graph *g, const char *name, int like, Role role); /* same dtype/shape as value like */
-int ir_scalar(Graph *g, const char *name, DType dt, double v); /* a scalar constant (float32, float64 or bool) */
+int ir_scalar(Graph *g, const char *name, DType dt, double v); /* a scalar constant (float32/64, int32/64, bool) */
 int ir_node1(Graph *g, Op op, const char *name, int a, int b, int out); /* 1 or 2 inputs (b=-1) */
 Attr *ir_attr_add(Graph *g, int node, const char *name, AttrKind k);
 /* an A_INTS attribute holding v[0..n) added to node */

@@ -56,7 +56,7 @@ static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suf
     return s->g->node[k].out[0];
 }
 
-/* A scalar constant v of dtype dt (float32, float64 or bool). */
+/* A scalar constant v of dtype dt (float32/64, int32/64 or bool). */
 static int new_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
 {
     Graph *g = s->g;
@@ -1069,6 +1069,60 @@ static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
     return expand_reshape(s, id, s->g->node[c].out[0], d4, 4);
 }
 
+/* 0 where bool ok holds, -inf elsewhere, of dtype t; its output */
+static int attn_allow(Sweep *s, int id, DType t, int ok)
+{
+    return expand3(s, id, OP_Where, ok, new_scalar(s, id, t, 0, "zero"), new_scalar(s, id, t, -INFINITY, "ninf"),
+                   "allowed", -1);
+}
+
+/* nonpad_kv_seqlen's bias (opset 24: an external cache of len[b] valid keys
+ * per batch), built at run time from the int64 lengths: 0 where key j is
+ * allowed, -inf elsewhere, [B, 1, sq, skv].  Key j is a key (j < len[b]) and,
+ * with the query block at the end of the valid keys (offset len[b] - sq,
+ * d = i + offset - j), causal keeps d >= 0 and the windows d <= left,
+ * -d <= right.  Its output. */
+static int attn_nonpad(Sweep *s, int id, int len, DType t, int64_t b, int64_t sq, int64_t skv, int causal,
+                       int64_t lw, int64_t rw)
+{
+    Graph *g = s->g;
+    Node *n = &g->node[id];
+    Shape ls = g->val[len].shape;
+    if (ls.rank != 1 || ls.dim[0] != b || (g->val[len].dtype != DT_I64 && g->val[len].dtype != DT_I32))
+        node_fatal(g, n, "nonpad_kv_seqlen must be int64 or int32 of shape [%lld] (the batch), not %s %s",
+                   (long long)b, dtype_name(g->val[len].dtype), shape_str(&ls));
+    if (sq * skv > ((int64_t)1 << 24))
+        node_fatal(g, n, "a %lld x %lld nonpad_kv_seqlen mask is beyond 2^24 elements per batch", (long long)sq,
+                   (long long)skv);
+    if (g->val[len].dtype != DT_I64)
+        len = fold_cast(s, id, len, DT_I64, "nonpad_i64", -1);
+    int lb = expand_reshape(s, id, len, (int64_t[4]){b, 1, 1, 1}, 4);
+    int64_t *j = ir_alloc(sizeof(int64_t) * (size_t)skv);
+    for (int64_t k = 0; k < skv; k++)
+        j[k] = k;
+    Shape js = {.rank = 1, .dim = {skv}};
+    int keys = ir_const(g, ir_fmt("%s/key_index.%d", g->node[id].name, s->nnew++), DT_I64, &js, j);
+    int bias = attn_allow(s, id, t, expand(s, id, OP_Less, keys, lb, "is_key", -1));
+    if (causal || lw >= 0 || rw >= 0) {
+        int64_t *ij = ir_alloc(sizeof(int64_t) * (size_t)(sq * skv)); /* i - sq - j: d without len[b] */
+        for (int64_t i = 0; i < sq; i++)
+            for (int64_t k = 0; k < skv; k++)
+                ij[i * skv + k] = i - sq - k;
+        Shape ds = {.rank = 2, .dim = {sq, skv}};
+        int d = expand(s, id, OP_Add, ir_const(g, ir_fmt("%s/diag.%d", g->node[id].name, s->nnew++), DT_I64, &ds, ij),
+                       lb, "offset_diag", -1);
+        struct { int on; Op op; double at; } cond[3] = {
+            {causal, OP_GreaterOrEqual, 0}, {lw >= 0, OP_LessOrEqual, (double)lw}, {rw >= 0, OP_GreaterOrEqual, -(double)rw}};
+        for (int c = 0; c < 3; c++)
+            if (cond[c].on) {
+                int at = new_scalar(s, id, DT_I64, cond[c].at, "frontier");
+                int ok = attn_allow(s, id, t, expand(s, id, cond[c].op, d, at, "frontier_ok", -1));
+                bias = expand(s, id, OP_Add, bias, ok, "nonpad_bias", -1);
+            }
+    }
+    return bias;
+}
+
 /* Attention as the ops of its definition: 3-D Q, K, V split into heads;
  * past_key / past_value concatenated before K, V (present_key /
  * present_value); grouped heads of K, V repeated; scores Q * scale x K^T,
@@ -1077,7 +1131,9 @@ static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
  * computed at compile time; Softmax over the keys, a row whose bias is all
  * -inf giving zeros (its scores replaced before the Softmax, so no NaN
  * reaches the gradient); times V, merged back to 3-D.  qk_matmul_output
- * takes the scores of its mode.  nonpad_kv_seqlen is refused. */
+ * takes the scores of its mode.  nonpad_kv_seqlen (not with a past) masks
+ * each batch's keys beyond its length and moves causal and window frontiers
+ * to its end (attn_nonpad). */
 void expand_attention(Sweep *s, int id)
 {
     Graph *g = s->g;
@@ -1091,8 +1147,8 @@ void expand_attention(Sweep *s, int id)
         if (g->val[in[i]].dtype != t || !is_float(t) || g->val[in[i]].shape.rank != r || (r != 3 && r != 4))
             node_fatal(g, &n, "Q, K and V must be float32 or float64 of one dtype and all of rank 3 or 4 (%c is %s, "
                        "rank %d)", "QKV"[i], dtype_name(g->val[in[i]].dtype), g->val[in[i]].shape.rank);
-    if (in[6] >= 0)
-        node_fatal(g, &n, "%s", "nonpad_kv_seqlen is not supported (give the padding as a bool attn_mask)");
+    if (in[6] >= 0 && in[4] >= 0)
+        node_fatal(g, &n, "%s", "nonpad_kv_seqlen cannot be combined with past_key and past_value (ONNX forbids it)");
     if ((in[4] >= 0) != (in[5] >= 0))
         node_fatal(g, &n, "%s", "past_key and past_value go together");
     int64_t mode = ir_attr_i(&n, "qk_matmul_output_mode", 0), sp = ir_attr_i(&n, "softmax_precision", 0);
@@ -1147,10 +1203,14 @@ void expand_attention(Sweep *s, int id)
         sc = expand(s, id, OP_Mul, expand(s, id, OP_Tanh, expand(s, id, OP_Mul, sc, new_scalar(s, id, t, 1 / cap, "cap"),
                     "capped_in", -1), -1, "tanh", -1), new_scalar(s, id, t, cap, "cap"), "capped", -1);
     int capped = sc;
-    /* the bias known at compile time: causal and windows */
+    /* the bias known at compile time: causal and windows; with
+     * nonpad_kv_seqlen, a run-time one (attn_nonpad) */
     int causal = ir_attr_i(&n, "is_causal", 0) != 0, full = 0, bias = -1;
     int64_t lw = ir_attr_i(&n, "left_window_size", -1), rw = ir_attr_i(&n, "right_window_size", -1);
-    if (causal || lw >= 0 || rw >= 0) {
+    if (in[6] >= 0) {
+        bias = attn_nonpad(s, id, in[6], t, qs.dim[0], sq, skv, causal, lw, rw);
+        full = 1; /* a short sequence masks whole rows */
+    } else if (causal || lw >= 0 || rw >= 0) {
         if (sq * skv > ((int64_t)1 << 24)) /* the bias is a constant of the executable */
             node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^24 elements (fsdpc builds it as a "
                        "constant): give the mask as attn_mask instead", (long long)sq, (long long)skv);

@@ -221,15 +221,16 @@ def hostile_models(fsdpc, J, base):
         graph_model(J("einsum_%s.onnx" % tag), [helper.make_node("Einsum", ["x"], ["y"], name="es", equation=eq)], {},
                     [None], x_shape=(3, 3))
         expect_error(cc(J("einsum_%s.onnx" % tag), "--eval"), "'es' (Einsum)", *needles, code=(1,), absent=never)
-    # Attention: below opset 23, opset 25's windows at 24, nonpad_kv_seqlen (a run-time length)
+    # Attention: below opset 23, opset 25's windows at 24, nonpad_kv_seqlen with a past or not one per batch
     for tag, opset, ins, attrs, needles in (
             ("17", 17, ["x", "x", "x"], {}, ("Attention is an opset 23 op", "opset 17")),
             ("window", 24, ["x", "x", "x"], {"left_window_size": 1}, ("opset 25's", "opset 24")),
-            ("nonpad", 24, ["x", "x", "x", "", "", "", "len"], {}, ("nonpad_kv_seqlen is not supported",)),
+            ("nonpad", 24, ["x", "x", "x", "", "x", "x", "len"], {}, ("nonpad_kv_seqlen cannot be combined",)),
+            ("nonpad_shape", 24, ["x", "x", "x", "", "", "", "len2"], {}, ("nonpad_kv_seqlen must be", "[1]")),
             ("causal_huge", 23, ["x", "x", "x"], {"is_causal": 1}, ("5000 x 5000 causal", "2^24", "attn_mask"))):
         sq = 5000 if tag == "causal_huge" else 2
         graph_model(J("attention_%s.onnx" % tag), [helper.make_node("Attention", ins, ["y"], name="at", **attrs)],
-                    {"len": np.array([2], np.int64)}, [1, 1, sq, 4], x_shape=(1, 1, sq, 4), opset=opset)
+                    {"len": np.array([2], np.int64), "len2": np.array([2, 2], np.int64)}, [1, 1, sq, 4], x_shape=(1, 1, sq, 4), opset=opset)
         expect_error(cc(J("attention_%s.onnx" % tag), "--eval"), "'at' (Attention)", *needles, code=(1,), absent=never)
     # RotaryEmbedding below opset 23; an odd rotary_embedding_dim
     for tag, opset, attrs, needles in (("17", 17, {}, ("RotaryEmbedding is an opset 23 op",)),

@@ -86,9 +86,10 @@ def arg_ref(fn, a, axis, last=0, keepdims=1):
     return np.expand_dims(y, axis) if keepdims else y
 
 
-def attention_ref(q, k, v, mask=None, causal=0, scale=None, past=None, softcap=0.0, lw=-1, rw=-1, heads=None):
+def attention_ref(q, k, v, mask=None, causal=0, scale=None, past=None, softcap=0.0, lw=-1, rw=-1, heads=None,
+                  nonpad=None):
     """ONNX Attention written out: heads, past, grouped heads, scale, softcap, causal/window/mask bias, rows
-    whose bias is all -inf give zeros"""
+    whose bias is all -inf give zeros; nonpad: each batch's valid keys, the query block ending at the last one"""
     if heads:
         split = lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1).transpose(0, 2, 1, 3)
         q, k, v = split(q, heads[0]), split(k, heads[1]), split(v, heads[1])
@@ -102,9 +103,12 @@ def attention_ref(q, k, v, mask=None, causal=0, scale=None, past=None, softcap=0
     i = np.arange(s.shape[-2])[:, None] + (past[0].shape[2] if past else 0)
     j = np.arange(s.shape[-1])[None, :]
     ok = np.ones(s.shape[-2:], bool)
-    ok &= (j <= i) if causal else ok
-    ok &= (i - j <= lw) if lw >= 0 else ok
-    ok &= (j - i <= rw) if rw >= 0 else ok
+    if nonpad is not None:  # per batch: [B, 1, sq, skv]
+        i = i + (nonpad - s.shape[-2]).reshape(-1, 1, 1, 1)
+        ok = j < nonpad.reshape(-1, 1, 1, 1)
+    ok = ok & (j <= i) if causal else ok
+    ok = ok & (i - j <= lw) if lw >= 0 else ok
+    ok = ok & (j - i <= rw) if rw >= 0 else ok
     bias = np.where(ok, 0.0, -np.inf)
     if mask is not None:
         mb = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
@@ -296,6 +300,11 @@ def cases():
         {"Q": r(1, 2, 3, 4), "K": r(1, 1, 3, 4), "V": r(1, 1, 3, 2), "PK": r(1, 1, 2, 4), "PV": r(1, 1, 2, 2),
          "bm": numpy_helper.from_array(bm, "bm")},
         lambda w: attention_ref(w["Q"], w["K"], w["V"], bm, causal=1, lw=2, past=(w["PK"], w["PV"])))
+    lens = np.array([5, 2])  # batch 1: 2 keys for 3 queries, its first row masked whole
+    c["Attention_nonpad_causal_window_grouped"] = (
+        [att(["Q", "K", "V", "", "", "", "lens"], is_causal=1, left_window_size=3)],
+        {"Q": r(2, 2, 3, 4), "K": r(2, 1, 5, 4), "V": r(2, 1, 5, 3), "lens": I64("lens", lens)},
+        lambda w: attention_ref(w["Q"], w["K"], w["V"], causal=1, lw=3, nonpad=lens))
     # RotaryEmbedding (opset 23) against rope_ref; the caches are trained too
     pos = np.array([[2, 0, 1], [1, 1, 3]])
     c["RotaryEmbedding_4d_position_ids"] = (
