@@ -5,7 +5,7 @@
  *   read the bytes (kept in g->model_bytes: export rewrites the original)
  *   → check protobuf nesting depth (protobuf-c recurses without a limit)
  *   → unpack with protobuf-c code generated from the system's onnx.proto
- *   → opset of the default domain must be 13..28 (an op newer than it: refused)
+ *   → opset of the default domain must be 7..28 (an op newer than it: refused)
  *   → model-local functions inlined: a flat list of nodes (each with its opset)
  *   → every op one the frontend accepts (ir/ops.def; docs/ops.md lists them)
  *   → initializers      → R_CONST values with host data (raw, typed or external;
@@ -15,7 +15,9 @@
  *                          that the graph lacks (autodiff refuses those)
  *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
- *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
+ *   → nodes, file order → IR nodes; Constant nodes become R_CONST values; a node
+ *                          of opset 7-12 rewritten into its opset 13 form where
+ *                          the versions differ (frontend/opset_old.c)
  *   → graph outputs     → g->output
  *
  * Every problem with the model is one fatal() line: "MODEL: what, where, and
@@ -35,6 +37,7 @@
 #define _XOPEN_SOURCE 700  /* realpath */
 #include "ir.h"
 #include "onnx.pb-c.h"
+#include "opset_old.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -44,7 +47,8 @@
 #include <unistd.h>
 
 enum {
-    OPSET_MIN = 13, OPSET_MAX = 28,  /* 28: the newest onnx 1.23 defines */
+    OPSET_MIN = 7, OPSET_MAX = 28,   /* 28: the newest onnx 1.23 defines */
+    OPSET_IR = 13,                   /* the versions the IR's nodes follow (older ones: opset_old.c) */
     MAX_DEPTH = 100,                 /* protobuf message nesting we accept */
     MAX_KINDS = 4,                   /* unsupported op types named in the message */
 };
@@ -1116,12 +1120,18 @@ static Pair *pair(Pair *t, size_t cap, const char *key)
     return &t[i];
 }
 
+/* fresh(base), reserved: no later derived name takes it. */
+static const char *fresh_reserved(const char *base)
+{
+    const char *s = fresh(base);
+    slot(s);
+    return s;
+}
+
 /* A name no value of the file or of earlier inlining has, reserved. */
 static const char *fresh_internal(const char *prefix, const char *name)
 {
-    const char *s = fresh(ir_fmt("%s/%s", prefix, name));
-    slot(s);
-    return s;
+    return fresh_reserved(ir_fmt("%s/%s", prefix, name));
 }
 
 static const Onnx__AttributeProto *attr_named(Onnx__AttributeProto *const *a, size_t n, const char *name)
@@ -1410,7 +1420,8 @@ static void constant_node(const Onnx__NodeProto *n, const char *what)
  * opset (ops.def's since column) is refused; so is, for the ops whose inputs
  * or attributes changed between opsets 13 and 28 in a way fsdpc reads (the
  * other version bumps of its ops add types only, which shape inference
- * checks), the form of another version: never misread. */
+ * checks), the form of another version: never misread.  A node of opsets 7 to
+ * 12 is then rewritten into its opset 13 form (opset_old.c). */
 static void version_rules(int id, const char *what)
 {
     const Node *n = &G->node[id];
@@ -1508,6 +1519,8 @@ static void load_node(const Flat *fl)
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
     version_rules(id, what);
+    if (opset < OPSET_IR)
+        onnx_old_node(&(OldNode){G, path, what, opset, fresh_reserved}, id);
 }
 
 /* Enter every name the file defines, so derived names avoid them all. */
