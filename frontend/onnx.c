@@ -932,10 +932,18 @@ static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
 
 /* ---- nodes --------------------------------------------------------------- */
 
+/* Upsample (opsets 7 to 9, deprecated from 10) is read as the Resize it equals (opset_old.c). */
+static int is_upsample(const Onnx__NodeProto *n)
+{
+    return default_domain(n->domain) && n->op_type && !strcmp(n->op_type, "Upsample");
+}
+
 static int op_lookup(const Onnx__NodeProto *n)
 {
     if (!default_domain(n->domain) || !n->op_type)
         return -1;
+    if (is_upsample(n))
+        return OP_Resize;
     for (int op = 0; op < OP_COUNT; op++)
         if (op_info[op].since && !strcmp(op_info[op].name, n->op_type))
             return op;
@@ -1518,9 +1526,14 @@ static void load_node(const Flat *fl)
     int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
+    OldNode old = {G, path, what, opset, fresh_reserved};
+    if (is_upsample(n)) {
+        onnx_upsample(&old, id);
+        return;
+    }
     version_rules(id, what);
     if (opset < OPSET_IR)
-        onnx_old_node(&(OldNode){G, path, what, opset, fresh_reserved}, id);
+        onnx_old_node(&old, id);
 }
 
 /* Enter every name the file defines, so derived names avoid them all. */

@@ -17,6 +17,7 @@
  *   Resize-10          (X, scales; mode) → Resize(X, , scales) with
  *                      coordinate_transformation_mode asymmetric and, for
  *                      nearest, nearest_mode floor (ONNX's version converter)
+ *   Upsample-7, -9     (X; scales attribute or input) → the same Resize
  *   BatchNormalization-7 spatial 1 is opset 9's only form; spatial 0 is refused
  *
  * A node in the form of a newer version (an input where its opset has an
@@ -129,15 +130,17 @@ static void set_string(Graph *g, int id, const char *name, const char *s)
         ir_attr_add(g, id, name, A_STRING)->s = ir_strdup(s);
 }
 
-/* Resize(X, scales) of opset 10 → Resize(X, , scales), asymmetric coordinates, nearest = floor. */
-static void resize10(const OldNode *c, int id)
+/* Resize(X, scales) of opset 10, or Upsample(X, scales) → Resize(X, , scales), asymmetric coordinates, nearest =
+ * floor.  op: the op's name in messages; attr: the attribute besides mode it may have (Upsample-7's scales). */
+static void resize_asymmetric(const OldNode *c, int id, const char *op, const char *attr)
 {
     Node *n = &c->g->node[id];
     if (n->nin != 2)
-        refuse(c, "Resize takes X and scales before opset 11; this node has %d inputs", n->nin);
+        refuse(c, "%s takes X and scales%s; this node has %d input%s", op, c->opset < 9 ? " (as an attribute)" : "",
+               n->nin, n->nin == 1 ? "" : "s");
     for (int i = 0; i < n->nattr; i++)
-        if (strcmp(n->attr[i].name, "mode"))
-            refuse(c, "Resize has only the attribute mode before opset 11; this node has %s", n->attr[i].name);
+        if (strcmp(n->attr[i].name, "mode") && strcmp(n->attr[i].name, attr))
+            refuse(c, "%s has only the attribute mode here; this node has %s", op, n->attr[i].name);
     int *in = ir_alloc(sizeof(int) * 3);
     in[0] = n->in[0];
     in[1] = -1;
@@ -147,6 +150,36 @@ static void resize10(const OldNode *c, int id)
     set_string(c->g, id, "coordinate_transformation_mode", "asymmetric");
     if (!strcmp(ir_attr_s(n, "mode", "nearest"), "nearest"))
         set_string(c->g, id, "nearest_mode", "floor");
+}
+
+/* Upsample-7's scales attribute → the scales input Upsample-9 takes (float32, as ONNX's floats are). */
+static void upsample_scales(const OldNode *c, int id)
+{
+    Node *n = &c->g->node[id];
+    const Attr *a = ir_attr(n, "scales");
+    if (n->nin != 1 || !a || a->kind != A_FLOATS || a->n < 1 || a->n > MAX_RANK)
+        refuse(c, "Upsample takes X and the attribute scales (a list of floats, one per axis) before opset 9");
+    float f[MAX_RANK];
+    for (int i = 0; i < a->n; i++)
+        f[i] = (float)a->floats[i];
+    Shape s = {.rank = 1, .dim = {a->n}};
+    int v = ir_const(c->g, c->fresh(ir_fmt("%s.scales", n->name)), DT_F32, &s, f);
+    n = &c->g->node[id];
+    int *in = ir_alloc(sizeof(int) * 2);
+    in[0] = n->in[0];
+    in[1] = v;
+    n->in = in;
+    n->nin = 2;
+}
+
+void onnx_upsample(const OldNode *c, int id)
+{
+    if (c->opset >= 10)
+        fatal("%s: %s: Upsample is deprecated from opset 10 (the model says opset %lld): use Resize", c->path, c->what,
+              (long long)c->opset);
+    if (c->opset < 9)
+        upsample_scales(c, id);
+    resize_asymmetric(c, id, "Upsample", c->opset < 9 ? "scales" : "mode");
 }
 
 /* ---- the entry --------------------------------------------------------------------- */
@@ -167,7 +200,7 @@ void onnx_old_node(const OldNode *c, int id)
         break;
     case OP_Resize:
         if (c->opset < 11)
-            resize10(c, id);
+            resize_asymmetric(c, id, "Resize", "mode");
         break;
     case OP_BatchNormalization:
         if (c->opset < 9 && ir_attr_i(n, "spatial", 1) != 1)

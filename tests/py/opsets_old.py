@@ -6,7 +6,8 @@ optional inputs): a small model made with onnx.helper at an old opset runs throu
 NumPy's answer, and so does the same model lifted to opset 13 by ONNX's version converter (an independent
 reading of the old version).  A model of the changed ops with parameters trains at opsets 7 to 12 exactly as
 its opset 13 lift; a CNN exported by PyTorch at opsets 9 to 12 trains exactly as its export at opset 13.
-Refused in one line: BatchNormalization-7's spatial 0 and Squeeze-11 with an axes input (opset 13's form).
+Refused in one line: BatchNormalization-7's spatial 0, Squeeze-11 with an axes input (opset 13's form), Upsample
+at opset 10 (deprecated there).
 """
 import os
 import warnings
@@ -160,6 +161,13 @@ def resize_bn_gemm(c):
     c.both("resize", [N("Resize", ["im", "sc"], ["n"]), N("Resize", ["im", "sl"], ["l"], mode="linear")],
            {"im": im}, {"n": resize_asym(im, sc, 0), "l": resize_asym(im, sl, 1)}, {"sc": sc, "sl": sl}, 10,
            lifted=False)
+    # Upsample: the same Resize (its scales an attribute at opsets 7 and 8, an input at 9)
+    c.both("upsample", [N("Upsample", ["im"], ["n"], scales=[1.0, 1.0, 2.0, 3.0]),
+                        N("Upsample", ["im"], ["l"], scales=[1.0, 1.0, 2.0, 2.0], mode="linear")],
+           {"im": im}, {"n": resize_asym(im, sc, 0), "l": resize_asym(im, sl, 1)}, opset=7, lifted=False)
+    c.both("upsample", [N("Upsample", ["im", "sc"], ["n"]), N("Upsample", ["im", "sl"], ["l"], mode="linear")],
+           {"im": im}, {"n": resize_asym(im, sc, 0), "l": resize_asym(im, sl, 1)}, {"sc": sc, "sl": sl}, 9,
+           lifted=False)
     s, b, mu, var = (rng.standard_normal(2), rng.standard_normal(2), rng.standard_normal(2), rng.random(2) + .5)
     bn = lambda: (im - mu[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) * s[:, None, None] + b[:, None, None]
     for v, attrs in ((7, {"spatial": 1}), (9, {})):
@@ -241,6 +249,8 @@ def refusals(c):
     x1 = X[:1]
     m = mk([N("Squeeze", ["x1", "ax"], ["q"], name="sq")], {"x1": x1}, {"q": x1[0]}, {"ax": I64(0)}, opset=11)
     c.refuse("squeeze11_input", m, "'sq' (Squeeze)", "axes", "attribute before opset 13", "opset 11")
+    m = mk([N("Upsample", ["x", "sc"], ["y"], name="up")], {"x": X}, {"y": X}, {"sc": np.ones(3, np.float32)}, 10)
+    c.refuse("upsample10", m, "'up' (Upsample)", "deprecated from opset 10", "Resize")
 
 
 # ---- training -------------------------------------------------------------------------------------------------------
