@@ -932,18 +932,29 @@ static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
 
 /* ---- nodes --------------------------------------------------------------- */
 
-/* Upsample (opsets 7 to 9, deprecated from 10) is read as the Resize it equals (opset_old.c). */
-static int is_upsample(const Onnx__NodeProto *n)
+/* Old ops ONNX deprecated in favour of another, read as that op at the opsets
+ * before `until`: Upsample (7 to 9) as the Resize it equals (opset_old.c
+ * rewrites its inputs), Scatter (9, 10) as ScatterElements (the same op). */
+static const struct { const char *name; Op op; int until; } renamed[] = {
+    {"Upsample", OP_Resize, 10},
+    {"Scatter", OP_ScatterElements, 11},
+};
+
+/* n's row of renamed[], or -1. */
+static int renamed_op(const Onnx__NodeProto *n)
 {
-    return default_domain(n->domain) && n->op_type && !strcmp(n->op_type, "Upsample");
+    for (int k = 0; k < (int)(sizeof renamed / sizeof *renamed); k++)
+        if (default_domain(n->domain) && n->op_type && !strcmp(n->op_type, renamed[k].name))
+            return k;
+    return -1;
 }
 
 static int op_lookup(const Onnx__NodeProto *n)
 {
     if (!default_domain(n->domain) || !n->op_type)
         return -1;
-    if (is_upsample(n))
-        return OP_Resize;
+    if (renamed_op(n) >= 0)
+        return renamed[renamed_op(n)].op;
     for (int op = 0; op < OP_COUNT; op++)
         if (op_info[op].since && !strcmp(op_info[op].name, n->op_type))
             return op;
@@ -1429,13 +1440,18 @@ static void constant_node(const Onnx__NodeProto *n, const char *what)
  * or attributes changed between opsets 13 and 28 in a way fsdpc reads (the
  * other version bumps of its ops add types only, which shape inference
  * checks), the form of another version: never misread.  A node of opsets 7 to
- * 12 is then rewritten into its opset 13 form (opset_old.c). */
-static void version_rules(int id, const char *what)
+ * 12 is then rewritten into its opset 13 form (opset_old.c).  rename: the
+ * node's row of renamed[] (an old op read as its successor; its since is
+ * renamed[].until's rule instead), or -1. */
+static void version_rules(int id, const char *what, int rename)
 {
     const Node *n = &G->node[id];
     int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin, since = op_info[n->op].since;
     const char *op = op_info[n->op].name;
-    if (opset < since) /* an op newer than the model (ops.def's since) */
+    if (rename >= 0 && opset >= renamed[rename].until)
+        bad("%s: %s is deprecated from opset %d (the model says opset %lld): use %s", what, renamed[rename].name,
+            renamed[rename].until, (long long)opset, op);
+    if (opset < since && rename < 0) /* an op newer than the model (ops.def's since) */
         bad("%s: %s is an opset %d op; the model says opset %lld (export at opset %d or later)", what, op, since,
             (long long)opset, since);
     if ((op_info[n->op].flags & F_REDUCE) && n->op != OP_ReduceSum) { /* axes: an attribute before opset 18,
@@ -1526,13 +1542,12 @@ static void load_node(const Flat *fl)
     int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
+    int rename = renamed_op(n);
+    version_rules(id, what, rename);
     OldNode old = {G, path, what, opset, fresh_reserved};
-    if (is_upsample(n)) {
+    if (rename >= 0 && op == OP_Resize)
         onnx_upsample(&old, id);
-        return;
-    }
-    version_rules(id, what);
-    if (opset < OPSET_IR)
+    else if (opset < OPSET_IR)
         onnx_old_node(&old, id);
 }
 

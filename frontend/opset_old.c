@@ -18,6 +18,8 @@
  *                      coordinate_transformation_mode asymmetric and, for
  *                      nearest, nearest_mode floor (ONNX's version converter)
  *   Upsample-7, -9     (X; scales attribute or input) → the same Resize
+ *                      (the frontend reads it as Resize, and Scatter-9 as
+ *                      ScatterElements: the same op renamed)
  *   BatchNormalization-7 spatial 1 is opset 9's only form; spatial 0 is refused
  *
  * A node in the form of a newer version (an input where its opset has an
@@ -72,7 +74,7 @@ static int scalar_const(const OldNode *c, const Node *n, const char *what, doubl
     return ir_const(c->g, c->fresh(ir_fmt("%s.%s", n->name, what)), DT_F32, &s, &f);
 }
 
-/* Dropout-7..10's ratio attribute → the ratio input (its reading). */
+/* Dropout-7 and -10: the ratio attribute → the ratio input (its reading). */
 static void dropout_ratio(const OldNode *c, int id)
 {
     const Attr *a = ir_attr(&c->g->node[id], "ratio");
@@ -140,7 +142,7 @@ static void resize_asymmetric(const OldNode *c, int id, const char *op, const ch
                n->nin, n->nin == 1 ? "" : "s");
     for (int i = 0; i < n->nattr; i++)
         if (strcmp(n->attr[i].name, "mode") && strcmp(n->attr[i].name, attr))
-            refuse(c, "%s has only the attribute mode here; this node has %s", op, n->attr[i].name);
+            refuse(c, "%s has only the attribute mode here; this node has %s", op, ir_q(n->attr[i].name));
     int *in = ir_alloc(sizeof(int) * 3);
     in[0] = n->in[0];
     in[1] = -1;
@@ -174,9 +176,6 @@ static void upsample_scales(const OldNode *c, int id)
 
 void onnx_upsample(const OldNode *c, int id)
 {
-    if (c->opset >= 10)
-        fatal("%s: %s: Upsample is deprecated from opset 10 (the model says opset %lld): use Resize", c->path, c->what,
-              (long long)c->opset);
     if (c->opset < 9)
         upsample_scales(c, id);
     resize_asymmetric(c, id, "Upsample", c->opset < 9 ? "scales" : "mode");

@@ -16,8 +16,7 @@ typedef struct {
  * nodes and constants that takes; refuses in one line a form it does not read. */
 void onnx_old_node(const OldNode *c, int id);
 
-/* Rewrites Upsample node id (read as OP_Resize) into the opset 13 Resize it equals; refuses it at opset 10 on
- * (deprecated there: Resize replaces it). */
+/* Rewrites Upsample node id (opsets 7 to 9, read as OP_Resize) into the opset 13 Resize it equals. */
 void onnx_upsample(const OldNode *c, int id);
 
 #endif

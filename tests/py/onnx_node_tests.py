@@ -34,7 +34,7 @@ ROOT = os.environ.get("FSDPC_ONNX_NODE_DATA", "/usr/share/libonnx-testdata/data/
 CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4], "Unsqueeze": [1],
                 "Squeeze": [1], "Pad": [1, 2], "ConstantOfShape": [0], "Range": [0, 1, 2], "Split": [1],
                 "ReduceSum": [1], "Clip": [1, 2], "Dropout": [1, 2], "Trilu": [1], "OneHot": [1],
-                "TopK": [1], "Resize": [1, 2, 3], "CumSum": [1], "CumProd": [1],
+                "TopK": [1], "Resize": [1, 2, 3], "Upsample": [1], "CumSum": [1], "CumProd": [1],
                 "RNN": [4], "GRU": [4], "LSTM": [4],  # sequence_lens
                 "CenterCropPad": [1], "AffineGrid": [1], "ReverseSequence": [1],
                 "HannWindow": [0], "HammingWindow": [0], "BlackmanWindow": [0],

@@ -1,7 +1,7 @@
 """Opsets 7 to 12: each op read as the version the model's opset gives it (run by opsets.py).
 
 For each op whose version at opsets 7-12 differs from opset 13's (an attribute that became an input, Softmax's
-2-D coercion, Resize-10, ...) and a set of ops that only widened since (types, negative axes, broadcasting,
+2-D coercion, Resize-10, Upsample and Scatter read as Resize and ScatterElements, ...) and a set of ops that only widened since (types, negative axes, broadcasting,
 optional inputs): a small model made with onnx.helper at an old opset runs through `fsdpc --eval` and gives
 NumPy's answer, and so does the same model lifted to opset 13 by ONNX's version converter (an independent
 reading of the old version).  A model of the changed ops with parameters trains at opsets 7 to 12 exactly as
@@ -193,6 +193,11 @@ def pools_args(c):
     avg = im[:, :, :4, :4].reshape(1, 2, 2, 2, 2, 2).mean((3, 5))
     c.both("avgpool", [N("AveragePool", ["im"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], {"im": im[:, :, :4, :4]},
            {"y": avg}, opset=7)
+    d, i, u = rng.standard_normal((2, 4)), I64([1, 3], [0, 2]), rng.standard_normal((2, 2))
+    want = d.copy()
+    want[0, [1, 3]], want[1, [0, 2]] = u[0], u[1]
+    for v in (9, 10):  # Scatter: ScatterElements' name before opset 11
+        c.both("scatter", [N("Scatter", ["d", "i", "u"], ["y"], axis=1)], {"d": d}, {"y": want}, {"i": i, "u": u}, v)
     t = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
     c.both("argmax", [N("ArgMax", ["t"], ["a"], axis=-1, keepdims=0), N("ArgMin", ["t"], ["b"], axis=0)], {"t": t},
            {"a": I64(1, 0), "b": I64([0, 1, 1])}, opset=11)
