@@ -5,7 +5,7 @@
  *   read the bytes (kept in g->model_bytes: export rewrites the original)
  *   → check protobuf nesting depth (protobuf-c recurses without a limit)
  *   → unpack with protobuf-c code generated from the system's onnx.proto
- *   → opset of the default domain must be 13..28 (an op newer than it: refused)
+ *   → opset of the default domain must be 7..28 (an op newer than it: refused)
  *   → model-local functions inlined: a flat list of nodes (each with its opset)
  *   → every op one the frontend accepts (ir/ops.def; docs/ops.md lists them)
  *   → initializers      → R_CONST values with host data (raw, typed or external;
@@ -15,7 +15,9 @@
  *                          that the graph lacks (autodiff refuses those)
  *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
- *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
+ *   → nodes, file order → IR nodes; Constant nodes become R_CONST values; a node
+ *                          of opset 7-12 rewritten into its opset 13 form where
+ *                          the versions differ (frontend/opset_old.c)
  *   → graph outputs     → g->output
  *
  * Every problem with the model is one fatal() line: "MODEL: what, where, and
@@ -35,6 +37,7 @@
 #define _XOPEN_SOURCE 700  /* realpath */
 #include "ir.h"
 #include "onnx.pb-c.h"
+#include "opset_old.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -44,7 +47,8 @@
 #include <unistd.h>
 
 enum {
-    OPSET_MIN = 13, OPSET_MAX = 28,  /* 28: the newest onnx 1.23 defines */
+    OPSET_MIN = 7, OPSET_MAX = 28,   /* 28: the newest onnx 1.23 defines */
+    OPSET_IR = 13,                   /* the versions the IR's nodes follow (older ones: opset_old.c) */
     MAX_DEPTH = 100,                 /* protobuf message nesting we accept */
     MAX_KINDS = 4,                   /* unsupported op types named in the message */
 };
@@ -928,10 +932,29 @@ static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
 
 /* ---- nodes --------------------------------------------------------------- */
 
+/* Old ops ONNX deprecated in favour of another, read as that op at the opsets
+ * before `until`: Upsample (7 to 9) as the Resize it equals (opset_old.c
+ * rewrites its inputs), Scatter (9, 10) as ScatterElements (the same op). */
+static const struct { const char *name; Op op; int until; } renamed[] = {
+    {"Upsample", OP_Resize, 10},
+    {"Scatter", OP_ScatterElements, 11},
+};
+
+/* n's row of renamed[], or -1. */
+static int renamed_op(const Onnx__NodeProto *n)
+{
+    for (int k = 0; k < (int)(sizeof renamed / sizeof *renamed); k++)
+        if (default_domain(n->domain) && n->op_type && !strcmp(n->op_type, renamed[k].name))
+            return k;
+    return -1;
+}
+
 static int op_lookup(const Onnx__NodeProto *n)
 {
     if (!default_domain(n->domain) || !n->op_type)
         return -1;
+    if (renamed_op(n) >= 0)
+        return renamed[renamed_op(n)].op;
     for (int op = 0; op < OP_COUNT; op++)
         if (op_info[op].since && !strcmp(op_info[op].name, n->op_type))
             return op;
@@ -1116,12 +1139,18 @@ static Pair *pair(Pair *t, size_t cap, const char *key)
     return &t[i];
 }
 
+/* fresh(base), reserved: no later derived name takes it. */
+static const char *fresh_reserved(const char *base)
+{
+    const char *s = fresh(base);
+    slot(s);
+    return s;
+}
+
 /* A name no value of the file or of earlier inlining has, reserved. */
 static const char *fresh_internal(const char *prefix, const char *name)
 {
-    const char *s = fresh(ir_fmt("%s/%s", prefix, name));
-    slot(s);
-    return s;
+    return fresh_reserved(ir_fmt("%s/%s", prefix, name));
 }
 
 static const Onnx__AttributeProto *attr_named(Onnx__AttributeProto *const *a, size_t n, const char *name)
@@ -1410,13 +1439,19 @@ static void constant_node(const Onnx__NodeProto *n, const char *what)
  * opset (ops.def's since column) is refused; so is, for the ops whose inputs
  * or attributes changed between opsets 13 and 28 in a way fsdpc reads (the
  * other version bumps of its ops add types only, which shape inference
- * checks), the form of another version: never misread. */
-static void version_rules(int id, const char *what)
+ * checks), the form of another version: never misread.  A node of opsets 7 to
+ * 12 is then rewritten into its opset 13 form (opset_old.c).  rename: the
+ * node's row of renamed[] (an old op read as its successor; its since is
+ * renamed[].until's rule instead), or -1. */
+static void version_rules(int id, const char *what, int rename)
 {
     const Node *n = &G->node[id];
     int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin, since = op_info[n->op].since;
     const char *op = op_info[n->op].name;
-    if (opset < since) /* an op newer than the model (ops.def's since) */
+    if (rename >= 0 && opset >= renamed[rename].until)
+        bad("%s: %s is deprecated from opset %d (the model says opset %lld): use %s", what, renamed[rename].name,
+            renamed[rename].until, (long long)opset, op);
+    if (opset < since && rename < 0) /* an op newer than the model (ops.def's since) */
         bad("%s: %s is an opset %d op; the model says opset %lld (export at opset %d or later)", what, op, since,
             (long long)opset, since);
     if ((op_info[n->op].flags & F_REDUCE) && n->op != OP_ReduceSum) { /* axes: an attribute before opset 18,
@@ -1507,7 +1542,13 @@ static void load_node(const Flat *fl)
     int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
         add_attr(id, n->attribute[i], what);
-    version_rules(id, what);
+    int rename = renamed_op(n);
+    version_rules(id, what, rename);
+    OldNode old = {G, path, what, opset, fresh_reserved};
+    if (rename >= 0 && op == OP_Resize)
+        onnx_upsample(&old, id);
+    else if (opset < OPSET_IR)
+        onnx_old_node(&old, id);
 }
 
 /* Enter every name the file defines, so derived names avoid them all. */

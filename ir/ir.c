@@ -28,7 +28,7 @@ const OpInfo op_info[OP_COUNT] = {
 #define EW1(name, since, types, inmax, kernel, p0, p1) \
     {#name, since, types, 1, inmax, 1, 1, 0x1, F_EW | F_UNARY, KF_##kernel, #kernel, {p0, p1}, {-1, -1}, {NULL, NULL}},
 #define EW2(name, kernel) \
-    {#name, 13, T_NUMBER, 2, 2, 1, 1, 0x3, F_EW | F_BINARY | F_I64, KF_##kernel, #kernel, NO_PARAMS, {-1, -1}, \
+    {#name, 7, T_NUMBER, 2, 2, 1, 1, 0x3, F_EW | F_BINARY | F_I64, KF_##kernel, #kernel, NO_PARAMS, {-1, -1}, \
      {NULL, NULL}},
 #define EW2D(name, since, types, inmax, kernel, da, db, i64) \
     {#name, since, types, (inmax) < 0 ? 1 : (inmax), inmax, 1, 1, 0x3, \

@@ -232,7 +232,9 @@ def render(sections, lo, hi):
         "- **opsets**: the model opsets at which fsdpc reads the op.  An op ONNX introduced after opset %d starts"
         % lo,
         "  later; a model whose opset predates it is refused.  Each op is read with the semantics of the version",
-        "  the model's opset gives it (ReduceMean's axes are an attribute before opset 18 and an input from 18 on).",
+        "  the model's opset gives it (ReduceMean's axes are an attribute before opset 18 and an input from 18 on;",
+        "  before opset 13 Softmax, LogSoftmax and Hardmax work on the input made 2-D at axis, and Split's split,",
+        "  Squeeze's axes, Pad's pads, Slice's starts and TopK's k are attributes).",
         "- **dtypes**: the tensor dtypes the op takes.  A model may hold float32, float64, int64, int32 and bool",
         "  tensors (not float16 or bfloat16: `--precision bf16` or `fp16` computes in those from a float32 model).",
         "- **gradient**: the inputs a gradient flows back to when training (1st = the op's first input in ONNX's",

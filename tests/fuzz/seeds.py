@@ -2,7 +2,7 @@
 
 usage: seeds.py OUTDIR
 
-Per case, as tests/py/onnx_node_tests.py prepares it for `fsdpc --eval` (lifted to opset 13 when older,
+Per case, as tests/py/onnx_node_tests.py prepares it for `fsdpc --eval` (lifted to opset 13 when below 7,
 inputs in constant positions baked in as initializers): CASE.eval.onnx; and CASE.train.onnx with every
 float input an initializer too (from the case's data), so that the training pipeline has parameters to
 differentiate.  Cases that cannot be prepared are left out (the raw models are seeds as well).
@@ -28,7 +28,7 @@ def main():
         d = os.path.join(ROOT, case)
         try:
             model = onnx.load(os.path.join(d, "model.onnx"))
-            if 0 < default_opset(model) < 13:
+            if 0 < default_opset(model) < 7:  # fsdpc reads 7-28: older cases as written
                 model = onnx.version_converter.convert_version(model, 13)
             data = sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb")),
                           key=lambda p: int(re.findall(r"(\d+)\.pb$", p)[0]))

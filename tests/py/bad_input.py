@@ -239,6 +239,17 @@ def hostile_models(fsdpc, J, base):
                                                                **attrs)],
                     {"cs": np.ones((1, 2, 2), np.float32)}, [1, 1, 2, 4], x_shape=(1, 1, 2, 4), opset=opset)
         expect_error(cc(J("rope_%s.onnx" % tag), "--eval"), "'re' (RotaryEmbedding)", *needles, code=(1,), absent=never)
+    # opsets: below 7 (lift it with ONNX's converter); an old version's form fsdpc does not read
+    # (BatchNormalization-7's spatial 0: per-element statistics)
+    graph_model(J("opset6.onnx"), [helper.make_node("Relu", ["x"], ["y"])], {}, [None, 3], opset=6)
+    expect_error(cc(J("opset6.onnx"), "--eval"), "opset 6", "opsets 7 to 28", "convert_version", code=(1,),
+                 absent=never)
+    v3 = np.ones(3, np.float32)
+    graph_model(J("bn_spatial0.onnx"), [helper.make_node("BatchNormalization", ["x", "s", "s", "s", "s"], ["y"],
+                                                         name="bn", spatial=0)], {"s": v3}, [2, 3], x_shape=(2, 3),
+                opset=7)
+    expect_error(cc(J("bn_spatial0.onnx"), "--eval"), "'bn' (BatchNormalization)", "spatial = 0", "at opset 7",
+                 "convert_version(model, 13)", code=(1,), absent=never)
     # attributes of the wrong type are errors, not silently the default
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], name="g1")
     gemm.attribute.append(helper.make_attribute("transB", "yes"))

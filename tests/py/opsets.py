@@ -1,4 +1,4 @@
-"""Every opset from 13 to 28, each op read with the semantics of the version the model imports.
+"""Every opset from 7 to 28, each op read with the semantics of the version the model imports.
 
 usage: opsets.py FSDPC WORKDIR
 
@@ -10,11 +10,17 @@ Small models made with onnx.helper at the opset under test, run through
   - Pad-18 (opset 19): the axes input (pads for the listed axes only, one
     negative);
   - AveragePool-19 (opset 19): dilations;
-  - the MLP of examples/ re-stamped at opset 28 trains exactly as at 17.
+  - the MLP of examples/ re-stamped at opsets 9 to 12 and 28 trains exactly as at 17.
   - LayerNormalization at opset 13 (ONNX's from 17; ONNX Runtime's optimizer writes it at older opsets).
+Opsets 7 to 12 (opsets_old.py): each op whose version there differs from opset 13's, in small models made
+with onnx.helper at opsets 7, 9, 10, 11 and 12, gives NumPy's answer and what the same model lifted to opset
+13 by ONNX's version converter gives; a model of those ops trains as its opset 13 lift does; a CNN and the
+MLP exported (re-stamped) at opsets 9 to 12 train as at opset 13.
 Refused with one line naming the node, op and what to do (exit 1):
-  - opset 29 and opset 12 (the message names the opset and the range);
-  - an op newer than the model's opset (ops.def's since): Trilu at 13, CastLike at 14, Gelu at 19;
+  - opset 29 and opset 6 (the message names the opset and the range);
+  - an op newer than the model's opset (ops.def's since): Trilu at 13, CastLike at 14, Gelu at 19, Celu at 11,
+    Mod at 9, Range at 10;
+  - at an old opset: BatchNormalization-7's spatial 0, Squeeze-11 with an axes input (opset 13's form);
   - ReduceMean at opset 17 with an axes input; at opset 18 with an axes attribute;
   - Split at opset 17 with num_outputs; Pad-19's wrap mode.
 """
@@ -25,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import opsets_old
 from common import check, run
 
 rng = np.random.default_rng(0)
@@ -128,8 +135,9 @@ def main():
 
     # an op newer than the model's opset (ops.def's since column) is refused; LayerNormalization (ONNX's from
     # opset 17) is read at 13-16 too, as ONNX Runtime's optimizer writes it there
-    for op, since, attrs in (("Trilu", 14, {}), ("CastLike", 15, {}), ("Gelu", 20, {})):
-        ins = ["x", "x"] if op == "CastLike" else ["x"]
+    for op, since, attrs in (("Trilu", 14, {}), ("CastLike", 15, {}), ("Gelu", 20, {}), ("Celu", 12, {}),
+                             ("Mod", 10, {}), ("Range", 11, {})):
+        ins = {"CastLike": ["x", "x"], "Mod": ["x", "x"], "Range": ["x", "x", "x"]}.get(op, ["x"])
         m = model([helper.make_node(op, ins, ["y"], name="n1", **attrs)], {"x": x}, ["y"], opset=since - 1)
         refuse(fsdpc, work, "%s%d" % (op, since - 1), m, "'n1' (%s)" % op, "opset %d op" % since,
                "opset %d" % (since - 1))
@@ -140,9 +148,9 @@ def main():
     expect(fsdpc, work, "LayerNormalization13", m, {"x": x}, {"y": (x - mu) / np.sqrt(var + 1e-5) * w + b})
 
     # the opset range
-    for opset in (12, 29):
+    for opset in (6, 29):
         m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}, ["y"], opset=opset)
-        refuse(fsdpc, work, "opset%d" % opset, m, "opset %d" % opset, "13 to 28")
+        refuse(fsdpc, work, "opset%d" % opset, m, "opset %d" % opset, "7 to 28")
 
     # the MLP at opset 28 trains as at opset 17 (same executable text but the stamp)
     mlp = onnx.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "mlp.onnx"))
@@ -151,7 +159,7 @@ def main():
     np.save(os.path.join(work, "x.npy"), xs)
     np.save(os.path.join(work, "t.npy"), ts)
     losses = {}
-    for opset in (17, 28):
+    for opset in (17, 28, 9, 10, 11, 12):  # Gemm, Tanh, Relu: one meaning from opset 7 to 28
         for o in mlp.opset_import:
             if o.domain in ("", "ai.onnx"):
                 o.version = opset
@@ -162,10 +170,12 @@ def main():
         p = run([exe, "--data", "x=" + os.path.join(work, "x.npy"), "--data", "target=" + os.path.join(work, "t.npy"),
                  "--steps", "5"])
         losses[opset] = [l.split()[3] for l in p.stdout.splitlines() if l.startswith("step ")]
-    check(len(losses[17]) == 5 and losses[17] == losses[28], "opset 28's losses %s != opset 17's %s"
-          % (losses[28], losses[17]))
-    print("ok the MLP at opset 28 = at opset 17:", " ".join(losses[28]))
-    print("OK opsets: 13 to 28, each op read as its version says")
+    for opset in (28, 9, 10, 11, 12):
+        check(len(losses[17]) == 5 and losses[17] == losses[opset], "opset %d's losses %s != opset 17's %s"
+              % (opset, losses[opset], losses[17]))
+    print("ok the MLP at opsets 9-12 and 28 = at opset 17:", " ".join(losses[28]))
+    opsets_old.main(fsdpc, work, evaluate, refuse)
+    print("OK opsets: 7 to 28, each op read as its version says")
 
 
 if __name__ == "__main__":
