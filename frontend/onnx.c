@@ -14,6 +14,8 @@
  *                          G->sig_lost: parameters the exported program lists
  *                          that the graph lacks (autodiff refuses those)
  *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
+ *   → non-persistent buffers (the same metadata): checked to name initializers
+ *                          (the executable's --export-safetensors leaves them out)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
  *   → graph outputs     → g->output
@@ -551,6 +553,7 @@ static void load_initializers(const Onnx__GraphProto *gp)
 #define PROGRAM_SIG_KEY "pkg.torch.export.ExportedProgram.graph_signature"
 #define FX_KEY "pkg.torch.onnx.fx_node"
 #define PADDING_KEY "fsdpc.padding_idx."
+#define NON_PERSISTENT_KEY "fsdpc.non_persistent." /* runtime/export.c reads it */
 enum { VI_METADATA = 4, NODE_METADATA = 9, TENSOR_METADATA = 16, GRAPH_METADATA = 16 };
 
 typedef struct { const uint8_t *p; uint64_t n; } Bytes;
@@ -809,6 +812,23 @@ static void load_padding(void)
                 "scripts/export_torch.py", what, e->value ? ir_q(e->value) : "", ir_q(name),
                 (long long)x->shape.dim[0] - 1);
         G->val[v].pad_row = row;
+    }
+}
+
+/* scripts/export_torch.py's record of a non-persistent buffer: model metadata_props NON_PERSISTENT_KEY + an
+ * initializer's name, which runtime/export.c leaves out of --export-safetensors (no state_dict holds it): the
+ * name must be an initializer's. */
+static void check_non_persistent(void)
+{
+    size_t k = strlen(NON_PERSISTENT_KEY);
+    for (size_t i = 0; i < model->n_metadata_props; i++) {
+        const char *key = model->metadata_props[i]->key;
+        if (!key || strncmp(key, NON_PERSISTENT_KEY, k))
+            continue;
+        int v = find(key + k);
+        if (v < 0 || G->val[v].init_index < 0)
+            bad("metadata_props '%s': '%s' is no initializer (a non-persistent buffer's); export the model again "
+                "with scripts/export_torch.py", ir_q(key), ir_q(key + k));
     }
 }
 
@@ -1579,6 +1599,7 @@ Graph *onnx_load(const Options *opt)
     load_signature(gp);
     load_program_signature(gp);
     load_padding();
+    check_non_persistent();
     load_inputs(opt, gp);
     for (size_t i = 0; i < nflat; i++)
         load_node(&flat[i]);

@@ -17,7 +17,12 @@
  * written back, or kept fixed: --freeze, or no gradient reaches it, with its
  * original values): an 8-byte little-endian header length, the JSON header
  * (dtype, shape, data_offsets; names JSON-escaped; padded with spaces to 8
- * bytes), then the data.
+ * bytes), then the data.  It is the module's state_dict: an initializer the
+ * model's metadata_props names under NON_PERSISTENT_KEY (scripts/
+ * export_torch.py's record of a non-persistent buffer, a rotary embedding's
+ * inv_freq, which no state_dict holds) is left out, so that a strict
+ * load_state_dict takes the file; the header's __metadata__ "left_out" and
+ * a line on stdout (unless --quiet) name them.
  *
  * External data: when the original model kept any initializer in an
  * external data file, or the export would pack to more than 1 GiB, the
@@ -51,6 +56,9 @@
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
+
+/* scripts/export_torch.py's model metadata_props key prefix: + INIT = a non-persistent buffer */
+#define NON_PERSISTENT_KEY "fsdpc.non_persistent."
 
 /* ONNX TensorProto.DataType */
 enum { ONNX_FLOAT = 1, ONNX_DOUBLE = 11 };
@@ -447,8 +455,47 @@ static void put(Str *s, const char *fmt, ...)
     s->n += (size_t)k;
 }
 
-/* rank 0, after patching: every float initializer as a safetensors file */
-static int write_safetensors(Export *x, const char *path)
+/* whether the model's metadata_props record initializer name as a non-persistent buffer (NON_PERSISTENT_KEY) */
+static int non_persistent(const Export *x, const char *name)
+{
+    size_t k = strlen(NON_PERSISTENT_KEY);
+    for (size_t i = 0; i < x->mp->n_metadata_props; i++) {
+        const char *key = x->mp->metadata_props[i]->key;
+        if (key && !strncmp(key, NON_PERSISTENT_KEY, k) && !strcmp(key + k, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* s gets name as a JSON string's contents (quotes and backslashes escaped, control characters as \uXXXX) */
+static void put_json(Str *s, const char *name)
+{
+    for (const unsigned char *q = (const unsigned char *)name; *q; q++)
+        if (*q == '"' || *q == '\\')
+            put(s, "\\%c", *q);
+        else if (*q < 0x20 || *q == 0x7f)
+            put(s, "\\u%04x", *q);
+        else
+            put(s, "%c", *q);
+}
+
+/* the safetensors header's __metadata__: format and producer, and "left_out": the non-persistent buffers'
+ * names, comma-separated (none: no key); the names also in *left (its n counts them) */
+static void put_metadata(const Export *x, Str *h, Str *left)
+{
+    put(h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"");
+    for (size_t i = 0; i < x->nrefs; i++)
+        if (non_persistent(x, x->refs[i].name)) {
+            put(h, left->n ? "," : ",\"left_out\":\"");
+            put_json(h, x->refs[i].name);
+            put(left, "%s%s", left->n ? ", " : "", x->refs[i].name);
+        }
+    put(h, "%s}", left->n ? "\"" : "");
+}
+
+/* rank 0, after patching: every float initializer but the non-persistent buffers as a safetensors file; their
+ * names into *left */
+static int write_st(Export *x, const char *path, Str *left)
 {
     Str h = {0};
     size_t off = 0;
@@ -457,12 +504,14 @@ static int write_safetensors(Export *x, const char *path)
     int *keep = calloc(x->nrefs + 1, sizeof *keep);
     if (!keep)
         return xfail(x, "out of memory");
-    put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"}");
+    put_metadata(x, &h, left);
     for (size_t i = 0; i < x->nrefs; i++) { /* refs are in name order */
         const InitRef *r = &x->refs[i];
         const Onnx__TensorProto *t = r->t;
         if (!t->has_data_type || (t->data_type != ONNX_FLOAT && t->data_type != ONNX_DOUBLE))
             continue; /* an integer or boolean constant of the model: no state */
+        if (non_persistent(x, r->name))
+            continue; /* no state_dict entry */
         const uint8_t *p;
         size_t len;
         void *owned;
@@ -477,13 +526,7 @@ static int write_safetensors(Export *x, const char *path)
         }
         keep[i] = 1;
         put(&h, ",\"");
-        for (const unsigned char *q = (const unsigned char *)r->name; *q; q++)
-            if (*q == '"' || *q == '\\')
-                put(&h, "\\%c", *q);
-            else if (*q < 0x20 || *q == 0x7f)
-                put(&h, "\\u%04x", *q);
-            else
-                put(&h, "%c", *q);
+        put_json(&h, r->name);
         put(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t->data_type == ONNX_FLOAT ? "F32" : "F64");
         for (size_t d = 0; d < t->n_dims; d++)
             put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
@@ -527,6 +570,18 @@ static int write_safetensors(Export *x, const char *path)
     free(keep);
     free(h.b);
     return commit_tmp(x, &f, path, rc);
+}
+
+/* write_st, and a line naming the buffers it left out (unless quiet) */
+static int write_safetensors(Export *x, const char *path, int quiet)
+{
+    Str left = {0};
+    int rc = write_st(x, path, &left);
+    if (rc == 0 && left.n && !left.oom && !quiet)
+        printf("%s: --export-safetensors %s: left out the non-persistent buffers (no state_dict entry, the "
+               "export's metadata): %s\n", rt_prog, path, left.b);
+    free(left.b);
+    return rc;
 }
 
 /* t's data in the export's external file, at off */
@@ -618,11 +673,11 @@ static int write_external(Export *x, const char *onnx_path)
     return rc;
 }
 
-static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_path)
+static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_path, int quiet)
 {
     if (patch_params(x, c) != 0 || patch_state(x, c) != 0)
         return -1;
-    if (st_path && write_safetensors(x, st_path) != 0)
+    if (st_path && write_safetensors(x, st_path, quiet) != 0)
         return -1;
     if (!onnx_path)
         return 0;
@@ -660,7 +715,7 @@ static void cleanup(Export *x, const RtModel *m)
     free(x->data_path);
 }
 
-int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path)
+int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path, int quiet)
 {
     const RtModel *m = c->m;
     Export x;
@@ -682,7 +737,7 @@ int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd,
             rt_ctl_gather(param, bytes, c->rank == 0 ? x.full[u] : NULL, 0);
         }
         if (c->rank == 0)
-            ok = finish(&x, c, onnx_path, st_path) == 0;
+            ok = finish(&x, c, onnx_path, st_path, quiet) == 0;
     }
     if (c->rank == 0 && !ok) {
         fprintf(stderr, "%s: error: %s %s: %s\n", rt_prog, x.flag, x.path, x.err);
