@@ -430,8 +430,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
                 xs[i] = xst[perm[i]];
             cg_put(b, "    { static const int64_t sh[] = %s, ys[] = %s, xs[] = %s;\n", cg_ints(g->val[y].shape.dim, r),
                 cg_ints(yst, r), cg_ints(xs, r));
-            cg_put(b, "      k_copy_strided(%d, %d, sh, %s, 0, ys, %s, 0, xs); }\n", (int)dtype_size(dt), r, cg_ptr(g, y),
-                cg_ptr(g, x));
+            cg_put(b, "      k_copy_strided(%d, %d, sh, %s, 0, ys, %s, 0, xs); }\n", (int)dtype_size(dt), r,
+                cg_ptr(g, y), cg_ptr(g, x));
             break;
         }
         cg_put(b, "    { static const int64_t xs[] = %s, pm[] = %s;\n", cg_ints(vx->shape.dim, vx->shape.rank),
