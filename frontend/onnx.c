@@ -14,8 +14,8 @@
  *                          G->sig_lost: parameters the exported program lists
  *                          that the graph lacks (autodiff refuses those)
  *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
- *   → non-persistent buffers (the same metadata): checked to name initializers
- *                          (the executable's --export-safetensors leaves them out)
+ *   → non-persistent buffers and tied aliases (the same metadata): checked to
+ *                          name initializers (--export-safetensors reads them)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values
  *   → graph outputs     → g->output
@@ -554,6 +554,7 @@ static void load_initializers(const Onnx__GraphProto *gp)
 #define FX_KEY "pkg.torch.onnx.fx_node"
 #define PADDING_KEY "fsdpc.padding_idx."
 #define NON_PERSISTENT_KEY "fsdpc.non_persistent." /* runtime/export.c reads it */
+#define TIED_KEY "fsdpc.tied."                       /* + ALIAS = INIT: so does it */
 enum { VI_METADATA = 4, NODE_METADATA = 9, TENSOR_METADATA = 16, GRAPH_METADATA = 16 };
 
 typedef struct { const uint8_t *p; uint64_t n; } Bytes;
@@ -815,20 +816,25 @@ static void load_padding(void)
     }
 }
 
-/* scripts/export_torch.py's record of a non-persistent buffer: model metadata_props NON_PERSISTENT_KEY + an
- * initializer's name, which runtime/export.c leaves out of --export-safetensors (no state_dict holds it): the
- * name must be an initializer's. */
-static void check_non_persistent(void)
+/* scripts/export_torch.py's records for runtime/export.c's --export-safetensors: model metadata_props
+ * NON_PERSISTENT_KEY + an initializer's name (a non-persistent buffer, which no state_dict holds: left out) and
+ * TIED_KEY + ALIAS = an initializer's name (a tied parameter's other name: written with its data).  The names
+ * must be initializers' (an alias must not be one: the file would hold the name twice). */
+static void check_state_records(void)
 {
-    size_t k = strlen(NON_PERSISTENT_KEY);
+    size_t kn = strlen(NON_PERSISTENT_KEY), kt = strlen(TIED_KEY);
     for (size_t i = 0; i < model->n_metadata_props; i++) {
-        const char *key = model->metadata_props[i]->key;
-        if (!key || strncmp(key, NON_PERSISTENT_KEY, k))
-            continue;
-        int v = find(key + k);
-        if (v < 0 || G->val[v].init_index < 0)
+        const char *key = model->metadata_props[i]->key, *val = model->metadata_props[i]->value;
+        int v;
+        if (key && !strncmp(key, NON_PERSISTENT_KEY, kn) && ((v = find(key + kn)) < 0 || G->val[v].init_index < 0))
             bad("metadata_props '%s': '%s' is no initializer (a non-persistent buffer's); export the model again "
-                "with scripts/export_torch.py", ir_q(key), ir_q(key + k));
+                "with scripts/export_torch.py", ir_q(key), ir_q(key + kn));
+        if (key && !strncmp(key, TIED_KEY, kt) &&
+            (!val || (v = find(val)) < 0 || G->val[v].init_index < 0 ||
+             ((v = find(key + kt)) >= 0 && G->val[v].init_index >= 0)))
+            bad("metadata_props '%s' = '%s': a tied parameter's other name and the initializer holding it (the "
+                "name no initializer's); export the model again with scripts/export_torch.py", ir_q(key),
+                val ? ir_q(val) : "");
     }
 }
 
@@ -1599,7 +1605,7 @@ Graph *onnx_load(const Options *opt)
     load_signature(gp);
     load_program_signature(gp);
     load_padding();
-    check_non_persistent();
+    check_state_records();
     load_inputs(opt, gp);
     for (size_t i = 0; i < nflat; i++)
         load_node(&flat[i]);

@@ -22,7 +22,11 @@
  * export_torch.py's record of a non-persistent buffer, a rotary embedding's
  * inv_freq, which no state_dict holds) is left out, so that a strict
  * load_state_dict takes the file; the header's __metadata__ "left_out" and
- * a line on stdout (unless --quiet) name them.
+ * a line on stdout (unless --quiet) name them.  A tied parameter is one
+ * initializer under one of its names; each other name the metadata records
+ * (TIED_KEY + ALIAS = INIT) is a tensor of the file too, INIT's data again
+ * (safetensors has no shared entries), as the module's state_dict holds
+ * every name.
  *
  * External data: when the original model kept any initializer in an
  * external data file, or the export would pack to more than 1 GiB, the
@@ -59,6 +63,8 @@
 
 /* scripts/export_torch.py's model metadata_props key prefix: + INIT = a non-persistent buffer */
 #define NON_PERSISTENT_KEY "fsdpc.non_persistent."
+/* + ALIAS = INIT: a tied parameter's other name (no initializer), written with INIT's data */
+#define TIED_KEY "fsdpc.tied."
 
 /* ONNX TensorProto.DataType */
 enum { ONNX_FLOAT = 1, ONNX_DOUBLE = 11 };
@@ -493,18 +499,27 @@ static void put_metadata(const Export *x, Str *h, Str *left)
     put(h, "%s}", left->n ? "\"" : "");
 }
 
-/* rank 0, after patching: every float initializer but the non-persistent buffers as a safetensors file; their
- * names into *left */
-static int write_st(Export *x, const char *path, Str *left)
+/* one tensor of the safetensors file: an initializer (x->refs[ref]) under its name or a tied alias */
+typedef struct {
+    size_t ref;
+    const char *name;
+    size_t len;               /* bytes */
+} StEntry;
+
+/* the index in x->refs of the initializer named name, or x->nrefs */
+static size_t find_ref(const Export *x, const char *name)
 {
-    Str h = {0};
-    size_t off = 0;
-    x->path = path;
-    x->flag = "--export-safetensors";
-    int *keep = calloc(x->nrefs + 1, sizeof *keep);
-    if (!keep)
-        return xfail(x, "out of memory");
-    put_metadata(x, &h, left);
+    InitRef key = {.name = name};
+    const InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
+    return r ? (size_t)(r - x->refs) : x->nrefs;
+}
+
+/* e[] gets the file's tensors: every float initializer that is no non-persistent buffer, in name order, then
+ * each tied alias the metadata names (TIED_KEY + ALIAS = an initializer among them) with its initializer's
+ * data; returns their count, or -1 (x->err says why).  e has room for nrefs + n_metadata_props entries. */
+static long select_st(Export *x, StEntry *e)
+{
+    size_t n = 0;
     for (size_t i = 0; i < x->nrefs; i++) { /* refs are in name order */
         const InitRef *r = &x->refs[i];
         const Onnx__TensorProto *t = r->t;
@@ -515,35 +530,59 @@ static int write_st(Export *x, const char *path, Str *left)
         const uint8_t *p;
         size_t len;
         void *owned;
-        int64_t n = numel_of(t);
+        int64_t numel = numel_of(t);
         int rc = data_of(x, r, &p, &len, &owned);
         free(owned);
         if (rc != 0)
-            break;
-        if (n < 0 || len != (size_t)n * (t->data_type == ONNX_FLOAT ? 4 : 8)) {
-            xfail(x, "initializer '%s' has %zu bytes of data, which do not match its shape", r->name, len);
-            break;
-        }
-        keep[i] = 1;
+            return -1;
+        if (numel < 0 || len != (size_t)numel * (t->data_type == ONNX_FLOAT ? 4 : 8))
+            return xfail(x, "initializer '%s' has %zu bytes of data, which do not match its shape", r->name, len);
+        e[n++] = (StEntry){i, r->name, len};
+    }
+    size_t kept = n, k = strlen(TIED_KEY);
+    for (size_t m = 0; m < x->mp->n_metadata_props; m++) {
+        const Onnx__StringStringEntryProto *kv = x->mp->metadata_props[m];
+        if (!kv->key || strncmp(kv->key, TIED_KEY, k) || !kv->value)
+            continue;
+        size_t i = find_ref(x, kv->value);
+        for (size_t j = 0; j < kept; j++)
+            if (e[j].ref == i && find_ref(x, kv->key + k) == x->nrefs) { /* an alias that is no initializer */
+                e[n++] = (StEntry){i, kv->key + k, e[j].len};
+                break;
+            }
+    }
+    return (long)n;
+}
+
+/* rank 0, after patching: every float initializer but the non-persistent buffers, and the tied aliases, as a
+ * safetensors file; the non-persistent buffers' names into *left */
+static int write_st(Export *x, const char *path, Str *left)
+{
+    Str h = {0};
+    size_t off = 0;
+    x->path = path;
+    x->flag = "--export-safetensors";
+    StEntry *e = calloc(x->nrefs + x->mp->n_metadata_props + 1, sizeof *e);
+    if (!e)
+        return xfail(x, "out of memory");
+    long n = select_st(x, e);
+    put_metadata(x, &h, left);
+    for (long i = 0; i < n; i++) {
+        const Onnx__TensorProto *t = x->refs[e[i].ref].t;
         put(&h, ",\"");
-        put_json(&h, r->name);
+        put_json(&h, e[i].name);
         put(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t->data_type == ONNX_FLOAT ? "F32" : "F64");
         for (size_t d = 0; d < t->n_dims; d++)
             put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + len);
-        off += len;
-    }
-    if (x->err[0]) {
-        free(keep);
-        free(h.b);
-        return -1;
+        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + e[i].len);
+        off += e[i].len;
     }
     put(&h, "}");
     while (!h.oom && h.n % 8)
         put(&h, " ");
     RtAFile f;
-    if (h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &f)) {
-        free(keep);
+    if (n < 0 || (h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &f))) {
+        free(e);
         free(h.b);
         return -1;
     }
@@ -551,23 +590,21 @@ static int write_st(Export *x, const char *path, Str *left)
     for (int k = 0; k < 8; k++)
         len8[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
     int rc = rt_write_all(f.fd, len8, 8) != 0 || rt_write_all(f.fd, h.b, h.n) != 0 ? -1 : 0;
-    for (size_t i = 0; i < x->nrefs && rc == 0; i++) {
+    for (long i = 0; i < n && rc == 0; i++) {
         const uint8_t *p;
         size_t len;
         void *owned;
-        if (!keep[i])
-            continue;
-        if (data_of(x, &x->refs[i], &p, &len, &owned) != 0) {
+        if (data_of(x, &x->refs[e[i].ref], &p, &len, &owned) != 0) {
             free(owned);
             rt_afile_abort(&f);
-            free(keep);
+            free(e);
             free(h.b);
             return -1;
         }
         rc = rt_write_all(f.fd, p, len);
         free(owned);
     }
-    free(keep);
+    free(e);
     free(h.b);
     return commit_tmp(x, &f, path, rc);
 }

@@ -33,7 +33,9 @@ row: neither exporter keeps padding_idx, and fsdpc reads the key to give that ro
 as PyTorch does.  Each non-persistent buffer (register_buffer(..., persistent=False): a rotary embedding's
 inv_freq) the export holds as an initializer is recorded too, key "fsdpc.non_persistent.INIT", value the
 buffer's name in the module: it is no entry of the module's state_dict, so the executable's
---export-safetensors leaves it out (and says so) and a strict load_state_dict takes the file.
+--export-safetensors leaves it out (and says so).  A tied parameter is one initializer under one of its names;
+each other name is recorded, key "fsdpc.tied.NAME", value the initializer: --export-safetensors writes the
+tensor under that name too.  So a strict load_state_dict takes the file.
 
 Outputs: the export's output must be a tensor (the loss reads it).  A module whose forward returns something else
 (a Hugging Face model's ModelOutput, a tuple, a dict) is wrapped here, in place (wrap_outputs: its forward
@@ -94,6 +96,7 @@ def _set_bn_training(path, n_train):
 
 PADDING_KEY = "fsdpc.padding_idx."
 NON_PERSISTENT_KEY = "fsdpc.non_persistent."
+TIED_KEY = "fsdpc.tied."
 
 
 def _aliases(named):
@@ -141,13 +144,27 @@ def _non_persistent_records(model, inits):
     return out
 
 
+def _tied_records(model, inits):
+    """(key, value, note) for each other name of a tied parameter (one initializer under one of its names):
+    TIED_KEY + the other name = the initializer, so that fsdpc's --export-safetensors holds every name of the
+    module's state_dict"""
+    out = []
+    for ns in _aliases(model.named_parameters(remove_duplicate=False)).values():
+        found = [n for n in ns if n in inits]
+        for n in ns if found else []:
+            if n not in inits:
+                out.append((TIED_KEY + n, found[0], "%s: tied to initializer %s, recorded: fsdpc's "
+                            "--export-safetensors writes it under both names" % (n, found[0])))
+    return out
+
+
 def _record_metadata(model, path):
-    """each nn.Embedding's padding_idx and each non-persistent buffer written into path's model metadata_props
-    (PADDING_KEY, NON_PERSISTENT_KEY); returns the notes"""
+    """each nn.Embedding's padding_idx, each non-persistent buffer and each tied parameter's other names written
+    into path's model metadata_props (PADDING_KEY, NON_PERSISTENT_KEY, TIED_KEY); returns the notes"""
     import onnx
     m = onnx.load(path, load_external_data=False)
     inits = {t.name for t in m.graph.initializer}
-    recs = _padding_records(model, inits, path) + _non_persistent_records(model, inits)
+    recs = _padding_records(model, inits, path) + _non_persistent_records(model, inits) + _tied_records(model, inits)
     if not recs:
         return []
     for k, v, _ in recs:
@@ -200,11 +217,15 @@ def wrap_outputs(model, args, input_names=None):
     ModelOutput, a tuple, a dict): its .logits, or else its first tensor, the inputs by keyword when the forward
     names every input (input_names, default: the forward's first parameters), else by position.  The forward is
     replaced on the instance (a bound method: deepcopy rebinds it), so every parameter and buffer keeps its own
-    name.  Returns (input_names to export with, a note or None); one forward call decides, the RNG state kept."""
+    name.  Returns (input_names to export with, a note or None); one forward call decides, the RNG state and the
+    buffers kept."""
     names = list(input_names) if input_names else _forward_names(model, len(args))
     kw = _by_keyword(model, names)
+    saved = [b.detach().clone() for b in model.buffers()]  # a training-mode forward updates BatchNorm's
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         out = model(**dict(zip(names, args))) if kw else model(*args)
+        for b, v in zip(model.buffers(), saved):
+            b.copy_(v)
     if isinstance(out, torch.Tensor):
         return input_names, None
     t, where = _first_tensor(out)
