@@ -177,7 +177,7 @@ def _record_metadata(model, path):
 
 
 def _first_tensor(out):
-    """(the tensor an output stands for, where it is: ".logits", ".last_hidden_state", "[0]"), or (None, None)"""
+    """(the tensor an output stands for, where it is: ".logits", "['last_hidden_state']", "[0]"), or (None, None)"""
     if isinstance(out, torch.Tensor):
         return out, ""
     logits = getattr(out, "logits", None)
@@ -187,16 +187,14 @@ def _first_tensor(out):
         list(enumerate(out)) if isinstance(out, (tuple, list)) else [])
     for k, v in items:
         if isinstance(v, torch.Tensor):
-            return v, ".%s" % k if isinstance(k, str) else "[%d]" % k
+            return v, "[%r]" % k
     return None, None
 
 
 def _pick(out, where):
-    """the tensor at where (as _first_tensor names it) in a forward's output"""
-    if where.startswith("["):
-        return out[int(where[1:-1])]
-    key = where[1:]
-    return out[key] if isinstance(out, dict) else getattr(out, key)
+    """the tensor at where (as _first_tensor names it: .logits, [0], ['out']) in a forward's output"""
+    import ast
+    return getattr(out, where[1:]) if where.startswith(".") else out[ast.literal_eval(where[1:-1])]
 
 
 def _forward_names(model, n):
@@ -241,7 +239,7 @@ def wrap_outputs(model, args, input_names=None):
     model.forward = types.MethodType(forward, model)
     how = "by keyword: " + ", ".join(names) if kw else "by position"
     note = ("%s returns %s: the export returns its %s %s (inputs %s)"
-            % (type(model).__name__, type(out).__name__, where if where.startswith(".") else "element " + where,
+            % (type(model).__name__, type(out).__name__, where if where.startswith(".") else "first tensor " + where,
                list(t.shape), how))
     return (names if kw else input_names), note
 
@@ -309,9 +307,7 @@ def check(model, path, fsdpc="fsdpc", fsdpc_args=()):
     names, report = trained_names(fsdpc, path, list(fsdpc_args) + freeze_args(model))
     print(report.rstrip())
     trained = set(names)
-    aliases = {}  # a parameter's names: tied weights have several
-    for n, p in model.named_parameters(remove_duplicate=False):
-        aliases.setdefault(id(p), []).append(n)
+    aliases = _aliases(model.named_parameters(remove_duplicate=False))  # tied weights have several names
     params = dict(model.named_parameters())
     every = {n for ns in aliases.values() for n in ns}
     buffers = {n for n, b in model.named_buffers() if b.is_floating_point()}
