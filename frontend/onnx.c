@@ -14,6 +14,8 @@
  *                          G->sig_lost: parameters the exported program lists
  *                          that the graph lacks (autodiff refuses those)
  *   → padding_idx       → Value.pad_row (export_torch.py's model metadata)
+ *   → non-persistent buffers and tied aliases (the same metadata): checked to
+ *                          name initializers (--export-safetensors reads them)
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values; a node
  *                          of opset 7-12 rewritten into its opset 13 form where
@@ -555,6 +557,8 @@ static void load_initializers(const Onnx__GraphProto *gp)
 #define PROGRAM_SIG_KEY "pkg.torch.export.ExportedProgram.graph_signature"
 #define FX_KEY "pkg.torch.onnx.fx_node"
 #define PADDING_KEY "fsdpc.padding_idx."
+#define NON_PERSISTENT_KEY "fsdpc.non_persistent." /* runtime/export.c reads it */
+#define TIED_KEY "fsdpc.tied."                       /* + ALIAS = INIT: so does it */
 enum { VI_METADATA = 4, NODE_METADATA = 9, TENSOR_METADATA = 16, GRAPH_METADATA = 16 };
 
 typedef struct { const uint8_t *p; uint64_t n; } Bytes;
@@ -813,6 +817,28 @@ static void load_padding(void)
                 "scripts/export_torch.py", what, e->value ? ir_q(e->value) : "", ir_q(name),
                 (long long)x->shape.dim[0] - 1);
         G->val[v].pad_row = row;
+    }
+}
+
+/* scripts/export_torch.py's records for runtime/export.c's --export-safetensors: model metadata_props
+ * NON_PERSISTENT_KEY + an initializer's name (a non-persistent buffer, which no state_dict holds: left out) and
+ * TIED_KEY + ALIAS = an initializer's name (a tied parameter's other name: written with its data).  The names
+ * must be initializers' (an alias must not be one: the file would hold the name twice). */
+static void check_state_records(void)
+{
+    size_t kn = strlen(NON_PERSISTENT_KEY), kt = strlen(TIED_KEY);
+    for (size_t i = 0; i < model->n_metadata_props; i++) {
+        const char *key = model->metadata_props[i]->key, *val = model->metadata_props[i]->value;
+        int v;
+        if (key && !strncmp(key, NON_PERSISTENT_KEY, kn) && ((v = find(key + kn)) < 0 || G->val[v].init_index < 0))
+            bad("metadata_props '%s': '%s' is no initializer (a non-persistent buffer's); export the model again "
+                "with scripts/export_torch.py", ir_q(key), ir_q(key + kn));
+        if (key && !strncmp(key, TIED_KEY, kt) &&
+            (!val || (v = find(val)) < 0 || G->val[v].init_index < 0 ||
+             ((v = find(key + kt)) >= 0 && G->val[v].init_index >= 0)))
+            bad("metadata_props '%s' = '%s': a tied parameter's other name and the initializer holding it (the "
+                "name no initializer's); export the model again with scripts/export_torch.py", ir_q(key),
+                val ? ir_q(val) : "");
     }
 }
 
@@ -1620,6 +1646,7 @@ Graph *onnx_load(const Options *opt)
     load_signature(gp);
     load_program_signature(gp);
     load_padding();
+    check_state_records();
     load_inputs(opt, gp);
     for (size_t i = 0; i < nflat; i++)
         load_node(&flat[i]);

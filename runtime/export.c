@@ -17,7 +17,16 @@
  * written back, or kept fixed: --freeze, or no gradient reaches it, with its
  * original values): an 8-byte little-endian header length, the JSON header
  * (dtype, shape, data_offsets; names JSON-escaped; padded with spaces to 8
- * bytes), then the data.
+ * bytes), then the data.  It is the module's state_dict: an initializer the
+ * model's metadata_props names under NON_PERSISTENT_KEY (scripts/
+ * export_torch.py's record of a non-persistent buffer, a rotary embedding's
+ * inv_freq, which no state_dict holds) is left out, so that a strict
+ * load_state_dict takes the file; the header's __metadata__ "left_out" and
+ * a line on stdout (unless --quiet) name them.  A tied parameter is one
+ * initializer under one of its names; each other name the metadata records
+ * (TIED_KEY + ALIAS = INIT) is a tensor of the file too, INIT's data again
+ * (safetensors has no shared entries), as the module's state_dict holds
+ * every name.
  *
  * External data: when the original model kept any initializer in an
  * external data file, or the export would pack to more than 1 GiB, the
@@ -51,6 +60,11 @@
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
+
+/* scripts/export_torch.py's model metadata_props key prefix: + INIT = a non-persistent buffer */
+#define NON_PERSISTENT_KEY "fsdpc.non_persistent."
+/* + ALIAS = INIT: a tied parameter's other name (no initializer), written with INIT's data */
+#define TIED_KEY "fsdpc.tied."
 
 /* ONNX TensorProto.DataType */
 enum { ONNX_FLOAT = 1, ONNX_DOUBLE = 11 };
@@ -447,60 +461,128 @@ static void put(Str *s, const char *fmt, ...)
     s->n += (size_t)k;
 }
 
-/* rank 0, after patching: every float initializer as a safetensors file */
-static int write_safetensors(Export *x, const char *path)
+/* whether the model's metadata_props record initializer name as a non-persistent buffer (NON_PERSISTENT_KEY) */
+static int non_persistent(const Export *x, const char *name)
 {
-    Str h = {0};
-    size_t off = 0;
-    x->path = path;
-    x->flag = "--export-safetensors";
-    int *keep = calloc(x->nrefs + 1, sizeof *keep);
-    if (!keep)
-        return xfail(x, "out of memory");
-    put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"}");
+    size_t k = strlen(NON_PERSISTENT_KEY);
+    for (size_t i = 0; i < x->mp->n_metadata_props; i++) {
+        const char *key = x->mp->metadata_props[i]->key;
+        if (key && !strncmp(key, NON_PERSISTENT_KEY, k) && !strcmp(key + k, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* s gets name as a JSON string's contents (quotes and backslashes escaped, control characters as \uXXXX) */
+static void put_json(Str *s, const char *name)
+{
+    for (const unsigned char *q = (const unsigned char *)name; *q; q++)
+        if (*q == '"' || *q == '\\')
+            put(s, "\\%c", *q);
+        else if (*q < 0x20 || *q == 0x7f)
+            put(s, "\\u%04x", *q);
+        else
+            put(s, "%c", *q);
+}
+
+/* the safetensors header's __metadata__: format and producer, and "left_out": the non-persistent buffers'
+ * names, comma-separated (none: no key); the names also in *left (its n counts them) */
+static void put_metadata(const Export *x, Str *h, Str *left)
+{
+    put(h, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"fsdpc\"");
+    for (size_t i = 0; i < x->nrefs; i++)
+        if (non_persistent(x, x->refs[i].name)) {
+            put(h, left->n ? "," : ",\"left_out\":\"");
+            put_json(h, x->refs[i].name);
+            put(left, "%s%s", left->n ? ", " : "", x->refs[i].name);
+        }
+    put(h, "%s}", left->n ? "\"" : "");
+}
+
+/* one tensor of the safetensors file: an initializer (x->refs[ref]) under its name or a tied alias */
+typedef struct {
+    size_t ref;
+    const char *name;
+    size_t len;               /* bytes */
+} StEntry;
+
+/* the index in x->refs of the initializer named name, or x->nrefs */
+static size_t find_ref(const Export *x, const char *name)
+{
+    InitRef key = {.name = name};
+    const InitRef *r = bsearch(&key, x->refs, x->nrefs, sizeof *x->refs, cmp_ref);
+    return r ? (size_t)(r - x->refs) : x->nrefs;
+}
+
+/* e[] gets the file's tensors: every float initializer that is no non-persistent buffer, in name order, then
+ * each tied alias the metadata names (TIED_KEY + ALIAS = an initializer among them) with its initializer's
+ * data; returns their count, or -1 (x->err says why).  e has room for nrefs + n_metadata_props entries. */
+static long select_st(Export *x, StEntry *e)
+{
+    size_t n = 0;
     for (size_t i = 0; i < x->nrefs; i++) { /* refs are in name order */
         const InitRef *r = &x->refs[i];
         const Onnx__TensorProto *t = r->t;
         if (!t->has_data_type || (t->data_type != ONNX_FLOAT && t->data_type != ONNX_DOUBLE))
             continue; /* an integer or boolean constant of the model: no state */
+        if (non_persistent(x, r->name))
+            continue; /* no state_dict entry */
         const uint8_t *p;
         size_t len;
         void *owned;
-        int64_t n = numel_of(t);
+        int64_t numel = numel_of(t);
         int rc = data_of(x, r, &p, &len, &owned);
         free(owned);
         if (rc != 0)
-            break;
-        if (n < 0 || len != (size_t)n * (t->data_type == ONNX_FLOAT ? 4 : 8)) {
-            xfail(x, "initializer '%s' has %zu bytes of data, which do not match its shape", r->name, len);
-            break;
-        }
-        keep[i] = 1;
+            return -1;
+        if (numel < 0 || len != (size_t)numel * (t->data_type == ONNX_FLOAT ? 4 : 8))
+            return xfail(x, "initializer '%s' has %zu bytes of data, which do not match its shape", r->name, len);
+        e[n++] = (StEntry){i, r->name, len};
+    }
+    size_t kept = n, k = strlen(TIED_KEY);
+    for (size_t m = 0; m < x->mp->n_metadata_props; m++) {
+        const Onnx__StringStringEntryProto *kv = x->mp->metadata_props[m];
+        if (!kv->key || strncmp(kv->key, TIED_KEY, k) || !kv->value)
+            continue;
+        size_t i = find_ref(x, kv->value);
+        for (size_t j = 0; j < kept; j++)
+            if (e[j].ref == i && find_ref(x, kv->key + k) == x->nrefs) { /* an alias that is no initializer */
+                e[n++] = (StEntry){i, kv->key + k, e[j].len};
+                break;
+            }
+    }
+    return (long)n;
+}
+
+/* rank 0, after patching: every float initializer but the non-persistent buffers, and the tied aliases, as a
+ * safetensors file; the non-persistent buffers' names into *left */
+static int write_st(Export *x, const char *path, Str *left)
+{
+    Str h = {0};
+    size_t off = 0;
+    x->path = path;
+    x->flag = "--export-safetensors";
+    StEntry *e = calloc(x->nrefs + x->mp->n_metadata_props + 1, sizeof *e);
+    if (!e)
+        return xfail(x, "out of memory");
+    long n = select_st(x, e);
+    put_metadata(x, &h, left);
+    for (long i = 0; i < n; i++) {
+        const Onnx__TensorProto *t = x->refs[e[i].ref].t;
         put(&h, ",\"");
-        for (const unsigned char *q = (const unsigned char *)r->name; *q; q++)
-            if (*q == '"' || *q == '\\')
-                put(&h, "\\%c", *q);
-            else if (*q < 0x20 || *q == 0x7f)
-                put(&h, "\\u%04x", *q);
-            else
-                put(&h, "%c", *q);
+        put_json(&h, e[i].name);
         put(&h, "\":{\"dtype\":\"%s\",\"shape\":[", t->data_type == ONNX_FLOAT ? "F32" : "F64");
         for (size_t d = 0; d < t->n_dims; d++)
             put(&h, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + len);
-        off += len;
-    }
-    if (x->err[0]) {
-        free(keep);
-        free(h.b);
-        return -1;
+        put(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + e[i].len);
+        off += e[i].len;
     }
     put(&h, "}");
     while (!h.oom && h.n % 8)
         put(&h, " ");
     RtAFile f;
-    if (h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &f)) {
-        free(keep);
+    if (n < 0 || (h.oom ? xfail(x, "out of memory writing the safetensors header") : open_tmp(x, path, &f))) {
+        free(e);
         free(h.b);
         return -1;
     }
@@ -508,25 +590,35 @@ static int write_safetensors(Export *x, const char *path)
     for (int k = 0; k < 8; k++)
         len8[k] = (uint8_t)((uint64_t)h.n >> (8 * k));
     int rc = rt_write_all(f.fd, len8, 8) != 0 || rt_write_all(f.fd, h.b, h.n) != 0 ? -1 : 0;
-    for (size_t i = 0; i < x->nrefs && rc == 0; i++) {
+    for (long i = 0; i < n && rc == 0; i++) {
         const uint8_t *p;
         size_t len;
         void *owned;
-        if (!keep[i])
-            continue;
-        if (data_of(x, &x->refs[i], &p, &len, &owned) != 0) {
+        if (data_of(x, &x->refs[e[i].ref], &p, &len, &owned) != 0) {
             free(owned);
             rt_afile_abort(&f);
-            free(keep);
+            free(e);
             free(h.b);
             return -1;
         }
         rc = rt_write_all(f.fd, p, len);
         free(owned);
     }
-    free(keep);
+    free(e);
     free(h.b);
     return commit_tmp(x, &f, path, rc);
+}
+
+/* write_st, and a line naming the buffers it left out (unless quiet) */
+static int write_safetensors(Export *x, const char *path, int quiet)
+{
+    Str left = {0};
+    int rc = write_st(x, path, &left);
+    if (rc == 0 && left.n && !left.oom && !quiet)
+        printf("%s: --export-safetensors %s: left out the non-persistent buffers (no state_dict entry, the "
+               "export's metadata): %s\n", rt_prog, path, left.b);
+    free(left.b);
+    return rc;
 }
 
 /* t's data in the export's external file, at off */
@@ -618,11 +710,11 @@ static int write_external(Export *x, const char *onnx_path)
     return rc;
 }
 
-static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_path)
+static int finish(Export *x, RtCtx *c, const char *onnx_path, const char *st_path, int quiet)
 {
     if (patch_params(x, c) != 0 || patch_state(x, c) != 0)
         return -1;
-    if (st_path && write_safetensors(x, st_path) != 0)
+    if (st_path && write_safetensors(x, st_path, quiet) != 0)
         return -1;
     if (!onnx_path)
         return 0;
@@ -660,7 +752,7 @@ static void cleanup(Export *x, const RtModel *m)
     free(x->data_path);
 }
 
-int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path)
+int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path, int quiet)
 {
     const RtModel *m = c->m;
     Export x;
@@ -682,7 +774,7 @@ int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd,
             rt_ctl_gather(param, bytes, c->rank == 0 ? x.full[u] : NULL, 0);
         }
         if (c->rank == 0)
-            ok = finish(&x, c, onnx_path, st_path) == 0;
+            ok = finish(&x, c, onnx_path, st_path, quiet) == 0;
     }
     if (c->rank == 0 && !ok) {
         fprintf(stderr, "%s: error: %s %s: %s\n", rt_prog, x.flag, x.path, x.err);

@@ -1061,7 +1061,7 @@ static int finish(Run *r)
 {
     int status = 0;
     if ((r->o.export_path || r->o.export_st) &&
-        rt_export(&r->ctx, r->o.export_path, r->o.export_st, r->init_fd, r->init_path) != 0)
+        rt_export(&r->ctx, r->o.export_path, r->o.export_st, r->init_fd, r->init_path, r->o.quiet) != 0)
         status = 1;
     if (g_rank == 0 && r->mf) {
         r->mf = NULL;

@@ -32,8 +32,9 @@ _Noreturn void rt_fatal(int code, const char *fmt, ...) __attribute__((format(pr
 /* --export-onnx / --export-safetensors (either path may be NULL): collective
  * over all ranks.  init_fd is the open init file.  Returns 0 on every rank if
  * the files were written, 1 on every rank otherwise (the message has been
- * printed by rank 0). */
-int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path);
+ * printed by rank 0).  Unless quiet, rank 0 names the non-persistent buffers
+ * the safetensors file leaves out. */
+int rt_export(RtCtx *c, const char *onnx_path, const char *st_path, int init_fd, const char *init_path, int quiet);
 
 /* Start-up check on rank 0, so that a run does not train for hours and then
  * fail to export: the model is embedded and FILE's directory is writable.

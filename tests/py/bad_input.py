@@ -282,8 +282,8 @@ def hostile_models(fsdpc, J, base):
 
 
 def export_metadata(fsdpc, J, good, base):
-    """Exports that would train another network with exit 0, and export_torch.py's padding_idx metadata gone
-    wrong: one error line each, no executable.  tests/data/export (its generate.py, torch 2.15: CI has no torch 2)
+    """Exports that would train another network with exit 0, and export_torch.py's padding_idx, non-persistent
+    buffer and tied-name metadata gone wrong: one error line each, no executable.  tests/data/export (its generate.py, torch 2.15: CI has no torch 2)
     holds torch.onnx.export's default export of a zero Conv bias, which onnxscript's optimizer drops (as all 26 of
     torchvision's SqueezeNet), and an optimize=False export with a tied embedding and an unused Linear, which
     compiles: a tied parameter is read under its other name and an unused one by nothing, so neither is refused."""
@@ -316,6 +316,20 @@ def export_metadata(fsdpc, J, good, base):
         e.key, e.value = "fsdpc.padding_idx." + key, val
         onnx.save(m, J("pad%d.onnx" % i))
         expect_error(cc(J("pad%d.onnx" % i), *base), "pad%d.onnx" % i, *needles, code=(1,), absent=never)
+    # export_torch.py's records for --export-safetensors gone wrong: fsdpc.non_persistent.INIT (a non-persistent
+    # buffer, left out) naming no initializer; fsdpc.tied.ALIAS = INIT (a tied parameter's other name, written with
+    # INIT's data) whose INIT is none, or whose ALIAS is an initializer itself
+    for i, (key, val, needles) in enumerate([
+            ("fsdpc.non_persistent.rotary.inv_freq", "rotary.inv_freq",
+             ["metadata_props 'fsdpc.non_persistent.rotary.inv_freq': 'rotary.inv_freq' is no initializer"]),
+            ("fsdpc.tied.head.weight", "nope", ["metadata_props 'fsdpc.tied.head.weight' = 'nope': a tied"]),
+            ("fsdpc.tied.w", "w", ["metadata_props 'fsdpc.tied.w' = 'w': a tied", "the name no initializer's"])]):
+        m = onnx.load(good)
+        e = m.metadata_props.add()
+        e.key, e.value = key, val
+        onnx.save(m, J("state%d.onnx" % i))
+        expect_error(cc(J("state%d.onnx" % i), *base), "state%d.onnx" % i, *needles, "export_torch.py", code=(1,),
+                     absent=never)
 
 
 def mlp(path, extra_nodes=(), external=False, batch="batch"):

@@ -8,7 +8,8 @@ usage: int_arith.py FSDPC WORKDIR
    ONNX's truncation and sign-of-divisor rules), Neg/Abs/Sign of int64 and
    int32, Pow of a float base with an int64 exponent and of an int64 base;
    every output must equal NumPy's exactly (floats: to the last bit NumPy's
-   float32 Pow gives, within 1 ulp).
+   float32 Pow gives, within 1 ulp).  Transposes of int64, int32 and bool
+   tensors (each moved in its own element size) beside them.
 2. Training with Hugging Face's position ids computed at run time from the
    tokens: mask = ids != pad, pos = CumSum(mask) * mask - 1 clipped at 0
    (as transformers' position ids from an attention mask), logits from
@@ -50,16 +51,20 @@ def eval_model(path):
         N("Neg", ["a"], ["neg"]), N("Abs", ["a"], ["abs"]), N("Sign", ["a"], ["sign"]),
         N("Neg", ["p"], ["neg32"]), N("Abs", ["p"], ["abs32"]), N("Sign", ["p"], ["sign32"]),
         N("Pow", ["f", "e"], ["powf"]), N("Pow", ["e", "two"], ["powi"]),
+        N("Transpose", ["a"], ["tr64"], perm=[1, 0]), N("Transpose", ["p"], ["tr32"], perm=[1, 0]),
+        N("Greater", ["a", "zero"], ["pos_b"]), N("Transpose", ["pos_b"], ["trb_b"], perm=[1, 0]),
+        N("Cast", ["trb_b"], ["trb"], to=I64),
     ]
     outs = [("cs", I64), ("cs_ex", I64), ("cs_rev", I64), ("cs32", I32), ("add32", I32), ("sub32", I32),
             ("mul32", I32), ("div32", I32), ("mod32", I32), ("fmod32", I32), ("min32", I32), ("max32", I32),
             ("neg", I64), ("abs", I64), ("sign", I64), ("neg32", I32), ("abs32", I32), ("sign32", I32),
-            ("powf", F), ("powi", I64)]
+            ("powf", F), ("powi", I64), ("tr64", I64), ("tr32", I32), ("trb", I64)]
     g = helper.make_graph(nodes, "ints",
                           [vi("a", I64, [B, T]), vi("p", I32, [B, T]), vi("q", I32, [B, T]), vi("f", F, [B, T]),
                            vi("e", I64, [B, T])],
                           [vi(n, t, None) for n, t in outs],
-                          [const("ax1", np.int64(1)), const("ax0", np.int64(0)), const("two", np.int64(2))])
+                          [const("ax1", np.int64(1)), const("ax0", np.int64(0)), const("two", np.int64(2)),
+                           const("zero", np.int64(0))])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return [n for n, _ in outs]
 
@@ -73,7 +78,8 @@ def expected(a, p, q, f, e):
             "div32": c(np.trunc(p / q)), "mod32": np.mod(p, q), "fmod32": c(np.fmod(p, q)),
             "min32": np.minimum(p, q), "max32": np.maximum(p, q),
             "neg": -a, "abs": np.abs(a), "sign": np.sign(a), "neg32": -p, "abs32": np.abs(p), "sign32": np.sign(p),
-            "powf": np.power(f, e.astype(np.float32)), "powi": e ** 2}
+            "powf": np.power(f, e.astype(np.float32)), "powi": e ** 2,
+            "tr64": a.T.copy(), "tr32": p.T.copy(), "trb": (a > 0).T.astype(np.int64)}
 
 
 def check_eval(fsdpc, work):

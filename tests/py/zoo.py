@@ -7,7 +7,11 @@ For each model and exporter (dynamo, torchscript): the parameters' external data
 ref.json's recipe (param_values, NumPy only), then fsdpc compiles the committed ONNX file as it is (--target cpu
 --loss cross_entropy:logits,labels --optimizer adamw --wrap size:2000 --verify) and the executable trains 3
 AdamW steps at world 2 under mpirun on the committed batch; the 3 losses within 1e-4 (relative) of PyTorch's,
-and every parameter's final values (at ref.json's positions, and its L2 norm) within 1e-4 of its max |w|.
+and every parameter's final values (at ref.json's positions, and its L2 norm) within 1e-4 of its max |w|.  The
+--export-safetensors file holds no non-persistent buffer (the export's metadata: export_torch.py records them, as
+a rotary embedding's inv_freq) and its header names those it left out; it holds each tied parameter under every
+name the metadata records (GPT-2's lm_head.weight beside transformer.wte.weight).  Each model's package versions
+(ref.json's "versions") are printed.
 Each compile's attentions are fused as FUSED says (FusedAttention nodes after the attention pass, both exports; 0
 where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), BERT and both ViTs 2,
 T5 all 6 (their learned relative-position bias gets its gradient from the fused op), Falcon 2.  The grouped-query
@@ -78,13 +82,30 @@ def adamw_flags():
 
 
 def read_safetensors(path):
+    """(name -> array, the header's __metadata__)"""
     raw = open(path, "rb").read()
     n = int.from_bytes(raw[:8], "little")
     head = json.loads(raw[8:8 + n])
-    head.pop("__metadata__", None)
+    meta = head.pop("__metadata__", {})
     dt = {"F32": np.float32, "F64": np.float64}
     return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-                             dt[v["dtype"]]).reshape(v["shape"]) for k, v in head.items()}
+                             dt[v["dtype"]]).reshape(v["shape"]) for k, v in head.items()}, meta
+
+
+def check_state_dict(tag, exp, w, meta):
+    """the --export-safetensors file is the module's state_dict: the non-persistent buffers the export's metadata
+    records (ref.json, from export_torch.py) left out and named in the header's left_out; each other name of a
+    tied parameter it records held too, equal to the initializer's tensor"""
+    np_bufs = exp.get("non_persistent", [])
+    kept = [n for n in np_bufs if n in w]
+    left = meta.get("left_out", "").split(",") if meta.get("left_out") else []
+    check(not kept and sorted(left) == sorted(np_bufs),
+          "%s: non-persistent buffers %s: %s in the safetensors file, its header's left_out %s"
+          % (tag, np_bufs, kept, left))
+    for alias, init in exp.get("tied", {}).items():
+        check(alias in w and init in w and np.array_equal(w[alias], w[init]),
+              "%s: tied %s (initializer %s): %s in the safetensors file" % (tag, alias, init,
+                                                                       "differs" if alias in w else "not"))
 
 
 def stage(ref, exp, src, dst):
@@ -161,7 +182,8 @@ def train(tag, ref, onnx_path, src, exe, world, extra=(), bf16=False):
     worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, want["losses"]))
     check(worst_l <= (BF16_LOSS_TOL if bf16 else TOL), "%s: losses %s, PyTorch %s (rel %.3g)"
           % (tag, losses, want["losses"], worst_l))
-    w = read_safetensors(st)
+    w, meta = read_safetensors(st)
+    check_state_dict(tag, ref["exports"][os.path.basename(onnx_path).split(".")[0]], w, meta)
     worst_w, seen, ups = (0.0, ""), set(), ([], [])
     for e in table:
         f = want["final"][e["param"]]
@@ -225,6 +247,8 @@ def main():
         src = os.path.join(ZOO, name)
         with open(os.path.join(src, "ref.json")) as f:
             ref = json.load(f)
+        print("%s: generated with %s" % (name, ", ".join("%s %s" % kv for kv in sorted(ref.get("versions", {}).items()))
+                                         or "(no versions recorded)"))
         for exporter in ("dynamo", "torchscript"):
             tag = "%s/%s" % (name, exporter)
             exp = ref["exports"][exporter]

@@ -11,7 +11,11 @@ Per model NAME, tests/zoo/NAME/ gets
                      (at the exporter's default opset; llama_sdpa23 at opset 23)
   torchscript.onnx   torch.onnx.export(..., dynamo=False, training=TRAINING, do_constant_folding=False)
   INPUT.npy ...      the one global batch (4 samples) every step trains on, labels.npy its class labels
-  ref.json           the recipe and PyTorch's trajectory: 3 AdamW steps at world 2
+  ref.json           the recipe and PyTorch's trajectory: 3 AdamW steps at world 2; the package versions
+                     ("versions"); per export, what its metadata records for --export-safetensors: the
+                     non-persistent buffers ("non_persistent") and tied parameters' other names ("tied")
+Hugging Face models are built as they are (a ModelOutput): export_torch.wrap_outputs makes their forward return
+.logits, their inputs by keyword, as scripts/export_torch.py does for a user.
 Both exports keep the parameters as external data (FILE.onnx.params, not committed): every parameter's initial
 value is drawn by zoo.param_values (NumPy, from the model's seed and the parameter's index, mean and std), so
 tests/py/zoo.py writes the data file again with Debian's NumPy and the committed files stay small (ResNet-18 in
@@ -44,17 +48,6 @@ from zoo import ADAMW, GLOBAL_B, STEPS, WORLD, param_values  # noqa: E402
 VOCAB, T, CLASSES = 100, 16, 10
 
 
-class Logits(nn.Module):
-    """a Hugging Face model's logits alone (its ModelOutput's .logits), its inputs by keyword"""
-
-    def __init__(self, m, names=("input_ids",)):
-        super().__init__()
-        self.m, self.names = m, tuple(names)
-
-    def forward(self, *a):
-        return self.m(**dict(zip(self.names, a))).logits
-
-
 def tokens(rng, *shape):
     return rng.integers(0, VOCAB, shape).astype(np.int64)
 
@@ -78,7 +71,7 @@ def gpt2(rng):
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
-    return Logits(GPT2LMHeadModel(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+    return GPT2LMHeadModel(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
 def llama(rng):
@@ -86,7 +79,7 @@ def llama(rng):
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
                       attn_implementation="eager")
-    return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+    return LlamaForCausalLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
 def llama_sdpa23(rng):
@@ -96,7 +89,7 @@ def llama_sdpa23(rng):
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
                       attn_implementation="sdpa")
-    return Logits(LlamaForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+    return LlamaForCausalLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
 def falcon(rng):
@@ -106,7 +99,7 @@ def falcon(rng):
     cfg = FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                        multi_query=True, new_decoder_architecture=False, parallel_attn=True, bias=False,
                        max_position_embeddings=32, attn_implementation="eager")
-    return Logits(FalconForCausalLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+    return FalconForCausalLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
 def bert(rng):
@@ -114,14 +107,14 @@ def bert(rng):
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0, attn_implementation="eager")
-    return Logits(BertForMaskedLM(cfg)), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+    return BertForMaskedLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
 def t5(rng):
     from transformers import T5Config, T5ForConditionalGeneration
     cfg = T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
                    num_heads=2, dropout_rate=0.0, decoder_start_token_id=0, attn_implementation="eager")
-    return (Logits(T5ForConditionalGeneration(cfg), ("input_ids", "decoder_input_ids")),
+    return (T5ForConditionalGeneration(cfg),
             {"input_ids": tokens(rng, GLOBAL_B, T), "decoder_input_ids": tokens(rng, GLOBAL_B, T)},
             tokens(rng, GLOBAL_B, T))
 
@@ -131,7 +124,7 @@ def hf_vit(rng):
     cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
                     num_attention_heads=2, intermediate_size=64, num_labels=CLASSES, hidden_dropout_prob=0.0,
                     attention_probs_dropout_prob=0.0, attn_implementation="eager")
-    return (Logits(ViTForImageClassification(cfg), ("pixel_values",)), {"pixel_values": images(rng, 32, np.float32)},
+    return (ViTForImageClassification(cfg), {"pixel_values": images(rng, 32, np.float32)},
             rng.integers(0, CLASSES, GLOBAL_B))
 
 
@@ -143,7 +136,7 @@ def whisper_enc(rng):
                         decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64, max_source_positions=8,
                         vocab_size=VOCAB, num_labels=CLASSES, classifier_proj_size=16, attn_implementation="eager")
     feats = rng.standard_normal((GLOBAL_B, 8, 16))  # float64 here: see FLOAT64
-    return (Logits(WhisperForAudioClassification(cfg), ("input_features",)), {"input_features": feats},
+    return (WhisperForAudioClassification(cfg), {"input_features": feats},
             rng.integers(0, CLASSES, GLOBAL_B))
 
 
@@ -327,6 +320,39 @@ def externalize(path, model):
     return table, inline
 
 
+def versions():
+    """the packages the entry was made with (the zoo is regenerated with what PyPI serves)"""
+    import onnxscript
+    out = {"torch": torch.__version__, "onnxscript": onnxscript.__version__}
+    for mod in ("transformers", "torchvision"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def wrap(model, inputs):
+    """model's forward made to return its logits as export_torch.py does (wrap_outputs: a Hugging Face model's
+    .logits, its inputs by keyword); returns one rank's batch as the export's example inputs"""
+    b = GLOBAL_B // WORLD
+    args = tuple(torch.from_numpy(v[:b]) for v in inputs.values())
+    _, note = export_torch.wrap_outputs(model, args, list(inputs))
+    if note:
+        print(note)
+    return args
+
+
+def state_records(path):
+    """what path's metadata records for fsdpc's --export-safetensors (export_torch.py): the non-persistent
+    buffers' initializers, and {a tied parameter's other name: the initializer holding it}"""
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    k, t = export_torch.NON_PERSISTENT_KEY, export_torch.TIED_KEY
+    return ([p.key[len(k):] for p in m.metadata_props if p.key.startswith(k)],
+            {p.key[len(t):]: p.value for p in m.metadata_props if p.key.startswith(t)})
+
+
 def reference(model, inputs, labels, dtype, bf16=False):
     """PyTorch's 3 AdamW steps at world 2 (simulated ranks), the forward and the loss under
     torch.autocast("cpu", dtype=torch.bfloat16) when bf16; the losses"""
@@ -378,10 +404,9 @@ def generate(name, seed):
     for k, v in inputs.items():
         np.save(os.path.join(out, k + ".npy"), v)
     np.save(os.path.join(out, "labels.npy"), labels)
-    b = GLOBAL_B // WORLD
-    args = tuple(torch.from_numpy(v[:b]) for v in inputs.values())
+    args = wrap(model, inputs)
     ref = {"seed": seed, "dtype": dtype, "inputs": list(inputs), "world": WORLD, "steps": STEPS,
-           "params": recipe, "exports": {},
+           "params": recipe, "exports": {}, "versions": versions(),
            "frozen": [n for n, p in model.named_parameters() if not p.requires_grad]}
     for exporter in ("dynamo", "torchscript"):
         path = os.path.join(out, exporter + ".onnx")
@@ -390,6 +415,7 @@ def generate(name, seed):
             notes = export_torch.export(copy.deepcopy(model), args, path, exporter, list(inputs), ["logits"],
                                         OPSET.get((name, exporter)))
             e["notes"] = notes
+            e["non_persistent"], e["tied"] = state_records(path)
             e["table"], e["inline"] = externalize(path, model)
         except Exception as ex:  # noqa: BLE001 -- recorded: the exporter's own failure
             msg = str(ex).strip().splitlines()
@@ -424,6 +450,7 @@ def generate_bf16(name):
         model, inputs, labels = MODELS[name](rng)
         model.train()
         init_params(model, seed)
+        wrap(model, inputs)
         fresh.append((model, inputs, np.asarray(labels, dtype=np.int64)))
     model, inputs, labels = fresh[0]
     for k, v in inputs.items():
@@ -446,6 +473,16 @@ def generate_bf16(name):
 DECODERS = ("nanogpt", "gpt2", "llama", "llama_sdpa23", "falcon")
 
 
+def committed_seed(name, index):
+    """the seed of name's committed ref.json (regenerated with the same seed, its inputs and initial values stay
+    the same files whatever MODELS' order), else its index in MODELS"""
+    try:
+        with open(os.path.join(HERE, name, "ref.json")) as f:
+            return json.load(f)["seed"]
+    except (OSError, KeyError, ValueError):
+        return index
+
+
 def main():
     torch.set_num_threads(1)
     if sys.argv[1:2] == ["--bf16"]:
@@ -458,7 +495,7 @@ def main():
             raise SystemExit("unknown model %s: one of %s" % (n, ", ".join(MODELS)))
     for i, n in enumerate(MODELS):
         if n in names:
-            generate(n, i)
+            generate(n, committed_seed(n, i))
 
 
 if __name__ == "__main__":
