@@ -747,6 +747,9 @@ static int matmul_vec(Sweep *s, int id, int64_t sq[2], int *nsq)
 static void canon(Sweep *s, int id)
 {
     int64_t sq[2];
+    int *narrow = NULL;
+    DType nt = DT_UNDEF;
+    int nnarrow = narrow_begin(s, id, &narrow, &nt);
     int nsq, vec = matmul_vec(s, id, sq, &nsq);
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
     explicit_pads(s, id);
@@ -766,6 +769,8 @@ static void canon(Sweep *s, int id)
         ir_attr_ints_add(g, c, "axes", sq, nsq);
         visit(s, c);
     }
+    if (nnarrow)
+        narrow_end(s, id, narrow, nnarrow, nt);
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

@@ -168,3 +168,101 @@ int int_pow(Sweep *s, int id)
     cast_to(s, id, p, bt, "int", n.out[0]);
     return 1;
 }
+
+/* ---- narrow dtypes: int8 .. uint64, float16, bfloat16 ----------------------- */
+
+/* Is t a dtype the step only moves and casts (dtypes.def's wide column)? */
+static int is_narrow(DType t) { return t != DT_UNDEF && dtype_wide(t) != t; }
+
+/* Ops that read a narrow dtype as it is: Cast converts between any two
+ * (k_cast), Shape and Size read the shape only. */
+static int reads_narrow(Op op) { return op == OP_Cast || op == OP_CastLike || op == OP_Shape || op == OP_Size; }
+
+/* Ops exact on uint64 computed in int64 (their int64 bits): data movement,
+ * Where, Equal and the wrapping Add, Sub, Mul, Neg.  The others (order, Div,
+ * Mod, reductions...) would read a value of 2^63 or more as negative. */
+static int u64_exact(Op op)
+{
+    switch (op) {
+    case OP_Add: case OP_Sub: case OP_Mul: case OP_Neg: case OP_Sum: case OP_Equal: case OP_Where:
+    case OP_Identity: case OP_Reshape: case OP_Flatten: case OP_Squeeze: case OP_Unsqueeze: case OP_Transpose:
+    case OP_Expand: case OP_Concat: case OP_Split: case OP_Slice: case OP_Gather: case OP_GatherElements:
+    case OP_Tile: case OP_Pad: case OP_Trilu: case OP_ReverseSequence:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The input of node id whose dtype the output takes (OneHot's values,
+ * else the first input of a narrow dtype); -1 if none is narrow. */
+static int narrow_source(const Graph *g, const Node *n)
+{
+    if (n->op == OP_OneHot)
+        return n->nin > 2 && n->in[2] >= 0 && is_narrow(g->val[n->in[2]].dtype) ? n->in[2] : -1;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype))
+            return n->in[i];
+    return -1;
+}
+
+/* One line naming node id and its input x when the op cannot take x's
+ * narrow dtype computed in the wide one. */
+static void narrow_check(const Graph *g, const Node *n, const Value *x)
+{
+    OpTypes t = op_info[n->op].types;
+    int integer = dtype_wide(x->dtype) == DT_I64;
+    if (integer && (t == T_FLOAT || t == T_TEST || t == T_INDEX))
+        node_fatal(g, n, "input '%s' is %s, which is not supported here (float32, float64, float16 or bfloat16)",
+                   ir_q(x->name), dtype_name(x->dtype));
+    if (x->dtype == DT_U64 && !u64_exact(n->op))
+        node_fatal(g, n, "input '%s' is u64, which is not supported here: fsdpc computes it in int64, where values "
+                   "of 2^63 or more would order wrong (cast it to int64 first)", ir_q(x->name));
+}
+
+/* Narrow dtypes in wide ones: every input of node id of a narrow dtype reads
+ * through a Cast to its wide dtype (int64 or float32), and the outputs the
+ * op computes in the input's dtype (output 0; every output of Split) become
+ * new values.  Returns how many (0: node id reads no narrow dtype or takes
+ * it as it is), their old ids in orig[] (ir_alloc'ed) and the narrow dtype
+ * in *nt, for narrow_end. */
+int narrow_begin(Sweep *s, int id, int **orig, DType *nt)
+{
+    Graph *g = s->g;
+    const Node *n = &g->node[id];
+    int src = narrow_source(g, n);
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype))
+            narrow_check(g, n, &g->val[n->in[i]]);
+    int any = src >= 0;
+    for (int i = 0; i < g->node[id].nin && !any; i++)
+        any = g->node[id].in[i] >= 0 && is_narrow(g->val[g->node[id].in[i]].dtype);
+    if (!any || reads_narrow(n->op))
+        return 0;
+    for (int i = 0; i < g->node[id].nin; i++) {
+        int x = g->node[id].in[i];
+        if (x >= 0 && is_narrow(g->val[x].dtype))
+            g->node[id].in[i] = cast_to(s, id, x, dtype_wide(g->val[x].dtype), ir_fmt("wide_%d", i), -1);
+    }
+    int k = g->node[id].op == OP_Split ? g->node[id].nout : 1;
+    *nt = src >= 0 ? g->val[src].dtype : DT_UNDEF;
+    *orig = ir_alloc((size_t)k * sizeof **orig);
+    for (int j = 0; j < k; j++) {
+        (*orig)[j] = g->node[id].out[j];
+        g->node[id].out[j] = new_value(s, id, "wide");
+    }
+    return k;
+}
+
+/* After node id was canonicalised: each of the k outputs narrow_begin made
+ * new is cast into its old value, to nt where it holds nt's wide dtype
+ * (else to its own dtype: OneHot's float values, Pow's float base). */
+void narrow_end(Sweep *s, int id, const int *orig, int k, DType nt)
+{
+    Graph *g = s->g;
+    for (int j = 0; j < k; j++) {
+        int w = g->node[id].out[j];
+        DType d = g->val[w].dtype;
+        cast_to(s, id, w, nt != DT_UNDEF && d == dtype_wide(nt) ? nt : d, "narrow", orig[j]);
+    }
+}
