@@ -417,7 +417,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         const Attr *p = ir_attr(n, "perm");
         for (int i = 0; i < vx->shape.rank; i++)
             perm[i] = p ? p->ints[i] : vx->shape.rank - 1 - i;
-        if (dtype_size(dt) == 2) { /* bf16 / f16: a strided copy of 2-byte elements: y dense, x read along perm */
+        if (dt != DT_F32 && dt != DT_F64) { /* integers, bool, bf16 / f16: a strided copy of their elements: y
+                                               * dense, x read along perm (k_transpose_f32 moves 4-byte floats) */
             int r = vx->shape.rank;
             int64_t xst[MAX_RANK], yst[MAX_RANK], xs[MAX_RANK], st = 1;
             for (int i = r - 1; i >= 0; i--)
@@ -429,7 +430,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
                 xs[i] = xst[perm[i]];
             cg_put(b, "    { static const int64_t sh[] = %s, ys[] = %s, xs[] = %s;\n", cg_ints(g->val[y].shape.dim, r),
                 cg_ints(yst, r), cg_ints(xs, r));
-            cg_put(b, "      k_copy_strided(2, %d, sh, %s, 0, ys, %s, 0, xs); }\n", r, cg_ptr(g, y), cg_ptr(g, x));
+            cg_put(b, "      k_copy_strided(%d, %d, sh, %s, 0, ys, %s, 0, xs); }\n", (int)dtype_size(dt), r, cg_ptr(g, y),
+                cg_ptr(g, x));
             break;
         }
         cg_put(b, "    { static const int64_t xs[] = %s, pm[] = %s;\n", cg_ints(vx->shape.dim, vx->shape.rank),

@@ -22,12 +22,35 @@
  *                      slopes: 2^-k with an int64 k); an integer base: both
  *                      cast to float64, Pow, a Cast back (exact while the
  *                      result is below 2^53)   (int_pow).
+ *   narrow dtypes      a model's int8, uint8, int16, uint16, uint32, uint64,
+ *                      float16 and bfloat16 tensors (image bytes, token ids,
+ *                      half-precision inputs; dtypes.def's wide column):
+ *                      only Cast (k_cast converts between any two), Shape
+ *                      and Size read them.  Every other node reads its
+ *                      narrow inputs through Casts to int64 / float32,
+ *                      computes there, and a Cast back writes each output
+ *                      the op computes in its input's dtype (narrow_begin
+ *                      before the node's canonicalisation, narrow_end after
+ *                      it, around everything else canon does).  Integers
+ *                      are exact: every integer op's result is rounded back
+ *                      to its dtype, so Add, Sub, Mul wrap as NumPy's and
+ *                      Div, Mod, Min, Max and comparisons see the narrow
+ *                      values themselves; uint64 is read as its int64 bits,
+ *                      exact only for data movement, Add, Sub, Mul, Neg,
+ *                      Sum, Equal and Where (the rest is refused: 2^63 and
+ *                      above would order as negative).  16-bit floats are
+ *                      computed in float32 and rounded to their dtype after
+ *                      each op (ONNX's reference rounds its intermediates
+ *                      inside an op too: results agree to a few units of
+ *                      the 16-bit roundoff).
  *
  * With constant inputs the new nodes fold like any other, so shape
  * arithmetic is unchanged; integer values never carry a gradient.
  */
 #include "fold.h"
 #include "rules/tensor.h"
+
+#include <string.h>
 
 static void visit(Sweep *s, int id) { fold_visit(s, id); }
 
@@ -221,48 +244,60 @@ static void narrow_check(const Graph *g, const Node *n, const Value *x)
 }
 
 /* Narrow dtypes in wide ones: every input of node id of a narrow dtype reads
- * through a Cast to its wide dtype (int64 or float32), and the outputs the
- * op computes in the input's dtype (output 0; every output of Split) become
- * new values.  Returns how many (0: node id reads no narrow dtype or takes
- * it as it is), their old ids in orig[] (ir_alloc'ed) and the narrow dtype
- * in *nt, for narrow_end. */
-int narrow_begin(Sweep *s, int id, int **orig, DType *nt)
+ * through a Cast to its wide dtype (int64 or float32), and every output
+ * becomes a new value (those of outputs 1.. that are read count as graph
+ * outputs until narrow_end, so that an expansion computes them).  Returns
+ * nw->k, how many (0: node id reads no narrow dtype or takes it as it is),
+ * and fills *nw for narrow_end. */
+int narrow_begin(Sweep *s, int id, Narrowing *nw)
 {
     Graph *g = s->g;
     const Node *n = &g->node[id];
-    int src = narrow_source(g, n);
+    int any = 0;
     for (int i = 0; i < n->nin; i++)
-        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype))
+        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype)) {
             narrow_check(g, n, &g->val[n->in[i]]);
-    int any = src >= 0;
-    for (int i = 0; i < g->node[id].nin && !any; i++)
-        any = g->node[id].in[i] >= 0 && is_narrow(g->val[g->node[id].in[i]].dtype);
+            any = 1;
+        }
     if (!any || reads_narrow(n->op))
-        return 0;
+        return nw->k = 0;
+    int src = narrow_source(g, n);
+    nw->nt = src >= 0 ? g->val[src].dtype : DT_UNDEF;
     for (int i = 0; i < g->node[id].nin; i++) {
         int x = g->node[id].in[i];
         if (x >= 0 && is_narrow(g->val[x].dtype))
             g->node[id].in[i] = cast_to(s, id, x, dtype_wide(g->val[x].dtype), ir_fmt("wide_%d", i), -1);
     }
-    int k = g->node[id].op == OP_Split ? g->node[id].nout : 1;
-    *nt = src >= 0 ? g->val[src].dtype : DT_UNDEF;
-    *orig = ir_alloc((size_t)k * sizeof **orig);
+    int k = nw->k = g->node[id].nout, *out = ir_alloc((size_t)(g->noutput + k) * sizeof *out);
+    nw->noutput = g->noutput;
+    nw->orig = ir_alloc((size_t)k * sizeof *nw->orig);
+    nw->wide = ir_alloc((size_t)k * sizeof *nw->wide);
+    memcpy(out, g->output, (size_t)g->noutput * sizeof *out);
     for (int j = 0; j < k; j++) {
-        (*orig)[j] = g->node[id].out[j];
-        g->node[id].out[j] = new_value(s, id, "wide");
+        nw->orig[j] = g->node[id].out[j];
+        nw->wide[j] = g->node[id].out[j] = new_value(s, id, "wide");
+        if (j > 0 && ir_is_read(g, nw->orig[j]))
+            out[g->noutput++] = nw->wide[j];
     }
+    g->output = out;
     return k;
 }
 
-/* After node id was canonicalised: each of the k outputs narrow_begin made
- * new is cast into its old value, to nt where it holds nt's wide dtype
- * (else to its own dtype: OneHot's float values, Pow's float base). */
-void narrow_end(Sweep *s, int id, const int *orig, int k, DType nt)
+/* After node id was canonicalised (its outputs are now written by whatever
+ * it became): each output narrow_begin made new is cast into its old value:
+ * to nt where it holds nt's wide dtype and is data (an integer op's output
+ * 0, every output of Split; every float32 output of a 16-bit float op), else
+ * to its own dtype (TopK's int64 indices, OneHot's float values, a
+ * comparison's bool).  An optional output nothing computed stays unwritten. */
+void narrow_end(Sweep *s, int id, const Narrowing *nw)
 {
     Graph *g = s->g;
-    for (int j = 0; j < k; j++) {
-        int w = g->node[id].out[j];
-        DType d = g->val[w].dtype;
-        cast_to(s, id, w, nt != DT_UNDEF && d == dtype_wide(nt) ? nt : d, "narrow", orig[j]);
+    DType wide = dtype_wide(nw->nt);
+    g->noutput = nw->noutput;
+    for (int j = 0; j < nw->k; j++) {
+        DType d = g->val[nw->wide[j]].dtype;
+        int data = j == 0 || g->node[id].op == OP_Split || wide != DT_I64;
+        if (d != DT_UNDEF)
+            cast_to(s, id, nw->wide[j], nw->nt != DT_UNDEF && d == wide && data ? nw->nt : d, "narrow", nw->orig[j]);
     }
 }
