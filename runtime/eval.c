@@ -180,8 +180,9 @@ static const char *extension(const char *file)
 /* the .npy dtype of a tensor of dtype dt: its own, float32 for bfloat16 (numpy has none) */
 static int npy_dtype(int dt) { return dt == RT_BF16 ? RT_F32 : dt; }
 
-/* FILE.npy of exactly in's dtype (float32 for a bfloat16 input, rounded to
- * nearest even) and shape into dst */
+/* FILE.npy of exactly in's dtype and shape into dst; a bfloat16 input
+ * reads float32 (rounded to nearest even) or uint16 (the bits, as
+ * numpy-only code and older onnx packages hold bfloat16) */
 static int read_npy(const RtInput *in, const char *file, void *dst)
 {
     NpyArray a;
@@ -190,7 +191,8 @@ static int read_npy(const RtInput *in, const char *file, void *dst)
         rt_err_set(1, "--input %s: %s", in->name, why);
         return -1;
     }
-    int want = npy_dtype(in->dtype), same = a.dtype == want && a.rank == in->rank;
+    int bits = in->dtype == RT_BF16 && a.dtype == RT_U16;
+    int want = bits ? RT_U16 : npy_dtype(in->dtype), same = a.dtype == want && a.rank == in->rank;
     for (int d = 0; same && d < in->rank; d++)
         same = a.shape[d] == in->shape[d];
     if (!same) {
@@ -199,11 +201,11 @@ static int read_npy(const RtInput *in, const char *file, void *dst)
         rt_dims_str(got, sizeof got, a.rank, a.shape, 0);
         rt_err_set(1, "--input %s: %s holds %s %s; input '%s' needs %s %s%s", in->name, file,
                    npy_dtype_name(a.dtype), got, in->name, npy_dtype_name(want), want_s,
-                   in->dtype == RT_BF16 ? " (a bfloat16 input reads float32: numpy has no bfloat16)" : "");
+                   in->dtype == RT_BF16 ? " (a bfloat16 input reads float32, or uint16 bits: numpy has no bfloat16)" : "");
         npy_close(&a);
         return -1;
     }
-    if (in->dtype == RT_BF16)
+    if (in->dtype == RT_BF16 && !bits)
         for (size_t i = 0; i < a.nbytes / 4; i++)
             ((uint16_t *)dst)[i] = k_bf16_from_f32(((const float *)a.data)[i]);
     else if (a.nbytes)

@@ -98,6 +98,11 @@ def run_case(fsdpc, work, case):
     for name, path in zip(in_names, data):
         inputs[name] = load_pb(path)[1]
     bake_constants(model, inputs)
+    for vi in model.graph.input:  # a few cases' data contradict their model's static shape (castlike bfloat16)
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim]
+        if vi.name in inputs and -1 not in dims and list(inputs[vi.name].shape) != dims:
+            return "skip", "unsupported: static shapes: input '%s' holds %s, the model declares %s" % (
+                vi.name, list(inputs[vi.name].shape), dims)
     cdir = os.path.join(work, case)
     os.makedirs(cdir, exist_ok=True)
     mpath = os.path.join(cdir, "model.onnx")
@@ -122,8 +127,8 @@ def run_case(fsdpc, work, case):
         ref = load_pb(os.path.join(d, "test_data_set_0", "output_%d.pb" % k))[1]
         got = np.load(os.path.join(cdir, "out", out_file(vi.name) + ".npy"))
         elem = vi.type.tensor_type.elem_type
-        if elem == onnx.TensorProto.BFLOAT16:
-            ref = ref.astype(np.float32)  # numpy has no bfloat16: fsdpc writes it as float32 (exact)
+        if elem == onnx.TensorProto.BFLOAT16:  # numpy has no bfloat16: fsdpc writes it as float32 (exact)
+            ref = (ref.astype(np.uint32) << 16).view(np.float32) if ref.dtype == np.uint16 else ref.astype(np.float32)
         if got.shape != ref.shape or got.dtype != ref.dtype:
             return "fail", "output %s: %s %s, expected %s %s" % (vi.name, got.dtype, got.shape, ref.dtype, ref.shape)
         if ref.dtype.kind in "fc":
