@@ -218,9 +218,12 @@ static int u64_exact(Op op)
 }
 
 /* The input of node id whose dtype the output takes (OneHot's values,
- * else the first input of a narrow dtype); -1 if none is narrow. */
+ * else the first input of a narrow dtype); -1 if none is narrow or an
+ * attribute gives the output's dtype (EyeLike's dtype). */
 static int narrow_source(const Graph *g, const Node *n)
 {
+    if (ir_attr(n, "dtype"))
+        return -1;
     if (n->op == OP_OneHot)
         return n->nin > 2 && n->in[2] >= 0 && is_narrow(g->val[n->in[2]].dtype) ? n->in[2] : -1;
     for (int i = 0; i < n->nin; i++)
@@ -240,15 +243,33 @@ static void narrow_check(const Graph *g, const Node *n, const Value *x)
                    ir_q(x->name), dtype_name(x->dtype));
     if (x->dtype == DT_U64 && !u64_exact(n->op))
         node_fatal(g, n, "input '%s' is u64, which is not supported here: fsdpc computes it in int64, where values "
-                   "of 2^63 or more would order wrong (cast it to int64 first)", ir_q(x->name));
+                   "of 2^63 or more read as negative (cast it to int64 first)", ir_q(x->name));
+}
+
+/* Every output of node id becomes a new value written instead (nw->wide,
+ * the old ones in nw->orig); those of outputs 1.. that are read count as
+ * graph outputs until narrow_end, so that an expansion computes them. */
+static void redirect_outputs(Sweep *s, int id, Narrowing *nw)
+{
+    Graph *g = s->g;
+    int k = nw->k = g->node[id].nout, *out = ir_alloc((size_t)(g->noutput + k) * sizeof *out);
+    nw->noutput = g->noutput;
+    nw->orig = ir_alloc((size_t)k * sizeof *nw->orig);
+    nw->wide = ir_alloc((size_t)k * sizeof *nw->wide);
+    memcpy(out, g->output, (size_t)g->noutput * sizeof *out);
+    for (int j = 0; j < k; j++) {
+        nw->orig[j] = g->node[id].out[j];
+        nw->wide[j] = g->node[id].out[j] = new_value(s, id, "wide");
+        if (j > 0 && ir_is_read(g, nw->orig[j]))
+            out[g->noutput++] = nw->wide[j];
+    }
+    g->output = out;
 }
 
 /* Narrow dtypes in wide ones: every input of node id of a narrow dtype reads
- * through a Cast to its wide dtype (int64 or float32), and every output
- * becomes a new value (those of outputs 1.. that are read count as graph
- * outputs until narrow_end, so that an expansion computes them).  Returns
- * nw->k, how many (0: node id reads no narrow dtype or takes it as it is),
- * and fills *nw for narrow_end. */
+ * through a Cast to its wide dtype (int64 or float32), and its outputs are
+ * redirected.  Returns nw->k, how many (0: node id reads no narrow dtype
+ * or takes it as it is), and fills *nw for narrow_end. */
 int narrow_begin(Sweep *s, int id, Narrowing *nw)
 {
     Graph *g = s->g;
@@ -268,19 +289,8 @@ int narrow_begin(Sweep *s, int id, Narrowing *nw)
         if (x >= 0 && is_narrow(g->val[x].dtype))
             g->node[id].in[i] = cast_to(s, id, x, dtype_wide(g->val[x].dtype), ir_fmt("wide_%d", i), -1);
     }
-    int k = nw->k = g->node[id].nout, *out = ir_alloc((size_t)(g->noutput + k) * sizeof *out);
-    nw->noutput = g->noutput;
-    nw->orig = ir_alloc((size_t)k * sizeof *nw->orig);
-    nw->wide = ir_alloc((size_t)k * sizeof *nw->wide);
-    memcpy(out, g->output, (size_t)g->noutput * sizeof *out);
-    for (int j = 0; j < k; j++) {
-        nw->orig[j] = g->node[id].out[j];
-        nw->wide[j] = g->node[id].out[j] = new_value(s, id, "wide");
-        if (j > 0 && ir_is_read(g, nw->orig[j]))
-            out[g->noutput++] = nw->wide[j];
-    }
-    g->output = out;
-    return k;
+    redirect_outputs(s, id, nw);
+    return nw->k;
 }
 
 /* After node id was canonicalised (its outputs are now written by whatever
