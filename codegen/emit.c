@@ -69,7 +69,7 @@ const char *cg_comment(const char *s)
 const char *cg_ctype(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model) case DT_##name: return #ctype;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) case DT_##name: return #ctype;
 #include "dtypes.def"
     default: die("no C type for dtype %d", t);
     }
@@ -78,7 +78,7 @@ const char *cg_ctype(DType t)
 const char *cg_kdt(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model) case DT_##name: return #kdt;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) case DT_##name: return #kdt;
 #include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }
@@ -417,8 +417,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
         const Attr *p = ir_attr(n, "perm");
         for (int i = 0; i < vx->shape.rank; i++)
             perm[i] = p ? p->ints[i] : vx->shape.rank - 1 - i;
-        if (dt != DT_F32 && dt != DT_F64) { /* bf16, f16, bool, integers: a strided copy of their elements, y
-                                               * dense, x read along perm (k_transpose_f32 moves 4-byte ones) */
+        if (dt != DT_F32 && dt != DT_F64) { /* integers, bool, bf16 / f16: a strided copy of their elements: y
+                                               * dense, x read along perm (k_transpose_f32 moves 4-byte floats) */
             int r = vx->shape.rank;
             int64_t xst[MAX_RANK], yst[MAX_RANK], xs[MAX_RANK], st = 1;
             for (int i = r - 1; i >= 0; i--)
@@ -430,8 +430,8 @@ void cg_emit_node(Buf *b, const Graph *g, const Node *n)
                 xs[i] = xst[perm[i]];
             cg_put(b, "    { static const int64_t sh[] = %s, ys[] = %s, xs[] = %s;\n", cg_ints(g->val[y].shape.dim, r),
                 cg_ints(yst, r), cg_ints(xs, r));
-            cg_put(b, "      k_copy_strided(%d, %d, sh, %s, 0, ys, %s, 0, xs); }\n", (int)dtype_size(dt), r,
-                cg_ptr(g, y), cg_ptr(g, x));
+            cg_put(b, "      k_copy_strided(%d, %d, sh, %s, 0, ys, %s, 0, xs); }\n", (int)dtype_size(dt), r, cg_ptr(g, y),
+                cg_ptr(g, x));
             break;
         }
         cg_put(b, "    { static const int64_t xs[] = %s, pm[] = %s;\n", cg_ints(vx->shape.dim, vx->shape.rank),

@@ -40,6 +40,7 @@
 #include "ir.h"
 #include "onnx.pb-c.h"
 #include "opset_old.h"
+#include "rules/tensor.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -321,34 +322,16 @@ static void check_opset(const Onnx__ModelProto *m)
 
 /* ---- tensors --------------------------------------------------------------- */
 
-static DType dtype_of(int32_t t)
-{
-    switch (t) {
-    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return DT_F32;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return DT_F64;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return DT_I64;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return DT_I32;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return DT_BOOL;
-    default: return DT_UNDEF;
-    }
-}
+static DType dtype_of(int32_t t) { return tensor_from_onnx(t); }
 
-/* "has dtype FLOAT16, which fsdpc does not support (use float32)" */
+/* "has dtype FLOAT8E4M3FN, which fsdpc does not support (use float32 ...)" */
 static _Noreturn void bad_dtype(const char *what, int32_t t)
 {
-    static const char *name[] = {
-        "UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64", "STRING",
-        "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64", "COMPLEX128", "BFLOAT16",
-        "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
-        "FLOAT4E2M1"};
-    int n = (int)(sizeof name / sizeof *name);
-    const char *tn = t >= 0 && t < n ? name[t] : ir_fmt("%d (unknown)", t);
     const char *hint = t == 0 ? "the model must declare a dtype"
-                     : t == 10 || t == 16 || (t >= 17 && t <= 20) || t == 23 ? "use float32"
-                     : (t >= 2 && t <= 5) || t == 12 || t == 13 || t == 21 || t == 22
-                         ? "use int64 or int32"
-                         : "supported: float32, float64, int64, int32, bool";
-    bad("%s has dtype %s, which fsdpc does not support (%s)", what, tn, hint);
+                     : (t >= 17 && t <= 20) || t == 23 ? "use float32, float16 or bfloat16"
+                     : t == 21 || t == 22 ? "use int8, uint8 or a wider integer"
+                     : "supported: float32, float64, float16, bfloat16, bool and the integers of 8 to 64 bits";
+    bad("%s has dtype %s, which fsdpc does not support (%s)", what, tensor_onnx_name(t), hint);
 }
 
 static int64_t make_shape(Shape *s, size_t n, const int64_t *dims, const char *what)
@@ -446,26 +429,44 @@ static void locate_external(const Onnx__TensorProto *t, const char *what, size_t
             what, bytes, (long long)e->off, ir_q(loc), (long long)size);
 }
 
+/* n int32_data / uint64_data values stored as elements of es bytes: their
+ * low bytes (int8 .. uint16, float16 and bfloat16 bits, uint32, uint64) */
+static void store_low(uint8_t *p, size_t es, const void *src, int wide, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t v = wide ? ((const uint64_t *)src)[i] : (uint64_t)(uint32_t)((const int32_t *)src)[i];
+        switch (es) {
+        case 1: p[i] = (uint8_t)v; break;
+        case 2: ((uint16_t *)p)[i] = (uint16_t)v; break;
+        case 4: ((uint32_t *)p)[i] = (uint32_t)v; break;
+        default: ((uint64_t *)p)[i] = v; break;
+        }
+    }
+}
+
+/* a tensor's values from its typed field (ONNX keeps every integer of 32 bits or less, bool and the 16-bit floats'
+ * bits in int32_data, uint32 and uint64 in uint64_data) */
 static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)
 {
-    size_t have = 0;
+    size_t have = 0, es = dtype_size(dt);
     const void *src = NULL;
     const char *field = "";
     switch (dt) {
     case DT_F32: have = t->n_float_data; src = t->float_data; field = "float_data"; break;
     case DT_F64: have = t->n_double_data; src = t->double_data; field = "double_data"; break;
     case DT_I64: have = t->n_int64_data; src = t->int64_data; field = "int64_data"; break;
-    case DT_I32: case DT_BOOL: have = t->n_int32_data; src = t->int32_data; field = "int32_data"; break;
-    default: die("typed_data: dtype %d", dt);
+    case DT_U32: case DT_U64: have = t->n_uint64_data; src = t->uint64_data; field = "uint64_data"; break;
+    default: have = t->n_int32_data; src = t->int32_data; field = "int32_data"; break;
     }
     if ((int64_t)have != numel)
         bad("%s has %zu values in %s, but its shape needs %lld", what, have, field,
             (long long)numel);
-    size_t es = dtype_size(dt);
     uint8_t *p = ir_alloc((size_t)numel * es);
     if (dt == DT_BOOL)
         for (int64_t i = 0; i < numel; i++)
             p[i] = t->int32_data[i] != 0;
+    else if (src == t->int32_data || src == t->uint64_data)
+        store_low(p, es, src, src == t->uint64_data, numel);
     else if (numel)
         memcpy(p, src, (size_t)numel * es);
     return p;

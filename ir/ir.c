@@ -567,7 +567,7 @@ int shape_eq(const Shape *a, const Shape *b)
 size_t dtype_size(DType t)
 {
     static const size_t size[DT_COUNT] = {
-#define DTYPE(name, ctype, sz, onnx, kdt, text, model) [DT_##name] = sz,
+#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide) [DT_##name] = sz,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? size[t] : 0;
@@ -577,10 +577,19 @@ const char *dtype_name(DType t)
 {
     static const char *names[DT_COUNT] = {
         [DT_UNDEF] = "undef",
-#define DTYPE(name, ctype, size, onnx, kdt, text, model) [DT_##name] = text,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) [DT_##name] = text,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? names[t] : "?";
+}
+
+DType dtype_wide(DType t)
+{
+    static const DType wide[DT_COUNT] = {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) [DT_##name] = DT_##wide,
+#include "dtypes.def"
+    };
+    return (unsigned)t < DT_COUNT ? wide[t] : DT_UNDEF;
 }
 
 const char *role_name(Role r)

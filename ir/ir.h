@@ -26,8 +26,8 @@
 
 typedef enum {
     DT_UNDEF,
-#define DTYPE(name, ctype, size, onnx, kdt, text, model) DT_##name,
-#include "dtypes.def" /* F32, F64, I64, I32, BOOL; BF16, F16 (the precision pass's) */
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) DT_##name,
+#include "dtypes.def" /* F32, F64, I64, I32, BOOL; BF16, F16; I8, U8, I16, U16, U32, U64 */
     DT_COUNT
 } DType;
 
@@ -359,6 +359,9 @@ int shape_eq(const Shape *a, const Shape *b);
 int ir_wanted(const Graph *g, int v);
 size_t dtype_size(DType t);
 const char *dtype_name(DType t);
+/* the dtype the step computes values of t in (dtypes.def's wide column):
+ * t itself for F32, F64, I64, I32, BOOL */
+DType dtype_wide(DType t);
 const char *role_name(Role r);
 int64_t value_numel(const Graph *g, int v);
 void ir_link(Graph *g);                           /* recompute producer / nuses */

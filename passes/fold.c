@@ -21,7 +21,10 @@
  *           ones chain); Mod with fmod 1 is FMod; integer arithmetic
  *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
  *           as comparisons, an integer Pow in float64, a float Pow's
- *           exponent in the base's dtype); a 1-D Conv, ConvTranspose or
+ *           exponent in the base's dtype); no node but Cast, Shape and
+ *           Size reads a narrow dtype (int8 .. uint64, float16, bfloat16:
+ *           others read it cast to int64 / float32 and their outputs are
+ *           cast back, intarith.c); a 1-D Conv, ConvTranspose or
  *           pooling is the 2-D one over a height of 1 (lift1d.c); Sum,
  *           Mean, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum,
  *           ReduceLogSumExp and OneHot are written with Add, Scale,
@@ -741,12 +744,15 @@ static int matmul_vec(Sweep *s, int id, int64_t sq[2], int *nsq)
     return y;
 }
 
-/* As canon_op, with int32 arithmetic computed in int64 (intarith.c),
+/* As canon_op, with narrow dtypes computed in wide ones and int32
+ * arithmetic in int64 (intarith.c),
  * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c)
  * and 1-D MatMul operands as matrices (matmul_vec). */
 static void canon(Sweep *s, int id)
 {
     int64_t sq[2];
+    Narrowing nw;
+    int narrow = narrow_begin(s, id, &nw);
     int nsq, vec = matmul_vec(s, id, sq, &nsq);
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
     explicit_pads(s, id);
@@ -766,6 +772,8 @@ static void canon(Sweep *s, int id)
         ir_attr_ints_add(g, c, "axes", sq, nsq);
         visit(s, c);
     }
+    if (narrow)
+        narrow_end(s, id, &nw);
 }
 
 /* ---- evaluation ------------------------------------------------------------ */

@@ -56,6 +56,16 @@ int int_widen(Sweep *s, int id);          /* int32 arithmetic in int64: the int3
 void int_narrow(Sweep *s, int id, int y32);
 int int_unary(Sweep *s, int id);          /* Neg, Abs, Sign of int64: 1 if replaced */
 int int_pow(Sweep *s, int id);            /* Pow's operands; 1 if replaced (an integer base) */
+/* narrow dtypes computed in wide ones: narrow_begin before the node's canonicalisation (0: none), narrow_end
+ * after it */
+typedef struct {
+    int k;           /* outputs: node id's, and the new values it writes instead */
+    int *orig, *wide;
+    int noutput;     /* the graph's output count before */
+    DType nt;        /* the narrow dtype of the data outputs (DT_UNDEF: none) */
+} Narrowing;
+int narrow_begin(Sweep *s, int id, Narrowing *nw);
+void narrow_end(Sweep *s, int id, const Narrowing *nw);
 /* 1-D convolutions and pooling as 2-D ones (lift1d.c): lift_1d before the node's canonicalisation (0: not one),
  * lower_1d after it */
 int lift_1d(Sweep *s, int id, int orig[2], int *nout);

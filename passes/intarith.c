@@ -22,12 +22,35 @@
  *                      slopes: 2^-k with an int64 k); an integer base: both
  *                      cast to float64, Pow, a Cast back (exact while the
  *                      result is below 2^53)   (int_pow).
+ *   narrow dtypes      a model's int8, uint8, int16, uint16, uint32, uint64,
+ *                      float16 and bfloat16 tensors (image bytes, token ids,
+ *                      half-precision inputs; dtypes.def's wide column):
+ *                      only Cast (k_cast converts between any two), Shape
+ *                      and Size read them.  Every other node reads its
+ *                      narrow inputs through Casts to int64 / float32,
+ *                      computes there, and a Cast back writes each output
+ *                      the op computes in its input's dtype (narrow_begin
+ *                      before the node's canonicalisation, narrow_end after
+ *                      it, around everything else canon does).  Integers
+ *                      are exact: every integer op's result is rounded back
+ *                      to its dtype, so Add, Sub, Mul wrap as NumPy's and
+ *                      Div, Mod, Min, Max and comparisons see the narrow
+ *                      values themselves; uint64 is read as its int64 bits,
+ *                      exact only for data movement, Add, Sub, Mul, Neg,
+ *                      Sum, Equal and Where (the rest is refused: 2^63 and
+ *                      above would order as negative).  16-bit floats are
+ *                      computed in float32 and rounded to their dtype after
+ *                      each op (ONNX's reference rounds its intermediates
+ *                      inside an op too: results agree to a few units of
+ *                      the 16-bit roundoff).
  *
  * With constant inputs the new nodes fold like any other, so shape
  * arithmetic is unchanged; integer values never carry a gradient.
  */
 #include "fold.h"
 #include "rules/tensor.h"
+
+#include <string.h>
 
 static void visit(Sweep *s, int id) { fold_visit(s, id); }
 
@@ -167,4 +190,124 @@ int int_pow(Sweep *s, int id)
     int p = node3(s, id, OP_Pow, b, e, -1, "pow", -1);
     cast_to(s, id, p, bt, "int", n.out[0]);
     return 1;
+}
+
+/* ---- narrow dtypes: int8 .. uint64, float16, bfloat16 ----------------------- */
+
+/* Is t a dtype the step only moves and casts (dtypes.def's wide column)? */
+static int is_narrow(DType t) { return t != DT_UNDEF && dtype_wide(t) != t; }
+
+/* Ops that read a narrow dtype as it is: Cast converts between any two
+ * (k_cast), Shape and Size read the shape only. */
+static int reads_narrow(Op op) { return op == OP_Cast || op == OP_CastLike || op == OP_Shape || op == OP_Size; }
+
+/* Ops exact on uint64 computed in int64 (their int64 bits): data movement,
+ * Where, Equal and the wrapping Add, Sub, Mul, Neg.  The others (order, Div,
+ * Mod, reductions...) would read a value of 2^63 or more as negative. */
+static int u64_exact(Op op)
+{
+    switch (op) {
+    case OP_Add: case OP_Sub: case OP_Mul: case OP_Neg: case OP_Sum: case OP_Equal: case OP_Where:
+    case OP_Identity: case OP_Reshape: case OP_Flatten: case OP_Squeeze: case OP_Unsqueeze: case OP_Transpose:
+    case OP_Expand: case OP_Concat: case OP_Split: case OP_Slice: case OP_Gather: case OP_GatherElements:
+    case OP_Tile: case OP_Pad: case OP_Trilu: case OP_ReverseSequence:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The input of node id whose dtype the output takes (OneHot's values,
+ * else the first input of a narrow dtype); -1 if none is narrow or an
+ * attribute gives the output's dtype (EyeLike's dtype). */
+static int narrow_source(const Graph *g, const Node *n)
+{
+    if (ir_attr(n, "dtype"))
+        return -1;
+    if (n->op == OP_OneHot)
+        return n->nin > 2 && n->in[2] >= 0 && is_narrow(g->val[n->in[2]].dtype) ? n->in[2] : -1;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype))
+            return n->in[i];
+    return -1;
+}
+
+/* One line naming node id and its input x when the op cannot take x's
+ * narrow dtype computed in the wide one. */
+static void narrow_check(const Graph *g, const Node *n, const Value *x)
+{
+    OpTypes t = op_info[n->op].types;
+    int integer = dtype_wide(x->dtype) == DT_I64;
+    if (integer && (t == T_FLOAT || t == T_TEST || t == T_INDEX))
+        node_fatal(g, n, "input '%s' is %s, which is not supported here (float32, float64, float16 or bfloat16)",
+                   ir_q(x->name), dtype_name(x->dtype));
+    if (x->dtype == DT_U64 && !u64_exact(n->op))
+        node_fatal(g, n, "input '%s' is u64, which is not supported here: fsdpc computes it in int64, where values "
+                   "of 2^63 or more read as negative (cast it to int64 first)", ir_q(x->name));
+}
+
+/* Every output of node id becomes a new value written instead (nw->wide,
+ * the old ones in nw->orig); those of outputs 1.. that are read count as
+ * graph outputs until narrow_end, so that an expansion computes them. */
+static void redirect_outputs(Sweep *s, int id, Narrowing *nw)
+{
+    Graph *g = s->g;
+    int k = nw->k = g->node[id].nout, *out = ir_alloc((size_t)(g->noutput + k) * sizeof *out);
+    nw->noutput = g->noutput;
+    nw->orig = ir_alloc((size_t)k * sizeof *nw->orig);
+    nw->wide = ir_alloc((size_t)k * sizeof *nw->wide);
+    memcpy(out, g->output, (size_t)g->noutput * sizeof *out);
+    for (int j = 0; j < k; j++) {
+        nw->orig[j] = g->node[id].out[j];
+        nw->wide[j] = g->node[id].out[j] = new_value(s, id, "wide");
+        if (j > 0 && ir_is_read(g, nw->orig[j]))
+            out[g->noutput++] = nw->wide[j];
+    }
+    g->output = out;
+}
+
+/* Narrow dtypes in wide ones: every input of node id of a narrow dtype reads
+ * through a Cast to its wide dtype (int64 or float32), and its outputs are
+ * redirected.  Returns nw->k, how many (0: node id reads no narrow dtype
+ * or takes it as it is), and fills *nw for narrow_end. */
+int narrow_begin(Sweep *s, int id, Narrowing *nw)
+{
+    Graph *g = s->g;
+    const Node *n = &g->node[id];
+    int any = 0;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0 && is_narrow(g->val[n->in[i]].dtype)) {
+            narrow_check(g, n, &g->val[n->in[i]]);
+            any = 1;
+        }
+    if (!any || reads_narrow(n->op))
+        return nw->k = 0;
+    int src = narrow_source(g, n);
+    nw->nt = src >= 0 ? g->val[src].dtype : DT_UNDEF;
+    for (int i = 0; i < g->node[id].nin; i++) {
+        int x = g->node[id].in[i];
+        if (x >= 0 && is_narrow(g->val[x].dtype))
+            g->node[id].in[i] = cast_to(s, id, x, dtype_wide(g->val[x].dtype), ir_fmt("wide_%d", i), -1);
+    }
+    redirect_outputs(s, id, nw);
+    return nw->k;
+}
+
+/* After node id was canonicalised (its outputs are now written by whatever
+ * it became): each output narrow_begin made new is cast into its old value:
+ * to nt where it holds nt's wide dtype and is data (an integer op's output
+ * 0, every output of Split; every float32 output of a 16-bit float op), else
+ * to its own dtype (TopK's int64 indices, OneHot's float values, a
+ * comparison's bool).  An optional output nothing computed stays unwritten. */
+void narrow_end(Sweep *s, int id, const Narrowing *nw)
+{
+    Graph *g = s->g;
+    DType wide = dtype_wide(nw->nt);
+    g->noutput = nw->noutput;
+    for (int j = 0; j < nw->k; j++) {
+        DType d = g->val[nw->wide[j]].dtype;
+        int data = j == 0 || g->node[id].op == OP_Split || wide != DT_I64;
+        if (d != DT_UNDEF)
+            cast_to(s, id, nw->wide[j], nw->nt != DT_UNDEF && d == wide && data ? nw->nt : d, "narrow", nw->orig[j]);
+    }
 }

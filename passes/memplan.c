@@ -153,8 +153,10 @@ void pass_memplan(Graph *g)
     }
     /* graph inputs are written before the step; the reported loss read after it */
     for (int k = 0; k < g->ninput; k++) {
-        def[g->input[k]] = -1;
-        used[g->input[k]] = 1;
+        int r = ir_root(g, g->input[k]);
+        def[r] = -1;
+        last[r] = last[r] < -1 ? -1 : last[r]; /* an unread input is still written: never over another one */
+        used[g->input[k]] = used[r] = 1;
     }
     /* what the runtime reads after the step: the reported loss and this rank's own (the rank a
      * non-finite loss came from), or (eval) the outputs */

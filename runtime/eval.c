@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels.h" /* k_bf16_from_f32, k_bf16_to_f32 (inline) */
 #include "rt_dev.h"
 #include "rt_priv.h"
 
@@ -176,7 +177,12 @@ static const char *extension(const char *file)
     return "";
 }
 
-/* FILE.npy of exactly in's dtype and shape into dst */
+/* the .npy dtype of a tensor of dtype dt: its own, float32 for bfloat16 (numpy has none) */
+static int npy_dtype(int dt) { return dt == RT_BF16 ? RT_F32 : dt; }
+
+/* FILE.npy of exactly in's dtype and shape into dst; a bfloat16 input
+ * reads float32 (rounded to nearest even) or uint16 (the bits, as
+ * numpy-only code and older onnx packages hold bfloat16) */
 static int read_npy(const RtInput *in, const char *file, void *dst)
 {
     NpyArray a;
@@ -185,19 +191,24 @@ static int read_npy(const RtInput *in, const char *file, void *dst)
         rt_err_set(1, "--input %s: %s", in->name, why);
         return -1;
     }
-    int same = a.dtype == in->dtype && a.rank == in->rank;
+    int bits = in->dtype == RT_BF16 && a.dtype == RT_U16;
+    int want = bits ? RT_U16 : npy_dtype(in->dtype), same = a.dtype == want && a.rank == in->rank;
     for (int d = 0; same && d < in->rank; d++)
         same = a.shape[d] == in->shape[d];
     if (!same) {
-        char want[256], got[256];
-        rt_dims_str(want, sizeof want, in->rank, in->shape, 0);
+        char want_s[256], got[256];
+        rt_dims_str(want_s, sizeof want_s, in->rank, in->shape, 0);
         rt_dims_str(got, sizeof got, a.rank, a.shape, 0);
-        rt_err_set(1, "--input %s: %s holds %s %s; input '%s' needs %s %s", in->name, file,
-                   npy_dtype_name(a.dtype), got, in->name, npy_dtype_name(in->dtype), want);
+        rt_err_set(1, "--input %s: %s holds %s %s; input '%s' needs %s %s%s", in->name, file,
+                   npy_dtype_name(a.dtype), got, in->name, npy_dtype_name(want), want_s,
+                   in->dtype == RT_BF16 ? " (a bfloat16 input reads float32, or uint16 bits: numpy has no bfloat16)" : "");
         npy_close(&a);
         return -1;
     }
-    if (a.nbytes)
+    if (in->dtype == RT_BF16 && !bits)
+        for (size_t i = 0; i < a.nbytes / 4; i++)
+            ((uint16_t *)dst)[i] = k_bf16_from_f32(((const float *)a.data)[i]);
+    else if (a.nbytes)
         memcpy(dst, a.data, a.nbytes);
     npy_close(&a);
     return 0;
@@ -268,6 +279,24 @@ static int start_up(Eval *e, const char *argv0)
 
 /* ------------------------------------------------------------------ outputs */
 
+/* output out (bytes at data) to path: a bfloat16 output widened to float32 (exact; numpy has no bfloat16) */
+static int save_output(const char *path, const RtOutput *out, const void *data, int64_t bytes, char *why,
+                       size_t whylen)
+{
+    if (out->dtype != RT_BF16)
+        return npy_save(path, out->dtype, out->rank, out->shape, data, why, whylen);
+    float *f = malloc((size_t)bytes * 2 + 1);
+    if (!f) {
+        snprintf(why, whylen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int64_t i = 0; i < bytes / 2; i++)
+        f[i] = k_bf16_to_f32(((const uint16_t *)data)[i]);
+    int rc = npy_save(path, RT_F32, out->rank, out->shape, f, why, whylen);
+    free(f);
+    return rc;
+}
+
 /* rank 0: every output to its file, then sync the directory */
 static void write_outputs(Eval *e)
 {
@@ -279,14 +308,14 @@ static void write_outputs(Eval *e)
         for (int d = 0; d < out->rank; d++)
             bytes *= out->shape[d];
         rt_dev_download(&e->ctx, data, bytes);
-        if (npy_save(e->path[i], out->dtype, out->rank, out->shape, data, why, sizeof why) != 0) {
+        if (save_output(e->path[i], out, data, bytes, why, sizeof why) != 0) {
             rt_err_set(1, "output '%s': %s", out->name, why);
             return;
         }
         if (!e->o->quiet) {
             char dims[256];
             rt_dims_str(dims, sizeof dims, out->rank, out->shape, 0);
-            printf("wrote %s (%s %s)\n", e->path[i], npy_dtype_name(out->dtype), dims);
+            printf("wrote %s (%s %s)\n", e->path[i], npy_dtype_name(npy_dtype(out->dtype)), dims);
         }
     }
     if (npy_sync_dir(e->o->out_dir) != 0)

@@ -36,35 +36,26 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-const char *npy_dtype_name(int dtype)
-{
-    switch (dtype) {
-    case RT_F32: return "float32";
-    case RT_F64: return "float64";
-    case RT_I64: return "int64";
-    case RT_I32: return "int32";
-    case RT_BOOL: return "bool";
-    default: return "?";
-    }
-}
+/* every dtype code's .npy descr (NULL: none: numpy has no bfloat16), name and element size */
+static const struct {
+    const char *descr, *name;
+    size_t size;
+} dtypes[] = {
+    [RT_F32] = {"<f4", "float32", 4}, [RT_F64] = {"<f8", "float64", 8}, [RT_I64] = {"<i8", "int64", 8},
+    [RT_I32] = {"<i4", "int32", 4},   [RT_BOOL] = {"|b1", "bool", 1},   [RT_BF16] = {NULL, "bfloat16", 2},
+    [RT_F16] = {"<f2", "float16", 2}, [RT_I8] = {"|i1", "int8", 1},     [RT_U8] = {"|u1", "uint8", 1},
+    [RT_I16] = {"<i2", "int16", 2},   [RT_U16] = {"<u2", "uint16", 2},  [RT_U32] = {"<u4", "uint32", 4},
+    [RT_U64] = {"<u8", "uint64", 8},
+};
+enum { NDTYPES = sizeof dtypes / sizeof dtypes[0] };
 
-size_t npy_elem_size(int dtype)
-{
-    switch (dtype) {
-    case RT_F32: return 4;
-    case RT_F64: return 8;
-    case RT_I64: return 8;
-    case RT_I32: return 4;
-    case RT_BOOL: return 1;
-    default: return 0;
-    }
-}
+const char *npy_dtype_name(int dtype) { return dtype > 0 && dtype < NDTYPES ? dtypes[dtype].name : "?"; }
 
-/* bfloat16 and float16 are step dtypes (--precision bf16 / fp16) but no .npy dtypes here */
-int64_t rt_elem_size(int dtype)
-{
-    return dtype == RT_BF16 || dtype == RT_F16 ? 2 : (int64_t)npy_elem_size(dtype);
-}
+/* a dtype's .npy element size (0: not a .npy dtype) */
+size_t npy_elem_size(int dtype) { return dtype > 0 && dtype < NDTYPES && dtypes[dtype].descr ? dtypes[dtype].size : 0; }
+
+/* bfloat16 is a step dtype (--precision bf16, a model's inputs) but no .npy dtype */
+int64_t rt_elem_size(int dtype) { return dtype > 0 && dtype < NDTYPES ? (int64_t)dtypes[dtype].size : 0; }
 
 /* ---- header dict parser: a cursor over [p, end) that never reads past end ---- */
 
@@ -177,28 +168,18 @@ static int parse_shape(Cur *c, NpyArray *a, char *err, size_t errlen)
 
 static int parse_descr(const char *d, NpyArray *a, char *err, size_t errlen)
 {
-    static const struct {
-        const char *descr;
-        int dtype;
-    } ok[] = {
-        {"<f4", RT_F32}, {"<f8", RT_F64}, {"<i8", RT_I64}, {"<i4", RT_I32}, {"|b1", RT_BOOL},
-    };
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (strcmp(d, ok[i].descr) == 0) {
-            a->dtype = ok[i].dtype;
+    for (int i = 1; i < NDTYPES; i++)
+        if (dtypes[i].descr && strcmp(d, dtypes[i].descr) == 0) {
+            a->dtype = i;
             return 0;
         }
-    if (strcmp(d, "|u1") == 0)
-        return fail(err, errlen,
-                    "dtype uint8 ('|u1') is not supported; convert the array with "
-                    ".astype(numpy.float32) (or the dtype of the model input) before saving");
     if (d[0] == '>')
         return fail(err, errlen,
                     "big-endian dtype '%s' is not supported; save it as little-endian "
                     "(arr.astype(arr.dtype.newbyteorder('<')))", d);
     return fail(err, errlen,
-                "unsupported dtype '%s' (supported: float32 '<f4', float64 '<f8', int64 '<i8', "
-                "int32 '<i4', bool '|b1')", d);
+                "unsupported dtype '%s' (supported: float32 '<f4', float64 '<f8', float16 '<f2', bool '|b1' and "
+                "the integers '|i1', '|u1', '<i2', '<u2', '<i4', '<u4', '<i8', '<u8')", d);
 }
 
 static int parse_header(const char *h, size_t hl, NpyArray *a, char *err, size_t errlen)
@@ -415,17 +396,7 @@ const void *rt_map_fault(void) { return t_at; }
 
 /* ------------------------------------------------------------------ writer */
 
-static const char *descr_of(int dtype)
-{
-    switch (dtype) {
-    case RT_F32: return "<f4";
-    case RT_F64: return "<f8";
-    case RT_I64: return "<i8";
-    case RT_I32: return "<i4";
-    case RT_BOOL: return "|b1";
-    default: return NULL;
-    }
-}
+static const char *descr_of(int dtype) { return dtype > 0 && dtype < NDTYPES ? dtypes[dtype].descr : NULL; }
 
 size_t npy_header(char *buf, size_t cap, int dtype, int rank, const int64_t *shape)
 {

@@ -3,8 +3,8 @@
  *
  * Files are untrusted: the header is parsed with bounds checks on every byte,
  * the shape is checked for overflow and the data size against the file size.
- * Supported dtypes: '<f4' '<f8' '<i8' '<i4' '|b1' (RT_F32 .. RT_BOOL);
- * C order only; format versions 1.0, 2.0 and 3.0.  No MPI in here: the
+ * Supported dtypes: '<f4' '<f8' '<f2' '|b1' and the integers '|i1' '|u1' '<i2' '<u2' '<i4' '<u4' '<i8' '<u8'
+ * (RT_* codes but RT_BF16);
  * reader is tested standalone (tests/rt_npy_test.c).
  */
 #ifndef FSDPC_NPY_H
@@ -18,7 +18,7 @@
 #include "rt.h"
 
 typedef struct {
-    int dtype;                  /* RT_F32 .. RT_BOOL */
+    int dtype;                  /* an RT_* code */
     int rank;                   /* 0 for a scalar "()" */
     int64_t shape[RT_MAX_RANK];
     int64_t numel;              /* product of shape (1 for a scalar) */
@@ -69,10 +69,11 @@ int npy_save(const char *path, int dtype, int rank, const int64_t *shape, const 
 /* fsync directory DIR; 0 or -1 with errno set */
 int npy_sync_dir(const char *dir);
 
-/* "float32", "float64", "int64", "int32", "bool"; "?" for anything else */
+/* "float32", "uint8", "bfloat16"...: numpy's name of an RT_* dtype; "?" for anything else */
 const char *npy_dtype_name(int dtype);
-/* bytes per element of an RT_* dtype, 0 if unknown */
+/* bytes per element of an RT_* dtype that .npy files hold (all but bfloat16), 0 if none */
 size_t npy_elem_size(int dtype);
+/* bytes per element of any RT_* dtype, 0 if unknown */
 int64_t rt_elem_size(int dtype);
 
 /* I/O that finishes or fails: retries EINTR and short counts (chunks of

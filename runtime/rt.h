@@ -28,7 +28,8 @@
 #include <stddef.h>
 
 /* dtype codes: identical to the compiler's DType numbering */
-enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6, RT_F16 = 7 };
+enum { RT_F32 = 1, RT_F64 = 2, RT_I64 = 3, RT_I32 = 4, RT_BOOL = 5, RT_BF16 = 6, RT_F16 = 7,
+       RT_I8 = 8, RT_U8 = 9, RT_I16 = 10, RT_U16 = 11, RT_U32 = 12, RT_U64 = 13 };
 enum { RT_ADAMW = 0, RT_SGD = 1, RT_ADAM = 2 };
 /* shard kinds per unit: shard[u * RT_NSTATE + k] */
 enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };

@@ -6,8 +6,10 @@
  * The file is untrusted: its size is bounded by what a tensor of the input's
  * shape can need, protobuf-c parses it, and dtype, dims and the length of
  * the data (raw_data, or the typed field of its data type) must match
- * exactly.  Supported data types: FLOAT, DOUBLE, INT64, INT32, BOOL (typed:
- * float_data, double_data, int64_data, int32_data; bool in int32_data).
+ * exactly.  Supported data types: FLOAT, DOUBLE, INT64, INT32, BOOL, FLOAT16,
+ * BFLOAT16 and INT8 .. UINT64 (typed: float_data, double_data, int64_data;
+ * uint32 and uint64 in uint64_data; the rest in int32_data, the 16-bit
+ * floats as their bits).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -25,7 +27,8 @@
 #include "rt_priv.h"
 
 /* ONNX TensorProto.DataType */
-enum { PB_FLOAT = 1, PB_INT32 = 6, PB_INT64 = 7, PB_BOOL = 9, PB_DOUBLE = 11 };
+enum { PB_FLOAT = 1, PB_UINT8, PB_INT8, PB_UINT16, PB_INT16, PB_INT32, PB_INT64, PB_BOOL = 9, PB_FLOAT16, PB_DOUBLE,
+       PB_UINT32, PB_UINT64, PB_BFLOAT16 = 16 };
 
 static const char *onnx_type_name(int t)
 {
@@ -45,6 +48,14 @@ static int rt_dtype_of(int t)
     case PB_INT64: return RT_I64;
     case PB_INT32: return RT_I32;
     case PB_BOOL: return RT_BOOL;
+    case PB_FLOAT16: return RT_F16;
+    case PB_BFLOAT16: return RT_BF16;
+    case PB_INT8: return RT_I8;
+    case PB_UINT8: return RT_U8;
+    case PB_INT16: return RT_I16;
+    case PB_UINT16: return RT_U16;
+    case PB_UINT32: return RT_U32;
+    case PB_UINT64: return RT_U64;
     default: return 0;
     }
 }
@@ -91,7 +102,7 @@ static int check_type_shape(const RtInput *in, const char *path, const Onnx__Ten
     int dt = rt_dtype_of(ot);
     if (dt == 0) {
         rt_err_set(1, "--input %s: %s: ONNX data type %d (%s) is not supported (supported: float, double, "
-                      "int64, int32, bool)", in->name, path, ot, onnx_type_name(ot));
+                      "float16, bfloat16, bool and the integers)", in->name, path, ot, onnx_type_name(ot));
         return -1;
     }
     for (size_t d = 0; d < t->n_dims; d++)
@@ -130,14 +141,15 @@ static int check_type_shape(const RtInput *in, const char *path, const Onnx__Ten
 static int copy_values(const RtInput *in, const char *path, const Onnx__TensorProto *t, int64_t numel,
                        void *dst)
 {
-    size_t es = npy_elem_size(in->dtype), nbytes = (size_t)numel * es;
+    size_t es = (size_t)rt_elem_size(in->dtype), nbytes = (size_t)numel * es;
     const char *field;
     size_t nfield;
     switch (in->dtype) {
     case RT_F32: field = "float_data"; nfield = t->n_float_data; break;
     case RT_F64: field = "double_data"; nfield = t->n_double_data; break;
     case RT_I64: field = "int64_data"; nfield = t->n_int64_data; break;
-    default: field = "int32_data"; nfield = t->n_int32_data; break; /* int32, bool */
+    case RT_U32: case RT_U64: field = "uint64_data"; nfield = t->n_uint64_data; break;
+    default: field = "int32_data"; nfield = t->n_int32_data; break; /* int32, bool, int8 .. uint16, 16-bit floats */
     }
     size_t all = t->n_float_data + t->n_double_data + t->n_int64_data + t->n_int32_data + t->n_uint64_data +
                  t->n_string_data;
@@ -173,9 +185,15 @@ static int copy_values(const RtInput *in, const char *path, const Onnx__TensorPr
     case RT_F64: memcpy(dst, t->double_data, nbytes); break;
     case RT_I64: memcpy(dst, t->int64_data, nbytes); break;
     case RT_I32: memcpy(dst, t->int32_data, nbytes); break;
-    default:
+    case RT_BOOL:
         for (int64_t k = 0; k < numel; k++)
             ((uint8_t *)dst)[k] = t->int32_data[k] != 0;
+        break;
+    default: /* the low es bytes of each value (little-endian) */
+        for (int64_t k = 0; k < numel; k++) {
+            uint64_t v = in->dtype == RT_U32 || in->dtype == RT_U64 ? t->uint64_data[k] : (uint32_t)t->int32_data[k];
+            memcpy((char *)dst + k * (int64_t)es, &v, es);
+        }
     }
     return 0;
 }

@@ -527,23 +527,27 @@ template <typename T> static void test_unary()
 
 static void test_cast()
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1};
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2, 1, 2, 2, 4, 8}; /* K_DT_F32 .. K_DT_U64 */
     static const double vals[] = {0, -0.0, 1.5, -2.7, 255.9, 256, -1, 3e9, -3e9, 1e19, -1e19, INFINITY, -INFINITY,
-                                  NAN, 2, 127, 7.25};
+                                  NAN, 2, 127, 7.25, 70000, -40000, 1.9e19};
     const int64_t n = 3 * (int64_t)(sizeof vals / sizeof vals[0]);
-    for (int from = K_DT_F32; from <= K_DT_BOOL; from++) {
+    for (int from = K_DT_F32; from <= K_DT_U64; from++) {
         std::vector<uint8_t> x((size_t)n * 8);
         for (int64_t i = 0; i < n; i++) { /* every value, and random bits for the integers */
             const double v = vals[i % (n / 3)];
             switch (from) {
             case K_DT_F32: ((float *)x.data())[i] = (float)v; break;
             case K_DT_F64: ((double *)x.data())[i] = v; break;
-            case K_DT_I64: ((int64_t *)x.data())[i] = (int64_t)(uni(-1, 1) * 9e18); break;
+            case K_DT_BF16: ((uint16_t *)x.data())[i] = k_bf16_from_f32((float)v); break;
+            case K_DT_F16: ((uint16_t *)x.data())[i] = k_f16_from_f32((float)v); break;
+            case K_DT_I64: case K_DT_U64: ((int64_t *)x.data())[i] = (int64_t)(uni(-1, 1) * 9e18); break;
             case K_DT_I32: ((int32_t *)x.data())[i] = (int32_t)(uni(-1, 1) * 2e9); break;
-            default: x[(size_t)i] = (uint8_t)below(256);
+            default: /* BOOL, U8 .. U32: random bytes */
+                for (int b = 0; b < size[from]; b++)
+                    x[(size_t)(i * size[from] + b)] = (uint8_t)below(256);
             }
         }
-        for (int to = K_DT_F32; to <= K_DT_BOOL; to++) {
+        for (int to = K_DT_F32; to <= K_DT_U64; to++) {
             std::vector<uint8_t> want((size_t)n * 8), got((size_t)n * 8);
             k_cast(to, want.data(), from, x.data(), n);
             kc_cast(to, got.data(), from, x.data(), n);

@@ -572,6 +572,82 @@ static void test_cast(int dt)
     free(xf);
 }
 
+/* The narrow integers (int8 .. uint64) a model's tensors may hold: to and
+ * from every integer and float32 / float64.  Integer -> integer keeps the
+ * low bits; float -> integer truncates and saturates to the target's range
+ * (NaN 0); uint64 reads unsigned (2^64 - 1 -> float is 1.8e19, not -1). */
+typedef struct {
+    int dt, size, is_signed;
+} NarrowDt;
+static const NarrowDt narrow_dts[] = {
+    {K_DT_I8, 1, 1}, {K_DT_U8, 1, 0}, {K_DT_I16, 2, 1}, {K_DT_U16, 2, 0}, {K_DT_I32, 4, 1},
+    {K_DT_U32, 4, 0}, {K_DT_I64, 8, 1}, {K_DT_U64, 8, 0},
+};
+
+/* the value of the size-byte integer at p (little-endian bits, signed or not), as long double */
+static long double narrow_value(const NarrowDt *d, const void *p)
+{
+    uint64_t u = 0;
+    memcpy(&u, p, d->size < 8 ? (size_t)d->size : 8);
+    int bits = d->size * 8;
+    if (d->is_signed && bits < 64 && (u >> (bits - 1)) & 1)
+        return (long double)(int64_t)(u | (~0ULL << bits));
+    if (d->is_signed && bits == 64)
+        return (long double)(int64_t)u;
+    return (long double)u;
+}
+
+static void test_cast_narrow(int dt)
+{
+    static const double fv[] = {0, 1.7, -1.7, 127.5, -128.5, 255.9, 300, -40000, 70000, 5e9, -5e9, 1.9e19, -1e20,
+                                NAN, INFINITY, -INFINITY};
+    enum { NV = 16 };
+    if (dt != F64)
+        return;  /* dtype-generic: run once */
+    uint64_t bits[NV];
+    for (int k = 0; k < NV; k++) /* every byte pattern width: small, sign bits, wide */
+        bits[k] = k < 8 ? (uint64_t)k * 0x9E3779B97F4A7C15ULL : (0x80ULL << (8 * (k % 8))) + (uint64_t)k;
+    for (size_t a = 0; a < sizeof narrow_dts / sizeof *narrow_dts; a++) {
+        const NarrowDt *from = &narrow_dts[a];
+        uint8_t x[NV * 8];
+        for (int k = 0; k < NV; k++)
+            memcpy(x + k * from->size, &bits[k], (size_t)from->size);
+        for (size_t b = 0; b < sizeof narrow_dts / sizeof *narrow_dts; b++) { /* integer -> integer: low bits */
+            const NarrowDt *to = &narrow_dts[b];
+            uint8_t y[NV * 8], want[NV * 8];
+            for (int k = 0; k < NV; k++)
+                memcpy(want + k * to->size, &bits[k], (size_t)to->size);
+            if (from->size < to->size) /* widening extends the source's sign (or zero) */
+                for (int k = 0; k < NV; k++) {
+                    long double v = narrow_value(from, x + k * from->size);
+                    int64_t w = v < 0 ? (int64_t)v : (int64_t)(uint64_t)v;
+                    memcpy(want + k * to->size, &w, (size_t)to->size);
+                }
+            CTX("k_cast %d -> %d", from->dt, to->dt);
+            k_cast(to->dt, y, from->dt, x, NV);
+            check_bytes(dt, y, want, (size_t)(NV * to->size));
+        }
+        double yd[NV], wd[NV]; /* integer -> float64: exact below 2^53, uint64 unsigned */
+        for (int k = 0; k < NV; k++)
+            wd[k] = (double)narrow_value(from, x + k * from->size);
+        CTX("k_cast %d -> f64", from->dt);
+        k_cast(K_DT_F64, yd, from->dt, x, NV);
+        check_bytes(dt, yd, wd, sizeof wd);
+        uint8_t y[NV * 8], want[NV * 8]; /* float64 -> integer: truncated, saturated */
+        for (int k = 0; k < NV; k++) {
+            long double lo = narrow_value(from, &(uint64_t){from->is_signed ? 1ULL << (from->size * 8 - 1) : 0});
+            long double hi = narrow_value(from, &(uint64_t){from->is_signed ? ~0ULL >> (65 - from->size * 8)
+                                                                            : ~0ULL >> (64 - from->size * 8)});
+            long double v = isnan(fv[k]) ? 0 : fv[k] < lo ? lo : fv[k] > hi ? hi : truncl(fv[k]);
+            uint64_t w = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
+            memcpy(want + k * from->size, &w, (size_t)from->size);
+        }
+        CTX("k_cast f64 -> %d", from->dt);
+        k_cast(from->dt, y, K_DT_F64, fv, NV);
+        check_bytes(dt, y, want, (size_t)(NV * from->size));
+    }
+}
+
 /* bfloat16: rounding to nearest even on the bits, NaN, infinities, overflow,
  * subnormals, signed zero; and the other dtypes through float */
 static void test_cast_bf16(int dt)
@@ -936,7 +1012,7 @@ static void test_trilu_range(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_unary, test_unary_special, test_pow, test_compare, test_binary_i64, test_where, test_cast, test_cast_bf16, test_cast_f16,
+        test_unary, test_unary_special, test_pow, test_compare, test_binary_i64, test_where, test_cast, test_cast_narrow, test_cast_bf16, test_cast_f16,
         test_copy, test_pad, test_trilu_range,
     };
     return ktest_main("kernels_ew_test", tests, sizeof tests / sizeof tests[0]);

@@ -466,11 +466,17 @@ int main(void)
     expect_bad("version_1_1", 1, 1, okh, f32, sizeof f32, "version");
     expect_bad("fortran", 1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", f32, sizeof f32,
                "Fortran");
-    expect_bad("uint8", 1, 0, "{'descr': '|u1', 'fortran_order': False, 'shape': (6,), }", b1, sizeof b1,
-               "uint8");
+    expect_ok("uint8", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (6,), }", 1, b1, sizeof b1, RT_U8, 1,
+              s6);
+    expect_ok("uint16", 1, "{'descr': '<u2', 'fortran_order': False, 'shape': (6,), }", 1, f32, 12, RT_U16, 1, s6);
+    expect_ok("uint64", 1, "{'descr': '<u8', 'fortran_order': False, 'shape': (3,), }", 1, f32, 24, RT_U64, 1,
+              (const int64_t[]){3});
+    expect_ok("float16", 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (6,), }", 1, f32, 12, RT_F16, 1, s6);
+    expect_bad("complex", 1, 0, "{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", f32, 24,
+               "unsupported dtype");
     expect_bad("big_endian", 1, 0, "{'descr': '>f4', 'fortran_order': False, 'shape': (6,), }", f32, 24,
                "big-endian");
-    expect_bad("float16", 1, 0, "{'descr': '<f2', 'fortran_order': False, 'shape': (6,), }", f32, 24,
+    expect_bad("void", 1, 0, "{'descr': '<V2', 'fortran_order': False, 'shape': (6,), }", f32, 24,
                "unsupported dtype");
     expect_bad("structured", 1, 0, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }", f32,
                24, "structured");

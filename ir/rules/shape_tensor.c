@@ -343,8 +343,8 @@ static void cast(Graph *g, const Node *n)
     int64_t to = n->op == OP_CastLike ? tensor_to_onnx(in(g, n, 1)->dtype) : ir_attr_i(n, "to", 0);
     DType dt = tensor_from_onnx(to);
     if (dt == DT_UNDEF)
-        node_fatal(g, n, "a cast to %s is not supported (fsdpc supports float32, float64, int64, "
-                   "int32 and bool)", tensor_onnx_name(to));
+        node_fatal(g, n, "a cast to %s is not supported (fsdpc supports float32, float64, float16, bfloat16, "
+                   "bool and the integers of 8 to 64 bits)", tensor_onnx_name(to));
     set_out(g, n, 0, dt, &in(g, n, 0)->shape);
 }
 

@@ -122,9 +122,18 @@ static int64_t float_to_int(double v, double lo, double hi)
     return (int64_t)v;
 }
 
-/* Reads element i of a K_DT_* array as double (floats) or int64 (ints). */
+/* float -> uint64 as float_to_int, its bits in an int64 (2^64 stands for
+ * the bound 2^64 - 1) */
+static int64_t float_to_u64(double v)
+{
+    if (v != v || v <= 0)
+        return 0;
+    return (int64_t)(v >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)v);
+}
+
 static int is_float_dt(int dt) { return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16 || dt == K_DT_F16; }
 
+/* Reads element i of a float K_DT_* array as double (exact for all four). */
 static double load_f(int dt, const void *x, int64_t i)
 {
     switch (dt) {
@@ -135,20 +144,56 @@ static double load_f(int dt, const void *x, int64_t i)
     }
 }
 
+/* Reads element i of an integer K_DT_* array as int64 (a uint64 as its bits). */
 static int64_t load_i(int dt, const void *x, int64_t i)
 {
     switch (dt) {
-    case K_DT_I64: return ((const int64_t *)x)[i];
+    case K_DT_I64: case K_DT_U64: return ((const int64_t *)x)[i];
     case K_DT_I32: return ((const int32_t *)x)[i];
+    case K_DT_U32: return ((const uint32_t *)x)[i];
+    case K_DT_I16: return ((const int16_t *)x)[i];
+    case K_DT_U16: return ((const uint16_t *)x)[i];
+    case K_DT_I8: return ((const int8_t *)x)[i];
     case K_DT_U8: case K_DT_BOOL: return ((const uint8_t *)x)[i];
     default: die("k_cast: unknown dtype"); return 0;
     }
 }
 
+/* Stores v (int64 bits) as element i of an integer K_DT_* array: a
+ * narrower integer keeps the low bits (two's complement wraparound). */
+static void store_i(int dt, void *y, int64_t i, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    switch (dt) {
+    case K_DT_I64: case K_DT_U64: ((uint64_t *)y)[i] = u; return;
+    case K_DT_I32: case K_DT_U32: ((uint32_t *)y)[i] = (uint32_t)u; return;
+    case K_DT_I16: case K_DT_U16: ((uint16_t *)y)[i] = (uint16_t)u; return;
+    case K_DT_I8: case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)u; return;
+    case K_DT_BOOL: ((uint8_t *)y)[i] = u != 0; return;
+    default: die("k_cast: unknown dtype");
+    }
+}
+
+/* A float converted to integer dtype dt, saturated to its range (int64 bits). */
+static int64_t float_to_dt(int dt, double v)
+{
+    switch (dt) {
+    case K_DT_I64: return float_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
+    case K_DT_U64: return float_to_u64(v);
+    case K_DT_I32: return float_to_int(v, INT32_MIN, INT32_MAX);
+    case K_DT_U32: return float_to_int(v, 0, UINT32_MAX);
+    case K_DT_I16: return float_to_int(v, INT16_MIN, INT16_MAX);
+    case K_DT_U16: return float_to_int(v, 0, UINT16_MAX);
+    case K_DT_I8: return float_to_int(v, INT8_MIN, INT8_MAX);
+    default: return float_to_int(v, 0, UINT8_MAX); /* U8 */
+    }
+}
+
 /* Element i of the source converted to dtype `to`, stored.  Going through
  * double keeps f32 -> f64 exact and f64 -> f32 correctly rounded; integer
- * sources go through int64 so i64 -> f32 rounds once.  To bfloat16 and float16
- * goes through float (two roundings from double or int64, as PyTorch's). */
+ * sources go through int64 (uint64 through uint64) so an integer -> f32
+ * rounds once.  To bfloat16 and float16 goes through float (two roundings
+ * from double or int64, as PyTorch's). */
 static void cast_one(int to, void *y, int from, const void *x, int64_t i)
 {
     if (is_float_dt(from)) {
@@ -156,34 +201,28 @@ static void cast_one(int to, void *y, int from, const void *x, int64_t i)
         switch (to) {
         case K_DT_F32: ((float *)y)[i] = (float)v; return;
         case K_DT_F64: ((double *)y)[i] = v; return;
-        case K_DT_I64: ((int64_t *)y)[i] = float_to_int(v, -9223372036854775808.0,
-                                                        9223372036854775807.0); return;
-        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)float_to_int(v, INT32_MIN, INT32_MAX); return;
-        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)float_to_int(v, 0, 255); return;
-        case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
         case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
         case K_DT_F16: ((uint16_t *)y)[i] = k_f16_from_f32((float)v); return;
-        }
-    } else {
-        int64_t v = load_i(from, x, i);
-        switch (to) {
-        case K_DT_F32: ((float *)y)[i] = (float)v; return;
-        case K_DT_F64: ((double *)y)[i] = (double)v; return;
-        case K_DT_I64: ((int64_t *)y)[i] = v; return;
-        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
-        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
         case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
-        case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32((float)v); return;
-        case K_DT_F16: ((uint16_t *)y)[i] = k_f16_from_f32((float)v); return;
+        default: store_i(to, y, i, float_to_dt(to, v)); return;
         }
     }
-    die("k_cast: unknown dtype");
+    int64_t v = load_i(from, x, i);
+    int u = from == K_DT_U64;
+    float f = u ? (float)(uint64_t)v : (float)v;
+    switch (to) {
+    case K_DT_F32: ((float *)y)[i] = f; return;
+    case K_DT_F64: ((double *)y)[i] = u ? (double)(uint64_t)v : (double)v; return;
+    case K_DT_BF16: ((uint16_t *)y)[i] = k_bf16_from_f32(f); return;
+    case K_DT_F16: ((uint16_t *)y)[i] = k_f16_from_f32(f); return;
+    default: store_i(to, y, i, v); return;
+    }
 }
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2};
-    if (dt < 0 || dt > K_DT_F16)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2, 1, 2, 2, 4, 8};
+    if (dt < 0 || dt > K_DT_U64)
         die("k_cast: unknown dtype");
     return size[dt];
 }

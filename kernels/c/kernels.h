@@ -52,8 +52,10 @@ enum { K_EQ, K_LT, K_GT, K_LE, K_GE };  /* k_compare ops: a OP b */
 /* element types for k_cast.  BOOL and U8 are both one byte; casting TO bool
  * gives x != 0 (NaN -> 1), to u8 the integer value.  BF16 is bfloat16 stored
  * as its 16 bits (uint16_t): the top half of a float32.  F16 is IEEE binary16
- * (float16) stored as its 16 bits. */
-enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
+ * (float16) stored as its 16 bits.  I8 .. U64: the narrow integers a model's
+ * inputs may hold (kernels/cuda/common.cuh repeats this list). */
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16,
+       K_DT_I8, K_DT_I16, K_DT_U16, K_DT_U32, K_DT_U64 };
 
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };  /* k_pad modes (ONNX Pad) */
 

@@ -104,7 +104,8 @@ typedef struct {
 /* the k_binary and k_unary op codes are fused.h's (KF_ADD, KF_RELU, ...),
  * which the program has right after this header */
 enum { K_EQ, K_LT, K_GT, K_LE, K_GE };
-enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16 };
+enum { K_DT_F32, K_DT_F64, K_DT_I64, K_DT_I32, K_DT_U8, K_DT_BOOL, K_DT_BF16, K_DT_F16,
+       K_DT_I8, K_DT_I16, K_DT_U16, K_DT_U32, K_DT_U64 }; /* kernels/c/kernels.h's */
 enum { K_PAD_CONSTANT, K_PAD_REFLECT, K_PAD_EDGE };
 enum { K_RSUM, K_RMEAN, K_RMAX, K_RMIN, K_RPROD };
 enum { K_LOSS_NONE, K_LOSS_SUM, K_LOSS_MEAN };

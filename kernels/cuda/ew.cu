@@ -208,6 +208,15 @@ KC_DEV int64_t cast_float_to_int(double v, double lo, double hi)
     return (int64_t)v;
 }
 
+/* float -> uint64 as cast_float_to_int, its bits in an int64 (2^64 stands
+ * for the bound 2^64 - 1) */
+KC_DEV int64_t cast_float_to_u64(double v)
+{
+    if (v != v || v <= 0)
+        return 0;
+    return (int64_t)(v >= 18446744073709551616.0 ? ~0ull : (unsigned long long)v);
+}
+
 KC_DEV bool cast_is_float(int dt)
 {
     return dt == K_DT_F32 || dt == K_DT_F64 || dt == K_DT_BF16 || dt == K_DT_F16;
@@ -224,21 +233,56 @@ KC_DEV double cast_load_float(int dt, const void *x, int64_t i)
     }
 }
 
+/* an integer dtype's element as int64 (a uint64 as its bits) */
 KC_DEV int64_t cast_load_int(int dt, const void *x, int64_t i)
 {
     switch (dt) {
-    case K_DT_I64: return ((const int64_t *)x)[i];
+    case K_DT_I64: case K_DT_U64: return ((const int64_t *)x)[i];
     case K_DT_I32: return ((const int32_t *)x)[i];
+    case K_DT_U32: return ((const uint32_t *)x)[i];
+    case K_DT_I16: return ((const int16_t *)x)[i];
+    case K_DT_U16: return ((const uint16_t *)x)[i];
+    case K_DT_I8: return ((const int8_t *)x)[i];
     default: return ((const uint8_t *)x)[i]; /* U8, BOOL */
     }
 }
 
+/* v (int64 bits) stored as an integer dtype's element i: a narrower integer
+ * keeps the low bits (two's complement wraparound), as kernels/c */
+KC_DEV void cast_store_int(int dt, void *y, int64_t i, int64_t v)
+{
+    const uint64_t u = (uint64_t)v;
+    switch (dt) {
+    case K_DT_I64: case K_DT_U64: ((uint64_t *)y)[i] = u; return;
+    case K_DT_I32: case K_DT_U32: ((uint32_t *)y)[i] = (uint32_t)u; return;
+    case K_DT_I16: case K_DT_U16: ((uint16_t *)y)[i] = (uint16_t)u; return;
+    case K_DT_I8: case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)u; return;
+    default: ((uint8_t *)y)[i] = u != 0; return; /* BOOL */
+    }
+}
+
+/* a float converted to integer dtype dt, saturated to its range (int64 bits) */
+KC_DEV int64_t cast_float_to_dt(int dt, double v)
+{
+    switch (dt) {
+    case K_DT_I64: return cast_float_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
+    case K_DT_U64: return cast_float_to_u64(v);
+    case K_DT_I32: return cast_float_to_int(v, -2147483648.0, 2147483647.0);
+    case K_DT_U32: return cast_float_to_int(v, 0, 4294967295.0);
+    case K_DT_I16: return cast_float_to_int(v, -32768.0, 32767.0);
+    case K_DT_U16: return cast_float_to_int(v, 0, 65535.0);
+    case K_DT_I8: return cast_float_to_int(v, -128.0, 127.0);
+    default: return cast_float_to_int(v, 0, 255.0); /* U8 */
+    }
+}
+
 /* element i of x (dtype from) converted to dtype to and stored in y: floats
- * go through double, integers through int64, as kernels/c's cast_one.  To
- * bfloat16 or float16, everything first becomes a float (f64 and int64 round
- * there) and then rounds once more, as kernels/c does.  float32 <-> bfloat16 / float16 only
- * moves bits, never through a GPU float conversion, which may hand back a
- * canonical NaN where the CPU keeps the NaN's sign. */
+ * go through double, integers through int64 (uint64 through uint64), as
+ * kernels/c's cast_one.  To bfloat16 or float16, everything first becomes a
+ * float (f64 and int64 round there) and then rounds once more, as kernels/c
+ * does.  float32 <-> bfloat16 / float16 only moves bits, never through a GPU
+ * float conversion, which may hand back a canonical NaN where the CPU keeps
+ * the NaN's sign. */
 KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
 {
     if (from == K_DT_F32 && to == K_DT_BF16) {
@@ -262,26 +306,21 @@ KC_DEV void cast_one(int to, void *y, int from, const void *x, int64_t i)
         switch (to) {
         case K_DT_F32: ((float *)y)[i] = (float)v; return;
         case K_DT_F64: ((double *)y)[i] = v; return;
-        case K_DT_I64:
-            ((int64_t *)y)[i] = cast_float_to_int(v, -9223372036854775808.0, 9223372036854775807.0);
-            return;
-        case K_DT_I32: ((int32_t *)y)[i] = (int32_t)cast_float_to_int(v, -2147483648.0, 2147483647.0); return;
-        case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)cast_float_to_int(v, 0, 255); return;
         case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
         case K_DT_F16: ((uint16_t *)y)[i] = kc_f16_from_f32((float)v); return;
-        default: ((uint8_t *)y)[i] = v != 0; return;
+        case K_DT_BOOL: ((uint8_t *)y)[i] = v != 0; return;
+        default: cast_store_int(to, y, i, cast_float_to_dt(to, v)); return;
         }
     }
     const int64_t v = cast_load_int(from, x, i);
+    const bool u = from == K_DT_U64;
+    const float f = u ? (float)(uint64_t)v : (float)v;
     switch (to) {
-    case K_DT_F32: ((float *)y)[i] = (float)v; return;
-    case K_DT_F64: ((double *)y)[i] = (double)v; return;
-    case K_DT_I64: ((int64_t *)y)[i] = v; return;
-    case K_DT_I32: ((int32_t *)y)[i] = (int32_t)(uint32_t)(uint64_t)v; return;
-    case K_DT_U8: ((uint8_t *)y)[i] = (uint8_t)(uint64_t)v; return;
-    case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32((float)v); return;
-    case K_DT_F16: ((uint16_t *)y)[i] = kc_f16_from_f32((float)v); return;
-    default: ((uint8_t *)y)[i] = v != 0; return;
+    case K_DT_F32: ((float *)y)[i] = f; return;
+    case K_DT_F64: ((double *)y)[i] = u ? (double)(uint64_t)v : (double)v; return;
+    case K_DT_BF16: ((uint16_t *)y)[i] = kc_bf16_from_f32(f); return;
+    case K_DT_F16: ((uint16_t *)y)[i] = kc_f16_from_f32(f); return;
+    default: cast_store_int(to, y, i, v); return;
     }
 }
 

@@ -237,8 +237,8 @@ void kc_not(uint8_t *y, const uint8_t *x, int64_t n)
 
 static int dt_size(int dt)
 {
-    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2};
-    if (dt < K_DT_F32 || dt > K_DT_F16)
+    static const int size[] = {4, 8, 8, 4, 1, 1, 2, 2, 1, 2, 2, 4, 8};
+    if (dt < K_DT_F32 || dt > K_DT_U64)
         die("k_cast", "unknown dtype");
     return size[dt];
 }

@@ -7,7 +7,7 @@ usage: onnx_node_tests.py FSDPC WORKDIR [NAME_SUBSTRING...]
 For every case under /usr/share/libonnx-testdata/data/node: compile model.onnx
 with --eval, run it on test_data_set_0/input_*.pb, compare every output with
 output_*.pb (ONNX's backend tolerance: rtol 1e-3, atol 1e-7; exact for ints and
-bools).  fsdpc has static shapes, so inputs that an op needs as constants
+bools; a float16 / bfloat16 output within 4 units of its dtype's roundoff).  fsdpc has static shapes, so inputs that an op needs as constants
 (Reshape's shape, Slice's starts, ...) are baked into the model as
 initializers from the case's own data before compiling.
 
@@ -99,6 +99,11 @@ def run_case(fsdpc, work, case):
     for name, path in zip(in_names, data):
         inputs[name] = load_pb(path)[1]
     bake_constants(model, inputs)
+    for vi in model.graph.input:  # a few cases' data contradict their model's static shape (castlike bfloat16)
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim]
+        if vi.name in inputs and -1 not in dims and list(inputs[vi.name].shape) != dims:
+            return "skip", "unsupported: static shapes: input '%s' holds %s, the model declares %s" % (
+                vi.name, list(inputs[vi.name].shape), dims)
     cdir = os.path.join(work, case)
     os.makedirs(cdir, exist_ok=True)
     mpath = os.path.join(cdir, "model.onnx")
@@ -122,10 +127,16 @@ def run_case(fsdpc, work, case):
     for k, vi in enumerate(model.graph.output):
         ref = load_pb(os.path.join(d, "test_data_set_0", "output_%d.pb" % k))[1]
         got = np.load(os.path.join(cdir, "out", out_file(vi.name) + ".npy"))
+        elem = vi.type.tensor_type.elem_type
+        if elem == onnx.TensorProto.BFLOAT16:  # numpy has no bfloat16: fsdpc writes it as float32 (exact)
+            ref = (ref.astype(np.uint32) << 16).view(np.float32) if ref.dtype == np.uint16 else ref.astype(np.float32)
         if got.shape != ref.shape or got.dtype != ref.dtype:
             return "fail", "output %s: %s %s, expected %s %s" % (vi.name, got.dtype, got.shape, ref.dtype, ref.shape)
         if ref.dtype.kind in "fc":
-            if not np.allclose(got, ref, rtol=1e-3, atol=1e-7, equal_nan=True):
+            # a 16-bit float output: the reference rounds every intermediate to 16 bits, fsdpc computes in float32
+            # and rounds once, so they may differ by a few units of the 16-bit dtype's roundoff (2^-11, 2^-8)
+            rtol = {onnx.TensorProto.FLOAT16: 4 * 2.0 ** -11, onnx.TensorProto.BFLOAT16: 4 * 2.0 ** -8}.get(elem, 1e-3)
+            if not np.allclose(got, ref, rtol=rtol, atol=1e-7, equal_nan=True):
                 return "fail", "output %s: max abs diff %.3g" % (vi.name, float(np.max(np.abs(got - ref))))
         elif not np.array_equal(got, ref):
             return "fail", "output %s differs" % vi.name
