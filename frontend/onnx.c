@@ -19,7 +19,9 @@
  *   → graph inputs      → R_INPUT values, symbolic dims bound by --dim
  *   → nodes, file order → IR nodes; Constant nodes become R_CONST values; a node
  *                          of opset 7-12 rewritten into its opset 13 form where
- *                          the versions differ (frontend/opset_old.c)
+ *                          the versions differ (frontend/opset_old.c); FLOAT
+ *                          attributes (float32 in ONNX) read as the shortest
+ *                          decimal that rounds to them (attr_float)
  *   → graph outputs     → g->output
  *
  * Every problem with the model is one fatal() line: "MODEL: what, where, and
@@ -44,6 +46,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1361,6 +1364,23 @@ static void check_ops(void)
     bad("unsupported op%s %s; docs/ops.md lists the ops fsdpc accepts", nu > 1 || other ? "s" : "", s);
 }
 
+/* A FLOAT attribute as the double its writer meant: ONNX stores float32, so an exporter's epsilon 1e-5 arrives
+ * as 9.99999974737875e-06.  The shortest decimal that rounds to the same float32 (1e-05) is taken instead:
+ * float32 kernels round it back to the very same float, and float64 ones compute with PyTorch's own double
+ * (a float64 ResNet-50's step-1 gradients differed from PyTorch's by 2e-9 through BatchNorm's epsilon alone,
+ * 1e-11 without it).  Nine significant digits always round-trip a float32. */
+static double attr_float(float f)
+{
+    char buf[32];
+    for (int p = 1; p <= 9 && isfinite(f); p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f)
+            return d;
+    }
+    return f;
+}
+
 static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
 {
     if (!a->name || !*a->name)
@@ -1372,7 +1392,7 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         ir_attr_add(G, nid, a->name, A_INT)->i = a->i;
         break;
     case AT(FLOAT):
-        ir_attr_add(G, nid, a->name, A_FLOAT)->f = a->f;
+        ir_attr_add(G, nid, a->name, A_FLOAT)->f = attr_float(a->f);
         break;
     case AT(INTS):
         if (a->n_ints > INT_MAX)
@@ -1390,7 +1410,7 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         r->n = (int)a->n_floats;
         r->floats = ir_alloc(sizeof(double) * (a->n_floats + 1));
         for (size_t i = 0; i < a->n_floats; i++)
-            r->floats[i] = a->floats[i];
+            r->floats[i] = attr_float(a->floats[i]);
         break;
     case AT(STRING):
         if (a->s.len && memchr(a->s.data, 0, a->s.len))

@@ -171,15 +171,23 @@ static void test_unary_special(int dt)
     set(&x, xs);
     fill_val(&dy, 1);
     PUT(&x, &dy);
-    {   /* clamp(x, -1, 1.5): NaN stays; grad passes at the bounds, 0 for NaN */
+    {   /* clamp(x, -1, 1.5): NaN stays; the grad passes strictly inside the bounds (0 at x = -1 and
+         * 1.5, as torch's relu6 / hardtanh and torch 2's clamp), 0 for NaN */
         const double want[N] = {NAN, -1, 1.5, -1, 1.5, 0, 1.5};
-        const double wantg[N] = {0, 0, 0, 1, 1, 1, 0};
+        const double wantg[N] = {0, 0, 0, 0, 0, 1, 0};
         CTX("k_unary clip special values");
         KCALL(k_unary, K_CLIP, V(y), V(x), N, -1, 1.5);
         GET(&y);
         check(dt, y.d, want, N, 0);
         CTX("k_unary_grad clip at the bounds");
         KCALL(k_unary_grad, K_CLIP, V(dx), V(dy), V(x), NULL, N, -1, 1.5);
+        GET(&dx);
+        check(dt, dx.d, wantg, N, 0);
+    }
+    {   /* clamp(x, min=0) (max absent: INFINITY): 0 at x = 0, +inf passes (torch.clamp_min) */
+        const double wantg[N] = {0, 0, 1, 0, 1, 0, 1};
+        CTX("k_unary_grad clip without a max");
+        KCALL(k_unary_grad, K_CLIP, V(dx), V(dy), V(x), NULL, N, 0, INFINITY);
         GET(&dx);
         check(dt, dx.d, wantg, N, 0);
     }

@@ -105,8 +105,11 @@ KF_SIMD_(double, exp) KF_SIMD_(double, erf) KF_SIMD_(double, tanh) KF_SIMD_(doub
     U(THRESHOLDED_RELU, X, x > p0 ? x : (T)0, x > p0 ? dy : (T)0)                              \
     U(SOFTSIGN, X, x / ((T)1 + M(fabs)(x)), dy / (((T)1 + M(fabs)(x)) * ((T)1 + M(fabs)(x))))  \
     /* p0 = min, p1 = max (-INFINITY / INFINITY when absent), as torch.clamp:                  \
-     * NaN stays NaN, min > max gives max */                                                   \
-    U(CLIP, X, (x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x), x >= p0 && x <= p1 ? dy : (T)0) \
+     * NaN stays NaN, min > max gives max.  The gradient passes strictly inside the bounds     \
+     * (0 at x == min or max, as torch's relu6 / hardtanh and, from torch 2, clamp: an absent  \
+     * bound is no bound, so clamp_min's x = +inf passes) */                                   \
+    U(CLIP, X, (x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x),                                \
+      (x > p0 || p0 == -INFINITY) && (x < p1 || p1 == INFINITY) ? dy : (T)0)                   \
     /* p0 = beta, p1 = threshold (torch: 1, 20); ONNX Softplus is beta 1 without a             \
      * threshold, which 20 agrees with to float32 rounding */                                  \
     U(SOFTPLUS, X, x * p0 > p1 ? x : M(log1p)(M(exp)(x * p0)) / p0,                            \

@@ -8,6 +8,10 @@ under test are trainable initializers.  The compiled executable gives:
   - the gradient, as w0 - w1 after one SGD step with lr 1, no momentum/decay,
   - the loss at w0 +- h*d for random directions d (perturbed models).
 The directional derivative g.d must match (L+ - L-) / 2h.
+
+Where finite differences cannot tell (a kink: the convention of the gradient exactly at it), EXACT cases check the
+gradient itself against NumPy's: Clip with inputs sitting exactly on its bounds passes no gradient there (PyTorch's
+relu6 / hardtanh, and clamp from torch 2 on: the gradient passes where min < x < max; an absent bound is none).
 """
 import os
 import sys
@@ -194,14 +198,61 @@ def check_case(fsdpc, work, name, spec):
     print("ok %-22s loss %.6f  |grad| %.4f" % (name, l0, np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))))
 
 
+def on_bounds(lo, hi, shape):
+    """random values with every fourth one exactly lo, hi, or (an absent bound) a value beyond the other"""
+    a = 4 * r(*shape)
+    a.flat[0::4] = lo if lo is not None else -7.0
+    a.flat[1::4] = hi if hi is not None else 7.0
+    return a
+
+
+def exact_cases():
+    """name: (nodes, weights, forward(w), d Y / d A as a mask of A)"""
+    c = {}
+    for tag, lo, hi in (("relu6", 0.0, 6.0), ("min_only", -0.5, None), ("max_only", None, 0.5)):
+        ins = ["A", "lo" if lo is not None else "", "hi" if hi is not None else ""]
+        w = {"A": on_bounds(lo, hi, (4, 6))}
+        if lo is not None:
+            w["lo"] = numpy_helper.from_array(np.array(lo), "lo")
+        if hi is not None:
+            w["hi"] = numpy_helper.from_array(np.array(hi), "hi")
+        lo_, hi_ = -np.inf if lo is None else lo, np.inf if hi is None else hi
+        c["Clip_bounds_" + tag] = ([helper.make_node("Clip", ins, ["Y"])], w,
+                                   (lambda lo_, hi_: lambda w: np.clip(w["A"], lo_, hi_))(lo_, hi_),
+                                   (lambda lo_, hi_: lambda w: (w["A"] > lo_) & (w["A"] < hi_))(lo_, hi_))
+    return c
+
+
+def check_exact(fsdpc, work, name, spec):
+    """one SGD step (lr 1) of mse(Y, T): the gradient of A against NumPy's, exactly 0 where the mask is"""
+    nodes, weights, fwd, mask = spec
+    w0 = {k: v for k, v in weights.items() if not isinstance(v, TensorProto)}
+    y0 = fwd(w0)
+    t = r(*y0.shape)
+    np.save(os.path.join(work, name + ".t.npy"), t)
+    l0, w1 = compile_run(fsdpc, work, name, nodes, weights, list(y0.shape), "mse:Y,T",
+                         "T=" + os.path.join(work, name + ".t.npy"), 1.0)
+    check(abs(l0 - np.mean((y0 - t) ** 2)) <= 1e-12, "%s: forward loss %.17g" % (name, l0))
+    g, want = w0["A"] - w1["A"], 2 * (y0 - t) / y0.size * mask(w0)
+    bad = np.argwhere(np.abs(g - want) > 1e-12 * np.max(np.abs(want)))
+    check(len(bad) == 0, "%s: gradient at A%s (= %r) is %.6g, NumPy's %.6g (%d elements differ)"
+          % (name, list(bad[0]) if len(bad) else "", w0["A"][tuple(bad[0])] if len(bad) else 0,
+             g[tuple(bad[0])] if len(bad) else 0, want[tuple(bad[0])] if len(bad) else 0, len(bad)))
+    print("ok %-22s gradient = NumPy's, 0 on the bounds (%d of %d elements)" % (name, int(np.sum(~mask(w0))),
+                                                                              w0["A"].size))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    all_cases = cases()
-    names = sys.argv[3:] or list(all_cases)
+    all_cases, exact = cases(), exact_cases()
+    names = sys.argv[3:] or list(all_cases) + list(exact)
     for n in names:
-        check(n in all_cases, "no case " + n)
-        check_case(fsdpc, work, n, all_cases[n])
+        check(n in all_cases or n in exact, "no case " + n)
+        if n in exact:
+            check_exact(fsdpc, work, n, exact[n])
+        else:
+            check_case(fsdpc, work, n, all_cases[n])
     print("OK gradcheck: %d cases" % len(names))
 
 

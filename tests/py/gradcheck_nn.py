@@ -8,6 +8,8 @@ must match a NumPy reference and the gradient (one SGD step, lr 1) must match
 central finite differences along random directions.  Besides:
   - BatchNorm_running_stats: the running mean / var exported after one
     training step equal NumPy's update (ONNX momentum, unbiased variance);
+  - BatchNorm_train_eps_1e-5: epsilon 1e-5 (a float32 attribute) is used as
+    the double 1e-5, as PyTorch's float64 BatchNorm does;
   - Dropout cases recompute the mask in NumPy (Philox-4x32-10 keyed by the
     compile-time seed, counter = element / 4, step, hash of the node name),
     so the forward is checked exactly and finite differences are valid: the
@@ -303,6 +305,13 @@ def norm_cases(c):
     c["BatchNorm_train_2d"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps,
                                      momentum=mom, training_mode=1)],
                                {**bn_w, "X": r(6, 3)}, lambda w: bn_ref(w["X"], w["S"], w["Bb"], eps))
+    # PyTorch's default epsilon 1e-5, which the float32 attribute holds as 9.99999974737875e-06: read back as
+    # 1e-5 (the shortest decimal of that float32), as PyTorch's float64 BatchNorm uses it.  A batch of variance
+    # ~1e-6 makes the output depend on epsilon: the float32 value would be 1e-8 off in the loss (checked to 1e-12)
+    small = 1e-3 * np.random.default_rng(7).standard_normal((4, 3, 3, 2))
+    c["BatchNorm_train_eps_1e-5"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=1e-5,
+                                           momentum=0.9, training_mode=1)], {**bn_w, "X": small},
+                                     lambda w: bn_ref(w["X"], w["S"], w["Bb"], 1e-5))
     sh = (1, 3, 1, 1)
     c["BatchNorm_inference"] = ([node("BatchNormalization", ["X", "S", "Bb", "rm", "rv"], ["Y"], epsilon=eps)],
                                 bn_w, lambda w: (w["X"] - rm.reshape(sh)) / np.sqrt(rv.reshape(sh) + eps)
