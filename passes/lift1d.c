@@ -15,8 +15,9 @@
  * are the 1-D ones).  Nothing else in fsdpc sees a 1-D op.
  *
  * explicit_pads then writes auto_pad (SAME_UPPER, SAME_LOWER, VALID) as the
- * pads it stands for, from the input's spatial size, so the rules, the
- * gradients and the kernels know explicit pads only.  As ONNX specifies:
+ * pads it stands for (2-D, and 3-D before lift3d.c composes those), from
+ * the input's spatial size, so the rules, the gradients and the kernels
+ * know explicit pads only.  As ONNX specifies:
  * SAME keeps ceil(in / stride) outputs (a ConvTranspose: in x stride, or
  * its output_shape), padding by the total the dilated window needs beyond
  * the input, half before and half after, the odd one after (SAME_UPPER) or
@@ -149,9 +150,9 @@ static int spatial_ints(const Node *n, const char *name, int ns, int64_t def, in
 
 static int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
 
-/* Conv, ConvTranspose, MaxPool, AveragePool, LpPool (2-D after lift_1d, or 3-D) with auto_pad other than NOTSET: its pads
- * written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet are left
- * to their rules, which refuse them in one line. */
+/* Conv, ConvTranspose, MaxPool, AveragePool, LpPool (2-D after lift_1d, or 3-D) with auto_pad other than NOTSET:
+ * its pads written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet
+ * are left to their rules, which refuse them in one line. */
 void explicit_pads(Sweep *s, int id)
 {
     Graph *g = s->g;

@@ -223,9 +223,12 @@ static int back(L3 *c, int y, int64_t dout, int out)
     return swap12(c, reshape(c, y, d, 5, "unfold_depth", -1), "as3d", out);
 }
 
-/* X depth-major [N, D', C, H, W], its depth padded by before and after with fill (-1: zeros) */
+/* X depth-major [N, D', C, H, W], its depth padded by before and after with fill (-1: zeros); refused in one line
+ * beyond 2^40 elements */
 static int depth_major(L3 *c, int64_t before, int64_t after, int fill)
 {
+    Shape ps = {5, {c->x[0], c->x[2] + before + after, c->x[1], c->x[3], c->x[4]}}; /* each term <= 2^41 */
+    node_check_shape(c->s->g, &c->n, &ps, "the input padded in depth");
     return pad(c, swap12(c, c->n.in[0], "depth_major", -1), 1, before, after, fill, "pad_depth");
 }
 
@@ -247,13 +250,17 @@ static int fold_batch(L3 *c, int v, int64_t dout)
 
 /* ---- the ops ------------------------------------------------------------------ */
 
-/* output depth of the conv or pool (ceil: ceil_mode), refused when the window is larger than the padded input */
-static int64_t out_depth(L3 *c, int ceil)
+/* output depth of the conv or pool (ceil: ceil_mode) with m output channels, refused in one line when the window
+ * is larger than the padded input or the output [N, m, D, H, W] beyond 2^40 elements */
+static int64_t out_depth(L3 *c, int ceil, int64_t m)
 {
-    int64_t d = k_pool_out_dim(c->x[2], c->k[0], c->st[0], c->pb[0], c->pe[0], c->dl[0], ceil);
-    if (d < 1)
-        node_fatal(c->s->g, &c->n, "attribute kernel_shape: the (dilated) window is larger than the padded input");
-    return d;
+    Shape ys = {5, {c->x[0], m}};
+    for (int i = 0; i < 3; i++)
+        if ((ys.dim[2 + i] = k_pool_out_dim(c->x[2 + i], c->k[i], c->st[i], c->pb[i], c->pe[i], c->dl[i], ceil)) < 1)
+            node_fatal(c->s->g, &c->n, "attribute kernel_shape: the (dilated) window is larger than the padded "
+                       "input");
+    node_check_shape(c->s->g, &c->n, &ys, "the output");
+    return ys.dim[2];
 }
 
 static void conv3d(L3 *c)
@@ -263,7 +270,7 @@ static void conv3d(L3 *c)
     if (w->dim[1] * c->group != c->x[1] || c->group < 1 || w->dim[0] % c->group)
         node_fatal(g, &c->n, "attribute group = %lld does not fit %lld input and %lld output channels (weight dim 1 "
                    "must be channels / group)", (long long)c->group, (long long)c->x[1], (long long)w->dim[0]);
-    int64_t dout = out_depth(c, 0);
+    int64_t dout = out_depth(c, 0, w->dim[0]);
     int xp = depth_major(c, c->pb[0], c->pe[0], -1), b = c->n.nin > 2 ? c->n.in[2] : -1, y = -1;
     for (int64_t kd = 0; kd < c->k[0]; kd++) {
         int in[3] = {fold_batch(c, depth_tap(c, xp, kd, dout), dout), weight_tap(c, kd), b};
@@ -313,7 +320,7 @@ static void pool3d(L3 *c)
     Op op = c->n.op;
     if (op == OP_MaxPool && c->n.nout > 1 && ir_is_read(g, c->n.out[1]))
         node_fatal(g, &c->n, "output Indices of a 3-D MaxPool is not supported (only its values)");
-    int64_t p = op == OP_LpPool ? compose_lp_p(c->s, c->id) : 1, dout = out_depth(c, c->ceil);
+    int64_t p = op == OP_LpPool ? compose_lp_p(c->s, c->id) : 1, dout = out_depth(c, c->ceil, c->x[1]);
     int64_t ext = (dout - 1) * c->st[0] + c->dl[0] * (c->k[0] - 1) + 1 - (c->x[2] + c->pb[0] + c->pe[0]);
     int fill = op == OP_MaxPool ? fold_scalar(c->s, c->id, c->t, c->t == DT_F64 ? -DBL_MAX : -FLT_MAX, "lowest") : -1;
     if (op == OP_LpPool)
