@@ -152,6 +152,12 @@ def hostile_models(fsdpc, J, base):
         else:
             graph_model(J(tag + ".onnx"), [nd], inits, outs, x_shape=x3)
         expect_error(cc(J(tag + ".onnx"), "--eval", "--dim", "batch=2"), *needles, code=(1,), absent=never)
+    # GridSample: a 4-D X (6-D tensor) and a 3-D X with a 2-D grid
+    for tag, xs, gs, needles in (("gridsample_4d", (1, 1, 2, 2, 2, 2), (1, 2, 2, 2, 2, 4), ("4-D GridSample", "3-D")),
+                                 ("gridsample_grid", (1, 1, 2, 2, 2), (1, 2, 2, 2), ("grid [1,2,2,2]", "3]"))):
+        graph_model(J(tag + ".onnx"), [helper.make_node("GridSample", ["x", "gr"], ["y"], name="gs")],
+                    {"gr": np.zeros(gs, np.float32)}, None, x_shape=xs, opset=20)
+        expect_error(cc(J(tag + ".onnx"), "--eval"), "'gs' (GridSample)", *needles, code=(1,), absent=never)
     # constants a composition would make too large: AffineGrid's 2^40-point grid, EyeLike of 2^40 elements
     for tag, nd, xs, inits, needles in (
             ("affine_big", helper.make_node("AffineGrid", ["x", "s"], ["y"], name="ag"), (1, 2, 3),

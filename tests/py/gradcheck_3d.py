@@ -1,5 +1,5 @@
-"""3-D Conv, ConvTranspose, MaxPool, AveragePool and LpPool (passes/lift3d.c) against NumPy, in float64 and
-float32.
+"""3-D Conv, ConvTranspose, MaxPool, AveragePool and LpPool (passes/lift3d.c), GridSample's cubic mode and 3-D
+grids (passes/gridsample.c) against NumPy, in float64 and float32.
 
 usage: gradcheck_3d.py FSDPC WORKDIR [CASE...]
 
@@ -84,6 +84,75 @@ def pool3_ref(x, k, s, p, d, ceil, kind, cip=0, lp=2):
     return y
 
 
+def keys_cubic(t):
+    """the weights of the taps floor - 1 .. floor + 2 at t = x - floor (onnx's reference, A = -0.75)"""
+    a = -0.75
+    outer = lambda z: ((a * z - 5 * a) * z + 8 * a) * z - 4 * a
+    inner = lambda z: ((a + 2) * z - (a + 3)) * z * z + 1
+    return [outer(t + 1), inner(t), inner(1 - t), outer(2 - t)]
+
+
+def grid_sample_ref(x, grid, mode, pad, align):
+    """ONNX GridSample in 2-D or 3-D, per output point as onnx's reference computes it (its coordinates in float64)"""
+    ns = x.ndim - 2
+    dims = x.shape[2:][::-1]  # the grid's order: x (W), y (H), z (D)
+    lo = [0.0 if align else -0.5] * ns
+    hi = [d - 1.0 if align else d - 0.5 for d in dims]
+
+    def reflect(v, a, b):  # onnx's _gs_reflect
+        rng_ = b - a
+        if v < a:
+            dx = a - v
+            n = int(dx / rng_)
+            rr = dx - n * rng_
+            return a + rr if n % 2 == 0 else b - rr
+        if v > b:
+            dx = v - b
+            n = int(dx / rng_)
+            rr = dx - n * rng_
+            return b - rr if n % 2 == 0 else a + rr
+        return v
+
+    def index(i, k):  # the tap i of axis k: an index, or None (zeros outside)
+        if pad == "zeros":
+            return i if 0 <= i < dims[k] else None
+        if pad == "border":
+            return min(max(i, 0), dims[k] - 1)
+        return int(reflect(i, lo[k], hi[k]))
+
+    y = np.zeros(x.shape[:2] + grid.shape[1:-1])
+    for b in range(x.shape[0]):
+        for o in itertools.product(*[range(v) for v in grid.shape[1:-1]]):
+            co = []
+            for k in range(ns):
+                g, d = grid[(b,) + o + (k,)], dims[k]
+                v = (g + 1) / 2 * (d - 1) if align else ((g + 1) * d - 1) / 2
+                if mode == "nearest":
+                    v = np.rint(v)
+                if not lo[k] <= v <= hi[k] and pad == "border":
+                    v = min(max(v, 0), d - 1)
+                elif not lo[k] <= v <= hi[k] and pad == "reflection":
+                    v = reflect(v, lo[k], hi[k])
+                co.append(v)
+            per_axis = []
+            for k, v in enumerate(co):
+                if mode == "nearest":
+                    per_axis.append([(int(v), 1.0)])
+                    continue
+                f = int(np.floor(v))
+                w = keys_cubic(v - f) if mode == "cubic" else [1 - (v - f), v - f]
+                first = f - 1 if mode == "cubic" else f
+                per_axis.append([(first + i, w[i]) for i in range(len(w))])
+            acc = np.zeros(x.shape[1])
+            for combo in itertools.product(*per_axis):
+                idx = [index(i, k) for k, (i, _) in enumerate(combo)]
+                if None in idx:
+                    continue
+                acc += np.prod([w for _, w in combo]) * x[(b, slice(None)) + tuple(idx[::-1])]
+            y[(b, slice(None)) + o] = acc
+    return y
+
+
 # ---- the cases ------------------------------------------------------------------
 
 def cases():
@@ -146,6 +215,19 @@ def cases():
          [1, 1, 1, 1, 1, 0], d=(2, 1, 1), cip=1, ceil=1)
     pool("LpPool3d_p3_pads_ceil", "LpPool", (2, 2, 5, 6, 5), [2, 3, 2], [2, 2, 1], [1, 0, 1, 0, 1, 0], ceil=1, lp=3)
     pool("LpPool3d_p2_dilation", "LpPool", (1, 3, 6, 5, 5), [2, 2, 3], [1, 2, 1], [0, 0, 1, 0, 0, 1], d=(2, 1, 1))
+    # GridSample cubic (2-D) and 3-D grids: the grid reaches past the image (1.3) so that taps fall outside it
+    for mode, pad, align, xs, gs in (("cubic", "zeros", 0, (2, 2, 4, 5), (2, 3, 2, 2)),
+                                     ("cubic", "reflection", 1, (1, 2, 5, 4), (1, 2, 3, 2)),
+                                     ("cubic", "border", 0, (1, 3, 4, 4), (1, 3, 2, 2)),
+                                     ("linear", "zeros", 0, (1, 2, 3, 4, 5), (1, 2, 3, 2, 3)),
+                                     ("linear", "border", 1, (2, 1, 4, 3, 3), (2, 2, 2, 2, 3)),
+                                     ("nearest", "reflection", 0, (1, 2, 3, 3, 4), (1, 2, 2, 3, 3)),
+                                     ("cubic", "reflection", 0, (1, 1, 4, 4, 5), (1, 2, 1, 2, 3))):
+        name = "GridSample%s_%s_%s_ac%d" % ("3d" if len(xs) == 5 else "", mode, pad, align)
+        c[name] = ([node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=pad, align_corners=align)],
+                   {"X": r(*xs), "G": np.clip(0.8 * r(*gs), -1.3, 1.3)},
+                   (lambda mode, pad, align: lambda w: grid_sample_ref(w["X"], w["G"], mode, pad, align))(mode, pad,
+                                                                                                            align))
     return c
 
 
