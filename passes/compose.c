@@ -277,6 +277,76 @@ static int scalar(Sweep *s, int id, DType dt, double v, const char *what)
                     dt == DT_F64 ? (const void *)&v : (const void *)&f);
 }
 
+/* The window sums of x [N, C, H, W] over q's windows (pads zeros; ceil_mode's last partial window more zero
+ * padding at the end): a depthwise Conv with a constant window of ones, writing out (-1: a new value); its
+ * output.  Shared by LpPool and the 3-D pools (lift3d.c). */
+int compose_sum_pool(Sweep *s, int id, int x, const KPool2d *q, int out)
+{
+    Graph *g = s->g;
+    const Node *n = &g->node[id];
+    DType dt = g->val[x].dtype;
+    const int64_t lim = (int64_t)1 << 28; /* the window of ones: channels x kh x kw elements */
+    if (q->kh > lim / q->kw || q->c > lim / (q->kh * q->kw))
+        node_fatal(g, n, "%lld channels of a %lld x %lld window: more than 2^28 window elements is not supported",
+                   (long long)q->c, (long long)q->kh, (long long)q->kw);
+    /* ceil_mode: the padded input extended so that the floor of the Conv's count is the pool's ceil */
+    int64_t eh = (q->oh - 1) * q->sh + q->dh * (q->kh - 1) + 1 - (q->h + q->pt + q->pb);
+    int64_t ew = (q->ow - 1) * q->sw + q->dw * (q->kw - 1) + 1 - (q->w + q->pl + q->pr);
+    int64_t pads[4] = {q->pt, q->pl, q->pb + (eh > 0 ? eh : 0), q->pr + (ew > 0 ? ew : 0)};
+    int64_t numel = q->c * q->kh * q->kw, ks[2] = {q->kh, q->kw}, st[2] = {q->sh, q->sw}, dl[2] = {q->dh, q->dw};
+    void *ones = ir_alloc((size_t)numel * dtype_size(dt));
+    for (int64_t i = 0; i < numel; i++)
+        if (dt == DT_F64)
+            ((double *)ones)[i] = 1;
+        else
+            ((float *)ones)[i] = 1;
+    Shape ws = {4, {q->c, 1, q->kh, q->kw}};
+    int w = ir_const(g, ir_fmt("%s/window.%d", n->name, s->nnew++), dt, &ws, ones);
+    if (out < 0)
+        out = ir_value(g, ir_fmt("%s/sum.%d", n->name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int outs[2] = {out, ir_value(g, ir_fmt("%s/scratch.%d", n->name, s->nnew++), DT_UNDEF, NULL, R_ACT)};
+    int c = ir_node(g, OP_Conv, ir_fmt("%s/sum", n->name), 2, (int[]){x, w}, 2, outs);
+    ir_attr_ints_add(g, c, "kernel_shape", ks, 2);
+    ir_attr_ints_add(g, c, "strides", st, 2);
+    ir_attr_ints_add(g, c, "dilations", dl, 2);
+    ir_attr_ints_add(g, c, "pads", pads, 4);
+    ir_attr_add(g, c, "group", A_INT)->i = q->c;
+    visit(s, c);
+    return out;
+}
+
+/* LpPool's p (attribute p of node id) checked: 1 to 64 */
+int64_t compose_lp_p(Sweep *s, int id)
+{
+    const Node *n = &s->g->node[id];
+    int64_t p = ir_attr_i(n, "p", 2);
+    if (p < 1 || p > 64)
+        node_fatal(s->g, n, "attribute p = %lld is not supported (fsdpc supports 1 to 64)", (long long)p);
+    return p;
+}
+
+/* |x|^p (p 2: x * x), the summand of LpPool; its output */
+int compose_lp_power(Sweep *s, int id, int x, int64_t p)
+{
+    DType dt = s->g->val[x].dtype;
+    int xp = p == 2 ? node2(s, id, OP_Mul, x, x, "square", -1) : node2(s, id, OP_Abs, x, -1, "abs", -1);
+    if (p > 2)
+        xp = node2(s, id, OP_Pow, xp, scalar(s, id, dt, (double)p, "p"), "pow", -1);
+    return xp;
+}
+
+/* y^(1/p) (p 1: y itself, p 2: Sqrt) written into out */
+void compose_lp_root(Sweep *s, int id, int y, int64_t p, int out)
+{
+    DType dt = s->g->val[y].dtype;
+    if (p == 1)
+        node2(s, id, OP_Identity, y, -1, "root", out);
+    else if (p == 2)
+        node2(s, id, OP_Sqrt, y, -1, "root", out);
+    else
+        node2(s, id, OP_Pow, y, scalar(s, id, dt, 1.0 / (double)p, "inv_p"), "root", out);
+}
+
 /* LpPool(x) with its pooling attributes (2-D after lift_1d, pads explicit): see the head.  Node id is left
  * unvisited (fold drops it); its output is written by the new nodes. */
 void compose_lppool(Sweep *s, int id)
@@ -291,43 +361,11 @@ void compose_lppool(Sweep *s, int id)
     nn_pool_geom(g, &n, &xv->shape, &q);
     if (!shape_numel(&xv->shape))
         node_fatal(g, &n, "input %s is empty: not supported", shape_str(&xv->shape));
-    int64_t p = ir_attr_i(&n, "p", 2);
-    if (p < 1 || p > 64)
-        node_fatal(g, &n, "attribute p = %lld is not supported (fsdpc supports 1 to 64)", (long long)p);
-    const int64_t lim = (int64_t)1 << 28; /* the window of ones: channels x kh x kw elements */
-    if (q.kh > lim / q.kw || q.c > lim / (q.kh * q.kw))
-        node_fatal(g, &n, "%lld channels of a %lld x %lld window: more than 2^28 window elements is not supported",
-                   (long long)q.c, (long long)q.kh, (long long)q.kw);
-    /* ceil_mode: the padded input extended so that the floor of the Conv's count is the pool's ceil */
-    int64_t eh = (q.oh - 1) * q.sh + q.dh * (q.kh - 1) + 1 - (q.h + q.pt + q.pb);
-    int64_t ew = (q.ow - 1) * q.sw + q.dw * (q.kw - 1) + 1 - (q.w + q.pl + q.pr);
-    int64_t pads[4] = {q.pt, q.pl, q.pb + (eh > 0 ? eh : 0), q.pr + (ew > 0 ? ew : 0)};
-    int64_t numel = q.c * q.kh * q.kw, ks[2] = {q.kh, q.kw}, st[2] = {q.sh, q.sw}, dl[2] = {q.dh, q.dw};
-    void *ones = ir_alloc((size_t)numel * dtype_size(dt));
-    for (int64_t i = 0; i < numel; i++)
-        if (dt == DT_F64)
-            ((double *)ones)[i] = 1;
-        else
-            ((float *)ones)[i] = 1;
-    Shape ws = {4, {q.c, 1, q.kh, q.kw}};
-    int w = ir_const(g, ir_fmt("%s/window.%d", n.name, s->nnew++), dt, &ws, ones);
-    int x = n.in[0];
-    int xp = p == 2 ? node2(s, id, OP_Mul, x, x, "square", -1) : node2(s, id, OP_Abs, x, -1, "abs", -1);
-    if (p > 2)
-        xp = node2(s, id, OP_Pow, xp, scalar(s, id, dt, (double)p, "p"), "pow", -1);
-    int y = p == 1 ? n.out[0] : ir_value(g, ir_fmt("%s/sum.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-    int out[2] = {y, ir_value(g, ir_fmt("%s/scratch.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT)};
-    int c = ir_node(g, OP_Conv, ir_fmt("%s/sum", n.name), 2, (int[]){xp, w}, 2, out);
-    ir_attr_ints_add(g, c, "kernel_shape", ks, 2);
-    ir_attr_ints_add(g, c, "strides", st, 2);
-    ir_attr_ints_add(g, c, "dilations", dl, 2);
-    ir_attr_ints_add(g, c, "pads", pads, 4);
-    ir_attr_add(g, c, "group", A_INT)->i = q.c;
-    visit(s, c);
-    if (p == 2)
-        node2(s, id, OP_Sqrt, y, -1, "root", n.out[0]);
-    else if (p > 2)
-        node2(s, id, OP_Pow, y, scalar(s, id, dt, 1.0 / (double)p, "inv_p"), "root", n.out[0]);
+    int64_t p = compose_lp_p(s, id);
+    int xp = compose_lp_power(s, id, n.in[0], p);
+    int y = compose_sum_pool(s, id, xp, &q, p == 1 ? n.out[0] : -1);
+    if (p > 1)
+        compose_lp_root(s, id, y, p, n.out[0]);
 }
 
 /* ---- small compositions ------------------------------------------------------ */

@@ -746,7 +746,8 @@ static int matmul_vec(Sweep *s, int id, int64_t sq[2], int *nsq)
 
 /* As canon_op, with narrow dtypes computed in wide ones and int32
  * arithmetic in int64 (intarith.c),
- * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c)
+ * 1-D convolutions and pooling as 2-D ones with explicit pads (lift1d.c),
+ * 3-D ones composed of 2-D ones (lift3d.c)
  * and 1-D MatMul operands as matrices (matmul_vec). */
 static void canon(Sweep *s, int id)
 {
@@ -756,6 +757,11 @@ static void canon(Sweep *s, int id)
     int nsq, vec = matmul_vec(s, id, sq, &nsq);
     int orig[2], nout = 0, lifted = lift_1d(s, id, orig, &nout);
     explicit_pads(s, id);
+    if (lift_3d(s, id)) { /* its nodes replace it */
+        if (narrow)
+            narrow_end(s, id, &nw);
+        return;
+    }
     int y32 = int_widen(s, id), nin = s->g->node[id].nin;
     int mean = s->g->node[id].op == OP_Mean ? compose_mean(s, id) : -1;
     canon_op(s, id);

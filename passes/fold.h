@@ -5,6 +5,7 @@
 #define FSDPC_FOLD_H
 
 #include "ir.h"
+#include "rules/nn.h"
 
 typedef struct { int v, n; int *el; } Seq; /* sequence value v: the tensors el[0..n) */
 
@@ -71,6 +72,8 @@ void narrow_end(Sweep *s, int id, const Narrowing *nw);
 int lift_1d(Sweep *s, int id, int orig[2], int *nout);
 void lower_1d(Sweep *s, int id, const int orig[2], int nout);
 void explicit_pads(Sweep *s, int id);     /* auto_pad written as the pads it stands for (lift1d.c) */
+/* 3-D convolutions and pooling composed of 2-D ones (lift3d.c): 1 if node id was one and is replaced */
+int lift_3d(Sweep *s, int id);
 /* compositions (compose.c): the reductions written as a ReduceSum (the node's own output, -1: not one; *shift:
  * LogSumExp's max) and their epilogue after the ReduceSum is visited; Mean's scale; OneHot */
 int compose_reduce(Sweep *s, int id, int *shift);
@@ -80,6 +83,12 @@ void compose_mean_end(Sweep *s, int id, int n, int y);
 void compose_onehot(Sweep *s, int id);
 void compose_convt(Sweep *s, int id);
 void compose_lppool(Sweep *s, int id);
+/* LpPool's and the 3-D pools' parts: the window sums of x over q (a depthwise Conv of ones) written into out
+ * (-1: new), its output; attribute p checked; |x|^p; y^(1/p) written into out */
+int compose_sum_pool(Sweep *s, int id, int x, const KPool2d *q, int out);
+int64_t compose_lp_p(Sweep *s, int id);
+int compose_lp_power(Sweep *s, int id, int x, int64_t p);
+void compose_lp_root(Sweep *s, int id, int y, int64_t p, int out);
 void compose_hardmax(Sweep *s, int id);
 void compose_lpnorm(Sweep *s, int id);
 void compose_swish(Sweep *s, int id);

@@ -1,5 +1,6 @@
 /* gridsample.c — fold's expansion of GridSample (2-D: X [N, C, H, W], grid
- * [N, Ho, Wo, 2] of (x, y) in [-1, 1]) into ops fsdpc computes and
+ * [N, Ho, Wo, 2] of (x, y) in [-1, 1]; 3-D: X [N, C, D, H, W], grid
+ * [N, Do, Ho, Wo, 3] of (x, y, z)) into ops fsdpc computes and
  * differentiates, as ONNX's reference computes it:
  *
  *   each coordinate is denormalised (align_corners: (g + 1) (d - 1) / 2,
@@ -8,14 +9,16 @@
  *   padding_mode border clamps it to [0, d - 1] and reflection reflects it
  *   back (lo + the distance folded into [0, span] over a period of 2 span);
  *   mode linear takes the taps floor(x) and floor(x) + 1 per axis, weighted
- *   1 - frac and frac (nearest: the one tap, weight 1);
+ *   1 - frac and frac; cubic the taps floor(x) - 1 .. floor(x) + 2 weighted
+ *   by Keys' cubic (A = -0.75) of their distances (nearest: the one tap,
+ *   weight 1); every combination of one tap per axis (cubic 3-D: 64) is
+ *   weighted by the product of its axes' weights;
  *   each tap's pixel is X at the tap (zeros: 0 outside the image, its weight
  *   masked; border: the index clamped; reflection: the index reflected), a
- *   GatherElements of X flattened to [N, C, H W] at y W + x.
+ *   GatherElements of X flattened to [N, C, (D) H W] at (z H +) y W + x.
  *
  * The gradient follows: X's through GatherElements, the grid's through the
- * weights (Floor and Round have none, as torch's).  Mode cubic and 3-D grids
- * are refused in one line.
+ * weights (Floor and Round have none, as torch's).
  */
 #include "fold.h"
 #include "rules/tensor.h"
@@ -104,6 +107,52 @@ static int tap_index(Gs *c, int i, const Axis *a, int *valid)
     return clip(c, i, 0, (double)(a->d - 1), "index");
 }
 
+/* p3 z^3 + p2 z^2 + p1 z + p0 (Horner) */
+static int cubic_poly(Gs *c, int z, const double p[4])
+{
+    int v = op2(c, OP_Add, op2(c, OP_Mul, z, num(c, p[3], "p3"), "h3"), num(c, p[2], "p2"), "h2");
+    v = op2(c, OP_Add, op2(c, OP_Mul, v, z, "h1"), num(c, p[1], "p1"), "h1s");
+    return op2(c, OP_Add, op2(c, OP_Mul, v, z, "h0"), num(c, p[0], "p0"), "cubic");
+}
+
+/* Keys' cubic weights (A = -0.75, as ONNX's reference) of the taps floor - 1 .. floor + 2 at t = x - floor:
+ * the outer taps at distances 1 + t and 2 - t, the inner at t and 1 - t */
+static void cubic_weights(Gs *c, int t, int w[4])
+{
+    const double A = -0.75, inner[4] = {1, 0, -(A + 3), A + 2}, outer[4] = {-4 * A, 8 * A, -5 * A, A};
+    int one = num(c, 1, "one"), two = num(c, 2, "two");
+    w[0] = cubic_poly(c, op2(c, OP_Add, t, one, "dist0"), outer);
+    w[1] = cubic_poly(c, t, inner);
+    w[2] = cubic_poly(c, op2(c, OP_Sub, one, t, "dist2"), inner);
+    w[3] = cubic_poly(c, op2(c, OP_Sub, two, t, "dist3"), outer);
+}
+
+/* the grid's coordinate k (0 x, 1 y, 2 z) of every output point, [N, out...], denormalised and moved inside
+ * (border, reflection) as the head says; nearest: rounded */
+static int coordinate(Gs *c, int grid, int k, const Axis *a, int align, int nearest)
+{
+    Graph *g = c->s->g;
+    const Node *n = &g->node[c->id];
+    Shape sc = {0, {0}};
+    int64_t kk = k;
+    int kv = ir_const(g, ir_fmt("%s/axis%d.%d", n->name, k, c->s->nnew++), DT_I64, &sc, &kk);
+    int gk = ir_value(g, ir_fmt("%s/g%d.%d", n->name, k, c->s->nnew++), DT_UNDEF, NULL, R_ACT);
+    int gn = ir_node1(g, OP_Gather, ir_fmt("%s/g%d", n->name, k), grid, kv, gk);
+    ir_attr_add(g, gn, "axis", A_INT)->i = g->val[grid].shape.rank - 1;
+    visit(c->s, gn);
+    double d = (double)a->d, sc2 = align ? (d - 1) / 2 : d / 2;
+    int x = op2(c, OP_Add, op2(c, OP_Mul, gk, num(c, sc2, "scale"), "scaled"), num(c, (d - 1) / 2, "shift"), "denorm");
+    if (nearest)
+        x = op2(c, OP_Round, x, -1, "nearest");
+    if (a->pad == 1) /* outside [lo, hi] only: cubic's taps see the difference inside [lo, 0) */
+        x = where(c, op2(c, OP_Less, x, num(c, a->lo, "lo"), "before"), num(c, 0, "zero"),
+                  where(c, op2(c, OP_Greater, x, num(c, a->hi, "hi"), "after"), num(c, d - 1, "last"), x, "clamp_hi",
+                        -1), "border", -1);
+    else if (a->pad == 2)
+        x = reflect(c, x, a->lo, a->hi);
+    return x;
+}
+
 void expand_gridsample(Sweep *s, int id)
 {
     Graph *g = s->g;
@@ -115,84 +164,83 @@ void expand_gridsample(Sweep *s, int id)
     if (gv->dtype != c.t)
         node_fatal(g, &n, "the grid is %s but X is %s; give both one float dtype", dtype_name(gv->dtype),
                    dtype_name(c.t));
-    if (xv->shape.rank != 4)
-        node_fatal(g, &n, "X has rank %d: a %d-D GridSample is not supported (fsdpc supports 2-D: X (N, C, H, W))",
-                   xv->shape.rank, xv->shape.rank - 2);
+    int r = xv->shape.rank, ns = r - 2;
+    if (r != 4 && r != 5)
+        node_fatal(g, &n, "X has rank %d: a %d-D GridSample is not supported (fsdpc supports 2-D and 3-D: X (N, C, "
+                   "H, W) or (N, C, D, H, W))", r, r - 2);
     const Shape *gs = &gv->shape;
-    int64_t N = xv->shape.dim[0], C = xv->shape.dim[1], H = xv->shape.dim[2], W = xv->shape.dim[3];
-    if (gs->rank != 4 || gs->dim[0] != N || gs->dim[3] != 2)
-        node_fatal(g, &n, "grid %s must be [N %lld, H_out, W_out, 2]", shape_str(gs), (long long)N);
-    int64_t Ho = gs->dim[1], Wo = gs->dim[2];
+    int64_t N = xv->shape.dim[0], C = xv->shape.dim[1];
+    if (gs->rank != r || gs->dim[0] != N || gs->dim[r - 1] != ns)
+        node_fatal(g, &n, "grid %s must be [N %lld, %s, %d]", shape_str(gs), (long long)N,
+                   ns == 2 ? "H_out, W_out" : "D_out, H_out, W_out", ns);
     if (!shape_numel(&xv->shape) || !shape_numel(gs))
         node_fatal(g, &n, "X %s or the grid %s is empty: not supported", shape_str(&xv->shape), shape_str(gs));
     const char *mode = ir_attr_s(&n, "mode", "linear"), *pm = ir_attr_s(&n, "padding_mode", "zeros");
-    int nearest = !strcmp(mode, "nearest");
-    if (!nearest && strcmp(mode, "linear") && strcmp(mode, "bilinear"))
-        node_fatal(g, &n, "mode %s is not supported (fsdpc supports linear and nearest)", ir_q(mode));
+    int nearest = !strcmp(mode, "nearest"), cubic = !strcmp(mode, "cubic") || !strcmp(mode, "bicubic");
+    if (!nearest && !cubic && strcmp(mode, "linear") && strcmp(mode, "bilinear"))
+        node_fatal(g, &n, "mode %s: ONNX knows linear, nearest and cubic", ir_q(mode));
     int pad = !strcmp(pm, "zeros") ? 0 : !strcmp(pm, "border") ? 1 : !strcmp(pm, "reflection") ? 2 : -1;
     if (pad < 0)
         node_fatal(g, &n, "padding_mode %s: ONNX knows zeros, border and reflection", ir_q(pm));
-    int align = ir_attr_i(&n, "align_corners", 0) != 0;
-    Axis ax[2] = {{W, align ? 0 : -0.5, align ? (double)W - 1 : (double)W - 0.5, pad},
-                  {H, align ? 0 : -0.5, align ? (double)H - 1 : (double)H - 0.5, pad}};
-    int co[2]; /* x, y: [N, Ho, Wo] */
-    for (int k = 0; k < 2; k++) {
-        Shape sc = {0, {0}};
-        int64_t kk = k;
-        int kv = ir_const(g, ir_fmt("%s/axis%d.%d", n.name, k, s->nnew++), DT_I64, &sc, &kk);
-        int gk = ir_value(g, ir_fmt("%s/g%d.%d", n.name, k, s->nnew++), DT_UNDEF, NULL, R_ACT);
-        int gn = ir_node1(g, OP_Gather, ir_fmt("%s/g%d", n.name, k), n.in[1], kv, gk);
-        ir_attr_add(g, gn, "axis", A_INT)->i = 3;
-        visit(s, gn);
-        double d = (double)ax[k].d, a = align ? (d - 1) / 2 : d / 2;
-        int x = op2(&c, OP_Add, op2(&c, OP_Mul, gk, num(&c, a, "scale"), "scaled"), num(&c, (d - 1) / 2, "shift"),
-                    "denorm");
-        if (nearest)
-            x = op2(&c, OP_Round, x, -1, "nearest");
-        if (pad == 1)
-            x = clip(&c, x, 0, d - 1, "border");
-        else if (pad == 2)
-            x = reflect(&c, x, ax[k].lo, ax[k].hi);
-        co[k] = x;
+    int align = ir_attr_i(&n, "align_corners", 0) != 0, nt = nearest ? 1 : cubic ? 4 : 2;
+    Axis ax[3];
+    int64_t stride[3], in = 1, out = 1; /* stride: of axis k's index in X flattened over its spatial dims */
+    for (int k = 0; k < ns; k++) {
+        double d = (double)xv->shape.dim[r - 1 - k];
+        ax[k] = (Axis){xv->shape.dim[r - 1 - k], align ? 0 : -0.5, align ? d - 1 : d - 0.5, pad};
+        stride[k] = in;
+        in *= ax[k].d;
+        out *= gs->dim[1 + k];
     }
-    int64_t flat[3] = {N, C, H * W}, row[3] = {N, 1, Ho * Wo}, wide[3] = {N, C, Ho * Wo}, out4[4] = {N, C, Ho, Wo};
-    int64_t w4[4] = {N, 1, Ho, Wo};
-    int xf = reshape(&c, n.in[0], flat, 3, "flat");
-    int taps[2][2], wts[2][2]; /* per axis: the tap coordinates and weights */
-    for (int k = 0; k < 2; k++) {
+    int taps[3][4], wts[3][4]; /* per axis: the tap coordinates and weights (nearest: -1) */
+    for (int k = 0; k < ns; k++) {
+        int co = coordinate(&c, n.in[1], k, &ax[k], align, nearest);
         if (nearest) {
-            taps[k][0] = co[k], wts[k][0] = -1;
+            taps[k][0] = co, wts[k][0] = -1;
             continue;
         }
-        int f = op2(&c, OP_Floor, co[k], -1, "floor"), frac = op2(&c, OP_Sub, co[k], f, "frac");
-        taps[k][0] = f, taps[k][1] = op2(&c, OP_Add, f, num(&c, 1, "one"), "next");
-        wts[k][0] = op2(&c, OP_Sub, num(&c, 1, "one"), frac, "w0"), wts[k][1] = frac;
-    }
-    int acc = -1, nt = nearest ? 1 : 2;
-    for (int j = 0; j < nt; j++)        /* y tap */
-        for (int i = 0; i < nt; i++) {  /* x tap */
-            int vx, vy;
-            int ix = tap_index(&c, taps[0][i], &ax[0], &vx), iy = tap_index(&c, taps[1][j], &ax[1], &vy);
-            int w = nearest ? -1 : op2(&c, OP_Mul, wts[0][i], wts[1][j], "weight");
-            if (vx >= 0) {
-                int v = op2(&c, OP_Mul, vx, vy, "valid");
-                w = w < 0 ? v : op2(&c, OP_Mul, w, v, "masked");
-            }
-            int at = op2(&c, OP_Add, op2(&c, OP_Mul, iy, num(&c, (double)W, "width"), "row_at"), ix, "at");
-            int idx = ir_value(g, ir_fmt("%s/at_all.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-            int en = ir_node1(g, OP_Expand, ir_fmt("%s/at_all", n.name),
-                              reshape(&c, cast(&c, at, DT_I64, "at64"), row, 3, "at_row"), -1, idx);
-            ir_attr_ints_add(g, en, "shape", wide, 3);
-            visit(s, en);
-            int ge = ir_value(g, ir_fmt("%s/pixels.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-            int gn = ir_node1(g, OP_GatherElements, ir_fmt("%s/pixels", n.name), xf, idx, ge);
-            ir_attr_add(g, gn, "axis", A_INT)->i = 2;
-            visit(s, gn);
-            int px = reshape(&c, ge, out4, 4, "pixels4");
-            if (w >= 0)
-                px = op2(&c, OP_Mul, px, reshape(&c, w, w4, 4, "weight4"), "weighted");
-            acc = acc < 0 ? px : op2(&c, OP_Add, acc, px, "sum");
+        int f = op2(&c, OP_Floor, co, -1, "floor"), frac = op2(&c, OP_Sub, co, f, "frac");
+        for (int i = 0; i < nt; i++) { /* floor (- 1 .. + 2 in cubic) */
+            int off = cubic ? i - 1 : i;
+            taps[k][i] = off ? op2(&c, OP_Add, f, num(&c, off, "offset"), "tap") : f;
         }
+        if (cubic)
+            cubic_weights(&c, frac, wts[k]);
+        else
+            wts[k][0] = op2(&c, OP_Sub, num(&c, 1, "one"), frac, "w0"), wts[k][1] = frac;
+    }
+    int64_t flat[3] = {N, C, in}, row[3] = {N, 1, out}, wide[3] = {N, C, out}, yshape[5] = {N, C}, wshape[5] = {N, 1};
+    for (int k = 0; k < ns; k++)
+        yshape[2 + k] = wshape[2 + k] = gs->dim[1 + k];
+    int xf = reshape(&c, n.in[0], flat, 3, "flat"), acc = -1, combos = nt * nt * (ns == 3 ? nt : 1);
+    for (int t = 0; t < combos; t++) { /* one tap per axis: axis k's is t / nt^k % nt */
+        int w = -1, valid = -1, at = -1;
+        for (int k = 0, q = t; k < ns; k++, q /= nt) {
+            int v, ix = tap_index(&c, taps[k][q % nt], &ax[k], &v);
+            if (!nearest)
+                w = w < 0 ? wts[k][q % nt] : op2(&c, OP_Mul, w, wts[k][q % nt], "weight");
+            if (v >= 0)
+                valid = valid < 0 ? v : op2(&c, OP_Mul, valid, v, "valid");
+            if (stride[k] > 1)
+                ix = op2(&c, OP_Mul, ix, num(&c, (double)stride[k], "stride"), "row_at");
+            at = at < 0 ? ix : op2(&c, OP_Add, at, ix, "at");
+        }
+        if (valid >= 0)
+            w = w < 0 ? valid : op2(&c, OP_Mul, w, valid, "masked");
+        int idx = ir_value(g, ir_fmt("%s/at_all.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+        int en = ir_node1(g, OP_Expand, ir_fmt("%s/at_all", n.name),
+                          reshape(&c, cast(&c, at, DT_I64, "at64"), row, 3, "at_row"), -1, idx);
+        ir_attr_ints_add(g, en, "shape", wide, 3);
+        visit(s, en);
+        int ge = ir_value(g, ir_fmt("%s/pixels.%d", n.name, s->nnew++), DT_UNDEF, NULL, R_ACT);
+        int gn = ir_node1(g, OP_GatherElements, ir_fmt("%s/pixels", n.name), xf, idx, ge);
+        ir_attr_add(g, gn, "axis", A_INT)->i = 2;
+        visit(s, gn);
+        int px = reshape(&c, ge, yshape, r, "pixels_nd");
+        if (w >= 0)
+            px = op2(&c, OP_Mul, px, reshape(&c, w, wshape, r, "weight_nd"), "weighted");
+        acc = acc < 0 ? px : op2(&c, OP_Add, acc, px, "sum");
+    }
     int in1[1] = {acc};
     int k = ir_node(g, OP_Identity, ir_fmt("%s/out", n.name), 1, in1, 1, &n.out[0]);
     visit(s, k);

@@ -15,8 +15,9 @@
  * are the 1-D ones).  Nothing else in fsdpc sees a 1-D op.
  *
  * explicit_pads then writes auto_pad (SAME_UPPER, SAME_LOWER, VALID) as the
- * pads it stands for, from the input's spatial size, so the rules, the
- * gradients and the kernels know explicit pads only.  As ONNX specifies:
+ * pads it stands for (2-D, and 3-D before lift3d.c composes those), from
+ * the input's spatial size, so the rules, the gradients and the kernels
+ * know explicit pads only.  As ONNX specifies:
  * SAME keeps ceil(in / stride) outputs (a ConvTranspose: in x stride, or
  * its output_shape), padding by the total the dilated window needs beyond
  * the input, half before and half after, the odd one after (SAME_UPPER) or
@@ -130,17 +131,18 @@ static void set_ints(Graph *g, int id, const char *name, const int64_t *v, int n
     ir_attr_ints_add(g, id, name, v, n);
 }
 
-/* attribute name (2 ints, one per spatial dim) of n into v, def where absent; 0 when it is not 2 ints within
+/* attribute name (ns ints, one per spatial dim) of n into v, def where absent; 0 when it is not ns ints within
  * [1, 2^40] (the node's rule then says what is wrong with it) */
-static int two_ints(const Node *n, const char *name, int64_t def, int64_t v[2])
+static int spatial_ints(const Node *n, const char *name, int ns, int64_t def, int64_t v[3])
 {
     const Attr *a = ir_attr(n, name);
-    v[0] = v[1] = def;
+    for (int i = 0; i < ns; i++)
+        v[i] = def;
     if (!a)
         return 1;
-    if (a->kind != A_INTS || a->n != 2)
+    if (a->kind != A_INTS || a->n != ns)
         return 0;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < ns; i++)
         if ((v[i] = a->ints[i]) < 1 || v[i] > MAX_NUMEL)
             return 0;
     return 1;
@@ -148,9 +150,9 @@ static int two_ints(const Node *n, const char *name, int64_t def, int64_t v[2])
 
 static int64_t floor_half(int64_t t) { return t >= 0 ? t / 2 : -((-t + 1) / 2); }
 
-/* Conv, ConvTranspose, MaxPool, AveragePool, LpPool (2-D, after lift_1d) with auto_pad other than NOTSET: its pads
- * written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet are left
- * to their rules, which refuse them in one line. */
+/* Conv, ConvTranspose, MaxPool, AveragePool, LpPool (2-D after lift_1d, or 3-D) with auto_pad other than NOTSET:
+ * its pads written out (see the head) and auto_pad NOTSET.  Nodes whose shapes or attributes are not readable yet
+ * are left to their rules, which refuse them in one line. */
 void explicit_pads(Sweep *s, int id)
 {
     Graph *g = s->g;
@@ -168,23 +170,24 @@ void explicit_pads(Sweep *s, int id)
                    ir_q(ap->s));
     const Shape *x = &g->val[n->in[0]].shape;
     const Shape *w = conv && n->nin > 1 && n->in[1] >= 0 ? &g->val[n->in[1]].shape : NULL;
-    int64_t k[2], st[2], dl[2], os[2], opad[2] = {0, 0}, pads[4] = {0, 0, 0, 0};
-    if (x->rank != 4 || (conv && (!w || w->rank != 4)))
+    int ns = x->rank - 2; /* spatial dims: 2 or 3 */
+    int64_t k[3], st[3], dl[3], os[3], opad[3] = {0, 0, 0}, pads[6] = {0};
+    if ((ns != 2 && ns != 3) || (conv && (!w || w->rank != x->rank)))
         return;
-    if (!two_ints(n, "strides", 1, st) || !two_ints(n, "dilations", 1, dl) ||
-        !two_ints(n, "kernel_shape", conv ? 1 : 0, k))
+    if (!spatial_ints(n, "strides", ns, 1, st) || !spatial_ints(n, "dilations", ns, 1, dl) ||
+        !spatial_ints(n, "kernel_shape", ns, conv ? 1 : 0, k))
         return;
-    if (conv)
-        k[0] = w->dim[2], k[1] = w->dim[3];
+    for (int i = 0; i < ns && conv; i++)
+        k[i] = w->dim[2 + i];
     const Attr *oa = ir_attr(n, "output_padding");
-    if (convt && oa && (oa->kind != A_INTS || oa->n != 2))
+    if (convt && oa && (oa->kind != A_INTS || oa->n != ns))
         return;
-    for (int i = 0; i < 2 && convt && oa; i++)
+    for (int i = 0; i < ns && convt && oa; i++)
         opad[i] = oa->ints[i];
     int has_os = convt && ir_attr(n, "output_shape");
-    if (has_os && !two_ints(n, "output_shape", 1, os))
+    if (has_os && !spatial_ints(n, "output_shape", ns, 1, os))
         return;
-    for (int i = 0; i < 2 && (upper || lower); i++) {
+    for (int i = 0; i < ns && (upper || lower); i++) {
         int64_t in = x->dim[2 + i];
         if (k[i] < 1 || in < 1 || (k[i] > 1 && dl[i] > (MAX_NUMEL - 1) / (k[i] - 1)) || opad[i] < 0 ||
             opad[i] > MAX_NUMEL || in > MAX_NUMEL / st[i])
@@ -206,11 +209,11 @@ void explicit_pads(Sweep *s, int id)
                        "not supported (export with explicit pads)", ap->s, 2 + i);
         if (after < 0) /* a ConvTranspose's: more output padding */
             opad[i] -= after, after = 0;
-        pads[i] = before, pads[2 + i] = after;
+        pads[i] = before, pads[ns + i] = after;
     }
-    set_ints(g, id, "pads", pads, 4);
-    if (convt && (opad[0] || opad[1]))
-        set_ints(g, id, "output_padding", opad, 2);
+    set_ints(g, id, "pads", pads, 2 * ns);
+    if (convt && (opad[0] || opad[1] || opad[2]))
+        set_ints(g, id, "output_padding", opad, ns);
     if (convt && has_os && (upper || lower)) { /* the pads now give that size: the rule's own split must not */
         Node *nd = &g->node[id];
         for (int i = 0; i < nd->nattr; i++)

@@ -34,6 +34,10 @@ void nn_conv_attrs(Graph *g, int dst, const Node *src, const int64_t *pads);
  * output shape y and the pads (t, l, b, r) of the Conv over y whose data
  * gradient it is (output_shape's pads computed; output padding is in y) */
 void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w, Shape *y, int64_t pads[4]);
+/* one spatial dim of a ConvTranspose (in, kernel k, stride st, dilation dl): its output size; pd[2] (begin,
+ * end) and *op (output padding) become those of the Conv over the output; os > 0: output_shape's size */
+int64_t nn_convt_dim(const Graph *g, const Node *n, int64_t in, int64_t k, int64_t st, int64_t dl, int64_t *op,
+                     int64_t pd[2], int64_t os);
 /* MaxPool / AveragePool on x n c h w */
 void nn_pool_geom(const Graph *g, const Node *n, const Shape *x, KPool2d *p);
 

@@ -185,7 +185,7 @@ void nn_conv_attrs(Graph *g, int dst, const Node *src, const int64_t *pads)
  * floor(total / 2), end = floor(total / 2)), a negative end pad being more
  * output padding.  Returns the size; pd and *op hold what the Conv over that
  * output, whose data gradient the ConvTranspose is, uses. */
-static int64_t convt_dim(const Graph *g, const Node *n, int64_t in, int64_t k, int64_t st, int64_t dl, int64_t *op,
+int64_t nn_convt_dim(const Graph *g, const Node *n, int64_t in, int64_t k, int64_t st, int64_t dl, int64_t *op,
                          int64_t pd[2], int64_t os)
 {
     if (in - 1 > MAX_NUMEL / st)
@@ -244,7 +244,8 @@ void nn_convt_geom(const Graph *g, const Node *n, const Value *x, const Value *w
     *y = (Shape){4, {x->shape.dim[0], w->shape.dim[1] * grp}};
     for (int i = 0; i < 2; i++) {
         int64_t pd[2] = {pads[i], pads[i + 2]};
-        y->dim[2 + i] = convt_dim(g, n, x->shape.dim[2 + i], w->shape.dim[2 + i], st[i], dl[i], &op[i], pd, os[i]);
+        y->dim[2 + i] =
+            nn_convt_dim(g, n, x->shape.dim[2 + i], w->shape.dim[2 + i], st[i], dl[i], &op[i], pd, os[i]);
         pads[i] = pd[0], pads[i + 2] = pd[1];
     }
     need_vec(g, n, 2, x, y->dim[1], "B");

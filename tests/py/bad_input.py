@@ -123,6 +123,41 @@ def hostile_models(fsdpc, J, base):
                     {"k": np.array([k], np.int64)}, None, x_shape=xs)
         expect_error(cc(J("%s.onnx" % tag), "--eval", *(["--dim", "batch=2"] if "batch" in xs else [])),
                      "'tk' (TopK)", *needles, code=(1,), absent=never)
+    # 3-D convolutions and pooling (composed of 2-D ops per depth tap, passes/lift3d.c): a kernel of 300 depth taps,
+    # depth pads of 2^40 and 2^62, a depth dilation past 2^40, a ConvTranspose's depth stride of 2^40, a
+    # MaxPool's Indices, a float64 weight on float32 data
+    x3 = ("batch", 1, 4, 4, 4)
+    for tag, nd, inits, needles in (
+            ("conv3d_taps", helper.make_node("Conv", ["x", "cw"], ["y"], name="c3", pads=[150, 0, 0, 150, 0, 0]),
+             {"cw": np.ones((1, 1, 300, 1, 1), np.float32)}, ("'c3' (Conv)", "300", "256 taps")),
+            ("pool3d_pads40", helper.make_node("AveragePool", ["x"], ["y"], name="ap3", kernel_shape=[1, 1, 1],
+                                               pads=[2**40, 0, 0, 2**40, 0, 0]), {}, ("'ap3' (AveragePool)", "2^40")),
+            ("pool3d_pads62", helper.make_node("MaxPool", ["x"], ["y"], name="mp3", kernel_shape=[1, 1, 1],
+                                               pads=[2**62] * 6), {}, ("'mp3' (MaxPool)", "pads", "2^40")),
+            ("conv3d_dilation", helper.make_node("Conv", ["x", "cw"], ["y"], name="c3", dilations=[2**40, 1, 1]),
+             {"cw": np.ones((1, 1, 3, 1, 1), np.float32)}, ("'c3' (Conv)", "dilations", "2^40")),
+            ("convt3d_stride", helper.make_node("ConvTranspose", ["x", "cw"], ["y"], name="ct3",
+                                                strides=[2**40, 1, 1]),
+             {"cw": np.ones((1, 1, 2, 1, 1), np.float32)}, ("'ct3' (ConvTranspose)", "2^40")),
+            ("maxpool3d_indices", helper.make_node("MaxPool", ["x"], ["y", "i"], name="mp3", kernel_shape=[2, 2, 2]),
+             {}, ("'mp3' (MaxPool)", "Indices", "3-D")),
+            ("conv3d_f64_weight", helper.make_node("Conv", ["x", "cw"], ["y"], name="c3"),
+             {"cw": np.ones((1, 1, 1, 1, 1), np.float64)}, ("'c3' (Conv)", "dtype f32"))):
+        outs = [None] * 5
+        if tag == "maxpool3d_indices":
+            g = helper.make_graph([nd], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x3))],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, outs),
+                                   helper.make_tensor_value_info("i", TensorProto.INT64, outs)])
+            onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), J(tag + ".onnx"))
+        else:
+            graph_model(J(tag + ".onnx"), [nd], inits, outs, x_shape=x3)
+        expect_error(cc(J(tag + ".onnx"), "--eval", "--dim", "batch=2"), *needles, code=(1,), absent=never)
+    # GridSample: a 4-D X (6-D tensor) and a 3-D X with a 2-D grid
+    for tag, xs, gs, needles in (("gridsample_4d", (1, 1, 2, 2, 2, 2), (1, 2, 2, 2, 2, 4), ("4-D GridSample", "3-D")),
+                                 ("gridsample_grid", (1, 1, 2, 2, 2), (1, 2, 2, 2), ("grid [1,2,2,2]", "3]"))):
+        graph_model(J(tag + ".onnx"), [helper.make_node("GridSample", ["x", "gr"], ["y"], name="gs")],
+                    {"gr": np.zeros(gs, np.float32)}, None, x_shape=xs, opset=20)
+        expect_error(cc(J(tag + ".onnx"), "--eval"), "'gs' (GridSample)", *needles, code=(1,), absent=never)
     # constants a composition would make too large: AffineGrid's 2^40-point grid, EyeLike of 2^40 elements
     for tag, nd, xs, inits, needles in (
             ("affine_big", helper.make_node("AffineGrid", ["x", "s"], ["y"], name="ag"), (1, 2, 3),

@@ -29,6 +29,9 @@ usage: cuda_target.py FSDPC WORKDIR
    kernel cache a line naming the kernels, NVRTC's version, every arch and
    the cache, one per arch compiled and the total time; a warm cache or
    --quiet nothing more than the note.
+8. A model of 3-D Conv, MaxPool, ConvTranspose, AveragePool and LpPool
+   builds in float32 and float64, its step calling the 2-D kernels they
+   are composed of, forward and backward (passes/lift3d.c).
 """
 import os
 import shutil
@@ -206,9 +209,10 @@ def main():
         expect_error([fsdpc, mlp64, "-o", os.path.join(work, "y"), "--target", "cuda", "--loss", "mse:y,target",
                       "--dim", "batch=2", "--precision", prec], "float32 model", "f64")
     print("float64 MLP and ResNet-18: built for cuda with float64 kernels only; --precision bf16/fp16 refuse them")
+    check_3d(fsdpc, work, env)
     print("OK cuda_target: GPT and ResNet-18 (float32 and float64) built for sm_80, sm_90 + PTX; no "
           "libcuda/MPI/protobuf-c needed; clear no-GPU exit at world 1 and 2; kernel cache hit and repair; flag "
-          "errors; the driver note once and NVRTC's progress")
+          "errors; the driver note once and NVRTC's progress; 3-D convolutions and pooling")
 
 
 def driver_note(stderr):
@@ -287,6 +291,47 @@ def make_f64_mlp(path):
                           [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["batch", 3])],
                           [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["batch", 2])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_3d_model(path, f64):
+    """Conv, MaxPool, ConvTranspose, AveragePool and LpPool in 3-D (passes/lift3d.c composes them of 2-D ops)"""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    dt, pt = (np.float64, TensorProto.DOUBLE) if f64 else (np.float32, TensorProto.FLOAT)
+    rng = np.random.default_rng(1)
+    w = [numpy_helper.from_array(rng.standard_normal(s).astype(dt), n)
+         for n, s in (("w1", (4, 1, 3, 3, 3)), ("b1", (4,)), ("w2", (4, 2, 2, 2, 2)))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 6, group=2),
+             node("MaxPool", ["c"], ["m"], kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+             node("ConvTranspose", ["m", "w2"], ["t"], strides=[2, 2, 2], group=2),
+             node("AveragePool", ["t"], ["a"], kernel_shape=[3, 3, 3], pads=[1] * 6, ceil_mode=1),
+             node("LpPool", ["a"], ["y"], kernel_shape=[2, 2, 2], strides=[2, 2, 2])]
+    g = helper.make_graph(nodes, "pool3d", [helper.make_tensor_value_info("x", pt, ["batch", 2, 6, 6, 6])],
+                          [helper.make_tensor_value_info("y", pt, None)], w)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def check_3d(fsdpc, work, env):
+    """8. 3-D convolutions and pooling build for cuda in float32 and float64: the 2-D kernels (forward and
+    backward) of their dtype in the step, the no-GPU line at start"""
+    for f64 in (False, True):
+        sfx = "f64" if f64 else "f32"
+        model, exe = os.path.join(work, "conv3d_%s.onnx" % sfx), os.path.join(work, "conv3d_" + sfx)
+        make_3d_model(model, f64)
+        run([fsdpc, model, "-o", exe, "--target", "cuda", "--emit-c", "--loss", "mse:y,target", "--dim", "batch=2",
+             "--verify", "--quiet"], env=env)
+        src = open(exe + ".c").read()
+        calls = ["k_%s_%s(" % (k, sfx) for k in ("conv2d", "conv2d_grad_w", "conv2d_grad_x", "maxpool2d",
+                                                  "maxpool2d_grad")]
+        missing = [c for c in calls if c not in src]
+        if missing:
+            raise SystemExit("FAILED: the 3-D %s step lacks %s" % (sfx, missing))
+        p, nogpu = expect_error([exe, "--steps", "1"], "CUDA")
+        if len(nogpu) != 1:
+            raise SystemExit("FAILED: conv3d_%s without a GPU: expected one line, got:\n%s" % (sfx, p.stderr))
+    print("3-D Conv, ConvTranspose, MaxPool, AveragePool, LpPool: built for cuda in float32 and float64")
 
 
 if __name__ == "__main__":
