@@ -62,3 +62,20 @@ if(BUILD_TESTING)
   add_test(NAME cuda_rt_nodriver COMMAND cuda_rt_dev_test nodriver)
   set_tests_properties(cuda_rt_nodriver PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# fsdpc_cuemu: the same subset of the CUDA runtime on the host (runtime/cuemu_rt.c), compiled against the
+# toolkit's headers and linked in place of libcudart_static, so the device layer's object code runs without a GPU
+find_package(Threads REQUIRED)
+add_library(fsdpc_cuemu STATIC ${CMAKE_CURRENT_LIST_DIR}/cuemu_rt.c)
+target_include_directories(fsdpc_cuemu PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${CUDAToolkit_INCLUDE_DIRS}
+  ${FSDPC_NCCL_INCLUDE_DIR})
+target_compile_options(fsdpc_cuemu PRIVATE ${FSDPC_WARN})
+target_link_libraries(fsdpc_cuemu PUBLIC Threads::Threads)
+set_target_properties(fsdpc_cuemu PROPERTIES POSITION_INDEPENDENT_CODE ON)
+if(BUILD_TESTING)
+  add_executable(cuemu_test ${CMAKE_SOURCE_DIR}/tests/cuemu_test.c)
+  target_compile_options(cuemu_test PRIVATE ${FSDPC_WARN})
+  target_link_libraries(cuemu_test PRIVATE fsdpc_cuemu)
+  add_test(NAME cuemu_rt COMMAND cuemu_test)
+  set_tests_properties(cuemu_rt PROPERTIES LABELS san TIMEOUT 120)
+endif()
