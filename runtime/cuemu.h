@@ -11,11 +11,12 @@
  * arguments at launch.  On a capturing stream the task is recorded into the
  * graph instead, and every replay runs the same payload.
  *
- * Kernels: a cudaKernel_t is a CuemuKernel, a row of a table handed to
- * cuemu_kernels_add: its name (cudaLibraryGetKernel looks it up), its
- * parameters' sizes (cudaLaunchKernel copies each args[i] into one block),
- * and a trampoline that runs the grid on the host with the arguments of
- * that block.
+ * Kernels: a cudaKernel_t is a CuemuKernel (cuemu_kernel.h), a row of a
+ * named table handed to cuemu_kernels_add.  An emulated "image" is the text
+ * "cuemu:" followed by the names of the tables it holds, comma-separated
+ * ("cuemu:kernels/cuda" is kernels.def's kernels, cuemu_kc.cc): that is
+ * what cudaLibraryLoadData accepts in place of PTX or a cubin, and
+ * cudaLibraryGetKernel looks a name up in those tables.
  */
 #ifndef FSDPC_CUEMU_H
 #define FSDPC_CUEMU_H
@@ -24,28 +25,20 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuemu_kernel.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* payload: the copied arguments of one launch, each at its own offset */
-struct CUkern_st {
-    const char *name;
-    int nargs;
-    const size_t *size;  /* nargs sizes, in bytes */
-    void (*run)(void *const *args, unsigned grid, unsigned block, unsigned smem);
-};
-typedef struct CUkern_st CuemuKernel;
-
-/* Adds n kernels to the registry that cudaLibraryGetKernel searches (the
- * table must outlive the process's use of it). */
-void cuemu_kernels_add(const CuemuKernel *table, int n);
 
 /* Enqueue run(payload) on stream s (NULL: the legacy stream), payload a
  * copy of size bytes made now; on a capturing stream it is recorded into
  * the graph.  call names the API function for messages. */
 cudaError_t cuemu_enqueue(cudaStream_t s, const char *call, void (*run)(void *payload), const void *payload,
                           size_t size);
+
+/* e, which becomes the calling thread's last error unless cudaSuccess */
+cudaError_t cuemu_fail(cudaError_t e);
 
 /* 1 if [p, p + n) lies inside one live device allocation */
 int cuemu_is_device(const void *p, size_t n);

@@ -49,7 +49,10 @@
  * it and joined back at the end.
  *
  * Errors: each failing call returns its cudaError_t and sets the calling
- * thread's last error (cudaGetLastError reads and clears it).
+ * thread's last error (cudaGetLastError reads and clears it).  Kernels
+ * (cudaLibrary*, cudaFunc*, cudaLaunchKernel) are cuemu_launch.c's,
+ * cuBLASLt cuemu_lt.c's, NCCL cuemu_nccl.c's; all enqueue through
+ * cuemu_enqueue.
  *
  * Differences from CUDA that are on purpose: cudaStreamDestroy, cudaFree
  * and cudaGraphExecDestroy wait for the work before them (CUDA defers the
@@ -84,11 +87,16 @@
 
 static _Thread_local cudaError_t tl_last;
 
-static cudaError_t fail(cudaError_t e)
+cudaError_t cuemu_fail(cudaError_t e)
 {
     if (e != cudaSuccess)
         tl_last = e;
     return e;
+}
+
+static cudaError_t fail(cudaError_t e)
+{
+    return cuemu_fail(e);
 }
 
 void cuemu_complain(const char *call, const char *fmt, ...)
@@ -123,6 +131,8 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorIllegalState: return "operation not permitted in this state";
     case cudaErrorSymbolNotFound: return "named symbol not found";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorInvalidKernelImage: return "device kernel image is invalid";
+    case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";

@@ -9,16 +9,22 @@
  * with the stale value while the gate is shut; one that waits is still not
  * ready.  Graph replay checks the order of three steps on two streams (the
  * second one slowed down by its priority) by the digits they append, and
- * that a replay runs the payload copied at capture.  Each failing check
+ * that a replay runs the payload copied at capture.  The kernels of
+ * kernels.def load from the emulated image and run (two grids at once on
+ * two streams; a captured launch replays its arguments of capture time; a
+ * host pointer argument is refused).  Each failing check
  * prints its line; the exit status is 1 if any failed.
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include "cuemu.h"
@@ -88,6 +94,81 @@ static void digit(cudaStream_t s, long *x, long *value)
 }
 
 /* ---------------------------------------------------------------- tests */
+
+/* k_range_i64(y, start, delta, n) on stream s */
+static cudaError_t range(cudaKernel_t k, int64_t *y, int64_t start, int64_t delta, int64_t n, cudaStream_t s)
+{
+    void *args[] = {&y, &start, &delta, &n};
+    dim3 g = {3, 1, 1}, b = {128, 1, 1};
+    return cudaLaunchKernel((const void *)k, g, b, args, 0, s);
+}
+
+/* kernels.def's kernels: loading, attributes, launches (concurrent ones
+ * on two streams, captured ones with their arguments of capture time) */
+static void test_kernels(int least, int greatest)
+{
+    cudaLibrary_t lib;
+    cudaKernel_t k, none;
+    fprintf(stderr, "cuemu_test: the next 3 lines are expected:\n");
+    CHECK(cudaLibraryLoadData(&lib, ".version 7.0\n.target sm_80\n", NULL, NULL, 0, NULL, NULL, 0) ==
+          cudaErrorInvalidKernelImage);
+    CHECK(cudaLibraryLoadData(&lib, "cuemu:kernels/cuda,no/such", NULL, NULL, 0, NULL, NULL, 0) ==
+          cudaErrorInvalidKernelImage);
+    OK(cudaLibraryLoadData(&lib, "cuemu:kernels/cuda", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cudaLibraryGetKernel(&k, lib, "k_range_i64"));
+    CHECK(cudaLibraryGetKernel(&none, lib, "k_no_such_kernel") == cudaErrorSymbolNotFound);
+    struct cudaFuncAttributes fa;
+    OK(cudaFuncGetAttributes(&fa, (const void *)k));
+    CHECK(fa.maxThreadsPerBlock == 1024 && fa.maxDynamicSharedSizeBytes == 48 << 10);
+    OK(cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+    OK(cudaFuncGetAttributes(&fa, (const void *)k));
+    CHECK(fa.maxDynamicSharedSizeBytes == 64 << 10);
+
+    enum { N = 100000 };
+    int64_t *y, *z, host = 0;
+    cudaStream_t a, b;
+    OK(cudaMalloc((void **)&y, N * sizeof *y));
+    OK(cudaMalloc((void **)&z, N * sizeof *z));
+    OK(cudaStreamCreateWithPriority(&a, cudaStreamNonBlocking, least));
+    OK(cudaStreamCreateWithPriority(&b, cudaStreamNonBlocking, greatest));
+    CHECK(range(k, &host, 0, 1, 1, a) == cudaErrorInvalidValue); /* a host pointer */
+    /* two grids at once, one per stream: the emulation's state is per thread */
+    OK(range(k, y, 5, 3, N, a));
+    OK(range(k, z, -7, 2, N, b));
+    OK(cudaDeviceSynchronize());
+    int64_t *h = malloc(N * sizeof *h);
+    CHECK(h != NULL);
+    OK(cudaMemcpy(h, y, N * sizeof *h, cudaMemcpyDeviceToHost));
+    CHECK(h[0] == 5 && h[N - 1] == 5 + 3 * (int64_t)(N - 1) && h[N / 2] == 5 + 3 * (int64_t)(N / 2));
+    OK(cudaMemcpy(h, z, N * sizeof *h, cudaMemcpyDeviceToHost));
+    CHECK(h[0] == -7 && h[N - 1] == -7 + 2 * (int64_t)(N - 1));
+    /* captured: the arguments are those of capture time */
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    int64_t start = 11;
+    void *args[] = {&y, &start, &start, &(int64_t){N}};
+    dim3 g1 = {2, 1, 1}, b1 = {64, 1, 1};
+    OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+    OK(cudaLaunchKernel((const void *)k, g1, b1, args, 0, a));
+    start = 1000;
+    OK(cudaStreamEndCapture(a, &g));
+    OK(cudaGraphInstantiate(&ge, g, 0));
+    OK(cudaGraphDestroy(g));
+    OK(cudaMemset(y, 0, N * sizeof *y));
+    OK(cudaDeviceSynchronize());
+    OK(cudaGraphLaunch(ge, a));
+    OK(cudaStreamSynchronize(a));
+    OK(cudaMemcpy(h, y, N * sizeof *h, cudaMemcpyDeviceToHost));
+    CHECK(h[0] == 11 && h[3] == 11 + 3 * 11);
+    OK(cudaGraphExecDestroy(ge));
+    free(h);
+    OK(cudaStreamDestroy(a));
+    OK(cudaStreamDestroy(b));
+    OK(cudaFree(y));
+    OK(cudaFree(z));
+    OK(cudaLibraryUnload(lib));
+    (void)cudaGetLastError();
+}
 
 static void test_device(void)
 {
@@ -282,6 +363,77 @@ static void test_graph(cudaStream_t s, int greatest)
     OK(cudaStreamDestroy(s2));
 }
 
+/* one column-major GEMM D = alpha op(A) op(B) + beta C through cuBLASLt,
+ * float32 (exact, or TF32) or float64, against a loop in double */
+static void test_gemm(void)
+{
+    enum { M = 5, N = 3, K = 7 };
+    cublasLtHandle_t h;
+    OK(cublasLtCreate(&h) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+    float a[K * M], b[K * N], c[M * N], d[M * N], bias[M];
+    double want[M * N];
+    for (int i = 0; i < K * M; i++)
+        a[i] = 1.0f + (float)i / 3.0f; /* stored k x m: used transposed */
+    for (int i = 0; i < K * N; i++)
+        b[i] = 0.5f - (float)i / 7.0f;  /* stored k x n */
+    for (int i = 0; i < M * N; i++)
+        c[i] = (float)i;
+    for (int i = 0; i < M; i++)
+        bias[i] = (float)(i * i);
+    float alpha = 0.75f, beta = 2.0f;
+    for (int col = 0; col < N; col++)
+        for (int row = 0; row < M; row++) {
+            double s = 0;
+            for (int l = 0; l < K; l++)
+                s += (double)a[l + row * K] * b[l + col * K];
+            want[row + col * M] = alpha * s + beta * c[row + col * M] + bias[row];
+        }
+    float *da, *db, *dc, *dbias;
+    OK(cudaMalloc((void **)&da, sizeof a));
+    OK(cudaMalloc((void **)&db, sizeof b));
+    OK(cudaMalloc((void **)&dc, sizeof c));
+    OK(cudaMalloc((void **)&dbias, sizeof bias));
+    OK(cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(dc, c, sizeof c, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(dbias, bias, sizeof bias, cudaMemcpyHostToDevice));
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, lc;
+        int32_t t = CUBLAS_OP_T, epi = CUBLASLT_EPILOGUE_BIAS;
+        int ok = cublasLtMatmulDescCreate(&op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                          CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                 cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t) == 0 &&
+                 cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
+                 cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias) == 0 &&
+                 cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, K, M, K) == 0 &&
+                 cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, K, N, K) == 0 &&
+                 cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, M, N, M) == 0;
+        CHECK(ok);
+        OK(cudaMemcpy(dc, c, sizeof c, cudaMemcpyHostToDevice));
+        CHECK(cublasLtMatmul(h, op, &alpha, da, la, db, lb, &beta, dc, lc, dc, lc, NULL, NULL, 0, NULL) ==
+              CUBLAS_STATUS_SUCCESS);
+        OK(cudaMemcpy(d, dc, sizeof d, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int i = 0; i < M * N; i++)
+            worst = fmax(worst, fabs(d[i] - want[i]) / (1 + fabs(want[i])));
+        if (tf32)
+            CHECK(worst > 1e-5 && worst < 1e-2); /* operands rounded to 10 mantissa bits */
+        else
+            CHECK(worst < 1e-6);                 /* exact float32: one rounding of the double sum */
+        fprintf(stderr, "cuemu_test: the next line is expected:\n");
+        CHECK(cublasLtMatmul(h, op, &alpha, a, la, db, lb, &beta, dc, lc, dc, lc, NULL, NULL, 0, NULL) ==
+              CUBLAS_STATUS_INVALID_VALUE); /* a host A */
+        cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(op);
+    }
+    OK(cudaFree(da));
+    OK(cudaFree(db));
+    OK(cudaFree(dc));
+    OK(cudaFree(dbias));
+    cublasLtDestroy(h);
+}
+
 int main(void)
 {
     setenv("FSDPC_CUEMU_MEM_MIB", "1024", 1);
@@ -295,6 +447,8 @@ int main(void)
     OK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
     test_capture_refusals(s);
     test_graph(s, greatest);
+    test_kernels(least, greatest);
+    test_gemm();
     OK(cudaStreamDestroy(s));
     OK(cudaDeviceSynchronize());
     if (!g_failed)

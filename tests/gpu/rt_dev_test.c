@@ -18,6 +18,12 @@
  * The PTX image names its kernels after kc_names (built here from
  * kernels.def): entry 0 writes y[i] = i, entry 1 copies the step parameters
  * out, entry 2 fires the check from step 6 on; the rest are empty.
+ *
+ * Built with -DFSDPC_CUEMU (cuemu_rt_dev_test, linked against the CUDA
+ * emulation, runtime/cuemu_*.c, instead of the CUDA runtime, cuBLASLt and
+ * NCCL) the same three kernels are host functions in a kernel table
+ * "rt_dev_test" and the image is the emulated "cuemu:rt_dev_test" for
+ * sm_90; everything else, and the device layer's object code, is the same.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -143,6 +149,60 @@ static char *make_ptx(void)
     return s;
 }
 
+#ifdef FSDPC_CUEMU
+#include "cuemu_kernel.h"
+
+/* the three kernels of make_ptx on the host: grid x block threads each */
+static void emu_iota(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)smem;
+    float *y = *(float **)args[0];
+    uint64_t n = *(uint64_t *)args[1];
+    for (uint64_t i = 0; i < n && i < (uint64_t)grid * block; i++)
+        y[i] = (float)i;
+}
+
+static void emu_params(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)grid, (void)block, (void)smem;
+    const KcStepParams *prm = *(const KcStepParams **)args[0];
+    char *out = *(char **)args[1];
+    float f = (float)prm->step;
+    memcpy(out, &prm->step, 8);
+    memcpy(out + 8, &prm->lr, 8);
+    memcpy(out + 16, &f, 4);
+}
+
+static void emu_check(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)grid, (void)block, (void)smem;
+    const KcStepParams *prm = *(const KcStepParams **)args[0];
+    int64_t *slot = *(int64_t **)args[1];
+    if (prm->step >= 6)
+        *slot = 7;
+}
+
+static void emu_empty(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)args, (void)grid, (void)block, (void)smem;
+}
+
+/* the table "rt_dev_test" (kc_names, the first three as above) and its image */
+static char *make_emu_image(void)
+{
+    static CuemuKernel table[KC_COUNT];
+    static const size_t two[2] = {8, 8};
+    static const unsigned char ptrs[2] = {1, 1}, ptr_int[2] = {1, 0};
+    for (int i = 0; i < KC_COUNT; i++)
+        table[i] = (CuemuKernel){kc_names[i], i < 3 ? 2 : 0, two, i == 0 ? ptr_int : ptrs,
+                                 i == 0 ? emu_iota : i == 1 ? emu_params : i == 2 ? emu_check : emu_empty};
+    CHECK(cuemu_kernels_add("rt_dev_test", table, KC_COUNT) == 0, "cannot register the test's kernels");
+    char *s = strdup("cuemu:rt_dev_test");
+    CHECK(s, "out of memory");
+    return s;
+}
+#endif
+
 /* ------------------------------------------------------------ the fake model */
 
 enum { NUMEL = 1000, SHARD = 1003, ARENA = 8 << 20, OFF_IOTA = 0, N_IOTA = 5000, OFF_OUT = 32768,
@@ -195,7 +255,11 @@ static void setup(const char *ptx)
     g_m.optimizer = RT_ADAMW;
     g_m.step = test_step;
     g_m.target_cuda = 1;
+#ifdef FSDPC_CUEMU
+    g_image = (RtImage){"sm_90", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+#else
     g_image = (RtImage){"compute_80", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+#endif
     g_m.nimage = 1, g_m.image = &g_image;
     g_m.ncheck = 1, g_m.check = g_checks;
     /* the host carving: arena, one slot, param and grad shards (m, v unused) */
@@ -479,7 +543,11 @@ int main(int argc, char **argv)
     int graph = !strcmp(mode, "graph") || !strcmp(mode, "check");
     CHECK(graph || !strcmp(mode, "eager"), "usage: cuda_rt_dev_test nodriver|graph|eager|check");
     CHECK(KC_COUNT >= 3, "kernels.def has %d kernels; the test needs 3", KC_COUNT);
+#ifdef FSDPC_CUEMU
+    char *ptx = make_emu_image();
+#else
     char *ptx = make_ptx();
+#endif
     if (argc > 2) { /* cuda_rt_dev_test MODE FILE: write the PTX (to check it with ptxas) */
         FILE *f = fopen(argv[2], "w");
         CHECK(f && fputs(ptx, f) >= 0 && fclose(f) == 0, "cannot write %s", argv[2]);
