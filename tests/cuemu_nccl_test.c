@@ -160,6 +160,7 @@ static void check_dead_rank(ncclComm_t comm, int world, cudaStream_t s)
     CHECK(poll_while(comm, ncclSuccess) == ncclRemoteError); /* within a minute, not a hang */
     CHECK(strstr(ncclGetLastError(comm), "is gone") || strstr(ncclGetLastError(comm), "aborted"));
     CHECK(ncclCommAbort(comm) == ncclSuccess);
+    CHECK(strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0);
     sync_stream(s); /* the stream gave up the collective */
 }
 
@@ -197,7 +198,7 @@ int main(void)
             pid[r] = fork();
             if (pid[r] == 0) {
                 g_rank = r;
-                _exit(child(id, world));
+                exit(child(id, world));
             }
             if (pid[r] < 0)
                 return 1;

@@ -197,6 +197,9 @@ static void test_device(void)
     OK(cudaMemGetInfo(&fr2, &total));
     CHECK(fr2 == fr);
     CHECK(strcmp(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory") == 0);
+    int drv = 0;
+    OK(cudaDriverGetVersion(&drv));
+    CHECK(drv >= 13000); /* "a driver as new as the runtime": dev_cuda.c's start-up accepts it */
 }
 
 static void test_pointers(void)
@@ -432,6 +435,7 @@ static void test_gemm(void)
     OK(cudaFree(dc));
     OK(cudaFree(dbias));
     cublasLtDestroy(h);
+    CHECK(strstr(cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED), "not supported") != NULL);
 }
 
 int main(void)
