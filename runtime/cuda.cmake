@@ -21,7 +21,7 @@
 #                      with its one-line reason.  On a GPU the same program
 #                      checks GEMMs, collectives at world 1, CUDA Graph
 #                      replay and device checks (tests/gpu/run.sh runs it);
-#                      cuemu_rt_dev_{graph,eager,check,nccl} run it here,
+#                      cuemu_rt_dev_{graph,eager,check,nccl,nomem} run it here,
 #                      linked against fsdpc_cuemu.  cuemu_rt and cuemu_nccl
 #                      test the emulation itself.
 #                      Not made with -DBUILD_TESTING=OFF.
@@ -113,4 +113,8 @@ if(BUILD_TESTING)
   endforeach()
   add_test(NAME cuemu_rt_dev_nccl COMMAND cuemu_rt_dev_test graph)
   set_tests_properties(cuemu_rt_dev_nccl PROPERTIES LABELS san TIMEOUT 300 ENVIRONMENT "FSDPC_NCCL_ALWAYS=1")
+  # too little device memory: rt_dev_init's one line (400 MiB, 300 of them the emulated context's)
+  add_test(NAME cuemu_rt_dev_nomem COMMAND cuemu_rt_dev_test graph)
+  set_tests_properties(cuemu_rt_dev_nomem PROPERTIES LABELS san TIMEOUT 60 ENVIRONMENT "FSDPC_CUEMU_MEM_MIB=400"
+    PASS_REGULAR_EXPRESSION "rt_dev_init: needs [0-9.]+ GiB of device memory .* has [0-9.]+ GiB free of 0.39 GiB: use more ranks or a smaller --dim batch")
 endif()
