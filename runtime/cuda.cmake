@@ -22,7 +22,8 @@
 #                      checks GEMMs, collectives at world 1, CUDA Graph
 #                      replay and device checks (tests/gpu/run.sh runs it);
 #                      cuemu_rt_dev_{graph,eager,check,nccl,nomem} run it here,
-#                      linked against fsdpc_cuemu.  cuemu_rt and cuemu_nccl
+#                      linked against fsdpc_cuemu (cuemu_rt_dev_world2/3:
+#                      under mpirun, through the emulated NCCL).  cuemu_rt and cuemu_nccl
 #                      test the emulation itself.
 #                      Not made with -DBUILD_TESTING=OFF.
 
@@ -113,6 +114,16 @@ if(BUILD_TESTING)
   endforeach()
   add_test(NAME cuemu_rt_dev_nccl COMMAND cuemu_rt_dev_test graph)
   set_tests_properties(cuemu_rt_dev_nccl PROPERTIES LABELS san TIMEOUT 300 ENVIRONMENT "FSDPC_NCCL_ALWAYS=1")
+  # the same at world 2 and 3 under mpirun (separate processes, FULL_SHARD through the emulated NCCL)
+  find_program(FSDPC_MPIRUN mpirun)
+  if(FSDPC_MPIRUN)
+    foreach(n 2 3)
+      add_test(NAME cuemu_rt_dev_world${n} COMMAND ${FSDPC_MPIRUN} --oversubscribe -np ${n} $<TARGET_FILE:cuemu_rt_dev_test>
+        world)
+      set_tests_properties(cuemu_rt_dev_world${n} PROPERTIES LABELS san TIMEOUT 300
+        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=0")
+    endforeach()
+  endif()
   # too little device memory: rt_dev_init's one line (400 MiB, 300 of them the emulated context's)
   add_test(NAME cuemu_rt_dev_nomem COMMAND cuemu_rt_dev_test graph)
   set_tests_properties(cuemu_rt_dev_nomem PROPERTIES LABELS san TIMEOUT 60 ENVIRONMENT "FSDPC_CUEMU_MEM_MIB=400"
