@@ -6,8 +6,9 @@
  * Memory.  Device memory comes from one reserved mapping of the emulated
  * device's size (FSDPC_CUEMU_MEM_MIB, default 81559 MiB: an H100's), away
  * from the heap; each cudaMalloc takes whole pages of it (made readable and
- * writable, made inaccessible again by cudaFree, so a use after free
- * faults) and is registered.  cudaMallocHost registers pinned host memory.
+ * writable, made inaccessible again by cudaFree) followed by 64 KiB that
+ * stay inaccessible, and is registered; a fault there (past an allocation,
+ * after cudaFree) is named in one line instead of a bare SIGSEGV.  cudaMallocHost registers pinned host memory.
  * Every copy and fill checks its pointers against the registry: a device
  * range must lie inside one allocation, a host range must not be device
  * memory, and the cudaMemcpyKind must say where each is; otherwise the call
@@ -65,6 +66,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -78,6 +80,7 @@
 #include "cuemu.h"
 
 #define PAGE ((size_t)4096)
+#define GUARD ((size_t)64 << 10) /* inaccessible bytes after each allocation */
 #define CONTEXT_BYTES ((size_t)300 << 20) /* what a CUDA context takes of the device memory */
 #define LEAST_PRIORITY 0
 #define GREATEST_PRIORITY (-5)
@@ -162,7 +165,7 @@ const char *cudaGetErrorName(cudaError_t e)
 typedef struct {
     char *base;
     size_t size; /* as asked */
-    size_t span; /* whole pages taken */
+    size_t span; /* whole pages taken, the guard after them included */
 } Alloc;
 
 static struct {
@@ -191,6 +194,72 @@ static size_t device_bytes(void)
     return (size_t)mib << 20;
 }
 
+/* ---- a fault in device memory: named, not a bare SIGSEGV ----
+ * Each allocation is followed by GUARD inaccessible bytes and freed memory
+ * is made inaccessible, so a kernel (or any host code) reading or writing
+ * past an allocation, or after cudaFree, faults; the handler says so in one
+ * line and ends the process.  A fault elsewhere goes to the handler that
+ * was there before (ASan's, or the default). */
+static struct sigaction g_old_segv;
+static size_t upper(const Alloc *t, size_t n, const char *p); /* below */
+
+static char *put_hex(char *p, uintptr_t v)
+{
+    char d[2 * sizeof v];
+    int n = 0;
+    do
+        d[n++] = "0123456789abcdef"[v & 15];
+    while ((v >>= 4) && n < (int)sizeof d);
+    *p++ = '0', *p++ = 'x';
+    while (n)
+        *p++ = d[--n];
+    return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+
+static void on_segv(int sig, siginfo_t *si, void *ctx)
+{
+    const char *a = si->si_addr;
+    if (!g_mem.region || a < g_mem.region || a >= g_mem.region + g_mem.total) {
+        sigaction(SIGSEGV, &g_old_segv, NULL); /* not ours: fault again under the old handler */
+        (void)sig, (void)ctx;
+        return;
+    }
+    /* async-signal-safe: no locks, no stdio; the table is read as it is */
+    char msg[256], *p = put_str(msg, "cuemu: a kernel or copy touched device memory at ");
+    p = put_hex(p, (uintptr_t)a);
+    size_t i = upper(g_mem.dev, g_mem.ndev, a);
+    if (i > 0 && a >= g_mem.dev[i - 1].base) {
+        p = put_str(p, ", past the end of the allocation at ");
+        p = put_hex(p, (uintptr_t)g_mem.dev[i - 1].base);
+        p = put_str(p, " of ");
+        p = put_hex(p, (uintptr_t)g_mem.dev[i - 1].size);
+        p = put_str(p, " bytes");
+    } else
+        p = put_str(p, ", outside any allocation (freed, or never allocated)");
+    p = put_str(p, " (on a GPU: an illegal address)\n");
+    if (write(2, msg, (size_t)(p - msg)) < 0)
+        p = msg;
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+static void catch_faults(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+}
+
 /* reserves the device memory once (g_mem.mu held); 0 or an error */
 static cudaError_t reserve(void)
 {
@@ -205,6 +274,7 @@ static cudaError_t reserve(void)
         return cudaErrorInitializationError;
     }
     g_mem.region = p;
+    catch_faults();
     g_mem.total = total;
     return cudaSuccess;
 }
@@ -310,15 +380,15 @@ cudaError_t cudaMalloc(void **p, size_t size)
         return cudaSuccess;
     if (size > ((size_t)1 << 50))
         return fail(cudaErrorMemoryAllocation);
-    size_t span = (size + PAGE - 1) / PAGE * PAGE;
+    size_t pages = (size + PAGE - 1) / PAGE * PAGE, span = pages + GUARD;
     pthread_mutex_lock(&g_mem.mu);
     cudaError_t e = reserve();
     char *at = e == cudaSuccess ? first_fit(span) : NULL;
     if (e == cudaSuccess && !at)
         e = cudaErrorMemoryAllocation;
-    if (at && (mprotect(at, span, PROT_READ | PROT_WRITE) != 0 ||
+    if (at && (mprotect(at, pages, PROT_READ | PROT_WRITE) != 0 ||
                insert(&g_mem.dev, &g_mem.ndev, &g_mem.capdev, (Alloc){at, size, span}) != 0)) {
-        mprotect(at, span, PROT_NONE);
+        mprotect(at, pages, PROT_NONE);
         e = cudaErrorMemoryAllocation;
     }
     if (e == cudaSuccess) {

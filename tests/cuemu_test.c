@@ -12,7 +12,8 @@
  * that a replay runs the payload copied at capture.  The kernels of
  * kernels.def load from the emulated image and run (two grids at once on
  * two streams; a captured launch replays its arguments of capture time; a
- * host pointer argument is refused).  Each failing check
+ * host pointer argument is refused).  A forked child writing past an
+ * allocation dies with cuemu's one line naming it.  Each failing check
  * prints its line; the exit status is 1 if any failed.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -438,11 +441,44 @@ static void test_gemm(void)
     CHECK(strstr(cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED), "not supported") != NULL);
 }
 
+/* a write past an allocation (as a kernel's overrun would be) ends the
+ * process with one line naming the allocation; forked, before any stream
+ * thread exists */
+static void test_fault(void)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        char *p = NULL;
+        if (cudaMalloc((void **)&p, 100) != cudaSuccess)
+            _exit(3);
+        p[99] = 1;                 /* inside: fine */
+        ((volatile char *)p)[5000] = 1; /* past the allocation's page: the guard */
+        _exit(4);
+    }
+    close(fd[1]);
+    char buf[512] = "";
+    size_t n = 0;
+    for (ssize_t r; n + 1 < sizeof buf && (r = read(fd[0], buf + n, sizeof buf - 1 - n)) > 0;)
+        n += (size_t)r;
+    buf[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK(strstr(buf, "cuemu: a kernel or copy touched device memory at ") &&
+          strstr(buf, "past the end of the allocation at ") && strstr(buf, " of 0x64 bytes"));
+}
+
 int main(void)
 {
     setenv("FSDPC_CUEMU_MEM_MIB", "1024", 1);
     setenv("FSDPC_CUEMU_DELAY_US", "200", 1);
     int least, greatest;
+    test_fault();
     test_device();
     OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     test_pointers();
