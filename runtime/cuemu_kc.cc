@@ -26,13 +26,7 @@
 
 namespace dev {
 
-/* the sizes and pointer flags of a parameter list */
-template <typename F> struct Params;
-template <typename... P> struct Params<void(P...)> {
-    static constexpr int n = sizeof...(P);
-    static constexpr size_t size[sizeof...(P) + 1] = {sizeof(P)..., 0};
-    static constexpr unsigned char is_ptr[sizeof...(P) + 1] = {(unsigned char)std::is_pointer_v<P>..., 0};
-};
+using emu::Params;
 
 #define KC(name, params)                                                                           \
     static void run_##name(void *const *args, unsigned grid, unsigned block, unsigned smem)       \

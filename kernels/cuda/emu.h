@@ -203,6 +203,15 @@ template <typename... P> void run_args(const char *name, void (*fn)(P...), unsig
     run_unpacked(name, fn, grid, block, args, std::index_sequence_for<P...>{});
 }
 
+/* the sizes and pointer flags of a kernel's parameter list void(P...), for
+ * the emulated runtime's kernel tables (runtime/cuemu_kernel.h) */
+template <typename F> struct Params;
+template <typename... P> struct Params<void(P...)> {
+    static constexpr int n = sizeof...(P);
+    static constexpr size_t size[sizeof...(P) + 1] = {sizeof(P)..., 0};
+    static constexpr unsigned char is_ptr[sizeof...(P) + 1] = {(unsigned char)std::is_pointer_v<P>..., 0};
+};
+
 inline void sync_block()
 {
     const unsigned seen = st.gen;
