@@ -78,7 +78,8 @@ endif()
 # and libnccl, so the device layer's object code runs without a GPU
 find_package(Threads REQUIRED)
 enable_language(CXX)
-add_library(fsdpc_cuemu STATIC ${CMAKE_CURRENT_LIST_DIR}/cuemu_rt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_launch.c
+add_library(fsdpc_cuemu STATIC ${CMAKE_CURRENT_LIST_DIR}/cuemu_rt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_queue.c
+  ${CMAKE_CURRENT_LIST_DIR}/cuemu_graph.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_launch.c
   ${CMAKE_CURRENT_LIST_DIR}/cuemu_kc.cc ${CMAKE_CURRENT_LIST_DIR}/cuemu_lt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_nccl.c)
 target_include_directories(fsdpc_cuemu PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${CUDAToolkit_INCLUDE_DIRS}
   ${FSDPC_NCCL_INCLUDE_DIR})
