@@ -13,13 +13,18 @@ trained 8 AdamW steps at world 1 and 2 (FULL_SHARD, separate processes under
 mpirun: the emulated NCCL), step 2 on captured and replayed as a CUDA Graph,
 with FSDPC_NO_TF32=1 (exact float32 GEMMs).  Every loss and every step-1
 gradient of the emulated cuda run must equal the cpu target's within 1e-5
-(relative).
+(relative).  Then 4 steps' losses, equal within 1e-5, for SHARD_GRAD_OP and
+NO_SHARD at world 2, HYBRID_SHARD (hybrid:2: ncclCommSplit) at world 4,
+--accum 2 in both modes, --no-cuda-graph (cuda only: eager steps) and
+--recompute units with --prefetch none.
 """
 import os
 import sys
 
 import numpy as np
 import torch
+
+from common import mpirun, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
@@ -29,6 +34,33 @@ from torch_ref import compile_exe, rel_err, train_exe  # noqa: E402
 
 VOCAB, LAYERS, HEADS, EMBD, T = 64, 2, 2, 32, 16
 GLOBAL_B, STEPS, NSAMPLES = 4, 8, 40
+
+
+def losses_of(exe, world, flags):
+    """the losses a 4-step run prints"""
+    out = run(mpirun(world, [exe, "--steps", "4"] + flags), timeout=1800).stdout
+    return [float(l.split()[3]) for l in out.splitlines() if l.startswith("step ")]
+
+
+def variants(fsdpc, onnx_path, tok_path, work):
+    """compile options x run options at a world size: the emulated cuda losses = the cpu target's"""
+    cases = [(["--shard", "grad_op"], 2, []), (["--shard", "none"], 2, []), (["--shard", "hybrid:2"], 4, []),
+             (["--shard", "grad_op"], 2, ["--accum", "2", "--accum-mode", "comm"]),
+             (["--shard", "grad_op"], 2, ["--accum", "2", "--accum-mode", "local"]),
+             (["--recompute", "units", "--prefetch", "none"], 2, [])]
+    for i, (extra, world, flags) in enumerate(cases):
+        got = {}
+        for target, t in (("cpu", []), ("cuda", ["--target", "cuda", "--emulate"])):
+            exe = os.path.join(work, "v%d_%s" % (i, target))
+            compile_exe(fsdpc, onnx_path, exe, GLOBAL_B // world, extra + t)
+            got[target] = losses_of(exe, world, ["--tokens", tok_path] + flags)
+            if target == "cuda" and i == 0:  # eager steps too
+                got["eager"] = losses_of(exe, world, ["--tokens", tok_path, "--no-cuda-graph"] + flags)
+        for k in [k for k in got if k != "cpu"]:
+            if len(got[k]) != 4 or any(abs(a - b) > 1e-5 * abs(b) for a, b in zip(got[k], got["cpu"])):
+                raise SystemExit("FAILED: %s at world %d %s (%s): losses %s, cpu %s"
+                                 % (" ".join(extra), world, " ".join(flags), k, got[k], got["cpu"]))
+        print("%s at world %d %s: 4 losses equal" % (" ".join(extra), world, " ".join(flags)))
 
 
 def main():
@@ -61,7 +93,8 @@ def main():
             raise SystemExit("FAILED: world %d: a step-1 gradient differs by %.3g (relative)" % (world, worst))
         print("world %d: %d losses equal (last %.7g vs %.7g), %d gradients within %.2g"
               % (world, STEPS, lg[-1], lc[-1], len(files), worst))
-    print("OK cuda_emulate: the emulated cuda GPT = the cpu target at world 1 and 2")
+    variants(fsdpc, onnx_path, tok_path, work)
+    print("OK cuda_emulate: the emulated cuda GPT = the cpu target at world 1 and 2, and in 7 variants")
 
 
 if __name__ == "__main__":
