@@ -24,6 +24,8 @@ static const char *usage =
     "                          CUDA Graphs); cpu: CPUs (MPI collectives, CBLAS)\n"
     "  --arch sm_XY[,sm_XY..]  cuda: GPU archs to compile for (default " FSDPC_DEFAULT_ARCH "), plus PTX\n"
     "                          of the lowest for newer GPUs\n"
+    "  --emulate               cuda: link the CUDA emulation instead of the GPU libraries (the same step and\n"
+    "                          runtime, run on this machine's CPUs: a test of the cuda target without a GPU)\n"
     "  --cpu native|x86-64|x86-64-v2|x86-64-v3|x86-64-v4\n"
     "                          cpu: the CPU the step and kernels are built for (default native: this\n"
     "                          machine's; a level for nodes that differ); the executable checks it at start\n"
@@ -219,6 +221,8 @@ static void parse_args(Options *o, int argc, char **argv)
                 fatal("--target %s: expected cuda or cpu", o->target);
         } else if (!strcmp(a, "--arch")) {
             o->arch = VALUE();
+        } else if (!strcmp(a, "--emulate")) {
+            o->emulate = 1;
         } else if (!strcmp(a, "--cpu")) {
             o->cpu = VALUE();
             cg_cpu_check_name(o->cpu);
@@ -362,6 +366,10 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("no model given (see --help)");
     if (o->arch && strcmp(o->target, "cuda"))
         fatal("--arch applies to --target cuda only");
+    if (o->emulate && strcmp(o->target, "cuda"))
+        fatal("--emulate applies to --target cuda only");
+    if (o->emulate && o->arch)
+        fatal("--emulate runs no GPU code: it takes no --arch");
     if (o->cpu && strcmp(o->target, "cpu"))
         fatal("--cpu applies to --target cpu only (the cuda step runs on the GPU)");
     int huber = o->loss_param_flag && !strcmp(o->loss_param_flag, "--huber-delta");

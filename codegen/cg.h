@@ -39,6 +39,10 @@ extern const char **cg_checks;
 /* cuda.c: the kernels for every --arch into dir (images + images.S); the C
  * text of `static const RtImage images[]` into tables; returns their count */
 int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **asm_path);
+/* cuda.c, --emulate: no device code; the emulation's image ("cuemu:kernels/cuda,fsdpc_model", sm_90) into
+ * tables and the model's fused kernels as host C++ (kernels/cuda/emu.h) into dir/fused.cc (*cc_path), which
+ * registers them with the emulation when the executable starts; returns the number of images (1) */
+int cg_cuemu_images(const Graph *g, const char *dir, Buf *tables, const char **cc_path);
 /* notes.c: the notes (stderr) on what OUT needs that this machine lacks: an NVIDIA driver (cuda), a native bf16
  * GEMM (cpu, --precision bf16) */
 void cg_notes(const Graph *g);

@@ -432,7 +432,7 @@ static int split(const char *s, char **argv, int max, const char *cpu)
 
 /* The C compiler's command line: the step src (and asm_src: cuda's images) compiled for --cpu (-march; cpu
  * target), linked with the runtime and the kernels built for its level, into exe */
-static char **cc_argv(const char *src, const char *asm_src, const char *exe, const char *cpu)
+static char **cc_argv(const char *src, const char *asm_src, const char *exe, const char *cpu, int emulate)
 {
     char **argv = ir_alloc(sizeof(char *) * 256);
     int n = 0;
@@ -445,7 +445,22 @@ static char **cc_argv(const char *src, const char *asm_src, const char *exe, con
     argv[n++] = (char *)src;
     if (asm_src)
         argv[n++] = (char *)asm_src;
-    n += split(cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
+    n += split(emulate ? FSDPC_LIBS_CUEMU : cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
+    argv[n] = NULL;
+    return argv;
+}
+
+/* --emulate: the C++ compiler's command line for the model's fused kernels on the host (cc into obj) */
+static char **cxx_argv(const char *cc, const char *obj)
+{
+    char **argv = ir_alloc(sizeof(char *) * 64);
+    int n = 0;
+    argv[n++] = FSDPC_CXX;
+    n += split(FSDPC_CXXFLAGS_CUEMU, argv + n, 50, NULL);
+    argv[n++] = "-c";
+    argv[n++] = "-o";
+    argv[n++] = (char *)obj;
+    argv[n++] = (char *)cc;
     argv[n] = NULL;
     return argv;
 }
@@ -558,6 +573,8 @@ static void remove_tree(const char *dir, int nimage)
     for (int i = 0; i < nimage; i++)
         unlink(ir_fmt("%s/img%d.bin", dir, i));
     unlink(ir_fmt("%s/images.S", dir));
+    unlink(ir_fmt("%s/fused.cc", dir)); /* --emulate */
+    unlink(ir_fmt("%s/fused.o", dir));
     rmdir(dir);
 }
 
@@ -585,7 +602,7 @@ void cg_calibrate(const char *out, int world, const char *cc)
     if (!f || fprintf(f, "#include \"rt.h\"\nint main(int argc, char **argv) { return rt_calibrate(argc, argv, \"%s\"); "
                       "}\n", kname) < 0 || fclose(f))
         fatal("%s: cannot write: %s", src, strerror(errno));
-    const char *why = spawn_cc(cc_argv(src, NULL, exe, "native"));
+    const char *why = spawn_cc(cc_argv(src, NULL, exe, "native", 0));
     if (why) {
         unlink(exe);
         unlink(src);
@@ -756,14 +773,24 @@ void cg_build(const Graph *g)
             fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
                   "rebuild fsdpc where the CUDA 13 toolkit is installed");
         b.cuda_dir = temp_dir();
-        b.nimage = cg_cuda_images(g, b.cuda_dir, &images, &asm_src);
+        if (g->opt->emulate) { /* the fused kernels for the host, compiled now: the object joins the link */
+            const char *cc;
+            b.nimage = cg_cuemu_images(g, b.cuda_dir, &images, &cc);
+            asm_src = ir_fmt("%s/fused.o", b.cuda_dir);
+            const char *why = spawn_cc(cxx_argv(cc, asm_src));
+            if (why)
+                cg_build_fail(&b, ir_fmt("%s: compiling the fused kernels for the CUDA emulation failed: %s", b.out,
+                                         why));
+        } else
+            b.nimage = cg_cuda_images(g, b.cuda_dir, &images, &asm_src);
     }
     Buf src = emit_source(g, &L, &step, &images);
     build_private(&b);
     uint64_t id = cg_write_init(g, &L, &b);
     emit_model(&src, g, &L, id, &step, b.nimage);
     const char *cpath = write_source(&b, &src, g->opt->keep_c);
-    const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g)));
+    const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g),
+                                       cg_cuda && g->opt->emulate));
     if (why)
         cg_build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
                               "install) and compile again", b.out, why));

@@ -4,7 +4,7 @@
  * asks once), before the slow part (NVRTC, cc), whatever --quiet says: a
  * note is not progress.
  *
- *   --target cuda (the default) where no NVIDIA driver loads: OUT needs a
+ *   --target cuda (the default, not --emulate) where no NVIDIA driver loads: OUT needs a
  *     driver and a GPU, and --target cpu is what trains here.  The test is
  *     the CUDA runtime's own, dlopen("libcuda.so.1") (runtime/dev_cuda.c's
  *     executable reports the same library missing when started), then
@@ -57,7 +57,7 @@ void cg_notes(const Graph *g)
 {
     const Options *o = g->opt;
     const char *why;
-    if (!strcmp(o->target, "cuda") && (why = no_gpu_here()) != NULL)
+    if (!strcmp(o->target, "cuda") && !o->emulate && (why = no_gpu_here()) != NULL) /* --emulate needs none */
         fprintf(stderr, "fsdpc: note: %s: %s will need an NVIDIA driver and GPU to run; --target cpu builds an "
                 "executable that trains here\n", why, o->out);
     if (!strcmp(o->target, "cpu") && o->precision == PREC_BF16 && bf16_native_here() == 0)

@@ -209,6 +209,7 @@ typedef struct {
     const char *out;         /* -o */
     const char *target;      /* "cuda" or "cpu" */
     const char *arch;        /* --arch sm_80,sm_90 (cuda; NULL: the default) */
+    int emulate;             /* --emulate (cuda): link the CUDA emulation instead of the GPU libraries */
     LossKind loss;
     const char *loss_pred, *loss_target;
     double loss_param;       /* huber: --huber-delta (1); smooth_l1: --smooth-l1-beta (1) */

@@ -3,7 +3,7 @@
  * kernels_cuda_emu).
  *
  * How it works.  kernels/cuda's sources are compiled here as C++ inside
- * namespace dev, on top of tests/cuda_emu.h (fibers for threads, barriers,
+ * namespace dev, on top of kernels/cuda/emu.h (fibers for threads, barriers,
  * shuffles).  This file provides what the runtime provides on a GPU:
  *   kc_launch      dispatches on the kernel id to the emulated kernel, with
  *                  the arguments unpacked by the kernel's own parameter
@@ -31,7 +31,7 @@
  * rounded inputs within 3e-2 / 4e-3.  A failing check prints what it
  * was and where; the exit status is 1 if any failed.
  */
-#include "cuda_emu.h"
+#include "emu.h"
 
 #include <numeric>
 #include <string>
@@ -46,42 +46,9 @@ extern "C" {
 
 /* ---- the device code, as C++ ------------------------------------------------ */
 
+#include "emu_kernels.h"
+
 namespace dev {
-#include "common.cuh"
-/* alphabetical, as fsdpc concatenates them */
-#include "attn.cu"
-#include "conv.cu"
-#include "copy.cu"
-#include "ew.cu"
-#include "gather.cu"
-#include "loss.cu"
-#include "norm.cu"
-#include "optim.cu"
-#include "random.cu"
-#include "reduce.cu"
-/* the typed kernels' float and double instances, as in the device program */
-#include "kc_args.h"
-#include "stamp.cu"
-#include "kernels.def"
-#undef KC
-#undef KC_TYPED
-
-/* Copies each argument from args[i] into a value of the kernel's parameter
- * type (as cudaLaunchKernel does) and runs the grid. */
-template <typename... P, size_t... I>
-void launch_unpacked(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void **args,
-                     std::index_sequence<I...>)
-{
-    std::tuple<std::decay_t<P>...> vals;
-    (memcpy((void *)&std::get<I>(vals), args[I], sizeof(std::get<I>(vals))), ...);
-    emu::run(name, grid, block, [&] { std::apply(fn, vals); });
-}
-
-template <typename... P>
-void launch_kernel(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void **args)
-{
-    launch_unpacked(name, fn, grid, block, args, std::index_sequence_for<P...>{});
-}
 
 static void dispatch(int id, unsigned grid, unsigned block, void **args)
 {
@@ -90,7 +57,7 @@ static void dispatch(int id, unsigned grid, unsigned block, void **args)
     case KC_##name: {                                                                              \
         using Fn = void params; /* kernels.def's types, in the device namespace */                \
         Fn *fn = &name;         /* a row that disagrees with its kernel stops the build */         \
-        launch_kernel(#name, fn, grid, block, args);                                               \
+        emu::run_args(#name, fn, grid, block, args);                                               \
         return;                                                                                    \
     }
 #include "kernels.def"

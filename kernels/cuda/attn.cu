@@ -87,7 +87,7 @@
 
 /* The 16-bit instances multiply on the tensor cores (nvcuda::wmma, bf16 from
  * sm_80 on) where the arch has them: KC_ATTN_TC.  The host emulation
- * (tests/cuda_emu.h) has its own wmma; elsewhere they run on the CUDA cores. */
+ * (kernels/cuda/emu.h) has its own wmma; elsewhere they run on the CUDA cores. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define KC_ATTN_TC 1
 #else

@@ -18,6 +18,18 @@
  * The PTX image names its kernels after kc_names (built here from
  * kernels.def): entry 0 writes y[i] = i, entry 1 copies the step parameters
  * out, entry 2 fires the check from step 6 on; the rest are empty.
+ *
+ *        mpirun -np N cuda_rt_dev_test world
+ *                                    N ranks (FULL_SHARD over all): the
+ *                                    step's all-gather and reduce-scatter
+ *                                    through NCCL, eager then replayed, with
+ *                                    each rank's own shard values (the NCCL
+ *                                    id travels through files in /tmp)
+ * Built with -DFSDPC_CUEMU (cuemu_rt_dev_test, linked against the CUDA
+ * emulation, runtime/cuemu_*.c, instead of the CUDA runtime, cuBLASLt and
+ * NCCL) the same three kernels are host functions in a kernel table
+ * "rt_dev_test" and the image is the emulated "cuemu:rt_dev_test" for
+ * sm_90; everything else, and the device layer's object code, is the same.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -28,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_check.h"
 #include "kernels.h" /* the bfloat16 rounding of the CPU target */
@@ -37,15 +50,78 @@
 
 /* ------------------------------------------------ stubs: core, control plane */
 
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+            exit(1);                                                       \
+        }                                                                  \
+    } while (0)
+
 const char *rt_prog = "cuda_rt_dev_test";
 
 /* kc_names: from launch.c (libfsdpc_kernels_cuda), linked for the collectives' casts */
 
 static const char *g_expect_fail; /* rt_step_fail with this text ends the test well */
 
-int rt_ctl_local_rank(void) { return 0; }
+/* world mode: this process's rank and the job's size (mpirun's environment), 1 and 0 otherwise */
+static int g_rank, g_world = 1;
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+int rt_ctl_local_rank(void) { return env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
 void rt_ctl_allreduce_i64(int64_t *x, int n, int op) { (void)x, (void)n, (void)op; }
-void rt_ctl_bcast(void *buf, int64_t bytes, int root) { (void)buf, (void)bytes, (void)root; }
+
+/* At world > 1 (only the NCCL id travels): through files in /tmp named
+ * after the mpirun job; the root writes one, each other rank reads it and
+ * answers with an acknowledgement, the root removes them all. */
+static void wait_file(const char *path)
+{
+    for (int i = 0; access(path, F_OK) != 0; i++) {
+        CHECK(i < 600000, "rt_ctl_bcast: %s did not appear within a minute", path);
+        struct timespec nap = {0, 100 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+void rt_ctl_bcast(void *buf, int64_t bytes, int root)
+{
+    static int seq;
+    if (g_world == 1)
+        return;
+    const char *job = getenv("OMPI_MCA_ess_base_jobid") ? getenv("OMPI_MCA_ess_base_jobid") : getenv("PMIX_NAMESPACE");
+    CHECK(job && !strchr(job, '/'), "world mode needs mpirun's OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE");
+    char path[512], tmp[600], ack[600];
+    snprintf(path, sizeof path, "/tmp/cuda_rt_dev_test-%s-%d", job, seq++);
+    if (g_rank == root) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        CHECK(f && fwrite(buf, 1, (size_t)bytes, f) == (size_t)bytes && fclose(f) == 0 && rename(tmp, path) == 0,
+              "rt_ctl_bcast: cannot write %s", path);
+        for (int r = 0; r < g_world; r++) {
+            if (r == root)
+                continue;
+            snprintf(ack, sizeof ack, "%s.ack%d", path, r);
+            wait_file(ack);
+            unlink(ack);
+        }
+        unlink(path);
+        return;
+    }
+    wait_file(path);
+    FILE *f = fopen(path, "rb");
+    CHECK(f && fread(buf, 1, (size_t)bytes, f) == (size_t)bytes && fclose(f) == 0, "rt_ctl_bcast: cannot read %s",
+          path);
+    snprintf(ack, sizeof ack, "%s.ack%d", path, g_rank);
+    f = fopen(ack, "wb");
+    CHECK(f && fclose(f) == 0, "rt_ctl_bcast: cannot write %s", ack);
+}
 _Noreturn void rt_ctl_abort(int code) { exit(code ? code : 1); }
 void rt_fatal_claim(void) {}
 
@@ -86,16 +162,6 @@ int64_t rt_elem_size(int dtype)
 }
 
 /* ------------------------------------------------------------------ helpers */
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
 
 static uint64_t g_rng = 88172645463325252ull;
 static float frand(void) /* uniform in [-1, 1) */
@@ -143,6 +209,60 @@ static char *make_ptx(void)
     return s;
 }
 
+#ifdef FSDPC_CUEMU
+#include "cuemu_kernel.h"
+
+/* the three kernels of make_ptx on the host: grid x block threads each */
+static void emu_iota(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)smem;
+    float *y = *(float **)args[0];
+    uint64_t n = *(uint64_t *)args[1];
+    for (uint64_t i = 0; i < n && i < (uint64_t)grid * block; i++)
+        y[i] = (float)i;
+}
+
+static void emu_params(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)grid, (void)block, (void)smem;
+    const KcStepParams *prm = *(const KcStepParams **)args[0];
+    char *out = *(char **)args[1];
+    float f = (float)prm->step;
+    memcpy(out, &prm->step, 8);
+    memcpy(out + 8, &prm->lr, 8);
+    memcpy(out + 16, &f, 4);
+}
+
+static void emu_check(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)grid, (void)block, (void)smem;
+    const KcStepParams *prm = *(const KcStepParams **)args[0];
+    int64_t *slot = *(int64_t **)args[1];
+    if (prm->step >= 6)
+        *slot = 7;
+}
+
+static void emu_empty(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)args, (void)grid, (void)block, (void)smem;
+}
+
+/* the table "rt_dev_test" (kc_names, the first three as above) and its image */
+static char *make_emu_image(void)
+{
+    static CuemuKernel table[KC_COUNT];
+    static const size_t two[2] = {8, 8};
+    static const unsigned char ptrs[2] = {1, 1}, ptr_int[2] = {1, 0};
+    for (int i = 0; i < KC_COUNT; i++)
+        table[i] = (CuemuKernel){kc_names[i], i < 3 ? 2 : 0, two, i == 0 ? ptr_int : ptrs,
+                                 i == 0 ? emu_iota : i == 1 ? emu_params : i == 2 ? emu_check : emu_empty};
+    CHECK(cuemu_kernels_add("rt_dev_test", table, KC_COUNT) == 0, "cannot register the test's kernels");
+    char *s = strdup("cuemu:rt_dev_test");
+    CHECK(s, "out of memory");
+    return s;
+}
+#endif
+
 /* ------------------------------------------------------------ the fake model */
 
 enum { NUMEL = 1000, SHARD = 1003, ARENA = 8 << 20, OFF_IOTA = 0, N_IOTA = 5000, OFF_OUT = 32768,
@@ -152,6 +272,7 @@ enum { NUMEL = 1000, SHARD = 1003, ARENA = 8 << 20, OFF_IOTA = 0, N_IOTA = 5000,
 static RtModel g_m;
 static RtCtx g_c;
 static RtUnit g_unit = {"u0", NUMEL, RT_F32, 2, 0};
+static int64_t g_numel = NUMEL; /* the unit's elements: NUMEL at world 1, world * SHARD - 5 in world mode */
 static const char *g_checks[] = {"label out of range in the test's check kernel"};
 static RtImage g_image;
 
@@ -175,7 +296,7 @@ static void test_step(RtCtx *c)
     kc_launch(2, 1, 1, 0, args2);
     rt_memcpy(a + OFF_LOSS, out + 16, 4);
     rt_allgather(c, c->dev_slot[0], c->dev_shard[RT_S_PARAM], c->shard_len[0], RT_F32);
-    rt_reduce_scatter_avg(c, c->dev_shard[RT_S_GRAD], c->dev_slot[0], NUMEL, c->shard_len[0], RT_F32);
+    rt_reduce_scatter_avg(c, c->dev_shard[RT_S_GRAD], c->dev_slot[0], g_numel, c->shard_len[0], RT_F32);
 }
 
 static char *g_base;
@@ -195,20 +316,27 @@ static void setup(const char *ptx)
     g_m.optimizer = RT_ADAMW;
     g_m.step = test_step;
     g_m.target_cuda = 1;
+#ifdef FSDPC_CUEMU
+    g_image = (RtImage){"sm_90", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+#else
     g_image = (RtImage){"compute_80", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+#endif
     g_m.nimage = 1, g_m.image = &g_image;
     g_m.ncheck = 1, g_m.check = g_checks;
     /* the host carving: arena, one slot, param and grad shards (m, v unused) */
-    g_bytes = ARENA + 2 * SHARD * 4 + SHARD * 4;
+    g_numel = g_world == 1 ? NUMEL : (int64_t)g_world * SHARD - 5;
+    g_unit.numel = g_numel;
+    int64_t full = (int64_t)g_world * SHARD * 4;
+    g_bytes = ARENA + full + 2 * SHARD * 4;
     g_base = calloc(1, (size_t)g_bytes);
     CHECK(g_base, "out of memory");
     g_slot[0] = g_base + ARENA;
-    g_shard[RT_S_PARAM] = g_base + ARENA + SHARD * 4;
-    g_shard[RT_S_GRAD] = g_base + ARENA + 2 * SHARD * 4;
+    g_shard[RT_S_PARAM] = g_base + ARENA + full;
+    g_shard[RT_S_GRAD] = g_base + ARENA + full + SHARD * 4;
     g_c.m = &g_m;
-    g_c.rank = 0, g_c.world = 1, g_c.sf = 1, g_c.srank = 0;
+    g_c.rank = g_rank, g_c.world = g_world, g_c.sf = g_world, g_c.srank = g_rank;
     g_c.arena = g_base, g_c.slot = g_slot, g_c.shard = g_shard, g_c.shard_len = g_shard_len;
-    g_c.slot_elems = SHARD;
+    g_c.slot_elems = (int64_t)g_world * SHARD;
 }
 
 static double now_s(void)
@@ -465,10 +593,31 @@ static void steps(int last, const char *mode)
     rt_dev_download(c, pa, SHARD * 4);
     rt_dev_download(c, gr, SHARD * 4);
     for (int i = 0; i < SHARD; i++)
-        CHECK(gr[i] == (i < NUMEL ? pa[i] : 0.0f), "%s: grad[%d] = %g after the step's collectives (param %g)",
+        CHECK(gr[i] == ((int64_t)c->srank * SHARD + i < g_numel ? pa[i] : 0.0f), "%s: grad[%d] = %g after the step's collectives (param %g)",
               mode, i, gr[i], pa[i]);
     printf("OK %s%s: %d steps (%.1f us per step incl. parameter upload, wait and loss; %.3f s in all)\n", mode,
-           cu.nccl ? " with a one-rank NCCL communicator" : "", last, per * 1e6, now_s() - t0);
+           cu.nccl ? (c->world > 1 ? " through NCCL" : " with a one-rank NCCL communicator") : "", last, per * 1e6,
+           now_s() - t0);
+}
+
+/* world mode: each rank's parameter shard is rank * 10000 + i; five
+ * steps (the first eager, then captured and replayed) all-gather them and
+ * reduce-scatter them back through NCCL; the full buffer must hold every
+ * rank's shard (the padding zeroed), and steps() checks the gradient
+ * shard = this rank's own piece, averaged over identical copies */
+static void world_steps(void)
+{
+    RtCtx *c = &g_c;
+    float *pa = (float *)c->shard[RT_S_PARAM], *slot = (float *)c->slot[0];
+    for (int i = 0; i < SHARD; i++)
+        pa[i] = (float)(g_rank * 10000 + i);
+    rt_dev_upload(c, pa, SHARD * 4);
+    steps(5, "world");
+    rt_dev_download(c, slot, (int64_t)g_world * SHARD * 4);
+    for (int64_t j = 0; j < (int64_t)g_world * SHARD; j++)
+        CHECK(slot[j] == (j < g_numel ? (float)(j / SHARD * 10000 + j % SHARD) : 0.0f),
+              "rank %d: full[%lld] = %g after the all-gather", g_rank, (long long)j, slot[j]);
+    printf("OK world: rank %d of %d: all-gather and reduce-scatter through NCCL, eager and replayed\n", g_rank, g_world);
 }
 
 int main(int argc, char **argv)
@@ -476,10 +625,20 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "nodriver";
     if (!strcmp(mode, "nodriver"))
         return nodriver();
-    int graph = !strcmp(mode, "graph") || !strcmp(mode, "check");
-    CHECK(graph || !strcmp(mode, "eager"), "usage: cuda_rt_dev_test nodriver|graph|eager|check");
+    int world_mode = !strcmp(mode, "world");
+    int graph = !strcmp(mode, "graph") || !strcmp(mode, "check") || world_mode;
+    CHECK(graph || !strcmp(mode, "eager"), "usage: cuda_rt_dev_test nodriver|graph|eager|check|world");
+    if (world_mode) { /* under mpirun -np N: one rank each */
+        g_rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+        g_world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+        CHECK(g_world >= 2 && g_rank >= 0 && g_rank < g_world, "world mode: run it under mpirun -np 2 or more");
+    }
     CHECK(KC_COUNT >= 3, "kernels.def has %d kernels; the test needs 3", KC_COUNT);
+#ifdef FSDPC_CUEMU
+    char *ptx = make_emu_image();
+#else
     char *ptx = make_ptx();
+#endif
     if (argc > 2) { /* cuda_rt_dev_test MODE FILE: write the PTX (to check it with ptxas) */
         FILE *f = fopen(argv[2], "w");
         CHECK(f && fputs(ptx, f) >= 0 && fclose(f) == 0, "cannot write %s", argv[2]);
@@ -487,7 +646,7 @@ int main(int argc, char **argv)
     }
     setup(ptx);
     char err[1024] = "";
-    CHECK(rt_dev_init(&g_m, 0, 1, g_bytes, err, sizeof err) == 0, "rt_dev_init: %s", err);
+    CHECK(rt_dev_init(&g_m, g_rank, g_world, g_bytes, err, sizeof err) == 0, "rt_dev_init: %s", err);
     printf("GPU %d: %s, sm_%d, %d SMs\n", cu.device, cu.name, cu.cc, cu.sm_count);
     rt_dev_set_graph(graph);
     CHECK(rt_dev_attach(&g_c, g_base, g_bytes, err, sizeof err) == 0, "rt_dev_attach: %s", err);
@@ -497,9 +656,13 @@ int main(int argc, char **argv)
         steps(6, mode);
         return 1; /* not reached: step 6 fails */
     }
-    gemms();
-    collectives();
-    steps(5, mode);
+    if (world_mode) {
+        world_steps();
+    } else {
+        gemms();
+        collectives();
+        steps(5, mode);
+    }
     rt_dev_finish(&g_c);
     CHECK(!g_c.dev_arena && !g_c.dev_slot, "rt_dev_finish left the device pointers");
     free(g_base);

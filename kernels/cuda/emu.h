@@ -1,5 +1,7 @@
-/* cuda_emu.h — just enough of CUDA, on the host, to run the kernels of
- * kernels/cuda as plain C++ (tests/kernels_cuda_test.cc).
+/* emu.h — just enough of CUDA, on the host, to run the kernels of
+ * kernels/cuda as plain C++: for the emulated runtime's kernels
+ * (runtime/cuemu_kern.cc, linked in place of the GPU) and for
+ * tests/kernels_cuda_test.cc.
  *
  * How it works.  A launch runs its blocks one after another; a block runs
  * its blockDim.x threads as fibers (ucontext) on the calling OS thread.  A
@@ -20,15 +22,22 @@
  * before resuming a fiber.  __shared__ is `static`: one copy per kernel (or
  * per template instance), which is right because blocks never overlap (and
  * wrong values left by the previous block are what a GPU leaves too).
+ * All of that state is thread_local, __shared__ included (`static
+ * thread_local`): the fibers of a launch run on the OS thread that called
+ * run(), so two launches on two threads (the emulated runtime's streams,
+ * one worker thread each) run at once without sharing anything but the
+ * memory they are given, as two kernels on two streams of a GPU do.
  * __device__, __global__ and __forceinline__ go away; atomics use
  * std::atomic_ref; the math functions are libm's.  KC_GLOBAL is empty, so
- * the kernels are ordinary functions: the test includes the sources inside
+ * the kernels are ordinary functions: the includer puts the sources inside
  * a namespace, away from the kernels/c functions of the same names.
- * Everything is single-threaded, so results are deterministic.  The
+ * run_args() runs a kernel from cudaLaunchKernel's argument array, each
+ * argument copied into a value of its parameter's type.  One launch is
+ * single-threaded, so its results are deterministic.  The
  * tensor cores' nvcuda::wmma calls the kernels use are emulated at the end.
  */
-#ifndef FSDPC_CUDA_EMU_H
-#define FSDPC_CUDA_EMU_H
+#ifndef FSDPC_KC_EMU_H
+#define FSDPC_KC_EMU_H
 
 #include <algorithm>
 #include <atomic>
@@ -38,7 +47,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <math.h>
@@ -49,14 +60,14 @@
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
-inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;
 
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 #define __align__(n) __attribute__((aligned(n)))
 #define KC_GLOBAL
 
@@ -83,11 +94,11 @@ struct State {
     const char *kernel = "?";
     long launches = 0, blocks = 0, threads = 0;
 };
-inline State st;
+inline thread_local State st;
 
 [[noreturn]] inline void fail(const char *msg)
 {
-    fprintf(stderr, "cuda_emu: kernel %s, block %u, thread %u: %s\n", st.kernel, blockIdx.x, threadIdx.x,
+    fprintf(stderr, "kernels/cuda/emu.h: kernel %s, block %u, thread %u: %s\n", st.kernel, blockIdx.x, threadIdx.x,
             msg);
     abort();
 }
@@ -175,6 +186,31 @@ inline void run(const char *kernel, unsigned grid, unsigned block, const std::fu
     st.blocks += grid;
     st.threads += (long)grid * block;
 }
+
+/* Copies each args[i] into a value of fn's parameter type i (as
+ * cudaLaunchKernel does) and runs the grid. */
+template <typename... P, size_t... I>
+void run_unpacked(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void *const *args,
+                  std::index_sequence<I...>)
+{
+    std::tuple<std::decay_t<P>...> vals;
+    (memcpy((void *)&std::get<I>(vals), args[I], sizeof(std::get<I>(vals))), ...);
+    run(name, grid, block, [&] { std::apply(fn, vals); });
+}
+
+template <typename... P> void run_args(const char *name, void (*fn)(P...), unsigned grid, unsigned block, void *const *args)
+{
+    run_unpacked(name, fn, grid, block, args, std::index_sequence_for<P...>{});
+}
+
+/* the sizes and pointer flags of a kernel's parameter list void(P...), for
+ * the emulated runtime's kernel tables (runtime/cuemu_kernel.h) */
+template <typename F> struct Params;
+template <typename... P> struct Params<void(P...)> {
+    static constexpr int n = sizeof...(P);
+    static constexpr size_t size[sizeof...(P) + 1] = {sizeof(P)..., 0};
+    static constexpr unsigned char is_ptr[sizeof...(P) + 1] = {(unsigned char)std::is_pointer_v<P>..., 0};
+};
 
 inline void sync_block()
 {
