@@ -157,7 +157,7 @@ def block():
 
 
 def leaky(x, a):
-    return np.where(x > 0, x, float(np.float32(a)) * x)  # a float attribute is float32
+    return np.where(x > 0, x, float(str(np.float32(a))) * x)  # a float attribute: its float32's shortest decimal
 
 
 def block_ref(x, w1, b1, w2, b2, slope):
@@ -308,7 +308,7 @@ def opset23(fsdpc, work):
         print("ok %-28s = onnx.reference in a training build, fused (loss %.3g)" % (tag, loss))
     rms = lambda v: make([helper.make_node("RMSNormalization", ["X", "scale"], ["Y"], axis=-2, epsilon=1e-2)],
                          {}, v, opset=23)
-    eps = float(np.float32(1e-2))
+    eps = float(str(np.float32(1e-2)))  # a float attribute: its float32's shortest decimal
     gradcheck(fsdpc, work, "rms_train", rms, {"X": r(2, 3, 4), "scale": r(3, 4)},
               lambda v: v["X"] / np.sqrt((v["X"] ** 2).mean((1, 2), keepdims=True) + eps) * v["scale"])
 
