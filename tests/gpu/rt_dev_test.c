@@ -33,6 +33,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,6 +91,17 @@ static void wait_file(const char *path)
     }
 }
 
+/* path created for writing, never through a link or over a file another
+ * process planted there (O_EXCL | O_NOFOLLOW); NULL if it cannot be */
+static FILE *create_new(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
+    return f;
+}
+
 void rt_ctl_bcast(void *buf, int64_t bytes, int root)
 {
     static int seq;
@@ -101,7 +113,7 @@ void rt_ctl_bcast(void *buf, int64_t bytes, int root)
     snprintf(path, sizeof path, "/tmp/cuda_rt_dev_test-%s-%d", job, seq++);
     if (g_rank == root) {
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        FILE *f = fopen(tmp, "wb");
+        FILE *f = create_new(tmp);
         CHECK(f && fwrite(buf, 1, (size_t)bytes, f) == (size_t)bytes && fclose(f) == 0 && rename(tmp, path) == 0,
               "rt_ctl_bcast: cannot write %s", path);
         for (int r = 0; r < g_world; r++) {
@@ -119,7 +131,7 @@ void rt_ctl_bcast(void *buf, int64_t bytes, int root)
     CHECK(f && fread(buf, 1, (size_t)bytes, f) == (size_t)bytes && fclose(f) == 0, "rt_ctl_bcast: cannot read %s",
           path);
     snprintf(ack, sizeof ack, "%s.ack%d", path, g_rank);
-    f = fopen(ack, "wb");
+    f = create_new(ack);
     CHECK(f && fclose(f) == 0, "rt_ctl_bcast: cannot write %s", ack);
 }
 _Noreturn void rt_ctl_abort(int code) { exit(code ? code : 1); }
