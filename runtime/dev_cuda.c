@@ -665,7 +665,11 @@ const char *rt_dev_overlap(RtCtx *c)
 
 const char *rt_dev_threads(void) { return ""; }
 
-double rt_dev_peak_flops(void) { return 0; /* not measured on cuda: --peak-tflops gives it */ }
+double rt_dev_peak_flops(double *share)
+{
+    *share = -1;
+    return 0; /* not measured on cuda: --peak-tflops gives it */
+}
 
 void rt_dev_finish(RtCtx *c)
 {

@@ -537,6 +537,7 @@ typedef struct {
     RtInputs in;          /* rank 0: the input files no output may be */
     int64_t first;        /* steps already done (--resume: the checkpoint's step) */
     double peak;          /* rank 0: the per-rank peak FLOP/s of MFU (0: none) */
+    double peak_share;    /*   the fraction of its threads' time its probe got (-1: not probed) */
     double total_s;       /* rank 0: the time of the steps run so far */
     int64_t nrun;         /*   and their count */
     RtData val;           /* --val-data / --val-tokens (has_val) */
@@ -807,6 +808,11 @@ static const char *hms(char *buf, size_t cap, double s)
     return buf;
 }
 
+/* MFU's peak is trusted unless its probe's threads got less than PEAK_SHARE of
+ * their time (the machine was busy: runtime/dev_host.c rt_dev_peak_flops) */
+#define PEAK_SHARE 0.75
+static int peak_trusted(const Run *r) { return r->peak_share < 0 || r->peak_share >= PEAK_SHARE; }
+
 /* What a step of s seconds achieved: tokens (or samples) per second over all
  * ranks, model FLOP/s of one rank, MFU against r->peak (-1: none) */
 typedef struct {
@@ -936,7 +942,8 @@ static void report_step(Run *r, int64_t step, double loss, double gnorm, double 
         fprintf(r->mf, ",\"tokens_per_s\":%.6g,\"token_unit\":\"%s\",\"tflops\":%.6g", v.tps,
                 m->token_unit ? m->token_unit : "samples", v.flops * 1e-12);
         if (v.mfu >= 0)
-            fprintf(r->mf, ",\"mfu\":%.6g,\"peak_tflops\":%.6g", v.mfu, r->peak * 1e-12);
+            fprintf(r->mf, ",\"mfu\":%.6g,\"peak_tflops\":%.6g,\"peak_trusted\":%s", v.mfu, r->peak * 1e-12,
+                    peak_trusted(r) ? "true" : "false");
         fprintf(r->mf, ",\"peak_rss_bytes\":%.0f,\"eta_s\":%.3f}\n", rss, eta);
         if (metrics_flush(&r->metrics, &r->mf, o->metrics) != 0)
             r->metrics_failed = 1;
@@ -1149,15 +1156,22 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
             /* measured (about 0.1 s) only where someone reads it */
+            r->peak_share = -1;
             r->peak = o->peak_tflops > 0                          ? o->peak_tflops * 1e12
-                    : m->flops > 0 && (!o->quiet || r->mf) ? rt_dev_peak_flops() : 0;
+                    : m->flops > 0 && (!o->quiet || r->mf) ? rt_dev_peak_flops(&r->peak_share) : 0;
             if (!o->quiet && m->flops > 0)
                 printf("FLOPs per rank per step: %.4g (matmuls and convolutions); MFU against %s\n",
                        m->flops * (double)o->accum,
                        r->peak > 0 ? (o->peak_tflops > 0 ? "--peak-tflops" : "the peak measured here (a float32 "
                                       "GEMM on this rank's threads)") : "nothing (give --peak-tflops)");
-            if (!o->quiet && r->peak > 0)
-                printf("peak: %.4g TFLOPS per rank\n", r->peak * 1e-12);
+            if (!o->quiet && r->peak > 0) {
+                printf("peak: %.4g TFLOPS per rank", r->peak * 1e-12);
+                if (!peak_trusted(r))
+                    printf(" (untrusted: the probe's GEMM threads ran %.0f %% of the time, the machine is busy; "
+                           "the peak is their rate while they ran; give --peak-tflops for one that means more)",
+                           100 * r->peak_share);
+                printf("\n");
+            }
             if (metrics_flush(&r->metrics, &r->mf, r->o.metrics) != 0)
                 r->metrics_failed = 1;
         }
@@ -1168,7 +1182,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             printf("done: %lld steps in %.2f s, %s %s/s, %.3g TFLOPS per rank", (long long)r->nrun, r->total_s,
                    si(t, sizeof t, v.tps), m->token_unit ? m->token_unit : "samples", v.flops * 1e-12);
             if (v.mfu >= 0)
-                printf(" (MFU %.1f%%)", 100 * v.mfu);
+                printf(" (MFU %.1f%%%s)", 100 * v.mfu, peak_trusted(r) ? "" : " against an untrusted peak");
             printf(", peak memory %.0f MB (rank 0)", peak_rss() * 1e-6);
             if (r->best_step >= 0)
                 printf(", best val loss %.6f at step %lld%s", r->best_val, (long long)r->best_step,

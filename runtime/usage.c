@@ -223,8 +223,9 @@ void rt_usage(const RtModel *m)
            "                          grad norm (when computed), step time, tokens/s (or samples/s) over\n"
            "                          all ranks, TFLOPS and MFU per rank, peak memory, ETA\n"
            "  --peak-tflops X         the per-rank peak MFU is computed against (default: measured once\n"
-           "                          at start on cpu, a float32 GEMM on this rank's BLAS threads; cuda:\n"
-           "                          no MFU unless given)\n"
+           "                          at start on cpu, a float32 GEMM on this rank's BLAS threads over\n"
+           "                          their CPU time, flagged untrusted on a busy machine; cuda: no MFU\n"
+           "                          unless given)\n"
            "  --quiet                 no per-step lines\n"
            "  --help                  this text\n"
            "A switch also takes =true or =false (--shuffle=false undoes a run file's shuffle = true).\n",

@@ -547,8 +547,9 @@ void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, cons
  * The kernels' team: OpenMP for the kernels and the generated step's loops,
  * OpenBLAS's own threads for GEMMs.  k_threads sets each count that is not
  * fixed by its environment variable (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS),
- * and writes what each ended up as and why into why[0..cap). */
-void k_threads(int n, char *why, size_t cap);
+ * writes what each ended up as and why into why[0..cap), and returns the
+ * GEMMs' count (OpenBLAS's). */
+int k_threads(int n, char *why, size_t cap);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

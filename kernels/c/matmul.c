@@ -33,7 +33,7 @@
 
 #include "kernels.h"
 
-void k_threads(int n, char *why, size_t cap)
+int k_threads(int n, char *why, size_t cap)
 {
     const char *eo = getenv("OMP_NUM_THREADS"), *eb = getenv("OPENBLAS_NUM_THREADS");
     eo = eo && *eo ? eo : NULL;
@@ -52,6 +52,7 @@ void k_threads(int n, char *why, size_t cap)
     int nb = openblas_get_num_threads();
     snprintf(why, cap, "%d for the kernels%s, %d for OpenBLAS%s", no, eo ? " (OMP_NUM_THREADS)" : "", nb,
              eb ? " (OPENBLAS_NUM_THREADS)" : eo ? " (OMP_NUM_THREADS)" : "");
+    return nb;
 }
 
 /* CBLAS takes int dims; fsdpc's shapes are checked long before this, so a

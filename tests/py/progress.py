@@ -12,7 +12,8 @@ tflops / --peak-tflops, eta_s = mean step time so far x steps left, peak_rss_byt
 FLOPs of a step; the step line shows loss, lr, grad norm (with --clip-grad-norm), ms, samples/s, TFLOPS, MFU,
 mem and ETA, and the run ends with a summary line; scripts/plot_metrics.py draws a metrics file into a PNG
 (and refuses one without steps in one line); without --peak-tflops on cpu the peak is measured (a
-positive figure); --quiet prints no step, peak or summary line while the metrics keep every field.
+positive figure); two GEMM threads pinned to one core (a machine made busy for certain) get their peak from their
+CPU time and it is flagged untrusted at start-up, in the summary and in the metrics; --quiet prints no step, peak or summary line while the metrics keep every field.
 """
 import json
 import os
@@ -96,6 +97,18 @@ def main():
           all("mfu" in s and "tflops" in s for s in steps(exe + ".q.jsonl")),
           "--quiet: %r, %s" % (q.stdout, open(exe + ".q.jsonl").read()))
     print("ok measured peak %s TFLOPS; --quiet prints no step, peak or summary line; the metrics keep the fields" % m.group(1))
+    # A busy machine, made certain: the probe's two GEMM threads share one core, so they get at most half their
+    # time.  The peak comes from their CPU time, and is flagged as untrusted where it is printed and stored.
+    env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
+    b = run(["taskset", "-c", str(min(os.sched_getaffinity(0))), exe, "--data", "x=%s.x.npy" % exe, "--data", "t=%s.t.npy" % exe, "--steps", "2",
+             "--metrics", exe + ".busy.jsonl"], env=env)
+    u = re.search(r"^peak: (\S+) TFLOPS per rank \(untrusted: the probe's GEMM threads ran (\d+) % of the time",
+                  b.stdout, re.M)
+    check(u and float(u.group(1)) > 0 and int(u.group(2)) <= 55, "oversubscribed probe not flagged:\n%s" % b.stdout)
+    check(re.search(r"^done: .*\(MFU [0-9.]+% against an untrusted peak\)", b.stdout, re.M) and
+          all(s["peak_trusted"] is False for s in steps(exe + ".busy.jsonl")), "untrusted peak: %s" % b.stdout)
+    print("ok two GEMM threads on one core: peak %s TFLOPS from their CPU time, flagged (they ran %s %% of the time)"
+          % (u.group(1), u.group(2)))
     g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["h"]),
                            helper.make_node("MatMul", ["h", "w"], ["logits"])], "g",
                           [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
