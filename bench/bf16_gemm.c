@@ -18,14 +18,19 @@
  *            across the OpenMP team;
  *   f32      k_matmul_f32 of the built kernels on float32 copies (what the
  *            same GEMM costs without mixed precision);
+ *   team     k_matmul_widened_16 of the built kernels: fsdpc's widened path
+ *            now (C's tiles split across the team, each thread widening its
+ *            own), what a CPU without AVX512-BF16 runs;
  * and fsdpc's own k_matmul_bf16 (the built kernels, whichever path they take)
  * is run once to check it against the other two.
  * Threads: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, set by the driver.
+ * BENCH_CLOCK=cpu times by the process's CPU time instead of the wall clock
+ * (at 1 thread, what a machine shared with other work does not distort).
  * Each repetition runs every side on every shape, sides in rotating order;
  * a run is at least 20 ms of calls.  Prints per shape and side the time of
  * one call (all its batches) of every repetition, then the result check:
  *   "t SIDE calls batch sa sb m n k ta tb s1 s2 ..."
- *   "check calls batch m n k ta tb onednn-vs-widened fsdpc-vs-widened fsdpc-vs-onednn"
+ *   "check calls batch m n k ta tb onednn-vs-widened fsdpc-vs-widened fsdpc-vs-onednn team-vs-widened"
  * where a check is max |x - y| / max(sum_k |a||b|) over C (float32 rounding
  * of the sum order is ~1e-7 times k at worst).
  */
@@ -117,8 +122,11 @@ static void run_dnnl(const Shape *s, float *c, const uint16_t *a, const uint16_t
 /* ---- the driver ------------------------------------------------------------ */
 static double now(void)
 {
+    static int cpu = -1;
+    if (cpu < 0)
+        cpu = getenv("BENCH_CLOCK") && !strcmp(getenv("BENCH_CLOCK"), "cpu");
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -137,7 +145,7 @@ typedef struct {
     size_t na, nb, nc;
 } Bufs;
 
-/* one call of the shape (beta 0) by side 0 widened, 1 onednn, 2 f32, 3 fsdpc's k_matmul_bf16 */
+/* one call of the shape (beta 0) by side 0 widened, 1 onednn, 2 f32, 3 team, 4 fsdpc's k_matmul_bf16 */
 static void call(const Bufs *u, int side)
 {
     const Shape *s = u->s;
@@ -148,6 +156,9 @@ static void call(const Bufs *u, int side)
     else if (side == 2)
         k_matmul_add_f32(u->c, u->fa, u->fb, NULL, NULL, s->alpha, s->batch, s->sa, s->sb, s->m, s->n, s->k,
                          (int)s->ta, (int)s->tb);
+    else if (side == 3)
+        k_matmul_widened_16(u->c, u->a, u->b, s->batch, s->sa, s->sb, s->m, s->n, s->k, (int)s->ta, (int)s->tb,
+                            s->alpha, 0.0, 0);
     else
         k_matmul_add_bf16(u->c, u->a, u->b, NULL, NULL, s->alpha, s->batch, s->sa, s->sb, s->m, s->n, s->k,
                           (int)s->ta, (int)s->tb);
@@ -189,24 +200,26 @@ static double diff(const Bufs *u, const float *x, const float *y)
 
 static void check(const Bufs *u)
 {
-    float *out[3];
-    const int sides[3] = {0, 1, 3};
-    for (int q = 0; q < 3; q++) {
+    float *out[4];
+    const int sides[4] = {0, 1, 4, 3};
+    for (int q = 0; q < 4; q++) {
         memset(u->c, 0, u->nc * sizeof *u->c);
         call(u, sides[q]);
         out[q] = alloc(u->nc * sizeof(float));
         memcpy(out[q], u->c, u->nc * sizeof(float));
     }
     const Shape *s = u->s;
-    printf("check %ld %ld %ld %ld %ld %ld %ld %.3g %.3g %.3g\n", s->calls, s->batch, s->m, s->n, s->k, s->ta, s->tb,
-           diff(u, out[1], out[0]), diff(u, out[2], out[0]), diff(u, out[2], out[1]));
-    for (int q = 0; q < 3; q++)
+    printf("check %ld %ld %ld %ld %ld %ld %ld %.3g %.3g %.3g %.3g\n", s->calls, s->batch, s->m, s->n, s->k, s->ta,
+           s->tb, diff(u, out[1], out[0]), diff(u, out[2], out[0]), diff(u, out[2], out[1]),
+           diff(u, out[3], out[0]));
+    for (int q = 0; q < 4; q++)
         free(out[q]);
 }
 
 static void bench_shape(const Shape *s, int reps)
 {
-    static const char *names[3] = {"widened", "onednn", "f32"};
+    enum { NS = 4 };
+    static const char *names[NS] = {"widened", "onednn", "f32", "team"};
     Bufs u = {.s = s};
     u.na = (size_t)((s->batch - 1) * s->sa + s->m * s->k);
     u.nb = (size_t)((s->batch - 1) * s->sb + s->k * s->n);
@@ -222,15 +235,15 @@ static void bench_shape(const Shape *s, int reps)
         u.fb[i] = k_bf16_to_f32(u.b[i]);
     }
     memset(u.c, 0, u.nc * 4);
-    double t[3][64];
-    for (int side = 0; side < 3; side++) /* warm-up */
+    double t[NS][64];
+    for (int side = 0; side < NS; side++) /* warm-up */
         call(&u, side), call(&u, side);
     for (int r = 0; r < reps; r++)
-        for (int q = 0; q < 3; q++) {
-            int side = (q + r) % 3;
+        for (int q = 0; q < NS; q++) {
+            int side = (q + r) % NS;
             t[side][r] = time_side(&u, side);
         }
-    for (int side = 0; side < 3; side++) {
+    for (int side = 0; side < NS; side++) {
         printf("t %s %ld %ld %ld %ld %ld %ld %ld %ld %ld", names[side], s->calls, s->batch, s->sa, s->sb, s->m, s->n,
                s->k, s->ta, s->tb);
         for (int r = 0; r < reps; r++)

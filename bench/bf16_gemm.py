@@ -11,6 +11,8 @@ OpenMP build and libdnnl, then times each distinct shape three ways in one proce
   widened   the operands widened block by block into float32 and cblas_sgemm (fsdpc's bf16 path before oneDNN);
   oneDNN    dnnl_gemm_bf16bf16f32 (AVX512-BF16 where the CPU has it; float32 accumulation);
   f32       k_matmul_f32 on float32 operands (the same GEMMs without mixed precision);
+  team      fsdpc's widened path now (k_matmul_widened_16: C's tiles split across the team, each thread widening
+            its own), what a CPU without AVX512-BF16 runs;
 with OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to each --threads count.  Each repetition runs every side on
 every shape, the order rotating (interleaved).  A side's step time is the sum over the step's calls of the
 shape's best (and median) time; the table gives both, GFLOP/s of the best, and widened / oneDNN (above 1: oneDNN
@@ -38,7 +40,7 @@ args = ap.parse_args()
 sys.path.insert(0, HERE)
 from step_gemms import step_gemms as bench_step_gemms  # noqa: E402
 
-SIDES = ("widened", "onednn", "f32")
+SIDES = ("widened", "onednn", "f32", "team")
 
 
 def step_gemms(fsdpc, work, d, L, T, B):
@@ -62,7 +64,7 @@ def main():
     threads = [int(t) for t in args.threads.split(",")]
     sizes = [tuple(int(v) for v in s.split("/")) for s in args.sizes.split(",")]
     times = collections.defaultdict(list)  # (threads, size, side, shape) -> [seconds per repetition]
-    checks = {}  # size -> worst (onednn vs widened, fsdpc vs widened, fsdpc vs onednn)
+    checks = {}  # size -> worst (onednn vs widened, fsdpc vs widened, fsdpc vs onednn, team vs widened)
     shapes = {}
     try:
         exe = build(root)
@@ -83,16 +85,16 @@ def main():
                     if w and w[0] == "t":
                         times[(nt, size, w[1], tuple(int(v) for v in w[3:11]))] = [float(v) for v in w[11:]]
                     elif w and w[0] == "check":
-                        worst = checks.get(size, (0.0, 0.0, 0.0))
-                        checks[size] = tuple(max(x, float(y)) for x, y in zip(worst, w[8:11]))
+                        worst = checks.get(size, (0.0, 0.0, 0.0, 0.0))
+                        checks[size] = tuple(max(x, float(y)) for x, y in zip(worst, w[8:12]))
                 print("  threads %d, %s done" % (nt, "/".join(map(str, size))), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for nt in threads:
         print("\nthreads %d, %d interleaved repetitions; step GEMM time, ms: best (median)\n" % (nt, args.repeat))
         print("| d/L/T/B | bf16 GEMMs per step (distinct shapes) | GFLOP | widened ms (GFLOP/s) | oneDNN ms (GFLOP/s) | "
-              "f32 sgemm ms (GFLOP/s) | widened / oneDNN | f32 / oneDNN |")
-        print("|---" * 8 + "|")
+              "f32 sgemm ms (GFLOP/s) | team ms (GFLOP/s) | widened / oneDNN | f32 / oneDNN | team / f32 |")
+        print("|---" * 10 + "|")
         for size in sizes:
             gflop = sum(c * 2.0 * s[0] * s[3] * s[4] * s[5] for s, c in shapes[size].items()) / 1e9
             best, med = {}, {}
@@ -103,11 +105,13 @@ def main():
             print("| %s | %d (%d) | %.2f | " % ("/".join(map(str, size)), sum(shapes[size].values()),
                                                len(shapes[size]), gflop) +
                   " | ".join("%.1f (%.1f) (%.0f)" % (1e3 * best[s], 1e3 * med[s], gflop / best[s]) for s in SIDES) +
-                  " | %.2f (%.2f) | %.2f (%.2f) |" % (best["widened"] / best["onednn"], med["widened"] / med["onednn"],
-                                                      best["f32"] / best["onednn"], med["f32"] / med["onednn"]))
+                  " | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |" % (
+                      best["widened"] / best["onednn"], med["widened"] / med["onednn"], best["f32"] / best["onednn"],
+                      med["f32"] / med["onednn"], best["team"] / best["f32"], med["team"] / med["f32"]))
     print("\nresult check, worst over the shapes (max |diff| / max sum_k |a b|):")
     for size in sizes:
-        print("  %s: oneDNN vs widened %.2g, fsdpc's k_matmul_bf16 vs widened %.2g, vs oneDNN %.2g" % (
+        print("  %s: oneDNN vs widened %.2g, fsdpc's k_matmul_bf16 vs widened %.2g, vs oneDNN %.2g, team vs widened "
+              "%.2g" % (
             "/".join(map(str, size)), *checks[size]))
 
 

@@ -1153,6 +1153,10 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             print_memory(&r->ctx, &r->mem, hosts, r->mf);
             if (!o->quiet && rt_dev_threads()[0])
                 printf("threads: %s\n", rt_dev_threads());
+            if (!o->quiet && m->bf16_native)
+                printf("bf16 GEMMs: %s\n", m->bf16_native() ? "native (oneDNN on this CPU's AVX512-BF16)"
+                                                              : "widened to float32 (no AVX512-BF16 here), C's tiles "
+                                                                "split across the threads");
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
             /* measured (about 0.1 s) only where someone reads it */

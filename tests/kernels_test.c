@@ -10,6 +10,10 @@
  */
 #include "ktest.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* ---- k_binary ----------------------------------------------------------- */
 
 static double ref_op(int op, double a, double b)
@@ -227,8 +231,20 @@ static void matmul_16_case(const Gemm *g, int f16)
     memcpy(want.d, c.d, (size_t)nc * sizeof(double));
     ref_matmul(want.d, a.d, b.d, g);
     put(F32, &c);
+    float *c0 = xalloc((size_t)nc + 1, sizeof(float));
+    memcpy(c0, c.f, (size_t)nc * sizeof(float));
     (f16 ? k_matmul_f16 : k_matmul_bf16)(c.f, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb,
                                          g->beta);
+#ifdef _OPENMP
+    /* the widened path's tiles are the same at any thread count, and so are the bits: a team of 4 = 1 thread */
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(before == 4 ? 1 : 4);
+    (f16 ? k_matmul_f16 : k_matmul_bf16)(c0, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb,
+                                         g->beta);
+    omp_set_num_threads(before);
+    check_bytes(F32, c0, c.f, (size_t)nc * sizeof(float)); /* 1 thread's bits = a team of 4's */
+#endif
+    free(c0);
     get(F32, &c);
     check(F32, c.d, want.d, nc, 10 * tol(F32));
     free(a16), free(b16);

@@ -432,9 +432,9 @@ static inline int64_t k_gemm_widened_scratch(int64_t m, int64_t n, int64_t k)
  * m x k (a, lda), op(B) k x n (b, ldb), C m x n (c, ldc) = alpha op(A)
  * op(B) + beta C, accumulated in float32; beta 0 never reads C.  Through
  * cblas_sgemm on blocks widened into w (wn floats, at least
- * k_gemm_widened_scratch(m, n, k); w NULL: matmul.c's static buffers, one
- * caller at a time).  k_matmul_widened_16's GEMM; the fused attention's
- * (kernels/c/attn.c), one per thread of its team, each with its own w. */
+ * k_gemm_widened_scratch(m, n, k)).  k_matmul_widened_16's tiles, one per
+ * thread of its team; the fused attention's (kernels/c/attn.c), one per
+ * thread of its team, each with its own w. */
 void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                        int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16, float *w,
                        int64_t wn);

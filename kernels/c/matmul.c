@@ -32,6 +32,7 @@
 #endif
 
 #include "kernels.h"
+#include "walk.h"
 
 int k_threads(int n, char *why, size_t cap)
 {
@@ -66,10 +67,6 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
     }
 }
 
-#define KCAT_(a, b) a##_##b
-#define KCAT(a, b) KCAT_(a, b)
-#define KFN(name) KCAT(name, S)
-
 #define T float
 #define S f32
 #define K_GEMM cblas_sgemm
@@ -103,16 +100,25 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
  * to 0.97x the float32 kernel's time; a 768 x 3072 x 4096 bf16 GEMM with
  * B transposed, as the step's Linears read their weights, from 66 to 85
  * GFLOP/s at 1 thread, the others at 86-91 before and after).  The widening costs m n k (1/BM + 1/BN) conversions
- * against the GEMM's 2 m n k flops.  Kernels never allocate: the step calls
- * kernels from one thread, so k_matmul_widened_16 widens into two fixed
- * buffers; a caller that runs GEMMs on several threads at once (the fused
- * attention's team) hands k_gemm_widened_16 a scratch of its own per thread.
+ * against the GEMM's 2 m n k flops.  Every caller hands k_gemm_widened_16 a
+ * scratch of its own (kernels never allocate).
+ *
+ * k_matmul_widened_16, the step's GEMM, splits its C into TILE x TILE tiles
+ * (of every matrix of a batch) across the team, each tile one
+ * k_gemm_widened_16 on one thread (OpenBLAS runs single-threaded inside a
+ * team) into that thread's slot of the fixed wide[] (at most SLOTS threads).
+ * It used to widen on one thread and fork the team for every block's sgemm:
+ * at 2 threads a bf16 step on the widened path took about 3x fp32's.  The
+ * tiles do not depend on the thread count, and each C element is summed over
+ * the same k blocks in the same order, so any team gives the same bits.
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
 
-enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK };
-static float wide_a[BM * BK], wide_b[BK * BN];
+enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK, TILE = 256, SLOTS = 16 };
+_Static_assert(TILE <= BM && TILE <= BN, "a tile's scratch must fit a slot");
+#define SLOT_FLOATS (2 * TILE * BK)
+static float wide[SLOTS][SLOT_FLOATS]; /* a slot per thread of the team (untouched pages cost nothing) */
 
 /* the rows x cols block at (r0, c0) of the 16-bit matrix x (ld columns; f16:
  * float16, else bfloat16) into dense float w, in x's own layout: rows read
@@ -159,10 +165,10 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
     }
     check_dims(m, n, k);
     check_dims(lda, ldb, ldc);
-    if (w && wn < k_gemm_widened_scratch(m, n, k))
+    if (!w || wn < k_gemm_widened_scratch(m, n, k))
         die_scratch(m, n, k, wn);
     /* each block widened as it is stored (op(A) is m x k: stored k x m when ta), cblas_sgemm transposing */
-    float *wa = w ? w : wide_a, *wb = w ? w + (m < BM ? m : BM) * (k < BK ? k : BK) : wide_b;
+    float *wa = w, *wb = w + (m < BM ? m : BM) * (k < BK ? k : BK);
     for (int64_t i0 = 0; i0 < m; i0 += BM) {
         int64_t bm = m - i0 < BM ? m - i0 : BM;
         for (int64_t k0 = 0; k0 < k; k0 += BK) {
@@ -197,9 +203,18 @@ void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) /* shared B: one tall GEMM, as k_matmul_f32 */
         m *= batch, batch = 1;
-    for (int64_t i = 0; i < batch; i++)
-        k_gemm_widened_16(c + i * m * n, n, a + i * sa, ta ? m : k, b + i * sb, tb ? k : n, m, n, k, ta, tb, alpha,
-                          beta, f16, NULL, 0);
+    const int64_t tn = (n + TILE - 1) / TILE, per = (m + TILE - 1) / TILE * tn, units = batch * per;
+    const int nt = slot_threads(units, SLOTS);
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t i = u / per, i0 = u % per / tn * TILE, j0 = u % tn * TILE;
+        const int64_t bm = m - i0 < TILE ? m - i0 : TILE, bn = n - j0 < TILE ? n - j0 : TILE;
+        /* rows i0.. of op(A) and columns j0.. of op(B), wherever their layout puts them */
+        const uint16_t *ai = a + i * sa + (ta ? i0 : i0 * lda), *bj = b + i * sb + (tb ? j0 * ldb : j0);
+        k_gemm_widened_16(c + i * m * n + i0 * n + j0, n, ai, lda, bj, ldb, bm, bn, k, ta, tb, alpha, beta, f16,
+                          wide[slot_of_thread()], SLOT_FLOATS);
+    }
 }
 
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n)

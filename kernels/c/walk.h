@@ -202,20 +202,31 @@ static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
     f(ctx, 0, total);
 }
 
-/* The fused attention's team for n units (attn.c, attn_bf16.c): at most
- * K_ATTN_SLOTS threads, one workspace slot each; 1 inside a team. */
-static inline int attn_threads(int64_t n)
+/* The team for n units of work with a scratch slot per thread: at most
+ * `slots` threads, never more than the units; 1 inside a team. */
+static inline int slot_threads(int64_t n, int slots)
 {
 #ifdef _OPENMP
     int t = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (t > K_ATTN_SLOTS)
-        t = K_ATTN_SLOTS;
+    if (t > slots)
+        t = slots;
     return n < t ? (int)(n < 1 ? 1 : n) : t;
 #else
-    (void)n;
+    (void)n, (void)slots;
     return 1;
 #endif
 }
+/* this thread's slot in such a team */
+static inline int slot_of_thread(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+/* The fused attention's team for n units (attn.c, attn_bf16.c): one workspace slot each */
+static inline int attn_threads(int64_t n) { return slot_threads(n, K_ATTN_SLOTS); }
 
 /* Blocks of a deterministic sum. */
 #define K_SUM_BLOCKS 64

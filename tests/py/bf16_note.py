@@ -8,7 +8,9 @@ in one line each.  Both ask oneDNN at run time, which DNNL_MAX_CPU_ISA=AVX512_CO
 the test holds on CPUs with and without it:
   - forced (DNNL_MAX_CPU_ISA=AVX512_CORE): the compiler's note once; the executable's once at world 2 (rank 0
     only), with --quiet too; an fp32 build and its run say nothing;
-  - as this machine is: the notes appear exactly where /proc/cpuinfo lacks avx512_bf16 (or AVX-512's base).
+  - as this machine is: the notes appear exactly where /proc/cpuinfo lacks avx512_bf16 (or AVX-512's base);
+  - either way, a bf16 executable's start-up (stdout) says which bf16 GEMM it runs ("bf16 GEMMs: native ..." or
+    "widened ..."); an fp32 one says nothing of it.
 """
 import os
 import sys
@@ -77,6 +79,18 @@ def main():
     expect("compiler, this CPU", p.stderr, [] if native else [COMPILER_NOTE % bf16])
     p = run([bf16] + data)
     expect("executable, this CPU", p.stderr, [] if native else [RUN_NOTE % bf16])
+    # the start-up says which bf16 GEMM runs, either way (stdout; not under --quiet)
+    line = [l for l in p.stdout.splitlines() if l.startswith("bf16 GEMMs: ")]
+    want = "bf16 GEMMs: " + ("native (oneDNN" if native else "widened to float32")
+    if len(line) != 1 or not line[0].startswith(want):
+        raise SystemExit("FAILED: start-up line %r, expected one starting %r" % (line, want))
+    p = run([bf16] + data, env=FORCE)
+    if "bf16 GEMMs: widened to float32" not in p.stdout:
+        raise SystemExit("FAILED: forced widened: no start-up line:\n%s" % p.stdout)
+    p = run([fp32] + data)
+    if "bf16 GEMMs" in p.stdout:
+        raise SystemExit("FAILED: an fp32 run names bf16 GEMMs:\n%s" % p.stdout)
+    print("ok the start-up line: %s; forced: widened; fp32: none" % line[0])
     print("OK bf16_note: the widened-bf16 note from fsdpc and the executable (rank 0), forced and as this CPU is")
 
 
