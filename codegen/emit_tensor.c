@@ -24,7 +24,6 @@ static const char *sfx(DType t)
     return t == DT_F64 ? "f64" : t == DT_I64 ? "i64" : "f32";
 }
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 /* a double as C text (infinities and NaN spelled so the compiler takes them) */
 static const char *num(double v)
@@ -228,7 +227,7 @@ static void emit_where_grad(Buf *b, const Graph *g, const Node *n)
 static void emit_zero(Buf *b, const Graph *g, int y)
 {
     const Value *v = val(g, y);
-    if (is_float(v->dtype))
+    if (dtype_is_float(v->dtype))
         cg_put(b, "    k_fill_%s(%s, 0.0, %lld);\n", sfx(v->dtype), cg_ptr(g, y), (long long)value_numel(g, y));
     else
         cg_put(b, "    rt_memset(%s, 0, %lld);\n", cg_ptr(g, y),
@@ -242,7 +241,7 @@ static void emit_range(Buf *b, const Graph *g, const Node *n)
     if (s->dtype == DT_I64)
         cg_put(b, "    k_range_i64(%s, %lld, %lld, %lld);\n", cg_ptr(g, n->out[0]),
             (long long)tensor_const_i(s, 0), (long long)tensor_const_i(d, 0), (long long)len);
-    else if (is_float(s->dtype))
+    else if (dtype_is_float(s->dtype))
         cg_put(b, "    k_range_%s(%s, %s, %s, %lld);\n", sfx(s->dtype), cg_ptr(g, n->out[0]),
             num(tensor_const_f(s, 0)), num(tensor_const_f(d, 0)), (long long)len);
     else
@@ -270,13 +269,13 @@ int cg_tensor(Buf *b, const Graph *g, const Node *n)
         emit_moves(b, g, n);
         return 1;
     case OP_Pad:
-        if (is_float(vy->dtype))
+        if (dtype_is_float(vy->dtype))
             emit_pad(b, g, n, 0);
         else
             emit_moves(b, g, n);
         return 1;
     case OP_ConstantOfShape:
-        if (is_float(vy->dtype))
+        if (dtype_is_float(vy->dtype))
             cg_put(b, "    k_fill_%s(%s, %s, %lld);\n", sfx(vy->dtype), cg_ptr(g, y), num(tensor_value(g, n)),
                 (long long)value_numel(g, y));
         else

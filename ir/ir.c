@@ -567,7 +567,7 @@ int shape_eq(const Shape *a, const Shape *b)
 size_t dtype_size(DType t)
 {
     static const size_t size[DT_COUNT] = {
-#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide) [DT_##name] = sz,
+#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide, kind) [DT_##name] = sz,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? size[t] : 0;
@@ -577,7 +577,7 @@ const char *dtype_name(DType t)
 {
     static const char *names[DT_COUNT] = {
         [DT_UNDEF] = "undef",
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) [DT_##name] = text,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = text,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? names[t] : "?";
@@ -586,11 +586,22 @@ const char *dtype_name(DType t)
 DType dtype_wide(DType t)
 {
     static const DType wide[DT_COUNT] = {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) [DT_##name] = DT_##wide,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = DT_##wide,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? wide[t] : DT_UNDEF;
 }
+
+char dtype_kind(DType t)
+{
+    static const char kind[DT_COUNT] = {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, k) [DT_##name] = k,
+#include "dtypes.def"
+    };
+    return (unsigned)t < DT_COUNT ? kind[t] : 0;
+}
+
+int dtype_is_float(DType t) { return dtype_kind(t) == 'f' && dtype_wide(t) == t; }
 
 const char *role_name(Role r)
 {

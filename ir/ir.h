@@ -26,7 +26,7 @@
 
 typedef enum {
     DT_UNDEF,
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) DT_##name,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) DT_##name,
 #include "dtypes.def" /* F32, F64, I64, I32, BOOL; BF16, F16; I8, U8, I16, U16, U32, U64 */
     DT_COUNT
 } DType;
@@ -363,6 +363,10 @@ const char *dtype_name(DType t);
 /* the dtype the step computes values of t in (dtypes.def's wide column):
  * t itself for F32, F64, I64, I32, BOOL */
 DType dtype_wide(DType t);
+/* dtypes.def's kind column: 'f' floating point, 'i' signed, 'u' unsigned, 'b' bool; 0 for DT_UNDEF */
+char dtype_kind(DType t);
+/* a float the step computes in: f32, f64 (the 16-bit floats are stored only, computed widened to float32) */
+int dtype_is_float(DType t);
 const char *role_name(Role r);
 int64_t value_numel(const Graph *g, int v);
 void ir_link(Graph *g);                           /* recompute producer / nuses */

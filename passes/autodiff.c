@@ -30,7 +30,6 @@
 /* Does input i of op carry a gradient? (ops.def's diff column) */
 static int diff_input(Op op, int i) { return i < 32 && (op_info[op].diff >> i & 1u); }
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 int ad_emit(Graph *g, Op op, const char *name, int a, int b)
 {
@@ -160,7 +159,7 @@ static void check_folded(const Graph *g)
         const Node *n = &g->node[i];
         for (int j = 0; j < n->nin; j++) {
             const Value *x = n->in[j] >= 0 ? &g->val[n->in[j]] : NULL;
-            if (x && weight_input(n->op, j) && x->role == R_CONST && x->init_index >= 0 && is_float(x->dtype) &&
+            if (x && weight_input(n->op, j) && x->role == R_CONST && x->init_index >= 0 && dtype_is_float(x->dtype) &&
                 x->sig == SIG_NONE)
                 fatal("%s: initializer '%s' feeds node '%s' (%s) as a weight, but the model's graph signature does "
                       "not name it: the exporter folded or merged parameters, and training it would not train "
@@ -198,7 +197,7 @@ static char *trainable(Graph *g)
     check_lost(g);
     for (int v = 0; v < g->nval; v++) {
         const Value *x = &g->val[v];
-        if (x->role != R_CONST || x->init_index < 0 || !is_float(x->dtype))
+        if (x->role != R_CONST || x->init_index < 0 || !dtype_is_float(x->dtype))
             continue;
         int frozen = matches(o->freeze, o->nfreeze, x, fused);
         switch (g->param_rule) {
@@ -227,7 +226,7 @@ static char *mark_active(Graph *g)
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0 && fwd[n->in[j]] && diff_input(n->op, j))
                 for (int k = 0; k < n->nout; k++)
-                    fwd[n->out[k]] = is_float(g->val[n->out[k]].dtype);
+                    fwd[n->out[k]] = dtype_is_float(g->val[n->out[k]].dtype);
     }
     bwd[g->loss] = 1;
     for (int i = g->nnode - 1; i >= 0; i--) {

@@ -91,7 +91,7 @@ void expand_rmsnorm(Sweep *s, int id)
     Graph *g = s->g;
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]];
-    if (!is_float(x->dtype))
+    if (!dtype_is_float(x->dtype))
         node_fatal(g, &n, "X must be float32 or float64, not %s", dtype_name(x->dtype));
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", -1), r, "axis");
     int x2 = expand(s, id, OP_Mul, n.in[0], n.in[0], "square", -1);
@@ -118,7 +118,7 @@ void expand_logical(Sweep *s, int id)
     int fl = n.op == OP_IsNaN || n.op == OP_IsInf, y = n.out[0], a = n.in[0], b = n.nin > 1 ? n.in[1] : -1;
     for (int i = 0; i < n.nin; i++) {
         DType t = n.in[i] < 0 ? DT_UNDEF : g->val[n.in[i]].dtype;
-        if (fl ? !is_float(t) : t != DT_BOOL)
+        if (fl ? !dtype_is_float(t) : t != DT_BOOL)
             node_fatal(g, &n, "input %d is %s; %s takes %s", i, n.in[i] < 0 ? "empty" : dtype_name(t),
                        op_info[n.op].name, fl ? "float32 or float64" : "bool");
     }
@@ -169,7 +169,7 @@ void expand_argmax(Sweep *s, int id)
     const Value *x = &g->val[n.in[0]];
     DType t = x->dtype;
     const char *op = op_info[n.op].name;
-    if (!is_float(t))
+    if (!dtype_is_float(t))
         node_fatal(g, &n, "data is %s: not supported (float32 or float64 only)", dtype_name(t));
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
     int64_t len = x->shape.dim[ax];
@@ -233,7 +233,7 @@ void expand_cumsum(Sweep *s, int id)
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]];
     int prod = n.op == OP_CumProd;
-    if (!is_float(x->dtype) && x->dtype != DT_I64) /* int32: intarith.c widened it */
+    if (!dtype_is_float(x->dtype) && x->dtype != DT_I64) /* int32: intarith.c widened it */
         node_fatal(g, &n, "x is %s: not supported (float32, float64, int32 or int64)", dtype_name(x->dtype));
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
     int64_t len = x->shape.dim[ax];
@@ -264,8 +264,8 @@ void expand_topk(Sweep *s, int id)
     Graph *g = s->g;
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]];
-    DType xt = x->dtype, t = is_float(xt) ? xt : DT_F64; /* t: the counts' and positions' */
-    if (!is_float(xt) && xt != DT_I64 && xt != DT_I32)
+    DType xt = x->dtype, t = dtype_is_float(xt) ? xt : DT_F64; /* t: the counts' and positions' */
+    if (!dtype_is_float(xt) && xt != DT_I64 && xt != DT_I32)
         node_fatal(g, &n, "input '%s' is %s: not supported (float32, float64, int32 or int64)", ir_q(x->name),
                    dtype_name(xt));
     if (!ir_attr(&n, "k"))
@@ -291,7 +291,7 @@ void expand_topk(Sweep *s, int id)
         visit(s, c);
         key = g->node[c].out[0];
     }
-    if (is_float(xt)) {
+    if (dtype_is_float(xt)) {
         int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, key, key, "self_equal", -1), -1, "nan", -1);
         key = expand3(s, id, OP_Where, nan, new_scalar(s, id, t, INFINITY, "nan_key"), key, "key", -1);
     }
@@ -501,7 +501,7 @@ void expand_scatter(Sweep *s, int id)
     int nd = n.op == OP_ScatterND;
     int red = ir_attr_choice(g, &n, "reduction", "none|add|mul|max|min");
     for (int i = 0; i < 3; i += 2)
-        if (!is_float(g->val[n.in[i]].dtype))
+        if (!dtype_is_float(g->val[n.in[i]].dtype))
             node_fatal(g, &n, "%s '%s' is %s: fsdpc scatters float32 or float64 only", i ? "updates" : "data",
                        ir_q(g->val[n.in[i]].name), dtype_name(g->val[n.in[i]].dtype));
     if (g->val[n.in[0]].dtype != g->val[n.in[2]].dtype)
@@ -611,7 +611,7 @@ void expand_resize(Sweep *s, int id)
     int keep = ir_attr_choice(g, &n, "keep_aspect_ratio_policy", "stretch|not_larger|not_smaller");
     int excl = ir_attr_i(&n, "exclude_outside", 0) != 0;
     double ca = ir_attr_f(&n, "cubic_coeff_a", -0.75);
-    if (mode && !is_float(t))
+    if (mode && !dtype_is_float(t))
         node_fatal(g, &n, "%s resize of %s is not supported (float32 or float64 only)", mode == 1 ? "linear" : "cubic",
                    dtype_name(t));
     /* the axes resized, and for each the scale or the size */
@@ -637,7 +637,7 @@ void expand_resize(Sweep *s, int id)
         }
     if (!sv[0] == !sv[1])
         node_fatal(g, &n, "%s", sv[0] ? "has both scales and sizes; give one" : "needs scales or sizes");
-    if (sv[0] && !is_float(sv[0]->dtype))
+    if (sv[0] && !dtype_is_float(sv[0]->dtype))
         node_fatal(g, &n, "scales '%s' must be float, not %s", ir_q(sv[0]->name), dtype_name(sv[0]->dtype));
     if (sv[1] && sv[1]->dtype != DT_I64)
         node_fatal(g, &n, "sizes '%s' must be int64, not %s", ir_q(sv[1]->name), dtype_name(sv[1]->dtype));
@@ -941,7 +941,7 @@ void expand_einsum(Sweep *s, int id)
         if (nt >= MAX_RANK)
             node_fatal(g, &n, "equation '%s': fsdpc takes up to %d operands", ir_q(eq), MAX_RANK);
         const Value *x = &g->val[n.in[nt]];
-        if (!is_float(x->dtype))
+        if (!dtype_is_float(x->dtype))
             node_fatal(g, &n, "input %d is %s: not supported (float32 or float64 only)", nt, dtype_name(x->dtype));
         int r = x->shape.rank, labs[MAX_RANK], nl = 0, ell = -1;
         while (*p && *p != ',' && *p != '-') {
@@ -1144,7 +1144,7 @@ void expand_attention(Sweep *s, int id)
     DType t = g->val[in[0]].dtype;
     int r = g->val[in[0]].shape.rank;
     for (int i = 0; i < 3; i++)
-        if (g->val[in[i]].dtype != t || !is_float(t) || g->val[in[i]].shape.rank != r || (r != 3 && r != 4))
+        if (g->val[in[i]].dtype != t || !dtype_is_float(t) || g->val[in[i]].shape.rank != r || (r != 3 && r != 4))
             node_fatal(g, &n, "Q, K and V must be float32 or float64 of one dtype and all of rank 3 or 4 (%c is %s, "
                        "rank %d)", "QKV"[i], dtype_name(g->val[in[i]].dtype), g->val[in[i]].shape.rank);
     if (in[6] >= 0 && in[4] >= 0)
@@ -1334,7 +1334,7 @@ void expand_rope(Sweep *s, int id)
     Shape xs = g->val[n.in[0]].shape;
     int r = xs.rank, pos = n.nin > 3 ? n.in[3] : -1;
     for (int i = 0; i < 3; i++)
-        if (g->val[n.in[i]].dtype != t || !is_float(t))
+        if (g->val[n.in[i]].dtype != t || !dtype_is_float(t))
             node_fatal(g, &n, "X, cos_cache and sin_cache must be float32 or float64 of one dtype (input %d is %s)", i,
                        dtype_name(g->val[n.in[i]].dtype));
     if (r != 3 && r != 4)

@@ -817,7 +817,7 @@ static int inputs_known(const Graph *g, const Node *n)
         return 1; /* shapes are static */
     for (int i = 0; i < n->nin; i++) {
         const Value *x = n->in[i] >= 0 ? &g->val[n->in[i]] : NULL;
-        if (x && (x->role != R_CONST || (x->init_index >= 0 && is_float(x->dtype)) || !ir_data(g, n->in[i])))
+        if (x && (x->role != R_CONST || (x->init_index >= 0 && dtype_is_float(x->dtype)) || !ir_data(g, n->in[i])))
             return 0; /* float initializers may be trained: never folded (nor read) */
     }
     return 1;
@@ -830,7 +830,7 @@ static int arith_type(Graph *g, const Node *n)
     const Value *a = &g->val[n->in[0]], *b = is_binary(n->op) ? &g->val[n->in[1]] : a;
     if (a->dtype != b->dtype || a->dtype == DT_BOOL)
         return 0;
-    if (!is_float(a->dtype) && !int_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
+    if (!dtype_is_float(a->dtype) && !int_binary(n->op) && n->op != OP_Neg && n->op != OP_Abs)
         return 0;
     Shape s = {.rank = a->shape.rank > b->shape.rank ? a->shape.rank : b->shape.rank};
     for (int i = 0; i < s.rank; i++) {

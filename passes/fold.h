@@ -18,7 +18,6 @@ typedef struct {
     int nseq, seqcap;
 } Sweep;
 
-static inline int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 /* Fold or shape node id; keep it in the program unless folded (fold.c). */
 void fold_visit(Sweep *s, int id);

@@ -48,7 +48,6 @@
 #define FUSE_MAX_IN 12
 #define FUSE_MAX_MEMBERS 64
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
@@ -71,7 +70,7 @@ static int fusable(const Graph *g, const Node *n)
     if (n->nout != 1)
         return 0;
     DType t = g->val[n->out[0]].dtype;
-    if (!is_float(t))
+    if (!dtype_is_float(t))
         return 0;
     for (int i = 0; i < n->nin; i++)
         if (n->in[i] >= 0 && g->val[n->in[i]].dtype != t)
@@ -163,7 +162,7 @@ static void gemm_epilogues(Graph *g)
         int xs;
         double f = 1;
         if (dropped[r] || (post->op != OP_Add && !tensor_scaling(g, post, &xs, &f)) ||
-            !is_float(g->val[post->out[0]].dtype))
+            !dtype_is_float(g->val[post->out[0]].dtype))
             continue;
         int scale = post->op != OP_Add;
         for (int side = 0; side < (scale ? 1 : 2); side++) {

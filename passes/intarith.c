@@ -178,12 +178,12 @@ int int_pow(Sweep *s, int id)
     if (n.nin < 2 || n.in[0] < 0 || n.in[1] < 0)
         return 0;
     DType bt = g->val[n.in[0]].dtype, et = g->val[n.in[1]].dtype;
-    if (is_float(bt)) {
-        if (et != bt && (is_float(et) || is_int(et)))
+    if (dtype_is_float(bt)) {
+        if (et != bt && (dtype_is_float(et) || is_int(et)))
             g->node[id].in[1] = cast_to(s, id, n.in[1], bt, "exponent", -1);
         return 0;
     }
-    if (!is_int(bt) || !(is_float(et) || is_int(et)))
+    if (!is_int(bt) || !(dtype_is_float(et) || is_int(et)))
         return 0; /* the shape rule names what is wrong */
     int b = cast_to(s, id, n.in[0], DT_F64, "base", -1);
     int e = et == DT_F64 ? n.in[1] : cast_to(s, id, n.in[1], DT_F64, "exponent", -1);

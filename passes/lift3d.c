@@ -414,7 +414,7 @@ int lift_3d(Sweep *s, int id)
         return 0;
     L3 c = {.s = s, .id = id, .n = *n, .t = g->val[n->in[0]].dtype};
     const Value *x = &g->val[n->in[0]], *w = conv && n->nin > 1 && n->in[1] >= 0 ? &g->val[n->in[1]] : NULL;
-    if (!is_float(c.t))
+    if (!dtype_is_float(c.t))
         node_fatal(g, n, "input '%s' has dtype %s, which is not supported (float32 or float64 only)", ir_q(x->name),
                    dtype_name(c.t));
     if (conv && (!w || w->shape.rank != 5 || w->dtype != c.t))

@@ -21,7 +21,6 @@ static int broadcast(const Shape *a, const Shape *b, Shape *o)
     return 1;
 }
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 
 static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
@@ -44,7 +43,7 @@ static void ew(Graph *g, const Node *n, DType *dt, Shape *s)
     }
     if (*dt == DT_I64 && (op_info[n->op].flags & F_I64))
         return; /* index arithmetic */
-    if (!is_float(*dt) && n->op != OP_Identity)
+    if (!dtype_is_float(*dt) && n->op != OP_Identity)
         node_fatal(g, n, "%s", ir_fmt("dtype %s is not supported (float32 or float64%s)", dtype_name(*dt),
                                       op_info[n->op].flags & F_I64 ? ", and int64 at run time" : " only"));
 }
@@ -60,7 +59,7 @@ static void matmul(Graph *g, const Node *n, DType *dt, Shape *s)
         node_fatal(g, n, "%s", ir_fmt("operands %s and %s: a scalar operand is not supported (MatMul "
                                       "takes rank 1 or more)",
                          shape_str(&a->shape), shape_str(&b->shape)));
-    if (a->dtype != b->dtype || !is_float(a->dtype))
+    if (a->dtype != b->dtype || !dtype_is_float(a->dtype))
         node_fatal(g, n, "%s", ir_fmt("dtypes %s and %s: need equal float dtypes", dtype_name(a->dtype),
                          dtype_name(b->dtype)));
     if (!shape_numel(&a->shape) || !shape_numel(&b->shape))

@@ -21,7 +21,6 @@
 #include <string.h>
 
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 static const Value *in_val(const Graph *g, const Node *n, int i)
 {
@@ -30,7 +29,7 @@ static const Value *in_val(const Graph *g, const Node *n, int i)
 
 static void need_float(const Graph *g, const Node *n, const Value *x, const char *what)
 {
-    if (!is_float(x->dtype))
+    if (!dtype_is_float(x->dtype))
         node_fatal(g, n, "%s '%s' has dtype %s, which is not supported (float32 or float64 only)", what,
                ir_q(x->name), dtype_name(x->dtype));
 }

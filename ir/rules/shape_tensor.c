@@ -14,7 +14,6 @@
 
 #include <string.h>
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 /* numpy broadcasting of a and b into o; 0 if incompatible */
 static int broadcast(const Shape *a, const Shape *b, Shape *o)
@@ -330,7 +329,7 @@ static void compare(Graph *g, const Node *n)
 {
     const Value *a = in(g, n, 0), *b = in(g, n, 1);
     Shape s;
-    if (a->dtype != b->dtype || !(is_float(a->dtype) || a->dtype == DT_I64))
+    if (a->dtype != b->dtype || !(dtype_is_float(a->dtype) || a->dtype == DT_I64))
         node_fatal(g, n, "input dtypes %s and %s: need one dtype of float32, float64, int64, "
                    "int32 or bool", dtype_name(a->dtype), dtype_name(b->dtype));
     if (!broadcast(&a->shape, &b->shape, &s))

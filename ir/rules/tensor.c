@@ -58,7 +58,7 @@ const int64_t *tensor_ints(const Node *n, const char *name, int *count)
 
 DType tensor_from_onnx(int64_t code)
 {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) if (model && code == onnx) return DT_##name;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) if (model && code == onnx) return DT_##name;
 #include "dtypes.def"
     return DT_UNDEF;
 }
@@ -66,7 +66,7 @@ DType tensor_from_onnx(int64_t code)
 int64_t tensor_to_onnx(DType t)
 {
     static const int64_t code[DT_COUNT] = {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) [DT_##name] = onnx,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = onnx,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? code[t] : 0;
@@ -75,7 +75,7 @@ int64_t tensor_to_onnx(DType t)
 int tensor_kdt(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide) case DT_##name: return kdt;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) case DT_##name: return kdt;
 #include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }
@@ -90,7 +90,6 @@ const char *tensor_onnx_name(int64_t code)
                                                                       : ir_fmt("%lld", (long long)code);
 }
 
-static int is_float(DType t) { return t == DT_F32 || t == DT_F64; }
 
 double tensor_const_f(const Value *v, int64_t i)
 {
@@ -218,7 +217,7 @@ int64_t tensor_range_len(const Graph *g, const Node *n)
             node_fatal(g, n, "start, limit and delta need one numeric dtype");
     }
     double cnt;
-    if (is_float(v[0]->dtype)) {
+    if (dtype_is_float(v[0]->dtype)) {
         double s = tensor_const_f(v[0], 0), l = tensor_const_f(v[1], 0), d = tensor_const_f(v[2], 0);
         cnt = ceil((l - s) / d);
         if (d == 0 || cnt != cnt)
