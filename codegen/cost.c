@@ -2,8 +2,11 @@
  *
  * Reads the scheduled, memory-planned IR of one rank and a hardware profile
  * (codegen/hw/NAME.hw, or a file --calibrate wrote) and replays the step as
- * the runtime runs it: one compute stream running the nodes in order, one
- * communication stream running the collectives in start order.
+ * the runtime runs it: one compute stream running the nodes in order, and
+ * the collectives on their lanes (rt.h), each lane running its own in start
+ * order: on cuda two streams, the gathers' and the reductions' (a gather
+ * overlaps a reduce-scatter as well as the compute, as in PyTorch FSDP);
+ * on cpu one communication thread for both.
  *   compute node   op_overhead + max(FLOPs / (peak_gemm[dtype] x
  *                  gemm_efficiency), bytes / (mem_bw x mem_efficiency)),
  *                  a fused attention at attention_efficiency where the
@@ -13,7 +16,7 @@
  *                  work recompute adds), bytes read and written (every
  *                  input and output once; a view moves none)
  *   collective     starts when the compute stream reaches its start node
- *                  and the communication stream is free; a gather or
+ *                  and its lane is free; a gather or
  *                  reduce-scatter of S bytes over a group of F ranks takes
  *                  (F-1) latency + (F-1)/F S / busbw (NCCL's and MPI's ring
  *                  algorithms); an all-reduce over R ranks 2(R-1) latency +
@@ -25,12 +28,18 @@
  *                  its own group, share it (min(F, devices per node) rings);
  *                  reductions at the profile's *_rs_* rates where it gives
  *                  them (MPI's reduce-scatter on the cpu target is an
- *                  all-reduce: slower than its all-gather)
+ *                  all-reduce: slower than its all-gather).  Two
+ *                  collectives in flight at once (one per lane) share the
+ *                  links: each progresses at half the rate it has alone (a
+ *                  fluid model; the bus bandwidth is one, whichever stream
+ *                  uses it), so a second lane never moves more bytes a
+ *                  second, it only lets a gather start without queueing
+ *                  behind a long reduce-scatter
  *   Wait           the compute stream stalls until its collective is done:
  *                  the exposed communication (with comm_overlap 0, as the
  *                  cpu target runs them without a core for its
  *                  communication thread, at the start node itself)
- * The step time is when both streams are done.  Not modelled: compute slowed
+ * The step time is when the compute stream and every lane are done.  Not modelled: compute slowed
  * by the collectives' own use of the device (NCCL's kernels take SMs), the
  * data loader, the first step's set-up.
  */
@@ -43,6 +52,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+enum { RT_LANES_MAX = 2 }; /* the runtime's lanes of collectives (runtime/rt.h: RT_NLANE) */
 
 /* the shipped profiles (codegen/hw/NAME.hw, embedded by codegen/embed.cmake) */
 extern const char *const fsdpc_hw_name[], *const fsdpc_hw_text[];
@@ -299,31 +310,124 @@ static double coll_time(const Graph *g, const Node *n, int world, const CgHw *hw
     return t;
 }
 
+/* The collectives' side of the replay: per tag its lane, the time its start node was reached, the seconds it
+ * needs alone and has left, the time it was done (-1: not yet); per lane a queue of tags in start order; t: how
+ * far the lanes have been played */
+typedef struct {
+    int nlane;
+    int *lane_of, *q[RT_LANES_MAX], head[RT_LANES_MAX], tail[RT_LANES_MAX];
+    double *ready, *left, *done, t;
+} Lanes;
+
+/* lane k's head collective if it runs at time l->t (queued and ready), else -1 */
+static int running(const Lanes *l, int k)
+{
+    if (l->head[k] == l->tail[k])
+        return -1;
+    int h = l->q[k][l->head[k]];
+    return l->ready[h] <= l->t ? h : -1;
+}
+
+/* play the lanes from l->t: until time `until` (want < 0), or until collective `want` is done.  Each step runs
+ * the busy lanes' head collectives at 1/busy of their own rate until the first one finishes or a queued one
+ * becomes ready */
+static void lanes_run(Lanes *l, double until, int want)
+{
+    while (want >= 0 ? l->done[want] < 0 : l->t < until) {
+        int busy = 0;
+        double step = INFINITY;
+        for (int k = 0; k < l->nlane; k++) {
+            busy += running(l, k) >= 0;
+            if (l->head[k] < l->tail[k] && running(l, k) < 0 && l->ready[l->q[k][l->head[k]]] - l->t < step)
+                step = l->ready[l->q[k][l->head[k]]] - l->t;
+        }
+        for (int k = 0; k < l->nlane; k++)
+            if (running(l, k) >= 0 && l->left[running(l, k)] * busy < step)
+                step = l->left[running(l, k)] * busy;
+        if (want < 0 && step > until - l->t)
+            step = until - l->t;
+        if (!isfinite(step))
+            die("cost: a Wait for a collective that never starts");
+        for (int k = 0; k < l->nlane; k++) {
+            int h = running(l, k);
+            if (h < 0)
+                continue;
+            if (l->left[h] * busy <= step) { /* the one (or ones) that set the step */
+                l->left[h] = 0;
+                l->done[h] = l->t + step;
+                l->head[k]++;
+            } else {
+                l->left[h] -= step / busy;
+            }
+        }
+        l->t += step;
+    }
+}
+
+/* collective tag, of d seconds alone, starts at time t on its lane */
+static void lanes_start(Lanes *l, int tag, double t, double d)
+{
+    lanes_run(l, t, -1);
+    int k = l->lane_of[tag];
+    l->q[k][l->tail[k]++] = tag;
+    l->ready[tag] = t;
+    l->left[tag] = d;
+}
+
+/* the tag of collective or Wait node n */
+static int tag_of(const Graph *g, const Node *n)
+{
+    int tag = (int)ir_attr_i(n, "tag", -1);
+    if (tag < 0 || tag >= g->ncoll)
+        die("cost: %s without a tag", n->op == OP_Wait ? "a Wait" : "a collective");
+    return tag;
+}
+
+static void lanes_init(Lanes *l, const Graph *g)
+{
+    memset(l, 0, sizeof *l);
+    int n = g->ncoll + 1;
+    /* cuda: a stream per lane; cpu: one communication thread runs both */
+    l->nlane = g->opt->target && !strcmp(g->opt->target, "cuda") ? RT_LANES_MAX : 1;
+    l->lane_of = ir_alloc(sizeof(int) * (size_t)n);
+    l->ready = ir_alloc(sizeof(double) * (size_t)n);
+    l->left = ir_alloc(sizeof(double) * (size_t)n);
+    l->done = ir_alloc(sizeof(double) * (size_t)n);
+    for (int k = 0; k < l->nlane; k++)
+        l->q[k] = ir_alloc(sizeof(int) * (size_t)n);
+    for (int t = 0; t < n; t++)
+        l->done[t] = -1;
+    for (int i = 0; i < g->nnode; i++) {
+        const Node *x = &g->node[i];
+        if (op_info[x->op].flags & F_COLL) /* the gathers' lane 0, the reductions' 1 */
+            l->lane_of[tag_of(g, x)] = l->nlane > 1 && x->op != OP_AllGather;
+    }
+}
+
 void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
 {
     memset(c, 0, sizeof *c);
-    double *done = ir_alloc(sizeof(double) * (size_t)(g->ncoll + 1)), tc = 0, tcomm = 0;
+    Lanes l;
+    lanes_init(&l, g);
+    double tc = 0, tcomm = 0;
     for (int i = 0; i < g->nnode; i++) {
         const Node *n = &g->node[i];
         if (op_info[n->op].flags & F_COLL) {
-            int tag = (int)ir_attr_i(n, "tag", -1);
-            if (tag < 0 || tag >= g->ncoll)
-                die("cost: a collective without a tag");
+            int tag = tag_of(g, n);
             double d = coll_time(g, n, world, hw);
-            tcomm = (tcomm > tc ? tcomm : tc) + d;
-            done[tag] = tcomm;
+            lanes_start(&l, tag, tc, d);
             c->comm_s += d;
             if (!hw->overlap) { /* run inside the step: the compute stream waits for it at once */
-                c->exposed_s += tcomm - tc;
-                tc = tcomm;
+                lanes_run(&l, 0, tag);
+                c->exposed_s += l.done[tag] - tc;
+                tc = l.done[tag];
             }
         } else if (n->op == OP_Wait) {
-            int tag = (int)ir_attr_i(n, "tag", -1);
-            if (tag < 0 || tag >= g->ncoll)
-                die("cost: a Wait without a tag");
-            if (done[tag] > tc) {
-                c->exposed_s += done[tag] - tc;
-                tc = done[tag];
+            int tag = tag_of(g, n);
+            lanes_run(&l, 0, tag);
+            if (l.done[tag] > tc) {
+                c->exposed_s += l.done[tag] - tc;
+                tc = l.done[tag];
             }
         } else {
             double d = compute_time(g, n, cg_group_size(g, world), hw, c);
@@ -332,6 +436,12 @@ void cg_cost(const Graph *g, int world, const CgHw *hw, CgCost *c)
             c->compute_s += d;
         }
     }
+    for (int k = 0; k < l.nlane; k++) /* the lanes drain */
+        if (l.tail[k] > 0) {
+            int last = l.q[k][l.tail[k] - 1];
+            lanes_run(&l, 0, last);
+            tcomm = l.done[last] > tcomm ? l.done[last] : tcomm;
+        }
     c->step_s = tc > tcomm ? tc : tcomm;
     c->flops = cg_step_flops(g);
     DType dt = g->opt->precision == PREC_BF16 ? DT_BF16 : g->opt->precision == PREC_FP16 ? DT_F16

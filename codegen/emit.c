@@ -358,8 +358,9 @@ static void emit_collective_body(Buf *b, const Graph *g, const Node *n)
 Buf cg_jobs;
 
 /* A collective becomes a job, a function of its own that rt_coll_start
- * runs beside the step (the communication thread, the collective stream);
- * its Wait node (the schedule pass's) waits for it. */
+ * runs beside the step on its lane (the communication thread; on cuda the
+ * gathers' stream or the reductions' stream); its Wait node (the schedule
+ * pass's) waits for it. */
 static void emit_collective(Buf *b, const Graph *g, const Node *n)
 {
     if (!ir_attr(n, "tag"))
@@ -369,7 +370,8 @@ static void emit_collective(Buf *b, const Graph *g, const Node *n)
         cg_comment(n->name), tag);
     emit_collective_body(&cg_jobs, g, n);
     cg_put(&cg_jobs, "}\n\n");
-    cg_put(b, "    rt_coll_start(c, %d, %d, coll%d);\n", tag, (int)(n - g->node), tag);
+    cg_put(b, "    rt_coll_start(c, %d, %d, %s, coll%d);\n", tag, (int)(n - g->node),
+        n->op == OP_AllGather ? "RT_LANE_GATHER" : "RT_LANE_REDUCE", tag);
 }
 
 /* a double as C text (infinities spelled so the C compiler takes them) */

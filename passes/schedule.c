@@ -8,9 +8,12 @@
  *   collective's inputs and outputs, so that memplan keeps them alive until
  *   it) is where the step waits for it.  Between a start and its Wait no
  *   node reads or writes what the collective writes, or writes what it
- *   reads (ir_verify checks this).  The runtime runs the collectives in
- *   start order (one communication thread on cpu, one stream on cuda), so
- *   every rank issues them in the same order.
+ *   reads (ir_verify checks this); another collective is such a node too,
+ *   so two collectives in flight at once never touch each other's buffers
+ *   and need no order between them.  The runtime runs the collectives in
+ *   start order on their lanes (rt.h: gathers on one, reductions on the
+ *   other; one communication thread for both on cpu, a stream each on
+ *   cuda), so every rank issues each lane's in the same order.
  *   Starts (the prefetch, decided here, statically):
  *     - a reduce-scatter or all-reduce starts where shard put it;
  *     - --forward-prefetch: a forward gather starts right after the wait of

@@ -11,16 +11,32 @@
  * At world 1 no NCCL at all: the same results by device copies (unless
  * FSDPC_NCCL_ALWAYS=1 made a one-rank communicator, to test this path).
  *
- * Stream order (the paper's): the collective runs on cu.comm.  An event
- * recorded on cu.compute makes cu.comm wait for everything the step has
- * enqueued so far; after the NCCL call an event recorded on cu.comm makes
- * cu.compute wait for the collective.  Under stream capture the same calls
- * fork cu.comm into the graph and join it back, so the recorded graph has
- * the same dependencies.  (The padding fill and the world-1 copies go on
- * cu.compute, in order.)
+ * Stream order (the paper's, and PyTorch FSDP's two streams): a gather
+ * runs on the gather lane's stream, a reduce-scatter or all-reduce on the
+ * reduction lane's (cu.lane[], rt.h's lanes), so the prefetched gather of
+ * one unit overlaps the reduce-scatter of another as well as the compute.
+ * An event recorded on cu.compute makes the lane wait for everything the
+ * step has enqueued so far; after the NCCL call an event recorded on the
+ * lane makes cu.compute wait for the collective.  Under stream capture the
+ * same calls fork the lanes into the graph and join them back, so the
+ * recorded graph has the same dependencies.  (Inside a job, the padding
+ * fill, the casts and the world-1 copies go on the job's lane, in order.)
  *
- * The communicator: rank 0's ncclGetUniqueId, shared with rt_ctl_bcast,
- * then ncclCommInitRankConfig in non-blocking mode, polled with the step
+ * The communicators.  NCCL runs one communicator's operations one after
+ * another in the order they were issued, and the ranks must issue them in
+ * one order; a communicator fed from two streams could see them in
+ * different orders on different ranks (a deadlock).  So each lane has its
+ * own: the gather lane cu.gather (the shard group, always split off the
+ * world's with its own resources), the reduction lane cu.nccl (every rank),
+ * cu.group and cu.repl (--shard hybrid: the shard group's and the replicas',
+ * split off it) -- each communicator used by one stream only, and every
+ * rank issues each lane's collectives in the step's order.  Kernels of two
+ * communicators may then run at once; NCCL_LAUNCH_ORDER_IMPLICIT=1 (set
+ * here unless the user set it; NCCL 2.26 and later) makes NCCL launch them
+ * on the GPU in host order, which is the same on every rank, so the two
+ * can never wait on each other across ranks.  The world's communicator:
+ * rank 0's ncclGetUniqueId, shared with rt_ctl_bcast, then
+ * ncclCommInitRankConfig in non-blocking mode, polled with the step
  * timeout so that a missing rank cannot hang start-up.  Non-blocking also
  * means any NCCL call may answer ncclInProgress: NCCL_CHECK then polls
  * ncclCommGetAsyncError until it settles.
@@ -29,6 +45,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -47,12 +64,14 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* the distinct live communicators into c[]; their count */
-static int live(ncclComm_t c[3])
+#define NCOMM 4 /* cu.nccl, cu.group, cu.repl, cu.gather */
+
+/* the distinct live communicators into c[], each after the one it was split off; their count */
+static int live(ncclComm_t c[NCOMM])
 {
     int n = 0;
-    ncclComm_t all[3] = {cu.nccl, cu.group, cu.repl};
-    for (int i = 0; i < 3; i++) {
+    ncclComm_t all[NCOMM] = {cu.nccl, cu.group, cu.repl, cu.gather};
+    for (int i = 0; i < NCOMM; i++) {
         int dup = all[i] == NULL;
         for (int j = 0; j < n && !dup; j++)
             dup = c[j] == all[i];
@@ -68,7 +87,7 @@ static ncclResult_t settle(double timeout_s, int *timed_out)
 {
     double t0 = now_s();
     *timed_out = 0;
-    ncclComm_t c[3];
+    ncclComm_t c[NCOMM];
     int n = live(c);
     for (;;) {
         int busy = 0;
@@ -107,7 +126,7 @@ ncclResult_t cu_nccl_settle(const char *what)
 
 ncclResult_t cu_nccl_async_error(void)
 {
-    ncclComm_t c[3];
+    ncclComm_t c[NCOMM];
     int n = live(c);
     for (int i = 0; i < n; i++) {
         ncclResult_t st = ncclSuccess;
@@ -121,18 +140,24 @@ ncclResult_t cu_nccl_async_error(void)
 }
 
 /* the shard group's and the replicas' communicators (after the world's):
- * ncclCommSplit where they are neither every rank nor one rank */
+ * ncclCommSplit where they are neither every rank nor one rank; then the
+ * gather lane's, the shard group once more, split whenever the group has
+ * a communicator (its own resources: splitShare 0) */
 static int split(int sf, int srank, char *err, size_t errlen)
 {
     cu.group = sf == cu.world ? cu.nccl : NULL;
     cu.repl = sf == 1 ? cu.nccl : NULL;
-    if (sf == cu.world || sf == 1)
-        return 0;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    ncclResult_t r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.group, &cfg);
-    if (r == ncclSuccess || r == ncclInProgress)
-        r = ncclCommSplit(cu.nccl, srank, cu.rank / sf, &cu.repl, &cfg);
+    cfg.splitShare = 0;
+    ncclResult_t r = ncclSuccess;
+    if (sf != cu.world && sf != 1) {
+        r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.group, &cfg);
+        if (r == ncclSuccess || r == ncclInProgress)
+            r = ncclCommSplit(cu.nccl, srank, cu.rank / sf, &cu.repl, &cfg);
+    }
+    if ((r == ncclSuccess || r == ncclInProgress) && (sf > 1 || cu.world == 1))
+        r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.gather, &cfg);
     int timed_out = 0;
     if (r == ncclInProgress)
         r = settle(cu.timeout_s, &timed_out);
@@ -152,6 +177,7 @@ int cu_nccl_init(int sf, int srank, char *err, size_t errlen)
         ncclUniqueId id;
     } msg;
     memset(&msg, 0, sizeof msg);
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0); /* the lanes' kernels reach the GPU in host order (see above) */
     if (cu.rank == 0)
         msg.status = (int64_t)ncclGetUniqueId(&msg.id);
     rt_ctl_bcast(&msg, (int64_t)sizeof msg, 0);
@@ -185,20 +211,20 @@ int cu_nccl_init(int sf, int srank, char *err, size_t errlen)
 
 void cu_nccl_abort(void)
 {
-    ncclComm_t c[3];
+    ncclComm_t c[NCOMM];
     int n = live(c);
-    cu.nccl = cu.group = cu.repl = NULL;
+    cu.nccl = cu.group = cu.repl = cu.gather = NULL;
     for (int i = 0; i < n; i++)
         (void)ncclCommAbort(c[i]); /* on the way out: nothing to do about a failure */
 }
 
 void cu_nccl_destroy(void)
 {
-    ncclComm_t c[3];
+    ncclComm_t c[NCOMM];
     int n = live(c);
     for (int i = n - 1; i >= 0; i--) /* the split ones before the one they came from */
         NCCL_CHECK(ncclCommFinalize(c[i])); /* flushes outstanding work; settles by polling */
-    cu.nccl = cu.group = cu.repl = NULL;
+    cu.nccl = cu.group = cu.repl = cu.gather = NULL;
     for (int i = n - 1; i >= 0; i--) {
         ncclResult_t r = ncclCommDestroy(c[i]);
         if (r != ncclSuccess && r != ncclInProgress)
@@ -227,21 +253,25 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb)
     return na > 0 && nb > 0 && x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
 }
 
-/* cu.comm waits for the work enqueued on cu.compute so far (inside a job: it did already) */
-static void fork_comm(void)
+/* lane's stream, after the work enqueued on cu.compute so far (inside a job: it waited at the start) */
+static cudaStream_t fork_comm(int lane)
 {
-    if (cu.cur == cu.comm)
-        return;
+    cudaStream_t s = cu.lane[lane];
+    if (cu.cur == s)
+        return s;
+    if (cu.cur != cu.compute)
+        cu_internal("a collective of lane %d inside a job of the other lane", lane);
     CU_CHECK(cudaEventRecord(cu.ev_fork, cu.compute));
-    CU_CHECK(cudaStreamWaitEvent(cu.comm, cu.ev_fork, 0));
+    CU_CHECK(cudaStreamWaitEvent(s, cu.ev_fork, 0));
+    return s;
 }
 
-/* cu.compute waits for the collective */
-static void join_comm(void)
+/* cu.compute waits for the collective on s */
+static void join_comm(cudaStream_t s)
 {
-    if (cu.cur == cu.comm)
+    if (cu.cur == s)
         return; /* inside a job: at its Wait */
-    CU_CHECK(cudaEventRecord(cu.ev_join, cu.comm));
+    CU_CHECK(cudaEventRecord(cu.ev_join, s));
     CU_CHECK(cudaStreamWaitEvent(cu.compute, cu.ev_join, 0));
     cu_debug_sync("a collective");
 }
@@ -269,15 +299,15 @@ void rt_allgather(RtCtx *c, void *full, const void *shard, int64_t shard_len, in
     int in_place = (const char *)shard == mine;
     if (!in_place && overlap(shard, shard_len * es, f, (int64_t)c->sf * shard_len * es))
         rt_step_fail(c, "%s: shard and full buffers overlap", what);
-    if (!cu.group) { /* a group of one */
+    if (!cu.gather) { /* a group of one */
         if (!in_place)
             kc_memcpy(f, shard, shard_len * es);
         return;
     }
-    fork_comm();
+    cudaStream_t s = fork_comm(RT_LANE_GATHER);
     /* in place: NCCL reads this rank's piece from full + srank * shard_len */
-    NCCL_CHECK(ncclAllGather(shard, full, (size_t)shard_len, t, cu.group, cu.comm));
-    join_comm();
+    NCCL_CHECK(ncclAllGather(shard, full, (size_t)shard_len, t, cu.gather, s));
+    join_comm(s);
 }
 
 void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int64_t shard_len, int dtype)
@@ -297,14 +327,14 @@ void rt_reduce_scatter_avg(RtCtx *c, void *shard, void *full, int64_t numel, int
         kc_memcpy(shard, mine, shard_len * es);
     if (!cu.group && !cu.repl)
         return;
-    fork_comm();
+    cudaStream_t s = fork_comm(RT_LANE_REDUCE);
     /* the group's average (in place when shard == full + srank * shard_len,
      * as NCCL allows), then the average of that over the replicas: every rank's */
     if (cu.group)
-        NCCL_CHECK(ncclReduceScatter(full, shard, (size_t)shard_len, t, ncclAvg, cu.group, cu.comm));
+        NCCL_CHECK(ncclReduceScatter(full, shard, (size_t)shard_len, t, ncclAvg, cu.group, s));
     if (cu.repl)
-        NCCL_CHECK(ncclAllReduce(shard, shard, (size_t)shard_len, t, ncclAvg, cu.repl, cu.comm));
-    join_comm();
+        NCCL_CHECK(ncclAllReduce(shard, shard, (size_t)shard_len, t, ncclAvg, cu.repl, s));
+    join_comm(s);
 }
 
 void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch, int64_t numel,
@@ -319,13 +349,13 @@ void rt_reduce_scatter_avg_bf16(RtCtx *c, void *shard, void *full, void *scratch
     uint16_t *h = scratch, *mine = h + (int64_t)c->srank * shard_len;
     k_cast(K_DT_BF16, h, K_DT_F32, f, total);
     if (cu.group || cu.repl) {
-        fork_comm();
+        cudaStream_t s = fork_comm(RT_LANE_REDUCE);
         /* the group's average in place, then the replicas': every rank's, in bfloat16 */
         if (cu.group)
-            NCCL_CHECK(ncclReduceScatter(h, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.group, cu.comm));
+            NCCL_CHECK(ncclReduceScatter(h, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.group, s));
         if (cu.repl)
-            NCCL_CHECK(ncclAllReduce(mine, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.repl, cu.comm));
-        join_comm();
+            NCCL_CHECK(ncclAllReduce(mine, mine, (size_t)shard_len, ncclBfloat16, ncclAvg, cu.repl, s));
+        join_comm(s);
     }
     k_cast(K_DT_F32, shard, K_DT_BF16, mine, shard_len);
 }
@@ -342,9 +372,9 @@ static void allreduce(RtCtx *c, void *x, int64_t n, int dtype, ncclRedOp_t op, c
     need_comm(c, what);
     if (!comm) /* one rank */
         return;
-    fork_comm();
-    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, op, comm, cu.comm));
-    join_comm();
+    cudaStream_t s = fork_comm(RT_LANE_REDUCE);
+    NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, t, op, comm, s));
+    join_comm(s);
 }
 
 void rt_allreduce_avg(RtCtx *c, void *x, int64_t n, int dtype)
@@ -358,19 +388,19 @@ void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype)
 }
 
 /* A scheduled collective: its job's kernels, copies and NCCL calls go on
- * cu.comm after everything cu.compute holds so far; cu.compute waits for its
- * end at rt_coll_wait.  Jobs run in start order on the one stream. */
-void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))
+ * its lane's stream after everything cu.compute holds so far; cu.compute
+ * waits for its end at rt_coll_wait.  A lane runs its jobs in start order;
+ * the two lanes run beside each other. */
+void rt_coll_start(RtCtx *c, int tag, int node, int lane, void (*job)(RtCtx *))
 {
     (void)node;
-    if (tag < 0 || tag >= c->m->ncoll || cu.cur != cu.compute)
-        rt_step_fail(c, "rt_coll_start: internal error: tag %d of %d (nested: %d)", tag, c->m->ncoll,
+    if (tag < 0 || tag >= c->m->ncoll || lane < 0 || lane >= RT_NLANE || cu.cur != cu.compute)
+        rt_step_fail(c, "rt_coll_start: internal error: tag %d of %d, lane %d (nested: %d)", tag, c->m->ncoll, lane,
                      cu.cur != cu.compute);
-    fork_comm();
-    cu.cur = cu.comm;
+    cu.cur = fork_comm(lane);
     job(c);
     cu.cur = cu.compute;
-    CU_CHECK(cudaEventRecord(cu.ev_coll[tag], cu.comm));
+    CU_CHECK(cudaEventRecord(cu.ev_coll[tag], cu.lane[lane]));
     cu.coll_forked[tag] = 1;
 }
 

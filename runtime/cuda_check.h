@@ -10,12 +10,18 @@
  *
  * Streams: every kernel, cuBLASLt call, copy and fill of the step goes on
  * cu.cur: cu.compute, except inside a collective's job (rt_coll_start,
- * comm_nccl.c), where it is cu.comm.  A job forks cu.comm from cu.compute
- * (ev_fork) and records its own event (ev_coll[tag]), which cu.compute waits
- * for at the job's Wait (rt_coll_wait); a collective outside a job joins back
- * at once (ev_join).  Nothing else is ever enqueued, so stream order is the
- * program order of the generated step, and a captured step has the same
- * dependencies.
+ * comm_nccl.c), where it is its lane's stream: cu.lane[RT_LANE_GATHER] for
+ * all-gathers, cu.lane[RT_LANE_REDUCE] for reduce-scatters and all-reduces.
+ * A job forks its lane from cu.compute (ev_fork) and records its own event
+ * (ev_coll[tag]), which cu.compute waits for at the job's Wait
+ * (rt_coll_wait); a collective outside a job joins back at once (ev_join).
+ * The lanes never wait for each other directly: whatever one lane's job
+ * needs from the other's reached cu.compute at an earlier Wait (the
+ * schedule pass waits for a collective before any node that conflicts with
+ * it, another collective included), and the fork carries it over.  Each
+ * lane has its own NCCL communicators (comm_nccl.c), so every communicator
+ * sees its collectives in program order, on one stream.  Nothing else is
+ * ever enqueued, and a captured step has the same dependencies.
  */
 #ifndef FSDPC_CUDA_CHECK_H
 #define FSDPC_CUDA_CHECK_H
@@ -42,9 +48,9 @@ typedef struct {
     int nkernel;               /* KC_COUNT + m->nfused */
     int *smem_limit;           /* KC_COUNT: dynamic shared memory limit raised so far */
     cudaStream_t compute;      /* the step */
-    cudaStream_t comm;         /* NCCL */
+    cudaStream_t lane[RT_NLANE]; /* the collectives: the gathers', the reductions' (rt.h's lanes) */
     cudaEvent_t ev_fork, ev_join;
-    cudaStream_t cur;          /* where the step's work goes now: compute, or comm inside a job */
+    cudaStream_t cur;          /* where the step's work goes now: compute, or a lane inside a job */
     cudaEvent_t *ev_coll;      /* m->ncoll: each collective's end (rt_coll_start / rt_coll_wait) */
     unsigned char *coll_forked; /* m->ncoll: its job enqueued work on comm */
     cublasLtHandle_t lt;
@@ -61,7 +67,10 @@ typedef struct {
     int64_t bytes;
     ncclComm_t nccl;           /* every rank; NULL at world 1 (unless nccl_always) */
     ncclComm_t group, repl;    /* the shard group's and its replicas' (--shard): nccl itself when it is every
-                                * rank, split off it otherwise, NULL for one rank */
+                                * rank, split off it otherwise, NULL for one rank; with nccl, the reduction
+                                * lane's */
+    ncclComm_t gather;         /* the gather lane's: the shard group again, always split off nccl (its own
+                                * NCCL resources and order), NULL when group is */
     int nccl_always;           /* FSDPC_NCCL_ALWAYS=1: NCCL at world 1 too (tests the NCCL path on one GPU) */
     double timeout_s;          /* FSDPC_STEP_TIMEOUT */
 } CuRt;
@@ -109,7 +118,7 @@ ncclResult_t cu_nccl_async_error(void);
 /* world > 1: create the communicators (collective over the control plane:
  * every rank calls it at the same point, the first rt_dev_step): every
  * rank's, then, for shard groups of sf ranks (this rank sf's srank-th),
- * the group's and the replicas'.  0, or -1 with a one-line reason in err. */
+ * the group's and the replicas', and the gather lane's own group.  0, or -1 with a one-line reason in err. */
 int cu_nccl_init(int sf, int srank, char *err, size_t errlen);
 /* abort (after a failure) or destroy (normal end) the communicators */
 void cu_nccl_abort(void);

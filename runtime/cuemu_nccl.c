@@ -16,7 +16,12 @@
  * rank order (sums in double, rounded once: float32, float64, bfloat16,
  * float16; ncclAvg divides by the rank count), and all wait again before
  * the slots are reused.  Ranks issue collectives in the same order, as
- * NCCL demands.  The barrier is an arrival counter: the k-th barrier waits
+ * NCCL demands; and a communicator takes its collectives from one stream
+ * only (the first it was given: another is refused, ncclInvalidUsage), the
+ * rule comm_nccl.c keeps so that NCCL, which runs a communicator's
+ * operations one after another, sees them in one order on every rank.
+ * Communicators are independent: two streams may each run a collective of
+ * their own communicator at once (fsdpc's gather and reduction lanes).  The barrier is an arrival counter: the k-th barrier waits
  * until it reaches k times the rank count.
  *
  * Failures: a wait that sees the abort flag (a rank called ncclCommAbort),
@@ -72,6 +77,7 @@ struct ncclComm {
     atomic_int state;        /* ncclInProgress until every rank joined, then ncclSuccess or the error */
     atomic_int aborted;
     int nsplit;              /* splits made from it so far */
+    cudaStream_t stream;     /* the stream of its first collective: the only one it takes */
 };
 
 static pthread_mutex_t g_err_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -466,6 +472,13 @@ static ncclResult_t enqueue(const char *call, Coll k, size_t send_n, size_t recv
                        k.send, send_n, k.recv, recv_n);
         set_error("cuemu NCCL: %s: a buffer is not device memory", call);
         return ncclInvalidArgument;
+    }
+    if (!k.comm->stream)
+        k.comm->stream = s;
+    if (k.comm->stream != s) {
+        set_error("cuemu NCCL: %s: the communicator's collectives came from another stream before (one stream per "
+                  "communicator, or the ranks may see them in different orders)", call);
+        return ncclInvalidUsage;
     }
     if (!k.count)
         return ncclSuccess;

@@ -9,13 +9,15 @@
  *               of an arch <= the GPU's) and loads every kernel of
  *               kc_names; creates the streams, events, cuBLASLt handle and
  *               workspace, the step parameters and the check slots.
+ *               Streams: compute (lowest priority) and one per lane of
+ *               collectives (rt.h: the gathers', the reductions'; highest).
  * rt_dev_attach one cudaMalloc with the host carving's layout (device
  *               pointer = dev_base + (host pointer - host base)); uploads
  *               it.  Local: no collective, since a rank whose carving or
  *               loading failed does not call it.
  * rt_dev_step   world > 1, the first call: the NCCL communicator (every
  *               rank gets there after the agreed start-up; a failure is
- *               fatal on all ranks).  Then on cu.compute: the step
+ *               fatal on all ranks; comm_nccl.c: one set per lane).  Then on cu.compute: the step
  *               parameters (pinned host -> device) and the check reset
  *               (0xff bytes = -1); step 1 eagerly (warm-up: cuBLASLt plans,
  *               NCCL connections), step 2 captured (thread-local mode) and
@@ -50,7 +52,7 @@ CuRt cu;
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 #define RESERVE_BYTES ((int64_t)64 << 20)      /* CUDA Graph, cuBLASLt and stream internals */
-#define NCCL_RESERVE_BYTES ((int64_t)256 << 20) /* NCCL buffers, world > 1 */
+#define NCCL_RESERVE_BYTES ((int64_t)256 << 20) /* NCCL buffers of one lane's communicators, world > 1 */
 
 static int g_use_graph = 1;
 static int64_t g_nstep;              /* training rt_dev_step calls so far (not validation) */
@@ -365,8 +367,10 @@ static int create_handles(const RtModel *m, char *err, size_t errlen)
     int least = 0, greatest = 0;
     TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest), "creating streams");
     TRY(cudaStreamCreateWithPriority(&cu.compute, cudaStreamNonBlocking, least), "creating streams");
-    /* collectives first when both streams have work ready: they gate the next unit */
-    TRY(cudaStreamCreateWithPriority(&cu.comm, cudaStreamNonBlocking, greatest), "creating streams");
+    /* collectives first when streams have work ready: they gate the next unit.  One stream per lane (the
+     * gathers', the reductions'), as PyTorch FSDP's all-gather and reduce-scatter streams */
+    for (int l = 0; l < RT_NLANE; l++)
+        TRY(cudaStreamCreateWithPriority(&cu.lane[l], cudaStreamNonBlocking, greatest), "creating streams");
     TRY(cudaEventCreateWithFlags(&cu.ev_fork, cudaEventDisableTiming), "creating events");
     TRY(cudaEventCreateWithFlags(&cu.ev_join, cudaEventDisableTiming), "creating events");
     cu.cur = cu.compute;
@@ -433,7 +437,7 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
     g_mem_total = total;
     g_mem_base_used = g_mem_peak_used = total - fr;
 
-    int64_t reserve = (int64_t)WORKSPACE_BYTES + RESERVE_BYTES + (world > 1 ? NCCL_RESERVE_BYTES : 0);
+    int64_t reserve = (int64_t)WORKSPACE_BYTES + RESERVE_BYTES + (world > 1 ? RT_NLANE * NCCL_RESERVE_BYTES : 0);
     if (bytes < 0 || (uint64_t)bytes + (uint64_t)reserve > (uint64_t)fr)
         return reason(err, errlen, "needs %.2f GiB of device memory (plan: %.2f GiB for parameters, gradients, "
                                    "optimizer state and activations + %.0f MiB reserved for the cuBLASLt "
@@ -660,7 +664,8 @@ static void report_memory(void)
 const char *rt_dev_overlap(RtCtx *c)
 {
     (void)c;
-    return "on the collective stream (NCCL), forked from the compute stream and joined at each one's wait";
+    return "on two collective streams (NCCL), gathers on one and reductions on the other, each with its own "
+           "communicators, forked from the compute stream and joined at each one's wait";
 }
 
 const char *rt_dev_threads(void) { return ""; }
@@ -716,8 +721,9 @@ void rt_dev_finish(RtCtx *c)
     cu.coll_forked = NULL;
     if (cu.ev_fork)
         RELEASE(cudaEventDestroy(cu.ev_fork));
-    if (cu.comm)
-        RELEASE(cudaStreamDestroy(cu.comm));
+    for (int l = RT_NLANE - 1; l >= 0; l--)
+        if (cu.lane[l])
+            RELEASE(cudaStreamDestroy(cu.lane[l]));
     if (cu.compute)
         RELEASE(cudaStreamDestroy(cu.compute));
     if (cu.lib)

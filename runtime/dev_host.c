@@ -16,6 +16,14 @@
  * FSDPC_COMM_THREAD=0; FSDPC_COMM_THREAD=1 starts it whatever the cores.
  * Without it a job runs at once on the step's thread (the same results, no
  * overlap).  It starts at rt_dev_overlap and stops in rt_dev_finish.
+ *
+ * Both lanes of rt.h (gathers, reductions) are this one thread, unlike the
+ * cuda target's two streams: a collective between the ranks of a node is
+ * copies and sums that already take the memory bandwidth, a second thread
+ * would take a core from the kernels and need MPI_THREAD_MULTIPLE, and
+ * measured (bench/comm_lanes.c, 2 ranks: an all-gather and an all-reduce
+ * of 4-32 MiB) two threads issuing them at once were never faster than
+ * one issuing them in turn (1.0x to several times slower).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
@@ -232,8 +240,9 @@ const char *rt_dev_overlap(RtCtx *c)
     return g_mode;
 }
 
-void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *))
+void rt_coll_start(RtCtx *c, int tag, int node, int lane, void (*job)(RtCtx *))
 {
+    (void)lane; /* one thread serves both lanes (see the top of this file) */
     if (tag < 0 || tag >= c->m->ncoll)
         rt_step_fail(c, "rt_coll_start: internal error: tag %d of %d", tag, c->m->ncoll);
     if (ct.state == 0)

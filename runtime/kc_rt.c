@@ -1,7 +1,7 @@
 /* kc_rt.c — the runtime half of kernels/cuda/kc.h: launches, the step's
  * device scalars and check slots, GEMM through cuBLASLt, copies and fills.
- * Everything is enqueued on cu.cur (cu.compute, or cu.comm inside a collective's
- * job: cuda_check.h) and nothing here waits for the GPU
+ * Everything is enqueued on cu.cur (cu.compute, or a lane's stream inside a
+ * collective's job: cuda_check.h), GEMMs included, and nothing here waits for the GPU
  * (but FSDPC_CUDA_SYNC=1, which waits after every launch to name a failing
  * kernel), so every function may be recorded into a CUDA Graph.
  *
@@ -138,6 +138,7 @@ typedef struct {
     int ta, tb, tf32;
     int bias;                       /* a bias epilogue is wanted */
     int align;                      /* log2 of the byte alignment of A, B, D, C, bias: 4 bits each */
+    int no_ws;                      /* for a stream other than cu.compute: no workspace (it is compute's) */
 } GemmKey;
 
 typedef struct {
@@ -157,13 +158,13 @@ static int key_eq(const GemmKey *x, const GemmKey *y)
 {
     return x->m == y->m && x->n == y->n && x->k == y->k && x->batch == y->batch && x->sa == y->sa &&
            x->sb == y->sb && x->type == y->type && x->ta == y->ta && x->tb == y->tb && x->tf32 == y->tf32 &&
-           x->bias == y->bias && x->align == y->align;
+           x->bias == y->bias && x->align == y->align && x->no_ws == y->no_ws;
 }
 
 static uint64_t key_hash(const GemmKey *k)
 {
     uint64_t v[] = {(uint64_t)k->m, (uint64_t)k->n, (uint64_t)k->k, (uint64_t)k->batch, (uint64_t)k->sa,
-                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2 | k->bias << 3),
+                    (uint64_t)k->sb, (uint64_t)(k->ta | k->tb << 1 | k->tf32 << 2 | k->bias << 3 | k->no_ws << 4),
                     (uint64_t)k->align, (uint64_t)k->type};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -263,7 +264,7 @@ static void make_plan(GemmPlan *p, const GemmKey *k, const void *bias)
 
     cublasLtMatmulPreference_t pref;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = cu.ws_bytes;
+    uint64_t ws = k->no_ws ? 0 : cu.ws_bytes;
     /* our A, B, C's alignments; cuBLASLt's A is our B and its B our A */
     uint32_t al_a = 1u << (k->align & 15), al_b = 1u << (k->align >> 4 & 15), al_d = 1u << (k->align >> 8 & 15),
              al_c = 1u << (k->align >> 12 & 15);
@@ -356,6 +357,7 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, void *d, con
      * mantissa bits); bfloat16 ones, 7 bits, reach the tensor cores as they
      * are under CUBLAS_COMPUTE_32F */
     key.type = type, key.ta = !!ta, key.tb = !!tb, key.tf32 = type == CUDA_R_32F && cu.tf32, key.bias = !!bias;
+    key.no_ws = cu.cur != cu.compute;
     /* the alignment an algorithm may assume covers the pointer, the batch
      * stride and the leading dimension (CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*),
      * in bytes: A and B have the operand type's elements, C and D out_type's */
@@ -373,8 +375,10 @@ static int gemm(const char *fn, cudaDataType_t type, int64_t esize, void *d, con
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     float af = (float)alpha, bf = (float)beta; /* the scale type is D's */
     const void *pa = dsize == 8 ? (const void *)&alpha : &af, *pb = dsize == 8 ? (const void *)&beta : &bf;
-    LT_CHECK(cublasLtMatmul(cu.lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, d, p->lc, &p->algo, cu.ws, p->ws,
-                            cu.compute));
+    /* on cu.cur (a job's lane or the step's stream); the workspace is cu.compute's alone: a plan made for
+     * another stream asks for none, so two streams never share it */
+    LT_CHECK(cublasLtMatmul(cu.lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, d, p->lc, &p->algo,
+                            p->ws ? cu.ws : NULL, p->ws, cu.cur));
     if (cu.sync_debug) {
         char what[200];
         snprintf(what, sizeof what, "the cuBLASLt GEMM (%s) m %lld n %lld k %lld batch %lld", fn, (long long)m,

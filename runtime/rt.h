@@ -243,11 +243,16 @@ void rt_allreduce_sum(RtCtx *c, void *x, int64_t n, int dtype);
 /* The step's collectives run beside it (fsdpc's schedule pass decides when):
  * rt_coll_start hands job, which makes the calls above for the collective of
  * tag (0 <= tag < m->ncoll, node: its index in the step, for --trace), to
- * the communication thread (cpu; at world 1, or FSDPC_COMM_THREAD=0, it runs
- * at once) or to the collective stream (cuda); rt_coll_wait(tag) returns
- * (cuda: orders the compute stream) once it is done.  Jobs run one at a
- * time in start order, so every rank issues the collectives in one order. */
-void rt_coll_start(RtCtx *c, int tag, int node, void (*job)(RtCtx *));
+ * its lane: RT_LANE_GATHER (all-gathers) or RT_LANE_REDUCE (reduce-scatters
+ * and all-reduces).  cuda: each lane is a stream of its own with its own
+ * NCCL communicators, so a gather overlaps a reduce-scatter as well as the
+ * compute; cpu: both lanes are the one communication thread (at world 1,
+ * or FSDPC_COMM_THREAD=0, a job runs at once).  rt_coll_wait(tag) returns
+ * (cuda: orders the compute stream) once it is done.  A lane runs its jobs
+ * one at a time in start order, so every rank issues each communicator's
+ * collectives in one order. */
+enum { RT_LANE_GATHER, RT_LANE_REDUCE, RT_NLANE };
+void rt_coll_start(RtCtx *c, int tag, int node, int lane, void (*job)(RtCtx *));
 void rt_coll_wait(RtCtx *c, int tag);
 
 /* --trace: node ended now (-1: the step starts), called by the step when c->trace */

@@ -11,7 +11,9 @@
  * the same stream: a cudaMemcpy from pageable memory returns once the
  * bytes are staged, and the emulation, like a GPU, may write them after a
  * collective on another stream has read the buffer); a split into
- * even and odd ranks and an all-reduce over each half.  Then the last rank
+ * even and odd ranks and an all-reduce over each half; two communicators
+ * of the same ranks, each with a collective in flight on its own stream at
+ * once, and a communicator refusing a second stream.  Then the last rank
  * exits without joining the next collective: the others must see an
  * asynchronous error (ncclRemoteError, and ncclGetLastError names the rank)
  * instead of hanging, and abort.  A child's exit status is its number of
@@ -149,6 +151,47 @@ static void check_split(ncclComm_t comm, int world, cudaStream_t s)
     CHECK(cudaFree(d) == cudaSuccess);
 }
 
+/* Two communicators of the same ranks at once (the cuda target's gather and reduction lanes): a second one split
+ * off with every rank, an all-gather on comm's stream s and an all-reduce on the twin's stream s2 both in flight,
+ * several chunks each, both right; then the twin, fed from s2 so far, refuses a collective from s */
+static void check_two_comms(ncclComm_t comm, int world, cudaStream_t s)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t twin = NULL;
+    ncclResult_t r = ncclCommSplit(comm, 0, g_rank, &twin, &cfg);
+    if (r == ncclInProgress)
+        r = settle(twin);
+    CHECK(r == ncclSuccess && twin != NULL);
+    cudaStream_t s2;
+    CHECK(cudaStreamCreateWithPriority(&s2, cudaStreamNonBlocking, -5) == cudaSuccess);
+    size_t n = (size_t)N * world;
+    float *h = malloc(n * sizeof *h), *a, *b;
+    CHECK(h && cudaMalloc((void **)&a, n * sizeof *a) == cudaSuccess && cudaMalloc((void **)&b, N * sizeof *b) ==
+          cudaSuccess);
+    for (size_t i = 0; i < N; i++)
+        h[i] = value(g_rank, i);
+    CHECK(cudaMemcpyAsync(a + (size_t)g_rank * N, h, N * sizeof *h, cudaMemcpyHostToDevice, s) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(b, h, N * sizeof *h, cudaMemcpyHostToDevice, s2) == cudaSuccess);
+    CHECK(ncclAllGather(a + (size_t)g_rank * N, a, N, ncclFloat32, comm, s) == ncclSuccess);
+    CHECK(ncclAllReduce(b, b, N, ncclFloat32, ncclSum, twin, s2) == ncclSuccess);
+    sync_stream(s);
+    sync_stream(s2);
+    CHECK(cudaMemcpy(h, a, n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int q = 0; q < world; q++)
+        CHECK(h[(size_t)q * N + 1] == value(q, 1) && h[(size_t)q * N + N - 1] == value(q, N - 1));
+    CHECK(cudaMemcpy(h, b, N * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess);
+    double sum = 0;
+    for (int q = 0; q < world; q++)
+        sum += value(q, N - 2);
+    CHECK(h[N - 2] == (float)sum);
+    CHECK(ncclAllReduce(b, b, N, ncclFloat32, ncclSum, twin, s) == ncclInvalidUsage);
+    CHECK(strstr(ncclGetLastError(twin), "another stream") != NULL);
+    CHECK(ncclCommFinalize(twin) == ncclSuccess && ncclCommDestroy(twin) == ncclSuccess);
+    CHECK(cudaFree(a) == cudaSuccess && cudaFree(b) == cudaSuccess && cudaStreamDestroy(s2) == cudaSuccess);
+    free(h);
+}
+
 /* the last rank leaves; the others' next collective fails, reported asynchronously */
 static void check_dead_rank(ncclComm_t comm, int world, cudaStream_t s)
 {
@@ -181,6 +224,7 @@ static int child(ncclUniqueId id, int world)
     check_float32(comm, world, s);
     check_float64_bf16(comm, world, s);
     check_split(comm, world, s);
+    check_two_comms(comm, world, s);
     check_dead_rank(comm, world, s);
     return g_failed;
 }

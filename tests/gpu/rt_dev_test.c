@@ -279,7 +279,11 @@ static char *make_emu_image(void)
 
 enum { NUMEL = 1000, SHARD = 1003, ARENA = 8 << 20, OFF_IOTA = 0, N_IOTA = 5000, OFF_OUT = 32768,
        OFF_LOSS = 32768 + 64, OFF_A = 65536, OFF_B = OFF_A + (2 << 20), OFF_C = OFF_B + (2 << 20),
-       OFF_G = OFF_C + (2 << 20), G = 16 };
+       OFF_G = OFF_C + (2 << 20), G = 16,
+       /* the lanes' check (lanes_step): a second full buffer, the reduce-scatter's input and output, the gathered
+        * buffer's copy, and slow compute work */
+       OFF_FULL2 = OFF_G + 8192, OFF_G2 = OFF_FULL2 + 16384, OFF_SH2 = OFF_G2 + 16384, OFF_OUT2 = OFF_SH2 + 8192,
+       OFF_SLOW = OFF_OUT2 + 16384, N_SLOW = 1 << 18, SLOW_ROUNDS = 8 };
 
 static RtModel g_m;
 static RtCtx g_c;
@@ -288,8 +292,54 @@ static int64_t g_numel = NUMEL; /* the unit's elements: NUMEL at world 1, world 
 static const char *g_checks[] = {"label out of range in the test's check kernel"};
 static RtImage g_image;
 
+/* y[i] = i for i < n, on cu.cur */
+static void iota(void *y, uint64_t n)
+{
+    void *args[] = {&y, &n};
+    kc_launch(0, (unsigned)((n + 255) / 256), 256, 0, args);
+}
+
+/* the lanes' jobs: a gather of the parameter shard into the second full buffer; a reduce-scatter of G2 */
+static void job_gather(RtCtx *c)
+{
+    rt_allgather(c, c->dev_arena + OFF_FULL2, c->dev_shard[RT_S_PARAM], c->shard_len[0], RT_F32);
+}
+
+static void job_reduce(RtCtx *c)
+{
+    rt_reduce_scatter_avg(c, c->dev_arena + OFF_SH2, c->dev_arena + OFF_G2, g_numel, c->shard_len[0], RT_F32);
+}
+
+/* Both lanes in flight at once (rt_coll_start, as the generated step), each
+ * against compute work that only the waits between the streams order.  The
+ * compute stream is first kept busy (SLOW_ROUNDS iota launches); then it
+ * zeroes the gathered buffer and writes the reduce-scatter's input: a lane
+ * that did not wait for that (rt_coll_start's fork) gathers into a buffer
+ * zeroed after it, and reduces the zeros the previous step left.  The
+ * gathered buffer is copied at once after its wait, and the input zeroed
+ * after the reduce-scatter's: a compute stream that did not wait for the
+ * lanes (rt_coll_wait's join; the emulation delays the lanes' operations)
+ * copies zeros, and zeroes the input under the reduce-scatter.  steps()
+ * checks the copy and the reduced shard. */
+static void lanes_step(RtCtx *c)
+{
+    char *a = c->dev_arena;
+    int64_t full = (int64_t)c->sf * c->shard_len[0] * 4;
+    for (int i = 0; i < SLOW_ROUNDS; i++)
+        iota(a + OFF_SLOW, N_SLOW);
+    rt_memset(a + OFF_FULL2, 0, full);
+    iota(a + OFF_G2, (uint64_t)(full / 4));
+    rt_coll_start(c, 0, 0, RT_LANE_GATHER, job_gather);
+    rt_coll_start(c, 1, 0, RT_LANE_REDUCE, job_reduce);
+    rt_coll_wait(c, 0);
+    rt_memcpy(a + OFF_OUT2, a + OFF_FULL2, full);
+    rt_coll_wait(c, 1);
+    rt_memset(a + OFF_G2, 0, full);
+}
+
 /* the step: an iota kernel, a 16x16x16 GEMM, the step parameters out, the
- * check, the loss (= step) by a copy, an all-gather and a reduce-scatter */
+ * check, the loss (= step) by a copy, an all-gather and a reduce-scatter,
+ * then the same two as jobs on their lanes (lanes_step) */
 static void test_step(RtCtx *c)
 {
     char *a = c->dev_arena;
@@ -309,6 +359,7 @@ static void test_step(RtCtx *c)
     rt_memcpy(a + OFF_LOSS, out + 16, 4);
     rt_allgather(c, c->dev_slot[0], c->dev_shard[RT_S_PARAM], c->shard_len[0], RT_F32);
     rt_reduce_scatter_avg(c, c->dev_shard[RT_S_GRAD], c->dev_slot[0], g_numel, c->shard_len[0], RT_F32);
+    lanes_step(c);
 }
 
 static char *g_base;
@@ -327,6 +378,7 @@ static void setup(const char *ptx)
     g_m.loss_off = OFF_LOSS, g_m.loss_dtype = RT_F32;
     g_m.optimizer = RT_ADAMW;
     g_m.step = test_step;
+    g_m.ncoll = 2; /* lanes_step's jobs */
     g_m.target_cuda = 1;
 #ifdef FSDPC_CUEMU
     g_image = (RtImage){"sm_90", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
@@ -557,6 +609,28 @@ static void collectives(void)
     printf("OK collectives at world 1, copies and fills\n");
 }
 
+/* after steps(): lanes_step's gathered copy holds every rank's parameter shard (rank * 10000 + i), its reduced
+ * shard this rank's piece of 0, 1, 2, ... with the padding zeroed */
+static void lanes_check(RtCtx *c, const char *mode)
+{
+    int64_t nfull = (int64_t)c->sf * SHARD;
+    float *out2 = malloc((size_t)nfull * 4), *sh2 = malloc(SHARD * 4);
+    CHECK(out2 && sh2, "out of memory");
+    rt_dev_download(c, g_base + OFF_OUT2, nfull * 4);
+    rt_dev_download(c, g_base + OFF_SH2, SHARD * 4);
+    memcpy(out2, g_base + OFF_OUT2, (size_t)nfull * 4);
+    memcpy(sh2, g_base + OFF_SH2, SHARD * 4);
+    for (int64_t j = 0; j < nfull; j++)
+        CHECK(out2[j] == (float)(j / SHARD * 10000 + j % SHARD), "%s: the lanes' gathered copy [%lld] = %g (a wait "
+              "between the gather's stream and the compute stream missing?)", mode, (long long)j, out2[j]);
+    for (int64_t i = 0, j = (int64_t)c->srank * SHARD; i < SHARD; i++, j++)
+        CHECK(sh2[i] == (j < g_numel ? (float)j : 0.0f), "%s: the lanes' reduced shard [%lld] = %g, not %g (a wait "
+              "between the reductions' stream and the compute stream missing?)", mode, (long long)i, sh2[i],
+              j < g_numel ? (float)j : 0.0f);
+    free(out2);
+    free(sh2);
+}
+
 /* steps 1..last: every step sees its own parameters; the loss comes back */
 static void steps(int last, const char *mode)
 {
@@ -565,6 +639,10 @@ static void steps(int last, const char *mode)
     for (int i = 0; i < 2 * G * G; i++)
         g[i] = frand();
     rt_dev_upload(c, g, 2 * G * G * 4);
+    float *pa = (float *)c->shard[RT_S_PARAM]; /* this rank's parameter shard: rank * 10000 + i */
+    for (int i = 0; i < SHARD; i++)
+        pa[i] = (float)(g_rank * 10000 + i);
+    rt_dev_upload(c, pa, SHARD * 4);
     double want[G * G];
     ref_gemm(want, g, g + G * G, 1, 0, 0, G, G, G, 0, 0, 0.0, NULL);
     double t0 = now_s(), t_first = 0;
@@ -589,6 +667,7 @@ static void steps(int last, const char *mode)
         CHECK(st == s && lr == 1e-3 * s, "%s step %d: the kernel saw step %lld, lr %g", mode, s, (long long)st, lr);
     }
     CHECK(last < 6, "step 6 should have failed its check");
+    lanes_check(c, mode);
     double per = last > 3 ? (now_s() - t_first) / (last - 3) : 0;
     float *y = (float *)(g_base + OFF_IOTA), *cg = g + 2 * G * G;
     rt_dev_download(c, y, N_IOTA * 4);
@@ -601,7 +680,7 @@ static void steps(int last, const char *mode)
     CHECK(err < 5e-2, "the step's GEMM is off by %g", err);
     /* the step's all-gather (param shard -> slot) and reduce-scatter (slot,
      * padding zeroed -> grad shard) */
-    float *pa = (float *)c->shard[RT_S_PARAM], *gr = (float *)c->shard[RT_S_GRAD];
+    float *gr = (float *)c->shard[RT_S_GRAD];
     rt_dev_download(c, pa, SHARD * 4);
     rt_dev_download(c, gr, SHARD * 4);
     for (int i = 0; i < SHARD; i++)
@@ -620,10 +699,7 @@ static void steps(int last, const char *mode)
 static void world_steps(void)
 {
     RtCtx *c = &g_c;
-    float *pa = (float *)c->shard[RT_S_PARAM], *slot = (float *)c->slot[0];
-    for (int i = 0; i < SHARD; i++)
-        pa[i] = (float)(g_rank * 10000 + i);
-    rt_dev_upload(c, pa, SHARD * 4);
+    float *slot = (float *)c->slot[0];
     steps(5, "world");
     rt_dev_download(c, slot, (int64_t)g_world * SHARD * 4);
     for (int64_t j = 0; j < (int64_t)g_world * SHARD; j++)

@@ -14,6 +14,9 @@ codegen/cost.c can be counted by hand:
     inside a node and its all-reduce over the replicas crosses nodes, each term as counted from the
     report's unit sizes;
   - every rate doubled halves the step time exactly (no latencies, no overheads);
+  - the cuda target's two lanes of collectives (gathers, reductions): link-bound, its step is still its
+    communication (the lanes share the links); the GPT in bf16 with --prefetch none exposes less on cuda than on
+    the cpu target's one communication thread (the same compute and collectives), with backward_pre the same;
   - the GPT on a100-roce at world 4: step >= compute, exposed <= communication, prefetch none exposes
     more communication than backward_pre, TFLOPS = FLOPs / step, MFU = TFLOPS / the bf16 peak with
     --precision bf16;
@@ -110,11 +113,11 @@ def profile(name, **kv):
     return path
 
 
-def report(model, world, hw=None, extra=()):
+def report(model, world, hw=None, extra=(), target="cpu"):
     out = os.path.join(work, "r.json")
     if os.path.exists(out):
         os.unlink(out)
-    cmd = [fsdpc] + model + ["--target", "cpu", "--report", "--world", str(world), "--report-json", out] + list(extra)
+    cmd = [fsdpc] + model + ["--target", target, "--report", "--world", str(world), "--report-json", out] + list(extra)
     if hw:
         cmd += ["--hw", hw]
     p = run(cmd)
@@ -168,6 +171,10 @@ close(r["comm_s"], (r["sent_bytes_per_step"] + loss_ar) / 1e9, 1e-9, "world 4 fu
 check(r["step_time_s"] >= r["comm_s"] and r["exposed_comm_s"] <= r["comm_s"] * (1 + 1e-12),
       "the step outlasts its communication, and exposes no more than it")
 close(r["step_time_s"], r["comm_s"], 1e-3, "link-bound: the step is its communication")
+# the cuda target's two lanes (gathers, reductions) share the links: a second stream adds no bandwidth
+rc, _ = report(MM, 4, profile("links", intra_busbw_gbs=1, inter_busbw_gbs=1, **fast), target="cuda")
+close(rc["comm_s"], r["comm_s"], 1e-9, "cuda: the same collectives")
+close(rc["step_time_s"], rc["comm_s"], 1e-3, "cuda link-bound: the step is its communication, on two lanes too")
 n = units(text)
 check(n == [K * N], "one unit of W's %d elements: %s" % (K * N, n))
 S = 4 * K * N  # the flat float32 buffer (K N divides by 2 and 4: no padding)
@@ -215,6 +222,25 @@ none, _ = report(GPT + ["--wrap", "blocks", "--prefetch", "none"], 4, slow)
 check(none["exposed_comm_s"] > pre["exposed_comm_s"] * 1.05 and none["step_time_s"] > pre["step_time_s"],
       "prefetch none exposes more: %.6g vs %.6g s" % (none["exposed_comm_s"], pre["exposed_comm_s"]))
 close(none["comm_s"], pre["comm_s"], 1e-9, "the same collectives either way")
+# the cuda target's gathers run on a lane of their own: with --prefetch none a backward gather no longer queues
+# behind the float32 reduce-scatter (twice its bytes in bf16) started before it, and exposes less than on the cpu
+# target's one communication thread; backward_pre issues it first, so there it is the same
+slowb = profile("slowb", peak_tflops_f32=0.02, peak_tflops_bf16=0.02, mem_bw_gbs=20, intra_busbw_gbs=0.2,
+                intra_latency_us=10, op_overhead_us=1)
+lanes = {}
+for t in ("cpu", "cuda"):
+    for pf in ("backward_pre", "none"):
+        lanes[t, pf], _ = report(GPT + ["--wrap", "blocks", "--precision", "bf16", "--prefetch", pf], 4, slowb,
+                                 target=t)
+for pf in ("backward_pre", "none"):
+    for k in ("comm_s", "compute_s"):
+        close(lanes["cuda", pf][k], lanes["cpu", pf][k], 1e-9, "%s: %s the same on both targets" % (pf, k))
+close(lanes["cuda", "backward_pre"]["step_time_s"], lanes["cpu", "backward_pre"]["step_time_s"], 1e-9,
+      "backward_pre: one lane or two, the same step")
+check(lanes["cuda", "none"]["exposed_comm_s"] < 0.95 * lanes["cpu", "none"]["exposed_comm_s"] and
+      lanes["cuda", "none"]["step_time_s"] < lanes["cpu", "none"]["step_time_s"],
+      "prefetch none: two lanes expose less than one: %.6g vs %.6g s" % (lanes["cuda", "none"]["exposed_comm_s"],
+                                                                         lanes["cpu", "none"]["exposed_comm_s"]))
 
 # without --hw: the plan, times null
 r, _ = report(GPT, 2)
