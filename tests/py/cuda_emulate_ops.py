@@ -26,8 +26,9 @@ world 2.
 2. The watchdog with the emulated NCCL, ranks launched directly (RANK,
    WORLD_SIZE, --rendezvous file:), so that no launcher ends the job for
    them: rank 1 killed (SIGKILL) mid-run: rank 0 exits 1 with one error line
-   naming rank 1 (its NCCL communicator's async error, or the control plane's
-   lost connection); rank 0 killed: rank 1 likewise names rank 0; rank 1
+   naming rank 1 (its NCCL communicator's async error, polled by cu_wait, or
+   the control plane's watchdog seeing the connection close: whichever comes
+   first); rank 0 killed: rank 1 likewise names rank 0; rank 1
    stopped (SIGSTOP) mid-run with FSDPC_STEP_TIMEOUT=5: rank 0 exits 1 with
    one line "... did not finish within 5 s (FSDPC_STEP_TIMEOUT)", and rank 1,
    continued, exits non-zero too.  Each within 60 s (a hang would hit it).
@@ -214,8 +215,8 @@ def dead_rank(mlp, victim):
     procs[victim].wait()  # reaped, as a launcher does
     other = 1 - victim
     rc, lines, took = ends(procs[other], tag, "rank %d" % other)
-    pat = r"error: rank %d: .*(rank %d \(pid \d+\) of communicator \S+ is gone|lost the connection to rank %d)" % (
-        other, victim, victim)
+    pat = (r"error: rank %d: .*(rank %d \(pid \d+\) of communicator \S+ is gone|lost the connection to rank %d|rank %d "
+           r"closed its connection)" % (other, victim, victim, victim))
     check(rc != 0 and len(lines) == 1 and re.search(pat, lines[0]), "%s: rank %d exit %d, expected non-zero and "
           "one line matching %r: %s" % (tag, other, rc, pat, lines))
     print("%-16s rank %d exit %d after %4.1f s: %s" % (tag, other, rc, took, lines[0][lines[0].find("error"):][:140]))
