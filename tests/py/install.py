@@ -11,8 +11,8 @@ usage: install.py FSDPC BUILD_DIR SOURCE_DIR WORKDIR
    target, and for cuda when this fsdpc has the CUDA toolkit (NVRTC; not run: no GPU); the cpu executable
    trains 3 steps at world 2 with the same losses as the build tree's fsdpc gives (the same code, bit for
    bit); with the toolkit, --target cuda --emulate (the installed emulation library, kernels/cuda headers
-   and the C++ compiler) trains 3 steps at world 2 with the cpu losses within 1e-5; a copy of fsdpc outside any prefix compiles with FSDPC_HOME=Q; a FSDPC_HOME without a runtime is
-   one error line.
+   and the C++ compiler) trains 3 steps at world 2 with the cpu losses within 1e-5; a copy of fsdpc outside
+   any prefix compiles with FSDPC_HOME=Q; a FSDPC_HOME without a runtime is one error line.
 3. pkg-config reads the moved prefix's fsdpc.pc (its fsdpc variable is the installed compiler, its Libs the
    installed archives: the prefix is found from the file's place); the man page starts with .TH and holds
    the option list.
