@@ -4,8 +4,8 @@
  * headers: the types, enums and constants are CUDA's own.
  *
  * Memory.  Device memory comes from one reserved mapping of the emulated
- * device's size (FSDPC_CUEMU_MEM_MIB, default 81559 MiB: an H100's), away
- * from the heap; each cudaMalloc takes whole pages of it (made readable and
+ * device's size (FSDPC_CUEMU_MEM_MIB, default 81559 MiB: an H100's; at
+ * least 301, since the context is taken to hold 300), away from the heap; each cudaMalloc takes whole pages of it (made readable and
  * writable, made inaccessible again by cudaFree) followed by 64 KiB that
  * stay inaccessible, and is registered; a fault there (past an allocation,
  * after cudaFree) is named in one line instead of a bare SIGSEGV.  cudaMallocHost registers pinned host memory.
