@@ -33,6 +33,7 @@ failed.
 """
 import gzip
 import json
+import lzma
 import math
 import os
 import shutil
@@ -116,10 +117,11 @@ def unpack(out, models):
             os.chmod(path, 0o755)
     for m in models:
         init = m["init"]
-        if init.endswith(".gz"):
+        if init.endswith((".xz", ".gz")):  # prep.py's (.gz: an older package's)
             dst = os.path.join(out, init[:-3])
             if not os.path.exists(dst):
-                with gzip.open(os.path.join(out, init), "rb") as f, open(dst + ".tmp", "wb") as g:
+                opener = lzma.open if init.endswith(".xz") else gzip.open
+                with opener(os.path.join(out, init), "rb") as f, open(dst + ".tmp", "wb") as g:
                     shutil.copyfileobj(f, g, 1 << 24)
                 os.replace(dst + ".tmp", dst)
         gen = m.get("gen")

@@ -11,7 +11,7 @@
 #       reference and keeps its losses, compiles the benchmark models (a
 #       GPT-2-small-shaped GPT, ResNet-18 at 224x224) for --target cuda, and
 #       copies into OUTDIR what the run needs: executables, .init files
-#       (gzipped when large; one per distinct set of weights), data,
+#       (xz-compressed when large; one per distinct set of weights), data,
 #       manifest.json, the device layer's test,
 #       and any shared library the executables need beyond libc, cuBLASLt and
 #       NCCL (the executables, built for sm_90 only, gzipped).  OUTDIR inside the repository (e.g. build-gpu,
