@@ -29,8 +29,8 @@ world 2.
    naming rank 1 (its NCCL communicator's async error, polled by cu_wait, or
    the control plane's watchdog seeing the connection close: whichever comes
    first); rank 0 killed: rank 1 likewise names rank 0; rank 1
-   stopped (SIGSTOP) mid-run with FSDPC_STEP_TIMEOUT=5: rank 0 exits 1 with
-   one line "... did not finish within 5 s (FSDPC_STEP_TIMEOUT)", and rank 1,
+   stopped (SIGSTOP) mid-run with FSDPC_STEP_TIMEOUT=10: rank 0 exits 1 with
+   one line "... did not finish within 10 s (FSDPC_STEP_TIMEOUT)", and rank 1,
    continued, exits non-zero too.  Each within 60 s (a hang would hit it).
 3. Too little device memory (FSDPC_CUEMU_MEM_MIB): 350 MiB at world 1 and
    400 at world 2 (the emulated context takes 300): exit 1, exactly one error
@@ -57,6 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GLOBAL_B, STEPS, INTERRUPT, EVERY = 12, 10, 6, 4
 LIMIT = 60   # seconds; any run here takes a few: a hang fails the test
+# FSDPC_STEP_TIMEOUT of the stalled-rank case: well above a step of the MLP under ASan on a loaded machine
+STALL_TIMEOUT = 10
 EMU = ["--target", "cuda", "--emulate"]
 
 
@@ -224,13 +226,13 @@ def dead_rank(mlp, victim):
 
 def stalled_rank(mlp):
     tag = "rank 1 stopped"
-    procs = launch(mlp, "stalled", {"FSDPC_STEP_TIMEOUT": "5"})
+    procs = launch(mlp, "stalled", {"FSDPC_STEP_TIMEOUT": str(STALL_TIMEOUT)})
     os.kill(procs[1].pid, signal.SIGSTOP)
     try:
         rc, lines, took = ends(procs[0], tag, "rank 0")
     finally:
         os.kill(procs[1].pid, signal.SIGCONT)
-    pat = r"error: rank 0: .*did not (finish|complete) within 5 s \(FSDPC_STEP_TIMEOUT\)"
+    pat = r"error: rank 0: .*did not (finish|complete) within %d s \(FSDPC_STEP_TIMEOUT\)" % STALL_TIMEOUT
     check(rc != 0 and len(lines) == 1 and re.search(pat, lines[0]), "%s: rank 0 exit %d, expected non-zero and one "
           "line matching %r: %s" % (tag, rc, pat, lines))
     rc1, _, _ = ends(procs[1], tag, "rank 1, continued,")
