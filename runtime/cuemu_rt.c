@@ -4,8 +4,8 @@
  * headers: the types, enums and constants are CUDA's own.
  *
  * Memory.  Device memory comes from one reserved mapping of the emulated
- * device's size (FSDPC_CUEMU_MEM_MIB, default 81559 MiB: an H100's), away
- * from the heap; each cudaMalloc takes whole pages of it (made readable and
+ * device's size (FSDPC_CUEMU_MEM_MIB, default 81559 MiB: an H100's; at
+ * least 301, since the context is taken to hold 300), away from the heap; each cudaMalloc takes whole pages of it (made readable and
  * writable, made inaccessible again by cudaFree) followed by 64 KiB that
  * stay inaccessible, and is registered; a fault there (past an allocation,
  * after cudaFree) is named in one line instead of a bare SIGSEGV.  cudaMallocHost registers pinned host memory.
@@ -174,17 +174,19 @@ static struct {
     size_t ndev, npinned, capdev, cappinned;
 } g_mem = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* the emulated device's memory, from FSDPC_CUEMU_MEM_MIB (0 if unusable) */
+/* the emulated device's memory, from FSDPC_CUEMU_MEM_MIB (0 if unusable: said in one line); more than the
+ * context takes, so that a too small value is named here, not seen as a failing cudaGetDeviceProperties */
 static size_t device_bytes(void)
 {
     const char *v = getenv("FSDPC_CUEMU_MEM_MIB");
-    unsigned long long mib = 81559;
+    unsigned long long mib = 81559, least = (CONTEXT_BYTES >> 20) + 1;
     if (v && *v) {
         char *end;
         errno = 0;
         mib = strtoull(v, &end, 10);
-        if (errno || *end || mib == 0 || mib > ((unsigned long long)1 << 24)) {
-            cuemu_complain("FSDPC_CUEMU_MEM_MIB", "'%s' is not a size in MiB between 1 and 16777216", v);
+        if (errno || *end || mib < least || mib > ((unsigned long long)1 << 24)) {
+            cuemu_complain("FSDPC_CUEMU_MEM_MIB", "'%s' is not a size in MiB between %llu (the emulated CUDA "
+                           "context takes %llu) and 16777216", v, least, least - 1);
             return 0;
         }
     }
@@ -263,7 +265,7 @@ static cudaError_t reserve(void)
     if (g_mem.region)
         return cudaSuccess;
     size_t total = device_bytes();
-    if (total <= CONTEXT_BYTES)
+    if (total == 0)
         return cudaErrorInitializationError;
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {

@@ -21,11 +21,13 @@ Writes into OUTDIR (flat, so it can be carried to the GPU machine whole):
   gpt_bench_bf16       the same with --precision bf16 (the issue's benchmark)
   resnet_bench         ResNet-18 (1000 classes), 224x224, batch 128: cuda only
   cuda_rt_dev_test     the device layer's own test (if the build has it)
-Large .init files are stored gzipped (*.init.gz): the benchmark models'
-initial weights are random normal numbers repeating with a period of 4093
-values (scaled to each tensor's std), which compresses ~1000x, so that a
-124M-parameter model fits the 64 MiB that travels to the GPU machine;
-speed does not depend on the values.  (ResNet check weights are tiled too.)
+Large .init files are stored xz-compressed (*.init.xz, LZMA preset 1): the
+benchmark models' initial weights are random normal numbers repeating with a
+period of 4093 values (scaled to each tensor's std), which LZMA compresses
+~2000x (gzip: ~120x, its matches being at most 258 bytes: the GPT-2-small
+.init, 998 MiB, was 8.2 MiB gzipped), so that a 124M-parameter model fits
+what travels to the GPU machine; speed does not depend on the values.
+(ResNet check weights are tiled too.)
 
 Environment: GPT_BENCH="layers,embd,heads,T,vocab,batch" and
 RESNET_BENCH="size,batch" override the benchmark shapes; PREP_MODELS="gpt_bench,..."
@@ -35,8 +37,8 @@ executables (to look at a check's reference).  Models with the same initial weig
 --quick: small benchmark shapes (to try this script out).
 """
 import copy
-import gzip
 import hashlib
+import lzma
 import json
 import os
 import re
@@ -83,8 +85,8 @@ def run(cmd, timeout=3600, env=None):
 
 
 def tile_weights(model, seed=0, period=PERIOD):
-    """every parameter with spread becomes base[i % period] * std + mean (same scale, compressible: gzip's window
-    is 32 KiB, so period x the element size must stay below it)"""
+    """every parameter with spread becomes base[i % period] * std + mean (same scale, compressible: period x the
+    element size stays below gzip's 32 KiB window, and LZMA's)"""
     g = torch.Generator().manual_seed(seed)
     base = torch.randn(period, generator=g, dtype=torch.float64)
     with torch.no_grad():
@@ -206,14 +208,15 @@ def cpu_losses(out, name, args, steps, precision, tol):
     return losses, sens
 
 
-def gzip_init(out, name):
+def pack_init(out, name):
+    """OUT/name.init -> OUT/name.init.xz (gpu_run.py unpacks it); its file name"""
     src = os.path.join(out, name + ".init")
-    with open(src, "rb") as f, gzip.open(src + ".gz", "wb", compresslevel=6) as g:
+    with open(src, "rb") as f, lzma.open(src + ".xz", "wb", preset=1) as g:
         shutil.copyfileobj(f, g, 1 << 24)
-    log("%s.init: %.1f MiB -> %.2f MiB gzipped" % (name, os.path.getsize(src) / 2**20,
-                                                   os.path.getsize(src + ".gz") / 2**20))
+    log("%s.init: %.1f MiB -> %.2f MiB xz" % (name, os.path.getsize(src) / 2**20,
+                                              os.path.getsize(src + ".xz") / 2**20))
     os.remove(src)
-    return name + ".init.gz"
+    return name + ".init.xz"
 
 
 def gpt_check(fsdpc, out, steps, precision="fp32"):
@@ -268,7 +271,7 @@ def resnet_check(fsdpc, out, steps, precision="fp32"):
         os.chdir(cwd)
     os.remove(onnx_path)
     fl = resnet_fwd_flops(model, S)
-    return dict(name=name, kind="resnet", exe=name, init=gzip_init(out, name), args=args, steps=steps, check=True,
+    return dict(name=name, kind="resnet", exe=name, init=pack_init(out, name), args=args, steps=steps, check=True,
                 precision=precision, tol=TOL[precision], cpu_losses=losses, cpu_sensitivity=sens, params=nparams(model), unit="images", items_per_step=B,
                 flops_per_step=3 * fl * B, plan_bytes=plan, batch=B, config=dict(size=S, classes=classes))
 
@@ -291,7 +294,7 @@ def gpt_bench(fsdpc, out, steps, shape, precision="fp32"):
     plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=False)
     os.remove(onnx_path)
     n = nparams(model)
-    return dict(name=name, kind="gpt", exe=name, init=gzip_init(out, name),
+    return dict(name=name, kind="gpt", exe=name, init=pack_init(out, name),
                 args=["--tokens", name + ".tokens.bin", "--lr", "3e-4", "--weight-decay", "0.1"], steps=steps,
                 check=False, precision=precision, params=n, unit="tokens", items_per_step=B * T, flops_per_step=6 * n * B * T,
                 plan_bytes=plan, batch=B, gen=dict(tokens=(steps + 2) * B * T + 1, vocab=V),
@@ -311,7 +314,7 @@ def resnet_bench(fsdpc, out, steps, shape):
     plan = compile_both(fsdpc, onnx_path, out, name, flags, cpu=False)
     os.remove(onnx_path)
     fl = resnet_fwd_flops(model, S)
-    return dict(name=name, kind="resnet", exe=name, init=gzip_init(out, name),
+    return dict(name=name, kind="resnet", exe=name, init=pack_init(out, name),
                 args=["--data", "x=%s_x.npy" % name, "--data", "labels=%s_labels.npy" % name, "--lr", "0.1",
                       "--momentum", "0.9"], steps=steps, check=False, params=nparams(model), unit="images",
                 items_per_step=B, flops_per_step=3 * fl * B, plan_bytes=plan, batch=B,
@@ -326,14 +329,14 @@ def share_inits(out, models):
     for m in models:
         path = os.path.join(out, m["init"])
         h = hashlib.sha256()
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+        with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 24), b""):
                 h.update(chunk)
         first = kept.setdefault(h.hexdigest(), m["init"])
         if first != m["init"]:
             os.remove(path)
             m["init"] = first
-            m["args"] = m["args"] + ["--init", first[:-3] if first.endswith(".gz") else first]
+            m["args"] = m["args"] + ["--init", first[:-3] if first.endswith(".xz") else first]
             log("%s: the same initial weights as %s: shared" % (m["name"], first))
 
 

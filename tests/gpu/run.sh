@@ -11,11 +11,12 @@
 #       reference and keeps its losses, compiles the benchmark models (a
 #       GPT-2-small-shaped GPT, ResNet-18 at 224x224) for --target cuda, and
 #       copies into OUTDIR what the run needs: executables, .init files
-#       (gzipped when large; one per distinct set of weights), data,
+#       (xz-compressed when large; one per distinct set of weights), data,
 #       manifest.json, the device layer's test,
 #       and any shared library the executables need beyond libc, cuBLASLt and
-#       NCCL (the executables gzipped).  OUTDIR inside the repository (e.g. build-gpu, ignored by git)
-#       can then travel with the device tool's `carry`.  QUICK=1: small
+#       NCCL (the executables, built for sm_90 only, gzipped).  OUTDIR inside the repository (e.g. build-gpu,
+#       ignored by git) can then travel with the device tool's `carry`; prepare fails when OUTDIR and the
+#       repository's tracked and not-ignored files exceed 40 MiB.  QUICK=1: small
 #       benchmark shapes (to try prepare out).
 #
 #   tests/gpu/run.sh run OUTDIR       on the GPU machine, from the repository
@@ -99,12 +100,19 @@ prepare() {
         [ -f "$exe" ] && [ -x "$exe" ] || continue
         gzip -9f "$exe"
     done
-    local size repo
-    size=$(du -sm "$outdir" | cut -f1)
-    repo=$(git ls-files -z | du -cm --files0-from=- | tail -1 | cut -f1)
-    echo "run.sh: $outdir holds ${size} MiB (+ ${repo} MiB of tracked files travel with it; the limit is 64 MiB)"
-    if [ $((size + repo)) -gt 60 ]; then
-        echo "run.sh: warning: too large to carry; use smaller GPT_BENCH / RESNET_BENCH shapes" >&2
+    # what a device call carries: the working tree's tracked and not-ignored files, and OUTDIR (carried);
+    # bytes, not disk blocks.  At most 40 MiB of the 64 a call may carry: room for what the tree gains.
+    local size repo total limit=40
+    size=$(du -sb --apparent-size "$outdir" | cut -f1)
+    repo=$(git ls-files -z --cached --others --exclude-standard | du -cb --apparent-size --files0-from=- 2>/dev/null |
+        tail -1 | cut -f1)
+    total=$((size + repo))
+    echo "run.sh: $outdir holds $((size >> 20)) MiB, the repository's files $((repo >> 20)) MiB: $((total >> 20)) MiB" \
+        "travel (limit ${limit} MiB; a device call carries at most 64)"
+    if [ "$total" -gt $((limit << 20)) ]; then
+        echo "run.sh: $outdir and the repository are $((total >> 20)) MiB, over ${limit} MiB: build fewer models" \
+            "(PREP_MODELS) or smaller GPT_BENCH / RESNET_BENCH shapes" >&2
+        exit 1
     fi
     echo "run.sh: next, on the GPU machine: tests/gpu/run.sh run $outdir (carry $outdir)"
 }

@@ -10,8 +10,9 @@ usage: install.py FSDPC BUILD_DIR SOURCE_DIR WORKDIR
    Q/bin/fsdpc --version names Q's directories; it compiles examples/gpt.onnx (copied out first) for the cpu
    target, and for cuda when this fsdpc has the CUDA toolkit (NVRTC; not run: no GPU); the cpu executable
    trains 3 steps at world 2 with the same losses as the build tree's fsdpc gives (the same code, bit for
-   bit); a copy of fsdpc outside any prefix compiles with FSDPC_HOME=Q; a FSDPC_HOME without a runtime is
-   one error line.
+   bit); with the toolkit, --target cuda --emulate (the installed emulation library, kernels/cuda headers
+   and the C++ compiler) trains 3 steps at world 2 with the cpu losses within 1e-5; a copy of fsdpc outside
+   any prefix compiles with FSDPC_HOME=Q; a FSDPC_HOME without a runtime is one error line.
 3. pkg-config reads the moved prefix's fsdpc.pc (its fsdpc variable is the installed compiler, its Libs the
    installed archives: the prefix is found from the file's place); the man page starts with .TH and holds
    the option list.
@@ -108,6 +109,21 @@ def minimal(build, source, work):
     print("OK install_minimal")
 
 
+def emulated(build, source, fz, tmp, compile_cpu, train):
+    """--target cuda --emulate from the installed tree (its emulation library, kernels/cuda headers and the C++
+    compiler for the model's fused kernels), the trees hidden: trains 3 steps at world 2 (the emulated NCCL)
+    with the cpu target's losses within 1e-5 (FSDPC_NO_TF32=1: exact float32 GEMMs)"""
+    env = {"FSDPC_NO_TF32": "1"}
+    q = hidden(build, source, " && ".join([compile_cpu.replace("--target cpu", "--target cuda --emulate")
+                                          % (fz, "train_emu"), train % ("train_emu", "train_emu")]), env=env)
+    check(q.returncode == 0, "--target cuda --emulate from the installed tree: exit %d\n%s%s"
+          % (q.returncode, q.stdout[-1000:], q.stderr[-2000:]))
+    got, want = losses(os.path.join(tmp, "train_emu.jsonl")), losses(os.path.join(tmp, "train.jsonl"))
+    check(len(got) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)),
+          "the installed fsdpc's emulated cuda losses %s, the cpu target's %s" % (got, want))
+    print("ok --target cuda --emulate from the installed tree trains at world 2: losses %s = cpu's within 1e-5" % got)
+
+
 def main():
     if sys.argv[1] == "--minimal":
         return minimal(*sys.argv[2:5])
@@ -167,6 +183,7 @@ def main():
             check(q.returncode == 0 and os.path.isfile(os.path.join(tmp, "train_cuda")),
                   "--target cuda from the installed tree: exit %d %s" % (q.returncode, q.stderr[-1000:]))
             print("ok --target cuda builds from the installed tree")
+            emulated(build, source, fz, tmp, compile_cpu, train)
         else:
             print("note: this fsdpc has no cuda target (built without the CUDA toolkit): cuda install not checked")
         # FSDPC_HOME: a copy of fsdpc outside any prefix
