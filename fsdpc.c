@@ -77,6 +77,9 @@ static const char *usage =
     "                          the cheap ops (elementwise, norms, softmax, casts) run again (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape attention loss autodiff optim units\n"
     "                          shard precision recompute fuse schedule memplan)\n"
+    "  --dump-data             --dump-after / --run-pass write every constant's and parameter's bytes (default:\n"
+    "                          float tensors of more than 256 elements as a digest, which --run-pass refuses\n"
+    "                          to read values from)\n"
     "  --run-pass PASS FILE.ir read IR text (as --dump-after prints it) and print it after running PASS\n"
     "                          alone on it; the options are the file's flags: line, then the command line's\n"
     "                          (--run-pass frontend: read and print it back)\n"
@@ -335,6 +338,8 @@ static void parse_args(Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--dump-after")) {
             o->dump_after = VALUE();
             find_pass(a, o->dump_after);
+        } else if (!strcmp(a, "--dump-data")) {
+            o->dump_data = 1;
         } else if (!strcmp(a, "--run-pass")) {
             o->run_pass = VALUE();
             find_pass(a, o->run_pass);
@@ -411,6 +416,8 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (o->hw && !o->report)
         fatal("--hw %s: the profile is for --report's prediction; add --report", o->hw);
+    if (o->dump_data && !o->dump_after && !o->run_pass)
+        fatal("--dump-data shapes the IR text of --dump-after or --run-pass, and neither is given");
     if (o->run_pass && (o->out || o->report || o->dump_after || o->keep_c))
         fatal("--run-pass %s prints the IR after that pass: it takes no -o, --report, --dump-after or --emit-c",
               o->run_pass);

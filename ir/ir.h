@@ -232,6 +232,7 @@ typedef struct {
     const char *params[64];
     const char *dump_after;  /* pass name or NULL */
     const char *run_pass;    /* --run-pass PASS: run that one pass on the IR text `model` (ir/parse.c) */
+    int dump_data;           /* --dump-data: the IR text holds every constant's and parameter's bytes */
     int report;
     int world;               /* --world N for --report (default 2) */
     const char *hw;          /* --hw PROFILE: --report predicts the step on it (codegen/cost.c) */
@@ -376,9 +377,7 @@ int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
 
 /* print.c / parse.c / verify.c */
-/* float data of more elements is elided from the IR text (its digest printed): parameters', constants' */
-#define IR_INLINE_PARAM 256
-#define IR_INLINE_CONST 65536
+#define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */
 DType ir_data_dtype(const Graph *g, int v);       /* the dtype of v's data: a parameter's unit's (master) dtype */
 void ir_print(FILE *f, const Graph *g);
 void ir_print_str(FILE *f, const char *s);        /* a quoted string with C escapes, as parse.c reads it */

@@ -601,8 +601,9 @@ static void rd_data(Rd *r, int id)
     v->data = ir_alloc((size_t)n * dtype_size(dt) + 1);
     expect(r, "[");
     for (int64_t i = 0; i < n; i++) {
-        if (i)
-            expect(r, ",");
+        if (i && !accept(r, ","))
+            bad(r, "value '%s': %lld data elements, its shape %s holds %lld", ir_q(v->name), (long long)i,
+                shape_str(&v->shape), (long long)n);
         rd_elem(r, v, dt, i);
     }
     if (!accept(r, "]"))
@@ -699,12 +700,12 @@ static int needs_producer(Role role)
 
 /* views one deep, data only on constants and parameters; one producer per value, each value read after its
  * buffer is written (a view's output writes its root's) unless its role needs no producer (as ir/verify.c) */
-static void check_graph(Rd *r, const int *node_line)
+static void check_graph(Rd *r, int value_line, const int *node_line)
 {
     Graph *g = r->g;
     for (int i = 0; i < g->nval; i++) {
         const Value *v = &g->val[i];
-        r->at = r->nline;
+        r->at = value_line + i;
         if (v->alias_of >= 0 && g->val[v->alias_of].alias_of >= 0)
             bad(r, "value %%%d is a view of a view", i);
         if (v->data && v->role != R_CONST && v->role != R_PARAM)
@@ -780,6 +781,7 @@ Graph *ir_parse(const Options *opt)
     rd_slots(&r);
     rd_fusions(&r);
     need_line(&r, "values:"), end_line(&r);
+    int value_line = r.at;
     for (int i = 0; i < g->nval; i++)
         rd_value(&r, i);
     need_line(&r, "nodes:"), end_line(&r);
@@ -794,7 +796,7 @@ Graph *ir_parse(const Options *opt)
     }
     if (r.at < r.nline)
         bad(&r, "more lines than 'graph:' counts");
-    check_graph(&r, node_line);
+    check_graph(&r, value_line, node_line);
     ir_link(g);
     return g;
 }

@@ -21,12 +21,12 @@
  * keep every field a pass reads.  Bytes of constants and parameters (in
  * ir_data_dtype: a parameter's are its unit's dtype, the float32 master
  * copy, even where precision made the parameter bf16): integer and bool
- * data, float constants of at most IR_INLINE_CONST elements and float
- * parameters of at most IR_INLINE_PARAM are written inline (floats as the
- * shortest decimal that reads back to the same value, 16-bit floats as their
- * bits in hex); larger float data (weights: no pass reads their values) is
- * elided with its FNV-1a 64 digest, which the reader keeps and prints back;
- * a pass that reads elided bytes stops with one line (ir_data).  Float data not yet read
+ * data and float data of at most IR_INLINE_NUMEL elements are written inline
+ * (floats as the shortest decimal that reads back to the same value, 16-bit
+ * floats as their bits in hex); larger float data (weights, whose values no
+ * pass reads) is elided with its FNV-1a 64 digest, which the reader keeps
+ * and prints back, unless --dump-data asks for every byte; a pass that reads
+ * elided bytes stops with one line (ir_data).  Float data not yet read
  * from an external data file is written "data=external" (never read here).
  * Names and strings are quoted with C escapes (\" \\ \n \xHH).
  */
@@ -150,7 +150,7 @@ static void print_data(FILE *f, const Graph *g, int id)
     } else if (v->data) {
         int64_t n = shape_numel(&v->shape);
         int flt = dt == DT_F32 || dt == DT_F64 || dt == DT_BF16 || dt == DT_F16;
-        if (flt && n > (v->role == R_PARAM ? IR_INLINE_PARAM : IR_INLINE_CONST)) {
+        if (flt && n > IR_INLINE_NUMEL && !g->opt->dump_data) {
             fprintf(f, " data=elided:%016llx", (unsigned long long)ir_digest(v->data, (size_t)n * dtype_size(dt)));
             return;
         }
