@@ -3,7 +3,9 @@
  *   fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [--optimizer adamw|adam|sgd] ...
  *
  * Each pass is one file in passes/ with one entry function; after each the
- * IR can be verified (--verify) and printed (--dump-after NAME).
+ * IR can be verified (--verify) and printed (--dump-after NAME).  The printed
+ * text reads back (ir/parse.c): `fsdpc --run-pass NAME FILE.ir` runs that one
+ * pass on it, its options the file's "flags:" line (tests/passes).
  */
 #include "ir.h"
 #include "afile.h"

@@ -180,7 +180,7 @@ static double rd_double(Rd *r, const char *what)
     skip_blank(r);
     char *e;
     double v = strtod(r->p, &e);
-    if (e == r->p || isspace((unsigned char)*r->p))
+    if (e == r->p)
         bad(r, "expected %s (a number) at '%.40s'", what, r->p);
     r->p = e;
     return v;
@@ -243,22 +243,18 @@ static int rd_enum(Rd *r, const char *what, const char *const *names, int n)
     bad(r, "unknown %s '%s'", what, w);
 }
 
+/* a dtype as dtype_name spells it ("undef" too), running to its '[' */
 static DType rd_dtype(Rd *r)
 {
-    const char *names[DT_COUNT];
-    for (int t = 0; t < DT_COUNT; t++)
-        names[t] = t == DT_UNDEF ? NULL : dtype_name((DType)t);
-    skip_blank(r); /* a dtype name runs to its '[' or a blank */
+    skip_blank(r);
     const char *s = r->p;
     while (isalnum((unsigned char)*r->p))
         r->p++;
-    const char *w = ir_fmt("%.*s", (int)(r->p - s), s);
+    size_t n = (size_t)(r->p - s);
     for (int t = 0; t < DT_COUNT; t++)
-        if (names[t] && !strcmp(names[t], w))
+        if (strlen(dtype_name((DType)t)) == n && !strncmp(dtype_name((DType)t), s, n))
             return (DType)t;
-    if (!strcmp(w, "undef"))
-        return DT_UNDEF;
-    bad(r, "unknown dtype '%s'", w);
+    bad(r, "unknown dtype '%.*s'", (int)n, s);
 }
 
 /* [d0,d1,...]: at most MAX_RANK dims, a shape a tensor may have */
@@ -415,8 +411,8 @@ static int floaty(const char *s)
 /* [...] of ints, floats or strings */
 static void rd_list(Rd *r, Attr *a)
 {
-    int cap = 1;
-    for (const char *s = r->p; *s && *s != ']'; s++)
+    int cap = 1; /* (commas to the line's end: a string may hold a ']') */
+    for (const char *s = r->p; *s; s++)
         cap += *s == ',';
     a->kind = *r->p == '"' ? A_STRINGS : A_INTS;
     for (const char *s = r->p; a->kind == A_INTS && *s && *s != ']'; s += strcspn(s, ",]"), s += *s == ',')
