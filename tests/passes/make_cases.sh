@@ -37,12 +37,15 @@ case_ attention gpt_nofuse $GPT --no-fuse
 case_ loss mlp_mse $MLP
 case_ loss mlp_huber $MLP --loss huber:y,target --huber-delta 0.5
 case_ loss mlp_l1 $MLP --loss l1:y,target
+case_ loss mlp_bce $MLP --loss bce:y,target
+case_ loss mlp_smooth_l1 $MLP --loss smooth_l1:y,target --smooth-l1-beta 0.25
 case_ loss gpt_ce_smoothing $GPT --label-smoothing 0.1
 case_ autodiff mlp $MLP
 case_ autodiff mlp_freeze $MLP --freeze 'fc1.*'
 case_ autodiff gpt $GPT
 case_ optim mlp_adamw $MLP
 case_ optim mlp_sgd $MLP --optimizer sgd
+case_ optim mlp_adam_frozen $MLP --optimizer adam --freeze 'fc2.*'
 case_ units mlp_size $MLP
 case_ units mlp_prefix $MLP --wrap prefix:fc1,fc2
 case_ units gpt_blocks_refused $GPT --wrap blocks
