@@ -262,39 +262,50 @@ static void print_flag(FILE *f, const char *flag, const char *v)
         fputs(v, f);
 }
 
+/* --wrap as the flag spells it */
+static void print_wrap(FILE *f, const Options *o)
+{
+    if (o->wrap == WRAP_SIZE) {
+        print_flag(f, "--wrap", ir_fmt("size:%lld", (long long)(o->wrap_size ? o->wrap_size : 100000000)));
+    } else if (o->wrap == WRAP_BLOCKS) {
+        print_flag(f, "--wrap", "blocks");
+    } else {
+        const char *s = "prefix:";
+        for (int k = 0; k < o->nprefix; k++)
+            s = ir_fmt("%s%s%s", s, k ? "," : "", o->prefix[k]);
+        print_flag(f, "--wrap", s);
+    }
+}
+
 /* the options the passes read, as fsdpc's own flags (the reader hands them to fsdpc's flag parser) */
 static void print_flags(FILE *f, const Options *o)
 {
     static const char *const loss[] = {"", "mse", "cross_entropy", "l1", "huber", "smooth_l1", "bce"};
     static const char *const optim[] = {"adamw", "sgd", "adam"}, *const prec[] = {"fp32", "bf16", "fp16"};
     static const char *const shard[] = {"full", "grad_op", "none"}, *const rec[] = {"none", "units", "selective"};
-    static const char *const pf[] = {"backward_pre", "backward_post", "none"};
+    static const char *const pf[] = {"backward_pre", "backward_post", "none"}; /* the enums' orders */
     fputs("flags:", f);
     print_flag(f, "--target", o->target ? o->target : "cuda");
     if (o->loss != LOSS_NONE)
         print_flag(f, "--loss", ir_fmt("%s:%s,%s", loss[o->loss], o->loss_pred, o->loss_target));
-    if (o->loss_param_flag)
-        fprintf(f, " %s ", o->loss_param_flag), ir_print_double(f, o->loss_param, 0);
-    if (o->label_smoothing > 0)
-        fputs(" --label-smoothing ", f), ir_print_double(f, o->label_smoothing, 0);
-    if (o->eval)
-        print_flag(f, "--eval", NULL);
-    else
-        print_flag(f, "--optimizer", optim[o->optimizer]);
-    if (!o->eval) /* (--eval refuses these) */
-        print_flag(f, "--precision", prec[o->precision]), print_flag(f, "--reduce-dtype", prec[o->reduce_dtype]),
-            print_flag(f, "--shard", o->shard == SHARD_HYBRID ? ir_fmt("hybrid:%d", o->hybrid) : shard[o->shard]),
-            print_flag(f, "--recompute", rec[o->recompute]);
-    if (o->wrap == WRAP_SIZE)
-        print_flag(f, "--wrap", ir_fmt("size:%lld", (long long)(o->wrap_size ? o->wrap_size : 100000000)));
-    else if (o->wrap == WRAP_BLOCKS)
-        print_flag(f, "--wrap", "blocks");
-    else {
-        const char *s = "prefix:";
-        for (int k = 0; k < o->nprefix; k++)
-            s = ir_fmt("%s%s%s", s, k ? "," : "", o->prefix[k]);
-        print_flag(f, "--wrap", s);
+    if (o->loss_param_flag) {
+        fprintf(f, " %s ", o->loss_param_flag);
+        ir_print_double(f, o->loss_param, 0);
     }
+    if (o->label_smoothing > 0) {
+        fputs(" --label-smoothing ", f);
+        ir_print_double(f, o->label_smoothing, 0);
+    }
+    if (o->eval) { /* (which refuses the training options) */
+        print_flag(f, "--eval", NULL);
+    } else {
+        print_flag(f, "--optimizer", optim[o->optimizer]);
+        print_flag(f, "--precision", prec[o->precision]);
+        print_flag(f, "--reduce-dtype", prec[o->reduce_dtype]);
+        print_flag(f, "--shard", o->shard == SHARD_HYBRID ? ir_fmt("hybrid:%d", o->hybrid) : shard[o->shard]);
+        print_flag(f, "--recompute", rec[o->recompute]);
+    }
+    print_wrap(f, o);
     for (int k = 0; k < o->nparams; k++)
         print_flag(f, "--params", o->params[k]);
     for (int k = 0; k < o->nfreeze; k++)
