@@ -3,7 +3,9 @@
  *   fsdpc MODEL.onnx -o OUT --loss KIND:PRED,TARGET [--optimizer adamw|adam|sgd] ...
  *
  * Each pass is one file in passes/ with one entry function; after each the
- * IR can be verified (--verify) and printed (--dump-after NAME).
+ * IR can be verified (--verify) and printed (--dump-after NAME).  The printed
+ * text reads back (ir/parse.c): `fsdpc --run-pass NAME FILE.ir` runs that one
+ * pass on it, its options the file's "flags:" line (tests/passes).
  */
 #include "ir.h"
 #include "afile.h"
@@ -75,8 +77,14 @@ static const char *usage =
     "                          from its saved input, reusing the backward's gather; selective: the same,\n"
     "                          except that GEMM, convolution and attention outputs stay saved, so only\n"
     "                          the cheap ops (elementwise, norms, softmax, casts) run again (default none)\n"
-    "  --dump-after PASS       print the IR after PASS (frontend fold shape loss autodiff optim units shard\n"
-    "                          precision recompute fuse schedule memplan)\n"
+    "  --dump-after PASS       print the IR after PASS (frontend fold shape attention loss autodiff optim units\n"
+    "                          shard precision recompute fuse schedule memplan)\n"
+    "  --dump-data             --dump-after / --run-pass write every constant's and parameter's bytes (default:\n"
+    "                          float tensors of more than 256 elements as a digest, which --run-pass refuses\n"
+    "                          to read values from)\n"
+    "  --run-pass PASS FILE.ir read IR text (as --dump-after prints it) and print it after running PASS\n"
+    "                          alone on it; the options are the file's flags: line, then the command line's\n"
+    "                          (--run-pass frontend: read and print it back)\n"
     "  --eval                  a forward-only executable: OUT --input NAME=FILE --out-dir DIR\n"
     "  --report [--world N]    print units and the planned memory per rank for N ranks (default 2)\n"
     "  --hw PROFILE            --report also predicts the step time, TFLOPS per device, MFU and exposed\n"
@@ -99,8 +107,24 @@ static const char *usage =
     "                          are built with (default: the build tree fsdpc runs from, or the prefix\n"
     "                          above its bin/)\n";
 
-static const char *passes[] = {"frontend", "fold", "shape", "attention", "loss", "autodiff", "optim",
-                               "units", "shard", "precision", "recompute", "fuse", "schedule", "memplan", NULL};
+/* the passes in pipeline order, for --dump-after and --run-pass (compile() below is the pipeline itself) */
+static const struct {
+    const char *name;
+    void (*run)(Graph *g);
+} passes[] = {{"frontend", NULL}, {"fold", pass_fold}, {"shape", pass_shape}, {"attention", pass_attention},
+              {"loss", pass_loss}, {"autodiff", pass_autodiff}, {"optim", pass_optim}, {"units", pass_units},
+              {"shard", pass_shard}, {"precision", pass_precision}, {"recompute", pass_recompute},
+              {"fuse", pass_fuse}, {"schedule", pass_schedule}, {"memplan", pass_memplan}, {NULL, NULL}};
+#define PASS_NAMES "frontend fold shape attention loss autodiff optim units shard precision recompute fuse schedule memplan"
+
+/* the index of pass `name` in passes[], or a one-line error for flag */
+static int find_pass(const char *flag, const char *name)
+{
+    for (int k = 0; passes[k].name; k++)
+        if (!strcmp(passes[k].name, name))
+            return k;
+    fatal("%s %s: no such pass (" PASS_NAMES ")", flag, name);
+}
 
 /* The one parser of fsdpc's integer options: s, a decimal integer in [min, max] (the range of the field that
  * holds it, or less where more makes no sense); else one line naming flag, s and the range.  Every integer
@@ -315,12 +339,12 @@ static void parse_args(Options *o, int argc, char **argv)
             o->params[o->nparams++] = VALUE();
         } else if (!strcmp(a, "--dump-after")) {
             o->dump_after = VALUE();
-            int ok = 0;
-            for (int k = 0; passes[k]; k++)
-                ok |= !strcmp(passes[k], o->dump_after);
-            if (!ok)
-                fatal("--dump-after %s: no such pass (frontend fold shape loss autodiff optim units "
-                      "shard precision recompute fuse schedule memplan)", o->dump_after);
+            find_pass(a, o->dump_after);
+        } else if (!strcmp(a, "--dump-data")) {
+            o->dump_data = 1;
+        } else if (!strcmp(a, "--run-pass")) {
+            o->run_pass = VALUE();
+            find_pass(a, o->run_pass);
         } else if (!strcmp(a, "--recompute")) {
             static const char *const names[] = {"none", "units", "selective", NULL};
             o->recompute = pick(a, VALUE(), names, "none, units or selective");
@@ -394,6 +418,13 @@ static void parse_args(Options *o, int argc, char **argv)
         fatal("--eval builds a forward-only executable in the model's dtype: --precision does not apply");
     if (o->hw && !o->report)
         fatal("--hw %s: the profile is for --report's prediction; add --report", o->hw);
+    if (o->dump_data && !o->dump_after && !o->run_pass)
+        fatal("--dump-data shapes the IR text of --dump-after or --run-pass, and neither is given");
+    if (o->run_pass && (o->out || o->report || o->dump_after || o->keep_c))
+        fatal("--run-pass %s prints the IR after that pass: it takes no -o, --report, --dump-after or --emit-c",
+              o->run_pass);
+    if (o->run_pass)
+        return;
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
     refuse_clobber(o, NULL);
@@ -537,10 +568,35 @@ static void compare_recompute(const Options *o, const Graph *g)
            h_act ? 100.0 * (double)(h_act - g->peak_act_bytes) / (double)h_act : 0.0);
 }
 
+/* --run-pass PASS FILE.ir: the options are FILE's "flags:" line followed by the command line's (a flag given
+ * again overrides the file's); the IR is read, the one pass run, verified with --verify, and printed */
+static void run_one_pass(Options *o, int argc, char **argv)
+{
+    int fc;
+    char **fv;
+    ir_parse_flags(o->model, &fc, &fv);
+    char **av = ir_alloc(sizeof(char *) * ((size_t)fc + (size_t)argc + 1));
+    av[0] = argv[0];
+    memcpy(av + 1, fv, sizeof(char *) * (size_t)fc);
+    memcpy(av + 1 + fc, argv + 1, sizeof(char *) * (size_t)(argc - 1));
+    memset(o, 0, sizeof *o);
+    parse_args(o, fc + argc, av);
+    Graph *g = ir_parse(o);
+    int k = find_pass("--run-pass", o->run_pass);
+    if (passes[k].run) /* (frontend: the reader is the frontend of IR text) */
+        passes[k].run(g);
+    o->dump_after = o->run_pass;
+    after(g, o->run_pass);
+}
+
 int main(int argc, char **argv)
 {
     Options o = {0};
     parse_args(&o, argc, argv);
+    if (o.run_pass) {
+        run_one_pass(&o, argc, argv);
+        return 0;
+    }
     if (o.calibrate) {
         check_calibrate(&o);
         cg_calibrate(o.out ? o.out : "calibrated.hw", o.world, o.cc);

@@ -504,6 +504,9 @@ const void *ir_data(const Graph *g, int v)
 {
     Value *x = &g->val[v];
     int i = x->init_index;
+    if (!x->data && x->digest)
+        fatal("%s: value %%%d '%s': its bytes are not in the IR text (data=%s), and this pass reads them: write "
+              "them inline (data=[...])", g->opt->model, v, ir_q(x->name), x->digest);
     if (x->data || i < 0 || i >= g->ninit || !g->ext[i].loc)
         return x->data;
     return x->data = ir_ext_load(g, &g->ext[i]);

@@ -142,6 +142,8 @@ typedef struct {
     int alias_of;    /* -1, or the value this one is a view of (shares its bytes) */
     int64_t alias_off; /* bytes into alias_of */
     int persistent;  /* lives across steps (consts, shards) */
+    const char *digest; /* read from IR text (ir/parse.c) whose data was not inline: "elided:HEX" (the FNV-1a 64
+                      * of the bytes) or "external"; data is NULL and ir_data refuses it */
     Loc loc;         /* filled by memplan */
 } Value;
 
@@ -229,6 +231,8 @@ typedef struct {
     int nparams;             /* --params PATTERN (fnmatch, repeatable): the initializers to train */
     const char *params[64];
     const char *dump_after;  /* pass name or NULL */
+    const char *run_pass;    /* --run-pass PASS: run that one pass on the IR text `model` (ir/parse.c) */
+    int dump_data;           /* --dump-data: the IR text holds every constant's and parameter's bytes */
     int report;
     int world;               /* --world N for --report (default 2) */
     const char *hw;          /* --hw PROFILE: --report predicts the step on it (codegen/cost.c) */
@@ -376,8 +380,18 @@ int ir_root(const Graph *g, int v);               /* the value whose bytes v vie
 int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
 
-/* print.c / verify.c */
+/* print.c / parse.c / verify.c */
+#define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */
+DType ir_data_dtype(const Graph *g, int v);       /* the dtype of v's data: a parameter's unit's (master) dtype */
 void ir_print(FILE *f, const Graph *g);
+void ir_print_str(FILE *f, const char *s);        /* a quoted string with C escapes, as parse.c reads it */
+void ir_print_double(FILE *f, double x, int mark);/* shortest exact decimal; mark: never reads as an integer */
+uint64_t ir_digest(const void *p, size_t n);      /* FNV-1a 64 */
+/* The IR text at opt->model (fsdpc --run-pass) as a Graph: print(parse(print(g))) == print(g).  Any fault in the
+ * file is one line naming FILE:LINE (exit 1).  ir_parse_flags: the tokens of its "flags:" line, for fsdpc's flag
+ * parser (the options the passes read are the file's). */
+Graph *ir_parse(const Options *opt);
+void ir_parse_flags(const char *path, int *argc, char ***argv);
 void ir_verify(const Graph *g, const char *after);
 
 /* errors: user input vs internal bug (see README "Errors") */
