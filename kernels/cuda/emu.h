@@ -89,7 +89,8 @@ constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 #define FSDPC_EMU_FAST_SWITCH 1
 /* saves the current context into *save, resumes the one at load */
-[[maybe_unused]] __attribute__((naked, noinline)) static void switch_stack(void ** /* save: rdi */, void * /* load: rsi */)
+[[maybe_unused]] __attribute__((naked, noinline)) static void switch_stack(void ** /* save: rdi */,
+                                                                           void * /* load: rsi */)
 {
     __asm__ volatile("pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
                      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
