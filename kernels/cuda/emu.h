@@ -81,12 +81,12 @@ constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
  * context is a stack pointer: switch_stack pushes the callee-saved
  * registers, stores the stack pointer, loads the other one and pops its
  * registers — no system call, where swapcontext masks signals twice per
- * switch (most of an emulated run's time went there).  Elsewhere, and
- * under ASan (which follows a fiber's stack through swapcontext), the
- * ucontext calls.  The float environment (MXCSR, x87 control word) is not
- * switched: every fiber of a launch shares its OS thread's, and kernels do
- * not change it. */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+ * switch (most of an emulated run's time went there).  Elsewhere, under
+ * ASan (which follows a fiber's stack through swapcontext) and where
+ * FSDPC_EMU_UCONTEXT is defined (to test them), the ucontext calls.  The
+ * float environment (MXCSR, x87 control word) is not switched: every fiber
+ * of a launch shares its OS thread's, and kernels do not change it. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(FSDPC_EMU_UCONTEXT)
 #define FSDPC_EMU_FAST_SWITCH 1
 /* saves the current context into *save, resumes the one at load */
 [[maybe_unused]] __attribute__((naked, noinline)) static void switch_stack(void ** /* save: rdi */,
