@@ -9,7 +9,9 @@
  * and a function KFN(attn_gemm)(ta, tb, m, n, k, alpha, a, lda, b, ldb,
  * beta, c, ldc, w, wn): C (m x n, ldc, of T) = alpha op(A) op(B) + beta C on
  * operands of O, row-major, w (wn elements of T) its scratch.  With K_ROUND
- * the tile's P, dY and dS are rounded to O before they enter a GEMM, and the
+ * the tile's P (in the forward exp(s - max), unnormalised: y = (P V) / sum,
+ * as kernels/cuda/attn.cu computes), dY and dS are rounded to O before they
+ * enter a GEMM, and the
  * slot holds them and the GEMMs' scratch after the scores and their
  * gradient (kernels.h: k_attention_slot_16).  No include guard on purpose. */
 
@@ -124,8 +126,10 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
         const int64_t kb = b / kvrep; /* the K/V problem */
         KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + kb * d * s, flags, bb, i0, r, n, t, s, d, scale);
+        T sums[K_ATTN_ROWS]; /* each row's softmax denominator, applied to y after P V */
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
+            sums[i] = 1;
 #pragma omp simd reduction(max : mx)
             for (int64_t j = 0; j < n; j++) /* a NaN passes by here and makes the sum NaN */
                 mx = row[j] > mx ? row[j] : mx;
@@ -140,13 +144,16 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
                 row[j] = e;
                 sum += e;
             }
-            const T inv = (T)1 / sum;
-            for (int64_t j = 0; j < n; j++)
-                row[j] *= inv;
+            sums[i] = sum;
             lt[i] = (T)((double)mx + log((double)sum));
         }
+        /* y = (P V) / sum with P unnormalised, as attn.cu (and FlashAttention) computes: a 16-bit P is
+         * exp(s - max) rounded, the same operand on both targets */
         KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + kb * s * dv, dv, 0.0, yt, dv,
                        sl.w, sl.wn);
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t c = 0; c < dv; c++)
+                yt[i * dv + c] /= sums[i];
     }
 }
 

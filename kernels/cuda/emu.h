@@ -4,7 +4,9 @@
  * tests/kernels_cuda_test.cc.
  *
  * How it works.  A launch runs its blocks one after another; a block runs
- * its blockDim.x threads as fibers (ucontext) on the calling OS thread.  A
+ * its blockDim.x threads as fibers on the calling OS thread (each fiber
+ * made once and reused by later blocks and launches; switched by a few
+ * instructions on x86-64, by ucontext elsewhere and under ASan).  A
  * scheduler resumes the runnable fibers round-robin, each until it finishes
  * or waits at a barrier:
  *   __syncthreads()        waits until every thread of the block arrived;
@@ -75,26 +77,65 @@ namespace emu {
 
 constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
 
+/* How a fiber's context is switched.  On x86-64 (without ASan) a saved
+ * context is a stack pointer: switch_stack pushes the callee-saved
+ * registers, stores the stack pointer, loads the other one and pops its
+ * registers — no system call, where swapcontext masks signals twice per
+ * switch (most of an emulated run's time went there).  Elsewhere, under
+ * ASan (which follows a fiber's stack through swapcontext) and where
+ * FSDPC_EMU_UCONTEXT is defined (to test them), the ucontext calls.  The
+ * float environment (MXCSR, x87 control word) is not switched: every fiber
+ * of a launch shares its OS thread's, and kernels do not change it. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(FSDPC_EMU_UCONTEXT)
+#define FSDPC_EMU_FAST_SWITCH 1
+/* saves the current context into *save, resumes the one at load */
+[[maybe_unused]] __attribute__((naked, noinline)) static void switch_stack(void ** /* save: rdi */,
+                                                                           void * /* load: rsi */)
+{
+    __asm__ volatile("pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+                     "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+                     "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+struct Context {
+    void *sp = nullptr;
+};
+#else
+#define FSDPC_EMU_FAST_SWITCH 0
+struct Context {
+    ucontext_t uc;
+};
+#endif
+
 struct Fiber {
-    ucontext_t ctx;
+    Context ctx;
     bool done;
     const unsigned *wait_on; /* a generation counter this fiber waits to change */
     unsigned wait_seen;
 };
 
 struct State {
-    std::vector<Fiber> fiber;
+    std::vector<Fiber> fiber; /* one per stack: a fiber outlives its block, running the next block's thread */
     std::vector<char *> stack;
     std::vector<unsigned> warp_arrived, warp_gen;
     std::vector<uint64_t> xchg; /* one shuffle slot per thread */
     unsigned arrived = 0, gen = 0;
     Fiber *cur = nullptr;
-    ucontext_t sched;
+    Context sched;
     const std::function<void()> *body = nullptr;
     const char *kernel = "?";
     long launches = 0, blocks = 0, threads = 0;
 };
 inline thread_local State st;
+
+/* saves the current context into from and resumes to */
+inline void switch_to(Context &from, Context &to)
+{
+#if FSDPC_EMU_FAST_SWITCH
+    switch_stack(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+}
 
 [[noreturn]] inline void fail(const char *msg)
 {
@@ -116,10 +157,36 @@ inline char *stack_for(size_t i)
     return st.stack[i];
 }
 
+/* a fiber's life: run the thread body of the block it is resumed for, then
+ * back to the scheduler, done, until resumed for the next block */
 inline void fiber_main()
 {
-    (*st.body)();
-    st.cur->done = true; /* uc_link returns to the scheduler */
+    for (;;) {
+        (*st.body)();
+        st.cur->done = true;
+        switch_to(st.cur->ctx, st.sched);
+    }
+}
+
+/* fiber i's context at the start of fiber_main on its own stack */
+inline void fiber_init(Fiber &f, size_t i)
+{
+    char *base = stack_for(i);
+#if FSDPC_EMU_FAST_SWITCH
+    /* what switch_stack pops: six registers, then fiber_main as the return
+     * address, above it a null return address of fiber_main's own (it
+     * never returns), so that fiber_main starts as if called: rsp = 8 mod 16 */
+    void **top = (void **)(base + kStack), **sp = top - 8;
+    memset(sp, 0, 8 * sizeof *sp);
+    sp[6] = (void *)fiber_main;
+    f.ctx.sp = sp;
+#else
+    getcontext(&f.ctx.uc);
+    f.ctx.uc.uc_stack.ss_sp = base;
+    f.ctx.uc.uc_stack.ss_size = kStack;
+    f.ctx.uc.uc_link = nullptr; /* fiber_main never returns */
+    makecontext(&f.ctx.uc, fiber_main, 0);
+#endif
 }
 
 /* the current fiber waits until *gen differs from seen */
@@ -127,25 +194,26 @@ inline void wait_change(const unsigned *gen, unsigned seen)
 {
     st.cur->wait_on = gen;
     st.cur->wait_seen = seen;
-    swapcontext(&st.cur->ctx, &st.sched);
+    switch_to(st.cur->ctx, st.sched);
 }
 
-/* Runs one block of blockDim.x fibers to completion. */
+/* Runs one block of blockDim.x fibers to completion: the fibers of earlier
+ * blocks (each back in fiber_main's loop) first, new ones for the rest. */
 inline void run_block()
 {
     const unsigned n = blockDim.x, warps = (n + 31) / 32;
-    st.fiber.assign(n, Fiber{});
+    st.fiber.reserve(1024); /* never moved: a suspended ucontext_t points into itself */
+    for (size_t t = st.fiber.size(); t < n; t++) {
+        st.fiber.emplace_back();
+        fiber_init(st.fiber.back(), t);
+    }
     st.warp_arrived.assign(warps, 0);
     st.warp_gen.assign(warps, 0);
     st.xchg.assign(n, 0);
     st.arrived = 0;
     for (unsigned t = 0; t < n; t++) {
-        Fiber &f = st.fiber[t];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stack_for(t);
-        f.ctx.uc_stack.ss_size = kStack;
-        f.ctx.uc_link = &st.sched;
-        makecontext(&f.ctx, fiber_main, 0);
+        st.fiber[t].done = false;
+        st.fiber[t].wait_on = nullptr;
     }
     for (;;) {
         bool progress = false, all_done = true;
@@ -159,7 +227,7 @@ inline void run_block()
             f.wait_on = nullptr;
             st.cur = &f;
             threadIdx.x = t;
-            swapcontext(&st.sched, &f.ctx);
+            switch_to(st.sched, f.ctx);
             progress = true;
         }
         if (all_done)
