@@ -17,6 +17,14 @@
  * schedule order, pointers computed from the static plan.  Names from the
  * model never reach the C text except through cg_cstr() (escaped string
  * literals) and cg_comment() (sanitised comments): a model cannot inject code.
+ *
+ * It is two files: step.c (the tables, the step, the model's description
+ * fsdpc_step_model), in which no initial weight value and not the model
+ * file's name appear, and main.c (the init file's id and checksums, the
+ * model's name, main), written once the init file is.  step.c's object
+ * comes from the step cache when a build of the same step made it before
+ * (objcache.c): a build that changes only the weights compiles main.c and
+ * links.  --emit-c's OUT.c is main.c then step.c, one file that compiles.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _XOPEN_SOURCE 700 /* realpath */
