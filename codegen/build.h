@@ -24,15 +24,12 @@ typedef struct {
 
 /* everything b made removed; then the one-line error msg, which says the old pair is as it was (exe.c) */
 _Noreturn void cg_build_fail(Build *b, const char *msg);
-/* the C compiler failed (why: cg_spawn_cc's line): cg_build_fail with what to do (objcache.c) */
-_Noreturn void cg_cc_fail(Build *b, const char *why);
 /* Run the C compiler (argv), its messages passed on when it succeeds: NULL, or one line: what went wrong and how
  * it ended (exe.c) */
 const char *cg_spawn_cc(char *const *argv);
-/* The object of the step's source src (the private folder's step.c), compiled by cc (the compiler and its flags,
- * NULL-terminated) or taken from the step cache (objcache.c): its path, the private folder's step.o.  A failing
- * compiler fails the build. */
-const char *cg_step_object(Build *b, const char *src, char *const *cc);
+/* src compiled by cc (the compiler and its flags, NULL-terminated) into the object obj, or obj copied from the
+ * object cache (objcache.c; a file obj.E is made and removed beside it): NULL, or cg_spawn_cc's line on why not */
+const char *cg_object(const char *src, char *const *cc, const char *obj);
 
 /* ---- the init file ------------------------------------------------------
  * Laid out first (offsets only), then written in one pass that sums what it

@@ -220,8 +220,8 @@ def main():
 
 
 def kernel_entries(cache):
-    """the kernel cache's entries (KEY.ARCH), not the step cache's beside them (KEY.step.o: codegen/objcache.c)"""
-    return sorted(e for e in os.listdir(cache) if not e.endswith(".step.o"))
+    """the kernel cache's entries (KEY.ARCH), not the object cache's beside them (KEY.o: codegen/objcache.c)"""
+    return sorted(e for e in os.listdir(cache) if not e.endswith(".o"))
 
 
 def driver_note(stderr):

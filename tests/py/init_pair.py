@@ -15,7 +15,7 @@ usage: init_pair.py FSDPC WORKDIR
     shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in a constant: one line
     naming the file and "compile the model again", exit 1; in the embedded model: only a run that exports (or
     dumps gradients) reads it, and that run says so at start.
-(e) The step cache (codegen/objcache.c, in $FSDPC_CACHE_DIR): a build fills it with one entry; a build of the
+(e) The object cache (codegen/objcache.c, in $FSDPC_CACHE_DIR): a build fills it with one entry; a build of the
     model with other weights (m2) takes the step from it (the entry untouched, no other written) and trains as a
     build from an empty cache does, from its own weights; --cpu x86-64 is another entry; a corrupted entry is
     compiled again and rewritten, and its build trains as before.
@@ -192,7 +192,7 @@ def step_cache(fsdpc, work, J, data):
     stamps = lambda: {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in os.listdir(cache)}
     build("m.onnx", "a")
     first = stamps()
-    check(len(first) == 1 and list(first)[0].endswith(".step.o"), "the step cache after a build: %s" % list(first))
+    check(len(first) == 1 and list(first)[0].endswith(".o"), "the object cache after a build: %s" % list(first))
     build("m2.onnx", "b")
     check(stamps() == first, "a build whose weights alone differ compiled its step again: %s" % list(stamps()))
     build("m2.onnx", "c", fresh)  # the same model from an empty cache: the step compiled
@@ -208,7 +208,7 @@ def step_cache(fsdpc, work, J, data):
     build("m.onnx", "a")
     check(open(entry, "rb").read() == good, "a corrupted entry was not compiled again and rewritten")
     check(loss(J("sc", "a"), data) == want_a, "after the corrupted entry m trains differently")
-    print("(e) step cache: m2 built from m's step (one entry) trains as from an empty cache (loss %s, m %s); "
+    print("(e) object cache: m2 built from m's step (one entry) trains as from an empty cache (loss %s, m %s); "
           "--cpu x86-64 another entry; a corrupted entry rewritten" % (want_b, want_a))
 
 
