@@ -17,7 +17,8 @@ usage: init_pair.py FSDPC WORKDIR
     dumps gradients) reads it, and that run says so at start.
 (e) The object cache (codegen/objcache.c, in $FSDPC_CACHE_DIR): a build fills it with one entry; a build of the
     model with other weights (m2) takes the step from it (the entry untouched, no other written) and trains as a
-    build from an empty cache does, from its own weights; --cpu x86-64 is another entry; a corrupted entry is
+    build from an empty cache does, from its own weights; --cpu x86-64 is another entry; an entry whose headers
+    changed (--cc adding -include of a file, which then changes) is compiled again; a corrupted entry is
     compiled again and rewritten, and its build trains as before.
 """
 import hashlib
@@ -202,6 +203,18 @@ def step_cache(fsdpc, work, J, data):
           % (loss(J("sc", "b"), data), want_b, want_a))
     build("m.onnx", "d", extra=("--cpu", "x86-64"))
     check(len(stamps()) == 2, "--cpu x86-64 did not make its own entry: %s" % list(stamps()))
+    # a header the compiler read changes (--cc adding -include of one): the entry is stale, compiled again
+    hdr, cc = J("sc", "extra.h"), J("sc", "cc_include.sh")
+    open(hdr, "w").write("#define FSDPC_TEST_EXTRA 1\n")
+    open(cc, "w").write('#!/bin/sh\nexec cc -include %s "$@"\n' % hdr)
+    os.chmod(cc, 0o755)
+    build("m.onnx", "e", extra=("--cc", cc))
+    before = stamps()
+    build("m2.onnx", "e", extra=("--cc", cc))
+    check(stamps() == before, "a build with --cc whose headers did not change compiled its step again")
+    open(hdr, "w").write("#define FSDPC_TEST_EXTRA 2\n")
+    build("m.onnx", "e", extra=("--cc", cc))
+    check(len(stamps()) == len(before) and stamps() != before, "a changed header did not make the entry stale")
     entry = os.path.join(cache, list(first)[0])
     good = open(entry, "rb").read()
     flip(entry, len(good) - 100, 2)
@@ -209,7 +222,7 @@ def step_cache(fsdpc, work, J, data):
     check(open(entry, "rb").read() == good, "a corrupted entry was not compiled again and rewritten")
     check(loss(J("sc", "a"), data) == want_a, "after the corrupted entry m trains differently")
     print("(e) object cache: m2 built from m's step (one entry) trains as from an empty cache (loss %s, m %s); "
-          "--cpu x86-64 another entry; a corrupted entry rewritten" % (want_b, want_a))
+          "--cpu x86-64 another entry; a changed header or a corrupted entry compiled again" % (want_b, want_a))
 
 
 def main():
