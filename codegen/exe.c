@@ -606,7 +606,7 @@ static void remove_tree(const char *dir, int nimage)
     unlink(ir_fmt("%s/images.S", dir));
     unlink(ir_fmt("%s/fused.cc", dir)); /* --emulate */
     unlink(ir_fmt("%s/fused.o", dir));
-    unlink(ir_fmt("%s/fused.o.E", dir)); /* objcache.c's, where a build stopped half way */
+    unlink(ir_fmt("%s/fused.o.d", dir)); /* the compiler's list of headers (objcache.c), where a build stopped */
     rmdir(dir);
 }
 
