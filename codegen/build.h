@@ -28,7 +28,8 @@ _Noreturn void cg_build_fail(Build *b, const char *msg);
  * it ended (exe.c) */
 const char *cg_spawn_cc(char *const *argv);
 /* src compiled by cc (the compiler and its flags, NULL-terminated) into the object obj, or obj copied from the
- * object cache (objcache.c; the compiler writes obj.d, its list of headers, beside it, then removed): NULL, or cg_spawn_cc's line on why not */
+ * object cache (objcache.c; the compiler's list of headers, obj.d, is made and removed beside it): NULL, or
+ * cg_spawn_cc's line on why not */
 const char *cg_object(const char *src, char *const *cc, const char *obj);
 
 /* ---- the init file ------------------------------------------------------
