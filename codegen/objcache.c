@@ -93,12 +93,13 @@ static int read_at(int fd, void *p, uint64_t n, uint64_t off)
     return 0;
 }
 
-/* the bytes of file path (*len of them); NULL with errno */
-static unsigned char *read_file(const char *path, uint64_t *len)
+/* the bytes of file path (*len of them), opened with more flags (O_NOFOLLOW: the build's own files); NULL with
+ * errno */
+static unsigned char *read_file(const char *path, int flags, uint64_t *len)
 {
     int64_t size;
     const char *why;
-    int fd = ir_open_regular(path, O_NOFOLLOW, &size, &why);
+    int fd = ir_open_regular(path, flags, &size, &why);
     if (fd < 0)
         return NULL;
     unsigned char *p = ir_alloc((size_t)size + 1);
@@ -132,7 +133,7 @@ static int object_key(const char *src, char *const *cc, uint64_t *key)
 {
     struct stat st;
     uint64_t len, h = cg_fnv(14695981039346656037ull, OBJ_MAGIC, 16);
-    unsigned char *text = read_file(src, &len);
+    unsigned char *text = read_file(src, O_NOFOLLOW, &len);
     if (!text || compiler_stat(cc[0], &st) != 0)
         return -1;
     for (int i = 0; cc[i]; i++)
@@ -147,7 +148,7 @@ static int object_key(const char *src, char *const *cc, uint64_t *key)
 static uint64_t file_sum(const char *path)
 {
     uint64_t len;
-    unsigned char *p = read_file(path, &len);
+    unsigned char *p = read_file(path, 0, &len); /* a header: links followed, as the compiler did */
     return p ? cg_fnv(14695981039346656037ull ^ len, p, len) | 2 : 0; /* never 0 or 1 */
 }
 
@@ -156,7 +157,7 @@ static uint64_t file_sum(const char *path)
 static char *deps_record(const char *d, uint64_t *n)
 {
     uint64_t len;
-    char *text = (char *)read_file(d, &len);
+    char *text = (char *)read_file(d, O_NOFOLLOW, &len);
     char *colon = text ? memchr(text, ':', len) : NULL;
     if (!colon)
         return NULL;
@@ -228,7 +229,7 @@ static void cache_write(const char *dir, uint64_t key, const char *d, const char
 {
     uint64_t len = 0, nrec = 0;
     char *rec = deps_record(d, &nrec);
-    unsigned char *data = rec ? read_file(obj, &len) : NULL;
+    unsigned char *data = rec ? read_file(obj, O_NOFOLLOW, &len) : NULL;
     unlink(d);
     if (!data || len >= OBJ_MAX)
         return; /* (a header that cannot be read back: the object is not kept) */
