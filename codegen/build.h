@@ -24,6 +24,13 @@ typedef struct {
 
 /* everything b made removed; then the one-line error msg, which says the old pair is as it was (exe.c) */
 _Noreturn void cg_build_fail(Build *b, const char *msg);
+/* Run the C compiler (argv), its messages passed on when it succeeds: NULL, or one line: what went wrong and how
+ * it ended (exe.c) */
+const char *cg_spawn_cc(char *const *argv);
+/* src compiled by cc (the compiler and its flags, NULL-terminated) into the object obj, or obj copied from the
+ * object cache (objcache.c; the compiler's list of headers, obj.d, is made and removed beside it): NULL, or
+ * cg_spawn_cc's line on why not */
+const char *cg_object(const char *src, char *const *cc, const char *obj);
 
 /* ---- the init file ------------------------------------------------------
  * Laid out first (offsets only), then written in one pass that sums what it

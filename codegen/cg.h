@@ -43,6 +43,11 @@ int cg_cuda_images(const Graph *g, const char *dir, Buf *tables, const char **as
  * tables and the model's fused kernels as host C++ (kernels/cuda/emu.h) into dir/fused.cc (*cc_path), which
  * registers them with the emulation when the executable starts; returns the number of images (1) */
 int cg_cuemu_images(const Graph *g, const char *dir, Buf *tables, const char **cc_path);
+/* objcache.c: the cache folder of compiled kernels (cuda.c) and objects: $FSDPC_CACHE_DIR, else
+ * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc; NULL: none of those is set */
+const char *cg_cache_dir(void);
+/* mkdir -p dir (failures show when the cache's entry is written) */
+void cg_cache_mkdir(const char *dir);
 /* notes.c: the notes (stderr) on what OUT needs that this machine lacks: an NVIDIA driver (cuda), a native bf16
  * GEMM (cpu, --precision bf16) */
 void cg_notes(const Graph *g);

@@ -202,18 +202,6 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-static const char *cache_dir(void)
-{
-    const char *d = getenv("FSDPC_CACHE_DIR");
-    if (d && *d)
-        return d;
-    d = getenv("XDG_CACHE_HOME");
-    if (d && *d)
-        return ir_fmt("%s/fsdpc", d);
-    d = getenv("HOME");
-    return d && *d ? ir_fmt("%s/.cache/fsdpc", d) : NULL;
-}
-
 #define CACHE_MAGIC "FSDPC-NVRTC-v1\n"
 
 static uint64_t job_key(const Job *j)
@@ -263,15 +251,7 @@ static int cache_write(const Job *j, const char *dir, uint64_t key)
 {
     if (!dir)
         return -1;
-    /* mkdir -p: the parents of the default dir may not exist yet */
-    char *p = ir_strdup(dir);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    mkdir(p, 0755);
+    cg_cache_mkdir(dir);
     const char *path = ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch);
     RtAFile af; /* a shared cache folder: written beside path and renamed, never through a planted link */
     FILE *f = rt_afile_fopen(&af, path, 0644);
@@ -341,7 +321,7 @@ static void say_start(const Job *job, const int *miss, int nmiss, const char *cd
  * job, each written to the cache); say: the progress lines on stderr */
 static void compile_all(Job *job, int njob, int say)
 {
-    const char *cdir = cache_dir();
+    const char *cdir = cg_cache_dir();
     uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
     pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
     int *started = ir_alloc(sizeof(int) * (size_t)njob), *miss = ir_alloc(sizeof(int) * (size_t)njob), nmiss = 0;

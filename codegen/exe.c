@@ -17,6 +17,14 @@
  * schedule order, pointers computed from the static plan.  Names from the
  * model never reach the C text except through cg_cstr() (escaped string
  * literals) and cg_comment() (sanitised comments): a model cannot inject code.
+ *
+ * It is two files: step.c (the tables, the step, the model's description
+ * fsdpc_step_model), in which no initial weight value and not the model
+ * file's name appear, and main.c (the init file's id and checksums, the
+ * model's name, main), written once the init file is.  step.c's object
+ * comes from the object cache when a build of the same step made it before
+ * (objcache.c): a build that changes only the weights compiles main.c and
+ * links.  --emit-c's OUT.c is main.c then step.c, one file that compiles.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _XOPEN_SOURCE 700 /* realpath */
@@ -59,6 +67,13 @@ _Noreturn void cg_build_fail(Build *b, const char *msg)
     if (b->cuda_dir)
         remove_tree(b->cuda_dir, b->nimage);
     fatal("%s; %s and %s.init are left as they were", msg, b->out, b->out);
+}
+
+/* the C compiler failed (why: cg_spawn_cc's line) */
+static _Noreturn void cc_fail(Build *b, const char *why)
+{
+    cg_build_fail(b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
+                            "install) and compile again", b->out, why));
 }
 
 /* ---- the C source ------------------------------------------------------- */
@@ -254,12 +269,70 @@ static Buf emit_step(const Graph *g)
     return cg_jobs;
 }
 
-/* the source up to the model's description (emit_model) */
-static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images)
+/* the step source's end: the model's description, all but what ties it to one init file (emit_main) */
+static void emit_model(Buf *b, const Graph *g, const InitLayout *L, int nimage)
+{
+    int nconst = 0;
+    for (int v = 0; v < g->nval; v++)
+        nconst += L->const_off[v] >= 0;
+    int nparam = 0;
+    for (int u = 0; u < g->nunit; u++)
+        nparam += g->unit[u].nparams;
+    cg_put(b, "const RtModel fsdpc_step_model = { /* main.c adds .id, .key, .name and .init_sum */\n");
+    cg_put(b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
+    cg_put(b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
+    cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize, .slot_alias = slot_alias,\n",
+        (long long)g->arena_bytes, g->nslot);
+    int la = g->loss_avg;
+    cg_put(b, "    .gnorm_off = %lld, .shard_group = %d,\n",
+        g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
+        g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0);
+    /* this rank's own loss: where it is a plain scalar of the averaged loss's dtype (memplan keeps it) */
+    int lr = g->loss >= 0 && la >= 0 && g->val[g->loss].dtype == g->val[la].dtype &&
+                     g->val[g->loss].loc.kind == LOC_ARENA ? g->loss : -1;
+    cg_put(b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
+        la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
+        lr >= 0 ? (long long)g->val[lr].loc.off : -1LL,
+        g->opt->optimizer == OPT_SGD ? RT_SGD : g->opt->optimizer == OPT_ADAM ? RT_ADAM : RT_ADAMW);
+    cg_put(b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
+        (long long)g->model_len);
+    cg_put(b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
+    cg_put(b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
+    if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
+        int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
+        int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;
+        int64_t tokens = lab >= 0 ? value_numel(g, lab)
+                       : pred >= 0 && g->val[pred].shape.rank > 0 ? g->val[pred].shape.dim[0] : 1;
+        cg_put(b, "    .flops = %.17g, .tokens = %lld, .token_unit = \"%s\",\n", cg_step_flops(g), (long long)tokens,
+               lab >= 0 ? "tok" : "samples");
+    }
+    cg_put(b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
+        g->ncoll);
+    cg_put(b, "    .nextern = %d, .ext = externs,\n", L->next);
+    if (g->opt->precision == PREC_FP16)
+        cg_put(b, "    .loss_scaling = 1,\n");
+    if (!cg_cuda) {
+        const char *kname;
+        cpu_kernels(opt_cpu(g), &kname);
+        cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
+        if (g->opt->precision == PREC_BF16) /* its GEMMs' path, which rank 0 names at start where it is widened */
+            cg_put(b, "    .bf16_native = k_bf16_gemm_native,\n");
+    }
+    if (cg_cuda)
+        cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
+               "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);
+    cg_put(b, "};\n");
+}
+
+/* The step's source (step.c): the tables, the step, the model's description (emit_model).  Nothing in it depends
+ * on the initial weights' values: builds that differ only in those share it (objcache.c). */
+static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images, int nimage)
 {
     Buf b = {0};
-    cg_put(&b, "/* generated by fsdpc from %s: the training step, target %s. Do not edit. */\n",
-        cg_comment(base_name(g->opt->model)), cg_cuda ? "cuda" : "cpu");
+    /* no model file name in this file: the object cache's key (objcache.c) is the same for every build of the
+     * same step */
+    cg_put(&b, "/* generated by fsdpc: the training step and its tables, target %s (the init file's id and checksums\n"
+               " * and main: the executable's main.c). Do not edit. */\n", cg_cuda ? "cuda" : "cpu");
     cg_put(&b, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#include \"rt.h\"\n");
     /* cuda: kc_map.h turns the k_ calls into launches of their kc_ twins */
     cg_put(&b, cg_cuda ? "#include \"kc_map.h\"\n\n" : "#include \"kernels.h\"\n#include \"fused.h\"\n\n");
@@ -295,75 +368,34 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
 #undef NEED
         cg_put(&b, "    0\n};\n");
     }
+    emit_model(&b, g, L, nimage);
     return b;
 }
 
-/* the source's end: the model's description (id: the init file's, known once it is written), main */
-static void emit_model(Buf *b, const Graph *g, const InitLayout *L, uint64_t id, const Buf *step, int nimage)
+/* The executable's main.c: what ties the step (step.c's fsdpc_step_model) to one init file, known once that is
+ * written (its id and checksums), the model's name, and main.  Small, so that a build whose step is in the cache
+ * (objcache.c: another init file, as a weight-only variant of a model) compiles only this. */
+static Buf emit_main(const Graph *g, const InitLayout *L, uint64_t id, const Buf *step)
 {
-    int nconst = 0;
-    for (int v = 0; v < g->nval; v++)
-        nconst += L->const_off[v] >= 0;
-    int nparam = 0;
-    for (int u = 0; u < g->nunit; u++)
-        nparam += g->unit[u].nparams;
-    cg_put(b, "static const uint64_t init_sum[] = {");
+    Buf b = {0};
+    cg_put(&b, "/* generated by fsdpc from %s: the executable's main, with its init file's id and checksums (the\n"
+               " * step and its tables: step.c, after it in OUT.c). Do not edit. */\n",
+        cg_comment(base_name(g->opt->model)));
+    cg_put(&b, "#include <stdint.h>\n#include \"rt.h\"\n\nextern const RtModel fsdpc_step_model;\n\n");
+    cg_put(&b, "static const uint64_t init_sum[] = {");
     for (int k = 0; k < L->nsum; k++)
-        cg_put(b, "%s0x%016llxull", !k ? "\n    " : k % 4 ? ", " : ",\n    ", (unsigned long long)L->sum[k]);
-    cg_put(b, "\n};\n");
-    cg_put(b, "static const RtModel model = {\n");
+        cg_put(&b, "%s0x%016llxull", !k ? "\n    " : k % 4 ? ", " : ",\n    ", (unsigned long long)L->sum[k]);
+    cg_put(&b, "\n};\n\n");
     /* the key covers what the ranks must share: the init file and the step (shapes, offsets, collectives),
      * and the shard groups */
     uint64_t key = cg_fnv(id, step->buf, step->len);
     int sg = g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0;
     key = cg_fnv(key, &sg, sizeof sg);
-    cg_put(b, "    .id = 0x%016llxull, .key = 0x%016llxull, .name = %s,\n", (unsigned long long)id,
+    cg_put(&b, "int main(int argc, char **argv)\n{\n    RtModel m = fsdpc_step_model;\n");
+    cg_put(&b, "    m.id = 0x%016llxull, m.key = 0x%016llxull, m.name = %s;\n", (unsigned long long)id,
         (unsigned long long)key, cg_cstr(base_name(g->opt->model)));
-    cg_put(b, "    .nunit = %d, .unit = units, .nparam = %d, .param = params,\n", g->nunit, nparam);
-    cg_put(b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
-    cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize, .slot_alias = slot_alias,\n",
-        (long long)g->arena_bytes, g->nslot);
-    int la = g->loss_avg;
-    cg_put(b, "    .gnorm_off = %lld, .shard_group = %d,\n",
-        g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
-        g->opt->shard == SHARD_NONE ? 1 : g->opt->shard == SHARD_HYBRID ? g->opt->hybrid : 0);
-    /* this rank's own loss: where it is a plain scalar of the averaged loss's dtype (memplan keeps it) */
-    int lr = g->loss >= 0 && la >= 0 && g->val[g->loss].dtype == g->val[la].dtype &&
-                     g->val[g->loss].loc.kind == LOC_ARENA ? g->loss : -1;
-    cg_put(b, "    .loss_off = %lld, .loss_dtype = %d, .rank_loss_off = %lld, .optimizer = %d,\n",
-        la >= 0 ? (long long)g->val[la].loc.off : -1LL, la >= 0 ? (int)g->val[la].dtype : 0,
-        lr >= 0 ? (long long)g->val[lr].loc.off : -1LL,
-        g->opt->optimizer == OPT_SGD ? RT_SGD : g->opt->optimizer == OPT_ADAM ? RT_ADAM : RT_ADAMW);
-    cg_put(b, "    .model_off = %lld, .model_len = %lld, .step = step,\n", (long long)L->model_off,
-        (long long)g->model_len);
-    cg_put(b, "    .eval = %d, .noutput = %d, .output = outputs,\n", g->opt->eval, g->noutput);
-    cg_put(b, "    .dropout_seed = %#llxull,\n", (unsigned long long)NN_DROPOUT_SEED);
-    cg_put(b, "    .init_sum = init_sum,\n");
-    if (!g->opt->eval) { /* the progress line's throughput: label positions (cross_entropy) or samples */
-        int lab = g->opt->loss == LOSS_CE && g->opt->loss_target ? ir_find_value(g, g->opt->loss_target) : -1;
-        int pred = g->opt->loss_pred ? ir_find_value(g, g->opt->loss_pred) : -1;
-        int64_t tokens = lab >= 0 ? value_numel(g, lab)
-                       : pred >= 0 && g->val[pred].shape.rank > 0 ? g->val[pred].shape.dim[0] : 1;
-        cg_put(b, "    .flops = %.17g, .tokens = %lld, .token_unit = \"%s\",\n", cg_step_flops(g), (long long)tokens,
-               lab >= 0 ? "tok" : "samples");
-    }
-    cg_put(b, "    .nnode = %d, .trace_name = trace_name, .ncoll = %d,\n", g->nnode,
-        g->ncoll);
-    cg_put(b, "    .nextern = %d, .ext = externs,\n", L->next);
-    if (g->opt->precision == PREC_FP16)
-        cg_put(b, "    .loss_scaling = 1,\n");
-    if (!cg_cuda) {
-        const char *kname;
-        cpu_kernels(opt_cpu(g), &kname);
-        cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
-        if (g->opt->precision == PREC_BF16) /* its GEMMs' path, which rank 0 names at start where it is widened */
-            cg_put(b, "    .bf16_native = k_bf16_gemm_native,\n");
-    }
-    if (cg_cuda)
-        cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
-               "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);
-    cg_put(b, "};\n\n");
-    cg_put(b, "int main(int argc, char **argv) { return rt_main(argc, argv, &model); }\n");
+    cg_put(&b, "    m.init_sum = init_sum;\n    return rt_main(argc, argv, &m);\n}\n\n");
+    return b;
 }
 
 /* ---- building ----------------------------------------------------------- */
@@ -430,9 +462,10 @@ static int split(const char *s, char **argv, int max, const char *cpu)
     return n;
 }
 
-/* The C compiler's command line: the step src (and asm_src: cuda's images) compiled for --cpu (-march; cpu
- * target), linked with the runtime and the kernels built for its level, into exe */
-static char **cc_argv(const char *src, const char *asm_src, const char *exe, const char *cpu, int emulate)
+/* The C compiler's command line: the flags of the target and --cpu (-march; cpu target), then -o out (none where
+ * out is NULL), the inputs in (NULL-terminated), and with link the runtime and the kernels built for the --cpu
+ * level (emulate: the CUDA emulation's runtime) */
+static char **cc_argv(const char *const *in, const char *out, const char *cpu, int link, int emulate)
 {
     char **argv = ir_alloc(sizeof(char *) * 256);
     int n = 0;
@@ -440,27 +473,25 @@ static char **cc_argv(const char *src, const char *asm_src, const char *exe, con
     n += split(cg_cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100, NULL);
     if (cpu)
         argv[n++] = ir_fmt("-march=%s", cpu);
-    argv[n++] = "-o";
-    argv[n++] = (char *)exe;
-    argv[n++] = (char *)src;
-    if (asm_src)
-        argv[n++] = (char *)asm_src;
-    n += split(emulate ? FSDPC_LIBS_CUEMU : cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
+    if (out) {
+        argv[n++] = "-o";
+        argv[n++] = (char *)out;
+    }
+    for (int i = 0; in[i] && n < 150; i++)
+        argv[n++] = (char *)in[i];
+    if (link)
+        n += split(emulate ? FSDPC_LIBS_CUEMU : cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
     argv[n] = NULL;
     return argv;
 }
 
-/* --emulate: the C++ compiler's command line for the model's fused kernels on the host (cc into obj) */
-static char **cxx_argv(const char *cc, const char *obj)
+/* --emulate: the C++ compiler and its flags for the model's fused kernels on the host */
+static char **cxx_argv(void)
 {
     char **argv = ir_alloc(sizeof(char *) * 64);
     int n = 0;
     argv[n++] = FSDPC_CXX;
     n += split(FSDPC_CXXFLAGS_CUEMU, argv + n, 50, NULL);
-    argv[n++] = "-c";
-    argv[n++] = "-o";
-    argv[n++] = (char *)obj;
-    argv[n++] = (char *)cc;
     argv[n] = NULL;
     return argv;
 }
@@ -534,7 +565,7 @@ static char *read_capped(int fd, size_t *len)
 
 /* Run the C compiler (argv), its messages read through a pipe (a full disk loses none of them) and passed
  * on when it succeeds.  NULL, or one line: what went wrong and how it ended. */
-static const char *spawn_cc(char *const *argv)
+const char *cg_spawn_cc(char *const *argv)
 {
     int pfd[2];
     if (pipe(pfd) != 0)
@@ -575,6 +606,7 @@ static void remove_tree(const char *dir, int nimage)
     unlink(ir_fmt("%s/images.S", dir));
     unlink(ir_fmt("%s/fused.cc", dir)); /* --emulate */
     unlink(ir_fmt("%s/fused.o", dir));
+    unlink(ir_fmt("%s/fused.o.d", dir)); /* the compiler's list of headers (objcache.c), where a build stopped */
     rmdir(dir);
 }
 
@@ -602,7 +634,7 @@ void cg_calibrate(const char *out, int world, const char *cc)
     if (!f || fprintf(f, "#include \"rt.h\"\nint main(int argc, char **argv) { return rt_calibrate(argc, argv, \"%s\"); "
                       "}\n", kname) < 0 || fclose(f))
         fatal("%s: cannot write: %s", src, strerror(errno));
-    const char *why = spawn_cc(cc_argv(src, NULL, exe, "native", 0));
+    const char *why = cg_spawn_cc(cc_argv((const char *[]){src, NULL}, exe, "native", 1, 0));
     if (why) {
         unlink(exe);
         unlink(src);
@@ -637,10 +669,11 @@ const char *cg_source_cpu(const Graph *g, size_t *len)
     cg_cuda = 0;
     InitLayout L = cg_init_layout(g);
     Buf step = emit_step(g);
-    Buf src = emit_source(g, &L, &step, &(Buf){0});
-    emit_model(&src, g, &L, cg_write_init(g, &L, NULL), &step, 0);
-    *len = src.len;
-    return src.buf;
+    Buf src = emit_source(g, &L, &step, &(Buf){0}, 0);
+    Buf all = emit_main(g, &L, cg_write_init(g, &L, NULL), &step);
+    cg_put(&all, "%s", src.buf);
+    *len = all.len;
+    return all.buf;
 }
 
 /* ---- installing the pair -------------------------------------------------
@@ -699,15 +732,22 @@ static void build_private(Build *b)
     b->priv_path = ir_fmt("%s/%s", parent(b->out), b->priv);
 }
 
-/* the generated C into the private folder (and, --emit-c, to OUT.c); its path there */
-static const char *write_source(Build *b, const Buf *src, int keep)
+/* text into the private folder as name; its path there */
+static const char *write_private(Build *b, const char *name, const Buf *text)
 {
-    int fd = openat(b->privfd, "step.c", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || rt_write_all(fd, src->buf, src->len) != 0 || close(fd) != 0)
-        cg_build_fail(b, ir_fmt("%s/step.c: cannot write: %s", b->priv_path, strerror(errno)));
-    if (keep && rt_afile_write(ir_fmt("%s.c", b->out), src->buf, src->len, 0644) != 0)
+    int fd = openat(b->privfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || rt_write_all(fd, text->buf, text->len) != 0 || close(fd) != 0)
+        cg_build_fail(b, ir_fmt("%s/%s: cannot write: %s", b->priv_path, name, strerror(errno)));
+    return ir_fmt("%s/%s", b->priv_path, name);
+}
+
+/* --emit-c: OUT.c, main.c then step.c (one file that compiles as the two do) */
+static void write_emit_c(Build *b, const Buf *main_src, const Buf *step_src)
+{
+    Buf all = {0};
+    cg_put(&all, "%s%s", main_src->buf, step_src->buf);
+    if (rt_afile_write(ir_fmt("%s.c", b->out), all.buf, all.len, 0644) != 0)
         cg_build_fail(b, ir_fmt("%s.c: cannot write: %s", b->out, strerror(errno)));
-    return ir_fmt("%s/step.c", b->priv_path);
 }
 
 /* Is name .BASE.init.<16 hex digits>? */
@@ -777,22 +817,26 @@ void cg_build(const Graph *g)
             const char *cc;
             b.nimage = cg_cuemu_images(g, b.cuda_dir, &images, &cc);
             asm_src = ir_fmt("%s/fused.o", b.cuda_dir);
-            const char *why = spawn_cc(cxx_argv(cc, asm_src));
+            const char *why = cg_object(cc, cxx_argv(), asm_src);
             if (why)
                 cg_build_fail(&b, ir_fmt("%s: compiling the fused kernels for the CUDA emulation failed: %s", b.out,
                                          why));
         } else
             b.nimage = cg_cuda_images(g, b.cuda_dir, &images, &asm_src);
     }
-    Buf src = emit_source(g, &L, &step, &images);
+    Buf src = emit_source(g, &L, &step, &images, b.nimage);
     build_private(&b);
     uint64_t id = cg_write_init(g, &L, &b);
-    emit_model(&src, g, &L, id, &step, b.nimage);
-    const char *cpath = write_source(&b, &src, g->opt->keep_c);
-    const char *why = spawn_cc(cc_argv(cpath, asm_src, ir_fmt("%s/exe", b.priv_path), cg_cuda ? NULL : opt_cpu(g),
-                                       cg_cuda && g->opt->emulate));
+    Buf main_src = emit_main(g, &L, id, &step);
+    if (g->opt->keep_c)
+        write_emit_c(&b, &main_src, &src);
+    const char *cpu = cg_cuda ? NULL : opt_cpu(g), *step_c = write_private(&b, "step.c", &src);
+    const char *in[] = {write_private(&b, "main.c", &main_src), ir_fmt("%s/step.o", b.priv_path), asm_src, NULL};
+    const char *why = cg_object(step_c, cc_argv((const char *[]){NULL}, NULL, cpu, 0, 0), in[1]);
     if (why)
-        cg_build_fail(&b, ir_fmt("%s: building the executable failed: %s: fix that (disk space, --cc, the fsdpc "
-                              "install) and compile again", b.out, why));
+        cc_fail(&b, why);
+    why = cg_spawn_cc(cc_argv(in, ir_fmt("%s/exe", b.priv_path), cpu, 1, cg_cuda && g->opt->emulate));
+    if (why)
+        cc_fail(&b, why);
     install(&b, id);
 }

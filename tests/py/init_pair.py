@@ -15,6 +15,11 @@ usage: init_pair.py FSDPC WORKDIR
     shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in a constant: one line
     naming the file and "compile the model again", exit 1; in the embedded model: only a run that exports (or
     dumps gradients) reads it, and that run says so at start.
+(e) The object cache (codegen/objcache.c, in $FSDPC_CACHE_DIR): a build fills it with one entry; a build of the
+    model with other weights (m2) takes the step from it (the entry untouched, no other written) and trains as a
+    build from an empty cache does, from its own weights; --cpu x86-64 is another entry; an entry whose headers
+    changed (--cc adding -include of a file, which then changes) is compiled again; a corrupted entry is
+    compiled again and rewritten, and its build trains as before.
 """
 import hashlib
 import os
@@ -180,6 +185,46 @@ def flipped_bits(fsdpc, work, J, data):
     print("(d) flipped bit in the embedded model: a run without export trains, one with --export-onnx refuses")
 
 
+def step_cache(fsdpc, work, J, data):
+    cache, fresh = J("stepcache"), J("stepcache2")
+    os.makedirs(J("sc"))
+    build = lambda m, out, c=cache, extra=(): run([fsdpc, J(m), "-o", J("sc", out)] + A + list(extra),
+                                                  env={"FSDPC_CACHE_DIR": c})
+    stamps = lambda: {e: os.stat(os.path.join(cache, e)).st_mtime_ns for e in os.listdir(cache)}
+    build("m.onnx", "a")
+    first = stamps()
+    check(len(first) == 1 and list(first)[0].endswith(".o"), "the object cache after a build: %s" % list(first))
+    build("m2.onnx", "b")
+    check(stamps() == first, "a build whose weights alone differ compiled its step again: %s" % list(stamps()))
+    build("m2.onnx", "c", fresh)  # the same model from an empty cache: the step compiled
+    want_a, want_b = loss(J("sc", "a"), data), loss(J("sc", "c"), data)
+    check(want_a != want_b and loss(J("sc", "b"), data) == want_b,
+          "from the cached step m2 trains to %s, from an empty cache to %s (m: %s)"
+          % (loss(J("sc", "b"), data), want_b, want_a))
+    build("m.onnx", "d", extra=("--cpu", "x86-64"))
+    check(len(stamps()) == 2, "--cpu x86-64 did not make its own entry: %s" % list(stamps()))
+    # a header the compiler read changes (--cc adding -include of one): the entry is stale, compiled again
+    hdr, cc = J("sc", "extra.h"), J("sc", "cc_include.sh")
+    open(hdr, "w").write("#define FSDPC_TEST_EXTRA 1\n")
+    open(cc, "w").write('#!/bin/sh\nexec cc -include %s "$@"\n' % hdr)
+    os.chmod(cc, 0o755)
+    build("m.onnx", "e", extra=("--cc", cc))
+    before = stamps()
+    build("m2.onnx", "e", extra=("--cc", cc))
+    check(stamps() == before, "a build with --cc whose headers did not change compiled its step again")
+    open(hdr, "w").write("#define FSDPC_TEST_EXTRA 2\n")
+    build("m.onnx", "e", extra=("--cc", cc))
+    check(len(stamps()) == len(before) and stamps() != before, "a changed header did not make the entry stale")
+    entry = os.path.join(cache, list(first)[0])
+    good = open(entry, "rb").read()
+    flip(entry, len(good) - 100, 2)
+    build("m.onnx", "a")
+    check(open(entry, "rb").read() == good, "a corrupted entry was not compiled again and rewritten")
+    check(loss(J("sc", "a"), data) == want_a, "after the corrupted entry m trains differently")
+    print("(e) object cache: m2 built from m's step (one entry) trains as from an empty cache (loss %s, m %s); "
+          "--cpu x86-64 another entry; a changed header or a corrupted entry compiled again" % (want_b, want_a))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -196,6 +241,7 @@ def main():
     failing_cc(fsdpc, work, J, data)
     stopped_between(fsdpc, work, J, data)
     flipped_bits(fsdpc, work, J, data)
+    step_cache(fsdpc, work, J, data)
     print("OK init_pair")
 
 
