@@ -1,8 +1,11 @@
 /* compose.c — fold's rewrites of ONNX ops that are compositions of others,
  * each into nodes fsdpc computes and differentiates (both targets follow):
  *
- *   Sum, Mean         a chain of Adds (fold.c's variadic chain); Mean then
- *                     scales by 1/n;
+ *   Sum, Mean         a chain of Adds (compose_variadic); Mean then
+ *                     scales by 1/n;  Min, Max  a chain of two-input ones;
+ *   Gemm              MatMul(transA, transB) [-> Scale alpha] [-> Add
+ *                     (Scale beta) C], the MatMul reading through a
+ *                     Transpose of its operand as fold.c's MatMuls do;
  *   ReduceSumSquare   ReduceSum(x * x);       ReduceL1  ReduceSum(|x|);
  *   ReduceL2          sqrt(ReduceSum(x * x)); ReduceLogSum  log(ReduceSum(x));
  *   ReduceLogSumExp   m + log(ReduceSum(exp(x - m))), m = ReduceMax(x) kept
@@ -166,6 +169,65 @@ void compose_mean_end(Sweep *s, int id, int n, int y)
     int c = ir_node1(g, OP_Scale, name, g->node[id].out[0], -1, y);
     ir_attr_add(g, c, "alpha", A_FLOAT)->f = 1.0 / n;
     visit(s, c);
+}
+
+/* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
+ * the work); of one input, an Identity. */
+int compose_variadic(Sweep *s, int id)
+{
+    Graph *g = s->g;
+    Node n = g->node[id];
+    if (n.nin == 1) {
+        g->node[id].op = OP_Identity;
+        return 0;
+    }
+    for (int i = 0; i < n.nin; i++)
+        if (n.in[i] < 0)
+            node_fatal(g, &n, "input %d is empty; %s takes no optional inputs", i, op_info[n.op].name);
+    if (n.nin == 2)
+        return 0;
+    int acc = n.in[0];
+    for (int i = 1; i < n.nin; i++)
+        acc = fold_expand(s, id, n.op, acc, n.in[i], ir_fmt("%s%d", op_info[n.op].name, i),
+                     i == n.nin - 1 ? n.out[0] : -1);
+    return 1;
+}
+
+/* Append node op(a[, b]) named GEMM/suffix and visit it; its output is `out`,
+ * or a new value. */
+static int gemm_part(Sweep *s, int gemm, Op op, int a, int b, const char *suffix, int out, double alpha)
+{
+    Graph *g = s->g;
+    const char *name = ir_fmt("%s/%s", g->node[gemm].name, suffix);
+    if (out < 0)
+        out = ir_value(g, name, DT_UNDEF, NULL, R_ACT);
+    int id = ir_node1(g, op, name, a, b, out);
+    if (op == OP_Scale)
+        ir_attr_add(g, id, "alpha", A_FLOAT)->f = alpha;
+    if (op == OP_MatMul) {
+        ir_attr_add(g, id, "transA", A_INT)->i = ir_attr_i(&g->node[gemm], "transA", 0);
+        ir_attr_add(g, id, "transB", A_INT)->i = ir_attr_i(&g->node[gemm], "transB", 0);
+        fold_matmul_operands(s, id);
+    }
+    visit(s, id);
+    return out;
+}
+
+/* Gemm, Y = alpha op(A) op(B) + beta C: see the head. */
+void compose_gemm(Sweep *s, int id)
+{
+    Node gm = s->g->node[id]; /* copy: appending nodes moves g->node */
+    double alpha = ir_attr_f(&gm, "alpha", 1.0), beta = ir_attr_f(&gm, "beta", 1.0);
+    int c = gm.nin > 2 ? gm.in[2] : -1, y = gm.out[0];
+    int scaled = alpha != 1.0, biased = c >= 0 && beta != 0.0;
+    int t = gemm_part(s, id, OP_MatMul, gm.in[0], gm.in[1], "MatMul", scaled || biased ? -1 : y, 0);
+    if (scaled)
+        t = gemm_part(s, id, OP_Scale, t, -1, "alpha", biased ? -1 : y, alpha);
+    if (biased) {
+        if (beta != 1.0)
+            c = gemm_part(s, id, OP_Scale, c, -1, "beta", -1, beta);
+        gemm_part(s, id, OP_Add, t, c, "Add", y, 0);
+    }
 }
 
 /* OneHot(indices, depth, values) with attr axis: see the head. */

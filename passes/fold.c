@@ -5,7 +5,9 @@
  * ensures:  the nodes are in program order and each was shaped (shape_node)
  *           when the sweep reached it;
  *           no Gemm remains: Y = alpha op(A) op(B) + beta C becomes
- *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C];
+ *           MatMul(transA, transB) [→ Scale alpha] [→ Add (Scale beta) C]
+ *           (compose.c); no sequence remains: each is resolved into the
+ *           tensors it holds (seq.c);
  *           no MatMul reads a Transpose of the last two axes (it reads the
  *           Transpose's input with its transA/transB flipped) and no such
  *           Transpose is left unread; no Dropout that drops nothing (ratio
@@ -18,7 +20,7 @@
  *           GRAD_MAX_IN inputs (longer ones nest); composite ops are
  *           expanded (RMSNormalization; IsNaN, IsInf, And, Or, Xor into
  *           comparisons, Not and Where); Min / Max take two inputs (longer
- *           ones chain); Mod with fmod 1 is FMod; integer arithmetic
+ *           ones chain, compose.c); Mod with fmod 1 is FMod; integer arithmetic
  *           runs on int64 (intarith.c: int32 through Casts, Neg/Abs/Sign
  *           as comparisons, an integer Pow in float64, a float Pow's
  *           exponent in the base's dtype); no node but Cast, Shape and
@@ -42,8 +44,14 @@
  * --dim, Shape(x) is a constant, so the Gather → Unsqueeze → Concat feeding
  * x.view(B, T, nh, hs)'s Reshape are too.
  *
- * The expansions of composite ops (RMSNormalization .. RotaryEmbedding, the
- * scatters, Resize, Einsum, Attention) live in expand.c (fold.h).
+ * This file is the sweep and the canonicalisation of single nodes (canon_op's
+ * dispatch), and the evaluation.  The rewrites into other ops live beside
+ * it, all through fold.h: the expansions of composite ops
+ * (RMSNormalization .. RotaryEmbedding, the scatters, Resize, Einsum,
+ * Attention) in expand.c, recurrent.c and gridsample.c; the compositions
+ * (Gemm, the variadic chains, the reductions, OneHot, ConvTranspose ...) in
+ * compose.c; sequences in seq.c; integer and narrow dtypes in intarith.c;
+ * 1-D and 3-D convolutions and pooling in lift1d.c and lift3d.c.
  *
  * Evaluation runs the reference kernels (kernels/c) that the executable
  * calls, through the plans codegen emits (Move lists of ir/rules/tensor.h),
@@ -62,10 +70,9 @@ enum { FOLD_MAX = 1 << 20 };   /* elements of the largest folded output */
 
 static void visit(Sweep *s, int id) { fold_visit(s, id); }
 
-/* ---- Gemm --------------------------------------------------------------- */
+/* ---- attributes --------------------------------------------------------- */
 
-/* The attribute `name` of node id, replacing one of that name. */
-static Attr *set_attr(Graph *g, int id, const char *name, AttrKind k)
+Attr *fold_set_attr(Graph *g, int id, const char *name, AttrKind k)
 {
     Node *n = &g->node[id];
     for (int i = 0; i < n->nattr; i++)
@@ -111,7 +118,7 @@ static int swaps_last_two(const Graph *g, const Node *t)
  * output the backward reads too, so the copy of the gathered W would live
  * from the forward to the backward and keep the unit unsharded in between.
  * A Transpose left without readers is dropped at the end of the sweep. */
-static void matmul_operands(Sweep *s, int id)
+void fold_matmul_operands(Sweep *s, int id)
 {
     Graph *g = s->g;
     for (int k = 0; k < 2; k++) {
@@ -121,43 +128,7 @@ static void matmul_operands(Sweep *s, int id)
         const char *flag = k ? "transB" : "transA";
         int64_t t = ir_attr_i(&g->node[id], flag, 0);
         g->node[id].in[k] = g->node[p].in[0];
-        set_attr(g, id, flag, A_INT)->i = !t;
-    }
-}
-
-/* Append node op(a[, b]) named GEMM/suffix and visit it; its output is `out`,
- * or a new value. */
-static int part(Sweep *s, int gemm, Op op, int a, int b, const char *suffix, int out, double alpha)
-{
-    Graph *g = s->g;
-    const char *name = ir_fmt("%s/%s", g->node[gemm].name, suffix);
-    if (out < 0)
-        out = ir_value(g, name, DT_UNDEF, NULL, R_ACT);
-    int id = ir_node1(g, op, name, a, b, out);
-    if (op == OP_Scale)
-        ir_attr_add(g, id, "alpha", A_FLOAT)->f = alpha;
-    if (op == OP_MatMul) {
-        ir_attr_add(g, id, "transA", A_INT)->i = ir_attr_i(&g->node[gemm], "transA", 0);
-        ir_attr_add(g, id, "transB", A_INT)->i = ir_attr_i(&g->node[gemm], "transB", 0);
-        matmul_operands(s, id);
-    }
-    visit(s, id);
-    return out;
-}
-
-static void expand_gemm(Sweep *s, int id)
-{
-    Node gm = s->g->node[id]; /* copy: appending nodes moves g->node */
-    double alpha = ir_attr_f(&gm, "alpha", 1.0), beta = ir_attr_f(&gm, "beta", 1.0);
-    int c = gm.nin > 2 ? gm.in[2] : -1, y = gm.out[0];
-    int scaled = alpha != 1.0, biased = c >= 0 && beta != 0.0;
-    int t = part(s, id, OP_MatMul, gm.in[0], gm.in[1], "MatMul", scaled || biased ? -1 : y, 0);
-    if (scaled)
-        t = part(s, id, OP_Scale, t, -1, "alpha", biased ? -1 : y, alpha);
-    if (biased) {
-        if (beta != 1.0)
-            c = part(s, id, OP_Scale, c, -1, "beta", -1, beta);
-        part(s, id, OP_Add, t, c, "Add", y, 0);
+        fold_set_attr(g, id, flag, A_INT)->i = !t;
     }
 }
 
@@ -236,7 +207,7 @@ static void to_attr(Graph *g, int id, const char *name, int v)
     int64_t cnt = shape_numel(&x->shape);
     if (!strcmp(name, "value")) { /* Pad's constant_value: empty means absent */
         if (cnt)
-            set_attr(g, id, name, A_TENSOR)->t = v;
+            fold_set_attr(g, id, name, A_TENSOR)->t = v;
         return;
     }
     if (x->dtype != DT_I64 && x->dtype != DT_I32)
@@ -244,12 +215,12 @@ static void to_attr(Graph *g, int id, const char *name, int v)
     if (!strcmp(name, "k") || !strcmp(name, "axis")) {
         if (cnt != 1)
             node_fatal(g, n, "the %s input '%s' must hold one value", name, ir_q(x->name));
-        set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
+        fold_set_attr(g, id, name, A_INT)->i = tensor_const_i(x, 0);
         return;
     }
     if (x->shape.rank > 1 || cnt > (1 << 20))
         node_fatal(g, n, "the %s input '%s' must be a 1-D list", name, ir_q(x->name));
-    Attr *a = set_attr(g, id, name, A_INTS);
+    Attr *a = fold_set_attr(g, id, name, A_INTS);
     a->n = (int)cnt;
     a->ints = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
     for (int64_t i = 0; i < cnt; i++)
@@ -295,7 +266,7 @@ static void pad_axes(Graph *g, int id)
         full[a] = p->ints[i];
         full[r + a] = p->ints[na + i];
     }
-    Attr *np = set_attr(g, id, "pads", A_INTS);
+    Attr *np = fold_set_attr(g, id, "pads", A_INTS);
     np->n = 2 * r;
     np->ints = ir_alloc(sizeof(int64_t) * (size_t)(2 * r));
     memcpy(np->ints, full, sizeof(int64_t) * (size_t)(2 * r));
@@ -354,290 +325,21 @@ static void castlike(Graph *g, int id)
     int64_t to = tensor_to_onnx(g->val[n->in[1]].dtype);
     n->op = OP_Cast;
     n->nin = 1;
-    set_attr(g, id, "to", A_INT)->i = to;
-}
-
-/* ---- sequences ------------------------------------------------------------ */
-
-/* A sequence value is resolved into the tensor values it holds: its ops are
- * taken out of the program as the sweep meets them, their lengths and
- * positions known here (constants, and shapes, which are static), and
- * SplitToSequence becomes a Split [+ Squeeze], SequenceAt an Identity,
- * ConcatFromSequence [Unsqueezes +] a Concat, SequenceLength a constant. */
-
-enum { SEQ_MAX = 1 << 16 };   /* tensors in one sequence */
-
-/* The sequence value v holds, or NULL if v is not a sequence. */
-static const Seq *seq_of(const Sweep *s, int v)
-{
-    for (int i = 0; i < s->nseq; i++)
-        if (s->seq[i].v == v)
-            return &s->seq[i];
-    return NULL;
-}
-
-static void seq_define(Sweep *s, int v, const int *el, int n)
-{
-    if (s->nseq == s->seqcap) {
-        Seq *t = ir_alloc(sizeof *t * (size_t)(2 * s->seqcap + 8));
-        if (s->nseq)
-            memcpy(t, s->seq, sizeof *t * (size_t)s->nseq);
-        s->seq = t;
-        s->seqcap = 2 * s->seqcap + 8;
-    }
-    int *e = ir_alloc(sizeof(int) * (size_t)(n + 1));
-    if (n)
-        memcpy(e, el, sizeof(int) * (size_t)n);
-    s->seq[s->nseq++] = (Seq){v, n, e};
-}
-
-static int is_seq_op(Op op)
-{
-    switch (op) {
-    case OP_SequenceConstruct: case OP_SequenceEmpty: case OP_SequenceAt: case OP_SequenceInsert:
-    case OP_SequenceErase: case OP_SequenceLength: case OP_SplitToSequence: case OP_ConcatFromSequence:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* Input k of node n, which must be a sequence. */
-static const Seq *seq_in(const Sweep *s, const Node *n, int k)
-{
-    const Seq *q = seq_of(s, n->in[k]);
-    if (!q)
-        node_fatal(s->g, n, "input '%s' is a tensor; %s takes a sequence", ir_q(s->g->val[n->in[k]].name),
-                   op_info[n->op].name);
-    return q;
-}
-
-/* Optional position input k of node n as an index into a sequence of len
- * (or len + 1 places when insert), dflt when absent; constant or refused. */
-static int seq_pos(const Sweep *s, const Node *n, int k, int len, int insert, int dflt)
-{
-    if (k >= n->nin || n->in[k] < 0)
-        return dflt;
-    const Value *x = &s->g->val[n->in[k]];
-    if (x->role != R_CONST || !x->data || shape_numel(&x->shape) != 1 || (x->dtype != DT_I64 && x->dtype != DT_I32))
-        node_fatal(s->g, n, "the position '%s' must be a constant int64 scalar; fsdpc resolves sequences at "
-                   "compile time", ir_q(x->name));
-    int64_t p = tensor_const_i(x, 0), hi = len + insert;
-    if (p < -(int64_t)len || p >= hi)
-        node_fatal(s->g, n, "position %lld is outside [%d, %lld) for a sequence of %d tensors", (long long)p, -len,
-                   (long long)hi, len);
-    return (int)(p < 0 ? p + len : p);
-}
-
-/* A new node op(in) named NODE/suffix with one new output, visited; its output. */
-int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const char *attr, int64_t axis)
-{
-    Graph *g = s->g;
-    const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
-    int y = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-    int c = ir_node1(g, op, name, in, -1, y);
-    ir_attr_ints_add(g, c, attr, &axis, 1);
-    visit(s, c);
-    return y;
-}
-
-static void split_to_sequence(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id]; /* copy: appending nodes moves g->node */
-    const Value *x = &g->val[n.in[0]];
-    if (x->dtype == DT_UNDEF)
-        node_fatal(g, &n, "its input's shape is not known here; fsdpc resolves sequences at compile time");
-    int ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), x->shape.rank, "axis");
-    int64_t d = x->shape.dim[ax], cnt, *sz;
-    int keep = ir_attr_i(&n, "keepdims", 1) != 0, has = n.nin > 1 && n.in[1] >= 0;
-    if (has) {
-        const Value *sp = fold_const_in(g, &n, 1, "split");
-        if (sp->dtype != DT_I64 && sp->dtype != DT_I32)
-            node_fatal(g, &n, "the split input '%s' must be int64", ir_q(sp->name));
-        if (sp->shape.rank == 0) {
-            int64_t c = tensor_const_i(sp, 0);
-            if (c <= 0)
-                node_fatal(g, &n, "split %lld must be positive", (long long)c);
-            cnt = d / c + (d % c != 0);
-            if (cnt > SEQ_MAX)
-                node_fatal(g, &n, "splits into %lld tensors; fsdpc resolves sequences of at most %d", (long long)cnt, SEQ_MAX);
-            sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
-            for (int64_t i = 0; i < cnt; i++)
-                sz[i] = i < cnt - 1 || d % c == 0 ? c : d % c;
-        } else {
-            cnt = shape_numel(&sp->shape);
-            if (sp->shape.rank != 1 || cnt > SEQ_MAX)
-                node_fatal(g, &n, "the split input '%s' must be a scalar or a 1-D list of at most %d sizes",
-                           ir_q(sp->name), SEQ_MAX);
-            sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
-            int64_t sum = 0;
-            for (int64_t i = 0; i < cnt; i++) {
-                sz[i] = tensor_const_i(sp, i);
-                if (sz[i] < 0 || sz[i] > d - sum)
-                    node_fatal(g, &n, "split sizes must be non-negative and sum to dim %d's %lld", ax, (long long)d);
-                sum += sz[i];
-            }
-            if (sum != d)
-                node_fatal(g, &n, "split sizes sum to %lld, not dim %d's %lld", (long long)sum, ax, (long long)d);
-        }
-    } else {
-        cnt = d;
-        if (cnt > SEQ_MAX)
-            node_fatal(g, &n, "splits into %lld tensors; fsdpc resolves sequences of at most %d", (long long)cnt, SEQ_MAX);
-        sz = ir_alloc(sizeof(int64_t) * (size_t)(cnt + 1));
-        for (int64_t i = 0; i < cnt; i++)
-            sz[i] = 1;
-    }
-    int *el = ir_alloc(sizeof(int) * (size_t)(cnt + 1));
-    if (cnt) {
-        const char *name = ir_fmt("%s/Split", n.name);
-        for (int64_t i = 0; i < cnt; i++)
-            el[i] = ir_value(g, ir_fmt("%s.%d", name, s->nnew++), DT_UNDEF, NULL, R_ACT);
-        int c = ir_node(g, OP_Split, name, 1, n.in, (int)cnt, el);
-        ir_attr_add(g, c, "axis", A_INT)->i = ax;
-        Attr *a = ir_attr_add(g, c, "split", A_INTS);
-        a->n = (int)cnt;
-        a->ints = sz;
-        visit(s, c);
-        if (!has && !keep)
-            for (int64_t i = 0; i < cnt; i++)
-                el[i] = seq_part(s, id, OP_Squeeze, el[i], ir_fmt("Squeeze%lld", (long long)i), "axes", ax);
-    }
-    seq_define(s, n.out[0], el, (int)cnt);
-}
-
-/* Rewrite sequence op node id: 1 if it is gone from the program (its
- * output a sequence or a constant), 0 if it became a tensor op to canonicalise. */
-static int sequence(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id];
-    const Seq *q;
-    switch (n.op) {
-    case OP_SequenceConstruct:
-        for (int i = 0; i < n.nin; i++)
-            if (seq_of(s, n.in[i]))
-                node_fatal(g, &n, "input '%s' is a sequence; fsdpc's sequences hold tensors", ir_q(g->val[n.in[i]].name));
-        seq_define(s, n.out[0], n.in, n.nin);
-        return 1;
-    case OP_SequenceEmpty:
-        seq_define(s, n.out[0], NULL, 0);
-        return 1;
-    case OP_SequenceInsert: case OP_SequenceErase: {
-        q = seq_in(s, &n, 0);
-        int ins = n.op == OP_SequenceInsert, len = q->n;
-        if (ins && (n.in[1] < 0 || seq_of(s, n.in[1])))
-            node_fatal(g, &n, "the inserted value must be a tensor");
-        if (ins && len == SEQ_MAX)
-            node_fatal(g, &n, "fsdpc resolves sequences of at most %d tensors", SEQ_MAX);
-        if (!ins && !len)
-            node_fatal(g, &n, "erases from an empty sequence");
-        int p = seq_pos(s, &n, ins ? 2 : 1, len, ins, ins ? len : len - 1);
-        int *el = ir_alloc(sizeof(int) * (size_t)(len + 2)), m = 0;
-        for (int i = 0; i <= len; i++) {
-            if (ins && i == p)
-                el[m++] = n.in[1];
-            if (i < len && (ins || i != p))
-                el[m++] = q->el[i];
-        }
-        seq_define(s, n.out[0], el, m);
-        return 1;
-    }
-    case OP_SequenceLength: {
-        q = seq_in(s, &n, 0);
-        Value *y = &g->val[n.out[0]];
-        y->dtype = DT_I64;
-        y->shape = (Shape){.rank = 0};
-        y->data = ir_alloc(sizeof(int64_t));
-        *(int64_t *)y->data = q->n;
-        y->role = R_CONST;
-        y->persistent = 1;
-        return 1;
-    }
-    case OP_SplitToSequence:
-        if (seq_of(s, n.in[0]))
-            node_fatal(g, &n, "its input is a sequence; SplitToSequence splits a tensor");
-        split_to_sequence(s, id);
-        return 1;
-    case OP_SequenceAt:
-        q = seq_in(s, &n, 0);
-        if (!q->n)
-            node_fatal(g, &n, "reads from an empty sequence");
-        g->node[id].in[0] = q->el[seq_pos(s, &n, 1, q->n, 0, 0)];
-        g->node[id].nin = 1;
-        g->node[id].op = OP_Identity;
-        return 0;
-    case OP_ConcatFromSequence: {
-        q = seq_in(s, &n, 0);
-        if (!q->n)
-            node_fatal(g, &n, "concatenates an empty sequence; fsdpc needs at least one tensor");
-        int64_t ax = ir_attr_i(&n, "axis", 0);
-        int *in = ir_alloc(sizeof(int) * (size_t)(q->n + 1));
-        for (int i = 0; i < q->n; i++)
-            in[i] = ir_attr_i(&n, "new_axis", 0) ? seq_part(s, id, OP_Unsqueeze, q->el[i], ir_fmt("Unsqueeze%d", i), "axes", ax)
-                                                 : q->el[i];
-        Node *c = &g->node[id];
-        c->op = OP_Concat;
-        c->in = in;
-        c->nin = q->n;
-        set_attr(g, id, "axis", A_INT)->i = ax;
-        return 0;
-    }
-    default: /* Identity of a sequence: the same sequence */
-        q = seq_in(s, &n, 0);
-        seq_define(s, n.out[0], q->el, q->n);
-        return 1;
-    }
-}
-
-/* No other op reads a sequence. */
-static void tensor_inputs(const Sweep *s, const Node *n)
-{
-    for (int i = 0; i < n->nin; i++)
-        if (n->in[i] >= 0 && seq_of(s, n->in[i]))
-            node_fatal(s->g, n, "reads the sequence '%s'; fsdpc resolves sequences only through SequenceAt, "
-                       "ConcatFromSequence, SequenceLength, SequenceInsert/Erase and Identity", ir_q(s->g->val[n->in[i]].name));
-}
-
-/* Min / Max of n inputs: a chain of n - 1 two-input nodes (1 when it did
- * the work); of one input, an Identity. */
-static int variadic_chain(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id];
-    if (n.nin == 1) {
-        g->node[id].op = OP_Identity;
-        return 0;
-    }
-    for (int i = 0; i < n.nin; i++)
-        if (n.in[i] < 0)
-            node_fatal(g, &n, "input %d is empty; %s takes no optional inputs", i, op_info[n.op].name);
-    if (n.nin == 2)
-        return 0;
-    int acc = n.in[0];
-    for (int i = 1; i < n.nin; i++)
-        acc = fold_expand(s, id, n.op, acc, n.in[i], ir_fmt("%s%d", op_info[n.op].name, i),
-                     i == n.nin - 1 ? n.out[0] : -1);
-    return 1;
+    fold_set_attr(g, id, "to", A_INT)->i = to;
 }
 
 /* Rewrite node id into the form later passes expect, then visit it. */
 static void canon_op(Sweep *s, int id)
 {
     Graph *g = s->g;
-    if (s->nseq && g->node[id].op == OP_Identity && seq_of(s, g->node[id].in[0]) && sequence(s, id))
+    if (seq_resolve(s, id))
         return;
-    if (is_seq_op(g->node[id].op) && sequence(s, id))
-        return;
-    if (s->nseq)
-        tensor_inputs(s, &g->node[id]);
     Op op = g->node[id].op;
     for (size_t i = 0; i < sizeof const_inputs / sizeof *const_inputs; i++)
         if (const_inputs[i].op == op)
             inputs_to_attrs(g, id, &const_inputs[i]);
     switch (op) {
-    case OP_Gemm: expand_gemm(s, id); return;
+    case OP_Gemm: compose_gemm(s, id); return;
     case OP_RMSNormalization: expand_rmsnorm(s, id); return;
     case OP_IsNaN: case OP_IsInf: case OP_And: case OP_Or: case OP_Xor: expand_logical(s, id); return;
     case OP_ArgMax: case OP_ArgMin: expand_argmax(s, id); return;
@@ -653,11 +355,11 @@ static void canon_op(Sweep *s, int id)
     case OP_RotaryEmbedding: expand_rope(s, id); return;
     case OP_Sum: case OP_Mean: /* Mean: canon scales the sum */
         g->node[id].op = OP_Add;
-        if (variadic_chain(s, id))
+        if (compose_variadic(s, id))
             return;
         break;
     case OP_Min: case OP_Max:
-        if (variadic_chain(s, id))
+        if (compose_variadic(s, id))
             return;
         break;
     case OP_ReduceL1: case OP_ReduceL2: case OP_ReduceSumSquare: case OP_ReduceLogSum: case OP_ReduceLogSumExp: {
@@ -689,7 +391,7 @@ static void canon_op(Sweep *s, int id)
         if (ir_attr_i(&g->node[id], "fmod", 0))
             g->node[id].op = OP_FMod;
         break;
-    case OP_MatMul: matmul_operands(s, id); break;
+    case OP_MatMul: fold_matmul_operands(s, id); break;
     case OP_Neg: case OP_Abs: case OP_Sign:
         if (int_unary(s, id))
             return;
@@ -1114,7 +816,7 @@ void fold_visit(Sweep *s, int id)
 
 /* Is value v a graph output or named by --loss (so it must keep its node)? */
 
-/* Drops the Transposes matmul_operands left unread, and Dropout that drops
+/* Drops the Transposes fold_matmul_operands left unread, and Dropout that drops
  * nothing: ratio 0 (nanoGPT's default) or not training, its mask unread.
  * Its readers read its input instead, so it costs no copy, no mask kept
  * for the backward and no DropoutGrad, and a MatMul before it can take the
@@ -1136,7 +838,7 @@ static void drop_identities(Graph *g)
                 x->in[k] = repl[x->in[k]];
         int y = x->out[0];
         if (x->op == OP_Transpose && !uses[y] && !ir_wanted(g, y))
-            continue; /* left by matmul_operands */
+            continue; /* left by fold_matmul_operands */
         if (x->op == OP_Dropout && (nn_dropout_ratio(g, x) == 0 || !nn_dropout_training(g, x)) && !ir_wanted(g, y) &&
             (x->nout < 2 || x->out[1] < 0 || (!uses[x->out[1]] && !ir_wanted(g, x->out[1])))) {
             repl[y] = x->in[0];

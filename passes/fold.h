@@ -1,5 +1,5 @@
-/* fold.h — what passes/fold.c and passes/expand.c share: the sweep over the
- * program, its visit, and the expansions of composite ops (expand.c).
+/* fold.h — what passes/fold.c and the files of its rewrites (expand.c, compose.c, seq.c, ...) share: the sweep
+ * over the program, its visit, and the rewrites each file does.
  * Private to passes/: nothing else includes it. */
 #ifndef FSDPC_FOLD_H
 #define FSDPC_FOLD_H
@@ -23,9 +23,19 @@ typedef struct {
 void fold_visit(Sweep *s, int id);
 /* input i of n, which must be a constant (else one line naming the node and what) (fold.c) */
 const Value *fold_const_in(Graph *g, const Node *n, int i, const char *what);
+/* MatMul node id's operands that are Transposes of the last two axes read through transA / transB (fold.c) */
+void fold_matmul_operands(Sweep *s, int id);
+/* the attribute `name` of node id, replacing one of that name (fold.c) */
+Attr *fold_set_attr(Graph *g, int id, const char *name, AttrKind k);
 /* op(in) named NODE/suffix with the ints attribute attr = {axis} (Split / Squeeze / Unsqueeze's axes), visited;
- * its output (fold.c) */
+ * its output (seq.c) */
 int seq_part(Sweep *s, int id, Op op, int in, const char *suffix, const char *attr, int64_t axis);
+/* sequences (seq.c), before node id's canonicalisation: 1 if it was a sequence op (or an Identity of a
+ * sequence) and is gone from the program (its output a sequence or a constant); 0 if it is a tensor op to
+ * canonicalise (SequenceAt and ConcatFromSequence rewritten into one); one line if it reads a sequence else */
+int seq_resolve(Sweep *s, int id);
+/* the sequence value v holds, or NULL if v is not a sequence (seq.c) */
+const Seq *seq_of(const Sweep *s, int v);
 /* op(a[, b]) named NODE/suffix writing out (-1: a new value), visited; its output (expand.c) */
 int fold_expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out);
 /* compose.c's builders for the expansions: Cast(x) to `to`; a scalar constant of a float dtype; a constant of
@@ -79,6 +89,10 @@ int compose_reduce(Sweep *s, int id, int *shift);
 void compose_reduce_end(Sweep *s, int id, Op of, int y, int shift);
 int compose_mean(Sweep *s, int id);
 void compose_mean_end(Sweep *s, int id, int n, int y);
+/* Sum / Mean (made an Add) and Min / Max of n inputs: a chain of n - 1 two-input nodes (1: done, node id
+ * replaced); of one input, an Identity (0: canonicalise node id) */
+int compose_variadic(Sweep *s, int id);
+void compose_gemm(Sweep *s, int id);            /* MatMul [-> Scale alpha] [-> Add (Scale beta) C] */
 void compose_onehot(Sweep *s, int id);
 void compose_convt(Sweep *s, int id);
 void compose_lppool(Sweep *s, int id);

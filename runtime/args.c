@@ -4,7 +4,7 @@
  * checks across options once all are in (rt_opts_check).  Which options
  * exist and where their values come from is opts.c's; the --help text is
  * usage.c's.  Errors go through rt_err_set (status 2 for a bad value), so
- * that rt.c reports them once for all ranks.
+ * that err.c reports them once for all ranks.
  */
 #define _POSIX_C_SOURCE 200809L
 

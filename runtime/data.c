@@ -3,7 +3,7 @@
  * token stream, agree on the data across ranks, and copy each step's samples
  * into the arena and upload them.  A file that shrinks under the run ends it
  * with one line (the SIGBUS guard of npy.h), never a signal.
- * Errors go through rt_err_set; rt.c agrees on them across ranks.
+ * Errors go through rt_err_set; err.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -1,6 +1,6 @@
 /* eval.c — the life of a forward-only executable (fsdpc --eval, m->eval = 1)
  * after its flags (args.c) and the control plane (rt.c): a check of the
- * model tables, the output file names, the init file (constants only;
+ * model tables (tables.c), the output file names, the init file (constants only;
  * load.c), the --input files (.npy here, .pb in tensor_pb.c) copied into the
  * arena at their exact shapes and uploaded (rt_dev.h), --out-dir, one step,
  * then rank 0 downloads every graph output and writes it to DIR/<name>.npy
@@ -9,7 +9,7 @@
  * Every rank runs the same checks and the step (a forward-only step has no
  * collectives; a single rank is the normal case); only rank 0 writes.
  * Start-up and write errors are agreed on by all ranks (rt_err_sync) and
- * printed once, as in training executables.
+ * printed once (err.c), as in training executables.
  *
  * Output file names: the graph output name, every byte outside
  * [A-Za-z0-9_.-] replaced by '_' and a leading '.' by '_' (never a path
@@ -45,55 +45,6 @@ typedef struct {
     char **fname; /* per output: the file name inside --out-dir */
     char **path;  /* per output: DIR/fname */
 } Eval;
-
-/* ------------------------------------------------------------- model tables */
-
-#define BAD(...) do { rt_err_set(1, "corrupt model tables: " __VA_ARGS__); return -1; } while (0)
-
-/* an input or output: a known dtype, rank <= RT_MAX_RANK, inside the arena */
-static int check_tensor(const RtModel *m, const char *what, int i, const char *name, int dtype, int rank,
-                        const int64_t *shape, int64_t off)
-{
-    if (!name || !name[0] || rt_elem_size(dtype) == 0 || rank < 0 || rank > RT_MAX_RANK)
-        BAD("%s %d", what, i);
-    uint64_t bytes = (uint64_t)rt_elem_size(dtype);
-    for (int d = 0; d < rank; d++)
-        if (shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)shape[d], &bytes))
-            BAD("%s '%s' shape", what, name);
-    if (off < 0 || bytes > (uint64_t)m->arena_bytes || off > m->arena_bytes - (int64_t)bytes)
-        BAD("%s '%s' outside the arena", what, name);
-    return 0;
-}
-
-static int check_eval_model(const RtModel *m)
-{
-    if (m->nunit != 0 || m->nparam != 0 || m->nslot != 0)
-        BAD("a forward-only build with %d units, %d parameters, %d slots", m->nunit, m->nparam, m->nslot);
-    if (m->ninput < 0 || m->nconst < 0 || m->noutput < 0 || m->arena_bytes < 0)
-        BAD("negative count");
-    if ((m->ninput && !m->input) || (m->nconst && !m->cnst) || (m->noutput && !m->output) || !m->step)
-        BAD("missing table");
-    if (m->model_off < 0 || m->model_len < 0)
-        BAD("model range");
-    for (int i = 0; i < m->nconst; i++) {
-        const RtConst *k = &m->cnst[i];
-        if (k->nbytes < 0 || k->file_off < 0 || k->arena_off < 0 || k->arena_off > m->arena_bytes - k->nbytes)
-            BAD("constant %d outside the arena", i);
-    }
-    for (int i = 0; i < m->ninput; i++) {
-        const RtInput *in = &m->input[i];
-        if (check_tensor(m, "input", i, in->name, in->dtype, in->rank, in->shape, in->arena_off) != 0)
-            return -1;
-    }
-    for (int i = 0; i < m->noutput; i++) {
-        const RtOutput *out = &m->output[i];
-        if (check_tensor(m, "output", i, out->name, out->dtype, out->rank, out->shape, out->arena_off) != 0)
-            return -1;
-    }
-    return 0;
-}
-
-#undef BAD
 
 /* ------------------------------------------------------------- output names */
 
@@ -260,7 +211,7 @@ static int start_up(Eval *e, const char *argv0)
 {
     const RtModel *m = e->ctx.m;
     int status;
-    check_eval_model(m);
+    rt_check_model(m);
     if ((status = rt_err_sync()) != 0)
         return status;
     output_paths(e);

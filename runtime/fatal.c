@@ -2,7 +2,7 @@
  * every rank down through the control plane), rt_step_fail (a failure inside
  * the step), and the claim that keeps two failing threads from printing two
  * messages.  Start-up errors, which the ranks agree on before exiting
- * normally, are rt.c's rt_err_set / rt_err_sync.
+ * normally, are err.c's rt_err_set / rt_err_sync.
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -2,7 +2,7 @@
  * validate it, carve the one allocation, load the constants and this rank's
  * own parameter shards, each checked against fsdpc's checksums, and hand it
  * to the device layer.  (The training data: data.c.)
- * Errors go through rt_err_set; rt.c agrees on them across ranks.
+ * Errors go through rt_err_set; err.c agrees on them across ranks.
  */
 #define _POSIX_C_SOURCE 200809L
 

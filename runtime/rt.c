@@ -1,15 +1,11 @@
 /* rt.c — rt_main: the life of an executable around the model's step
  * function: options (opts.c, args.c), the control plane (rt_ctl.h), start-up (init
  * file and memory from load.c, data from data.c; the device from rt_dev.h), the step
- * loop with its progress lines and metrics, export, and start-up errors
- * (agreed on by all ranks).  Forward-only builds (m->eval) branch to eval.c
- * once the control plane is up.  No MPI here: this file, like the rest of
- * the target-neutral core, runs on MPI (cpu) and TCP (cuda) control planes.
- *
- * --dump-grads DIR: after step 1, every unit's averaged gradient shards
- * (left untouched by the optimizer) are gathered to rank 0, which writes one
- * DIR/<parameter name>.npy per parameter, of the parameter's shape (read from
- * the ONNX model embedded in the init file at start-up) and the unit's dtype.
+ * loop with its progress lines and metrics, export and --dump-grads
+ * (dumpgrads.c), after a check of the model tables (tables.c).  Forward-only
+ * builds (m->eval) branch to eval.c once the control plane is up.  No MPI
+ * here: this file, like the rest of the target-neutral core, runs on MPI
+ * (cpu) and TCP (cuda) control planes.
  *
  * Options: every rank parses its own (opts.c: the command line, a --config
  * file, the --resume checkpoint's run.toml); once the control plane is up,
@@ -17,8 +13,9 @@
  * file that differs between nodes stops the run at start-up instead of
  * training two runs in one.
  *
- * Start-up errors: every rank runs the same checks; local failures (a file
- * only one node misses, an allocation) are agreed on collectively, so that
+ * Start-up errors (err.c's agreement): every rank runs the same checks;
+ * local failures (a file only one node misses, an allocation) are agreed on
+ * collectively (rt_err_sync), so that
  * no rank is left waiting in a collective.  Exactly one line is printed, by
  * the lowest failing rank, and every rank exits with the same status after
  * rt_ctl_finalize (1, or 2 for command-line errors).  Among them, before
@@ -32,173 +29,18 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "onnx.pb-c.h"
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
 
-#ifndef NAME_MAX
-#define NAME_MAX 255
-#endif
-
-/* ------------------------------------------------------------------ errors */
-
-static int g_rank, g_world = 1;
-
-static char g_err[2048];
-static int g_code; /* 0: no error on this rank; else the exit status */
-static char g_where[512]; /* rt_err_where's prefix */
-
-void rt_err_set(int code, const char *fmt, ...)
-{
-    if (g_code)
-        return; /* keep the first */
-    int n = g_where[0] ? snprintf(g_err, sizeof g_err, "%s: ", g_where) : 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_err + n, sizeof g_err - (size_t)n, fmt, ap);
-    va_end(ap);
-    g_code = code;
-}
-
-void rt_err_where(const char *where)
-{
-    snprintf(g_where, sizeof g_where, "%s", where ? where : "");
-}
-
-/* this rank's error, as one line */
-static void print_err(void)
-{
-    for (char *p = g_err; *p; p++) /* one line, whatever the user typed */
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
-    if (g_rank != 0)
-        fprintf(stderr, "%s: error: rank %d: %s\n", rt_prog, g_rank, g_err);
-    else
-        fprintf(stderr, "%s: error: %s\n", rt_prog, g_err);
-    fflush(stderr);
-}
-
-int rt_err_sync(void)
-{
-    /* the lowest failing rank and its status, in one reduction */
-    int64_t key = g_code ? (int64_t)g_rank << 8 | (g_code > 0 && g_code < 256 ? g_code : 1) : INT64_MAX;
-    rt_ctl_allreduce_i64(&key, 1, RT_CTL_MIN);
-    if (key == INT64_MAX)
-        return 0;
-    if (g_rank == (int)(key >> 8))
-        print_err();
-    return (int)(key & 0xff);
-}
-
-/* rank 0's one line "PROG: KIND: ..." on stderr (the other ranks say nothing) */
-static void say0(const char *kind, const char *fmt, va_list ap)
-{
-    if (g_rank != 0)
-        return;
-    fprintf(stderr, "%s: %s: ", rt_prog, kind);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-}
-
-static void warn0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void warn0(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    say0("warning", fmt, ap);
-    va_end(ap);
-}
-
-static void note0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void note0(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    say0("note", fmt, ap);
-    va_end(ap);
-}
-
-/* ------------------------------------------------------------- model tables */
-
-/* internal consistency of what the compiler emitted: never trust, never crash */
-static int check_model(const RtModel *m)
-{
-#define BAD(...) do { rt_err_set(1, "corrupt model tables: " __VA_ARGS__); return -1; } while (0)
-    if (m->nunit < 0 || m->nparam < 0 || m->ninput < 0 || m->nconst < 0 || m->nslot < 0 || m->arena_bytes < 0)
-        BAD("negative count");
-    if ((m->nunit && !m->unit) || (m->nparam && !m->param) || (m->ninput && !m->input) ||
-        (m->nconst && !m->cnst) || (m->nslot && (!m->slot_esize || !m->slot_alias)) || !m->step)
-        BAD("missing table");
-    for (int s = 0; s < m->nslot; s++)
-        if (m->slot_esize[s] != 1 && m->slot_esize[s] != 2 && m->slot_esize[s] != 4 && m->slot_esize[s] != 8)
-            BAD("slot %d element size %d", s, m->slot_esize[s]);
-    for (int s = 0; s < m->nslot; s++)
-        if (m->slot_alias[s] < 1 || m->slot_alias[s] > (RT_SLOT_PARAM | RT_SLOT_GRAD | RT_SLOT_OTHER))
-            BAD("slot %d users %d", s, m->slot_alias[s]);
-    if (m->optimizer != RT_ADAMW && m->optimizer != RT_SGD && m->optimizer != RT_ADAM)
-        BAD("unknown optimizer %d", m->optimizer);
-    if (m->loss_dtype != RT_F32 && m->loss_dtype != RT_F64)
-        BAD("loss dtype %d", m->loss_dtype);
-    if (m->loss_off < 0 || m->loss_off > m->arena_bytes - rt_elem_size(m->loss_dtype))
-        BAD("loss offset %" PRId64 " outside the arena", m->loss_off);
-    if (m->shard_group < 0)
-        BAD("shard group %d", m->shard_group);
-    if (m->gnorm_off < -1 || (m->gnorm_off >= 0 && (m->nunit < 1 || m->gnorm_off > m->arena_bytes - 8)))
-        BAD("gradient norm offset %" PRId64, m->gnorm_off);
-    if (m->rank_loss_off < -1 || m->rank_loss_off > m->arena_bytes - rt_elem_size(m->loss_dtype))
-        BAD("rank loss offset %" PRId64 " outside the arena", m->rank_loss_off);
-    if (m->model_off < 0 || m->model_len < 0)
-        BAD("model range");
-    for (int u = 0; u < m->nunit; u++) {
-        const RtUnit *un = &m->unit[u];
-        if (un->dtype != RT_F32 && un->dtype != RT_F64)
-            BAD("unit %d dtype %d", u, un->dtype);
-        if (un->numel < 0 || un->numel > INT64_MAX / 16 || un->file_off < 0)
-            BAD("unit %d size", u);
-        if (un->nstate < 0 || un->nstate > RT_NSTATE - 2)
-            BAD("unit %d nstate %d", u, un->nstate);
-    }
-    for (int i = 0; i < m->nparam; i++) {
-        const RtParam *p = &m->param[i];
-        if (p->unit < 0 || p->unit >= m->nunit || p->offset < 0 || p->numel < 0 ||
-            p->offset > m->unit[p->unit].numel - p->numel)
-            BAD("parameter %d outside its unit", i);
-    }
-    for (int i = 0; i < m->nconst; i++) {
-        const RtConst *k = &m->cnst[i];
-        if (k->nbytes < 0 || k->file_off < 0 || k->arena_off < 0 || k->arena_off > m->arena_bytes - k->nbytes)
-            BAD("constant %d outside the arena", i);
-    }
-    for (int i = 0; i < m->ninput; i++) {
-        const RtInput *in = &m->input[i];
-        if (!in->name || rt_elem_size(in->dtype) == 0 || in->rank < 1 || in->rank > RT_MAX_RANK)
-            BAD("input %d", i);
-        uint64_t bytes = (uint64_t)rt_elem_size(in->dtype);
-        for (int d = 0; d < in->rank; d++)
-            if (in->shape[d] < 0 || __builtin_mul_overflow(bytes, (uint64_t)in->shape[d], &bytes))
-                BAD("input '%s' shape", in->name);
-        if (in->shape[0] < 1)
-            BAD("input '%s' has batch %" PRId64, in->name, in->shape[0]);
-        if (in->shape[0] != m->input[0].shape[0])
-            BAD("inputs '%s' and '%s' disagree on the batch size", m->input[0].name, in->name);
-        if (in->arena_off < 0 || bytes > (uint64_t)m->arena_bytes ||
-            in->arena_off > m->arena_bytes - (int64_t)bytes)
-            BAD("input '%s' outside the arena", in->name);
-    }
-    return 0;
-#undef BAD
-}
+static int g_rank, g_world = 1; /* this rank and the run's ranks (rt_ctl_init) */
 
 /* ------------------------------------------------------------------- output */
 
@@ -309,217 +151,6 @@ static int metrics_flush(RtAFile *f, FILE **mf, const char *path)
 }
 
 
-/* ------------------------------------------------------------- --dump-grads */
-
-/* rank 0: where each parameter's gradient goes, and its shape */
-typedef struct {
-    char **path;                       /* per parameter: DIR/<name>.npy */
-    int *rank;                         /* per parameter: -1 = unknown (written flat) */
-    int64_t (*shape)[RT_MAX_RANK];
-} Dump;
-
-static void dump_free(const RtModel *m, Dump *d)
-{
-    for (int i = 0; d->path && i < m->nparam; i++)
-        free(d->path[i]);
-    free(d->path);
-    free(d->rank);
-    free(d->shape);
-    memset(d, 0, sizeof *d);
-}
-
-/* DIR (--dump-grads, --out-dir) made if missing and usable.  DIR is the user's: it may be a link they made.
- * Its files are written with npy_save (rt_afile: a temporary made O_EXCL|O_NOFOLLOW in DIR, renamed over the
- * name), so a link planted at a file's name in DIR is replaced, never written through; nothing in DIR is removed. */
-int rt_prepare_dir(const char *flag, const char *dir)
-{
-    struct stat st;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rt_err_set(1, "%s %s: cannot create: %s", flag, dir, strerror(errno));
-    else if (stat(dir, &st) != 0)
-        rt_err_set(1, "%s %s: %s", flag, dir, strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        rt_err_set(1, "%s %s: not a directory", flag, dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        rt_err_set(1, "%s %s: not writable: %s", flag, dir, strerror(errno));
-    else
-        return 0;
-    return -1;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* rank 0: the parameters' shapes from the ONNX model embedded in the init
- * file (d->rank[i] stays -1 where it cannot tell; those are written flat) */
-static void dump_shapes(const RtModel *m, Dump *d, int init_fd)
-{
-    if (m->model_len <= 0 || (uint64_t)m->model_len > (uint64_t)SIZE_MAX)
-        return;
-    uint8_t *buf = malloc((size_t)m->model_len);
-    if (!buf)
-        return;
-    Onnx__ModelProto *mp = NULL;
-    size_t got = 0;
-    while (got < (size_t)m->model_len) {
-        ssize_t k = pread(init_fd, buf + got, (size_t)m->model_len - got, (off_t)((size_t)m->model_off + got));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    if (got == (size_t)m->model_len)
-        mp = onnx__model_proto__unpack(NULL, got, buf);
-    if (mp && mp->graph) {
-        Onnx__GraphProto *g = mp->graph;
-        for (int i = 0; i < m->nparam; i++) {
-            const RtParam *p = &m->param[i];
-            for (size_t k = 0; p->name && k < g->n_initializer; k++) {
-                const Onnx__TensorProto *t = g->initializer[k];
-                if (!t->name || strcmp(t->name, p->name) != 0 || t->n_dims > RT_MAX_RANK)
-                    continue;
-                int64_t n = 1;
-                for (size_t j = 0; j < t->n_dims; j++) {
-                    d->shape[i][j] = t->dims[j];
-                    n = t->dims[j] < 0 || (n && t->dims[j] > INT64_MAX / n) ? -1 : n * t->dims[j];
-                    if (n < 0)
-                        break;
-                }
-                if (n == p->numel)
-                    d->rank[i] = (int)t->n_dims;
-                break;
-            }
-        }
-    }
-    if (mp)
-        onnx__model_proto__free_unpacked(mp, NULL);
-    free(buf);
-}
-
-/* rank 0, at start-up: DIR, distinct file names that fit, the shapes */
-static int dump_prepare(const RtModel *m, const char *dir, int init_fd, const RtInputs *in, Dump *d)
-{
-    size_t np = m->nparam ? (size_t)m->nparam : 1, dl = strlen(dir);
-    int slash = dl > 0 && dir[dl - 1] == '/';
-    d->path = calloc(np, sizeof *d->path);
-    d->rank = malloc(np * sizeof *d->rank);
-    d->shape = calloc(np, sizeof *d->shape);
-    char **names = calloc(np, sizeof *names);
-    if (!d->path || !d->rank || !d->shape || !names) {
-        free(names);
-        rt_err_set(1, "out of memory");
-        return -1;
-    }
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < m->nparam; i++) {
-        const char *name = m->param[i].name ? m->param[i].name : "";
-        d->rank[i] = -1;
-        char *f = rt_output_file_name(name);
-        if (!f || !(d->path[i] = malloc(dl + strlen(f) + 2))) {
-            free(f);
-            rt_err_set(1, "out of memory");
-            rc = -1;
-            break;
-        }
-        sprintf(d->path[i], "%s%s%s", dir, slash ? "" : "/", f);
-        names[i] = d->path[i] + dl + !slash;
-        free(f);
-        if (strlen(names[i]) > NAME_MAX - 24) { /* room for the temporary .NAME.XXXXXX */
-            rt_err_set(1, "--dump-grads: parameter '%.60s...': the name is too long for a file name", name);
-            rc = -1;
-        } else {
-            rc = rt_inputs_refuse(in, "--dump-grads", d->path[i]);
-        }
-    }
-    if (rc == 0 && m->nparam > 1) {
-        qsort(names, (size_t)m->nparam, sizeof *names, cmp_str);
-        for (int i = 1; i < m->nparam; i++)
-            if (strcmp(names[i - 1], names[i]) == 0) {
-                rt_err_set(1, "--dump-grads: two parameters would both be written to %s%s%s", dir,
-                           slash ? "" : "/", names[i]);
-                rc = -1;
-                break;
-            }
-    }
-    free(names);
-    if (rc == 0)
-        rc = rt_prepare_dir("--dump-grads", dir);
-    if (rc == 0) {
-        dump_shapes(m, d, init_fd);
-        for (int i = 0; i < m->nparam; i++)
-            if (d->rank[i] < 0) {
-                warn0("--dump-grads: no shape known for parameter '%s' (no embedded model?): its gradient is "
-                      "written flat", m->param[i].name ? m->param[i].name : "?");
-                break;
-            }
-    }
-    return rc;
-}
-
-/* Collective, after step 1: every unit's gradient shards to rank 0, which
- * writes one file per parameter, divided by the loss scale step 1 ran with
- * (scale; 0: none).  Returns the exit status (0: go on). */
-static int dump_grads(RtCtx *c, const Dump *d, const char *dir, int quiet, double scale)
-{
-    const RtModel *m = c->m;
-    char *full = NULL;
-    if (c->rank == 0) {
-        size_t most = 1;
-        for (int u = 0; u < m->nunit; u++) {
-            size_t n = (size_t)c->world * (size_t)c->shard_len[u] * (size_t)rt_elem_size(m->unit[u].dtype);
-            if (n > most)
-                most = n;
-        }
-        if (!(full = malloc(most)))
-            rt_err_set(1, "--dump-grads: out of memory gathering the gradients (%zu bytes)", most);
-    }
-    int status = rt_err_sync();
-    if (status != 0)
-        return status;
-    int failed = 0, nwritten = 0;
-    for (int u = 0; u < m->nunit; u++) {
-        int dt = m->unit[u].dtype;
-        int64_t es = rt_elem_size(dt), bytes = c->shard_len[u] * es;
-        char *grad = c->shard[u * RT_NSTATE + RT_S_GRAD];
-        rt_dev_download(c, grad, bytes);
-        rt_ctl_gather(grad, bytes, full, 0);
-        if (c->rank == 0 && scale > 0 && dt == RT_F32) { /* fp16: the shards hold S times the gradient */
-            const float inv = (float)(1.0 / scale);
-            for (int64_t i = 0; i < (int64_t)c->world * c->shard_len[u]; i++) {
-                float f;
-                memcpy(&f, full + i * 4, 4);
-                f *= inv;
-                memcpy(full + i * 4, &f, 4);
-            }
-        }
-        for (int i = 0; c->rank == 0 && !failed && i < m->nparam; i++) {
-            const RtParam *p = &m->param[i];
-            if (p->unit != u)
-                continue;
-            char why[1024];
-            int64_t flat = p->numel;
-            int rank = d->rank[i] < 0 ? 1 : d->rank[i];
-            const int64_t *shape = d->rank[i] < 0 ? &flat : d->shape[i];
-            if (npy_save(d->path[i], dt, rank, shape, full + p->offset * es, why, sizeof why) != 0) {
-                rt_err_set(1, "--dump-grads: parameter '%s': %s", p->name ? p->name : "?", why);
-                failed = 1;
-            }
-            nwritten++;
-        }
-    }
-    if (c->rank == 0 && !failed && npy_sync_dir(dir) != 0)
-        rt_err_set(1, "--dump-grads %s: syncing the directory: %s", dir, strerror(errno));
-    free(full);
-    if (c->rank == 0 && !failed && !quiet) {
-        printf("step 1: wrote the gradients of %d parameters to %s\n", nwritten, dir);
-        fflush(stdout);
-    }
-    return rt_err_sync();
-}
-
 /* --------------------------------------------------------------------- main */
 
 /* Everything one run holds, so that every exit path can release it. */
@@ -533,7 +164,7 @@ typedef struct {
     RtAFile metrics;      /* rank 0, --metrics: published at once (read as it grows) */
     FILE *mf;             /*   its stream, NULL when none */
     int metrics_failed;
-    Dump dump;            /* rank 0, --dump-grads */
+    RtDump dump;          /* rank 0, --dump-grads */
     RtInputs in;          /* rank 0: the input files no output may be */
     int64_t first;        /* steps already done (--resume: the checkpoint's step) */
     double peak;          /* rank 0: the per-rank peak FLOP/s of MFU (0: none) */
@@ -552,14 +183,14 @@ static void set_hyper(RtCtx *c, const RtOpts *o)
 {
     const RtModel *m = c->m;
     if (m->optimizer != RT_SGD && o->set_momentum)
-        warn0("--momentum has no effect: this model was built with --optimizer %s", rt_opt_name(m->optimizer));
+        rt_warn0("--momentum has no effect: this model was built with --optimizer %s", rt_opt_name(m->optimizer));
     if (o->nesterov && m->optimizer != RT_SGD)
         rt_err_set(2, "--nesterov is SGD's; this model was built with --optimizer %s", rt_opt_name(m->optimizer));
     else if (o->nesterov && o->momentum <= 0)
         rt_err_set(2, "--nesterov needs --momentum > 0 (as torch.optim.SGD)");
     c->nesterov = o->nesterov;
     if (m->optimizer == RT_SGD && (o->set_beta1 || o->set_beta2 || o->set_eps))
-        warn0("--beta1/--beta2/--eps have no effect: this model was built with --optimizer sgd");
+        rt_warn0("--beta1/--beta2/--eps have no effect: this model was built with --optimizer sgd");
     if (m->optimizer == RT_SGD && o->momentum != 0)
         for (int u = 0; u < m->nunit; u++)
             if (m->unit[u].nstate < 1) {
@@ -634,7 +265,7 @@ static int open_outputs(Run *r)
     else if (g_rank == 0 && o->export_st &&
              rt_export_check(r->ctx.m, "--export-safetensors", o->export_st, why, sizeof why))
         rt_err_set(1, "%s", why);
-    if (g_rank == 0 && o->metrics && !g_code) {
+    if (g_rank == 0 && o->metrics && !rt_err_code()) {
         r->mf = rt_afile_fopen(&r->metrics, o->metrics, 0666);
         if (!r->mf || rt_afile_publish(&r->metrics) != 0) {
             rt_err_set(1, "cannot create metrics file %s: %s", o->metrics, strerror(errno));
@@ -691,7 +322,7 @@ static int start_up(Run *r, const char *argv0)
 {
     const RtModel *m = r->ctx.m;
     int status;
-    check_model(m);
+    rt_check_model(m);
     if (g_world % r->ctx.sf != 0)
         rt_err_set(1, "built with fsdpc --shard hybrid:%d, which shards inside groups of %d ranks: %d ranks are "
                       "not a multiple of %d (run on a multiple, or rebuild with another --shard)", r->ctx.sf,
@@ -714,7 +345,7 @@ static int start_up(Run *r, const char *argv0)
     if ((status = rt_err_sync()) != 0)
         return status;
     if (g_rank == 0 && r->o.dump_grads)
-        dump_prepare(m, r->o.dump_grads, r->init_fd, &r->in, &r->dump);
+        rt_dump_prepare(m, r->o.dump_grads, r->init_fd, &r->in, &r->dump);
     if ((status = rt_err_sync()) != 0)
         return status;
     if (g_rank == 0 && !r->o.quiet)
@@ -1050,7 +681,7 @@ static int train(Run *r)
         if (g_rank == 0)
             report_step(r, c->step, loss, gnorm, ms, scale, skipped, did ? &val : NULL, val_ms);
         if (c->step == 1 && r->o.dump_grads) {
-            int status = dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet, scale);
+            int status = rt_dump_grads(c, &r->dump, r->o.dump_grads, r->o.quiet, scale);
             if (status != 0)
                 return status;
         }
@@ -1089,7 +720,7 @@ static void release(Run *r)
     rt_data_close(r->ctx.m, &r->data);
     if (r->has_val)
         rt_data_close(r->ctx.m, &r->val);
-    dump_free(r->ctx.m, &r->dump);
+    rt_dump_free(r->ctx.m, &r->dump);
     rt_inputs_free(&r->in);
     if (r->init_fd >= 0)
         close(r->init_fd);
@@ -1146,7 +777,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             count_hosts(&hosts, line, sizeof line);
         if (g_rank == 0) {
             if (m->bf16_native && !m->bf16_native()) /* fsdpc said so too where it compiled (codegen/notes.c) */
-                note0("no native bfloat16 GEMM on this CPU (AVX512-BF16): the bf16 GEMMs run widened to float32, a "
+                rt_note0("no native bfloat16 GEMM on this CPU (AVX512-BF16): the bf16 GEMMs run widened to float32, a "
                       "step taking 1.1-1.5x the time of --precision fp32's");
             if (line[0] && !o->quiet)
                 printf("%s\n", line);
@@ -1225,11 +856,13 @@ int rt_main(int argc, char **argv, const RtModel *m)
     RtOpts o;
     int pf = rt_parse_flags(argc, argv, m, &o); /* errors: agreed on below */
     char why[1024] = "";
-    if (rt_ctl_init(&argc, &argv, o.rendezvous, m->key, &g_rank, &g_world, why, sizeof why) != 0) {
+    int ctl = rt_ctl_init(&argc, &argv, o.rendezvous, m->key, &g_rank, &g_world, why, sizeof why);
+    rt_err_rank(g_rank);
+    if (ctl != 0) {
         int status = 1; /* no agreement without a control plane: a flag error first, else why */
-        if (g_code) {
-            print_err();
-            status = g_code;
+        if (rt_err_code()) {
+            rt_err_print();
+            status = rt_err_code();
         } else if (why[0]) {
             fprintf(stderr, "%s: error: %s\n", rt_prog, why);
             fflush(stderr);

@@ -89,10 +89,10 @@ static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
     return 0;
 }
 
-/* ------------------------------------------------ start-up errors (rt.c) */
+/* ------------------------------------------------ start-up errors (err.c) */
 
 /* Record this rank's first start-up error (exit status code: 1, or 2 for a
- * command-line error); rt.c agrees on it across ranks and prints it once. */
+ * command-line error); rt_err_sync agrees on it across ranks and prints it once. */
 void rt_err_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* where != NULL: every later rt_err_set message starts "WHERE: " (a run file's "PATH:LINE: key 'K'"), until
  * rt_err_where(NULL) */
@@ -100,6 +100,15 @@ void rt_err_where(const char *where);
 /* Collective: did any rank fail?  The lowest failing rank prints its one
  * line; returns its exit status on every rank (0 if none failed). */
 int rt_err_sync(void);
+/* this rank's number in the error lines and rank-0 lines (rt_main, once the control plane has said it) */
+void rt_err_rank(int rank);
+/* this rank's recorded status (0: no error yet), and its error printed as one line on stderr: for use before
+ * the control plane is up, when there is no one to agree with */
+int rt_err_code(void);
+void rt_err_print(void);
+/* rank 0's one line "PROG: warning: ..." / "PROG: note: ..." on stderr (the other ranks say nothing) */
+void rt_warn0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void rt_note0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* rank 0: directory dir of flag (--dump-grads, --out-dir) exists (created if
  * missing, one level) and is writable.  0, or -1 (rt_err_set called). */
 int rt_prepare_dir(const char *flag, const char *dir);
@@ -400,6 +409,24 @@ void rt_inputs_free(RtInputs *in);
 int rt_inputs_refuse(const RtInputs *in, const char *flag, const char *out);
 /* -1 and rt_err_set when a save or prune in --ckpt-dir dir would overwrite or remove an input; else 0 */
 int rt_inputs_refuse_ckpt(const RtInputs *in, const char *dir);
+
+/* tables.c: the model tables the compiler emitted are consistent (training or forward-only, by m->eval);
+ * 0, or -1 (rt_err_set(1, "corrupt model tables: ...") called) */
+int rt_check_model(const RtModel *m);
+
+/* dumpgrads.c (--dump-grads DIR): rank 0's plan of the files, and where each parameter's gradient goes */
+typedef struct {
+    char **path;                       /* per parameter: DIR/<name>.npy */
+    int *rank;                         /* per parameter: -1 = unknown (written flat) */
+    int64_t (*shape)[RT_MAX_RANK];
+} RtDump;
+/* rank 0, at start-up: DIR, distinct file names that fit, the shapes into d; 0, or -1 (rt_err_set called) */
+int rt_dump_prepare(const RtModel *m, const char *dir, int init_fd, const RtInputs *in, RtDump *d);
+/* collective, after step 1: the gradients to rank 0, one file per parameter, divided by the loss scale step 1
+ * ran with (scale; 0: none); returns the exit status (0: go on) */
+int rt_dump_grads(RtCtx *c, const RtDump *d, const char *dir, int quiet, double scale);
+/* d's memory released; d zeroed (so a second call does nothing) */
+void rt_dump_free(const RtModel *m, RtDump *d);
 
 /* trace.c (--trace): record the first `steps` steps' node stamps (rt_trace);
  * then write them, every rank's, as one Chrome trace (collective; returns the
