@@ -20,6 +20,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -59,9 +60,11 @@ def export(d, batch, size):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
     x = torch.zeros(batch, 3, size, size)
-    torch.onnx.export(model, (x,), os.path.join(d, "model.onnx"), opset_version=17,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, input_names=["x"],
-                      output_names=["logits"])
+    with warnings.catch_warnings():  # "Removing mutation from node aten::add_ on ... num_batches_tracked"
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(model, (x,), os.path.join(d, "model.onnx"), opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, input_names=["x"],
+                          output_names=["logits"])
     rng = np.random.default_rng(0)
     np.save(os.path.join(d, "x.npy"), rng.standard_normal((batch, 3, size, size)).astype(np.float32))
     np.save(os.path.join(d, "y.npy"), rng.integers(0, 10, batch).astype(np.int64))
