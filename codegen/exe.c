@@ -317,6 +317,11 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, int nimage)
         cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
         if (g->opt->precision == PREC_BF16) /* its GEMMs' path, which rank 0 names at start where it is widened */
             cg_put(b, "    .bf16_native = k_bf16_gemm_native,\n");
+        for (int i = 0; i < g->nnode; i++)
+            if (g->node[i].op == OP_Conv || g->node[i].op == OP_ConvGrad) { /* oneDNN's scratch, said at the end */
+                cg_put(b, "    .conv_bytes = k_conv2d_dnnl_bytes,\n");
+                break;
+            }
     }
     if (cg_cuda)
         cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"

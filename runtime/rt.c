@@ -819,6 +819,9 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             if (v.mfu >= 0)
                 printf(" (MFU %.1f%%%s)", 100 * v.mfu, peak_trusted(r) ? "" : " against an untrusted peak");
             printf(", peak memory %.0f MB (rank 0)", peak_rss() * 1e-6);
+            if (m->conv_bytes && m->conv_bytes() > 0) /* not in the compiler's plan: oneDNN picks it at run time */
+                printf(" of which %.1f MB oneDNN's convolution scratch (outside the arena)",
+                       (double)m->conv_bytes() * 1e-6);
             if (r->best_step >= 0)
                 printf(", best val loss %.6f at step %lld%s", r->best_val, (long long)r->best_step,
                        o->save_best ? " (checkpoint in --ckpt-dir/best)" : "");

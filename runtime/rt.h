@@ -154,6 +154,8 @@ typedef struct {
                                    * NULL-terminated: rt_dev_init refuses to run on a CPU without one */
     int (*bf16_native)(void); /* a step of bf16 GEMMs (fsdpc --precision bf16): k_bf16_gemm_native (0: they run
                                * widened to float32 on this CPU, which rank 0 says at start); NULL otherwise */
+    int64_t (*conv_bytes)(void); /* a step with convolutions: k_conv2d_dnnl_bytes, the bytes oneDNN's convolutions
+                                  * hold outside the arena (rank 0 says so at the end); NULL otherwise */
 } RtModel;
 
 /* x86 features -march may enable, as X(GCC's macro without its underscores, __builtin_cpu_supports name):

@@ -2,7 +2,8 @@
  * reduce.c, norm.c, conv.c, gather.c, random.c), f32 and f64: Softmax and
  * LogSoftmax, LayerNormalization, BatchNormalization (training, backward,
  * inference, the ONNX running variance), Conv2d (strides, pads, dilations,
- * groups, depthwise, the direct 1x1 path), MaxPool / AveragePool /
+ * groups, depthwise, the direct 1x1 path; oneDNN's primitives in both
+ * layouts against the float64 im2col kernels), MaxPool / AveragePool /
  * GlobalAveragePool, Gather and its scatter-add backward, Dropout and its
  * Philox generator (fused attention: kernels_attn_test.c).
  *
@@ -394,6 +395,69 @@ static void test_conv(int dt)
         free(c.ws);
         buf_free(&x), buf_free(&w), buf_free(&b), buf_free(&y), buf_free(&want);
         buf_free(&g), buf_free(&dx), buf_free(&dw), buf_free(&db), buf_free(&ws);
+    }
+}
+
+/* oneDNN's convolutions (conv_dnnl.c), float32 in both layouts and every
+ * direction, against the float64 im2col kernels on the same (float32-rounded)
+ * operands: equal within float32 rounding.  conv_cases plus shapes wide
+ * enough for the blocked kernels (16 channels and more per group). */
+static const int64_t conv_dnnl_cases[][16] = {
+    {2, 32, 9, 8, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* 3x3 same */
+    {2, 32, 9, 9, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1},    /* strided */
+    {1, 32, 11, 10, 64, 3, 3, 1, 2, 2, 3, 2, 1, 0, 3, 2},  /* dilations, asym pads, 2 groups */
+    {2, 32, 7, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 32},   /* depthwise */
+    {2, 32, 6, 6, 64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},    /* 1x1 */
+    {2, 32, 7, 7, 48, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1},    /* 1x1 strided */
+};
+
+static void conv_dnnl_case(const KConv2d *p, int layout, const char *tag)
+{
+    const int64_t nx = p->n * p->c * p->h * p->w, nw = p->m * (p->c / p->groups) * p->kh * p->kw;
+    const int64_t ny = p->n * p->m * p->oh * p->ow, nws = k_conv2d_workspace(p);
+    Buf x = buf_new(nx), w = buf_new(nw), b = buf_new(p->m), g = buf_new(ny), ws = buf_new(nws);
+    Buf y = buf_new(ny), dx = buf_new(nx), dw = buf_new(nw), db = buf_new(p->m);
+    Buf y2 = buf_new(ny), dx2 = buf_new(nx), dw2 = buf_new(nw), db2 = buf_new(p->m);
+    fill_rnd(&x, -1, 1), fill_rnd(&w, -1, 1), fill_rnd(&b, -1, 1), fill_rnd(&g, -1, 1);
+    fill_val(&y, NAN), fill_val(&dx, NAN), fill_val(&dw, NAN), fill_val(&db, NAN); /* written, not added to */
+    puts_(F32, &x, &w, &b, &g, &y, &dx, &dw, &db, (Buf *)NULL);
+    gets_(F32, &x, &w, &b, &g, (Buf *)NULL); /* the reference sees the rounded operands */
+    k_conv2d_f64(p, y2.d, x.d, w.d, b.d, ws.d);
+    k_conv2d_grad_x_f64(p, dx2.d, g.d, w.d, ws.d);
+    k_conv2d_grad_w_f64(p, dw2.d, g.d, x.d, ws.d);
+    k_conv2d_grad_b_f64(p, db2.d, g.d);
+    k_conv2d_dnnl_f32(p, K_CONV_FWD, layout, y.f, x.f, w.f, b.f, NULL);
+    k_conv2d_dnnl_f32(p, K_CONV_BWD_X, layout, dx.f, g.f, w.f, NULL, NULL);
+    k_conv2d_dnnl_f32(p, K_CONV_BWD_W, layout, dw.f, x.f, g.f, NULL, db.f);
+    gets_(F32, &y, &dx, &dw, &db, (Buf *)NULL);
+    CTX("oneDNN %s forward", tag);
+    check(F32, y.d, y2.d, ny, 10 * tol(F32));
+    CTX("oneDNN %s data gradient", tag);
+    check(F32, dx.d, dx2.d, nx, 10 * tol(F32));
+    CTX("oneDNN %s weight gradient", tag);
+    check(F32, dw.d, dw2.d, nw, 10 * tol(F32));
+    CTX("oneDNN %s bias gradient", tag);
+    check(F32, db.d, db2.d, p->m, 10 * tol(F32));
+    buf_free(&x), buf_free(&w), buf_free(&b), buf_free(&g), buf_free(&ws);
+    buf_free(&y), buf_free(&dx), buf_free(&dw), buf_free(&db);
+    buf_free(&y2), buf_free(&dx2), buf_free(&dw2), buf_free(&db2);
+}
+
+static void test_conv_dnnl(int dt)
+{
+    if (dt != F32)
+        return; /* float64 convolutions never leave im2col */
+    for (int set = 0; set < 2; set++) {
+        const size_t nc = set ? sizeof conv_dnnl_cases / sizeof conv_dnnl_cases[0]
+                              : sizeof conv_cases / sizeof conv_cases[0];
+        for (size_t k = 0; k < nc; k++) {
+            KConv2d p = conv_geom(set ? conv_dnnl_cases[k] : conv_cases[k]);
+            char tag[64];
+            snprintf(tag, sizeof tag, "plain, %s case %zu", set ? "wide" : "conv", k);
+            conv_dnnl_case(&p, K_CONV_DNNL_PLAIN, tag);
+            snprintf(tag, sizeof tag, "blocked, %s case %zu", set ? "wide" : "conv", k);
+            conv_dnnl_case(&p, K_CONV_DNNL_BLOCKED, tag);
+        }
     }
 }
 
@@ -859,7 +923,7 @@ static void test_dropout(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_softmax, test_layernorm, test_batchnorm, test_conv, test_pool, test_global_avgpool,
+        test_softmax, test_layernorm, test_batchnorm, test_conv, test_conv_dnnl, test_pool, test_global_avgpool,
         test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);

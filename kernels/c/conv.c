@@ -17,6 +17,12 @@
  * which threads); im2col / col2im split their rows across OpenMP threads by
  * channel, so col2im's += never races.
  *
+ * float32 convolutions run on oneDNN's primitives instead (conv_dnnl.c)
+ * where k_conv2d_dnnl_layout's measured rule says they are faster (3x3 and
+ * larger kernels, depthwise; FSDPC_CONV forces either path): on_dnnl_f32 is
+ * the first thing each float32 kernel asks, and the im2col path stays for
+ * the rest, for float64 and for CPUs where oneDNN does not jit.
+ *
  * Pooling walks each (image, channel) plane on its own (planes in parallel).
  * A window's taps are oy sh - pt + i dh (columns alike); taps outside the
  * image are skipped, which is how padding never wins a max and how windows
@@ -52,6 +58,26 @@ static void tap_range(int64_t a, int64_t s, int64_t w, int64_t ow, int64_t *lo,
     *hi = b < 0 ? 0 : b / s + 1;
     *lo = min64(*lo, ow);
     *hi = max64(*lo, min64(*hi, ow));
+}
+
+/* Runs direction dir of p on oneDNN where k_conv2d_dnnl_layout chooses it
+ * (operands as k_conv2d_dnnl_f32's); 0: the caller takes the im2col path.
+ * float64 always does. */
+static int on_dnnl_f32(const KConv2d *p, int dir, float *out, const float *a, const float *b, const float *bias,
+                       float *db)
+{
+    const int layout = k_conv2d_dnnl_layout(p, dir);
+    if (layout < 0)
+        return 0;
+    k_conv2d_dnnl_f32(p, dir, layout, out, a, b, bias, db);
+    return 1;
+}
+
+static int on_dnnl_f64(const KConv2d *p, int dir, double *out, const double *a, const double *b,
+                       const double *bias, double *db)
+{
+    (void)p, (void)dir, (void)out, (void)a, (void)b, (void)bias, (void)db;
+    return 0;
 }
 
 #define T float

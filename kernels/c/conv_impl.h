@@ -84,6 +84,8 @@ void KFN(k_conv2d)(const KConv2d *p, T *y, const T *x, const T *w, const T *b, T
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
     const int direct = k_conv2d_is_direct(p);
+    if (KFN(on_dnnl)(p, K_CONV_FWD, y, x, w, b, NULL))
+        return;
     for (int64_t nb = 0; nb < p->n; nb++)
         for (int64_t gi = 0; gi < g; gi++) {
             const T *xg = x + (nb * p->c + gi * cg) * hw, *col = xg;
@@ -109,6 +111,8 @@ void KFN(k_conv2d_grad_x)(const KConv2d *p, T *dx, const T *dy, const T *w, T *w
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
     const int direct = k_conv2d_is_direct(p);
+    if (KFN(on_dnnl)(p, K_CONV_BWD_X, dx, dy, w, NULL, NULL))
+        return;
     if (!direct)
         memset(dx, 0, (size_t)(p->n * p->c * hw) * sizeof(T));
     for (int64_t nb = 0; nb < p->n; nb++)
@@ -127,6 +131,8 @@ void KFN(k_conv2d_grad_w)(const KConv2d *p, T *dw, const T *dy, const T *x, T *w
     const int64_t g = p->groups, cg = p->c / g, mg = p->m / g, hw = p->h * p->w;
     const int64_t kk = cg * p->kh * p->kw, nout = p->oh * p->ow;
     const int direct = k_conv2d_is_direct(p);
+    if (KFN(on_dnnl)(p, K_CONV_BWD_W, dw, x, dy, NULL, NULL))
+        return;
     if (p->n == 0)
         memset(dw, 0, (size_t)(p->m * kk) * sizeof(T));
     for (int64_t nb = 0; nb < p->n; nb++)

@@ -709,6 +709,29 @@ static inline int64_t k_conv2d_workspace(const KConv2d *p)
     return p->c / p->groups * p->kh * p->kw * p->oh * p->ow;
 }
 
+/* ---- conv_dnnl.c: float32 convolutions on oneDNN's primitives ----------- */
+enum { K_CONV_FWD, K_CONV_BWD_X, K_CONV_BWD_W };   /* directions: y, dx, dw (and db) */
+enum { K_CONV_DNNL_PLAIN, K_CONV_DNNL_BLOCKED };   /* the primitive on nchw / oihw, or on its own layouts */
+/* One convolution of geometry p in direction dir on oneDNN (primitive cached
+ * per geometry, direction, layout and bias), every operand plain (nchw,
+ * oihw / goihw):
+ *   K_CONV_FWD:   out = y  from a = x,  b = w, bias (m, NULL: none);
+ *   K_CONV_BWD_X: out = dx from a = dy, b = w;
+ *   K_CONV_BWD_W: out = dw from a = x,  b = dy, and db (m, written; NULL: not computed).
+ * Results are written.  Scratch comes from the file's own buffer
+ * (k_conv2d_dnnl_bytes). */
+void k_conv2d_dnnl_f32(const KConv2d *p, int dir, int layout, float *out, const float *a, const float *b,
+                       const float *bias, float *db);
+/* The layout k_conv2d_f32 and its gradients run direction dir of p on oneDNN
+ * with, or -1: conv.c's im2col + GEMM.  A rule measured per shape class
+ * (conv_dnnl.c), taken only where oneDNN jits (AVX2 and up); FSDPC_CONV=im2col
+ * or =onednn forces either path (tests). */
+int k_conv2d_dnnl_layout(const KConv2d *p, int dir);
+/* bytes of the buffer the oneDNN convolutions hold for scratchpads and staging (the largest one's need so far) */
+int64_t k_conv2d_dnnl_bytes(void);
+/* oneDNN's name for the implementation it runs (p, dir, layout, bias) with */
+const char *k_conv2d_dnnl_impl(const KConv2d *p, int dir, int layout, int bias);
+
 /* NULL, or what is wrong with geometry no caller should produce (the
  * kernels abort with it) */
 static inline const char *k_conv2d_bad(const KConv2d *p)
