@@ -360,9 +360,7 @@ static int nd_positions(Sweep *s, int id, int b, int *k)
     Node n = g->node[id];
     const Value *x = &g->val[n.in[0]], *ix = &g->val[n.in[1]];
     int r = x->shape.rank, q = ix->shape.rank;
-    if (ix->dtype != DT_I64)
-        node_fatal(g, &n, "indices '%s' are %s; %s takes int64 or int32 indices", ir_q(ix->name),
-                   dtype_name(ix->dtype), op_info[n.op].name);
+    tensor_index_dtype(g, &n, ix);
     if (q < 1 || b < 0 || b >= q || b >= r)
         node_fatal(g, &n, "indices '%s' have rank %d, data '%s' rank %d: batch_dims %d must be below both", ir_q(ix->name),
                    q, ir_q(x->name), r, b);

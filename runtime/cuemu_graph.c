@@ -293,15 +293,23 @@ static cudaError_t capture_record(Capture *c, int l, cudaEvent_t ev)
     return cudaSuccess;
 }
 
+/* *r := the stream s stands for (resolve) in a call on handle h: cudaSuccess, fail(bad) when h is NULL, or
+ * fail(cudaErrorMemoryAllocation) when the legacy stream cannot be made */
+static cudaError_t stream_for(const void *h, cudaError_t bad, cudaStream_t s, cudaStream_t *r)
+{
+    if (!h)
+        return fail(bad);
+    *r = resolve(s);
+    return *r ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 {
-    if (!ev)
-        return fail(cudaErrorInvalidResourceHandle);
-    cudaStream_t r = resolve(s);
-    if (!r)
-        return fail(cudaErrorMemoryAllocation);
+    cudaStream_t r;
+    cudaError_t e = stream_for(ev, cudaErrorInvalidResourceHandle, s, &r);
+    if (e != cudaSuccess)
+        return e;
     pthread_mutex_lock(&g_cap_mu);
-    cudaError_t e = cudaSuccess;
     if (r->cap)
         e = capture_record(r->cap, r->lane, ev);
     else {
@@ -330,13 +338,11 @@ static cudaError_t join_capture(Capture *c, cudaStream_t s)
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
 {
     (void)flags;
-    if (!ev)
-        return fail(cudaErrorInvalidResourceHandle);
-    cudaStream_t r = resolve(s);
-    if (!r)
-        return fail(cudaErrorMemoryAllocation);
+    cudaStream_t r;
+    cudaError_t e = stream_for(ev, cudaErrorInvalidResourceHandle, s, &r);
+    if (e != cudaSuccess)
+        return e;
     pthread_mutex_lock(&g_cap_mu);
-    cudaError_t e = cudaSuccess;
     Capture *c = ev->cap;
     if (c && r->cap && r->cap != c)
         e = cudaErrorStreamCaptureMerge;
@@ -476,11 +482,10 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *px, cudaGraph_t g, unsigned lo
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 {
-    if (!x)
-        return fail(cudaErrorInvalidValue);
-    cudaStream_t r = resolve(s);
-    if (!r)
-        return fail(cudaErrorMemoryAllocation);
+    cudaStream_t r;
+    cudaError_t e = stream_for(x, cudaErrorInvalidValue, s, &r);
+    if (e != cudaSuccess)
+        return e;
     if (r->cap) {
         cuemu_complain("cudaGraphLaunch", "launching a graph into a capture is not emulated");
         return fail(cudaErrorStreamCaptureUnsupported);

@@ -78,12 +78,24 @@ const char *cublasLtGetStatusString(cublasStatus_t s)
     }
 }
 
+/* *out := a new object of size bytes, a copy of its initial state v (NULL: zeros): SUCCESS, INVALID_VALUE (out is
+ * NULL) or ALLOC_FAILED (*out untouched) */
+static cublasStatus_t create(void **out, const void *v, size_t size)
+{
+    if (!out)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    void *p = calloc(1, size);
+    if (!p)
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    if (v)
+        memcpy(p, v, size);
+    *out = p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
-    if (!h)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *h = calloc(1, sizeof **h);
-    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+    return create((void **)h, NULL, sizeof **h);
 }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
@@ -100,12 +112,8 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *pl, cudaDataTy
     if (!pl || !esize(type) || ld < (int64_t)(rows ? rows : 1) || rows > ((uint64_t)1 << 40) ||
         cols > ((uint64_t)1 << 40))
         return CUBLAS_STATUS_INVALID_VALUE;
-    Layout *l = calloc(1, sizeof *l);
-    if (!l)
-        return CUBLAS_STATUS_ALLOC_FAILED;
-    *l = (Layout){type, rows, cols, ld, 1, 0};
-    *pl = (cublasLtMatrixLayout_t)l;
-    return CUBLAS_STATUS_SUCCESS;
+    Layout l = {type, rows, cols, ld, 1, 0};
+    return create((void **)pl, &l, sizeof l);
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
@@ -141,14 +149,8 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t pl, cubla
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *pd, cublasComputeType_t compute,
                                         cudaDataType_t scale)
 {
-    if (!pd)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    Desc *d = calloc(1, sizeof *d);
-    if (!d)
-        return CUBLAS_STATUS_ALLOC_FAILED;
-    *d = (Desc){compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, scale, NULL};
-    *pd = (cublasLtMatmulDesc_t)d;
-    return CUBLAS_STATUS_SUCCESS;
+    Desc d = {compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, scale, NULL};
+    return create((void **)pd, &d, sizeof d);
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
@@ -183,10 +185,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t pd, cublasLtM
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pp)
 {
-    if (!pp)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *pp = calloc(1, sizeof **pp);
-    return *pp ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+    return create((void **)pp, NULL, sizeof **pp);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)

@@ -10,7 +10,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,9 +19,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "ctl_tcp.h"
 #include "rt_ctl.h"
 #include "rt_priv.h"
 
@@ -31,20 +30,6 @@
 
 static char g_dir[256];
 static int g_failed;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void nap(int ms)
-{
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-    }
-}
 
 /* in a rank: a failed check ends it with status 20 */
 #define CHECK(rank, cond)                                                                      \
@@ -137,7 +122,7 @@ static void abort_in_op(int rank, int world)
 {
     (void)world;
     if (rank == 1) {
-        nap(300);
+        ctl_nap(300);
         fprintf(stderr, "rank 1: giving up\n");
         rt_ctl_abort(3);
     }
@@ -161,10 +146,10 @@ static void abort_while_busy(int rank, int world)
 {
     (void)world;
     if (rank == 1) {
-        nap(300);
+        ctl_nap(300);
         rt_ctl_abort(4);
     }
-    nap(20000);
+    ctl_nap(20000);
     CHECK(rank, !"still alive 20 s after rank 1 aborted");
 }
 
@@ -173,10 +158,10 @@ static void rank0_exits(int rank, int world)
 {
     (void)world;
     if (rank == 0) {
-        nap(300);
+        ctl_nap(300);
         _exit(0);
     }
-    nap(20000);
+    ctl_nap(20000);
     CHECK(rank, !"still alive 20 s after rank 0 died");
 }
 
@@ -185,7 +170,7 @@ static void late(int rank, int world)
 {
     (void)world;
     if (rank == 1)
-        nap(6000);
+        ctl_nap(6000);
     int64_t x = 0;
     rt_ctl_allreduce_i64(&x, 1, RT_CTL_SUM);
     CHECK(rank, !"allreduce returned although rank 1 was late");
@@ -236,7 +221,7 @@ static _Noreturn void rank_main(const Case *c, int rank)
     snprintf(rdv, sizeof rdv, "file:%s/%s.rdv", g_dir, c->name);
     const char *spec = c->rendezvous ? (c->rendezvous[0] ? c->rendezvous : NULL) : rdv;
     if (rank == 0 && c->late0)
-        nap(c->late0);
+        ctl_nap(c->late0);
     int r = -1, w = 0;
     char err[1024];
     int argc = 1;
@@ -307,7 +292,7 @@ static void run(const Case *c)
 {
     pid_t pid[MAXW];
     int status[MAXW], done[MAXW] = {0};
-    double t0 = now(), end[MAXW];
+    double t0 = ctl_now(), end[MAXW];
     if (c->late0) { /* a dead run's address, which the others must not wait on */
         char path[512];
         snprintf(path, sizeof path, "%s/%s.rdv", g_dir, c->name);
@@ -328,14 +313,14 @@ static void run(const Case *c)
             rank_main(c, q);
     }
     int left = c->world;
-    while (left > 0 && now() - t0 < 60) {
+    while (left > 0 && ctl_now() - t0 < 60) {
         for (int q = 0; q < c->world; q++)
             if (!done[q] && waitpid(pid[q], &status[q], WNOHANG) == pid[q]) {
                 done[q] = 1;
-                end[q] = now() - t0;
+                end[q] = ctl_now() - t0;
                 left--;
             }
-        nap(10);
+        ctl_nap(10);
     }
     for (int q = 0; q < c->world; q++)
         if (!done[q]) {

@@ -214,9 +214,7 @@ static void slice(Graph *g, const Node *n)
 static void gather(Graph *g, const Node *n)
 {
     const Value *x = in(g, n, 0), *ix = in(g, n, 1);
-    if (ix->dtype != DT_I64)
-        node_fatal(g, n, "indices '%s' are %s; Gather takes int64 or int32 indices", ir_q(ix->name),
-                   dtype_name(ix->dtype));
+    tensor_index_dtype(g, n, ix);
     if (x->shape.rank == 0)
         node_fatal(g, n, "cannot gather from a scalar");
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");

@@ -505,12 +505,17 @@ int tensor_moves(const Graph *g, const Node *n, Move **m)
     }
 }
 
+void tensor_index_dtype(const Graph *g, const Node *n, const Value *ix)
+{
+    if (ix->dtype != DT_I64)
+        node_fatal(g, n, "indices '%s' are %s; %s takes int64 or int32 indices", ir_q(ix->name),
+                   dtype_name(ix->dtype), op_info[n->op].name);
+}
+
 int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Value *ix)
 {
     const char *op = op_info[n->op].name;
-    if (ix->dtype != DT_I64)
-        node_fatal(g, n, "indices '%s' are %s; %s takes int64 or int32 indices", ir_q(ix->name),
-                   dtype_name(ix->dtype), op);
+    tensor_index_dtype(g, n, ix);
     if (x->shape.rank == 0)
         node_fatal(g, n, "data '%s' is a scalar; %s indexes along an axis", ir_q(x->name), op);
     if (ix->shape.rank != x->shape.rank)

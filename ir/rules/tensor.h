@@ -22,6 +22,9 @@ int tensor_axis(const Graph *g, const Node *n, int64_t a, int r, const char *wha
 /* constant indices ix (none checked when ix is no constant): entry i inside [-lim[i % k], lim[i % k]), else
  * fatal naming node n, the index and the entry (Gather, GatherElements: k 1; GatherND's tuples: k dims) */
 void tensor_const_indices(const Graph *g, const Node *n, const Value *ix, const int64_t *lim, int k);
+/* indices ix of node n (Gather, GatherElements, ScatterElements, GatherND, ScatterND; int32 ones are cast
+ * before the rules run): int64, else fatal naming them, their dtype and the op */
+void tensor_index_dtype(const Graph *g, const Node *n, const Value *ix);
 /* GatherElements' and ScatterElements' indices ix into data x (node n, attr axis): int64, x's rank, no
  * longer than x off the axis, and, when a constant, inside x along it; returns the axis (fatal otherwise) */
 int tensor_elements_axis(const Graph *g, const Node *n, const Value *x, const Value *ix);

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper, TensorProto
 from common import check, onnx_weights, read_metrics, run
 import gradcheck
 from gradcheck import check_case, r
-from gradcheck_nn import out_dim
+from gradcheck_nn import conv_case, out_dim
 
 gradcheck.NEWER_OPS["AveragePool"] = 19  # its dilations (this process only)
 
@@ -162,12 +162,8 @@ def cases():
         attrs = dict(strides=s, dilations=d, group=group, kernel_shape=list(ws[2:]), **extra)
         if "auto_pad" not in extra:
             attrs["pads"] = p
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[0])
-        c[name] = ([node("Conv", ins, ["Y"], **attrs)], wts,
-                   lambda w: conv3_ref(w["X"], w["W"], w.get("B"), s, p, d, group))
+        conv_case(c, name, "Conv", attrs, xs, ws, bias and ws[0],
+                  lambda w: conv3_ref(w["X"], w["W"], w.get("B"), s, p, d, group))
     conv("Conv3d_stride_pads_bias", (2, 3, 5, 6, 5), (4, 3, 3, 3, 2), [2, 1, 2], [1, 0, 1, 0, 1, 1], [1, 1, 1], 1,
          True)
     conv("Conv3d_dilation_groups", (1, 4, 6, 5, 5), (6, 2, 2, 3, 2), [1, 2, 1], [0, 1, 1, 1, 0, 0], [2, 1, 2], 2,
@@ -181,12 +177,8 @@ def cases():
         """shape: output_shape instead of pads (the pads and output padding it implies given to the reference)"""
         attrs = dict(strides=s, dilations=d, group=group, kernel_shape=list(ws[2:]))
         attrs.update(output_shape=shape) if shape else attrs.update(pads=p, output_padding=op)
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[1] * group)
-        c[name] = ([node("ConvTranspose", ins, ["Y"], **attrs)], wts,
-                   lambda w: convt3_ref(w["X"], w["W"], w.get("B"), s, p, d, group, op))
+        conv_case(c, name, "ConvTranspose", attrs, xs, ws, bias and ws[1] * group,
+                  lambda w: convt3_ref(w["X"], w["W"], w.get("B"), s, p, d, group, op))
     convt("ConvT3d_stride_pads_outpad_bias", (2, 3, 3, 3, 2), (3, 2, 3, 2, 3), [2, 2, 1], [1, 0, 1, 0, 1, 0],
           [1, 1, 1], 1, [1, 1, 0], True)
     convt("ConvT3d_dilation_groups", (1, 4, 3, 3, 3), (4, 2, 2, 2, 2), [1, 2, 1], [0, 0, 0, 0, 0, 0], [2, 1, 2], 2,

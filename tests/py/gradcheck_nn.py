@@ -224,15 +224,20 @@ def sce_ref(z, labels, weights=None, ii=None, reduction="mean"):
 
 # ---- the cases ----------------------------------------------------------------
 
+def conv_case(c, name, op, attrs, xs, ws, nb, ref):
+    """c[name] := a case of one Conv or ConvTranspose node (op) with attributes attrs on a random X of shape xs, W of
+    shape ws and, when nb, B of length nb; ref(weights): its NumPy reference (gradcheck_3d.py's cases too)"""
+    wts = {"X": r(*xs), "W": r(*ws)}
+    if nb:
+        wts["B"] = r(nb)
+    c[name] = ([node(op, list(wts), ["Y"], **attrs)], wts, ref)
+
+
 def conv_cases(c):
     def add(name, xs, ws, s, p, d, group, bias):
         attrs = dict(strides=s, pads=p, dilations=d, group=group, kernel_shape=list(ws[2:]))
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[0])
-        c[name] = ([node("Conv", ins, ["Y"], **attrs)], wts,
-                   lambda w: conv_ref(w["X"], w["W"], w.get("B"), s, p, d, group))
+        conv_case(c, name, "Conv", attrs, xs, ws, bias and ws[0],
+                  lambda w: conv_ref(w["X"], w["W"], w.get("B"), s, p, d, group))
     add("Conv_stride2_pads_bias", (2, 3, 7, 6), (4, 3, 3, 3), [2, 2], [1, 0, 2, 1], [1, 1], 1, True)
     add("Conv_dilation", (1, 2, 7, 7), (3, 2, 3, 2), [1, 2], [1, 1, 1, 1], [2, 1], 1, False)
     add("Conv_groups2", (2, 4, 5, 5), (6, 2, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 2, True)
@@ -241,13 +246,9 @@ def conv_cases(c):
 
     def add1d(name, xs, ws, s, p, d, group, bias):  # 1-D: the 2-D reference over a height of 1
         attrs = dict(strides=[s], pads=p, dilations=[d], group=group, kernel_shape=[ws[2]])
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[0])
-        c[name] = ([node("Conv", ins, ["Y"], **attrs)], wts,
-                   lambda w: conv_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s], [0, p[0], 0, p[1]],
-                                      [1, d], group)[:, :, 0])
+        conv_case(c, name, "Conv", attrs, xs, ws, bias and ws[0],
+                  lambda w: conv_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s], [0, p[0], 0, p[1]],
+                                     [1, d], group)[:, :, 0])
     add1d("Conv1d_stride2_pads_bias", (2, 3, 9), (4, 3, 3), 2, [1, 2], 1, 1, True)
     add1d("Conv1d_dilation_groups", (2, 4, 10), (6, 2, 3), 1, [2, 0], 2, 2, False)
     # auto_pad SAME_LOWER, the pads it stands for given to the reference: H 7 at stride 2 keeps 4 rows, the
@@ -265,12 +266,8 @@ def conv_transpose_cases(c):
         """2-D; shape: output_shape instead of pads (the pads it implies given as p and op to the reference)"""
         attrs = dict(strides=s, dilations=d, group=group, kernel_shape=list(ws[2:]))
         attrs.update(output_shape=shape) if shape else attrs.update(pads=p, output_padding=op)
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[1] * group)
-        c[name] = ([node("ConvTranspose", ins, ["Y"], **attrs)], wts,
-                   lambda w: conv_transpose_ref(w["X"], w["W"], w.get("B"), s, p, d, group, op))
+        conv_case(c, name, "ConvTranspose", attrs, xs, ws, bias and ws[1] * group,
+                  lambda w: conv_transpose_ref(w["X"], w["W"], w.get("B"), s, p, d, group, op))
     add("ConvT_stride2_pads_outpad_bias", (2, 3, 4, 3), (3, 4, 3, 3), [2, 2], [1, 0, 2, 1], [1, 1], 1, [1, 1], True)
     add("ConvT_dilation", (1, 2, 4, 5), (2, 3, 3, 2), [1, 2], [1, 1, 1, 1], [2, 1], 1, [0, 1], False)
     add("ConvT_groups2_bias", (2, 4, 4, 4), (4, 3, 3, 3), [2, 1], [1, 1, 1, 1], [1, 1], 2, [0, 0], True)
@@ -280,13 +277,9 @@ def conv_transpose_cases(c):
 
     def add1d(name, xs, ws, s, p, d, group, op, bias):  # 1-D: the 2-D reference over a height of 1
         attrs = dict(strides=[s], pads=p, dilations=[d], group=group, kernel_shape=[ws[2]], output_padding=[op])
-        ins = ["X", "W"] + (["B"] if bias else [])
-        wts = {"X": r(*xs), "W": r(*ws)}
-        if bias:
-            wts["B"] = r(ws[1] * group)
-        c[name] = ([node("ConvTranspose", ins, ["Y"], **attrs)], wts,
-                   lambda w: conv_transpose_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s],
-                                                [0, p[0], 0, p[1]], [1, d], group, [0, op])[:, :, 0])
+        conv_case(c, name, "ConvTranspose", attrs, xs, ws, bias and ws[1] * group,
+                  lambda w: conv_transpose_ref(w["X"][:, :, None], w["W"][:, :, None], w.get("B"), [1, s],
+                                               [0, p[0], 0, p[1]], [1, d], group, [0, op])[:, :, 0])
     add1d("ConvT1d_stride2_pads_bias", (2, 3, 5), (3, 4, 3), 2, [1, 2], 1, 1, 1, True)
     add1d("ConvT1d_dilation_groups", (2, 4, 6), (4, 3, 3), 1, [2, 0], 2, 2, 0, False)
     # auto_pad SAME_UPPER: the output is in x stride (6 x 8); the natural 7 x 9 less 1 each, taken after
