@@ -139,6 +139,22 @@ ncclResult_t cu_nccl_async_error(void)
     return ncclSuccess;
 }
 
+/* one split off the world's communicator, settled before anything else uses either, even where it answered
+ * ncclSuccess: the parent (and the child) can still read ncclInProgress then, and NCCL refuses the next call on
+ * it ("Attempt to use communicator before the previous operation returned ncclSuccess": seen on an H200 with the
+ * gather lane split off a one-rank world; the emulation is as strict).  r: the previous split's result (a failed
+ * one is passed on) */
+static ncclResult_t split1(ncclResult_t r, int color, int key, ncclComm_t *out, int *timed_out)
+{
+    if (r != ncclSuccess)
+        return r;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.splitShare = 0;
+    r = ncclCommSplit(cu.nccl, color, key, out, &cfg);
+    return r == ncclSuccess || r == ncclInProgress ? settle(cu.timeout_s, timed_out) : r;
+}
+
 /* the shard group's and the replicas' communicators (after the world's):
  * ncclCommSplit where they are neither every rank nor one rank; then the
  * gather lane's, the shard group once more, split whenever the group has
@@ -147,20 +163,14 @@ static int split(int sf, int srank, char *err, size_t errlen)
 {
     cu.group = sf == cu.world ? cu.nccl : NULL;
     cu.repl = sf == 1 ? cu.nccl : NULL;
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    cfg.splitShare = 0;
     ncclResult_t r = ncclSuccess;
-    if (sf != cu.world && sf != 1) {
-        r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.group, &cfg);
-        if (r == ncclSuccess || r == ncclInProgress)
-            r = ncclCommSplit(cu.nccl, srank, cu.rank / sf, &cu.repl, &cfg);
-    }
-    if ((r == ncclSuccess || r == ncclInProgress) && (sf > 1 || cu.world == 1))
-        r = ncclCommSplit(cu.nccl, cu.rank / sf, srank, &cu.gather, &cfg);
     int timed_out = 0;
-    if (r == ncclInProgress)
-        r = settle(cu.timeout_s, &timed_out);
+    if (sf != cu.world && sf != 1) {
+        r = split1(r, cu.rank / sf, srank, &cu.group, &timed_out);
+        r = split1(r, srank, cu.rank / sf, &cu.repl, &timed_out);
+    }
+    if (sf > 1 || cu.world == 1)
+        r = split1(r, cu.rank / sf, srank, &cu.gather, &timed_out);
     if (r == ncclSuccess)
         return 0;
     snprintf(err, errlen, "NCCL set-up on GPU %d (%s): splitting the shard groups of %d ranks%s: %s (NCCL_DEBUG=WARN "
@@ -191,7 +201,7 @@ int cu_nccl_init(int sf, int srank, char *err, size_t errlen)
     cfg.commName = "fsdpc";
     ncclResult_t r = ncclCommInitRankConfig(&cu.nccl, cu.world, msg.id, cu.rank, &cfg);
     int timed_out = 0;
-    if (r == ncclInProgress && cu.nccl)
+    if ((r == ncclSuccess || r == ncclInProgress) && cu.nccl) /* as after the splits: settled either way */
         r = settle(cu.timeout_s, &timed_out);
     if (r == ncclSuccess)
         return split(sf, srank, err, errlen);

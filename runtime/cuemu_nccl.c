@@ -31,6 +31,14 @@
  * so the host's watchdog (cu_wait) sees the error instead of a hang.
  * ncclCommSplit runs on the host, blocking: colors and keys through the
  * header, then a communicator per color named after the parent's.
+ *
+ * Non-blocking communicators are strict as NCCL 2.28 is: after
+ * ncclCommInitRankConfig or ncclCommSplit (the parent too), a communicator
+ * takes no call until ncclCommGetAsyncError has read it settled, even where
+ * the call itself answered ncclSuccess; a collective before that is refused
+ * (ncclInvalidArgument, "Attempt to use communicator before the previous
+ * operation returned ncclSuccess"), as an H200 refused comm_nccl.c's first
+ * reduce-scatter when it did not poll after a split that answered ncclSuccess.
  */
 #define _GNU_SOURCE
 
@@ -76,6 +84,8 @@ struct ncclComm {
     uint64_t coll_seq, host_seq; /* barriers passed by this rank */
     atomic_int state;        /* ncclInProgress until every rank joined, then ncclSuccess or the error */
     atomic_int aborted;
+    int nonblocking;         /* made with config.blocking = 0 */
+    atomic_int unsettled;    /* non-blocking, and not yet read settled by ncclCommGetAsyncError since init/split */
     int nsplit;              /* splits made from it so far */
     cudaStream_t stream;     /* the stream of its first collective: the only one it takes */
 };
@@ -240,11 +250,14 @@ static int blocking(const ncclConfig_t *cfg)
     return !cfg || cfg->blocking == NCCL_CONFIG_UNDEF_INT || cfg->blocking != 0;
 }
 
-/* a blocking communicator waits for every rank to join */
+/* a blocking communicator waits for every rank to join; a non-blocking one is unsettled until polled */
 static ncclResult_t settle(ncclComm_t c, const ncclConfig_t *cfg)
 {
-    if (!blocking(cfg))
+    if (!blocking(cfg)) {
+        c->nonblocking = 1;
+        atomic_store(&c->unsettled, 1);
         return poll_join(c);
+    }
     atomic_store(&c->state, ncclSuccess); /* wait_for's "broken" reads it */
     if (wait_for(c, &c->sh->joined, (uint64_t)c->nranks) != 0)
         return ncclRemoteError;
@@ -265,7 +278,20 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *st)
     if (!c || !st)
         return ncclInvalidArgument;
     *st = poll_join(c);
+    if (*st != ncclInProgress)
+        atomic_store(&c->unsettled, 0);
     return ncclSuccess;
+}
+
+/* NCCL's rule for a non-blocking communicator not yet polled settled: refused, said as NCCL says it */
+static int refuse_unsettled(ncclComm_t c, const char *call)
+{
+    if (!atomic_load(&c->unsettled))
+        return 0;
+    set_error("cuemu NCCL: %s: Attempt to use communicator before the previous operation returned ncclSuccess "
+              "(poll ncclCommGetAsyncError after a non-blocking init or split, even one that answered ncclSuccess)",
+              call);
+    return 1;
 }
 
 /* the members of this rank's color, in (key, rank) order: its new rank and their count */
@@ -287,6 +313,10 @@ ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *out, nc
     if (!c || !out)
         return ncclInvalidArgument;
     *out = NULL;
+    if (refuse_unsettled(c, "ncclCommSplit"))
+        return ncclInvalidArgument;
+    if (c->nonblocking) /* the parent is busy with the split until polled (NCCL 2.28) */
+        atomic_store(&c->unsettled, 1);
     if (poll_join(c) != ncclSuccess || wait_for(c, &c->sh->joined, (uint64_t)c->nranks) != 0)
         return ncclInvalidUsage;
     /* nobody overwrites the colors of the previous split before all have read them: a barrier before */
@@ -465,6 +495,8 @@ static ncclResult_t enqueue(const char *call, Coll k, size_t send_n, size_t recv
         set_error("cuemu NCCL: %s: %s", call, !k.comm ? "no communicator" : "a type or operation not emulated");
         return ncclInvalidArgument;
     }
+    if (refuse_unsettled(k.comm, call))
+        return ncclInvalidArgument;
     if (poll_join(k.comm) != ncclSuccess)
         return atomic_load(&k.comm->state) == ncclInProgress ? ncclInvalidUsage : ncclRemoteError;
     if (k.count && (!cuemu_is_device(k.send, send_n * es) || !cuemu_is_device(k.recv, recv_n * es))) {

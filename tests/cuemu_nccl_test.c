@@ -134,9 +134,18 @@ static void check_split(ncclComm_t comm, int world, cudaStream_t s)
     cfg.blocking = 0;
     ncclComm_t half = NULL;
     ncclResult_t r = ncclCommSplit(comm, g_rank % 2, g_rank, &half, &cfg);
-    if (r == ncclInProgress)
+    /* NCCL 2.28's rule: the parent and the child take no call before ncclCommGetAsyncError reads them settled,
+     * even after a split that answered ncclSuccess (comm_nccl.c missed it; an H200 refused its reduce-scatter) */
+    float *probe;
+    CHECK(cudaMalloc((void **)&probe, sizeof *probe) == cudaSuccess);
+    CHECK(ncclAllReduce(probe, probe, 1, ncclFloat32, ncclSum, comm, s) == ncclInvalidArgument);
+    CHECK(strstr(ncclGetLastError(comm), "Attempt to use communicator before") != NULL);
+    if (r == ncclSuccess || r == ncclInProgress)
         r = settle(half);
+    if (r == ncclSuccess)
+        r = settle(comm);
     CHECK(r == ncclSuccess && half != NULL);
+    CHECK(cudaFree(probe) == cudaSuccess);
     float h = (float)g_rank, *d;
     CHECK(cudaMalloc((void **)&d, sizeof h) == cudaSuccess);
     CHECK(cudaMemcpyAsync(d, &h, sizeof h, cudaMemcpyHostToDevice, s) == cudaSuccess);
@@ -160,8 +169,10 @@ static void check_two_comms(ncclComm_t comm, int world, cudaStream_t s)
     cfg.blocking = 0;
     ncclComm_t twin = NULL;
     ncclResult_t r = ncclCommSplit(comm, 0, g_rank, &twin, &cfg);
-    if (r == ncclInProgress)
+    if (r == ncclSuccess || r == ncclInProgress) /* settled either way (NCCL 2.28: see check_split) */
         r = settle(twin);
+    if (r == ncclSuccess)
+        r = settle(comm);
     CHECK(r == ncclSuccess && twin != NULL);
     cudaStream_t s2;
     CHECK(cudaStreamCreateWithPriority(&s2, cudaStreamNonBlocking, -5) == cudaSuccess);
@@ -216,7 +227,7 @@ static int child(ncclUniqueId id, int world)
     cfg.commName = "test";
     ncclComm_t comm = NULL;
     ncclResult_t r = ncclCommInitRankConfig(&comm, world, id, g_rank, &cfg);
-    if (r == ncclInProgress)
+    if (r == ncclSuccess || r == ncclInProgress) /* settled either way (NCCL 2.28: see check_split) */
         r = settle(comm);
     CHECK(r == ncclSuccess);
     if (r != ncclSuccess)
