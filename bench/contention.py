@@ -21,6 +21,7 @@ Say the machine's load (printed) beside the figures: other work on these cores i
 """
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def run(side, work, threads, ranks, busy):
 
 
 def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench: terminated"))  # the competitor is killed on the way out
     d, L, T, B = gpt_work.parse_sizes(args.size)[0]
     sides = ["fsdpc", "fsdpc spin"] + (["torch eager"] if has_torch(args.torch) else [])
     if "torch eager" not in sides:

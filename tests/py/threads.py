@@ -106,7 +106,7 @@ def main():
               "taskset -c 0: the start-up line:\n" + pinned[0][:1500])
         same("taskset -c 0", pinned, one)
     if shutil.which("taskset"):
-        waiting(train, same, one)
+        waiting(train, same)
     check("threads wait passively" in dflt[0] or "threads spin briefly" in dflt[0],
           "default threads: the start-up line should say how the threads wait:\n" + dflt[0][:1500])
     exe1 = exe
@@ -121,23 +121,23 @@ def main():
     cpu_levels(fsdpc, J, build, train, same, one, dflt)
 
 
-def waiting(train, same, one):
+def waiting(train, same):
     """3 threads on one core: the executable execs itself again with OMP_WAIT_POLICY=passive and says why, unless
     the user set OMP_WAIT_POLICY (or FSDPC_WAIT=spin); the same bits however the threads wait"""
     pin = ["taskset", "-c", "0"]
     over = train("over", {"OMP_NUM_THREADS": "3"}, pin)
     want = "threads wait passively (set here: OMP_WAIT_POLICY=passive, MPI yielding when idle; 3 threads on 1 core;"
     check(want in over[0], "3 threads on 1 core: expected %r in:\n%s" % (want, over[0][:1500]))
-    same("3 threads on 1 core, passive", over, one)
     user = train("over_user", {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "active"}, pin)
+    same("3 threads on 1 core, passive against active", over, user)
     want = "threads wait as set (OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=unset)"
     check(want in user[0] and "passive" not in user[0], "OMP_WAIT_POLICY=active: expected %r in:\n%s"
           % (want, user[0][:1500]))
     spin = train("over_spin", {"OMP_NUM_THREADS": "3", "FSDPC_WAIT": "spin"}, pin)
     check("threads spin briefly while they wait (FSDPC_WAIT=spin)" in spin[0],
           "FSDPC_WAIT=spin: the start-up line:\n" + spin[0][:1500])
-    print("waiting: 3 threads on 1 core wait passively (the same bits), OMP_WAIT_POLICY=active and FSDPC_WAIT=spin "
-          "kept")
+    print("waiting: 3 threads on 1 core wait passively (the same bits as OMP_WAIT_POLICY=active, kept), "
+          "FSDPC_WAIT=spin kept too")
 
 
 def cpu_levels(fsdpc, J, build, train, same, native, native_out):
