@@ -242,7 +242,12 @@ void rt_dev_preinit(char **argv)
     }
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("FSDPC_WAIT_WHY", r, 1);
-    execv("/proc/self/exe", argv);
+    char self[4096]; /* the program's own path, not /proc/self/exe: ps and top would name it "exe" */
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+    }
     snprintf(g_wait, sizeof g_wait, "threads spin while they wait: %s, but this program could not exec itself again "
              "with OMP_WAIT_POLICY=passive (%s); set it to wait passively", r, strerror(errno));
     unsetenv("OMP_WAIT_POLICY");
