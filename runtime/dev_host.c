@@ -219,8 +219,7 @@ void rt_dev_preinit(char **argv)
     const char *why = getenv("FSDPC_WAIT_WHY"), *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
     const char *mine = getenv("FSDPC_WAIT");
     if (why && wp) { /* our own exec (below) */
-        snprintf(g_wait, sizeof g_wait, "threads wait passively (set here: OMP_WAIT_POLICY=passive, "
-                 "MPI yielding when idle; %s; FSDPC_WAIT=spin to spin)", why);
+        snprintf(g_wait, sizeof g_wait, "threads wait passively (set here: %s; FSDPC_WAIT=spin to spin)", why);
         unsetenv("FSDPC_WAIT_WHY");
         return;
     }
@@ -235,13 +234,18 @@ void rt_dev_preinit(char **argv)
                  mine && !strcmp(mine, "spin") ? "FSDPC_WAIT=spin" : "the cores were not oversubscribed at start-up");
         return;
     }
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0); /* read at MPI_Init, still to come */
+    const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
+    const char *mpi = y && *y ? "Open MPI's mpi_yield_when_idle as set" : "MPI yielding when idle";
+    if (!(y && *y))
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1); /* read at MPI_Init, still to come */
+    char line[sizeof g_wait];
     if (env_long("OMP_NUM_THREADS", my_cores()) < 2) { /* no OpenMP team to wait: nothing to exec for */
-        snprintf(g_wait, sizeof g_wait, "MPI yields when idle (set here: %s; FSDPC_WAIT=spin to spin)", r);
+        snprintf(g_wait, sizeof g_wait, "one thread; %s (%s; FSDPC_WAIT=spin to spin)", mpi, r);
         return;
     }
+    snprintf(line, sizeof line, "OMP_WAIT_POLICY=passive, %s; %s", mpi, r);
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("FSDPC_WAIT_WHY", r, 1);
+    setenv("FSDPC_WAIT_WHY", line, 1);
     char self[4096]; /* the program's own path, not /proc/self/exe: ps and top would name it "exe" */
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
