@@ -73,7 +73,8 @@ def main():
 
     def train(tag, env, argv=None, world=1):
         e = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                                "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "FSDPC_WAIT")}
+                                                                "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "FSDPC_WAIT",
+                                                                "OMPI_MCA_mpi_yield_when_idle")}
         e.update(env)
         cmd = (argv or []) + ([exe] if world == 1 else
                               ["mpirun", "--oversubscribe", "-np", str(world)] + (["-x", "OMP_NUM_THREADS"]
