@@ -129,21 +129,25 @@ def sample_steps(p, m, name):
     return samples
 
 
-def run_fsdpc(work, name, steps, threads, ranks=1):
+def run_fsdpc(work, name, steps, threads, ranks=1, prefix=(), env=None):
     """runs work/name for steps steps with threads threads per process, as one process or ranks ranks under
-    mpirun, each process under GNU time; the run's dict (the module's essay)"""
+    mpirun, each process under GNU time, the whole command after prefix (e.g. taskset -c 0,1) with env's
+    variables added; the run's dict (the module's essay)"""
     m, timing = os.path.join(work, name + ".jsonl"), os.path.join(work, name + ".time.")
     for f in [m] + [timing + str(r) for r in range(ranks)]:
         if os.path.exists(f):
             os.unlink(f)
-    env = thread_env(threads, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    extra = env or {}
+    env = thread_env(threads, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
     exe = [os.path.join(work, name), "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
            "labels=" + os.path.join(work, "lab.npy"), "--steps", str(steps), "--lr", "1e-4", "--metrics", m, "--quiet"]
     timed = 'exec /usr/bin/time -f "%M" -o "$0${OMPI_COMM_WORLD_RANK:-0}" "$@"'  # a file per rank
     cmd = ["sh", "-c", timed, timing] + exe
     if ranks > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + \
-            sum((["-x", "%s=%d" % (k, threads)] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")), []) + cmd
+            sum((["-x", "%s=%d" % (k, threads)] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")), []) + \
+            sum((["-x", k] for k in extra), []) + cmd
+    cmd = list(prefix) + cmd
     with tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         samples = sample_steps(p, m, exe[0])
@@ -158,11 +162,11 @@ def run_fsdpc(work, name, steps, threads, ranks=1):
                 cpu_step_s=(c1 - c0) / (n1 - n0) if n1 > n0 else None, notes=notes(text))
 
 
-def run_torch(py, work, mode, threads, steps, precision="fp32", ranks=1, port=29517):
+def run_torch(py, work, mode, threads, steps, precision="fp32", ranks=1, port=29517, prefix=()):
     """bench/torch_step.py under py for steps steps (after its warm-up) in mode and precision, with threads
-    threads per process: one process, or ranks ranks over gloo (mode ddp or fsdp2); the run's dict (the module's
-    essay)"""
-    cmd = [py, os.path.join(HERE, "torch_step.py"), work, mode, str(threads), str(steps), precision]
+    threads per process: one process, or ranks ranks over gloo (mode ddp or fsdp2), each after prefix; the run's
+    dict (the module's essay)"""
+    cmd = list(prefix) + [py, os.path.join(HERE, "torch_step.py"), work, mode, str(threads), str(steps), precision]
     # Inductor's compile workers would take the cores the timed steps share (the compilation is not timed)
     env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(ranks), TORCHINDUCTOR_COMPILE_THREADS="1")
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

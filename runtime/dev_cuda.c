@@ -668,6 +668,8 @@ const char *rt_dev_overlap(RtCtx *c)
            "communicators, forked from the compute stream and joined at each one's wait";
 }
 
+void rt_dev_preinit(char **argv) { (void)argv; } /* the host threads wait on streams, not spinning */
+
 const char *rt_dev_threads(void) { return ""; }
 
 double rt_dev_peak_flops(double *share)

@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -137,7 +138,127 @@ static long my_cores(void)
     return n > 1 ? n : 1;
 }
 
-static char g_mode[160], g_threads[400];
+/* ------------------------------------------------------ how the threads wait
+ *
+ * Every fused loop, kernel and GEMM of the step is an OpenMP parallel region
+ * (hundreds a step), and libgomp's threads wait for the next one, and at
+ * each barrier, by spinning for about 3 ms (GOMP_SPINCOUNT 300000) before
+ * they sleep.  On cores of their own that is the fastest; on cores shared
+ * with other work it is a collapse: a spinning thread holds a core that the
+ * thread the team waits for needs, at every region.  Measured on this
+ * project's 2-core machine (a 128/4/128/8 GPT, 2 threads, load ~18): steps of
+ * 4.3-6.6 s spinning, 75-450 ms with OMP_WAIT_POLICY=passive, 200-280 ms with
+ * GOMP_SPINCOUNT=1000 (docs/internals.md).  Open MPI's progress loop spins
+ * likewise while a rank waits for its peers, unless mpi_yield_when_idle.
+ *
+ * libgomp reads its policy once, as it loads, before main: so rt_main calls
+ * rt_dev_preinit first, and where the cores are oversubscribed (this rank's
+ * threads more than its cores, or more runnable threads on the machine than
+ * its CPUs once this job's are counted) and the user set neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, it sets OMP_WAIT_POLICY=passive (and
+ * OMPI_MCA_mpi_yield_when_idle=1 unless set) and execs the program again;
+ * FSDPC_WAIT_WHY carries the reason to the threads line.  A user's setting
+ * of either is kept and named there; FSDPC_WAIT=spin keeps libgomp's
+ * default whatever the load. */
+
+static char g_wait[512]; /* the threads line's clause on waiting */
+
+/* runnable threads on the machine now: the least of a few looks at
+ * /proc/stat's procs_running 2 ms apart (a process starting beside us is not
+ * load); -1 where unreadable */
+static int runnable_now(void)
+{
+    int least = -1;
+    for (int k = 0; k < 5; k++) {
+        FILE *f = fopen("/proc/stat", "r");
+        char line[256];
+        int n = -1;
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "procs_running %d", &n) == 1)
+                break;
+        if (f)
+            fclose(f);
+        if (n >= 0 && (least < 0 || n < least))
+            least = n;
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+    }
+    return least;
+}
+
+static long env_long(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n = v && *v ? strtol(v, &end, 10) : 0;
+    return v && *v && !*end && n > 0 ? n : dflt;
+}
+
+/* why this rank's threads should wait passively, in why; 0 where they may spin */
+static int oversubscribed(char *why, size_t cap)
+{
+    long cores = my_cores(), online = sysconf(_SC_NPROCESSORS_ONLN);
+    long local = env_long("OMPI_COMM_WORLD_LOCAL_SIZE", 1), team = env_long("OMP_NUM_THREADS", cores);
+    online = online > 0 ? online : 1;
+    if (team > cores) {
+        snprintf(why, cap, "%ld threads on %ld core%s", team, cores, cores > 1 ? "s" : "");
+        return 1;
+    }
+    int run = runnable_now(); /* this thread is one of them, and so may be this job's other ranks */
+    long others = run - 1 - (local - 1);
+    if (run >= 0 && others > 0 && others + local * team > online) {
+        snprintf(why, cap, "%ld other runnable thread%s at start-up beside this job's %ld on %ld CPU%s", others,
+                 others > 1 ? "s" : "", local * team, online, online > 1 ? "s" : "");
+        return 1;
+    }
+    return 0;
+}
+
+void rt_dev_preinit(char **argv)
+{
+    const char *why = getenv("FSDPC_WAIT_WHY"), *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+    const char *mine = getenv("FSDPC_WAIT");
+    if (why && wp) { /* our own exec (below) */
+        snprintf(g_wait, sizeof g_wait, "threads wait passively (set here: %s; FSDPC_WAIT=spin to spin)", why);
+        unsetenv("FSDPC_WAIT_WHY");
+        return;
+    }
+    if ((wp && *wp) || (sc && *sc)) {
+        snprintf(g_wait, sizeof g_wait, "threads wait as set (OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s)",
+                 wp && *wp ? wp : "unset", sc && *sc ? sc : "unset");
+        return;
+    }
+    char r[160];
+    if ((mine && !strcmp(mine, "spin")) || !oversubscribed(r, sizeof r)) {
+        snprintf(g_wait, sizeof g_wait, "threads spin briefly while they wait (%s)",
+                 mine && !strcmp(mine, "spin") ? "FSDPC_WAIT=spin" : "the cores were not oversubscribed at start-up");
+        return;
+    }
+    const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
+    const char *mpi = y && *y ? "Open MPI's mpi_yield_when_idle as set" : "MPI yielding when idle";
+    if (!(y && *y))
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1); /* read at MPI_Init, still to come */
+    char line[sizeof g_wait];
+    if (env_long("OMP_NUM_THREADS", my_cores()) < 2) { /* no OpenMP team to wait: nothing to exec for */
+        snprintf(g_wait, sizeof g_wait, "one thread; %s (%s; FSDPC_WAIT=spin to spin)", mpi, r);
+        return;
+    }
+    snprintf(line, sizeof line, "OMP_WAIT_POLICY=passive, %s; %s", mpi, r);
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("FSDPC_WAIT_WHY", line, 1);
+    char self[4096]; /* the program's own path, not /proc/self/exe: ps and top would name it "exe" */
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+    }
+    snprintf(g_wait, sizeof g_wait, "threads spin while they wait: %s, but this program could not exec itself again "
+             "with OMP_WAIT_POLICY=passive (%s); set it to wait passively", r, strerror(errno));
+    unsetenv("OMP_WAIT_POLICY");
+    unsetenv("FSDPC_WAIT_WHY");
+}
+
+static char g_mode[160], g_threads[1024];
 static int g_gemm_threads = 1; /* OpenBLAS's threads (k_threads), for the peak probe */
 
 /* will the communication thread run?  where not, g_mode says why */
@@ -206,9 +327,10 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
     long n = comm && cores > 1 ? cores - 1 : cores;
     char t[160];
     g_gemm_threads = k_threads((int)(n < 4096 ? n : 4096), t, sizeof t);
-    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s", t, cores,
-             cores > 1 ? "s" : "", comm && cores > 1 ? ", one of them the communication thread's" : "",
-             m->cpu ? m->cpu : "?", m->cpu_kernels ? m->cpu_kernels : "?");
+    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s; %s", t,
+             cores, cores > 1 ? "s" : "", comm && cores > 1 ? ", one of them the communication thread's" : "",
+             m->cpu ? m->cpu : "?", m->cpu_kernels ? m->cpu_kernels : "?",
+             g_wait[0] ? g_wait : "threads spin briefly while they wait (libgomp's default)");
     return 0;
 }
 

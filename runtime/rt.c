@@ -853,6 +853,7 @@ static int agree_opts(const RtOpts *o)
 
 int rt_main(int argc, char **argv, const RtModel *m)
 {
+    rt_dev_preinit(argv); /* may exec this program again, with the waiting its threads should do (dev_host.c) */
     if (argc > 0 && argv[0] && argv[0][0])
         rt_prog = argv[0];
     const char *argv0 = argc > 0 && argv[0] ? argv[0] : "";

@@ -28,6 +28,12 @@
 
 #include "rt.h"
 
+/* First thing in main, before the control plane starts MPI: where the
+ * step's threads would wait by spinning on cores that other threads need
+ * (cpu: dev_host.c's wait policy), the process may set the environment
+ * the threading libraries read when they load and exec itself again with
+ * argv; a no-op on cuda. */
+void rt_dev_preinit(char **argv);
 /* Before carving: pick this rank's device (local rank modulo the devices),
  * create streams and handles, and check that `bytes` of device memory are
  * free.  0, or -1 with a one-line reason in err ("no CUDA driver", "no CUDA

@@ -12,7 +12,10 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says how many threads each side got and why: "threads: 2 for the kernels, 2 for OpenBLAS
   (2 cores ...)" by default on a rank with the machine to itself (FSDPC's own sizing from the cores it may
-  run on: taskset to one core gives 1 and 1), and names OMP_NUM_THREADS where that set them.
+  run on: taskset to one core gives 1 and 1), and names OMP_NUM_THREADS where that set them;
+- and how they wait: OMP_NUM_THREADS=3 under taskset -c 0 (oversubscribed) runs with OMP_WAIT_POLICY=passive
+  set by the executable (it execs itself again; the line says so and why) and trains the same bits; a user's
+  OMP_WAIT_POLICY=active is kept and named, FSDPC_WAIT=spin keeps libgomp's spinning.
 --cpu (x86-64 machines):
 - the default is native: the start-up line says "code for native, kernels for x86-64-vN", N this machine's
   level (from /proc/cpuinfo's flags);
@@ -69,7 +72,9 @@ def main():
     args = ["--tokens", J("tokens.bin"), "--steps", str(STEPS), "--lr", "1e-3", "--clip-grad-norm", "1e9"]
 
     def train(tag, env, argv=None, world=1):
-        e = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        e = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                                "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "FSDPC_WAIT",
+                                                                "OMPI_MCA_mpi_yield_when_idle")}
         e.update(env)
         cmd = (argv or []) + ([exe] if world == 1 else
                               ["mpirun", "--oversubscribe", "-np", str(world)] + (["-x", "OMP_NUM_THREADS"]
@@ -101,6 +106,10 @@ def main():
         check("threads: 1 for the kernels, 1 for OpenBLAS (1 core for this rank)" in pinned[0],
               "taskset -c 0: the start-up line:\n" + pinned[0][:1500])
         same("taskset -c 0", pinned, one)
+    if shutil.which("taskset"):
+        waiting(train, same)
+    check("threads wait passively" in dflt[0] or "threads spin briefly" in dflt[0],
+          "default threads: the start-up line should say how the threads wait:\n" + dflt[0][:1500])
     exe1 = exe
     exe = J("gpt_w2")
     run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=4"] + build)
@@ -111,6 +120,25 @@ def main():
     print("threads: 1, 2 (three runs), default (%d cores)%s and world 2 x 2 threads: bit-identical; %d fused loops "
           "split" % (cores, ", taskset -c 0" if cores > 1 else "", n_par))
     cpu_levels(fsdpc, J, build, train, same, one, dflt)
+
+
+def waiting(train, same):
+    """3 threads on one core: the executable execs itself again with OMP_WAIT_POLICY=passive and says why, unless
+    the user set OMP_WAIT_POLICY (or FSDPC_WAIT=spin); the same bits however the threads wait"""
+    pin = ["taskset", "-c", "0"]
+    over = train("over", {"OMP_NUM_THREADS": "3"}, pin)
+    want = "threads wait passively (set here: OMP_WAIT_POLICY=passive, MPI yielding when idle; 3 threads on 1 core;"
+    check(want in over[0], "3 threads on 1 core: expected %r in:\n%s" % (want, over[0][:1500]))
+    user = train("over_user", {"OMP_NUM_THREADS": "3", "OMP_WAIT_POLICY": "active"}, pin)
+    same("3 threads on 1 core, passive against active", over, user)
+    want = "threads wait as set (OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=unset)"
+    check(want in user[0] and "passive" not in user[0], "OMP_WAIT_POLICY=active: expected %r in:\n%s"
+          % (want, user[0][:1500]))
+    spin = train("over_spin", {"OMP_NUM_THREADS": "3", "FSDPC_WAIT": "spin"}, pin)
+    check("threads spin briefly while they wait (FSDPC_WAIT=spin)" in spin[0],
+          "FSDPC_WAIT=spin: the start-up line:\n" + spin[0][:1500])
+    print("waiting: 3 threads on 1 core wait passively (the same bits as OMP_WAIT_POLICY=active, kept), "
+          "FSDPC_WAIT=spin kept too")
 
 
 def cpu_levels(fsdpc, J, build, train, same, native, native_out):
