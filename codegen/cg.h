@@ -19,7 +19,15 @@ const char *cg_sfx(DType t);              /* kernel suffix: "f32" / "f64" */
  * else its float32 / float64 result's */
 const char *cg_gemm_sfx(DType operand, DType result);
 const char *cg_kdt(DType t);              /* kernel dtype code: "K_DT_F32", ... */
-const char *cg_ptr(const Graph *g, int v);/* typed pointer expression of value v */
+/* named tensors (emit.c): cg_name_tensors gives every value of g its C name (t_ + its sanitised ONNX name,
+ * unique) before the step is emitted; each function of the step is emitted as cg_fn_begin, its body (whose
+ * cg_ptr calls return the names of the values it uses), then cg_fn_decls, the declarations of those values
+ * (a typed constant pointer each, with its shape and ONNX name in a comment) that go at the body's top */
+void cg_name_tensors(const Graph *g);
+const char *cg_tensor_name(int v);
+const char *cg_ptr(const Graph *g, int v);
+void cg_fn_begin(int job);
+void cg_fn_decls(Buf *b, const Graph *g);
 const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
 Shape cg_attr_shape(const Node *n, const char *name); /* a shape attribute (ConvGrad's xshape, ...) */
 int cg_same_place(const Graph *g, int a, int b);

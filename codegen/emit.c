@@ -2,8 +2,11 @@
  * helpers every codegen file shares (codegen/cg.h).
  *
  * Each node becomes one kernel or collective call with pointers from the
- * static plan.  Model names reach the C text only through cg_cstr (escaped
- * string literals) and cg_comment (sanitised comments).
+ * static plan, each a named tensor (below: t_ + its ONNX name, declared with
+ * its shape at the top of the function using it); a GEMM's geometry is an
+ * RtGemm descriptor (runtime/rt.h).  Model names reach the C text only
+ * through cg_cstr (escaped string literals), cg_comment (sanitised comments)
+ * and c_ident (identifiers of letters, digits and '_').
  */
 #include "cg.h"
 
@@ -53,14 +56,14 @@ const char *cg_cstr(const char *s)
     return o;
 }
 
-/* Text safe inside a C comment (no "*" "/" pairs, no control bytes). */
+/* Text safe inside a C comment: printable ASCII but '*' (so neither the comment's end nor a nested start can
+ * form), '\\' and '?' (no line splice, no trigraph); anything else becomes '_'. */
 const char *cg_comment(const char *s)
 {
     char *o = ir_strdup(s);
     for (char *p = o; *p; p++) {
         unsigned char ch = (unsigned char)*p;
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              strchr("_.,:@-[]()#", ch)))
+        if (ch < 0x20 || ch > 0x7e || strchr("*\\?", ch))
             *p = '_';
     }
     return o;
@@ -128,23 +131,149 @@ Shape cg_attr_shape(const Node *n, const char *name)
     return s;
 }
 
-/* pointer expression for value v, typed */
-const char *cg_ptr(const Graph *g, int v)
+/* ---- named tensors ---------------------------------------------------------------------------------------
+ * Every value the emitted C touches has a name: t_ and its ONNX name made a C identifier (only [A-Za-z0-9_],
+ * at most 60 characters, a _2, _3 ... suffix where two would be equal).  A function of the step declares the
+ * values it uses at its top, each a constant pointer with its dtype, shape and ONNX name in a comment; cg_ptr
+ * returns the name and records the use.  The t_ prefix keeps them apart from everything else in the text
+ * (kernels, locals, C keywords). */
+
+typedef struct {
+    int *mark, stamp;   /* mark[v] == stamp: v is used by the function being emitted */
+    int *list, n, cap;  /* the used values, in first-use order */
+} Uses;
+
+static const char **tname; /* per value: its C name (cg_name_tensors) */
+static Uses fn_uses, job_uses, *cur;
+
+/* s made a C identifier: t_, then its letters and digits, runs of anything else as one '_' */
+static char *c_ident(const char *s)
+{
+    char *o = ir_alloc(strlen(s) + 3 + 1), *p = o + 2;
+    memcpy(o, "t_", 2);
+    for (; *s && p - o < 62; s++) {
+        unsigned char ch = (unsigned char)*s;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (ok)
+            *p++ = (char)ch;
+        else if (p[-1] != '_')
+            *p++ = '_';
+    }
+    while (p > o + 2 && p[-1] == '_')
+        p--;
+    *p = 0;
+    return o;
+}
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* insert s into the open-addressed set tab (size mask + 1); 0 if it was there */
+static int set_add(const char **tab, uint64_t mask, const char *s)
+{
+    for (uint64_t i = str_hash(s) & mask;; i = (i + 1) & mask) {
+        if (!tab[i]) {
+            tab[i] = s;
+            return 1;
+        }
+        if (!strcmp(tab[i], s))
+            return 0;
+    }
+}
+
+void cg_name_tensors(const Graph *g)
+{
+    uint64_t size = 16;
+    while (size < 2 * (uint64_t)g->nval + 2)
+        size *= 2;
+    const char **tab = ir_alloc(sizeof(char *) * size);
+    tname = ir_alloc(sizeof(char *) * ((size_t)g->nval + 1));
+    for (int v = 0; v < g->nval; v++) {
+        const char *base = c_ident(g->val[v].name), *n = base;
+        for (int k = 2; !set_add(tab, size - 1, n); k++)
+            n = ir_fmt("%s_%d", base, k);
+        tname[v] = n;
+    }
+    Uses *u[] = {&fn_uses, &job_uses};
+    for (int i = 0; i < 2; i++)
+        *u[i] = (Uses){.mark = ir_alloc(sizeof(int) * ((size_t)g->nval + 1)), .stamp = 0};
+    cur = &fn_uses;
+}
+
+const char *cg_tensor_name(int v) { return tname[v]; }
+
+/* the pointer expression of value v's place, typed */
+static const char *place(const Graph *g, int v)
 {
     const Value *x = &g->val[v];
     const Loc *l = &x->loc;
     const char *t = cg_ctype(x->dtype);
     switch (l->kind) {
-    case LOC_ARENA: return ir_fmt("((%s *)(A + %lld))", t, (long long)l->off);
+    case LOC_ARENA: return ir_fmt("(%s *)(A + %lld)", t, (long long)l->off);
     case LOC_SLOT:
         if (l->alias) /* the shard itself when the executable decided so (c->slot_alias: a group of one rank) */
-            return ir_fmt("((%s *)((c->slot_alias & %d) ? c->dev_shard[%d * RT_NSTATE + %d] + %lld : c->dev_slot[%d] + "
-                          "%lld))", t, l->alias, l->unit, l->state, (long long)l->off, l->slot, (long long)l->off);
-        return ir_fmt("((%s *)(c->dev_slot[%d] + %lld))", t, l->slot, (long long)l->off);
+            return ir_fmt("(%s *)((c->slot_alias & %d) ? c->dev_shard[%d * RT_NSTATE + %d] + %lld : c->dev_slot[%d] + "
+                          "%lld)", t, l->alias, l->unit, l->state, (long long)l->off, l->slot, (long long)l->off);
+        return ir_fmt("(%s *)(c->dev_slot[%d] + %lld)", t, l->slot, (long long)l->off);
     case LOC_SHARD: /* off: a parameter view of a NO_SHARD shard */
-        return ir_fmt("((%s *)(c->dev_shard[%d * RT_NSTATE + %d] + %lld))", t, l->unit, l->state, (long long)l->off);
+        return ir_fmt("(%s *)(c->dev_shard[%d * RT_NSTATE + %d] + %lld)", t, l->unit, l->state, (long long)l->off);
     default: die("value '%s' has no place in memory", x->name);
     }
+}
+
+/* value v's name, used by the function being emitted */
+const char *cg_ptr(const Graph *g, int v)
+{
+    if (g->val[v].loc.kind == LOC_NONE)
+        die("value '%s' has no place in memory", g->val[v].name);
+    if (cur->mark[v] != cur->stamp) {
+        cur->mark[v] = cur->stamp;
+        if (cur->n == cur->cap) {
+            cur->cap = cur->cap ? 2 * cur->cap : 64;
+            int *l = ir_alloc(sizeof(int) * (size_t)cur->cap);
+            if (cur->n)
+                memcpy(l, cur->list, sizeof(int) * (size_t)cur->n);
+            cur->list = l;
+        }
+        cur->list[cur->n++] = v;
+    }
+    return tname[v];
+}
+
+/* a function's body begins: job 1 for a collective's job (emitted while a step function is) */
+void cg_fn_begin(int job)
+{
+    cur = job ? &job_uses : &fn_uses;
+    cur->stamp++;
+    cur->n = 0;
+}
+
+static int by_id(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* the declarations of the values the function's body used (cg_fn_begin), in value order, into b; then back to
+ * the step's function */
+void cg_fn_decls(Buf *b, const Graph *g)
+{
+    int arena = 0;
+    qsort(cur->list, (size_t)cur->n, sizeof(int), by_id);
+    for (int i = 0; i < cur->n; i++)
+        arena |= g->val[cur->list[i]].loc.kind == LOC_ARENA;
+    if (arena)
+        cg_put(b, "    char *const A = c->dev_arena;\n");
+    for (int i = 0; i < cur->n; i++) {
+        const Value *x = &g->val[cur->list[i]];
+        Buf sh = {0};
+        for (int d = 0; d < x->shape.rank; d++)
+            cg_put(&sh, "%s%lld", d ? ", " : "", (long long)x->shape.dim[d]);
+        cg_put(b, "    %s *const %s = %s; /* %s [%s] %s */\n", cg_ctype(x->dtype), tname[cur->list[i]],
+               place(g, cur->list[i]), dtype_name(x->dtype), sh.buf ? sh.buf : "", cg_comment(x->name));
+    }
+    cur = &fn_uses;
 }
 
 int cg_same_place(const Graph *g, int a, int b)
@@ -215,8 +344,17 @@ static MatBatch mat_batch(const Shape *sa, const Shape *sb, const Shape *sy)
     return mb;
 }
 
+/* a GEMM's descriptor (RtGemm, runtime/rt.h) as a static of the block it opens */
+static void gemm_desc(Buf *b, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                      double alpha, double beta)
+{
+    cg_put(b, "    { static const RtGemm gm = {.batch = %lld, .stride_a = %lld, .stride_b = %lld, .m = %lld, .n = %lld, "
+              ".k = %lld, .trans_a = %d, .trans_b = %d, .alpha = %.17g, .beta = %.17g};\n", (long long)batch,
+           (long long)sa, (long long)sb, (long long)m, (long long)n, (long long)k, ta, tb, alpha, beta);
+}
+
 /* A MatMulAdd with a 16-bit output and a float32 scratch (fuse.c's gemm_low_out): the output's rows in
- * blocks of the scratch's, each a GEMM into the scratch and a rounding into place */
+ * blocks of the scratch's (the descriptor's m), each a GEMM into the scratch and a rounding into place */
 static void emit_matmul_rows(Buf *b, const Graph *g, const Node *n)
 {
     const Shape *sy = &g->val[n->out[0]].shape, *ss = &g->val[n->out[1]].shape;
@@ -225,19 +363,19 @@ static void emit_matmul_rows(Buf *b, const Graph *g, const Node *n)
     int tb = (int)ir_attr_i(n, "transB", 0);
     const Value *yv = &g->val[n->out[0]];
     const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, DT_F32), *w = cg_ptr(g, n->out[1]);
-    cg_put(b, "    for (int64_t r0 = 0; r0 < %lldLL; r0 += %lldLL) {\n", (long long)rows, (long long)block);
-    cg_put(b, "      const int64_t nr = %lldLL - r0 < %lldLL ? %lldLL - r0 : %lldLL;\n", (long long)rows,
-           (long long)block, (long long)rows, (long long)block);
-    cg_put(b, "      k_matmul_add_%s(%s, %s + r0 * %lldLL, %s, %s, ", s, w, cg_ptr(g, n->in[0]), (long long)k,
-           cg_ptr(g, n->in[1]), n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL");
+    gemm_desc(b, 1, 0, 0, block, cols, k, 0, tb, ir_attr_f(n, "alpha", 1.0), 0);
+    cg_put(b, "      for (int64_t r0 = 0; r0 < %lldLL; r0 += gm.m) {\n", (long long)rows);
+    cg_put(b, "        RtGemm part = gm;\n        part.m = %lldLL - r0 < gm.m ? %lldLL - r0 : gm.m;\n",
+           (long long)rows, (long long)rows);
+    cg_put(b, "        k_matmul_add_%s(%s, %s + r0 * gm.k, %s, %s, ", s, w, cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]),
+           n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL");
     if (n->in[3] >= 0)
-        cg_put(b, "%s + r0 * %lldLL, ", cg_ptr(g, n->in[3]), (long long)cols);
+        cg_put(b, "%s + r0 * gm.n, ", cg_ptr(g, n->in[3]));
     else
         cg_put(b, "NULL, ");
-    cg_put(b, "%.17g, 1, 0, 0, nr, %lld, %lld, 0, %d);\n", ir_attr_f(n, "alpha", 1.0), (long long)cols,
-           (long long)k, tb);
-    cg_put(b, "      k_cast(%s, %s + r0 * %lldLL, %s, %s, nr * %lldLL);\n    }\n", cg_kdt(yv->dtype),
-           cg_ptr(g, n->out[0]), (long long)cols, cg_kdt(DT_F32), w, (long long)cols);
+    cg_put(b, "gm.alpha, RT_GEMM(part));\n");
+    cg_put(b, "        k_cast(%s, %s + r0 * gm.n, %s, %s, part.m * gm.n);\n      } }\n", cg_kdt(yv->dtype),
+           cg_ptr(g, n->out[0]), cg_kdt(DT_F32), w);
 }
 
 static void emit_matmul(Buf *b, const Graph *g, const Node *n)
@@ -257,8 +395,10 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
     const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->out[0]].dtype);
     const char *y = cg_ptr(g, n->out[0]), *a = cg_ptr(g, n->in[0]), *bb = cg_ptr(g, n->in[1]);
     const char *add = n->op == OP_MatMulAdd && n->in[3] >= 0 ? cg_ptr(g, n->in[3]) : "NULL";
+    gemm_desc(b, mb.inner, strA, strB, m, nn, k, ta, tb, n->op == OP_MatMulAdd ? ir_attr_f(n, "alpha", 1.0) : 1, 0);
+    const char *ind = "      ";
     if (mb.p > 0) { /* partially broadcast: a loop over the outer batch dims (offsets in matrices) */
-        cg_put(b, "    { static const int64_t osh[] = %s, oa[] = %s, ob[] = %s;\n", cg_ints(mb.outer, mb.p),
+        cg_put(b, "      static const int64_t osh[] = %s, oa[] = %s, ob[] = %s;\n", cg_ints(mb.outer, mb.p),
                cg_ints(mb.oa, mb.p), cg_ints(mb.ob, mb.p));
         cg_put(b, "      for (int64_t o = 0; o < %lld; o++) {\n        int64_t r = o, ia = 0, ib = 0;\n"
                   "        for (int d = %d; d >= 0; d--) { ia += r %% osh[d] * oa[d]; ib += r %% osh[d] * ob[d]; "
@@ -269,16 +409,14 @@ static void emit_matmul(Buf *b, const Graph *g, const Node *n)
         bb = ir_fmt("%s + ib * %lld", bb, (long long)(k * nn));
         if (strcmp(add, "NULL"))
             add = ir_fmt("%s + %s", add, yo);
+        ind = "        ";
     }
-    if (n->op == OP_MatMulAdd) /* alpha and the epilogue's bias and addend, or NULL */
-        cg_put(b, "    k_matmul_add_%s(%s, %s, %s, %s, %s, %.17g, ", s, y, a, bb,
-               n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL", add, ir_attr_f(n, "alpha", 1.0));
+    if (n->op == OP_MatMulAdd) /* the epilogue's bias and addend, or NULL */
+        cg_put(b, "%sk_matmul_add_%s(%s, %s, %s, %s, %s, gm.alpha, RT_GEMM(gm));\n", ind, s, y, a, bb,
+               n->in[2] >= 0 ? cg_ptr(g, n->in[2]) : "NULL", add);
     else
-        cg_put(b, "    k_matmul_%s(%s, %s, %s, ", s, y, a, bb);
-    cg_put(b, "%lld, %lld, %lld, %lld, %lld, %lld, %d, %d%s);\n", (long long)mb.inner, (long long)strA,
-           (long long)strB, (long long)m, (long long)nn, (long long)k, ta, tb, n->op == OP_MatMul ? ", 0.0" : "");
-    if (mb.p > 0)
-        cg_put(b, "    } }\n");
+        cg_put(b, "%sk_matmul_%s(%s, %s, %s, RT_GEMM(gm), gm.beta);\n", ind, s, y, a, bb);
+    cg_put(b, mb.p > 0 ? "      } }\n" : "    }\n");
 }
 
 /* The kernels' code of an elementwise op ("K_RELU": its row in kernels/c/fused.h, ops.def's EW1 / EW2). */
@@ -366,10 +504,12 @@ static void emit_collective(Buf *b, const Graph *g, const Node *n)
     if (!ir_attr(n, "tag"))
         die("collective '%s' was not scheduled", n->name);
     int tag = (int)ir_attr_i(n, "tag", -1);
-    cg_put(&cg_jobs, "/* %s */\nstatic void coll%d(RtCtx *c)\n{\n    char *A = c->dev_arena;\n    (void)A;\n",
-        cg_comment(n->name), tag);
-    emit_collective_body(&cg_jobs, g, n);
-    cg_put(&cg_jobs, "}\n\n");
+    Buf body = {0};
+    cg_fn_begin(1);
+    emit_collective_body(&body, g, n);
+    cg_put(&cg_jobs, "/* %s */\nstatic void coll%d(RtCtx *c)\n{\n", cg_comment(n->name), tag);
+    cg_fn_decls(&cg_jobs, g);
+    cg_put(&cg_jobs, "%s}\n\n", body.buf);
     cg_put(b, "    rt_coll_start(c, %d, %d, %s, coll%d);\n", tag, (int)(n - g->node),
         n->op == OP_AllGather ? "RT_LANE_GATHER" : "RT_LANE_REDUCE", tag);
 }

@@ -14,13 +14,18 @@
  *           compiler leaves the old pair as it was.
  *
  * The emitted C is straight-line: one kernel or collective call per node in
- * schedule order, pointers computed from the static plan.  Names from the
- * model never reach the C text except through cg_cstr() (escaped string
- * literals) and cg_comment() (sanitised comments): a model cannot inject code.
+ * schedule order, in a function per phase (forward, backward, optimizer) that
+ * step() calls; each tensor a named pointer (t_ + its ONNX name, emit.c)
+ * computed from the static plan, declared with its shape at the top of the
+ * function using it; each GEMM's geometry an RtGemm descriptor.  Names from
+ * the model never reach the C text except through cg_cstr() (escaped string
+ * literals), cg_comment() (sanitised comments) and the tensors' identifiers
+ * (letters, digits and '_' only): a model cannot inject code.
  *
  * It is two files: step.c (the tables, the step, the model's description
  * fsdpc_step_model), in which no initial weight value and not the model
- * file's name appear, and main.c (the init file's id and checksums, the
+ * file's name appear, and main.c (a header with fsdpc's version, the command
+ * line and the model file's hash; the init file's id and checksums, the
  * model's name, main), written once the init file is.  step.c's object
  * comes from the object cache when a build of the same step made it before
  * (objcache.c): a build that changes only the weights compiles main.c and
@@ -238,10 +243,47 @@ static const char *cpu_kernels(const char *cpu, const char **name)
 
 static const char *opt_cpu(const Graph *g) { return g->opt->cpu ? g->opt->cpu : "native"; }
 
-/* the step function: its text, and (cuda) the checks and fused kernels it registers */
-static Buf emit_step(const Graph *g)
+/* The step's phases, in schedule order: forward up to the loss's seed (autodiff's Ones), backward, then the
+ * optimizer from its first node (GradNormSq, AdamW, Sgd) to the end (with the collectives, Waits and Frees
+ * scheduled among them). */
+enum { PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER };
+static const char *const phase_name[] = {"forward", "backward", "optimizer"};
+
+static int node_phase(const Node *n, int prev)
+{
+    if (n->op == OP_Ones && prev == PH_FORWARD)
+        return PH_BACKWARD;
+    if (n->op == OP_GradNormSq || n->op == OP_AdamW || n->op == OP_Sgd)
+        return PH_OPTIMIZER;
+    return prev;
+}
+
+/* one function of the step: nodes [lo, hi) of one phase; guard: each node a validation pass skips (need[i] 0)
+ * in `if (!c->validating)` (0: the caller skips the whole function) */
+static void emit_phase_fn(Buf *out, const Graph *g, const char *name, int lo, int hi, const char *need, int guard)
 {
     Buf body = {0};
+    cg_fn_begin(0);
+    for (int i = lo; i < hi; i++) {
+        int skip = guard && need && !need[i];
+        if (skip)
+            cg_put(&body, "    if (!c->validating) {\n");
+        cg_emit_node(&body, g, &g->node[i]);
+        if (!cg_cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
+            cg_put(&body, "    RT_TRACE(c, %d);\n", i);
+        if (skip)
+            cg_put(&body, "    }\n");
+    }
+    cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);
+    cg_fn_decls(out, g);
+    cg_put(out, "%s}\n\n", body.buf ? body.buf : "");
+}
+
+/* The step: a function per phase and step(), which calls them in order; a function of nodes that a
+ * validation pass skips all of is called under `if (!c->validating)`.  Returns the text: the collectives'
+ * jobs, the phases, step(). */
+static Buf emit_step(const Graph *g)
+{
     cg_ncheck = 0;
     cg_nfused = 0;
     cg_fused_src = (Buf){0};
@@ -249,23 +291,23 @@ static Buf emit_step(const Graph *g)
     char *need = validation_nodes(g);
     /* c->validating: a validation pass (runtime/rt.c), the forward to the averaged loss only, Dropout
      * as identity and BatchNormalization in inference form (codegen/emit_nn.c) */
-    cg_put(&body, "static void step(RtCtx *c)\n{\n    char *A = c->dev_arena;\n");
+    cg_name_tensors(g);
+    Buf fns = {0}, step = {0};
+    cg_put(&step, "static void step(RtCtx *c)\n{\n");
     if (!cg_cuda)
-        cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, -1);\n");
-    for (int i = 0; i < g->nnode; i++) {
-        int guard = need && !need[i];
-        if (guard)
-            cg_put(&body, "    if (!c->validating) {\n");
-        cg_emit_node(&body, g, &g->node[i]);
-        if (!cg_cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
-            cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, %d);\n", i);
-        if (guard)
-            cg_put(&body, "    }\n");
+        cg_put(&step, "    RT_TRACE(c, -1);\n");
+    for (int lo = 0, ph = PH_FORWARD; lo < g->nnode;) {
+        ph = node_phase(&g->node[lo], ph);
+        int hi = lo + 1, all_skipped = need != NULL && !need[lo];
+        for (; hi < g->nnode && node_phase(&g->node[hi], ph) == ph; hi++)
+            all_skipped &= need != NULL && !need[hi];
+        const char *name = phase_name[ph];
+        emit_phase_fn(&fns, g, name, lo, hi, need, !all_skipped);
+        cg_put(&step, all_skipped ? "    if (!c->validating)\n        %s(c);\n" : "    %s(c);\n", name);
+        lo = hi;
     }
-    cg_put(&body, "}\n\n");
-    if (!cg_jobs.len)
-        return body;
-    cg_put(&cg_jobs, "%s", body.buf);
+    cg_put(&step, "}\n\n");
+    cg_put(&cg_jobs, "%s%s", fns.buf ? fns.buf : "", step.buf);
     return cg_jobs;
 }
 
@@ -336,8 +378,9 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     Buf b = {0};
     /* no model file name in this file: the object cache's key (objcache.c) is the same for every build of the
      * same step */
-    cg_put(&b, "/* generated by fsdpc: the training step and its tables, target %s (the init file's id and checksums\n"
-               " * and main: the executable's main.c). Do not edit. */\n", cg_cuda ? "cuda" : "cpu");
+    cg_put(&b, "/* generated by fsdpc %s: the training step and its tables, target %s (the model, the command line, the\n"
+               " * init file's id and checksums and main: the executable's main.c). Do not edit. */\n", FSDPC_VERSION,
+           cg_cuda ? "cuda" : "cpu");
     cg_put(&b, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#include \"rt.h\"\n");
     /* cuda: kc_map.h turns the k_ calls into launches of their kc_ twins */
     cg_put(&b, cg_cuda ? "#include \"kc_map.h\"\n\n" : "#include \"kernels.h\"\n#include \"fused.h\"\n\n");
@@ -383,9 +426,14 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
 static Buf emit_main(const Graph *g, const InitLayout *L, uint64_t id, const Buf *step)
 {
     Buf b = {0};
-    cg_put(&b, "/* generated by fsdpc from %s: the executable's main, with its init file's id and checksums (the\n"
-               " * step and its tables: step.c, after it in OUT.c). Do not edit. */\n",
-        cg_comment(base_name(g->opt->model)));
+    /* what made this build (not in step.c: the object cache's key, which a weight-only variant shares) */
+    uint64_t hash = g->model_bytes ? cg_fnv(14695981039346656037ull, g->model_bytes, g->model_len) : 0;
+    cg_put(&b, "/* generated by fsdpc %s from %s (%zu bytes, FNV-1a 64 0x%016llx; external data not counted)\n"
+               " *   %s\n"
+               " * the executable's main, with its init file's id and checksums (the step and its tables: step.c,\n"
+               " * after it in OUT.c). Do not edit. */\n",
+        FSDPC_VERSION, cg_comment(base_name(g->opt->model)), g->model_len, (unsigned long long)hash,
+        g->opt->cmdline ? cg_comment(g->opt->cmdline) : "(built in process: no command line)");
     cg_put(&b, "#include <stdint.h>\n#include \"rt.h\"\n\nextern const RtModel fsdpc_step_model;\n\n");
     cg_put(&b, "static const uint64_t init_sum[] = {");
     for (int k = 0; k < L->nsum; k++)
