@@ -258,22 +258,24 @@ static int node_phase(const Node *n, int prev)
     return prev;
 }
 
-/* one function of the step: nodes [lo, hi) of one phase; guard: each node a validation pass skips (need[i] 0)
- * in `if (!c->validating)` (0: the caller skips the whole function) */
+/* one function of the step: nodes [lo, hi) of one phase; guard: each run of nodes a validation pass skips
+ * (need[i] 0) in one `if (!c->validating) { ... }` (0: the caller skips the whole function) */
 static void emit_phase_fn(Buf *out, const Graph *g, const char *name, int lo, int hi, const char *need, int guard)
 {
     Buf body = {0};
     cg_fn_begin(0);
+    int open = 0;
     for (int i = lo; i < hi; i++) {
         int skip = guard && need && !need[i];
-        if (skip)
-            cg_put(&body, "    if (!c->validating) {\n");
+        if (skip != open)
+            cg_put(&body, skip ? "    if (!c->validating) {\n" : "    }\n");
+        open = skip;
         cg_emit_node(&body, g, &g->node[i]);
         if (!cg_cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
             cg_put(&body, "    RT_TRACE(c, %d);\n", i);
-        if (skip)
-            cg_put(&body, "    }\n");
     }
+    if (open)
+        cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);
     cg_fn_decls(out, g);
     cg_put(out, "%s}\n\n", body.buf ? body.buf : "");
