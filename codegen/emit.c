@@ -250,7 +250,8 @@ void cg_fn_decls(Cg *cg, Buf *b)
     const Graph *g = cg->g;
     const CgUses *cur = cg->cur;
     int arena = 0;
-    qsort(cur->list, (size_t)cur->n, sizeof(int), by_id);
+    if (cur->n > 1) /* (a function may use no value: qsort takes no NULL) */
+        qsort(cur->list, (size_t)cur->n, sizeof(int), by_id);
     for (int i = 0; i < cur->n; i++)
         arena |= g->val[cur->list[i]].loc.kind == LOC_ARENA;
     if (arena)
