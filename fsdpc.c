@@ -590,10 +590,36 @@ static void run_one_pass(Options *o, int argc, char **argv)
     after(g, o->run_pass);
 }
 
+/* The command line as a shell would take it back: arguments of plain characters as they are, others in single
+ * quotes (the emitted main.c's header says how it was made) */
+static const char *command_line(int argc, char **argv)
+{
+    size_t n = 1;
+    for (int i = 0; i < argc; i++)
+        n += 4 * strlen(argv[i]) + 3;
+    char *s = ir_alloc(n), *p = s;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int plain = *a && a[strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=.,:/@%")] == 0;
+        p += sprintf(p, i ? " " : "");
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (; *a; a++)
+            p += *a == '\'' ? sprintf(p, "'\\''") : sprintf(p, "%c", *a);
+        *p++ = '\'';
+        *p = 0;
+    }
+    return s;
+}
+
 int main(int argc, char **argv)
 {
     Options o = {0};
     parse_args(&o, argc, argv);
+    o.cmdline = command_line(argc, argv);
     if (o.run_pass) {
         run_one_pass(&o, argc, argv);
         return 0;

@@ -22,17 +22,30 @@ def step_gemms(fsdpc, work, d, L, T, B, sfx="f32", flags=()):
     subprocess.run([fsdpc, onnx, "-o", os.path.join(work, "train"), "--target", "cpu", "--loss",
                     "cross_entropy:logits,labels", "--dim", "batch=%d" % B, "--emit-c"] + list(flags), check=True,
                    stdout=subprocess.DEVNULL)
-    call = re.compile(r"k_matmul(_add)?_%s\((.*)\);" % sfx)
+    return read_gemms(os.path.join(work, "train.c"), sfx)
+
+
+def read_gemms(path, sfx="f32"):
+    """Counter {(batch, sa, sb, m, n, k, ta, tb, alpha): calls} of the k_matmul[_add]_<sfx> calls of the step in
+    path (fsdpc's --emit-c)"""
+    # each GEMM node opens a block with its descriptor (runtime/rt.h's RtGemm), its call on the next line:
+    #   { static const RtGemm gm = {.batch = 1, .stride_a = 0, ..., .alpha = 1, .beta = 0};
+    #     k_matmul_add_f32(t_y, t_a, t_b, t_bias, NULL, gm.alpha, RT_GEMM(gm)); }
+    desc = re.compile(r"static const RtGemm gm = \{(.*)\};")
+    call = re.compile(r"\bk_matmul(_add)?_%s\(" % sfx)
     shapes = collections.Counter()
-    for line in open(os.path.join(work, "train.c")):
-        m = call.search(line)
+    lines = open(path).read().split("\n")
+    for i, line in enumerate(lines):
+        m = desc.search(line)
         if not m:
             continue
-        a = [v.strip() for v in m.group(2).split(",")]
-        # k_matmul: c, a, b, batch, sa, sb, m, n, k, ta, tb, beta; k_matmul_add: c, a, b, bias, add, alpha, batch, ...
-        alpha = float(a[-9]) if m.group(1) else 1.0
-        tail = a[-8:] if m.group(1) else a[-9:-1]
-        shapes[tuple(int(v) for v in tail) + (alpha,)] += 1
+        f = dict((k.strip().lstrip("."), v.strip()) for k, v in (kv.split("=") for kv in m.group(1).split(",")))
+        c = next((call.search(l) for l in lines[i + 1:i + 8] if "k_matmul" in l), None)
+        if not c:
+            continue
+        alpha = float(f["alpha"]) if c.group(1) else 1.0
+        shapes[tuple(int(f[k]) for k in ("batch", "stride_a", "stride_b", "m", "n", "k", "trans_a", "trans_b"))
+               + (alpha,)] += 1
     if not shapes:
-        raise SystemExit("bench: no k_matmul_%s calls in %s" % (sfx, os.path.join(work, "train.c")))
+        raise SystemExit("bench: no k_matmul_%s calls in %s" % (sfx, path))
     return shapes

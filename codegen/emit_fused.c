@@ -17,9 +17,6 @@
 
 #include <string.h>
 
-Buf cg_fused_src;
-int cg_nfused;
-
 /* index of input v (broadcast into shape y) at flat output position i */
 static const char *index_expr(const Graph *g, int v, const Shape *y)
 {
@@ -70,20 +67,24 @@ static const char *operand(const Fusion *f, int k, const Node *n, int v)
 }
 
 /* the 16-bit conversions of the target (kernels.h's on cpu, common.cuh's on cuda), bit for bit alike */
-static const char *conv(int from16, DType low)
+static const char *conv(const Cg *cg, int from16, DType low)
 {
-    return ir_fmt("%s_%s_%s", cg_cuda ? "kc" : "k", low == DT_BF16 ? "bf16" : "f16", from16 ? "to_f32" : "from_f32");
+    return ir_fmt("%s_%s_%s", cg->cuda ? "kc" : "k", low == DT_BF16 ? "bf16" : "f16", from16 ? "to_f32" : "from_f32");
 }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
 /* value v of dtype t as the loop's compute type (a 16-bit float widened) */
-static const char *load(DType t, const char *v) { return is_low(t) ? ir_fmt("%s(%s)", conv(1, t), v) : v; }
+static const char *load(const Cg *cg, DType t, const char *v)
+{
+    return is_low(t) ? ir_fmt("%s(%s)", conv(cg, 1, t), v) : v;
+}
 
 /* the loop body for element i: loads, members, the store into y.  Every local is of the compute type
  * (float64, or float32 for float32 and 16-bit values); a Cast to 16 bits rounds there. */
-static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
+static void body(Cg *cg, Buf *b, const Node *n, const char *ind)
 {
+    const Graph *g = cg->g;
     const Fusion *f = &g->fusion[ir_attr_i(n, "group", -1)];
     const Value *yv = &g->val[n->out[0]];
     DType ct = yv->dtype == DT_F64 ? DT_F64 : DT_F32;
@@ -91,7 +92,7 @@ static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
     for (int i = 0; i < n->nin; i++) {
         DType t = g->val[n->in[i]].dtype;
         cg_put(b, "%sconst %s x%d = %s;\n", ind, T, i,
-               load(t, ir_fmt("in%d[%s]", i, index_expr(g, n->in[i], &yv->shape))));
+               load(cg, t, ir_fmt("in%d[%s]", i, index_expr(g, n->in[i], &yv->shape))));
     }
     for (int k = 0; k < f->n; k++) {
         const Node *m = &f->member[k];
@@ -99,7 +100,7 @@ static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
         switch (m->op) {
         case OP_Cast: {
             DType to = g->val[m->out[0]].dtype;
-            e = is_low(to) ? ir_fmt("%s(%s(%s))", conv(1, to), conv(0, to), a) : a;
+            e = is_low(to) ? ir_fmt("%s(%s(%s))", conv(cg, 1, to), conv(cg, 0, to), a) : a;
             break;
         }
         case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;
@@ -120,43 +121,44 @@ static void body(Buf *b, const Graph *g, const Node *n, const char *ind)
         cg_put(b, "%sconst %s t%d = %s; /* %s */\n", ind, T, k, e, cg_comment(m->name));
     }
     const char *t = ir_fmt("t%d", f->n - 1);
-    cg_put(b, "%sy[i] = %s;\n", ind, is_low(yv->dtype) ? ir_fmt("%s(%s)", conv(0, yv->dtype), t) : t);
+    cg_put(b, "%sy[i] = %s;\n", ind, is_low(yv->dtype) ? ir_fmt("%s(%s)", conv(cg, 0, yv->dtype), t) : t);
 }
 
-void cg_emit_fused(Buf *b, const Graph *g, const Node *n)
+void cg_emit_fused(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Value *yv = &g->val[n->out[0]];
     const char *T = cg_ctype(yv->dtype);
     int64_t total = value_numel(g, n->out[0]);
     cg_put(b, "    /* fused: %s */\n", cg_comment(ir_attr(n, "ops")->s));
     if (!total)
         return;
-    if (!cg_cuda) {
-        cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
+    if (!cg->cuda) {
+        cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(cg, n->out[0]));
         for (int i = 0; i < n->nin; i++)
-            cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(g, n->in[i]));
+            cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(cg, n->in[i]));
         if (total >= K_PAR_MIN) /* elementwise: each i alike however the range is split */
             cg_put(b, "      _Pragma(\"omp parallel for schedule(static)\")\n");
         cg_put(b, "      for (long long i = 0; i < %lldLL; i++) {\n", (long long)total);
-        body(b, g, n, "        ");
+        body(cg, b, n, "        ");
         cg_put(b, "      } }\n");
         return;
     }
     /* cuda: the kernel, then its launch */
-    int k = cg_nfused++;
-    Buf *s = &cg_fused_src;
+    int k = cg->nfused++;
+    Buf *s = &cg->fused_src;
     cg_put(s, "extern \"C\" __global__ void fsdpc_fused%d(%s *y", k, T);
     for (int i = 0; i < n->nin; i++)
         cg_put(s, ", const %s *in%d", cg_ctype(g->val[n->in[i]].dtype), i);
     cg_put(s, ", long long n)\n{\n    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
               "         i += (long long)gridDim.x * blockDim.x) {\n");
-    body(s, g, n, "        ");
+    body(cg, s, n, "        ");
     cg_put(s, "    }\n}\n\n");
     int64_t grid = (total + 255) / 256;
     grid = grid > 8192 ? 8192 : grid;
-    cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(g, n->out[0]));
+    cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(cg, n->out[0]));
     for (int i = 0; i < n->nin; i++)
-        cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(g, n->in[i]));
+        cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(cg, n->in[i]));
     cg_put(b, "      long long n = %lldLL;\n      void *args[] = {&y", (long long)total);
     for (int i = 0; i < n->nin; i++)
         cg_put(b, ", &in%d", i);

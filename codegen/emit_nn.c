@@ -22,14 +22,14 @@
 #include <stdint.h>
 #include <string.h>
 
-static const char *P(const Graph *g, int v) { return cg_ptr(g, v); }
-static const char *opt(const Graph *g, int v) { return v >= 0 ? cg_ptr(g, v) : "NULL"; }
+static const char *P(Cg *cg, int v) { return cg_ptr(cg, v); }
+static const char *opt(Cg *cg, int v) { return v >= 0 ? cg_ptr(cg, v) : "NULL"; }
 static int input(const Node *n, int i) { return i < n->nin ? n->in[i] : -1; }
 
 /* the pointer of result i of a backward op with attribute need, or NULL */
-static const char *wanted(const Graph *g, const Node *n, int i)
+static const char *wanted(Cg *cg, const Node *n, int i)
 {
-    return ir_attr_i(n, "need", 0) >> i & 1 ? cg_ptr(g, n->out[i]) : "NULL";
+    return ir_attr_i(n, "need", 0) >> i & 1 ? cg_ptr(cg, n->out[i]) : "NULL";
 }
 
 static const char *conv_lit(const KConv2d *p)
@@ -69,9 +69,10 @@ static const char *bstrides(const Shape *s, const Shape *y)
     return cg_ints(st, y->rank);
 }
 
-void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, int a, const char *pa, int bb,
+void cg_binary(Cg *cg, Buf *b, const char *op, int y, const char *py, int a, const char *pa, int bb,
                const char *pb)
 {
+    const Graph *g = cg->g;
     const Shape *ys = &g->val[y].shape;
     cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(ys->dim, ys->rank),
            bstrides(&g->val[a].shape, ys), bstrides(&g->val[bb].shape, ys));
@@ -80,57 +81,60 @@ void cg_binary(Buf *b, const Graph *g, const char *op, int y, const char *py, in
 }
 
 /* int64 index arithmetic: a division by zero fails the step naming the node */
-void cg_binary_i64(Buf *b, const Graph *g, const Node *n)
+void cg_binary_i64(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int y = n->out[0];
     const Shape *ys = &g->val[y].shape;
     cg_put(b, "    { static const int64_t sh[] = %s, sa[] = %s, sb[] = %s;\n", cg_ints(ys->dim, ys->rank),
            bstrides(&g->val[n->in[0]].shape, ys), bstrides(&g->val[n->in[1]].shape, ys));
-    cg_put(b, "      int64_t bad = k_binary_i64(%s, %s, %s, %s, %d, sh, sa, sb);\n", cg_kernel_op(n->op), P(g, y),
-           P(g, n->in[0]), P(g, n->in[1]), ys->rank);
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): integer division by zero at position "
+    cg_put(b, "      int64_t bad = k_binary_i64(%s, %s, %s, %s, %d, sh, sa, sb);\n", cg_kernel_op(n->op), P(cg, y),
+           P(cg, n->in[0]), P(cg, n->in[1]), ys->rank);
+    cg_check_end(cg, b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): integer division by zero at position "
                            "%%lld of its output\", %s, (long long)bad); }\n", op_info[n->op].name, cg_cstr(n->name)),
                  ir_fmt("node %s (%s): integer division by zero", n->name, op_info[n->op].name));
 }
 
 /* t = the forward op's derivative row (POW_DA, MIN_DB, ...) of (a, b) at dy's
  * shape, then t *= dy */
-static void emit_binary_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_binary_grad(Cg *cg, Buf *b, const Node *n)
 {
     int t = n->out[0], dy = n->in[0];
     const char *op = ir_fmt("K_%s", op_info[ir_attr_i(n, "of", 0)].dkname[ir_attr_i(n, "wrt", 0) != 0]);
-    cg_binary(b, g, op, t, P(g, t), n->in[1], P(g, n->in[1]), n->in[2], P(g, n->in[2]));
-    cg_binary(b, g, "K_MUL", t, P(g, t), t, P(g, t), dy, P(g, dy));
+    cg_binary(cg, b, op, t, P(cg, t), n->in[1], P(cg, n->in[1]), n->in[2], P(cg, n->in[2]));
+    cg_binary(cg, b, "K_MUL", t, P(cg, t), t, P(cg, t), dy, P(cg, dy));
 }
 
 /* ---- Conv -------------------------------------------------------------- */
 
-static void emit_conv(Buf *b, const Graph *g, const Node *n)
+static void emit_conv(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     KConv2d p;
     nn_conv_geom(g, n, &g->val[n->in[0]].shape, &g->val[n->in[1]].shape, &p);
     int ws = n->out[1];
     cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
-    cg_put(b, "      k_conv2d_%s(&p, %s, %s, %s, %s, %s); }\n", cg_sfx(g->val[n->out[0]].dtype), P(g, n->out[0]),
-           P(g, n->in[0]), P(g, n->in[1]), opt(g, input(n, 2)), value_numel(g, ws) ? P(g, ws) : "NULL");
+    cg_put(b, "      k_conv2d_%s(&p, %s, %s, %s, %s, %s); }\n", cg_sfx(g->val[n->out[0]].dtype), P(cg, n->out[0]),
+           P(cg, n->in[0]), P(cg, n->in[1]), opt(cg, input(n, 2)), value_numel(g, ws) ? P(cg, ws) : "NULL");
 }
 
-static void emit_conv_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_conv_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     Shape xs = cg_attr_shape(n, "xshape"), wsh = cg_attr_shape(n, "wshape");
     KConv2d p;
     nn_conv_geom(g, n, &xs, &wsh, &p);
     int need = (int)ir_attr_i(n, "need", 0), ws = n->out[3];
-    const char *s = cg_sfx(g->val[n->in[0]].dtype), *scr = value_numel(g, ws) ? P(g, ws) : "NULL";
+    const char *s = cg_sfx(g->val[n->in[0]].dtype), *scr = value_numel(g, ws) ? P(cg, ws) : "NULL";
     cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
     if (need & 1)
-        cg_put(b, "      k_conv2d_grad_x_%s(&p, %s, %s, %s, %s);\n", s, P(g, n->out[0]), P(g, n->in[0]),
-               P(g, n->in[2]), scr);
+        cg_put(b, "      k_conv2d_grad_x_%s(&p, %s, %s, %s, %s);\n", s, P(cg, n->out[0]), P(cg, n->in[0]),
+               P(cg, n->in[2]), scr);
     if (need & 2)
-        cg_put(b, "      k_conv2d_grad_w_%s(&p, %s, %s, %s, %s);\n", s, P(g, n->out[1]), P(g, n->in[0]),
-               P(g, n->in[1]), scr);
+        cg_put(b, "      k_conv2d_grad_w_%s(&p, %s, %s, %s, %s);\n", s, P(cg, n->out[1]), P(cg, n->in[0]),
+               P(cg, n->in[1]), scr);
     if (need & 4)
-        cg_put(b, "      k_conv2d_grad_b_%s(&p, %s, %s);\n", s, P(g, n->out[2]), P(g, n->in[0]));
+        cg_put(b, "      k_conv2d_grad_b_%s(&p, %s, %s);\n", s, P(cg, n->out[2]), P(cg, n->in[0]));
     cg_put(b, "    }\n");
 }
 
@@ -150,14 +154,16 @@ static void bn_dims(const Shape *x, int64_t d[3])
  * biased batch variance; training follows torch.nn.BatchNorm (unbiased, as
  * k_batchnorm_train).  k_bn_running_var recovers the biased variance from
  * the saved invstd (1 / invstd^2 - eps). */
-static void emit_onnx_running_var(Buf *b, const Graph *g, const Node *n, int64_t c, double eps, double mom)
+static void emit_onnx_running_var(Cg *cg, Buf *b, const Node *n, int64_t c, double eps, double mom)
 {
+    const Graph *g = cg->g;
     cg_put(b, "    k_bn_running_var_%s(%s, %s, %s, %lld, %.17g, %.17g);\n", cg_sfx(g->val[n->out[2]].dtype),
-           P(g, n->out[2]), P(g, n->in[4]), P(g, n->out[4]), (long long)c, eps, mom);
+           P(cg, n->out[2]), P(cg, n->in[4]), P(cg, n->out[4]), (long long)c, eps, mom);
 }
 
-static void emit_batchnorm(Buf *b, const Graph *g, const Node *n)
+static void emit_batchnorm(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int64_t d[3];
     bn_dims(&g->val[n->in[0]].shape, d);
     const char *s = cg_sfx(g->val[n->out[0]].dtype);
@@ -167,27 +173,28 @@ static void emit_batchnorm(Buf *b, const Graph *g, const Node *n)
     if (nn_bn_training(n)) { /* a validation pass uses the running statistics, as torch's eval mode */
         if (!g->opt->eval)
             cg_put(b, "    if (c->validating)\n        k_batchnorm_infer_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g);\n"
-                      "    else\n", s, P(g, o[0]), P(g, in[0]), P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]),
+                      "    else\n", s, P(cg, o[0]), P(cg, in[0]), P(cg, in[1]), P(cg, in[2]), P(cg, in[3]), P(cg, in[4]),
                    (long long)d[0], (long long)d[1], (long long)d[2], eps);
         cg_put(b, "    k_batchnorm_train_%s(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g, %.17g);\n",
-               s, P(g, o[0]), P(g, o[3]), P(g, o[4]), P(g, o[1]), onnx_var ? "NULL" : P(g, o[2]), P(g, in[0]),
-               P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]), (long long)d[0], (long long)d[1], (long long)d[2],
+               s, P(cg, o[0]), P(cg, o[3]), P(cg, o[4]), P(cg, o[1]), onnx_var ? "NULL" : P(cg, o[2]), P(cg, in[0]),
+               P(cg, in[1]), P(cg, in[2]), P(cg, in[3]), P(cg, in[4]), (long long)d[0], (long long)d[1], (long long)d[2],
                eps, mom);
         if (onnx_var)
-            emit_onnx_running_var(b, g, n, d[1], eps, mom);
+            emit_onnx_running_var(cg, b, n, d[1], eps, mom);
     } else
-        cg_put(b, "    k_batchnorm_infer_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g);\n", s, P(g, o[0]),
-               P(g, in[0]), P(g, in[1]), P(g, in[2]), P(g, in[3]), P(g, in[4]), (long long)d[0], (long long)d[1],
+        cg_put(b, "    k_batchnorm_infer_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.17g);\n", s, P(cg, o[0]),
+               P(cg, in[0]), P(cg, in[1]), P(cg, in[2]), P(cg, in[3]), P(cg, in[4]), (long long)d[0], (long long)d[1],
                (long long)d[2], eps);
 }
 
-static void emit_batchnorm_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_batchnorm_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int64_t d[3];
     bn_dims(&g->val[n->in[0]].shape, d);
     cg_put(b, "    k_batchnorm_grad_%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld);\n",
-           cg_sfx(g->val[n->in[0]].dtype), wanted(g, n, 0), wanted(g, n, 1), wanted(g, n, 2), P(g, n->in[0]),
-           P(g, n->in[1]), P(g, n->in[2]), P(g, n->in[3]), P(g, n->in[4]), (long long)d[0], (long long)d[1],
+           cg_sfx(g->val[n->in[0]].dtype), wanted(cg, n, 0), wanted(cg, n, 1), wanted(cg, n, 2), P(cg, n->in[0]),
+           P(cg, n->in[1]), P(cg, n->in[2]), P(cg, n->in[3]), P(cg, n->in[4]), (long long)d[0], (long long)d[1],
            (long long)d[2]);
 }
 
@@ -200,22 +207,24 @@ static void ln_dims(const Graph *g, const Node *n, const Shape *x, int64_t *oute
     *inner *= a;
 }
 
-static void emit_layernorm(Buf *b, const Graph *g, const Node *n)
+static void emit_layernorm(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int64_t outer, inner;
     ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
     cg_put(b, "    k_layernorm_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype),
-           P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]), P(g, n->in[0]), P(g, n->in[1]), opt(g, input(n, 2)),
+           P(cg, n->out[0]), P(cg, n->out[1]), P(cg, n->out[2]), P(cg, n->in[0]), P(cg, n->in[1]), opt(cg, input(n, 2)),
            (long long)outer, (long long)inner, ir_attr_f(n, "epsilon", 1e-5));
 }
 
-static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_layernorm_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int64_t outer, inner;
     ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
     cg_put(b, "    k_layernorm_grad_%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld);\n",
-           cg_sfx(g->val[n->in[0]].dtype), wanted(g, n, 0), wanted(g, n, 1), wanted(g, n, 2), P(g, n->in[0]),
-           P(g, n->in[1]), P(g, n->in[2]), P(g, n->in[3]), opt(g, input(n, 4)), (long long)outer,
+           cg_sfx(g->val[n->in[0]].dtype), wanted(cg, n, 0), wanted(cg, n, 1), wanted(cg, n, 2), P(cg, n->in[0]),
+           P(cg, n->in[1]), P(cg, n->in[2]), P(cg, n->in[3]), opt(cg, input(n, 4)), (long long)outer,
            (long long)inner);
 }
 
@@ -224,8 +233,9 @@ static void emit_layernorm_grad(Buf *b, const Graph *g, const Node *n)
 /* FusedAttention and its gradient: the problems (q's leading dims; kt and v hold batch / kvrep) and t, s, d, dv
  * from the shapes; the kernel of q's dtype (bf16 / f16: 16-bit q, kt, v under --precision, everything else
  * float32) */
-static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
+static void emit_attention(Cg *cg, Buf *b, const Node *n, int grad)
 {
+    const Graph *g = cg->g;
     const int q = n->in[grad], kt = n->in[grad + 1], v = n->in[grad + 2], bias = input(n, grad ? 6 : 3);
     const Shape *qs = &g->val[q].shape, *vs = &g->val[v].shape;
     const int r = qs->rank, flags = (ir_attr_i(n, "krow", 0) ? K_ATTN_KROW : 0) |
@@ -240,67 +250,70 @@ static void emit_attention(Buf *b, const Graph *g, const Node *n, int grad)
                               (long long)qs->dim[r - 2], (long long)vs->dim[r - 2], (long long)qs->dim[r - 1],
                               (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
                               (long long)ir_attr_i(n, "brep", 1), (long long)ir_attr_i(n, "kvrep", 1),
-                              ir_attr_f(n, "scale", 1.0), P(g, n->out[grad ? 3 : 2]));
+                              ir_attr_f(n, "scale", 1.0), P(cg, n->out[grad ? 3 : 2]));
     if (!grad)
-        cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(g, n->out[0]),
-               P(g, n->out[1]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias), dims);
+        cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(cg, n->out[0]),
+               P(cg, n->out[1]), P(cg, q), P(cg, kt), flags, P(cg, v), opt(cg, bias), dims);
     else
         cg_put(b, "    k_attention_grad_%s(%s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s);\n",
-               sfx, P(g, n->out[0]), P(g, n->out[1]), P(g, n->out[2]),
-               opt(g, n->nout > 4 ? n->out[4] : -1), P(g, n->in[0]), P(g, q), P(g, kt), flags, P(g, v), opt(g, bias),
-               P(g, n->in[4]), P(g, n->in[5]), dims);
+               sfx, P(cg, n->out[0]), P(cg, n->out[1]), P(cg, n->out[2]),
+               opt(cg, n->nout > 4 ? n->out[4] : -1), P(cg, n->in[0]), P(cg, q), P(cg, kt), flags, P(cg, v), opt(cg, bias),
+               P(cg, n->in[4]), P(cg, n->in[5]), dims);
 }
 
 /* ---- softmax ------------------------------------------------------------ */
 
-static void emit_softmax(Buf *b, const Graph *g, const Node *n, int grad)
+static void emit_softmax(Cg *cg, Buf *b, const Node *n, int grad)
 {
+    const Graph *g = cg->g;
     const Shape *x = &g->val[n->out[0]].shape;
     int64_t o, a, i;
     nn_split(x, nn_axis(g, n, ir_attr_i(n, "axis", -1), x->rank, "axis"), &o, &a, &i);
     const char *s = cg_sfx(g->val[n->out[0]].dtype);
     if (grad)
         cg_put(b, "    k_softmax_grad_%s(%d, %s, %s, %s, %lld, %lld, %lld);\n", s, (int)ir_attr_i(n, "log", 0),
-               P(g, n->out[0]), P(g, n->in[0]), P(g, n->in[1]), (long long)o, (long long)a, (long long)i);
+               P(cg, n->out[0]), P(cg, n->in[0]), P(cg, n->in[1]), (long long)o, (long long)a, (long long)i);
     else
         cg_put(b, "    k_softmax_%s(%d, %s, %s, %lld, %lld, %lld);\n", s, n->op == OP_LogSoftmax,
-               P(g, n->out[0]), P(g, n->in[0]), (long long)o, (long long)a, (long long)i);
+               P(cg, n->out[0]), P(cg, n->in[0]), (long long)o, (long long)a, (long long)i);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
 
-static void emit_pool(Buf *b, const Graph *g, const Node *n)
+static void emit_pool(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     KPool2d p;
     int grad = n->op == OP_MaxPoolGrad || n->op == OP_AveragePoolGrad;
     nn_pool_geom(g, n, &g->val[grad ? n->out[0] : n->in[0]].shape, &p);
-    const char *s = cg_sfx(g->val[n->out[0]].dtype), *y = P(g, n->out[0]), *x = P(g, n->in[0]);
+    const char *s = cg_sfx(g->val[n->out[0]].dtype), *y = P(cg, n->out[0]), *x = P(cg, n->in[0]);
     cg_put(b, "    { static const KPool2d p = %s;\n", pool_lit(&p));
     switch (n->op) {
     case OP_MaxPool:
-        cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(g, n->out[2]), x);
-        if (ir_is_read(g, n->out[1]) && cg_cuda)
+        cg_put(b, "      k_maxpool2d_%s(&p, %s, %s, %s);\n", s, y, P(cg, n->out[2]), x);
+        if (ir_is_read(g, n->out[1]) && cg->cuda)
             fatal("node '%s' (MaxPool): its Indices output is not supported by --target cuda yet; use --target cpu",
                   ir_q(n->name));
         if (ir_is_read(g, n->out[1])) /* ONNX Indices: flat over the whole tensor */
             cg_put(b, "      for (int64_t i = 0; i < %lld; i++) %s[i] = i / %lld * %lld + %s[i];\n",
-                   (long long)(p.n * p.c * p.oh * p.ow), P(g, n->out[1]), (long long)(p.oh * p.ow),
-                   (long long)(p.h * p.w), P(g, n->out[2]));
+                   (long long)(p.n * p.c * p.oh * p.ow), P(cg, n->out[1]), (long long)(p.oh * p.ow),
+                   (long long)(p.h * p.w), P(cg, n->out[2]));
         break;
-    case OP_MaxPoolGrad: cg_put(b, "      k_maxpool2d_grad_%s(&p, %s, %s, %s);\n", s, y, x, P(g, n->in[1])); break;
+    case OP_MaxPoolGrad: cg_put(b, "      k_maxpool2d_grad_%s(&p, %s, %s, %s);\n", s, y, x, P(cg, n->in[1])); break;
     case OP_AveragePool: cg_put(b, "      k_avgpool2d_%s(&p, %s, %s);\n", s, y, x); break;
     default: cg_put(b, "      k_avgpool2d_grad_%s(&p, %s, %s);\n", s, y, x); break;
     }
     cg_put(b, "    }\n");
 }
 
-static void emit_global_pool(Buf *b, const Graph *g, const Node *n)
+static void emit_global_pool(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int grad = n->op == OP_GlobalAveragePoolGrad;
     const Shape *x = &g->val[grad ? n->out[0] : n->in[0]].shape;
     int64_t nc = x->dim[0] * x->dim[1], hw = shape_numel(x) / (nc ? nc : 1);
     cg_put(b, "    k_global_avgpool%s_%s(%s, %s, %lld, %lld);\n", grad ? "_grad" : "", cg_sfx(g->val[n->out[0]].dtype),
-           P(g, n->out[0]), P(g, n->in[0]), (long long)nc, (long long)hw);
+           P(cg, n->out[0]), P(cg, n->in[0]), (long long)nc, (long long)hw);
 }
 
 /* ---- reductions --------------------------------------------------------- */
@@ -317,34 +330,37 @@ static const char *reduce_op(Op op)
     }
 }
 
-static void copy_or_view(Buf *b, const Graph *g, int y, int x)
+static void copy_or_view(Cg *cg, Buf *b, int y, int x)
 {
+    const Graph *g = cg->g;
     if (cg_same_place(g, y, x))
         cg_put(b, "    /* a view: no data moves */\n");
     else
-        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(g, y), P(g, x),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(cg, y), P(cg, x),
                (long long)(value_numel(g, x) * (int64_t)dtype_size(g->val[x].dtype)));
 }
 
-static void emit_reduce(Buf *b, const Graph *g, const Node *n)
+static void emit_reduce(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Shape *x = &g->val[n->in[0]].shape;
     Shape kept;
     char red[MAX_RANK];
     if (!nn_reduce_dims(g, n, x, &kept, red)) {
-        copy_or_view(b, g, n->out[0], n->in[0]);
+        copy_or_view(cg, b, n->out[0], n->in[0]);
         return;
     }
     cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank),
            cg_ints(kept.dim, kept.rank));
     cg_put(b, "      k_reduce_%s(%s, %s, %s, %d, xs, ys); }\n", cg_sfx(g->val[n->out[0]].dtype), reduce_op(n->op),
-           P(g, n->out[0]), P(g, n->in[0]), x->rank);
+           P(cg, n->out[0]), P(cg, n->in[0]), x->rank);
 }
 
 /* Sum / Mean: dx = dy broadcast (k_copy_strided, stride 0 on reduced dims),
  * scaled by 1 / count for Mean; Max: split among the maxima */
-static void emit_reduce_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_reduce_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Shape *x = &g->val[n->out[0]].shape;
     Shape y = cg_attr_shape(n, "yshape");
     Op of = (Op)ir_attr_i(n, "of", 0);
@@ -358,46 +374,48 @@ static void emit_reduce_grad(Buf *b, const Graph *g, const Node *n)
     }
     if (of == OP_ReduceProd) {
         cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank), cg_ints(y.dim, y.rank));
-        cg_put(b, "      k_reduce_prod_grad_%s(%s, %s, %s, %d, xs, ys); }\n", s, P(g, n->out[0]), P(g, n->in[0]),
-               P(g, n->in[1]), x->rank);
+        cg_put(b, "      k_reduce_prod_grad_%s(%s, %s, %s, %d, xs, ys); }\n", s, P(cg, n->out[0]), P(cg, n->in[0]),
+               P(cg, n->in[1]), x->rank);
         return;
     }
     if (of == OP_ReduceMax || of == OP_ReduceMin) {
         cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(x->dim, x->rank), cg_ints(y.dim, y.rank));
-        cg_put(b, "      k_reduce_max_grad_%s(%s, %s, %s, %s, %d, xs, ys); }\n", s, P(g, n->out[0]), P(g, n->in[0]),
-               P(g, n->in[1]), P(g, n->in[2]), x->rank);
+        cg_put(b, "      k_reduce_max_grad_%s(%s, %s, %s, %s, %d, xs, ys); }\n", s, P(cg, n->out[0]), P(cg, n->in[0]),
+               P(cg, n->in[1]), P(cg, n->in[2]), x->rank);
         return;
     }
     cg_put(b, "    { static const int64_t xs[] = %s, xst[] = %s, yst[] = %s;\n", cg_ints(x->dim, x->rank),
            cg_ints(dense, x->rank), cg_ints(ys, x->rank));
     cg_put(b, "      k_copy_strided(%d, %d, xs, %s, 0, xst, %s, 0, yst); }\n", (int)dtype_size(g->val[n->out[0]].dtype),
-           x->rank, P(g, n->out[0]), P(g, n->in[0]));
+           x->rank, P(cg, n->out[0]), P(cg, n->in[0]));
     if (of == OP_ReduceMean)
-        cg_put(b, "    k_scale_%s(%s, %s, 1.0 / %lld, %lld);\n", s, P(g, n->out[0]), P(g, n->out[0]),
+        cg_put(b, "    k_scale_%s(%s, %s, 1.0 / %lld, %lld);\n", s, P(cg, n->out[0]), P(cg, n->out[0]),
                (long long)(acc / (yacc ? yacc : 1)), (long long)acc);
 }
 
 /* ---- dropout ------------------------------------------------------------ */
 
-static void emit_dropout(Buf *b, const Graph *g, const Node *n)
+static void emit_dropout(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int y = n->out[0], x = n->in[0];
     int64_t ny = value_numel(g, y);
     if (!nn_dropout_training(g, n)) {
-        copy_or_view(b, g, y, x);
-        cg_put(b, "    rt_memset(%s, 1, %lld);\n", P(g, n->out[1]), (long long)ny);
+        copy_or_view(cg, b, y, x);
+        cg_put(b, "    rt_memset(%s, 1, %lld);\n", P(cg, n->out[1]), (long long)ny);
         return;
     }
     /* a validation pass (c->validating) runs it as ratio 0: the identity, as torch's eval mode */
     cg_put(b, "    k_dropout_%s(%s, %s, %s, %lld, c->validating ? 0.0 : %.17g, c->seed, %#xu, (uint32_t)c->step);\n",
-           cg_sfx(g->val[y].dtype), P(g, y), P(g, n->out[1]), P(g, x), (long long)ny, nn_dropout_ratio(g, n),
+           cg_sfx(g->val[y].dtype), P(cg, y), P(cg, n->out[1]), P(cg, x), (long long)ny, nn_dropout_ratio(g, n),
            (unsigned)ir_attr_i(n, "stream", 0));
 }
 
-static void emit_dropout_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_dropout_grad(Cg *cg, Buf *b, const Node *n)
 {
-    cg_put(b, "    k_dropout_grad_%s(%s, %s, %s, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype), P(g, n->out[0]),
-           P(g, n->in[0]), P(g, n->in[1]), (long long)value_numel(g, n->out[0]), ir_attr_f(n, "ratio", 0));
+    const Graph *g = cg->g;
+    cg_put(b, "    k_dropout_grad_%s(%s, %s, %s, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype), P(cg, n->out[0]),
+           P(cg, n->in[0]), P(cg, n->in[1]), (long long)value_numel(g, n->out[0]), ir_attr_f(n, "ratio", 0));
 }
 
 /* ---- SoftmaxCrossEntropyLoss ------------------------------------------- */
@@ -430,30 +448,32 @@ static const char *nll_args(const Sce *q, const char *wt)
                   (long long)q->d, red[q->red], q->has_ii, ii);
 }
 
-static void emit_sce(Buf *b, const Graph *g, const Node *n)
+static void emit_sce(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     Sce q = sce_dims(g, n, n->in[0]);
     int nll = n->op == OP_NegativeLogLikelihoodLoss;
-    const char *lp = P(g, nll ? n->in[0] : n->out[1]), *lab = P(g, n->in[1]);
-    const char *wt = input(n, 2) >= 0 ? P(g, n->in[2]) : NULL, *lname = g->val[n->in[1]].name;
+    const char *lp = P(cg, nll ? n->in[0] : n->out[1]), *lab = P(cg, n->in[1]);
+    const char *wt = input(n, 2) >= 0 ? P(cg, n->in[2]) : NULL, *lname = g->val[n->in[1]].name;
     if (!nll)
-        cg_put(b, "    k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(g, n->in[0]), (long long)q.n,
+        cg_put(b, "    k_softmax_%s(1, %s, %s, %lld, %lld, %lld);\n", q.s, lp, P(cg, n->in[0]), (long long)q.n,
                (long long)q.c, (long long)q.d);
-    cg_put(b, "    { int64_t bad = k_nll_loss_%s(%s, %s, %s, %s);\n", q.s, P(g, n->out[0]), lp, lab, nll_args(&q, wt));
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's "
+    cg_put(b, "    { int64_t bad = k_nll_loss_%s(%s, %s, %s, %s);\n", q.s, P(cg, n->out[0]), lp, lab, nll_args(&q, wt));
+    cg_check_end(cg, b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"%%s: label %%lld at position %%lld of this rank's "
                            "batch is outside [0, %lld)\", %s, (long long)%s[bad], (long long)bad); }\n",
                            (long long)q.c, cg_cstr(lname), lab),
                  ir_fmt("%s: a label of this rank's batch is outside [0, %lld)", lname, (long long)q.c));
 }
 
 /* in: log_prob, labels, dloss, weights, dlog_prob (the other consumers' part) */
-static void emit_sce_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_sce_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     Sce q = sce_dims(g, n, n->out[0]);
-    const char *dx = P(g, n->out[0]), *lp = P(g, n->in[0]);
-    const char *wt = input(n, 3) >= 0 ? P(g, n->in[3]) : NULL;
-    cg_put(b, "    k_nll_loss_grad_%s(%s, %s, %s, %s, %s);\n", q.s, dx, opt(g, input(n, 4)), opt(g, input(n, 2)),
-           P(g, n->in[1]), nll_args(&q, wt));
+    const char *dx = P(cg, n->out[0]), *lp = P(cg, n->in[0]);
+    const char *wt = input(n, 3) >= 0 ? P(cg, n->in[3]) : NULL;
+    cg_put(b, "    k_nll_loss_grad_%s(%s, %s, %s, %s, %s);\n", q.s, dx, opt(cg, input(n, 4)), opt(cg, input(n, 2)),
+           P(cg, n->in[1]), nll_args(&q, wt));
     if (!ir_attr_i(n, "nll", 0))
         cg_put(b, "    k_softmax_grad_%s(1, %s, %s, %s, %lld, %lld, %lld);\n", q.s, dx, dx, lp, (long long)q.n,
                (long long)q.c, (long long)q.d);
@@ -469,33 +489,34 @@ const char *cg_nn_state_name(const Graph *g, int v)
     return "0";
 }
 
-int cg_nn(Buf *b, const Graph *g, const Node *n)
+int cg_nn(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     if (op_info[n->op].flags & F_REDUCE) {
-        emit_reduce(b, g, n);
+        emit_reduce(cg, b, n);
         return 1;
     }
     switch (n->op) {
-    case OP_BinaryGrad: emit_binary_grad(b, g, n); break;
-    case OP_Conv: emit_conv(b, g, n); break;
-    case OP_ConvGrad: emit_conv_grad(b, g, n); break;
-    case OP_BatchNormalization: emit_batchnorm(b, g, n); break;
-    case OP_BatchNormGrad: emit_batchnorm_grad(b, g, n); break;
-    case OP_LayerNormalization: emit_layernorm(b, g, n); break;
-    case OP_LayerNormGrad: emit_layernorm_grad(b, g, n); break;
-    case OP_Softmax: case OP_LogSoftmax: emit_softmax(b, g, n, 0); break;
-    case OP_SoftmaxGrad: emit_softmax(b, g, n, 1); break;
-    case OP_FusedAttention: emit_attention(b, g, n, 0); break;
-    case OP_FusedAttentionGrad: emit_attention(b, g, n, 1); break;
-    case OP_MaxPool: case OP_MaxPoolGrad: case OP_AveragePool: case OP_AveragePoolGrad: emit_pool(b, g, n); break;
-    case OP_GlobalAveragePool: case OP_GlobalAveragePoolGrad: emit_global_pool(b, g, n); break;
-    case OP_ReduceGrad: emit_reduce_grad(b, g, n); break;
-    case OP_Dropout: emit_dropout(b, g, n); break;
-    case OP_DropoutGrad: emit_dropout_grad(b, g, n); break;
-    case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: emit_sce(b, g, n); break;
-    case OP_SoftmaxCrossEntropyGrad: emit_sce_grad(b, g, n); break;
+    case OP_BinaryGrad: emit_binary_grad(cg, b, n); break;
+    case OP_Conv: emit_conv(cg, b, n); break;
+    case OP_ConvGrad: emit_conv_grad(cg, b, n); break;
+    case OP_BatchNormalization: emit_batchnorm(cg, b, n); break;
+    case OP_BatchNormGrad: emit_batchnorm_grad(cg, b, n); break;
+    case OP_LayerNormalization: emit_layernorm(cg, b, n); break;
+    case OP_LayerNormGrad: emit_layernorm_grad(cg, b, n); break;
+    case OP_Softmax: case OP_LogSoftmax: emit_softmax(cg, b, n, 0); break;
+    case OP_SoftmaxGrad: emit_softmax(cg, b, n, 1); break;
+    case OP_FusedAttention: emit_attention(cg, b, n, 0); break;
+    case OP_FusedAttentionGrad: emit_attention(cg, b, n, 1); break;
+    case OP_MaxPool: case OP_MaxPoolGrad: case OP_AveragePool: case OP_AveragePoolGrad: emit_pool(cg, b, n); break;
+    case OP_GlobalAveragePool: case OP_GlobalAveragePoolGrad: emit_global_pool(cg, b, n); break;
+    case OP_ReduceGrad: emit_reduce_grad(cg, b, n); break;
+    case OP_Dropout: emit_dropout(cg, b, n); break;
+    case OP_DropoutGrad: emit_dropout_grad(cg, b, n); break;
+    case OP_SoftmaxCrossEntropyLoss: case OP_NegativeLogLikelihoodLoss: emit_sce(cg, b, n); break;
+    case OP_SoftmaxCrossEntropyGrad: emit_sce_grad(cg, b, n); break;
     case OP_Assign:
-        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(g, n->in[0]), P(g, n->in[1]),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", P(cg, n->in[0]), P(cg, n->in[1]),
                (long long)(value_numel(g, n->in[1]) * (int64_t)dtype_size(g->val[n->in[1]].dtype)));
         break;
     default: return 0;

@@ -37,10 +37,11 @@ static const char *num(double v)
 
 static const Value *val(const Graph *g, int v) { return &g->val[v]; }
 
-static void emit_zero(Buf *b, const Graph *g, int y);
+static void emit_zero(Cg *cg, Buf *b, int y);
 
-static void emit_moves(Buf *b, const Graph *g, const Node *n)
+static void emit_moves(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     Move *m;
     int k = tensor_moves(g, n, &m);
     int es = (int)dtype_size(val(g, n->out[0])->dtype);
@@ -48,9 +49,9 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
     int fills = 0;
     for (int i = 0; i < k; i++)
         fills |= m[i].src < 0;
-    if (cg_cuda && fills && fill == 0) /* the device cannot read a host constant: zero all of y, copy x over it */
-        emit_zero(b, g, n->out[0]);
-    else if (cg_cuda && fills) { /* the same with a float32 fill */
+    if (cg->cuda && fills && fill == 0) /* the device cannot read a host constant: zero all of y, copy x over it */
+        emit_zero(cg, b, n->out[0]);
+    else if (cg->cuda && fills) { /* the same with a float32 fill */
         const Value *y = val(g, n->out[0]);
         if (y->dtype != DT_F32)
             fatal("node '%s' (%s): a %s fill computed at run time is not supported by --target cuda yet; use "
@@ -58,12 +59,12 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
         float f;
         uint32_t bits = (uint32_t)fill;
         memcpy(&f, &bits, sizeof f);
-        cg_put(b, "    k_fill_f32(%s, %.9g, %lld);\n", cg_ptr(g, n->out[0]), (double)f,
+        cg_put(b, "    k_fill_f32(%s, %.9g, %lld);\n", cg_ptr(cg, n->out[0]), (double)f,
             (long long)value_numel(g, n->out[0]));
     }
     for (int i = 0; i < k; i++) {
         const Move *v = &m[i];
-        if (cg_cuda && v->src < 0)
+        if (cg->cuda && v->src < 0)
             continue;
         int64_t cnt = 1;
         for (int d = 0; d < v->rank; d++)
@@ -75,24 +76,26 @@ static void emit_moves(Buf *b, const Graph *g, const Node *n)
         if (v->src < 0)
             cg_put(b, "      static const uint64_t fill = 0x%016llxull;\n", (unsigned long long)fill);
         cg_put(b, "      k_copy_strided(%d, %d, sh, %s, %lld, ys, %s, %lld, xs); }\n", es, v->rank,
-            cg_ptr(g, n->out[v->dst]), (long long)v->yoff, v->src < 0 ? "&fill" : cg_ptr(g, n->in[v->src]),
+            cg_ptr(cg, n->out[v->dst]), (long long)v->yoff, v->src < 0 ? "&fill" : cg_ptr(cg, n->in[v->src]),
             (long long)v->xoff);
     }
 }
 
-static void emit_view(Buf *b, const Graph *g, const Node *n)
+static void emit_view(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int x = n->in[0], y = n->out[0];
     if (cg_same_place(g, x, y))
         cg_put(b, "    /* a view: no data moves */\n");
     else
-        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, x),
+        cg_put(b, "    rt_memcpy(%s, %s, %lld);\n", cg_ptr(cg, y), cg_ptr(cg, x),
             (long long)(value_numel(g, y) * (int64_t)dtype_size(val(g, y)->dtype)));
 }
 
 /* Where, comparisons: y dense over its shape, inputs by broadcast strides */
-static void emit_bcast(Buf *b, const Graph *g, const Node *n)
+static void emit_bcast(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Shape *y = &val(g, n->out[0])->shape;
     int64_t st[3][MAX_RANK];
     for (int i = 0; i < n->nin; i++)
@@ -102,18 +105,19 @@ static void emit_bcast(Buf *b, const Graph *g, const Node *n)
     if (n->op == OP_Where) {
         cg_put(b, ", s2[] = %s;\n", cg_ints(st[2], y->rank));
         cg_put(b, "      k_where(%d, %s, %s, %s, %s, %d, sh, s0, s1, s2); }\n",
-            (int)dtype_size(val(g, n->out[0])->dtype), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
-            cg_ptr(g, n->in[1]), cg_ptr(g, n->in[2]), y->rank);
+            (int)dtype_size(val(g, n->out[0])->dtype), cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]),
+            cg_ptr(cg, n->in[1]), cg_ptr(cg, n->in[2]), y->rank);
         return;
     }
     const char *op = n->op == OP_Equal ? "K_EQ" : n->op == OP_Less ? "K_LT" : n->op == OP_Greater ? "K_GT"
                    : n->op == OP_LessOrEqual ? "K_LE" : "K_GE";
     cg_put(b, ";\n      k_compare_%s(%s, %s, %s, %s, %d, sh, s0, s1); }\n", sfx(val(g, n->in[0])->dtype), op,
-        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), y->rank);
+        cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]), y->rank);
 }
 
-static void emit_gather(Buf *b, const Graph *g, const Node *n)
+static void emit_gather(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int grad = n->op == OP_GatherGrad;
     const Value *x = val(g, grad ? n->out[0] : n->in[0]), *ix = val(g, n->in[1]);
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis");
@@ -121,23 +125,24 @@ static void emit_gather(Buf *b, const Graph *g, const Node *n)
     tensor_gather_dims(&x->shape, ax, &outer, &axdim, &inner);
     if (grad) {
         cg_put(b, "    k_gather_grad_%s(%s, %s, %s, %lld, %lld, %lld, %lld);\n", sfx(x->dtype),
-            cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), (long long)outer,
+            cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]), (long long)outer,
             (long long)axdim, (long long)inner, (long long)nidx);
         return;
     }
     cg_put(b, "    { int64_t bad = k_gather(%d, %s, %s, %s, %lld, %lld, %lld, %lld);\n", (int)dtype_size(x->dtype),
-        cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), (long long)outer, (long long)axdim,
+        cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]), (long long)outer, (long long)axdim,
         (long long)inner, (long long)nidx);
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (Gather): index %%lld at position %%lld of "
+    cg_check_end(cg, b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (Gather): index %%lld at position %%lld of "
                            "%%s is outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
-                           (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
+                           (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(cg, n->in[1]),
                            cg_cstr(ix->name)),
                  ir_fmt("node %s (Gather): an index of %s is outside [-%lld, %lld)", n->name, ix->name,
                         (long long)axdim, (long long)axdim));
 }
 
-static void emit_gather_elements(Buf *b, const Graph *g, const Node *n)
+static void emit_gather_elements(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int grad = n->op == OP_GatherElementsGrad;
     const Value *x = val(g, grad ? n->out[0] : n->in[0]), *ix = val(g, n->in[1]);
     int ax = tensor_axis(g, n, ir_attr_i(n, "axis", 0), x->shape.rank, "axis"), r = x->shape.rank;
@@ -145,40 +150,42 @@ static void emit_gather_elements(Buf *b, const Graph *g, const Node *n)
     cg_put(b, "    { static const int64_t sh[] = %s, xs[] = %s;\n", cg_ints(ix->shape.dim, r), cg_ints(x->shape.dim, r));
     if (grad) /* ScatterElements' scatter as well: its indices are checked here */
         cg_put(b, "      int64_t bad = k_gather_elements_grad_%s(%s, %s, %s, %d, sh, xs, %d);\n", sfx(x->dtype),
-            cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
+            cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]), r, ax);
     else
         cg_put(b, "      int64_t bad = k_gather_elements(%d, %s, %s, %s, %d, sh, xs, %d);\n",
-            (int)dtype_size(x->dtype), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), cg_ptr(g, n->in[1]), r, ax);
+            (int)dtype_size(x->dtype), cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]), r, ax);
     const char *op = grad ? "ScatterElements" : "GatherElements";
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): index %%lld at position "
+    cg_check_end(cg, b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s (%s): index %%lld at position "
                            "%%lld of %%s is outside [-%lld, %lld)\", %s, (long long)%s[bad], (long long)bad, %s); }\n",
-                           op, (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(g, n->in[1]),
+                           op, (long long)axdim, (long long)axdim, cg_cstr(n->name), cg_ptr(cg, n->in[1]),
                            cg_cstr(ix->name)),
                  ir_fmt("node %s (%s): an index of %s is outside [-%lld, %lld)", n->name, op, ix->name,
                         (long long)axdim, (long long)axdim));
 }
 
 /* NDIndex: GatherND's / ScatterND's tuples checked and made positions */
-static void emit_nd_index(Buf *b, const Graph *g, const Node *n)
+static void emit_nd_index(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Value *ix = val(g, n->in[0]);
     int k;
     const int64_t *dims = tensor_ints(n, "dims", &k);
     int64_t nb, nq;
     tensor_nd_counts(n, &ix->shape, &nb, &nq);
     cg_put(b, "    { static const int64_t dims[] = %s;\n", cg_ints(dims, k));
-    cg_put(b, "      int64_t bad = k_nd_index(%s, %s, %lld, %lld, %d, dims);\n", cg_ptr(g, n->out[0]),
-        cg_ptr(g, n->in[0]), (long long)nb, (long long)nq, k);
-    cg_check_end(b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s: index %%lld at position %%lld of %%s is "
+    cg_put(b, "      int64_t bad = k_nd_index(%s, %s, %lld, %lld, %d, dims);\n", cg_ptr(cg, n->out[0]),
+        cg_ptr(cg, n->in[0]), (long long)nb, (long long)nq, k);
+    cg_check_end(cg, b, ir_fmt("      if (bad >= 0) rt_step_fail(c, \"node %%s: index %%lld at position %%lld of %%s is "
                            "outside its dim (component %%lld of tuples indexing dims %s)\", %s, (long long)%s[bad], "
                            "(long long)bad, %s, (long long)(bad %% %d)); }\n",
-                           cg_ints(dims, k), cg_cstr(n->name), cg_ptr(g, n->in[0]), cg_cstr(ix->name), k),
+                           cg_ints(dims, k), cg_cstr(n->name), cg_ptr(cg, n->in[0]), cg_cstr(ix->name), k),
                  ir_fmt("node %s: an index of %s is outside the dims %s it indexes", n->name, ix->name,
                         cg_ints(dims, k)));
 }
 
-static void emit_pad(Buf *b, const Graph *g, const Node *n, int grad)
+static void emit_pad(Cg *cg, Buf *b, const Node *n, int grad)
 {
+    const Graph *g = cg->g;
     const Value *x = val(g, grad ? n->out[0] : n->in[0]);
     int k;
     const int64_t *pads = tensor_ints(n, "pads", &k);
@@ -188,15 +195,16 @@ static void emit_pad(Buf *b, const Graph *g, const Node *n, int grad)
         cg_ints(pads, k));
     if (grad)
         cg_put(b, "      k_pad_grad_%s(%s, %s, %s, %d, xs, pads); }\n", sfx(x->dtype),
-            mode[md], cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), x->shape.rank);
+            mode[md], cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), x->shape.rank);
     else
         cg_put(b, "      k_pad_%s(%s, %s, %s, %d, xs, pads, %s); }\n", sfx(x->dtype), mode[md],
-            cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]), x->shape.rank, num(tensor_value(g, n)));
+            cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]), x->shape.rank, num(tensor_value(g, n)));
 }
 
 /* dx = dy summed over the tiles: dy viewed as [rep0, x0, rep1, x1, ...] */
-static void emit_tile_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_tile_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Value *x = val(g, n->out[0]);
     int k, r = x->shape.rank;
     const int64_t *rep = tensor_ints(n, "repeats", &k);
@@ -207,104 +215,109 @@ static void emit_tile_grad(Buf *b, const Graph *g, const Node *n)
         from[2 * d + 1] = to[2 * d + 1] = x->shape.dim[d];
     }
     cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(from, 2 * r), cg_ints(to, 2 * r));
-    cg_put(b, "      k_reduce_sum_to_%s(%s, %s, %d, xs, ys); }\n", sfx(x->dtype), cg_ptr(g, n->out[0]),
-        cg_ptr(g, n->in[0]), 2 * r);
+    cg_put(b, "      k_reduce_sum_to_%s(%s, %s, %d, xs, ys); }\n", sfx(x->dtype), cg_ptr(cg, n->out[0]),
+        cg_ptr(cg, n->in[0]), 2 * r);
 }
 
-static void emit_where_grad(Buf *b, const Graph *g, const Node *n)
+static void emit_where_grad(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Shape *y = &val(g, n->in[0])->shape;
     int64_t sc[MAX_RANK];
     tensor_bcast(&val(g, n->in[1])->shape, y, sc);
     int side = (int)ir_attr_i(n, "side", 0);
-    const char *dx = cg_ptr(g, n->out[0]);
+    const char *dx = cg_ptr(cg, n->out[0]);
     cg_put(b, "    { static const int64_t sh[] = %s, sc[] = %s;\n", cg_ints(y->dim, y->rank), cg_ints(sc, y->rank));
     cg_put(b, "      k_where_grad_%s(%s, %s, %s, %s, %d, sh, sc); }\n", sfx(val(g, n->out[0])->dtype),
-        side ? "NULL" : dx, side ? dx : "NULL", cg_ptr(g, n->in[1]), cg_ptr(g, n->in[0]), y->rank);
+        side ? "NULL" : dx, side ? dx : "NULL", cg_ptr(cg, n->in[1]), cg_ptr(cg, n->in[0]), y->rank);
 }
 
 /* y = 0 everywhere */
-static void emit_zero(Buf *b, const Graph *g, int y)
+static void emit_zero(Cg *cg, Buf *b, int y)
 {
+    const Graph *g = cg->g;
     const Value *v = val(g, y);
     if (dtype_is_float(v->dtype))
-        cg_put(b, "    k_fill_%s(%s, 0.0, %lld);\n", sfx(v->dtype), cg_ptr(g, y), (long long)value_numel(g, y));
+        cg_put(b, "    k_fill_%s(%s, 0.0, %lld);\n", sfx(v->dtype), cg_ptr(cg, y), (long long)value_numel(g, y));
     else
-        cg_put(b, "    rt_memset(%s, 0, %lld);\n", cg_ptr(g, y),
+        cg_put(b, "    rt_memset(%s, 0, %lld);\n", cg_ptr(cg, y),
             (long long)(value_numel(g, y) * (int64_t)dtype_size(v->dtype)));
 }
 
-static void emit_range(Buf *b, const Graph *g, const Node *n)
+static void emit_range(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Value *s = val(g, n->in[0]), *d = val(g, n->in[2]);
     int64_t len = tensor_range_len(g, n);
     if (s->dtype == DT_I64)
-        cg_put(b, "    k_range_i64(%s, %lld, %lld, %lld);\n", cg_ptr(g, n->out[0]),
+        cg_put(b, "    k_range_i64(%s, %lld, %lld, %lld);\n", cg_ptr(cg, n->out[0]),
             (long long)tensor_const_i(s, 0), (long long)tensor_const_i(d, 0), (long long)len);
     else if (dtype_is_float(s->dtype))
-        cg_put(b, "    k_range_%s(%s, %s, %s, %lld);\n", sfx(s->dtype), cg_ptr(g, n->out[0]),
+        cg_put(b, "    k_range_%s(%s, %s, %s, %lld);\n", sfx(s->dtype), cg_ptr(cg, n->out[0]),
             num(tensor_const_f(s, 0)), num(tensor_const_f(d, 0)), (long long)len);
     else
         die("Range of %s reached codegen (fold evaluates it)", dtype_name(s->dtype));
 }
 
-static void emit_trilu(Buf *b, const Graph *g, const Node *n)
+static void emit_trilu(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     const Value *x = val(g, n->in[0]);
     int r = x->shape.rank;
     int64_t rows = x->shape.dim[r - 2], cols = x->shape.dim[r - 1], cnt = shape_numel(&x->shape);
     cg_put(b, "    k_trilu(%d, %d, %s, %s, %lld, %lld, %lld, %lld);\n", (int)dtype_size(x->dtype),
-        (int)ir_attr_i(n, "upper", 1), cg_ptr(g, n->out[0]), cg_ptr(g, n->in[0]),
+        (int)ir_attr_i(n, "upper", 1), cg_ptr(cg, n->out[0]), cg_ptr(cg, n->in[0]),
         (long long)(rows && cols ? cnt / (rows * cols) : 0), (long long)rows, (long long)cols,
         (long long)ir_attr_i(n, "k", 0));
 }
 
-int cg_tensor(Buf *b, const Graph *g, const Node *n)
+int cg_tensor(Cg *cg, Buf *b, const Node *n)
 {
+    const Graph *g = cg->g;
     int y = n->nout ? n->out[0] : -1;
     const Value *vy = y >= 0 ? val(g, y) : NULL;
     switch (n->op) {
-    case OP_Squeeze: case OP_Unsqueeze: case OP_Flatten: emit_view(b, g, n); return 1;
+    case OP_Squeeze: case OP_Unsqueeze: case OP_Flatten: emit_view(cg, b, n); return 1;
     case OP_Concat: case OP_Split: case OP_Slice: case OP_Expand: case OP_Tile:
-        emit_moves(b, g, n);
+        emit_moves(cg, b, n);
         return 1;
     case OP_Pad:
         if (dtype_is_float(vy->dtype))
-            emit_pad(b, g, n, 0);
+            emit_pad(cg, b, n, 0);
         else
-            emit_moves(b, g, n);
+            emit_moves(cg, b, n);
         return 1;
     case OP_ConstantOfShape:
         if (dtype_is_float(vy->dtype))
-            cg_put(b, "    k_fill_%s(%s, %s, %lld);\n", sfx(vy->dtype), cg_ptr(g, y), num(tensor_value(g, n)),
+            cg_put(b, "    k_fill_%s(%s, %s, %lld);\n", sfx(vy->dtype), cg_ptr(cg, y), num(tensor_value(g, n)),
                 (long long)value_numel(g, y));
         else
-            emit_moves(b, g, n);
+            emit_moves(cg, b, n);
         return 1;
-    case OP_Range: emit_range(b, g, n); return 1;
-    case OP_Gather: case OP_GatherGrad: emit_gather(b, g, n); return 1;
-    case OP_GatherElements: case OP_GatherElementsGrad: emit_gather_elements(b, g, n); return 1;
-    case OP_NDIndex: emit_nd_index(b, g, n); return 1;
+    case OP_Range: emit_range(cg, b, n); return 1;
+    case OP_Gather: case OP_GatherGrad: emit_gather(cg, b, n); return 1;
+    case OP_GatherElements: case OP_GatherElementsGrad: emit_gather_elements(cg, b, n); return 1;
+    case OP_NDIndex: emit_nd_index(cg, b, n); return 1;
     case OP_Where: case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual:
     case OP_GreaterOrEqual:
-        emit_bcast(b, g, n);
+        emit_bcast(cg, b, n);
         return 1;
     case OP_Not:
-        cg_put(b, "    k_not(%s, %s, %lld);\n", cg_ptr(g, y), cg_ptr(g, n->in[0]), (long long)value_numel(g, y));
+        cg_put(b, "    k_not(%s, %s, %lld);\n", cg_ptr(cg, y), cg_ptr(cg, n->in[0]), (long long)value_numel(g, y));
         return 1;
     case OP_Cast:
-        cg_put(b, "    k_cast(%s, %s, %s, %s, %lld);\n", cg_kdt(vy->dtype), cg_ptr(g, y),
-            cg_kdt(val(g, n->in[0])->dtype), cg_ptr(g, n->in[0]), (long long)value_numel(g, y));
+        cg_put(b, "    k_cast(%s, %s, %s, %s, %lld);\n", cg_kdt(vy->dtype), cg_ptr(cg, y),
+            cg_kdt(val(g, n->in[0])->dtype), cg_ptr(cg, n->in[0]), (long long)value_numel(g, y));
         return 1;
-    case OP_Trilu: emit_trilu(b, g, n); return 1;
-    case OP_Zeros: emit_zero(b, g, y); return 1;
+    case OP_Trilu: emit_trilu(cg, b, n); return 1;
+    case OP_Zeros: emit_zero(cg, b, y); return 1;
     case OP_SliceGrad:
-        emit_zero(b, g, y);
-        emit_moves(b, g, n);
+        emit_zero(cg, b, y);
+        emit_moves(cg, b, n);
         return 1;
-    case OP_PadGrad: emit_pad(b, g, n, 1); return 1;
-    case OP_TileGrad: emit_tile_grad(b, g, n); return 1;
-    case OP_WhereGrad: emit_where_grad(b, g, n); return 1;
+    case OP_PadGrad: emit_pad(cg, b, n, 1); return 1;
+    case OP_TileGrad: emit_tile_grad(cg, b, n); return 1;
+    case OP_WhereGrad: emit_where_grad(cg, b, n); return 1;
     case OP_Shape: case OP_Size: case OP_CastLike:
         die("%s node '%s' reached codegen (fold evaluates or rewrites it)", op_info[n->op].name, n->name);
     default: return 0;

@@ -14,13 +14,18 @@
  *           compiler leaves the old pair as it was.
  *
  * The emitted C is straight-line: one kernel or collective call per node in
- * schedule order, pointers computed from the static plan.  Names from the
- * model never reach the C text except through cg_cstr() (escaped string
- * literals) and cg_comment() (sanitised comments): a model cannot inject code.
+ * schedule order, in a function per phase (forward, backward, optimizer) that
+ * step() calls; each tensor a named pointer (t_ + its ONNX name, emit.c)
+ * computed from the static plan, declared with its shape at the top of the
+ * function using it; each GEMM's geometry an RtGemm descriptor.  Names from
+ * the model never reach the C text except through cg_cstr() (escaped string
+ * literals), cg_comment() (sanitised comments) and the tensors' identifiers
+ * (letters, digits and '_' only): a model cannot inject code.
  *
  * It is two files: step.c (the tables, the step, the model's description
  * fsdpc_step_model), in which no initial weight value and not the model
- * file's name appear, and main.c (the init file's id and checksums, the
+ * file's name appear, and main.c (a header with fsdpc's version, the command
+ * line and the model file's hash; the init file's id and checksums, the
  * model's name, main), written once the init file is.  step.c's object
  * comes from the object cache when a build of the same step made it before
  * (objcache.c): a build that changes only the weights compiles main.c and
@@ -77,8 +82,9 @@ static _Noreturn void cc_fail(Build *b, const char *why)
 }
 
 /* ---- the C source ------------------------------------------------------- */
-static void emit_tables(Buf *b, const Graph *g, const InitLayout *L)
+static void emit_tables(Cg *cg, Buf *b, const InitLayout *L)
 {
+    const Graph *g = cg->g;
     int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2;
     cg_put(b, "static const RtUnit units[] = {\n");
     for (int u = 0; u < g->nunit; u++)
@@ -238,40 +244,78 @@ static const char *cpu_kernels(const char *cpu, const char **name)
 
 static const char *opt_cpu(const Graph *g) { return g->opt->cpu ? g->opt->cpu : "native"; }
 
-/* the step function: its text, and (cuda) the checks and fused kernels it registers */
-static Buf emit_step(const Graph *g)
+/* The step's phases, in schedule order: forward up to the loss's seed (autodiff's Ones), backward, then the
+ * optimizer from its first node (GradNormSq, AdamW, Sgd) to the end (with the collectives, Waits and Frees
+ * scheduled among them). */
+enum { PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER };
+static const char *const phase_name[] = {"forward", "backward", "optimizer"};
+
+static int node_phase(const Node *n, int prev)
 {
+    if (n->op == OP_Ones && prev == PH_FORWARD)
+        return PH_BACKWARD;
+    if (n->op == OP_GradNormSq || n->op == OP_AdamW || n->op == OP_Sgd)
+        return PH_OPTIMIZER;
+    return prev;
+}
+
+/* one function of the step: nodes [lo, hi) of one phase; guard: each run of nodes a validation pass skips
+ * (need[i] 0) in one `if (!c->validating) { ... }` (0: the caller skips the whole function) */
+static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, const char *need, int guard)
+{
+    const Graph *g = cg->g;
     Buf body = {0};
-    cg_ncheck = 0;
-    cg_nfused = 0;
-    cg_fused_src = (Buf){0};
-    cg_jobs = (Buf){0};
+    cg_fn_begin(cg, 0);
+    int open = 0;
+    for (int i = lo; i < hi; i++) {
+        int skip = guard && need && !need[i];
+        if (skip != open)
+            cg_put(&body, skip ? "    if (!c->validating) {\n" : "    }\n");
+        open = skip;
+        cg_emit_node(cg, &body, &g->node[i]);
+        if (!cg->cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
+            cg_put(&body, "    RT_TRACE(c, %d);\n", i);
+    }
+    if (open)
+        cg_put(&body, "    }\n");
+    cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);
+    cg_fn_decls(cg, out);
+    cg_put(out, "%s}\n\n", body.buf ? body.buf : "");
+}
+
+/* The step: a function per phase and step(), which calls them in order; a function of nodes that a
+ * validation pass skips all of is called under `if (!c->validating)`.  Returns the text: the collectives'
+ * jobs, the phases, step(). */
+static Buf emit_step(Cg *cg)
+{
+    const Graph *g = cg->g;
     char *need = validation_nodes(g);
     /* c->validating: a validation pass (runtime/rt.c), the forward to the averaged loss only, Dropout
      * as identity and BatchNormalization in inference form (codegen/emit_nn.c) */
-    cg_put(&body, "static void step(RtCtx *c)\n{\n    char *A = c->dev_arena;\n");
-    if (!cg_cuda)
-        cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, -1);\n");
-    for (int i = 0; i < g->nnode; i++) {
-        int guard = need && !need[i];
-        if (guard)
-            cg_put(&body, "    if (!c->validating) {\n");
-        cg_emit_node(&body, g, &g->node[i]);
-        if (!cg_cuda) /* --trace: node i ended (the cuda step runs asynchronously: no host marks) */
-            cg_put(&body, "    if (c->trace && !c->validating) rt_trace(c, %d);\n", i);
-        if (guard)
-            cg_put(&body, "    }\n");
+    cg_name_tensors(cg);
+    Buf fns = {0}, step = {0};
+    cg_put(&step, "static void step(RtCtx *c)\n{\n");
+    if (!cg->cuda)
+        cg_put(&step, "    RT_TRACE(c, -1);\n");
+    for (int lo = 0, ph = PH_FORWARD; lo < g->nnode;) {
+        ph = node_phase(&g->node[lo], ph);
+        int hi = lo + 1, all_skipped = need != NULL && !need[lo];
+        for (; hi < g->nnode && node_phase(&g->node[hi], ph) == ph; hi++)
+            all_skipped &= need != NULL && !need[hi];
+        const char *name = phase_name[ph];
+        emit_phase_fn(cg, &fns, name, lo, hi, need, !all_skipped);
+        cg_put(&step, all_skipped ? "    if (!c->validating)\n        %s(c);\n" : "    %s(c);\n", name);
+        lo = hi;
     }
-    cg_put(&body, "}\n\n");
-    if (!cg_jobs.len)
-        return body;
-    cg_put(&cg_jobs, "%s", body.buf);
-    return cg_jobs;
+    cg_put(&step, "}\n\n");
+    cg_put(&cg->jobs, "%s%s", fns.buf ? fns.buf : "", step.buf);
+    return cg->jobs;
 }
 
 /* the step source's end: the model's description, all but what ties it to one init file (emit_main) */
-static void emit_model(Buf *b, const Graph *g, const InitLayout *L, int nimage)
+static void emit_model(Cg *cg, Buf *b, const InitLayout *L, int nimage)
 {
+    const Graph *g = cg->g;
     int nconst = 0;
     for (int v = 0; v < g->nval; v++)
         nconst += L->const_off[v] >= 0;
@@ -311,7 +355,7 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, int nimage)
     cg_put(b, "    .nextern = %d, .ext = externs,\n", L->next);
     if (g->opt->precision == PREC_FP16)
         cg_put(b, "    .loss_scaling = 1,\n");
-    if (!cg_cuda) {
+    if (!cg->cuda) {
         const char *kname;
         cpu_kernels(opt_cpu(g), &kname);
         cg_put(b, "    .cpu = \"%s\", .cpu_kernels = \"%s\", .cpu_needs = cpu_needs,\n", opt_cpu(g), kname);
@@ -323,32 +367,34 @@ static void emit_model(Buf *b, const Graph *g, const InitLayout *L, int nimage)
                 break;
             }
     }
-    if (cg_cuda)
+    if (cg->cuda)
         cg_put(b, "    .target_cuda = 1, .nimage = %d, .image = images, .ncheck = %d, .check = checks,\n"
-               "    .nfused = %d, .fused = fused,\n", nimage, cg_ncheck, cg_nfused);
+               "    .nfused = %d, .fused = fused,\n", nimage, cg->ncheck, cg->nfused);
     cg_put(b, "};\n");
 }
 
 /* The step's source (step.c): the tables, the step, the model's description (emit_model).  Nothing in it depends
  * on the initial weights' values: builds that differ only in those share it (objcache.c). */
-static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, const Buf *images, int nimage)
+static Buf emit_source(Cg *cg, const InitLayout *L, const Buf *step, const Buf *images, int nimage)
 {
+    const Graph *g = cg->g;
     Buf b = {0};
     /* no model file name in this file: the object cache's key (objcache.c) is the same for every build of the
      * same step */
-    cg_put(&b, "/* generated by fsdpc: the training step and its tables, target %s (the init file's id and checksums\n"
-               " * and main: the executable's main.c). Do not edit. */\n", cg_cuda ? "cuda" : "cpu");
+    cg_put(&b, "/* generated by fsdpc %s: the training step and its tables, target %s (the model, the command line, the\n"
+               " * init file's id and checksums and main: the executable's main.c). Do not edit. */\n", FSDPC_VERSION,
+           cg->cuda ? "cuda" : "cpu");
     cg_put(&b, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n#include \"rt.h\"\n");
     /* cuda: kc_map.h turns the k_ calls into launches of their kc_ twins */
-    cg_put(&b, cg_cuda ? "#include \"kc_map.h\"\n\n" : "#include \"kernels.h\"\n#include \"fused.h\"\n\n");
-    emit_tables(&b, g, L);
-    if (cg_cuda) {
+    cg_put(&b, cg->cuda ? "#include \"kc_map.h\"\n\n" : "#include \"kernels.h\"\n#include \"fused.h\"\n\n");
+    emit_tables(cg, &b, L);
+    if (cg->cuda) {
         cg_put(&b, "%s", images->buf ? images->buf : "");
         cg_put(&b, "static const char *const checks[] = {\n");
-        for (int i = 0; i < cg_ncheck; i++)
-            cg_put(&b, "    %s,\n", cg_cstr(cg_checks[i]));
+        for (int i = 0; i < cg->ncheck; i++)
+            cg_put(&b, "    %s,\n", cg_cstr(cg->checks[i]));
         cg_put(&b, "    0\n};\nstatic const char *const fused[] = {\n");
-        for (int i = 0; i < cg_nfused; i++)
+        for (int i = 0; i < cg->nfused; i++)
             cg_put(&b, "    \"fsdpc_fused%d\",\n", i);
         cg_put(&b, "    0\n};\n\n");
     }
@@ -366,14 +412,14 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
     for (int s = 0; s < g->nslot; s++)
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_alias[s]);
     cg_put(&b, "%s};\n", g->nslot ? "" : "0");
-    if (!cg_cuda) { /* what -march lets the compiler use here: rt_dev_init checks this CPU has it */
+    if (!cg->cuda) { /* what -march lets the compiler use here: rt_dev_init checks this CPU has it */
         cg_put(&b, "static const char *const cpu_needs[] = {\n");
 #define NEED(macro, name) cg_put(&b, "#ifdef __" #macro "__\n    \"" name "\",\n#endif\n");
         RT_CPU_FEATURES(NEED)
 #undef NEED
         cg_put(&b, "    0\n};\n");
     }
-    emit_model(&b, g, L, nimage);
+    emit_model(cg, &b, L, nimage);
     return b;
 }
 
@@ -383,9 +429,14 @@ static Buf emit_source(const Graph *g, const InitLayout *L, const Buf *step, con
 static Buf emit_main(const Graph *g, const InitLayout *L, uint64_t id, const Buf *step)
 {
     Buf b = {0};
-    cg_put(&b, "/* generated by fsdpc from %s: the executable's main, with its init file's id and checksums (the\n"
-               " * step and its tables: step.c, after it in OUT.c). Do not edit. */\n",
-        cg_comment(base_name(g->opt->model)));
+    /* what made this build (not in step.c: the object cache's key, which a weight-only variant shares) */
+    uint64_t hash = g->model_bytes ? cg_fnv(14695981039346656037ull, g->model_bytes, g->model_len) : 0;
+    cg_put(&b, "/* generated by fsdpc %s from %s (%zu bytes, FNV-1a 64 0x%016llx; external data not counted)\n"
+               " *   %s\n"
+               " * the executable's main, with its init file's id and checksums (the step and its tables: step.c,\n"
+               " * after it in OUT.c). Do not edit. */\n",
+        FSDPC_VERSION, cg_comment(base_name(g->opt->model)), g->model_len, (unsigned long long)hash,
+        g->opt->cmdline ? cg_comment(g->opt->cmdline) : "(built in process: no command line)");
     cg_put(&b, "#include <stdint.h>\n#include \"rt.h\"\n\nextern const RtModel fsdpc_step_model;\n\n");
     cg_put(&b, "static const uint64_t init_sum[] = {");
     for (int k = 0; k < L->nsum; k++)
@@ -470,12 +521,12 @@ static int split(const char *s, char **argv, int max, const char *cpu)
 /* The C compiler's command line: the flags of the target and --cpu (-march; cpu target), then -o out (none where
  * out is NULL), the inputs in (NULL-terminated), and with link the runtime and the kernels built for the --cpu
  * level (emulate: the CUDA emulation's runtime) */
-static char **cc_argv(const char *const *in, const char *out, const char *cpu, int link, int emulate)
+static char **cc_argv(int cuda, const char *const *in, const char *out, const char *cpu, int link, int emulate)
 {
     char **argv = ir_alloc(sizeof(char *) * 256);
     int n = 0;
     argv[n++] = (char *)(g_cc ? g_cc : FSDPC_CC);
-    n += split(cg_cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100, NULL);
+    n += split(cuda ? FSDPC_CFLAGS_CUDA : FSDPC_CFLAGS, argv + n, 100, NULL);
     if (cpu)
         argv[n++] = ir_fmt("-march=%s", cpu);
     if (out) {
@@ -485,7 +536,7 @@ static char **cc_argv(const char *const *in, const char *out, const char *cpu, i
     for (int i = 0; in[i] && n < 150; i++)
         argv[n++] = (char *)in[i];
     if (link)
-        n += split(emulate ? FSDPC_LIBS_CUEMU : cg_cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
+        n += split(emulate ? FSDPC_LIBS_CUEMU : cuda ? FSDPC_LIBS_CUDA : FSDPC_LIBS, argv + n, 100, cpu);
     argv[n] = NULL;
     return argv;
 }
@@ -630,7 +681,6 @@ static char *temp_dir(void)
 void cg_calibrate(const char *out, int world, const char *cc)
 {
     g_cc = cc;
-    cg_cuda = 0;
     char *dir = temp_dir();
     const char *src = ir_fmt("%s/calibrate.c", dir), *exe = ir_fmt("%s/calibrate", dir);
     FILE *f = fopen(src, "w");
@@ -639,7 +689,7 @@ void cg_calibrate(const char *out, int world, const char *cc)
     if (!f || fprintf(f, "#include \"rt.h\"\nint main(int argc, char **argv) { return rt_calibrate(argc, argv, \"%s\"); "
                       "}\n", kname) < 0 || fclose(f))
         fatal("%s: cannot write: %s", src, strerror(errno));
-    const char *why = cg_spawn_cc(cc_argv((const char *[]){src, NULL}, exe, "native", 1, 0));
+    const char *why = cg_spawn_cc(cc_argv(0, (const char *[]){src, NULL}, exe, "native", 1, 0));
     if (why) {
         unlink(exe);
         unlink(src);
@@ -671,10 +721,10 @@ void cg_calibrate(const char *out, int world, const char *cc)
 
 const char *cg_source_cpu(const Graph *g, size_t *len)
 {
-    cg_cuda = 0;
+    Cg cg = {.g = g, .cuda = 0};
     InitLayout L = cg_init_layout(g);
-    Buf step = emit_step(g);
-    Buf src = emit_source(g, &L, &step, &(Buf){0}, 0);
+    Buf step = emit_step(&cg);
+    Buf src = emit_source(&cg, &L, &step, &(Buf){0}, 0);
     Buf all = emit_main(g, &L, cg_write_init(g, &L, NULL), &step);
     cg_put(&all, "%s", src.buf);
     *len = all.len;
@@ -806,41 +856,41 @@ static void install(Build *b, uint64_t id)
 void cg_build(const Graph *g)
 {
     g_cc = g->opt->cc;
-    cg_cuda = !strcmp(g->opt->target, "cuda");
+    Cg cg = {.g = g, .cuda = !strcmp(g->opt->target, "cuda")};
     Build b = build_open(g->opt->out);
     cg_notes(g); /* before NVRTC's and cc's minutes */
     InitLayout L = cg_init_layout(g);
     Buf images = {0};
-    Buf step = emit_step(g); /* first: the kernels it generates are compiled with the rest */
+    Buf step = emit_step(&cg); /* first: the kernels it generates are compiled with the rest */
     const char *asm_src = NULL;
-    if (cg_cuda) {
+    if (cg.cuda) {
         if (!*FSDPC_LIBS_CUDA)
             fatal("--target cuda (the default): this fsdpc was built without the CUDA toolkit; use --target cpu, or "
                   "rebuild fsdpc where the CUDA 13 toolkit is installed");
         b.cuda_dir = temp_dir();
         if (g->opt->emulate) { /* the fused kernels for the host, compiled now: the object joins the link */
             const char *cc;
-            b.nimage = cg_cuemu_images(g, b.cuda_dir, &images, &cc);
+            b.nimage = cg_cuemu_images(&cg, b.cuda_dir, &images, &cc);
             asm_src = ir_fmt("%s/fused.o", b.cuda_dir);
             const char *why = cg_object(cc, cxx_argv(), asm_src);
             if (why)
                 cg_build_fail(&b, ir_fmt("%s: compiling the fused kernels for the CUDA emulation failed: %s", b.out,
                                          why));
         } else
-            b.nimage = cg_cuda_images(g, b.cuda_dir, &images, &asm_src);
+            b.nimage = cg_cuda_images(&cg, b.cuda_dir, &images, &asm_src);
     }
-    Buf src = emit_source(g, &L, &step, &images, b.nimage);
+    Buf src = emit_source(&cg, &L, &step, &images, b.nimage);
     build_private(&b);
     uint64_t id = cg_write_init(g, &L, &b);
     Buf main_src = emit_main(g, &L, id, &step);
     if (g->opt->keep_c)
         write_emit_c(&b, &main_src, &src);
-    const char *cpu = cg_cuda ? NULL : opt_cpu(g), *step_c = write_private(&b, "step.c", &src);
+    const char *cpu = cg.cuda ? NULL : opt_cpu(g), *step_c = write_private(&b, "step.c", &src);
     const char *in[] = {write_private(&b, "main.c", &main_src), ir_fmt("%s/step.o", b.priv_path), asm_src, NULL};
-    const char *why = cg_object(step_c, cc_argv((const char *[]){NULL}, NULL, cpu, 0, 0), in[1]);
+    const char *why = cg_object(step_c, cc_argv(cg.cuda, (const char *[]){NULL}, NULL, cpu, 0, 0), in[1]);
     if (why)
         cc_fail(&b, why);
-    why = cg_spawn_cc(cc_argv(in, ir_fmt("%s/exe", b.priv_path), cpu, 1, cg_cuda && g->opt->emulate));
+    why = cg_spawn_cc(cc_argv(cg.cuda, in, ir_fmt("%s/exe", b.priv_path), cpu, 1, cg.cuda && g->opt->emulate));
     if (why)
         cc_fail(&b, why);
     install(&b, id);

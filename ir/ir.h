@@ -206,6 +206,7 @@ typedef enum { PREFETCH_PRE, PREFETCH_POST, PREFETCH_NONE } Prefetch;
 
 typedef struct {
     const char *model;       /* path of the .onnx */
+    const char *cmdline;     /* fsdpc's command line as given (the header of the emitted main.c); NULL: none */
     const uint8_t *model_data; /* non-NULL (in-process drivers): the model's bytes, model_size of them, read */
     size_t model_size;         /* instead of the file `model` (still its name and directory) */
     const char *out;         /* -o */

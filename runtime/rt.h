@@ -257,8 +257,25 @@ enum { RT_LANE_GATHER, RT_LANE_REDUCE, RT_NLANE };
 void rt_coll_start(RtCtx *c, int tag, int node, int lane, void (*job)(RtCtx *));
 void rt_coll_wait(RtCtx *c, int tag);
 
+/* One GEMM node of the emitted step (codegen/emit.c), k_matmul's arguments by name: batch GEMMs of
+ * C[m, n] = alpha op(A)[m, k] op(B)[k, n] (+ beta C), A and B advancing stride_a / stride_b elements from one to
+ * the next (0: the same matrix for all), op transposing where trans_a / trans_b.  RT_GEMM(d) spells its
+ * geometry as k_matmul_* and k_matmul_add_* take it. */
+typedef struct {
+    int64_t batch, stride_a, stride_b, m, n, k;
+    int trans_a, trans_b;
+    double alpha, beta;
+} RtGemm;
+#define RT_GEMM(d) (d).batch, (d).stride_a, (d).stride_b, (d).m, (d).n, (d).k, (d).trans_a, (d).trans_b
+
 /* --trace: node ended now (-1: the step starts), called by the step when c->trace */
 void rt_trace(RtCtx *c, int node);
+/* the cpu step's mark after node i (not in a validation pass): one line per node of the emitted step */
+#define RT_TRACE(c, i)                          \
+    do {                                        \
+        if ((c)->trace && !(c)->validating)     \
+            rt_trace((c), (i));                 \
+    } while (0)
 
 /* Byte copies and fills inside the step (memcpy / memset on cpu; on cuda
  * asynchronous device copies on the compute stream) */
