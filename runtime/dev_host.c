@@ -327,10 +327,11 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
     long n = comm && cores > 1 ? cores - 1 : cores;
     char t[160];
     g_gemm_threads = k_threads((int)(n < 4096 ? n : 4096), t, sizeof t);
-    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s; %s", t,
-             cores, cores > 1 ? "s" : "", comm && cores > 1 ? ", one of them the communication thread's" : "",
-             m->cpu ? m->cpu : "?", m->cpu_kernels ? m->cpu_kernels : "?",
-             g_wait[0] ? g_wait : "threads spin briefly while they wait (libgomp's default)");
+    snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s; %s; "
+             "OpenBLAS's %s kernels", t, cores, cores > 1 ? "s" : "",
+             comm && cores > 1 ? ", one of them the communication thread's" : "", m->cpu ? m->cpu : "?",
+             m->cpu_kernels ? m->cpu_kernels : "?",
+             g_wait[0] ? g_wait : "threads spin briefly while they wait (libgomp's default)", k_blas_kernels());
     return 0;
 }
 

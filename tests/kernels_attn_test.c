@@ -46,14 +46,13 @@ static void attn_threads_check(int dt, Buf *q, Buf *kt, Buf *v, Buf *bias, Buf *
     static const char *const part[] = {"y", "lse", "dq", "dkt", "dval", "dbias"};
     const double scale = 1 / sqrt((double)d);
     for (int run = 0; run < 2; run++) {
-        const int before = omp_get_max_threads();
-        omp_set_num_threads(run ? 1 : 4);
+        const int before = ktest_team(run ? 1 : 4);
         KCALL(k_attention, vp(dt, y), vp(dt, lse), vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL,
               batch, t, s, d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
         KCALL(k_attention_grad, vp(dt, dq), vp(dt, dkt), vp(dt, dval), bias ? vp(dt, dbias) : NULL, vp(dt, dy),
               vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL, vp(dt, y), vp(dt, lse), batch, t, s,
               d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
-        omp_set_num_threads(before);
+        ktest_team(before);
         for (int k = 0; k < 6; k++) {
             const size_t n = (size_t)(k == 5 && !bias ? 0 : out[k]->n) * es;
             if (!run) {
@@ -349,9 +348,9 @@ static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d,
 #ifdef _OPENMP
     const int before = omp_get_max_threads();
     if (kvrep > 1) /* the K/V problems' sums over their query problems on a real team, whatever OMP_NUM_THREADS */
-        omp_set_num_threads(4);
+        ktest_team(4);
     Attn16Out o = attn16_run(&a, ws);
-    omp_set_num_threads(before);
+    ktest_team(before);
 #else
     Attn16Out o = attn16_run(&a, ws);
 #endif
@@ -367,10 +366,9 @@ static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d,
         check_rel(got[k], want[k], len[k], k == 1 ? 1e-5 : tl, k == 1 || k == 5 ? 0 : tl / 50); /* lse: float32 */
     }
 #ifdef _OPENMP
-    const int team = omp_get_max_threads();
-    omp_set_num_threads(1); /* against the team got's run had (kvrep cases: a team of 4, below) */
+    const int team = ktest_team(1); /* against the team got's run had (kvrep cases: a team of 4, below) */
     Attn16Out one = attn16_run(&a, ws);
-    omp_set_num_threads(team);
+    ktest_team(team);
     const float *alone[] = {one.y, one.lse, one.dq, one.dkt, one.dval, one.dbias};
     for (int k = 0; k < 6; k++) {
         CTX("%s %s on 1 thread and on %d: batch %lld t %lld s %lld bias %d kvrep %lld flags %d", name, part[k],

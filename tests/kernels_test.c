@@ -238,10 +238,10 @@ static void matmul_16_case(const Gemm *g, int f16)
 #ifdef _OPENMP
     /* the widened path's tiles are the same at any thread count, and so are the bits: a team of 4 = 1 thread */
     const int before = omp_get_max_threads();
-    omp_set_num_threads(before == 4 ? 1 : 4);
+    ktest_team(before == 4 ? 1 : 4);
     (f16 ? k_matmul_f16 : k_matmul_bf16)(c0, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb,
                                          g->beta);
-    omp_set_num_threads(before);
+    ktest_team(before);
     check_bytes(F32, c0, c.f, (size_t)nc * sizeof(float)); /* 1 thread's bits = a team of 4's */
 #endif
     free(c0);

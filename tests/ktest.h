@@ -30,6 +30,22 @@
 
 #include "kernels.h"
 
+#ifdef _OPENMP
+#include <cblas.h>
+#include <omp.h>
+/* The kernels' team of n, as an executable sets it (k_threads): OpenMP's count and OpenBLAS's together (in
+ * OpenBLAS's OpenMP build openblas_set_num_threads sets OpenMP's too); the previous count.  Setting OpenMP's alone
+ * left a 1-thread run's GEMMs on OpenBLAS's threads, which no executable does, and OpenBLAS's Haswell kernels
+ * (OPENBLAS_CORETYPE=Haswell, as some machines of this project's kind set it) sum differently on more threads. */
+static inline int ktest_team(int n)
+{
+    const int before = omp_get_max_threads();
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+    return before;
+}
+#endif
+
 enum { F32, F64 };
 static const char *const dtname[] = {"f32", "f64"};
 

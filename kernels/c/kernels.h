@@ -550,6 +550,9 @@ void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, cons
  * writes what each ended up as and why into why[0..cap), and returns the
  * GEMMs' count (OpenBLAS's). */
 int k_threads(int n, char *why, size_t cap);
+/* the name of the kernels OpenBLAS runs on this CPU (openblas_get_corename: its own choice, or OPENBLAS_CORETYPE's;
+ * its "Haswell" and "Zen" kernels sum differently on different thread counts) */
+const char *k_blas_kernels(void);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

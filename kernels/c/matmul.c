@@ -56,6 +56,12 @@ int k_threads(int n, char *why, size_t cap)
     return nb;
 }
 
+const char *k_blas_kernels(void)
+{
+    const char *c = openblas_get_corename();
+    return c && *c ? c : "?";
+}
+
 /* CBLAS takes int dims; fsdpc's shapes are checked long before this, so a
  * larger one is an internal bug: abort loudly, also in release builds. */
 static void check_dims(int64_t m, int64_t n, int64_t k)

@@ -126,7 +126,11 @@ class Hosts:
                "--mca", "oob_tcp_if_include", NET + ".0/24", "--mca", "btl", "tcp,vader,self",
                "--mca", "btl_tcp_if_include", NET + ".0/24"] + list(opts)
         xs = []  # per app context: -x before the first ':' does not reach the others
-        for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "FSDPC_STEP_TIMEOUT", "ASAN_OPTIONS"):
+        # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE: some machines of this project's kind set them (OpenBLAS's Haswell
+        # kernels, which sum differently from the ones it picks by itself there): a rank on another host must run
+        # the kernels the one-host run does
+        for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "FSDPC_STEP_TIMEOUT", "ASAN_OPTIONS",
+                  "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
             xs += ["-x", v] if v in (env or os.environ) else []
         for k, argv in enumerate(apps):
             cmd += ([":"] if k else []) + xs + argv
