@@ -42,6 +42,25 @@ const OpInfo op_info[OP_COUNT] = {
 #undef S
 };
 
+/* Which inputs an op may read in bfloat16 or float16 (the precision pass makes such reads; ir_verify holds
+ * every pass to this set): the GEMM operands, what is only moved or cast, the fused loops (which load 16-bit
+ * inputs widened), the cross-entropy's logits, the buffers a Free or Wait ends. */
+int ir_reads_low(const Node *n, int input)
+{
+    switch (n->op) {
+    case OP_MatMul: case OP_Free: case OP_Wait: return 1;
+    case OP_MatMulAdd: return input < 2; /* the operands; the bias and addend have the float32 result's dtype */
+    case OP_FusedAttention: return input < 3; /* q, kt, v; the bias is float32 */
+    case OP_FusedAttentionGrad: return input >= 1 && input <= 3; /* q, kt, v; dy, y, lse, bias are float32 */
+    case OP_Cast: return input == 0;
+    case OP_Fused: return 1; /* fuse.c's loops load 16-bit inputs widened */
+    case OP_CrossEntropyLoss: return input == 0; /* the logits (k_cross_entropy_bf16) */
+    case OP_CrossEntropyGrad: return input == 1;
+    case OP_Transpose: case OP_Gather: case OP_Identity: case OP_Reshape: return input == 0; /* only moved */
+    default: return 0;
+    }
+}
+
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
  * Each block starts with a pointer to the previous one, so everything stays
  * reachable (LeakSanitizer reports nothing) though fsdpc never frees;

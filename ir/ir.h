@@ -379,6 +379,7 @@ int ir_root(const Graph *g, int v);               /* the value whose bytes v vie
  * ReduceScatter's flat gradient)? */
 int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
+int ir_reads_low(const Node *n, int input);      /* may input `input` of n be bfloat16 or float16? */
 
 /* print.c / parse.c / verify.c */
 #define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */
@@ -412,7 +413,6 @@ Graph *onnx_load(const Options *opt);
 
 /* passes/: one entry function each, run in the literal list in fsdpc.c */
 void pass_fold(Graph *g);
-void shape_node(Graph *g, int node);              /* shape.c: infer one node's outputs */
 void pass_shape(Graph *g);
 void pass_attention(Graph *g);
 void share_constants(Graph *g); /* passes/consts.c: every reader of a constant reads the first identical one */
@@ -422,15 +422,16 @@ void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
 void pass_precision(Graph *g);
-int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16 or float16? */
 DType precision_low(Precision p);               /* the 16-bit dtype of --precision bf16 / fp16 */
 void pass_recompute(Graph *g);
 void pass_fuse(Graph *g);
 void pass_schedule(Graph *g);
 void pass_memplan(Graph *g);
 
-/* passes/autodiff.c: what gradient rules build with.  Each returns the new
- * value's id; shapes come from shape_node. */
+/* ir/build.c: what the rules and the passes build with.  shape_node types one
+ * node by the shape rules (and checks what they infer); each ad_* returns the
+ * new value's id, shaped by shape_node. */
+void shape_node(Graph *g, int node);
 #define GRAD_MAX_IN 8
 typedef struct {
     Graph *g;
