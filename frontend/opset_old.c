@@ -71,7 +71,7 @@ static int scalar_const(const OldNode *c, const Node *n, const char *what, doubl
 {
     float f = (float)v;
     Shape s = {.rank = 0};
-    return ir_const(c->g, c->fresh(ir_fmt("%s.%s", n->name, what)), DT_F32, &s, &f);
+    return ir_const(c->g, c->fresh(c->fe, ir_fmt("%s.%s", n->name, what)), DT_F32, &s, &f);
 }
 
 /* Dropout-7 and -10: the ratio attribute → the ratio input (its reading). */
@@ -113,15 +113,15 @@ static void coerce_2d(const OldNode *c, int id)
     Op op = n->op;
     const char *base = n->name;
     int x = n->in[0], y = n->out[0];
-    int flat = ir_value(g, c->fresh(ir_fmt("%s/flat", base)), DT_UNDEF, NULL, R_ACT);
-    int two = ir_value(g, c->fresh(ir_fmt("%s/2d", base)), DT_UNDEF, NULL, R_ACT);
-    int shape = ir_value(g, c->fresh(ir_fmt("%s/shape", base)), DT_UNDEF, NULL, R_ACT);
+    int flat = ir_value(g, c->fresh(c->fe, ir_fmt("%s/flat", base)), DT_UNDEF, NULL, R_ACT);
+    int two = ir_value(g, c->fresh(c->fe, ir_fmt("%s/2d", base)), DT_UNDEF, NULL, R_ACT);
+    int shape = ir_value(g, c->fresh(c->fe, ir_fmt("%s/shape", base)), DT_UNDEF, NULL, R_ACT);
     g->node[id].op = OP_Flatten;
     g->node[id].out[0] = flat;
-    int s = ir_node1(g, op, c->fresh(ir_fmt("%s/2d", base)), flat, -1, two);
+    int s = ir_node1(g, op, c->fresh(c->fe, ir_fmt("%s/2d", base)), flat, -1, two);
     ir_attr_add(g, s, "axis", A_INT)->i = 1;
-    ir_node1(g, OP_Shape, c->fresh(ir_fmt("%s/shape", base)), x, -1, shape);
-    ir_node1(g, OP_Reshape, c->fresh(ir_fmt("%s/reshape", base)), two, shape, y);
+    ir_node1(g, OP_Shape, c->fresh(c->fe, ir_fmt("%s/shape", base)), x, -1, shape);
+    ir_node1(g, OP_Reshape, c->fresh(c->fe, ir_fmt("%s/reshape", base)), two, shape, y);
 }
 
 /* ---- Resize-10 ------------------------------------------------------------------ */
@@ -165,7 +165,7 @@ static void upsample_scales(const OldNode *c, int id)
     for (int i = 0; i < a->n; i++)
         f[i] = (float)a->floats[i];
     Shape s = {.rank = 1, .dim = {a->n}};
-    int v = ir_const(c->g, c->fresh(ir_fmt("%s.scales", n->name)), DT_F32, &s, f);
+    int v = ir_const(c->g, c->fresh(c->fe, ir_fmt("%s.scales", n->name)), DT_F32, &s, f);
     n = &c->g->node[id];
     int *in = ir_alloc(sizeof(int) * 2);
     in[0] = n->in[0];
