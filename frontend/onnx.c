@@ -1496,14 +1496,39 @@ static void constant_node(Fe *fe, const Onnx__NodeProto *n, const char *what)
     define(fe, out, v, what);
 }
 
+/* A part of node n newer than opset (ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR, SINCE_VALUE rows): refused. */
+static void newer_parts(Fe *fe, const Node *n, const char *what, int64_t opset)
+{
+    const char *op = op_info[n->op].name;
+    for (const OpSince *f = op_since; f->op != OP_COUNT; f++) {
+        if (f->op != n->op || opset >= f->opset)
+            continue;
+        if (f->input >= 0 && n->nin > f->input && f->was_attr)
+            bad(fe, "%s: %s takes %s as an attribute before opset %d; this node gives it as input %d (at opset %lld; "
+                "or convert the model with onnx.version_converter.convert_version(model, %d))", what, op, f->name,
+                f->opset, f->input + 1, (long long)opset, OPSET_IR);
+        if (f->input >= 0 && n->nin > f->input)
+            bad(fe, "%s: input %d (%s) is opset %d's; at opset %lld %s takes at most %d inputs", what, f->input,
+                f->name, f->opset, (long long)opset, op, f->input);
+        if (f->input < 0 && !f->value && ir_attr(n, f->name))
+            bad(fe, "%s: %s is opset %d's; at opset %lld %s has none", what, f->name, f->opset, (long long)opset, op);
+        const char *v = f->value ? ir_attr_s(n, f->name, NULL) : NULL;
+        if (v && !strcmp(v, f->value))
+            bad(fe, "%s: %s '%s' is opset %d's (the model says opset %lld)", what, f->name, f->value, f->opset,
+                (long long)opset);
+    }
+}
+
 /* A node is read as the version its opset gives it.  An op newer than that
  * opset (ops.def's since column) is refused; so is, for the ops whose inputs
  * or attributes changed between opsets 13 and 28 in a way fsdpc reads (the
  * other version bumps of its ops add types only, which shape inference
- * checks), the form of another version: never misread.  A node of opsets 7 to
- * 12 is then rewritten into its opset 13 form (opset_old.c).  rename: the
- * node's row of renamed[] (an old op read as its successor; its since is
- * renamed[].until's rule instead), or -1. */
+ * checks), the form of another version: a part newer than the opset
+ * (ops.def's SINCE_* rows), or the reductions' axes in the other place than
+ * the opset has them: never misread.  A node of opsets 7 to 12 is then
+ * rewritten into its opset 13 form (opset_old.c).  rename: the node's row of
+ * renamed[] (an old op read as its successor; its since is renamed[].until's
+ * rule instead), or -1. */
 static void version_rules(Fe *fe, int id, const char *what, int rename)
 {
     const Node *n = &fe->g->node[id];
@@ -1525,49 +1550,7 @@ static void version_rules(Fe *fe, int id, const char *what, int rename)
             bad(fe, "%s: at opset %lld, %s takes axes as an attribute; an axes input is opset 18's (the model "
                 "says opset %lld: fix its opset_import)", what, (long long)opset, op, (long long)opset);
     }
-    switch (n->op) {
-    case OP_Split: /* num_outputs: opset 18 */
-        if (opset < 18 && ir_attr(n, "num_outputs"))
-            bad(fe, "%s: num_outputs is opset 18's; at opset %lld Split takes split sizes or splits evenly",
-                what, (long long)opset);
-        break;
-    case OP_Pad: /* axes: opset 18 */
-        if (opset < 18 && nin > 3)
-            bad(fe, "%s: an axes input is opset 18's; at opset %lld Pad takes data, pads and constant_value", what,
-                (long long)opset);
-        break;
-    case OP_AveragePool: /* dilations: opset 19 */
-        if (opset < 19 && ir_attr(n, "dilations"))
-            bad(fe, "%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
-        break;
-    case OP_Attention: /* nonpad_kv_seqlen: opset 24; windows: 25 */
-        if (opset < 24 && nin > 6)
-            bad(fe, "%s: nonpad_kv_seqlen is opset 24's; at opset %lld Attention takes 6 inputs", what,
-                (long long)opset);
-        if (opset < 25 && (ir_attr(n, "left_window_size") || ir_attr(n, "right_window_size")))
-            bad(fe, "%s: left_window_size and right_window_size are opset 25's (the model says opset %lld)", what,
-                (long long)opset);
-        break;
-    case OP_ScatterND: case OP_ScatterElements: { /* reduction: opset 16 (add, mul); max, min: 18 */
-        const char *r = ir_attr_s(n, "reduction", NULL);
-        if (r && opset < 16)
-            bad(fe, "%s: reduction is opset 16's; at opset %lld %s has none", what, (long long)opset, op);
-        if (r && opset < 18 && (!strcmp(r, "max") || !strcmp(r, "min")))
-            bad(fe, "%s: reduction '%s' is opset 18's (the model says opset %lld)", what, ir_q(r), (long long)opset);
-        break;
-    }
-    case OP_Resize: /* axes, antialias, keep_aspect_ratio_policy: opset 18; half_pixel_symmetric: 19 */
-        for (int i = 0; i < n->nattr; i++)
-            if (opset < 18 && (!strcmp(n->attr[i].name, "axes") || !strcmp(n->attr[i].name, "antialias") ||
-                               !strcmp(n->attr[i].name, "keep_aspect_ratio_policy")))
-                bad(fe, "%s: %s is opset 18's; at opset %lld Resize has none", what, n->attr[i].name, (long long)opset);
-        if (opset < 19 && !strcmp(ir_attr_s(n, "coordinate_transformation_mode", ""), "half_pixel_symmetric"))
-            bad(fe, "%s: coordinate_transformation_mode half_pixel_symmetric is opset 19's (the model says opset %lld)",
-                what, (long long)opset);
-        break;
-    default:
-        break;
-    }
+    newer_parts(fe, n, what, opset);
 }
 
 static void load_node(Fe *fe, const Flat *fl)

@@ -23,7 +23,8 @@
  *   BatchNormalization-7 spatial 1 is opset 9's only form; spatial 0 is refused
  *
  * A node in the form of a newer version (an input where its opset has an
- * attribute) is refused, never misread.  Every other change of fsdpc's ops
+ * attribute: ops.def's WAS_ATTR rows) is refused, never misread, before it
+ * comes here (frontend/onnx.c's version_rules).  Every other change of fsdpc's ops
  * between opsets 7 and 13 widens what a model may say (types, negative axes
  * and indices, broadcasting, optional inputs, new attributes with defaults
  * that keep the old meaning), so the opset 13 reading is the old one too.
@@ -49,22 +50,6 @@ static _Noreturn void refuse(const OldNode *c, const char *fmt, ...)
 }
 
 /* ---- attributes that became inputs ----------------------------------------- */
-
-/* Op's inputs from `from` on were attributes (the first named attr) before opset `at`. */
-static const struct { Op op; int from, at; const char *attr; } moved[] = {
-    {OP_Squeeze, 1, 13, "axes"},  {OP_Unsqueeze, 1, 13, "axes"}, {OP_Split, 1, 13, "split"},
-    {OP_ReduceSum, 1, 13, "axes"}, {OP_Dropout, 1, 12, "ratio"}, {OP_Pad, 1, 11, "pads"},
-    {OP_Clip, 1, 11, "min"},      {OP_Slice, 1, 10, "starts"},  {OP_TopK, 1, 10, "k"},
-};
-
-/* An input where the node's opset has the attribute: refused. */
-static void check_moved(const OldNode *c, const Node *n)
-{
-    for (size_t i = 0; i < sizeof moved / sizeof *moved; i++)
-        if (moved[i].op == n->op && c->opset < moved[i].at && n->nin > moved[i].from)
-            refuse(c, "%s takes %s as an attribute before opset %d; this node gives it as input %d",
-                   op_info[n->op].name, moved[i].attr, moved[i].at, moved[i].from + 1);
-}
 
 /* A scalar float32 constant of value v, named after the node. */
 static int scalar_const(const OldNode *c, const Node *n, const char *what, double v)
@@ -186,7 +171,6 @@ void onnx_upsample(const OldNode *c, int id)
 void onnx_old_node(const OldNode *c, int id)
 {
     const Node *n = &c->g->node[id];
-    check_moved(c, n);
     switch (n->op) {
     case OP_Dropout:
         dropout_ratio(c, id);

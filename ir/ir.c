@@ -42,24 +42,32 @@ const OpInfo op_info[OP_COUNT] = {
 #undef S
 };
 
-/* Which inputs an op may read in bfloat16 or float16 (the precision pass makes such reads; ir_verify holds
- * every pass to this set): the GEMM operands, what is only moved or cast, the fused loops (which load 16-bit
- * inputs widened), the cross-entropy's logits, the buffers a Free or Wait ends. */
+/* ops.def's LOW rows */
 int ir_reads_low(const Node *n, int input)
 {
     switch (n->op) {
-    case OP_MatMul: case OP_Free: case OP_Wait: return 1;
-    case OP_MatMulAdd: return input < 2; /* the operands; the bias and addend have the float32 result's dtype */
-    case OP_FusedAttention: return input < 3; /* q, kt, v; the bias is float32 */
-    case OP_FusedAttentionGrad: return input >= 1 && input <= 3; /* q, kt, v; dy, y, lse, bias are float32 */
-    case OP_Cast: return input == 0;
-    case OP_Fused: return 1; /* fuse.c's loops load 16-bit inputs widened */
-    case OP_CrossEntropyLoss: return input == 0; /* the logits (k_cross_entropy_bf16) */
-    case OP_CrossEntropyGrad: return input == 1;
-    case OP_Transpose: case OP_Gather: case OP_Identity: case OP_Reshape: return input == 0; /* only moved */
+#define ALL_INPUTS 0xffffffffu
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)
+#define LOW(name, inputs) \
+    case OP_##name: return input >= 32 ? (inputs) == ALL_INPUTS : (int)((inputs) >> input & 1u);
+#include "ops.def"
+#undef OP
+#undef ALL_INPUTS
     default: return 0;
     }
 }
+
+/* ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR and SINCE_VALUE rows, in its order */
+const OpSince op_since[] = {
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)
+#define SINCE_IN(name, input, text, opset) {OP_##name, opset, input, #text, NULL, 0},
+#define WAS_ATTR(name, input, attr, opset) {OP_##name, opset, input, #attr, NULL, 1},
+#define SINCE_ATTR(name, attr, opset) {OP_##name, opset, -1, #attr, NULL, 0},
+#define SINCE_VALUE(name, attr, value, opset) {OP_##name, opset, -1, #attr, #value, 0},
+#include "ops.def"
+#undef OP
+    {OP_COUNT, 0, -1, NULL, NULL, 0},
+};
 
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
  * Each block starts with a pointer to the previous one, so everything stays

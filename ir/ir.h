@@ -73,6 +73,18 @@ typedef struct {
     const char *dkname[2];
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
+/* A part of an ONNX op that exists from an opset on (ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR and SINCE_VALUE
+ * rows): input number `input` (name: its name; was_attr: before, it was the attribute `name`), or (input -1) the
+ * attribute `name`, or its string value `value`.  op_since lists them in ops.def's order, ending with op
+ * OP_COUNT. */
+typedef struct {
+    Op op;
+    int opset;
+    int input;
+    const char *name, *value;
+    int was_attr;
+} OpSince;
+extern const OpSince op_since[];
 
 typedef struct {
     int rank;
@@ -379,7 +391,8 @@ int ir_root(const Graph *g, int v);               /* the value whose bytes v vie
  * ReduceScatter's flat gradient)? */
 int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
-int ir_reads_low(const Node *n, int input);      /* may input `input` of n be bfloat16 or float16? */
+/* may input `input` of n be bfloat16 or float16 (ops.def's LOW rows)? */
+int ir_reads_low(const Node *n, int input);
 
 /* print.c / parse.c / verify.c */
 #define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */
