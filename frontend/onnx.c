@@ -24,6 +24,12 @@
  *                          decimal that rounds to them (attr_float)
  *   → graph outputs     → g->output
  *
+ * Everything one load knows is in its Fe (the model's path and bytes, the
+ * name table, the opset, the inlined node list), made by onnx_load and passed
+ * to every function here: nothing survives a load but the Graph and what the
+ * arena holds, so loads share nothing (--report loads the model once per
+ * strategy, the fuzzer many models in one process) and need no resets.
+ *
  * Every problem with the model is one fatal() line: "MODEL: what, where, and
  * what to do".  Names are kept byte-exact in the IR (export and later error
  * messages use them); in our own messages they pass through ir_q() (ir/ir.c), which
@@ -65,18 +71,28 @@ enum { UNSEEN = -3, RESERVED = -2 };  /* name table ids besides value ids */
 
 typedef struct { const char *key; int id; } Name;
 
-static Graph *G;
-static const char *path;              /* opt->model, prefix of every message */
-static const char *dir, *dir_real;          /* the model's directory, as given and resolved */
-static uint8_t *bytes;                /* the file, kept for export */
-static Onnx__ModelProto *model;       /* in the arena, kept alive until exit */
-static Name *names;
-static size_t ncap, nused;
+/* One compile's reading of its model: every function of the frontend takes it, so that nothing outlives
+ * onnx_load but the Graph (and what the arena holds), and two loads share nothing (fsdpc --report loads the
+ * model once per strategy; tests/fuzz_compile.c many models in one process). */
+typedef struct {
+    Graph *g;
+    const char *path;                 /* opt->model, prefix of every message */
+    const char *dir, *dir_real;       /* the model's directory, as given and resolved */
+    uint8_t *bytes;                   /* the file (in the arena), kept for export */
+    Onnx__ModelProto *model;          /* in the arena */
+    Name *names;                      /* the name table: ncap slots (a power of two), nused used */
+    size_t ncap, nused;
+    int64_t opset;                    /* of the default domain: the model's, then each node's as it is loaded */
+    struct Func *funcs;               /* the model-local functions */
+    size_t nfuncs;
+    struct Flat *flat;                /* the graph's nodes, functions inlined: nflat of flatcap */
+    size_t nflat, flatcap;
+} Fe;
 
 /* ---- messages ------------------------------------------------------------ */
 
-__attribute__((format(printf, 1, 2)))
-static _Noreturn void bad(const char *fmt, ...)
+__attribute__((format(printf, 2, 3)))
+static _Noreturn void bad(Fe *fe, const char *fmt, ...)
 {
     va_list ap, ap2;
     va_start(ap, fmt);
@@ -86,7 +102,7 @@ static _Noreturn void bad(const char *fmt, ...)
     vsnprintf(msg, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
     va_end(ap);
-    fatal("%s: %s", path, msg);
+    fatal("%s: %s", fe->path, msg);
 }
 
 
@@ -108,65 +124,65 @@ static Name *probe(Name *tab, size_t cap, const char *key)
     return &tab[i];
 }
 
-static int find(const char *key)
+static int find(Fe *fe, const char *key)
 {
-    if (!ncap)
+    if (!fe->ncap)
         return UNSEEN;
-    Name *e = probe(names, ncap, key);
+    Name *e = probe(fe->names, fe->ncap, key);
     return e->key ? e->id : UNSEEN;
 }
 
 /* The entry for key, entered as RESERVED if new. */
-static Name *slot(const char *key)
+static Name *slot(Fe *fe, const char *key)
 {
-    if (2 * (nused + 1) > ncap) {
-        size_t cap = ncap ? 2 * ncap : 1024;
+    if (2 * (fe->nused + 1) > fe->ncap) {
+        size_t cap = fe->ncap ? 2 * fe->ncap : 1024;
         Name *tab = ir_alloc(cap * sizeof *tab);
-        for (size_t i = 0; i < ncap; i++)
-            if (names[i].key)
-                *probe(tab, cap, names[i].key) = names[i];
-        names = tab;
-        ncap = cap;
+        for (size_t i = 0; i < fe->ncap; i++)
+            if (fe->names[i].key)
+                *probe(tab, cap, fe->names[i].key) = fe->names[i];
+        fe->names = tab;
+        fe->ncap = cap;
     }
-    Name *e = probe(names, ncap, key);
+    Name *e = probe(fe->names, fe->ncap, key);
     if (!e->key) {
         e->key = key;
         e->id = RESERVED;
-        nused++;
+        fe->nused++;
     }
     return e;
 }
 
 /* base, or base_1, base_2, ...: a name nothing in the file or the IR uses. */
-static const char *fresh(const char *base)
+static const char *fresh(Fe *fe, const char *base)
 {
     const char *s = base;
-    for (int k = 1; find(s) != UNSEEN; k++)
+    for (int k = 1; find(fe, s) != UNSEEN; k++)
         s = ir_fmt("%s_%d", base, k);
     return s;
 }
 
-static int use(const char *name, const char *what, int required)
+static int use(Fe *fe, const char *name, const char *what, int required)
 {
     if (!*name) {
         if (required)
-            bad("%s leaves a required input empty", what);
+            bad(fe, "%s leaves a required input empty", what);
         return -1;
     }
-    int id = find(name);
+    int id = find(fe, name);
     if (id == RESERVED)
-        bad("%s uses '%s' before the node that defines it (ONNX nodes must be topologically "
+        bad(fe, "%s uses '%s' before the node that defines it (ONNX nodes must be topologically "
             "sorted)", what, ir_q(name));
     if (id < 0)
-        bad("%s uses '%s', which no earlier node, input or initializer defines", what, ir_q(name));
+        bad(fe, "%s uses '%s', which no earlier node, input or initializer defines", what, ir_q(name));
     return id;
 }
 
-static void define(const char *name, int v, const char *what)
+static void define(Fe *fe, const char *name, int v, const char *what)
 {
-    Name *e = slot(name);
+    Name *e = slot(fe, name);
     if (e->id >= 0)
-        bad("%s defines '%s', which is already defined (an ONNX value has one producer)", what,
+        bad(fe, "%s defines '%s', which is already defined (an ONNX value has one producer)", what,
             ir_q(name));
     e->id = v;
 }
@@ -175,31 +191,31 @@ static void define(const char *name, int v, const char *what)
 
 /* Opens file for reading (ir_open_regular: a FIFO, device or directory is refused, never waited on); its size
  * into *size.  what names the file in messages. */
-static int open_regular(const char *file, const char *what, int64_t *size)
+static int open_regular(Fe *fe, const char *file, const char *what, int64_t *size)
 {
     const char *why;
     int fd = ir_open_regular(file, 0, size, &why);
     if (fd < 0)
-        bad("cannot open %s: %s", what, why);
+        bad(fe, "cannot open %s: %s", what, why);
     return fd;
 }
 
 /* the model file into the arena (fsdpc --report loads it once per strategy and releases all but the first) */
-static size_t read_model(void)
+static size_t read_model(Fe *fe)
 {
     int64_t size;
-    int fd = open_regular(path, "the model", &size);
+    int fd = open_regular(fe, fe->path, "the model", &size);
     if (size > (int64_t)MAX_MODEL_BYTES)
-        bad("the model file is larger than 2 GiB, the protobuf limit: save the weights as "
+        bad(fe, "the model file is larger than 2 GiB, the protobuf limit: save the weights as "
             "external data (onnx.save_model(m, path, save_as_external_data=True))");
     size_t n = 0, cap = (size_t)size;
-    bytes = ir_alloc(cap + 1);
+    fe->bytes = ir_alloc(cap + 1);
     while (n < cap) { /* a file that shrinks meanwhile is read as far as it goes */
-        ssize_t r = read(fd, bytes + n, cap - n);
+        ssize_t r = read(fd, fe->bytes + n, cap - n);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
-            fatal("%s: cannot read the model: %s", path, strerror(errno));
+            fatal("%s: cannot read the model: %s", fe->path, strerror(errno));
         if (!r)
             break;
         n += (size_t)r;
@@ -280,19 +296,19 @@ static void pb_free(void *data, void *p)
     (void)data, (void)p;
 }
 
-static Onnx__ModelProto *unpack(const uint8_t *buf, size_t len)
+static Onnx__ModelProto *unpack(Fe *fe, const uint8_t *buf, size_t len)
 {
     if (!len)
-        bad("the file is empty (not an ONNX model)");
+        bad(fe, "the file is empty (not an ONNX model)");
     int r = check_depth(&onnx__model_proto__descriptor, buf, buf + len, 0);
     if (r > 0)
-        bad("messages nest more than %d deep (subgraphs inside subgraphs); fsdpc does not "
+        bad(fe, "messages nest more than %d deep (subgraphs inside subgraphs); fsdpc does not "
             "accept such a model", MAX_DEPTH);
     /* in the arena, as everything else: ir_reset releases it too */
     ProtobufCAllocator arena = {.alloc = pb_alloc, .free = pb_free};
     Onnx__ModelProto *m = r ? NULL : onnx__model_proto__unpack(&arena, len, buf);
     if (!m)
-        bad("not an ONNX model (protobuf parse failed; is the file truncated?)");
+        bad(fe, "not an ONNX model (protobuf parse failed; is the file truncated?)");
     return m;
 }
 
@@ -301,26 +317,24 @@ static int default_domain(const char *d)
     return !d || !*d || !strcmp(d, "ai.onnx");
 }
 
-static int64_t opset; /* of the default domain, which the model imports */
-
-static void check_opset(const Onnx__ModelProto *m)
+static void check_opset(Fe *fe, const Onnx__ModelProto *m)
 {
     int64_t v = -1;
     for (size_t i = 0; i < m->n_opset_import; i++)
         if (default_domain(m->opset_import[i]->domain))
             v = m->opset_import[i]->version;
     if (v < 0)
-        bad("the model imports no opset of the default ONNX domain; fsdpc supports opsets %d to %d",
+        bad(fe, "the model imports no opset of the default ONNX domain; fsdpc supports opsets %d to %d",
             OPSET_MIN, OPSET_MAX);
     if (v < OPSET_MIN)
-        bad("the model uses ONNX opset %lld; fsdpc supports opsets %d to %d (convert it with "
+        bad(fe, "the model uses ONNX opset %lld; fsdpc supports opsets %d to %d (convert it with "
             "onnx.version_converter.convert_version(model, %d), or export it again at a newer opset)",
             (long long)v, OPSET_MIN, OPSET_MAX, OPSET_MIN);
     if (v > OPSET_MAX)
-        bad("the model uses ONNX opset %lld; fsdpc supports opsets %d to %d, and does not know what opset %lld "
+        bad(fe, "the model uses ONNX opset %lld; fsdpc supports opsets %d to %d, and does not know what opset %lld "
             "changed (export it at opset %d or below, e.g. torch.onnx.export(..., opset_version=%d))",
             (long long)v, OPSET_MIN, OPSET_MAX, (long long)v, OPSET_MAX, OPSET_MAX);
-    opset = v;
+    fe->opset = v;
 }
 
 /* ---- tensors --------------------------------------------------------------- */
@@ -328,39 +342,39 @@ static void check_opset(const Onnx__ModelProto *m)
 static DType dtype_of(int32_t t) { return tensor_from_onnx(t); }
 
 /* "has dtype FLOAT8E4M3FN, which fsdpc does not support (use float32 ...)" */
-static _Noreturn void bad_dtype(const char *what, int32_t t)
+static _Noreturn void bad_dtype(Fe *fe, const char *what, int32_t t)
 {
     const char *hint = t == 0 ? "the model must declare a dtype"
                      : (t >= 17 && t <= 20) || t == 23 ? "use float32, float16 or bfloat16"
                      : t == 21 || t == 22 ? "use int8, uint8 or a wider integer"
                      : "supported: float32, float64, float16, bfloat16, bool and the integers of 8 to 64 bits";
-    bad("%s has dtype %s, which fsdpc does not support (%s)", what, tensor_onnx_name(t), hint);
+    bad(fe, "%s has dtype %s, which fsdpc does not support (%s)", what, tensor_onnx_name(t), hint);
 }
 
-static int64_t make_shape(Shape *s, size_t n, const int64_t *dims, const char *what)
+static int64_t make_shape(Fe *fe, Shape *s, size_t n, const int64_t *dims, const char *what)
 {
     if (n > MAX_RANK)
-        bad("%s has rank %zu; fsdpc supports rank <= %d", what, n, MAX_RANK);
+        bad(fe, "%s has rank %zu; fsdpc supports rank <= %d", what, n, MAX_RANK);
     s->rank = (int)n;
     for (size_t i = 0; i < n; i++) {
         if (dims[i] < 0)
-            bad("%s has negative dim %zu (%lld)", what, i, (long long)dims[i]);
+            bad(fe, "%s has negative dim %zu (%lld)", what, i, (long long)dims[i]);
         s->dim[i] = dims[i];
     }
     int64_t numel = shape_count(s);
     if (numel < 0)
-        bad("%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
+        bad(fe, "%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(s));
     return numel;
 }
 
-static int64_t parse_count(const char *s, const char *key, const char *what)
+static int64_t parse_count(Fe *fe, const char *s, const char *key, const char *what)
 {
     int64_t v = 0;
     if (!s || !*s)
-        bad("%s external data has an empty '%s'", what, key);
+        bad(fe, "%s external data has an empty '%s'", what, key);
     for (; *s; s++) {
         if (*s < '0' || *s > '9' || v > (INT64_MAX - 9) / 10)
-            bad("%s external data '%s' is not a byte count", what, key);
+            bad(fe, "%s external data '%s' is not a byte count", what, key);
         v = v * 10 + (*s - '0');
     }
     return v;
@@ -379,18 +393,18 @@ static int escapes(const char *loc)
 }
 
 /* realpath real must be dir_real or below it */
-static int inside(const char *real)
+static int inside(Fe *fe, const char *real)
 {
-    size_t n = strlen(dir_real);
-    if (!strcmp(dir_real, "/"))
+    size_t n = strlen(fe->dir_real);
+    if (!strcmp(fe->dir_real, "/"))
         return 1;
-    return !strncmp(real, dir_real, n) && (real[n] == '/' || !real[n]);
+    return !strncmp(real, fe->dir_real, n) && (real[n] == '/' || !real[n]);
 }
 
 /* Where t's external data is (*e): the location checked (inside the model's directory; a regular file holding
  * the bytes), nothing read.  A file that does not exist is accepted when nothing is to be written (no -o:
  * --report, --dump-after): e->missing then holds the error a read of it gives. */
-static void locate_external(const Onnx__TensorProto *t, const char *what, size_t bytes, ExtData *e)
+static void locate_external(Fe *fe, const Onnx__TensorProto *t, const char *what, size_t bytes, ExtData *e)
 {
     const char *loc = NULL, *off_s = NULL, *len_s = NULL;
     for (size_t i = 0; i < t->n_external_data; i++) {
@@ -402,33 +416,33 @@ static void locate_external(const Onnx__TensorProto *t, const char *what, size_t
         else if (!strcmp(x->key, "length")) len_s = x->value;
     }
     if (!loc || !*loc)
-        bad("%s is stored as external data but names no 'location'", what);
+        bad(fe, "%s is stored as external data but names no 'location'", what);
     *e = (ExtData){.what = what, .loc = loc, .len = (int64_t)bytes};
-    e->off = off_s ? parse_count(off_s, "offset", what) : 0;
-    if (len_s && parse_count(len_s, "length", what) != (int64_t)bytes)
-        bad("%s external data has length %s, but its dtype and shape need %zu bytes", what,
+    e->off = off_s ? parse_count(fe, off_s, "offset", what) : 0;
+    if (len_s && parse_count(fe, len_s, "length", what) != (int64_t)bytes)
+        bad(fe, "%s external data has length %s, but its dtype and shape need %zu bytes", what,
             ir_q(len_s), bytes);
     if (escapes(loc))
-        bad("%s external data path '%s' escapes the model directory (keep the data files "
+        bad(fe, "%s external data path '%s' escapes the model directory (keep the data files "
             "beside the model, with relative paths)", what, ir_q(loc));
-    char *r = realpath(ir_fmt("%s/%s", dir, loc), NULL);
+    char *r = realpath(ir_fmt("%s/%s", fe->dir, loc), NULL);
     if (!r) {
-        const char *msg = ir_fmt("%s external data file '%s' (in %s): %s", what, ir_q(loc), ir_q(dir),
+        const char *msg = ir_fmt("%s external data file '%s' (in %s): %s", what, ir_q(loc), ir_q(fe->dir),
                                  strerror(errno));
-        if (errno != ENOENT || G->opt->out)
-            bad("%s", msg);
+        if (errno != ENOENT || fe->g->opt->out)
+            bad(fe, "%s", msg);
         e->missing = msg;
         return;
     }
     e->file = ir_strdup(r);
     free(r);
-    if (!inside(e->file))
-        bad("%s external data path '%s' escapes the model directory (it resolves to %s)", what,
+    if (!inside(fe, e->file))
+        bad(fe, "%s external data path '%s' escapes the model directory (it resolves to %s)", what,
             ir_q(loc), ir_q(e->file));
     int64_t size;
-    close(open_regular(e->file, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &size));
+    close(open_regular(fe, e->file, ir_fmt("%s external data file '%s'", what, ir_q(loc)), &size));
     if (e->off > size || (int64_t)bytes > size - e->off)
-        bad("%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
+        bad(fe, "%s needs %zu bytes at offset %lld of '%s', which has %lld bytes (is it truncated?)",
             what, bytes, (long long)e->off, ir_q(loc), (long long)size);
 }
 
@@ -449,7 +463,7 @@ static void store_low(uint8_t *p, size_t es, const void *src, int wide, int64_t 
 
 /* a tensor's values from its typed field (ONNX keeps every integer of 32 bits or less, bool and the 16-bit floats'
  * bits in int32_data, uint32 and uint64 in uint64_data) */
-static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)
+static void *typed_data(Fe *fe, const Onnx__TensorProto *t, const char *what, DType dt, int64_t numel)
 {
     size_t have = 0, es = dtype_size(dt);
     const void *src = NULL;
@@ -462,7 +476,7 @@ static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, 
     default: have = t->n_int32_data; src = t->int32_data; field = "int32_data"; break;
     }
     if ((int64_t)have != numel)
-        bad("%s has %zu values in %s, but its shape needs %lld", what, have, field,
+        bad(fe, "%s has %zu values in %s, but its shape needs %lld", what, have, field,
             (long long)numel);
     uint8_t *p = ir_alloc((size_t)numel * es);
     if (dt == DT_BOOL)
@@ -476,74 +490,74 @@ static void *typed_data(const Onnx__TensorProto *t, const char *what, DType dt, 
 }
 
 /* A tensor → a new R_CONST value named name (init: initializer index or -1). */
-static int const_tensor(const char *name, const Onnx__TensorProto *t, const char *what, int init)
+static int const_tensor(Fe *fe, const char *name, const Onnx__TensorProto *t, const char *what, int init)
 {
     DType dt = dtype_of(t->data_type);
     if (dt == DT_UNDEF)
-        bad_dtype(what, t->data_type);
+        bad_dtype(fe, what, t->data_type);
     Shape s;
-    int64_t numel = make_shape(&s, t->n_dims, t->dims, what);
+    int64_t numel = make_shape(fe, &s, t->n_dims, t->dims, what);
     size_t bytes = (size_t)numel * dtype_size(dt);
     void *data;
     if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         /* a float initializer's bytes stay in the file until needed (ir_data, OUT.init); the rest may be shapes,
          * indices or masks the passes read */
-        ExtData here, *e = init >= 0 ? &G->ext[init] : &here;
-        locate_external(t, what, bytes, e);
-        data = init >= 0 && (dt == DT_F32 || dt == DT_F64) ? NULL : ir_ext_load(G, e);
+        ExtData here, *e = init >= 0 ? &fe->g->ext[init] : &here;
+        locate_external(fe, t, what, bytes, e);
+        data = init >= 0 && (dt == DT_F32 || dt == DT_F64) ? NULL : ir_ext_load(fe->g, e);
     } else if (t->has_raw_data) {
         if (t->raw_data.len != bytes)
-            bad("%s has %zu bytes of raw_data, but its dtype and shape %s need %zu", what,
+            bad(fe, "%s has %zu bytes of raw_data, but its dtype and shape %s need %zu", what,
                 t->raw_data.len, shape_str(&s), bytes);
         data = ir_alloc(bytes);
         if (bytes)
             memcpy(data, t->raw_data.data, bytes);
     } else {
-        data = typed_data(t, what, dt, numel);
+        data = typed_data(fe, t, what, dt, numel);
     }
     if (dt == DT_BOOL)
         for (size_t i = 0; i < bytes; i++)
             ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
-    int v = ir_value(G, name, dt, &s, R_CONST);
-    G->val[v].data = data;
-    G->val[v].init_index = init;
-    G->val[v].persistent = 1;
+    int v = ir_value(fe->g, name, dt, &s, R_CONST);
+    fe->g->val[v].data = data;
+    fe->g->val[v].init_index = init;
+    fe->g->val[v].persistent = 1;
     return v;
 }
 
 /* A list of n scalars → an R_CONST of shape [n] (or [] when scalar). */
-static int const_list(const char *name, DType dt, const void *src, size_t n, int scalar)
+static int const_list(Fe *fe, const char *name, DType dt, const void *src, size_t n, int scalar)
 {
     Shape s = {.rank = !scalar, .dim = {(int64_t)n}};
-    int v = ir_value(G, name, dt, &s, R_CONST);
+    int v = ir_value(fe->g, name, dt, &s, R_CONST);
     void *p = ir_alloc(n * dtype_size(dt) + 1);
     for (size_t i = 0; i < n; i++) {
         if (dt == DT_F32) ((float *)p)[i] = ((const float *)src)[i];
         else ((int64_t *)p)[i] = ((const int64_t *)src)[i];
     }
-    G->val[v].data = p;
-    G->val[v].persistent = 1;
+    fe->g->val[v].data = p;
+    fe->g->val[v].persistent = 1;
     return v;
 }
 
 /* ---- initializers and graph inputs ----------------------------------------- */
 
-static void load_initializers(const Onnx__GraphProto *gp)
+static void load_initializers(Fe *fe, const Onnx__GraphProto *gp)
 {
     if (gp->n_sparse_initializer)
-        bad("the graph has sparse initializers, which fsdpc does not support (store them dense)");
+        bad(fe, "the graph has sparse initializers, which fsdpc does not support (store them dense)");
     if (gp->n_initializer > INT_MAX / 2)
-        bad("the graph has too many initializers");
-    G->ninit = (int)gp->n_initializer;
-    G->ext = ir_alloc(sizeof *G->ext * (gp->n_initializer + 1));
+        bad(fe, "the graph has too many initializers");
+    fe->g->ninit = (int)gp->n_initializer;
+    fe->g->ext = ir_alloc(sizeof *fe->g->ext * (gp->n_initializer + 1));
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name)
-            bad("initializer #%zu has no name", i);
+            bad(fe, "initializer #%zu has no name", i);
         const char *what = ir_fmt("initializer '%s'", ir_q(t->name));
-        if (find(t->name) >= 0)
-            bad("%s is defined twice (initializer names must be unique)", what);
-        define(t->name, const_tensor(t->name, t, what, (int)i), what);
+        if (find(fe, t->name) >= 0)
+            bad(fe, "%s is defined twice (initializer names must be unique)", what);
+        define(fe, t->name, const_tensor(fe, t->name, t, what, (int)i), what);
     }
 }
 
@@ -591,7 +605,7 @@ static int string_entry(const uint8_t *p, const uint8_t *end, Bytes *key, Bytes 
 
 /* The value of message m's metadata_props entry (its unknown field `field`) whose key is key; the last one
  * when several are, {NULL, 0} when none is.  A malformed entry is refused, naming what. */
-static Bytes metadata(const ProtobufCMessage *m, uint32_t field, const char *key_want, const char *what)
+static Bytes metadata(Fe *fe, const ProtobufCMessage *m, uint32_t field, const char *key_want, const char *what)
 {
     Bytes found = {0};
     for (unsigned i = 0; i < m->n_unknown_fields; i++) {
@@ -604,7 +618,7 @@ static Bytes metadata(const ProtobufCMessage *m, uint32_t field, const char *key
         Bytes key, val;
         if (u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED || varint(&p, end, &len) ||
             len != (uint64_t)(end - p) || string_entry(p, end, &key, &val))
-            bad("%s has a malformed metadata_props entry (field %u is no well-formed key/value entry: a bad "
+            bad(fe, "%s has a malformed metadata_props entry (field %u is no well-formed key/value entry: a bad "
                 "length, tag or wire type); export the model again", what, (unsigned)field);
         if (bytes_is(key, key_want))
             found = val.p ? val : (Bytes){(const uint8_t *)"", 0};
@@ -614,34 +628,34 @@ static Bytes metadata(const ProtobufCMessage *m, uint32_t field, const char *key
 
 /* What message m's metadata_props (its unknown field `field`) say of the value: SIG_NONE when no entry
  * has SIG_KEY. */
-static SigKind sig_kind(const ProtobufCMessage *m, uint32_t field, const char *what)
+static SigKind sig_kind(Fe *fe, const ProtobufCMessage *m, uint32_t field, const char *what)
 {
-    Bytes val = metadata(m, field, SIG_KEY, what);
+    Bytes val = metadata(fe, m, field, SIG_KEY, what);
     return !val.p ? SIG_NONE : bytes_is(val, "PARAMETER") ? SIG_PARAMETER : SIG_OTHER;
 }
 
 /* Records kind k for the initializer called name, if one is (a user input's kind is not kept). */
-static void note_sig(const char *name, SigKind k, const char *what)
+static void note_sig(Fe *fe, const char *name, SigKind k, const char *what)
 {
     if (k == SIG_NONE)
         return;
-    G->signature = 1;
-    int v = name ? find(name) : UNSEEN;
-    if (v < 0 || G->val[v].init_index < 0)
+    fe->g->signature = 1;
+    int v = name ? find(fe, name) : UNSEEN;
+    if (v < 0 || fe->g->val[v].init_index < 0)
         return;
-    if (G->val[v].sig != SIG_NONE && G->val[v].sig != k)
-        bad("%s: the graph signature (%s) calls it a PARAMETER in one place and another kind in another; "
+    if (fe->g->val[v].sig != SIG_NONE && fe->g->val[v].sig != k)
+        bad(fe, "%s: the graph signature (%s) calls it a PARAMETER in one place and another kind in another; "
             "export the model again", what, SIG_KEY);
-    G->val[v].sig = k;
+    fe->g->val[v].sig = k;
 }
 
 /* The graph signature's kind of every initializer it names (after load_initializers). */
-static void load_signature(const Onnx__GraphProto *gp)
+static void load_signature(Fe *fe, const Onnx__GraphProto *gp)
 {
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         const char *what = ir_fmt("initializer '%s'", ir_q(t->name));
-        note_sig(t->name, sig_kind(&t->base, TENSOR_METADATA, what), what);
+        note_sig(fe, t->name, sig_kind(fe, &t->base, TENSOR_METADATA, what), what);
     }
     size_t n[2] = {gp->n_input, gp->n_value_info};
     Onnx__ValueInfoProto **vi[2] = {gp->input, gp->value_info};
@@ -649,7 +663,7 @@ static void load_signature(const Onnx__GraphProto *gp)
         for (size_t i = 0; i < n[k]; i++) {
             const char *name = vi[k][i]->name;
             const char *what = ir_fmt("%s '%s'", k ? "value_info" : "graph input", name ? ir_q(name) : "");
-            note_sig(name, sig_kind(&vi[k][i]->base, VI_METADATA, what), what);
+            note_sig(fe, name, sig_kind(fe, &vi[k][i]->base, VI_METADATA, what), what);
         }
 }
 
@@ -678,7 +692,7 @@ static int ph_cmp(const void *a, const void *b)
 }
 
 /* The signature's PARAMETER lines, sorted by placeholder; lost: the graph has no initializer of the target. */
-static SigParam *sig_parameters(Bytes t, int *np)
+static SigParam *sig_parameters(Fe *fe, Bytes t, int *np)
 {
     static const char tag[] = ": PARAMETER target='";
     if (t.n > INT_MAX)  /* no lines to read as "%.*s" (a 2 GB signature is no torch export's) */
@@ -701,9 +715,9 @@ static SigParam *sig_parameters(Bytes t, int *np)
                 at = q + sizeof tag - 1;
         if (at && eol[-1] == '\'' && eol - 1 > at && !memchr(at, '\\', (size_t)(eol - 1 - at))) {
             const char *name = ir_fmt("%.*s", (int)(eol - 1 - at), (const char *)at);
-            int v = find(name);
+            int v = find(fe, name);
             l[n++] = (SigParam){ir_fmt("%.*s", (int)(at - (sizeof tag - 1) - p), (const char *)p), name,
-                                v < 0 || G->val[v].init_index < 0, 0, -1};
+                                v < 0 || fe->g->val[v].init_index < 0, 0, -1};
         }
         p = eol + 1;
     }
@@ -739,10 +753,10 @@ static void count_named(SigParam *s, void *ctx)
 
 static void keep_lost(SigParam *s, void *ctx)
 {
-    (void)ctx;
+    Fe *fe = ctx;
     if (s->lost && !s->listed) {
         s->listed = 1;
-        G->sig_lost[G->nsig_lost++] = s->target;
+        fe->g->sig_lost[fe->g->nsig_lost++] = s->target;
     }
 }
 
@@ -754,14 +768,14 @@ static int fx_cmp(const void *a, const void *b)
 }
 
 /* The distinct parameter initializers (graph signature PARAMETERs) nodes f[0..k) read; seen: per value. */
-static int params_read(const Onnx__GraphProto *gp, const FxNode *f, int k, int *seen, int stamp)
+static int params_read(Fe *fe, const Onnx__GraphProto *gp, const FxNode *f, int k, int *seen, int stamp)
 {
     int r = 0;
     for (int i = 0; i < k; i++) {
         const Onnx__NodeProto *np = gp->node[f[i].node];
         for (size_t j = 0; j < np->n_input; j++) {
-            int v = np->input[j] && *np->input[j] ? find(np->input[j]) : -1;
-            if (v >= 0 && G->val[v].init_index >= 0 && G->val[v].sig == SIG_PARAMETER && seen[v] != stamp) {
+            int v = np->input[j] && *np->input[j] ? find(fe, np->input[j]) : -1;
+            if (v >= 0 && fe->g->val[v].init_index >= 0 && fe->g->val[v].sig == SIG_PARAMETER && seen[v] != stamp) {
                 seen[v] = stamp;
                 r++;
             }
@@ -771,56 +785,56 @@ static int params_read(const Onnx__GraphProto *gp, const FxNode *f, int k, int *
 }
 
 /* G->sig_lost: the signature's parameters an operation reads but the graph lacks (see above). */
-static void load_program_signature(const Onnx__GraphProto *gp)
+static void load_program_signature(Fe *fe, const Onnx__GraphProto *gp)
 {
     int n, nlost = 0, nfx = 0;
-    SigParam *l = sig_parameters(metadata(&gp->base, GRAPH_METADATA, PROGRAM_SIG_KEY, "the graph"), &n);
+    SigParam *l = sig_parameters(fe, metadata(fe, &gp->base, GRAPH_METADATA, PROGRAM_SIG_KEY, "the graph"), &n);
     for (int i = 0; i < n; i++)
         nlost += l[i].lost;
     if (!nlost)
         return;
     FxNode *f = ir_alloc(gp->n_node * sizeof *f + 1);
     for (size_t i = 0; i < gp->n_node; i++) {
-        Bytes t = metadata(&gp->node[i]->base, NODE_METADATA, FX_KEY,
+        Bytes t = metadata(fe, &gp->node[i]->base, NODE_METADATA, FX_KEY,
                            ir_fmt("node '%s'", gp->node[i]->name ? ir_q(gp->node[i]->name) : ""));
         if (t.p && t.n <= INT_MAX)
             f[nfx++] = (FxNode){ir_fmt("%.*s", (int)t.n, (const char *)t.p), (int)i};
     }
     qsort(f, (size_t)nfx, sizeof *f, fx_cmp);
-    int *seen = ir_alloc((size_t)G->nval * sizeof *seen + 1);
-    G->sig_lost = ir_alloc((size_t)nlost * sizeof *G->sig_lost);
+    int *seen = ir_alloc((size_t)fe->g->nval * sizeof *seen + 1);
+    fe->g->sig_lost = ir_alloc((size_t)nlost * sizeof *fe->g->sig_lost);
     for (int a = 0, b, stamp = 1; a < nfx; a = b, stamp += 2) {
         for (b = a + 1; b < nfx && !strcmp(f[a].fx, f[b].fx); b++) {}
         Named c = {0, 0};
         each_named(f[a].fx, l, n, stamp, count_named, &c);
-        if (c.lost && params_read(gp, f + a, b - a, seen, stamp) < c.named)
-            each_named(f[a].fx, l, n, stamp + 1, keep_lost, NULL);
+        if (c.lost && params_read(fe, gp, f + a, b - a, seen, stamp) < c.named)
+            each_named(f[a].fx, l, n, stamp + 1, keep_lost, fe);
     }
 }
 
 /* scripts/export_torch.py's record of an nn.Embedding's padding_idx: model metadata_props PADDING_KEY + the
  * weight's initializer name = the row, which PyTorch's lookup gives no gradient (Value.pad_row; autodiff's
  * Gather rule keeps that row of the lookup's gradient zero). */
-static void load_padding(void)
+static void load_padding(Fe *fe)
 {
-    for (size_t i = 0; i < model->n_metadata_props; i++) {
-        const Onnx__StringStringEntryProto *e = model->metadata_props[i];
+    for (size_t i = 0; i < fe->model->n_metadata_props; i++) {
+        const Onnx__StringStringEntryProto *e = fe->model->metadata_props[i];
         if (!e->key || strncmp(e->key, PADDING_KEY, strlen(PADDING_KEY)))
             continue;
         const char *name = e->key + strlen(PADDING_KEY), *what = ir_fmt("metadata_props '%s'", ir_q(e->key));
-        int v = find(name);
-        const Value *x = v >= 0 ? &G->val[v] : NULL;
+        int v = find(fe, name);
+        const Value *x = v >= 0 ? &fe->g->val[v] : NULL;
         if (!x || x->init_index < 0 || (x->dtype != DT_F32 && x->dtype != DT_F64) || x->shape.rank != 2)
-            bad("%s: '%s' is no float initializer of rank 2 (an embedding's weight); export the model again "
+            bad(fe, "%s: '%s' is no float initializer of rank 2 (an embedding's weight); export the model again "
                 "with scripts/export_torch.py", what, ir_q(name));
         char *endp = NULL;
         errno = 0;
         long long row = e->value ? strtoll(e->value, &endp, 10) : -1;
         if (!e->value || !*e->value || *endp || errno || row < 0 || row >= x->shape.dim[0])
-            bad("%s: padding_idx '%s' is no row of '%s' (0..%lld); export the model again with "
+            bad(fe, "%s: padding_idx '%s' is no row of '%s' (0..%lld); export the model again with "
                 "scripts/export_torch.py", what, e->value ? ir_q(e->value) : "", ir_q(name),
                 (long long)x->shape.dim[0] - 1);
-        G->val[v].pad_row = row;
+        fe->g->val[v].pad_row = row;
     }
 }
 
@@ -828,19 +842,20 @@ static void load_padding(void)
  * NON_PERSISTENT_KEY + an initializer's name (a non-persistent buffer, which no state_dict holds: left out) and
  * TIED_KEY + ALIAS = an initializer's name (a tied parameter's other name: written with its data).  The names
  * must be initializers' (an alias must not be one: the file would hold the name twice). */
-static void check_state_records(void)
+static void check_state_records(Fe *fe)
 {
     size_t kn = strlen(NON_PERSISTENT_KEY), kt = strlen(TIED_KEY);
-    for (size_t i = 0; i < model->n_metadata_props; i++) {
-        const char *key = model->metadata_props[i]->key, *val = model->metadata_props[i]->value;
+    for (size_t i = 0; i < fe->model->n_metadata_props; i++) {
+        const char *key = fe->model->metadata_props[i]->key, *val = fe->model->metadata_props[i]->value;
         int v;
-        if (key && !strncmp(key, NON_PERSISTENT_KEY, kn) && ((v = find(key + kn)) < 0 || G->val[v].init_index < 0))
-            bad("metadata_props '%s': '%s' is no initializer (a non-persistent buffer's); export the model again "
+        if (key && !strncmp(key, NON_PERSISTENT_KEY, kn) &&
+            ((v = find(fe, key + kn)) < 0 || fe->g->val[v].init_index < 0))
+            bad(fe, "metadata_props '%s': '%s' is no initializer (a non-persistent buffer's); export the model again "
                 "with scripts/export_torch.py", ir_q(key), ir_q(key + kn));
         if (key && !strncmp(key, TIED_KEY, kt) &&
-            (!val || (v = find(val)) < 0 || G->val[v].init_index < 0 ||
-             ((v = find(key + kt)) >= 0 && G->val[v].init_index >= 0)))
-            bad("metadata_props '%s' = '%s': a tied parameter's other name and the initializer holding it (the "
+            (!val || (v = find(fe, val)) < 0 || fe->g->val[v].init_index < 0 ||
+             ((v = find(fe, key + kt)) >= 0 && fe->g->val[v].init_index >= 0)))
+            bad(fe, "metadata_props '%s' = '%s': a tied parameter's other name and the initializer holding it (the "
                 "name no initializer's); export the model again with scripts/export_torch.py", ir_q(key),
                 val ? ir_q(val) : "");
     }
@@ -893,32 +908,32 @@ static void check_dim_options(const Options *opt, const Onnx__GraphProto *gp)
     }
 }
 
-static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
+static void load_input(Fe *fe, const Options *opt, const Onnx__ValueInfoProto *in)
 {
     const char *what = ir_fmt("input '%s'", ir_q(in->name));
     const Onnx__TypeProto *tp = in->type;
     if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
-        bad("%s is not a tensor (fsdpc needs a tensor type with dtype and shape)", what);
+        bad(fe, "%s is not a tensor (fsdpc needs a tensor type with dtype and shape)", what);
     DType dt = dtype_of(tp->tensor_type->elem_type);
     if (dt == DT_UNDEF)
-        bad_dtype(what, tp->tensor_type->elem_type);
+        bad_dtype(fe, what, tp->tensor_type->elem_type);
     const Onnx__TensorShapeProto *sp = tp->tensor_type->shape;
     if (!sp)
-        bad("%s has no shape; the model must declare it (fsdpc compiles static shapes)", what);
+        bad(fe, "%s has no shape; the model must declare it (fsdpc compiles static shapes)", what);
     if (sp->n_dim > MAX_RANK)
-        bad("%s has rank %zu; fsdpc supports rank <= %d", what, sp->n_dim, MAX_RANK);
+        bad(fe, "%s has rank %zu; fsdpc supports rank <= %d", what, sp->n_dim, MAX_RANK);
     Shape s = {.rank = (int)sp->n_dim};
     for (size_t i = 0; i < sp->n_dim; i++) {
         const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
         if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
             if (d->dim_value < 0)   /* 0 is a legal (empty) ONNX size */
-                bad("%s dim %zu is %lld; sizes cannot be negative", what, i, (long long)d->dim_value);
+                bad(fe, "%s dim %zu is %lld; sizes cannot be negative", what, i, (long long)d->dim_value);
             s.dim[i] = d->dim_value;
             continue;
         }
         if (d->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM || !d->dim_param ||
             !*d->dim_param)
-            bad("%s dim %zu has neither a size nor a name; the model must declare it (re-export "
+            bad(fe, "%s dim %zu has neither a size nor a name; the model must declare it (re-export "
                 "with a fixed or named dim, then bind names with --dim NAME=N)", what, i);
         int k = 0;
         while (k < opt->ndims && strcmp(opt->dim_name[k], d->dim_param))
@@ -928,7 +943,7 @@ static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
             continue;
         }
         if (k == opt->ndims)
-            bad("%s dim %zu is symbolic ('%s'): bind it with --dim %s=N", what, i,
+            bad(fe, "%s dim %zu is symbolic ('%s'): bind it with --dim %s=N", what, i,
                 ir_q(d->dim_param), ir_q(d->dim_param));
         if (opt->dim_value[k] <= 0)
             fatal("--dim %s=%lld: a dimension must be positive", ir_q(d->dim_param),
@@ -936,27 +951,27 @@ static void load_input(const Options *opt, const Onnx__ValueInfoProto *in)
         s.dim[i] = opt->dim_value[k];
     }
     if (shape_count(&s) < 0)
-        bad("%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(&s));
-    int v = ir_value(G, in->name, dt, &s, R_INPUT);
-    slot(G->val[v].name)->id = v;
-    G->input[G->ninput++] = v;
+        bad(fe, "%s has shape %s, beyond 2^40 elements; fsdpc cannot hold it", what, shape_str(&s));
+    int v = ir_value(fe->g, in->name, dt, &s, R_INPUT);
+    slot(fe, fe->g->val[v].name)->id = v;
+    fe->g->input[fe->g->ninput++] = v;
 }
 
-static void load_inputs(const Options *opt, const Onnx__GraphProto *gp)
+static void load_inputs(Fe *fe, const Options *opt, const Onnx__GraphProto *gp)
 {
     if (gp->n_input > INT_MAX / 2)
-        bad("the graph has too many inputs");
-    G->input = ir_alloc(sizeof(int) * (gp->n_input + 1));
+        bad(fe, "the graph has too many inputs");
+    fe->g->input = ir_alloc(sizeof(int) * (gp->n_input + 1));
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *in = gp->input[i];
         if (!in->name || !*in->name)
-            bad("graph input #%zu has no name", i);
-        int id = find(in->name);
-        if (id >= 0 && G->val[id].init_index >= 0)
+            bad(fe, "graph input #%zu has no name", i);
+        int id = find(fe, in->name);
+        if (id >= 0 && fe->g->val[id].init_index >= 0)
             continue;                 /* old-style ONNX: initializers listed as inputs */
         if (id >= 0)
-            bad("input '%s' is listed twice among the graph inputs", ir_q(in->name));
-        load_input(opt, in);
+            bad(fe, "input '%s' is listed twice among the graph inputs", ir_q(in->name));
+        load_input(fe, opt, in);
     }
 }
 
@@ -1017,7 +1032,7 @@ static const char *node_label(size_t i, const Onnx__NodeProto *n)
 
 enum { MAX_INLINE = 32, MAX_FLAT = 1 << 20 };  /* bounds the memory a hostile model can take */
 
-typedef struct {
+typedef struct Func {
     const Onnx__FunctionProto *f;
     const char *domain, *overload, *label;
     Onnx__AttributeProto **dflt; /* attribute_proto: defaults */
@@ -1026,22 +1041,17 @@ typedef struct {
     int active;                  /* being inlined (recursion check) */
 } Func;
 
-typedef struct {
+typedef struct Flat {
     const Onnx__NodeProto *n;
     const char *what;            /* its label in messages */
     int64_t opset;
     size_t idx;                  /* the graph's node it comes from */
 } Flat;
 
-static Func *funcs;
-static size_t nfuncs;
-static Flat *flat;
-static size_t nflat, flatcap;
-static ProtobufCAllocator pb_arena = {.alloc = pb_alloc, .free = pb_free};
 
 /* The payload of unknown field u of m if it is length-delimited with this
  * tag (protobuf-c keeps the length prefix in u->data), checked; else NULL. */
-static const uint8_t *unknown_bytes(const ProtobufCMessageUnknownField *u, uint32_t tag, size_t *len,
+static const uint8_t *unknown_bytes(Fe *fe, const ProtobufCMessageUnknownField *u, uint32_t tag, size_t *len,
                                     const char *what)
 {
     if (u->tag != tag || u->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED)
@@ -1049,22 +1059,22 @@ static const uint8_t *unknown_bytes(const ProtobufCMessageUnknownField *u, uint3
     const uint8_t *p = u->data, *end = u->data + u->len;
     uint64_t n;
     if (varint(&p, end, &n) || n != (uint64_t)(end - p))
-        bad("%s has a malformed field %u", what, (unsigned)tag);
+        bad(fe, "%s has a malformed field %u", what, (unsigned)tag);
     *len = (size_t)n;
     return p;
 }
 
 /* The last length-delimited unknown field `tag` of m as a string, or "". */
-static const char *unknown_string(const ProtobufCMessage *m, uint32_t tag, const char *what)
+static const char *unknown_string(Fe *fe, const ProtobufCMessage *m, uint32_t tag, const char *what)
 {
     const char *s = "";
     for (unsigned i = 0; i < m->n_unknown_fields; i++) {
         size_t len;
-        const uint8_t *p = unknown_bytes(&m->unknown_fields[i], tag, &len, what);
+        const uint8_t *p = unknown_bytes(fe, &m->unknown_fields[i], tag, &len, what);
         if (!p)
             continue;
         if (len && memchr(p, 0, len))
-            bad("%s has a NUL byte in a name", what);
+            bad(fe, "%s has a NUL byte in a name", what);
         char *c = ir_alloc(len + 1);
         if (len)
             memcpy(c, p, len);
@@ -1075,14 +1085,14 @@ static const char *unknown_string(const ProtobufCMessage *m, uint32_t tag, const
 
 static const char *str(const char *s) { return s ? s : ""; }
 
-static void load_function(Func *fn, const Onnx__FunctionProto *f, size_t i)
+static void load_function(Fe *fe, Func *fn, const Onnx__FunctionProto *f, size_t i)
 {
     fn->f = f;
     fn->domain = default_domain(f->domain) ? "" : f->domain;
     const char *w = ir_fmt("model-local function #%zu", i);
     if (!f->name || !*f->name)
-        bad("%s has no name", w);
-    fn->overload = unknown_string(&f->base, 13, w);
+        bad(fe, "%s has no name", w);
+    fn->overload = unknown_string(fe, &f->base, 13, w);
     fn->label = ir_fmt("function '%s'%s%s%s%s%s", ir_q(f->name), *fn->domain ? " [domain " : "",
                        ir_q(fn->domain), *fn->domain ? "]" : "", *fn->overload ? " overload " : "",
                        *fn->overload ? ir_q(fn->overload) : "");
@@ -1091,20 +1101,21 @@ static void load_function(Func *fn, const Onnx__FunctionProto *f, size_t i)
         if (default_domain(f->opset_import[k]->domain)) {
             int64_t v = f->opset_import[k]->version;
             if (v < OPSET_MIN || v > OPSET_MAX)
-                bad("%s imports ONNX opset %lld; fsdpc supports opsets %d to %d (export it again at one of those)",
+                bad(fe, "%s imports ONNX opset %lld; fsdpc supports opsets %d to %d (export it again at one of those)",
                     fn->label, (long long)v, OPSET_MIN, OPSET_MAX);
             fn->opset = v;
         }
     for (unsigned k = 0; k < f->base.n_unknown_fields; k++) {
         size_t len;
-        const uint8_t *p = unknown_bytes(&f->base.unknown_fields[k], 11, &len, fn->label);
+        const uint8_t *p = unknown_bytes(fe, &f->base.unknown_fields[k], 11, &len, fn->label);
         if (!p)
             continue;
         /* ModelProto > FunctionProto > AttributeProto: depth 2 */
+        ProtobufCAllocator arena = {.alloc = pb_alloc, .free = pb_free};
         Onnx__AttributeProto *a = check_depth(&onnx__attribute_proto__descriptor, p, p + len, 2)
-                                      ? NULL : onnx__attribute_proto__unpack(&pb_arena, len, p);
+                                      ? NULL : onnx__attribute_proto__unpack(&arena, len, p);
         if (!a || !a->name || !*a->name)
-            bad("%s has a malformed default attribute (attribute_proto)", fn->label);
+            bad(fe, "%s has a malformed default attribute (attribute_proto)", fn->label);
         Onnx__AttributeProto **d = ir_alloc(sizeof *d * (fn->ndflt + 1));
         if (fn->ndflt)
             memcpy(d, fn->dflt, sizeof *d * fn->ndflt);
@@ -1113,49 +1124,49 @@ static void load_function(Func *fn, const Onnx__FunctionProto *f, size_t i)
     }
 }
 
-static void load_functions(const Onnx__ModelProto *m)
+static void load_functions(Fe *fe, const Onnx__ModelProto *m)
 {
-    nfuncs = m->n_functions;
-    funcs = ir_alloc(sizeof *funcs * (nfuncs + 1));
-    for (size_t i = 0; i < nfuncs; i++) {
-        load_function(&funcs[i], m->functions[i], i);
-        for (size_t k = 0; k < i; k++)
-            if (!strcmp(funcs[k].f->name, funcs[i].f->name) && !strcmp(funcs[k].domain, funcs[i].domain) &&
-                !strcmp(funcs[k].overload, funcs[i].overload))
-                bad("%s is defined twice among the model's functions", funcs[i].label);
+    fe->nfuncs = m->n_functions;
+    fe->funcs = ir_alloc(sizeof *fe->funcs * (fe->nfuncs + 1));
+    for (size_t i = 0; i < fe->nfuncs; i++) {
+        const Func *f = &fe->funcs[i];
+        load_function(fe, &fe->funcs[i], m->functions[i], i);
+        for (const Func *o = fe->funcs; o < f; o++)
+            if (!strcmp(o->f->name, f->f->name) && !strcmp(o->domain, f->domain) && !strcmp(o->overload, f->overload))
+                bad(fe, "%s is defined twice among the model's functions", f->label);
     }
 }
 
 /* The function node n calls, or NULL. */
-static Func *func_of(const Onnx__NodeProto *n)
+static Func *func_of(Fe *fe, const Onnx__NodeProto *n)
 {
-    if (!nfuncs || !n->op_type)
+    if (!fe->nfuncs || !n->op_type)
         return NULL;
     const char *dom = default_domain(n->domain) ? "" : n->domain, *ov = NULL;
-    for (size_t i = 0; i < nfuncs; i++)
-        if (!strcmp(funcs[i].f->name, n->op_type) && !strcmp(funcs[i].domain, dom)) {
+    for (size_t i = 0; i < fe->nfuncs; i++)
+        if (!strcmp(fe->funcs[i].f->name, n->op_type) && !strcmp(fe->funcs[i].domain, dom)) {
             if (!ov)
-                ov = unknown_string(&n->base, 8, ir_fmt("node '%s'", ir_q(str(n->name))));
-            if (!strcmp(funcs[i].overload, ov))
-                return &funcs[i];
+                ov = unknown_string(fe, &n->base, 8, ir_fmt("node '%s'", ir_q(str(n->name))));
+            if (!strcmp(fe->funcs[i].overload, ov))
+                return &fe->funcs[i];
         }
     return NULL;
 }
 
-static void flat_add(const Onnx__NodeProto *n, const char *what, int64_t ops, size_t idx)
+static void flat_add(Fe *fe, const Onnx__NodeProto *n, const char *what, int64_t ops, size_t idx)
 {
-    if (nflat == MAX_FLAT)
-        bad("inlining the model's functions gives more than %d nodes; fsdpc does not compile such a model",
+    if (fe->nflat == MAX_FLAT)
+        bad(fe, "inlining the model's functions gives more than %d nodes; fsdpc does not compile such a model",
             MAX_FLAT);
-    if (nflat == flatcap) {
-        size_t cap = flatcap ? 2 * flatcap : 256;
+    if (fe->nflat == fe->flatcap) {
+        size_t cap = fe->flatcap ? 2 * fe->flatcap : 256;
         Flat *f = ir_alloc(sizeof *f * cap);
-        if (nflat)
-            memcpy(f, flat, sizeof *f * nflat);
-        flat = f;
-        flatcap = cap;
+        if (fe->nflat)
+            memcpy(f, fe->flat, sizeof *f * fe->nflat);
+        fe->flat = f;
+        fe->flatcap = cap;
     }
-    flat[nflat++] = (Flat){n, what, ops, idx};
+    fe->flat[fe->nflat++] = (Flat){n, what, ops, idx};
 }
 
 /* A function call's renaming: formal name -> the caller's or a fresh name. */
@@ -1170,17 +1181,20 @@ static Pair *pair(Pair *t, size_t cap, const char *key)
 }
 
 /* fresh(base), reserved: no later derived name takes it. */
-static const char *fresh_reserved(const char *base)
+static const char *fresh_reserved(Fe *fe, const char *base)
 {
-    const char *s = fresh(base);
-    slot(s);
+    const char *s = fresh(fe, base);
+    slot(fe, s);
     return s;
 }
 
+/* fresh_reserved as opset_old.c calls it (OldNode.fresh) */
+static const char *old_fresh(void *fe, const char *base) { return fresh_reserved(fe, base); }
+
 /* A name no value of the file or of earlier inlining has, reserved. */
-static const char *fresh_internal(const char *prefix, const char *name)
+static const char *fresh_internal(Fe *fe, const char *prefix, const char *name)
 {
-    return fresh_reserved(ir_fmt("%s/%s", prefix, name));
+    return fresh_reserved(fe, ir_fmt("%s/%s", prefix, name));
 }
 
 static const Onnx__AttributeProto *attr_named(Onnx__AttributeProto *const *a, size_t n, const char *name)
@@ -1192,7 +1206,7 @@ static const Onnx__AttributeProto *attr_named(Onnx__AttributeProto *const *a, si
 }
 
 /* Body node b's attributes, references to the call's resolved. */
-static void bind_attrs(Onnx__NodeProto *c, const Onnx__NodeProto *call, const Func *fn, const char *bw)
+static void bind_attrs(Fe *fe, Onnx__NodeProto *c, const Onnx__NodeProto *call, const Func *fn, const char *bw)
 {
     const Onnx__NodeProto *b = c;
     Onnx__AttributeProto **out = ir_alloc(sizeof *out * (b->n_attribute + 1));
@@ -1212,11 +1226,11 @@ static void bind_attrs(Onnx__NodeProto *c, const Onnx__NodeProto *call, const Fu
             for (size_t k = 0; k < fn->f->n_attribute; k++)
                 declared |= fn->f->attribute[k] && !strcmp(fn->f->attribute[k], ref);
             if (!declared)
-                bad("%s refers to attribute '%s', which %s does not declare", bw, ir_q(ref), fn->label);
+                bad(fe, "%s refers to attribute '%s', which %s does not declare", bw, ir_q(ref), fn->label);
             continue; /* not given, no default: the attribute is absent */
         }
         if (a->type && v->type != a->type)
-            bad("%s: attribute '%s' of the call has type %d, but %s uses it as type %d", bw, ir_q(ref),
+            bad(fe, "%s: attribute '%s' of the call has type %d, but %s uses it as type %d", bw, ir_q(ref),
                 (int)v->type, fn->label, (int)a->type);
         Onnx__AttributeProto *r = ir_alloc(sizeof *r);
         *r = *v;
@@ -1228,27 +1242,27 @@ static void bind_attrs(Onnx__NodeProto *c, const Onnx__NodeProto *call, const Fu
     c->n_attribute = n;
 }
 
-static void flatten(const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx);
+static void flatten(Fe *fe, const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx);
 
-static void inline_call(const Onnx__NodeProto *call, const char *what, Func *fn, int64_t ops, int depth,
+static void inline_call(Fe *fe, const Onnx__NodeProto *call, const char *what, Func *fn, int64_t ops, int depth,
                         size_t idx)
 {
     const Onnx__FunctionProto *f = fn->f;
     if (fn->active)
-        bad("%s calls %s, which is being inlined already: a recursive function; fsdpc inlines functions "
+        bad(fe, "%s calls %s, which is being inlined already: a recursive function; fsdpc inlines functions "
             "and cannot inline recursion", what, fn->label);
     if (depth >= MAX_INLINE)
-        bad("%s: functions call functions more than %d deep; fsdpc does not inline deeper", what, MAX_INLINE);
+        bad(fe, "%s: functions call functions more than %d deep; fsdpc does not inline deeper", what, MAX_INLINE);
     if (call->n_input > f->n_input || call->n_output > f->n_output)
-        bad("%s has %zu inputs and %zu outputs; %s takes %zu and %zu", what, call->n_input,
+        bad(fe, "%s has %zu inputs and %zu outputs; %s takes %zu and %zu", what, call->n_input,
             call->n_output, fn->label, f->n_input, f->n_output);
     size_t cnt = f->n_input + f->n_output + 1;
     for (size_t i = 0; i < f->n_node; i++) {
         if (f->node[i]->n_output > MAX_FLAT)
-            bad("%s has a node with too many outputs", fn->label);
+            bad(fe, "%s has a node with too many outputs", fn->label);
         cnt += f->node[i]->n_output;
         if (cnt > MAX_FLAT)
-            bad("%s is too large", fn->label);
+            bad(fe, "%s is too large", fn->label);
     }
     size_t cap = 16;
     while (cap < 2 * cnt)
@@ -1260,10 +1274,10 @@ static void inline_call(const Onnx__NodeProto *call, const char *what, Func *fn,
         size_t k = isin ? i : i - f->n_input;
         const char *formal = isin ? f->input[k] : f->output[k];
         if (!formal || !*formal)
-            bad("%s has an empty %s name", fn->label, isin ? "input" : "output");
+            bad(fe, "%s has an empty %s name", fn->label, isin ? "input" : "output");
         Pair *p = pair(t, cap, formal);
         if (p->key)
-            bad("%s names '%s' twice among its inputs and outputs (fsdpc does not inline a function "
+            bad(fe, "%s names '%s' twice among its inputs and outputs (fsdpc does not inline a function "
                 "that returns an input)", fn->label, ir_q(formal));
         p->key = formal;
         if (isin) {
@@ -1286,7 +1300,7 @@ static void inline_call(const Onnx__NodeProto *call, const char *what, Func *fn,
             const char *x = str(b->input[i]);
             Pair *p = *x ? pair(t, cap, x) : NULL;
             if (p && (!p->key || !p->defined))
-                bad("%s (in %s) uses '%s', which neither the function's inputs nor an earlier node of "
+                bad(fe, "%s (in %s) uses '%s', which neither the function's inputs nor an earlier node of "
                     "its body define", bw, fn->label, ir_q(x));
             c->input[i] = (char *)(p ? p->val : "");
         }
@@ -1299,30 +1313,30 @@ static void inline_call(const Onnx__NodeProto *call, const char *what, Func *fn,
             }
             Pair *p = pair(t, cap, y);
             if (p->key && p->defined)
-                bad("%s (in %s) defines '%s', which is already defined", bw, fn->label, ir_q(y));
+                bad(fe, "%s (in %s) defines '%s', which is already defined", bw, fn->label, ir_q(y));
             p->key = y;
             if (!p->val)
-                p->val = fresh_internal(prefix, y);
+                p->val = fresh_internal(fe, prefix, y);
             p->defined = 1;
             c->output[i] = (char *)p->val;
         }
-        bind_attrs(c, call, fn, bw);
-        flatten(c, bw, fn->opset >= 0 ? fn->opset : ops, depth + 1, idx);
+        bind_attrs(fe, c, call, fn, bw);
+        flatten(fe, c, bw, fn->opset >= 0 ? fn->opset : ops, depth + 1, idx);
     }
     fn->active = 0;
     for (size_t k = 0; k < f->n_output; k++)
         if (!pair(t, cap, f->output[k])->defined)
-            bad("%s: output '%s' of %s is not defined by any node of its body", what, ir_q(f->output[k]),
+            bad(fe, "%s: output '%s' of %s is not defined by any node of its body", what, ir_q(f->output[k]),
                 fn->label);
 }
 
-static void flatten(const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx)
+static void flatten(Fe *fe, const Onnx__NodeProto *n, const char *what, int64_t ops, int depth, size_t idx)
 {
-    Func *fn = func_of(n);
+    Func *fn = func_of(fe, n);
     if (fn)
-        inline_call(n, what, fn, ops, depth, idx);
+        inline_call(fe, n, what, fn, ops, depth, idx);
     else
-        flat_add(n, what, ops, idx);
+        flat_add(fe, n, what, ops, idx);
 }
 
 typedef struct { const char *op, *dom, *node; int n; } Unsup;
@@ -1330,12 +1344,12 @@ typedef struct { const char *op, *dom, *node; int n; } Unsup;
 /* The unsupported ops in one short line: each op type (the first MAX_KINDS)
  * with its first node and how many nodes use it, then where the accepted ops
  * are listed (docs/ops.md, generated from ir/ops.def). */
-static void check_ops(void)
+static void check_ops(Fe *fe)
 {
     Unsup u[MAX_KINDS];
     int nu = 0, other = 0;
-    for (size_t i = 0; i < nflat; i++) {
-        const Onnx__NodeProto *n = flat[i].n;
+    for (size_t i = 0; i < fe->nflat; i++) {
+        const Onnx__NodeProto *n = fe->flat[i].n;
         if (op_lookup(n) >= 0)
             continue;
         const char *op = n->op_type ? n->op_type : "", *dom = n->domain ? n->domain : "";
@@ -1349,7 +1363,7 @@ static void check_ops(void)
         if (k == nu)
             u[nu++] = (Unsup){.op = op, .dom = dom,
                               .node = n->name && *n->name ? ir_fmt("'%s'", ir_q(n->name))
-                                                          : ir_fmt("#%zu", flat[i].idx)};
+                                                          : ir_fmt("#%zu", fe->flat[i].idx)};
         u[k].n++;
     }
     if (!nu)
@@ -1361,7 +1375,7 @@ static void check_ops(void)
                    u[k].n > 1 ? ir_fmt(" and %d more", u[k].n - 1) : "");
     if (other)
         s = ir_fmt("%s and %d more node%s of other ops", s, other, other > 1 ? "s" : "");
-    bad("unsupported op%s %s; docs/ops.md lists the ops fsdpc accepts", nu > 1 || other ? "s" : "", s);
+    bad(fe, "unsupported op%s %s; docs/ops.md lists the ops fsdpc accepts", nu > 1 || other ? "s" : "", s);
 }
 
 /* A FLOAT attribute as the double its writer meant: ONNX stores float32, so an exporter's epsilon 1e-5 arrives
@@ -1381,23 +1395,23 @@ static double attr_float(float f)
     return f;
 }
 
-static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
+static void add_attr(Fe *fe, int nid, const Onnx__AttributeProto *a, const char *what)
 {
     if (!a->name || !*a->name)
-        bad("%s has an attribute without a name", what);
+        bad(fe, "%s has an attribute without a name", what);
     const char *aw = ir_fmt("%s attribute '%s'", what, ir_q(a->name));
     Attr *r;
     switch (a->type) {
     case AT(INT):
-        ir_attr_add(G, nid, a->name, A_INT)->i = a->i;
+        ir_attr_add(fe->g, nid, a->name, A_INT)->i = a->i;
         break;
     case AT(FLOAT):
-        ir_attr_add(G, nid, a->name, A_FLOAT)->f = attr_float(a->f);
+        ir_attr_add(fe->g, nid, a->name, A_FLOAT)->f = attr_float(a->f);
         break;
     case AT(INTS):
         if (a->n_ints > INT_MAX)
-            bad("%s is too long", aw);
-        r = ir_attr_add(G, nid, a->name, A_INTS);
+            bad(fe, "%s is too long", aw);
+        r = ir_attr_add(fe->g, nid, a->name, A_INTS);
         r->n = (int)a->n_ints;
         r->ints = ir_alloc(sizeof(int64_t) * (a->n_ints + 1));
         if (a->n_ints)
@@ -1405,8 +1419,8 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         break;
     case AT(FLOATS):
         if (a->n_floats > INT_MAX)
-            bad("%s is too long", aw);
-        r = ir_attr_add(G, nid, a->name, A_FLOATS);
+            bad(fe, "%s is too long", aw);
+        r = ir_attr_add(fe->g, nid, a->name, A_FLOATS);
         r->n = (int)a->n_floats;
         r->floats = ir_alloc(sizeof(double) * (a->n_floats + 1));
         for (size_t i = 0; i < a->n_floats; i++)
@@ -1414,22 +1428,22 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         break;
     case AT(STRING):
         if (a->s.len && memchr(a->s.data, 0, a->s.len))
-            bad("%s contains a NUL byte", aw);
-        r = ir_attr_add(G, nid, a->name, A_STRING);
+            bad(fe, "%s contains a NUL byte", aw);
+        r = ir_attr_add(fe->g, nid, a->name, A_STRING);
         r->s = ir_alloc(a->s.len + 1);
         if (a->s.len)
             memcpy(r->s, a->s.data, a->s.len);
         break;
     case AT(STRINGS):
         if (a->n_strings > 64)
-            bad("%s lists %zu strings; fsdpc reads at most 64", aw, a->n_strings);
-        r = ir_attr_add(G, nid, a->name, A_STRINGS);
+            bad(fe, "%s lists %zu strings; fsdpc reads at most 64", aw, a->n_strings);
+        r = ir_attr_add(fe->g, nid, a->name, A_STRINGS);
         r->n = (int)a->n_strings;
         r->strs = ir_alloc(sizeof(char *) * (a->n_strings + 1));
         for (size_t i = 0; i < a->n_strings; i++) {
             const ProtobufCBinaryData *b = &a->strings[i];
             if (b->len > 256 || (b->len && memchr(b->data, 0, b->len)))
-                bad("%s: string %zu is longer than 256 bytes or holds a NUL byte", aw, i);
+                bad(fe, "%s: string %zu is longer than 256 bytes or holds a NUL byte", aw, i);
             r->strs[i] = ir_alloc(b->len + 1);
             if (b->len)
                 memcpy(r->strs[i], b->data, b->len);
@@ -1437,10 +1451,10 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
         break;
     case AT(TENSOR): {
         if (!a->t)
-            bad("%s has no tensor", aw);
-        int t = const_tensor(fresh(ir_fmt("%s.%s", G->node[nid].name, a->name)), a->t, aw, -1);
-        define(G->val[t].name, t, aw);
-        ir_attr_add(G, nid, a->name, A_TENSOR)->t = t;
+            bad(fe, "%s has no tensor", aw);
+        int t = const_tensor(fe, fresh(fe, ir_fmt("%s.%s", fe->g->node[nid].name, a->name)), a->t, aw, -1);
+        define(fe, fe->g->val[t].name, t, aw);
+        ir_attr_add(fe->g, nid, a->name, A_TENSOR)->t = t;
         break;
     }
     default: {
@@ -1448,229 +1462,209 @@ static void add_attr(int nid, const Onnx__AttributeProto *a, const char *what)
                                    "FLOATS", "INTS", "STRINGS", "TENSORS", "GRAPHS",
                                    "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
         int k = (int)a->type;
-        bad("%s has type %s, which fsdpc does not support in attributes", aw,
+        bad(fe, "%s has type %s, which fsdpc does not support in attributes", aw,
             k >= 0 && k < (int)(sizeof tn / sizeof *tn) ? tn[k] : ir_fmt("%d", k));
     }
     }
 }
 
 /* Constant: no node; its output becomes an R_CONST value. */
-static void constant_node(const Onnx__NodeProto *n, const char *what)
+static void constant_node(Fe *fe, const Onnx__NodeProto *n, const char *what)
 {
     if (n->n_input || n->n_output != 1 || !*n->output[0])
-        bad("%s must have no inputs and one output", what);
+        bad(fe, "%s must have no inputs and one output", what);
     if (n->n_attribute != 1 || !n->attribute[0]->name)
-        bad("%s must have exactly one attribute (value, value_float, value_floats, value_int or "
+        bad(fe, "%s must have exactly one attribute (value, value_float, value_floats, value_int or "
             "value_ints)", what);
     const Onnx__AttributeProto *a = n->attribute[0];
     const char *out = n->output[0], *an = a->name;
     const char *aw = ir_fmt("%s attribute '%s'", what, ir_q(an));
     int v;
     if (!strcmp(an, "value") && a->type == AT(TENSOR) && a->t)
-        v = const_tensor(out, a->t, aw, -1);
+        v = const_tensor(fe, out, a->t, aw, -1);
     else if (!strcmp(an, "value_float") && a->type == AT(FLOAT))
-        v = const_list(out, DT_F32, &a->f, 1, 1);
+        v = const_list(fe, out, DT_F32, &a->f, 1, 1);
     else if (!strcmp(an, "value_floats") && a->type == AT(FLOATS))
-        v = const_list(out, DT_F32, a->floats, a->n_floats, 0);
+        v = const_list(fe, out, DT_F32, a->floats, a->n_floats, 0);
     else if (!strcmp(an, "value_int") && a->type == AT(INT))
-        v = const_list(out, DT_I64, &a->i, 1, 1);
+        v = const_list(fe, out, DT_I64, &a->i, 1, 1);
     else if (!strcmp(an, "value_ints") && a->type == AT(INTS))
-        v = const_list(out, DT_I64, a->ints, a->n_ints, 0);
+        v = const_list(fe, out, DT_I64, a->ints, a->n_ints, 0);
     else
-        bad("%s is not supported (fsdpc accepts value, value_float(s) and value_int(s); not "
+        bad(fe, "%s is not supported (fsdpc accepts value, value_float(s) and value_int(s); not "
             "sparse_value or strings)", aw);
-    define(out, v, what);
+    define(fe, out, v, what);
+}
+
+/* A part of node n newer than opset (ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR, SINCE_VALUE rows): refused. */
+static void newer_parts(Fe *fe, const Node *n, const char *what, int64_t opset)
+{
+    const char *op = op_info[n->op].name;
+    for (const OpSince *f = op_since; f->op != OP_COUNT; f++) {
+        if (f->op != n->op || opset >= f->opset)
+            continue;
+        if (f->input >= 0 && n->nin > f->input && f->was_attr)
+            bad(fe, "%s: %s takes %s as an attribute before opset %d; this node gives it as input %d (at opset %lld; "
+                "or convert the model with onnx.version_converter.convert_version(model, %d))", what, op, f->name,
+                f->opset, f->input + 1, (long long)opset, OPSET_IR);
+        if (f->input >= 0 && n->nin > f->input)
+            bad(fe, "%s: input %d (%s) is opset %d's; at opset %lld %s takes at most %d inputs", what, f->input,
+                f->name, f->opset, (long long)opset, op, f->input);
+        if (f->input < 0 && !f->value && ir_attr(n, f->name))
+            bad(fe, "%s: %s is opset %d's; at opset %lld %s has none", what, f->name, f->opset, (long long)opset, op);
+        const char *v = f->value ? ir_attr_s(n, f->name, NULL) : NULL;
+        if (v && !strcmp(v, f->value))
+            bad(fe, "%s: %s '%s' is opset %d's (the model says opset %lld)", what, f->name, f->value, f->opset,
+                (long long)opset);
+    }
 }
 
 /* A node is read as the version its opset gives it.  An op newer than that
  * opset (ops.def's since column) is refused; so is, for the ops whose inputs
  * or attributes changed between opsets 13 and 28 in a way fsdpc reads (the
  * other version bumps of its ops add types only, which shape inference
- * checks), the form of another version: never misread.  A node of opsets 7 to
- * 12 is then rewritten into its opset 13 form (opset_old.c).  rename: the
- * node's row of renamed[] (an old op read as its successor; its since is
- * renamed[].until's rule instead), or -1. */
-static void version_rules(int id, const char *what, int rename)
+ * checks), the form of another version: a part newer than the opset
+ * (ops.def's SINCE_* rows), or the reductions' axes in the other place than
+ * the opset has them: never misread.  A node of opsets 7 to 12 is then
+ * rewritten into its opset 13 form (opset_old.c).  rename: the node's row of
+ * renamed[] (an old op read as its successor; its since is renamed[].until's
+ * rule instead), or -1. */
+static void version_rules(Fe *fe, int id, const char *what, int rename)
 {
-    const Node *n = &G->node[id];
+    const Node *n = &fe->g->node[id];
+    const int64_t opset = fe->opset;
     int has_axes = ir_attr(n, "axes") != NULL, nin = n->nin, since = op_info[n->op].since;
     const char *op = op_info[n->op].name;
     if (rename >= 0 && opset >= renamed[rename].until)
-        bad("%s: %s is deprecated from opset %d (the model says opset %lld): use %s", what, renamed[rename].name,
+        bad(fe, "%s: %s is deprecated from opset %d (the model says opset %lld): use %s", what, renamed[rename].name,
             renamed[rename].until, (long long)opset, op);
     if (opset < since && rename < 0) /* an op newer than the model (ops.def's since) */
-        bad("%s: %s is an opset %d op; the model says opset %lld (export at opset %d or later)", what, op, since,
+        bad(fe, "%s: %s is an opset %d op; the model says opset %lld (export at opset %d or later)", what, op, since,
             (long long)opset, since);
     if ((op_info[n->op].flags & F_REDUCE) && n->op != OP_ReduceSum) { /* axes: an attribute before opset 18,
                                                                          an input from 18 (ReduceSum's: 13) */
         if (opset >= 18 && has_axes)
-            bad("%s: at opset %lld, %s takes axes as its second input, not an attribute (export the model "
+            bad(fe, "%s: at opset %lld, %s takes axes as its second input, not an attribute (export the model "
                 "again, or convert it with onnx.version_converter)", what, (long long)opset, op);
         if (opset < 18 && nin > 1)
-            bad("%s: at opset %lld, %s takes axes as an attribute; an axes input is opset 18's (the model "
+            bad(fe, "%s: at opset %lld, %s takes axes as an attribute; an axes input is opset 18's (the model "
                 "says opset %lld: fix its opset_import)", what, (long long)opset, op, (long long)opset);
     }
-    switch (n->op) {
-    case OP_Split: /* num_outputs: opset 18 */
-        if (opset < 18 && ir_attr(n, "num_outputs"))
-            bad("%s: num_outputs is opset 18's; at opset %lld Split takes split sizes or splits evenly",
-                what, (long long)opset);
-        break;
-    case OP_Pad: /* axes: opset 18 */
-        if (opset < 18 && nin > 3)
-            bad("%s: an axes input is opset 18's; at opset %lld Pad takes data, pads and constant_value", what,
-                (long long)opset);
-        break;
-    case OP_AveragePool: /* dilations: opset 19 */
-        if (opset < 19 && ir_attr(n, "dilations"))
-            bad("%s: dilations is opset 19's; at opset %lld AveragePool has none", what, (long long)opset);
-        break;
-    case OP_Attention: /* nonpad_kv_seqlen: opset 24; windows: 25 */
-        if (opset < 24 && nin > 6)
-            bad("%s: nonpad_kv_seqlen is opset 24's; at opset %lld Attention takes 6 inputs", what, (long long)opset);
-        if (opset < 25 && (ir_attr(n, "left_window_size") || ir_attr(n, "right_window_size")))
-            bad("%s: left_window_size and right_window_size are opset 25's (the model says opset %lld)", what,
-                (long long)opset);
-        break;
-    case OP_ScatterND: case OP_ScatterElements: { /* reduction: opset 16 (add, mul); max, min: 18 */
-        const char *r = ir_attr_s(n, "reduction", NULL);
-        if (r && opset < 16)
-            bad("%s: reduction is opset 16's; at opset %lld %s has none", what, (long long)opset, op);
-        if (r && opset < 18 && (!strcmp(r, "max") || !strcmp(r, "min")))
-            bad("%s: reduction '%s' is opset 18's (the model says opset %lld)", what, ir_q(r), (long long)opset);
-        break;
-    }
-    case OP_Resize: /* axes, antialias, keep_aspect_ratio_policy: opset 18; half_pixel_symmetric: 19 */
-        for (int i = 0; i < n->nattr; i++)
-            if (opset < 18 && (!strcmp(n->attr[i].name, "axes") || !strcmp(n->attr[i].name, "antialias") ||
-                               !strcmp(n->attr[i].name, "keep_aspect_ratio_policy")))
-                bad("%s: %s is opset 18's; at opset %lld Resize has none", what, n->attr[i].name, (long long)opset);
-        if (opset < 19 && !strcmp(ir_attr_s(n, "coordinate_transformation_mode", ""), "half_pixel_symmetric"))
-            bad("%s: coordinate_transformation_mode half_pixel_symmetric is opset 19's (the model says opset %lld)",
-                what, (long long)opset);
-        break;
-    default:
-        break;
-    }
+    newer_parts(fe, n, what, opset);
 }
 
-static void load_node(const Flat *fl)
+static void load_node(Fe *fe, const Flat *fl)
 {
     const Onnx__NodeProto *n = fl->n;
     Op op = (Op)op_lookup(n);
     const OpInfo *oi = &op_info[op];
     const char *what = fl->what;
-    opset = fl->opset;
+    fe->opset = fl->opset;
     if (op == OP_Constant) {
-        constant_node(n, what);
+        constant_node(fe, n, what);
         return;
     }
     /* inputs [inmin, inmax) are optional (ops.def) */
     int lo = oi->inmin, hi = oi->inmax >= 0 ? oi->inmax : INT_MAX / 2;
     if ((int64_t)n->n_input < lo || (int64_t)n->n_input > hi)
-        bad("%s has %zu input%s; %s takes %s", what, n->n_input, n->n_input == 1 ? "" : "s", oi->name,
+        bad(fe, "%s has %zu input%s; %s takes %s", what, n->n_input, n->n_input == 1 ? "" : "s", oi->name,
             lo == hi ? ir_fmt("%d", lo) : hi < INT_MAX / 2 ? ir_fmt("%d to %d", lo, hi)
                                                          : ir_fmt("at least %d", lo));
     int nout = oi->outmax >= 0 ? oi->outmax : (int)n->n_output;
     if ((int)n->n_output < oi->outmin || (int)n->n_output > nout || (oi->outmin > 0 && !*n->output[0]))
-        bad("%s has %zu output%s; %s has %d to %d", what, n->n_output, n->n_output == 1 ? "" : "s",
+        bad(fe, "%s has %zu output%s; %s has %d to %d", what, n->n_output, n->n_output == 1 ? "" : "s",
             oi->name, oi->outmin, nout);
     int *in = ir_alloc(sizeof(int) * (n->n_input + 1));
     for (size_t i = 0; i < n->n_input; i++)
-        in[i] = use(n->input[i], what, (int)i < lo);
-    const char *nname = n->name && *n->name ? n->name : ir_fmt("%s_%d", oi->name, G->nnode);
+        in[i] = use(fe, n->input[i], what, (int)i < lo);
+    const char *nname = n->name && *n->name ? n->name : ir_fmt("%s_%d", oi->name, fe->g->nnode);
     int *out = ir_alloc(sizeof(int) * (size_t)(nout + 1));
     for (int k = 0; k < nout; k++) {
         int named = k < (int)n->n_output && *n->output[k];
-        const char *on = named ? n->output[k] : fresh(ir_fmt("%s.out%d", nname, k));
-        out[k] = ir_value(G, on, DT_UNDEF, NULL, R_ACT);
-        define(G->val[out[k]].name, out[k], what);
+        const char *on = named ? n->output[k] : fresh(fe, ir_fmt("%s.out%d", nname, k));
+        out[k] = ir_value(fe->g, on, DT_UNDEF, NULL, R_ACT);
+        define(fe, fe->g->val[out[k]].name, out[k], what);
     }
-    int id = ir_node(G, op, nname, (int)n->n_input, in, nout, out);
+    int id = ir_node(fe->g, op, nname, (int)n->n_input, in, nout, out);
     for (size_t i = 0; i < n->n_attribute; i++)
-        add_attr(id, n->attribute[i], what);
+        add_attr(fe, id, n->attribute[i], what);
     int rename = renamed_op(n);
-    version_rules(id, what, rename);
-    OldNode old = {G, path, what, opset, fresh_reserved};
+    version_rules(fe, id, what, rename);
+    OldNode old = {fe->g, fe->path, what, fe->opset, fe, old_fresh};
     if (rename >= 0 && op == OP_Resize)
         onnx_upsample(&old, id);
-    else if (opset < OPSET_IR)
+    else if (fe->opset < OPSET_IR)
         onnx_old_node(&old, id);
 }
 
 /* Enter every name the file defines, so derived names avoid them all. */
-static void reserve_names(const Onnx__GraphProto *gp)
+static void reserve_names(Fe *fe, const Onnx__GraphProto *gp)
 {
     for (size_t i = 0; i < gp->n_initializer; i++)
         if (gp->initializer[i]->name)
-            slot(gp->initializer[i]->name);
+            slot(fe, gp->initializer[i]->name);
     for (size_t i = 0; i < gp->n_input; i++)
         if (gp->input[i]->name)
-            slot(gp->input[i]->name);
+            slot(fe, gp->input[i]->name);
     for (size_t i = 0; i < gp->n_node; i++)
         for (size_t k = 0; k < gp->node[i]->n_output; k++)
             if (*gp->node[i]->output[k])
-                slot(gp->node[i]->output[k]);
+                slot(fe, gp->node[i]->output[k]);
 }
 
-static void load_outputs(const Onnx__GraphProto *gp)
+static void load_outputs(Fe *fe, const Onnx__GraphProto *gp)
 {
     if (gp->n_output > INT_MAX / 2)
-        bad("the graph has too many outputs");
-    G->output = ir_alloc(sizeof(int) * (gp->n_output + 1));
+        bad(fe, "the graph has too many outputs");
+    fe->g->output = ir_alloc(sizeof(int) * (gp->n_output + 1));
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = gp->output[i]->name;
-        int id = name ? find(name) : UNSEEN;
+        int id = name ? find(fe, name) : UNSEEN;
         if (id < 0)
-            bad("graph output '%s' is not defined by any node, input or initializer", ir_q(name));
-        G->output[G->noutput++] = id;
+            bad(fe, "graph output '%s' is not defined by any node, input or initializer", ir_q(name));
+        fe->g->output[fe->g->noutput++] = id;
     }
 }
 
-static void model_dir(void)
+static void model_dir(Fe *fe)
 {
-    const char *slash = strrchr(path, '/');
-    dir = !slash ? "." : slash == path ? "/" : ir_fmt("%.*s", (int)(slash - path), path);
-    char *r = realpath(dir, NULL);
+    const char *slash = strrchr(fe->path, '/');
+    fe->dir = !slash ? "." : slash == fe->path ? "/" : ir_fmt("%.*s", (int)(slash - fe->path), fe->path);
+    char *r = realpath(fe->dir, NULL);
     if (!r)
-        fatal("%s: cannot resolve the model's directory: %s", path, strerror(errno));
-    dir_real = ir_strdup(r);
+        fatal("%s: cannot resolve the model's directory: %s", fe->path, strerror(errno));
+    fe->dir_real = ir_strdup(r);
     free(r);
 }
 
 Graph *onnx_load(const Options *opt)
 {
-    path = opt->model;
-    names = NULL; /* a fresh name table: fsdpc --report loads the model once per strategy */
-    ncap = nused = 0;
-    G = ir_new(opt);
-    size_t len = opt->model_data ? opt->model_size : read_model();
-    G->model_bytes = opt->model_data ? opt->model_data : bytes;
-    G->model_len = len;
-    model = unpack(G->model_bytes, len);
-    if (!model->graph)
-        bad("the model has no graph");
-    check_opset(model);
-    model_dir();
-    const Onnx__GraphProto *gp = model->graph;
+    Fe c = {.path = opt->model, .g = ir_new(opt)}, *fe = &c;
+    size_t len = opt->model_data ? opt->model_size : read_model(fe);
+    fe->g->model_bytes = opt->model_data ? opt->model_data : fe->bytes;
+    fe->g->model_len = len;
+    fe->model = unpack(fe, fe->g->model_bytes, len);
+    if (!fe->model->graph)
+        bad(fe, "the model has no graph");
+    check_opset(fe, fe->model);
+    model_dir(fe);
+    const Onnx__GraphProto *gp = fe->model->graph;
     if (gp->n_node > INT_MAX / 4)
-        bad("the graph has too many nodes");
+        bad(fe, "the graph has too many nodes");
     check_dim_options(opt, gp);
-    reserve_names(gp);
-    load_functions(model);
-    flat = NULL;
-    nflat = flatcap = 0;
+    reserve_names(fe, gp);
+    load_functions(fe, fe->model);
     for (size_t i = 0; i < gp->n_node; i++)
-        flatten(gp->node[i], node_label(i, gp->node[i]), opset, 0, i);
-    check_ops();
-    load_initializers(gp);
-    load_signature(gp);
-    load_program_signature(gp);
-    load_padding();
-    check_state_records();
-    load_inputs(opt, gp);
-    for (size_t i = 0; i < nflat; i++)
-        load_node(&flat[i]);
-    load_outputs(gp);
-    return G;
+        flatten(fe, gp->node[i], node_label(i, gp->node[i]), fe->opset, 0, i);
+    check_ops(fe);
+    load_initializers(fe, gp);
+    load_signature(fe, gp);
+    load_program_signature(fe, gp);
+    load_padding(fe);
+    check_state_records(fe);
+    load_inputs(fe, opt, gp);
+    for (size_t i = 0; i < fe->nflat; i++)
+        load_node(fe, &fe->flat[i]);
+    load_outputs(fe, gp);
+    return fe->g;
 }

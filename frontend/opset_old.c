@@ -23,7 +23,8 @@
  *   BatchNormalization-7 spatial 1 is opset 9's only form; spatial 0 is refused
  *
  * A node in the form of a newer version (an input where its opset has an
- * attribute) is refused, never misread.  Every other change of fsdpc's ops
+ * attribute: ops.def's WAS_ATTR rows) is refused, never misread, before it
+ * comes here (frontend/onnx.c's version_rules).  Every other change of fsdpc's ops
  * between opsets 7 and 13 widens what a model may say (types, negative axes
  * and indices, broadcasting, optional inputs, new attributes with defaults
  * that keep the old meaning), so the opset 13 reading is the old one too.
@@ -50,28 +51,12 @@ static _Noreturn void refuse(const OldNode *c, const char *fmt, ...)
 
 /* ---- attributes that became inputs ----------------------------------------- */
 
-/* Op's inputs from `from` on were attributes (the first named attr) before opset `at`. */
-static const struct { Op op; int from, at; const char *attr; } moved[] = {
-    {OP_Squeeze, 1, 13, "axes"},  {OP_Unsqueeze, 1, 13, "axes"}, {OP_Split, 1, 13, "split"},
-    {OP_ReduceSum, 1, 13, "axes"}, {OP_Dropout, 1, 12, "ratio"}, {OP_Pad, 1, 11, "pads"},
-    {OP_Clip, 1, 11, "min"},      {OP_Slice, 1, 10, "starts"},  {OP_TopK, 1, 10, "k"},
-};
-
-/* An input where the node's opset has the attribute: refused. */
-static void check_moved(const OldNode *c, const Node *n)
-{
-    for (size_t i = 0; i < sizeof moved / sizeof *moved; i++)
-        if (moved[i].op == n->op && c->opset < moved[i].at && n->nin > moved[i].from)
-            refuse(c, "%s takes %s as an attribute before opset %d; this node gives it as input %d",
-                   op_info[n->op].name, moved[i].attr, moved[i].at, moved[i].from + 1);
-}
-
 /* A scalar float32 constant of value v, named after the node. */
 static int scalar_const(const OldNode *c, const Node *n, const char *what, double v)
 {
     float f = (float)v;
     Shape s = {.rank = 0};
-    return ir_const(c->g, c->fresh(ir_fmt("%s.%s", n->name, what)), DT_F32, &s, &f);
+    return ir_const(c->g, c->fresh(c->fe, ir_fmt("%s.%s", n->name, what)), DT_F32, &s, &f);
 }
 
 /* Dropout-7 and -10: the ratio attribute → the ratio input (its reading). */
@@ -113,15 +98,15 @@ static void coerce_2d(const OldNode *c, int id)
     Op op = n->op;
     const char *base = n->name;
     int x = n->in[0], y = n->out[0];
-    int flat = ir_value(g, c->fresh(ir_fmt("%s/flat", base)), DT_UNDEF, NULL, R_ACT);
-    int two = ir_value(g, c->fresh(ir_fmt("%s/2d", base)), DT_UNDEF, NULL, R_ACT);
-    int shape = ir_value(g, c->fresh(ir_fmt("%s/shape", base)), DT_UNDEF, NULL, R_ACT);
+    int flat = ir_value(g, c->fresh(c->fe, ir_fmt("%s/flat", base)), DT_UNDEF, NULL, R_ACT);
+    int two = ir_value(g, c->fresh(c->fe, ir_fmt("%s/2d", base)), DT_UNDEF, NULL, R_ACT);
+    int shape = ir_value(g, c->fresh(c->fe, ir_fmt("%s/shape", base)), DT_UNDEF, NULL, R_ACT);
     g->node[id].op = OP_Flatten;
     g->node[id].out[0] = flat;
-    int s = ir_node1(g, op, c->fresh(ir_fmt("%s/2d", base)), flat, -1, two);
+    int s = ir_node1(g, op, c->fresh(c->fe, ir_fmt("%s/2d", base)), flat, -1, two);
     ir_attr_add(g, s, "axis", A_INT)->i = 1;
-    ir_node1(g, OP_Shape, c->fresh(ir_fmt("%s/shape", base)), x, -1, shape);
-    ir_node1(g, OP_Reshape, c->fresh(ir_fmt("%s/reshape", base)), two, shape, y);
+    ir_node1(g, OP_Shape, c->fresh(c->fe, ir_fmt("%s/shape", base)), x, -1, shape);
+    ir_node1(g, OP_Reshape, c->fresh(c->fe, ir_fmt("%s/reshape", base)), two, shape, y);
 }
 
 /* ---- Resize-10 ------------------------------------------------------------------ */
@@ -165,7 +150,7 @@ static void upsample_scales(const OldNode *c, int id)
     for (int i = 0; i < a->n; i++)
         f[i] = (float)a->floats[i];
     Shape s = {.rank = 1, .dim = {a->n}};
-    int v = ir_const(c->g, c->fresh(ir_fmt("%s.scales", n->name)), DT_F32, &s, f);
+    int v = ir_const(c->g, c->fresh(c->fe, ir_fmt("%s.scales", n->name)), DT_F32, &s, f);
     n = &c->g->node[id];
     int *in = ir_alloc(sizeof(int) * 2);
     in[0] = n->in[0];
@@ -186,7 +171,6 @@ void onnx_upsample(const OldNode *c, int id)
 void onnx_old_node(const OldNode *c, int id)
 {
     const Node *n = &c->g->node[id];
-    check_moved(c, n);
     switch (n->op) {
     case OP_Dropout:
         dropout_ratio(c, id);

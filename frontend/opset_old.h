@@ -9,7 +9,9 @@ typedef struct {
     const char *path;                       /* the model: the first word of every message */
     const char *what;                       /* the node's label ("node 'sm' (Softmax)") */
     int64_t opset;                          /* the node's default-domain opset, 7 to 12 */
-    const char *(*fresh)(const char *base); /* base or base_N: a name no value of the file or the IR has, reserved */
+    void *fe;                               /* the frontend's reading of the model, for fresh */
+    const char *(*fresh)(void *fe, const char *base); /* base or base_N: a name no value of the file or the IR
+                                                        * has, reserved */
 } OldNode;
 
 /* Rewrites node id (just loaded, its attributes added) from its opset's version to opset 13's form, adding the

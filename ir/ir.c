@@ -42,6 +42,33 @@ const OpInfo op_info[OP_COUNT] = {
 #undef S
 };
 
+/* ops.def's LOW rows */
+int ir_reads_low(const Node *n, int input)
+{
+    switch (n->op) {
+#define ALL_INPUTS 0xffffffffu
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)
+#define LOW(name, inputs) \
+    case OP_##name: return input >= 32 ? (inputs) == ALL_INPUTS : (int)((inputs) >> input & 1u);
+#include "ops.def"
+#undef OP
+#undef ALL_INPUTS
+    default: return 0;
+    }
+}
+
+/* ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR and SINCE_VALUE rows, in its order */
+const OpSince op_since[] = {
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)
+#define SINCE_IN(name, input, text, opset) {OP_##name, opset, input, #text, NULL, 0},
+#define WAS_ATTR(name, input, attr, opset) {OP_##name, opset, input, #attr, NULL, 1},
+#define SINCE_ATTR(name, attr, opset) {OP_##name, opset, -1, #attr, NULL, 0},
+#define SINCE_VALUE(name, attr, value, opset) {OP_##name, opset, -1, #attr, #value, 0},
+#include "ops.def"
+#undef OP
+    {OP_COUNT, 0, -1, NULL, NULL, 0},
+};
+
 /* ---- memory: a chain of big blocks, released by the OS at exit ----------
  * Each block starts with a pointer to the previous one, so everything stays
  * reachable (LeakSanitizer reports nothing) though fsdpc never frees;

@@ -73,6 +73,18 @@ typedef struct {
     const char *dkname[2];
 } OpInfo;
 extern const OpInfo op_info[OP_COUNT];
+/* A part of an ONNX op that exists from an opset on (ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR and SINCE_VALUE
+ * rows): input number `input` (name: its name; was_attr: before, it was the attribute `name`), or (input -1) the
+ * attribute `name`, or its string value `value`.  op_since lists them in ops.def's order, ending with op
+ * OP_COUNT. */
+typedef struct {
+    Op op;
+    int opset;
+    int input;
+    const char *name, *value;
+    int was_attr;
+} OpSince;
+extern const OpSince op_since[];
 
 typedef struct {
     int rank;
@@ -380,6 +392,8 @@ int ir_root(const Graph *g, int v);               /* the value whose bytes v vie
  * ReduceScatter's flat gradient)? */
 int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
+/* may input `input` of n be bfloat16 or float16 (ops.def's LOW rows)? */
+int ir_reads_low(const Node *n, int input);
 
 /* print.c / parse.c / verify.c */
 #define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */
@@ -413,7 +427,6 @@ Graph *onnx_load(const Options *opt);
 
 /* passes/: one entry function each, run in the literal list in fsdpc.c */
 void pass_fold(Graph *g);
-void shape_node(Graph *g, int node);              /* shape.c: infer one node's outputs */
 void pass_shape(Graph *g);
 void pass_attention(Graph *g);
 void share_constants(Graph *g); /* passes/consts.c: every reader of a constant reads the first identical one */
@@ -423,15 +436,16 @@ void pass_optim(Graph *g);
 void pass_units(Graph *g);
 void pass_shard(Graph *g);
 void pass_precision(Graph *g);
-int precision_reads_bf16(const Node *n, int input); /* may input `input` of n be bfloat16 or float16? */
 DType precision_low(Precision p);               /* the 16-bit dtype of --precision bf16 / fp16 */
 void pass_recompute(Graph *g);
 void pass_fuse(Graph *g);
 void pass_schedule(Graph *g);
 void pass_memplan(Graph *g);
 
-/* passes/autodiff.c: what gradient rules build with.  Each returns the new
- * value's id; shapes come from shape_node. */
+/* ir/build.c: what the rules and the passes build with.  shape_node types one
+ * node by the shape rules (and checks what they infer); each ad_* returns the
+ * new value's id, shaped by shape_node. */
+void shape_node(Graph *g, int node);
 #define GRAD_MAX_IN 8
 typedef struct {
     Graph *g;

@@ -113,7 +113,7 @@ void ir_verify(const Graph *g, const char *after)
             /* the narrow dtypes (bfloat16, float16, int8 .. uint64) are cast to their wide ones by fold (a
              * model's) or read by the precision pass's ops */
             if (x->dtype != DT_UNDEF && dtype_wide(x->dtype) != x->dtype && strcmp(after, "frontend") &&
-                !precision_reads_bf16(n, j))
+                !ir_reads_low(n, j))
                 die("after %s: node '%s' (%s) reads the %s value '%s'", after, n->name, oi->name,
                     dtype_name(x->dtype), x->name);
         }

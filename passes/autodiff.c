@@ -12,7 +12,7 @@
  * Two sweeps over the node list mark what matters: `fwd` = depends on a
  * trainable initializer, `bwd` = reaches the loss; a value on both is active.
  * The reverse sweep then applies one rule per op (the op layer's,
- * ir/rules/grad_*.c, built with the ad_* helpers below) and sums
+ * ir/rules/grad_*.c, built with ir/build.c's ad_* helpers) and sums
  * contributions when a value feeds several nodes.  Broadcasting is undone by
  * ad_sum_to().
  *
@@ -29,54 +29,6 @@
 
 /* Does input i of op carry a gradient? (ops.def's diff column) */
 static int diff_input(Op op, int i) { return i < 32 && (op_info[op].diff >> i & 1u); }
-
-
-int ad_emit(Graph *g, Op op, const char *name, int a, int b)
-{
-    int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
-    int n = ir_node1(g, op, name, a, b, y);
-    shape_node(g, n);
-    return y;
-}
-
-int ad_matmul(Graph *g, const char *name, int a, int b, int ta, int tb)
-{
-    int y = ir_value(g, ir_fmt("%s.out", name), DT_UNDEF, NULL, R_ACT);
-    int n = ir_node1(g, OP_MatMul, name, a, b, y);
-    ir_attr_add(g, n, "transA", A_INT)->i = ta;
-    ir_attr_add(g, n, "transB", A_INT)->i = tb;
-    shape_node(g, n);
-    return y;
-}
-
-int ad_scale(Graph *g, const char *name, int x, double alpha)
-{
-    int y = ir_like(g, ir_fmt("%s.out", name), x, R_ACT);
-    int n = ir_node1(g, OP_Scale, name, x, -1, y);
-    ir_attr_add(g, n, "alpha", A_FLOAT)->f = alpha;
-    return y;
-}
-
-int ad_reshape(Graph *g, const char *name, int x, const Shape *to)
-{
-    Shape s1 = {1, {to->rank}};
-    int sh = ir_const(g, ir_fmt("%s.shape", name), DT_I64, &s1, to->dim);
-    return ad_emit(g, OP_Reshape, name, x, sh);
-}
-
-/* dy summed down to the shape of value `like` (undoes numpy broadcasting) */
-int ad_sum_to(Graph *g, const char *name, int dy, int like)
-{
-    Shape from = g->val[dy].shape, to = g->val[like].shape;
-    if (shape_eq(&from, &to))
-        return dy;
-    if (shape_numel(&from) == shape_numel(&to))
-        return ad_reshape(g, name, dy, &to);
-    int y = ir_like(g, ir_fmt("%s.out", name), like, R_ACT);
-    g->val[y].dtype = g->val[dy].dtype;
-    ir_node1(g, OP_ReduceSumTo, name, dy, -1, y);
-    return y;
-}
 
 static void accumulate(Graph *g, int *grad, int v, int contrib, const char *name)
 {

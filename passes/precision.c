@@ -51,7 +51,7 @@
  * second output, a bf16 buffer of the flat gradient's size that the runtime
  * reduces in (half the bytes on the wire), the result landing in the fp32
  * gradient shard.
- * The set of ops that may read bfloat16 is precision_reads_bf16; ir_verify
+ * The set of ops that may read bfloat16 is ir_reads_low (ir/ir.c); ir_verify
  * holds every later pass to it.
  */
 #include "ir.h"
@@ -66,26 +66,11 @@ static int moves_input0(Op op)
     return op == OP_Transpose || op == OP_Gather || op == OP_Identity || op == OP_Reshape;
 }
 
-int precision_reads_bf16(const Node *n, int input)
-{
-    switch (n->op) {
-    case OP_MatMul: case OP_Free: case OP_Wait: return 1;
-    case OP_MatMulAdd: return input < 2; /* the operands; the bias and addend have the float32 result's dtype */
-    case OP_FusedAttention: return input < 3; /* q, kt, v; the bias is float32 */
-    case OP_FusedAttentionGrad: return input >= 1 && input <= 3; /* q, kt, v; dy, y, lse, bias are float32 */
-    case OP_Cast: return input == 0;
-    case OP_Fused: return 1; /* fuse.c's loops load 16-bit inputs widened */
-    case OP_CrossEntropyLoss: return input == 0; /* the logits (k_cross_entropy_bf16) */
-    case OP_CrossEntropyGrad: return input == 1;
-    default: return input == 0 && moves_input0(n->op);
-    }
-}
-
 DType precision_low(Precision p) { return p == PREC_FP16 ? DT_F16 : DT_BF16; }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
-/* ops whose operands (precision_reads_bf16's inputs) a float32 result reads in the low dtype */
+/* ops whose operands (ir_reads_low's inputs) a float32 result reads in the low dtype */
 static int is_gemm(Op op) { return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad; }
 
 typedef struct {
@@ -233,7 +218,7 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
             reads[v]++;
             if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
                 ew_reader[v] = 1;
-            if ((precision_reads_bf16(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast) ||
+            if ((ir_reads_low(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast) ||
                 is_elementwise(n) ||
                 (j == 0 && moves_input0(n->op) && n->nout >= 1 && low_reader[n->out[0]]))
                 low_reader[v] = 1;
@@ -309,9 +294,9 @@ void pass_precision(Graph *g)
         int nlow = 0; /* outputs [0, nlow) stored low */
         if (is_gemm(n.op) && g->val[n.out[0]].dtype == DT_F32) {
             for (int j = 0; j < n.nin; j++)
-                if (in[j] >= 0 && precision_reads_bf16(&n, j) && g->val[in[j]].dtype == DT_F32)
+                if (in[j] >= 0 && ir_reads_low(&n, j) && g->val[in[j]].dtype == DT_F32)
                     in[j] = cast_of(&w, in[j], low);
-                else if (in[j] >= 0 && !precision_reads_bf16(&n, j) && is_low(g->val[in[j]].dtype))
+                else if (in[j] >= 0 && !ir_reads_low(&n, j) && is_low(g->val[in[j]].dtype))
                     in[j] = cast_of(&w, in[j], DT_F32);
             nlow = n.op == OP_FusedAttentionGrad ? 3 : 1; /* y; dq, dkt, dv */
         } else if (n.op == OP_CrossEntropyGrad && is_low(g->val[in[1]].dtype)) {
@@ -340,7 +325,7 @@ void pass_precision(Graph *g)
             nlow = all_low && any_low;
         } else {
             for (int j = 0; j < n.nin; j++)
-                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !precision_reads_bf16(&n, j))
+                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !ir_reads_low(&n, j))
                     in[j] = cast_of(&w, in[j], DT_F32);
         }
         int at = w.n;

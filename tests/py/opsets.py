@@ -20,6 +20,10 @@ Refused with one line naming the node, op and what to do (exit 1):
   - opset 29 and opset 6 (the message names the opset and the range);
   - an op newer than the model's opset (ops.def's since): Trilu at 13, CastLike at 14, Gelu at 19, Celu at 11,
     Mod at 9, Range at 10;
+  - a part of an op newer than the model's opset (ops.def's SINCE_* and WAS_ATTR rows): Pad's axes input at 17,
+    Attention's nonpad_kv_seqlen at 23, AveragePool's dilations at 18, Resize's antialias at 17 and
+    half_pixel_symmetric at 18, ScatterND's reduction max at 17, ScatterElements' reduction at 15, Squeeze's axes
+    input at 12;
   - at an old opset: BatchNormalization-7's spatial 0, Squeeze-11 with an axes input (opset 13's form);
   - ReduceMean at opset 17 with an axes input; at opset 18 with an axes attribute;
   - Split at opset 17 with num_outputs; Pad-19's wrap mode.
@@ -141,6 +145,20 @@ def main():
         m = model([helper.make_node(op, ins, ["y"], name="n1", **attrs)], {"x": x}, ["y"], opset=since - 1)
         refuse(fsdpc, work, "%s%d" % (op, since - 1), m, "'n1' (%s)" % op, "opset %d op" % since,
                "opset %d" % (since - 1))
+    # a part of an op newer than the model's opset (ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR, SINCE_VALUE rows; the
+    # frontend's one check of them) is refused, naming the part and both opsets
+    for op, opset, ins, attrs, part in (
+            ("Pad", 17, ["x", "x", "", "x"], {}, "input 3 (axes) is opset 18's"),
+            ("Attention", 23, ["x", "x", "x", "", "", "", "x"], {}, "input 6 (nonpad_kv_seqlen) is opset 24's"),
+            ("AveragePool", 18, ["x"], {"kernel_shape": [1], "dilations": [1]}, "dilations is opset 19's"),
+            ("Resize", 17, ["x", "", "x"], {"antialias": 1}, "antialias is opset 18's"),
+            ("Resize", 18, ["x", "", "x"], {"coordinate_transformation_mode": "half_pixel_symmetric"},
+             "coordinate_transformation_mode 'half_pixel_symmetric' is opset 19's"),
+            ("ScatterND", 17, ["x", "x", "x"], {"reduction": "max"}, "reduction 'max' is opset 18's"),
+            ("ScatterElements", 15, ["x", "x", "x"], {"reduction": "add"}, "reduction is opset 16's"),
+            ("Squeeze", 12, ["x", "x"], {}, "takes axes as an attribute before opset 13")):
+        m = model([helper.make_node(op, ins, ["y"], name="n1", **attrs)], {"x": x}, ["y"], opset=opset)
+        refuse(fsdpc, work, "%s%d_newer" % (op, opset), m, "'n1' (%s)" % op, part, "opset %d" % opset)
     w, b = rng.standard_normal(4), rng.standard_normal(4)
     m = model([helper.make_node("LayerNormalization", ["x", "w", "b"], ["y"], epsilon=1e-5)], {"x": x}, ["y"],
               [("w", w), ("b", b)], opset=13)
