@@ -72,7 +72,7 @@ const char *cg_comment(const char *s)
 const char *cg_ctype(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) case DT_##name: return #ctype;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) case DT_##name: return #ctype;
 #include "dtypes.def"
     default: die("no C type for dtype %d", t);
     }
@@ -81,7 +81,7 @@ const char *cg_ctype(DType t)
 const char *cg_kdt(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) case DT_##name: return #kdt;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) case DT_##name: return #kdt;
 #include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }

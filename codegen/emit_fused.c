@@ -69,7 +69,7 @@ static const char *operand(const Fusion *f, int k, const Node *n, int v)
 /* the 16-bit conversions of the target (kernels.h's on cpu, common.cuh's on cuda), bit for bit alike */
 static const char *conv(const Cg *cg, int from16, DType low)
 {
-    return ir_fmt("%s_%s_%s", cg->cuda ? "kc" : "k", low == DT_BF16 ? "bf16" : "f16", from16 ? "to_f32" : "from_f32");
+    return ir_fmt("%s_%s_%s", cg->cuda ? "kc" : "k", dtype_name(low), from16 ? "to_f32" : "from_f32");
 }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }

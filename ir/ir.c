@@ -304,16 +304,7 @@ int ir_scalar(Graph *g, const char *name, DType dt, double v)
     Shape sc = {.rank = 0};
     int c = ir_value(g, name, dt, &sc, R_CONST);
     g->val[c].data = ir_alloc(sizeof(double));
-    if (dt == DT_F32)
-        *(float *)g->val[c].data = (float)v;
-    else if (dt == DT_BOOL)
-        *(uint8_t *)g->val[c].data = v != 0;
-    else if (dt == DT_I64)
-        *(int64_t *)g->val[c].data = (int64_t)v;
-    else if (dt == DT_I32)
-        *(int32_t *)g->val[c].data = (int32_t)v;
-    else
-        *(double *)g->val[c].data = v;
+    dtype_set_f(g->val[c].data, 0, dt, v);
     g->val[c].persistent = 1;
     return c;
 }
@@ -597,7 +588,7 @@ int shape_eq(const Shape *a, const Shape *b)
 size_t dtype_size(DType t)
 {
     static const size_t size[DT_COUNT] = {
-#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide, kind) [DT_##name] = sz,
+#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide, kind, npy, numpy) [DT_##name] = sz,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? size[t] : 0;
@@ -607,7 +598,7 @@ const char *dtype_name(DType t)
 {
     static const char *names[DT_COUNT] = {
         [DT_UNDEF] = "undef",
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = text,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) [DT_##name] = text,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? names[t] : "?";
@@ -616,7 +607,7 @@ const char *dtype_name(DType t)
 DType dtype_wide(DType t)
 {
     static const DType wide[DT_COUNT] = {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = DT_##wide,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) [DT_##name] = DT_##wide,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? wide[t] : DT_UNDEF;
@@ -625,13 +616,79 @@ DType dtype_wide(DType t)
 char dtype_kind(DType t)
 {
     static const char kind[DT_COUNT] = {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, k) [DT_##name] = k,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, k, npy, numpy) [DT_##name] = k,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? kind[t] : 0;
 }
 
 int dtype_is_float(DType t) { return dtype_kind(t) == 'f' && dtype_wide(t) == t; }
+
+/* The element accessors: one case per dtypes.def row, through its ctype.  A 16-bit float's ctype is its bits,
+ * which no arithmetic conversion may touch: those rows die. */
+#define IS_BITS_(t) (dtype_kind(t) == 'f' && dtype_size(t) == 2)
+
+int64_t dtype_get_int(const void *d, int64_t i, DType t)
+{
+    if (dtype_kind(t) == 'f')
+        die("dtype_get_int: %s is not an integer", dtype_name(t));
+    switch (t) {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) \
+    case DT_##name: return (int64_t)((const ctype *)d)[i];
+#include "dtypes.def"
+    default: die("dtype_get_int: dtype %d", (int)t);
+    }
+}
+
+void dtype_set_int(void *d, int64_t i, DType t, int64_t v)
+{
+    if (dtype_kind(t) == 'f')
+        die("dtype_set_int: %s is not an integer", dtype_name(t));
+    switch (t) {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) \
+    case DT_##name: ((ctype *)d)[i] = (ctype)v; break;
+#include "dtypes.def"
+    default: die("dtype_set_int: dtype %d", (int)t);
+    }
+}
+
+void dtype_int_range(DType t, int64_t *lo, int64_t *hi)
+{
+    int bits = 8 * (int)dtype_size(t);
+    switch (dtype_kind(t)) {
+    case 'b': *lo = 0, *hi = 1; break;
+    case 'i': *hi = bits == 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1, *lo = -*hi - 1; break;
+    case 'u': *lo = 0, *hi = bits == 64 ? INT64_MAX : ((int64_t)1 << bits) - 1; break;
+    default: die("dtype_int_range: %s is not an integer", dtype_name(t));
+    }
+}
+
+double dtype_get_f(const void *d, int64_t i, DType t)
+{
+    if (IS_BITS_(t))
+        die("dtype_get_f: %s holds bits", dtype_name(t));
+    switch (t) {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) \
+    case DT_##name: return (double)((const ctype *)d)[i];
+#include "dtypes.def"
+    default: die("dtype_get_f: dtype %d", (int)t);
+    }
+}
+
+void dtype_set_f(void *d, int64_t i, DType t, double v)
+{
+    if (IS_BITS_(t))
+        die("dtype_set_f: %s holds bits", dtype_name(t));
+    if (dtype_kind(t) == 'b')
+        v = v != 0;
+    switch (t) {
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) \
+    case DT_##name: ((ctype *)d)[i] = (ctype)v; break;
+#include "dtypes.def"
+    default: die("dtype_set_f: dtype %d", (int)t);
+    }
+}
+#undef IS_BITS_
 
 const char *role_name(Role r)
 {

@@ -26,7 +26,7 @@
 
 typedef enum {
     DT_UNDEF,
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) DT_##name,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) DT_##name,
 #include "dtypes.def" /* F32, F64, I64, I32, BOOL; BF16, F16; I8, U8, I16, U16, U32, U64 */
     DT_COUNT
 } DType;
@@ -384,6 +384,15 @@ DType dtype_wide(DType t);
 char dtype_kind(DType t);
 /* a float the step computes in: f32, f64 (the 16-bit floats are stored only, computed widened to float32) */
 int dtype_is_float(DType t);
+/* element i of array d of dtype t (any but a float) as an int64 (a uint64 keeps its bits); storing v narrows it
+ * by C's conversion; the values an integer dtype holds, [lo, hi] (uint64: up to INT64_MAX, the IR's integers) */
+int64_t dtype_get_int(const void *d, int64_t i, DType t);
+void dtype_set_int(void *d, int64_t i, DType t, int64_t v);
+void dtype_int_range(DType t, int64_t *lo, int64_t *hi);
+/* element i of array d of dtype t (a float32, float64 or an integer) as a double; storing v converts it by C's
+ * conversion (a bool stores v != 0); 16-bit floats (their bits) are neither read nor written here */
+double dtype_get_f(const void *d, int64_t i, DType t);
+void dtype_set_f(void *d, int64_t i, DType t, double v);
 const char *role_name(Role r);
 int64_t value_numel(const Graph *g, int v);
 void ir_link(Graph *g);                           /* recompute producer / nuses */

@@ -550,29 +550,23 @@ static void rd_fusions(Rd *r)
 static void rd_elem(Rd *r, Value *v, DType dt, int64_t i)
 {
     void *d = v->data;
-    switch (dt) {
-    case DT_F32: ((float *)d)[i] = (float)rd_double(r, "a float32"); break;
-    case DT_F64: ((double *)d)[i] = rd_double(r, "a float64"); break;
-    case DT_BF16: case DT_F16: {
+    if (dt == DT_F32)
+        ((float *)d)[i] = (float)rd_double(r, "a float32");
+    else if (dt == DT_F64)
+        ((double *)d)[i] = rd_double(r, "a float64");
+    else if (dtype_kind(dt) == 'f') { /* a 16-bit float: its bits */
         skip_blank(r);
         char *e;
         unsigned long b = strncmp(r->p, "0x", 2) ? ULONG_MAX : strtoul(r->p + 2, &e, 16);
         if (b > 0xffff || e != r->p + 6)
             bad(r, "a 16-bit float is its bits as 0xHHHH, not '%.20s'", r->p);
         ((uint16_t *)d)[i] = (uint16_t)b, r->p = e;
-        break;
-    }
-    case DT_I64: ((int64_t *)d)[i] = rd_int(r, "an int64", INT64_MIN, INT64_MAX); break;
-    case DT_U64: ((uint64_t *)d)[i] = (uint64_t)rd_int(r, "a uint64", 0, INT64_MAX); break;
-    case DT_I32: ((int32_t *)d)[i] = (int32_t)rd_int(r, "an int32", INT32_MIN, INT32_MAX); break;
-    case DT_U32: ((uint32_t *)d)[i] = (uint32_t)rd_int(r, "a uint32", 0, UINT32_MAX); break;
-    case DT_I16: ((int16_t *)d)[i] = (int16_t)rd_int(r, "an int16", INT16_MIN, INT16_MAX); break;
-    case DT_U16: ((uint16_t *)d)[i] = (uint16_t)rd_int(r, "a uint16", 0, UINT16_MAX); break;
-    case DT_I8: ((int8_t *)d)[i] = (int8_t)rd_int(r, "an int8", INT8_MIN, INT8_MAX); break;
-    case DT_U8: ((uint8_t *)d)[i] = (uint8_t)rd_int(r, "a uint8", 0, UINT8_MAX); break;
-    case DT_BOOL: ((uint8_t *)d)[i] = (uint8_t)rd_int(r, "a bool", 0, 1); break;
-    default: bad(r, "data of dtype %s", dtype_name(dt));
-    }
+    } else if (dtype_kind(dt)) {
+        int64_t lo, hi;
+        dtype_int_range(dt, &lo, &hi);
+        dtype_set_int(d, i, dt, rd_int(r, ir_fmt("a%s %s", dtype_kind(dt) == 'i' ? "n" : "", dtype_name(dt)), lo, hi));
+    } else
+        bad(r, "data of dtype %s", dtype_name(dt));
 }
 
 /* data=[...] (as many elements as the shape), data=elided:HEX or data=external */

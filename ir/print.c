@@ -115,20 +115,16 @@ uint64_t ir_digest(const void *p, size_t n)
 /* element i of data d of dtype t, as the reader reads it back */
 static void print_elem(FILE *f, DType t, const void *d, int64_t i)
 {
-    switch (t) {
-    case DT_F32: print_float(f, ((const float *)d)[i]); break;
-    case DT_F64: ir_print_double(f, ((const double *)d)[i], 0); break;
-    case DT_BF16: case DT_F16: fprintf(f, "0x%04x", ((const uint16_t *)d)[i]); break;
-    case DT_I64: fprintf(f, "%lld", (long long)((const int64_t *)d)[i]); break;
-    case DT_U64: fprintf(f, "%llu", (unsigned long long)((const uint64_t *)d)[i]); break;
-    case DT_I32: fprintf(f, "%d", ((const int32_t *)d)[i]); break;
-    case DT_U32: fprintf(f, "%u", ((const uint32_t *)d)[i]); break;
-    case DT_I16: fprintf(f, "%d", ((const int16_t *)d)[i]); break;
-    case DT_U16: fprintf(f, "%u", ((const uint16_t *)d)[i]); break;
-    case DT_I8: fprintf(f, "%d", ((const int8_t *)d)[i]); break;
-    case DT_U8: case DT_BOOL: fprintf(f, "%u", ((const uint8_t *)d)[i]); break;
-    default: die("print_elem: dtype %d", (int)t);
-    }
+    if (t == DT_F32)
+        print_float(f, ((const float *)d)[i]);
+    else if (t == DT_F64)
+        ir_print_double(f, ((const double *)d)[i], 0);
+    else if (dtype_kind(t) == 'f') /* a 16-bit float: its bits */
+        fprintf(f, "0x%04x", ((const uint16_t *)d)[i]);
+    else if (dtype_kind(t) == 'i')
+        fprintf(f, "%lld", (long long)dtype_get_int(d, i, t));
+    else
+        fprintf(f, "%llu", (unsigned long long)dtype_get_int(d, i, t));
 }
 
 DType ir_data_dtype(const Graph *g, int v)

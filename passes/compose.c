@@ -333,10 +333,7 @@ void compose_convt(Sweep *s, int id)
 /* a scalar constant of dtype dt (float32 or float64) holding v */
 static int scalar(Sweep *s, int id, DType dt, double v, const char *what)
 {
-    Shape sc = {0, {0}};
-    float f = (float)v;
-    return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, what, s->nnew++), dt, &sc,
-                    dt == DT_F64 ? (const void *)&v : (const void *)&f);
+    return ir_scalar(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, what, s->nnew++), dt, v);
 }
 
 /* The window sums of x [N, C, H, W] over q's windows (pads zeros; ceil_mode's last partial window more zero
@@ -487,17 +484,9 @@ int fold_const_fill(Sweep *s, int id, DType t, const Shape *sh, double (*f)(int6
 {
     int64_t n = shape_numel(sh);
     size_t es = dtype_size(t);
-    unsigned char *p = ir_alloc(es * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) {
-        double v = f(i, ctx);
-        switch (t) {
-        case DT_F32: ((float *)p)[i] = (float)v; break;
-        case DT_F64: ((double *)p)[i] = v; break;
-        case DT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-        case DT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-        default: p[i] = v != 0; break;
-        }
-    }
+    void *p = ir_alloc(es * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        dtype_set_f(p, i, t, f(i, ctx));
     return ir_const(s->g, ir_fmt("%s/%s.%d", s->g->node[id].name, suffix, s->nnew++), t, sh, p);
 }
 

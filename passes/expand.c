@@ -185,15 +185,9 @@ void expand_argmax(Sweep *s, int id)
     ps.dim[0] = len;
     for (int i = 1; i < ps.rank; i++)
         ps.dim[i] = 1;
-    size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
-    void *p = ir_alloc(es * (size_t)len);
-    for (int64_t i = 0; i < len; i++) {
-        double pos = last ? (double)i : (double)(len - 1 - i);
-        if (t == DT_F32)
-            ((float *)p)[i] = (float)pos;
-        else
-            ((double *)p)[i] = pos;
-    }
+    void *p = ir_alloc(dtype_size(t) * (size_t)len);
+    for (int64_t i = 0; i < len; i++)
+        dtype_set_f(p, i, t, last ? (double)i : (double)(len - 1 - i));
     int pv = ir_const(g, ir_fmt("%s/positions.%d", n.name, s->nnew++), t, &ps, p);
     int sel = expand3(s, id, OP_Where, hit, pv, new_scalar(s, id, t, -1, "none"), "select", -1);
     int idx = expand_reduce(s, id, OP_ReduceMax, sel, ax, keep, "index", -1);
@@ -723,7 +717,6 @@ void expand_resize(Sweep *s, int id)
         expand(s, id, OP_Identity, cur, -1, "identity", n.out[0]);
         return;
     }
-    size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
     for (int i = 0; i <= last; i++) {
         if (lout[i] < 0)
             continue;
@@ -740,12 +733,9 @@ void expand_resize(Sweep *s, int id)
             visit(s, gn);
             int tap = g->node[gn].out[0];
             if (mode) {
-                void *wd = ir_alloc(es * (size_t)L);
+                void *wd = ir_alloc(dtype_size(t) * (size_t)L);
                 for (int64_t o = 0; o < L; o++)
-                    if (t == DT_F32)
-                        ((float *)wd)[o] = (float)wt[i][j][o];
-                    else
-                        ((double *)wd)[o] = wt[i][j][o];
+                    dtype_set_f(wd, o, t, wt[i][j][o]);
                 int wv = ir_const(g, ir_fmt("%s/weight%d.%d", n.name, ax[i], s->nnew++), t, &ws, wd);
                 tap = expand(s, id, OP_Mul, tap, wv, ir_fmt("weigh%d_%d", ax[i], j), -1);
                 tap = sum < 0 ? tap : expand(s, id, OP_Add, sum, tap, ir_fmt("sum%d_%d", ax[i], j), fin ? n.out[0] : -1);
@@ -1212,18 +1202,14 @@ void expand_attention(Sweep *s, int id)
         if (sq * skv > ((int64_t)1 << 24)) /* the bias is a constant of the executable */
             node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^24 elements (fsdpc builds it as a "
                        "constant): give the mask as attn_mask instead", (long long)sq, (long long)skv);
-        size_t es = t == DT_F32 ? sizeof(float) : sizeof(double);
-        void *m = ir_alloc(es * (size_t)(sq * skv));
+        void *m = ir_alloc(dtype_size(t) * (size_t)(sq * skv));
         for (int64_t i = 0; i < sq; i++) {
             int any = 0;
             for (int64_t j = 0; j < skv; j++) {
                 int64_t dij = i + past - j;
                 int ok = (!causal || dij >= 0) && (lw < 0 || dij <= lw) && (rw < 0 || -dij <= rw);
                 any |= ok;
-                if (t == DT_F32)
-                    ((float *)m)[i * skv + j] = ok ? 0.0f : -INFINITY;
-                else
-                    ((double *)m)[i * skv + j] = ok ? 0.0 : -INFINITY;
+                dtype_set_f(m, i * skv + j, t, ok ? 0.0 : -INFINITY);
             }
             full |= !any;
         }

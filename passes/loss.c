@@ -52,14 +52,6 @@ static int own_loss(const Graph *g)
     return -1;
 }
 
-/* a scalar constant of dtype dt */
-static int scalar(Graph *g, const char *name, DType dt, double v)
-{
-    Shape s = {0};
-    float f = (float)v;
-    return ir_const(g, name, dt, &s, dt == DT_F32 ? (const void *)&f : (const void *)&v);
-}
-
 /* node op(x) named name, writing a value named outname (NULL: name.out), with LogSoftmax's axis -1 or
  * ReduceMean's every axis (ad_emit shapes a node before attributes could be added), shaped; its output */
 static int emit_attr(Graph *g, Op op, const char *name, int x, const char *outname)
@@ -99,7 +91,7 @@ static int composite_loss(Graph *g, LossKind kind, int p, int t)
     int a = ad_emit(g, OP_Abs, "loss.abs", ad_emit(g, OP_Sub, "loss.diff", p, t), -1);
     if (kind == LOSS_L1)
         return emit_attr(g, OP_ReduceMean, "loss.mean", a, "loss");
-    int q = ad_emit(g, OP_Min, "loss.q", a, scalar(g, "loss.delta", dt, delta));
+    int q = ad_emit(g, OP_Min, "loss.q", a, ir_scalar(g, "loss.delta", dt, delta));
     int sq = ad_scale(g, "loss.half_q2", ad_emit(g, OP_Mul, "loss.q2", q, q), 0.5);
     int lin = ad_scale(g, "loss.linear", ad_emit(g, OP_Sub, "loss.over", a, q), delta);
     int h = ad_emit(g, OP_Add, "loss.terms", sq, lin);

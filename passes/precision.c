@@ -55,10 +55,9 @@
  * holds every later pass to it.
  */
 #include "ir.h"
+#include "rules/tensor.h"
 
 #include <string.h>
-
-enum { ONNX_FLOAT = 1, ONNX_FLOAT16 = 10, ONNX_BFLOAT16 = 16 };
 
 /* ops whose input 0 is only moved: a bfloat16 input gives a bfloat16 output */
 static int moves_input0(Op op)
@@ -87,7 +86,7 @@ static void push_cast(Rewrite *w, int v, int c, DType to)
 {
     Graph *g = w->g;
     Attr *a = ir_alloc(sizeof(Attr));
-    *a = (Attr){.name = "to", .kind = A_INT, .i = to == DT_BF16 ? ONNX_BFLOAT16 : to == DT_F16 ? ONNX_FLOAT16 : ONNX_FLOAT};
+    *a = (Attr){.name = "to", .kind = A_INT, .i = tensor_to_onnx(to)};
     Node n = {.op = OP_Cast, .name = ir_fmt("%s.to_%s", g->val[v].name, dtype_name(to)), .nin = 1, .nout = 1,
               .in = ir_alloc(sizeof(int)), .out = ir_alloc(sizeof(int)), .nattr = 1, .attr = a, .unit = -1};
     n.in[0] = v;

@@ -36,18 +36,25 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-/* every dtype code's .npy descr (NULL: none: numpy has no bfloat16), name and element size */
+/* every dtype code's .npy descr (NULL: none: numpy has no bfloat16), name
+ * and element size: ir/dtypes.def's columns, indexed by rt.h's codes, which
+ * must be the compiler's DType numbering (checked here, row by row) */
+enum {
+    NPY_UNDEF_,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) NPY_##name,
+#include "../ir/dtypes.def"
+    NDTYPES
+};
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) \
+    _Static_assert((int)NPY_##name == (int)RT_##name, "rt.h's RT_" #name " is not dtypes.def's row");
+#include "../ir/dtypes.def"
 static const struct {
     const char *descr, *name;
     size_t size;
-} dtypes[] = {
-    [RT_F32] = {"<f4", "float32", 4}, [RT_F64] = {"<f8", "float64", 8}, [RT_I64] = {"<i8", "int64", 8},
-    [RT_I32] = {"<i4", "int32", 4},   [RT_BOOL] = {"|b1", "bool", 1},   [RT_BF16] = {NULL, "bfloat16", 2},
-    [RT_F16] = {"<f2", "float16", 2}, [RT_I8] = {"|i1", "int8", 1},     [RT_U8] = {"|u1", "uint8", 1},
-    [RT_I16] = {"<i2", "int16", 2},   [RT_U16] = {"<u2", "uint16", 2},  [RT_U32] = {"<u4", "uint32", 4},
-    [RT_U64] = {"<u8", "uint64", 8},
+} dtypes[NDTYPES] = {
+#define DTYPE(name, ctype, sz, onnx, kdt, text, model, wide, kind, npy, numpy) [NPY_##name] = {npy, numpy, sz},
+#include "../ir/dtypes.def"
 };
-enum { NDTYPES = sizeof dtypes / sizeof dtypes[0] };
 
 const char *npy_dtype_name(int dtype) { return dtype > 0 && dtype < NDTYPES ? dtypes[dtype].name : "?"; }
 

@@ -39,6 +39,22 @@
 #include <type_traits>
 #include <utility>
 
+/* k_f / kc_f without the suffix: the _f32 or _f64 function, by the
+ * argument types (a float * and a double * never both fit), so one test
+ * template checks both */
+#define OVERLOAD(f, S)                                                                             \
+    template <typename... A> static auto k_##f(A... a) -> decltype(k_##f##_##S(a...))           \
+    {                                                                                              \
+        return k_##f##_##S(a...);                                                                  \
+    }                                                                                              \
+    template <typename... A> static auto kc_##f(A... a) -> decltype(kc_##f##_##S(a...))         \
+    {                                                                                              \
+        return kc_##f##_##S(a...);                                                                 \
+    }
+/* the kc_ twins (launch.c): kernels.h's K_TWIN marks declare each with its
+ * k_ twin's type, and each typed pair gets its two overloads */
+#define K_TWIN(f) decltype(k_##f) kc_##f;
+#define K_TWIN_T(f, S) K_TWIN(f##_##S) } OVERLOAD(f, S) extern "C" {
 extern "C" {
 #include "kc.h"
 #include "kernels.h"
@@ -205,58 +221,6 @@ int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bia
 }
 }
 
-/* the kc_ twins: kernels.h's prototypes under the kc_ names */
-#define TWINS(X)                                                                                   \
-    X(binary_f32) X(unary_f32) X(unary_grad_f32) X(scale_f32) X(fill_f32) X(compare_f32)          \
-    X(compare_i64) X(binary_i64) X(where_grad_f32) X(not) X(cast) X(where) X(copy_strided) X(transpose_f32)     \
-    X(pad_f32) X(pad_grad_f32) X(matmul_f32) X(matmul_bf16) X(reduce_sum_to_f32) X(reduce_f32)    \
-    X(reduce_max_grad_f32) X(reduce_prod_grad_f32) X(softmax_f32) X(softmax_grad_f32) X(range_f32) X(range_i64) X(trilu)  \
-    X(layernorm_f32) X(layernorm_grad_f32) X(batchnorm_train_f32) X(batchnorm_grad_f32)           \
-    X(batchnorm_infer_f32) X(bn_running_var_f32) X(conv2d_f32) X(conv2d_grad_x_f32)               \
-    X(conv2d_grad_w_f32) X(conv2d_grad_b_f32) X(maxpool2d_f32) X(maxpool2d_grad_f32)              \
-    X(avgpool2d_f32) X(avgpool2d_grad_f32) X(global_avgpool_f32) X(global_avgpool_grad_f32)       \
-    X(gather) X(gather_grad_f32) X(gather_elements) X(gather_elements_grad_f32) X(nd_index)          \
-    X(dropout_f32) X(dropout_grad_f32) X(mse_f32) X(mse_grad_f32)                                 \
-    X(cross_entropy_f32) X(cross_entropy_grad_f32) X(cross_entropy_bf16) X(cross_entropy_grad_bf16)     \
-    X(cross_entropy_f16) X(cross_entropy_grad_f16) X(nll_loss_f32) X(nll_loss_grad_f32)           \
-    X(adamw_f32) X(sgd_f32) X(sum_squares_f32) X(grad_accum_f32) X(matmul_f16) X(loss_seed_f32)      \
-    X(unscale_sq_f32) X(matmul_add_f32) X(matmul_add_bf16) X(matmul_add_f16) X(attention_f32) X(attention_grad_f32)
-#define DECLARE_TWIN(f) extern "C" decltype(k_##f) kc_##f;
-TWINS(DECLARE_TWIN)
-/* the float64 twins of the typed kernels (all but the loss-scaling ones) */
-#define TYPED(X)                                                                                   \
-    X(binary) X(unary) X(unary_grad) X(scale) X(fill) X(compare) X(where_grad) X(transpose) X(pad) \
-    X(pad_grad) X(matmul) X(reduce_sum_to) X(reduce) X(reduce_max_grad) X(reduce_prod_grad)        \
-    X(softmax) X(softmax_grad) X(range) X(layernorm) X(layernorm_grad) X(batchnorm_train)          \
-    X(batchnorm_grad) X(batchnorm_infer) X(bn_running_var) X(conv2d) X(conv2d_grad_x)              \
-    X(conv2d_grad_w) X(conv2d_grad_b) X(maxpool2d) X(maxpool2d_grad) X(avgpool2d)                  \
-    X(avgpool2d_grad) X(global_avgpool) X(global_avgpool_grad) X(gather_grad)                      \
-    X(gather_elements_grad) X(dropout) X(dropout_grad) X(mse) X(mse_grad) X(cross_entropy)         \
-    X(cross_entropy_grad) X(nll_loss) X(nll_loss_grad) X(adamw) X(sgd) X(sum_squares)              \
-    X(grad_accum) X(matmul_add) X(attention) X(attention_grad)
-#define DECLARE_TWIN64(f) extern "C" decltype(k_##f##_f64) kc_##f##_f64;
-TYPED(DECLARE_TWIN64)
-/* k_f / kc_f without the suffix: the _f32 or _f64 function, by the
- * argument types (a float * and a double * never both fit), so one test
- * template checks both */
-#define OVERLOAD(f)                                                                                \
-    template <typename... A> static auto k_##f(A... a) -> decltype(k_##f##_f32(a...))           \
-    {                                                                                              \
-        return k_##f##_f32(a...);                                                                  \
-    }                                                                                              \
-    template <typename... A> static auto k_##f(A... a) -> decltype(k_##f##_f64(a...))           \
-    {                                                                                              \
-        return k_##f##_f64(a...);                                                                  \
-    }                                                                                              \
-    template <typename... A> static auto kc_##f(A... a) -> decltype(kc_##f##_f32(a...))         \
-    {                                                                                              \
-        return kc_##f##_f32(a...);                                                                 \
-    }                                                                                              \
-    template <typename... A> static auto kc_##f(A... a) -> decltype(kc_##f##_f64(a...))         \
-    {                                                                                              \
-        return kc_##f##_f64(a...);                                                                 \
-    }
-TYPED(OVERLOAD)
 
 /* ---- checks and inputs ------------------------------------------------------------- */
 

@@ -152,11 +152,7 @@ static void bn_infer_grad(GradCtx *cx)
     Shape cs = {r - 1, {g->val[x].shape.dim[1]}}, vs = {1, {cs.dim[0]}};
     for (int i = 1; i < r - 1; i++)
         cs.dim[i] = 1;
-    Shape one = {0};
-    DType dt = g->val[x].dtype;
-    double e = ir_attr_f(n, "epsilon", 1e-5);
-    float ef = (float)e;
-    int eps = dt == DT_F32 ? ir_const(g, ir_fmt("%s.eps", nm), dt, &one, &ef) : ir_const(g, ir_fmt("%s.eps", nm), dt, &one, &e);
+    int eps = ir_scalar(g, ir_fmt("%s.eps", nm), g->val[x].dtype, ir_attr_f(n, "epsilon", 1e-5));
     int sd = ad_emit(g, OP_Sqrt, ir_fmt("%s.sd", nm), ad_emit(g, OP_Add, ir_fmt("%s.ve", nm), n->in[4], eps), -1);
     int sdc = ad_reshape(g, ir_fmt("%s.sdc", nm), sd, &cs);
     if (cx->need[0]) {

@@ -125,15 +125,9 @@ static int pad_masked(GradCtx *cx, int dx)
     if (n->op != OP_Gather || w->pad_row < 0 || tensor_axis(g, n, ir_attr_i(n, "axis", 0), w->shape.rank, "axis"))
         return dx;
     int64_t rows = w->shape.dim[0];
-    size_t es = w->dtype == DT_F64 ? sizeof(double) : sizeof(float);
-    char *m = ir_alloc((size_t)rows * es);
-    for (int64_t r = 0; r < rows; r++) {
-        double one = r != w->pad_row;
-        if (es == sizeof(double))
-            ((double *)m)[r] = one;
-        else
-            ((float *)m)[r] = (float)one;
-    }
+    void *m = ir_alloc((size_t)rows * dtype_size(w->dtype));
+    for (int64_t r = 0; r < rows; r++)
+        dtype_set_f(m, r, w->dtype, r != w->pad_row);
     Shape s = {2, {rows, 1}};
     int mask = ir_const(g, ir_fmt("%s.pad_mask", cx->name), w->dtype, &s, m);
     return ad_emit(g, OP_Mul, ir_fmt("%s.pad", cx->name), dx, mask);

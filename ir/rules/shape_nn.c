@@ -316,13 +316,12 @@ static double const_scalar(const Graph *g, const Node *n, int i, const char *wha
     if (v->role != R_CONST || shape_numel(&v->shape) != 1 || !ir_data(g, n->in[i]))
         node_fatal(g, n, "input %s '%s' must be a constant scalar; a computed %s is not supported", what,
                ir_q(v->name), what);
-    switch (v->dtype) {
-    case DT_F32: return *(const float *)v->data;
-    case DT_F64: return *(const double *)v->data;
-    case DT_BOOL: return *(const uint8_t *)v->data != 0;
-    default: node_fatal(g, n, "input %s '%s' has dtype %s, which is not supported", what, ir_q(v->name),
-                    dtype_name(v->dtype));
-    }
+    char kind = dtype_kind(v->dtype);
+    if (!dtype_is_float(v->dtype) && kind != 'b')
+        node_fatal(g, n, "input %s '%s' has dtype %s, which is not supported", what, ir_q(v->name),
+                   dtype_name(v->dtype));
+    double x = dtype_get_f(v->data, 0, v->dtype);
+    return kind == 'b' ? x != 0 : x;
 }
 
 double nn_dropout_ratio(const Graph *g, const Node *n)

@@ -58,7 +58,7 @@ const int64_t *tensor_ints(const Node *n, const char *name, int *count)
 
 DType tensor_from_onnx(int64_t code)
 {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) if (model && code == onnx) return DT_##name;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) if (model && code == onnx) return DT_##name;
 #include "dtypes.def"
     return DT_UNDEF;
 }
@@ -66,7 +66,7 @@ DType tensor_from_onnx(int64_t code)
 int64_t tensor_to_onnx(DType t)
 {
     static const int64_t code[DT_COUNT] = {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) [DT_##name] = onnx,
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) [DT_##name] = onnx,
 #include "dtypes.def"
     };
     return (unsigned)t < DT_COUNT ? code[t] : 0;
@@ -75,7 +75,7 @@ int64_t tensor_to_onnx(DType t)
 int tensor_kdt(DType t)
 {
     switch (t) {
-#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind) case DT_##name: return kdt;
+#define DTYPE(name, ctype, size, onnx, kdt, text, model, wide, kind, npy, numpy) case DT_##name: return kdt;
 #include "dtypes.def"
     default: die("no kernel dtype for %s", dtype_name(t));
     }

@@ -19,6 +19,13 @@
  *   the tensor dtype first where PyTorch does the same.
  * - Kernels parallelise with OpenMP only when built with -fopenmp; results
  *   do not depend on the thread count.
+ * - K_TWIN(f) after a declaration says that k_f has a twin on the cuda
+ *   target, kc_f in kernels/cuda/launch.c, with the same parameters and
+ *   contract on device pointers (K_TWIN_T(f, S): the typed k_f_S).  Empty
+ *   here; kernels/cuda/kc_map.h and tests/kernels_cuda_test.cc define it
+ *   before including this header, so this file is the one list of the
+ *   twins: a kernel op declared here with its K_TWIN needs no other
+ *   declaration on either target.
  */
 #ifndef FSDPC_KERNELS_H
 #define FSDPC_KERNELS_H
@@ -91,6 +98,13 @@ typedef struct {
     int count_include_pad;    /* AveragePool: divisor counts padding taps */
 } KPool2d;
 
+#ifndef K_TWIN
+#define K_TWIN(f)
+#endif
+#ifndef K_TWIN_T
+#define K_TWIN_T(f, S) K_TWIN(f##_##S)
+#endif
+
 #define K_DECLARE(T, S)                                                                 \
 /* ---- ew.c --------------------------------------------------------------- */         \
 /* y[idx] = a[idx . sa] OP b[idx . sb] for every idx of shape (rank dims);              \
@@ -98,26 +112,34 @@ typedef struct {
  * alias a or b when that operand is dense over the same shape. */                      \
 void k_binary_##S(int op, T *y, const T *a, const T *b, int rank,                       \
                   const int64_t *shape, const int64_t *sa, const int64_t *sb);          \
+K_TWIN_T(binary, S)                                                                     \
 /* y = op(x) over n elements (see the op enum for p0, p1); y may alias x */             \
 void k_unary_##S(int op, T *y, const T *x, int64_t n, double p0, double p1);            \
+K_TWIN_T(unary, S)                                                                      \
 /* dx = dy * op'(.) from the forward input x and output y (either may be NULL           \
  * when the op's rule does not read it: see the op enum); dx may alias dy */            \
 void k_unary_grad_##S(int op, T *dx, const T *dy, const T *x, const T *y,               \
                       int64_t n, double p0, double p1);                                 \
+K_TWIN_T(unary_grad, S)                                                                 \
 void k_scale_##S(T *y, const T *x, double alpha, int64_t n);                            \
+K_TWIN_T(scale, S)                                                                      \
 void k_fill_##S(T *y, double v, int64_t n);                                             \
+K_TWIN_T(fill, S)                                                                       \
 /* y[idx] = a[idx . sa] OP b[idx . sb] as uint8 0/1, y dense (as k_binary) */           \
 void k_compare_##S(int op, uint8_t *y, const T *a, const T *b, int rank,                \
                    const int64_t *shape, const int64_t *sa, const int64_t *sb);         \
+K_TWIN_T(compare, S)                                                                    \
 /* Where's backward over y's dense shape: da = c ? dy : 0, db = c ? 0 : dy, with        \
  * c[idx . sc]; either output may be NULL.  Reduce each to its operand's shape          \
  * with k_reduce_sum_to afterwards. */                                                  \
 void k_where_grad_##S(T *da, T *db, const uint8_t *c, const T *dy, int rank,            \
                       const int64_t *shape, const int64_t *sc);                         \
+K_TWIN_T(where_grad, S)                                                                 \
 /* ---- copy.c ------------------------------------------------------------- */         \
 /* y = transpose(x, perm): y.shape[i] = xshape[perm[i]] */                              \
 void k_transpose_##S(T *y, const T *x, int rank, const int64_t *xshape,                 \
                      const int64_t *perm);                                              \
+K_TWIN_T(transpose, S)                                                                  \
 /* y[yoff + idx . ys] += x[xoff + idx . xs] for every idx of shape, in row-major        \
  * idx order (serial, so y elements hit twice, ys 0, sum deterministically).            \
  * Backward of Slice / Split / Concat parts and strided views; y must not overlap x.    \
@@ -131,10 +153,12 @@ void k_accum_strided_##S(int rank, const int64_t *shape, T *y, int64_t yoff,    
  * numpy, if a pad exceeds the dim).  EDGE / REFLECT need non-empty dims. */            \
 void k_pad_##S(int mode, T *y, const T *x, int rank, const int64_t *xshape,             \
                const int64_t *pads, double value);                                      \
+K_TWIN_T(pad, S)                                                                        \
 /* Pad's backward: dx (xshape, written) = sum of dy over the y elements that read       \
  * each x element. */                                                                   \
 void k_pad_grad_##S(int mode, T *dx, const T *dy, int rank, const int64_t *xshape,      \
                     const int64_t *pads);                                               \
+K_TWIN_T(pad_grad, S)                                                                   \
 /* ---- matmul.c ----------------------------------------------------------- */         \
 /* for i < batch: C_i = op(A_i) op(B_i) + beta C_i, op(A_i) is m x k, op(B_i) k x n;    \
  * A_i = a + i*sa, B_i = b + i*sb (0 = shared), C_i = c + i*m*n (dense).                \
@@ -142,40 +166,49 @@ void k_pad_grad_##S(int mode, T *dx, const T *dy, int rank, const int64_t *xshap
 void k_matmul_##S(T *c, const T *a, const T *b, int64_t batch, int64_t sa,              \
                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,          \
                   double beta);                                                         \
+K_TWIN_T(matmul, S)                                                                     \
 /* a MatMulAdd: C_i = alpha op(A_i) op(B_i) + bias (n values, each row; NULL: none)    \
  * + ADD_i (dense like C_i, may be c itself; NULL: none) */                             \
 void k_matmul_add_##S(T *c, const T *a, const T *b, const T *bias, const T *add,        \
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m,   \
                       int64_t n, int64_t k, int ta, int tb);                            \
+K_TWIN_T(matmul_add, S)                                                                 \
 /* ---- reduce.c ----------------------------------------------------------- */         \
 /* y = sum of x over the dims where yshape[i] == 1 != xshape[i] (same rank) */          \
 void k_reduce_sum_to_##S(T *y, const T *x, int rank, const int64_t *xshape,             \
                          const int64_t *yshape);                                        \
+K_TWIN_T(reduce_sum_to, S)                                                              \
 /* ReduceSum / Mean / Max / Min / Prod: same shape convention as k_reduce_sum_to (reduced      \
  * dims have yshape 1; keepdims is only a matter of the caller's y shape) */            \
 void k_reduce_##S(int op, T *y, const T *x, int rank, const int64_t *xshape,            \
                   const int64_t *yshape);                                               \
+K_TWIN_T(reduce, S)                                                                     \
 /* ReduceMax / ReduceMin backward as torch.amax / amin: the gradient of each group      \
  * is split evenly among the x elements equal to its y:                                 \
  * dx = x == y ? dy / count(x == y in the group) : 0 (y, dy have yshape). */            \
 void k_reduce_max_grad_##S(T *dx, const T *dy, const T *x, const T *y, int rank,        \
                            const int64_t *xshape, const int64_t *yshape);               \
+K_TWIN_T(reduce_max_grad, S)                                                            \
 /* ReduceProd backward: dx = dy * the product of the other x of its group, zeros        \
  * included (no division by x); dy has yshape. */                                       \
 void k_reduce_prod_grad_##S(T *dx, const T *dy, const T *x, int rank,                   \
                             const int64_t *xshape, const int64_t *yshape);              \
+K_TWIN_T(reduce_prod_grad, S)                                                           \
 /* Softmax (is_log 0) or LogSoftmax (is_log 1) over the middle dim of x viewed as       \
  * outer x axis x inner (ONNX opset 13 axis a: outer = prod dims < a, inner =           \
  * prod dims > a).  Max-shifted, sums in double.  y may alias x. */                     \
 void k_softmax_##S(int is_log, T *y, const T *x, int64_t outer, int64_t axis,           \
                    int64_t inner);                                                      \
+K_TWIN_T(softmax, S)                                                                    \
 /* backward from the forward output y: softmax dx = y (dy - sum(dy y));                 \
  * log-softmax dx = dy - exp(y) sum(dy).  dx may alias dy. */                           \
 void k_softmax_grad_##S(int is_log, T *dx, const T *dy, const T *y, int64_t outer,      \
                         int64_t axis, int64_t inner);                                   \
+K_TWIN_T(softmax_grad, S)                                                               \
 /* ONNX Range: y[i] = start + i delta (in double), i < n; the caller computes           \
  * n = max(ceil((limit - start) / delta), 0) */                                         \
 void k_range_##S(T *y, double start, double delta, int64_t n);                          \
+K_TWIN_T(range, S)                                                                      \
 /* ---- norm.c ------------------------------------------------------------- */         \
 /* LayerNormalization, x viewed as outer x inner (inner = prod of dims >= axis):        \
  * per row r: mean[r], invstd[r] = 1/sqrt(var + eps) (biased var, in double),           \
@@ -184,11 +217,13 @@ void k_range_##S(T *y, double start, double delta, int64_t n);                  
  * y may alias x. */                                                                    \
 void k_layernorm_##S(T *y, T *mean, T *invstd, const T *x, const T *scale,              \
                      const T *bias, int64_t outer, int64_t inner, double eps);          \
+K_TWIN_T(layernorm, S)                                                                  \
 /* backward from the saved mean/invstd: dx (outer x inner), dscale, dbias (inner;      \
  * all written, each NULL to skip).  scale may be NULL (1).  dx may alias dy. */        \
 void k_layernorm_grad_##S(T *dx, T *dscale, T *dbias, const T *dy, const T *x,          \
                           const T *mean, const T *invstd, const T *scale,               \
                           int64_t outer, int64_t inner);                                \
+K_TWIN_T(layernorm_grad, S)                                                             \
 /* BatchNormalization, training mode, x n x c x l (NCHW: l = h w; N x C: l = 1).        \
  * Per channel: batch mean and biased var over n l (double) normalise x:                \
  * y = (x - mean) invstd scale + bias, invstd = 1/sqrt(var + eps); saves mean,          \
@@ -203,59 +238,75 @@ void k_batchnorm_train_##S(T *y, T *mean, T *invstd, T *rm_out, T *rv_out,      
                            const T *x, const T *scale, const T *bias,                   \
                            const T *rm_in, const T *rv_in, int64_t n, int64_t c,        \
                            int64_t l, double eps, double momentum);                     \
+K_TWIN_T(batchnorm_train, S)                                                            \
 /* training-mode backward: dx, dscale, dbias (c; NULL to skip) from the saved mean      \
  * and invstd.  dx may alias dy. */                                                     \
 void k_batchnorm_grad_##S(T *dx, T *dscale, T *dbias, const T *dy, const T *x,          \
                           const T *mean, const T *invstd, const T *scale,               \
                           int64_t n, int64_t c, int64_t l);                             \
+K_TWIN_T(batchnorm_grad, S)                                                             \
 /* inference form: y = (x - mean) / sqrt(var + eps) scale + bias per channel.           \
  * y may alias x. */                                                                    \
 void k_batchnorm_infer_##S(T *y, const T *x, const T *scale, const T *bias,             \
                            const T *mean, const T *var, int64_t n, int64_t c,           \
                            int64_t l, double eps);                                      \
+K_TWIN_T(batchnorm_infer, S)                                                            \
 /* The ONNX spec's running variance for a BatchNormalization that trains in an          \
  * --eval build: rv_out = momentum rv_in + (1 - momentum) (1 / invstd^2 - eps), the     \
  * biased batch variance recovered from k_batchnorm_train's saved invstd (in double;    \
  * c channels).  rv_out may alias rv_in. */                                             \
 void k_bn_running_var_##S(T *rv_out, const T *rv_in, const T *invstd, int64_t c,        \
                           double eps, double momentum);                                 \
+K_TWIN_T(bn_running_var, S)                                                             \
 /* ---- conv.c ------------------------------------------------------------- */         \
 /* y = conv2d(x, w) + b (b: m elements, NULL for none); ws: k_conv2d_workspace(p)       \
  * elements of T (NULL when that is 0).  GEMMs through k_matmul (CBLAS). */             \
 void k_conv2d_##S(const KConv2d *p, T *y, const T *x, const T *w, const T *b,           \
                   T *ws);                                                               \
+K_TWIN_T(conv2d, S)                                                                     \
 /* dx (written) from dy and w */                                                        \
 void k_conv2d_grad_x_##S(const KConv2d *p, T *dx, const T *dy, const T *w, T *ws);      \
+K_TWIN_T(conv2d_grad_x, S)                                                              \
 /* dw (written) from dy and x */                                                        \
 void k_conv2d_grad_w_##S(const KConv2d *p, T *dw, const T *dy, const T *x, T *ws);      \
+K_TWIN_T(conv2d_grad_w, S)                                                              \
 /* db[m] = sum of dy over n, oh, ow (written) */                                        \
 void k_conv2d_grad_b_##S(const KConv2d *p, T *db, const T *dy);                         \
+K_TWIN_T(conv2d_grad_b, S)                                                              \
 /* MaxPool: y = max over each window's in-bounds taps (padding never wins; NaN          \
  * propagates as torch); arg[] (int64, y's shape) = index ih w + iw within its          \
  * (n, c) plane of the first maximum, as torch's indices (-1: empty window). */         \
 void k_maxpool2d_##S(const KPool2d *p, T *y, int64_t *arg, const T *x);                 \
+K_TWIN_T(maxpool2d, S)                                                                  \
 /* dx (written) = scatter-add of dy to the saved arg positions */                       \
 void k_maxpool2d_grad_##S(const KPool2d *p, T *dx, const T *dy, const int64_t *arg);    \
+K_TWIN_T(maxpool2d_grad, S)                                                             \
 /* AveragePool: sum of in-bounds taps / divisor; divisor = taps inside the padded       \
  * extent [-pt, h + pb) x [-pl, w + pr) if count_include_pad, else in-bounds taps       \
  * (torch avg_pool2d; ceil_mode windows are clipped at the padded extent) */            \
 void k_avgpool2d_##S(const KPool2d *p, T *y, const T *x);                               \
+K_TWIN_T(avgpool2d, S)                                                                  \
 void k_avgpool2d_grad_##S(const KPool2d *p, T *dx, const T *dy);                        \
+K_TWIN_T(avgpool2d_grad, S)                                                             \
 /* GlobalAveragePool: y[nc] = mean of x[nc][0..hw); backward dx = dy / hw */            \
 void k_global_avgpool_##S(T *y, const T *x, int64_t nc, int64_t hw);                    \
+K_TWIN_T(global_avgpool, S)                                                             \
 void k_global_avgpool_grad_##S(T *dx, const T *dy, int64_t nc, int64_t hw);             \
+K_TWIN_T(global_avgpool_grad, S)                                                        \
 /* ---- gather.c ----------------------------------------------------------- */         \
 /* Gather's backward (embedding backward): dx (outer x axis x inner, zeroed here        \
  * then +=) dx[o][idx[i]][:] += dy[o][i][:] in ascending i (deterministic);             \
  * negative indices wrap; out-of-range ones (k_gather rejected them) are skipped. */    \
 void k_gather_grad_##S(T *dx, const T *dy, const int64_t *idx, int64_t outer,           \
                        int64_t axis, int64_t inner, int64_t nidx);                      \
+K_TWIN_T(gather_grad, S)                                                                \
 /* GatherElements' backward, ScatterElements' scatter-add: dx (xshape, zeroed here)     \
  * [m with m[axis] = idx[m]] += dy[m], m in ascending order along the axis              \
  * (deterministic); shapes as k_gather_elements.  Returns -1, or the position of the    \
  * first index outside [-xshape[axis], xshape[axis]) (dx then unwritten). */            \
 int64_t k_gather_elements_grad_##S(T *dx, const T *dy, const int64_t *idx, int rank,   \
                                    const int64_t *shape, const int64_t *xshape, int axis); \
+K_TWIN_T(gather_elements_grad, S)                                                       \
 /* ---- random.c ----------------------------------------------------------- */         \
 /* Dropout, training: mask[i] = u(seed, stream, step, i) >= ratio (uint8 0/1, NULL      \
  * to skip), y = x mask s with s = 1 / (T)(1 - ratio) in T (as torch).  u: Philox       \
@@ -264,21 +315,27 @@ int64_t k_gather_elements_grad_##S(T *dx, const T *dy, const int64_t *idx, int r
  * exactly, mask all 1; ratio >= 1: y = 0, mask all 0.  y may alias x. */               \
 void k_dropout_##S(T *y, uint8_t *mask, const T *x, int64_t n, double ratio,            \
                    uint64_t seed, uint32_t stream, uint32_t step);                      \
+K_TWIN_T(dropout, S)                                                                    \
 /* dx = dy mask s (ratio >= 1: 0).  dx may alias dy. */                                 \
 void k_dropout_grad_##S(T *dx, const T *dy, const uint8_t *mask, int64_t n,             \
                         double ratio);                                                  \
+K_TWIN_T(dropout_grad, S)                                                               \
 /* ---- loss.c ------------------------------------------------------------- */         \
 /* loss[0] = mean((p - t)^2) over n */                                                  \
 void k_mse_##S(T *loss, const T *p, const T *t, int64_t n);                             \
+K_TWIN_T(mse, S)                                                                        \
 /* dp = dloss[0] * 2 (p - t) / n */                                                     \
 void k_mse_grad_##S(T *dp, const T *dloss, const T *p, const T *t, int64_t n);          \
+K_TWIN_T(mse_grad, S)                                                                   \
 /* loss[0] = mean over rows of logsumexp(x_r) - x_r[label_r]; returns -1, or the        \
  * first row whose label is outside [0, classes) (loss then unwritten) */               \
 int64_t k_cross_entropy_##S(T *loss, const T *x, const int64_t *labels,                 \
                             int64_t rows, int64_t classes);                             \
+K_TWIN_T(cross_entropy, S)                                                              \
 /* dx = dloss[0] * (softmax(x_r) - onehot(label_r)) / rows */                           \
 void k_cross_entropy_grad_##S(T *dx, const T *dloss, const T *x,                        \
                               const int64_t *labels, int64_t rows, int64_t classes);    \
+K_TWIN_T(cross_entropy_grad, S)                                                         \
 /* NegativeLogLikelihoodLoss on log-probabilities lp (n x c x d; d = product of         \
  * the dims after the classes, 1 for n x c) and labels (n x d).  Position i has         \
  * label l = labels[i]; it is ignored when has_ignore and l == ignore_index, else       \
@@ -290,6 +347,7 @@ void k_cross_entropy_grad_##S(T *dx, const T *dloss, const T *x,                
 int64_t k_nll_loss_##S(T *loss, const T *lp, const int64_t *labels, const T *weights,   \
                        int64_t n, int64_t c, int64_t d, int reduction, int has_ignore,  \
                        int64_t ignore_index);                                           \
+K_TWIN_T(nll_loss, S)                                                                   \
 /* its backward, all of dx (n x c x d) written: dx = dx_in (NULL: 0), then at each      \
  * counted position dx[i / d][l][i % d] -= w g / ws with g = dloss[i] (NONE) or         \
  * dloss[0], ws = sum of w (MEAN) or 1.  dloss NULL: dx = dx_in or 0 only.              \
@@ -297,6 +355,7 @@ int64_t k_nll_loss_##S(T *loss, const T *lp, const int64_t *labels, const T *wei
 void k_nll_loss_grad_##S(T *dx, const T *dx_in, const T *dloss, const int64_t *labels,  \
                          const T *weights, int64_t n, int64_t c, int64_t d,             \
                          int reduction, int has_ignore, int64_t ignore_index);          \
+K_TWIN_T(nll_loss_grad, S)                                                              \
 /* ---- attn.c ------------------------------------------------------------- */         \
 /* Fused attention (passes/attention.c's FusedAttention) over batch problems: for       \
  * each b, S = scale Q_b K_b^T + bias (Q_b t x d; the keys as kt, Kt_b d x s, or with   \
@@ -315,6 +374,7 @@ void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv,                                                         \
                      int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws);  \
+K_TWIN_T(attention, S)                                                                  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
  * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
  * problem sum its kvrep query problems' in increasing order; dbias (nbias x t x s,     \
@@ -326,6 +386,7 @@ void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
                           int64_t nbias, int64_t brep, int64_t kvrep, double scale,     \
                           T *ws);                                                        \
+K_TWIN_T(attention_grad, S)                                                             \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
  * otherwise they return at once).  They first clip: with clip > 0 the gradient is      \
@@ -343,16 +404,20 @@ void k_adamw_##S(T *p, const T *g, T *m, T *v, int64_t n, double lr, double beta
                  double beta2, double eps, double wd, int l2, double lr_mult,          \
                  int64_t step, const T *gsq, double clip, double scale, int64_t micro,  \
                  int64_t accum);                                                        \
+K_TWIN_T(adamw, S)                                                                      \
 /* PyTorch SGD: g += wd p; buf = momentum buf + g (buf = g at step 1); p -= lr buf      \
  * (nesterov: p -= lr (g + momentum buf)); momentum 0: p -= lr g and buf is untouched   \
  * (may be NULL); the rate lr * lr_mult */                                              \
 void k_sgd_##S(T *p, const T *g, T *buf, int64_t n, double lr, double momentum,         \
                double wd, int nesterov, double lr_mult, int64_t step, const T *gsq,     \
                double clip, double scale, int64_t micro, int64_t accum);               \
+K_TWIN_T(sgd, S)                                                                        \
 /* gradient accumulation (--accum): y = x at micro-step 0, y += x after it */           \
 void k_grad_accum_##S(T *y, const T *x, int64_t n, int64_t micro);                      \
+K_TWIN_T(grad_accum, S)                                                                 \
 /* y[0] = sum of x[i]^2 (accumulated in double), plus y[0] when accumulate */           \
-void k_sum_squares_##S(T *y, const T *x, int64_t n, int accumulate);
+void k_sum_squares_##S(T *y, const T *x, int64_t n, int accumulate);                    \
+K_TWIN_T(sum_squares, S)
 
 K_DECLARE(float, f32)
 K_DECLARE(double, f64)
@@ -373,9 +438,11 @@ static inline double k_clip_coef(double gsq, double clip)
 /* the backward's seed d loss / d loss scaled by the loss scale: y[i] = (float)(scale /
  * accum), n elements (--accum averages the micro-steps) */
 void k_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum);
+K_TWIN(loss_seed_f32)
 /* the squared norm of S times the gradient into the gradient's: y[0] = (float)(y[0] /
  * scale^2), computed in double (S a power of two: exact) */
 void k_unscale_sq_f32(float *y, double scale);
+K_TWIN(unscale_sq_f32)
 
 /* ---- non-finite steps (optim.c) ------------------------------------------ */
 
@@ -383,6 +450,7 @@ void k_unscale_sq_f32(float *y, double scale);
  * it is; y, x scalars of dtype K_DT_F32 or K_DT_F64 (the squared norm, the
  * loss), so that a step with a non-finite loss updates nothing */
 void k_nan_unless_finite(int ydt, void *y, int xdt, const void *x);
+K_TWIN(nan_unless_finite)
 
 /* ---- bfloat16 (--precision bf16) ---------------------------------------- */
 
@@ -407,10 +475,12 @@ static inline float k_bf16_to_f32(uint16_t h)
  * k_matmul_widened_16. */
 void k_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
                    int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+K_TWIN(matmul_bf16)
 /* k_matmul_add with bfloat16 operands and a float32 result, bias and addend */
 void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                        int tb);
+K_TWIN(matmul_add_bf16)
 /* k_matmul's 16-bit GEMM through cblas_sgemm on widened operands (f16:
  * float16, else bfloat16), C = alpha op(A) op(B) + beta C: k_matmul_f16's
  * path, and k_matmul_bf16's where oneDNN has no native bf16 GEMM */
@@ -456,11 +526,15 @@ static inline int k_bf16_isa_native(unsigned isa)
 /* k_cross_entropy_f32 and its gradient on 16-bit logits (loss.c): x and dx bfloat16 / float16 bits, the loss
  * and dloss float32, every sum in double */
 int64_t k_cross_entropy_bf16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
+K_TWIN(cross_entropy_bf16)
 void k_cross_entropy_grad_bf16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
                                int64_t rows, int64_t classes);
+K_TWIN(cross_entropy_grad_bf16)
 int64_t k_cross_entropy_f16(float *loss, const uint16_t *x, const int64_t *labels, int64_t rows, int64_t classes);
+K_TWIN(cross_entropy_f16)
 void k_cross_entropy_grad_f16(uint16_t *dx, const float *dloss, const uint16_t *x, const int64_t *labels,
                               int64_t rows, int64_t classes);
+K_TWIN(cross_entropy_grad_f16)
 /* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
  * 0: they widen to float32 (k_bf16_isa_native, decided once) */
 int k_bf16_gemm_native(void);
@@ -474,10 +548,12 @@ int k_bf16_gemm_native(void);
 void k_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                       int64_t brep, int64_t kvrep, double scale, float *ws);
+K_TWIN(attention_bf16)
 void k_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                            const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                            const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                            int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
+K_TWIN(attention_grad_bf16)
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n);
@@ -529,19 +605,23 @@ static inline float k_f16_to_f32(uint16_t h)
  * k_matmul_bf16 otherwise */
 void k_matmul_f16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa,
                   int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double beta);
+K_TWIN(matmul_f16)
 /* k_matmul_add with float16 operands */
 void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
+K_TWIN(matmul_add_f16)
 /* k_attention_bf16 and its backward with q, kt, v in float16 (attn.c; the
  * GEMMs widened: k_gemm_widened_16) */
 void k_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                      int64_t brep, int64_t kvrep, double scale, float *ws);
+K_TWIN(attention_f16)
 void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
                           const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
                           const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
+K_TWIN(attention_grad_f16)
 
 /* ---- threads -------------------------------------------------------------
  * The kernels' team: OpenMP for the kernels and the generated step's loops,
@@ -561,23 +641,28 @@ const char *k_blas_kernels(void);
  * position in y of the first element divided by zero (y[i] = 0 there). */
 int64_t k_binary_i64(int op, int64_t *y, const int64_t *a, const int64_t *b, int rank,
                      const int64_t *shape, const int64_t *sa, const int64_t *sb);
+K_TWIN(binary_i64)
 /* k_compare on int64 inputs (same contract as the float ones) */
 void k_compare_i64(int op, uint8_t *y, const int64_t *a, const int64_t *b, int rank,
                    const int64_t *shape, const int64_t *sa, const int64_t *sb);
+K_TWIN(compare_i64)
 /* y[i] = !x[i] (bool: any nonzero byte is true); y may alias x */
 void k_not(uint8_t *y, const uint8_t *x, int64_t n);
+K_TWIN(not)
 /* y = (to) x elementwise, n elements of dtype codes K_DT_*.  float -> float
  * rounds to nearest; float -> int truncates toward zero, NaN gives 0 and
  * out-of-range values saturate (ONNX leaves both undefined); int -> narrower
  * int wraps (two's complement); -> BOOL is x != 0.  y may alias x only when
  * both have the same element size. */
 void k_cast(int to, void *y, int from, const void *x, int64_t n);
+K_TWIN(cast)
 /* ONNX Where: y[idx] = c[idx . sc] ? a[idx . sa] : b[idx . sb] (c: bool bytes,
  * nonzero = true), y dense over shape, every operand broadcast by its strides
  * (0), esize-byte elements. */
 void k_where(int esize, void *y, const uint8_t *c, const void *a, const void *b,
              int rank, const int64_t *shape, const int64_t *sc, const int64_t *sa,
              const int64_t *sb);
+K_TWIN(where)
 /* y[yoff + idx . ys] = x[xoff + idx . xs] for every idx of shape (esize-byte
  * elements; strides may be negative or 0 in x).  The y positions must be
  * distinct (ys is never 0 on a dim of length > 1) and must not overlap x.
@@ -588,13 +673,16 @@ void k_where(int esize, void *y, const uint8_t *c, const void *a, const void *b,
  * the axis times that axis's stride) are all one call. */
 void k_copy_strided(int esize, int rank, const int64_t *shape, void *y, int64_t yoff,
                     const int64_t *ys, const void *x, int64_t xoff, const int64_t *xs);
+K_TWIN(copy_strided)
 /* Trilu on the last two dims of batch x rows x cols: keep element (i, j) when
  * j - i >= k (upper) or j - i <= k (lower), else 0 (all-zero bytes).  Also its
  * own backward (apply to dy).  y may alias x. */
 void k_trilu(int esize, int upper, void *y, const void *x, int64_t batch,
              int64_t rows, int64_t cols, int64_t k);
+K_TWIN(trilu)
 /* k_range on int64: y[i] = start + i delta, i < n */
 void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n);
+K_TWIN(range_i64)
 /* Gather along an axis: x is outer x axis x inner, idx has nidx int64 entries
  * (any shape, flattened), y is outer x nidx x inner: y[o][i][:] =
  * x[o][idx[i]][:], negative indices counting from the end.  Returns -1, or
@@ -602,6 +690,7 @@ void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n);
  * unwritten). */
 int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t outer,
                  int64_t axis, int64_t inner, int64_t nidx);
+K_TWIN(gather)
 /* GatherElements along an axis: idx (and y) have shape[rank], x has xshape,
  * the same rank with shape[d] <= xshape[d] for d != axis, all contiguous:
  * y[m] = x[m with m[axis] replaced by idx[m]], negative indices counting
@@ -609,6 +698,7 @@ int64_t k_gather(int esize, void *y, const void *x, const int64_t *idx, int64_t 
  * outside [-xshape[axis], xshape[axis]) (y then unwritten). */
 int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx, int rank,
                           const int64_t *shape, const int64_t *xshape, int axis);
+K_TWIN(gather_elements)
 /* GatherND's / ScatterND's index tuples as positions: idx is batch x nq x k
  * (k <= 8 components indexing dims[0..k)), y is batch x nq: y[b][q] =
  * b span + the row-major offset of the tuple idx[b][q] in dims (span =
@@ -616,6 +706,7 @@ int64_t k_gather_elements(int esize, void *y, const void *x, const int64_t *idx,
  * Returns -1, or the position in idx of the first component outside
  * [-dims[i], dims[i]) (y then unwritten). */
 int64_t k_nd_index(int64_t *y, const int64_t *idx, int64_t batch, int64_t nq, int k, const int64_t *dims);
+K_TWIN(nd_index)
 /* ---- convolution and pooling geometry (host arithmetic, inline: shared by
  * kernels/c, the cuda launchers and the compiler's shape rules) ---------- */
 

@@ -125,24 +125,6 @@ int kc_gemm_add(int type, void *c, const void *a, const void *b, const void *bia
 void kc_memcpy(void *dst, const void *src, int64_t bytes);
 void kc_memset(void *dst, int byte, int64_t bytes);
 
-/* ---- implemented by launch.c: kernels.h's k_attention_bf16 / _f16 and
- * their gradients (q, kt, v in bfloat16 / float16 bits, the rest float32;
- * every GEMM operand rounded to that type, sums and softmax in float32) */
-void kc_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
-                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                       int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
-void kc_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
-                            const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
-                            const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                            int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
-void kc_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
-                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                      int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
-void kc_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
-                           const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
-                           const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
-
 #ifdef __cplusplus
 }
 #endif
