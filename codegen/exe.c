@@ -819,6 +819,8 @@ void cg_build(const Graph *g)
     g_cc = g->opt->cc;
     cg_cuda = !strcmp(g->opt->target, "cuda");
     Build b = build_open(g->opt->out);
+    if (!g->opt->init_only) /* --init-only builds no executable: nothing to say about one */
+        cg_notes(g);     /* before NVRTC's and cc's minutes */
     InitLayout L = cg_init_layout(g);
     Buf images = {0};
     Buf step = emit_step(g); /* first: the kernels it generates are compiled with the rest */
@@ -827,7 +829,6 @@ void cg_build(const Graph *g)
         write_init_only(&b, g, &L, id);
         return;
     }
-    cg_notes(g); /* before NVRTC's and cc's minutes */
     const char *asm_src = NULL;
     if (cg_cuda) {
         if (!*FSDPC_LIBS_CUDA)
