@@ -190,11 +190,17 @@ static int check_header(int fd, const char *path, const RtModel *m, uint64_t siz
     return 0;
 }
 
-/* the sections' checksums, the last 8 * nsum bytes of the file, into *sums (malloc'd; nsum as m says), checked
- * against tsum: 0, or -1 (rt_err_set called) */
+/* the number of the init file's sections: the model, each constant, each unit, each external initializer */
+static uint64_t nsum_of(const RtModel *m)
+{
+    return 1 + (uint64_t)m->nconst + (uint64_t)m->nunit + (uint64_t)m->nextern;
+}
+
+/* the sections' checksums, the last 8 * nsum_of(m) bytes of the file, into *sums (malloc'd), checked against
+ * tsum: 0, or -1 (rt_err_set called) */
 static int read_sums(int fd, const char *path, const RtModel *m, uint64_t size, uint64_t tsum, uint64_t **sums)
 {
-    uint64_t nsum = 1 + (uint64_t)m->nconst + (uint64_t)m->nunit + (uint64_t)m->nextern;
+    uint64_t nsum = nsum_of(m);
     if (size - RT_INIT_HEADER < 8 * nsum) {
         rt_err_set(1, "init file %s is corrupt: too short for its table of checksums", path);
         return -1;
@@ -221,7 +227,7 @@ static int read_sums(int fd, const char *path, const RtModel *m, uint64_t size, 
     return rc;
 }
 
-/* every range the tables point at must lie inside the file */
+/* every range the tables point at must lie inside the file's first size bytes (before the table of checksums) */
 static int check_ranges(const char *path, const RtModel *m, uint64_t size)
 {
     for (int u = 0; u < m->nunit; u++) {
@@ -266,7 +272,7 @@ static int open_checked(const RtModel *m, const char *path, int is_default, uint
         rc = check_header(fd, path, m, size, &tsum);
     if (rc == 0)
         rc = read_sums(fd, path, m, size, tsum, sums);
-    if (rc == 0 && (rc = check_ranges(path, m, size - 8 * (1 + (uint64_t)m->nconst + m->nunit + m->nextern))) != 0) {
+    if (rc == 0 && (rc = check_ranges(path, m, size - 8 * nsum_of(m))) != 0) { /* the sections lie before the table */
         free(*sums);
         *sums = NULL;
     }
