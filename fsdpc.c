@@ -100,6 +100,8 @@ static const char *usage =
     "  --no-fuse               every elementwise node its own kernel (no fused loops)\n"
     "  --verify                check the IR after every pass\n"
     "  --emit-c                keep the generated C as OUT.c\n"
+    "  --init-only             write OUT.init alone, no executable: an OUT built before from this model\n"
+    "                          with other weights (the same flags) trains from it; no C compiled\n"
     "  --cc PATH               C compiler for the generated step\n"
     "  --quiet                 no progress lines on stderr (the cuda target's NVRTC stages); notes,\n"
     "                          warnings and errors are still printed\n"
@@ -368,6 +370,8 @@ static void parse_args(Options *o, int argc, char **argv)
             o->verify = 1;
         } else if (!strcmp(a, "--emit-c")) {
             o->keep_c = 1;
+        } else if (!strcmp(a, "--init-only")) {
+            o->init_only = 1;
         } else if (!strcmp(a, "--cc")) {
             o->cc = VALUE();
         } else if (!strcmp(a, "--quiet")) {
@@ -428,6 +432,8 @@ static void parse_args(Options *o, int argc, char **argv)
         return;
     if (!o->out && !o->report && !o->dump_after)
         fatal("nothing to do: give -o OUT, --report or --dump-after PASS");
+    if (o->init_only && (!o->out || o->keep_c))
+        fatal("--init-only writes OUT.init alone: it takes -o OUT and no --emit-c");
     refuse_clobber(o, NULL);
 }
 

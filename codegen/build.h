@@ -36,12 +36,14 @@ const char *cg_object(const char *src, char *const *cc, const char *obj);
  * Laid out first (offsets only), then written in one pass that sums what it
  * writes (runtime/isum.h): each section — the model bytes, each constant,
  * each unit's parameters, each kept external initializer — gets its own
- * checksum, which the executable carries (RtModel.init_sum) and checks as
- * it reads; the file's id, in its header (written last, with the header's
- * own checksum) and in the executable, is a hash of those checksums, the
- * units' sizes and the file's.  A weight still in its external data file is
- * copied from there IR_CHUNK bytes at a time, so the compiler never holds
- * more of the weights than one chunk, and never reads the file back. */
+ * checksum, kept in a table that ends the file (the table's checksum in the
+ * header), which the executable checks as it reads.  The file's id, in its
+ * header and in the executable, is the graph's structure (cg_init_id), not
+ * the weights' values: an init file for other weights of the same model
+ * (--init-only) fits the same executable.  A weight still in its external
+ * data file is copied from there IR_CHUNK bytes at a time, so the compiler
+ * never holds more of the weights than one chunk, and never reads the file
+ * back. */
 typedef struct {
     int64_t model_off, size;
     int64_t *const_off;  /* per value id, -1 if not stored */
@@ -49,14 +51,17 @@ typedef struct {
     int64_t *ext_off;    /* per ONNX initializer: its external data, kept for export (untrained ones), or -1 */
     int *ext_val;        /* per ONNX initializer with ext_off >= 0: its value */
     int next;
-    uint64_t *sum;       /* the sections' checksums, in RtModel.init_sum's order (write_init) */
+    uint64_t *sum;       /* the sections' checksums: the model, each constant, each unit, each external initializer */
     int nsum;
+    int64_t sum_off;     /* where their table starts: the last 8 * nsum bytes of the file */
 } InitLayout;
 
 InitLayout cg_init_layout(const Graph *g);
-/* Writes OUT.init aside (b->init; b NULL: nothing written, only summed): the sections, then the header with the
- * id and the header's checksum.  Its id. */
-uint64_t cg_write_init(const Graph *g, InitLayout *L, Build *b);
+/* The init file's id: a hash of the step's text (len bytes), the units' sizes and the file's */
+uint64_t cg_init_id(const Graph *g, const InitLayout *L, const char *step, size_t len);
+/* Writes OUT.init aside (b->init; b NULL: nothing written, only summed): the sections, the table of their
+ * checksums, then the header with the id, the table's checksum and the header's own. */
+void cg_write_init(const Graph *g, InitLayout *L, uint64_t id, Build *b);
 /* FNV-1a-64 of n bytes, continuing h (the init file's id, the executable's key) */
 uint64_t cg_fnv(uint64_t h, const void *p, size_t n);
 

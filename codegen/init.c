@@ -1,10 +1,13 @@
 /* init.c — OUT.init, the step-0 checkpoint: laid out first (offsets only),
  * then written in one pass that sums what it writes (runtime/isum.h): each
  * section — the model bytes, each constant, each unit's parameters, each
- * kept external initializer — gets its own checksum, which the executable
- * carries (RtModel.init_sum) and checks as it reads; the file's id, in its
- * header (written last, with the header's own checksum) and in the
- * executable, is a hash of those checksums, the units' sizes and the file's.
+ * kept external initializer — gets its own checksum, kept in a table at the
+ * file's end (its own checksum in the header), which the executable checks
+ * as it reads.  The file's id, in its header (written last, with the
+ * header's own checksum) and in the executable, is the graph's structure:
+ * a hash of the step's text, the units' sizes and the file's, never of a
+ * weight's value, so an init file written for other weights of the same
+ * model (fsdpc --init-only) is one the executable takes.
  * A weight still in its external data file is copied from there IR_CHUNK
  * bytes at a time, so the compiler never holds more of the weights than one
  * chunk, and never reads the file back.  How the file replaces the old one:
@@ -90,8 +93,11 @@ InitLayout cg_init_layout(const Graph *g)
         L.next++;
         off = after_bytes(g, off, g->ext[i].len);
     }
-    L.size = off;
-    L.sum = ir_alloc(sizeof(uint64_t) * (size_t)(1 + nconst + g->nunit + L.next));
+    L.nsum = 1 + nconst + g->nunit + L.next;
+    L.sum_off = off;
+    after_bytes(g, off, (int64_t)sizeof(uint64_t) * L.nsum); /* checked; the table ends the file, unpadded */
+    L.size = off + (int64_t)sizeof(uint64_t) * L.nsum;
+    L.sum = ir_alloc(sizeof(uint64_t) * (size_t)L.nsum);
     return L;
 }
 
@@ -214,8 +220,8 @@ static void put_le64(unsigned char *p, uint64_t x)
         p[i] = (unsigned char)(x >> (8 * i));
 }
 
-/* the sections, each summed into L->sum (in RtModel.init_sum's order); the file's id */
-static uint64_t sink_sections(Sink *s, const Graph *g, InitLayout *L)
+/* the sections, each summed into L->sum (the order of the table at the file's end) */
+static void sink_sections(Sink *s, const Graph *g, InitLayout *L)
 {
     int k = 0;
     sink_pad(s, L->model_off);
@@ -227,14 +233,12 @@ static uint64_t sink_sections(Sink *s, const Graph *g, InitLayout *L)
             sink_value(s, g, v, value_bytes(g, v));
             L->sum[k++] = sink_end(s);
         }
-    uint64_t id = cg_fnv(14695981039346656037ull, &L->size, sizeof L->size);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
         sink_pad(s, L->unit_off[u]);
         for (int i = 0; i < un->nparams; i++) /* the host bytes: the unit's dtype (bf16 params keep f32 masters) */
             sink_value(s, g, un->params[i], value_numel(g, un->params[i]) * (int64_t)dtype_size(un->dtype));
         L->sum[k++] = sink_end(s);
-        id = cg_fnv(id, &un->numel, sizeof un->numel);
     }
     for (int i = 0; i < g->ninit; i++)
         if (L->ext_off[i] >= 0) {
@@ -242,12 +246,21 @@ static uint64_t sink_sections(Sink *s, const Graph *g, InitLayout *L)
             sink_value(s, g, L->ext_val[i], g->ext[i].len);
             L->sum[k++] = sink_end(s);
         }
-    sink_pad(s, L->size);
-    L->nsum = k;
-    return cg_fnv(id, L->sum, sizeof(uint64_t) * (size_t)k);
+    if (k != L->nsum)
+        die("init file layout: %d sections, %d laid out", k, L->nsum);
+    sink_pad(s, L->sum_off);
 }
 
-uint64_t cg_write_init(const Graph *g, InitLayout *L, Build *b)
+uint64_t cg_init_id(const Graph *g, const InitLayout *L, const char *step, size_t len)
+{
+    uint64_t id = cg_fnv(14695981039346656037ull, &L->size, sizeof L->size);
+    id = cg_fnv(id, &L->nsum, sizeof L->nsum);
+    for (int u = 0; u < g->nunit; u++)
+        id = cg_fnv(id, &g->unit[u].numel, sizeof g->unit[u].numel);
+    return cg_fnv(id, step, len);
+}
+
+void cg_write_init(const Graph *g, InitLayout *L, uint64_t id, Build *b)
 {
     Sink s = {.b = b};
     if (b) {
@@ -257,15 +270,21 @@ uint64_t cg_write_init(const Graph *g, InitLayout *L, Build *b)
     }
     unsigned char hdr[RT_INIT_HEADER] = {0};
     memcpy(hdr, RT_INIT_MAGIC, 16);
-    put_le64(hdr + 24, (uint64_t)L->size); /* the id, at 16, and the header's checksum, at 32, once known */
-    sink_write(&s, hdr, sizeof hdr);
-    uint64_t id = sink_sections(&s, g, L);
-    if (!b)
-        return id;
-    sink_flush(&s);
     put_le64(hdr + 16, id);
+    put_le64(hdr + 24, (uint64_t)L->size); /* the table's checksum, at 40, and the header's, at 32, once known */
+    sink_write(&s, hdr, sizeof hdr);
+    sink_sections(&s, g, L);
+    unsigned char *table = ir_alloc(sizeof(uint64_t) * (size_t)L->nsum);
+    for (int k = 0; k < L->nsum; k++)
+        put_le64(table + 8 * k, L->sum[k]);
+    sink_write(&s, table, sizeof(uint64_t) * (size_t)L->nsum);
+    if (s.at != L->size)
+        die("init file layout: %lld bytes written, %lld laid out", (long long)s.at, (long long)L->size);
+    if (!b)
+        return;
+    sink_flush(&s);
+    put_le64(hdr + 40, rt_isum(table, (size_t)L->nsum, (uint64_t)L->sum_off / 8));
     put_le64(hdr + 32, rt_isum(hdr, RT_INIT_HEADER / 8, 0));
     if (pwrite(b->init.fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
         cg_build_fail(b, ir_fmt("%s.init: write failed: %s", b->out, strerror(errno ? errno : EIO)));
-    return id;
 }

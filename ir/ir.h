@@ -255,6 +255,7 @@ typedef struct {
     const char *cc;          /* C compiler for the generated step */
     const char *cpu;         /* --cpu: native or an x86-64 level (the step and kernels are built for it); NULL: native */
     int keep_c;              /* --emit-c: keep OUT.c */
+    int init_only;           /* --init-only: write OUT.init alone (an executable of the same structure reads it) */
     int quiet;               /* --quiet: no progress lines on stderr (NVRTC's stages); notes and warnings stay */
     int eval;                /* --eval: forward-only executable, outputs written as .npy */
     int no_fuse;             /* --no-fuse: every elementwise node its own kernel */

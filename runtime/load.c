@@ -25,9 +25,12 @@
 
 /* ---------------------------------------------------------------- init file
  *
- * Checked as it is read (runtime/isum.h's checksums; the compiler's sums are
- * in m->init_sum).  Every rank checks the header (its own checksum, then the
- * id: the init file of this build) and the constants, which it reads whole.
+ * Checked as it is read (runtime/isum.h's checksums; the compiler's sums of
+ * the sections are a table that ends the file, checked against the header's
+ * sum of it).  Every rank checks the header (its own checksum, then the id:
+ * an init file of this build's structure, whatever its weights' values:
+ * fsdpc --init-only writes one for other weights), the table and the
+ * constants, which it reads whole.
  * A unit's parameters are read in shards, a rank only its own (deferred
  * init): its share of the unit's checksum is the words that start in its
  * shard, the last one completed from the file (up to 7 bytes past the
@@ -155,9 +158,9 @@ static int check_file(int fd, const char *path, uint64_t *size)
     return 0;
 }
 
-/* magic, the header's checksum, build id and recorded size: 0, 1 for another build's file (nothing said), or
- * -1 (rt_err_set called) */
-static int check_header(int fd, const char *path, const RtModel *m, uint64_t size)
+/* magic, the header's checksum, build id and recorded size (the checksum of the table of sums into *tsum): 0, 1
+ * for another build's file (nothing said), or -1 (rt_err_set called) */
+static int check_header(int fd, const char *path, const RtModel *m, uint64_t size, uint64_t *tsum)
 {
     unsigned char h[RT_INIT_HEADER];
     if (rt_pread_all(fd, h, RT_INIT_HEADER, 0) != 0) {
@@ -183,10 +186,48 @@ static int check_header(int fd, const char *path, const RtModel *m, uint64_t siz
                    path, le64(h + 24), size);
         return -1;
     }
+    *tsum = le64(h + 40);
     return 0;
 }
 
-/* every range the tables point at must lie inside the file */
+/* the number of the init file's sections: the model, each constant, each unit, each external initializer */
+static uint64_t nsum_of(const RtModel *m)
+{
+    return 1 + (uint64_t)m->nconst + (uint64_t)m->nunit + (uint64_t)m->nextern;
+}
+
+/* the sections' checksums, the last 8 * nsum_of(m) bytes of the file, into *sums (malloc'd), checked against
+ * tsum: 0, or -1 (rt_err_set called) */
+static int read_sums(int fd, const char *path, const RtModel *m, uint64_t size, uint64_t tsum, uint64_t **sums)
+{
+    uint64_t nsum = nsum_of(m);
+    if (size - RT_INIT_HEADER < 8 * nsum) {
+        rt_err_set(1, "init file %s is corrupt: too short for its table of checksums", path);
+        return -1;
+    }
+    unsigned char *t = malloc(8 * nsum);
+    uint64_t *v = malloc(8 * nsum);
+    int rc = -1;
+    if (!t || !v)
+        rt_err_set(1, "out of memory");
+    else if (rt_pread_all(fd, t, 8 * nsum, size - 8 * nsum) != 0)
+        rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
+    else if (rt_isum(t, nsum, (size - 8 * nsum) / 8) != tsum)
+        corrupt(path, "its table of checksums");
+    else {
+        for (uint64_t i = 0; i < nsum; i++)
+            v[i] = le64(t + 8 * i);
+        rc = 0;
+    }
+    free(t);
+    if (rc == 0)
+        *sums = v;
+    else
+        free(v);
+    return rc;
+}
+
+/* every range the tables point at must lie inside the file's first size bytes (before the table of checksums) */
 static int check_ranges(const char *path, const RtModel *m, uint64_t size)
 {
     for (int u = 0; u < m->nunit; u++) {
@@ -214,9 +255,9 @@ static int check_ranges(const char *path, const RtModel *m, uint64_t size)
     return 0;
 }
 
-/* open and validate the init file at path: the fd, or -1 (rt_err_set called), or -2: it is another build's
- * (nothing said) */
-static int open_checked(const RtModel *m, const char *path, int is_default, uint64_t *size_out)
+/* open and validate the init file at path (its sections' checksums into *sums): the fd, or -1 (rt_err_set
+ * called), or -2: it is another build's (nothing said) */
+static int open_checked(const RtModel *m, const char *path, int is_default, uint64_t *size_out, uint64_t **sums)
 {
     struct stat st;
     int fd = rt_open_regular(path, &st);
@@ -225,12 +266,16 @@ static int open_checked(const RtModel *m, const char *path, int is_default, uint
                    is_default ? " (it is written by fsdpc beside the executable; or pass --init FILE)" : "");
         return -1;
     }
-    uint64_t size = 0;
+    uint64_t size = 0, tsum = 0;
     int rc = check_file(fd, path, &size);
     if (rc == 0)
-        rc = check_header(fd, path, m, size);
+        rc = check_header(fd, path, m, size, &tsum);
     if (rc == 0)
-        rc = check_ranges(path, m, size);
+        rc = read_sums(fd, path, m, size, tsum, sums);
+    if (rc == 0 && (rc = check_ranges(path, m, size - 8 * nsum_of(m))) != 0) { /* the sections lie before the table */
+        free(*sums);
+        *sums = NULL;
+    }
     if (rc != 0) {
         close(fd);
         return rc > 0 ? -2 : -1;
@@ -252,15 +297,15 @@ static char *id_path(const char *path, uint64_t id)
 
 /* open and validate the init file *path; the default one, when another build's, may be found under its id's
  * name (then *path is that).  The fd, or -1 (rt_err_set called). */
-static int open_init(const RtModel *m, char **path, int is_default, uint64_t *size_out)
+static int open_init(const RtModel *m, char **path, int is_default, uint64_t *size_out, uint64_t **sums)
 {
-    int fd = open_checked(m, *path, is_default, size_out);
+    int fd = open_checked(m, *path, is_default, size_out, sums);
     if (fd != -2)
         return fd;
     char *alt = is_default ? id_path(*path, m->id) : NULL;
     struct stat st;
     if (alt && lstat(alt, &st) == 0) {
-        fd = open_checked(m, alt, 1, size_out);
+        fd = open_checked(m, alt, 1, size_out, sums);
         if (fd >= 0) {
             free(*path);
             *path = alt;
@@ -412,17 +457,17 @@ static int carve(RtCtx *c, const RtMem *mem, char **base_out)
 
 /* Constants (each checked) and this rank's parameter shards from the init file, each unit's checksum share into
  * part[u]; adds the parameter bytes read to mem->init_param_read.  Returns 0 or -1. */
-static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem, uint64_t *part)
+static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem, uint64_t *part, const uint64_t *sum)
 {
     const RtModel *m = c->m;
     for (int i = 0; i < m->nconst; i++) {
         const RtConst *k = &m->cnst[i];
-        uint64_t sum = 0;
-        if (pread_summed(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off, &sum) != 0) {
+        uint64_t s = 0;
+        if (pread_summed(fd, c->arena + k->arena_off, (uint64_t)k->nbytes, (uint64_t)k->file_off, &s) != 0) {
             rt_err_set(1, "reading init file %s: %s", path, strerror(errno));
             return -1;
         }
-        if (sum != m->init_sum[1 + i]) {
+        if (s != sum[1 + i]) {
             char what[64];
             snprintf(what, sizeof what, "constant %d", i);
             corrupt(path, what);
@@ -453,12 +498,12 @@ static int load_init(RtCtx *c, int fd, const char *path, RtMem *mem, uint64_t *p
  * once.  With an even number of groups the first one counts twice: the multiplier stays odd, so the same
  * change in every group's copy cannot cancel mod 2^64.  Every rank sees the same totals and says the same.
  * 0, or -1 (rt_err_set called). */
-static int check_units(const RtCtx *c, const char *path, const uint64_t *part)
+static int check_units(const RtCtx *c, const char *path, const uint64_t *part, const uint64_t *sum)
 {
     enum { B = 256 };
     const RtModel *m = c->m;
     uint64_t groups = (uint64_t)(c->world / c->sf), twice = groups % 2 == 0;
-    const uint64_t *want = m->init_sum + 1 + m->nconst, copies = groups + twice;
+    const uint64_t *want = sum + 1 + m->nconst, copies = groups + twice;
     const uint64_t weight = twice && c->rank < c->sf ? 2 : 1; /* groups are sf consecutive ranks */
     int64_t x[2 * B];
     int rc = 0;
@@ -484,18 +529,18 @@ static int check_units(const RtCtx *c, const char *path, const uint64_t *part)
 
 /* rank 0 of a run that will read them (--export-onnx, --export-safetensors: the model and the untrained external
  * initializers; --dump-grads: the model): those sections checked now, before the run.  0, or -1. */
-static int check_exported(const RtModel *m, const RtOpts *o, int fd, const char *path)
+static int check_exported(const RtModel *m, const RtOpts *o, int fd, const char *path, const uint64_t *sum)
 {
     if (!o->export_path && !o->export_st && !o->dump_grads)
         return 0;
-    if (check_section(fd, path, (uint64_t)m->model_off, (uint64_t)m->model_len, m->init_sum[0],
+    if (check_section(fd, path, (uint64_t)m->model_off, (uint64_t)m->model_len, sum[0],
                       "the embedded model") != 0)
         return -1;
     for (int i = 0; i < m->nextern; i++) {
         char what[64];
         snprintf(what, sizeof what, "external initializer %d", m->ext[i].init);
         if (check_section(fd, path, (uint64_t)m->ext[i].file_off, (uint64_t)m->ext[i].nbytes,
-                          m->init_sum[1 + m->nconst + m->nunit + i], what) != 0)
+                          sum[1 + m->nconst + m->nunit + i], what) != 0)
             return -1;
     }
     return 0;
@@ -514,25 +559,24 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
         return status;
     rt_dev_set_graph(!o->no_cuda_graph);
     *path = o->init ? strdup(o->init) : default_init_path(argv0);
-    if (!c->m->init_sum)
-        rt_err_set(1, "corrupt model tables: no init file checksums");
-    else if (!*path)
+    uint64_t *sum = NULL;
+    if (!*path)
         rt_err_set(1, "out of memory");
     else
-        *fd = open_init(c->m, path, o->init == NULL, &init_size);
-    if ((status = rt_err_sync()) != 0)
+        *fd = open_init(c->m, path, o->init == NULL, &init_size, &sum);
+    if ((status = rt_err_sync()) != 0) {
+        free(sum);
         return status;
+    }
     uint64_t *part = calloc((size_t)c->m->nunit + 1, sizeof *part);
     if (!part)
         rt_err_set(1, "out of memory");
-    else if (carve(c, mem, base) == 0 && load_init(c, *fd, *path, mem, part) == 0 && c->rank == 0)
-        check_exported(c->m, o, *fd, *path);
-    if ((status = rt_err_sync()) != 0) {
-        free(part);
-        return status;
-    }
-    if (check_units(c, *path, part) == 0 && rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
+    else if (carve(c, mem, base) == 0 && load_init(c, *fd, *path, mem, part, sum) == 0 && c->rank == 0)
+        check_exported(c->m, o, *fd, *path, sum);
+    if ((status = rt_err_sync()) == 0 && check_units(c, *path, part, sum) == 0 &&
+        rt_dev_attach(c, *base, (int64_t)mem->total, why, sizeof why) != 0)
         rt_err_set(1, "%s", why);
     free(part);
-    return rt_err_sync();
+    free(sum);
+    return status ? status : rt_err_sync();
 }

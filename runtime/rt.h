@@ -38,8 +38,9 @@ enum { RT_S_PARAM = 0, RT_S_GRAD = 1, RT_S_M = 2, RT_S_V = 3, RT_NSTATE = 4 };
 enum { RT_SLOT_PARAM = 1, RT_SLOT_GRAD = 2, RT_SLOT_OTHER = 4 };
 
 #define RT_MAX_RANK 8
-#define RT_INIT_MAGIC "FSDPC-INIT-v2\0\0" /* 16 bytes incl. padding NULs */
-#define RT_INIT_HEADER 64 /* magic, id, file size, the header's own checksum (u64 LE each), zeros */
+#define RT_INIT_MAGIC "FSDPC-INIT-v3\0\0" /* 16 bytes incl. padding NULs */
+#define RT_INIT_HEADER 64 /* magic, id, file size, the header's own checksum, the checksum of the table of the
+                           * sections' checksums that ends the file (u64 LE each), zeros */
 
 typedef struct {
     const char *name;
@@ -145,8 +146,6 @@ typedef struct {
     int64_t tokens;       /* what one rank's micro-step consumes: label positions (cross_entropy) or samples */
     const char *token_unit; /* "tok" or "samples" */
     uint64_t dropout_seed; /* the build's dropout seed (c->seed without --seed) */
-    const uint64_t *init_sum; /* OUT.init's checksums (isum.h): the model, each constant (cnst's order), each unit,
-                               * each external initializer (ext's order) */
     /* cpu target only (NULL on cuda): */
     const char *cpu;       /* what the step was compiled for (fsdpc --cpu: native or an x86-64 level) */
     const char *cpu_kernels; /* the level of the kernels it links */

@@ -655,7 +655,8 @@ def main():
     m = onnx.load(J("other.onnx"))
     m.graph.initializer[0].raw_data = np.full((3, 4), 2, np.float32).tobytes()
     onnx.save(m, J("other.onnx"))
-    run([fsdpc, J("other.onnx"), "-o", other, "--target", "cpu"] + base)
+    # another structure (--optimizer sgd: another step): other weights of this one would fit (init_pair (f))
+    run([fsdpc, J("other.onnx"), "-o", other, "--target", "cpu", "--optimizer", "sgd"] + base)
     expect_error([exe, "--data", "x=" + J("x.npy"), "--init", other + ".init"] + ok, "other.init")
 
     # labels outside the class range: a run-time error naming step and rank

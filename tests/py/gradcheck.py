@@ -6,7 +6,9 @@ For each case a small float64 ONNX graph is built whose inputs of the op
 under test are trainable initializers.  The compiled executable gives:
   - the loss at w0 (checked against a NumPy forward: forward correctness),
   - the gradient, as w0 - w1 after one SGD step with lr 1, no momentum/decay,
-  - the loss at w0 +- h*d for random directions d (perturbed models).
+  - the loss at w0 +- h*d for random directions d (perturbed models: each
+    written by fsdpc --init-only as an init file that the executable of w0
+    reads with --init, no executable built for it).
 The directional derivative g.d must match (L+ - L-) / 2h.
 
 Where finite differences cannot tell (a kink: the convention of the gradient exactly at it), EXACT cases check the
@@ -156,17 +158,20 @@ def build(path, nodes, weights, y_shape):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
-def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr):
+def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr, exe=None):
+    """one step of the model's executable (built as work/tag), its loss and exported weights; given exe (built
+    from the same nodes with other weights), work/tag.init alone is written (--init-only) and exe runs from it:
+    its loss, no weights"""
     onnx_path = os.path.join(work, tag + ".onnx")
     build(onnx_path, nodes, weights, y_shape)
-    exe = os.path.join(work, tag)
-    run([fsdpc, onnx_path, "-o", exe, "--target", "cpu", "--loss", loss, "--optimizer", "sgd", "--verify"])
-    m = exe + ".jsonl"
-    out = exe + ".out.onnx"
-    run([exe, "--data", data, "--steps", "1", "--lr", str(lr), "--momentum", "0", "--weight-decay", "0",
-         "--metrics", m, "--export-onnx", out, "--quiet"])
+    out = os.path.join(work, tag)
+    run([fsdpc, onnx_path, "-o", out, "--target", "cpu", "--loss", loss, "--optimizer", "sgd", "--verify"]
+        + (["--init-only"] if exe else []))
+    m = out + ".jsonl"
+    run([exe or out, "--data", data, "--steps", "1", "--lr", str(lr), "--momentum", "0", "--weight-decay", "0",
+         "--metrics", m, "--quiet"] + (["--init", out + ".init"] if exe else ["--export-onnx", out + ".out.onnx"]))
     losses, _ = read_metrics(m)
-    return losses[0], onnx_weights(out)
+    return losses[0], None if exe else onnx_weights(out + ".out.onnx")
 
 
 def check_case(fsdpc, work, name, spec):
@@ -187,10 +192,11 @@ def check_case(fsdpc, work, name, spec):
     h = 1e-6
     for trial in range(2):
         d = {k: rng.standard_normal(v.shape) for k, v in w0.items()}
+        exe = os.path.join(work, name)
         lp, _ = compile_run(fsdpc, work, name + ".p", nodes, {**weights, **{k: w0[k] + h * d[k] for k in w0}},
-                            list(y0.shape), loss, data, 0.0)
+                            list(y0.shape), loss, data, 0.0, exe)
         lm, _ = compile_run(fsdpc, work, name + ".m", nodes, {**weights, **{k: w0[k] - h * d[k] for k in w0}},
-                            list(y0.shape), loss, data, 0.0)
+                            list(y0.shape), loss, data, 0.0, exe)
         fd = (lp - lm) / (2 * h)
         an = sum(float(np.sum(grads[k] * d[k])) for k in w0)
         check(abs(fd - an) <= 1e-6 * max(1.0, abs(an)), "%s: directional derivative %.12g, finite differences %.12g"

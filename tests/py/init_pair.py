@@ -8,11 +8,12 @@ usage: init_pair.py FSDPC WORKDIR
     and links, then says "ld: cannot open output file ...: No space left on device" and exits 1; one that does
     not exist): one line naming the tool's message, exit 1; OUT and OUT.init byte-identical to before and the old
     executable still runs a step; no temporary left beside them.
-(c) The pair's replacement, stopped between its renames (the state a crash leaves): the new executable beside the
-    old OUT.init finds its own init under .OUT.init.<id> and trains as the new pair does; without that file it is
-    one line ("another build"); the next build of OUT removes the leftover.
+(c) The pair's replacement, stopped between its renames (the state a crash leaves), by a build of another structure
+    (--optimizer sgd: another step, so another id): the new executable beside the old OUT.init finds its own init
+    under .OUT.init.<id> and trains as the new pair does; without that file it is one line ("another build"); the
+    next build of OUT removes the leftover.
 (d) A flipped bit in OUT.init: in a unit's parameters (at world 1, and at world 2 in each rank's shard, the
-    shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in a constant: one line
+    shards meeting inside an 8-byte word, and with --shard none, where both ranks read it all), in the header's id, size and reserved bytes, in the table of checksums that ends the file, in a constant: one line
     naming the file and "compile the model again", exit 1; in the embedded model: only a run that exports (or
     dumps gradients) reads it, and that run says so at start.
 (e) The object cache (codegen/objcache.c, in $FSDPC_CACHE_DIR): a build fills it with one entry; a build of the
@@ -20,6 +21,10 @@ usage: init_pair.py FSDPC WORKDIR
     build from an empty cache does, from its own weights; --cpu x86-64 is another entry; an entry whose headers
     changed (--cc adding -include of a file, which then changes) is compiled again; a corrupted entry is
     compiled again and rewritten, and its build trains as before.
+(f) --init-only: m2's init file alone, written over m's OUT.init, is byte-identical to m2's own build's; m's
+    executable, untouched, trains from it as m2's does (world 1 and 2), and from an init-only file passed with
+    --init; an init-only file of another structure (--optimizer sgd) is refused in one line ("another build");
+    --init-only with --emit-c is a usage error.
 """
 import hashlib
 import os
@@ -122,7 +127,7 @@ def stopped_between(fsdpc, work, J, data):
     old, new = J("out", "train"), J("new", "train")
     os.unlink(old + ".c")
     run([fsdpc, J("m.onnx"), "-o", old] + A)
-    run([fsdpc, J("m2.onnx"), "-o", new] + A)
+    run([fsdpc, J("m2.onnx"), "-o", new, "--optimizer", "sgd"] + A)  # another step: another id
     want = loss(new, data)
     check(want != loss(old, data), "the two models train alike: the test cannot tell them apart")
     ident = int.from_bytes(open(new + ".init", "rb").read()[16:24], "little")
@@ -153,7 +158,8 @@ def flipped_bits(fsdpc, work, J, data):
              ("rank 0's last weight", uoff + half - 1, 2, "unit"), ("rank 1's first weight", uoff + half, 2, "unit"),
              ("rank 1's second word", uoff + half + 4, 2, "unit"),
              ("the header's id", 17, 1, "header"), ("the header's size", 25, 1, "header"),
-             ("a reserved header byte", 50, 1, "header"), ("a constant", consts[0][0] + 3, 1, "constant")]
+             ("a reserved header byte", 50, 1, "header"), ("a constant", consts[0][0] + 3, 1, "constant"),
+             ("the table of checksums", len(good) - 3, 1, "table of checksums")]
     for what, off, world, needle in cases:
         open(init, "wb").write(good)
         flip(init, off, 6)
@@ -232,6 +238,33 @@ def step_cache(fsdpc, work, J, data):
           "--cpu x86-64 another entry; a changed header or a corrupted entry compiled again" % (want_b, want_a))
 
 
+def init_only(fsdpc, work, J, data):
+    exe, own = J("io", "m"), J("io", "own")
+    os.makedirs(J("io"))
+    run([fsdpc, J("m.onnx"), "-o", exe] + A)
+    run([fsdpc, J("m2.onnx"), "-o", own] + A)
+    want, want2, was = loss(own, data), loss(own, data, 2), loss(exe, data)
+    check(want != was, "m and m2 train alike: the test cannot tell them apart")
+    before = digest(exe)
+    p = run([fsdpc, J("m2.onnx"), "-o", exe, "--init-only"] + A)
+    check(not p.stderr.strip(), "--init-only said: %s" % p.stderr)
+    check(digest(exe) == before, "--init-only changed the executable")
+    check(digest(exe + ".init") == digest(own + ".init"), "--init-only's OUT.init is not m2's build's")
+    check(sorted(os.listdir(J("io"))) == ["m", "m.init", "own", "own.init"], "left: %s" % os.listdir(J("io")))
+    got = (loss(exe, data), loss(exe, data, 2))
+    check(got == (want, want2), "m's executable from m2's init-only file trains to %s, m2's own build to %s"
+          % (got, (want, want2)))
+    run([fsdpc, J("m.onnx"), "-o", J("io", "w"), "--init-only"] + A)
+    check(loss(exe, data, 1, ["--init", J("io", "w.init")]) == was, "--init of m's init-only file: not m's loss")
+    run([fsdpc, J("m2.onnx"), "-o", J("io", "sgd"), "--init-only", "--optimizer", "sgd"] + A)
+    one_line(run([exe] + data + ["--steps", "1", "--init", J("io", "sgd.init")], check=False), "sgd.init",
+             "another build")
+    one_line(run([fsdpc, J("m.onnx"), "-o", J("io", "x"), "--init-only", "--emit-c"] + A, check=False),
+             "--init-only", "--emit-c")
+    print("(f) --init-only: m's executable trains from m2's init file as m2's build does (loss %s; world 2 %s); "
+          "another structure's refused" % (want, want2))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -249,6 +282,7 @@ def main():
     stopped_between(fsdpc, work, J, data)
     flipped_bits(fsdpc, work, J, data)
     step_cache(fsdpc, work, J, data)
+    init_only(fsdpc, work, J, data)
     print("OK init_pair")
 
 

@@ -17,7 +17,8 @@ Models from scripts/shaped_model.py (a nanoGPT-shaped transformer, every initial
     C's tables say where), and both executables train 3 AdamW steps to identical losses.
 (c) A model of ~1 GB of sparse (zero) external data compiled with -o: fsdpc's own peak RSS (its VmHWM) stays below
     150 MB, whatever the weights' size, and with the C compiler it ran below the largest tensor + 150 MB; OUT.init
-    is as large as its header says, holds every tensor and at most 64 bytes of padding per piece, and its
+    is as large as its header says, holds every tensor, the table of their checksums and at most 64 bytes of
+    padding per piece, and its
     parameters are the data file's (zeros) around the mask's ones.
 With --no-rss (the sanitizer build) the memory bounds are not checked.
 """
@@ -219,13 +220,14 @@ def big(fsdpc, work, rss):
         check(maxrss < largest + 150 * MB, "peak RSS %.1f MB is not below the largest tensor + 150 MB" % (maxrss / MB))
     with open(init, "rb") as f:
         head = f.read(32)
-    check(head[:13] == b"FSDPC-INIT-v2" and int.from_bytes(head[24:32], "little") == isize,
+    check(head[:13] == b"FSDPC-INIT-v3" and int.from_bytes(head[24:32], "little") == isize,
           "OUT.init is %d bytes, its header says %d" % (isize, int.from_bytes(head[24:32], "little")))
     units, params, consts = c_tables(exe + ".c")
     nparam = shaped_model.param_count(L, D, T, V)
     check(sum(k for _, k, _ in units) == nparam, "the units hold %d parameters, the shapes %d"
           % (sum(k for _, k, _ in units), nparam))
     pieces = 4 * nparam + sum(n for _, _, n in consts) + 4 * T * T + os.path.getsize(model)  # the mask kept twice
+    pieces += 8 * (len(units) + len(consts) + 2)  # the table of the sections' checksums: the model, the mask, each
     check(pieces <= isize <= pieces + 64 * (len(units) + len(consts) + 3),
           "OUT.init is %d bytes for %d bytes of tensors and model" % (isize, pieces))
     with open(init, "rb") as f:  # the parameters are the data file's: zeros
