@@ -191,6 +191,78 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
     }
 }
 
+/* one k_matmul_widened_16: C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch (A_i at a + i sa, ...) */
+typedef struct {
+    float *c;
+    const uint16_t *a, *b;
+    int64_t sa, sb, m, n, k, lda, ldb;
+    int ta, tb, f16;
+    double alpha, beta;
+} Wide;
+
+/* rows i0.. (bm) x columns k0.. (bk) of op(A_i) widened into w, in A's layout; columns j0.. (bn) x rows k0.. of
+ * op(B_i) into w, in B's */
+static void widen_a(float *w, const Wide *g, int64_t i, int64_t i0, int64_t bm, int64_t k0, int64_t bk)
+{
+    if (g->ta)
+        widen(w, g->a + i * g->sa, g->lda, k0, i0, bk, bm, g->f16);
+    else
+        widen(w, g->a + i * g->sa, g->lda, i0, k0, bm, bk, g->f16);
+}
+static void widen_b(float *w, const Wide *g, int64_t i, int64_t j0, int64_t bn, int64_t k0, int64_t bk)
+{
+    if (g->tb)
+        widen(w, g->b + i * g->sb, g->ldb, j0, k0, bn, bk, g->f16);
+    else
+        widen(w, g->b + i * g->sb, g->ldb, k0, j0, bk, bn, g->f16);
+}
+
+/* the k block k0.. of C_i's tile (i0, j0) from the widened blocks wa, wb: the first block scales C by beta */
+static void tile_block(const Wide *g, int64_t i, int64_t i0, int64_t j0, int64_t k0, const float *wa,
+                       const float *wb)
+{
+    const int64_t bm = g->m - i0 < TILE ? g->m - i0 : TILE, bn = g->n - j0 < TILE ? g->n - j0 : TILE;
+    const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)bm,
+                (int)bn, (int)bk, (float)g->alpha, wa, (int)(g->ta ? bm : bk), wb, (int)(g->tb ? bk : bn),
+                k0 ? 1.0f : (float)g->beta, g->c + i * g->m * g->n + i0 * g->n + j0, (int)g->n);
+}
+
+/* One unit: tiles t0..t1 of line `line` of C_i, a line being a row of tiles (rows) or a column of them: k block
+ * by k block, the line's block of its shared operand (op(A) for a row) widened once, the other's per tile. */
+static void run_unit(const Wide *g, int rows, int64_t i, int64_t line, int64_t t0, int64_t t1, float *w)
+{
+    float *shared = w, *own = w + TILE * BK;
+    const int64_t l0 = line * TILE, ln = (rows ? g->m : g->n) - l0 < TILE ? (rows ? g->m : g->n) - l0 : TILE;
+    for (int64_t k0 = 0; k0 < g->k; k0 += BK) {
+        const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
+        if (rows)
+            widen_a(shared, g, i, l0, ln, k0, bk);
+        else
+            widen_b(shared, g, i, l0, ln, k0, bk);
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t x0 = t * TILE, xn = (rows ? g->n : g->m) - x0 < TILE ? (rows ? g->n : g->m) - x0 : TILE;
+            if (rows) {
+                widen_b(own, g, i, x0, xn, k0, bk);
+                tile_block(g, i, l0, x0, k0, shared, own);
+            } else {
+                widen_a(own, g, i, x0, xn, k0, bk);
+                tile_block(g, i, x0, l0, k0, own, shared);
+            }
+        }
+    }
+}
+
+/* runs a line of `along` tiles is cut into: 1, or more where `lines` lines are too few units for a team of nt
+ * (4 a thread, for balance) */
+static int64_t runs_per_line(int64_t lines, int64_t along, int nt)
+{
+    int64_t s = 1;
+    while (nt > 1 && lines * s < 4 * (int64_t)nt && s < along)
+        s++;
+    return s;
+}
+
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                          int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
 {
@@ -203,17 +275,18 @@ void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) /* shared B: one tall GEMM, as k_matmul_f32 */
         m *= batch, batch = 1;
-    const int64_t tn = (n + TILE - 1) / TILE, per = (m + TILE - 1) / TILE * tn, units = batch * per;
-    const int nt = slot_threads(units, SLOTS);
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const Wide g = {c, a, b, sa, sb, m, n, k, ta ? m : k, tb ? k : n, ta, tb, f16, alpha, beta};
+    const int64_t tm = (m + TILE - 1) / TILE, tn = (n + TILE - 1) / TILE;
+    const int nt = slot_threads(batch * tm * tn, SLOTS);
+    /* rows of tiles (op(A)'s blocks widened once a run, op(B)'s once a tile) or columns, whichever widens less */
+    const int64_t sr = runs_per_line(batch * tm, tn, nt), sc = runs_per_line(batch * tn, tm, nt);
+    const int rows = m * k * sr + k * n * tm <= k * n * sc + m * k * tn;
+    const int64_t lines = rows ? tm : tn, along = rows ? tn : tm, runs = rows ? sr : sc;
+    const int64_t units = batch * lines * runs;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t u = 0; u < units; u++) {
-        const int64_t i = u / per, i0 = u % per / tn * TILE, j0 = u % tn * TILE;
-        const int64_t bm = m - i0 < TILE ? m - i0 : TILE, bn = n - j0 < TILE ? n - j0 : TILE;
-        /* rows i0.. of op(A) and columns j0.. of op(B), wherever their layout puts them */
-        const uint16_t *ai = a + i * sa + (ta ? i0 : i0 * lda), *bj = b + i * sb + (tb ? j0 * ldb : j0);
-        k_gemm_widened_16(c + i * m * n + i0 * n + j0, n, ai, lda, bj, ldb, bm, bn, k, ta, tb, alpha, beta, f16,
-                          wide[slot_of_thread()], SLOT_FLOATS);
+        const int64_t i = u / (lines * runs), line = u / runs % lines, r = u % runs;
+        run_unit(&g, rows, i, line, r * along / runs, (r + 1) * along / runs, wide[slot_of_thread()]);
     }
 }
 
