@@ -104,20 +104,25 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
  * scratch of its own (kernels never allocate).
  *
  * k_matmul_widened_16, the step's GEMM, splits its C into TILE x TILE tiles
- * (of every matrix of a batch) across the team, each tile one
- * k_gemm_widened_16 on one thread (OpenBLAS runs single-threaded inside a
- * team) into that thread's slot of the fixed wide[] (at most SLOTS threads).
- * It used to widen on one thread and fork the team for every block's sgemm:
- * at 2 threads a bf16 step on the widened path took about 3x fp32's.  The
- * tiles do not depend on the thread count, and each C element is summed over
- * the same k blocks in the same order, so any team gives the same bits.
+ * (of every matrix of a batch), each tile's product one cblas_sgemm per BK
+ * block of k on widened TILE x BK blocks, in k order.  The team (OpenBLAS
+ * runs single-threaded inside it) takes units: runs of tiles along a row of
+ * C (or a column, whichever widens less), each unit on one thread in that
+ * thread's slot of the fixed wide[] (at most SLOTS threads), k block by k
+ * block, the run's op(A) block (op(B) for a column) widened once for all its
+ * tiles and the other operand's per tile; a line is cut into several runs
+ * only where the lines are too few for the team.  It used to widen on one
+ * thread and fork the team for every block's sgemm (a bf16 step at 2 threads
+ * about 3x fp32's), then (until 2026-11-27) widened both blocks per tile
+ * (widening 4.5 % of a 256/6/256/8 bf16 GPT step at 1 thread, now 3.1 %).
+ * Whatever the units, each C element gets the same sgemm calls on the same
+ * blocks in the same k order, so any team gives the same bits.
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
 
 enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK, TILE = 256, SLOTS = 16 };
-_Static_assert(TILE <= BM && TILE <= BN, "a tile's scratch must fit a slot");
-#define SLOT_FLOATS (2 * TILE * BK)
+#define SLOT_FLOATS (2 * TILE * BK) /* a run's shared block and a tile's own, TILE x BK each */
 static float wide[SLOTS][SLOT_FLOATS]; /* a slot per thread of the team (untouched pages cost nothing) */
 
 /* the rows x cols block at (r0, c0) of the 16-bit matrix x (ld columns; f16:
