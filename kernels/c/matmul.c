@@ -110,20 +110,25 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
  * scratch of its own (kernels never allocate).
  *
  * k_matmul_widened_16, the step's GEMM, splits its C into TILE x TILE tiles
- * (of every matrix of a batch) across the team, each tile one
- * k_gemm_widened_16 on one thread (OpenBLAS runs single-threaded inside a
- * team) into that thread's slot of the fixed wide[] (at most SLOTS threads).
- * It used to widen on one thread and fork the team for every block's sgemm:
- * at 2 threads a bf16 step on the widened path took about 3x fp32's.  The
- * tiles do not depend on the thread count, and each C element is summed over
- * the same k blocks in the same order, so any team gives the same bits.
+ * (of every matrix of a batch), each tile's product one cblas_sgemm per BK
+ * block of k on widened TILE x BK blocks, in k order.  The team (OpenBLAS
+ * runs single-threaded inside it) takes units: runs of tiles along a row of
+ * C (or a column, whichever widens less), each unit on one thread in that
+ * thread's slot of the fixed wide[] (at most SLOTS threads), k block by k
+ * block, the run's op(A) block (op(B) for a column) widened once for all its
+ * tiles and the other operand's per tile; a line is cut into several runs
+ * only where the lines are too few for the team.  It used to widen on one
+ * thread and fork the team for every block's sgemm (a bf16 step at 2 threads
+ * about 3x fp32's), then (until 2026-11-27) widened both blocks per tile
+ * (widening 4.5 % of a 256/6/256/8 bf16 GPT step at 1 thread, now 3.1 %).
+ * Whatever the units, each C element gets the same sgemm calls on the same
+ * blocks in the same k order, so any team gives the same bits.
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
 
 enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK, TILE = 256, SLOTS = 16 };
-_Static_assert(TILE <= BM && TILE <= BN, "a tile's scratch must fit a slot");
-#define SLOT_FLOATS (2 * TILE * BK)
+#define SLOT_FLOATS (2 * TILE * BK) /* a run's shared block and a tile's own, TILE x BK each */
 static float wide[SLOTS][SLOT_FLOATS]; /* a slot per thread of the team (untouched pages cost nothing) */
 
 /* the rows x cols block at (r0, c0) of the 16-bit matrix x (ld columns; f16:
@@ -197,6 +202,78 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
     }
 }
 
+/* one k_matmul_widened_16: C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch (A_i at a + i sa, ...) */
+typedef struct {
+    float *c;
+    const uint16_t *a, *b;
+    int64_t sa, sb, m, n, k, lda, ldb;
+    int ta, tb, f16;
+    double alpha, beta;
+} Wide;
+
+/* rows i0.. (bm) x columns k0.. (bk) of op(A_i) widened into w, in A's layout; columns j0.. (bn) x rows k0.. of
+ * op(B_i) into w, in B's */
+static void widen_a(float *w, const Wide *g, int64_t i, int64_t i0, int64_t bm, int64_t k0, int64_t bk)
+{
+    if (g->ta)
+        widen(w, g->a + i * g->sa, g->lda, k0, i0, bk, bm, g->f16);
+    else
+        widen(w, g->a + i * g->sa, g->lda, i0, k0, bm, bk, g->f16);
+}
+static void widen_b(float *w, const Wide *g, int64_t i, int64_t j0, int64_t bn, int64_t k0, int64_t bk)
+{
+    if (g->tb)
+        widen(w, g->b + i * g->sb, g->ldb, j0, k0, bn, bk, g->f16);
+    else
+        widen(w, g->b + i * g->sb, g->ldb, k0, j0, bk, bn, g->f16);
+}
+
+/* the k block k0.. of C_i's tile (i0, j0) from the widened blocks wa, wb: the first block scales C by beta */
+static void tile_block(const Wide *g, int64_t i, int64_t i0, int64_t j0, int64_t k0, const float *wa,
+                       const float *wb)
+{
+    const int64_t bm = g->m - i0 < TILE ? g->m - i0 : TILE, bn = g->n - j0 < TILE ? g->n - j0 : TILE;
+    const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)bm,
+                (int)bn, (int)bk, (float)g->alpha, wa, (int)(g->ta ? bm : bk), wb, (int)(g->tb ? bk : bn),
+                k0 ? 1.0f : (float)g->beta, g->c + i * g->m * g->n + i0 * g->n + j0, (int)g->n);
+}
+
+/* One unit: tiles t0..t1 of line `line` of C_i, a line being a row of tiles (rows) or a column of them: k block
+ * by k block, the line's block of its shared operand (op(A) for a row) widened once, the other's per tile. */
+static void run_unit(const Wide *g, int rows, int64_t i, int64_t line, int64_t t0, int64_t t1, float *w)
+{
+    float *shared = w, *own = w + TILE * BK;
+    const int64_t l0 = line * TILE, ln = (rows ? g->m : g->n) - l0 < TILE ? (rows ? g->m : g->n) - l0 : TILE;
+    for (int64_t k0 = 0; k0 < g->k; k0 += BK) {
+        const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
+        if (rows)
+            widen_a(shared, g, i, l0, ln, k0, bk);
+        else
+            widen_b(shared, g, i, l0, ln, k0, bk);
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t x0 = t * TILE, xn = (rows ? g->n : g->m) - x0 < TILE ? (rows ? g->n : g->m) - x0 : TILE;
+            if (rows) {
+                widen_b(own, g, i, x0, xn, k0, bk);
+                tile_block(g, i, l0, x0, k0, shared, own);
+            } else {
+                widen_a(own, g, i, x0, xn, k0, bk);
+                tile_block(g, i, x0, l0, k0, own, shared);
+            }
+        }
+    }
+}
+
+/* runs a line of `along` tiles is cut into: 1, or more where `lines` lines are too few units for a team of nt
+ * (4 a thread, for balance) */
+static int64_t runs_per_line(int64_t lines, int64_t along, int nt)
+{
+    int64_t s = 1;
+    while (nt > 1 && lines * s < 4 * (int64_t)nt && s < along)
+        s++;
+    return s;
+}
+
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                          int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
 {
@@ -209,17 +286,18 @@ void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) /* shared B: one tall GEMM, as k_matmul_f32 */
         m *= batch, batch = 1;
-    const int64_t tn = (n + TILE - 1) / TILE, per = (m + TILE - 1) / TILE * tn, units = batch * per;
-    const int nt = slot_threads(units, SLOTS);
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const Wide g = {c, a, b, sa, sb, m, n, k, ta ? m : k, tb ? k : n, ta, tb, f16, alpha, beta};
+    const int64_t tm = (m + TILE - 1) / TILE, tn = (n + TILE - 1) / TILE;
+    const int nt = slot_threads(batch * tm * tn, SLOTS);
+    /* rows of tiles (op(A)'s blocks widened once a run, op(B)'s once a tile) or columns, whichever widens less */
+    const int64_t sr = runs_per_line(batch * tm, tn, nt), sc = runs_per_line(batch * tn, tm, nt);
+    const int rows = m * k * sr + k * n * tm <= k * n * sc + m * k * tn;
+    const int64_t lines = rows ? tm : tn, along = rows ? tn : tm, runs = rows ? sr : sc;
+    const int64_t units = batch * lines * runs;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t u = 0; u < units; u++) {
-        const int64_t i = u / per, i0 = u % per / tn * TILE, j0 = u % tn * TILE;
-        const int64_t bm = m - i0 < TILE ? m - i0 : TILE, bn = n - j0 < TILE ? n - j0 : TILE;
-        /* rows i0.. of op(A) and columns j0.. of op(B), wherever their layout puts them */
-        const uint16_t *ai = a + i * sa + (ta ? i0 : i0 * lda), *bj = b + i * sb + (tb ? j0 * ldb : j0);
-        k_gemm_widened_16(c + i * m * n + i0 * n + j0, n, ai, lda, bj, ldb, bm, bn, k, ta, tb, alpha, beta, f16,
-                          wide[slot_of_thread()], SLOT_FLOATS);
+        const int64_t i = u / (lines * runs), line = u / runs % lines, r = u % runs;
+        run_unit(&g, rows, i, line, r * along / runs, (r + 1) * along / runs, wide[slot_of_thread()]);
     }
 }
 
