@@ -178,24 +178,20 @@ static inline int kf_unary_reads(int op)
 #if defined(T) || defined(M)
 #error "fused.h: include it before defining T or M"
 #endif
-/* Always inlined: a caller passes op as a constant, so each call folds to its one expression, but GCC
- * weighs the whole switch (dozens of rows) when it decides, and in a large step it keeps an out-of-line
- * clone instead; a call it cannot see into stops the loop from vectorising (measured on the demo GPT's
- * step: 4 of its 12 float32 fused loops vectorised, 17 of 25 in bf16; all with this). */
-#ifdef __GNUC__
-#define KF_INLINE static inline __attribute__((always_inline))
-#else
-#define KF_INLINE static inline
-#endif
+/* Not forced inline, though GCC keeps an out-of-line clone of these in a large step and a loop calling it stays
+ * scalar (4 of the demo GPT's 12 float32 fused loops vectorise): forced, the loops vectorise, and an erf or exp in a
+ * vectorised loop is libmvec's (within 4 ulp of the scalar one), so a value --recompute computes again in a loop
+ * fused otherwise came out other bits (recompute's bit-identity failed, 4.7e-9 in a weight).  Vector math that
+ * gives the scalar bits (a polynomial of ours, no libmvec) would allow both. */
 #define KF_DEFINE(S)                                                                        \
-    KF_INLINE T kf_binary_##S(int op, T a, T b)                                                \
+    static inline T kf_binary_##S(int op, T a, T b)                                            \
     {                                                                                          \
         switch (op) {                                                                          \
         KF_BINARY(KF_B_)                                                                       \
         default: return (T)0; /* no such op: callers check */                        \
         }                                                                                      \
     }                                                                                          \
-    KF_INLINE T kf_unary_##S(int op, T x, T p0, T p1)                                          \
+    static inline T kf_unary_##S(int op, T x, T p0, T p1)                                      \
     {                                                                                          \
         (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
@@ -203,7 +199,7 @@ static inline int kf_unary_reads(int op)
         default: return (T)0;                                                                 \
         }                                                                                      \
     }                                                                                          \
-    KF_INLINE T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                        \
+    static inline T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                    \
     {                                                                                          \
         (void)x, (void)y, (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
@@ -223,7 +219,6 @@ KF_DEFINE(f64)
 #undef T
 #undef M
 #undef KF_DEFINE
-#undef KF_INLINE
 
 /* kf_binary_i64(op, a, b): the F_I64 rows of ops.def on int64 (index
  * arithmetic), as fsdpc folds constants: ADD, SUB, MUL wrap (as torch's
