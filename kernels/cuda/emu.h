@@ -6,7 +6,7 @@
  * How it works.  A launch runs its blocks one after another; a block runs
  * its blockDim.x threads as fibers on the calling OS thread (each fiber
  * made once and reused by later blocks and launches; switched by a few
- * instructions on x86-64, by ucontext elsewhere and under ASan).  A
+ * instructions on x86-64, by ucontext elsewhere).  A
  * scheduler resumes the runnable fibers round-robin, each until it finishes
  * or waits at a barrier:
  *   __syncthreads()        waits until every thread of the block arrived;
@@ -58,6 +58,9 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
@@ -81,12 +84,15 @@ constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
  * context is a stack pointer: switch_stack pushes the callee-saved
  * registers, stores the stack pointer, loads the other one and pops its
  * registers — no system call, where swapcontext masks signals twice per
- * switch (most of an emulated run's time went there).  Elsewhere, under
- * ASan (which follows a fiber's stack through swapcontext) and where
- * FSDPC_EMU_UCONTEXT is defined (to test them), the ucontext calls.  The
- * float environment (MXCSR, x87 control word) is not switched: every fiber
- * of a launch shares its OS thread's, and kernels do not change it. */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(FSDPC_EMU_UCONTEXT)
+ * switch (most of an emulated run's time went there).  Under ASan each
+ * switch is announced to it (__sanitizer_start/finish_switch_fiber, as its
+ * swapcontext interceptor would learn it), with the stack switched to: a
+ * fiber's own, or the scheduler's, which a fiber learns when first entered.
+ * Elsewhere, and where FSDPC_EMU_UCONTEXT is defined (to test them), the
+ * ucontext calls.  The float environment (MXCSR, x87 control word) is not
+ * switched: every fiber of a launch shares its OS thread's, and kernels do
+ * not change it. */
+#if defined(__x86_64__) && !defined(FSDPC_EMU_UCONTEXT)
 #define FSDPC_EMU_FAST_SWITCH 1
 /* saves the current context into *save, resumes the one at load */
 [[maybe_unused]] __attribute__((naked, noinline)) static void switch_stack(void ** /* save: rdi */,
@@ -98,6 +104,8 @@ constexpr size_t kStack = 64 << 10; /* per fiber, plus a guard page */
 }
 struct Context {
     void *sp = nullptr;
+    const void *stack = nullptr; /* the stack's lowest byte and size (for ASan) */
+    size_t size = 0;
 };
 #else
 #define FSDPC_EMU_FAST_SWITCH 0
@@ -130,7 +138,12 @@ inline thread_local State st;
 /* saves the current context into from and resumes to */
 inline void switch_to(Context &from, Context &to)
 {
-#if FSDPC_EMU_FAST_SWITCH
+#if FSDPC_EMU_FAST_SWITCH && defined(__SANITIZE_ADDRESS__)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, to.stack, to.size);
+    switch_stack(&from.sp, to.sp);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#elif FSDPC_EMU_FAST_SWITCH
     switch_stack(&from.sp, to.sp);
 #else
     swapcontext(&from.uc, &to.uc);
@@ -161,6 +174,10 @@ inline char *stack_for(size_t i)
  * back to the scheduler, done, until resumed for the next block */
 inline void fiber_main()
 {
+#if FSDPC_EMU_FAST_SWITCH && defined(__SANITIZE_ADDRESS__)
+    /* entered from the scheduler (run_block) for the first time: ASan names its stack */
+    __sanitizer_finish_switch_fiber(nullptr, &st.sched.stack, &st.sched.size);
+#endif
     for (;;) {
         (*st.body)();
         st.cur->done = true;
@@ -180,6 +197,8 @@ inline void fiber_init(Fiber &f, size_t i)
     memset(sp, 0, 8 * sizeof *sp);
     sp[6] = (void *)fiber_main;
     f.ctx.sp = sp;
+    f.ctx.stack = base;
+    f.ctx.size = kStack;
 #else
     getcontext(&f.ctx.uc);
     f.ctx.uc.uc_stack.ss_sp = base;
