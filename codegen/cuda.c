@@ -28,7 +28,7 @@
  * Progress: a compile that misses the cache says on stderr what it compiles
  * (the library, the model's program) for which archs, what it takes from the
  * cache, where the cache is, each program and arch as it is done (the jobs
- * on threads of their own) and the total time, one line each (not under
+ * on threads of their own; wall and CPU time) and the total time, one line each (not under
  * --quiet); a compile served from the cache alone says nothing.
  *
  * A compile error in kernels/cuda or in generated kernels is a bug in
@@ -213,14 +213,23 @@ static void compile_one(Job *j)
     nv.destroy(&p);
 }
 
+/* this thread's CPU seconds (NVRTC compiles on the calling thread: its own cost, whatever the load) */
+static double thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* compile_one on a thread of its own, then j's progress line */
 static void *compile_job(void *arg)
 {
     Job *j = arg;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = thread_cpu_s();
     compile_one(j);
     if (j->say && !j->failed) /* one fprintf: one whole line, whichever thread prints beside it */
-        fprintf(stderr, "fsdpc: NVRTC: %s for %s compiled in %.1f s\n", part_said[j->part], j->arch, now_s() - t0);
+        fprintf(stderr, "fsdpc: NVRTC: %s for %s compiled in %.1f s (%.1f s of CPU)\n", part_said[j->part], j->arch,
+                now_s() - t0, thread_cpu_s() - c0);
     return NULL;
 }
 

@@ -45,6 +45,7 @@ of them is their step and its kernels, which are one text for every arch; each c
 and takes the library for sm_80 and compute_80 from the cache.  The embedded cubin per arch and PTX are checked on the first two.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -266,15 +267,16 @@ def fused_count(c_path):
 def check_lines(stderr, cache, compiled, cached, nfused):
     """a compile that misses the cache: the note, then a line saying what NVRTC compiles for which archs
     (compiled: part -> archs), what comes from the cache (cached: part -> archs) and where the cache is, one
-    line per program and arch as it is done (in any order), the total"""
+    line per program and arch as it is done (in any order; its wall and CPU time), the total"""
     lines = stderr.splitlines()
     note = driver_note(stderr)
     words = {"kernels": "kernels/cuda", "model": "the model's kernels"}
     what = {"kernels": "kernels/cuda's %d kernels", "model": "this model's %d fused kernels" % nfused}
     head = [l for l in lines if l.startswith("fsdpc: compiling ")]
     njob = sum(len(a.split(", ")) for a in compiled.values())
-    done = sorted(l.split(" compiled in ")[0] for l in lines
-                  if l.startswith("fsdpc: NVRTC: ") and " program" not in l)
+    jobs = [l for l in lines if l.startswith("fsdpc: NVRTC: ") and " program" not in l]
+    done = sorted(l.split(" compiled in ")[0] for l in jobs)
+    timed = all(re.fullmatch(r"[0-9]+\.[0-9] s \([0-9]+\.[0-9] s of CPU\)", l.split(" compiled in ")[1]) for l in jobs)
     want_done = sorted("fsdpc: NVRTC: %s for %s" % (words[p], a.replace(" (PTX)", ""))
                        for p, archs in compiled.items() for a in archs.split(", "))
     total = [l for l in lines if l.startswith("fsdpc: NVRTC: %d program%s compiled in " % (njob, "s" * (njob > 1)))]
@@ -282,7 +284,7 @@ def check_lines(stderr, cache, compiled, cached, nfused):
     kept = " and ".join("%s for %s" % (words[p], cached[p]) for p in ("kernels", "model") if p in cached)
     head_re = "fsdpc: compiling %s with NVRTC " % todo
     tail = ", a program and arch per thread%s; kernel cache: %s" % ("; from the cache: " + kept if kept else "", cache)
-    ok = (len(lines) == 3 + njob and lines[0] == note and len(head) == 1 and len(total) == 1
+    ok = (len(lines) == 3 + njob and lines[0] == note and timed and len(head) == 1 and len(total) == 1
           and lines[-1] == total[0] and done == want_done and total[0].endswith(" s; kept in %s for the next "
                                                                                   "compile" % cache))
     if ok and "kernels" in compiled:  # the library's kernel count: every kernel of kernels.def, more than 100
