@@ -74,7 +74,8 @@ int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_
  * executable starts; returns the number of images (1 or 2) */
 int cg_cuemu_images(const Cg *cg, const char *dir, Buf *tables, const char **cc_path);
 /* objcache.c: the cache folder of compiled kernels (cuda.c) and objects: $FSDPC_CACHE_DIR, else
- * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc; NULL: none of those is set */
+ * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc, made if missing; NULL: none of those is set, or the folder is
+ * not this user's (or root's) or others can write into it (a warning says which) */
 const char *cg_cache_dir(void);
 /* mkdir -p dir (failures show when the cache's entry is written) */
 void cg_cache_mkdir(const char *dir);

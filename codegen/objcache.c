@@ -20,6 +20,8 @@
  * A build whose entry is there copies the object instead of compiling; a
  * step.c hit leaves main.c to compile and the link, as every build does.
  *
+ * The folder must be this user's (or root's) and writable by no one else
+ * (cg_cache_dir): anyone who can write into it could plant an object.
  * An entry is written atomically (afile.h) and checked when read (magic,
  * key, lengths, a checksum over the header list and the object); a bad or
  * stale entry is a miss (compiled, and written again), and a cache that
@@ -41,16 +43,43 @@
 #define OBJ_MAGIC "FSDPC-OBJECT-v2\n" /* 16 bytes, then key, header list length, object length, checksum */
 #define OBJ_MAX ((uint64_t)1 << 31)   /* a larger object is compiled every time, never kept */
 
+/* The folder named by the environment, made (mkdir -p) and checked: it must be
+ * a folder owned by this user (or root) that no one else can write, as ssh
+ * asks of ~/.ssh -- whoever can write into it can plant an object that the
+ * next build links into its executable.  Else NULL, after a warning (one
+ * per folder and process): the build compiles everything, as with no cache. */
 const char *cg_cache_dir(void)
 {
     const char *d = getenv("FSDPC_CACHE_DIR");
     if (d && *d)
+        d = ir_strdup(d);
+    else if ((d = getenv("XDG_CACHE_HOME")) && *d)
+        d = ir_fmt("%s/fsdpc", d);
+    else if ((d = getenv("HOME")) && *d)
+        d = ir_fmt("%s/.cache/fsdpc", d);
+    else
+        return NULL;
+    cg_cache_mkdir(d);
+    struct stat st;
+    const char *why = NULL;
+    if (stat(d, &st) != 0)
+        why = ir_fmt("cannot use it: %s", strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        why = "it is not a folder";
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        why = ir_fmt("it belongs to another user (uid %u)", (unsigned)st.st_uid);
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        why = ir_fmt("others can write into it (mode %04o)", (unsigned)(st.st_mode & 07777));
+    if (!why)
         return d;
-    d = getenv("XDG_CACHE_HOME");
-    if (d && *d)
-        return ir_fmt("%s/fsdpc", d);
-    d = getenv("HOME");
-    return d && *d ? ir_fmt("%s/.cache/fsdpc", d) : NULL;
+    static char warned[4096]; /* one warning per folder and process (a compile asks more than once) */
+    if (strncmp(warned, d, sizeof warned - 1)) {
+        fprintf(stderr, "fsdpc: warning: not using the cache folder %s: %s, so another user could plant code in "
+                "it; everything is compiled (make it yours with mode 0755 or 0700, or set $FSDPC_CACHE_DIR)\n",
+                d, why);
+        snprintf(warned, sizeof warned, "%s", d);
+    }
+    return NULL;
 }
 
 void cg_cache_mkdir(const char *dir)

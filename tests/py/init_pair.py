@@ -20,7 +20,8 @@ usage: init_pair.py FSDPC WORKDIR
     model with other weights (m2) takes the step from it (the entry untouched, no other written) and trains as a
     build from an empty cache does, from its own weights; --cpu x86-64 is another entry; an entry whose headers
     changed (--cc adding -include of a file, which then changes) is compiled again; a corrupted entry is
-    compiled again and rewritten, and its build trains as before.
+    compiled again and rewritten, and its build trains as before.  A cache folder others can write into (0777,
+    0775) or another user's is not used: one warning naming it, nothing written there, the build trains the same.
 (f) --init-only: m2's init file alone, written over m's OUT.init, is byte-identical to m2's own build's; m's
     executable, untouched, trains from it as m2's does (world 1 and 2), and from an init-only file passed with
     --init; an init-only file of another structure (--optimizer sgd) is refused in one line ("another build");
@@ -234,8 +235,19 @@ def step_cache(fsdpc, work, J, data):
     check(stamps() == after, "the rewritten entry was not used by the next build")
     check(loss(J("sc", "a"), data) == want_a and loss(J("sc", "b"), data) == want_b,
           "after the corrupted entry m or m2 trains differently")
+    # a folder others could plant an object in: not used (one warning), the build compiles and trains the same
+    for name, spoil in (("open", lambda d: os.chmod(d, 0o777)), ("theirs", lambda d: os.chown(d, 65534, 65534)),
+                        ("group", lambda d: os.chmod(d, 0o775))):
+        d = J("cache_" + name)
+        os.makedirs(d)
+        spoil(d)
+        p = run([fsdpc, J("m.onnx"), "-o", J("sc", name)] + A, env={"FSDPC_CACHE_DIR": d})
+        warn = [l for l in p.stderr.splitlines() if "not using the cache folder" in l]
+        check(len(warn) == 1 and d in warn[0] and not os.listdir(d) and loss(J("sc", name), data) == want_a,
+              "a cache folder %s (%s): warnings %s, entries %s" % (name, oct(os.stat(d).st_mode), warn, os.listdir(d)))
     print("(e) object cache: m2 built from m's step (one entry) trains as from an empty cache (loss %s, m %s); "
-          "--cpu x86-64 another entry; a changed header or a corrupted entry compiled again" % (want_b, want_a))
+          "--cpu x86-64 another entry; a changed header or a corrupted entry compiled again; a folder others can "
+          "write into or another user's is not used (one warning)" % (want_b, want_a))
 
 
 def init_only(fsdpc, work, J, data):
