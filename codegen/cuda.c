@@ -376,7 +376,7 @@ static void say_start(const Job *job, int njob, const int *missed, const char *c
             "%s\n", todo[KERNELS], *todo[KERNELS] && *todo[MODEL] ? " and " : "", todo[MODEL], nv.major, nv.minor,
             *kept[KERNELS] || *kept[MODEL] ? "; from the cache: " : "", kept[KERNELS],
             *kept[KERNELS] && *kept[MODEL] ? " and " : "", kept[MODEL],
-            cdir ? cdir : "none (no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME)");
+            cdir ? cdir : "none (no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME, or a folder refused above)");
 }
 
 /* Every job's image: from the cache, else compiled by NVRTC (a thread per
