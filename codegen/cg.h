@@ -63,13 +63,15 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n);
 /* closes a checked call `{ int64_t bad = k_...(...);`: on cpu with the host
  * test of bad (cpu_test, the C text), on cuda by registering device_msg */
 void cg_check_end(Cg *cg, Buf *b, const char *cpu_test, const char *device_msg);
-/* cuda.c: the kernels for every --arch into dir (images + images.S; with the
- * model's fused kernels, cg->fused_src); the C text of
- * `static const RtImage images[]` into tables; returns their count */
+/* cuda.c: the device code for every --arch into dir (images + images.S): kernels/cuda's library (compiled
+ * once per arch and NVRTC, then from the kernel cache) and, when the model has fused kernels (cg->fused_src),
+ * the model's own program; the C text of `static const RtImage images[]` (each with its part) into tables;
+ * returns their count */
 int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_path);
-/* cuda.c, --emulate: no device code; the emulation's image ("cuemu:kernels/cuda,fsdpc_model", sm_90) into
- * tables and the model's fused kernels as host C++ (kernels/cuda/emu.h) into dir/fused.cc (*cc_path), which
- * registers them with the emulation when the executable starts; returns the number of images (1) */
+/* cuda.c, --emulate: no device code; the emulation's images ("cuemu:kernels/cuda", and "cuemu:fsdpc_model"
+ * when the model has fused kernels, sm_90) into tables and the model's fused kernels as host C++
+ * (kernels/cuda/emu.h) into dir/fused.cc (*cc_path), which registers them with the emulation when the
+ * executable starts; returns the number of images (1 or 2) */
 int cg_cuemu_images(const Cg *cg, const char *dir, Buf *tables, const char **cc_path);
 /* objcache.c: the cache folder of compiled kernels (cuda.c) and objects: $FSDPC_CACHE_DIR, else
  * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc, made if missing; NULL: none of those is set, or the folder is

@@ -4,23 +4,32 @@
  *           gen/cuda_src.c) and NVRTC from the CUDA toolkit, loaded with
  *           dlopen so that fsdpc itself runs without the toolkit for
  *           --target cpu.
- * ensures:  one cubin per --arch (sm_XY) plus PTX for the lowest arch
- *           (compute_XY: newer GPUs JIT it), written into a temporary
- *           directory with an assembler file that embeds them (.incbin) and
- *           the C text of the RtImage table that names them.
+ * ensures:  two programs, each compiled to one cubin per --arch (sm_XY)
+ *           plus PTX for the lowest arch (compute_XY: newer GPUs JIT it):
+ *           the library (common.cuh, fused.h and every .cu file: the kernels
+ *           of kc_names, the same text for every model) and, when the model
+ *           has fused kernels (cg->fused_src, emit_fused.c), the model's own
+ *           program (common.cuh, fused.h and those kernels alone).  The
+ *           images go into a temporary directory with an assembler file that
+ *           embeds them (.incbin) and the C text of the RtImage table that
+ *           names them, each with its part (RT_IMAGE_KERNELS or
+ *           RT_IMAGE_MODEL); dev_cuda.c loads one library per part.
  *
- * Kernel cache: compiling every kernel takes seconds per arch, so each
- * output is kept in $FSDPC_CACHE_DIR (else $XDG_CACHE_HOME/fsdpc, else
- * ~/.cache/fsdpc) under a key hashing the source text, the NVRTC options and
- * the NVRTC version.  An entry is written atomically and checked (magic,
- * key, length, checksum) when read; a bad or unreadable entry is compiled
- * again, and a cache that cannot be written is only a warning.
+ * Kernel cache: the library takes a minute or more per arch, the model's
+ * program about a second, so each output is kept in $FSDPC_CACHE_DIR (else
+ * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc) as kernels-KEY.ARCH or
+ * model-KEY.ARCH, KEY hashing the program text, the NVRTC options and the
+ * NVRTC version: the library is compiled once per (arch, NVRTC, kernels/cuda)
+ * and shared by every model, a model's program once per model.  An entry is
+ * written atomically and checked (magic, key, length, checksum) when read;
+ * a bad or unreadable entry is compiled again, and a cache that cannot be
+ * written is only a warning.
  *
- * Progress: a compile that misses the cache takes minutes (NVRTC compiles
- * the whole program once per arch, the archs on threads of their own), so it
- * says on stderr what it compiles, for which archs, where the cache is, each
- * arch as it is done and the total time, one line each (not under
- * --quiet); a compile served from the cache says nothing.
+ * Progress: a compile that misses the cache says on stderr what it compiles
+ * (the library, the model's program) for which archs, what it takes from the
+ * cache, where the cache is, each program and arch as it is done (the jobs
+ * on threads of their own; wall and CPU time) and the total time, one line each (not under
+ * --quiet); a compile served from the cache alone says nothing.
  *
  * A compile error in kernels/cuda or in generated kernels is a bug in
  * fsdpc, never in the user's model: the message says so and prints the
@@ -98,19 +107,40 @@ static void load_nvrtc(void)
         fatal("--target cuda: nvrtcVersion failed");
 }
 
-/* ---- the translation unit ------------------------------------------------ */
+/* ---- the two programs ---------------------------------------------------- */
 
-/* All .cu files after the header, in order, then the model's generated
- * kernels: one program. */
-static const char *program_text(const Cg *cg)
+/* the two programs, by part: the name of the part in the RtImage table (rt.h), the NVRTC file name, the cache
+ * entries' prefix and the progress lines' words */
+enum { KERNELS, MODEL };
+static const char *const part_enum[] = {"RT_IMAGE_KERNELS", "RT_IMAGE_MODEL"};
+static const char *const part_file[] = {"fsdpc_kernels.cu", "fsdpc_model.cu"};
+static const char *const part_entry[] = {"kernels", "model"};
+static const char *const part_said[] = {"kernels/cuda", "the model's kernels"};
+
+/* the library (KERNELS): every embedded source after the header,
+ * in order (fused.h first); the same text for every model */
+static const char *library_text(void)
 {
     Buf b = {0};
     cg_put(&b, "#include \"%s\"\n", fsdpc_cuda_src_name[0]);
     for (int i = 1; i < fsdpc_cuda_src_count; i++)
         cg_put(&b, "/* ---- %s ---- */\n%s\n", fsdpc_cuda_src_name[i], fsdpc_cuda_src_text[i]);
-    if (cg->fused_src.len) /* this model's fused elementwise kernels (emit_fused.c) */
-        cg_put(&b, "/* ---- generated ---- */\n%s", cg->fused_src.buf);
-    return b.buf ? b.buf : "";
+    return b.buf;
+}
+
+/* the model's program (MODEL): the header, fused.h (the
+ * elementwise math of the generated loops) and this model's fused kernels */
+static const char *model_text(const Cg *cg)
+{
+    int fh = 1;
+    while (fh < fsdpc_cuda_src_count && strcmp(fsdpc_cuda_src_name[fh], "fused.h"))
+        fh++;
+    if (fh == fsdpc_cuda_src_count)
+        die("this fsdpc was built without kernels/c/fused.h among the kernels/cuda sources");
+    Buf b = {0};
+    cg_put(&b, "#include \"%s\"\n/* ---- fused.h ---- */\n%s\n/* ---- generated ---- */\n%s", fsdpc_cuda_src_name[0],
+           fsdpc_cuda_src_text[fh], cg->fused_src.buf);
+    return b.buf;
 }
 
 /* NVRTC options besides the arch (also part of the cache key) */
@@ -119,6 +149,7 @@ static const char *const common_opts[] = {COMMON_OPTS};
 
 typedef struct {
     const char *arch;      /* "sm_90" or "compute_80" */
+    int part;              /* RT_IMAGE_KERNELS (the library) or RT_IMAGE_MODEL (the model's program) */
     const char *text;      /* the program */
     unsigned char *data;   /* out */
     size_t len;
@@ -140,7 +171,7 @@ static void compile_one(Job *j)
 {
     nvrtcProgram_ p;
     const char *hdr_name = fsdpc_cuda_src_name[0], *hdr_text = fsdpc_cuda_src_text[0];
-    if (nv.create(&p, j->text, "fsdpc_kernels.cu", 1, &hdr_text, &hdr_name)) {
+    if (nv.create(&p, j->text, part_file[j->part], 1, &hdr_text, &hdr_name)) {
         j->failed = 1;
         j->log = ir_strdup("nvrtcCreateProgram failed");
         return;
@@ -182,14 +213,23 @@ static void compile_one(Job *j)
     nv.destroy(&p);
 }
 
+/* this thread's CPU seconds (NVRTC compiles on the calling thread: its own cost, whatever the load) */
+static double thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* compile_one on a thread of its own, then j's progress line */
 static void *compile_job(void *arg)
 {
     Job *j = arg;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = thread_cpu_s();
     compile_one(j);
     if (j->say && !j->failed) /* one fprintf: one whole line, whichever thread prints beside it */
-        fprintf(stderr, "fsdpc: NVRTC: %s compiled in %.1f s\n", j->arch, now_s() - t0);
+        fprintf(stderr, "fsdpc: NVRTC: %s for %s compiled in %.1f s (%.1f s of CPU)\n", part_said[j->part], j->arch,
+                now_s() - t0, thread_cpu_s() - c0);
     return NULL;
 }
 
@@ -215,13 +255,19 @@ static uint64_t job_key(const Job *j)
     return fnv(h, v, sizeof v);
 }
 
+/* j's entry in the cache dir: kernels-KEY.ARCH or model-KEY.ARCH */
+static const char *entry_path(const Job *j, const char *dir, uint64_t key)
+{
+    return ir_fmt("%s/%s-%016llx.%s", dir, part_entry[j->part], (unsigned long long)key, j->arch);
+}
+
 static int cache_read(Job *j, const char *dir, uint64_t key)
 {
     if (!dir)
         return 0;
     int64_t size;
     const char *why;
-    int fd = ir_open_regular(ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch), 0, &size, &why);
+    int fd = ir_open_regular(entry_path(j, dir, key), 0, &size, &why);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) { /* a miss: none there, or no regular file (never waited on); compiled again */
         if (fd >= 0)
@@ -252,7 +298,7 @@ static int cache_write(const Job *j, const char *dir, uint64_t key)
     if (!dir)
         return -1;
     cg_cache_mkdir(dir);
-    const char *path = ir_fmt("%s/%016llx.%s", dir, (unsigned long long)key, j->arch);
+    const char *path = entry_path(j, dir, key);
     RtAFile af; /* a shared cache folder: written beside path and renamed, never through a planted link */
     FILE *f = rt_afile_fopen(&af, path, 0644);
     uint64_t hdr[3] = {key, j->len, fnv(14695981039346656037ull, j->data, j->len)};
@@ -303,18 +349,34 @@ static int parse_archs(const char *spec, int *sm, int max)
     return n;
 }
 
-/* The first progress line of a compile that misses the cache in jobs
- * miss[0..nmiss-1] (of their program: kernels/cuda's kernels and the model's
- * fused ones) */
-static void say_start(const Job *job, const int *miss, int nmiss, const char *cdir, int nfused)
+/* "kernels/cuda's 180 kernels for sm_80, sm_90, compute_80 (PTX)": the jobs of part whose cache state is
+ * `missed` (1: to compile, 0: from the cache), "" when none; what: the part's words */
+static const char *part_archs(const Job *job, int njob, const int *missed, int part, int want, const char *what)
 {
-    Buf archs = {0};
-    for (int i = 0; i < nmiss; i++)
-        cg_put(&archs, "%s%s%s", i ? ", " : "", job[miss[i]].arch,
-               strncmp(job[miss[i]].arch, "compute_", 8) ? "" : " (PTX)");
-    fprintf(stderr, "fsdpc: compiling %d CUDA kernels with NVRTC %d.%d for %s, an arch per thread; kernel cache: "
-            "%s\n", KC_COUNT + nfused, nv.major, nv.minor, archs.buf,
-            cdir ? cdir : "none (no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME)");
+    Buf b = {0};
+    for (int i = 0; i < njob; i++)
+        if (job[i].part == part && missed[i] == want)
+            cg_put(&b, "%s%s%s", b.len ? ", " : ir_fmt("%s for ", what), job[i].arch,
+                   strncmp(job[i].arch, "compute_", 8) ? "" : " (PTX)");
+    return b.buf ? b.buf : "";
+}
+
+/* The first progress line of a compile that misses the cache (missed[i]: job i is compiled): what NVRTC
+ * compiles, what comes from the cache, where the cache is */
+static void say_start(const Job *job, int njob, const int *missed, const char *cdir, int nfused)
+{
+    const char *todo[2], *kept[2];
+    for (int part = KERNELS; part <= MODEL; part++) {
+        const char *w = part == KERNELS ? ir_fmt("kernels/cuda's %d kernels", KC_COUNT)
+                                        : ir_fmt("this model's %d fused kernels", nfused);
+        todo[part] = part_archs(job, njob, missed, part, 1, w);
+        kept[part] = part_archs(job, njob, missed, part, 0, part_said[part]);
+    }
+    fprintf(stderr, "fsdpc: compiling %s%s%s with NVRTC %d.%d, a program and arch per thread%s%s%s%s; kernel cache: "
+            "%s\n", todo[KERNELS], *todo[KERNELS] && *todo[MODEL] ? " and " : "", todo[MODEL], nv.major, nv.minor,
+            *kept[KERNELS] || *kept[MODEL] ? "; from the cache: " : "", kept[KERNELS],
+            *kept[KERNELS] && *kept[MODEL] ? " and " : "", kept[MODEL],
+            cdir ? cdir : "none (no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME, or a folder refused above)");
 }
 
 /* Every job's image: from the cache, else compiled by NVRTC (a thread per
@@ -324,41 +386,41 @@ static void compile_all(Job *job, int njob, int say, int nfused)
     const char *cdir = cg_cache_dir();
     uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
     pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
-    int *started = ir_alloc(sizeof(int) * (size_t)njob), *miss = ir_alloc(sizeof(int) * (size_t)njob), nmiss = 0;
+    int *started = ir_alloc(sizeof(int) * (size_t)njob), *missed = ir_alloc(sizeof(int) * (size_t)njob), nmiss = 0;
     for (int i = 0; i < njob; i++) {
         key[i] = job_key(&job[i]);
-        if (!cache_read(&job[i], cdir, key[i]))
-            miss[nmiss++] = i;
+        missed[i] = !cache_read(&job[i], cdir, key[i]);
+        nmiss += missed[i];
     }
     if (!nmiss)
         return;
     double t0 = now_s();
     if (say)
-        say_start(job, miss, nmiss, cdir, nfused);
-    for (int m = 0; m < nmiss; m++) {
-        Job *j = &job[miss[m]];
-        j->say = say;
-        started[m] = !pthread_create(&th[m], NULL, compile_job, j);
-        if (!started[m])
-            compile_job(j);
-    }
+        say_start(job, njob, missed, cdir, nfused);
+    for (int i = 0; i < njob; i++)
+        if (missed[i]) {
+            job[i].say = say;
+            started[i] = !pthread_create(&th[i], NULL, compile_job, &job[i]);
+            if (!started[i])
+                compile_job(&job[i]);
+        }
     int ok = 1, kept = 1;
-    for (int m = 0; m < nmiss; m++) {
-        Job *j = &job[miss[m]];
-        if (started[m])
-            pthread_join(th[m], NULL);
-        ok &= !j->failed;
-        if (!j->failed)
-            kept &= cache_write(j, cdir, key[miss[m]]) == 0;
-    }
+    for (int i = 0; i < njob; i++)
+        if (missed[i]) {
+            if (started[i])
+                pthread_join(th[i], NULL);
+            ok &= !job[i].failed;
+            if (!job[i].failed)
+                kept &= cache_write(&job[i], cdir, key[i]) == 0;
+        }
     if (say && ok) /* a failure: cg_cuda_images says so */
-        fprintf(stderr, "fsdpc: NVRTC: %d arch%s compiled in %.1f s%s\n", nmiss, nmiss > 1 ? "s" : "",
+        fprintf(stderr, "fsdpc: NVRTC: %d program%s compiled in %.1f s%s\n", nmiss, nmiss > 1 ? "s" : "",
                 now_s() - t0, kept ? ir_fmt("; kept in %s for the next compile", cdir) : "");
 }
 
-/* Compile for every arch (cache first, threads for the rest); write the
- * images into dir, the .S that embeds them, and the RtImage table `images`
- * as C into tables.  Returns the number of images. */
+/* Compile both programs for every arch (cache first, threads for the rest);
+ * write the images into dir, the .S that embeds them, and the RtImage table
+ * `images` as C into tables.  Returns the number of images. */
 int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_path)
 {
     const Graph *g = cg->g;
@@ -370,18 +432,21 @@ int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_
     int lowest = sm[0];
     for (int i = 1; i < nsm; i++)
         lowest = sm[i] < lowest ? sm[i] : lowest;
-    int njob = nsm + 1;
-    Job *job = ir_alloc(sizeof(Job) * (size_t)njob);
-    const char *text = program_text(cg);
-    for (int i = 0; i < nsm; i++)
-        job[i] = (Job){.arch = ir_fmt("sm_%d", sm[i]), .text = text};
-    job[nsm] = (Job){.arch = ir_fmt("compute_%d", lowest), .text = text};
+    int nparts = cg->nfused > 0 ? 2 : 1, njob = 0; /* no fused kernel: no program of the model's */
+    Job *job = ir_alloc(sizeof(Job) * (size_t)(nsm + 1) * (size_t)nparts);
+    for (int part = KERNELS; part < nparts; part++) {
+        const char *text = part == KERNELS ? library_text() : model_text(cg);
+        for (int i = 0; i <= nsm; i++)
+            job[njob++] = (Job){.arch = i < nsm ? ir_fmt("sm_%d", sm[i]) : ir_fmt("compute_%d", lowest),
+                                .part = part, .text = text};
+    }
     compile_all(job, njob, !g->opt->quiet, cg->nfused);
     for (int i = 0; i < njob; i++)
         if (job[i].failed) {
             fprintf(stderr, "%s\n", job[i].log ? job[i].log : "");
-            die("NVRTC failed to compile the device kernels for %s: this is a bug in fsdpc, not in the model "
-                "(NVRTC's log is above; please report it)", job[i].arch);
+            die("NVRTC failed to compile %s for %s: this is a bug in fsdpc, not in the model (NVRTC's log is "
+                "above; please report it)", job[i].part == KERNELS ? "the device kernels" : "the model's fused kernels",
+                job[i].arch);
         }
     /* the images and the assembler file that embeds them */
     Buf s = {0};
@@ -393,7 +458,8 @@ int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_
             fatal("%s: cannot write: %s", path, strerror(errno));
         /* dir comes from mkdtemp: only [A-Za-z0-9/._-], safe inside the quotes */
         cg_put(&s, "\t.global fsdpc_img%d\n\t.balign 64\nfsdpc_img%d:\n\t.incbin \"%s\"\n", i, i, path);
-        cg_put(tables, "    {\"%s\", fsdpc_img%d, %lld},\n", job[i].arch, i, (long long)job[i].len);
+        cg_put(tables, "    {\"%s\", fsdpc_img%d, %lld, %s},\n", job[i].arch, i, (long long)job[i].len,
+               part_enum[job[i].part]);
     }
     cg_put(&s, "\t.section .note.GNU-stack,\"\",@progbits\n");
     cg_put(tables, "};\n\n");
@@ -413,12 +479,14 @@ int cg_cuda_images(const Cg *cg, const char *dir, Buf *tables, const char **asm_
 
 /* ---- --emulate ------------------------------------------------------------
  * The executable links the CUDA emulation (runtime/cuemu_*.c) in place of
- * the CUDA runtime, cuBLASLt and NCCL.  Its one image names the emulation's
- * kernel tables: kernels.def's ("kernels/cuda", in the library) and this
- * model's fused kernels ("fsdpc_model"), which fused.cc defines on top of
+ * the CUDA runtime, cuBLASLt and NCCL.  Its images name the emulation's
+ * kernel tables, one each, as the two programs of a GPU build:
+ * "cuemu:kernels/cuda" (kernels.def's, in the library) and, when the model
+ * has fused kernels, "cuemu:fsdpc_model", which fused.cc defines on top of
  * kernels/cuda/emu.h, as NVRTC would see them (common.cuh first, fused.h
  * before it), with a trampoline each and a constructor that registers the
- * table before main. */
+ * table before main.  dev_cuda.c loads each as a library of its own, as on
+ * a GPU (a kernel looked up in the other one is not found). */
 int cg_cuemu_images(const Cg *cg, const char *dir, Buf *tables, const char **cc_path)
 {
     Buf s = {0};
@@ -440,7 +508,12 @@ int cg_cuemu_images(const Cg *cg, const char *dir, Buf *tables, const char **cc_
     if (rt_afile_write(path, s.buf, s.len, 0644) != 0)
         fatal("%s: cannot write: %s", path, strerror(errno));
     *cc_path = path;
-    cg_put(tables, "static const RtImage images[] = {\n    {\"sm_90\", (const unsigned char *)\"cuemu:kernels/cuda,fsdpc_model\", "
-                   "%d},\n};\n\n", (int)strlen("cuemu:kernels/cuda,fsdpc_model") + 1);
-    return 1;
+    static const char *const image[] = {"cuemu:kernels/cuda", "cuemu:fsdpc_model"};
+    int n = cg->nfused > 0 ? 2 : 1;
+    cg_put(tables, "static const RtImage images[] = {\n");
+    for (int part = KERNELS; part < n; part++)
+        cg_put(tables, "    {\"sm_90\", (const unsigned char *)\"%s\", %d, %s},\n", image[part],
+               (int)strlen(image[part]) + 1, part_enum[part]);
+    cg_put(tables, "};\n\n");
+    return n;
 }

@@ -43,7 +43,7 @@ typedef struct {
     int device;                /* CUDA ordinal */
     int sm_count, cc;          /* multiprocessors; compute capability major*10+minor */
     char name[256];            /* the GPU's name */
-    cudaLibrary_t lib;         /* the embedded kernels */
+    cudaLibrary_t lib[2];      /* the embedded kernels, by part (rt.h): kernels/cuda's, the model's (NULL: none) */
     cudaKernel_t *kernel;      /* nkernel handles, by kernel id: kc_names, then the model's fused kernels */
     int nkernel;               /* KC_COUNT + m->nfused */
     int *smem_limit;           /* KC_COUNT: dynamic shared memory limit raised so far */

@@ -13,10 +13,10 @@
  *
  * Kernels: a cudaKernel_t is a CuemuKernel (cuemu_kernel.h), a row of a
  * named table handed to cuemu_kernels_add.  An emulated "image" is the text
- * "cuemu:" followed by the names of the tables it holds, comma-separated
- * ("cuemu:kernels/cuda" is kernels.def's kernels, cuemu_kc.cc): that is
- * what cudaLibraryLoadData accepts in place of PTX or a cubin, and
- * cudaLibraryGetKernel looks a name up in those tables.
+ * "cuemu:" followed by the name of one table ("cuemu:kernels/cuda" is
+ * kernels.def's kernels, cuemu_kc.cc; "cuemu:fsdpc_model" a model's fused
+ * kernels): that is what cudaLibraryLoadData accepts in place of PTX or a
+ * cubin, and cudaLibraryGetKernel looks a name up in that table alone.
  */
 #ifndef FSDPC_CUEMU_H
 #define FSDPC_CUEMU_H

@@ -16,7 +16,9 @@
  *
  * The model's generated fused kernels (codegen/emit_fused.c) join the same
  * way: a table of their own under another name, added with
- * cuemu_kernels_add and named in the image ("cuemu:kernels/cuda,<name>").
+ * cuemu_kernels_add and named in an image of its own ("cuemu:fsdpc_model":
+ * the executable loads it as a second library, as the model's own program on
+ * a GPU).
  */
 #include "emu.h"
 

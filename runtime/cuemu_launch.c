@@ -3,11 +3,15 @@
  * cudaFuncGetAttributes / SetAttribute, cudaLaunchKernel), over the
  * registry of named kernel tables (cuemu_kernel.h).
  *
- * An emulated image is the text "cuemu:NAME[,NAME...]": the library holds
- * those tables ("kernels/cuda", cuemu_kc.cc, is registered on the first
- * load; others by cuemu_kernels_add), and cudaLibraryGetKernel finds a
- * name in them.  PTX or a cubin is refused with one line
- * (cudaErrorInvalidKernelImage): the emulation runs host code only.
+ * An emulated image is the text "cuemu:NAME": the library is that one
+ * table ("kernels/cuda", cuemu_kc.cc, is registered on the first load;
+ * others by cuemu_kernels_add), as a cubin is one module, and
+ * cudaLibraryGetKernel finds a name in it alone: a kernel looked up in
+ * another library is not found, as on a GPU.  A kernel handle works while
+ * a library of its table is loaded (unloaded: refused, as the driver
+ * refuses a kernel of an unloaded library).  PTX or a cubin is refused
+ * with one line (cudaErrorInvalidKernelImage): the emulation runs host
+ * code only.
  *
  * cudaLaunchKernel checks what a GPU would refuse or fault on: the handle
  * is a registered kernel, the geometry is one-dimensional (all fsdpc
@@ -37,6 +41,7 @@ typedef struct {
     const CuemuKernel *k;
     int n;
     int *smem;           /* n limits of dynamic shared memory */
+    int loaded;          /* libraries of this table loaded now */
 } Table;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -44,8 +49,7 @@ static Table g_table[MAX_TABLES];
 static int g_ntable;
 
 struct CUlib_st {
-    int ntable;
-    int table[MAX_TABLES]; /* indices into g_table */
+    int table;           /* its index into g_table */
 };
 
 /* adds a table (g_mu held) */
@@ -58,7 +62,7 @@ static int add_locked(const char *name, const CuemuKernel *t, int n)
         return -1;
     for (int i = 0; i < n; i++)
         smem[i] = SMEM_DEFAULT;
-    g_table[g_ntable++] = (Table){name, t, n, smem};
+    g_table[g_ntable++] = (Table){name, t, n, smem, 0};
     return 0;
 }
 
@@ -78,31 +82,13 @@ int cuemu_kernels_add(const char *name, const CuemuKernel *t, int n)
     return r;
 }
 
-/* the limit slot of registered kernel k, or NULL (g_mu held) */
+/* the limit slot of kernel k of a loaded table, or NULL (g_mu held) */
 static int *smem_of(const CuemuKernel *k)
 {
     for (int i = 0; i < g_ntable; i++)
-        if (k >= g_table[i].k && k < g_table[i].k + g_table[i].n)
+        if (g_table[i].loaded > 0 && k >= g_table[i].k && k < g_table[i].k + g_table[i].n)
             return &g_table[i].smem[k - g_table[i].k];
     return NULL;
-}
-
-/* the tables an image names, into lib (g_mu held); 0 or -1 after a message */
-static int parse_image(const char *code, struct CUlib_st *lib)
-{
-    const char *p = code + 6; /* past "cuemu:" */
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        int t = find_table(p, len);
-        if (t < 0 || lib->ntable == MAX_TABLES) {
-            cuemu_complain("cudaLibraryLoadData", "the image names kernel table '%.*s', which is not registered",
-                           (int)len, p);
-            return -1;
-        }
-        lib->table[lib->ntable++] = t;
-        p += len + (p[len] == ',');
-    }
-    return 0;
 }
 
 cudaError_t cudaLibraryLoadData(cudaLibrary_t *plib, const void *code, enum cudaJitOption *jo, void **jv,
@@ -114,7 +100,7 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *plib, const void *code, enum cuda
     *plib = NULL;
     if (strncmp(code, "cuemu:", 6) != 0) {
         cuemu_complain("cudaLibraryLoadData", "the image is GPU code (PTX or a cubin), not an emulated image "
-                                              "(\"cuemu:TABLE,...\"): the emulation runs host code only");
+                                              "(\"cuemu:TABLE\"): the emulation runs host code only");
         return cuemu_fail(cudaErrorInvalidKernelImage);
     }
     struct CUlib_st *lib = calloc(1, sizeof *lib);
@@ -124,8 +110,14 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t *plib, const void *code, enum cuda
     int r = 0;
     if (find_table("kernels/cuda", 12) < 0)
         r = add_locked("kernels/cuda", cuemu_kc_kernels, cuemu_kc_nkernels);
+    const char *name = (const char *)code + 6; /* past "cuemu:" */
+    lib->table = find_table(name, strlen(name));
+    if (r == 0 && lib->table < 0) {
+        cuemu_complain("cudaLibraryLoadData", "the image names kernel table '%s', which is not registered", name);
+        r = -1;
+    }
     if (r == 0)
-        r = parse_image(code, lib);
+        g_table[lib->table].loaded++;
     pthread_mutex_unlock(&g_mu);
     if (r != 0) {
         free(lib);
@@ -141,12 +133,10 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t *pk, cudaLibrary_t lib, const char
         return cuemu_fail(cudaErrorInvalidValue);
     *pk = NULL;
     pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < lib->ntable && !*pk; i++) {
-        const Table *t = &g_table[lib->table[i]];
-        for (int k = 0; k < t->n && !*pk; k++)
-            if (!strcmp(t->k[k].name, name))
-                *pk = (cudaKernel_t)&t->k[k];
-    }
+    const Table *t = &g_table[lib->table];
+    for (int k = 0; k < t->n && !*pk; k++)
+        if (!strcmp(t->k[k].name, name))
+            *pk = (cudaKernel_t)&t->k[k];
     pthread_mutex_unlock(&g_mu);
     return *pk ? cudaSuccess : cuemu_fail(cudaErrorSymbolNotFound);
 }
@@ -155,6 +145,9 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t lib)
 {
     if (!lib)
         return cuemu_fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&g_mu);
+    g_table[lib->table].loaded--;
+    pthread_mutex_unlock(&g_mu);
     free(lib);
     return cudaSuccess;
 }

@@ -4,10 +4,12 @@
  * executable links and starts without libcuda and says why it cannot run.
  *
  * rt_dev_init   device = local rank % visible devices; checks that the
- *               planned bytes fit; picks the embedded image (exact cubin,
- *               else a cubin of the same major with a lower minor, else PTX
- *               of an arch <= the GPU's) and loads every kernel of
- *               kc_names; creates the streams, events, cuBLASLt handle and
+ *               planned bytes fit; picks the embedded image of each part
+ *               (exact cubin, else a cubin of the same major with a lower
+ *               minor, else PTX of an arch <= the GPU's) and loads it as a
+ *               library of its own: kernels/cuda's (every kernel of
+ *               kc_names) and the model's (its fused kernels, when it has
+ *               any); creates the streams, events, cuBLASLt handle and
  *               workspace, the step parameters and the check slots.
  *               Streams: compute (lowest priority) and one per lane of
  *               collectives (rt.h: the gathers', the reductions'; highest).
@@ -281,14 +283,15 @@ static int arch_of(const char *s, int *ptx, int *exact)
     return digits && !*s ? v : -1;
 }
 
-/* the image for compute capability cc: exact cubin > same major, lower
- * minor cubin > PTX of the highest arch <= cc; -1 if none */
-static int pick_image(const RtModel *m, int cc)
+/* the image of part (rt.h) for compute capability cc: exact cubin > same
+ * major, lower minor cubin > PTX of the highest arch <= cc; -1 if none */
+static int pick_image(const RtModel *m, int part, int cc)
 {
     int best = -1, best_rank = 0, best_arch = 0;
     for (int i = 0; i < m->nimage; i++) {
         int ptx, exact, a = arch_of(m->image[i].arch, &ptx, &exact);
-        if (a < 0 || a > cc || (exact && a != cc) || !m->image[i].data || m->image[i].len <= 0)
+        if (m->image[i].part != part || a < 0 || a > cc || (exact && a != cc) || !m->image[i].data ||
+            m->image[i].len <= 0)
             continue;
         int rank = ptx ? 1 : a == cc ? 3 : a / 10 == cc / 10 ? 2 : 0;
         if (rank > best_rank || (rank == best_rank && rank && a > best_arch))
@@ -302,60 +305,77 @@ const char *cu_kernel_name(int k)
     return k < KC_COUNT ? kc_names[k] : cu.m->fused[k - KC_COUNT];
 }
 
-static int load_kernels(const RtModel *m, char *err, size_t errlen)
+/* the part's words in messages */
+static const char *const part_said[] = {"kernels/cuda", "the model's fused kernels"};
+
+/* the best image of part for this GPU into cu.lib[part]; *im: the image; 0, else -1 after reason */
+static int load_part(const RtModel *m, int part, const RtImage **im, char *err, size_t errlen)
 {
-    int i = pick_image(m, cu.cc);
+    int i = pick_image(m, part, cu.cc);
     if (i < 0) {
         char have[512] = "";
         size_t n = 0;
         for (int k = 0; k < m->nimage && n < sizeof have; k++)
-            n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", k ? "," : "", m->image[k].arch);
-        return reason(err, errlen, "this executable was built for %s (--arch); this GPU (%s) is sm_%d: rebuild "
-                                   "with --arch sm_%d", m->nimage ? have : "no GPU", cu.name, cu.cc, cu.cc);
+            if (m->image[k].part == part)
+                n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", n ? "," : "", m->image[k].arch);
+        return reason(err, errlen, "this executable was built for %s (--arch; %s); this GPU (%s) is sm_%d: rebuild "
+                                   "with --arch sm_%d", n ? have : "no GPU", part_said[part], cu.name, cu.cc, cu.cc);
     }
-    const RtImage *im = &m->image[i];
+    *im = &m->image[i];
     int ptx, exact;
-    arch_of(im->arch, &ptx, &exact);
+    arch_of((*im)->arch, &ptx, &exact);
     unsigned char *copy = NULL; /* PTX must end in a NUL */
-    const void *code = im->data;
-    if (ptx && im->data[im->len - 1] != 0) {
-        if (!(copy = malloc((size_t)im->len + 1)))
+    const void *code = (*im)->data;
+    if (ptx && (*im)->data[(*im)->len - 1] != 0) {
+        if (!(copy = malloc((size_t)(*im)->len + 1)))
             return reason(err, errlen, "out of memory loading the GPU code");
-        memcpy(copy, im->data, (size_t)im->len);
-        copy[im->len] = 0;
+        memcpy(copy, (*im)->data, (size_t)(*im)->len);
+        copy[(*im)->len] = 0;
         code = copy;
     }
-    cudaError_t e = cudaLibraryLoadData(&cu.lib, code, NULL, NULL, 0, NULL, NULL, 0);
+    cudaError_t e = cudaLibraryLoadData(&cu.lib[part], code, NULL, NULL, 0, NULL, NULL, 0);
     free(copy);
     if (e != cudaSuccess) {
-        cu.lib = NULL;
+        cu.lib[part] = NULL;
         const char *why = e == cudaErrorUnsupportedPtxVersion
                               ? "the driver is older than the CUDA that built the PTX: update it, or rebuild"
                               : "rebuild";
-        return reason(err, errlen, "cannot load the embedded GPU code (%s) on GPU %d (%s, sm_%d): %s: %s with "
-                                   "--arch sm_%d", im->arch, cu.device, cu.name, cu.cc, cudaGetErrorString(e), why,
-                      cu.cc);
+        return reason(err, errlen, "cannot load the embedded GPU code (%s, %s) on GPU %d (%s, sm_%d): %s: %s with "
+                                   "--arch sm_%d", part_said[part], (*im)->arch, cu.device, cu.name, cu.cc,
+                      cudaGetErrorString(e), why, cu.cc);
     }
+    return 0;
+}
+
+/* kernels/cuda's library and, when the model has fused kernels, the model's; every kernel id's handle from its
+ * part's library (ids < KC_COUNT: kc_names; the rest: m->fused) */
+static int load_kernels(const RtModel *m, char *err, size_t errlen)
+{
     if (m->nfused < 0 || (m->nfused > 0 && !m->fused))
         return reason(err, errlen, "corrupt model tables: %d fused kernels without names", m->nfused);
+    const RtImage *im[2] = {NULL, NULL};
+    for (int part = RT_IMAGE_KERNELS; part <= (m->nfused > 0 ? RT_IMAGE_MODEL : RT_IMAGE_KERNELS); part++)
+        if (load_part(m, part, &im[part], err, errlen) != 0)
+            return -1;
     cu.nkernel = KC_COUNT + m->nfused;
     cu.kernel = calloc((size_t)cu.nkernel, sizeof *cu.kernel);
     cu.smem_limit = calloc((size_t)cu.nkernel, sizeof *cu.smem_limit);
     if (!cu.kernel || !cu.smem_limit)
         return reason(err, errlen, "out of memory loading the GPU code");
     for (int k = 0; k < cu.nkernel; k++) {
-        e = cudaLibraryGetKernel(&cu.kernel[k], cu.lib, cu_kernel_name(k));
+        int part = k < KC_COUNT ? RT_IMAGE_KERNELS : RT_IMAGE_MODEL;
+        cudaError_t e = cudaLibraryGetKernel(&cu.kernel[k], cu.lib[part], cu_kernel_name(k));
         if (e != cudaSuccess)
             return reason(err, errlen, "internal error (a bug in fsdpc, please report it): kernel %s is missing "
-                                       "from the embedded GPU code (%s): %s", cu_kernel_name(k), im->arch,
-                          cudaGetErrorString(e));
+                                       "from the embedded GPU code (%s, %s): %s", cu_kernel_name(k),
+                          part_said[part], im[part]->arch, cudaGetErrorString(e));
         /* loads the module now (lazy loading would defer an arch mismatch to the first launch) */
         struct cudaFuncAttributes fa;
         e = cudaFuncGetAttributes(&fa, (const void *)cu.kernel[k]);
         if (e != cudaSuccess)
-            return reason(err, errlen, "cannot load kernel %s from the embedded GPU code (%s) on GPU %d (%s, "
-                                       "sm_%d): %s: rebuild with --arch sm_%d", cu_kernel_name(k), im->arch, cu.device,
-                          cu.name, cu.cc, cudaGetErrorString(e), cu.cc);
+            return reason(err, errlen, "cannot load kernel %s from the embedded GPU code (%s, %s) on GPU %d (%s, "
+                                       "sm_%d): %s: rebuild with --arch sm_%d", cu_kernel_name(k), part_said[part],
+                          im[part]->arch, cu.device, cu.name, cu.cc, cudaGetErrorString(e), cu.cc);
         cu.smem_limit[k] = 48 * 1024;
     }
     return 0;
@@ -728,8 +748,9 @@ void rt_dev_finish(RtCtx *c)
             RELEASE(cudaStreamDestroy(cu.lane[l]));
     if (cu.compute)
         RELEASE(cudaStreamDestroy(cu.compute));
-    if (cu.lib)
-        RELEASE(cudaLibraryUnload(cu.lib));
+    for (int part = RT_IMAGE_MODEL; part >= RT_IMAGE_KERNELS; part--)
+        if (cu.lib[part])
+            RELEASE(cudaLibraryUnload(cu.lib[part]));
     free(cu.kernel);
     free(cu.smem_limit);
     free(g_dev_slot);

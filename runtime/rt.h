@@ -79,11 +79,15 @@ typedef struct {
     int64_t file_off, nbytes;
 } RtExtern;
 
-/* cuda target: one embedded NVRTC output per --arch */
+/* cuda target: the embedded NVRTC outputs, one per --arch and part (codegen/cuda.c): the library of
+ * kernels/cuda (kc_names, the same for every model) and the model's own program (its fused kernels, when it
+ * has any); dev_cuda.c loads the best image of each part for the GPU as a library of its own */
+enum { RT_IMAGE_KERNELS, RT_IMAGE_MODEL };
 typedef struct {
     const char *arch;     /* "sm_90" (cubin) or "compute_80" (PTX, for newer GPUs) */
     const unsigned char *data;
     int64_t len;
+    int part;             /* RT_IMAGE_KERNELS (kernel ids < KC_COUNT) or RT_IMAGE_MODEL (KC_COUNT + k) */
 } RtImage;
 
 typedef struct {
@@ -131,13 +135,13 @@ typedef struct {
     int noutput; const RtOutput *output; /* eval: the graph outputs, written after the step */
     /* cuda target only (0 / NULL on cpu): */
     int target_cuda;
-    int nimage; const RtImage *image;     /* kernels: cubins and PTX */
+    int nimage; const RtImage *image;     /* kernels: cubins and PTX, of both parts */
     int ncheck; const char *const *check; /* messages of the step's device-side checks, in call
                                            * order (kernels/cuda/kc.h, kc_next_check) */
     int nnode;            /* the step's nodes (--trace: their names) */
     const char *const *trace_name;
     int ncoll;            /* the step's collectives (rt_coll_start tags 0 .. ncoll-1) */
-    int nfused; const char *const *fused; /* the generated elementwise kernels in the images,
+    int nfused; const char *const *fused; /* the generated elementwise kernels in the model's images,
                                            * launched as kc_launch(KC_COUNT + k, ...) */
     int nextern; const RtExtern *ext; /* the untrained initializers stored as external data (export) */
     int loss_scaling;     /* 1: built with --precision fp16: the step scales the loss by c->loss_scale */

@@ -12,7 +12,9 @@
  * that a replay runs the payload copied at capture.  The kernels of
  * kernels.def load from the emulated image and run (two grids at once on
  * two streams; a captured launch replays its arguments of capture time; a
- * host pointer argument is refused).  A forked child writing past an
+ * host pointer argument is refused); a model's table loads as a second
+ * library, each library finds its own kernels alone, and a kernel of an
+ * unloaded library is refused.  A forked child writing past an
  * allocation dies with cuemu's one line naming it.  Each failing check
  * prints its line; the exit status is 1 if any failed.
  */
@@ -106,13 +108,27 @@ static cudaError_t range(cudaKernel_t k, int64_t *y, int64_t start, int64_t delt
     return cudaLaunchKernel((const void *)k, g, b, args, 0, s);
 }
 
+/* a model's table of one kernel, "fsdpc_fused0", as fsdpc --emulate registers the generated ones */
+static int g_fused_runs;
+static void run_fused(void *const *args, unsigned grid, unsigned block, unsigned smem)
+{
+    (void)args, (void)grid, (void)block, (void)smem;
+    g_fused_runs++;
+}
+static const size_t fused_size[] = {sizeof(int64_t)};
+static const unsigned char fused_is_ptr[] = {0};
+static const CuemuKernel fused_table[] = {{"fsdpc_fused0", 1, fused_size, fused_is_ptr, run_fused}};
+
 /* kernels.def's kernels: loading, attributes, launches (concurrent ones
- * on two streams, captured ones with their arguments of capture time) */
+ * on two streams, captured ones with their arguments of capture time); a
+ * model's table as a second library: each library finds its own kernels
+ * alone (fsdpc's two images), and a kernel of an unloaded library is
+ * refused */
 static void test_kernels(int least, int greatest)
 {
-    cudaLibrary_t lib;
-    cudaKernel_t k, none;
-    fprintf(stderr, "cuemu_test: the next 3 lines are expected:\n");
+    cudaLibrary_t lib, model;
+    cudaKernel_t k, none, fk;
+    fprintf(stderr, "cuemu_test: the next 4 lines are expected:\n");
     CHECK(cudaLibraryLoadData(&lib, ".version 7.0\n.target sm_80\n", NULL, NULL, 0, NULL, NULL, 0) ==
           cudaErrorInvalidKernelImage);
     CHECK(cudaLibraryLoadData(&lib, "cuemu:kernels/cuda,no/such", NULL, NULL, 0, NULL, NULL, 0) ==
@@ -120,6 +136,20 @@ static void test_kernels(int least, int greatest)
     OK(cudaLibraryLoadData(&lib, "cuemu:kernels/cuda", NULL, NULL, 0, NULL, NULL, 0));
     OK(cudaLibraryGetKernel(&k, lib, "k_range_i64"));
     CHECK(cudaLibraryGetKernel(&none, lib, "k_no_such_kernel") == cudaErrorSymbolNotFound);
+    CHECK(cuemu_kernels_add("cuemu_test_model", fused_table, 1) == 0);
+    OK(cudaLibraryLoadData(&model, "cuemu:cuemu_test_model", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cudaLibraryGetKernel(&fk, model, "fsdpc_fused0"));
+    CHECK(cudaLibraryGetKernel(&none, lib, "fsdpc_fused0") == cudaErrorSymbolNotFound);
+    CHECK(cudaLibraryGetKernel(&none, model, "k_range_i64") == cudaErrorSymbolNotFound);
+    {
+        int64_t n = 5;
+        void *fa_args[] = {&n};
+        dim3 g1 = {1, 1, 1}, b1 = {32, 1, 1};
+        OK(cudaLaunchKernel((const void *)fk, g1, b1, fa_args, 0, 0));
+        OK(cudaDeviceSynchronize());
+        CHECK(g_fused_runs == 1);
+    }
+    OK(cudaLibraryUnload(model));
     struct cudaFuncAttributes fa;
     OK(cudaFuncGetAttributes(&fa, (const void *)k));
     CHECK(fa.maxThreadsPerBlock == 1024 && fa.maxDynamicSharedSizeBytes == 48 << 10);
@@ -170,6 +200,7 @@ static void test_kernels(int least, int greatest)
     OK(cudaFree(y));
     OK(cudaFree(z));
     OK(cudaLibraryUnload(lib));
+    CHECK(cudaFuncGetAttributes(&fa, (const void *)k) == cudaErrorInvalidDeviceFunction); /* unloaded */
     (void)cudaGetLastError();
 }
 

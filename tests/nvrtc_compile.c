@@ -3,8 +3,9 @@
  *
  *   nvrtc_compile [-v] [-I DIR] ARCHS common.cuh a.cu b.cu ...
  *
- * ARCHS is a comma-separated list (sm_80,sm_90).  The program is what
- * codegen/cuda.c builds: `#include "common.cuh"` and then every .cu file in
+ * ARCHS is a comma-separated list (sm_80,sm_90).  The program is the library
+ * codegen/cuda.c builds (the kernels of kernels.def; a model's fused kernels
+ * are a second program there): `#include "common.cuh"` and then every .cu file in
  * the order given, the .cu files alphabetical (the order of
  * FSDPC_CUDA_SOURCES; a trailing header such as kernels/c/fused.h is text like them); common.cuh is handed to NVRTC as that header.  Each
  * arch is compiled with --std=c++17 -default-device -I DIR (default

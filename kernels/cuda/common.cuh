@@ -2,11 +2,12 @@
  * device mirrors of the host structs and enums, index helpers, block
  * reductions, the grid-wide combine of per-block partials, Philox.
  *
- * How the sources are built.  fsdpc hands NVRTC one translation unit: this
- * header (as "common.cuh"), kernels/c/fused.h, every .cu file in
- * alphabetical order, then kc_args.h, stamp.cu and kernels.def, which stamp
- * the float and double instances of the typed kernels (templates), compiled
- * with --std=c++17 -default-device for each --arch.  So the .cu
+ * How the sources are built.  fsdpc hands NVRTC one translation unit, the
+ * library: this header (as "common.cuh"), kernels/c/fused.h, every .cu file
+ * in alphabetical order, then kc_args.h, stamp.cu and kernels.def, which
+ * stamp the float and double instances of the typed kernels (templates),
+ * compiled with --std=c++17 -default-device for each --arch (a model's
+ * fused kernels are a second program: this header, fused.h and them).  So the .cu
  * files never include each other, and nothing here may need a host header:
  * NVRTC has no <stdint.h> or <math.h>, the integer types are defined below
  * and the math is CUDA's builtin expf, logf, erff, ...  The same sources

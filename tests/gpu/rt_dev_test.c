@@ -381,9 +381,9 @@ static void setup(const char *ptx)
     g_m.ncoll = 2; /* lanes_step's jobs */
     g_m.target_cuda = 1;
 #ifdef FSDPC_CUEMU
-    g_image = (RtImage){"sm_90", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+    g_image = (RtImage){"sm_90", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1, RT_IMAGE_KERNELS};
 #else
-    g_image = (RtImage){"compute_80", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1};
+    g_image = (RtImage){"compute_80", (const unsigned char *)ptx, (int64_t)strlen(ptx) + 1, RT_IMAGE_KERNELS};
 #endif
     g_m.nimage = 1, g_m.image = &g_image;
     g_m.ncheck = 1, g_m.check = g_checks;
