@@ -1,5 +1,6 @@
-/* nvrtc_compile.c — compiles kernels/cuda the way fsdpc does, to check the
- * device sources without a GPU (ctest cuda_kernels_nvrtc).
+/* nvrtc_compile.c — compiles kernels/cuda the way fsdpc does: a developer's
+ * tool for NVRTC's per-kernel register and spill report (-v), no test (that
+ * the sources compile is cuda_target's first build, by fsdpc itself).
  *
  *   nvrtc_compile [-v] [-I DIR] ARCHS common.cuh a.cu b.cu ...
  *

@@ -3,7 +3,7 @@
 # FSDPC_CUDA_SOURCES: the device sources in the order fsdpc hands them to
 # NVRTC (common.cuh, the header, then fused.h, then the .cu files alphabetically, then
 # kc_args.h, stamp.cu and kernels.def, which stamp the typed kernels' instances); the
-# compiler embeds them and the test cuda_kernels_nvrtc compiles them.
+# compiler embeds them (tests/nvrtc_compile, a developer's tool, compiles them as it does).
 # fsdpc_kernels_cuda: the host launchers (launch.c), linked into cuda
 # executables; kc_launch, kc_gemm_f32 and the rest of kc.h's runtime side
 # come from the cuda runtime (or, in tests, the emulator), so no CUDA
