@@ -275,8 +275,8 @@ def table(res):
             "(the load average when each was measured in brackets: other users' work is a competitor too; target "
             "busy / quiet ≤ %.1f):" % BUSY_TARGET, "",
             "| model | precision | run | side | quiet ms (load) | busy ms (load) | busy / quiet | "
-            "quiet: fsdpc / side |",
-            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
+            "quiet: fsdpc / side | CPU ms per step quiet / busy |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for name in names:
         for p in precisions:
             for c, label in (("2t", "1 × 2 threads"), ("2r", "2 ranks × 1 thread")):
@@ -285,17 +285,18 @@ def table(res):
                     if q is None:
                         continue
                     ql, bl = g(name, p, c, 0, side, "load"), g(name, p, c, 1, side, "load")
-                    wall_rows.append("| %s | %s | %s | %s | %s (%s) | %s (%s) | %s | %s |" % (
+                    wall_rows.append("| %s | %s | %s | %s | %s (%s) | %s (%s) | %s | %s | %s / %s |" % (
                         name, p, label, side, fmt(q), fmt(ql, "%.1f"), fmt(b), fmt(bl, "%.1f"), ratio(b, q),
-                        "" if side == "fsdpc" else ratio(g(name, p, c, 0, "fsdpc", "wall_ms"), q)))
+                        "" if side == "fsdpc" else ratio(g(name, p, c, 0, "fsdpc", "wall_ms"), q),
+                        fmt(g(name, p, c, 0, side, "cpu_ms"), "%.0f"), fmt(g(name, p, c, 1, side, "cpu_ms"), "%.0f")))
     if wall_rows:
         out += wall_head + wall_rows
     if res["gemm_share"]:
         out += ["", "**The GPT step's GEMM share** (fsdpc, 1 thread, 5 traced steps, each node's "
                 "shortest time but the first step's: the GEMM nodes' (MatMul, MatMulAdd: a GEMM and its fused "
                 "epilogue) share of the nodes' time; target ≥ %.0f %%. The trace's times are wall-clock: where the "
-                "traced step is well above the CPU time per step, other users preempted its long nodes and the shares are not "
-                "its own):" % (GEMM_TARGET * 100), "",
+                "traced step is well above the CPU time per step, other users preempted its long nodes and the shares "
+                "are not its own):" % (GEMM_TARGET * 100), "",
                 "| model | precision | traced step ms | 1-thread CPU ms per step | GEMM | fused attention | "
                 "the largest others |",
                 "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
