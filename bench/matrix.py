@@ -191,6 +191,7 @@ def run(a):
                             r = one_run(works[name], side, p, c, busy, a, torch_py)
                             r.update(model=name, precision=p, config=c, busy=busy, side=side, rep=rep)
                             res["runs"].append(r)
+                            json.dump(res, open(a.json, "w"), indent=1)  # so far: an interrupted run keeps its runs
                             print("  %s %s %s %s %s: %.1f ms wall, %s ms CPU per step (load %.2f)" % (
                                 name, p, c, "busy" if busy else "quiet", side, r["wall_ms"],
                                 "%.1f" % r["cpu_ms"] if r["cpu_ms"] is not None else "?", r["load"]), flush=True)
