@@ -79,13 +79,8 @@ def cpu(x):
 def run(side, work, threads, ranks, busy):
     cores = args.cores.split(",")
     prefix = ["taskset", "-c", ",".join(cores[:max(threads, ranks)])]
-    hog = subprocess.Popen(["taskset", "-c", cores[0], "sh", "-c", "while :; do :; done"]) if busy else None
-    try:
+    with gpt_work.competitor(cores[0] if busy else None):
         return one(side, work, threads, ranks, prefix)
-    finally:
-        if hog:
-            hog.kill()
-            hog.wait()
 
 
 def main():

@@ -1,11 +1,14 @@
-"""The work folder of one GPT for the step benchmarks (bench/gpt_cpu.py, bench/gpt_bf16.py), and the runs of each
-side on it, every side a process of its own with its thread counts set explicitly.
+"""The work folder of one model for the step benchmarks (bench/gpt_cpu.py, bench/gpt_bf16.py, bench/contention.py,
+bench/matrix.py), and the runs of each side on it, every side a process of its own with its thread counts set
+explicitly.
 
-prepare() writes the folder: the GPT of examples/gpt.py (vocab 256, one head per 64 channels, seed 0), its config
-(cfg.json), parameter names (params.json), initial weights (weights.npz: the state_dict the PyTorch sides load, so
-every side starts from the same numbers whichever torch runs it), one batch of B rows (idx.npy, lab.npy: every
-step of every side trains on it) and the ONNX export (gpt.onnx, training mode, the batch axis symbolic).  It runs
-under the driver's torch (Debian's 1.13: its TorchScript exporter).  The driver runs one side at a time.  build()
+prepare() writes the folder of a GPT (examples/gpt.py: vocab 256, one head per 64 channels, seed 0), prepare_model()
+that of any of bench/models.py's models (the GPT, a BERT-style encoder, ResNet-18/50): its name (cfg.json),
+parameter names (params.json), initial weights (weights.npz: the state_dict the PyTorch sides load, so every side
+starts from the same numbers whichever torch runs it), one batch of B rows (idx.npy, the input whatever its name in
+the model, and lab.npy: every step of every side trains on it) and the ONNX export (gpt.onnx whichever the model,
+training mode, the batch axis symbolic).  It runs under the driver's torch (Debian's 1.13, or PyTorch 2.15 for
+bench/matrix.py: the TorchScript exporter on both).  The driver runs one side at a time.  build()
 compiles that ONNX file with fsdpc (--target cpu, the cross-entropy loss, --dim batch=N, extra flags) and returns
 fsdpc's notes; run_fsdpc() runs the executable (one process, or mpirun -np R: each rank reads its contiguous slice
 of the batch, the printed loss the mean over the global batch) and run_torch() runs bench/torch_step.py under a
@@ -16,20 +19,26 @@ given python (one process, or R processes over gloo, their losses averaged as fs
              step, summed over ranks);
   cpu_step_s (fsdpc) the CPU time per step of every thread of its processes (mpirun's own not counted) between the
              end of the first step and the end of the last (/proc/PID/task/TID/schedstat, read as the metrics file
-             shows each step's line: the warm-up step and the start-up are out, as PyTorch's);
+             shows each step's line: the warm-up step and the start-up are out, as PyTorch's; None when the steps
+             ran too fast to be sampled);
+  cpu_run_s  (fsdpc) the CPU time of the whole run, start-up and every step included (getrusage of the children);
   peak_rss   the largest process's peak resident memory (VmHWM: GNU time's %M for fsdpc, /proc/self/status for
              PyTorch);
   notes      the 'note:' lines the side printed (fsdpc's executable says where its bf16 GEMMs run widened).
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB = 256
+sys.path.insert(0, HERE)
+import models  # noqa: E402
+
+VOCAB = models.VOCAB
 
 
 def parse_sizes(text):
@@ -47,20 +56,26 @@ def thread_env(threads, **extra):
 
 def prepare(work, d, L, T, B):
     """writes the folder work (made here) for the d/L/T/B GPT, as the module's essay says; its parameter count"""
+    return prepare_model(work, "gpt:%d/%d/%d/%d" % (d, L, T, B))
+
+
+def prepare_model(work, name):
+    """writes the folder work (made here) for bench/models.py's model name (kind:shape), as the module's essay
+    says; its parameter count"""
     import numpy as np
-    import torch
-    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-    from gpt import GPT, GPTConfig, export
+    import warnings
+    import models
     os.makedirs(work)
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=VOCAB, n_layer=L, n_head=max(1, d // 64), n_embd=d, block_size=T)
-    model = GPT(GPTConfig(**cfg))
-    json.dump(cfg, open(os.path.join(work, "cfg.json"), "w"))
+    model = models.build(name)
+    json.dump({"model": name}, open(os.path.join(work, "cfg.json"), "w"))
     json.dump([n for n, _ in model.named_parameters()], open(os.path.join(work, "params.json"), "w"))
     np.savez(os.path.join(work, "weights.npz"), **{k: v.detach().numpy() for k, v in model.state_dict().items()})
-    np.save(os.path.join(work, "idx.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
-    np.save(os.path.join(work, "lab.npy"), torch.randint(0, VOCAB, (B, T)).numpy())
-    export(model, os.path.join(work, "gpt.onnx"), B=B, T=T)
+    x, y = models.batch_data(name)
+    np.save(os.path.join(work, "idx.npy"), x)
+    np.save(os.path.join(work, "lab.npy"), y)
+    with warnings.catch_warnings():  # ResNet: "Removing mutation from node aten::add_ on ... num_batches_tracked"
+        warnings.simplefilter("ignore", UserWarning)
+        models.export(model, name, os.path.join(work, "gpt.onnx"))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -78,6 +93,24 @@ def build(fsdpc, work, name, batch, flags=()):
     if p.returncode != 0:
         raise SystemExit("bench: fsdpc %s failed:\n%s" % (" ".join(flags), p.stderr[-3000:]))
     return notes(p.stderr)
+
+
+class competitor:
+    """with competitor(core): one busy process (`while :; do :; done`) pinned to core (None: none) for the block's
+    duration, killed on the way out"""
+
+    def __init__(self, core):
+        self.core, self.p = core, None
+
+    def __enter__(self):
+        if self.core is not None:
+            self.p = subprocess.Popen(["taskset", "-c", str(self.core), "sh", "-c", "while :; do :; done"])
+        return self
+
+    def __exit__(self, *exc):
+        if self.p:
+            self.p.kill()
+            self.p.wait()
 
 
 def descendants(root, name):
@@ -139,7 +172,8 @@ def run_fsdpc(work, name, steps, threads, ranks=1, prefix=(), env=None):
             os.unlink(f)
     extra = env or {}
     env = thread_env(threads, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
-    exe = [os.path.join(work, name), "--data", "input_ids=" + os.path.join(work, "idx.npy"), "--data",
+    inp = models.input_name(json.load(open(os.path.join(work, "cfg.json")))["model"])
+    exe = [os.path.join(work, name), "--data", inp + "=" + os.path.join(work, "idx.npy"), "--data",
            "labels=" + os.path.join(work, "lab.npy"), "--steps", str(steps), "--lr", "1e-4", "--metrics", m, "--quiet"]
     timed = 'exec /usr/bin/time -f "%M" -o "$0${OMPI_COMM_WORLD_RANK:-0}" "$@"'  # a file per rank
     cmd = ["sh", "-c", timed, timing] + exe
@@ -149,17 +183,21 @@ def run_fsdpc(work, name, steps, threads, ranks=1, prefix=(), env=None):
             sum((["-x", k] for k in extra), []) + cmd
     cmd = list(prefix) + cmd
     with tempfile.TemporaryFile("w+") as err:
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         samples = sample_steps(p, m, exe[0])
         err.seek(0)
-        if p.wait() != 0:
+        rc = p.wait()
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if rc != 0:
             raise SystemExit("bench: %s failed:\n%s" % (" ".join(cmd), err.read()[-3000:]))
         text = err.read()
     rows = [json.loads(l) for l in open(m) if '"step"' in l]
     (n0, c0), (n1, c1) = (samples[0], samples[-1]) if samples else ((0, 0), (0, 0))
     rss = max(int(open(timing + str(r)).read().split()[-1]) * 1024 for r in range(ranks))
     return dict(times_ms=[r["time_ms"] for r in rows], losses=[r["loss"] for r in rows], peak_rss=rss,
-                cpu_step_s=(c1 - c0) / (n1 - n0) if n1 > n0 else None, notes=notes(text))
+                cpu_step_s=(c1 - c0) / (n1 - n0) if n1 > n0 else None, notes=notes(text),
+                cpu_run_s=r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
 
 
 def run_torch(py, work, mode, threads, steps, precision="fp32", ranks=1, port=29517, prefix=()):

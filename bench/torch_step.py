@@ -3,8 +3,8 @@ Debian's 1.13 or PyPI's 2.x); one rank of several when the driver starts it so.
 
     PYTHON bench/torch_step.py DIR MODE THREADS STEPS [PRECISION]
 
-DIR holds cfg.json (the GPT's config), weights.npz (its state_dict, the fsdpc side's initial weights),
-idx.npy and lab.npy (one batch, B rows).  MODE: eager, compile (torch.compile, torch >= 2), ddp or fsdp2 (torch >= 2:
+DIR holds cfg.json (the model's name: bench/models.py's, a GPT, a BERT-style encoder or a ResNet), weights.npz
+(its state_dict, the fsdpc side's initial weights), idx.npy and lab.npy (one batch, B rows: the input and labels).  MODE: eager, compile (torch.compile, torch >= 2), ddp or fsdp2 (torch >= 2:
 DistributedDataParallel, or `fully_shard` on each block and then the model, over gloo; the driver starts
 WORLD_SIZE processes with RANK, MASTER_ADDR and MASTER_PORT set, and rank r trains on the r-th of WORLD_SIZE
 contiguous slices of the batch, as fsdpc's ranks read it).  PRECISION: fp32 (default) or bf16 — the forward and
@@ -31,12 +31,11 @@ for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from gpt import GPT, GPTConfig  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
 
 torch.set_num_threads(threads)
-cfg = GPTConfig(**json.load(open(os.path.join(d, "cfg.json"))))
-model = GPT(cfg)
+model = models.build(json.load(open(os.path.join(d, "cfg.json")))["model"])
 w = np.load(os.path.join(d, "weights.npz"))
 model.load_state_dict({k: torch.from_numpy(w[k]) for k in w.files}, strict=False)
 idx = torch.from_numpy(np.load(os.path.join(d, "idx.npy")))
