@@ -206,6 +206,7 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
     if (rt_dev_init(&m, rank, world, 0, err, sizeof err) != 0)
         rt_fatal(1, "calibrate: %s", err);
     RtCtx ctx = {.m = &m, .rank = rank, .world = world, .sf = world, .srank = rank};
+    rt_dev_agree(&ctx);
     Bufs x = {.ctx = &ctx};
     const int64_t N = 2048, n = 16 << 20; /* triad: 3 x 64 MiB */
     x.a = zalloc(sizeof(float) * (size_t)n), x.b = zalloc(sizeof(float) * (size_t)n);

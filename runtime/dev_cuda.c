@@ -692,6 +692,8 @@ void rt_dev_preinit(char **argv) { (void)argv; } /* the host threads wait on str
 
 const char *rt_dev_threads(void) { return ""; }
 
+void rt_dev_agree(RtCtx *c) { (void)c; }
+
 double rt_dev_peak_flops(double *share)
 {
     *share = -1;

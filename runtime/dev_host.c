@@ -1,7 +1,8 @@
 /* dev_host.c — the device layer of the cpu target (rt_dev.h): the step runs
  * on the host allocation itself, so there is nothing to pick, copy or free;
  * the step's byte copies and fills (rt.h) are memcpy and memset; and its
- * collectives run on the communication thread.
+ * collectives run on the communication thread.  rt_dev_init also sizes the
+ * kernels' team and chooses the float32 GEMMs' library (gemm_choose).
  *
  * The communication thread (rt_coll_start / rt_coll_wait) is the cpu's
  * collective stream: a FIFO of jobs, run one at a time in start order while
@@ -258,7 +259,7 @@ void rt_dev_preinit(char **argv)
     unsetenv("FSDPC_WAIT_WHY");
 }
 
-static char g_mode[160], g_threads[1024];
+static char g_mode[160], g_threads[1400];
 static int g_gemm_threads = 1; /* OpenBLAS's threads (k_threads), for the peak probe */
 
 /* will the communication thread run?  where not, g_mode says why */
@@ -306,11 +307,106 @@ static void cpu_missing(const RtModel *m, char *out, size_t n)
 #endif
 }
 
+static double seconds(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------ the float32 GEMM's library
+ *
+ * Which library runs the float32 GEMMs (kernels/c/matmul.c): FSDPC_GEMM
+ * (openblas, onednn) where set, else the faster of the two on this CPU,
+ * measured by rank 0 at start-up on one thread (what sets them apart is the
+ * kernel a core runs: AVX-512 or AVX2; on one thread a busy machine's other
+ * processes cost a probe nothing but the wall time, and no team spins): a
+ * 512^3 GEMM (0.27 GFLOP, B transposed as a Linear reads its weight) on
+ * each, once to warm up (oneDNN generates its kernel on the first call),
+ * then GEMM_REPS times in turn, each library's best thread CPU time taken.
+ * oneDNN is taken where it is at least GEMM_MARGIN times as fast: a near
+ * tie keeps OpenBLAS, the library of the float64 GEMMs too, so that a
+ * machine where the two are alike does not flip between runs.  About 12 ms
+ * of CPU on an AMD Zen 5 (oneDNN 214, OpenBLAS's Haswell kernels 121
+ * GFLOP/s).  Every rank takes rank 0's choice (rt_dev_agree), rank 0's
+ * FSDPC_GEMM included: the ranks compute with the same sums. */
+enum { GEMM_N = 512, GEMM_REPS = 3 };
+#define GEMM_MARGIN 1.1
+static char g_gemm_why[240];
+
+/* the thread CPU seconds of one GEMM on lib */
+static double gemm_time(int lib, float *c, const float *a, const float *b)
+{
+    double t0 = seconds(CLOCK_THREAD_CPUTIME_ID);
+    k_gemm_f32_on(lib, c, GEMM_N, a, GEMM_N, b, GEMM_N, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0, 0.0);
+    return seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
+}
+
+/* sets the library (k_gemm_use) and g_gemm_why; 0, or -1 with a line in err (a bad FSDPC_GEMM) */
+static int gemm_choose(int rank, char *err, size_t errlen)
+{
+    const char *env = getenv("FSDPC_GEMM");
+    if (env && *env) {
+        int lib = !strcmp(env, "openblas") ? K_GEMM_OPENBLAS : !strcmp(env, "onednn") ? K_GEMM_ONEDNN : -1;
+        if (lib < 0) {
+            snprintf(err, errlen, "FSDPC_GEMM=%s: expected openblas or onednn (the float32 GEMMs' library), or "
+                     "unset it to measure which is faster here", env);
+            return -1;
+        }
+        k_gemm_use(lib);
+        snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on %s (FSDPC_GEMM)", k_gemm_name(lib));
+        return 0;
+    }
+    k_gemm_use(K_GEMM_OPENBLAS);
+    if (rank != 0) { /* rank 0 measures; rt_dev_agree hands every rank its choice */
+        snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on rank 0's choice");
+        return 0;
+    }
+    const size_t nn = (size_t)GEMM_N * GEMM_N;
+    float *a = malloc(sizeof(float) * 3 * nn);
+    if (!a) {
+        snprintf(err, errlen, "out of memory for the float32 GEMM libraries' probe (3 MiB)");
+        return -1;
+    }
+    for (size_t i = 0; i < 2 * nn; i++)
+        a[i] = (float)(i % 13) * 0.0625f - 0.375f;
+    int omp, blas;
+    k_team_get(&omp, &blas);
+    k_team_set(1, 1);
+    double best[2] = {0, 0};
+    for (int r = 0; r <= GEMM_REPS; r++)
+        for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN; lib++) {
+            double t = gemm_time(lib, a + 2 * nn, a, a + nn);
+            if (r > 0 && (best[lib] == 0 || t < best[lib]))
+                best[lib] = t;
+        }
+    k_team_set(omp, blas);
+    free(a);
+    const double flop = 2.0 * GEMM_N * GEMM_N * GEMM_N;
+    const double ob = best[0] > 0 ? flop / best[0] : 0, dn = best[1] > 0 ? flop / best[1] : 0;
+    const int lib = ob > 0 && dn >= GEMM_MARGIN * ob ? K_GEMM_ONEDNN : K_GEMM_OPENBLAS;
+    k_gemm_use(lib);
+    snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on %s (measured here on one thread: oneDNN %.0f, "
+             "OpenBLAS %.0f GFLOP/s; oneDNN where %.1fx OpenBLAS's or more; FSDPC_GEMM=openblas or onednn picks "
+             "one)", k_gemm_name(lib), dn * 1e-9, ob * 1e-9, GEMM_MARGIN);
+    return 0;
+}
+
+void rt_dev_agree(RtCtx *c)
+{
+    if (c->world > 1) {
+        int32_t lib = k_gemm_lib();
+        rt_ctl_bcast(&lib, sizeof lib, 0);
+        k_gemm_use(lib);
+    }
+}
+
 /* The rank's cores: the communication thread takes one where it runs, the
- * kernels' team (OpenMP and OpenBLAS, k_threads) the others. */
+ * kernels' team (OpenMP and OpenBLAS, k_threads) the others; the float32
+ * GEMMs' library (gemm_choose). */
 int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen)
 {
-    (void)rank, (void)bytes;
+    (void)bytes;
     char missing[200];
     cpu_missing(m, missing, sizeof missing);
     if (missing[0]) {
@@ -327,11 +423,14 @@ int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err,
     long n = comm && cores > 1 ? cores - 1 : cores;
     char t[160];
     g_gemm_threads = k_threads((int)(n < 4096 ? n : 4096), t, sizeof t);
+    if (gemm_choose(rank, err, errlen) != 0)
+        return 1;
     snprintf(g_threads, sizeof g_threads, "%s (%ld core%s for this rank%s); code for %s, kernels for %s; %s; "
-             "OpenBLAS's %s kernels", t, cores, cores > 1 ? "s" : "",
+             "OpenBLAS's %s kernels; %s", t, cores, cores > 1 ? "s" : "",
              comm && cores > 1 ? ", one of them the communication thread's" : "", m->cpu ? m->cpu : "?",
              m->cpu_kernels ? m->cpu_kernels : "?",
-             g_wait[0] ? g_wait : "threads spin briefly while they wait (libgomp's default)", k_blas_kernels());
+             g_wait[0] ? g_wait : "threads spin briefly while they wait (libgomp's default)", k_blas_kernels(),
+             g_gemm_why);
     return 0;
 }
 
@@ -396,13 +495,6 @@ void rt_coll_wait(RtCtx *c, int tag)
     while (ct.head < ct.ticket[tag])
         pthread_cond_wait(&ct.done_cv, &ct.lock);
     pthread_mutex_unlock(&ct.lock);
-}
-
-static double seconds(clockid_t id)
-{
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* The best of 4 timed 1024^3 float32 GEMMs after one warm-up (about 0.1 s at

@@ -557,6 +557,7 @@ int rt_start_init(RtCtx *c, RtMem *mem, char **base, const RtOpts *o, const char
     int status = rt_err_sync();
     if (status != 0)
         return status;
+    rt_dev_agree(c);
     rt_dev_set_graph(!o->no_cuda_graph);
     *path = o->init ? strdup(o->init) : default_init_path(argv0);
     uint64_t *sum = NULL;

@@ -39,6 +39,10 @@ void rt_dev_preinit(char **argv);
  * free.  0, or -1 with a one-line reason in err ("no CUDA driver", "no CUDA
  * device", "needs X GiB, Y free", "built for sm_90, device is sm_80", ...). */
 int rt_dev_init(const RtModel *m, int rank, int world, int64_t bytes, char *err, size_t errlen);
+/* After rt_dev_init succeeded on every rank (a collective): what every rank
+ * must compute alike is rank 0's (cpu: the float32 GEMMs' library); a no-op
+ * on cuda. */
+void rt_dev_agree(RtCtx *c);
 /* --no-cuda-graph: run every step eagerly (call before rt_dev_attach) */
 void rt_dev_set_graph(int use_graph);
 /* After carving: the device copy of c->arena .. c->shard (same offsets),

@@ -1,13 +1,16 @@
 /* kernels_test.c — checks the core reference kernels of kernels/c (binary
  * ops, scale / fill, matmul, transpose, reductions and ReduceMax's backward,
  * losses (MSE, cross-entropy, negative log-likelihood), optimizers), f32 and
- * f64.  kernels_ew_test.c, kernels_nn_test.c and kernels_attn_test.c cover
+ * f64, and the float32 GEMM's two libraries (OpenBLAS, oneDNN) against each
+ * other.  kernels_ew_test.c, kernels_nn_test.c and kernels_attn_test.c cover
  * the rest; the harness (buffers, checks, finite differences) is ktest.h.
  *
  * Expected values come from naive loops written here (unravel every index,
  * no stride merging, no BLAS) or from constants worked out by hand in the
  * comments.
  */
+#include <float.h>
+
 #include "ktest.h"
 
 #ifdef _OPENMP
@@ -204,6 +207,82 @@ static void test_matmul(int dt)
         CTX("k_matmul k=0 beta=%g", g.beta);
         matmul_case(dt, &g);
     }
+}
+
+/* k_gemm_f32_on: OpenBLAS and oneDNN, the float32 GEMM's two libraries
+ * (matmul.c), on the same operands, with leading dimensions wider than
+ * the matrices: each element of C within float32 rounding of a double
+ * reference (|error| <= 2 k eps (sum |a b| + |beta c|)) on both, so within
+ * twice that of each other; C's padding columns untouched; beta 0 over NaN
+ * and k 0 (C = beta C) on both.  Either library's result bit-equal to
+ * k_gemm_f32's once k_gemm_use chose it. */
+static void gemm_libs_case(int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    const int64_t pad = 3, lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+    const int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
+    float *a = xalloc((size_t)(na + nb + 4 * nc), sizeof(float)), *b = a + na, *c0 = b + nb;
+    float *c[3] = {c0 + nc, c0 + 2 * nc, c0 + 3 * nc};
+    for (int64_t i = 0; i < na + nb; i++)
+        a[i] = (float)sin(0.37 * (double)i);
+    for (int64_t i = 0; i < nc; i++)
+        c0[i] = beta == 0 ? NAN : (float)cos(0.11 * (double)i);
+    const int prev = k_gemm_lib();
+    for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN + 1; lib++) {
+        memcpy(c[lib], c0, (size_t)nc * sizeof(float));
+        if (lib <= K_GEMM_ONEDNN)
+            k_gemm_f32_on(lib, c[lib], ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta);
+    }
+    int bad = 0;
+    for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN; lib++) {
+        k_gemm_use(lib);
+        memcpy(c[2], c0, (size_t)nc * sizeof(float));
+        k_gemm_f32(c[2], ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta);
+        bad |= memcmp(c[2], c[lib], (size_t)nc * sizeof(float)) != 0;
+    }
+    k_gemm_use(prev);
+    checks++;
+    if (bad) {
+        printf("FAIL %s: k_gemm_f32 after k_gemm_use differs from k_gemm_f32_on's bits\n", what);
+        failures++;
+    }
+    checks++;
+    for (int64_t i = 0; i < m && !bad; i++)
+        for (int64_t j = 0; j < ldc && !bad; j++) {
+            double s = 0, mag = 0, cij = beta == 0 ? 0 : beta * (double)c0[i * ldc + j];
+            for (int64_t p = 0; p < k && j < n; p++) {
+                double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
+                s += x * y, mag += fabs(x * y);
+            }
+            const double want = j < n ? alpha * s + cij : c0[i * ldc + j];
+            const double bound = j < n ? 2.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(cij)) : 0;
+            for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN && !bad; lib++) {
+                const double got = c[lib][i * ldc + j];
+                if (j < n ? !(fabs(got - want) <= bound) : memcmp(&c[lib][i * ldc + j], &c0[i * ldc + j], 4)) {
+                    printf("FAIL %s: %s's C[%lld][%lld] = %.9g, expected %.9g within %.3g%s\n", what,
+                           k_gemm_name(lib), (long long)i, (long long)j, got, want, bound,
+                           j < n ? "" : " (a padding column: untouched)");
+                    bad = 1;
+                }
+            }
+        }
+    failures += bad;
+    free(a);
+}
+
+static void test_gemm_libs(int dt)
+{
+    if (dt != F32)
+        return;
+    static const int64_t sizes[][3] = {{300, 200, 257}, {64, 64, 64}, {1, 513, 7}, {37, 1, 600}, {5, 4, 0}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int bz = 0; bz < 2; bz++) {
+                    const double alpha = bz ? 0.5 : 1.0, beta = bz ? 0.75 : 0.0;
+                    CTX("k_gemm_f32_on m=%lld n=%lld k=%lld ta=%d tb=%d alpha=%g beta=%g", (long long)sizes[s][0],
+                        (long long)sizes[s][1], (long long)sizes[s][2], ta, tb, alpha, beta);
+                    gemm_libs_case(sizes[s][0], sizes[s][1], sizes[s][2], ta, tb, alpha, beta);
+                }
 }
 
 /* k_matmul_bf16 / k_matmul_f16 (f16): 16-bit operands, float result; the
@@ -1200,7 +1279,7 @@ int main(void)
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
-        test_matmul_f16, test_loss_scale, test_matmul_add, test_cross_entropy_16,
+        test_matmul_f16, test_loss_scale, test_matmul_add, test_cross_entropy_16, test_gemm_libs,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -291,8 +291,16 @@ static inline void check_fd(int dt, FwdFn f, void *ctx, double *const *in, int k
 }
 
 /* Runs every test for both dtypes and prints the tally. */
+/* Runs every test on F32 and F64.  FSDPC_GEMM=onednn (or openblas) puts the float32 GEMMs on that library, as
+ * it does in an executable (runtime/dev_host.c): the kernels_*_onednn tests. */
 static inline int ktest_main(const char *prog, void (*const *tests)(int), size_t ntests)
 {
+    const char *lib = getenv("FSDPC_GEMM");
+    if (lib && *lib && strcmp(lib, "openblas") && strcmp(lib, "onednn")) {
+        fprintf(stderr, "%s: FSDPC_GEMM=%s: expected openblas or onednn\n", prog, lib);
+        return 2;
+    }
+    k_gemm_use(lib && !strcmp(lib, "onednn") ? K_GEMM_ONEDNN : K_GEMM_OPENBLAS);
     for (int dt = F32; dt <= F64; dt++)
         for (size_t t = 0; t < ntests; t++)
             tests[t](dt);

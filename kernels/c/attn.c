@@ -62,8 +62,7 @@ static void attn_gemm_f32(int ta, int tb, int64_t m, int64_t n, int64_t k, doubl
                           const float *b, int64_t ldb, double beta, float *c, int64_t ldc, float *w, int64_t wn)
 {
     (void)w, (void)wn;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c, (int)ldc);
+    k_gemm_f32(c, ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta); /* OpenBLAS or oneDNN: matmul.c */
 }
 
 static void attn_gemm_f64(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a,

@@ -481,7 +481,7 @@ void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const flo
                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                        int tb);
 K_TWIN(matmul_add_bf16)
-/* k_matmul's 16-bit GEMM through cblas_sgemm on widened operands (f16:
+/* k_matmul's 16-bit GEMM through k_gemm_f32 on widened operands (f16:
  * float16, else bfloat16), C = alpha op(A) op(B) + beta C: k_matmul_f16's
  * path, and k_matmul_bf16's where oneDNN has no native bf16 GEMM */
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
@@ -501,7 +501,7 @@ static inline int64_t k_gemm_widened_scratch(int64_t m, int64_t n, int64_t k)
 /* One GEMM of 16-bit operands with leading dimensions, row-major: op(A)
  * m x k (a, lda), op(B) k x n (b, ldb), C m x n (c, ldc) = alpha op(A)
  * op(B) + beta C, accumulated in float32; beta 0 never reads C.  Through
- * cblas_sgemm on blocks widened into w (wn floats, at least
+ * k_gemm_f32 on blocks widened into w (wn floats, at least
  * k_gemm_widened_scratch(m, n, k)).  k_matmul_widened_16's tiles, one per
  * thread of its team; the fused attention's (kernels/c/attn.c), one per
  * thread of its team, each with its own w. */
@@ -630,9 +630,31 @@ K_TWIN(attention_grad_f16)
  * writes what each ended up as and why into why[0..cap), and returns the
  * GEMMs' count (OpenBLAS's). */
 int k_threads(int n, char *why, size_t cap);
+/* the team's counts as they are (OpenMP's, OpenBLAS's), and set whatever the environment says (the start-up
+ * probe of the GEMM libraries runs on one thread, then puts them back) */
+void k_team_get(int *omp, int *blas);
+void k_team_set(int omp, int blas);
 /* the name of the kernels OpenBLAS runs on this CPU (openblas_get_corename: its own choice, or OPENBLAS_CORETYPE's;
  * its "Haswell" and "Zen" kernels sum differently on different thread counts) */
 const char *k_blas_kernels(void);
+
+/* ---- the float32 GEMM's library (matmul.c) --------------------------------
+ * Every float32 GEMM runs on one library for the whole process: OpenBLAS
+ * (the default) or oneDNN, set by k_gemm_use once before any step (the
+ * executable measures both at start-up: runtime/dev_host.c).  float64 GEMMs
+ * are OpenBLAS's whatever the choice. */
+enum { K_GEMM_OPENBLAS, K_GEMM_ONEDNN };
+void k_gemm_use(int lib);
+int k_gemm_lib(void);
+const char *k_gemm_name(int lib); /* "OpenBLAS", "oneDNN" */
+/* One float32 GEMM, row-major with leading dimensions: op(A) m x k (a,
+ * lda), op(B) k x n (b, ldb), C m x n (c, ldc) = alpha op(A) op(B) + beta C;
+ * k 0 is C = beta C, beta 0 never reads C.  k_gemm_f32 on the chosen
+ * library, k_gemm_f32_on on `lib` (the start-up probe, the tests). */
+void k_gemm_f32(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                int64_t n, int64_t k, int ta, int tb, double alpha, double beta);
+void k_gemm_f32_on(int lib, float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta);
 
 /* ---- int64 and dtype-generic kernels ------------------------------------ */
 

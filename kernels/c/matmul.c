@@ -1,25 +1,26 @@
-/* matmul.c — batched GEMM on top of CBLAS (OpenBLAS).
+/* matmul.c — batched GEMM on top of OpenBLAS (CBLAS) or oneDNN's sgemm.
  *
  * How it works.  k_matmul is row-major throughout: op(A_i) is m x k, op(B_i)
  * is k x n, C_i is dense m x n.  A transposed operand is just a different
- * leading dimension handed to cblas_?gemm, so no data is moved.  Batches are
+ * leading dimension handed to the GEMM, so no data is moved.  A float32 GEMM
+ * runs on the library chosen at start-up (k_gemm_f32, below), a float64 one
+ * on OpenBLAS.  Batches are
  * one GEMM call each, except when B is shared (sb == 0) and the A batches sit
  * back to back untransposed: then the batch folds into the rows and the whole
- * thing is a single (batch*m) x n GEMM, which lets OpenBLAS thread and block
- * across it (the Linear-layer-on-[B,S,D] case).
+ * thing is a single (batch*m) x n GEMM, which lets the library thread and
+ * block across it (the Linear-layer-on-[B,S,D] case).
  *
  * BLAS corner cases are handled here rather than passed through: k == 0 is a
  * plain C = beta C (BLAS would reject a zero leading dimension), and beta == 0
  * never reads C, so an uninitialised arena slot cannot leak NaN in.
  *
  * k_matmul_add (a MatMulAdd: the fuse pass's GEMM epilogue) presets C to
- * bias + addend and runs the GEMM with beta 1 (and its alpha), so CBLAS
+ * bias + addend and runs the GEMM with beta 1 (and its alpha), so the GEMM
  * adds the product into it: one pass over C instead of the product's
  * write, read and rewrite.
  *
  * The bfloat16 GEMMs are in matmul_bf16.c (oneDNN where the CPU has
- * AVX512-BF16, else the widened path below): their own object, so that only
- * an executable that calls them links libdnnl.
+ * AVX512-BF16, else the widened path below).
  */
 #include <limits.h>
 #include <stdint.h>
@@ -27,6 +28,8 @@
 #include <stdlib.h>
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -56,6 +59,26 @@ int k_threads(int n, char *why, size_t cap)
     return nb;
 }
 
+void k_team_get(int *omp, int *blas)
+{
+#ifdef _OPENMP
+    *omp = omp_get_max_threads();
+#else
+    *omp = 1;
+#endif
+    *blas = openblas_get_num_threads();
+}
+
+void k_team_set(int omp, int blas)
+{
+    openblas_set_num_threads(blas); /* its OpenMP build sets OpenMP's count too: OpenMP's after it */
+#ifdef _OPENMP
+    omp_set_num_threads(omp);
+#else
+    (void)omp;
+#endif
+}
+
 const char *k_blas_kernels(void)
 {
     const char *c = openblas_get_corename();
@@ -73,9 +96,78 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
     }
 }
 
+/* ---- the float32 GEMM's library --------------------------------------------
+ *
+ * Every float32 GEMM of the kernels (k_matmul_f32, k_matmul_add_f32, the
+ * fused attention's tiles, the widened 16-bit GEMMs' blocks) is one
+ * k_gemm_f32, which runs it on the library chosen at start-up (k_gemm_use):
+ * OpenBLAS's cblas_sgemm or oneDNN's dnnl_sgemm.  Neither is faster
+ * everywhere: on an AMD Zen 5 with OPENBLAS_CORETYPE=Haswell (AVX2 kernels)
+ * oneDNN's AVX-512 sgemm ran 1.8-2.0x OpenBLAS's on the GPT step's shapes at
+ * 1 thread, where OpenBLAS's own AVX-512 kernels (SkylakeX, on Intel) may
+ * match it; so the executable measures both (runtime/dev_host.c) unless
+ * FSDPC_GEMM names one.  The choice is made once, before any step, and
+ * every rank takes rank 0's: a process never mixes the two (--recompute
+ * recomputes the forward's bits) and the ranks sum alike.  float64 stays on
+ * OpenBLAS (oneDNN has no double GEMM).  Both run on the kernels' OpenMP
+ * team, and inside it (the batch split below, the tiles) on the calling
+ * thread alone.  k == 0 is C = beta C here; beta 0 never reads C on either
+ * (dnnl_sgemm's beta 0 writes C without reading it: a NaN there stays out). */
+
+static int g_gemm = K_GEMM_OPENBLAS;
+
+void k_gemm_use(int lib) { g_gemm = lib == K_GEMM_ONEDNN ? K_GEMM_ONEDNN : K_GEMM_OPENBLAS; }
+
+int k_gemm_lib(void) { return g_gemm; }
+
+const char *k_gemm_name(int lib) { return lib == K_GEMM_ONEDNN ? "oneDNN" : "OpenBLAS"; }
+
+void k_gemm_f32_on(int lib, float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb,
+                   int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) { /* C = beta C, beta 0 writing exact zeros */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0 ? 0.0f : (float)beta * c[i * ldc + j];
+        return;
+    }
+    if (lib == K_GEMM_ONEDNN) {
+        dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, (float)alpha, a, lda, b, ldb,
+                                      (float)beta, c, ldc);
+        if (st != dnnl_success) {
+            fprintf(stderr, "fsdpc kernels/c: dnnl_sgemm(%c, %c, m %lld, n %lld, k %lld) failed: %s\n",
+                    ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, dnnl_status2str(st));
+            abort();
+        }
+        return;
+    }
+    check_dims(m, n, k);
+    check_dims(lda, ldb, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c, (int)ldc);
+}
+
+void k_gemm_f32(float *c, int64_t ldc, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t m,
+                int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    k_gemm_f32_on(g_gemm, c, ldc, a, lda, b, ldb, m, n, k, ta, tb, alpha, beta);
+}
+
+/* float64: OpenBLAS's, k_gemm_f32's contract */
+static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const double *b, int64_t ldb, int64_t m,
+                     int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    check_dims(m, n, k);
+    check_dims(lda, ldb, ldc);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
 #define T float
 #define S f32
-#define K_GEMM cblas_sgemm
+#define K_GEMM k_gemm_f32
 #include "matmul_impl.h"
 #undef T
 #undef S
@@ -83,7 +175,7 @@ static void check_dims(int64_t m, int64_t n, int64_t k)
 
 #define T double
 #define S f64
-#define K_GEMM cblas_dgemm
+#define K_GEMM blas_f64
 #include "matmul_impl.h"
 #undef T
 #undef S
@@ -194,9 +286,8 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
                     widen(wb, b, ldb, j0, k0, bn, bk, f16);
                 else
                     widen(wb, b, ldb, k0, j0, bk, bn, f16);
-                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)bm,
-                            (int)bn, (int)bk, (float)alpha, wa, (int)(ta ? bm : bk), wb, (int)(tb ? bk : bn),
-                            k0 ? 1.0f : (float)beta, c + i0 * ldc + j0, (int)ldc);
+                k_gemm_f32(c + i0 * ldc + j0, ldc, wa, ta ? bm : bk, wb, tb ? bk : bn, bm, bn, bk, ta, tb, alpha,
+                           k0 ? 1.0 : beta);
             }
         }
     }
@@ -234,9 +325,8 @@ static void tile_block(const Wide *g, int64_t i, int64_t i0, int64_t j0, int64_t
 {
     const int64_t bm = g->m - i0 < TILE ? g->m - i0 : TILE, bn = g->n - j0 < TILE ? g->n - j0 : TILE;
     const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)bm,
-                (int)bn, (int)bk, (float)g->alpha, wa, (int)(g->ta ? bm : bk), wb, (int)(g->tb ? bk : bn),
-                k0 ? 1.0f : (float)g->beta, g->c + i * g->m * g->n + i0 * g->n + j0, (int)g->n);
+    k_gemm_f32(g->c + i * g->m * g->n + i0 * g->n + j0, g->n, wa, g->ta ? bm : bk, wb, g->tb ? bk : bn, bm, bn, bk,
+               g->ta, g->tb, g->alpha, k0 ? 1.0 : g->beta);
 }
 
 /* One unit: tiles t0..t1 of line `line` of C_i, a line being a row of tiles (rows) or a column of them: k block

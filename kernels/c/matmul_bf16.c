@@ -21,9 +21,6 @@
  * start, runtime/rt.c).  k_gemm_bf16 is one such GEMM with leading dimensions,
  * for the fused attention's tiles (attn_bf16.c), which call it from every
  * thread of their team, each with its own widening scratch.
- *
- * This file is its own object so that libdnnl is linked (as needed) only by
- * an executable that makes a bfloat16 GEMM.
  */
 #include <stdint.h>
 #include <stdio.h>

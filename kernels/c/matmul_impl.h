@@ -1,15 +1,12 @@
 /* matmul_impl.h — typed body of matmul.c, included once per dtype with
- * T (element type), S (name suffix) and K_GEMM (cblas_sgemm / cblas_dgemm)
- * defined.  No include guard on purpose. */
+ * T (element type), S (name suffix) and K_GEMM (k_gemm_f32 / blas_f64: one
+ * GEMM with leading dimensions) defined.  No include guard on purpose. */
 
 /* C (m x n, dense) = alpha op(A) op(B) + beta C for one matrix pair. */
 static void KFN(gemm)(T *c, const T *a, const T *b, int64_t m, int64_t n,
                       int64_t k, int ta, int tb, double alpha, double beta)
 {
-    check_dims(m, n, k);
-    K_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-           tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, (T)alpha, a,
-           (int)(ta ? m : k), b, (int)(tb ? k : n), (T)beta, c, (int)n);
+    K_GEMM(c, n, a, ta ? m : k, b, tb ? k : n, m, n, k, ta, tb, alpha, beta);
 }
 
 /* C = beta C over len elements, beta == 0 writing exact zeros. */

@@ -10,6 +10,9 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
 - the generated step (--emit-c) splits its big fused loops with `omp parallel for`, and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
+- the start-up line says which library runs the float32 GEMMs and what start-up measured of each; FSDPC_GEMM=openblas
+  and =onednn each say so and train within 1e-5 (the measured one's bits where it is that one); FSDPC_GEMM=mkl is
+  one line and a non-zero exit;
 - the start-up line says how many threads each side got and why: "threads: 2 for the kernels, 2 for OpenBLAS
   (2 cores ...)" by default on a rank with the machine to itself (FSDPC's own sizing from the cores it may
   run on: taskset to one core gives 1 and 1), and names OMP_NUM_THREADS where that set them;
@@ -111,7 +114,12 @@ def main():
     # elements; its OpenMP build follows the team's size, OPENBLAS_NUM_THREADS=1 or not); its AVX-512 kernels do
     # not.  With those, runs on different team sizes are compared within rounding (close) and each team size's
     # runs with each other bit for bit.
-    sums_differ = blas.group(1) in ("Haswell", "Zen")
+    # The float32 GEMMs' library: measured at start-up unless FSDPC_GEMM names one (runtime/dev_host.c); oneDNN's
+    # sgemm sums differently on 2 threads too (measured: 2048x256x1024 at 1 against 2 threads).
+    lib = re.search(r"float32 GEMMs on (OpenBLAS|oneDNN) \((measured here on one thread: oneDNN \d+, OpenBLAS \d+ GFLOP/s)?", one[0])
+    check(lib and lib.group(2), "the start-up line should say which library runs the float32 GEMMs and what it "
+          "measured:\n" + one[0][:1500])
+    sums_differ = blas.group(1) in ("Haswell", "Zen") or lib.group(1) == "oneDNN"
     across = close if sums_differ else same
     cores = len(os.sched_getaffinity(0))
     twos = []
@@ -133,6 +141,16 @@ def main():
         waiting(train, same)
     check("threads wait passively" in dflt[0] or "threads spin briefly" in dflt[0],
           "default threads: the start-up line should say how the threads wait:\n" + dflt[0][:1500])
+    forced = {}
+    for name, word in (("openblas", "OpenBLAS"), ("onednn", "oneDNN")):
+        forced[name] = train("lib_" + name, {"OMP_NUM_THREADS": "1", "FSDPC_GEMM": name})
+        check("float32 GEMMs on %s (FSDPC_GEMM)" % word in forced[name][0],
+              "FSDPC_GEMM=%s: the start-up line:\n%s" % (name, forced[name][0][:1500]))
+        (same if word == lib.group(1) else close)("FSDPC_GEMM=" + name, forced[name], one)
+    bad = subprocess.run([exe] + args, capture_output=True, text=True, env=dict(os.environ, FSDPC_GEMM="mkl"))
+    check(bad.returncode != 0 and "FSDPC_GEMM=mkl: expected openblas or onednn" in bad.stderr
+          and len(bad.stderr.strip().splitlines()) == 1, "FSDPC_GEMM=mkl: expected one line and a non-zero exit, "
+          "got %d:\n%s" % (bad.returncode, bad.stderr[-1500:]))
     exe1 = exe
     exe = J("gpt_w2")
     run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=4"] + build)
@@ -141,9 +159,10 @@ def main():
     across("world 2, 2 threads per rank", w2b, w2a)
     exe = exe1
     print("threads: 1, 2 (three runs), default (%d cores)%s and world 2 x 2 threads: bit-identical; %d fused loops "
-          "split; OpenBLAS's %s kernels%s" % (cores, ", taskset -c 0" if cores > 1 else "", n_par, blas.group(1),
-                                              ": GEMMs sum differently on 2 threads, so 1 against 2 threads within "
-                                              "1e-5, 2 against 2 bit for bit" if sums_differ else ""))
+          "split; OpenBLAS's %s kernels, float32 GEMMs on %s (FSDPC_GEMM's each within 1e-5)%s"
+          % (cores, ", taskset -c 0" if cores > 1 else "", n_par, blas.group(1), lib.group(1),
+             ": GEMMs sum differently on 2 threads, so 1 against 2 threads within 1e-5, 2 against 2 bit for bit"
+             if sums_differ else ""))
     cpu_levels(fsdpc, J, build, train, same, one, dflt, across)
 
 
