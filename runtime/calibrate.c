@@ -254,8 +254,14 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
         FILE *f = rt_afile_fopen(&af, out, 0666);
         if (!f)
             rt_fatal(1, "calibrate: cannot create a temporary beside %s: %s", out, strerror(errno));
-        fprintf(f, "# measured by fsdpc --calibrate on %s: %d rank%s, each with %s\n", host, world,
-                world > 1 ? "s" : "", rt_dev_threads());
+        fprintf(f, "# measured by fsdpc --calibrate on %s: %d rank%s, each with:\n", host, world,
+                world > 1 ? "s" : "");
+        /* the threads line a clause per comment line (cost.c reads lines of up to 511 characters) */
+        for (const char *t = rt_dev_threads(), *e; *t; t = *e ? e + 2 : e) {
+            e = strstr(t, "; ");
+            e = e ? e : t + strlen(t);
+            fprintf(f, "#   %.*s\n", (int)(e - t < 400 ? e - t : 400), t);
+        }
         flag_doubts(&doubt, f);
         fprintf(f, "description %d rank%s on %s, measured\ndevices_per_node %d\n", world, world > 1 ? "s" : "",
                 host, world);

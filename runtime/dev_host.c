@@ -29,14 +29,17 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "afile.h"
 #include "rt_ctl.h"
 #include "rt_dev.h"
 #include "rt_priv.h"
@@ -259,7 +262,7 @@ void rt_dev_preinit(char **argv)
     unsetenv("FSDPC_WAIT_WHY");
 }
 
-static char g_mode[160], g_threads[1400];
+static char g_mode[160], g_threads[2800];
 static int g_gemm_threads = 1; /* OpenBLAS's threads (k_threads), for the peak probe */
 
 /* will the communication thread run?  where not, g_mode says why */
@@ -326,13 +329,13 @@ static double seconds(clockid_t id)
  * then GEMM_REPS times in turn, each library's best thread CPU time taken.
  * oneDNN is taken where it is at least GEMM_MARGIN times as fast: a near
  * tie keeps OpenBLAS, the library of the float64 GEMMs too, so that a
- * machine where the two are alike does not flip between runs.  About 12 ms
- * of CPU on an AMD Zen 5 (oneDNN 214, OpenBLAS's Haswell kernels 121
+ * machine where the two are alike does not flip between runs (and the
+ * choice is kept per machine: below).  About 12 ms of CPU on an AMD Zen 5 (oneDNN 214, OpenBLAS's Haswell kernels 121
  * GFLOP/s).  Every rank takes rank 0's choice (rt_dev_agree), rank 0's
  * FSDPC_GEMM included: the ranks compute with the same sums. */
 enum { GEMM_N = 512, GEMM_REPS = 3 };
 #define GEMM_MARGIN 1.1
-static char g_gemm_why[240];
+static char g_gemm_why[1600];
 
 /* the thread CPU seconds of one GEMM on lib */
 static double gemm_time(int lib, float *c, const float *a, const float *b)
@@ -340,6 +343,113 @@ static double gemm_time(int lib, float *c, const float *a, const float *b)
     double t0 = seconds(CLOCK_THREAD_CPUTIME_ID);
     k_gemm_f32_on(lib, c, GEMM_N, a, GEMM_N, b, GEMM_N, GEMM_N, GEMM_N, GEMM_N, 0, 1, 1.0, 0.0);
     return seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
+}
+
+/* The measured choice is kept per machine: rank 0 measures once and writes
+ * the rates into the cache folder (the compiler's: $FSDPC_CACHE_DIR, else
+ * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc) as gemm-KEY, KEY hashing what
+ * decides the race (the CPU's model name, OpenBLAS's kernels, a oneDNN ISA
+ * limit in the environment); later runs read it.  So two runs on one
+ * machine never differ by a probe's noise (a resumed run sums as the run it
+ * resumes), and a start-up costs nothing.  The folder must be this user's
+ * (or root's) and writable by no one else, else nothing is read or kept
+ * and every run measures (the line says why). */
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (h ^ 0xff) * 1099511628211ull; /* a separator: "ab","c" is not "a","bc" */
+}
+
+/* path of this machine's entry into buf; NULL with *why where there is none to use */
+static const char *gemm_cache_path(char *buf, size_t n, const char **why)
+{
+    const char *d = getenv("FSDPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    char dir[768];
+    if (d && *d)
+        snprintf(dir, sizeof dir, "%s", d);
+    else if (x && *x)
+        snprintf(dir, sizeof dir, "%s/fsdpc", x);
+    else if (h && *h)
+        snprintf(dir, sizeof dir, "%s/.cache/fsdpc", h);
+    else
+        return *why = "no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME", NULL;
+    if (strlen(dir) >= sizeof dir - 1)
+        return *why = "the cache folder's name is too long", NULL;
+    for (char *p = dir + 1; *p; p++) /* mkdir -p, as the compiler does */
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return *why = "no cache folder", NULL;
+    if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+        return *why = "the cache folder is another user's or others can write into it", NULL;
+    char model[512] = "?", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            snprintf(model, sizeof model, "%s", line);
+            break;
+        }
+    if (f)
+        fclose(f);
+    uint64_t k = fnv_str(14695981039346656037ull, "gemm-v1");
+    k = fnv_str(fnv_str(k, model), k_blas_kernels());
+    k = fnv_str(fnv_str(k, getenv("DNNL_MAX_CPU_ISA")), getenv("ONEDNN_MAX_CPU_ISA"));
+    snprintf(buf, n, "%s/gemm-%016llx", dir, (unsigned long long)k);
+    return buf;
+}
+
+/* the rates kept at path (GFLOP/s); 0, or -1 where there is no good entry */
+static int gemm_cache_read(const char *path, double *dn, double *ob)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    char text[128] = "";
+    ssize_t got = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)sizeof text)
+        got = read(fd, text, sizeof text - 1);
+    if (fd >= 0)
+        close(fd);
+    if (got <= 0)
+        return -1;
+    text[got] = 0;
+    char tail = 0;
+    return sscanf(text, "fsdpc-gemm-v1 onednn %lf openblas %lf%c", dn, ob, &tail) == 3 && tail == '\n' && *dn > 0 &&
+                   *ob > 0 && *dn < 1e9 && *ob < 1e9
+               ? 0
+               : -1;
+}
+
+/* rank 0's probe: each library's rate on one thread (GFLOP/s); 0, or -1 out of memory */
+static int gemm_measure(double *dn, double *ob)
+{
+    const size_t nn = (size_t)GEMM_N * GEMM_N;
+    float *a = malloc(sizeof(float) * 3 * nn);
+    if (!a)
+        return -1;
+    for (size_t i = 0; i < 2 * nn; i++)
+        a[i] = (float)(i % 13) * 0.0625f - 0.375f;
+    int omp, blas;
+    k_team_get(&omp, &blas);
+    k_team_set(1, 1);
+    double best[2] = {0, 0};
+    for (int r = 0; r <= GEMM_REPS; r++)
+        for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN; lib++) {
+            double t = gemm_time(lib, a + 2 * nn, a, a + nn);
+            if (r > 0 && (best[lib] == 0 || t < best[lib]))
+                best[lib] = t;
+        }
+    k_team_set(omp, blas);
+    free(a);
+    const double flop = 2.0 * GEMM_N * GEMM_N * GEMM_N;
+    *ob = best[0] > 0 ? 1e-9 * flop / best[0] : 0;
+    *dn = best[1] > 0 ? 1e-9 * flop / best[1] : 0;
+    return 0;
 }
 
 /* sets the library (k_gemm_use) and g_gemm_why; 0, or -1 with a line in err (a bad FSDPC_GEMM) */
@@ -362,33 +472,30 @@ static int gemm_choose(int rank, char *err, size_t errlen)
         snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on rank 0's choice");
         return 0;
     }
-    const size_t nn = (size_t)GEMM_N * GEMM_N;
-    float *a = malloc(sizeof(float) * 3 * nn);
-    if (!a) {
-        snprintf(err, errlen, "out of memory for the float32 GEMM libraries' probe (3 MiB)");
-        return -1;
-    }
-    for (size_t i = 0; i < 2 * nn; i++)
-        a[i] = (float)(i % 13) * 0.0625f - 0.375f;
-    int omp, blas;
-    k_team_get(&omp, &blas);
-    k_team_set(1, 1);
-    double best[2] = {0, 0};
-    for (int r = 0; r <= GEMM_REPS; r++)
-        for (int lib = K_GEMM_OPENBLAS; lib <= K_GEMM_ONEDNN; lib++) {
-            double t = gemm_time(lib, a + 2 * nn, a, a + nn);
-            if (r > 0 && (best[lib] == 0 || t < best[lib]))
-                best[lib] = t;
+    char path[1024], kept[1200];
+    const char *why = NULL, *p = gemm_cache_path(path, sizeof path, &why);
+    double dn = 0, ob = 0;
+    if (p && gemm_cache_read(p, &dn, &ob) == 0)
+        snprintf(kept, sizeof kept, "from %s", p);
+    else {
+        if (gemm_measure(&dn, &ob) != 0) {
+            snprintf(err, errlen, "out of memory for the float32 GEMM libraries' probe (3 MiB)");
+            return -1;
         }
-    k_team_set(omp, blas);
-    free(a);
-    const double flop = 2.0 * GEMM_N * GEMM_N * GEMM_N;
-    const double ob = best[0] > 0 ? flop / best[0] : 0, dn = best[1] > 0 ? flop / best[1] : 0;
+        char text[128];
+        int n = snprintf(text, sizeof text, "fsdpc-gemm-v1 onednn %.1f openblas %.1f\n", dn, ob);
+        if (!p)
+            snprintf(kept, sizeof kept, "not kept: %s", why);
+        else if (rt_afile_write(p, text, (size_t)n, 0644) != 0)
+            snprintf(kept, sizeof kept, "not kept: cannot write %s: %s", p, strerror(errno));
+        else
+            snprintf(kept, sizeof kept, "kept in %s", p);
+    }
     const int lib = ob > 0 && dn >= GEMM_MARGIN * ob ? K_GEMM_ONEDNN : K_GEMM_OPENBLAS;
     k_gemm_use(lib);
-    snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on %s (measured here on one thread: oneDNN %.0f, "
-             "OpenBLAS %.0f GFLOP/s; oneDNN where %.1fx OpenBLAS's or more; FSDPC_GEMM=openblas or onednn picks "
-             "one)", k_gemm_name(lib), dn * 1e-9, ob * 1e-9, GEMM_MARGIN);
+    snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on %s (measured on one thread on this machine: oneDNN "
+             "%.0f, OpenBLAS %.0f GFLOP/s, %s; oneDNN where %.1fx OpenBLAS's or more; FSDPC_GEMM=openblas or onednn "
+             "picks one)", k_gemm_name(lib), dn, ob, kept, GEMM_MARGIN);
     return 0;
 }
 

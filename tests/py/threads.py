@@ -10,7 +10,8 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
 - the generated step (--emit-c) splits its big fused loops with `omp parallel for`, and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
-- the start-up line says which library runs the float32 GEMMs and what start-up measured of each; FSDPC_GEMM=openblas
+- the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
+  machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
   and =onednn each say so and train within 1e-5 (the measured one's bits where it is that one); FSDPC_GEMM=mkl is
   one line and a non-zero exit;
 - the start-up line says how many threads each side got and why: "threads: 2 for the kernels, 2 for OpenBLAS
@@ -116,9 +117,26 @@ def main():
     # runs with each other bit for bit.
     # The float32 GEMMs' library: measured at start-up unless FSDPC_GEMM names one (runtime/dev_host.c); oneDNN's
     # sgemm sums differently on 2 threads too (measured: 2048x256x1024 at 1 against 2 threads).
-    lib = re.search(r"float32 GEMMs on (OpenBLAS|oneDNN) \((measured here on one thread: oneDNN \d+, OpenBLAS \d+ GFLOP/s)?", one[0])
-    check(lib and lib.group(2), "the start-up line should say which library runs the float32 GEMMs and what it "
-          "measured:\n" + one[0][:1500])
+    # The choice is kept per machine in the cache folder (gemm-KEY): a fresh folder measures and keeps it, the
+    # next run reads it, a spoiled entry is measured and written again; the suite's folder (tests/CMakeLists.txt)
+    # holds one entry that every test's executables share, so no two runs of the suite differ by a probe's noise.
+    gc = J("gemmcache")
+    pat = (r"float32 GEMMs on (OpenBLAS|oneDNN) \((measured on one thread on this machine: oneDNN (\d+), OpenBLAS "
+           r"(\d+) GFLOP/s), (kept in|from) (\S+?gemm-[0-9a-f]{16})[;)]")
+    seen = []
+    for tag, spoil in (("cache_new", None), ("cache_hit", None), ("cache_bad", "fsdpc-gemm-v1 onednn x\n")):
+        if spoil:
+            open(seen[0].group(6), "w").write(spoil)
+        seen.append(re.search(pat, train(tag, {"OMP_NUM_THREADS": "1", "FSDPC_CACHE_DIR": gc})[0]))
+        check(seen[-1], "%s: the start-up line should say which library runs the float32 GEMMs, what was measured "
+              "and where it is kept" % tag)
+    check([m.group(5) for m in seen] == ["kept in", "from", "kept in"] and seen[0].group(6).startswith(gc)
+          and os.listdir(gc) == [os.path.basename(seen[0].group(6))] and seen[1].group(3, 4) == seen[0].group(3, 4),
+          "the GEMM choice's cache: a fresh folder should keep it, the next run read it (the same rates), a spoiled "
+          "entry be measured again: %s, folder %s" % ([m.group(0) for m in seen], os.listdir(gc)))
+    lib = re.search(pat, one[0])
+    check(lib, "the start-up line should say which library runs the float32 GEMMs and what it measured:\n"
+          + one[0][:1500])
     sums_differ = blas.group(1) in ("Haswell", "Zen") or lib.group(1) == "oneDNN"
     across = close if sums_differ else same
     cores = len(os.sched_getaffinity(0))
