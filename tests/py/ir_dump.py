@@ -114,12 +114,13 @@ def main():
     # attention: each block's scores, scale 1/sqrt(16), causal mask, Softmax and second product are one
     # FusedAttention and one FusedAttentionGrad; the mask (nanoGPT's buffer, Sliced, == 0, Cast) is recognised as
     # the causal band: no bias input, attribute causal, and none of the nodes that made it left (no Where,
-    # Equal or Slice); no Softmax or score GEMM is left; --no-fuse keeps the chain
+    # Equal or Slice); the keys as rows (krow: fold reads k^T through the scores GEMM's transB); no Softmax or
+    # score GEMM is left; --no-fuse keeps the chain
     body = out.split("nodes:")[1]
-    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ scale=(\S+) nbias=1 brep=1 krow=0 causal=1 ", out)
+    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ scale=(\S+) nbias=1 brep=1 krow=1 causal=1 ", out)
     check(len(att) == 2 and all(s == "0.25" for s in att) and out.count("= FusedAttentionGrad ") == 2 and
           "Softmax " not in body and not re.search(r"= (Where|Equal|Slice) ", body),
-          "attention: 2 FusedAttention (scale 0.25, causal, no bias) and 2 FusedAttentionGrad, no mask nodes "
+          "attention: 2 FusedAttention (scale 0.25, causal, no bias, krow) and 2 FusedAttentionGrad, no mask nodes "
           "expected: %s" % re.findall(r".*= (?:FusedAttention|Where|Equal|Slice) .*", body))
     nofuse = run(gpt + ["--no-fuse"]).stdout
     check("FusedAttention" not in nofuse and nofuse.count("= Softmax ") == 2, "attention: --no-fuse fused attention")
