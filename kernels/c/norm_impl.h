@@ -151,6 +151,11 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
     }
 }
 
+/* the widest row layernorm_grad_sweep takes (its sums: 32 KiB of stack) */
+#ifndef K_LN_SWEEP
+#define K_LN_SWEEP 2048
+#endif
+
 /* One thread, dx and the column sums together: one sweep down the rows, each
  * row's dy and x read once (from memory: the row's second read, by dx, hits
  * the cache), the column sums on the stack.  The same sums in the same order
@@ -159,7 +164,7 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
 static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
                                       const T *invstd, const T *scale, int64_t outer, int64_t inner)
 {
-    double ds[K_TILE], db[K_TILE];
+    double ds[K_LN_SWEEP], db[K_LN_SWEEP];
     for (int64_t c = 0; c < inner; c++)
         ds[c] = db[c] = 0;
     for (int64_t r = 0; r < outer; r++) {
@@ -190,7 +195,7 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
 #else
     const int alone = 1;
 #endif
-    if (dx && (dscale || dbias) && inner <= K_TILE && alone) {
+    if (dx && (dscale || dbias) && inner <= K_LN_SWEEP && alone) {
         KFN(layernorm_grad_sweep)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
         return;
     }
