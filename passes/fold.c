@@ -9,10 +9,12 @@
  *           (compose.c); no sequence remains: each is resolved into the
  *           tensors it holds (seq.c);
  *           no MatMul reads a Transpose of the last two axes (it reads the
- *           Transpose's input with its transA/transB flipped) and no such
- *           Transpose is left unread; no Dropout that drops nothing (ratio
- *           0 or not training, mask unread) remains: its readers read its
- *           input;
+ *           Transpose's input with its transA/transB flipped), nor, as its
+ *           sole reader, a Transpose sending the last axis to the
+ *           second-to-last place (it reads a Transpose keeping the last
+ *           axis, flag flipped), and no such Transpose is left unread; no
+ *           Dropout that drops nothing (ratio 0 or not training, mask
+ *           unread) remains: its readers read its input;
  *           Clip's min/max and the tensor family's shape-deciding inputs are
  *           attributes (ir/rules/tensor.h); CastLike is a Cast; comparisons
  *           and Gather's / GatherElements' indices read float32, float64 or int64 (int32 and
@@ -97,38 +99,73 @@ static int sweep_producer(const Sweep *s, int v)
     return -1;
 }
 
-/* Does Transpose t exchange the last two axes of its input and nothing else? */
-static int swaps_last_two(const Graph *g, const Node *t)
+/* Transpose t's perm into p (ONNX's default: the axes reversed); its rank, or 0 when the perm is malformed. */
+static int transpose_perm(const Graph *g, const Node *t, int64_t p[MAX_RANK])
 {
     int r = g->val[t->in[0]].shape.rank;
-    const Attr *p = ir_attr(t, "perm");
-    if (r < 2 || (p && p->n != r))
+    const Attr *a = ir_attr(t, "perm");
+    if (r < 2 || r > MAX_RANK || (a && a->n != r))
         return 0;
-    for (int i = 0; i < r; i++) {
-        int64_t want = i < r - 2 ? i : i == r - 2 ? r - 1 : r - 2;
-        if ((p ? p->ints[i] : r - 1 - i) != want)
-            return 0;
-    }
+    for (int i = 0; i < r; i++)
+        p[i] = a ? a->ints[i] : r - 1 - i;
+    return r;
+}
+
+/* Is node id the only reader of value v (and v no output)? */
+static int sole_reader(const Graph *g, int v, int id)
+{
+    if (ir_wanted(g, v))
+        return 0;
+    for (int i = 0; i < g->nnode; i++)
+        for (int k = 0; k < g->node[i].nin; k++)
+            if (g->node[i].in[k] == v && i != id)
+                return 0;
     return 1;
 }
 
-/* A MatMul operand that is such a Transpose of X reads X with the operand's
- * transpose flag flipped instead.  This saves a copy, and it matters for
+/* A MatMul operand that is a Transpose sending X's last axis to the
+ * second-to-last place, Transpose(X, p) with p[r-2] = r-1, is Transpose(X, p')
+ * with its last two axes exchanged, p' = p with p[r-2] and p[r-1] swapped:
+ * the MatMul reads Transpose(X, p') with the operand's transpose flag flipped.
+ * When p' is the identity (the Transpose exchanged the last two axes and
+ * nothing else) it reads X itself.  This saves a copy, and it matters for
  * parameters: training exports keep nn.Linear's W.t() as Transpose(W), whose
  * output the backward reads too, so the copy of the gathered W would live
  * from the forward to the backward and keep the unit unsharded in between.
- * A Transpose left without readers is dropped at the end of the sweep. */
+ * Otherwise Transpose(X, p') keeps X's last axis last, so it copies whole
+ * rows where Transpose(X, p) moved elements one at a time: attention's keys,
+ * k^T = Transpose(k [B, T, H, D], (0, 2, 3, 1)), become Transpose(k,
+ * (0, 2, 1, 3)) read with transB (fused attention's krow), and the
+ * gradient's transpose back is a copy of rows too.  A Transpose left without
+ * readers is dropped at the end of the sweep. */
 void fold_matmul_operands(Sweep *s, int id)
 {
     Graph *g = s->g;
     for (int k = 0; k < 2; k++) {
         int p = sweep_producer(s, g->node[id].in[k]);
-        if (p < 0 || g->node[p].op != OP_Transpose || !swaps_last_two(g, &g->node[p]))
+        int64_t perm[MAX_RANK];
+        int r = p >= 0 && g->node[p].op == OP_Transpose ? transpose_perm(g, &g->node[p], perm) : 0;
+        if (!r || perm[r - 2] != r - 1)
             continue;
+        perm[r - 2] = perm[r - 1];
+        perm[r - 1] = r - 1;
+        int identity = 1, x = g->node[p].in[0];
+        for (int i = 0; i < r; i++)
+            identity &= perm[i] == i;
+        if (!identity && !sole_reader(g, g->node[p].out[0], id))
+            continue; /* Transpose(X, p) stays for its other readers: a second copy would cost more */
+        if (!identity) { /* Transpose(X, p'), visited before node id */
+            const int n = s->nnew++;
+            int y = ir_value(g, ir_fmt("%s.rows.%d", g->val[g->node[p].out[0]].name, n), DT_UNDEF, NULL, R_ACT);
+            int t = ir_node1(g, OP_Transpose, ir_fmt("%s.rows.%d", g->node[p].name, n), x, -1, y);
+            ir_attr_ints_add(g, t, "perm", perm, r);
+            fold_visit(s, t);
+            x = y;
+        }
         const char *flag = k ? "transB" : "transA";
-        int64_t t = ir_attr_i(&g->node[id], flag, 0);
-        g->node[id].in[k] = g->node[p].in[0];
-        fold_set_attr(g, id, flag, A_INT)->i = !t;
+        int64_t f = ir_attr_i(&g->node[id], flag, 0);
+        g->node[id].in[k] = x;
+        fold_set_attr(g, id, flag, A_INT)->i = !f;
     }
 }
 

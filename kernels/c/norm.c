@@ -18,8 +18,9 @@
  * per channel, the same groups as the statistics.  For LayerNorm they run
  * down the columns, across rows, so a first pass accumulates them K_TILE
  * columns at a time in double on the stack and a second pass writes dx row
- * by row; every read of dy happens before dx is written at that place, so
- * dx may alias dy.  k_bn_running_var gives an --eval build's BatchNorm the
+ * by row (on one thread, rows of at most K_LN_SWEEP: one sweep doing both, the
+ * same sums in the same order); every read of dy happens before dx is
+ * written at that place, so dx may alias dy.  k_bn_running_var gives an --eval build's BatchNorm the
  * ONNX spec's running variance (biased) from the saved invstd.  Typed bodies
  * are in norm_impl.h.
  */

@@ -3,10 +3,14 @@
 
 /* Mean and biased variance of the row x[0..n) in one pass: K_LANES running
  * means and sums of squared deviations of x - x[0] (Welford's update, in T,
- * the lanes one vector register), combined in double (Chan's formula), the
- * last n % K_LANES elements added one by one.  Shifting by the row's first
- * element keeps the running means small, so a row far from 0 keeps T's
- * precision; and no E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
+ * the lanes one vector register: the lane loop is an omp simd loop, which
+ * the compiler would otherwise unroll into scalar code), combined in double
+ * (every lane has the same count, so the combined mean is the lanes' mean
+ * and the sum of squares gains count times the lane means' spread: Chan's
+ * formula for equal counts, with no division), the last n % K_LANES
+ * elements added one by one.  Shifting by the row's first element keeps the
+ * running means small, so a row far from 0 keeps T's precision; and no
+ * E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
 static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, double *var)
 {
     const T x0 = x[0];
@@ -15,6 +19,7 @@ static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, d
     for (int64_t k = 0; k < blocks; k++) {
         const T r = (T)1 / (T)(k + 1);
         const T *xb = x + k * K_LANES;
+#pragma omp simd
         for (int l = 0; l < K_LANES; l++) {
             const T v = xb[l] - x0, d = v - m[l];
             m[l] += d * r;
@@ -22,11 +27,15 @@ static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, d
         }
     }
     double cnt = 0, mu = 0, m2 = 0;
-    for (int l = 0; l < K_LANES && blocks; l++) { /* lane l: blocks elements, mean m[l], sum q[l] */
-        const double nb = (double)blocks, c = cnt + nb, d = (double)m[l] - mu;
-        mu += d * nb / c;
-        m2 += (double)q[l] + d * d * cnt * nb / c;
-        cnt = c;
+    if (blocks) { /* lane l: blocks elements, mean m[l], sum q[l] */
+        for (int l = 0; l < K_LANES; l++)
+            mu += (double)m[l];
+        mu /= K_LANES;
+        for (int l = 0; l < K_LANES; l++) {
+            const double d = (double)m[l] - mu;
+            m2 += (double)q[l] + d * d * (double)blocks;
+        }
+        cnt = (double)(blocks * K_LANES);
     }
     for (int64_t i = blocks * K_LANES; i < n; i++) {
         const double v = (double)x[i] - (double)x0, d = v - mu;
@@ -112,8 +121,8 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
     }
 }
 
-/* dx of one row of n: the row's two sums in K_LANES lanes of T (combined in
- * double), then dx in T. */
+/* dx of one row of n: the row's two sums in K_LANES lanes of T (an omp simd
+ * loop, as moments'; combined in double), then dx in T. */
 static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
                                     double is, const T *scale, int64_t n)
 {
@@ -121,6 +130,7 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
     T g1[K_LANES] = {0}, gx[K_LANES] = {0};
     int64_t i = 0;
     for (; i + K_LANES <= n; i += K_LANES)
+#pragma omp simd
         for (int l = 0; l < K_LANES; l++) {
             const T g = scale ? dy[i + l] * scale[i + l] : dy[i + l];
             g1[l] += g;
@@ -141,12 +151,54 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
     }
 }
 
+/* the widest row layernorm_grad_sweep takes (its sums: 32 KiB of stack) */
+#ifndef K_LN_SWEEP
+#define K_LN_SWEEP 2048
+#endif
+
+/* One thread, dx and the column sums together: one sweep down the rows, each
+ * row's dy and x read once (from memory: the row's second read, by dx, hits
+ * the cache), the column sums on the stack.  The same sums in the same order
+ * as the two sweeps of k_layernorm_grad, so the same bits.  Row r's dy is
+ * read before its dx is written, so dx may alias dy here too. */
+static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+                                      const T *invstd, const T *scale, int64_t outer, int64_t inner)
+{
+    double ds[K_LN_SWEEP], db[K_LN_SWEEP];
+    for (int64_t c = 0; c < inner; c++)
+        ds[c] = db[c] = 0;
+    for (int64_t r = 0; r < outer; r++) {
+        const T *dyr = dy + r * inner, *xr = x + r * inner;
+        const double mu = mean[r], is = invstd[r];
+        for (int64_t c = 0; c < inner; c++) {
+            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            db[c] += dyr[c];
+        }
+        KFN(layernorm_grad_row)(dx + r * inner, dyr, xr, mu, is, scale, inner);
+    }
+    for (int64_t c = 0; c < inner; c++) {
+        if (dscale)
+            dscale[c] = (T)ds[c];
+        if (dbias)
+            dbias[c] = (T)db[c];
+    }
+}
+
 void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
                            const T *mean, const T *invstd, const T *scale,
                            int64_t outer, int64_t inner)
 {
     if (inner <= 0)
         return;
+#ifdef _OPENMP
+    const int alone = outer * inner < K_PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel();
+#else
+    const int alone = 1;
+#endif
+    if (dx && (dscale || dbias) && inner <= K_LN_SWEEP && alone) {
+        KFN(layernorm_grad_sweep)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
+        return;
+    }
     if (dscale || dbias) {
         /* column tiles across threads: each column sums its rows in order */
         const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));

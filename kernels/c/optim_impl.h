@@ -79,14 +79,27 @@ void KFN(k_sgd)(T *p, const T *g, T *buf, int64_t n, double lr,
     }
 }
 
+/* The squares of x[lo, hi) summed in K_SQ_LANES double lanes (an omp simd
+ * loop: one chain of dependent adds would be bound by the add's latency, 4
+ * cycles an element), the lanes added in order, then the tail: the same
+ * bits at every vector width. */
+#define K_SQ_LANES 8
 static double KFN(sq_sum)(const void *ctx, int64_t lo, int64_t hi)
 {
     const T *x = ctx;
-    double a = 0;
-    for (int64_t i = lo; i < hi; i++)
+    double lane[K_SQ_LANES] = {0}, a = 0;
+    int64_t i = lo;
+    for (; i + K_SQ_LANES <= hi; i += K_SQ_LANES)
+#pragma omp simd
+        for (int l = 0; l < K_SQ_LANES; l++)
+            lane[l] += (double)x[i + l] * (double)x[i + l];
+    for (int l = 0; l < K_SQ_LANES; l++)
+        a += lane[l];
+    for (; i < hi; i++)
         a += (double)x[i] * (double)x[i];
     return a;
 }
+#undef K_SQ_LANES
 
 void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
 {

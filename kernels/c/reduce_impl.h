@@ -112,8 +112,14 @@ void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
         par_range(KFN(reduce_inner), &j, rows, count);
         return;
     }
-    /* few rows (a bias gradient: one): narrower tiles give every thread some */
-    j.tile = rows >= 8 ? K_TILE : min64(K_TILE, max64(64, (j.n + 7) / 8));
+    /* few rows (a bias gradient: one): narrower tiles give every thread some; one thread takes the widest,
+     * which reads x in the longest runs (the tile width changes no bit) */
+#ifdef _OPENMP
+    const int team = omp_get_max_threads() > 1 && !omp_in_parallel() && count * j.n >= K_PAR_MIN;
+#else
+    const int team = 0;
+#endif
+    j.tile = rows >= 8 || !team ? K_TILE : min64(K_TILE, max64(64, (j.n + 7) / 8));
     j.tiles = (j.n + j.tile - 1) / j.tile;
     par_range(KFN(reduce_outer), &j, rows * j.tiles, count * j.tile);
 }

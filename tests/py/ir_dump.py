@@ -91,10 +91,14 @@ def main():
           "fuse: the GPT's GELU forward and backward groups, got %s" % fused)
     check("Fused" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse still fused")
     # fold: nn.Linear's exported Transpose(W) is read through the MatMul's transB (no transposed copy of a
-    # gathered weight kept alive until the backward), and the GPT's Dropouts (ratio 0) are gone
+    # gathered weight kept alive until the backward), each layer's keys k^T = Transpose(k, (0,2,3,1)) through
+    # the scores MatMul's transB as Transpose(k, (0,2,1,3)) (rows copied whole), and the GPT's Dropouts
+    # (ratio 0) are gone
     fold = run(gpt[:-1] + ["fold"]).stdout.split("nodes:")[1]
-    check(len(re.findall(r"= MatMul .*transB=1", fold)) == 9 and not re.search(r"Transpose %\d+ perm=\[1,0\]", fold)
-          and "Dropout" not in fold, "fold: 9 MatMuls reading W with transB=1, no 2-D Transpose, no Dropout expected")
+    check(len(re.findall(r"= MatMul .*transB=1", fold)) == 9 + 2 and not re.search(r"Transpose %\d+ perm=\[1,0\]", fold)
+          and "perm=[0,2,3,1]" not in fold and "Dropout" not in fold,
+          "fold: 9 MatMuls reading W and 2 reading the keys with transB=1, no 2-D Transpose, no key transpose "
+          "moving the last axis, no Dropout expected")
     # fuse: GEMM epilogues. Each Linear's bias Add is in its GEMM, and so is the residual Add after
     # attn.c_proj and mlp.c_proj (at the GEMM's place, before the unit's Free); in the backward GELU's
     # factor 0.5 is the alpha of mlp.c_proj's input gradient; --no-fuse: none
@@ -110,12 +114,13 @@ def main():
     # attention: each block's scores, scale 1/sqrt(16), causal mask, Softmax and second product are one
     # FusedAttention and one FusedAttentionGrad; the mask (nanoGPT's buffer, Sliced, == 0, Cast) is recognised as
     # the causal band: no bias input, attribute causal, and none of the nodes that made it left (no Where,
-    # Equal or Slice); no Softmax or score GEMM is left; --no-fuse keeps the chain
+    # Equal or Slice); the keys as rows (krow: fold reads k^T through the scores GEMM's transB); no Softmax or
+    # score GEMM is left; --no-fuse keeps the chain
     body = out.split("nodes:")[1]
-    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ scale=(\S+) nbias=1 brep=1 krow=0 causal=1 ", out)
+    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ scale=(\S+) nbias=1 brep=1 krow=1 causal=1 ", out)
     check(len(att) == 2 and all(s == "0.25" for s in att) and out.count("= FusedAttentionGrad ") == 2 and
           "Softmax " not in body and not re.search(r"= (Where|Equal|Slice) ", body),
-          "attention: 2 FusedAttention (scale 0.25, causal, no bias) and 2 FusedAttentionGrad, no mask nodes "
+          "attention: 2 FusedAttention (scale 0.25, causal, no bias, krow) and 2 FusedAttentionGrad, no mask nodes "
           "expected: %s" % re.findall(r".*= (?:FusedAttention|Where|Equal|Slice) .*", body))
     nofuse = run(gpt + ["--no-fuse"]).stdout
     check("FusedAttention" not in nofuse and nofuse.count("= Softmax ") == 2, "attention: --no-fuse fused attention")
