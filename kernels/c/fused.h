@@ -20,16 +20,17 @@
 
 #ifndef __CUDACC_RTC__
 #include <math.h>
-/* glibc's vector math (libmvec, which -lm links as needed): declared here for GCC's vectorizer, so the loops of
- * the kernels and of the generated step compute exp, erf, tanh and log of 4-16 elements at once (glibc's own
- * headers declare them only under -ffast-math, which fsdpc does not use: NaN and infinities must stay).  The
- * vector versions are within 4 ulp of the scalar ones; a loop's last few elements still take the scalar one. */
+#include "vmath.h" /* the float rows' exp, erf, tanh and log: the same bits in a vectorised loop as scalar */
+/* glibc's vector expf (libmvec, which -lm links as needed): declared here for GCC's vectorizer, so the loops of
+ * the kernels that call expf themselves (softmax, attention) compute it for 4-16 elements at once (glibc's own
+ * headers declare it only under -ffast-math, which fsdpc does not use: NaN and infinities must stay).  It is
+ * within 4 ulp of the scalar expf, other bits, so the rows below do not use it: the float rows take vmath.h's
+ * functions, the double rows libm's, which no loop vectorises (no libmvec declared for them; KF_SIMD declares
+ * one in a kernel's file: loss.c's and reduce.c's double exp). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(_OPENMP) && !defined(__cplusplus) && \
     defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)
-#define KF_SIMD_(t, f) _Pragma("omp declare simd notinbranch") t f(t);
-KF_SIMD_(float, expf) KF_SIMD_(float, erff) KF_SIMD_(float, tanhf) KF_SIMD_(float, logf)
-KF_SIMD_(double, exp) KF_SIMD_(double, erf) KF_SIMD_(double, tanh) KF_SIMD_(double, log)
-#undef KF_SIMD_
+#define KF_SIMD(t, f) _Pragma("omp declare simd notinbranch") t f(t);
+KF_SIMD(float, expf)
 #endif
 #elif !defined(INFINITY) /* NVRTC has no <math.h>; Clip's absent bounds are spelled INFINITY */
 #define INFINITY __int_as_float(0x7f800000)
@@ -178,20 +179,26 @@ static inline int kf_unary_reads(int op)
 #if defined(T) || defined(M)
 #error "fused.h: include it before defining T or M"
 #endif
-/* Not forced inline, though GCC keeps an out-of-line clone of these in a large step and a loop calling it stays
- * scalar (4 of the demo GPT's 12 float32 fused loops vectorise): forced, the loops vectorise, and an erf or exp in a
- * vectorised loop is libmvec's (within 4 ulp of the scalar one), so a value --recompute computes again in a loop
- * fused otherwise came out other bits (recompute's bit-identity failed, 4.7e-9 in a weight).  Vector math that
- * gives the scalar bits (a polynomial of ours, no libmvec) would allow both. */
+/* Always inlined: a caller passes op as a constant, so each call folds to its one expression, but GCC weighs the
+ * whole switch (dozens of rows) when it decides, and in a large step it keeps an out-of-line clone instead; a call
+ * it cannot see into stops the loop from vectorising (the demo GPT's step at batch 8: 2 of its 6 float32 fused
+ * loops vectorised without this, 9 of its 13 bfloat16 ones; all with it).  A vectorised loop computes the same bits as scalar (vmath.h), so which elements take a loop's
+ * vector body and which its tail (how a loop is fused, how threads split it) changes no bit: --recompute, which
+ * computes some values again in loops fused otherwise, stays bit-identical. */
+#ifdef __GNUC__
+#define KF_INLINE static inline __attribute__((always_inline))
+#else
+#define KF_INLINE static inline
+#endif
 #define KF_DEFINE(S)                                                                        \
-    static inline T kf_binary_##S(int op, T a, T b)                                            \
+    KF_INLINE T kf_binary_##S(int op, T a, T b)                                                \
     {                                                                                          \
         switch (op) {                                                                          \
         KF_BINARY(KF_B_)                                                                       \
         default: return (T)0; /* no such op: callers check */                        \
         }                                                                                      \
     }                                                                                          \
-    static inline T kf_unary_##S(int op, T x, T p0, T p1)                                      \
+    KF_INLINE T kf_unary_##S(int op, T x, T p0, T p1)                                          \
     {                                                                                          \
         (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
@@ -199,7 +206,7 @@ static inline int kf_unary_reads(int op)
         default: return (T)0;                                                                 \
         }                                                                                      \
     }                                                                                          \
-    static inline T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                    \
+    KF_INLINE T kf_unary_grad_##S(int op, T dy, T x, T y, T p0, T p1)                        \
     {                                                                                          \
         (void)x, (void)y, (void)p0, (void)p1;                                                                    \
         switch (op) {                                                                          \
@@ -208,8 +215,20 @@ static inline int kf_unary_reads(int op)
         }                                                                                      \
     }
 
+/* float: M(f) is vmath.h's kf_##f##f where it has one (a KF_OWN_ row), else libm's f##f; NVRTC: CUDA's f##f.
+ * KF_OWN_f expands to ", kf_ff", which moves it into KF_2ND_'s second argument. */
 #define T float
+#ifdef __CUDACC_RTC__
 #define M(fn) fn##f
+#else
+#define KF_OWN_exp , kf_expf
+#define KF_OWN_erf , kf_erff
+#define KF_OWN_tanh , kf_tanhf
+#define KF_OWN_log , kf_logf
+#define KF_2ND_(a, b, ...) b
+#define KF_2ND(...) KF_2ND_(__VA_ARGS__)
+#define M(fn) KF_2ND(KF_OWN_##fn, fn##f, )
+#endif
 KF_DEFINE(f32)
 #undef T
 #undef M
@@ -219,6 +238,7 @@ KF_DEFINE(f64)
 #undef T
 #undef M
 #undef KF_DEFINE
+#undef KF_INLINE
 
 /* kf_binary_i64(op, a, b): the F_I64 rows of ops.def on int64 (index
  * arithmetic), as fsdpc folds constants: ADD, SUB, MUL wrap (as torch's

@@ -26,6 +26,12 @@
 #include "kernels.h"
 #include "walk.h"
 
+/* The cross-entropy sums exp(x - max) in double: libmvec's vector exp for it (fused.h's KF_SIMD),
+ * declared in this file only, so that no fused row's double exp is libmvec's (fused.h says why) */
+#ifdef KF_SIMD
+KF_SIMD(double, exp)
+#endif
+
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)
 #define KFN(name) KCAT(name, S)

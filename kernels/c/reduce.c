@@ -26,6 +26,12 @@
 #include "kernels.h"
 #include "walk.h"
 
+/* Softmax's float64 rows and log-softmax's backward take exp in double: libmvec's vector exp for them (fused.h's
+ * KF_SIMD), declared in this file only, so that no fused row's double exp is libmvec's (fused.h says why) */
+#ifdef KF_SIMD
+KF_SIMD(double, exp)
+#endif
+
 /* Identity of each reduction (the value over zero elements, MEAN aside). */
 static double red_init(int op)
 {
