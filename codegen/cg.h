@@ -77,8 +77,6 @@ int cg_cuemu_images(const Cg *cg, const char *dir, Buf *tables, const char **cc_
  * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc, made if missing; NULL: none of those is set, or the folder is
  * not this user's (or root's) or others can write into it (a warning says which) */
 const char *cg_cache_dir(void);
-/* mkdir -p dir (failures show when the cache's entry is written) */
-void cg_cache_mkdir(const char *dir);
 /* notes.c: the notes (stderr) on what OUT needs that this machine lacks: an NVIDIA driver (cuda), a native bf16
  * GEMM (cpu, --precision bf16) */
 void cg_notes(const Graph *g);

@@ -297,7 +297,6 @@ static int cache_write(const Job *j, const char *dir, uint64_t key)
 {
     if (!dir)
         return -1;
-    cg_cache_mkdir(dir);
     const char *path = entry_path(j, dir, key);
     RtAFile af; /* a shared cache folder: written beside path and renamed, never through a planted link */
     FILE *f = rt_afile_fopen(&af, path, 0644);

@@ -31,6 +31,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _XOPEN_SOURCE 700 /* pread */
 #include "build.h"
+#include "afile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,55 +44,24 @@
 #define OBJ_MAGIC "FSDPC-OBJECT-v2\n" /* 16 bytes, then key, header list length, object length, checksum */
 #define OBJ_MAX ((uint64_t)1 << 31)   /* a larger object is compiled every time, never kept */
 
-/* The folder named by the environment, made (mkdir -p) and checked: it must be
- * a folder owned by this user (or root) that no one else can write, as ssh
- * asks of ~/.ssh -- whoever can write into it can plant an object that the
- * next build links into its executable.  Else NULL, after a warning (one
+/* The folder named by the environment, made and checked (rt_cache_dir:
+ * this user's or root's, writable by no one else, since whoever can write
+ * into it can plant an object that the next build links into its
+ * executable).  Else NULL, after a warning where one is set but refused (one
  * per folder and process): the build compiles everything, as with no cache. */
 const char *cg_cache_dir(void)
 {
-    const char *d = getenv("FSDPC_CACHE_DIR");
-    if (d && *d)
-        d = ir_strdup(d);
-    else if ((d = getenv("XDG_CACHE_HOME")) && *d)
-        d = ir_fmt("%s/fsdpc", d);
-    else if ((d = getenv("HOME")) && *d)
-        d = ir_fmt("%s/.cache/fsdpc", d);
-    else
-        return NULL;
-    cg_cache_mkdir(d);
-    struct stat st;
-    const char *why = NULL;
-    if (stat(d, &st) != 0)
-        why = ir_fmt("cannot use it: %s", strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        why = "it is not a folder";
-    else if (st.st_uid != geteuid() && st.st_uid != 0)
-        why = ir_fmt("it belongs to another user (uid %u)", (unsigned)st.st_uid);
-    else if (st.st_mode & (S_IWGRP | S_IWOTH))
-        why = ir_fmt("others can write into it (mode %04o)", (unsigned)(st.st_mode & 07777));
-    if (!why)
-        return d;
+    char dir[4096], why[160];
+    if (rt_cache_dir(dir, sizeof dir, why, sizeof why))
+        return ir_strdup(dir);
     static char warned[4096]; /* one warning per folder and process (a compile asks more than once) */
-    if (strncmp(warned, d, sizeof warned - 1)) {
+    if (why[0] && strcmp(warned, dir)) {
         fprintf(stderr, "fsdpc: warning: not using the cache folder %s: %s, so another user could plant code in "
                 "it; everything is compiled (make it yours with mode 0755 or 0700, or set $FSDPC_CACHE_DIR)\n",
-                d, why);
-        snprintf(warned, sizeof warned, "%s", d);
+                dir, why);
+        snprintf(warned, sizeof warned, "%s", dir);
     }
     return NULL;
-}
-
-void cg_cache_mkdir(const char *dir)
-{
-    char *p = ir_strdup(dir); /* mkdir -p: the parents of the default folder may not exist yet */
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    mkdir(p, 0755);
 }
 
 /* cc (NULL-terminated: the compiler and its flags) followed by the NULL-terminated more */
@@ -262,7 +232,6 @@ static void cache_write(const char *dir, uint64_t key, const char *d, const char
     unlink(d);
     if (!data || len >= OBJ_MAX)
         return; /* (a header that cannot be read back: the object is not kept) */
-    cg_cache_mkdir(dir);
     RtAFile af; /* a shared cache folder: written beside the entry and renamed, never through a planted link */
     FILE *f = rt_afile_fopen(&af, entry_path(dir, key), 0644);
     uint64_t hdr[4] = {key, nrec, len, cg_fnv(cg_fnv(14695981039346656037ull, rec, nrec), data, len)};

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -351,4 +352,40 @@ int rt_dir_mktemp(int dirfd, const char *prefix, char *name, size_t cap)
             return -1;
     }
     return -1;
+}
+
+const char *rt_cache_dir(char *buf, size_t n, char *why, size_t wn)
+{
+    const char *d = getenv("FSDPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    int len = d && *d ? snprintf(buf, n, "%s", d)
+              : x && *x ? snprintf(buf, n, "%s/fsdpc", x)
+              : h && *h ? snprintf(buf, n, "%s/.cache/fsdpc", h)
+                        : -1;
+    if (len < 0) {
+        snprintf(why, wn, "%s", "");
+        return NULL;
+    }
+    if ((size_t)len >= n) {
+        snprintf(why, wn, "its name is longer than %zu bytes", n - 1);
+        return NULL;
+    }
+    for (char *p = buf + 1; *p; p++) /* mkdir -p: the parents of the default folder may not exist yet */
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    mkdir(buf, 0755);
+    struct stat st;
+    if (stat(buf, &st) != 0)
+        snprintf(why, wn, "cannot use it: %s", strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(why, wn, "it is not a folder");
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        snprintf(why, wn, "it belongs to another user (uid %u)", (unsigned)st.st_uid);
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(why, wn, "others can write into it (mode %04o)", (unsigned)(st.st_mode & 07777));
+    else
+        return buf;
+    return NULL;
 }

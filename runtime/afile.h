@@ -76,6 +76,15 @@ void rt_afile_abort(RtAFile *f);
 /* PATH written atomically with the n bytes of buf: 0, or -1 with errno */
 int rt_afile_write(const char *path, const void *buf, size_t n, mode_t mode);
 
+/* The cache folder fsdpc and its executables share: $FSDPC_CACHE_DIR, else
+ * $XDG_CACHE_HOME/fsdpc, else ~/.cache/fsdpc, made if missing (mkdir -p,
+ * 0755), into buf (n bytes).  It must be a folder owned by this user (or
+ * root) that no one else can write, as ssh asks of ~/.ssh: whoever can
+ * write into it could plant what the next build links in.  buf, or NULL
+ * with why (wn bytes) saying why it is not used: "" where none of the
+ * three is set, else the reason (buf then holds the folder's name). */
+const char *rt_cache_dir(char *buf, size_t n, char *why, size_t wn);
+
 /* File NAME of folder fromdir (made by another program: not a link) fsync'ed
  * and renamed to TO in folder todir (the same file system), then todir
  * fsync'ed.  0, or -1 with errno (NAME left where it was). */

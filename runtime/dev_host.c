@@ -352,8 +352,9 @@ static double gemm_time(int lib, float *c, const float *a, const float *b)
  * limit in the environment); later runs read it.  So two runs on one
  * machine never differ by a probe's noise (a resumed run sums as the run it
  * resumes), and a start-up costs nothing.  The folder must be this user's
- * (or root's) and writable by no one else, else nothing is read or kept
- * and every run measures (the line says why). */
+ * (or root's) and writable by no one else (rt_cache_dir, as for the
+ * compiler's objects), else nothing is read or kept and every run measures
+ * (the line says why). */
 static uint64_t fnv_str(uint64_t h, const char *s)
 {
     for (; s && *s; s++)
@@ -361,33 +362,20 @@ static uint64_t fnv_str(uint64_t h, const char *s)
     return (h ^ 0xff) * 1099511628211ull; /* a separator: "ab","c" is not "a","bc" */
 }
 
-/* path of this machine's entry into buf; NULL with *why where there is none to use */
-static const char *gemm_cache_path(char *buf, size_t n, const char **why)
+/* path of this machine's entry into buf (n bytes); NULL with why (wn bytes) where there is none to use */
+static const char *gemm_cache_path(char *buf, size_t n, char *why, size_t wn)
 {
-    const char *d = getenv("FSDPC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     char dir[768];
-    if (d && *d)
-        snprintf(dir, sizeof dir, "%s", d);
-    else if (x && *x)
-        snprintf(dir, sizeof dir, "%s/fsdpc", x);
-    else if (h && *h)
-        snprintf(dir, sizeof dir, "%s/.cache/fsdpc", h);
-    else
-        return *why = "no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME", NULL;
-    if (strlen(dir) >= sizeof dir - 1)
-        return *why = "the cache folder's name is too long", NULL;
-    for (char *p = dir + 1; *p; p++) /* mkdir -p, as the compiler does */
-        if (*p == '/') {
-            *p = 0;
-            mkdir(dir, 0755);
-            *p = '/';
+    if (!rt_cache_dir(dir, sizeof dir, why, wn)) {
+        if (!why[0])
+            snprintf(why, wn, "no $FSDPC_CACHE_DIR, $XDG_CACHE_HOME or $HOME");
+        else {
+            char r[160];
+            snprintf(r, sizeof r, "%.159s", why);
+            snprintf(why, wn, "the cache folder %.500s: %s", dir, r);
         }
-    mkdir(dir, 0755);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return *why = "no cache folder", NULL;
-    if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-        return *why = "the cache folder is another user's or others can write into it", NULL;
+        return NULL;
+    }
     char model[512] = "?", line[512];
     FILE *f = fopen("/proc/cpuinfo", "r");
     while (f && fgets(line, sizeof line, f))
@@ -472,8 +460,8 @@ static int gemm_choose(int rank, char *err, size_t errlen)
         snprintf(g_gemm_why, sizeof g_gemm_why, "float32 GEMMs on rank 0's choice");
         return 0;
     }
-    char path[1024], kept[1200];
-    const char *why = NULL, *p = gemm_cache_path(path, sizeof path, &why);
+    char path[1024], kept[1200], why[700];
+    const char *p = gemm_cache_path(path, sizeof path, why, sizeof why);
     double dn = 0, ob = 0;
     if (p && gemm_cache_read(p, &dn, &ob) == 0)
         snprintf(kept, sizeof kept, "from %s", p);
