@@ -23,7 +23,10 @@
  * and shared by every model, a model's program once per model.  An entry is
  * written atomically and checked (magic, key, length, checksum) when read;
  * a bad or unreadable entry is compiled again, and a cache that cannot be
- * written is only a warning.
+ * written is only a warning.  Two fsdpc compiling the same entry at once
+ * (a parallel build, a test suite) do it once: the compiling one holds an
+ * flock on ENTRY.lock beside it, the other waits for it (saying so) and
+ * reads the entry.
  *
  * Progress: a compile that misses the cache says on stderr what it compiles
  * (the library, the model's program) for which archs, what it takes from the
@@ -45,7 +48,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,6 +161,11 @@ typedef struct {
     char *log;             /* on failure */
     int failed;
     int say;               /* print a line when compiled (not --quiet) */
+    const char *entry;     /* its cache entry (NULL: no cache) and the entry's lock file */
+    const char *lock;
+    uint64_t key;
+    int waited;            /* read from the cache after another fsdpc compiled it */
+    int kept;              /* written to the cache */
 } Job;
 
 /* seconds on the monotonic clock */
@@ -261,13 +271,14 @@ static const char *entry_path(const Job *j, const char *dir, uint64_t key)
     return ir_fmt("%s/%s-%016llx.%s", dir, part_entry[j->part], (unsigned long long)key, j->arch);
 }
 
-static int cache_read(Job *j, const char *dir, uint64_t key)
+static int cache_read(Job *j)
 {
-    if (!dir)
+    if (!j->entry)
         return 0;
+    uint64_t key = j->key;
     int64_t size;
     const char *why;
-    int fd = ir_open_regular(entry_path(j, dir, key), 0, &size, &why);
+    int fd = ir_open_regular(j->entry, 0, &size, &why);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) { /* a miss: none there, or no regular file (never waited on); compiled again */
         if (fd >= 0)
@@ -292,12 +303,13 @@ static int cache_read(Job *j, const char *dir, uint64_t key)
     return ok;
 }
 
-/* j's image into the cache dir (NULL: none); 0 when written, else -1 after a warning */
-static int cache_write(const Job *j, const char *dir, uint64_t key)
+/* j's image into its cache entry; 0 when written, else -1 after a warning */
+static int cache_write(const Job *j)
 {
-    if (!dir)
+    if (!j->entry)
         return -1;
-    const char *path = entry_path(j, dir, key);
+    const char *path = j->entry;
+    uint64_t key = j->key;
     RtAFile af; /* a shared cache folder: written beside path and renamed, never through a planted link */
     FILE *f = rt_afile_fopen(&af, path, 0644);
     uint64_t hdr[3] = {key, j->len, fnv(14695981039346656037ull, j->data, j->len)};
@@ -306,11 +318,39 @@ static int cache_write(const Job *j, const char *dir, uint64_t key)
     if (f && !ok)
         rt_afile_abort(&af);
     if (!ok || rt_afile_commit(&af) != 0) {
-        fprintf(stderr, "fsdpc: warning: cannot write the kernel cache %s (%s); kernels will be compiled "
-                "again next time\n", dir, strerror(errno));
+        fprintf(stderr, "fsdpc: warning: cannot write the kernel cache entry %s (%s); kernels will be compiled "
+                "again next time\n", path, strerror(errno));
         return -1;
     }
     return 0;
+}
+
+/* A job's thread: its entry locked (ENTRY.lock, flock: released by the kernel if this process dies), read again
+ * if another fsdpc held the lock (it compiled the entry meanwhile), else compiled and written; the lock is let go
+ * after the write.  A lock that cannot be made (a read-only cache) only means no waiting. */
+static void *cached_job(void *arg)
+{
+    Job *j = arg;
+    int lk = j->entry ? open(j->lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    if (lk >= 0 && flock(lk, LOCK_EX | LOCK_NB) != 0) {
+        if (j->say)
+            fprintf(stderr, "fsdpc: NVRTC: another fsdpc is compiling %s for %s into the cache: waiting for it\n",
+                    part_said[j->part], j->arch);
+        int rc;
+        while ((rc = flock(lk, LOCK_EX)) != 0 && errno == EINTR)
+            ;
+        if (rc == 0 && cache_read(j)) {
+            j->waited = 1;
+            close(lk);
+            return NULL;
+        }
+    }
+    compile_job(j);
+    if (!j->failed)
+        j->kept = cache_write(j) == 0;
+    if (lk >= 0)
+        close(lk);
+    return NULL;
 }
 
 /* ---- the archs ------------------------------------------------------------ */
@@ -383,12 +423,13 @@ static void say_start(const Job *job, int njob, const int *missed, const char *c
 static void compile_all(Job *job, int njob, int say, int nfused)
 {
     const char *cdir = cg_cache_dir();
-    uint64_t *key = ir_alloc(sizeof(uint64_t) * (size_t)njob);
     pthread_t *th = ir_alloc(sizeof(pthread_t) * (size_t)njob);
     int *started = ir_alloc(sizeof(int) * (size_t)njob), *missed = ir_alloc(sizeof(int) * (size_t)njob), nmiss = 0;
     for (int i = 0; i < njob; i++) {
-        key[i] = job_key(&job[i]);
-        missed[i] = !cache_read(&job[i], cdir, key[i]);
+        job[i].key = job_key(&job[i]);
+        job[i].entry = cdir ? entry_path(&job[i], cdir, job[i].key) : NULL;
+        job[i].lock = cdir ? ir_fmt("%s.lock", job[i].entry) : NULL;
+        missed[i] = !cache_read(&job[i]);
         nmiss += missed[i];
     }
     if (!nmiss)
@@ -399,22 +440,29 @@ static void compile_all(Job *job, int njob, int say, int nfused)
     for (int i = 0; i < njob; i++)
         if (missed[i]) {
             job[i].say = say;
-            started[i] = !pthread_create(&th[i], NULL, compile_job, &job[i]);
+            started[i] = !pthread_create(&th[i], NULL, cached_job, &job[i]);
             if (!started[i])
-                compile_job(&job[i]);
+                cached_job(&job[i]);
         }
-    int ok = 1, kept = 1;
+    int ok = 1, kept = 1, ncompiled = 0;
     for (int i = 0; i < njob; i++)
         if (missed[i]) {
             if (started[i])
                 pthread_join(th[i], NULL);
             ok &= !job[i].failed;
-            if (!job[i].failed)
-                kept &= cache_write(&job[i], cdir, key[i]) == 0;
+            if (!job[i].waited) {
+                ncompiled++;
+                kept &= job[i].kept;
+            }
         }
-    if (say && ok) /* a failure: cg_cuda_images says so */
-        fprintf(stderr, "fsdpc: NVRTC: %d program%s compiled in %.1f s%s\n", nmiss, nmiss > 1 ? "s" : "",
-                now_s() - t0, kept ? ir_fmt("; kept in %s for the next compile", cdir) : "");
+    if (say && ok && !ncompiled) /* a failure: cg_cuda_images says so */
+        fprintf(stderr, "fsdpc: NVRTC: %d program%s read from the cache after %.1f s waiting for another fsdpc to "
+                "compile them\n", nmiss, nmiss != 1 ? "s" : "", now_s() - t0);
+    else if (say && ok)
+        fprintf(stderr, "fsdpc: NVRTC: %d program%s compiled in %.1f s%s%s\n", ncompiled, ncompiled != 1 ? "s" : "",
+                now_s() - t0, ncompiled < nmiss ? ir_fmt(", %d read from the cache another fsdpc wrote meanwhile",
+                                                          nmiss - ncompiled) : "",
+                kept ? ir_fmt("; kept in %s for the next compile", cdir) : "");
 }
 
 /* Compile both programs for every arch (cache first, threads for the rest);

@@ -17,7 +17,10 @@ usage: cuda_target.py FSDPC WORKDIR
    mpirun, where both ranks meet through the TCP control plane first.
 3. The kernel cache: a second build compiles nothing (entries untouched); a
    corrupted entry (the GPT's program for sm_90) is detected, compiled again
-   (that one alone, its stderr says) and rewritten.
+   (that one alone, its stderr says) and rewritten.  Two fsdpc compiling the
+   same entries at once (the GPT, a cache holding the library alone): the
+   first compiles the model's program for each arch, the second waits for
+   each entry's lock, says so and reads it; both executables the same bytes.
    The GPT's two attentions are FusedAttention (kernels/cuda/attn.cu), forward and backward.
 4. --precision bf16 builds, its step calls the bf16 GEMM and casts, and it
    fails here like the others; --rendezvous mpi is accepted, a bad one is a
@@ -103,6 +106,7 @@ def main():
     if got != want:
         raise SystemExit("FAILED: kernel cache holds %s, expected kernels-KEY.ARCH once and model-KEY.ARCH for "
                          "each model, for sm_80, sm_90 and compute_80" % entries)
+    race_compile(fsdpc, work, cache, entries, [gpt] + common + ["--dim", "batch=4", "--wrap", "size:30000"])
 
     # 2. what the executables need, what they embed, how they fail here
     for name, exe in exes.items():
@@ -239,9 +243,49 @@ def main():
           "convolutions and pooling")
 
 
+def race_compile(fsdpc, work, cache, entries, flags):
+    """Two fsdpc compiling the same entries at once: one compiles them, the other waits for its locks and reads
+    them (codegen/cuda.c).  A cache holding the library alone: the GPT's own program is what both need; the
+    second starts once the first has said what it compiles (its threads hold the locks by then)."""
+    race = os.path.join(work, "race_cache")
+    os.makedirs(race)
+    for e in entries:
+        if e.startswith("kernels-"):
+            shutil.copy2(os.path.join(cache, e), race)
+    e = dict(os.environ, FSDPC_CACHE_DIR=race)
+    first = subprocess.Popen([fsdpc] + flags[:1] + ["-o", os.path.join(work, "race_a")] + flags[1:],
+                             stderr=subprocess.PIPE, text=True, env=e)
+    said_a = ""
+    for line in first.stderr:
+        said_a += line
+        if line.startswith("fsdpc: compiling "):
+            break
+    said_b = run([fsdpc] + flags[:1] + ["-o", os.path.join(work, "race_b")] + flags[1:], env=e, timeout=900).stderr
+    said_a += first.stderr.read()
+    if first.wait(timeout=900) != 0:
+        raise SystemExit("FAILED: the first of two concurrent compiles exited %d:\n%s" % (first.returncode, said_a))
+    archs = ("sm_80", "sm_90", "compute_80")
+    compiled = sorted(l.split(" for ")[1].split(" compiled in ")[0] for l in said_a.splitlines()
+                      if l.startswith("fsdpc: NVRTC: the model's kernels for "))
+    waited = sorted(l.split(" for ")[1].split(" into the cache")[0] for l in said_b.splitlines()
+                    if l.startswith("fsdpc: NVRTC: another fsdpc is compiling the model's kernels for "))
+    total = [l for l in said_b.splitlines() if re.fullmatch(r"fsdpc: NVRTC: 3 programs read from the cache after "
+                                                            r"[0-9]+\.[0-9] s waiting for another fsdpc to compile them", l)]
+    with open(os.path.join(work, "race_a"), "rb") as fa, open(os.path.join(work, "race_b"), "rb") as fb:
+        same = fa.read() == fb.read()
+    if compiled != sorted(archs) or waited != sorted(archs) or len(total) != 1 or not same or \
+            any(" compiled in " in l for l in said_b.splitlines()):
+        raise SystemExit("FAILED: two concurrent compiles should compile the model's program once per arch (the "
+                         "first) while the second waits for each and reads it; identical executables (%s). "
+                         "First said:\n%s\nsecond said:\n%s" % (same, said_a, said_b))
+    print("two concurrent compiles: the first compiled the model's program for %s, the second waited:\n  %s"
+          % (", ".join(archs), "\n  ".join(said_b.splitlines())))
+
+
 def kernel_entries(cache):
-    """the kernel cache's entries (KEY.ARCH), not the object cache's beside them (KEY.o: codegen/objcache.c)"""
-    return sorted(e for e in os.listdir(cache) if not e.endswith(".o"))
+    """the kernel cache's entries (KEY.ARCH), not their lock files (KEY.ARCH.lock) nor the object cache's beside
+    them (KEY.o: codegen/objcache.c)"""
+    return sorted(e for e in os.listdir(cache) if not e.endswith((".o", ".lock")))
 
 
 def driver_note(stderr):
