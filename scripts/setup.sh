@@ -5,10 +5,10 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ binutils pkg-config libprotobuf-c-dev protobuf-c-compiler
       libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libdnnl-dev python3-numpy python3-onnx python3-matplotlib)
-# --test: also iproute2 (the multihost test's network namespaces) and Slurm (the slurm test starts its own
-# slurmctld + slurmd)
+# --test: also iproute2 (the multihost test's network namespaces), Slurm (the slurm test starts its own
+# slurmctld + slurmd) and ccache (scripts/test.sh's builds: install_minimal's second build tree hits it)
 [ "${1:-}" = "--test" ] && pkgs+=(python3-torch python3-torchvision libonnx-testdata clang libclang-rt-14-dev
-                                  iproute2 slurmctld slurmd slurm-client)
+                                  iproute2 slurmctld slurmd slurm-client ccache)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
