@@ -90,11 +90,13 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, i
                 sc[i * n + j] += bias[i * s + j];
     if (flags & K_ATTN_CAUSAL) {
         const int64_t w = flags >> K_ATTN_WINDOW_SHIFT;
-        for (int64_t i = 0; i < r; i++) {
+        for (int64_t i = 0; i < r; i++) { /* -inf before lo and after hi: only the masked entries are written */
             const int64_t hi = i0 + i + s - t, lo = w ? hi - w + 1 : 0; /* the keys row i0 + i sees */
-            for (int64_t j = 0; j < n; j++)
-                if (j > hi || j < lo)
-                    sc[i * n + j] = -(T)INFINITY;
+            const int64_t below = lo < 0 ? 0 : lo < n ? lo : n, above = hi + 1 < below ? below : hi + 1;
+            for (int64_t j = 0; j < below; j++)
+                sc[i * n + j] = -(T)INFINITY;
+            for (int64_t j = above; j < n; j++)
+                sc[i * n + j] = -(T)INFINITY;
         }
     }
 }
