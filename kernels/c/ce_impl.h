@@ -5,18 +5,23 @@
  * and their gradient in 16 bits, the loss float32, every sum in double as
  * for the others).  No include guard on purpose. */
 
+/* The row loops are omp simd reductions, so that they vectorise (libmvec's double exp, declared in loss.c): a
+ * plain sum is an ordered one GCC keeps scalar without -ffast-math.  The lanes' partial sums are combined in an
+ * order fixed by the code, so the result is the same on every run and thread count.  A NaN in a row makes its
+ * sum NaN whichever way the max treats it. */
 static double KFN(row_max)(const X *x, int64_t n)
 {
     double mx = XL(x[0]);
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < n; j++)
-        if (XL(x[j]) > mx)
-            mx = XL(x[j]);
+        mx = XL(x[j]) > mx ? XL(x[j]) : mx;
     return mx;
 }
 
 static double KFN(logsumexp)(const X *x, int64_t n)
 {
     double mx = KFN(row_max)(x, n), s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++)
         s += exp(XL(x[j]) - mx);
     return mx + log(s);
@@ -68,6 +73,7 @@ void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
         X *dr = dx + r * classes;
         double mx = KFN(row_max)(xr, classes), sum = 0;
 #if CE_E_IN_DX
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < classes; j++) {
             double e = exp(XL(xr[j]) - mx);
             dr[j] = (T)e;
@@ -76,6 +82,7 @@ void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
         for (int64_t j = 0; j < classes; j++)
             dr[j] = (T)(scale * ((double)dr[j] / sum - (j == labels[r])));
 #else
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < classes; j++)
             sum += exp(XL(xr[j]) - mx);
         for (int64_t j = 0; j < classes; j++) {

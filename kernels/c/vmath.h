@@ -9,11 +9,17 @@
  * its scalar tail depends on the loop (where it starts, how it is fused, how
  * the threads split it), so the same value computed by two loops came out
  * other bits: --recompute's bit-identity broke (CHANGELOG, precision.md).
- * Here every operation is an IEEE one (+ - * /, conversions, integer bit
- * operations), each correctly rounded alike in a vector lane and a scalar
- * register; the build's -std=c11 (and the step's) means -ffp-contract=off,
- * so no a*b+c is fused into an FMA in one version and not the other, on any
- * -march.
+ * Here every operation is an IEEE one (+ - * /, fused multiply-add,
+ * conversions, integer bit operations), each correctly rounded alike in a
+ * vector lane and a scalar register.  The build's -std=c11 (and the step's)
+ * means -ffp-contract=off, so the compiler fuses no a*b+c on its own; the
+ * polynomials' steps are KF_MAD_, an explicit fma() where the target has the
+ * instruction (__FMA__: x86-64-v3 and up, as the kernels and a native step
+ * are built here), else a multiply and an add.  So the bits depend on the
+ * -march level (as the GEMMs' do: tests/py/threads.py compares levels
+ * within 1e-4), never on whether a loop vectorised; the fused form halves
+ * the polynomials' instructions (the demo GPT's erf loop, GELU's, was 6 % of
+ * its 256/6/256/8 step on oneDNN).
  *
  * How.  Each function widens x to double, computes there with a polynomial
  * whose error is far below a float's ulp (about 1e-11 relative and below),
@@ -53,6 +59,13 @@
 
 #include <stdint.h>
 #include <string.h>
+
+/* a*b + c (doubles): one rounding where the target has a fused multiply-add (the essay above) */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define KF_MAD_(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#define KF_MAD_(a, b, c) ((a) * (b) + (c))
+#endif
 
 /* forced inline: a call left out of line stops its loop from vectorising */
 #ifdef __GNUC__
@@ -95,9 +108,15 @@ KF_VINLINE double kf_exp_d_(double x)
     kd -= shift;
     /* ln 2 = 0x1.62e42feep-1 (its low bits zero: k times it is exact) + 0x1.a39ef35793c76p-33 */
     const double r = (x - kd * 0x1.62e42feep-1) - kd * 0x1.a39ef35793c76p-33;
-    const double p =
-        1 + r * (1 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 +
-            r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880)))))))));
+    double p = KF_MAD_(r, 1.0 / 362880, 1.0 / 40320);
+    p = KF_MAD_(p, r, 1.0 / 5040);
+    p = KF_MAD_(p, r, 1.0 / 720);
+    p = KF_MAD_(p, r, 1.0 / 120);
+    p = KF_MAD_(p, r, 1.0 / 24);
+    p = KF_MAD_(p, r, 1.0 / 6);
+    p = KF_MAD_(p, r, 1.0 / 2);
+    p = KF_MAD_(p, r, 1);
+    p = KF_MAD_(p, r, 1);
     /* 2^k: k into the exponent field (kb << 52 keeps k's low 12 bits, two's complement) */
     return p * kf_bitsd_(0x3ff0000000000000u + (kb << 52));
 }
@@ -131,17 +150,25 @@ KF_VINLINE float kf_erff(float x)
     const double a = kf_absmin_(x, 0x40800000u /* 4: erf rounds to 1 from 3.92 */);
     const double z = a * a; /* exact: a has 24 significant bits */
     /* erf(a) / a as a polynomial of a^2 on [0, 0.921875] */
-    const double small =
-        a * (0x1.20dd75041dfa7p+0 + z * (-0x1.8127469529422p-2 + z * (0x1.ce2f174fd45c4p-4 +
-            z * (-0x1.b82b610615f54p-6 + z * (0x1.563fe370958a0p-8 + z * (-0x1.bdf76388d1180p-11 +
-            z * (0x1.e061b4e8ec800p-14 + z * -0x1.594076ef2c000p-17)))))));
+    double small = KF_MAD_(z, -0x1.594076ef2c000p-17, 0x1.e061b4e8ec800p-14);
+    small = KF_MAD_(small, z, -0x1.bdf76388d1180p-11);
+    small = KF_MAD_(small, z, 0x1.563fe370958a0p-8);
+    small = KF_MAD_(small, z, -0x1.b82b610615f54p-6);
+    small = KF_MAD_(small, z, 0x1.ce2f174fd45c4p-4);
+    small = KF_MAD_(small, z, -0x1.8127469529422p-2);
+    small = a * KF_MAD_(small, z, 0x1.20dd75041dfa7p+0);
     /* log(erfc(a)) + a^2 on [0.921875, 4], a polynomial of t = a - 2.4609375 */
     const double t = a - 2.4609375;
-    const double s =
-        -0x1.8afeedf75b608p+0 + t * (-0x1.6daf5c7eee572p-2 + t * (0x1.d635e864dbedcp-5 +
-        t * (-0x1.6f1a36436334cp-7 + t * (0x1.26db6fe1ae400p-9 + t * (-0x1.cc6d29eea2480p-12 +
-        t * (0x1.515eb2890e000p-14 + t * (-0x1.c856a3b79b000p-17 + t * (0x1.0400d0d540000p-19 +
-        t * (-0x1.57c7468a00000p-25 + t * -0x1.d61392e000000p-25)))))))));
+    double s = KF_MAD_(t, -0x1.d61392e000000p-25, -0x1.57c7468a00000p-25);
+    s = KF_MAD_(s, t, 0x1.0400d0d540000p-19);
+    s = KF_MAD_(s, t, -0x1.c856a3b79b000p-17);
+    s = KF_MAD_(s, t, 0x1.515eb2890e000p-14);
+    s = KF_MAD_(s, t, -0x1.cc6d29eea2480p-12);
+    s = KF_MAD_(s, t, 0x1.26db6fe1ae400p-9);
+    s = KF_MAD_(s, t, -0x1.6f1a36436334cp-7);
+    s = KF_MAD_(s, t, 0x1.d635e864dbedcp-5);
+    s = KF_MAD_(s, t, -0x1.6daf5c7eee572p-2);
+    s = KF_MAD_(s, t, -0x1.8afeedf75b608p+0);
     const double big = 1 - kf_exp_d_(s - z);
     return kf_bitsf_(kf_fbits_((float)kf_pick_(a < 0.921875, small, big)) | (kf_fbits_(x) & 0x80000000u));
 }
@@ -150,7 +177,10 @@ KF_VINLINE float kf_tanhf(float x)
 {
     const double a = kf_absmin_(x, 0x41200000u /* 10: tanh rounds to 1 from 9.02 */);
     const double z = a * a;
-    const double small = a + a * z * (-1.0 / 3 + z * (2.0 / 15 + z * (-17.0 / 315 + z * (62.0 / 2835))));
+    double q = KF_MAD_(z, 62.0 / 2835, -17.0 / 315);
+    q = KF_MAD_(q, z, 2.0 / 15);
+    q = KF_MAD_(q, z, -1.0 / 3);
+    const double small = KF_MAD_(a * z, q, a);
     const double big = 1 - 2 / (kf_exp_d_(2 * a) + 1);
     return kf_bitsf_(kf_fbits_((float)kf_pick_(a < 0.0625, small, big)) | (kf_fbits_(x) & 0x80000000u));
 }
@@ -164,9 +194,13 @@ KF_VINLINE float kf_logf(float x)
     const int32_t k = (int32_t)((hi - 0x3fe6a09eu + 0x40000000u) >> 20) - 1024;
     const double m = kf_bitsd_(kf_dbits_(d) - ((uint64_t)(int64_t)k << 52));
     const double s = (m - 1) / (m + 1), z = s * s;
-    const double lg = 2 * s * (1 + z * (1.0 / 3 + z * (1.0 / 5 + z * (1.0 / 7 + z * (1.0 / 9 + z * (1.0 / 11 +
-        z * (1.0 / 13)))))));
-    const uint32_t r = kf_fbits_((float)((double)k * 0x1.62e42fefa39efp-1 + lg));
+    double q = KF_MAD_(z, 1.0 / 13, 1.0 / 11);
+    q = KF_MAD_(q, z, 1.0 / 9);
+    q = KF_MAD_(q, z, 1.0 / 7);
+    q = KF_MAD_(q, z, 1.0 / 5);
+    q = KF_MAD_(q, z, 1.0 / 3);
+    const double lg = 2 * s * KF_MAD_(q, z, 1);
+    const uint32_t r = kf_fbits_((float)KF_MAD_((double)k, 0x1.62e42fefa39efp-1, lg));
     /* 0: -inf; below 0 or NaN: NaN; inf: inf (an integer select of the bits, as kf_absmin_) */
     const uint32_t u = kf_fbits_(x), special = (uint32_t)0 - (uint32_t)((u & 0x7fffffffu) == 0 || u >= 0x7f800000u);
     const uint32_t sbits = u == 0 || u == 0x80000000u ? 0xff800000u : u == 0x7f800000u ? u : 0x7fc00000u;
@@ -174,4 +208,5 @@ KF_VINLINE float kf_logf(float x)
 }
 
 #undef KF_VINLINE
+#undef KF_MAD_
 #endif
