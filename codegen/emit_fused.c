@@ -100,7 +100,10 @@ static void body(Cg *cg, Buf *b, const Node *n, const char *ind)
         switch (m->op) {
         case OP_Cast: {
             DType to = g->val[m->out[0]].dtype;
-            e = is_low(to) ? ir_fmt("%s(%s(%s))", conv(cg, 1, to), conv(cg, 0, to), a) : a;
+            if (to == DT_BF16 && !cg->cuda) /* (kernels.h's k_bf16_round: the same bits in 32-bit lanes) */
+                e = ir_fmt("k_bf16_round(%s)", a);
+            else
+                e = is_low(to) ? ir_fmt("%s(%s(%s))", conv(cg, 1, to), conv(cg, 0, to), a) : a;
             break;
         }
         case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;

@@ -38,7 +38,9 @@
  * Add's, with no barrier between.  A second Add may join the same node
  * when the first filled the other slot.  Before any Add joins, a scaling
  * of the product by a constant (Mul or Div by a scalar constant, Scale:
- * attention's 1/sqrt(d)) becomes the GEMM's alpha.
+ * attention's 1/sqrt(d)) becomes the GEMM's alpha.  Then a Cast to 16
+ * bits of a GEMM's float32 result becomes the GEMM's own 16-bit output, a
+ * block of rows at a time (gemm_low_out).
  */
 #include "ir.h"
 #include "rules/tensor.h"
@@ -209,8 +211,24 @@ static void gemm_epilogues(Graph *g)
         drop_nodes(g, dropped);
 }
 
-/* Rows of a GEMM's scratch block: its float32 results of at most GEMM_LOW_BLOCK bytes */
-#define GEMM_LOW_BLOCK ((int64_t)32 << 20)
+/* Rows of a GEMM's scratch block: its float32 results of at most GEMM_LOW_BLOCK bytes (a core's L2: the
+ * rounding reads them from there), yet GEMM_LOW_ROWS rows or more (a GEMM of fewer is slow); a result of more
+ * than GEMM_LOW_LARGE bytes always goes so (the step never holds it in float32) */
+#define GEMM_LOW_BLOCK ((int64_t)1 << 20)
+#define GEMM_LOW_ROWS 128
+#define GEMM_LOW_LARGE ((int64_t)32 << 20)
+
+/* Is value v's one reader an op a fused loop takes in (so a Cast of it is rounded in that loop's registers)? */
+static int read_by_loop(const Graph *g, int v)
+{
+    if (g->val[v].nuses != 1)
+        return 0;
+    for (int i = 0; i < g->nnode; i++)
+        for (int j = 0; j < g->node[i].nin; j++)
+            if (g->node[i].in[j] == v)
+                return fusable(g, &g->node[i]);
+    return 0;
+}
 
 /* The rows of GEMM p's output as one matrix: the output's rows when the GEMM is one matrix product, or its
  * batch's rows together when the second operand is one matrix every batch shares and the first is not
@@ -226,11 +244,13 @@ static int64_t gemm_rows(const Graph *g, const Node *p)
     return shape_numel(sy) / sy->dim[sy->rank - 1];
 }
 
-/* A large GEMM result that only a Cast to 16 bits reads (passes/precision.c stores products low) is never
- * written in float32: the GEMM (as MatMulAdd) writes the 16-bit value itself, computing a block of rows at a
- * time into a float32 scratch (its output 1, GEMM_LOW_BLOCK bytes at most) and rounding it into place, so
- * the step never holds the whole float32 result (a language model's logits: 1.6 GB at GPT-2's vocabulary
- * and 8192 tokens).  Smaller ones keep their Cast. */
+/* A GEMM result that only a Cast to 16 bits reads (passes/precision.c stores products low) is never written
+ * in float32: the GEMM (as MatMulAdd) writes the 16-bit value itself, computing a block of rows at a time into
+ * a float32 scratch (its output 1, about GEMM_LOW_BLOCK bytes) and rounding it into place while the block is
+ * in cache, so the step never holds the whole float32 result (a language model's logits: 1.6 GB at GPT-2's
+ * vocabulary and 8192 tokens) and makes no pass of its own over it.  A result up to GEMM_LOW_LARGE whose Cast
+ * a fused loop takes in (its one reader is elementwise: a residual Add) keeps it there, rounded in the loop's
+ * registers. */
 static void gemm_low_out(Graph *g)
 {
     ir_link(g);
@@ -248,13 +268,14 @@ static void gemm_low_out(Graph *g)
         if (p < 0 || (g->node[p].op != OP_MatMul && g->node[p].op != OP_MatMulAdd) || xv->dtype != DT_F32 ||
             xv->nuses != 1 || xv->role != R_ACT || xv->alias_of >= 0 || is_output(g, x) ||
             (p >= g->nfwd) != (c >= g->nfwd) || barrier_before[c] != barrier_before[p + 1] ||
-            value_numel(g, x) * 4 <= GEMM_LOW_BLOCK)
+            (value_numel(g, x) * 4 <= GEMM_LOW_LARGE && read_by_loop(g, cast->out[0])))
             continue;
         int64_t rows = gemm_rows(g, &g->node[p]), cols = xv->shape.dim[xv->shape.rank - 1];
         if (rows <= 0)
             continue;
         int64_t block = GEMM_LOW_BLOCK / 4 / cols;
-        block = block < 1 ? 1 : block > rows ? rows : block;
+        block = block < GEMM_LOW_ROWS ? GEMM_LOW_ROWS : block;
+        block = block > rows ? rows : block;
         Node mm = g->node[p];
         int *in = ir_alloc(sizeof(int) * 4), *out = ir_alloc(sizeof(int) * 2);
         in[0] = mm.in[0], in[1] = mm.in[1], in[2] = -1, in[3] = -1;

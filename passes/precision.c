@@ -22,7 +22,8 @@
  *   - activations are stored as torch.autocast stores them: the result of a
  *     MatMul (y of a FusedAttention; dq, dkt, dv of its gradient) is
  *     bfloat16 — the GEMM writes a float32 temporary and a Cast stores it,
- *     which fuse.c takes into the GEMM where it is large — and an elementwise
+ *     which fuse.c takes into the GEMM (a block of rows at a time) or
+ *     into the fused loop that reads it — and an elementwise
  *     op (F_UNARY / F_BINARY, UnaryGrad, Scale) whose inputs are all
  *     bfloat16 (scalar constants aside, as torch's type promotion ignores a
  *     Python scalar) reads each through a Cast of its own to float32,
@@ -39,8 +40,10 @@
  *     the loss, or an --eval build's output;
  *   - the cross-entropy reads bfloat16 logits (k_cross_entropy_bf16) and
  *     writes their gradient in bfloat16;
- *   - data movement (Transpose, Gather of a table, Identity, Reshape) of a
- *     bfloat16 value stays bfloat16;
+ *   - data movement (Transpose, Gather of a table, Identity, Reshape, Split;
+ *     Concat of bfloat16 values alone) of a bfloat16 value stays bfloat16,
+ *     so a product that is split (attention's q, k, v of one GEMM) is
+ *     stored bfloat16 and its parts need no cast;
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
  *     value and phase (LayerNorm, softmax, reductions, Conv compute in
  *     float32 on the rounded values; the backward casts again rather than
@@ -59,10 +62,16 @@
 
 #include <string.h>
 
-/* ops whose input 0 is only moved: a bfloat16 input gives a bfloat16 output */
+/* ops whose input 0 is only moved: a bfloat16 input gives bfloat16 outputs (Split: each part) */
 static int moves_input0(Op op)
 {
-    return op == OP_Transpose || op == OP_Gather || op == OP_Identity || op == OP_Reshape;
+    return op == OP_Transpose || op == OP_Gather || op == OP_Identity || op == OP_Reshape || op == OP_Split;
+}
+
+/* does node n only move its input j (a Concat every input) into its outputs? */
+static int moves(const Node *n, int j)
+{
+    return (j == 0 && moves_input0(n->op)) || n->op == OP_Concat;
 }
 
 DType precision_low(Precision p) { return p == PREC_FP16 ? DT_F16 : DT_BF16; }
@@ -207,7 +216,10 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
         int bound = 0;
         for (int k = 0; k < n->nout; k++)
             bound |= n->out[k] >= 0 && grad_bound[n->out[k]];
-        int passes_grad = moves_input0(n->op) || n->op == OP_Add || n->op == OP_Sum;
+        int passes_grad = moves_input0(n->op) || n->op == OP_Concat || n->op == OP_Add || n->op == OP_Sum;
+        int out_low = 0; /* some output is read low */
+        for (int k = 0; k < n->nout; k++)
+            out_low |= n->out[k] >= 0 && low_reader[n->out[k]];
         for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
             if (v < 0)
@@ -217,9 +229,9 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
             reads[v]++;
             if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
                 ew_reader[v] = 1;
-            if ((ir_reads_low(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast) ||
-                is_elementwise(n) ||
-                (j == 0 && moves_input0(n->op) && n->nout >= 1 && low_reader[n->out[0]]))
+            if ((ir_reads_low(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast &&
+                 n->op != OP_Split && n->op != OP_Concat) ||
+                is_elementwise(n) || (moves(n, j) && out_low))
                 low_reader[v] = 1;
         }
     }
@@ -305,7 +317,20 @@ void pass_precision(Graph *g)
             else
                 in[1] = cast_of(&w, in[1], DT_F32);
         } else if (moves_input0(n.op) && g->val[in[0]].dtype == low) {
-            g->val[n.out[0]].dtype = low;
+            for (int k = 0; k < n.nout; k++)
+                if (n.out[k] >= 0)
+                    g->val[n.out[k]].dtype = low;
+        } else if (n.op == OP_Concat) {
+            /* moved as it is when every input is low (the backward of a low Split); else the low ones widened */
+            int all_low = 1;
+            for (int j = 0; j < n.nin; j++)
+                all_low &= in[j] >= 0 && g->val[in[j]].dtype == low;
+            if (all_low)
+                g->val[n.out[0]].dtype = low;
+            else
+                for (int j = 0; j < n.nin; j++)
+                    if (in[j] >= 0 && is_low(g->val[in[j]].dtype))
+                        in[j] = cast_of(&w, in[j], DT_F32);
         } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {
             w.view[n.out[0]] = w.n; /* a later bfloat16 cast of its output may view in[0]'s instead */
         } else if (is_elementwise(&n) && g->val[n.out[0]].dtype == DT_F32) {

@@ -684,6 +684,21 @@ static void test_cast_bf16(int dt)
     CTX("k_cast bf16 -> f32");
     k_cast(K_DT_F32, back, K_DT_BF16, y, N);
     check_bytes(dt, back, wantb, sizeof wantb);
+    /* k_bf16_round (the fused loops' rounding) = the cast there and back, bit for bit: every high half with
+     * low halves at and around the ties, the ends and one drawn per high half */
+    CTX("k_bf16_round = k_bf16_to_f32(k_bf16_from_f32)");
+    uint32_t seed = 1, bad = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; hi++) {
+        seed = seed * 1664525u + 1013904223u;
+        const uint32_t lows[] = {0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, seed >> 16};
+        for (int k = 0; k < 7; k++) {
+            union { uint32_t u; float f; } v = {hi << 16 | lows[k]}, r, w;
+            r.f = k_bf16_round(v.f);
+            w.f = k_bf16_to_f32(k_bf16_from_f32(v.f));
+            bad += r.u != w.u;
+        }
+    }
+    check_bytes(dt, &bad, &(uint32_t){0}, sizeof bad);
     /* double goes through float: 1 + 2^-8 + 2^-30 is 1 + 2^-8 in float, a tie, so 1 */
     double d[3] = {1.0 + 0x1p-8 + 0x1p-30, -3.0, 1e300};
     uint16_t wd[3] = {0x3F80, 0xC040, 0x7F80}, yd[3];

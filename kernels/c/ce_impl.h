@@ -57,9 +57,13 @@ int64_t KFN(k_cross_entropy)(T *loss, const X *x, const int64_t *labels,
 
 /* Row by row, scale = dloss/rows: dx = scale (e / sum - onehot) with
  * e = exp(x - max) rounded to T.  Where X is T, dx holds e first (one
- * exponential per element); a 16-bit dx cannot, so the row's sum is taken
- * first and e computed again.  Either way x is not read after dx's row is
- * written, so dx may alias x. */
+ * exponential per element); a 16-bit dx cannot, so e is kept in a T array
+ * on the stack where the row fits (CE_ROW_KEEP classes: the language
+ * models' vocabularies up to it), else computed again after the row's sum.
+ * Either way x is not read after dx's row is written, so dx may alias x. */
+#ifndef CE_ROW_KEEP
+#define CE_ROW_KEEP 4096
+#endif
 void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
                                const int64_t *labels, int64_t rows,
                                int64_t classes)
@@ -82,12 +86,24 @@ void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
         for (int64_t j = 0; j < classes; j++)
             dr[j] = (T)(scale * ((double)dr[j] / sum - (j == labels[r])));
 #else
+        if (classes <= CE_ROW_KEEP) {
+            T e[CE_ROW_KEEP];
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < classes; j++)
-            sum += exp(XL(xr[j]) - mx);
-        for (int64_t j = 0; j < classes; j++) {
-            const T e = (T)exp(XL(xr[j]) - mx);
-            dr[j] = XS(scale * ((double)e / sum - (j == labels[r])));
+            for (int64_t j = 0; j < classes; j++) {
+                const double ej = exp(XL(xr[j]) - mx);
+                e[j] = (T)ej;
+                sum += ej;
+            }
+            for (int64_t j = 0; j < classes; j++)
+                dr[j] = XS(scale * ((double)e[j] / sum - (j == labels[r])));
+        } else {
+#pragma omp simd reduction(+ : sum)
+            for (int64_t j = 0; j < classes; j++)
+                sum += exp(XL(xr[j]) - mx);
+            for (int64_t j = 0; j < classes; j++) {
+                const T e = (T)exp(XL(xr[j]) - mx);
+                dr[j] = XS(scale * ((double)e / sum - (j == labels[r])));
+            }
         }
 #endif
     }

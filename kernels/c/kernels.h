@@ -468,6 +468,16 @@ static inline float k_bf16_to_f32(uint16_t h)
     union { uint32_t u; float f; } x = {(uint32_t)h << 16};
     return x.f;
 }
+/* f rounded to bfloat16 and widened back, k_bf16_to_f32(k_bf16_from_f32(f))
+ * bit for bit, in 32-bit lanes: a vectorised loop (the fused loops' rounding
+ * of each intermediate) needs no narrowing to 16 bits and widening back */
+static inline float k_bf16_round(float f)
+{
+    union { float f; uint32_t u; } x = {f};
+    x.u = (x.u & 0x7fffffffu) > 0x7f800000u ? (x.u | 0x00400000u) & 0xffff0000u
+                                             : (x.u + 0x7fffu + ((x.u >> 16) & 1u)) & 0xffff0000u;
+    return x.f;
+}
 /* k_matmul with bfloat16 operands and a float32 result, accumulated in
  * float32 (the contract of a mixed-precision GEMM: every product of two
  * bfloat16 values is exact in float32); otherwise as k_matmul_f32.
