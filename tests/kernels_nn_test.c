@@ -995,8 +995,8 @@ static void test_dropout(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_softmax, test_layernorm, test_batchnorm, test_conv, test_conv_dnnl, test_conv_16, test_pool, test_global_avgpool,
-        test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
+        test_softmax, test_layernorm, test_batchnorm, test_conv, test_conv_dnnl, test_conv_16, test_pool,
+        test_global_avgpool, test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }
