@@ -107,8 +107,8 @@ int main(int argc, char **argv)
             for (int side = 0; side < 3; side++)
                 tot[side][dir] += best[side][dir];
         }
-        printf(" %s / %s\n", k_conv2d_dnnl_impl(p, K_CONV_FWD, K_CONV_DNNL_PLAIN, 1),
-               k_conv2d_dnnl_impl(p, K_CONV_FWD, K_CONV_DNNL_BLOCKED, 1));
+        printf(" %s / %s\n", k_conv2d_dnnl_impl(p, K_CONV_FWD, K_CONV_DNNL_PLAIN, 1, K_DT_F32),
+               k_conv2d_dnnl_impl(p, K_CONV_FWD, K_CONV_DNNL_BLOCKED, 1, K_DT_F32));
         free(c.x), free(c.dx), free(c.y), free(c.dy), free(c.w), free(c.dw), free(c.b), free(c.db), free(c.ws);
     }
     for (int dir = 0; dir < 3; dir++)

@@ -114,7 +114,8 @@ static void emit_conv(Cg *cg, Buf *b, const Node *n)
     nn_conv_geom(g, n, &g->val[n->in[0]].shape, &g->val[n->in[1]].shape, &p);
     int ws = n->out[1];
     cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
-    cg_put(b, "      k_conv2d_%s(&p, %s, %s, %s, %s, %s); }\n", cg_sfx(g->val[n->out[0]].dtype), P(cg, n->out[0]),
+    cg_put(b, "      k_conv2d_%s(&p, %s, %s, %s, %s, %s); }\n",
+           cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->in[0]].dtype), P(cg, n->out[0]),
            P(cg, n->in[0]), P(cg, n->in[1]), opt(cg, input(n, 2)), value_numel(g, ws) ? P(cg, ws) : "NULL");
 }
 
@@ -125,7 +126,8 @@ static void emit_conv_grad(Cg *cg, Buf *b, const Node *n)
     KConv2d p;
     nn_conv_geom(g, n, &xs, &wsh, &p);
     int need = (int)ir_attr_i(n, "need", 0), ws = n->out[3];
-    const char *s = cg_sfx(g->val[n->in[0]].dtype), *scr = value_numel(g, ws) ? P(cg, ws) : "NULL";
+    const DType t = g->val[n->in[0]].dtype; /* a 16-bit dy: the _bf16 / _f16 kernels, float32 results */
+    const char *s = cg_gemm_sfx(t, t), *scr = value_numel(g, ws) ? P(cg, ws) : "NULL";
     cg_put(b, "    { static const KConv2d p = %s;\n", conv_lit(&p));
     if (need & 1)
         cg_put(b, "      k_conv2d_grad_x_%s(&p, %s, %s, %s, %s);\n", s, P(cg, n->out[0]), P(cg, n->in[0]),

@@ -14,6 +14,8 @@
  *     value, before its first MatMul reader), accumulated in float32 — the
  *     GEMMs of forward and backward alike, as torch.autocast does; a cast
  *     activation kept for the backward is kept as bfloat16;
+ *   - so do, on the cpu target, every Conv (x, w) and ConvGrad (dy, x, w;
+ *     its gradients float32): k_conv2d_bf16 and its gradients, on oneDNN;
  *   - so does every FusedAttention (passes/attention.c) and its gradient:
  *     q, kt and v cast as MatMul operands are (the forward's casts are the
  *     backward's), lse, the bias and dy float32; the kernels
@@ -45,7 +47,7 @@
  *     so a product that is split (attention's q, k, v of one GEMM) is
  *     stored bfloat16 and its parts need no cast;
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
- *     value and phase (LayerNorm, softmax, reductions, Conv compute in
+ *     value and phase (LayerNorm, softmax, reductions, BatchNorm compute in
  *     float32 on the rounded values; the backward casts again rather than
  *     keep the forward's float32 copy alive);
  *   - gradients, the master shards and the optimizer state stay float32
@@ -78,8 +80,22 @@ DType precision_low(Precision p) { return p == PREC_FP16 ? DT_F16 : DT_BF16; }
 
 static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
-/* ops whose operands (ir_reads_low's inputs) a float32 result reads in the low dtype */
-static int is_gemm(Op op) { return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad; }
+static int is_conv(Op op) { return op == OP_Conv || op == OP_ConvGrad; }
+
+/* convolutions read the low dtype on the cpu target only (the cuda target's are float32 kernels) */
+static int conv_low(const Graph *g) { return !g->opt->target || !strcmp(g->opt->target, "cpu"); }
+
+/* may input j of n read the low dtype here (ir_reads_low's inputs, a convolution's where conv_low)? */
+static int reads_low(const Graph *g, const Node *n, int j)
+{
+    return ir_reads_low(n, j) && (!is_conv(n->op) || conv_low(g));
+}
+
+/* ops whose operands (reads_low's inputs) a float32 result reads in the low dtype */
+static int is_gemm(const Graph *g, Op op)
+{
+    return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad || (is_conv(op) && conv_low(g));
+}
 
 typedef struct {
     Graph *g;
@@ -229,7 +245,7 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
             reads[v]++;
             if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
                 ew_reader[v] = 1;
-            if ((ir_reads_low(n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast &&
+            if ((reads_low(g, n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast &&
                  n->op != OP_Split && n->op != OP_Concat) ||
                 is_elementwise(n) || (moves(n, j) && out_low))
                 low_reader[v] = 1;
@@ -303,13 +319,14 @@ void pass_precision(Graph *g)
             for (int v = 0; v < nval + room; v++)
                 w.as32[v] = -1;
         int nlow = 0; /* outputs [0, nlow) stored low */
-        if (is_gemm(n.op) && g->val[n.out[0]].dtype == DT_F32) {
+        if (is_gemm(g, n.op) && g->val[n.out[0]].dtype == DT_F32) {
             for (int j = 0; j < n.nin; j++)
-                if (in[j] >= 0 && ir_reads_low(&n, j) && g->val[in[j]].dtype == DT_F32)
+                if (in[j] >= 0 && reads_low(g, &n, j) && g->val[in[j]].dtype == DT_F32)
                     in[j] = cast_of(&w, in[j], low);
-                else if (in[j] >= 0 && !ir_reads_low(&n, j) && is_low(g->val[in[j]].dtype))
+                else if (in[j] >= 0 && !reads_low(g, &n, j) && is_low(g->val[in[j]].dtype))
                     in[j] = cast_of(&w, in[j], DT_F32);
-            nlow = n.op == OP_FusedAttentionGrad ? 3 : 1; /* y; dq, dkt, dv */
+            /* y; dq, dkt, dv; a convolution's gradients stay float32 */
+            nlow = n.op == OP_FusedAttentionGrad ? 3 : n.op == OP_ConvGrad ? 0 : 1;
         } else if (n.op == OP_CrossEntropyGrad && is_low(g->val[in[1]].dtype)) {
             /* 16-bit logits give a 16-bit gradient (k_cross_entropy_grad_bf16), if it may be stored so */
             if (stored_low(g, low_reader, grad_bound, n.out[0]))
@@ -349,7 +366,7 @@ void pass_precision(Graph *g)
             nlow = all_low && any_low;
         } else {
             for (int j = 0; j < n.nin; j++)
-                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !ir_reads_low(&n, j))
+                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !reads_low(g, &n, j))
                     in[j] = cast_of(&w, in[j], DT_F32);
         }
         int at = w.n;

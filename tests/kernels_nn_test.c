@@ -461,6 +461,78 @@ static void test_conv_dnnl(int dt)
     }
 }
 
+/* the 16-bit convolutions (k_conv2d_bf16 / _f16 and their gradients, on
+ * oneDNN: natively in bfloat16 where the CPU has AVX512-BF16, else widened by
+ * the reorders; kernels_nn_onednn runs this at AVX2) against the float64
+ * kernels on the same 16-bit-rounded x, w, dy (the bias float32): equal
+ * within float32 rounding, every product of two 16-bit values being exact in
+ * float32.  x and dy go in as 16 bits, so the rounding is the test's. */
+static void conv_16_case(const KConv2d *p, int f16, const char *tag)
+{
+    const int64_t nx = p->n * p->c * p->h * p->w, nw = p->m * (p->c / p->groups) * p->kh * p->kw;
+    const int64_t ny = p->n * p->m * p->oh * p->ow, nws = k_conv2d_workspace(p);
+    Buf x = buf_new(nx), w = buf_new(nw), b = buf_new(p->m), g = buf_new(ny), ws = buf_new(nws);
+    Buf y = buf_new(ny), dx = buf_new(nx), dw = buf_new(nw), db = buf_new(p->m);
+    Buf y2 = buf_new(ny), dx2 = buf_new(nx), dw2 = buf_new(nw), db2 = buf_new(p->m);
+    uint16_t *x16 = xalloc((size_t)nx, 2), *w16 = xalloc((size_t)nw, 2), *g16 = xalloc((size_t)ny, 2);
+    fill_rnd(&x, -1, 1), fill_rnd(&w, -1, 1), fill_rnd(&b, -1, 1), fill_rnd(&g, -1, 1);
+    const struct { Buf *v; uint16_t *h; } ops[3] = {{&x, x16}, {&w, w16}, {&g, g16}};
+    for (int k = 0; k < 3; k++) /* the 16-bit operands and their float64 values */
+        for (int64_t i = 0; i < ops[k].v->n; i++) {
+            ops[k].h[i] = f16 ? k_f16_from_f32((float)ops[k].v->d[i]) : k_bf16_from_f32((float)ops[k].v->d[i]);
+            ops[k].v->d[i] = f16 ? k_f16_to_f32(ops[k].h[i]) : k_bf16_to_f32(ops[k].h[i]);
+        }
+    fill_val(&y, NAN), fill_val(&dx, NAN), fill_val(&dw, NAN), fill_val(&db, NAN); /* written, not added to */
+    puts_(F32, &b, &y, &dx, &dw, &db, (Buf *)NULL);
+    gets_(F32, &b, (Buf *)NULL);
+    k_conv2d_f64(p, y2.d, x.d, w.d, b.d, ws.d);
+    k_conv2d_grad_x_f64(p, dx2.d, g.d, w.d, ws.d);
+    k_conv2d_grad_w_f64(p, dw2.d, g.d, x.d, ws.d);
+    k_conv2d_grad_b_f64(p, db2.d, g.d);
+    if (f16) {
+        k_conv2d_f16(p, y.f, x16, w16, b.f, NULL);
+        k_conv2d_grad_x_f16(p, dx.f, g16, w16, NULL);
+        k_conv2d_grad_w_f16(p, dw.f, g16, x16, NULL);
+        k_conv2d_grad_b_f16(p, db.f, g16);
+    } else {
+        k_conv2d_bf16(p, y.f, x16, w16, b.f, NULL);
+        k_conv2d_grad_x_bf16(p, dx.f, g16, w16, NULL);
+        k_conv2d_grad_w_bf16(p, dw.f, g16, x16, NULL);
+        k_conv2d_grad_b_bf16(p, db.f, g16);
+    }
+    gets_(F32, &y, &dx, &dw, &db, (Buf *)NULL);
+    CTX("%s forward", tag);
+    check(F32, y.d, y2.d, ny, 10 * tol(F32));
+    CTX("%s data gradient", tag);
+    check(F32, dx.d, dx2.d, nx, 10 * tol(F32));
+    CTX("%s weight gradient", tag);
+    check(F32, dw.d, dw2.d, nw, 10 * tol(F32));
+    CTX("%s bias gradient", tag);
+    check(F32, db.d, db2.d, p->m, 10 * tol(F32));
+    free(x16), free(w16), free(g16);
+    buf_free(&x), buf_free(&w), buf_free(&b), buf_free(&g), buf_free(&ws);
+    buf_free(&y), buf_free(&dx), buf_free(&dw), buf_free(&db);
+    buf_free(&y2), buf_free(&dx2), buf_free(&dw2), buf_free(&db2);
+}
+
+static void test_conv_16(int dt)
+{
+    if (dt != F32)
+        return; /* their results are float32 */
+    for (int set = 0; set < 2; set++) {
+        const size_t nc = set ? sizeof conv_dnnl_cases / sizeof conv_dnnl_cases[0]
+                              : sizeof conv_cases / sizeof conv_cases[0];
+        for (size_t k = 0; k < nc; k++) {
+            KConv2d p = conv_geom(set ? conv_dnnl_cases[k] : conv_cases[k]);
+            for (int f16 = 0; f16 < 2; f16++) {
+                char tag[64];
+                snprintf(tag, sizeof tag, "%s, %s case %zu", f16 ? "float16" : "bfloat16", set ? "wide" : "conv", k);
+                conv_16_case(&p, f16, tag);
+            }
+        }
+    }
+}
+
 /* ---- pooling ------------------------------------------------------------ */
 
 /* n c h w, kh kw, sh sw dh dw, pt pl pb pr, ceil_mode, count_include_pad */
@@ -923,8 +995,8 @@ static void test_dropout(int dt)
 int main(void)
 {
     static void (*const tests[])(int) = {
-        test_softmax, test_layernorm, test_batchnorm, test_conv, test_conv_dnnl, test_pool, test_global_avgpool,
-        test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
+        test_softmax, test_layernorm, test_batchnorm, test_conv, test_conv_dnnl, test_conv_16, test_pool,
+        test_global_avgpool, test_gather, test_gather_elements, test_nd_index, test_philox, test_dropout,
     };
     return ktest_main("kernels_nn_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -1,11 +1,15 @@
-/* conv_dnnl.c — float32 2-D convolutions (forward, data gradient, weight
- * gradient) on oneDNN's convolution primitives.
+/* conv_dnnl.c — 2-D convolutions (forward, data gradient, weight gradient)
+ * on oneDNN's convolution primitives, float32 or with 16-bit inputs.
  *
- * How it works.  k_conv2d_dnnl_f32 runs one KConv2d in one direction as a
+ * How it works.  k_conv2d_dnnl runs one KConv2d in one direction as a
  * oneDNN convolution on the caller's plain buffers (x, y, dx, dy: nchw;
- * w, dw: oihw, goihw with groups; bias 1-D).  The primitive is created the
- * first time a geometry and direction are seen and cached (a table searched
- * by value: a ResNet has a few dozen), so a step creates nothing after its
+ * w, dw: oihw, goihw with groups; bias 1-D).  The inputs (x, w, dy) are
+ * float32, bfloat16 or float16, the results and the bias float32.  The
+ * primitive reads its inputs in bfloat16 where oneDNN computes it natively
+ * (k_bf16_isa_native: AVX512-BF16), else in float32: the reorders that stage
+ * the operands widen them (exact).  The primitive is created the first time
+ * a geometry, direction and dtype are seen and cached (a table searched by
+ * value: a ResNet has a few dozen), so a step creates nothing after its
  * first run.  Where the layout is K_CONV_DNNL_BLOCKED the primitive picks its
  * own layouts (format "any": blocked nChw16c-style on AVX-512) and each
  * operand whose layout differs from the plain one is reordered into a
@@ -56,7 +60,7 @@ typedef struct {
 
 typedef struct {
     KConv2d p;
-    int dir, layout, bias;  /* the key: geometry, K_CONV_*, K_CONV_DNNL_*, bias given */
+    int dir, layout, bias, dt; /* the key: geometry, K_CONV_*, K_CONV_DNNL_*, bias given, K_DT_* of the inputs */
     dnnl_primitive_t prim;
     Operand op[MAXARG];
     int nop;
@@ -101,28 +105,33 @@ static void start(void)
 }
 
 /* plain descriptors of the geometry's tensors; tag any: the primitive's choice */
-static void md(dnnl_memory_desc_t *d, int nd, const int64_t *dims, int any, dnnl_format_tag_t plain)
+static void md(dnnl_memory_desc_t *d, int nd, const int64_t *dims, int any, dnnl_format_tag_t plain,
+               dnnl_data_type_t dt)
 {
     dnnl_dims_t full = {0};  /* the prototype takes a whole dnnl_dims_t */
     memcpy(full, dims, (size_t)nd * sizeof *dims);
-    ok(dnnl_memory_desc_init_by_tag(d, nd, full, dnnl_f32, any ? dnnl_format_tag_any : plain), "memory_desc_init");
+    ok(dnnl_memory_desc_init_by_tag(d, nd, full, dt, any ? dnnl_format_tag_any : plain), "memory_desc_init");
 }
 
 typedef struct {
     dnnl_memory_desc_t x, w, b, y;
 } Descs;
 
-static void descs(const KConv2d *p, int any, Descs *d)
+/* the descriptors of direction dir's operands: its inputs (fwd x, w; bwd_x dy, w;
+ * bwd_w x, dy) of dtype in, its outputs and the bias float32 */
+static void descs(const KConv2d *p, int dir, int any, dnnl_data_type_t in, Descs *d)
 {
     const int64_t g = p->groups, xd[4] = {p->n, p->c, p->h, p->w}, yd[4] = {p->n, p->m, p->oh, p->ow};
     const int64_t wd[5] = {g, p->m / g, p->c / g, p->kh, p->kw}, bd[1] = {p->m};
-    md(&d->x, 4, xd, any, dnnl_nchw);
-    md(&d->y, 4, yd, any, dnnl_nchw);
+    const dnnl_data_type_t xt = dir == K_CONV_BWD_X ? dnnl_f32 : in, yt = dir == K_CONV_FWD ? dnnl_f32 : in;
+    const dnnl_data_type_t wt = dir == K_CONV_BWD_W ? dnnl_f32 : in;
+    md(&d->x, 4, xd, any, dnnl_nchw, xt);
+    md(&d->y, 4, yd, any, dnnl_nchw, yt);
     if (g == 1)
-        md(&d->w, 4, wd + 1, any, dnnl_oihw);
+        md(&d->w, 4, wd + 1, any, dnnl_oihw, wt);
     else
-        md(&d->w, 5, wd, any, dnnl_goihw);
-    md(&d->b, 1, bd, 0, dnnl_x);
+        md(&d->w, 5, wd, any, dnnl_goihw, wt);
+    md(&d->b, 1, bd, 0, dnnl_x, dnnl_f32);
 }
 
 /* the convolution's op descriptor for direction dir (bias: with one) */
@@ -144,20 +153,21 @@ static void op_desc(const KConv2d *p, int dir, int bias, const Descs *d, dnnl_co
            "convolution_backward_weights_desc_init");
 }
 
-/* the primitive descriptor of (p, dir) in user-scratchpad mode; the backward
- * ones with a forward hint, as oneDNN asks */
-static dnnl_primitive_desc_t prim_desc(const KConv2d *p, int dir, int any, int bias)
+/* the primitive descriptor of (p, dir) in user-scratchpad mode, its inputs
+ * of dtype in; the backward ones with a forward hint, as oneDNN asks */
+static dnnl_primitive_desc_t prim_desc(const KConv2d *p, int dir, int any, int bias, dnnl_data_type_t in)
 {
-    Descs d;
-    dnnl_convolution_desc_t cd, fd;
+    Descs d, fd;
+    dnnl_convolution_desc_t cd, fcd;
     dnnl_primitive_attr_t attr;
     dnnl_primitive_desc_t pd, hint = NULL;
-    descs(p, any, &d);
+    descs(p, dir, any, in, &d);
     ok(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     ok(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
     if (dir != K_CONV_FWD) {
-        op_desc(p, K_CONV_FWD, bias, &d, &fd);
-        ok(dnnl_primitive_desc_create(&hint, &fd, NULL, engine, NULL), "primitive_desc_create (forward hint)");
+        descs(p, K_CONV_FWD, any, in, &fd);
+        op_desc(p, K_CONV_FWD, bias, &fd, &fcd);
+        ok(dnnl_primitive_desc_create(&hint, &fcd, NULL, engine, NULL), "primitive_desc_create (forward hint)");
     }
     op_desc(p, dir, bias, &d, &cd);
     ok(dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint), "primitive_desc_create (convolution)");
@@ -190,14 +200,25 @@ static void operand(Entry *e, dnnl_primitive_desc_t pd, int arg, int out, const 
     dnnl_primitive_desc_destroy(rd);
 }
 
-/* a new cache entry for (p, dir, layout, bias) */
+/* oneDNN's dtype of the inputs of dtype dt (K_DT_*) */
+static dnnl_data_type_t user_dt(int dt) { return dt == K_DT_BF16 ? dnnl_bf16 : dt == K_DT_F16 ? dnnl_f16 : dnnl_f32; }
+
+/* the dtype the primitive reads its inputs in: bfloat16 where oneDNN computes
+ * it natively (k_bf16_isa_native, as the GEMMs), else float32, the operands
+ * widened by their reorders (exact) */
+static dnnl_data_type_t compute_dt(int dt)
+{
+    return dt == K_DT_BF16 && k_bf16_isa_native((unsigned)dnnl_get_effective_cpu_isa()) ? dnnl_bf16 : dnnl_f32;
+}
+
+/* a new cache entry for (p, dir, layout, bias, dt) */
 static void build(Entry *e)
 {
     const int any = e->layout == K_CONV_DNNL_BLOCKED;
     Descs d;
     const char *impl = NULL;
-    dnnl_primitive_desc_t pd = prim_desc(&e->p, e->dir, any, e->bias);
-    descs(&e->p, 0, &d);
+    dnnl_primitive_desc_t pd = prim_desc(&e->p, e->dir, any, e->bias, compute_dt(e->dt));
+    descs(&e->p, e->dir, 0, user_dt(e->dt), &d);
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->need = align64(sp ? dnnl_memory_desc_get_size(sp) : 0);
     if (e->need)
@@ -235,11 +256,11 @@ static void build(Entry *e)
 }
 
 /* the cached entry of the key, built on first use (under lock) */
-static Entry *entry(const KConv2d *p, int dir, int layout, int bias)
+static Entry *entry(const KConv2d *p, int dir, int layout, int bias, int dt)
 {
     for (int i = 0; i < ncache; i++) {
         Entry *e = &cache[i];
-        if (e->dir == dir && e->layout == layout && e->bias == bias && !memcmp(&e->p, p, sizeof *p))
+        if (e->dir == dir && e->layout == layout && e->bias == bias && e->dt == dt && !memcmp(&e->p, p, sizeof *p))
             return e;
     }
     if (ncache == capcache) {
@@ -252,6 +273,7 @@ static Entry *entry(const KConv2d *p, int dir, int layout, int bias)
     e->dir = dir;
     e->layout = layout;
     e->bias = bias;
+    e->dt = dt;
     start();
     build(e);
     ncache++;
@@ -290,8 +312,8 @@ static void execute(Entry *e, void *const *ptr)
     ok(dnnl_stream_wait(stream), "stream_wait");
 }
 
-void k_conv2d_dnnl_f32(const KConv2d *p, int dir, int layout, float *out, const float *a, const float *b,
-                       const float *bias, float *db)
+void k_conv2d_dnnl(const KConv2d *p, int dir, int layout, int dt, float *out, const void *a, const void *b,
+                   const float *bias, float *db)
 {
     /* the operands in build()'s order: fwd x, w, [b], y; bwd_x dy, w, dx; bwd_w x, dy, dw, [db] */
     void *ptr[4] = {(void *)a, (void *)b, out, db};
@@ -300,7 +322,7 @@ void k_conv2d_dnnl_f32(const KConv2d *p, int dir, int layout, float *out, const 
         ptr[3] = out;
     }
     pthread_mutex_lock(&lock);
-    execute(entry(p, dir, layout, dir == K_CONV_FWD ? bias != NULL : dir == K_CONV_BWD_W && db != NULL), ptr);
+    execute(entry(p, dir, layout, dir == K_CONV_FWD ? bias != NULL : dir == K_CONV_BWD_W && db != NULL, dt), ptr);
     pthread_mutex_unlock(&lock);
 }
 
@@ -312,10 +334,10 @@ int64_t k_conv2d_dnnl_bytes(void)
     return n;
 }
 
-const char *k_conv2d_dnnl_impl(const KConv2d *p, int dir, int layout, int bias)
+const char *k_conv2d_dnnl_impl(const KConv2d *p, int dir, int layout, int bias, int dt)
 {
     pthread_mutex_lock(&lock);
-    const char *s = entry(p, dir, layout, bias)->impl;
+    const char *s = entry(p, dir, layout, bias, dt)->impl;
     pthread_mutex_unlock(&lock);
     return s;
 }

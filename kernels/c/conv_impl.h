@@ -171,37 +171,84 @@ typedef struct {
     const int64_t *carg;
 } KFN(PoolJob);
 
-/* MaxPool over planes [lo, hi). */
+/* MaxPool of output (oy, ox) of plane xp, every tap checked: y and the first
+ * maximal tap's index (NaN wins, -1: no tap in the image) */
+static T KFN(maxpool_window)(const KPool2d *p, const T *xp, int64_t oy, int64_t ox, int64_t *arg)
+{
+    T best = (T)-INFINITY;
+    int64_t bi = -1;
+    for (int64_t i = 0; i < p->kh; i++) {
+        int64_t iy = oy * p->sh - p->pt + i * p->dh;
+        if (iy < 0 || iy >= p->h)
+            continue;
+        for (int64_t j = 0; j < p->kw; j++) {
+            int64_t ix = ox * p->sw - p->pl + j * p->dw, k = iy * p->w + ix;
+            if (ix < 0 || ix >= p->w)
+                continue;
+            if (bi < 0)
+                bi = k;  /* torch starts from the first tap, even at -inf */
+            if (xp[k] > best || xp[k] != xp[k]) {
+                best = xp[k];
+                bi = k;
+            }
+        }
+    }
+    *arg = bi;
+    return best;
+}
+
+/* MaxPool over planes [lo, hi).  A window inside the image's columns (ox in
+ * [cx0, cx1)) with no NaN takes its maximum without branches (a random
+ * plane's maximum moves unpredictably, and mispredicted branches were most of
+ * the time), then the first tap equal to it, also by selects: the same tap
+ * and value as maxpool_window's (ties and -0 vs +0 alike: the first one
+ * wins).  ResNet-18's MaxPool (112^2, batch 8): 0.35x the branching loop's
+ * samples under perf. */
 static void KFN(maxpool_planes)(void *ctx, int64_t lo, int64_t hi)
 {
     const KFN(PoolJob) *jb = ctx;
     const KPool2d *p = jb->p;
-    const int64_t nout = p->oh * p->ow;
+    const int64_t nout = p->oh * p->ow, span = (p->kw - 1) * p->dw;
+    int64_t cx0, cx1; /* ox sw - pl >= 0 and ox sw - pl + span < w */
+    tap_range(p->pl, p->sw, p->w - span, p->ow, &cx0, &cx1);
     for (int64_t pl = lo; pl < hi; pl++) {
         const T *xp = jb->x + pl * p->h * p->w;
-        for (int64_t oy = 0; oy < p->oh; oy++)
+        T *y = jb->y + pl * nout;
+        int64_t *arg = jb->arg + pl * nout;
+        for (int64_t oy = 0; oy < p->oh; oy++) {
+            int64_t i0 = 0, i1 = p->kh; /* the rows of the window inside the image */
+            while (i0 < i1 && oy * p->sh - p->pt + i0 * p->dh < 0)
+                i0++;
+            while (i1 > i0 && oy * p->sh - p->pt + (i1 - 1) * p->dh >= p->h)
+                i1--;
             for (int64_t ox = 0; ox < p->ow; ox++) {
-                T best = (T)-INFINITY;
-                int64_t bi = -1;
-                for (int64_t i = 0; i < p->kh; i++) {
-                    int64_t iy = oy * p->sh - p->pt + i * p->dh;
-                    if (iy < 0 || iy >= p->h)
-                        continue;
-                    for (int64_t j = 0; j < p->kw; j++) {
-                        int64_t ix = ox * p->sw - p->pl + j * p->dw, k = iy * p->w + ix;
-                        if (ix < 0 || ix >= p->w)
-                            continue;
-                        if (bi < 0)
-                            bi = k;  /* torch starts from the first tap, even at -inf */
-                        if (xp[k] > best || xp[k] != xp[k]) {
-                            best = xp[k];
-                            bi = k;
-                        }
-                    }
+                const int64_t o = oy * p->ow + ox, k0 = (oy * p->sh - p->pt + i0 * p->dh) * p->w + ox * p->sw - p->pl;
+                if (ox < cx0 || ox >= cx1 || i0 == i1) {
+                    y[o] = KFN(maxpool_window)(p, xp, oy, ox, &arg[o]);
+                    continue;
                 }
-                jb->y[pl * nout + oy * p->ow + ox] = best;
-                jb->arg[pl * nout + oy * p->ow + ox] = bi;
+                T best = xp[k0];
+                int nan = 0;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = 0; j < p->kw; j++) {
+                        const T v = xp[k0 + (i - i0) * p->dh * p->w + j * p->dw];
+                        best = v > best ? v : best;
+                        nan |= v != v;
+                    }
+                if (nan) {
+                    y[o] = KFN(maxpool_window)(p, xp, oy, ox, &arg[o]);
+                    continue;
+                }
+                int64_t bi = k0; /* the first tap equal to best: from the last to the first, by selects */
+                for (int64_t i = i1 - 1; i >= i0; i--)
+                    for (int64_t j = p->kw - 1; j >= 0; j--) {
+                        const int64_t k = k0 + (i - i0) * p->dh * p->w + j * p->dw;
+                        bi = xp[k] == best ? k : bi;
+                    }
+                y[o] = best;
+                arg[o] = bi;
             }
+        }
     }
 }
 

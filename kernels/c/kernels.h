@@ -839,15 +839,35 @@ static inline int64_t k_conv2d_workspace(const KConv2d *p)
 enum { K_CONV_FWD, K_CONV_BWD_X, K_CONV_BWD_W };   /* directions: y, dx, dw (and db) */
 enum { K_CONV_DNNL_PLAIN, K_CONV_DNNL_BLOCKED };   /* the primitive on nchw / oihw, or on its own layouts */
 /* One convolution of geometry p in direction dir on oneDNN (primitive cached
- * per geometry, direction, layout and bias), every operand plain (nchw,
+ * per geometry, direction, layout, bias and dtype), every operand plain (nchw,
  * oihw / goihw):
  *   K_CONV_FWD:   out = y  from a = x,  b = w, bias (m, NULL: none);
  *   K_CONV_BWD_X: out = dx from a = dy, b = w;
  *   K_CONV_BWD_W: out = dw from a = x,  b = dy, and db (m, written; NULL: not computed).
- * Results are written.  Scratch comes from the file's own buffer
- * (k_conv2d_dnnl_bytes). */
-void k_conv2d_dnnl_f32(const KConv2d *p, int dir, int layout, float *out, const float *a, const float *b,
-                       const float *bias, float *db);
+ * a and b hold dt (K_DT_F32, K_DT_BF16 or K_DT_F16); out, bias and db are
+ * float32, accumulated in float32.  Results are written.  Scratch comes from
+ * the file's own buffer (k_conv2d_dnnl_bytes). */
+void k_conv2d_dnnl(const KConv2d *p, int dir, int layout, int dt, float *out, const void *a, const void *b,
+                   const float *bias, float *db);
+static inline void k_conv2d_dnnl_f32(const KConv2d *p, int dir, int layout, float *out, const float *a,
+                                     const float *b, const float *bias, float *db)
+{
+    k_conv2d_dnnl(p, dir, layout, K_DT_F32, out, a, b, bias, db);
+}
+/* k_conv2d_f32 and its gradients with 16-bit inputs (x, w, dy: bfloat16 or
+ * float16 bits) and float32 results, accumulated in float32, as
+ * torch.autocast's convolutions (--precision bf16 / fp16).  Always on oneDNN
+ * (conv.c): natively in bfloat16 where the GEMMs are (k_bf16_isa_native),
+ * else on float32 primitives whose reorders widen the operands.  ws is
+ * unused (the signature is k_conv2d_f32's). */
+void k_conv2d_bf16(const KConv2d *p, float *y, const uint16_t *x, const uint16_t *w, const float *b, float *ws);
+void k_conv2d_grad_x_bf16(const KConv2d *p, float *dx, const uint16_t *dy, const uint16_t *w, float *ws);
+void k_conv2d_grad_w_bf16(const KConv2d *p, float *dw, const uint16_t *dy, const uint16_t *x, float *ws);
+void k_conv2d_grad_b_bf16(const KConv2d *p, float *db, const uint16_t *dy);
+void k_conv2d_f16(const KConv2d *p, float *y, const uint16_t *x, const uint16_t *w, const float *b, float *ws);
+void k_conv2d_grad_x_f16(const KConv2d *p, float *dx, const uint16_t *dy, const uint16_t *w, float *ws);
+void k_conv2d_grad_w_f16(const KConv2d *p, float *dw, const uint16_t *dy, const uint16_t *x, float *ws);
+void k_conv2d_grad_b_f16(const KConv2d *p, float *db, const uint16_t *dy);
 /* The layout k_conv2d_f32 and its gradients run direction dir of p on oneDNN
  * with, or -1: conv.c's im2col + GEMM.  A rule measured per shape class
  * (conv_dnnl.c), taken only where oneDNN jits (AVX2 and up); FSDPC_CONV=im2col
@@ -856,7 +876,7 @@ int k_conv2d_dnnl_layout(const KConv2d *p, int dir);
 /* bytes of the buffer the oneDNN convolutions hold for scratchpads and staging (the largest one's need so far) */
 int64_t k_conv2d_dnnl_bytes(void);
 /* oneDNN's name for the implementation it runs (p, dir, layout, bias) with */
-const char *k_conv2d_dnnl_impl(const KConv2d *p, int dir, int layout, int bias);
+const char *k_conv2d_dnnl_impl(const KConv2d *p, int dir, int layout, int bias, int dt);
 
 /* NULL, or what is wrong with geometry no caller should produce (the
  * kernels abort with it) */

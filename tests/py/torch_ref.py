@@ -78,15 +78,17 @@ def train_exe(exe, world, data_flags, steps, work):
     return losses, dump
 
 
-def compare_to_oracle(tag, model, ref_loss, ref_grads, f32_loss, f32_grads, loss, dump, floor=1e-5, factor=3.0):
+def compare_to_oracle(tag, model, ref_loss, ref_grads, f32_loss, f32_grads, loss, dump, floor=1e-5, factor=3.0,
+                      kind="float32"):
     """Step 1 of a float32 fsdpc run against a float64 PyTorch oracle, where float32 itself
     cannot reach a fixed tolerance: fsdpc's error must be at most max(floor, factor x PyTorch
-    float32's error) for the loss and for every parameter's gradient."""
+    float32's error) for the loss and for every parameter's gradient.  kind: what fsdpc and
+    PyTorch ran in (f32_loss, f32_grads: PyTorch's), named in the messages."""
     def ok(err, ref_err):
         return err <= max(floor, factor * ref_err)
     e, e32 = abs(loss - ref_loss) / abs(ref_loss), abs(f32_loss - ref_loss) / abs(ref_loss)
-    check(ok(e, e32), "%s: step 1 loss %.9g vs PyTorch float64 %.9g: error %.3g, PyTorch float32's %.3g"
-          % (tag, loss, ref_loss, e, e32))
+    check(ok(e, e32), "%s: step 1 loss %.9g vs PyTorch float64 %.9g: error %.3g, PyTorch %s's %.3g"
+          % (tag, loss, ref_loss, e, kind, e32))
     sd = model.state_dict(keep_vars=True)
     files = set(os.listdir(dump))
     worst = (0.0, 0.0, "")
@@ -98,10 +100,11 @@ def compare_to_oracle(tag, model, ref_loss, ref_grads, f32_loss, f32_grads, loss
         check(g.shape == ref.shape, "%s: gradient of %s has shape %s, PyTorch %s" % (tag, name, g.shape, ref.shape))
         err, err32 = rel_err(g, ref), rel_err(f32_grads[name], ref)
         worst = max(worst, (err / max(floor, factor * err32), err, name))
-        check(ok(err, err32), "%s: gradient of %s: error %.3g against float64, PyTorch float32's %.3g"
-              % (tag, name, err, err32))
-    print("%s: float32 step 1 vs PyTorch float64: loss error %.2g (PyTorch float32 %.2g); gradients within "
-          "max(%g, %g x PyTorch float32's error) (closest: %s, %.2g)" % (tag, e, e32, floor, factor, worst[2], worst[1]))
+        check(ok(err, err32), "%s: gradient of %s: error %.3g against float64, PyTorch %s's %.3g"
+              % (tag, name, err, kind, err32))
+    print("%s: %s step 1 vs PyTorch float64: loss error %.2g (PyTorch %s %.2g); gradients within "
+          "max(%g, %g x PyTorch %s's error) (closest: %s, %.2g)" % (tag, kind, e, kind, e32, floor, factor, kind,
+                                                                    worst[2], worst[1]))
 
 
 def compare(tag, model, ref_losses, ref_grads, losses, dump, grad_tol=1e-5, loss1_tol=1e-5, loss_tol=1e-4):

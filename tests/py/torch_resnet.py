@@ -28,6 +28,8 @@ issue's fixed tolerances are checked in float64 (model.double()):
   2. float32, 32x32 images (the issue's size), W = 1, 2, one step: loss and every
      gradient against the float64 PyTorch oracle, no worse than
      max(1e-5, 3 x PyTorch float32's own error).
+  3. --precision bf16 (its convolutions on bfloat16 x, w, dy), 32x32, W = 1,
+     one step: the same against PyTorch under torch.autocast(bfloat16).
 Why not float32 or 32x32 for check 1 (measured with PyTorch alone, by perturbing
 the initial weights by a relative 1e-7 -- float32 rounding -- or 1e-15, and
 comparing the runs): at 32x32 the last stage is 1x1 spatially, so at W = 2 its
@@ -144,8 +146,21 @@ def main():
         losses, dump = train_exe(exe, world, flags, 1, work)
         compare_to_oracle("resnet18 float32 32x32 world %d" % world, oracle, l64[0], g64, l32[0], g32, losses[0],
                           dump)
+    # 3. --precision bf16, 32x32, W = 1, one step: no further from float64 than PyTorch's autocast bf16
+    def autocast_loss(model, xb, yb):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(xb)
+        return torch.nn.functional.cross_entropy(logits.float(), yb)
+    lbf, gbf = reference(copy.deepcopy(model), autocast_loss, batches(x, y), 1, 1)
+    oracle = copy.deepcopy(model).double()
+    l64, g64 = reference(oracle, loss_fn, batches(x.astype(np.float64), y), 1, 1)
+    exe = os.path.join(work, "resnet18_bf16_w1")
+    compile_exe(fsdpc, onnx_path, exe, GLOBAL_B, ["--precision", "bf16"])
+    losses, dump = train_exe(exe, 1, flags, 1, work)
+    compare_to_oracle("resnet18 --precision bf16 32x32 world 1", oracle, l64[0], g64, lbf[0], gbf, losses[0], dump,
+                      kind="bfloat16")
     print("OK torch_resnet: float64 world 1 and 2 (per-rank BatchNorm): step-1 loss and gradients, %d AdamW "
-          "steps; float32 step 1 as accurate as PyTorch's" % STEPS)
+          "steps; float32 step 1 as accurate as PyTorch's, bf16 step 1 as PyTorch's autocast" % STEPS)
 
 
 if __name__ == "__main__":
