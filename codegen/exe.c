@@ -284,27 +284,36 @@ static int team_kernel(const char *name, size_t len)
     return (len == 14 && !strncmp(name, "k_copy_strided", 14)) || (len > 12 && !strncmp(name, "k_transpose_", 12));
 }
 
-/* does text (a node's code) call team kernels only?  *calls: how many calls */
+/* is text (a node's code) only team-kernel calls and `static const` tables (and braces, comments), so that every
+ * thread of a team may run it?  *calls: how many calls */
 static int team_text(const char *s, int *calls)
 {
     *calls = 0;
+    const char *stmt = NULL; /* the statement being read: its first character */
     for (const char *p = s; p && *p; p++) {
-        if (p[0] == '/' && p[1] == '*') { /* names in comments are not calls */
+        if (p[0] == '/' && p[1] == '*') { /* comments are not code */
             p = strstr(p + 2, "*/");
             if (!p)
                 return 0;
             p++;
-        } else if (isalpha((unsigned char)*p) || *p == '_') {
-            const char *q = p;
+        } else if (!stmt && !isspace((unsigned char)*p) && *p != '{' && *p != '}') {
+            stmt = p;
+            if (*p == ';')
+                stmt = NULL;
+        } else if (stmt && *p == ';') {
+            const char *q = stmt;
             while (isalnum((unsigned char)*q) || *q == '_')
                 q++;
-            if (*q == '(' && !team_kernel(p, (size_t)(q - p)))
+            if (!strncmp(stmt, "static const ", 13))
+                ;
+            else if (*q == '(' && team_kernel(stmt, (size_t)(q - stmt)))
+                ++*calls;
+            else
                 return 0;
-            *calls += *q == '(';
-            p = q - 1;
+            stmt = NULL;
         }
     }
-    return 1;
+    return !stmt;
 }
 
 static int value_range(const Graph *g, int v, int64_t *lo, int64_t *hi)
