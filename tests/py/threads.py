@@ -8,7 +8,8 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
-- the generated step (--emit-c) splits its big fused loops with `omp parallel for`, and the executable links
+- the generated step (--emit-c) splits its big fused loops with `omp parallel for`, runs the attention's Split
+  copies and transposes in one team (k_share, a barrier between the copies and the transposes), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -72,6 +73,12 @@ def main():
     c = open(exe + ".c").read()
     n_par = len(re.findall(r'_Pragma\("omp parallel for', c))
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
+    # the attention's Split copies and transposes run in one team each layer (codegen/exe.c), a barrier between the
+    # copies and the transposes that read them; the bit-identical runs below check that the shares add up
+    runs = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c, re.S)
+    check(len(runs) >= 2 and all("omp barrier" in r and "k_copy_strided" in r and "k_transpose_" in r for r in runs[:2]),
+          "the step should run the attention's copies in one team with a barrier (%d runs):\n%s" % (len(runs),
+                                                                                          "\n".join(runs)[:1500]))
     ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)
