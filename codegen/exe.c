@@ -40,6 +40,7 @@
 #include "afile.h"
 #include "isum.h"
 #include "fsdpc_config.h"
+#include "kernels.h" /* K_PAR_MIN */
 #include "../ir/rules/nn.h"
 
 #include <ctype.h>
@@ -272,6 +273,8 @@ static int node_phase(const Node *n, int prev)
  * them (a Split's three copies, the attention's transposes, the views between) is one parallel region, with a
  * barrier only where a node writes arena bytes that a node of the run read or wrote since the last barrier, or
  * reads bytes one wrote.  A node touching anything outside the arena, or calling anything else, ends the run.
+ * A run becomes a team only where two of its outputs or more are large enough to split (K_PAR_MIN elements; a
+ * smaller copy runs on the team's first thread): copies the kernels would not split stay as they were.
  * --trace marks the run's nodes when the run ends. */
 
 typedef struct {
@@ -370,16 +373,24 @@ static int team_node(const Graph *g, const Node *n, const char *text, int *calls
     return 1;
 }
 
-/* a run of nodes [first, first + k) (text: their code with a barrier where needed, calls: their kernel calls):
- * one team where it has two calls or more */
-static void team_flush(Buf *body, Buf *text, int first, int k, int calls)
+#define TEAM_BARRIER "    _Pragma(\"omp barrier\")\n"
+
+/* a run of nodes [first, first + k) (text: their code with a barrier where needed, big: their outputs large
+ * enough to split): one team where big is 2 or more, else the code alone */
+static void team_flush(Buf *body, Buf *text, int first, int k, int big)
 {
     if (!k)
         return;
-    if (calls > 1)
+    if (big > 1)
         cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);
-    else if (text->len)
-        cg_put(body, "%s", text->buf);
+    else
+        for (const char *p = text->len ? text->buf : ""; *p;) { /* without the barriers */
+            const char *e = strchr(p, '\n');
+            size_t len = e ? (size_t)(e - p + 1) : strlen(p);
+            if (strncmp(p, TEAM_BARRIER, len) || len != strlen(TEAM_BARRIER))
+                cg_put(body, "%.*s", (int)len, p);
+            p += len;
+        }
     for (int i = first; i < first + k; i++) /* --trace: node i ended */
         cg_put(body, "    RT_TRACE(c, %d);\n", i);
     text->len = 0; /* the buffer kept for the next run */
@@ -392,7 +403,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
     const Graph *g = cg->g;
     Buf body = {0}, run = {0}, node = {0}; /* run: the pending run's code; node: each node's, in turn */
     Ranges rd = {0}, wr = {0};
-    int first = lo, nrun = 0, calls = 0;
+    int first = lo, nrun = 0, calls = 0, big = 0;
     cg_fn_begin(cg, 0);
     int open = 0;
     for (int i = lo; i < hi; i++) {
@@ -403,8 +414,8 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         int joins = !cg->cuda && skip == open && team_node(g, &g->node[i], node.len ? node.buf : "", &k, &rd, &wr,
                                                            &barrier);
         if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
-            team_flush(&body, &run, first, nrun, calls);
-            first = i, nrun = 0, calls = 0, rd.n = wr.n = 0, barrier = 0;
+            team_flush(&body, &run, first, nrun, big);
+            first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
             cg_put(&body, skip ? "    if (!c->validating) {\n" : "    }\n");
@@ -416,12 +427,14 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             first = i + 1;
         } else {
             if (barrier) {
-                cg_put(&run, "    _Pragma(\"omp barrier\")\n");
+                cg_put(&run, TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
             cg_put(&run, "%s", node.len ? node.buf : "");
             nrun++, calls += k;
             const Node *n = &g->node[i];
+            for (int j = 0; k && j < n->nout; j++)
+                big += value_numel(g, n->out[j]) >= K_PAR_MIN;
             int64_t a, b;
             for (int j = 0; k && j < n->nin; j++)
                 if (n->in[j] >= 0 && value_range(g, n->in[j], &a, &b))
@@ -431,7 +444,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                     add_range(&wr, a, b);
         }
     }
-    team_flush(&body, &run, first, nrun, calls);
+    team_flush(&body, &run, first, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);

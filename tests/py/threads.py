@@ -2,14 +2,16 @@
 
 usage: threads.py FSDPC WORKDIR
 
-A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 8; the attention scores and the MLP's GELU
-are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
+A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 16; the attention scores, the MLP's GELU and the
+attention's Split copies and transposes are above the size where work is split: kernels.h's K_PAR_MIN) trains 4
+AdamW steps:
 - with OMP_NUM_THREADS=1 and =2, and twice more at 2: the losses, gradient norms and exported weights are
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
 - the generated step (--emit-c) splits its big fused loops with `omp parallel for`, runs the attention's Split
-  copies and transposes in one team (k_share, a barrier between the copies and the transposes), and the executable links
+  copies and transposes in one team (k_share, a barrier between the copies and the transposes: at batch 16 they
+  are large enough to split), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -69,7 +71,7 @@ def main():
     np.random.default_rng(0).integers(0, 256, 64 * 64 + 1).astype("<u2").tofile(J("tokens.bin"))
     build = ["--target", "cpu", "--loss", "cross_entropy:logits,labels", "--wrap", "blocks"]
     exe = J("gpt")
-    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=8", "--emit-c"] + build)
+    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--emit-c"] + build)
     c = open(exe + ".c").read()
     n_par = len(re.findall(r'_Pragma\("omp parallel for', c))
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
@@ -238,7 +240,7 @@ def cpu_levels(fsdpc, J, build, train, same, native, native_out, across):
     check(want in native_out[0], "native build: expected %r in the start-up line:\n%s" % (want, native_out[0][:1500]))
     for cpu in ["x86-64"] + (["x86-64-v3"] if v3 else []):
         tag = cpu.replace("-", "_")
-        run([fsdpc, J("gpt.onnx"), "-o", J("gpt"), "--dim", "batch=8", "--cpu", cpu] + build)
+        run([fsdpc, J("gpt.onnx"), "-o", J("gpt"), "--dim", "batch=16", "--cpu", cpu] + build)
         a = train(tag + "_t1", {"OMP_NUM_THREADS": "1"})
         b = train(tag + "_t2", {"OMP_NUM_THREADS": "2"})
         across("--cpu %s, 2 threads" % cpu, b, a)
@@ -260,7 +262,7 @@ def cpu_levels(fsdpc, J, build, train, same, native, native_out, across):
     with open(cc, "w") as f:
         f.write('#!/bin/sh\nexec cc %s "$@"\n' % mflag)
     os.chmod(cc, 0o755)
-    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_" + feat), "--dim", "batch=8", "--cc", cc] + build)
+    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_" + feat), "--dim", "batch=16", "--cc", cc] + build)
     p = subprocess.run([J("gpt_" + feat), "--tokens", J("tokens.bin"), "--steps", "1"], capture_output=True,
                        text=True, timeout=120)
     name = feat.replace("_", "")
