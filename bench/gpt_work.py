@@ -99,15 +99,32 @@ class competitor:
     """with competitor(core): one busy process (`while :; do :; done`) pinned to core (None: none) for the block's
     duration, killed on the way out"""
 
-    def __init__(self, core):
-        self.core, self.p = core, None
+    def __init__(self, core, after=None):
+        """after: a metrics file; the competitor starts once it holds a step line (arriving after start-up)"""
+        self.core, self.after, self.p, self.stop, self.t = core, after, None, False, None
+
+    def start(self):
+        self.p = subprocess.Popen(["taskset", "-c", str(self.core), "sh", "-c", "while :; do :; done"])
+
+    def wait_then_start(self):
+        while not self.stop:
+            if os.path.exists(self.after) and '"step"' in open(self.after).read():
+                return self.start()
+            time.sleep(0.005)
 
     def __enter__(self):
-        if self.core is not None:
-            self.p = subprocess.Popen(["taskset", "-c", str(self.core), "sh", "-c", "while :; do :; done"])
+        if self.core is not None and self.after is None:
+            self.start()
+        elif self.core is not None:
+            import threading
+            self.t = threading.Thread(target=self.wait_then_start)
+            self.t.start()
         return self
 
     def __exit__(self, *exc):
+        self.stop = True
+        if self.t:
+            self.t.join()
         if self.p:
             self.p.kill()
             self.p.wait()

@@ -14,7 +14,8 @@ loads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_thr
 forward + cross-entropy + backward + AdamW (lr 1e-4, PyTorch's defaults otherwise).  Prints one JSON line: per
 step (the first, a warm-up and for compile the compilation, included) its wall time in ms, this process's CPU
 time in seconds (all its threads: CLOCK_PROCESS_CPUTIME_ID) and its loss (this rank's slice); the peak RSS (VmHWM);
-and whether this CPU has AVX512-BF16 as torch sees it (torch >= 2).
+and whether this CPU has AVX512-BF16 as torch sees it (torch >= 2).  With BENCH_STEP_FILE set, rank 0 appends a
+line {"step": N} to that file as each step ends (bench/contention.py starts its late competitor on the first).
 """
 import contextlib
 import json
@@ -78,6 +79,9 @@ for _ in range(steps + 1):
     losses.append(loss.item())
     times.append((time.perf_counter() - t) * 1e3)
     cpu.append(time.process_time() - c)
+    if os.environ.get("BENCH_STEP_FILE") and os.environ.get("RANK", "0") == "0":
+        with open(os.environ["BENCH_STEP_FILE"], "a") as f:  # bench/contention.py's late competitor waits on it
+            f.write('{"step": %d}\n' % len(times))
 # VmHWM: ru_maxrss survives exec, so it would include the driver's peak
 hwm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:")]
 bf16 = getattr(getattr(torch, "cpu", None), "_is_avx512_bf16_supported", None)

@@ -648,12 +648,20 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
     case OP_AdamW: case OP_Sgd: {
         /* per run of the unit's optimizer layout (c->opt_run: --no-decay, --lr-mult) inside this rank's shard:
          * the update of that part, with the run's decay and learning-rate factor */
+        /* cpu: the runs in one team (one fork instead of one a run), each thread its static share of every run
+         * (k_team_share): the runs write apart, so no barrier between them; the update is elementwise, so the
+         * same bits however it is split */
         int u = n->unit, adam = n->op == OP_AdamW;
+        if (!cg->cuda)
+            cg_put(b, "    _Pragma(\"omp parallel if (c->shard_len[%d] >= K_PAR_MIN)\")\n", u);
         cg_put(b, "    for (int k = 0; k < c->opt_nrun[%d]; k++) {\n"
                   "        const RtOptRun *r = c->opt_run[%d] + k;\n"
                   "        const int64_t off = (int64_t)c->srank * c->shard_len[%d], end = off + c->shard_len[%d];\n"
-                  "        const int64_t lo = r->lo > off ? r->lo : off, hi = r->hi < end ? r->hi : end, at = lo - off;\n"
+                  "        int64_t lo = r->lo > off ? r->lo : off, hi = r->hi < end ? r->hi : end;\n"
                   "        if (lo >= hi)\n            continue;\n", u, u, u, u);
+        if (!cg->cuda)
+            cg_put(b, "        k_team_share(&lo, &hi);\n        if (lo >= hi)\n            continue;\n");
+        cg_put(b, "        const int64_t at = lo - off;\n");
         if (adam)
             cg_put(b, "        k_adamw_%s(%s + at, %s + at, %s + at, %s + at, hi - lo, c->lr, c->beta1, c->beta2, c->eps, "
                       "r->decay ? c->weight_decay : 0.0, %d, r->lr_mult, c->opt_step, %s, c->clip_norm, c->loss_scale, "

@@ -145,25 +145,35 @@ static long my_cores(void)
 /* ------------------------------------------------------ how the threads wait
  *
  * Every fused loop, kernel and GEMM of the step is an OpenMP parallel region
- * (hundreds a step), and libgomp's threads wait for the next one, and at
- * each barrier, by spinning for about 3 ms (GOMP_SPINCOUNT 300000) before
- * they sleep.  On cores of their own that is the fastest; on cores shared
- * with other work it is a collapse: a spinning thread holds a core that the
- * thread the team waits for needs, at every region.  Measured on this
- * project's 2-core machine (a 128/4/128/8 GPT, 2 threads, load ~18): steps of
- * 4.3-6.6 s spinning, 75-450 ms with OMP_WAIT_POLICY=passive, 200-280 ms with
- * GOMP_SPINCOUNT=1000 (docs/internals.md).  Open MPI's progress loop spins
- * likewise while a rank waits for its peers, unless mpi_yield_when_idle.
+ * (about 210 a step of the 128/4/128/8 GPT at 2 threads), and libgomp's
+ * threads wait for the next one, and at each barrier, by spinning for about
+ * 3 ms (GOMP_SPINCOUNT 300000) before they sleep.  On cores of their own
+ * that is the fastest; on cores shared with other work it is a collapse: a
+ * spinning thread holds a core that the thread the team waits for needs, at
+ * every region.  Measured on this project's 2-core machine (a 128/4/128/8
+ * GPT, 2 threads, load ~18): steps of 4.3-6.6 s spinning, 75-450 ms with
+ * OMP_WAIT_POLICY=passive, 200-280 ms with GOMP_SPINCOUNT=1000
+ * (docs/internals.md).  Open MPI's progress loop spins likewise while a rank
+ * waits for its peers, unless mpi_yield_when_idle.
  *
  * libgomp reads its policy once, as it loads, before main: so rt_main calls
- * rt_dev_preinit first, and where the cores are oversubscribed (this rank's
- * threads more than its cores, or more runnable threads on the machine than
- * its CPUs once this job's are counted) and the user set neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, it sets OMP_WAIT_POLICY=passive (and
- * OMPI_MCA_mpi_yield_when_idle=1 unless set) and execs the program again;
- * FSDPC_WAIT_WHY carries the reason to the threads line.  A user's setting
- * of either is kept and named there; FSDPC_WAIT=spin keeps libgomp's
- * default whatever the load. */
+ * rt_dev_preinit first, and unless the user set OMP_WAIT_POLICY or
+ * GOMP_SPINCOUNT (or FSDPC_WAIT=spin), a team of 2 threads or more gets
+ *   - OMP_WAIT_POLICY=passive where the cores are oversubscribed at start-up
+ *     (this rank's threads more than its cores, or more runnable threads on
+ *     the machine than its CPUs once this job's are counted);
+ *   - else GOMP_SPINCOUNT=K_SPIN (libgomp's own count for a team larger than
+ *     its CPUs): a few microseconds of spinning, enough to catch the next
+ *     region of a step, then sleep, so that a process arriving after
+ *     start-up does not find the threads holding its core for 3 ms at every
+ *     region;
+ * and the program execs itself again with it; FSDPC_WAIT_WHY carries the
+ * reason to the threads line.  Open MPI's mpi_yield_when_idle (read at
+ * MPI_Init, still to come: no exec needed) is set whatever the load, unless
+ * set.  A user's setting of either is kept and named on the threads line;
+ * FSDPC_WAIT=spin keeps libgomp's and Open MPI's defaults whatever the load. */
+
+#define K_SPIN "1000"
 
 static char g_wait[512]; /* the threads line's clause on waiting */
 
@@ -222,8 +232,8 @@ void rt_dev_preinit(char **argv)
 {
     const char *why = getenv("FSDPC_WAIT_WHY"), *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
     const char *mine = getenv("FSDPC_WAIT");
-    if (why && wp) { /* our own exec (below) */
-        snprintf(g_wait, sizeof g_wait, "threads wait passively (set here: %s; FSDPC_WAIT=spin to spin)", why);
+    if (why && ((wp && *wp) || (sc && *sc))) { /* our own exec (below) */
+        snprintf(g_wait, sizeof g_wait, "%s", why);
         unsetenv("FSDPC_WAIT_WHY");
         return;
     }
@@ -232,23 +242,32 @@ void rt_dev_preinit(char **argv)
                  wp && *wp ? wp : "unset", sc && *sc ? sc : "unset");
         return;
     }
-    char r[160];
-    if ((mine && !strcmp(mine, "spin")) || !oversubscribed(r, sizeof r)) {
-        snprintf(g_wait, sizeof g_wait, "threads spin briefly while they wait (%s)",
-                 mine && !strcmp(mine, "spin") ? "FSDPC_WAIT=spin" : "the cores were not oversubscribed at start-up");
+    if (mine && !strcmp(mine, "spin")) {
+        snprintf(g_wait, sizeof g_wait, "threads spin briefly while they wait (FSDPC_WAIT=spin)");
         return;
     }
+    char r[160];
+    int over = oversubscribed(r, sizeof r);
     const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
     const char *mpi = y && *y ? "Open MPI's mpi_yield_when_idle as set" : "MPI yielding when idle";
     if (!(y && *y))
         setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1); /* read at MPI_Init, still to come */
-    char line[sizeof g_wait];
     if (env_long("OMP_NUM_THREADS", my_cores()) < 2) { /* no OpenMP team to wait: nothing to exec for */
-        snprintf(g_wait, sizeof g_wait, "one thread; %s (%s; FSDPC_WAIT=spin to spin)", mpi, r);
+        snprintf(g_wait, sizeof g_wait, "one thread; %s (%s; FSDPC_WAIT=spin to spin)", mpi,
+                 over ? r : "the cores were not oversubscribed at start-up");
         return;
     }
-    snprintf(line, sizeof line, "OMP_WAIT_POLICY=passive, %s; %s", mpi, r);
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    char line[sizeof g_wait];
+    if (over) {
+        snprintf(line, sizeof line, "threads wait passively (set here: OMP_WAIT_POLICY=passive, %s; %s; "
+                 "FSDPC_WAIT=spin to spin)", mpi, r);
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+    } else {
+        snprintf(line, sizeof line, "threads spin briefly, then sleep (set here: GOMP_SPINCOUNT=%s, %s; the cores "
+                 "were not oversubscribed at start-up, and a process arriving later finds the threads asleep; "
+                 "FSDPC_WAIT=spin for libgomp's 300000)", K_SPIN, mpi);
+        setenv("GOMP_SPINCOUNT", K_SPIN, 1);
+    }
     setenv("FSDPC_WAIT_WHY", line, 1);
     char self[4096]; /* the program's own path, not /proc/self/exe: ps and top would name it "exe" */
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -257,8 +276,10 @@ void rt_dev_preinit(char **argv)
         execv(self, argv);
     }
     snprintf(g_wait, sizeof g_wait, "threads spin while they wait: %s, but this program could not exec itself again "
-             "with OMP_WAIT_POLICY=passive (%s); set it to wait passively", r, strerror(errno));
+             "with %s (%s); set it yourself", over ? r : "the cores were not oversubscribed at start-up",
+             over ? "OMP_WAIT_POLICY=passive" : "GOMP_SPINCOUNT=" K_SPIN, strerror(errno));
     unsetenv("OMP_WAIT_POLICY");
+    unsetenv("GOMP_SPINCOUNT");
     unsetenv("FSDPC_WAIT_WHY");
 }
 

@@ -39,6 +39,12 @@ static int64_t perm_stride(int rank, const int64_t *xshape, const int64_t *perm,
     return s;
 }
 
+/* ---- sharing a team (walk.h's par_range) --------------------------------- */
+
+_Thread_local int k_sharing;
+
+void k_share(int on) { k_sharing = on; }
+
 /* ---- k_copy_strided ----------------------------------------------------- */
 
 #define K_COPY_ROW(U)                                                              \

@@ -79,6 +79,18 @@ void k_team_set(int omp, int blas)
 #endif
 }
 
+void k_team_share(int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num(), n = *hi - *lo;
+    const int64_t chunk = (n + nt - 1) / nt, a = min64(t * chunk, n);
+    *hi = *lo + min64(a + chunk, n);
+    *lo += a;
+#else
+    (void)lo, (void)hi;
+#endif
+}
+
 const char *k_blas_kernels(void)
 {
     const char *c = openblas_get_corename();

@@ -199,18 +199,19 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
         KFN(layernorm_grad_sweep)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
         return;
     }
-    if (dscale || dbias) {
-        /* column tiles across threads: each column sums its rows in order */
-        const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
-        const int64_t tiles = (inner + tile - 1) / tile;
-#pragma omp parallel for schedule(static) if (tiles > 1 && outer * inner >= K_PAR_MIN)
+    /* one team for both: the column tiles (each column sums its rows in order) and dx's rows write apart and
+     * read only inputs, so a thread done with its tiles goes on to its rows (nowait): one fork, one barrier */
+    const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
+    const int64_t tiles = dscale || dbias ? (inner + tile - 1) / tile : 0;
+    const int64_t rows = dx ? outer : 0;
+#pragma omp parallel if (outer * inner >= K_PAR_MIN)
+    {
+#pragma omp for schedule(static) nowait
         for (int64_t k = 0; k < tiles; k++)
             KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, k * tile,
                                      min64(tile, inner - k * tile));
-    }
-    if (dx) {
-#pragma omp parallel for schedule(static) if (outer * inner >= K_PAR_MIN)
-        for (int64_t r = 0; r < outer; r++)
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
             KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r],
                                     invstd[r], scale, inner);
     }

@@ -178,12 +178,28 @@ static inline int64_t dense_stride(int rank, const int64_t *shape, int d)
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* set by k_share (copy.c): this thread is one of a team the generated step runs a run of copies in */
+extern _Thread_local int k_sharing;
+
 /* Runs f(ctx, lo, hi) over work units [0, total), split across threads when
- * the elements touched (unit_elems per unit) make a thread team pay. */
+ * the elements touched (unit_elems per unit) make a thread team pay.  Inside
+ * a team that shares (k_share), each thread runs its own share (thread 0 all
+ * of a small range) with no fork and no barrier: the caller calls it on
+ * every thread of the team and places the barriers. */
 static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
                              int64_t total, int64_t unit_elems)
 {
 #ifdef _OPENMP
+    if (k_sharing && omp_in_parallel()) {
+        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        if (total * unit_elems < K_PAR_MIN)
+            nt = 1;
+        int64_t chunk = (total + nt - 1) / nt;
+        int64_t lo = min64(t * chunk, total), hi = min64(lo + chunk, total);
+        if (lo < hi)
+            f(ctx, lo, hi);
+        return;
+    }
     if (total * unit_elems >= K_PAR_MIN && total > 1 && omp_get_max_threads() > 1 &&
         !omp_in_parallel()) {
 #pragma omp parallel

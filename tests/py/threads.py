@@ -2,13 +2,16 @@
 
 usage: threads.py FSDPC WORKDIR
 
-A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 8; the attention scores and the MLP's GELU
-are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
+A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 16; the attention scores, the MLP's GELU and the
+attention's Split copies and transposes are above the size where work is split: kernels.h's K_PAR_MIN) trains 4
+AdamW steps:
 - with OMP_NUM_THREADS=1 and =2, and twice more at 2: the losses, gradient norms and exported weights are
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
-- the generated step (--emit-c) splits its big fused loops with `omp parallel for`, and the executable links
+- the generated step (--emit-c) splits its big fused loops with `omp parallel for`, runs the attention's Split
+  copies and transposes in one team (k_share, a barrier between the copies and the transposes: at batch 16 they
+  are large enough to split), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -19,7 +22,9 @@ are above the size where work is split: kernels.h's K_PAR_MIN) trains 4 AdamW st
   run on: taskset to one core gives 1 and 1), and names OMP_NUM_THREADS where that set them;
 - and how they wait: OMP_NUM_THREADS=3 under taskset -c 0 (oversubscribed) runs with OMP_WAIT_POLICY=passive
   set by the executable (it execs itself again; the line says so and why) and trains the same bits; a user's
-  OMP_WAIT_POLICY=active is kept and named, FSDPC_WAIT=spin keeps libgomp's spinning.
+  OMP_WAIT_POLICY=active is kept and named, FSDPC_WAIT=spin keeps libgomp's spinning; the default team (2 threads
+  or more) names what the executable set: OMP_WAIT_POLICY=passive where the machine was busy at start-up, else
+  GOMP_SPINCOUNT=1000 (a bounded spin, then sleep: a competitor arriving later finds the threads asleep).
 --cpu (x86-64 machines):
 - the default is native: the start-up line says "code for native, kernels for x86-64-vN", N this machine's
   level (from /proc/cpuinfo's flags);
@@ -66,10 +71,16 @@ def main():
     np.random.default_rng(0).integers(0, 256, 64 * 64 + 1).astype("<u2").tofile(J("tokens.bin"))
     build = ["--target", "cpu", "--loss", "cross_entropy:logits,labels", "--wrap", "blocks"]
     exe = J("gpt")
-    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=8", "--emit-c"] + build)
+    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--emit-c"] + build)
     c = open(exe + ".c").read()
     n_par = len(re.findall(r'_Pragma\("omp parallel for', c))
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
+    # the attention's Split copies and transposes run in one team each layer (codegen/exe.c), a barrier between the
+    # copies and the transposes that read them; the bit-identical runs below check that the shares add up
+    runs = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c, re.S)
+    check(len(runs) >= 2 and all("omp barrier" in r and "k_copy_strided" in r and "k_transpose_" in r for r in runs[:2]),
+          "the step should run the attention's copies in one team with a barrier (%d runs):\n%s" % (len(runs),
+                                                                                          "\n".join(runs)[:1500]))
     ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)
@@ -157,8 +168,10 @@ def main():
         same("taskset -c 0", pinned, one)
     if shutil.which("taskset"):
         waiting(train, same)
-    check("threads wait passively" in dflt[0] or "threads spin briefly" in dflt[0],
-          "default threads: the start-up line should say how the threads wait:\n" + dflt[0][:1500])
+    if cores > 1:  # a team: the executable set how it waits, passive where oversubscribed, else a bounded spin
+        check("threads wait passively (set here: OMP_WAIT_POLICY=passive" in dflt[0] or
+              "threads spin briefly, then sleep (set here: GOMP_SPINCOUNT=1000" in dflt[0],
+              "default threads: the start-up line should say how the threads wait:\n" + dflt[0][:1500])
     forced = {}
     for name, word in (("openblas", "OpenBLAS"), ("onednn", "oneDNN")):
         forced[name] = train("lib_" + name, {"OMP_NUM_THREADS": "1", "FSDPC_GEMM": name})
@@ -227,7 +240,7 @@ def cpu_levels(fsdpc, J, build, train, same, native, native_out, across):
     check(want in native_out[0], "native build: expected %r in the start-up line:\n%s" % (want, native_out[0][:1500]))
     for cpu in ["x86-64"] + (["x86-64-v3"] if v3 else []):
         tag = cpu.replace("-", "_")
-        run([fsdpc, J("gpt.onnx"), "-o", J("gpt"), "--dim", "batch=8", "--cpu", cpu] + build)
+        run([fsdpc, J("gpt.onnx"), "-o", J("gpt"), "--dim", "batch=16", "--cpu", cpu] + build)
         a = train(tag + "_t1", {"OMP_NUM_THREADS": "1"})
         b = train(tag + "_t2", {"OMP_NUM_THREADS": "2"})
         across("--cpu %s, 2 threads" % cpu, b, a)
@@ -249,7 +262,7 @@ def cpu_levels(fsdpc, J, build, train, same, native, native_out, across):
     with open(cc, "w") as f:
         f.write('#!/bin/sh\nexec cc %s "$@"\n' % mflag)
     os.chmod(cc, 0o755)
-    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_" + feat), "--dim", "batch=8", "--cc", cc] + build)
+    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_" + feat), "--dim", "batch=16", "--cc", cc] + build)
     p = subprocess.run([J("gpt_" + feat), "--tokens", J("tokens.bin"), "--steps", "1"], capture_output=True,
                        text=True, timeout=120)
     name = feat.replace("_", "")
