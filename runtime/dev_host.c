@@ -493,6 +493,9 @@ static int gemm_choose(int rank, char *err, size_t errlen)
         }
         char text[128];
         int n = snprintf(text, sizeof text, "fsdpc-gemm-v1 onednn %.1f openblas %.1f\n", dn, ob);
+        /* decide and say by the rates as kept, so that a run reading them decides and says the same */
+        if (sscanf(text, "fsdpc-gemm-v1 onednn %lf openblas %lf", &dn, &ob) != 2)
+            dn = ob = 0;
         if (!p)
             snprintf(kept, sizeof kept, "not kept: %s", why);
         else if (rt_afile_write(p, text, (size_t)n, 0644) != 0)
