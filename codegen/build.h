@@ -1,5 +1,6 @@
-/* build.h — private to codegen/exe.c and init.c: what a build of OUT has
- * made so far, and the init file's layout and writer. */
+/* build.h — private to codegen/exe.c, init.c and team.c: what a build of
+ * OUT has made so far, the init file's layout and writer, and the step's
+ * runs of copies in one team. */
 #ifndef FSDPC_CG_BUILD_H
 #define FSDPC_CG_BUILD_H
 
@@ -64,5 +65,27 @@ uint64_t cg_init_id(const Graph *g, const InitLayout *L, const char *step, size_
 void cg_write_init(const Graph *g, InitLayout *L, uint64_t id, Build *b);
 /* FNV-1a-64 of n bytes, continuing h (the init file's id, the executable's key) */
 uint64_t cg_fnv(uint64_t h, const void *p, size_t n);
+
+/* ---- one team for a run of copies (team.c) ------------------------------
+ * Consecutive nodes of the step whose code calls only the copy kernels run in
+ * one OpenMP team, with a barrier where arena bytes conflict. */
+typedef struct {
+    int64_t lo[32], hi[32]; /* arena byte ranges */
+    int n;
+} CgRanges;
+
+#define CG_TEAM_BARRIER "    _Pragma(\"omp barrier\")\n"
+
+/* value v's arena bytes [lo, hi); 0 where it is not in the arena */
+int cg_value_range(const Graph *g, int v, int64_t *lo, int64_t *hi);
+/* [lo, hi) added to r (at most 32: cg_team_node asks for a barrier before r fills) */
+void cg_ranges_add(CgRanges *r, int64_t lo, int64_t hi);
+/* may node n join a run of copies (its code, text, calling only copy kernels: *calls of them) whose reads and
+ * writes since the last barrier are rd and wr?  *barrier: 1 where it must wait for them first */
+int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, const CgRanges *rd,
+                 const CgRanges *wr, int *barrier);
+/* the run [first, first + k) (text: its code with CG_TEAM_BARRIER where needed; big: its outputs large enough to
+ * split) into body: one team where big is 2 or more, else the code without the barriers; then --trace's marks */
+void cg_team_flush(Buf *body, Buf *text, int first, int k, int big);
 
 #endif

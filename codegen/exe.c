@@ -15,7 +15,7 @@
  *
  * The emitted C is straight-line: one kernel or collective call per node in
  * schedule order, in a function per phase (forward, backward, optimizer) that
- * step() calls (a run of copies in one OpenMP team: "one team", below); each tensor a named pointer (t_ + its ONNX name, emit.c)
+ * step() calls (a run of copies in one OpenMP team: team.c); each tensor a named pointer (t_ + its ONNX name, emit.c)
  * computed from the static plan, declared with its shape at the top of the
  * function using it; each GEMM's geometry an RtGemm descriptor.  Names from
  * the model never reach the C text except through cg_cstr() (escaped string
@@ -43,7 +43,6 @@
 #include "kernels.h" /* K_PAR_MIN */
 #include "../ir/rules/nn.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -263,146 +262,13 @@ static int node_phase(const Node *n, int prev)
     return prev;
 }
 
-/* ---- one team for a run of copies
- *
- * Every kernel call of the step forks the OpenMP team and joins it (a parallel region each: about 210 a step of
- * the 128/4/128/8 GPT at 2 threads), and at every join the team waits for its slowest thread: on cores shared
- * with other work, for the thread that is not running.  The copy kernels (k_copy_strided, k_transpose_*) can
- * instead take their thread's share inside a team the step already runs (k_share: each element is copied alike
- * however the range is split, so the bits do not change), so a run of consecutive nodes whose code calls only
- * them (a Split's three copies, the attention's transposes, the views between) is one parallel region, with a
- * barrier only where a node writes arena bytes that a node of the run read or wrote since the last barrier, or
- * reads bytes one wrote.  A node touching anything outside the arena, or calling anything else, ends the run.
- * A run becomes a team only where two of its outputs or more are large enough to split (K_PAR_MIN elements; a
- * smaller copy runs on the team's first thread): copies the kernels would not split stay as they were.
- * --trace marks the run's nodes when the run ends. */
-
-typedef struct {
-    int64_t lo[32], hi[32]; /* arena byte ranges */
-    int n;
-} Ranges;
-
-static int team_kernel(const char *name, size_t len)
-{
-    return (len == 14 && !strncmp(name, "k_copy_strided", 14)) || (len > 12 && !strncmp(name, "k_transpose_", 12));
-}
-
-/* is text (a node's code) only team-kernel calls and `static const` tables (and braces, comments), so that every
- * thread of a team may run it?  *calls: how many calls */
-static int team_text(const char *s, int *calls)
-{
-    *calls = 0;
-    const char *stmt = NULL; /* the statement being read: its first character */
-    for (const char *p = s; p && *p; p++) {
-        if (p[0] == '/' && p[1] == '*') { /* comments are not code */
-            p = strstr(p + 2, "*/");
-            if (!p)
-                return 0;
-            p++;
-        } else if (!stmt && !isspace((unsigned char)*p) && *p != '{' && *p != '}') {
-            stmt = p;
-            if (*p == ';')
-                stmt = NULL;
-        } else if (stmt && *p == ';') {
-            const char *q = stmt;
-            while (isalnum((unsigned char)*q) || *q == '_')
-                q++;
-            if (!strncmp(stmt, "static const ", 13))
-                ;
-            else if (*q == '(' && team_kernel(stmt, (size_t)(q - stmt)))
-                ++*calls;
-            else
-                return 0;
-            stmt = NULL;
-        }
-    }
-    return !stmt;
-}
-
-static int value_range(const Graph *g, int v, int64_t *lo, int64_t *hi)
-{
-    const Value *x = &g->val[v];
-    if (x->loc.kind != LOC_ARENA)
-        return 0;
-    *lo = x->loc.off;
-    *hi = *lo + value_numel(g, v) * (int64_t)dtype_size(x->dtype);
-    return 1;
-}
-
-static int overlaps(const Ranges *r, int64_t lo, int64_t hi)
-{
-    for (int k = 0; k < r->n; k++)
-        if (lo < r->hi[k] && r->lo[k] < hi)
-            return 1;
-    return 0;
-}
-
-static void add_range(Ranges *r, int64_t lo, int64_t hi)
-{
-    r->lo[r->n] = lo;
-    r->hi[r->n++] = hi;
-}
-
-/* may node n join a run of copies (its code, text, calling only copy kernels: *calls of them) whose
- * reads and writes since the last barrier are rd and wr?  *barrier: 1 where it must wait for them first */
-static int team_node(const Graph *g, const Node *n, const char *text, int *calls, const Ranges *rd,
-                     const Ranges *wr, int *barrier)
-{
-    int64_t lo, hi;
-    if (!team_text(text, calls) || n->nin > 32 || n->nout > 32)
-        return 0;
-    *barrier = 0;
-    if (!*calls)
-        return 1; /* a view or a comment: touches nothing */
-    if (*calls > 1 && n->op != OP_Split && n->op != OP_Concat)
-        return 0; /* its calls might depend on each other; a Split's or a Concat's write apart */
-    if (n->nin + n->nout + rd->n > 32 || n->nout + wr->n > 32)
-        *barrier = 1;
-    for (int j = 0; j < n->nin; j++) {
-        if (n->in[j] < 0)
-            continue;
-        if (!value_range(g, n->in[j], &lo, &hi))
-            return 0;
-        *barrier |= overlaps(wr, lo, hi);
-    }
-    for (int j = 0; j < n->nout; j++) {
-        if (!value_range(g, n->out[j], &lo, &hi))
-            return 0;
-        *barrier |= overlaps(rd, lo, hi) || overlaps(wr, lo, hi);
-    }
-    return 1;
-}
-
-#define TEAM_BARRIER "    _Pragma(\"omp barrier\")\n"
-
-/* a run of nodes [first, first + k) (text: their code with a barrier where needed, big: their outputs large
- * enough to split): one team where big is 2 or more, else the code alone */
-static void team_flush(Buf *body, Buf *text, int first, int k, int big)
-{
-    if (!k)
-        return;
-    if (big > 1)
-        cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);
-    else
-        for (const char *p = text->len ? text->buf : ""; *p;) { /* without the barriers */
-            const char *e = strchr(p, '\n');
-            size_t len = e ? (size_t)(e - p + 1) : strlen(p);
-            if (strncmp(p, TEAM_BARRIER, len) || len != strlen(TEAM_BARRIER))
-                cg_put(body, "%.*s", (int)len, p);
-            p += len;
-        }
-    for (int i = first; i < first + k; i++) /* --trace: node i ended */
-        cg_put(body, "    RT_TRACE(c, %d);\n", i);
-    text->len = 0; /* the buffer kept for the next run */
-}
-
 /* one function of the step: nodes [lo, hi) of one phase; guard: each run of nodes a validation pass skips
  * (need[i] 0) in one `if (!c->validating) { ... }` (0: the caller skips the whole function) */
 static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, const char *need, int guard)
 {
     const Graph *g = cg->g;
     Buf body = {0}, run = {0}, node = {0}; /* run: the pending run's code; node: each node's, in turn */
-    Ranges rd = {0}, wr = {0};
+    CgRanges rd = {0}, wr = {0};
     int first = lo, nrun = 0, calls = 0, big = 0;
     cg_fn_begin(cg, 0);
     int open = 0;
@@ -411,10 +277,10 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         node.len = 0;
         cg_emit_node(cg, &node, &g->node[i]);
         int k = 0, barrier = 0;
-        int joins = !cg->cuda && skip == open && team_node(g, &g->node[i], node.len ? node.buf : "", &k, &rd, &wr,
+        int joins = !cg->cuda && skip == open && cg_team_node(g, &g->node[i], node.len ? node.buf : "", &k, &rd, &wr,
                                                            &barrier);
         if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
-            team_flush(&body, &run, first, nrun, big);
+            cg_team_flush(&body, &run, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
@@ -427,7 +293,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             first = i + 1;
         } else {
             if (barrier) {
-                cg_put(&run, TEAM_BARRIER);
+                cg_put(&run, CG_TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
             cg_put(&run, "%s", node.len ? node.buf : "");
@@ -437,14 +303,14 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 big += value_numel(g, n->out[j]) >= K_PAR_MIN;
             int64_t a, b;
             for (int j = 0; k && j < n->nin; j++)
-                if (n->in[j] >= 0 && value_range(g, n->in[j], &a, &b))
-                    add_range(&rd, a, b);
+                if (n->in[j] >= 0 && cg_value_range(g, n->in[j], &a, &b))
+                    cg_ranges_add(&rd, a, b);
             for (int j = 0; k && j < n->nout; j++)
-                if (value_range(g, n->out[j], &a, &b))
-                    add_range(&wr, a, b);
+                if (cg_value_range(g, n->out[j], &a, &b))
+                    cg_ranges_add(&wr, a, b);
         }
     }
-    team_flush(&body, &run, first, nrun, big);
+    cg_team_flush(&body, &run, first, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);
