@@ -24,6 +24,7 @@ skipped and counted by reason; every other failure fails the test.
 """
 import collections
 import glob
+import json
 import os
 import re
 import sys
@@ -153,10 +154,30 @@ def ops_of(case):
     return {n.op_type for n in m.graph.node}
 
 
-def entry_cases(op, entries):
+def case_ops(work):
+    """every case's op types, read once per WORK by whichever entry comes first and kept in WORK/case_ops.json
+    (written aside and renamed: the entries run at once); kept only while ROOT and its cases are the same"""
+    path, cases = os.path.join(work, "case_ops.json"), sorted(os.listdir(ROOT))
+    try:
+        with open(path) as f:
+            kept = json.load(f)
+        if kept["root"] == ROOT and sorted(kept["ops"]) == cases:
+            return {c: set(o) for c, o in kept["ops"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    ops = {c: ops_of(c) for c in cases}
+    os.makedirs(work, exist_ok=True)
+    tmp = "%s.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump({"root": ROOT, "ops": {c: sorted(o) for c, o in ops.items()}}, f)
+    os.replace(tmp, path)
+    return ops
+
+
+def entry_cases(op, entries, work):
     """(the cases entry `op` owns, the other cases using op), each sorted: a case is owned by the rarest
     op of `entries` its graph uses."""
-    uses = {c: ops_of(c) & entries for c in sorted(os.listdir(ROOT))}
+    uses = {c: o & entries for c, o in sorted(case_ops(work).items())}
     count = collections.Counter(o for ops in uses.values() for o in ops)
     owner = {c: min(ops, key=lambda o: (count[o], o)) for c, ops in uses.items() if ops}
     return ([c for c in uses if owner.get(c) == op],
@@ -169,7 +190,7 @@ def main():
     spare = []  # an entry's cases owned by other entries: run only while none of its own passed
     if pats[:1] == ["--op"] and pats[2:3] == ["--entries"]:
         with open(pats[3]) as f:
-            cases, spare = entry_cases(pats[1], set(f.read().split()))
+            cases, spare = entry_cases(pats[1], set(f.read().split()), work)
         work = os.path.join(work, pats[1])
         print("entry %s: %d cases of its own, %d using it owned by rarer ops' entries" % (
             pats[1], len(cases), len(spare)))
