@@ -11,8 +11,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPC_WERROR=ON "${launch[@]}" >/dev/null
 cmake --build build
-# the build tree's cores.json: a slot per core, every test one slot but those that mostly wait (CMakeLists.txt)
-jobs=$(($(nproc) + 2))
+# the build tree's cores.json: 3 slots for every 2 cores, every test one slot but those that mostly wait
+# (CMakeLists.txt says why); ctest runs as many tests as there are slots, and 2 of the waiting ones beside them
+slots=$(sed -n 's/.*"slots": *\([0-9]*\).*/\1/p' build/cores.json)
+jobs=$((slots + 2))
 (cd build && ctest --output-on-failure -j$jobs --resource-spec-file cores.json "$@")
 # The sanitizer build runs the suites that read untrusted input and the runtime.
 cmake -S . -B build-san -G Ninja -DFSDPC_SANITIZE=ON -DFSDPC_WERROR=ON "${launch[@]}" >/dev/null
