@@ -7,16 +7,20 @@ For each GPT size of bench/gpt_cpu.py (d/L/T/B; torch 1.13 exports it, fsdpc com
 --emit-c), the bfloat16 GEMMs of one training step are read from the generated step (every k_matmul_bf16 /
 k_matmul_add_bf16 call: batch, strides, m, n, k, transposes, alpha).  bench/bf16_gemm.c, built here against the
 kernels of fsdpc's build (the x86-64-v4 ones, as a `--cpu native` executable links on this machine), OpenBLAS's
-OpenMP build and libdnnl, then times each distinct shape three ways in one process per size and thread count:
+OpenMP build and libdnnl, then times each distinct shape six ways in one process per size and thread count:
   widened   the operands widened block by block into float32 and cblas_sgemm (fsdpc's bf16 path before oneDNN);
   oneDNN    dnnl_gemm_bf16bf16f32 (AVX512-BF16 where the CPU has it; float32 accumulation);
   f32       k_matmul_f32 on float32 operands (the same GEMMs without mixed precision);
   team      fsdpc's widened path now (k_matmul_widened_16: C's tiles split across the team, each thread widening
             its own), what a CPU without AVX512-BF16 runs;
+  whole     each operand widened once, whole, then one float32 GEMM (the alternative to the tiles);
+  matmul    oneDNN's bf16 matmul primitive, made once per shape, only executed in the timed calls;
 with OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to each --threads count.  Each repetition runs every side on
 every shape, the order rotating (interleaved).  A side's step time is the sum over the step's calls of the
-shape's best (and median) time; the table gives both, GFLOP/s of the best, and widened / oneDNN (above 1: oneDNN
-faster).  The result check (oneDNN against the widened path, and fsdpc's own k_matmul_bf16 against both) is the
+shape's best (and median) time; the table gives both, GFLOP/s of the best, and each side / f32 (--per-shape: each
+shape's median too).  Set FSDPC_GEMM=onednn for the float32 GEMMs on oneDNN's sgemm (what an executable measures
+and picks on this machine), BENCH_CLOCK=cpu to time by CPU time (a loaded machine), DNNL_MAX_CPU_ISA=AVX512_CORE
+for a CPU without AVX512-BF16.  The result check (oneDNN against the widened path, and fsdpc's own k_matmul_bf16 against both) is the
 largest |difference| over C relative to the largest sum_k |a b| of the shape: float32 rounding of the summation
 order is ~1e-7 of that.
 """
@@ -36,11 +40,12 @@ ap.add_argument("--threads", default="1,2")
 ap.add_argument("--repeat", type=int, default=5)
 ap.add_argument("--fsdpc", default=os.path.join(HERE, "..", "build", "fsdpc"))
 ap.add_argument("--sizes", default="128/4/128/8,256/6/256/8,512/8/256/8,768/12/1024/1", help="d/L/T/B,...")
+ap.add_argument("--per-shape", action="store_true", help="also each shape's median time per side")
 args = ap.parse_args()
 sys.path.insert(0, HERE)
 from step_gemms import step_gemms as bench_step_gemms  # noqa: E402
 
-SIDES = ("widened", "onednn", "f32", "team")
+SIDES = ("widened", "onednn", "f32", "team", "whole", "matmul")
 
 
 def step_gemms(fsdpc, work, d, L, T, B):
@@ -85,16 +90,16 @@ def main():
                     if w and w[0] == "t":
                         times[(nt, size, w[1], tuple(int(v) for v in w[3:11]))] = [float(v) for v in w[11:]]
                     elif w and w[0] == "check":
-                        worst = checks.get(size, (0.0, 0.0, 0.0, 0.0))
-                        checks[size] = tuple(max(x, float(y)) for x, y in zip(worst, w[8:12]))
+                        worst = checks.get(size, (0.0,) * 6)
+                        checks[size] = tuple(max(x, float(y)) for x, y in zip(worst, w[8:14]))
                 print("  threads %d, %s done" % (nt, "/".join(map(str, size))), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for nt in threads:
         print("\nthreads %d, %d interleaved repetitions; step GEMM time, ms: best (median)\n" % (nt, args.repeat))
-        print("| d/L/T/B | bf16 GEMMs per step (distinct shapes) | GFLOP | widened ms (GFLOP/s) | oneDNN ms (GFLOP/s) | "
-              "f32 sgemm ms (GFLOP/s) | team ms (GFLOP/s) | widened / oneDNN | f32 / oneDNN | team / f32 |")
-        print("|---" * 10 + "|")
+        print("| d/L/T/B | bf16 GEMMs per step (distinct shapes) | GFLOP | " +
+              " | ".join("%s ms (GFLOP/s)" % s for s in SIDES) + " | " + " | ".join("%s / f32" % s for s in SIDES) + " |")
+        print("|---" * (3 + 2 * len(SIDES)) + "|")
         for size in sizes:
             gflop = sum(c * 2.0 * s[0] * s[3] * s[4] * s[5] for s, c in shapes[size].items()) / 1e9
             best, med = {}, {}
@@ -105,13 +110,16 @@ def main():
             print("| %s | %d (%d) | %.2f | " % ("/".join(map(str, size)), sum(shapes[size].values()),
                                                len(shapes[size]), gflop) +
                   " | ".join("%.1f (%.1f) (%.0f)" % (1e3 * best[s], 1e3 * med[s], gflop / best[s]) for s in SIDES) +
-                  " | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |" % (
-                      best["widened"] / best["onednn"], med["widened"] / med["onednn"], best["f32"] / best["onednn"],
-                      med["f32"] / med["onednn"], best["team"] / best["f32"], med["team"] / med["f32"]))
+                  " | " + " | ".join("%.2f (%.2f)" % (best[s] / best["f32"], med[s] / med["f32"]) for s in SIDES) +
+                  " |")
+            if args.per_shape:
+                for s, c in sorted(shapes[size].items()):
+                    print("    %dx %s: " % (c, s[:-1]) + ", ".join(
+                        "%s %.3f" % (x, statistics.median(times[(nt, size, x, s[:-1])]) * 1e3) for x in SIDES) + " ms")
     print("\nresult check, worst over the shapes (max |diff| / max sum_k |a b|):")
     for size in sizes:
         print("  %s: oneDNN vs widened %.2g, fsdpc's k_matmul_bf16 vs widened %.2g, vs oneDNN %.2g, team vs widened "
-              "%.2g" % (
+              "%.2g, whole vs widened %.2g, matmul vs widened %.2g" % (
             "/".join(map(str, size)), *checks[size]))
 
 

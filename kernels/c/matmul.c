@@ -226,7 +226,12 @@ static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const
  * about 3x fp32's), then (until 2026-11-27) widened both blocks per tile
  * (widening 4.5 % of a 256/6/256/8 bf16 GPT step at 1 thread, now 3.1 %).
  * Whatever the units, each C element gets the same sgemm calls on the same
- * blocks in the same k order, so any team gives the same bits.
+ * blocks in the same k order, so any team gives the same bits.  The tiles
+ * measured 1.04-1.05x float32's GEMM time on the 128/4/128/8 GPT step's
+ * GEMMs and 0.96x on the 256/6/256/8 one's at 1 thread; each operand
+ * widened whole once and one sgemm, 1.06-1.09x (bench/bf16_gemm.py's
+ * `whole` side, 2026-11-28: a whole widened operand leaves L2 before the
+ * sgemm packs it, a 256 x 256 block does not).
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */

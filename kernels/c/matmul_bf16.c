@@ -15,7 +15,15 @@
  * "Benchmarks") against the operands widened into float32 for cblas_sgemm
  * (matmul.c's k_matmul_widened_16), which remains the path where oneDNN has
  * no native bf16 GEMM: below AVX512-BF16 its bf16 GEMM is emulated and slower
- * than the widened one (and below AVX-512 it has none).  The choice is made
+ * than the widened one (and below AVX-512 it has none): 2.6-2.9x float32's
+ * time on the GPT steps' GEMMs, and its matmul primitive runs the same
+ * emulated gemm:jit there (bench/bf16_gemm.py, 2026-11-28).  With
+ * AVX512-BF16 this GEMM runs those shapes at 91-92 % of its rate on a
+ * 4096^3 one; oneDNN's brgemm matmul primitive (made once per shape) was
+ * 3-4 % faster on them (in the GPT step 2.6 % of the Linears' GEMM time,
+ * 1.1 % of the step: docs/benchmarks.md), too little for a table of
+ * primitives and their scratch outside the arena.  The GEMM API creates no
+ * primitive and reorders nothing per call.  The choice is made
  * once, from oneDNN's effective ISA, so DNNL_MAX_CPU_ISA=AVX512_CORE forces
  * the widened path (k_bf16_gemm_native tells which: the executable says so at
  * start, runtime/rt.c).  k_gemm_bf16 is one such GEMM with leading dimensions,
