@@ -7,16 +7,17 @@
  * compute type, float32 (float64 for float64 loops).
  *
  * cpu: a member of ops.def's TAB16 rows (erf, exp, tanh, ...) whose operand
- * is a bfloat16 value takes its result from a table of the op at all 65536
- * bfloat16 values (cg_fused_tables: filled once, at the first step, by the
- * same row in the same file, so the bits are those the loop would compute;
- * GCC vectorises the lookup as a gather: GELU's erf loop 0.70 -> 0.25 ms at
- * 524288 elements on Zen 5).  So does the gradient of one whose row reads x
- * alone, at a bfloat16 x: dy times a table of its derivative (the row at
+ * is a 16-bit number (a bfloat16 or float16 value, or its Cast to float32)
+ * takes its result from a table of the op at all 65536 values of that type
+ * (cg_fused_tables: filled once, at the first step, by the same row in the
+ * same file, so the bits are those the loop would compute; GCC vectorises
+ * the lookup as a gather: GELU's erf loop 0.70 -> 0.25 ms at 524288
+ * bfloat16 elements on Zen 5).  So does the gradient of one whose row reads
+ * x alone, at a 16-bit x: dy times a table of its derivative (the row at
  * dy = 1).  That is the same derivative, but one product where the row may
  * multiply in another order (erf's (dy * 2/sqrt(pi)) * exp(-x^2)): within an
- * ulp of float32, so the bfloat16 it is rounded to may differ, rarely (1 of
- * 524288 in GELU's backward loop; 0.59 -> 0.37 ms).  A bfloat16 result,
+ * ulp of float32, so the 16-bit value it is rounded to may differ, rarely (1
+ * of 524288 in GELU's bfloat16 backward loop; 0.59 -> 0.37 ms).  A bfloat16 result,
  * rounded by its Cast (k_bf16_round), is stored as its top half
  * (k_bf16_bits: the same bits as k_bf16_from_f32, without a second
  * rounding: that loop 0.37 -> 0.31 ms).
@@ -95,24 +96,28 @@ static const char *load(const Cg *cg, DType t, const char *v)
     return is_low(t) ? ir_fmt("%s(%s)", conv(cg, 1, t), v) : v;
 }
 
-/* Is value v, operand of member k, exactly a bfloat16 number: of that dtype (an input, or a member's Cast to it),
- * or a member's Cast to float32 of one? */
-static int bf16_exact(const Graph *g, const Fusion *f, int k, int v)
+/* The 16-bit type (bfloat16 or float16) value v, operand of member k, is exactly a number of: its own dtype (an
+ * input, or a member's Cast to it), or that of the value a member's Cast to float32 read; else DT_F32 (none). */
+static DType low_exact(const Graph *g, const Fusion *f, int k, int v)
 {
-    if (g->val[v].dtype == DT_BF16)
-        return 1;
+    if (is_low(g->val[v].dtype))
+        return g->val[v].dtype;
     for (int j = 0; j < k; j++)
         if (f->member[j].out[0] == v)
-            return f->member[j].op == OP_Cast && g->val[f->member[j].in[0]].dtype == DT_BF16;
-    return 0;
+            return f->member[j].op == OP_Cast && is_low(g->val[f->member[j].in[0]].dtype)
+                       ? g->val[f->member[j].in[0]].dtype
+                       : DT_F32;
+    return DT_F32;
 }
 
-/* The name of the table of unary op `of` of member m at every bfloat16 value (grad: its derivative, the gradient
- * at dy = 1), made when it is the first of its kind and parameters. */
-static const char *table(Cg *cg, const Node *m, Op of, int grad)
+/* The lookup of unary op `of` of member m at operand a, a number of 16-bit type low (grad: its derivative, the
+ * gradient at dy = 1) in its table of every value of that type, the table made when it is the first of its kind,
+ * type and parameters.  The index: a bfloat16's top half; a float16's bits (k_f16_from_f32: exact, a signalling
+ * NaN made quiet). */
+static const char *table(Cg *cg, const Node *m, Op of, int grad, DType low, const char *a)
 {
-    const char *params = cg_unary_params(of, m);
-    const char *key = ir_fmt("%s KF_%s, %s", grad ? "grad" : "", op_info[of].kname, params);
+    const char *params = cg_unary_params(of, m), *ty = dtype_name(low);
+    const char *key = ir_fmt("%s %s KF_%s, %s", grad ? "grad" : "", ty, op_info[of].kname, params);
     int t = 0;
     while (t < cg->ntable && strcmp(cg->table_key[t], key))
         t++;
@@ -122,14 +127,14 @@ static const char *table(Cg *cg, const Node *m, Op of, int grad)
             memcpy(keys, cg->table_key, sizeof *keys * (size_t)t);
         keys[cg->ntable++] = key;
         cg->table_key = keys;
-        cg_put(&cg->tables, "static float kt%d[65536]; /* %s%s at every bfloat16 value */\n", t, op_info[of].name,
-               grad ? "'s derivative" : "");
+        cg_put(&cg->tables, "static float kt%d[65536]; /* %s%s at every %s value */\n", t, op_info[of].name,
+               grad ? "'s derivative" : "", ty);
+        const char *x = ir_fmt("k_%s_to_f32((uint16_t)h)", ty);
         cg_put(&cg->tables_fill, "    for (int h = 0; h < 65536; h++)\n        kt%d[h] = %s;\n", t,
-               grad ? ir_fmt("kf_unary_grad_f32(KF_%s, 1, k_bf16_to_f32((uint16_t)h), 0, %s)", op_info[of].kname,
-                             params)
-                    : ir_fmt("kf_unary_f32(KF_%s, k_bf16_to_f32((uint16_t)h), %s)", op_info[of].kname, params));
+               grad ? ir_fmt("kf_unary_grad_f32(KF_%s, 1, %s, 0, %s)", op_info[of].kname, x, params)
+                    : ir_fmt("kf_unary_f32(KF_%s, %s, %s)", op_info[of].kname, x, params));
     }
-    return ir_fmt("kt%d", t);
+    return ir_fmt("kt%d[%s(%s)]", t, low == DT_BF16 ? "k_bf16_bits" : "k_f16_from_f32", a);
 }
 
 const char *cg_fused_tables(const Cg *cg)
@@ -172,17 +177,18 @@ static void body(Cg *cg, Buf *b, const Node *n, const char *ind)
             Op of = (Op)ir_attr_i(m, "of", -1);
             const char *x = m->nin > 1 ? operand(f, k, n, m->in[1]) : NULL;
             const char *y = m->nin > 2 ? operand(f, k, n, m->in[2]) : NULL;
-            if (!cg->cuda && ct == DT_F32 && ir_tab16(of) && kf_unary_reads(op_info[of].kernel) == KF_READS_X && x &&
-                bf16_exact(g, f, k, m->in[1]))
-                e = ir_fmt("%s * %s[k_bf16_bits(%s)]", a, table(cg, m, of, 1), x);
+            DType xlow = x ? low_exact(g, f, k, m->in[1]) : DT_F32;
+            if (!cg->cuda && ct == DT_F32 && ir_tab16(of) && kf_unary_reads(op_info[of].kernel) == KF_READS_X &&
+                xlow != DT_F32)
+                e = ir_fmt("%s * %s", a, table(cg, m, of, 1, xlow, x));
             else
                 e = ir_fmt("kf_unary_grad_%s(KF_%s, %s, %s, %s, %s)", S, op_info[of].kname, a,
                            x ? x : ir_fmt("(%s)0", T), y ? y : ir_fmt("(%s)0", T), cg_unary_params(of, m));
             break;
         }
         default:
-            if (!cg->cuda && ct == DT_F32 && ir_tab16(m->op) && bf16_exact(g, f, k, m->in[0]))
-                e = ir_fmt("%s[k_bf16_bits(%s)]", table(cg, m, m->op, 0), a);
+            if (!cg->cuda && ct == DT_F32 && ir_tab16(m->op) && low_exact(g, f, k, m->in[0]) != DT_F32)
+                e = table(cg, m, m->op, 0, low_exact(g, f, k, m->in[0]), a);
             else if (op_info[m->op].flags & F_BINARY)
                 e = ir_fmt("kf_binary_%s(KF_%s, %s, %s)", S, op_info[m->op].kname, a, operand(f, k, n, m->in[1]));
             else
