@@ -29,6 +29,10 @@ typedef struct {
     Buf jobs;              /* the collectives' job functions, before the step */
     Buf fused_src;         /* cuda: the generated fused kernels' source (emit_fused.c) */
     int nfused;            /* ... and their count */
+    Buf tables;            /* cpu: the fused loops' tables of a unary op at every bfloat16 value (emit_fused.c, */
+    Buf tables_fill;       /* ops.def's TAB16), their definitions and the statements that fill them */
+    int ntable;            /* ... their count, and each one's op and parameters as C text (kf_unary_f32's) */
+    const char **table_key;
     const char **tname;    /* per value: its C name (cg_name_tensors) */
     CgUses fn, job, *cur;  /* the uses of the step function / collective job being emitted, the current one */
 } Cg;
@@ -95,6 +99,9 @@ void cg_binary(Cg *cg, Buf *b, const char *op, int y, const char *py, int a, con
  * generated kernel fsdpc_fused<K> whose source goes to cg->fused_src
  * (cg->nfused of them) */
 void cg_emit_fused(Cg *cg, Buf *b, const Node *n);
+/* the step's tables (emit_fused.c) as C text: their definitions and a function tables() that fills them the
+ * first time it is called (step() calls it first); "" when there are none */
+const char *cg_fused_tables(const Cg *cg);
 
 /* op families (codegen/emit_*.c): emit n and return 1, or return 0 if n is
  * not theirs */

@@ -329,9 +329,6 @@ static Buf emit_step(Cg *cg)
      * as identity and BatchNormalization in inference form (codegen/emit_nn.c) */
     cg_name_tensors(cg);
     Buf fns = {0}, step = {0};
-    cg_put(&step, "static void step(RtCtx *c)\n{\n");
-    if (!cg->cuda)
-        cg_put(&step, "    RT_TRACE(c, -1);\n");
     for (int lo = 0, ph = PH_FORWARD; lo < g->nnode;) {
         ph = node_phase(&g->node[lo], ph);
         int hi = lo + 1, all_skipped = need != NULL && !need[lo];
@@ -342,8 +339,9 @@ static Buf emit_step(Cg *cg)
         cg_put(&step, all_skipped ? "    if (!c->validating)\n        %s(c);\n" : "    %s(c);\n", name);
         lo = hi;
     }
-    cg_put(&step, "}\n\n");
-    cg_put(&cg->jobs, "%s%s", fns.buf ? fns.buf : "", step.buf);
+    /* the phases emitted, the fused loops' tables are known (emit_fused.c): before the phases, filled first */
+    cg_put(&cg->jobs, "%s%sstatic void step(RtCtx *c)\n{\n%s%s%s}\n\n", cg_fused_tables(cg), fns.buf ? fns.buf : "",
+           cg->ntable ? "    tables();\n" : "", cg->cuda ? "" : "    RT_TRACE(c, -1);\n", step.buf ? step.buf : "");
     return cg->jobs;
 }
 

@@ -57,6 +57,18 @@ int ir_reads_low(const Node *n, int input)
     }
 }
 
+/* ops.def's TAB16 rows */
+int ir_tab16(Op op)
+{
+    switch (op) {
+#define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)
+#define TAB16(name) case OP_##name: return 1;
+#include "ops.def"
+#undef OP
+    default: return 0;
+    }
+}
+
 /* ops.def's SINCE_IN, WAS_ATTR, SINCE_ATTR and SINCE_VALUE rows, in its order */
 const OpSince op_since[] = {
 #define OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags)

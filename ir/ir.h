@@ -404,6 +404,8 @@ int ir_writes(const Graph *g, const Node *n, int r);
 void ir_set_nodes(Graph *g, Node *nodes, int n);  /* replace node array (reorder/insert) */
 /* may input `input` of n be bfloat16 or float16 (ops.def's LOW rows)? */
 int ir_reads_low(const Node *n, int input);
+/* is unary op looked up in a table of its 65536 bfloat16 values in the cpu fused loops (ops.def's TAB16 rows)? */
+int ir_tab16(Op op);
 
 /* print.c / parse.c / verify.c */
 #define IR_INLINE_NUMEL 256 /* float data of more elements is elided from the IR text (without --dump-data) */

@@ -684,9 +684,10 @@ static void test_cast_bf16(int dt)
     CTX("k_cast bf16 -> f32");
     k_cast(K_DT_F32, back, K_DT_BF16, y, N);
     check_bytes(dt, back, wantb, sizeof wantb);
-    /* k_bf16_round (the fused loops' rounding) = the cast there and back, bit for bit: every high half with
-     * low halves at and around the ties, the ends and one drawn per high half */
-    CTX("k_bf16_round = k_bf16_to_f32(k_bf16_from_f32)");
+    /* k_bf16_round (the fused loops' rounding) = the cast there and back, bit for bit, and k_bf16_bits of it
+     * (their store of a rounded value, their tables' index) = the cast: every high half with low halves at and
+     * around the ties, the ends and one drawn per high half */
+    CTX("k_bf16_round = k_bf16_to_f32(k_bf16_from_f32), k_bf16_bits(k_bf16_round) = k_bf16_from_f32");
     uint32_t seed = 1, bad = 0;
     for (uint32_t hi = 0; hi < 0x10000u; hi++) {
         seed = seed * 1664525u + 1013904223u;
@@ -695,7 +696,7 @@ static void test_cast_bf16(int dt)
             union { uint32_t u; float f; } v = {hi << 16 | lows[k]}, r, w;
             r.f = k_bf16_round(v.f);
             w.f = k_bf16_to_f32(k_bf16_from_f32(v.f));
-            bad += r.u != w.u;
+            bad += r.u != w.u || k_bf16_bits(r.f) != k_bf16_from_f32(v.f);
         }
     }
     check_bytes(dt, &bad, &(uint32_t){0}, sizeof bad);

@@ -478,6 +478,14 @@ static inline float k_bf16_round(float f)
                                              : (x.u + 0x7fffu + ((x.u >> 16) & 1u)) & 0xffff0000u;
     return x.f;
 }
+/* the bfloat16 bits of a float that is a bfloat16 number (k_bf16_to_f32's inverse, NaN payloads kept;
+ * k_bf16_from_f32's bits there, without its rounding): the fused loops' index into a table of a unary op at
+ * every bfloat16 value, and their store of a value k_bf16_round made (codegen/emit_fused.c) */
+static inline uint16_t k_bf16_bits(float f)
+{
+    union { float f; uint32_t u; } x = {f};
+    return (uint16_t)(x.u >> 16);
+}
 /* k_matmul with bfloat16 operands and a float32 result, accumulated in
  * float32 (the contract of a mixed-precision GEMM: every product of two
  * bfloat16 values is exact in float32); otherwise as k_matmul_f32.
