@@ -80,13 +80,11 @@ find_package(Threads REQUIRED)
 enable_language(CXX)
 add_library(fsdpc_cuemu STATIC ${CMAKE_CURRENT_LIST_DIR}/cuemu_rt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_queue.c
   ${CMAKE_CURRENT_LIST_DIR}/cuemu_graph.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_launch.c
-  ${CMAKE_CURRENT_LIST_DIR}/cuemu_kc.cc ${CMAKE_CURRENT_LIST_DIR}/cuemu_lt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_nccl.c)
+  $<TARGET_OBJECTS:fsdpc_cuemu_kc> ${CMAKE_CURRENT_LIST_DIR}/cuemu_lt.c ${CMAKE_CURRENT_LIST_DIR}/cuemu_nccl.c)
 target_include_directories(fsdpc_cuemu PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${CUDAToolkit_INCLUDE_DIRS}
   ${FSDPC_NCCL_INCLUDE_DIR})
-# the kernels: kernels/cuda's sources and emu.h, not the CUDA headers (emu.h has its own dim3)
-set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cuemu_kc.cc PROPERTIES
-  INCLUDE_DIRECTORIES "${CMAKE_SOURCE_DIR}/kernels/cuda;${CMAKE_SOURCE_DIR}/kernels/c" COMPILE_OPTIONS "-Wno-unknown-pragmas")
-set_target_properties(fsdpc_cuemu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+# the kernels (cuemu_kc.cc): the object library fsdpc_cuemu_kc (kernels/cuda/cuda.cmake), on kernels/cuda's sources
+# and emu.h, not the CUDA headers (emu.h has its own dim3)
 target_compile_options(fsdpc_cuemu PRIVATE ${FSDPC_WARN})
 target_link_libraries(fsdpc_cuemu PUBLIC Threads::Threads m rt)
 set_target_properties(fsdpc_cuemu PROPERTIES POSITION_INDEPENDENT_CODE ON)

@@ -14,6 +14,9 @@
  * kernel's address as `void params` stops the build if a row and its
  * definition disagree.
  *
+ * The same object is kernels_cuda_test's kernels (tests/kernels_cuda_test.cc:
+ * each kc_ launcher against its kernels/c twin).
+ *
  * The model's generated fused kernels (codegen/emit_fused.c) join the same
  * way: a table of their own under another name, added with
  * cuemu_kernels_add and named in an image of its own ("cuemu:fsdpc_model":
@@ -25,6 +28,9 @@
 #include "emu_kernels.h"
 
 #include "cuemu_kernel.h"
+extern "C" {
+#include "kernels.h" /* K_ATTN_*: the flags attn.cu mirrors */
+}
 
 namespace dev {
 
@@ -43,6 +49,10 @@ using emu::Params;
 #undef KC_TYPED
 
 static_assert(sizeof(void *) == 8, "the emulation assumes a 64-bit host");
+/* attn.cu's flag bits are kernels/c's (kernels.h, as the launchers pass them) */
+static_assert(KC_ATTN_KROW_BIT == K_ATTN_KROW && KC_ATTN_ZERO_BIT == K_ATTN_ZERO && KC_ATTN_CAUSAL_BIT == K_ATTN_CAUSAL &&
+                  KC_ATTN_WINDOW_SHIFT == K_ATTN_WINDOW_SHIFT,
+              "attention flags");
 
 /* kernels.def's types are the device namespace's (KDims and the mirrors of common.cuh) */
 extern "C" const CuemuKernel cuemu_kc_kernels[] = {

@@ -2,13 +2,16 @@
  * checks every kc_ launcher against its kernels/c twin (ctest
  * kernels_cuda_emu).
  *
- * How it works.  kernels/cuda's sources are compiled here as C++ inside
+ * How it works.  kernels/cuda's sources are compiled as C++ inside
  * namespace dev, on top of kernels/cuda/emu.h (fibers for threads, barriers,
- * shuffles).  This file provides what the runtime provides on a GPU:
- *   kc_launch      dispatches on the kernel id to the emulated kernel, with
- *                  the arguments unpacked by the kernel's own parameter
- *                  types; each kernels.def row's types are matched against
- *                  the definition at compile time;
+ * shuffles), by runtime/cuemu_kc.cc: the emulated runtime's kernel table,
+ * whose object this test links.  This file provides what the runtime
+ * provides on a GPU:
+ *   kc_launch      dispatches on the kernel id to that table's kernel (its
+ *                  name checked against kc_names), which unpacks the
+ *                  arguments by the kernel's own parameter types (each
+ *                  kernels.def row's types matched against the definition
+ *                  at compile time, in cuemu_kc.cc);
  *   kc_gemm_f32    a reference loop (double accumulation), kc_gemm_bf16
  *                  the same on bfloat16 operands; kc_gemm_add the same
  *                  with the addend as C and the bias added after, or left
@@ -62,32 +65,31 @@ extern "C" {
 
 /* ---- the device code, as C++ ------------------------------------------------ */
 
-#include "emu_kernels.h"
+/* the kernels: the emulated runtime's table (runtime/cuemu_kc.cc, linked as its object), in kernels.def order,
+ * as KC_ ids are; here common.cuh alone, in a namespace of its own (its __device__ arrays are the table's
+ * object's in dev), for the checks of its mirrors below */
+#include "fused.h"
+namespace mirror {
+#include "common.cuh"
+}
+#include "cuemu_kernel.h"
 
 namespace dev {
 
 static void dispatch(int id, unsigned grid, unsigned block, void **args)
 {
-    switch (id) {
-#define KC(name, params)                                                                           \
-    case KC_##name: {                                                                              \
-        using Fn = void params; /* kernels.def's types, in the device namespace */                \
-        Fn *fn = &name;         /* a row that disagrees with its kernel stops the build */         \
-        emu::run_args(#name, fn, grid, block, args);                                               \
-        return;                                                                                    \
+    if (id < 0 || id >= cuemu_kc_nkernels || strcmp(cuemu_kc_kernels[id].name, kc_names[id])) {
+        fprintf(stderr, "kc_launch: unknown kernel id %d\n", id);
+        abort();
     }
-#include "kernels.def"
-#undef KC
-    }
-    fprintf(stderr, "kc_launch: unknown kernel id %d\n", id);
-    abort();
+    cuemu_kc_kernels[id].run(args, grid, block, 0);
 }
 } // namespace dev
 
 /* the mirrors in common.cuh must match kc.h and kernels.h byte for byte */
-#define SAME_FIELD(T, f) static_assert(offsetof(T, f) == offsetof(dev::T, f), #T "." #f)
-static_assert(sizeof(KDims) == sizeof(dev::KDims) && KC_MAX_RANK == 8, "KDims");
-static_assert(sizeof(KcStepParams) == sizeof(dev::KcStepParams), "KcStepParams");
+#define SAME_FIELD(T, f) static_assert(offsetof(T, f) == offsetof(mirror::T, f), #T "." #f)
+static_assert(sizeof(KDims) == sizeof(mirror::KDims) && KC_MAX_RANK == 8, "KDims");
+static_assert(sizeof(KcStepParams) == sizeof(mirror::KcStepParams), "KcStepParams");
 SAME_FIELD(KcStepParams, lr);
 SAME_FIELD(KcStepParams, momentum);
 SAME_FIELD(KcStepParams, clip_norm);
@@ -96,32 +98,29 @@ SAME_FIELD(KcStepParams, micro);
 SAME_FIELD(KcStepParams, accum);
 SAME_FIELD(KcStepParams, loss_scale);
 SAME_FIELD(KcStepParams, opt_step);
-static_assert(sizeof(KConv2d) == sizeof(dev::KConv2d), "KConv2d");
+static_assert(sizeof(KConv2d) == sizeof(mirror::KConv2d), "KConv2d");
 SAME_FIELD(KConv2d, n);
 SAME_FIELD(KConv2d, m);
 SAME_FIELD(KConv2d, oh);
 SAME_FIELD(KConv2d, sh);
 SAME_FIELD(KConv2d, pt);
 SAME_FIELD(KConv2d, groups);
-static_assert(sizeof(KPool2d) == sizeof(dev::KPool2d), "KPool2d");
+static_assert(sizeof(KPool2d) == sizeof(mirror::KPool2d), "KPool2d");
 SAME_FIELD(KPool2d, kh);
 SAME_FIELD(KPool2d, oh);
 SAME_FIELD(KPool2d, pr);
 SAME_FIELD(KPool2d, count_include_pad);
 /* KC_MAX_RANK and KC_GRID_PARTIALS are macros of both kc.h and common.cuh:
  * a different value is a redefinition, which -Werror stops */
-#define SAME_ENUM(e) static_assert((int)e == (int)dev::e, #e);
+#define SAME_ENUM(e) static_assert((int)e == (int)mirror::e, #e);
 #define ENUMS(X)                                                                                   \
     X(K_EQ) X(K_LT) X(K_GT) X(K_LE) X(K_GE) X(K_DT_F32)  \
     X(K_DT_F64) X(K_DT_I64) X(K_DT_I32) X(K_DT_U8) X(K_DT_BOOL) X(K_DT_BF16) X(K_PAD_CONSTANT)    \
     X(K_PAD_REFLECT) X(K_PAD_EDGE) X(K_RSUM) X(K_RMEAN) X(K_RMAX) X(K_RMIN) X(K_LOSS_NONE)        \
     X(K_LOSS_SUM) X(K_LOSS_MEAN)
 ENUMS(SAME_ENUM)
-/* attn.cu's flag bits are kernels.h's */
-static_assert(KC_ATTN_KROW_BIT == K_ATTN_KROW && KC_ATTN_ZERO_BIT == K_ATTN_ZERO && KC_ATTN_CAUSAL_BIT == K_ATTN_CAUSAL &&
-                  KC_ATTN_WINDOW_SHIFT == K_ATTN_WINDOW_SHIFT,
-              "attention flags");
-/* ... and below kvrep in KDims' flags slot (launch.c attn_dims) */
+/* (attn.cu's flag bits against kernels.h's: runtime/cuemu_kc.cc, which compiles attn.cu) */
+/* the attention window below kvrep in KDims' flags slot (launch.c attn_dims) */
 static_assert(K_ATTN_WINDOW_MAX << K_ATTN_WINDOW_SHIFT <= (int64_t)1 << (KC_ATTN_KVREP_SHIFT - 1), "attention window");
 
 /* ---- the runtime's side, emulated --------------------------------------------------- */

@@ -12,8 +12,8 @@
  * NVRTC has no <stdint.h> or <math.h>, the integer types are defined below
  * and the math is CUDA's builtin expf, logf, erff, ...  The same sources
  * also compile as plain C++ in the host emulation (kernels/cuda/emu.h, the
- * sources gathered by emu_kernels.h for runtime/cuemu_kc.cc and
- * tests/kernels_cuda_test.cc), which includes this header inside a namespace after defining the CUDA built-ins; KC_GLOBAL is
+ * sources gathered by emu_kernels.h for runtime/cuemu_kc.cc, whose object
+ * tests/kernels_cuda_test.cc links), which includes this header inside a namespace after defining the CUDA built-ins; KC_GLOBAL is
  * how a kernel is declared (extern "C" __global__ on the device, a plain
  * function in the emulation, where the kernels/c names are taken).
  *

@@ -20,3 +20,13 @@ add_library(fsdpc_kernels_cuda STATIC ${_kc}/launch.c)
 target_include_directories(fsdpc_kernels_cuda PUBLIC ${_kc} ${CMAKE_CURRENT_LIST_DIR}/../c)
 target_compile_options(fsdpc_kernels_cuda PRIVATE ${FSDPC_WARN})
 set_target_properties(fsdpc_kernels_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# fsdpc_cuemu_kc: kernels.def's kernels compiled for the host (runtime/cuemu_kc.cc, on emu.h), one object for the
+# two that run them without a GPU: the emulated runtime (fsdpc_cuemu, runtime/cuda.cmake) and kernels_cuda_test
+# (compiled once, not once in each: ~12 CPU s of the Release build, twice that under the sanitizers; that test's
+# file was the last object of both builds).  No CUDA header needed: built with or without the toolkit.
+enable_language(CXX)
+add_library(fsdpc_cuemu_kc OBJECT ${_kc}/../../runtime/cuemu_kc.cc)
+target_include_directories(fsdpc_cuemu_kc PRIVATE ${_kc} ${_kc}/../c ${_kc}/../../runtime)
+target_compile_options(fsdpc_cuemu_kc PRIVATE ${FSDPC_WARN} -Wno-unknown-pragmas)
+set_target_properties(fsdpc_cuemu_kc PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF
+  POSITION_INDEPENDENT_CODE ON)

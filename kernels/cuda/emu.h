@@ -1,7 +1,7 @@
 /* emu.h — just enough of CUDA, on the host, to run the kernels of
  * kernels/cuda as plain C++: for the emulated runtime's kernels
- * (runtime/cuemu_kern.cc, linked in place of the GPU) and for
- * tests/kernels_cuda_test.cc.
+ * (runtime/cuemu_kc.cc, linked in place of the GPU, and into
+ * tests/kernels_cuda_test.cc's program).
  *
  * How it works.  A launch runs its blocks one after another; a block runs
  * its blockDim.x threads as fibers on the calling OS thread (each fiber

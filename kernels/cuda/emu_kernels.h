@@ -1,8 +1,8 @@
 /* emu_kernels.h — kernels/cuda's device program as host C++, inside
  * namespace dev, on top of emu.h (include that first): the one list of the
- * sources for the two places that run the kernels without a GPU,
- * runtime/cuemu_kc.cc (the emulated runtime's kernels) and
- * tests/kernels_cuda_test.cc.  The order is fsdpc's (common.cuh, fused.h, the .cu
+ * sources for runtime/cuemu_kc.cc, the one object that runs the kernels
+ * without a GPU (the emulated runtime's kernels, and those
+ * tests/kernels_cuda_test.cc checks).  The order is fsdpc's (common.cuh, fused.h, the .cu
  * files alphabetically, the typed kernels' float and double instances
  * stamped last), as in the device program NVRTC compiles.
  */
