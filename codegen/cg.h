@@ -24,6 +24,7 @@ typedef struct {
 typedef struct {
     const Graph *g;
     int cuda;              /* the target being emitted (1: cuda) */
+    int team;              /* cpu: the node's code is for a thread of a team that shares its work (team.c) */
     int ncheck;            /* cuda: the checked calls' messages (cg_check_end), in call order */
     const char **checks;
     Buf jobs;              /* the collectives' job functions, before the step */
