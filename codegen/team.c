@@ -27,6 +27,7 @@
 static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_f32",
     "k_reduce_sum_to_f64", "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_grad_f32", "k_layernorm_grad_f64",
+    "k_matmul_epilogue_f32",
 };
 
 static int team_kernel(const char *name, size_t len)
@@ -161,7 +162,7 @@ int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr)
  * code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain code */
 void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big)
 {
-    if (!k)
+    if (!k && !plain->len) /* nothing pending (a MatMulAdd's preset may be a run alone: k 0) */
         return;
     if (big > 1)
         cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);
