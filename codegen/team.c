@@ -9,9 +9,10 @@
  * bits do not change), and so can the step's fused loops (emitted with `omp for nowait` for a team:
  * emit_fused.c), so a run of consecutive nodes whose code calls only them (a Split's three copies, the
  * attention's transposes, the views between, a bias gradient's sum after a LayerNorm's backward, the GELU's
- * Div and fused loop) is one parallel region, with a barrier only where a node writes bytes that a node of the
- * run read or wrote since the last barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each
- * a space of its own).  A node calling anything else (a GEMM, a collective, the attention) ends the run.
+ * Div and fused loop, a MatMulAdd's preset of C, which exe.c then ends the run with, its GEMM following alone)
+ * is one parallel region, with a barrier only where a node writes bytes that a node of the run read or wrote
+ * since the last barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its
+ * own).  A node calling anything else (a GEMM, a collective, the attention) ends the run.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
  * --trace marks the run's nodes when the run ends. */
