@@ -1,6 +1,6 @@
 /* build.h — private to codegen/exe.c, init.c and team.c: what a build of
  * OUT has made so far, the init file's layout and writer, and the step's
- * runs of copies in one team. */
+ * runs of nodes in one team. */
 #ifndef FSDPC_CG_BUILD_H
 #define FSDPC_CG_BUILD_H
 
@@ -66,26 +66,26 @@ void cg_write_init(const Graph *g, InitLayout *L, uint64_t id, Build *b);
 /* FNV-1a-64 of n bytes, continuing h (the init file's id, the executable's key) */
 uint64_t cg_fnv(uint64_t h, const void *p, size_t n);
 
-/* ---- one team for a run of copies (team.c) ------------------------------
- * Consecutive nodes of the step whose code calls only the copy kernels run in
- * one OpenMP team, with a barrier where arena bytes conflict. */
+/* ---- one team for a run of nodes (team.c) -------------------------------
+ * Consecutive nodes of the step whose code calls only kernels that share a
+ * team's work run in one OpenMP team, with a barrier where bytes conflict. */
 typedef struct {
-    int64_t lo[32], hi[32]; /* arena byte ranges */
+    int64_t space[32], lo[32], hi[32]; /* byte ranges [lo, hi) of a space (the arena, a slot, a shard) */
     int n;
 } CgRanges;
 
 #define CG_TEAM_BARRIER "    _Pragma(\"omp barrier\")\n"
 
-/* value v's arena bytes [lo, hi); 0 where it is not in the arena */
-int cg_value_range(const Graph *g, int v, int64_t *lo, int64_t *hi);
-/* [lo, hi) added to r (at most 32: cg_team_node asks for a barrier before r fills) */
-void cg_ranges_add(CgRanges *r, int64_t lo, int64_t hi);
-/* may node n join a run of copies (its code, text, calling only copy kernels: *calls of them) whose reads and
- * writes since the last barrier are rd and wr?  *barrier: 1 where it must wait for them first */
+/* may node n join a run (its code, text, calling only the kernels that share: *calls of them; a fused loop
+ * emitted for the team) whose reads and writes since the last barrier are rd and wr?  *barrier: 1 where it
+ * must wait for them first */
 int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, const CgRanges *rd,
                  const CgRanges *wr, int *barrier);
-/* the run [first, first + k) (text: its code with CG_TEAM_BARRIER where needed; big: its outputs large enough to
- * split) into body: one team where big is 2 or more, else the code without the barriers; then --trace's marks */
-void cg_team_flush(Buf *body, Buf *text, int first, int k, int big);
+/* node n joined (after its barrier, if any): its reads and writes added to rd, wr; 1 where it splits its work */
+int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr);
+/* the run [first, first + k) into body (text: its code for a team with CG_TEAM_BARRIER where needed; plain:
+ * its code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain
+ * code; then --trace's marks */
+void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big);
 
 #endif

@@ -218,7 +218,9 @@ void cg_emit_fused(Cg *cg, Buf *b, const Node *n)
         cg_put(b, "    { %s *y = %s;\n", T, cg_ptr(cg, n->out[0]));
         for (int i = 0; i < n->nin; i++)
             cg_put(b, "      const %s *in%d = %s;\n", cg_ctype(g->val[n->in[i]].dtype), i, cg_ptr(cg, n->in[i]));
-        if (total >= K_PAR_MIN) /* elementwise: each i alike however the range is split */
+        if (cg->team) /* elementwise: each i alike however the range is split */
+            cg_put(b, "      _Pragma(\"omp for schedule(static) nowait\")\n");
+        else if (total >= K_PAR_MIN)
             cg_put(b, "      _Pragma(\"omp parallel for schedule(static)\")\n");
         cg_put(b, "      for (long long i = 0; i < %lldLL; i++) {\n", (long long)total);
         body(cg, b, n, "        ");

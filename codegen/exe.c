@@ -15,7 +15,7 @@
  *
  * The emitted C is straight-line: one kernel or collective call per node in
  * schedule order, in a function per phase (forward, backward, optimizer) that
- * step() calls (a run of copies in one OpenMP team: team.c); each tensor a named pointer (t_ + its ONNX name, emit.c)
+ * step() calls (a run of nodes in one OpenMP team: team.c); each tensor a named pointer (t_ + its ONNX name, emit.c)
  * computed from the static plan, declared with its shape at the top of the
  * function using it; each GEMM's geometry an RtGemm descriptor.  Names from
  * the model never reach the C text except through cg_cstr() (escaped string
@@ -267,20 +267,40 @@ static int node_phase(const Node *n, int prev)
 static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, const char *need, int guard)
 {
     const Graph *g = cg->g;
-    Buf body = {0}, run = {0}, node = {0}; /* run: the pending run's code; node: each node's, in turn */
+    /* run, plain: the pending run's code for a team and alone; node: each node's, in turn (team: a fused loop's
+     * for a team; head: a MatMulAdd's preset, which may join the run that its GEMM ends) */
+    Buf body = {0}, run = {0}, plain = {0}, node = {0}, team = {0}, head = {0};
     CgRanges rd = {0}, wr = {0};
     int first = lo, nrun = 0, calls = 0, big = 0;
     cg_fn_begin(cg, 0);
     int open = 0;
     for (int i = lo; i < hi; i++) {
+        const Node *n = &g->node[i];
         int skip = guard && need && !need[i];
-        node.len = 0;
-        cg_emit_node(cg, &node, &g->node[i]);
+        node.len = team.len = head.len = 0;
+        cg_emit_node(cg, &node, n);
+        if (!cg->cuda && n->op == OP_Fused) {
+            cg->team = 1;
+            cg_emit_node(cg, &team, n);
+            cg->team = 0;
+        }
+        Node pre; /* a MatMulAdd's preset: reads its bias and addend, writes C */
+        int pin[2];
+        const Node *m = n;
+        const int preset = cg_matmul_preset(cg, n);
+        if (preset) {
+            cg->part = 1;
+            cg_emit_node(cg, &head, n);
+            cg->part = 0;
+            pre = *n, pin[0] = n->in[2], pin[1] = n->in[3];
+            pre.in = pin, pre.nin = 2, pre.nout = 1, m = &pre;
+        }
+        const Buf *mine = preset ? &head : team.len ? &team : &node; /* its code in a team */
         int k = 0, barrier = 0;
-        int joins = !cg->cuda && skip == open && cg_team_node(g, &g->node[i], node.len ? node.buf : "", &k, &rd, &wr,
-                                                           &barrier);
+        int joins = !cg->cuda && skip == open &&
+                    cg_team_node(g, m, preset ? head.buf : node.len ? node.buf : "", &k, &rd, &wr, &barrier);
         if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
-            cg_team_flush(&body, &run, first, nrun, big);
+            cg_team_flush(&body, &run, &plain, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
@@ -296,21 +316,24 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 cg_put(&run, CG_TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
-            cg_put(&run, "%s", node.len ? node.buf : "");
-            nrun++, calls += k;
-            const Node *n = &g->node[i];
-            for (int j = 0; k && j < n->nout; j++)
-                big += value_numel(g, n->out[j]) >= K_PAR_MIN;
-            int64_t a, b;
-            for (int j = 0; k && j < n->nin; j++)
-                if (n->in[j] >= 0 && cg_value_range(g, n->in[j], &a, &b))
-                    cg_ranges_add(&rd, a, b);
-            for (int j = 0; k && j < n->nout; j++)
-                if (cg_value_range(g, n->out[j], &a, &b))
-                    cg_ranges_add(&wr, a, b);
+            cg_put(&run, "%s", mine->len ? mine->buf : "");
+            cg_put(&plain, "%s", preset ? head.buf : node.len ? node.buf : "");
+            if (k)
+                big += cg_team_take(g, m, &rd, &wr);
+            if (preset) { /* the run ends with the preset; the GEMM alone after it */
+                cg_team_flush(&body, &run, &plain, first, nrun, big);
+                node.len = 0;
+                cg->part = 2;
+                cg_emit_node(cg, &node, n);
+                cg->part = 0;
+                cg_put(&body, "%s    RT_TRACE(c, %d);\n", node.buf, i);
+                first = i + 1, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0;
+            } else {
+                nrun++, calls += k;
+            }
         }
     }
-    cg_team_flush(&body, &run, first, nrun, big);
+    cg_team_flush(&body, &run, &plain, first, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);

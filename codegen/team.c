@@ -1,25 +1,45 @@
-/* team.c — one OpenMP team for a run of copies in the emitted step (exe.c's
+/* team.c — one OpenMP team for a run of nodes in the emitted step (exe.c's
  * emit_phase_fn asks, node by node, whether the node joins the run).
  *
  * Every kernel call of the step forks the OpenMP team and joins it (a parallel region each: about 210 a step of
- * the 128/4/128/8 GPT at 2 threads), and at every join the team waits for its slowest thread: on cores shared
- * with other work, for the thread that is not running.  The copy kernels (k_copy_strided, k_transpose_*) can
- * instead take their thread's share inside a team the step already runs (k_share: each element is copied alike
- * however the range is split, so the bits do not change), so a run of consecutive nodes whose code calls only
- * them (a Split's three copies, the attention's transposes, the views between) is one parallel region, with a
- * barrier only where a node writes arena bytes that a node of the run read or wrote since the last barrier, or
- * reads bytes one wrote.  A node touching anything outside the arena, or calling anything else, ends the run.
- * A run becomes a team only where two of its outputs or more are large enough to split (K_PAR_MIN elements; a
- * smaller copy runs on the team's first thread): copies the kernels would not split stay as they were.
+ * the 128/4/128/8 GPT at 2 threads before runs existed), and at every join the team waits for its slowest
+ * thread: on cores shared with other work, for the thread that is not running.  Some kernels can instead take
+ * their thread's share inside a team the step already runs (team_kernels below: k_share, then walk.h's
+ * par_range or an orphaned `omp for`; each output element is computed alike however the work is split, so the
+ * bits do not change), and so can the step's fused loops (emitted with `omp for nowait` for a team:
+ * emit_fused.c), so a run of consecutive nodes whose code calls only them (a Split's three copies, the
+ * attention's transposes, the views between, a bias gradient's sum after a LayerNorm's backward, the GELU's
+ * Div and fused loop, a MatMulAdd's preset of C, which exe.c then ends the run with, its GEMM following alone)
+ * is one parallel region, with a barrier only where a node writes bytes that a node of the run read or wrote
+ * since the last barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its
+ * own).  A node calling anything else (a GEMM, a collective, the attention) ends the run.
+ * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
+ * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
  * --trace marks the run's nodes when the run ends. */
 #include "build.h"
+#include "kernels.h" /* K_PAR_MIN */
 
 #include <ctype.h>
 #include <string.h>
 
+/* the kernels that take their thread's share inside a team (k_share): their work all in par_range or in
+ * orphaned `omp for` loops, each element computed alike however it is split.  A name ending in '_' stands for
+ * every dtype's; the others are exact (their other dtypes' kernels are written otherwise). */
+static const char *const team_kernels[] = {
+    "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_f32",
+    "k_reduce_sum_to_f64", "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_grad_f32", "k_layernorm_grad_f64",
+    "k_matmul_epilogue_f32",
+};
+
 static int team_kernel(const char *name, size_t len)
 {
-    return (len == 14 && !strncmp(name, "k_copy_strided", 14)) || (len > 12 && !strncmp(name, "k_transpose_", 12));
+    for (size_t k = 0; k < sizeof team_kernels / sizeof *team_kernels; k++) {
+        const char *t = team_kernels[k];
+        size_t n = strlen(t);
+        if (t[n - 1] == '_' ? len > n && !strncmp(name, t, n) : len == n && !strncmp(name, t, n))
+            return 1;
+    }
+    return 0;
 }
 
 /* is text (a node's code) only team-kernel calls and `static const` tables (and braces, comments), so that every
@@ -54,77 +74,102 @@ static int team_text(const char *s, int *calls)
     return !stmt;
 }
 
-int cg_value_range(const Graph *g, int v, int64_t *lo, int64_t *hi)
+/* value v's bytes [lo, hi) of its space (0 the arena, 1 + a slot, or a shard's key, which a slot aliasing that
+ * shard shares: the same offsets); 0 where it is not planned */
+static int value_range(const Graph *g, int v, int64_t *space, int64_t *lo, int64_t *hi)
 {
-    const Value *x = &g->val[v];
-    if (x->loc.kind != LOC_ARENA)
+    const Loc *l = &g->val[v].loc;
+    if (l->kind == LOC_ARENA)
+        *space = 0;
+    else if (l->kind == LOC_SLOT && !l->alias)
+        *space = 1 + (int64_t)l->slot;
+    else if (l->kind == LOC_SLOT || l->kind == LOC_SHARD)
+        *space = ((int64_t)1 << 40) + (int64_t)l->unit * 256 + l->state;
+    else
         return 0;
-    *lo = x->loc.off;
-    *hi = *lo + value_numel(g, v) * (int64_t)dtype_size(x->dtype);
+    *lo = l->off;
+    *hi = *lo + value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype);
     return 1;
 }
 
-static int overlaps(const CgRanges *r, int64_t lo, int64_t hi)
+static int overlaps(const CgRanges *r, int64_t space, int64_t lo, int64_t hi)
 {
     for (int k = 0; k < r->n; k++)
-        if (lo < r->hi[k] && r->lo[k] < hi)
+        if (r->space[k] == space && lo < r->hi[k] && r->lo[k] < hi)
             return 1;
     return 0;
 }
 
-void cg_ranges_add(CgRanges *r, int64_t lo, int64_t hi)
+static void ranges_add(CgRanges *r, int64_t space, int64_t lo, int64_t hi)
 {
+    r->space[r->n] = space;
     r->lo[r->n] = lo;
     r->hi[r->n++] = hi;
 }
 
-/* may node n join a run of copies (its code, text, calling only copy kernels: *calls of them) whose
- * reads and writes since the last barrier are rd and wr?  *barrier: 1 where it must wait for them first */
+/* may node n join a run (its code, text, calling only team kernels: *calls of them) whose reads and writes
+ * since the last barrier are rd and wr?  *barrier: 1 where it must wait for them first */
 int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, const CgRanges *rd,
                  const CgRanges *wr, int *barrier)
 {
-    int64_t lo, hi;
-    if (!team_text(text, calls) || n->nin > 32 || n->nout > 32)
+    int64_t space, lo, hi;
+    if (n->op == OP_Fused) /* exe.c emits it for the team (cg->team) */
+        *calls = 1;
+    else if (!team_text(text, calls))
+        return 0;
+    if (n->nin > 32 || n->nout > 32)
         return 0;
     *barrier = 0;
     if (!*calls)
         return 1; /* a view or a comment: touches nothing */
     if (*calls > 1 && n->op != OP_Split && n->op != OP_Concat)
         return 0; /* its calls might depend on each other; a Split's or a Concat's write apart */
-    if (n->nin + n->nout + rd->n > 32 || n->nout + wr->n > 32)
+    if (n->nin + rd->n > 32 || n->nout + wr->n > 32)
         *barrier = 1;
     for (int j = 0; j < n->nin; j++) {
         if (n->in[j] < 0)
             continue;
-        if (!cg_value_range(g, n->in[j], &lo, &hi))
+        if (!value_range(g, n->in[j], &space, &lo, &hi))
             return 0;
-        *barrier |= overlaps(wr, lo, hi);
+        *barrier |= overlaps(wr, space, lo, hi);
     }
     for (int j = 0; j < n->nout; j++) {
-        if (!cg_value_range(g, n->out[j], &lo, &hi))
+        if (!value_range(g, n->out[j], &space, &lo, &hi))
             return 0;
-        *barrier |= overlaps(rd, lo, hi) || overlaps(wr, lo, hi);
+        *barrier |= overlaps(rd, space, lo, hi) || overlaps(wr, space, lo, hi);
     }
     return 1;
 }
 
-/* a run of nodes [first, first + k) (text: their code with a barrier where needed, big: their outputs large
- * enough to split): one team where big is 2 or more, else the code alone */
-void cg_team_flush(Buf *body, Buf *text, int first, int k, int big)
+/* node n joined the run (after the barrier, if it asked for one): its reads and writes added to rd and wr;
+ * returns 1 where it touches enough elements that its kernel splits them (K_PAR_MIN) */
+int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr)
 {
-    if (!k)
+    int64_t space, lo, hi, most = 0;
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] >= 0 && value_range(g, n->in[j], &space, &lo, &hi)) {
+            ranges_add(rd, space, lo, hi);
+            most = value_numel(g, n->in[j]) > most ? value_numel(g, n->in[j]) : most;
+        }
+    for (int j = 0; j < n->nout; j++)
+        if (value_range(g, n->out[j], &space, &lo, &hi)) {
+            ranges_add(wr, space, lo, hi);
+            most = value_numel(g, n->out[j]) > most ? value_numel(g, n->out[j]) : most;
+        }
+    return most >= K_PAR_MIN;
+}
+
+/* a run of nodes [first, first + k) (text: their code for a team, with a barrier where needed; plain: their
+ * code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain code */
+void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big)
+{
+    if (!k && !plain->len) /* nothing pending (a MatMulAdd's preset may be a run alone: k 0) */
         return;
     if (big > 1)
         cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);
     else
-        for (const char *p = text->len ? text->buf : ""; *p;) { /* without the barriers */
-            const char *e = strchr(p, '\n');
-            size_t len = e ? (size_t)(e - p + 1) : strlen(p);
-            if (strncmp(p, CG_TEAM_BARRIER, len) || len != strlen(CG_TEAM_BARRIER))
-                cg_put(body, "%.*s", (int)len, p);
-            p += len;
-        }
+        cg_put(body, "%s", plain->len ? plain->buf : "");
     for (int i = first; i < first + k; i++) /* --trace: node i ended */
         cg_put(body, "    RT_TRACE(c, %d);\n", i);
-    text->len = 0; /* the buffer kept for the next run */
+    text->len = plain->len = 0; /* the buffers kept for the next run */
 }

@@ -48,15 +48,30 @@ void KFN(k_matmul)(T *c, const T *a, const T *b, int64_t batch, int64_t sa,
 }
 
 /* C = bias (each row) + add over rows x n: the C that k_matmul_add's GEMM
- * adds its product to (beta 1); add may be c itself */
+ * adds its product to (beta 1); add may be c itself.  Rows split by
+ * par_range, so that the generated step may preset C inside a team that
+ * shares (k_matmul_epilogue_f32, codegen/team.c) */
+typedef struct {
+    T *c;
+    const T *bias, *add;
+    int64_t n;
+} KFN(EpilogueJob);
+
+static void KFN(epilogue_rows)(void *ctx, int64_t lo, int64_t hi)
+{
+    const KFN(EpilogueJob) *j = ctx;
+    const int64_t n = j->n;
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t i = 0; i < n; i++) {
+            T v = j->add ? j->add[r * n + i] : (T)0;
+            j->c[r * n + i] = j->bias ? v + j->bias[i] : v;
+        }
+}
+
 static void KFN(epilogue_c)(T *c, const T *bias, const T *add, int64_t rows, int64_t n)
 {
-#pragma omp parallel for schedule(static) if (rows * n >= K_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++) {
-            T v = add ? add[r * n + j] : (T)0;
-            c[r * n + j] = bias ? v + bias[j] : v;
-        }
+    KFN(EpilogueJob) j = {c, bias, add, n};
+    par_range(KFN(epilogue_rows), &j, rows, n);
 }
 
 void KFN(k_matmul_add)(T *c, const T *a, const T *b, const T *bias, const T *add, double alpha,

@@ -184,6 +184,24 @@ static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, c
     }
 }
 
+/* the two loops of k_layernorm_grad, each an `omp for` of the calling team: the column tiles (each column sums
+ * its rows in order) and dx's rows write apart and read only inputs, so a thread done with its tiles goes on to
+ * its rows (nowait) */
+static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+                                     const T *invstd, const T *scale, int64_t outer, int64_t inner)
+{
+    const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
+    const int64_t tiles = dscale || dbias ? (inner + tile - 1) / tile : 0;
+    const int64_t rows = dx ? outer : 0;
+#pragma omp for schedule(static) nowait
+    for (int64_t k = 0; k < tiles; k++)
+        KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, k * tile,
+                                 min64(tile, inner - k * tile));
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < rows; r++)
+        KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r], invstd[r], scale, inner);
+}
+
 void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
                            const T *mean, const T *invstd, const T *scale,
                            int64_t outer, int64_t inner)
@@ -191,7 +209,15 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
     if (inner <= 0)
         return;
 #ifdef _OPENMP
-    const int alone = outer * inner < K_PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel();
+    /* inside a team that shares (k_share): its threads split the loops (the first takes a small one whole) */
+    const int shared = k_sharing && omp_in_parallel(), big = outer * inner >= K_PAR_MIN;
+    if (shared && big) {
+        KFN(layernorm_grad_team)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
+        return;
+    }
+    if (shared && omp_get_thread_num() > 0)
+        return;
+    const int alone = !big || omp_get_max_threads() == 1 || omp_in_parallel();
 #else
     const int alone = 1;
 #endif
@@ -199,22 +225,9 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
         KFN(layernorm_grad_sweep)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
         return;
     }
-    /* one team for both: the column tiles (each column sums its rows in order) and dx's rows write apart and
-     * read only inputs, so a thread done with its tiles goes on to its rows (nowait): one fork, one barrier */
-    const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
-    const int64_t tiles = dscale || dbias ? (inner + tile - 1) / tile : 0;
-    const int64_t rows = dx ? outer : 0;
+    /* one team for both loops: one fork, one barrier */
 #pragma omp parallel if (outer * inner >= K_PAR_MIN)
-    {
-#pragma omp for schedule(static) nowait
-        for (int64_t k = 0; k < tiles; k++)
-            KFN(layernorm_grad_cols)(dscale, dbias, dy, x, mean, invstd, outer, inner, k * tile,
-                                     min64(tile, inner - k * tile));
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++)
-            KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r],
-                                    invstd[r], scale, inner);
-    }
+    KFN(layernorm_grad_team)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
 }
 
 /* ---- BatchNormalization ------------------------------------------------- */

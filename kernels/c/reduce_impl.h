@@ -112,10 +112,13 @@ void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
         par_range(KFN(reduce_inner), &j, rows, count);
         return;
     }
-    /* few rows (a bias gradient: one): narrower tiles give every thread some; one thread takes the widest,
-     * which reads x in the longest runs (the tile width changes no bit) */
+    /* few rows (a bias gradient: one): narrower tiles give every thread some (of the kernels' team, or of a
+     * team that shares: k_share); one thread takes the widest, which reads x in the longest runs (the tile
+     * width changes no bit) */
 #ifdef _OPENMP
-    const int team = omp_get_max_threads() > 1 && !omp_in_parallel() && count * j.n >= K_PAR_MIN;
+    const int team = (k_sharing && omp_in_parallel() ? omp_get_num_threads() > 1
+                                                     : omp_get_max_threads() > 1 && !omp_in_parallel()) &&
+                     count * j.n >= K_PAR_MIN;
 #else
     const int team = 0;
 #endif

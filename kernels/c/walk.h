@@ -178,7 +178,7 @@ static inline int64_t dense_stride(int rank, const int64_t *shape, int d)
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* set by k_share (copy.c): this thread is one of a team the generated step runs a run of copies in */
+/* set by k_share (copy.c): this thread is one of a team the generated step runs a run of nodes in */
 extern _Thread_local int k_sharing;
 
 /* Runs f(ctx, lo, hi) over work units [0, total), split across threads when

@@ -9,9 +9,11 @@ AdamW steps:
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
-- the generated step (--emit-c) splits its big fused loops with `omp parallel for`, runs the attention's Split
-  copies and transposes in one team (k_share, a barrier between the copies and the transposes: at batch 16 they
-  are large enough to split), and the executable links
+- the generated step (--emit-c) splits its big fused loops (`omp parallel for`, or `omp for` in a team), runs
+  the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
+  transposes: at batch 16 they are large enough to split), the GELU's Div and fused loops in one, a LayerNorm's
+  backward and a bias gradient's sum in one, a LayerNorm and the next MatMulAdd's bias preset in one (the preset
+  last), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -73,14 +75,24 @@ def main():
     exe = J("gpt")
     run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--emit-c"] + build)
     c = open(exe + ".c").read()
-    n_par = len(re.findall(r'_Pragma\("omp parallel for', c))
+    n_par = len(re.findall(r'_Pragma\("omp (parallel for|for schedule\(static\) nowait)', c))
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
-    # the attention's Split copies and transposes run in one team each layer (codegen/exe.c), a barrier between the
-    # copies and the transposes that read them; the bit-identical runs below check that the shares add up
+    # runs of nodes in one team (codegen/team.c), each kernel its thread's share (k_share), a barrier where one
+    # reads what another wrote; the bit-identical runs below check that the shares add up: the attention's Split
+    # copies and transposes (a barrier between the copies and the transposes that read them), the GELU's Div and
+    # fused loops (`omp for nowait` in the team), a LayerNorm's backward and its bias gradient's sum
     runs = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c, re.S)
-    check(len(runs) >= 2 and all("omp barrier" in r and "k_copy_strided" in r and "k_transpose_" in r for r in runs[:2]),
+    copies = [r for r in runs if "k_copy_strided" in r]
+    check(len(copies) >= 2 and all("omp barrier" in r and "k_transpose_" in r for r in copies[:2]),
           "the step should run the attention's copies in one team with a barrier (%d runs):\n%s" % (len(runs),
                                                                                           "\n".join(runs)[:1500]))
+    check(any("k_binary_f32" in r and "omp for schedule(static) nowait" in r and "omp barrier" in r for r in runs),
+          "the step should run the GELU's Div and fused loops in one team (%d runs)" % len(runs))
+    check(any("k_layernorm_grad_f32" in r and "k_reduce_sum_to_f32" in r for r in runs),
+          "the step should run a LayerNorm's backward and a bias gradient's sum in one team (%d runs)" % len(runs))
+    # a MatMulAdd's bias preset ends the run before it (a LayerNorm's), its GEMM alone after the team
+    check(any(re.search(r"k_layernorm_f32\(.*k_matmul_epilogue_f32\([^;]*\);\s*$", r, re.S) for r in runs),
+          "the step should preset a MatMulAdd's bias at the end of the LayerNorm's team (%d runs)" % len(runs))
     ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)

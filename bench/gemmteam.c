@@ -1,0 +1,84 @@
+/* gemmteam.c — could the step's GEMMs join a team? (issue 32 item 2: one team for the step).  Times the float32
+ * GEMMs of the 128/4/128/8 GPT step (forward and dA: 1024 rows; dB: op(A) transposed, k 1024) three ways:
+ *   openblas      one cblas_sgemm outside any region: OpenBLAS forks its own team (what the step does now);
+ *   team rows     one parallel region, each thread a cblas_sgemm on its static share of C's rows (inside an active
+ *                 region the OpenMP OpenBLAS runs on the calling thread alone);
+ *   team thread0  one parallel region, its first thread the whole GEMM, the others wait at a barrier;
+ * and says whether the team's rows give the same bits as OpenBLAS's own team and as one call on one thread.
+ *
+ *     gcc -O2 -fopenmp bench/gemmteam.c -o /tmp/gemmteam -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+ *         -L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas
+ *     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 taskset -c 0,1 /tmp/gemmteam [ROUNDS]
+ *
+ * Prints microseconds per GEMM (wall, and the process's CPU time).  With OPENBLAS_CORETYPE=Haswell (this
+ * project's machines) the rows split gives other bits than either: the sums depend on the M partition. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(clockid_t c)
+{
+    struct timespec t;
+    clock_gettime(c, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* C[lo..hi) rows = op(A)[lo..hi) B, op(A) m x k (stored k x m where ta), B k x n */
+static void rows(float *c, const float *a, const float *b, int m, int n, int k, int ta, int lo, int hi)
+{
+    if (lo < hi)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, hi - lo, n, k, 1, ta ? a + lo : a + (long)lo * k,
+                    ta ? m : k, b, n, 0, c + (long)lo * n, n);
+}
+
+int main(int argc, char **argv)
+{
+    static const int shapes[][4] = {{1024, 384, 128, 0}, {1024, 128, 128, 0}, {1024, 512, 128, 0}, {1024, 128, 512, 0},
+                                    {1024, 256, 128, 0}, {128, 512, 1024, 1}, {512, 128, 1024, 1}, {128, 128, 1024, 1},
+                                    {384, 128, 1024, 1}};
+    const int reps = argc > 1 ? atoi(argv[1]) : 200;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ta = shapes[s][3];
+        float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n), *c[3];
+        for (int v = 0; v < 3; v++)
+            c[v] = malloc(sizeof(float) * m * n);
+        if (!a || !b || !c[0] || !c[1] || !c[2])
+            return 1;
+        srand(1);
+        for (int i = 0; i < m * k; i++)
+            a[i] = rand() / (float)RAND_MAX - .5f;
+        for (int i = 0; i < k * n; i++)
+            b[i] = rand() / (float)RAND_MAX - .5f;
+        double t[3] = {0}, u[3] = {0};
+        for (int r = 0; r < reps; r++)
+            for (int v = 0; v < 3; v++) { /* interleaved */
+                const double t0 = now(CLOCK_MONOTONIC), u0 = now(CLOCK_PROCESS_CPUTIME_ID);
+                if (v == 0)
+                    rows(c[0], a, b, m, n, k, ta, 0, m);
+                else if (v == 1) {
+#pragma omp parallel
+                    {
+                        const int nt = omp_get_num_threads(), th = omp_get_thread_num(), ch = (m + nt - 1) / nt;
+                        rows(c[1], a, b, m, n, k, ta, th * ch < m ? th * ch : m, th * ch + ch < m ? th * ch + ch : m);
+                    }
+                } else {
+#pragma omp parallel
+                    {
+                        if (omp_get_thread_num() == 0)
+                            rows(c[2], a, b, m, n, k, ta, 0, m);
+#pragma omp barrier
+                    }
+                }
+                t[v] += now(CLOCK_MONOTONIC) - t0, u[v] += now(CLOCK_PROCESS_CPUTIME_ID) - u0;
+            }
+        printf("%4d x %4d x %4d%s  openblas %7.1f us (CPU %7.1f)  team rows %7.1f (%7.1f)  team thread0 %7.1f (%7.1f)  "
+               "bits: rows = openblas %s, rows = one thread %s\n", m, n, k, ta ? "T" : " ", 1e6 * t[0] / reps,
+               1e6 * u[0] / reps, 1e6 * t[1] / reps, 1e6 * u[1] / reps, 1e6 * t[2] / reps, 1e6 * u[2] / reps,
+               memcmp(c[0], c[1], sizeof(float) * m * n) ? "no" : "yes", memcmp(c[1], c[2], sizeof(float) * m * n) ? "no" : "yes");
+        free(a), free(b), free(c[0]), free(c[1]), free(c[2]);
+    }
+    return 0;
+}
