@@ -190,7 +190,7 @@ def main():
                       if f.startswith("kernels-") and not f.endswith(".lock")]
             for f in copied:
                 shutil.copy(os.path.join(shared, f), cache)
-            q = hidden(build, source, "%s %s/gpt.onnx -o %s/train_cuda --target cuda --arch sm_90 --loss "
+            q = hidden(build, source, "%s %s/gpt.onnx -o %s/train_cuda --target cuda --arch sm_80 --loss "
                        "cross_entropy:logits,labels --dim batch=2" % (fz, tmp, tmp), env={"FSDPC_CACHE_DIR": cache})
             check(q.returncode == 0 and os.path.isfile(os.path.join(tmp, "train_cuda")),
                   "--target cuda from the installed tree: exit %d %s" % (q.returncode, q.stderr[-1000:]))
