@@ -11,7 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPC_WERROR=ON "${launch[@]}" >/dev/null
 cmake --build build
-# the build tree's cores.json: 3 slots for every 2 cores, every test one slot but those that mostly wait
+# the build tree's cores.json: 2 slots for every core, every test one slot but those that mostly wait
 # (CMakeLists.txt says why); ctest runs as many tests as there are slots, and 2 of the waiting ones beside them
 slots=$(sed -n 's/.*"slots": *\([0-9]*\).*/\1/p' build/cores.json)
 jobs=$((slots + 2))
