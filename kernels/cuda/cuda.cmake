@@ -23,9 +23,10 @@ set_target_properties(fsdpc_kernels_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON
 # fsdpc_cuemu_kc: kernels.def's kernels compiled for the host (runtime/cuemu_kc.cc, on emu.h), one object for the
 # two that run them without a GPU: the emulated runtime (fsdpc_cuemu, runtime/cuda.cmake) and kernels_cuda_test
 # (compiled once, not once in each: ~12 CPU s of the Release build, twice that under the sanitizers; that test's
-# file was the last object of both builds).  No CUDA header needed: built with or without the toolkit.
+# file was the last object of both builds).  No CUDA header needed.  Built only for a target that links it
+# (EXCLUDE_FROM_ALL): without the toolkit and with -DBUILD_TESTING=OFF nothing does.
 enable_language(CXX)
-add_library(fsdpc_cuemu_kc OBJECT ${_kc}/../../runtime/cuemu_kc.cc)
+add_library(fsdpc_cuemu_kc OBJECT EXCLUDE_FROM_ALL ${_kc}/../../runtime/cuemu_kc.cc)
 target_include_directories(fsdpc_cuemu_kc PRIVATE ${_kc} ${_kc}/../c ${_kc}/../../runtime)
 target_compile_options(fsdpc_cuemu_kc PRIVATE ${FSDPC_WARN} -Wno-unknown-pragmas)
 set_target_properties(fsdpc_cuemu_kc PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF
