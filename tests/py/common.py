@@ -6,6 +6,7 @@ raise; the script exits non-zero with the message.
 """
 import json
 import os
+import shutil
 import subprocess
 import warnings
 
@@ -23,6 +24,34 @@ def run(cmd, check=True, env=None, timeout=600):
         raise SystemExit("FAILED (%d): %s\nstdout:\n%s\nstderr:\n%s"
                          % (p.returncode, " ".join(cmd), p.stdout[-4000:], p.stderr[-4000:]))
     return p
+
+
+def keep_work():
+    """FSDPC_KEEP_WORK=1: every file a test writes stays (by default what was checked is removed: tests/py/run.py)"""
+    return os.environ.get("FSDPC_KEEP_WORK", "") not in ("", "0")
+
+
+def tidy(folder):
+    """removes a folder whose checks passed (kept under FSDPC_KEEP_WORK=1)"""
+    if not keep_work():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def drop(*exes, keep=()):
+    """removes each executable and its companions beside it (NAME.init, NAME.grads, NAME.jsonl...) once a test
+    has checked them, but those ending in a suffix of `keep`: a test's folder holds only what it still compares
+    (FSDPC_KEEP_WORK=1 keeps everything)"""
+    if keep_work():
+        return
+    for exe in exes:
+        d, base = os.path.split(os.path.abspath(exe))
+        for n in os.listdir(d):
+            if (n == base or n.startswith(base + ".")) and not n.endswith(tuple(keep)):
+                p = os.path.join(d, n)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
 
 
 def mpirun(world, argv):

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torchvision
 
-from common import check, mpirun, onnx_weights, rel_err, run
+from common import check, drop, mpirun, onnx_weights, rel_err, run
 from zoo import ZOO, stage
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,6 +99,11 @@ def build(fsdpc, onnx_path, exe, flags):
     for target, t in (("cpu", []), ("cuda", ["--target", "cuda", "--emulate"])):
         run([fsdpc, onnx_path, "-o", "%s.%s" % (exe, target), "--target", "cpu", "--optimizer", "adamw", "--wrap",
              "size:2000", "--quiet"] + flags + t, timeout=900)
+
+
+def done(exe):
+    """build()'s two executables and what their runs wrote, once compared"""
+    drop(exe + ".cpu", exe + ".cuda")
 
 
 def train(exe, world, data, steps, extra=()):
@@ -191,11 +196,14 @@ def llama(fsdpc, work):
     w0 = initial(path)
     for world, eager in ((1, False), (2, True), (4, False)):
         pair("llama", exe, w0, world, data, F32_TOL, eager=eager)
+    done(exe)
     build(fsdpc, path, exe + "_bf16", ["--loss", "cross_entropy:logits,labels", "--precision", "bf16"])
     pair("llama --precision bf16", exe + "_bf16", w0, 2, data, BF16_TOL)
+    done(exe + "_bf16")
     build(fsdpc, path, exe + "_fp16", ["--loss", "cross_entropy:logits,labels", "--precision", "fp16"])
     cpu, cuda = pair("llama --precision fp16 --loss-scale-init 2^21", exe + "_fp16", w0, 2, data, FP16_TOL, steps=4,
                      extra=["--loss-scale-init", repr(FP16_SCALE)])
+    done(exe + "_fp16")
     for key in ("skipped", "loss_scale"):
         a, b = [r.get(key) for r in cuda[0]], [r.get(key) for r in cpu[0]]
         check(a == b, "fp16: %s per step: emulated cuda %s, cpu %s" % (key, a, b))
@@ -213,6 +221,7 @@ def bert(fsdpc, work):
     w0 = initial(path)
     for eager in (False, True):
         pair("bert", exe, w0, 2, data, F32_TOL, eager=eager)
+    done(exe)
 
 
 def mlp(fsdpc, work):
@@ -225,6 +234,7 @@ def mlp(fsdpc, work):
     build(fsdpc, onnx_path, exe, ["--loss", "mse:y,target", "--dim", "batch=8"])
     for world, eager in ((4, False), (1, True)):
         pair("mlp", exe, initial(onnx_path), world, ["--data", "x=" + x, "--data", "target=" + t], F32_TOL, eager=eager)
+    done(exe)
 
 
 def export_resnet(path, dtype, size):
@@ -254,8 +264,10 @@ def resnet(fsdpc, work):
         w0 = initial(path)
         if name == "f64":
             runs[name] = pair("resnet18 float64", exe, w0, 2, data, F64_TOL, steps=2)
+            done(exe)
             continue
         cpu, cuda = runs[name] = pair("resnet18 float32", exe, w0, 2, data, 1.0, steps=2)  # checked below
+        done(exe)
         l1 = abs(cuda[0][0]["loss"] - cpu[0][0]["loss"]) / abs(cpu[0][0]["loss"])
         check(l1 <= F32_TOL, "resnet18 float32: step 1 loss %.9g, cpu %.9g (rel %.3g)" % (cuda[0][0]["loss"],
                                                                                       cpu[0][0]["loss"], l1))

@@ -27,6 +27,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -208,6 +209,8 @@ def main():
         elif k > len(cases) and counts["pass"]:
             break
         status, msg = run_case(fsdpc, work, case)
+        if status != "fail" and os.environ.get("FSDPC_KEEP_WORK", "") in ("", "0"):
+            shutil.rmtree(os.path.join(work, case), ignore_errors=True)  # a failed case's folder stays, to be read
         counts[status] += 1
         if status == "skip":
             m = re.search(r"unsupported ops? (\w+)", msg)

@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-from common import check, export_resnet, mpirun, onnx_weights, read_metrics, run  # noqa: E402
+from common import check, drop, export_resnet, mpirun, onnx_weights, read_metrics, run  # noqa: E402
 
 GLOBAL_B, STEPS = 12, 6
 
@@ -72,7 +72,9 @@ def train(fsdpc, model, flags, world, data, exe):
                                       "--export-onnx", exe + ".onnx"]))
     losses, mem = read_metrics(exe + ".jsonl")
     check(len(losses) == STEPS, "%s: %d steps" % (exe, len(losses)))
-    return losses, mem, onnx_weights(exe + ".onnx")
+    weights = onnx_weights(exe + ".onnx")
+    drop(exe, keep=(".jsonl",))  # (a later check reads a run's metrics again)
+    return losses, mem, weights
 
 
 _runs = {}  # (model, flags, world): a --recompute none run, shared by the units and selective cases

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torchvision
 
-from common import check, rel_err  # noqa: E402
+from common import check, drop, rel_err  # noqa: E402
 from torch_ref import compare, compare_to_oracle, compile_exe, reference, train_exe
 
 GLOBAL_B, STEPS, NSAMPLES, CLASSES = 4, 20, 40, 10
@@ -107,6 +107,8 @@ def main():
         compile_exe(fsdpc, onnx_path, exe, GLOBAL_B // world)
         losses, dump = train_exe(exe, world, flags, STEPS, work)
         compare("resnet18 float64 64x64 world %d" % world, ref_model, ref_losses, ref_grads, losses, dump)
+        if world == 1:
+            drop(exe)  # world 2's run stays: the schedules and strategies below compare against it
     # the other prefetch schedules at world 2: the same collectives in the same order, placed elsewhere: the same
     # losses and step-1 gradients, bit for bit
     for tag, extra in (("post", ["--prefetch", "backward_post", "--forward-prefetch"]),
@@ -120,6 +122,7 @@ def main():
             np.array_equal(np.load(os.path.join(dump, n)), np.load(os.path.join(pdump, n))) for n in names),
             "resnet18 --prefetch %s: step-1 gradients differ from the default schedule's" % tag)
         print("resnet18 float64 world 2 %s: losses and gradients = the default schedule's, bit for bit" % " ".join(extra))
+        drop(exe)
     # the other strategies at world 2: the same training within float64 rounding (the sums run in another order)
     for strategy in ("grad_op", "none"):
         exe = os.path.join(work, "resnet18_f64_w2_" + strategy)
@@ -131,6 +134,8 @@ def main():
               % (strategy, e, eg))
         print("resnet18 float64 world 2 --shard %s: losses within %.2g, step-1 gradients within %.2g of full's"
               % (strategy, e, eg))
+        drop(exe)
+    drop(os.path.join(work, "resnet18_f64_w2"), onnx_path)
 
     # 2. float32, 32x32, one step: as accurate as PyTorch float32, against float64
     x, y, flags = data(work, "f32", 32, np.float32)
@@ -146,6 +151,7 @@ def main():
         losses, dump = train_exe(exe, world, flags, 1, work)
         compare_to_oracle("resnet18 float32 32x32 world %d" % world, oracle, l64[0], g64, l32[0], g32, losses[0],
                           dump)
+        drop(exe)
     # 3. --precision bf16, 32x32, W = 1, one step: no further from float64 than PyTorch's autocast bf16
     def autocast_loss(model, xb, yb):
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -35,7 +35,7 @@ import sys
 
 import numpy as np
 
-from common import check, mpirun, read_metrics, run
+from common import check, mpirun, read_metrics, run, tidy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZOO = os.path.join(HERE, "..", "zoo")
@@ -244,6 +244,7 @@ def main():
     os.makedirs(work)
     trained, blocked, failures = [], [], []
     for name in names:
+        nfail = len(failures)
         src = os.path.join(ZOO, name)
         with open(os.path.join(src, "ref.json")) as f:
             ref = json.load(f)
@@ -289,6 +290,8 @@ def main():
                 failures.append("%s is blocked, not listed in BLOCKED: %s" % (tag, got))
             elif got != want:
                 failures.append("%s: blocked by another error now: %s (BLOCKED says: %s)" % (tag, got, want))
+        if len(failures) == nfail:
+            tidy(os.path.join(work, name))  # this model's files, all checked
     print("trained as PyTorch: %d (%s); blocked: %d (%s)" % (len(trained), " ".join(trained), len(blocked),
                                                               " ".join(blocked)))
     check(not failures, "\n".join(failures))
