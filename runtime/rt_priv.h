@@ -61,16 +61,14 @@ void rt_progress_begin(int what);
 void rt_progress_end(void);
 void rt_progress_read(RtProgress *p);
 
-/* FSDPC_STEP_TIMEOUT: the seconds one wait on the other ranks (a collective,
- * a step on the GPU) may make no progress before the job is brought down;
- * default 600 (unset).  Set, it is a number in (0, 1e9]: '', 'inf', 'nan',
- * '5s' are refused, not read as the default or as never.  0, or -1 with a
- * one-line reason in err.  Inline: the cuda device layer's self-test links
- * no core. */
-static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
+/* A number of seconds from the environment variable `name`: `dflt` when
+ * unset; set, a number in (0, 1e9]: '', 'inf', 'nan', '5s' are refused, not
+ * read as the default or as never.  0, or -1 with a one-line reason in err.
+ * Inline: the cuda device layer's self-test links no core. */
+static inline int rt_env_seconds(const char *name, double dflt, double *seconds, char *err, size_t errlen)
 {
-    const char *t = getenv("FSDPC_STEP_TIMEOUT");
-    *seconds = 600;
+    const char *t = getenv(name);
+    *seconds = dflt;
     if (!t)
         return 0;
     char *end;
@@ -81,12 +79,29 @@ static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
         for (; t[i] && i + 1 < sizeof shown; i++) /* printable: it is echoed in a one-line message */
             shown[i] = (unsigned char)t[i] < 0x20 || t[i] == 0x7f ? '?' : t[i];
         shown[i] = 0;
-        snprintf(err, errlen, "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0 and at most 1e9 (unset "
-                 "for the default, 600)", shown);
+        snprintf(err, errlen, "%s='%s': expected a number of seconds > 0 and at most 1e9 (unset for the default, "
+                 "%g)", name, shown, dflt);
         return -1;
     }
     *seconds = v;
     return 0;
+}
+
+/* FSDPC_STEP_TIMEOUT: the seconds one wait on the other ranks (a collective,
+ * a step on the GPU) may make no progress before the job is brought down;
+ * default 600. */
+static inline int rt_step_timeout(double *seconds, char *err, size_t errlen)
+{
+    return rt_env_seconds("FSDPC_STEP_TIMEOUT", 600, seconds, err, errlen);
+}
+
+/* FSDPC_START_TIMEOUT: the seconds MPI's start-up (MPI_Init) and the ranks'
+ * first agreement may take before a rank gives up on the others (ctl_mpi.c's
+ * guard); default 600.  Apart from FSDPC_STEP_TIMEOUT: a launch across many
+ * nodes can take longer than a short step timeout. */
+static inline int rt_start_timeout(double *seconds, char *err, size_t errlen)
+{
+    return rt_env_seconds("FSDPC_START_TIMEOUT", 600, seconds, err, errlen);
 }
 
 /* ------------------------------------------------ start-up errors (err.c) */

@@ -11,15 +11,17 @@ case with a 60 s limit (a hang would hit it) and a measured exit time:
   - a label out of range read by rank 1 at step 3: the step failure names the
     step and rank and every rank stops;
   - rank 1 killed (SIGKILL) mid-run: mpirun ends the others;
-  - rank 1 stopped (SIGSTOP) mid-run, FSDPC_STEP_TIMEOUT=5, the collectives
-    inside the step and on the communication thread: rank 0's watchdog ends
-    the job within 15 s with one line naming itself, the step, the collective
-    and rank 1 as not responding;
+  - rank 1 stopped (SIGSTOP) mid-run (once rank 0 has recorded a step),
+    FSDPC_STEP_TIMEOUT=5, the collectives inside the step and on the
+    communication thread: rank 0's watchdog ends the job within 15 s with one
+    line naming itself, the step, the collective and rank 1 as not responding;
+  - rank 1 stopped before MPI_Init, FSDPC_START_TIMEOUT=5: rank 0's start-up
+    guard ends it within 20 s with one line naming MPI_Init;
   - rank 0 blocked in a system call (opening a --metrics FIFO nobody reads)
     while rank 1 waits at start-up: rank 1's line names rank 0, which answers
     from its watchdog thread, with where it is;
-  - FSDPC_STEP_TIMEOUT that is not a number of seconds ('5s', '', 'inf'): one
-    line, every rank exits 1;
+  - FSDPC_STEP_TIMEOUT that is not a number of seconds ('5s', '', 'inf'), and
+    FSDPC_START_TIMEOUT '5s': one line, every rank exits 1;
   - --resume of a checkpoint only rank 0 can read (rank 1 points at an empty
     directory): every rank stops at start-up.
 Files that are not regular files are refused at once, never read (a FIFO
@@ -79,17 +81,35 @@ def rank_pid(exe, rank):
     return None
 
 
-def stalled_rank(exe, data, comm_thread):
+def stepping(proc, metrics, tag):
+    """waits until rank 0's --metrics file holds a step's record: both ranks are past start-up (a rank stopped
+    before that is start-up's guard's case; a fixed sleep was not enough on a loaded machine)"""
+    t0 = time.time()
+    while time.time() - t0 < LIMIT:
+        check(proc.poll() is None, "%s: the long run ended early" % tag)
+        try:
+            with open(metrics) as f:
+                if '"step"' in f.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    check(False, "%s: no step recorded in %d s" % (tag, LIMIT))
+
+
+def stalled_rank(exe, data, comm_thread, metrics):
     """rank 1 stopped mid-run: rank 0's watchdog names it and the job ends"""
     tag = "rank 1 stopped (%s)" % ("comm thread" if comm_thread == "1" else "in the step")
     env = dict(os.environ, FSDPC_STEP_TIMEOUT="5", FSDPC_COMM_THREAD=comm_thread)
-    proc = subprocess.Popen(mpmd([exe] + data + ["--steps", "100000000", "--log-every", "100000000"],
+    if os.path.exists(metrics):
+        os.unlink(metrics)
+    proc = subprocess.Popen(mpmd([exe] + data + ["--steps", "100000000", "--log-every", "100000000", "--metrics",
+                                                 metrics],
                                  [exe] + data + ["--steps", "100000000"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     pid = None
     try:
-        time.sleep(2)
-        check(proc.poll() is None, "%s: the long run ended early" % tag)
+        stepping(proc, metrics, tag)
         pid = rank_pid(exe, 1)
         check(pid is not None, "%s: no process of rank 1" % tag)
         os.kill(pid, signal.SIGSTOP)
@@ -161,8 +181,25 @@ def main():
     check(proc.returncode != 0, "a killed rank: mpirun exited 0")
     print("%-28s exit %d after %4.1f s" % ("a rank killed mid-run", proc.returncode, time.time() - t0))
     # a rank that stops: the watchdog names it, in the step and on the communication thread
-    stalled_rank(exe, data, "0")
-    stalled_rank(exe, data, "1")
+    stalled_rank(exe, data, "0", J("stalled.jsonl"))
+    stalled_rank(exe, data, "1", J("stalled.jsonl"))
+    # rank 1 stopped before its MPI_Init (a shell that stops itself, then runs it): rank 0 waits inside MPI_Init,
+    # where no watchdog runs yet; start-up's guard (FSDPC_START_TIMEOUT) ends it with one line, mpirun the job
+    env = dict(os.environ, FSDPC_START_TIMEOUT="5")
+    t0 = time.time()
+    try:
+        p = subprocess.run(mpmd([exe] + args, ["sh", "-c", 'kill -STOP $$; exec "$0" "$@"', exe] + args),
+                           capture_output=True, text=True, timeout=LIMIT, env=env)
+    except subprocess.TimeoutExpired:
+        check(False, "rank 1 stopped at start-up: the job still ran %d s later" % LIMIT)
+    took = time.time() - t0
+    pat = (r"error: rank 0: start-up: MPI_Init made no progress for 5 s \(FSDPC_START_TIMEOUT\): another rank did "
+           r"not arrive")
+    lines = [l for l in p.stderr.splitlines() if "FSDPC_START_TIMEOUT" in l]
+    check(p.returncode != 0 and took < 20 and len(lines) == 1 and re.search(pat, lines[0]),
+          "rank 1 stopped at start-up: exit %d after %.1f s, expected one line matching %r:\n%s"
+          % (p.returncode, took, pat, p.stderr[-2000:]))
+    print("%-28s exit %d after %4.1f s: %s" % ("rank 1 stopped at start-up", p.returncode, took, lines[0].strip()[:150]))
     # rank 0 blocked in open() of a FIFO: rank 1 times out at start-up, rank 0's watchdog answers
     os.mkfifo(J("metrics.fifo"))
     env = dict(os.environ, FSDPC_STEP_TIMEOUT="3")
@@ -176,14 +213,14 @@ def main():
     check(re.search(pat, p.stderr), "a rank blocked: stderr lacks %r:\n%s" % (pat, p.stderr))
     print("%-28s exit %d after %4.1f s" % ("rank 0 blocked in open()", p.returncode, took))
     # a timeout that is not a number of seconds (set but empty, never, 5s): one line
-    for bad_t in ("5s", "", "inf"):
-        env = dict(os.environ, FSDPC_STEP_TIMEOUT=bad_t)
+    for var, bad_t in [("FSDPC_STEP_TIMEOUT", v) for v in ("5s", "", "inf")] + [("FSDPC_START_TIMEOUT", "5s")]:
+        env = dict(os.environ, **{var: bad_t})
         p = subprocess.run(mpmd([exe] + args, [exe] + args), capture_output=True, text=True, timeout=LIMIT, env=env)
-        lines = [l for l in p.stderr.splitlines() if "FSDPC_STEP_TIMEOUT" in l]
-        check(p.returncode != 0 and len(lines) == 1 and "FSDPC_STEP_TIMEOUT='%s': expected a number of seconds > 0"
-              % bad_t in lines[0], "FSDPC_STEP_TIMEOUT=%r: exit %d, expected one line:\n%s" % (bad_t, p.returncode,
-                                                                                             p.stderr))
-        print("%-28s exit %d: %s" % ("FSDPC_STEP_TIMEOUT=%r" % bad_t, p.returncode, lines[0].strip()))
+        lines = [l for l in p.stderr.splitlines() if var in l]
+        check(p.returncode != 0 and len(lines) == 1 and "%s='%s': expected a number of seconds > 0"
+              % (var, bad_t) in lines[0], "%s=%r: exit %d, expected one line:\n%s" % (var, bad_t, p.returncode,
+                                                                                   p.stderr))
+        print("%-28s exit %d: %s" % ("%s=%r" % (var, bad_t), p.returncode, lines[0].strip()))
     # a checkpoint rank 0 reads and rank 1 cannot
     run([exe] + data + ["--steps", "2", "--ckpt-dir", J("ck"), "--quiet"])
     os.makedirs(J("empty"), exist_ok=True)
