@@ -4,20 +4,16 @@
  * comm.c's allgather shares (rt_mpi.h).  Its collectives, like the step's
  * (dev_host.c), write the progress record (rt_priv.h) that the watchdog
  * (wd_mpi.c) reads: started here once the ranks agree, stopped after a
- * closing barrier.  Before it runs, start-up's guard (below) bounds MPI's
+ * closing barrier.  Before it runs, start-up's guard (guard.c) bounds MPI's
  * start-up and the ranks' first agreement, which wait on every rank too.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "rt_ctl.h"
 #include "rt_mpi.h"
@@ -36,112 +32,6 @@ _Noreturn void rt_mpi_fail(const char *file, int line, const char *call, int rc)
         n = snprintf(es, sizeof es, "MPI error %d", rc);
     es[n < 0 ? 0 : n > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : n] = 0;
     rt_fatal(1, "rank %d: %s:%d: %s failed: %s", g_rank, file, line, call, es);
-}
-
-/* ------------------------------------------------------------ start-up's guard */
-
-/* MPI_Init_thread, the agreement on the executable and the watchdog's own
- * set-up wait on every other rank with no watchdog yet: a rank stopped or lost
- * there kept the others waiting for ever (measured: rank 1 SIGSTOPped in its
- * first 0.3 s left rank 0 in ompi_mpi_init; mpirun waits on rank 0).  A thread
- * gives that phase FSDPC_START_TIMEOUT seconds (default 600); past them it
- * prints one line and exits 1, and the launcher ends the job (SIGKILL ends a
- * stopped rank too).  It ends when the watchdog takes over, or, on a start-up
- * error, once MPI_Finalize has returned. */
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int on, done;
-    atomic_int up;         /* MPI_Init_thread has returned */
-    double timeout;
-} g_guard = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* this rank's number as the launcher set it (MPI is not up yet), -1 if none is a number */
-static long launcher_rank(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *s = getenv(vars[i]);
-        char *end;
-        if (!s || !*s)
-            continue;
-        errno = 0;
-        long r = strtol(s, &end, 10);
-        if (!*end && !errno && r >= 0 && r < (1L << 30))
-            return r;
-    }
-    return -1;
-}
-
-static void *guard(void *arg)
-{
-    (void)arg;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    double whole = (double)(int64_t)g_guard.timeout; /* at most 1e9: fits */
-    until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((g_guard.timeout - whole) * 1e9);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&g_guard.mu);
-    int rc = 0;
-    while (!g_guard.done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&g_guard.cv, &g_guard.mu, &until);
-    int late = !g_guard.done;
-    pthread_mutex_unlock(&g_guard.mu);
-    if (!late)
-        return NULL;
-    rt_fatal_claim();
-    int up = atomic_load(&g_guard.up);
-    long r = launcher_rank();
-    char who[32] = "?";
-    if (r >= 0)
-        snprintf(who, sizeof who, "%ld", r);
-    fflush(stdout);
-    fprintf(stderr, "%s: error: rank %s: start-up: %s made no progress for %g s (FSDPC_START_TIMEOUT): another "
-            "rank did not arrive (stopped, killed, or never started): check that every rank started, or raise "
-            "FSDPC_START_TIMEOUT for a slow launch\n", rt_prog, who,
-            up ? "the ranks' first agreement (the executable, the watchdog's addresses)" : "MPI_Init",
-            g_guard.timeout);
-    fflush(stderr);
-    _exit(1); /* not MPI_Abort: MPI may be inside its own start-up on the main thread */
-}
-
-static void guard_start(void)
-{
-    char err[512];
-    if (rt_start_timeout(&g_guard.timeout, err, sizeof err) != 0)
-        g_guard.timeout = 600; /* the bad value is reported once MPI is up (agree) */
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        return;
-    int ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&g_guard.cv, &ca) == 0;
-    pthread_condattr_destroy(&ca);
-    if (!ok)
-        return;
-    int rc = pthread_create(&g_guard.thread, NULL, guard, NULL);
-    if (rc != 0) { /* unguarded, as before the guard: said, not fatal */
-        fprintf(stderr, "%s: warning: cannot start start-up's guard thread: %s\n", rt_prog, strerror(rc));
-        pthread_cond_destroy(&g_guard.cv);
-        return;
-    }
-    g_guard.on = 1;
-}
-
-static void guard_stop(void)
-{
-    if (!g_guard.on)
-        return;
-    pthread_mutex_lock(&g_guard.mu);
-    g_guard.done = 1;
-    pthread_cond_signal(&g_guard.cv);
-    pthread_mutex_unlock(&g_guard.mu);
-    pthread_join(g_guard.thread, NULL);
-    pthread_cond_destroy(&g_guard.cv);
-    g_guard.on = 0;
 }
 
 /* every rank runs the executable of rank 0 (its key) and has no local
@@ -196,7 +86,7 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
         return 0;
     }
     int provided = 0;
-    guard_start();
+    rt_guard_start("MPI_Init"); /* until the watchdog runs (guard.c) */
     /* SERIALIZED: the step's collectives run on the communication thread
      * (dev_host.c), the rest of MPI on this one, never both at once */
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
@@ -206,7 +96,7 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
     }
     g_serialized = provided >= MPI_THREAD_SERIALIZED;
     g_up = 1;
-    atomic_store(&g_guard.up, 1);
+    rt_guard_phase("the ranks' first agreement (the executable, the watchdog's addresses)");
     RT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     RT_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
     RT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g_world));
@@ -228,7 +118,7 @@ int rt_ctl_init(int *argc, char ***argv, const char *rendezvous, uint64_t key, i
         return -1;
     }
     rt_wd_start();
-    guard_stop(); /* the watchdog watches from here */
+    rt_guard_stop(); /* the watchdog watches from here */
     g_watched = g_world > 1;
     *rank = g_rank;
     *world = g_world;
@@ -253,7 +143,7 @@ void rt_ctl_finalize(void)
     if (g_up)
         MPI_Finalize();
     g_up = 0;
-    guard_stop(); /* after a start-up error: MPI_Finalize waited on the others under it */
+    rt_guard_stop(); /* after a start-up error: MPI_Finalize waited on the others under it */
 }
 
 _Noreturn void rt_ctl_abort(int code)

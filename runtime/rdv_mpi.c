@@ -4,7 +4,8 @@
  * their rank from the launcher's environment but not where rank 0 listens.
  * MPI does: this file loads Open MPI's library at run time (dlopen; the
  * executable never links it, so it still starts where there is no MPI),
- * runs MPI_Init, broadcasts rank 0's "HOST PORT" line and finalizes.  The
+ * runs MPI_Init, broadcasts rank 0's "HOST PORT" line and finalizes, under
+ * start-up's guard (guard.c: FSDPC_START_TIMEOUT).  The
  * TCP control plane (ctl_tcp.c) then connects as with a rendezvous file,
  * and the NCCL id travels over it.
  *
@@ -66,10 +67,13 @@ int rt_rdv_mpi(char *line, int cap, int rank, int world, char *err, size_t errle
         return -1;
     }
     int r = -1, n = -1;
+    rt_guard_start("MPI_Init (the rendezvous through MPI)"); /* guard.c: a rank that never arrives */
     if (init(NULL, NULL) != 0 || comm_rank(world_comm, &r) != 0 || comm_size(world_comm, &n) != 0) {
+        rt_guard_stop();
         snprintf(err, errlen, "rank %d: MPI_Init failed (rendezvous through MPI)", rank);
         return -1;
     }
+    rt_guard_phase("the rendezvous's MPI_Bcast of rank 0's address");
     int rc = 0;
     if (r != rank || n != world) {
         snprintf(err, errlen, "rank %d of %d (from the environment): MPI says rank %d of %d; launch with mpirun or "
@@ -81,6 +85,7 @@ int rt_rdv_mpi(char *line, int cap, int rank, int world, char *err, size_t errle
     }
     line[cap - 1] = 0;
     fin();
+    rt_guard_stop();
     /* never dlclose: Open MPI's library does not support being unloaded */
     return rc == 0 ? 1 : -1;
 }

@@ -104,6 +104,14 @@ static inline int rt_start_timeout(double *seconds, char *err, size_t errlen)
     return rt_env_seconds("FSDPC_START_TIMEOUT", 600, seconds, err, errlen);
 }
 
+/* start-up's guard (guard.c): from rt_guard_start to rt_guard_stop, a
+ * thread gives the caller FSDPC_START_TIMEOUT seconds, then prints one line
+ * naming the phase (a static string; rt_guard_phase changes it) and exits 1:
+ * for MPI_Init and the first collectives, which no watchdog watches yet. */
+void rt_guard_start(const char *phase);
+void rt_guard_phase(const char *phase);
+void rt_guard_stop(void);
+
 /* ------------------------------------------------ start-up errors (err.c) */
 
 /* Record this rank's first start-up error (exit status code: 1, or 2 for a

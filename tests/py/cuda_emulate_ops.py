@@ -31,7 +31,10 @@ world 2.
    first); rank 0 killed: rank 1 likewise names rank 0; rank 1
    stopped (SIGSTOP) mid-run with FSDPC_STEP_TIMEOUT=10: rank 0 exits 1 with
    one line "... did not finish within 10 s (FSDPC_STEP_TIMEOUT)", and rank 1,
-   continued, exits non-zero too.  Each within 60 s (a hang would hit it).
+   continued, exits non-zero too; rank 1 stopped before it starts, under
+   mpirun with FSDPC_START_TIMEOUT=5: rank 0, inside MPI_Init of the
+   rendezvous through MPI, exits 1 with one line naming it (start-up's guard,
+   runtime/guard.c).  Each within 60 s (a hang would hit it).
 3. Too little device memory (FSDPC_CUEMU_MEM_MIB): 350 MiB at world 1 and
    400 at world 2 (the emulated context takes 300): exit 1, exactly one error
    line, "needs X GiB of device memory (plan: ...), GPU 0 (...) has F GiB free
@@ -241,6 +244,24 @@ def stalled_rank(mlp):
           % (tag, rc, took, lines[0][lines[0].find("error"):][:140], rc1))
 
 
+def stopped_at_startup(mlp):
+    """rank 1 stopped before it starts (a shell that stops itself, then runs it) under mpirun: rank 0 waits inside
+    MPI_Init of the rendezvous through MPI (runtime/rdv_mpi.c), where start-up's guard ends it with one line"""
+    tag = "rank 1 stopped at start-up"
+    argv = [mlp.exe("cuda", 2)] + mlp.data + ["--steps", "2"]
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1"] + argv + [
+        ":", "-np", "1", "sh", "-c", 'kill -STOP $$; exec "$0" "$@"'] + argv
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, FSDPC_START_TIMEOUT="5"))
+    rc, lines, took = ends(p, tag, "mpirun")
+    lines = [l for l in lines if "FSDPC_START_TIMEOUT" in l]
+    pat = (r"error: rank 0: start-up: MPI_Init \(the rendezvous through MPI\) made no progress for 5 s "
+           r"\(FSDPC_START_TIMEOUT\): another rank did not arrive")
+    check(rc != 0 and len(lines) == 1 and re.search(pat, lines[0]), "%s: exit %d, expected non-zero and one line "
+          "matching %r: %s" % (tag, rc, pat, lines))
+    print("%-16s exit %d after %4.1f s: %s" % (tag, rc, took, lines[0][lines[0].find("error"):][:140]))
+
+
 def too_little_memory(mlp):
     for world, mib in ((1, 350), (2, 400)):
         p, _, _ = mlp.train("cuda", world, "nomem_w%d" % world, ["--steps", "2"], expect_ok=False,
@@ -270,6 +291,7 @@ def main():
     dead_rank(mlp, 1)
     dead_rank(mlp, 0)
     stalled_rank(mlp)
+    stopped_at_startup(mlp)
     too_little_memory(mlp)
     print("OK cuda_emulate_ops: checkpoints, dead and stalled ranks, too little device memory on the emulated cuda")
 
