@@ -14,10 +14,10 @@
  *           (0.5 applied first or last); Mul's and Add's operands are read in
  *           either order.  A chain is rewritten only where every constant is
  *           a scalar equal to the form's within float32 rounding (relative
- *           REL_TOL; Pow's exponent exactly 3), every intermediate value has
- *           the chain's next node as its only reader (and is no graph
- *           output), and y has x's dtype and shape; anything else stays as
- *           it was.
+ *           REL_TOL; Pow's exponent exactly 3) that autodiff will not train,
+ *           every intermediate value has the chain's next node as its only
+ *           reader (and is no graph output), and y has x's dtype and shape;
+ *           anything else stays as it was.
  *
  * Why: the composition is three to five elementwise loops forward (fuse.c
  * joins some), more in the backward, and autodiff saves its intermediates;
@@ -66,11 +66,15 @@ static int link_of(const Chain *c, int v, Op op, int by)
 
 static void add(Chain *c, int node) { c->node[c->n++] = node; }
 
-/* v is a scalar float constant equal to want within REL_TOL (exact when exact) */
+/* v is a scalar float constant equal to want within REL_TOL (exact when exact), and one autodiff will not
+ * train (its trainable(): an initializer --params names, a signature's PARAMETER, or one of rank 1 or more):
+ * with a learned constant the chain is no GELU */
 static int is_const(const Graph *g, int v, double want, int exact)
 {
     const Value *c = &g->val[v];
     if (c->role != R_CONST || !dtype_is_float(c->dtype) || shape_numel(&c->shape) != 1 || !ir_data(g, v))
+        return 0;
+    if (c->init_index >= 0 && (g->opt->nparams || c->sig == SIG_PARAMETER || c->shape.rank > 0))
         return 0;
     double f = tensor_const_f(c, 0);
     return exact ? f == want : fabs(f - want) <= REL_TOL * fabs(want);
@@ -177,7 +181,7 @@ static int match(Chain *c, int i, int *approx)
                 x = f[k];
         }
         const Value *xv = x >= 0 ? &g->val[x] : NULL, *yv = &g->val[last->out[0]];
-        if (half < 0 || sum < 0 || !xv || xv->role == R_CONST || (xv->dtype != DT_F32 && xv->dtype != DT_F64) ||
+        if (half < 0 || sum < 0 || !xv || (xv->dtype != DT_F32 && xv->dtype != DT_F64) ||
             yv->dtype != xv->dtype || !shape_eq(&yv->shape, &xv->shape))
             continue;
         c->n = 0;
