@@ -23,7 +23,11 @@
  * joins some), more in the backward, and autodiff saves its intermediates;
  * under --precision bf16 each of them is a Cast pair.  Gelu is one loop
  * each way (kernels/c/fused.h's GELU, its cuda twin), saves nothing but x,
- * and reads a 16-bit x through its table (ops.def's TAB16).
+ * and reads a 16-bit x through its table (ops.def's TAB16).  Measured on
+ * the benchmark GPT 256/6/256/8 (2026-11-28, 1 thread): activations 31 %
+ * (fp32) and 28 % (bf16) smaller, the bf16 step 0.95x the CPU time; the
+ * fp32 step 1.04x, as its backward computes erf again where the
+ * composition's read the saved 1 + erf (docs/internals.md, "GELU").
  *
  * Not applied (the chain stays composed): with --no-fuse, and in --eval
  * builds (whose pipeline has neither this pass nor attention's).
@@ -50,8 +54,8 @@ typedef struct {
     int node[MAX_CHAIN], n;
 } Chain;
 
-/* the node producing v when that node is op and it is v's only reader's producer chain link: v read once, by
- * node `by`, and no graph output; else -1 */
+/* the chain's link into node `by`: the node producing v where it is an op node, v is read once (by `by`) and is
+ * no graph output; else -1 */
 static int link_of(const Chain *c, int v, Op op, int by)
 {
     const Graph *g = c->g;
