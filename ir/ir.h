@@ -440,6 +440,7 @@ Graph *onnx_load(const Options *opt);
 /* passes/: one entry function each, run in the literal list in fsdpc.c */
 void pass_fold(Graph *g);
 void pass_shape(Graph *g);
+void pass_gelu(Graph *g);
 void pass_attention(Graph *g);
 void share_constants(Graph *g); /* passes/consts.c: every reader of a constant reads the first identical one */
 void pass_loss(Graph *g);

@@ -9,7 +9,7 @@ F=$(realpath "$1")
 cd "$(dirname "$0")"
 MLP="../../examples/mlp.onnx --loss mse:y,target --dim batch=2 --target cpu --wrap size:1000"
 GPT="tiny_gpt.onnx --loss cross_entropy:logits,labels --dim batch=1 --target cpu --wrap size:100"
-PASSES="frontend fold shape attention loss autodiff optim units shard precision recompute fuse schedule memplan"
+PASSES="frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule memplan"
 
 # case PASS NAME MODEL-AND-FLAGS...: PASS/NAME.ir = the dump after the pass before PASS
 case_() {
@@ -31,6 +31,8 @@ case_ fold mlp $MLP
 case_ fold gpt $GPT
 case_ shape mlp $MLP
 case_ shape gpt $GPT
+case_ gelu gpt $GPT
+case_ gelu gpt_nofuse $GPT --no-fuse
 case_ attention gpt $GPT
 case_ attention gpt_cuda_bf16 $GPT --target cuda --precision bf16
 case_ attention gpt_nofuse $GPT --no-fuse
@@ -79,4 +81,5 @@ derive autodiff params_nomatch_refused mlp 's/^flags: .*/& --params zz*/' "refus
 derive autodiff all_frozen_refused mlp 's/^flags: .*/& --freeze */' "refusal: every initializer frozen, nothing to train"
 derive units prefix_nomatch_refused mlp_size 's/--wrap size:1000/--wrap prefix:fc1,zz/' "refusal: a --wrap prefix that starts no parameter name"
 derive precision f64_refused mlp_bf16 's/elements f32 params/elements f64 params/' "refusal: --precision bf16 on a unit of float64 parameters"
+derive gelu gpt_wrong_sqrt2 gpt 's/data=\[1.4142135\]/data=[1.4142]/' "kept: the GELU's sqrt 2 written 1.4142 (not GELU's constant within float rounding), the composition stays"
 derive attention elided_mask_refused gpt 's/\(attn.mask" init [0-9]* persistent\) data=\[[^]]*\]/\1 data=elided:0123456789abcdef/' "refusal: the mask's values are not in the file, and attention reads them"

@@ -2,7 +2,11 @@
 
 usage: cuda_target.py FSDPC WORKDIR
 
-1. fsdpc --target cuda builds training executables for the shipped GPT and a
+1. fsdpc --target cuda builds training executables for the shipped GPT's
+   architecture (examples/gpt.onnx's sizes, exported here with QuickGELU,
+   x sigmoid(1.702 x), as its MLP's activation: elementwise nodes that stay
+   fused kernels, where the shipped exact GELU is one Gelu node, a library
+   kernel, passes/gelu.c, and leaves the float32 GPT no fused kernel) and a
    float32 ResNet-18 (torchvision, exported in training mode), NVRTC compiling
    two programs for sm_80 and sm_90 plus PTX: the library (every kernel of
    kernels/cuda, the same for every model) and the model's own (its fused
@@ -63,6 +67,23 @@ def needed(exe):
     return [l.split("[")[1].split("]")[0] for l in out.splitlines() if "(NEEDED)" in l]
 
 
+def export_gpt(path):
+    """examples/gpt.onnx's GPT (vocab 256, 2 layers, 4 heads, d 64, T 64), its MLP's activation QuickGELU"""
+    import copy
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from gpt import GPT, GPTConfig, export
+
+    class QuickGELU(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.sigmoid(1.702 * x)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=4, n_embd=64, block_size=64, dropout=0.0))
+    for block in model.transformer.h:
+        block.mlp.gelu = QuickGELU()
+    export(copy.deepcopy(model), path, 4, 64)
+
+
 def expect_error(cmd, *words, env=None):
     p = run(cmd, check=False, env=env)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
@@ -78,7 +99,8 @@ def main():
     os.makedirs(work)
     cache = os.path.join(work, "cache")
     env = {"FSDPC_CACHE_DIR": cache}
-    gpt = os.path.join(ROOT, "examples", "gpt.onnx")
+    gpt = os.path.join(work, "gpt.onnx")
+    export_gpt(gpt)
     resnet = os.path.join(work, "resnet18.onnx")
     export_resnet(resnet)
     common = ["--target", "cuda", "--loss", "cross_entropy:logits,labels", "--optimizer", "adamw", "--verify"]

@@ -9,9 +9,9 @@ usage: emit_c.py FSDPC WORKDIR
     descriptor (RT_GEMM), no bare number; every trace hook is the one-line RT_TRACE; main.c's header names
     fsdpc's version, the command line and the model file's FNV-1a 64; step.c's header names no model file.
 (b) the same model under another file name and -o: step.c's text (the object cache's key) is the same.
-(d) the demo GPT under --precision bf16 and fp16: its 2 Erf members (GELU's) read a table of erf at every 16-bit
-    value (kt0[k_bf16_bits(..)], kt0[k_f16_from_f32(..)]: ops.def's TAB16) and its 2 Erf gradients dy times one of
-    erf's derivative (kt1), which
+(d) the demo GPT under --precision bf16 and fp16: its 2 Gelu members (the export's erf GELU, one node by
+    passes/gelu.c) read a table of GELU at every 16-bit value (kt0[k_bf16_bits(..)], kt0[k_f16_from_f32(..)]:
+    ops.def's TAB16) and its 2 Gelu gradients dy times one of GELU's derivative (kt1), which
     tables() fills and step() calls first; compiled again through a --cc wrapper that puts each table's expression
     (kf_unary_f32, kf_unary_grad_f32 at dy = 1) in place of its lookups, 3 AdamW steps give the same trained
     weights byte for byte (--export-safetensors): the tables hold the bits the loops would compute.
@@ -133,17 +133,18 @@ def gpt_tables(fsdpc, work, prec):
     run([fsdpc, model, "-o", exe, "--emit-c"] + flags)
     _, step_c = split(open(exe + ".c").read())
     fwd = re.findall(r"= kt(\d+)\[%s\(\w+\)\]; /\* (\S+) \*/" % index, step_c)
-    bwd = re.findall(r"= t\d+ \* kt(\d+)\[%s\(\w+\)\]; /\* (\S+) \*/" % index, step_c)
-    check(len(fwd) == 2 and all(t == "0" and n.endswith("/Erf") for t, n in fwd),
-          "%s: the Erf members' lookups: %s" % (prec, fwd))
-    check(len(bwd) == 2 and all(t == "1" and n.endswith("/Erf.bwd") for t, n in bwd),
-          "%s: the Erf gradients' lookups: %s" % (prec, bwd))
+    bwd = re.findall(r"= \w+ \* kt(\d+)\[%s\(\w+\)\]; /\* (\S+) \*/" % index, step_c)
+    check(len(fwd) == 2 and all(t == "0" and n.endswith("/Erf.gelu") for t, n in fwd),
+          "%s: the Gelu members' lookups: %s" % (prec, fwd))
+    check(len(bwd) == 2 and all(t == "1" and n.endswith("/Erf.gelu.bwd") for t, n in bwd),
+          "%s: the Gelu gradients' lookups: %s" % (prec, bwd))
     check(step_c.count("static float kt") == 2 and
-          "kt0[h] = kf_unary_f32(KF_ERF, k_%s_to_f32((uint16_t)h), 0, 0);" % low in step_c and
-          "kt1[h] = kf_unary_grad_f32(KF_ERF, 1, k_%s_to_f32((uint16_t)h), 0, 0, 0);" % low in step_c,
-          "%s: two tables, erf and its derivative" % prec)
-    check("kf_unary_f32(KF_ERF, t" not in step_c and "kf_unary_grad_f32(KF_ERF, t" not in step_c,
-          "%s: an Erf or its gradient computed in a loop beside the tables" % prec)
+          "kt0[h] = kf_unary_f32(KF_GELU, k_%s_to_f32((uint16_t)h), 0, 0);" % low in step_c and
+          "kt1[h] = kf_unary_grad_f32(KF_GELU, 1, k_%s_to_f32((uint16_t)h), 0, 0, 0);" % low in step_c,
+          "%s: two tables, GELU and its derivative" % prec)
+    check("kf_unary_f32(KF_GELU, t" not in step_c and "kf_unary_grad_f32(KF_GELU, t" not in step_c and
+          "KF_ERF" not in step_c, "%s: a GELU or its gradient computed in a loop beside the tables, or an Erf left"
+          % prec)
     body = step_c[step_c.index("static void step(RtCtx *c)"):]
     check(body.split("\n")[2] == "    tables();", "step() does not fill the tables first: " + body[:200])
     wrapper = os.path.join(work, "compute_cc")
@@ -167,7 +168,7 @@ def gpt_tables(fsdpc, work, prec):
         weights.append(open(st, "rb").read())
     check(weights[0] == weights[1], "%s: the trained weights differ between the tables and what they hold computed"
           % prec)
-    print("gpt %s: 2 Erf and 2 Erf gradient lookups in 2 tables, filled first; the weights after 3 steps equal "
+    print("gpt %s: 2 Gelu and 2 Gelu gradient lookups in 2 tables, filled first; the weights after 3 steps equal "
           "those of the tables' expressions computed in place, byte for byte" % prec)
 
 

@@ -158,15 +158,15 @@ def build(path, nodes, weights, y_shape):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
 
 
-def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr, exe=None):
-    """one step of the model's executable (built as work/tag), its loss and exported weights; given exe (built
-    from the same nodes with other weights), work/tag.init alone is written (--init-only) and exe runs from it:
-    its loss, no weights"""
+def compile_run(fsdpc, work, tag, nodes, weights, y_shape, loss, data, lr, exe=None, flags=()):
+    """one step of the model's executable (built as work/tag, fsdpc given flags too), its loss and exported
+    weights; given exe (built from the same nodes with other weights), work/tag.init alone is written
+    (--init-only) and exe runs from it: its loss, no weights"""
     onnx_path = os.path.join(work, tag + ".onnx")
     build(onnx_path, nodes, weights, y_shape)
     out = os.path.join(work, tag)
     run([fsdpc, onnx_path, "-o", out, "--target", "cpu", "--loss", loss, "--optimizer", "sgd", "--verify"]
-        + (["--init-only"] if exe else []))
+        + (["--init-only"] if exe else []) + list(flags))
     m = out + ".jsonl"
     run([exe or out, "--data", data, "--steps", "1", "--lr", str(lr), "--momentum", "0", "--weight-decay", "0",
          "--metrics", m, "--quiet"] + (["--init", out + ".init"] if exe else ["--export-onnx", out + ".out.onnx"]))

@@ -694,6 +694,67 @@ def composed_cases(c):
                   lambda w: (w["A"] + w["B"] + w["C"]) / 3)
 
 
+def gelu_cases(c):
+    """GELU as exporters compose it, which passes/gelu.c makes one Gelu node (GELU_FORMS: erf with x / sqrt 2 and
+    0.5 last, as TorchScript's nn.GELU; erf with x * (1/sqrt 2), 0.5 first, operands swapped; tanh with Pow(x, 3)
+    and 0.5 first, Hugging Face's gelu_new; tanh with x * (x * x) and 0.5 last, TorchScript's F.gelu tanh), and
+    two that stay composed (GELU_KEPT: sqrt 2 written 1.5; the Erf also read by the output)"""
+    erf = np.vectorize(__import__("math").erf)
+    x = {"X": 2 * r(3, 4)}
+    k = {"s2": const("s2", np.sqrt(2.0)), "is2": const("is2", 1 / np.sqrt(2.0)), "one": const("one", 1.0),
+         "half": const("half", 0.5), "beta": const("beta", np.sqrt(2 / np.pi)), "kappa": const("kappa", 0.044715),
+         "three": const("three", 3.0), "bad": const("bad", 1.5)}
+    gelu = lambda a: 0.5 * a * (1 + erf(a / np.sqrt(2)))
+    gelu_tanh = lambda a: 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3)))
+    erf_div = [node("Div", ["X", "s2"], ["D"]), node("Erf", ["D"], ["E"]), node("Add", ["E", "one"], ["A"]),
+               node("Mul", ["X", "A"], ["M"])]
+    c["Gelu_composed_erf_div"] = (erf_div + [node("Mul", ["M", "half"], ["Y"])], {**x, **k}, lambda w: gelu(w["X"]))
+    c["Gelu_composed_erf_mul"] = (
+        [node("Mul", ["is2", "X"], ["D"]), node("Erf", ["D"], ["E"]), node("Add", ["one", "E"], ["A"]),
+         node("Mul", ["half", "X"], ["H"]), node("Mul", ["H", "A"], ["Y"])], {**x, **k}, lambda w: gelu(w["X"]))
+    c["Gelu_composed_tanh_pow"] = (
+        [node("Mul", ["X", "half"], ["H"]), node("Pow", ["X", "three"], ["P"]), node("Mul", ["P", "kappa"], ["W"]),
+         node("Add", ["X", "W"], ["S"]), node("Mul", ["S", "beta"], ["U"]), node("Tanh", ["U"], ["TH"]),
+         node("Add", ["TH", "one"], ["A"]), node("Mul", ["H", "A"], ["Y"])], {**x, **k}, lambda w: gelu_tanh(w["X"]))
+    c["Gelu_composed_tanh_cube"] = (
+        [node("Mul", ["X", "X"], ["Q"]), node("Mul", ["X", "Q"], ["C"]), node("Mul", ["kappa", "C"], ["W"]),
+         node("Add", ["W", "X"], ["S"]), node("Mul", ["beta", "S"], ["U"]), node("Tanh", ["U"], ["TH"]),
+         node("Add", ["one", "TH"], ["A"]), node("Mul", ["X", "A"], ["M"]), node("Mul", ["half", "M"], ["Y"])],
+        {**x, **k}, lambda w: gelu_tanh(w["X"]))
+    c["Gelu_kept_constant"] = (
+        [node("Div", ["X", "bad"], ["D"])] + erf_div[1:] + [node("Mul", ["M", "half"], ["Y"])], {**x, **k},
+        lambda w: 0.5 * w["X"] * (1 + erf(w["X"] / 1.5)))
+    c["Gelu_kept_reader"] = (
+        erf_div + [node("Mul", ["M", "half"], ["G"]), node("Add", ["G", "E"], ["Y"])], {**x, **k},
+        lambda w: gelu(w["X"]) + erf(w["X"] / np.sqrt(2)))
+
+
+GELU_FORMS = ("Gelu_composed_erf_div", "Gelu_composed_erf_mul", "Gelu_composed_tanh_pow", "Gelu_composed_tanh_cube")
+GELU_KEPT = ("Gelu_kept_constant", "Gelu_kept_reader")
+
+
+def check_gelu(fsdpc, work, name, spec):
+    """the case's model after the gelu pass: one Gelu and no Erf / Tanh (GELU_FORMS), or no Gelu (GELU_KEPT);
+    a GELU_FORMS case's step also equals the composed one's (--no-fuse leaves the chain as it is): the loss and
+    the weights after one SGD step (lr 1) within 1e-12"""
+    out = run([fsdpc, os.path.join(work, name + ".onnx"), "--target", "cpu", "--loss", "mse:Y,T", "--dump-after",
+               "gelu"]).stdout.split("nodes:")[1]
+    if name in GELU_KEPT:
+        check("= Gelu " not in out, "%s: rewritten, though it is no GELU:\n%s" % (name, out))
+        return
+    check(out.count("= Gelu ") == 1 and "= Erf " not in out and "= Tanh " not in out,
+          "%s: not rewritten into Gelu:\n%s" % (name, out))
+    nodes, weights = spec[:2]
+    y_shape, data = [3, 4], "T=" + os.path.join(work, name + ".t.npy")
+    got = [compile_run(fsdpc, work, name + tag, nodes, weights, y_shape, "mse:Y,T", data, 1.0, flags=flags)
+           for tag, flags in ((".gelu", []), (".composed", ["--no-fuse"]))]
+    (l1, w1), (l2, w2) = got
+    check(abs(l1 - l2) <= 1e-12 * max(1.0, abs(l2)), "%s: loss %.17g, composed %.17g" % (name, l1, l2))
+    err = float(np.max(np.abs(w1["X"] - w2["X"])))
+    check(err <= 1e-12 * max(1.0, float(np.max(np.abs(w2["X"])))), "%s: weights after a step %.3g from the "
+          "composed graph's" % (name, err))
+
+
 def cases():
     c = {}
     misc_cases(c)
@@ -705,7 +766,8 @@ def cases():
     reduce_cases(c)
     composed_cases(c)
     conv_transpose_cases(c)
-    gqa_attention_cases(c)  # last: the cases before keep the random data and directions they had
+    gqa_attention_cases(c)
+    gelu_cases(c)  # last: the cases before keep the random data and directions they had
     return c
 
 
@@ -816,6 +878,8 @@ def main():
             check_case(fsdpc, work, n, all_cases[n])
             if n.startswith("Attention_fused"):
                 check_fused(fsdpc, work, n)
+            if n.startswith("Gelu_"):
+                check_gelu(fsdpc, work, n, all_cases[n])
     print("OK gradcheck_nn: %d cases" % len(names))
 
 

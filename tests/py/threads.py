@@ -2,16 +2,17 @@
 
 usage: threads.py FSDPC WORKDIR
 
-A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 16; the attention scores, the MLP's GELU and the
-attention's Split copies and transposes are above the size where work is split: kernels.h's K_PAR_MIN) trains 4
-AdamW steps:
+A GPT (examples/gpt.py: d 64, 2 heads, T 64, vocab 256, batch 16, its MLP's activation QuickGELU, x sigmoid(1.702 x)
+as CLIP's: elementwise nodes that stay fused loops, where the exact GELU is one Gelu node, passes/gelu.c; the
+attention scores, the MLP's activation and the attention's Split copies and transposes are above the size where
+work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
 - with OMP_NUM_THREADS=1 and =2, and twice more at 2: the losses, gradient norms and exported weights are
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
 - the generated step (--emit-c) splits its big fused loops (`omp parallel for`, or `omp for` in a team), runs
   the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
-  transposes: at batch 16 they are large enough to split), the GELU's Div and fused loops in one, a LayerNorm's
+  transposes: at batch 16 they are large enough to split), the activation's fused loop and Mul in one, a LayerNorm's
   backward and a bias gradient's sum in one, a LayerNorm and the next MatMulAdd's bias preset in one (the preset
   last), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
@@ -67,8 +68,14 @@ def main():
     J = lambda *p: os.path.join(work, *p)
     import torch
     from gpt import GPT, GPTConfig, export
+
+    class QuickGELU(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.sigmoid(1.702 * x)
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=2, n_embd=64, block_size=64, dropout=0.0))
+    for block in gpt.transformer.h:  # x sigmoid(1.702 x), CLIP's activation: exported as Mul, Sigmoid, Mul
+        block.mlp.gelu = QuickGELU()
     export(copy.deepcopy(gpt), J("gpt.onnx"), 8, 64)
     np.random.default_rng(0).integers(0, 256, 64 * 64 + 1).astype("<u2").tofile(J("tokens.bin"))
     build = ["--target", "cpu", "--loss", "cross_entropy:logits,labels", "--wrap", "blocks"]
@@ -79,15 +86,15 @@ def main():
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
     # runs of nodes in one team (codegen/team.c), each kernel its thread's share (k_share), a barrier where one
     # reads what another wrote; the bit-identical runs below check that the shares add up: the attention's Split
-    # copies and transposes (a barrier between the copies and the transposes that read them), the GELU's Div and
-    # fused loops (`omp for nowait` in the team), a LayerNorm's backward and its bias gradient's sum
+    # copies and transposes (a barrier between the copies and the transposes that read them), the activation's
+    # fused loop and Mul (`omp for nowait` in the team), a LayerNorm's backward and its bias gradient's sum
     runs = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c, re.S)
     copies = [r for r in runs if "k_copy_strided" in r]
     check(len(copies) >= 2 and all("omp barrier" in r and "k_transpose_" in r for r in copies[:2]),
           "the step should run the attention's copies in one team with a barrier (%d runs):\n%s" % (len(runs),
                                                                                           "\n".join(runs)[:1500]))
     check(any("k_binary_f32" in r and "omp for schedule(static) nowait" in r and "omp barrier" in r for r in runs),
-          "the step should run the GELU's Div and fused loops in one team (%d runs)" % len(runs))
+          "the step should run the activation's fused loop and Mul in one team (%d runs)" % len(runs))
     check(any("k_layernorm_grad_f32" in r and "k_reduce_sum_to_f32" in r for r in runs),
           "the step should run a LayerNorm's backward and a bias gradient's sum in one team (%d runs)" % len(runs))
     # a MatMulAdd's bias preset ends the run before it (a LayerNorm's), its GEMM alone after the team

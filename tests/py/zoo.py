@@ -59,6 +59,9 @@ KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3), "c_attn.bias": (1, 3)
 # model -> its FusedAttention nodes (passes/attention.c), either export
 FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6,
          "falcon": 2}
+# model -> its Gelu nodes, either export: the exporters' own (opset 20) and GPT-2's gelu_new, a tanh composition
+# passes/gelu.c rewrites (no Tanh left)
+GELU = {"nanogpt": 2, "gpt2": 2, "whisper_enc": 4, "bert": 3, "hf_vit": 2, "tv_vit": 2, "falcon": 2}
 # models whose attention has fewer K/V heads than query heads (FusedAttention's kvrep > 1, no Expand left)
 GQA = ("llama", "llama_sdpa23", "falcon")
 
@@ -163,6 +166,9 @@ def train(tag, ref, onnx_path, src, exe, world, extra=(), bf16=False):
         return first_error(p, os.path.dirname(onnx_path))
     fused, want = p.stdout.count("= FusedAttention "), FUSED.get(os.path.basename(os.path.dirname(onnx_path)), 0)
     check(fused == want, "%s: %d attentions fused, expected %d" % (tag, fused, want))
+    gelus, want = p.stdout.count("= Gelu "), GELU.get(os.path.basename(os.path.dirname(onnx_path)), 0)
+    check(gelus == want and (not want or "= Tanh " not in p.stdout), "%s: %d Gelu nodes, expected %d%s"
+          % (tag, gelus, want, ", and a Tanh left" if "= Tanh " in p.stdout else ""))
     # what fsdpc trains: exactly the module's parameters (a buffer on a path to the loss would be trained too)
     trained = re.findall(r'^\s+%\d+ \S+ param "((?:[^"\\]|\\.)*)"', p.stdout, re.M)
     extra_trained = sorted(set(trained) - {e["init"] for e in table})
