@@ -1075,6 +1075,30 @@ template <typename T> static void test_reduce()
         }
 }
 
+/* kc_reduce_sum_to_bf16 / _f16 (16-bit x, a bias gradient of a 16-bit dY) against kernels/c's on the same bits:
+ * the rows, column (chunked too) and grid-wide layouts; both sum in double, in different orders */
+static void test_reduce_sum_to_low()
+{
+    struct Case {
+        std::vector<int64_t> x, y;
+    };
+    static const Case cases[] = {
+        {{5, 7}, {1, 7}},     {{5, 7}, {5, 1}},  {{2, 3, 4, 5}, {1, 3, 1, 5}}, {{70001}, {1}},
+        {{2000, 40}, {1, 40}}, {{4, 500, 40}, {4, 1, 40}}, {{0, 3}, {1, 3}},
+    };
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const Case &c : cases) {
+            const int r = (int)c.x.size();
+            const int64_t nx = numel(c.x), ny = numel(c.y);
+            auto [x16, xv] = attn_low(nx, -1, 1, f16);
+            F got(ny + 1, NAN), want(ny + 1, NAN);
+            (f16 ? k_reduce_sum_to_f16 : k_reduce_sum_to_bf16)(want.data(), x16.data(), r, c.x.data(), c.y.data());
+            (f16 ? kc_reduce_sum_to_f16 : kc_reduce_sum_to_bf16)(got.data(), x16.data(), r, c.x.data(), c.y.data());
+            CTX("kc_reduce_sum_to_%s x %s y %s", f16 ? "f16" : "bf16", dims(c.x).c_str(), dims(c.y).c_str());
+            check_f(got.data(), want.data(), ny, 1e-6);
+        }
+}
+
 template <typename T> static void test_softmax()
 {
     static const int64_t cases[][3] = {{3, 7, 1}, {2, 5, 3}, {2, 4, 300}, {1, 1, 1}, {1, 1, 5},
@@ -1988,7 +2012,7 @@ int main()
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
         test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16,
-        test_cross_entropy_bf16, test_cross_entropy_f16};
+        test_cross_entropy_bf16, test_cross_entropy_f16, test_reduce_sum_to_low};
 #undef BOTH
     for (auto t : tests)
         t();

@@ -556,6 +556,11 @@ K_TWIN(cross_entropy_grad_f16)
 /* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
  * 0: they widen to float32 (k_bf16_isa_native, decided once) */
 int k_bf16_gemm_native(void);
+/* k_reduce_sum_to_f32 of bfloat16 x (reduce.c: a bias gradient of a bfloat16 dY
+ * under --precision bf16): each element widened as it is loaded, so the same
+ * bits as a Cast to float32 and k_reduce_sum_to_f32 */
+void k_reduce_sum_to_bf16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
+K_TWIN(reduce_sum_to_bf16)
 /* k_attention_f32 and its backward with q, kt, v in bfloat16 (attn_bf16.c),
  * as flash attention computes: the scores, the softmax statistics and every
  * sum in float32; every GEMM on 16-bit operands (S = Q Kt; P rounded for
@@ -629,6 +634,9 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
 K_TWIN(matmul_add_f16)
+/* k_reduce_sum_to_bf16 of float16 x */
+void k_reduce_sum_to_f16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
+K_TWIN(reduce_sum_to_f16)
 /* k_attention_bf16 and its backward with q, kt, v in float16 (attn.c; the
  * GEMMs widened: k_gemm_widened_16) */
 void k_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,

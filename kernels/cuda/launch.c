@@ -566,6 +566,43 @@ KC_CE_LOW_LAUNCHERS(_bf16)
 KC_CE_LOW_LAUNCHERS(_f16)
 #undef KC_CE_LOW_LAUNCHERS
 
+/* ---- reduce.c: the sums of 16-bit x into float32 y (a bias gradient of a 16-bit dY) ---- */
+
+/* kc_reduce_f32's K_RSUM with x's elements widened as they are loaded (reduce.cu's _bf16 / _f16 instances) */
+#define KC_SUM_LOW_LAUNCHERS(S)                                                                                \
+    void kc_reduce_sum_to##S(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape) \
+    {                                                                                                          \
+        KcWalk k, r;                                                                                           \
+        if (numel(rank, xshape) == 0) {                                                                        \
+            kc_fill_f32(y, 0.0, numel(rank, yshape));                                                          \
+            return;                                                                                            \
+        }                                                                                                      \
+        const int64_t group = reduce_split(rank, xshape, yshape, &k, &r);                                      \
+        if (k.rank == 0 && group >= 65536) {                                                                   \
+            launch_k_reduce_all##S(partial_grid(grid_for(group, KC_BLOCK)), KC_BLOCK, K_RSUM, y, x, group, 1.0); \
+            return;                                                                                            \
+        }                                                                                                      \
+        if (k.rank > 0 && k.st[0].d[k.rank - 1] == 1) {                                                        \
+            const int64_t nc = k.shape.d[k.rank - 1];                                                          \
+            walk_remove(&k, k.rank - 1);                                                                       \
+            const int64_t nko = numel(k.rank, k.shape.d), tiles = nko * ((nc + 31) / 32);                      \
+            const int64_t chunks = col_chunks(tiles, group, 1, nko * nc);                                      \
+            const unsigned block = col_block((group + chunks - 1) / chunks + 3);                               \
+            launch_k_reduce_cols##S(row_grid(tiles * chunks, block), block, K_RSUM, y, x, nko, nc, group, chunks, \
+                                    k.rank, k.shape, k.st[0], r.rank, r.shape, r.st[0], 1.0);                  \
+            if (chunks > 1)                                                                                    \
+                launch_k_cols_fold_f32(grid_for(nko * nc, KC_BLOCK), KC_BLOCK, K_RSUM, y, NULL, nko * nc, chunks, \
+                                       1.0);                                                                   \
+            return;                                                                                            \
+        }                                                                                                      \
+        const unsigned block = row_block(group);                                                               \
+        launch_k_reduce_rows##S(row_grid(k.n, block), block, K_RSUM, y, x, k.n, group, k.rank, k.shape, k.st[0], \
+                                r.rank, r.shape, r.st[0], 1.0);                                                \
+    }
+KC_SUM_LOW_LAUNCHERS(_bf16)
+KC_SUM_LOW_LAUNCHERS(_f16)
+#undef KC_SUM_LOW_LAUNCHERS
+
 /* ---- matmul.c: bfloat16 and float16 operands, float32 C ------------------------------- */
 
 void kc_matmul_bf16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
