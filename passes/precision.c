@@ -18,11 +18,14 @@
  *     its gradients float32): k_conv2d_bf16 and its gradients, on oneDNN;
  *   - so does every FusedAttention (passes/attention.c) and its gradient:
  *     q, kt and v cast as MatMul operands are (the forward's casts are the
- *     backward's), lse, the bias and dy float32; the kernels
- *     (k_attention_bf16) compute as flash attention does, every GEMM on
- *     bfloat16 operands, the softmax in float32;
+ *     backward's), and so do the gradient's dy and y (a float32 dy cast);
+ *     lse and the bias float32; the kernels (k_attention_bf16) compute as
+ *     flash attention does, every GEMM on bfloat16 operands, the softmax and
+ *     every sum in float32, and write y (dq, dkt, dv) in bfloat16 themselves,
+ *     rounded once from float32 (a Cast to float32 after them where the
+ *     value may not be stored low);
  *   - activations are stored as torch.autocast stores them: the result of a
- *     MatMul (y of a FusedAttention; dq, dkt, dv of its gradient) is
+ *     MatMul is
  *     bfloat16 — the GEMM writes a float32 temporary and a Cast stores it,
  *     which fuse.c takes into the GEMM (a block of rows at a time) or
  *     into the fused loop that reads it — and an elementwise
@@ -46,6 +49,8 @@
  *     Concat of bfloat16 values alone) of a bfloat16 value stays bfloat16,
  *     so a product that is split (attention's q, k, v of one GEMM) is
  *     stored bfloat16 and its parts need no cast;
+ *   - a ReduceSumTo (a bias gradient) sums a bfloat16 dY as it is
+ *     (k_reduce_sum_to_bf16: each element widened as loaded, float32 y);
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
  *     value and phase (LayerNorm, softmax, reductions, BatchNorm compute in
  *     float32 on the rounded values; the backward casts again rather than
@@ -268,6 +273,27 @@ static int stored_low(const Graph *g, const char *low_reader, const char *grad_b
     return 1;
 }
 
+/* ops whose kernels write their low outputs in the low dtype themselves (the fused attention's y; dq, dkt, dv) */
+static int writes_low(Op op) { return op == OP_FusedAttention || op == OP_FusedAttentionGrad; }
+
+/* node n (already in w->out, writes_low) writes output k in the low dtype: the output becomes low where it may
+ * be stored so, else n writes a low temporary that a Cast widens into it */
+static void written_low(Rewrite *w, Node *n, int k, int stored)
+{
+    Graph *g = w->g;
+    int v = n->out[k];
+    if (stored) {
+        g->val[v].dtype = w->low;
+        return;
+    }
+    int t = new_like(g, v, w->low, dtype_name(w->low));
+    int *out = ir_alloc(sizeof(int) * (size_t)n->nout);
+    memcpy(out, n->out, sizeof(int) * (size_t)n->nout);
+    out[k] = t;
+    n->out = out;
+    push_cast(w, t, v, DT_F32);
+}
+
 /* node n (already in w->out) wrote output k into float32: it now writes a float32 temporary that a Cast
  * stores into the output, whose dtype becomes the low one */
 static void store_low(Rewrite *w, Node *n, int k)
@@ -373,6 +399,10 @@ void pass_precision(Graph *g)
         w.out[w.n++] = n;
         for (int k = 0; k < nlow && k < n.nout; k++) {
             int v = n.out[k];
+            if (v >= 0 && writes_low(n.op)) {
+                written_low(&w, &w.out[at], k, stored_low(g, low_reader, grad_bound, v));
+                continue;
+            }
             if (v < 0 || !stored_low(g, low_reader, grad_bound, v))
                 continue;
             if (n.op == OP_MatMul && reads[v] == 1 && ew_reader[v])

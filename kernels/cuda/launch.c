@@ -488,12 +488,13 @@ static AttnGrid attn_grid(const KDims *p, int h)
     return g;
 }
 
-/* kc_attention##S and kc_attention_grad##S for q, kt, v of type E and the
- * rest of type T (h: AttnGrid's); the workspace kernels/c needs is not used.
+/* kc_attention##S and kc_attention_grad##S for q, kt, v, y, dy, dq, dkt, dval
+ * of type E and lse, the bias and dbias of type T (h: AttnGrid's); the
+ * workspace kernels/c needs is not used.
  * The backward: dq by the q kernel, dk and dv by the kv kernel, dbias (when
  * wanted) by a block per bias row. */
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
-    void kc_attention##S(T *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
+    void kc_attention##S(E *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
                          int64_t kvrep, double scale, T *ws)                                                   \
     {                                                                                                          \
@@ -502,8 +503,8 @@ static AttnGrid attn_grid(const KDims *p, int h)
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
     }                                                                                                          \
-    void kc_attention_grad##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const E *q, const E *kt,           \
-                              int flags, const E *v, const T *bias, const T *y, const T *lse, int64_t batch,   \
+    void kc_attention_grad##S(E *dq, E *dkt, E *dval, T *dbias, const E *dy, const E *q, const E *kt,           \
+                              int flags, const E *v, const T *bias, const E *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
                               int64_t kvrep, double scale, T *ws)                                              \
     {                                                                                                          \
