@@ -21,17 +21,15 @@
  * (kernels.h: k_attention_slot_16).  No include guard on purpose. */
 #ifdef K_ROUND
 #define K_OUT(x) K_ROUND(x)
-#define K_IN(x) K_WIDEN(x)
 #else
 #define K_OUT(x) (x)
-#define K_IN(x) (x)
 #endif
 
 /* a thread's part of the workspace: scores and their gradient (R s of T each); with K_ROUND also P or dS
- * rounded (R s of O), the GEMMs' scratch (wn of T), a tile of y or dq (R max(d, dv) of T) and a K/V problem's
- * dkt and dval (d s and s dv of T) */
+ * rounded (R s of O), the GEMMs' scratch (wn of T), a tile of y or dq (R max(d, dv) of T), a K/V problem's
+ * dkt and dval (d s and s dv of T) and a tile's dY and Y widened (2 R dv of T) */
 typedef struct {
-    T *sc, *dp, *w, *yq, *dk, *dv;
+    T *sc, *dp, *w, *yq, *dk, *dv, *wy;
     O *p;
     int64_t wn;
 } KFN(AttnSlot);
@@ -44,7 +42,7 @@ static KFN(AttnSlot) KFN(attn_slot)(T *ws, int64_t t, int64_t s, int64_t d, int6
 #ifdef _OPENMP
     ws += (int64_t)omp_get_thread_num() * K_SLOT(t, s, d, dv);
 #endif
-    KFN(AttnSlot) sl = {ws, ws + R * s, NULL, NULL, NULL, NULL, NULL, 0};
+    KFN(AttnSlot) sl = {.sc = ws, .dp = ws + R * s};
 #ifdef K_ROUND
     sl.p = (O *)(ws + 2 * R * s);
     sl.w = ws + 2 * R * s + (R * s + 1) / 2;
@@ -52,6 +50,7 @@ static KFN(AttnSlot) KFN(attn_slot)(T *ws, int64_t t, int64_t s, int64_t d, int6
     sl.yq = sl.w + sl.wn;
     sl.dk = sl.yq + R * (d > dv ? d : dv);
     sl.dv = sl.dk + d * s;
+    sl.wy = sl.dv + s * dv;
 #endif
     return sl;
 }
@@ -252,11 +251,20 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
         } else {
             memset(dp, 0, sizeof(T) * (size_t)(r * n));
         }
+#ifdef K_ROUND
+        /* dY and Y widened into the slot first: the row sums below then vectorise (and so sum) as float32
+         * operands' do, the bits of float32 dY and Y */
+        T *dyw = sl->wy, *yw = sl->wy + r * dv;
+        for (int64_t i = 0; i < r * dv; i++)
+            dyw[i] = K_WIDEN(dyt[i]), yw[i] = K_WIDEN(yt[i]);
+#else
+        const T *dyw = dyt, *yw = yt;
+#endif
         for (int64_t i = 0; i < r; i++) { /* dS = P (dP - rowsum(dY Y)) */
             T dd = 0;
 #pragma omp simd reduction(+ : dd)
             for (int64_t c = 0; c < dv; c++)
-                dd += K_IN(dyt[i * dv + c]) * K_IN(yt[i * dv + c]);
+                dd += dyw[i * dv + c] * yw[i * dv + c];
             for (int64_t j = 0; j < n; j++)
                 dp[i * n + j] = sc[i * n + j] * (dp[i * n + j] - dd);
         }
@@ -332,4 +340,3 @@ void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const 
     }
 }
 #undef K_OUT
-#undef K_IN

@@ -833,13 +833,13 @@ static inline int64_t k_attention_gemm_scratch(int64_t t, int64_t s, int64_t d, 
 }
 /* a slot of the bfloat16 / float16 kernels (k_attention_bf16, ...), in floats: the scores and their gradient
  * (R s each), P or dS rounded to 16 bits (R s halves), the GEMMs' widening scratch, a float32 tile of y or dq
- * (R max(d, dv)) and a K/V problem's float32 dkt and dval (d s + s dv) */
+ * (R max(d, dv)), a K/V problem's float32 dkt and dval (d s + s dv) and a tile's dY and Y widened (2 R dv) */
 static inline int64_t k_attention_slot_16(int64_t t, int64_t s, int64_t d, int64_t dv)
 {
     const int64_t r = k_attention_rows(t);
     s = s > 0 ? s : 0, d = d > 0 ? d : 0, dv = dv > 0 ? dv : 0;
     return 2 * r * s + (r * s + 1) / 2 + k_attention_gemm_scratch(t, s, d, dv) + r * (d > dv ? d : dv) + d * s +
-           s * dv;
+           s * dv + 2 * r * dv;
 }
 /* floats k_attention_bf16 / _f16 and their backward need in ws */
 static inline int64_t k_attention_workspace_16(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv)
