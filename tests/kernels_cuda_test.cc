@@ -1096,6 +1096,37 @@ template <typename T> static void test_reduce()
         }
 }
 
+/* kc_layernorm_bf16 / _f16 (16-bit x and y) against kernels/c's on the same bits: y within a step of the 16-bit
+ * type (the two take the statistics in different orders, so a value may round either way), mean and invstd within
+ * float32 rounding; in place too */
+static void test_layernorm_low()
+{
+    static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const auto &c : cases)
+            for (int affine = 0; affine < 2; affine++) {
+                const int64_t o = c[0], in = c[1], n = o * in;
+                auto [x16, xv] = attn_low(n, -2, 3, f16);
+                F s = rnd<float>(in, 0.5, 1.5), b = rnd<float>(in, -1, 1), wm(o + 1), gm(o + 1), wi(o + 1), gi(o + 1);
+                H wy(n + 1), gy(n + 1, f16 ? 0x7e00 : 0x7fc0);
+                const float *sp = affine ? s.data() : nullptr, *bp = affine ? b.data() : nullptr;
+                (f16 ? k_layernorm_f16 : k_layernorm_bf16)(wy.data(), wm.data(), wi.data(), x16.data(), sp, bp, o, in,
+                                                           1e-5);
+                (f16 ? kc_layernorm_f16 : kc_layernorm_bf16)(gy.data(), gm.data(), gi.data(), x16.data(), sp, bp, o,
+                                                             in, 1e-5);
+                CTX("kc_layernorm_%s %lldx%lld affine %d", f16 ? "f16" : "bf16", (long long)o, (long long)in, affine);
+                const double step = f16 ? 1.0 / 1024 : 1.0 / 128;
+                check_f(attn_wide(gy, f16).data(), attn_wide(wy, f16).data(), n, step);
+                check_f(gm.data(), wm.data(), o, 1e-5);
+                check_f(gi.data(), wi.data(), o, 1e-5);
+                (f16 ? kc_layernorm_f16 : kc_layernorm_bf16)(x16.data(), nullptr, nullptr, x16.data(), sp, bp, o, in,
+                                                             1e-5);
+                CTX("kc_layernorm_%s %lldx%lld affine %d in place", f16 ? "f16" : "bf16", (long long)o, (long long)in,
+                    affine);
+                check_f(attn_wide(x16, f16).data(), attn_wide(gy, f16).data(), n, 0);
+            }
+}
+
 /* kc_reduce_sum_to_bf16 / _f16 (16-bit x, a bias gradient of a 16-bit dY) against kernels/c's on the same bits:
  * the rows, column (chunked too) and grid-wide layouts; both sum in double, in different orders */
 static void test_reduce_sum_to_low()
@@ -2033,7 +2064,7 @@ int main()
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
         test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16,
-        test_cross_entropy_bf16, test_cross_entropy_f16, test_reduce_sum_to_low};
+        test_cross_entropy_bf16, test_cross_entropy_f16, test_reduce_sum_to_low, test_layernorm_low};
 #undef BOTH
     for (auto t : tests)
         t();

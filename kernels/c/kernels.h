@@ -556,6 +556,13 @@ K_TWIN(cross_entropy_grad_f16)
 /* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
  * 0: they widen to float32 (k_bf16_isa_native, decided once) */
 int k_bf16_gemm_native(void);
+/* k_layernorm_f32 of bfloat16 x into bfloat16 y (norm.c: --precision bf16's
+ * LayerNorm of a bfloat16 residual whose result only GEMMs read), mean,
+ * invstd, scale and bias float32: x widened as loaded, every step in float32,
+ * y rounded once as stored (the bits of Casts around k_layernorm_f32) */
+void k_layernorm_bf16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
+                      const float *bias, int64_t outer, int64_t inner, double eps);
+K_TWIN(layernorm_bf16)
 /* k_reduce_sum_to_f32 of bfloat16 x (reduce.c: a bias gradient of a bfloat16 dY
  * under --precision bf16): each element widened as it is loaded, so the same
  * bits as a Cast to float32 and k_reduce_sum_to_f32 */
@@ -636,6 +643,10 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
 K_TWIN(matmul_add_f16)
+/* k_layernorm_bf16 of float16 x and y */
+void k_layernorm_f16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
+                     const float *bias, int64_t outer, int64_t inner, double eps);
+K_TWIN(layernorm_f16)
 /* k_reduce_sum_to_bf16 of float16 x */
 void k_reduce_sum_to_f16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
 K_TWIN(reduce_sum_to_f16)

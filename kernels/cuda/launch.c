@@ -567,6 +567,20 @@ KC_CE_LOW_LAUNCHERS(_bf16)
 KC_CE_LOW_LAUNCHERS(_f16)
 #undef KC_CE_LOW_LAUNCHERS
 
+/* ---- norm.c: LayerNorm of 16-bit x into 16-bit y ------------------------------------------ */
+
+#define KC_LN_LOW_LAUNCHERS(S)                                                                                 \
+    void kc_layernorm##S(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,       \
+                         const float *bias, int64_t outer, int64_t inner, double eps)                          \
+    {                                                                                                          \
+        const unsigned block = row_block(inner);                                                               \
+        if (inner > 0 && outer > 0)                                                                            \
+            launch_k_layernorm##S(row_grid(outer, block), block, y, mean, invstd, x, scale, bias, outer, inner, eps); \
+    }
+KC_LN_LOW_LAUNCHERS(_bf16)
+KC_LN_LOW_LAUNCHERS(_f16)
+#undef KC_LN_LOW_LAUNCHERS
+
 /* ---- reduce.c: the sums of 16-bit x into float32 y (a bias gradient of a 16-bit dY) ---- */
 
 /* kc_reduce_f32's K_RSUM with x's elements widened as they are loaded (reduce.cu's _bf16 / _f16 instances) */

@@ -28,23 +28,7 @@
  */
 
 /* ---- k_reduce ------------------------------------------------------------ */
-
-/* x's element type E and its value as a double: X itself, or (the tags RedBf16 / RedF16: the sums of 16-bit x,
- * kc_reduce_sum_to_bf16 / _f16) its bits widened to float first, as kernels/c's k_reduce_sum_to_bf16 does */
-struct RedBf16 {};
-struct RedF16 {};
-template <typename X> struct RedIn {
-    typedef X E;
-    KC_DEV double in(X v) { return v; }
-};
-template <> struct RedIn<RedBf16> {
-    typedef uint16_t E;
-    KC_DEV double in(uint16_t v) { return kc_bf16_to_f32(v); }
-};
-template <> struct RedIn<RedF16> {
-    typedef uint16_t E;
-    KC_DEV double in(uint16_t v) { return kc_f16_to_f32(v); }
-};
+/* (rows, cols and all take x's element as KcIo's X: T, or a 16-bit tag, common.cuh) */
 
 KC_DEV double red_identity(int op)
 {
@@ -72,14 +56,14 @@ KC_DEV double red_block(int op, double v)
  * in x), its group the rrank reduced dims (strides rst), group elements
  * each.  y = fold * scale (scale 1/count for MEAN, else 1). */
 template <typename T, typename X = T>
-KC_DEV void k_reduce_rows(int op, T *y, const typename RedIn<X>::E *x, int64_t nout, int64_t group, int krank,
+KC_DEV void k_reduce_rows(int op, T *y, const typename KcIo<X>::E *x, int64_t nout, int64_t group, int krank,
                           KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst, double scale)
 {
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
-        const typename RedIn<X>::E *xo = x + kc_offset1(o, krank, kshape, kst);
+        const typename KcIo<X>::E *xo = x + kc_offset1(o, krank, kshape, kst);
         double acc = red_identity(op);
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
-            acc = red_fold(op, acc, RedIn<X>::in(xo[kc_offset1(g, rrank, rshape, rst)]));
+            acc = red_fold(op, acc, KcIo<X>::in(xo[kc_offset1(g, rrank, rshape, rst)]));
         acc = red_block(op, acc);
         if (threadIdx.x == 0)
             y[o] = (T)(acc * scale);
@@ -94,7 +78,7 @@ KC_DEV void k_reduce_rows(int op, T *y, const typename RedIn<X>::E *x, int64_t n
  * scale; more: the chunk's partial goes to kc_colpart (common.cuh) and
  * k_cols_fold finishes. */
 template <typename T, typename X = T>
-KC_DEV void k_reduce_cols(int op, T *y, const typename RedIn<X>::E *x, int64_t nko, int64_t nc, int64_t group,
+KC_DEV void k_reduce_cols(int op, T *y, const typename KcIo<X>::E *x, int64_t nko, int64_t nc, int64_t group,
                           int64_t chunks, int krank, KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst,
                           double scale)
 {
@@ -106,9 +90,9 @@ KC_DEV void k_reduce_cols(int op, T *y, const typename RedIn<X>::E *x, int64_t n
         const int64_t g1 = group < (ch + 1) * rows ? group : (ch + 1) * rows;
         double acc = red_identity(op);
         if (c < nc) {
-            const typename RedIn<X>::E *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
+            const typename KcIo<X>::E *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
             for (int64_t g = ch * rows + warp; g < g1; g += warps)
-                acc = red_fold(op, acc, RedIn<X>::in(xc[kc_offset1(g, rrank, rshape, rst)]));
+                acc = red_fold(op, acc, KcIo<X>::in(xc[kc_offset1(g, rrank, rshape, rst)]));
         }
         part[warp][lane] = acc;
         __syncthreads();
@@ -144,11 +128,11 @@ template <typename T> KC_DEV void k_cols_fold(int op, T *y0, T *y1, int64_t n, i
 
 /* Everything reduced: x is n dense elements, y one value. */
 template <typename T, typename X = T>
-KC_DEV void k_reduce_all(int op, T *y, const typename RedIn<X>::E *x, int64_t n, double scale)
+KC_DEV void k_reduce_all(int op, T *y, const typename KcIo<X>::E *x, int64_t n, double scale)
 {
     double v[1] = {red_identity(op)};
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        v[0] = red_fold(op, v[0], RedIn<X>::in(x[i]));
+        v[0] = red_fold(op, v[0], KcIo<X>::in(x[i]));
     v[0] = red_block(op, v[0]);
     const bool last = op == K_RMAX   ? grid_combine(v, -KC_INF, KcMax())
                       : op == K_RMIN ? grid_combine(v, KC_INF, KcMin())
@@ -176,8 +160,8 @@ KC_DEV void k_reduce_all(int op, T *y, const typename RedIn<X>::E *x, int64_t n,
     {                                                                                                          \
         k_reduce_all<float, L>(op, y, x, n, scale);                                                            \
     }
-KC_REDUCE_LOW(_bf16, RedBf16)
-KC_REDUCE_LOW(_f16, RedF16)
+KC_REDUCE_LOW(_bf16, KcIoBf16)
+KC_REDUCE_LOW(_f16, KcIoF16)
 #undef KC_REDUCE_LOW
 
 /* ReduceMax / Min backward, one block per output o (its group as in
