@@ -31,7 +31,8 @@ static const char *const side_name[NSIDE] = {"f32", "bf16", "f16"};
 typedef struct {
     int64_t batch, t, d;
     float *q, *kt, *v, *bias, *y, *lse, *dy, *dq, *dkt, *dv, *ws;
-    uint16_t *q16[2], *kt16[2], *v16[2]; /* [0] bfloat16, [1] float16 */
+    uint16_t *q16[2], *kt16[2], *v16[2], *dy16[2]; /* [0] bfloat16, [1] float16 */
+    uint16_t *y16, *dq16, *dkt16, *dv16;             /* the 16-bit sides' outputs */
 } Bench;
 
 static void *alloc(size_t n)
@@ -74,12 +75,13 @@ static double run(Bench *b, int s, int grad)
         k_attention_grad_f32(b->dq, b->dkt, b->dv, NULL, b->dy, b->q, b->kt, 0, b->v, b->bias, b->y, b->lse, b->batch,
                              t, t, d, d, 1, b->batch, 1, scale, b->ws);
     else if (!grad)
-        (s == BF16 ? k_attention_bf16 : k_attention_f16)(b->y, b->lse, b->q16[s - 1], b->kt16[s - 1], 0,
+        (s == BF16 ? k_attention_bf16 : k_attention_f16)(b->y16, b->lse, b->q16[s - 1], b->kt16[s - 1], 0,
                                                          b->v16[s - 1], b->bias, b->batch, t, t, d, d, 1, b->batch, 1,
                                                          scale, b->ws);
     else
         (s == BF16 ? k_attention_grad_bf16 : k_attention_grad_f16)(
-            b->dq, b->dkt, b->dv, NULL, b->dy, b->q16[s - 1], b->kt16[s - 1], 0, b->v16[s - 1], b->bias, b->y, b->lse,
+            b->dq16, b->dkt16, b->dv16, NULL, b->dy16[s - 1], b->q16[s - 1], b->kt16[s - 1], 0, b->v16[s - 1], b->bias,
+            b->y16, b->lse,
             b->batch, t, t, d, d, 1, b->batch, 1, scale, b->ws);
     return cpu_s() - t0;
 }
@@ -111,14 +113,19 @@ int main(int argc, char **argv)
     b.bias = alloc(sizeof(float) * (size_t)(b.t * b.t));
     b.ws = alloc(sizeof(float) * (size_t)(ws > ws32 ? ws : ws32));
     for (int k = 0; k < 2; k++)
-        b.q16[k] = alloc(2 * (size_t)n), b.kt16[k] = alloc(2 * (size_t)n), b.v16[k] = alloc(2 * (size_t)n);
+        b.q16[k] = alloc(2 * (size_t)n), b.kt16[k] = alloc(2 * (size_t)n), b.v16[k] = alloc(2 * (size_t)n),
+        b.dy16[k] = alloc(2 * (size_t)n);
+    b.y16 = alloc(2 * (size_t)n), b.dq16 = alloc(2 * (size_t)n), b.dkt16 = alloc(2 * (size_t)n);
+    b.dv16 = alloc(2 * (size_t)n);
     unsigned seed = 1;
     uint16_t *h[2];
     h[0] = b.q16[0], h[1] = b.q16[1], fill(b.q, h, n, &seed);
     h[0] = b.kt16[0], h[1] = b.kt16[1], fill(b.kt, h, n, &seed);
     h[0] = b.v16[0], h[1] = b.v16[1], fill(b.v, h, n, &seed);
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
         b.dy[i] = (float)((i * 7919 % 2001) - 1000) * 1e-3f;
+        b.dy16[0][i] = k_bf16_from_f32(b.dy[i]), b.dy16[1][i] = k_f16_from_f32(b.dy[i]);
+    }
     for (int64_t i = 0; i < b.t; i++)
         for (int64_t j = 0; j < b.t; j++)
             b.bias[i * b.t + j] = j > i ? -INFINITY : 0;

@@ -104,14 +104,34 @@ static std::vector<float> download(const float *p, int64_t n)
     return v;
 }
 
+/* n 16-bit values of the kind's type, widened */
+static std::vector<float> download16(int kind, const uint16_t *p, int64_t n)
+{
+    std::vector<uint16_t> h((size_t)n);
+    CK(cudaMemcpy(h.data(), p, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        if (kind == BF16) {
+            __nv_bfloat16 b;
+            memcpy(&b, &h[i], 2);
+            v[i] = __bfloat162float(b);
+        } else {
+            __half b;
+            memcpy(&b, &h[i], 2);
+            v[i] = __half2float(b);
+        }
+    }
+    return v;
+}
+
 /* a problem's inputs (kt layout: d x s per problem) and outputs, host and device */
 struct Data {
     Prob P;
     int kind;
     std::vector<float> q, k, v, dy, bias; /* q, k, v: the rounded values */
-    std::vector<uint16_t> q16, k16, v16;
+    std::vector<uint16_t> q16, k16, v16, dy16;
     float *dq_, *dk_, *dv_, *y_, *l_, *dy_, *b_, *qf, *kf, *vf;
-    uint16_t *qh, *kh, *vh;
+    uint16_t *qh, *kh, *vh, *dyh, *yh, *dqh, *dkh, *dvh; /* the 16-bit kinds' dy, y and gradients */
     KDims p;
     unsigned gf, gq, gkv;
 };
@@ -129,9 +149,8 @@ static Data make(const Prob &P, int kind)
     const int64_t nq = P.batch * P.t * P.d, nk = P.batch * P.s * P.d, nv = P.batch * P.s * P.dv;
     D.q.resize(nq), D.k.resize(nk), D.v.resize(nv), D.q16.resize(nq), D.k16.resize(nk), D.v16.resize(nv);
     fill(kind, D.q, D.q16, -2, 2), fill(kind, D.k, D.k16, -2, 2), fill(kind, D.v, D.v16, -1, 1);
-    D.dy.resize(P.batch * P.t * P.dv);
-    for (float &x : D.dy)
-        x = (float)uni(-1, 1);
+    D.dy.resize(P.batch * P.t * P.dv), D.dy16.resize(P.batch * P.t * P.dv);
+    fill(kind, D.dy, D.dy16, -1, 1);
     D.bias.resize(P.t * P.s);
     for (int64_t i = 0; i < P.t; i++)
         for (int64_t j = 0; j < P.s; j++)
@@ -139,7 +158,11 @@ static Data make(const Prob &P, int kind)
                                               : uni(0, 1) < 0.3 ? -INFINITY : (float)uni(-1, 1);
     D.qf = upload(D.q), D.kf = upload(D.k), D.vf = upload(D.v);
     D.qh = upload(D.q16), D.kh = upload(D.k16), D.vh = upload(D.v16);
-    D.dy_ = upload(D.dy), D.b_ = P.mask ? upload(D.bias) : nullptr;
+    D.dy_ = upload(D.dy), D.dyh = upload(D.dy16), D.b_ = P.mask ? upload(D.bias) : nullptr;
+    CK(cudaMalloc(&D.yh, 2 * P.batch * P.t * P.dv));
+    CK(cudaMalloc(&D.dqh, 2 * nq));
+    CK(cudaMalloc(&D.dkh, 2 * nk));
+    CK(cudaMalloc(&D.dvh, 2 * nv));
     CK(cudaMalloc(&D.y_, 4 * P.batch * P.t * P.dv));
     CK(cudaMalloc(&D.l_, 4 * P.batch * P.t));
     CK(cudaMalloc(&D.dq_, 4 * nq));
@@ -160,9 +183,9 @@ static void forward(const Data &D, double scale)
     if (D.kind == F32)
         fwd_f32<<<D.gf, 128>>>(D.y_, D.l_, D.qf, D.kf, D.vf, D.b_, D.p, scale);
     else if (D.kind == BF16)
-        k_attention_bf16<<<D.gf, 128>>>(D.y_, D.l_, D.qh, D.kh, D.vh, D.b_, D.p, scale);
+        k_attention_bf16<<<D.gf, 128>>>(D.yh, D.l_, D.qh, D.kh, D.vh, D.b_, D.p, scale);
     else
-        k_attention_f16<<<D.gf, 128>>>(D.y_, D.l_, D.qh, D.kh, D.vh, D.b_, D.p, scale);
+        k_attention_f16<<<D.gf, 128>>>(D.yh, D.l_, D.qh, D.kh, D.vh, D.b_, D.p, scale);
 }
 
 static void backward_q(const Data &D, double scale)
@@ -170,9 +193,9 @@ static void backward_q(const Data &D, double scale)
     if (D.kind == F32)
         gq_f32<<<D.gq, 128>>>(D.dq_, D.dy_, D.qf, D.kf, D.vf, D.b_, D.y_, D.l_, D.p, scale);
     else if (D.kind == BF16)
-        k_attention_grad_q_bf16<<<D.gq, 128>>>(D.dq_, D.dy_, D.qh, D.kh, D.vh, D.b_, D.y_, D.l_, D.p, scale);
+        k_attention_grad_q_bf16<<<D.gq, 128>>>(D.dqh, D.dyh, D.qh, D.kh, D.vh, D.b_, D.yh, D.l_, D.p, scale);
     else
-        k_attention_grad_q_f16<<<D.gq, 128>>>(D.dq_, D.dy_, D.qh, D.kh, D.vh, D.b_, D.y_, D.l_, D.p, scale);
+        k_attention_grad_q_f16<<<D.gq, 128>>>(D.dqh, D.dyh, D.qh, D.kh, D.vh, D.b_, D.yh, D.l_, D.p, scale);
 }
 
 static void backward_kv(const Data &D, double scale)
@@ -180,10 +203,10 @@ static void backward_kv(const Data &D, double scale)
     if (D.kind == F32)
         gkv_f32<<<D.gkv, 128>>>(D.dk_, D.dv_, D.dy_, D.qf, D.kf, D.vf, D.b_, D.y_, D.l_, D.p, scale);
     else if (D.kind == BF16)
-        k_attention_grad_kv_bf16<<<D.gkv, 128>>>(D.dk_, D.dv_, D.dy_, D.qh, D.kh, D.vh, D.b_, D.y_, D.l_, D.p,
+        k_attention_grad_kv_bf16<<<D.gkv, 128>>>(D.dkh, D.dvh, D.dyh, D.qh, D.kh, D.vh, D.b_, D.yh, D.l_, D.p,
                                                  scale);
     else
-        k_attention_grad_kv_f16<<<D.gkv, 128>>>(D.dk_, D.dv_, D.dy_, D.qh, D.kh, D.vh, D.b_, D.y_, D.l_, D.p,
+        k_attention_grad_kv_f16<<<D.gkv, 128>>>(D.dkh, D.dvh, D.dyh, D.qh, D.kh, D.vh, D.b_, D.yh, D.l_, D.p,
                                                 scale);
 }
 
@@ -250,11 +273,15 @@ static void check(const Prob &P, int kind)
     std::vector<double> want[5];
     reference(D, scale, want);
     float *got[5] = {D.y_, D.l_, D.dq_, D.dk_, D.dv_};
+    const uint16_t *got16[5] = {D.yh, nullptr, D.dqh, D.dkh, D.dvh}; /* the 16-bit kinds' */
     printf("check %-4s batch %lld t %lld s %lld d %lld dv %lld %s: max rel err", kind_name[kind], (long long)P.batch,
            (long long)P.t, (long long)P.s, (long long)P.d, (long long)P.dv, P.mask == 1 ? "causal" : "random bias");
     const char *name[5] = {"y", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++)
-        printf(" %s %.2e", name[i], max_err(download(got[i], (int64_t)want[i].size()), want[i]));
+        printf(" %s %.2e", name[i],
+               max_err(kind == F32 || !got16[i] ? download(got[i], (int64_t)want[i].size())
+                                                : download16(kind, got16[i], (int64_t)want[i].size()),
+                       want[i]));
     printf("\n");
 }
 

@@ -611,7 +611,8 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
         }
         cg_put(b, "    { static const int64_t xs[] = %s, ys[] = %s;\n", cg_ints(xs->dim, xs->rank),
             cg_ints(pad, xs->rank));
-        cg_put(b, "      k_reduce_sum_to_%s(%s, %s, %d, xs, ys); }\n", s, cg_ptr(cg, y), cg_ptr(cg, x), xs->rank);
+        cg_put(b, "      k_reduce_sum_to_%s(%s, %s, %d, xs, ys); }\n", cg_gemm_sfx(g->val[x].dtype, dt), cg_ptr(cg, y),
+            cg_ptr(cg, x), xs->rank); /* 16-bit x (a bias gradient under --precision): _bf16 / _f16 */
         break;
     }
     case OP_MseLoss:

@@ -214,7 +214,9 @@ static void emit_layernorm(Cg *cg, Buf *b, const Node *n)
     const Graph *g = cg->g;
     int64_t outer, inner;
     ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
-    cg_put(b, "    k_layernorm_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %.17g);\n", cg_sfx(g->val[n->out[0]].dtype),
+    /* 16-bit x and y under --precision (passes/precision.c): k_layernorm_bf16 / _f16 */
+    cg_put(b, "    k_layernorm_%s(%s, %s, %s, %s, %s, %s, %lld, %lld, %.17g);\n",
+           cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->out[0]].dtype),
            P(cg, n->out[0]), P(cg, n->out[1]), P(cg, n->out[2]), P(cg, n->in[0]), P(cg, n->in[1]), opt(cg, input(n, 2)),
            (long long)outer, (long long)inner, ir_attr_f(n, "epsilon", 1e-5));
 }

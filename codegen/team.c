@@ -26,8 +26,9 @@
  * orphaned `omp for` loops, each element computed alike however it is split.  A name ending in '_' stands for
  * every dtype's; the others are exact (their other dtypes' kernels are written otherwise). */
 static const char *const team_kernels[] = {
-    "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_f32",
-    "k_reduce_sum_to_f64", "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_grad_f32", "k_layernorm_grad_f64",
+    "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
+    "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_f32",
+    "k_layernorm_grad_f64",
     "k_matmul_epilogue_f32",
 };
 

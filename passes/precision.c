@@ -18,11 +18,14 @@
  *     its gradients float32): k_conv2d_bf16 and its gradients, on oneDNN;
  *   - so does every FusedAttention (passes/attention.c) and its gradient:
  *     q, kt and v cast as MatMul operands are (the forward's casts are the
- *     backward's), lse, the bias and dy float32; the kernels
- *     (k_attention_bf16) compute as flash attention does, every GEMM on
- *     bfloat16 operands, the softmax in float32;
+ *     backward's), and so do the gradient's dy and y (a float32 dy cast);
+ *     lse and the bias float32; the kernels (k_attention_bf16) compute as
+ *     flash attention does, every GEMM on bfloat16 operands, the softmax and
+ *     every sum in float32, and write y (dq, dkt, dv) in bfloat16 themselves,
+ *     rounded once from float32 (a Cast to float32 after them where the
+ *     value may not be stored low);
  *   - activations are stored as torch.autocast stores them: the result of a
- *     MatMul (y of a FusedAttention; dq, dkt, dv of its gradient) is
+ *     MatMul is
  *     bfloat16 — the GEMM writes a float32 temporary and a Cast stores it,
  *     which fuse.c takes into the GEMM (a block of rows at a time) or
  *     into the fused loop that reads it — and an elementwise
@@ -46,6 +49,12 @@
  *     Concat of bfloat16 values alone) of a bfloat16 value stays bfloat16,
  *     so a product that is split (attention's q, k, v of one GEMM) is
  *     stored bfloat16 and its parts need no cast;
+ *   - a LayerNormalization of a bfloat16 x whose Y only GEMMs read (a
+ *     pre-norm block's, between the residual stream and its projections)
+ *     reads x and writes Y in bfloat16 (k_layernorm_bf16: float32 inside,
+ *     Y rounded once); its statistics stay float32;
+ *   - a ReduceSumTo (a bias gradient) sums a bfloat16 dY as it is
+ *     (k_reduce_sum_to_bf16: each element widened as loaded, float32 y);
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
  *     value and phase (LayerNorm, softmax, reductions, BatchNorm compute in
  *     float32 on the rounded values; the backward casts again rather than
@@ -222,20 +231,26 @@ static int is_scalar_const(const Graph *g, int v)
  *                  op, or a move whose result has such a reader), so storing v low saves memory;
  *   grad_bound[v]: v becomes a parameter's gradient through moves and sums (it stays float32, as the
  *                  gradients do);
- *   reads[v], ew_reader[v]: how many times v is read, and whether by an elementwise op of the same phase. */
-static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, int *reads, char *ew_reader)
+ *   reads[v], ew_reader[v]: how many times v is read, and whether by an elementwise op of the same phase;
+ *   f32_reader[v]: some reader is no GEMM operand (nor a move to GEMM operands alone), or v is an output. */
+static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, int *reads, char *ew_reader,
+                          char *f32_reader)
 {
     for (int v = 0; v < g->nval; v++)
         grad_bound[v] = g->val[v].role == R_GRAD || g->val[v].role == R_FLATGRAD;
+    for (int k = 0; k < g->noutput; k++)
+        f32_reader[g->output[k]] = 1;
     for (int i = g->nnode - 1; i >= 0; i--) {
         const Node *n = &g->node[i];
         int bound = 0;
         for (int k = 0; k < n->nout; k++)
             bound |= n->out[k] >= 0 && grad_bound[n->out[k]];
         int passes_grad = moves_input0(n->op) || n->op == OP_Concat || n->op == OP_Add || n->op == OP_Sum;
-        int out_low = 0; /* some output is read low */
-        for (int k = 0; k < n->nout; k++)
+        int out_low = 0, out_f32 = 0; /* some output is read low; some output has a float32 reader */
+        for (int k = 0; k < n->nout; k++) {
             out_low |= n->out[k] >= 0 && low_reader[n->out[k]];
+            out_f32 |= n->out[k] >= 0 && f32_reader[n->out[k]];
+        }
         for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
             if (v < 0)
@@ -245,10 +260,14 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
             reads[v]++;
             if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
                 ew_reader[v] = 1;
+            /* (a LayerNorm takes x low where it is low already: no reason to store it low) */
             if ((reads_low(g, n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast &&
-                 n->op != OP_Split && n->op != OP_Concat) ||
+                 n->op != OP_Split && n->op != OP_Concat && n->op != OP_LayerNormalization) ||
                 is_elementwise(n) || (moves(n, j) && out_low))
                 low_reader[v] = 1;
+            if (!(is_gemm(g, n->op) && reads_low(g, n, j)) && n->op != OP_Free && n->op != OP_Wait &&
+                !(moves(n, j) && !out_f32))
+                f32_reader[v] = 1;
         }
     }
 }
@@ -266,6 +285,27 @@ static int stored_low(const Graph *g, const char *low_reader, const char *grad_b
         if (g->output[k] == v)
             return 0;
     return 1;
+}
+
+/* ops whose kernels write their low outputs in the low dtype themselves (the fused attention's y; dq, dkt, dv) */
+static int writes_low(Op op) { return op == OP_FusedAttention || op == OP_FusedAttentionGrad; }
+
+/* node n (already in w->out, writes_low) writes output k in the low dtype: the output becomes low where it may
+ * be stored so, else n writes a low temporary that a Cast widens into it */
+static void written_low(Rewrite *w, Node *n, int k, int stored)
+{
+    Graph *g = w->g;
+    int v = n->out[k];
+    if (stored) {
+        g->val[v].dtype = w->low;
+        return;
+    }
+    int t = new_like(g, v, w->low, dtype_name(w->low));
+    int *out = ir_alloc(sizeof(int) * (size_t)n->nout);
+    memcpy(out, n->out, sizeof(int) * (size_t)n->nout);
+    out[k] = t;
+    n->out = out;
+    push_cast(w, t, v, DT_F32);
 }
 
 /* node n (already in w->out) wrote output k into float32: it now writes a float32 temporary that a Cast
@@ -292,9 +332,9 @@ void pass_precision(Graph *g)
     gather_in_low(g, low);
     int nn = g->nnode, nval = g->nval;
     char *low_reader = ir_alloc((size_t)nval + 1), *grad_bound = ir_alloc((size_t)nval + 1);
-    char *ew_reader = ir_alloc((size_t)nval + 1);
+    char *ew_reader = ir_alloc((size_t)nval + 1), *f32_reader = ir_alloc((size_t)nval + 1);
     int *reads = ir_alloc(sizeof(int) * ((size_t)nval + 1));
-    readers_ahead(g, low_reader, grad_bound, reads, ew_reader);
+    readers_ahead(g, low_reader, grad_bound, reads, ew_reader, f32_reader);
     Rewrite w = {.g = g, .low = low};
     /* at most one cast per input and per output of every node, plus the node itself */
     int room = nn;
@@ -348,6 +388,17 @@ void pass_precision(Graph *g)
                 for (int j = 0; j < n.nin; j++)
                     if (in[j] >= 0 && is_low(g->val[in[j]].dtype))
                         in[j] = cast_of(&w, in[j], DT_F32);
+        } else if (n.op == OP_LayerNormalization) {
+            /* a 16-bit x and Y (k_layernorm_bf16) where x is low and GEMMs alone read Y (a pre-norm block's
+             * LayerNorm between the 16-bit residual stream and its projections); else float32 throughout, so a
+             * Y that a residual Add reads stays float32, as autocast keeps it */
+            const int io = is_low(g->val[in[0]].dtype) && !f32_reader[n.out[0]] &&
+                           stored_low(g, low_reader, grad_bound, n.out[0]);
+            for (int j = 0; j < n.nin; j++)
+                if (in[j] >= 0 && is_low(g->val[in[j]].dtype) && !(io && j == 0))
+                    in[j] = cast_of(&w, in[j], DT_F32);
+            if (io)
+                g->val[n.out[0]].dtype = low;
         } else if ((n.op == OP_Reshape || n.op == OP_Identity) && g->val[in[0]].dtype == DT_F32) {
             w.view[n.out[0]] = w.n; /* a later bfloat16 cast of its output may view in[0]'s instead */
         } else if (is_elementwise(&n) && g->val[n.out[0]].dtype == DT_F32) {
@@ -373,6 +424,10 @@ void pass_precision(Graph *g)
         w.out[w.n++] = n;
         for (int k = 0; k < nlow && k < n.nout; k++) {
             int v = n.out[k];
+            if (v >= 0 && writes_low(n.op)) {
+                written_low(&w, &w.out[at], k, stored_low(g, low_reader, grad_bound, v));
+                continue;
+            }
             if (v < 0 || !stored_low(g, low_reader, grad_bound, v))
                 continue;
             if (n.op == OP_MatMul && reads[v] == 1 && ew_reader[v])

@@ -184,14 +184,14 @@ static void test_attention(int dt)
 
 /* ---- fused attention on 16-bit operands ---------------------------------- */
 
-/* An attention problem set with its float64 reference: q, kt, v hold the values of the 16-bit q16, kt16, v16
- * (rounded once, so the reference reads what the kernel reads), bias (NULL: none), dy; the reference computes
- * in double without rounding anything else. */
+/* An attention problem set with its float64 reference: q, kt, v, dy hold the values of the 16-bit q16, kt16,
+ * v16, dy16 (rounded once, so the reference reads what the kernel reads), bias (NULL: none); the reference
+ * computes in double without rounding anything else. */
 typedef struct {
     int64_t batch, t, s, d, dv, nbias, brep, kvrep; /* kt, v: batch / kvrep problems, b reading b / kvrep */
     int flags, f16;
     double scale, *q, *kt, *v, *bias, *dy;
-    uint16_t *q16, *kt16, *v16;
+    uint16_t *q16, *kt16, *v16, *dy16;
 } Attn16;
 
 /* the float64 forward and backward of a (y, lse; dq, dkt in kt's layout, dval, dbias nbias t s) */
@@ -284,29 +284,39 @@ static void check_rel(const float *got, const double *want, int64_t n, double to
     }
 }
 
-/* the kernels' float outputs of one run */
+/* the kernels' outputs of one run, widened to float (y, dq, dkt, dval are 16-bit) */
 typedef struct {
     float *y, *lse, *dq, *dkt, *dval, *dbias;
 } Attn16Out;
 
+/* n 16-bit values of the problem's type widened into a new float array; h freed */
+static float *widen_16(int f16, uint16_t *h, int64_t n)
+{
+    float *x = xalloc((size_t)n, 4);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = f16 ? k_f16_to_f32(h[i]) : k_bf16_to_f32(h[i]);
+    free(h);
+    return x;
+}
+
 static Attn16Out attn16_run(const Attn16 *a, float *ws)
 {
     const int64_t bt = a->batch * a->t, ns = a->nbias * a->t * a->s;
-    Attn16Out o = {xalloc((size_t)(bt * a->dv), 4), xalloc((size_t)bt, 4), xalloc((size_t)(bt * a->d), 4),
-                   xalloc((size_t)(a->batch / a->kvrep * a->d * a->s), 4),
-                   xalloc((size_t)(a->batch / a->kvrep * a->s * a->dv), 4),
-                   xalloc((size_t)ns, 4)};
-    float *bias = a->bias ? xalloc((size_t)ns, 4) : NULL, *dy = xalloc((size_t)(bt * a->dv), 4);
+    const int64_t nk = a->batch / a->kvrep * a->d * a->s, nv = a->batch / a->kvrep * a->s * a->dv;
+    Attn16Out o = {NULL, xalloc((size_t)bt, 4), NULL, NULL, NULL, xalloc((size_t)ns, 4)};
+    uint16_t *y = xalloc((size_t)(bt * a->dv), 2), *dq = xalloc((size_t)(bt * a->d), 2);
+    uint16_t *dkt = xalloc((size_t)nk, 2), *dval = xalloc((size_t)nv, 2);
+    float *bias = a->bias ? xalloc((size_t)ns, 4) : NULL;
     for (int64_t i = 0; bias && i < ns; i++)
         bias[i] = (float)a->bias[i];
-    for (int64_t i = 0; i < bt * a->dv; i++)
-        dy[i] = (float)a->dy[i];
-    (a->f16 ? k_attention_f16 : k_attention_bf16)(o.y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
+    (a->f16 ? k_attention_f16 : k_attention_bf16)(y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
                                                   a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
     (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
-        o.dq, o.dkt, o.dval, bias ? o.dbias : NULL, dy, a->q16, a->kt16, a->flags, a->v16, bias, o.y, o.lse,
+        dq, dkt, dval, bias ? o.dbias : NULL, a->dy16, a->q16, a->kt16, a->flags, a->v16, bias, y, o.lse,
         a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
-    free(bias), free(dy);
+    o.y = widen_16(a->f16, y, bt * a->dv), o.dq = widen_16(a->f16, dq, bt * a->d);
+    o.dkt = widen_16(a->f16, dkt, nk), o.dval = widen_16(a->f16, dval, nv);
+    free(bias);
     return o;
 }
 
@@ -323,14 +333,13 @@ static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d,
 {
     const double tl = f16 ? 2e-3 : 1.5e-2;
     Attn16 a = {batch, t, s, d, dv, nbias, brep, kvrep, flags, f16, 1 / sqrt((double)d), NULL, NULL, NULL, NULL, NULL,
-                NULL, NULL, NULL};
+                NULL, NULL, NULL, NULL};
     const int64_t nq = batch * t * d, nk = batch / kvrep * d * s, nv = batch / kvrep * s * dv, ns = nbias * t * s;
     a.q = xalloc((size_t)nq, 8), a.kt = xalloc((size_t)nk, 8), a.v = xalloc((size_t)nv, 8);
     a.q16 = xalloc((size_t)nq, 2), a.kt16 = xalloc((size_t)nk, 2), a.v16 = xalloc((size_t)nv, 2);
-    a.dy = xalloc((size_t)(batch * t * dv), 8);
+    a.dy = xalloc((size_t)(batch * t * dv), 8), a.dy16 = xalloc((size_t)(batch * t * dv), 2);
     round_16(f16, a.q, a.q16, nq, -2, 2), round_16(f16, a.kt, a.kt16, nk, -2, 2), round_16(f16, a.v, a.v16, nv, -1, 1);
-    for (int64_t i = 0; i < batch * t * dv; i++)
-        a.dy[i] = rnd(-1, 1);
+    round_16(f16, a.dy, a.dy16, batch * t * dv, -1, 1);
     if (kind) {
         a.bias = xalloc((size_t)ns, 8);
         for (int64_t i = 0; i < ns; i++) {
@@ -379,7 +388,7 @@ static void attn16_case(int f16, int64_t batch, int64_t t, int64_t s, int64_t d,
 #endif
     attn16_free(&o);
     free(ws), free(y), free(lse), free(dq), free(dkt), free(dval), free(dbias);
-    free(a.q), free(a.kt), free(a.v), free(a.q16), free(a.kt16), free(a.v16), free(a.dy), free(a.bias);
+    free(a.q), free(a.kt), free(a.v), free(a.q16), free(a.kt16), free(a.v16), free(a.dy), free(a.dy16), free(a.bias);
 }
 
 static void test_attention_16(int dt)
@@ -409,7 +418,7 @@ typedef struct {
     size_t n[5]; /* their bytes */
 } BandOut;
 
-/* k_attention_K (K 0 f32, 1 f64, 2 bf16) with bias (NULL: none) and flags on the fixed inputs */
+/* k_attention_K (K 0 f32, 1 f64, 2 bf16: q, kt, v, dy, y and the gradients bfloat16) with bias (NULL: none) and flags on the fixed inputs */
 static BandOut band_run(int K, const double *q, const double *kt, const double *v, const double *dy, const double *bias,
                         int flags, int64_t B, int64_t t, int64_t s, int64_t d, int64_t dv)
 {
@@ -417,13 +426,13 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
     const int64_t nq = B * t * d, nk = B * d * s, nv = B * s * dv, ny = B * t * dv, ns = t * s;
     const int64_t nws = K == 2 ? k_attention_workspace_16(B, t, s, d, dv) : k_attention_workspace(B, t, s);
     void *Q = xalloc((size_t)nq, is), *KT = xalloc((size_t)nk, is), *VV = xalloc((size_t)nv, is);
-    void *DY = xalloc((size_t)ny, es), *BI = bias ? xalloc((size_t)ns, es) : NULL, *W = xalloc((size_t)nws + 1, es);
+    void *DY = xalloc((size_t)ny, is), *BI = bias ? xalloc((size_t)ns, es) : NULL, *W = xalloc((size_t)nws + 1, es);
     const double *src[5] = {q, kt, v, dy, bias};
     void *dst[5] = {Q, KT, VV, DY, BI};
     const int64_t cnt[5] = {nq, nk, nv, ny, ns};
     for (int a = 0; a < 5; a++)
         for (int64_t i = 0; dst[a] && i < cnt[a]; i++) {
-            const int low = K == 2 && a < 3;
+            const int low = K == 2 && a < 4; /* q, kt, v, dy */
             if (low)
                 ((uint16_t *)dst[a])[i] = k_bf16_from_f32((float)src[a][i]);
             else if (es == 8)
@@ -433,8 +442,8 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
         }
     BandOut r;
     const int64_t n[5] = {ny, B * t, nq, nk, nv};
-    for (int a = 0; a < 5; a++)
-        r.n[a] = (size_t)n[a] * es, r.o[a] = xalloc((size_t)n[a], es);
+    for (int a = 0; a < 5; a++) /* y, dq, dkt, dval of the bfloat16 kernels are bfloat16 */
+        r.n[a] = (size_t)n[a] * (a == 1 ? es : is), r.o[a] = xalloc((size_t)n[a], a == 1 ? es : is);
     if (K == 0) {
         k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
         k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,

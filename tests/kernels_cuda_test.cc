@@ -907,10 +907,27 @@ static std::pair<std::vector<uint16_t>, V<double>> attn_low(int64_t n, double lo
 
 static F attn_floats(const V<double> &x) { return F(x.begin(), x.end()); }
 
-/* kc_attention_bf16 / _f16 and their gradients against attn_ref on the same rounded q, k, v, and against the cpu
- * kernels k_attention_bf16 / _f16, on attn_cases
- * with keys transposed or as rows: within the low type's rounding of P, dY and dS (relative to 1 + |want|:
- * 3e-2 for bfloat16's 8 bits, 4e-3 for float16's 11); the backward takes attn_ref's y and lse */
+/* 16-bit bits widened to float, and floats rounded to 16-bit bits */
+typedef std::vector<uint16_t> H;
+static F attn_wide(const H &h, bool f16)
+{
+    F x(h.size());
+    for (size_t i = 0; i < h.size(); i++)
+        x[i] = f16 ? k_f16_to_f32(h[i]) : k_bf16_to_f32(h[i]);
+    return x;
+}
+static H attn_narrow(const F &x, bool f16)
+{
+    H h(x.size());
+    for (size_t i = 0; i < x.size(); i++)
+        h[i] = f16 ? k_f16_from_f32(x[i]) : k_bf16_from_f32(x[i]);
+    return h;
+}
+
+/* kc_attention_bf16 / _f16 and their gradients against attn_ref on the same rounded q, k, v, dy, and against the
+ * cpu kernels k_attention_bf16 / _f16, on attn_cases with keys transposed or as rows: y, dq, dk, dv are 16-bit
+ * (the backward takes attn_ref's y and lse, y rounded), within the low type's rounding of P, dS and the outputs
+ * (relative to 1 + |want|: 3e-2 for bfloat16's 8 bits, 4e-3 for float16's 11) */
 static void test_attention_low(bool f16)
 {
     const double scale = 0.35, tl = f16 ? 4e-3 : 3e-2;
@@ -923,51 +940,55 @@ static void test_attention_low(bool f16)
             auto [q16, q] = attn_low(nq, -2, 2, f16);
             auto [k16, k] = attn_low(nk, -2, 2, f16);
             auto [v16, v] = attn_low(nv, -1, 1, f16);
-            F dy = rnd(ny, -1, 1), bias = attn_bias<float>(c);
+            auto [dy16, dyv] = attn_low(ny, -1, 1, f16);
+            F dy = attn_floats(dyv), bias = attn_bias<float>(c);
             if (c.kind == 2 && !c.zero) /* attn_ref's rows that see nothing are K_ATTN_ZERO's */
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
             const float *bp = attn_reads_bias(c) ? bias.data() : nullptr;
             const AttnRef r = attn_ref(c, flags, q, k, v, c.kind ? bias.data() : nullptr, dy, scale); /* the band too */
             const F wy = attn_floats(r.y), wl = attn_floats(r.lse);
-            F gy(ny + 1), gl(nl + 1), gdq(nq + 1, NAN), gdk(nk + 1, NAN), gdv(nv + 1, NAN), gdb(nb + 1, NAN);
+            const H wy16 = attn_narrow(wy, f16);
+            const uint16_t nan16 = f16 ? 0x7e00 : 0x7fc0; /* what a kernel leaves unwritten shows */
+            H gy(ny + 1, nan16), gdq(nq + 1, nan16), gdk(nk + 1, nan16), gdv(nv + 1, nan16);
+            F gl(nl + 1), gdb(nb + 1, NAN);
             (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
                                                          v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
                                                          c.brep, c.kvrep, scale, nullptr);
             CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
-            check_f(gy.data(), wy.data(), ny, tl);
+            check_f(attn_wide(gy, f16).data(), wy.data(), ny, tl);
             check_f(gl.data(), wl.data(), nl, tl);
             (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
-                gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
-                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, c.kvrep,
-                scale, nullptr);
+                gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
+                flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
+                c.kvrep, scale, nullptr);
             CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
-            check_f(gdq.data(), attn_floats(r.dq).data(), nq, tl);
-            check_f(gdk.data(), attn_floats(r.dk).data(), nk, tl);
-            check_f(gdv.data(), attn_floats(r.dv).data(), nv, tl);
+            check_f(attn_wide(gdq, f16).data(), attn_floats(r.dq).data(), nq, tl);
+            check_f(attn_wide(gdk, f16).data(), attn_floats(r.dk).data(), nk, tl);
+            check_f(attn_wide(gdv, f16).data(), attn_floats(r.dv).data(), nv, tl);
             check_f(gdb.data(), attn_floats(r.db).data(), nb, tl);
             /* and against the cpu kernel itself (kernels/c, its own tiling and workspace) on the same inputs */
-            F ws(k_attention_workspace_16(c.batch, c.t, c.s, c.d, c.dv) + 1), cy(ny + 1), cl(nl + 1);
-            F cdq(nq + 1, NAN), cdk(nk + 1, NAN), cdv(nv + 1, NAN), cdb(nb + 1, NAN);
+            F ws(k_attention_workspace_16(c.batch, c.t, c.s, c.d, c.dv) + 1), cl(nl + 1), cdb(nb + 1, NAN);
+            H cy(ny + 1, nan16), cdq(nq + 1, nan16), cdk(nk + 1, nan16), cdv(nv + 1, nan16);
             (f16 ? k_attention_f16 : k_attention_bf16)(cy.data(), cl.data(), q16.data(), k16.data(), flags,
                                                        v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
                                                        c.brep, c.kvrep, scale, ws.data());
             (f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
-                cdq.data(), cdk.data(), cdv.data(), bp ? cdb.data() : nullptr, dy.data(), q16.data(), k16.data(),
-                flags, v16.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep, c.kvrep,
-                scale, ws.data());
+                cdq.data(), cdk.data(), cdv.data(), bp ? cdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
+                flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
+                c.kvrep, scale, ws.data());
             CTX("kc_attention_%s (and grad) = k_attention_%s, batch %lld t %lld s %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s,
                 c.kind, (long long)c.kvrep, flags);
-            check_f(gy.data(), cy.data(), ny, tl);
+            check_f(attn_wide(gy, f16).data(), attn_wide(cy, f16).data(), ny, tl);
             check_f(gl.data(), cl.data(), nl, tl);
-            check_f(gdq.data(), cdq.data(), nq, tl);
-            check_f(gdk.data(), cdk.data(), nk, tl);
-            check_f(gdv.data(), cdv.data(), nv, tl);
+            check_f(attn_wide(gdq, f16).data(), attn_wide(cdq, f16).data(), nq, tl);
+            check_f(attn_wide(gdk, f16).data(), attn_wide(cdk, f16).data(), nk, tl);
+            check_f(attn_wide(gdv, f16).data(), attn_wide(cdv, f16).data(), nv, tl);
             check_f(gdb.data(), cdb.data(), nb, tl);
         }
 }
@@ -1072,6 +1093,61 @@ template <typename T> static void test_reduce()
             kc_reduce_max_grad(gdx.data(), dy.data(), x.data(), y.data(), r, c.x.data(), c.y.data());
             CTX("kc_reduce_max_grad x %s y %s", dims(c.x).c_str(), dims(c.y).c_str());
             check_f(gdx.data(), wdx.data(), nx, 0);
+        }
+}
+
+/* kc_layernorm_bf16 / _f16 (16-bit x and y) against kernels/c's on the same bits: y within a step of the 16-bit
+ * type (the two take the statistics in different orders, so a value may round either way), mean and invstd within
+ * float32 rounding; in place too */
+static void test_layernorm_low()
+{
+    static const int64_t cases[][2] = {{3, 10}, {5, 700}, {300, 8}, {1, 1}, {4, 33}};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const auto &c : cases)
+            for (int affine = 0; affine < 2; affine++) {
+                const int64_t o = c[0], in = c[1], n = o * in;
+                auto [x16, xv] = attn_low(n, -2, 3, f16);
+                F s = rnd<float>(in, 0.5, 1.5), b = rnd<float>(in, -1, 1), wm(o + 1), gm(o + 1), wi(o + 1), gi(o + 1);
+                H wy(n + 1), gy(n + 1, f16 ? 0x7e00 : 0x7fc0);
+                const float *sp = affine ? s.data() : nullptr, *bp = affine ? b.data() : nullptr;
+                (f16 ? k_layernorm_f16 : k_layernorm_bf16)(wy.data(), wm.data(), wi.data(), x16.data(), sp, bp, o, in,
+                                                           1e-5);
+                (f16 ? kc_layernorm_f16 : kc_layernorm_bf16)(gy.data(), gm.data(), gi.data(), x16.data(), sp, bp, o,
+                                                             in, 1e-5);
+                CTX("kc_layernorm_%s %lldx%lld affine %d", f16 ? "f16" : "bf16", (long long)o, (long long)in, affine);
+                const double step = f16 ? 1.0 / 1024 : 1.0 / 128;
+                check_f(attn_wide(gy, f16).data(), attn_wide(wy, f16).data(), n, step);
+                check_f(gm.data(), wm.data(), o, 1e-5);
+                check_f(gi.data(), wi.data(), o, 1e-5);
+                (f16 ? kc_layernorm_f16 : kc_layernorm_bf16)(x16.data(), nullptr, nullptr, x16.data(), sp, bp, o, in,
+                                                             1e-5);
+                CTX("kc_layernorm_%s %lldx%lld affine %d in place", f16 ? "f16" : "bf16", (long long)o, (long long)in,
+                    affine);
+                check_f(attn_wide(x16, f16).data(), attn_wide(gy, f16).data(), n, 0);
+            }
+}
+
+/* kc_reduce_sum_to_bf16 / _f16 (16-bit x, a bias gradient of a 16-bit dY) against kernels/c's on the same bits:
+ * the rows, column (chunked too) and grid-wide layouts; both sum in double, in different orders */
+static void test_reduce_sum_to_low()
+{
+    struct Case {
+        std::vector<int64_t> x, y;
+    };
+    static const Case cases[] = {
+        {{5, 7}, {1, 7}},     {{5, 7}, {5, 1}},  {{2, 3, 4, 5}, {1, 3, 1, 5}}, {{70001}, {1}},
+        {{2000, 40}, {1, 40}}, {{4, 500, 40}, {4, 1, 40}}, {{0, 3}, {1, 3}},
+    };
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const Case &c : cases) {
+            const int r = (int)c.x.size();
+            const int64_t nx = numel(c.x), ny = numel(c.y);
+            auto [x16, xv] = attn_low(nx, -1, 1, f16);
+            F got(ny + 1, NAN), want(ny + 1, NAN);
+            (f16 ? k_reduce_sum_to_f16 : k_reduce_sum_to_bf16)(want.data(), x16.data(), r, c.x.data(), c.y.data());
+            (f16 ? kc_reduce_sum_to_f16 : kc_reduce_sum_to_bf16)(got.data(), x16.data(), r, c.x.data(), c.y.data());
+            CTX("kc_reduce_sum_to_%s x %s y %s", f16 ? "f16" : "bf16", dims(c.x).c_str(), dims(c.y).c_str());
+            check_f(got.data(), want.data(), ny, 1e-6);
         }
 }
 
@@ -1988,7 +2064,7 @@ int main()
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
         test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16,
-        test_cross_entropy_bf16, test_cross_entropy_f16};
+        test_cross_entropy_bf16, test_cross_entropy_f16, test_reduce_sum_to_low, test_layernorm_low};
 #undef BOTH
     for (auto t : tests)
         t();

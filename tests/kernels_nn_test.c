@@ -197,8 +197,51 @@ static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine, dou
     buf_free(&w), buf_free(&dx), buf_free(&ds), buf_free(&db), buf_free(&dx2);
 }
 
+/* k_layernorm_bf16 / _f16 (16-bit x and y) = k_layernorm_f32 on x widened, y rounded: bit for bit, y, mean and
+ * invstd, on 1 thread and a team of 4 */
+static void layernorm_16_case(int f16, int64_t outer, int64_t inner, int affine, double offset)
+{
+    const int64_t n = outer * inner;
+    uint16_t *x16 = xalloc((size_t)n, 2), *y16 = xalloc((size_t)n, 2), *yw16 = xalloc((size_t)n, 2);
+    float *xw = xalloc((size_t)n, 4), *yw = xalloc((size_t)n, 4), *s = xalloc((size_t)inner, 4);
+    float *b = xalloc((size_t)inner, 4), *st = xalloc(4 * (size_t)outer, 4);
+    for (int64_t i = 0; i < n; i++) {
+        const float v = (float)(rnd(-2, 3) + offset);
+        x16[i] = f16 ? k_f16_from_f32(v) : k_bf16_from_f32(v);
+        xw[i] = f16 ? k_f16_to_f32(x16[i]) : k_bf16_to_f32(x16[i]);
+    }
+    for (int64_t i = 0; i < inner; i++)
+        s[i] = (float)rnd(0.5, 1.5), b[i] = (float)rnd(-1, 1);
+    for (int team = 1; team <= 4; team += 3) {
+#ifdef _OPENMP
+        const int before = ktest_team(team);
+#endif
+        (f16 ? k_layernorm_f16 : k_layernorm_bf16)(y16, st, st + outer, x16, affine ? s : NULL, affine ? b : NULL,
+                                                   outer, inner, 1e-5);
+        k_layernorm_f32(yw, st + 2 * outer, st + 3 * outer, xw, affine ? s : NULL, affine ? b : NULL, outer, inner,
+                        1e-5);
+#ifdef _OPENMP
+        ktest_team(before);
+#endif
+        for (int64_t i = 0; i < n; i++)
+            yw16[i] = f16 ? k_f16_from_f32(yw[i]) : k_bf16_from_f32(yw[i]);
+        CTX("k_layernorm_%s %lldx%lld affine %d offset %g on %d thread(s)", f16 ? "f16" : "bf16", (long long)outer,
+            (long long)inner, affine, offset, team);
+        check_bytes(F32, y16, yw16, 2 * (size_t)n);
+        check_bytes(F32, st, st + 2 * outer, 8 * (size_t)outer); /* mean, invstd */
+    }
+    free(x16), free(y16), free(yw16), free(xw), free(yw), free(s), free(b), free(st);
+}
+
 static void test_layernorm(int dt)
 {
+    for (int f16 = 0; dt == F32 && f16 < 2; f16++) {
+        layernorm_16_case(f16, 5, 7, 1, 0);
+        layernorm_16_case(f16, 3, 16, 0, 0);
+        layernorm_16_case(f16, 2, 771, 1, 0);
+        layernorm_16_case(f16, 64, 1024, 1, 0); /* a team splits it (K_PAR_MIN elements) */
+        layernorm_16_case(f16, 4, 768, 1, 100);
+    }
     layernorm_case(dt, 5, 7, 1, 0);
     layernorm_case(dt, 3, 300, 1, 0);  /* dscale / dbias cross a K_TILE column tile */
     layernorm_case(dt, 4, 6, 0, 0);

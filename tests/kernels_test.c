@@ -510,6 +510,29 @@ static void reduce_case(int dt, int rank, const int64_t *xshape, const int64_t *
     else k_reduce_sum_to_f64(y.d, x.d, rank, xshape, yshape);
     get(dt, &y);
     check(dt, y.d, want.d, ny, tol(dt));
+    /* 16-bit x (k_reduce_sum_to_bf16 / _f16): the bits of k_reduce_sum_to_f32 on x widened, at 1 thread and on a
+     * team of 4 */
+    for (int f16 = 0; dt == F32 && f16 < 2; f16++) {
+        uint16_t *x16 = xalloc((size_t)nx + 1, 2);
+        float *xw = xalloc((size_t)nx + 1, 4), *y16 = xalloc((size_t)ny + 1, 4), *yw = xalloc((size_t)ny + 1, 4);
+        for (int64_t i = 0; i < nx; i++)
+            xw[i] = f16 ? k_f16_to_f32(x16[i] = k_f16_from_f32((float)x.d[i]))
+                        : k_bf16_to_f32(x16[i] = k_bf16_from_f32((float)x.d[i]));
+        for (int team = 1; team <= 4; team += 3) {
+#ifdef _OPENMP
+            const int before = ktest_team(team);
+#endif
+            for (int64_t i = 0; i < ny; i++)
+                y16[i] = NAN, yw[i] = 0;
+            (f16 ? k_reduce_sum_to_f16 : k_reduce_sum_to_bf16)(y16, x16, rank, xshape, yshape);
+            k_reduce_sum_to_f32(yw, xw, rank, xshape, yshape);
+#ifdef _OPENMP
+            ktest_team(before);
+#endif
+            check_bytes(F32, y16, yw, (size_t)ny * sizeof(float));
+        }
+        free(x16), free(xw), free(y16), free(yw);
+    }
     buf_free(&x), buf_free(&y), buf_free(&want);
 }
 
@@ -527,6 +550,7 @@ static void test_reduce_sum_to(int dt)
         {3, {5, 1, 3}, {1, 1, 3}},
         {3, {4, 1, 5}, {4, 1, 1}},
         {3, {2, 0, 3}, {1, 1, 3}},      /* sum over nothing = 0 */
+        {2, {600, 200}, {1, 200}},      /* a bias gradient a team splits (K_PAR_MIN elements) */
     };
     /* [2,3,4] to every shape that keeps or drops each dim */
     const int64_t xs[3] = {2, 3, 4};

@@ -110,6 +110,7 @@ static void attn_gemm_f16(int ta, int tb, int64_t m, int64_t n, int64_t k, doubl
 
 #define K_SLOT(t, s, d, dv) k_attention_slot_16(t, s, d, dv)
 #define K_ROUND k_f16_from_f32
+#define K_WIDEN k_f16_to_f32
 #define T float
 #define O uint16_t
 #define S f16
@@ -120,4 +121,5 @@ static void attn_gemm_f16(int ta, int tb, int64_t m, int64_t n, int64_t k, doubl
 #undef S
 #undef KM
 #undef K_ROUND
+#undef K_WIDEN
 #undef K_SLOT

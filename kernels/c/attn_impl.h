@@ -1,25 +1,36 @@
 /* attn_impl.h — typed bodies of attn.c and attn_bf16.c, included once per
  * kernel with defined:
- *   T                 the scores' type, and that of y, lse, bias, dy and the gradients
- *   O                 the GEMM operands' type: q, kt, v (T itself, or uint16_t)
+ *   T                 the scores' type, and that of lse, bias, dbias and every sum
+ *   O                 the type of q, kt, v (the GEMM operands), y, dy and the
+ *                     gradients dq, dkt, dval: T itself, or uint16_t
  *   S                 the name suffix (f32, f64, bf16, f16)
  *   KM(fn)            fn's version for T (expf for float)
  *   K_SLOT(t,s,d,dv)  the elements of T of one thread's workspace slot
- *   K_ROUND(x)        (16-bit operands only) x of type T rounded to O
+ *   K_ROUND(x)        (16-bit only) x of type T rounded to O
+ *   K_WIDEN(x)        (16-bit only) x of type O widened to T
  * and a function KFN(attn_gemm)(ta, tb, m, n, k, alpha, a, lda, b, ldb,
  * beta, c, ldc, w, wn): C (m x n, ldc, of T) = alpha op(A) op(B) + beta C on
  * operands of O, row-major, w (wn elements of T) its scratch.  With K_ROUND
  * the tile's P (in the forward exp(s - max), unnormalised: y = (P V) / sum,
- * as kernels/cuda/attn.cu computes), dY and dS are rounded to O before they
- * enter a GEMM, and the
- * slot holds them and the GEMMs' scratch after the scores and their
- * gradient (kernels.h: k_attention_slot_16).  No include guard on purpose. */
+ * as kernels/cuda/attn.cu computes) and dS are rounded to O before they
+ * enter a GEMM (dY is one already); y, dq, dkt and dval are computed in T
+ * in the slot (dkt and dval summed there over a K/V problem's query
+ * problems) and rounded once as they are stored: the bits of the float32
+ * results followed by a Cast.  The slot holds P or dS rounded, the GEMMs'
+ * scratch and those T results after the scores and their gradient
+ * (kernels.h: k_attention_slot_16).  No include guard on purpose. */
+#ifdef K_ROUND
+#define K_OUT(x) K_ROUND(x)
+#else
+#define K_OUT(x) (x)
+#endif
 
 /* a thread's part of the workspace: scores and their gradient (R s of T each); with K_ROUND also P or dS
- * rounded (R s of O), dY rounded (R dv of O) and the GEMMs' scratch (wn of T) */
+ * rounded (R s of O), the GEMMs' scratch (wn of T), a tile of y or dq (R max(d, dv) of T), a K/V problem's
+ * dkt and dval (d s and s dv of T) and a tile's dY and Y widened (2 R dv of T) */
 typedef struct {
-    T *sc, *dp, *w;
-    O *p, *dy;
+    T *sc, *dp, *w, *yq, *dk, *dv, *wy;
+    O *p;
     int64_t wn;
 } KFN(AttnSlot);
 
@@ -31,12 +42,15 @@ static KFN(AttnSlot) KFN(attn_slot)(T *ws, int64_t t, int64_t s, int64_t d, int6
 #ifdef _OPENMP
     ws += (int64_t)omp_get_thread_num() * K_SLOT(t, s, d, dv);
 #endif
-    KFN(AttnSlot) sl = {ws, ws + R * s, NULL, NULL, NULL, 0};
+    KFN(AttnSlot) sl = {.sc = ws, .dp = ws + R * s};
 #ifdef K_ROUND
     sl.p = (O *)(ws + 2 * R * s);
-    sl.dy = sl.p + R * s;
-    sl.w = ws + 2 * R * s + (R * s + 1) / 2 + (R * dv + 1) / 2;
+    sl.w = ws + 2 * R * s + (R * s + 1) / 2;
     sl.wn = k_attention_gemm_scratch(t, s, d, dv);
+    sl.yq = sl.w + sl.wn;
+    sl.dk = sl.yq + R * (d > dv ? d : dv);
+    sl.dv = sl.dk + d * s;
+    sl.wy = sl.dv + s * dv;
 #endif
     return sl;
 }
@@ -115,7 +129,7 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, i
     }
 }
 
-void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
+void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
                       double scale, T *ws)
 {
@@ -131,10 +145,11 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
         const int64_t b = u / tiles, i0 = u % tiles * R;
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        T *yt = y + (b * t + i0) * dv, *lt = lse + b * t + i0;
+        O *yt = y + (b * t + i0) * dv;
+        T *lt = lse + b * t + i0;
         if (s <= 0) { /* nothing to attend to: softmax of nothing */
             for (int64_t i = 0; i < r * dv; i++)
-                yt[i] = (T)NAN;
+                yt[i] = K_OUT((T)NAN);
             for (int64_t i = 0; i < r; i++)
                 lt[i] = -(T)INFINITY;
             continue;
@@ -168,25 +183,35 @@ void KFN(k_attention)(T *y, T *lse, const O *q, const O *kt, int flags, const O 
         }
         /* y = (P V) / sum with P unnormalised, as attn.cu (and FlashAttention) computes: a 16-bit P is
          * exp(s - max) rounded, the same operand on both targets */
-        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + kb * s * dv, dv, 0.0, yt, dv,
+#ifdef K_ROUND
+        T *yo = sl.yq; /* y's tile in T, rounded into y once divided */
+#else
+        T *yo = yt;
+#endif
+        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + kb * s * dv, dv, 0.0, yo, dv,
                        sl.w, sl.wn);
         for (int64_t i = 0; i < r; i++)
             for (int64_t c = 0; c < dv; c++)
-                yt[i * dv + c] /= sums[i];
+                yt[i * dv + c] = K_OUT(yo[i * dv + c] / sums[i]);
     }
 }
 
 /* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
  * b / kvrep (set to 0 first by the group's first problem, b % kvrep == 0: the group's problems run in increasing b
- * on one thread); dbt: dbias of b's bias slice (t x s) to add dS to, or NULL */
-static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, const T *dy, const O *q, const O *kt,
-                                   int flags, const O *v, const T *bias, const T *y, const T *lse, int64_t t, int64_t s,
+ * on one thread; with K_ROUND summed in the slot and rounded into dkt and dval by its last); dbt: dbias of b's bias
+ * slice (t x s) to add dS to, or NULL */
+static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, const O *dy, const O *q, const O *kt,
+                                   int flags, const O *v, const T *bias, const O *y, const T *lse, int64_t t, int64_t s,
                                    int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale,
                                    const KFN(AttnSlot) *sl)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t), kb = b / kvrep;
+#ifdef K_ROUND
+    T *sc = sl->sc, *dp = sl->dp, *dktb = sl->dk, *dvb = sl->dv;
+#else
     T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + kb * d * s, *dvb = dval + kb * s * dv;
+#endif
     const O *ktb = kt + kb * d * s, *vb = v + kb * s * dv;
     if (b % kvrep == 0) {
         memset(dktb, 0, sizeof(T) * (size_t)(d * s));
@@ -196,12 +221,12 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
         const O *qt = q + (b * t + i0) * d;
-        const T *dyt = dy + (b * t + i0) * dv, *yt = y + (b * t + i0) * dv;
+        const O *dyt = dy + (b * t + i0) * dv, *yt = y + (b * t + i0) * dv;
         const T *lt = lse + b * t + i0;
-        T *dqt = dq + (b * t + i0) * d;
+        O *dqt = dq + (b * t + i0) * d;
         if (s <= 0 || d <= 0) {
             for (int64_t i = 0; i < r * d; i++)
-                dqt[i] = 0;
+                dqt[i] = K_OUT((T)0);
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
@@ -220,17 +245,26 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
             }
         }
         if (dv > 0) {
-            const O *dyo = KFN(attn_operand)(dyt, r * dv, sl->dy), *po = KFN(attn_operand)(sc, r * n, sl->p);
-            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyo, dv, 1.0, dvb, dv, sl->w, sl->wn); /* dV += P^T dY */
-            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyo, dv, vb, dv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
+            const O *po = KFN(attn_operand)(sc, r * n, sl->p);
+            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyt, dv, 1.0, dvb, dv, sl->w, sl->wn); /* dV += P^T dY */
+            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, dv, vb, dv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
         } else {
             memset(dp, 0, sizeof(T) * (size_t)(r * n));
         }
+#ifdef K_ROUND
+        /* dY and Y widened into the slot first: the row sums below then vectorise (and so sum) as float32
+         * operands' do, the bits of float32 dY and Y */
+        T *dyw = sl->wy, *yw = sl->wy + r * dv;
+        for (int64_t i = 0; i < r * dv; i++)
+            dyw[i] = K_WIDEN(dyt[i]), yw[i] = K_WIDEN(yt[i]);
+#else
+        const T *dyw = dyt, *yw = yt;
+#endif
         for (int64_t i = 0; i < r; i++) { /* dS = P (dP - rowsum(dY Y)) */
             T dd = 0;
 #pragma omp simd reduction(+ : dd)
             for (int64_t c = 0; c < dv; c++)
-                dd += dyt[i * dv + c] * yt[i * dv + c];
+                dd += dyw[i * dv + c] * yw[i * dv + c];
             for (int64_t j = 0; j < n; j++)
                 dp[i * n + j] = sc[i * n + j] * (dp[i * n + j] - dd);
         }
@@ -239,14 +273,32 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
                 for (int64_t j = 0; j < n; j++)
                     dbt[(i0 + i) * s + j] += dp[i * n + j];
         const O *dso = KFN(attn_operand)(dp, r * n, sl->p); /* P's rounding is spent: dS takes its place */
+#ifdef K_ROUND
+        T *dqo = sl->yq; /* dq's tile in T, rounded into dq */
+#else
+        T *dqo = dqt;
+#endif
         if (krow) {
-            KFN(attn_gemm)(0, 0, r, d, n, scale, dso, n, ktb, d, 0.0, dqt, d, sl->w, sl->wn); /* dQ = scale dS K */
+            KFN(attn_gemm)(0, 0, r, d, n, scale, dso, n, ktb, d, 0.0, dqo, d, sl->w, sl->wn); /* dQ = scale dS K */
             KFN(attn_gemm)(1, 0, n, d, r, scale, dso, n, qt, d, 1.0, dktb, d, sl->w, sl->wn); /* dK += scale dS^T Q */
         } else {
-            KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqt, d, sl->w, sl->wn);  /* dQ = scale dS Kt^T */
+            KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqo, d, sl->w, sl->wn);  /* dQ = scale dS Kt^T */
             KFN(attn_gemm)(1, 0, d, n, r, scale, qt, d, dso, n, 1.0, dktb, s, sl->w, sl->wn); /* dKt += scale Q^T dS */
         }
+#ifdef K_ROUND
+        for (int64_t i = 0; i < r * d; i++)
+            dqt[i] = K_ROUND(dqo[i]);
+#endif
     }
+#ifdef K_ROUND
+    if (b % kvrep == kvrep - 1) { /* the group's last problem: its sums rounded into dkt and dval */
+        O *dko = dkt + kb * d * s, *dvo = dval + kb * s * dv;
+        for (int64_t i = 0; i < d * s; i++)
+            dko[i] = K_ROUND(dktb[i]);
+        for (int64_t i = 0; i < s * dv; i++)
+            dvo[i] = K_ROUND(dvb[i]);
+    }
+#endif
 }
 
 /* The work is split by K/V problem, each running its kvrep query problems in increasing b (so dkt and dval sum
@@ -254,8 +306,8 @@ static void KFN(attn_grad_problem)(int64_t b, T *dq, T *dkt, T *dval, T *dbt, co
  * run in increasing b on one thread, each adding its dS to dbias[c] in that order; where a K/V group may span
  * bias slices (kvrep does not divide brep: a per-head learned bias with grouped kv heads, rare) one thread runs
  * every problem in order.  So dkt, dval and dbias are the same for any thread count. */
-void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const O *q, const O *kt, int flags,
-                           const O *v, const T *bias, const T *y, const T *lse, int64_t batch, int64_t t, int64_t s,
+void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
+                           const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
                            int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws)
 {
     if (batch <= 0)
@@ -287,3 +339,4 @@ void KFN(k_attention_grad)(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const 
                                        lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
     }
 }
+#undef K_OUT

@@ -556,20 +556,34 @@ K_TWIN(cross_entropy_grad_f16)
 /* 1: k_matmul_bf16 / k_gemm_bf16 run oneDNN's native bf16 GEMM on this CPU;
  * 0: they widen to float32 (k_bf16_isa_native, decided once) */
 int k_bf16_gemm_native(void);
-/* k_attention_f32 and its backward with q, kt, v in bfloat16 (attn_bf16.c),
- * as flash attention computes: the scores, the softmax statistics and every
- * sum in float32; every GEMM on 16-bit operands (S = Q Kt; P rounded for
- * P V; in the backward dY rounded for dP = dY V^T, P and dS rounded for
- * dV += P^T dY, dQ = scale dS K, dKt += scale Q^T dS).  y, lse, bias, dy and
- * the gradients are float32.  ws: k_attention_workspace_16(batch, t, s, d,
- * dv) floats. */
-void k_attention_bf16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
+/* k_layernorm_f32 of bfloat16 x into bfloat16 y (norm.c: --precision bf16's
+ * LayerNorm of a bfloat16 residual whose result only GEMMs read), mean,
+ * invstd, scale and bias float32: x widened as loaded, every step in float32,
+ * y rounded once as stored (the bits of Casts around k_layernorm_f32) */
+void k_layernorm_bf16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
+                      const float *bias, int64_t outer, int64_t inner, double eps);
+K_TWIN(layernorm_bf16)
+/* k_reduce_sum_to_f32 of bfloat16 x (reduce.c: a bias gradient of a bfloat16 dY
+ * under --precision bf16): each element widened as it is loaded, so the same
+ * bits as a Cast to float32 and k_reduce_sum_to_f32 */
+void k_reduce_sum_to_bf16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
+K_TWIN(reduce_sum_to_bf16)
+/* k_attention_f32 and its backward with q, kt, v, y, dy and the gradients dq,
+ * dkt, dval in bfloat16 (attn_bf16.c), as flash attention computes: the
+ * scores, the softmax statistics and every sum in float32; every GEMM on
+ * 16-bit operands (S = Q Kt; P rounded for P V; in the backward dP = dY V^T,
+ * P and dS rounded for dV += P^T dY, dQ = scale dS K, dKt += scale Q^T dS);
+ * y, dq, dkt and dval computed in float32 and rounded once as stored (the
+ * bits of float32 results and a Cast), dy and y widened where they are
+ * summed.  lse, the bias and dbias are float32.
+ * ws: k_attention_workspace_16(batch, t, s, d, dv) floats. */
+void k_attention_bf16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                       int64_t brep, int64_t kvrep, double scale, float *ws);
 K_TWIN(attention_bf16)
-void k_attention_grad_bf16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
-                           const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
-                           const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
+void k_attention_grad_bf16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
+                           const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
+                           const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                            int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 K_TWIN(attention_grad_bf16)
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
@@ -629,15 +643,22 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb);
 K_TWIN(matmul_add_f16)
+/* k_layernorm_bf16 of float16 x and y */
+void k_layernorm_f16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
+                     const float *bias, int64_t outer, int64_t inner, double eps);
+K_TWIN(layernorm_f16)
+/* k_reduce_sum_to_bf16 of float16 x */
+void k_reduce_sum_to_f16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
+K_TWIN(reduce_sum_to_f16)
 /* k_attention_bf16 and its backward with q, kt, v in float16 (attn.c; the
  * GEMMs widened: k_gemm_widened_16) */
-void k_attention_f16(float *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
+void k_attention_f16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                      int64_t brep, int64_t kvrep, double scale, float *ws);
 K_TWIN(attention_f16)
-void k_attention_grad_f16(float *dq, float *dkt, float *dval, float *dbias, const float *dy, const uint16_t *q,
-                          const uint16_t *kt, int flags, const uint16_t *v, const float *bias, const float *y,
-                          const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
+void k_attention_grad_f16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
+                          const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
+                          const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
 K_TWIN(attention_grad_f16)
 
@@ -822,12 +843,14 @@ static inline int64_t k_attention_gemm_scratch(int64_t t, int64_t s, int64_t d, 
     return most;
 }
 /* a slot of the bfloat16 / float16 kernels (k_attention_bf16, ...), in floats: the scores and their gradient
- * (R s each), P or dS rounded to 16 bits (R s halves), dY rounded (R dv halves), the GEMMs' widening scratch */
+ * (R s each), P or dS rounded to 16 bits (R s halves), the GEMMs' widening scratch, a float32 tile of y or dq
+ * (R max(d, dv)), a K/V problem's float32 dkt and dval (d s + s dv) and a tile's dY and Y widened (2 R dv) */
 static inline int64_t k_attention_slot_16(int64_t t, int64_t s, int64_t d, int64_t dv)
 {
     const int64_t r = k_attention_rows(t);
-    s = s > 0 ? s : 0;
-    return 2 * r * s + (r * s + 1) / 2 + (r * (dv > 0 ? dv : 0) + 1) / 2 + k_attention_gemm_scratch(t, s, d, dv);
+    s = s > 0 ? s : 0, d = d > 0 ? d : 0, dv = dv > 0 ? dv : 0;
+    return 2 * r * s + (r * s + 1) / 2 + k_attention_gemm_scratch(t, s, d, dv) + r * (d > dv ? d : dv) + d * s +
+           s * dv + 2 * r * dv;
 }
 /* floats k_attention_bf16 / _f16 and their backward need in ws */
 static inline int64_t k_attention_workspace_16(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv)

@@ -22,7 +22,9 @@
  * same sums in the same order); every read of dy happens before dx is
  * written at that place, so dx may alias dy.  k_bn_running_var gives an --eval build's BatchNorm the
  * ONNX spec's running variance (biased) from the saved invstd.  Typed bodies
- * are in norm_impl.h.
+ * are in norm_impl.h; k_layernorm_bf16 / _f16 (--precision's LayerNorm of a
+ * 16-bit residual feeding GEMMs only) are its forward with x widened as
+ * loaded and y rounded as stored.
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,3 +44,21 @@
 #include "norm_impl.h"
 #undef T
 #undef S
+
+/* k_layernorm of 16-bit x into 16-bit y (--precision's LayerNorm between a 16-bit residual and a GEMM) */
+#define K_LN16
+#define T float
+#define X uint16_t
+#define S bf16
+#define XW(v) k_bf16_to_f32(v)
+#define XR(v) k_bf16_from_f32(v)
+#include "norm_impl.h"
+#undef S
+#define X uint16_t
+#define S f16
+#define XW(v) k_f16_to_f32(v)
+#define XR(v) k_f16_from_f32(v)
+#include "norm_impl.h"
+#undef T
+#undef S
+#undef K_LN16

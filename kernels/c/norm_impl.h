@@ -1,5 +1,15 @@
 /* norm_impl.h — typed bodies of norm.c, included once per dtype with
- * T (element type) and S (name suffix) defined.  No include guard on purpose. */
+ * T (element type) and S (name suffix) defined.  With K_LN16 defined (the
+ * 16-bit instances: T float, X uint16_t, XW(v) its bits widened, XR(v) a float
+ * rounded to them) only k_layernorm, reading x and writing y of X (mean,
+ * invstd, scale, bias of T): x widened as loaded, y rounded once as stored,
+ * the same arithmetic in T (the bits of Casts around k_layernorm_f32).  No
+ * include guard on purpose. */
+#ifndef K_LN16
+#define X T
+#define XW(v) (v)
+#define XR(v) (v)
+#endif
 
 /* Mean and biased variance of the row x[0..n) in one pass: K_LANES running
  * means and sums of squared deviations of x - x[0] (Welford's update, in T,
@@ -11,17 +21,17 @@
  * elements added one by one.  Shifting by the row's first element keeps the
  * running means small, so a row far from 0 keeps T's precision; and no
  * E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
-static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, double *var)
+static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, double *var)
 {
-    const T x0 = x[0];
+    const T x0 = XW(x[0]);
     T m[K_LANES] = {0}, q[K_LANES] = {0};
     const int64_t blocks = n / K_LANES;
     for (int64_t k = 0; k < blocks; k++) {
         const T r = (T)1 / (T)(k + 1);
-        const T *xb = x + k * K_LANES;
+        const X *xb = x + k * K_LANES;
 #pragma omp simd
         for (int l = 0; l < K_LANES; l++) {
-            const T v = xb[l] - x0, d = v - m[l];
+            const T v = XW(xb[l]) - x0, d = v - m[l];
             m[l] += d * r;
             q[l] += d * (v - m[l]);
         }
@@ -38,7 +48,7 @@ static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, d
         cnt = (double)(blocks * K_LANES);
     }
     for (int64_t i = blocks * K_LANES; i < n; i++) {
-        const double v = (double)x[i] - (double)x0, d = v - mu;
+        const double v = (double)XW(x[i]) - (double)x0, d = v - mu;
         cnt += 1;
         mu += d / cnt;
         m2 += d * (v - mu);
@@ -51,8 +61,10 @@ static void KFN(moments)(const T *x, int64_t n, double *mean, double *shifted, d
 /* ---- LayerNormalization ------------------------------------------------- */
 
 typedef struct {
-    T *y, *mean, *invstd;
-    const T *x, *scale, *bias;
+    X *y;
+    T *mean, *invstd;
+    const X *x;
+    const T *scale, *bias;
     int64_t inner;
     double eps;
 } KFN(LayerNormJob);
@@ -62,25 +74,33 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
     const KFN(LayerNormJob) *j = ctx;
     const int64_t n = j->inner;
     for (int64_t r = lo; r < hi; r++) {
-        const T *x = j->x + r * n;
-        T *y = j->y + r * n;
+        const X *x = j->x + r * n;
+        X *y = j->y + r * n;
         double mu, shifted, var;
         KFN(moments)(x, n, &mu, &shifted, &var);
         const double is = 1 / sqrt(var + j->eps);
         /* (x - x0) - (mean - x0): exact where x is near x0, however far both are from 0 */
-        const T x0 = x[0], m = (T)shifted, a = (T)is, *sc = j->scale, *b = j->bias;
+        const T x0 = XW(x[0]), m = (T)shifted, a = (T)is, *sc = j->scale, *b = j->bias;
         if (sc && b) /* each case one loop in T, which vectorises */
-            for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - x0 - m) * a * sc[i] + b[i];
+            for (int64_t i = 0; i < n; i++) {
+                const T v = (XW(x[i]) - x0 - m) * a * sc[i] + b[i];
+                y[i] = XR(v);
+            }
         else if (sc)
-            for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - x0 - m) * a * sc[i];
+            for (int64_t i = 0; i < n; i++) {
+                const T v = (XW(x[i]) - x0 - m) * a * sc[i];
+                y[i] = XR(v);
+            }
         else if (b)
-            for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - x0 - m) * a + b[i];
+            for (int64_t i = 0; i < n; i++) {
+                const T v = (XW(x[i]) - x0 - m) * a + b[i];
+                y[i] = XR(v);
+            }
         else
-            for (int64_t i = 0; i < n; i++)
-                y[i] = (x[i] - x0 - m) * a;
+            for (int64_t i = 0; i < n; i++) {
+                const T v = (XW(x[i]) - x0 - m) * a;
+                y[i] = XR(v);
+            }
         if (j->mean)
             j->mean[r] = (T)mu;
         if (j->invstd)
@@ -88,7 +108,7 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-void KFN(k_layernorm)(T *y, T *mean, T *invstd, const T *x, const T *scale,
+void KFN(k_layernorm)(X *y, T *mean, T *invstd, const X *x, const T *scale,
                       const T *bias, int64_t outer, int64_t inner, double eps)
 {
     KFN(LayerNormJob) j = {y, mean, invstd, x, scale, bias, inner, eps};
@@ -96,6 +116,10 @@ void KFN(k_layernorm)(T *y, T *mean, T *invstd, const T *x, const T *scale,
         return;
     par_range(KFN(layernorm_rows), &j, outer, inner);
 }
+#undef X
+#undef XW
+#undef XR
+#ifndef K_LN16
 
 /* dscale, dbias over columns [c0, c0 + t): sums down all rows. */
 static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *x,
@@ -341,3 +365,4 @@ void KFN(k_bn_running_var)(T *rv_out, const T *rv_in, const T *invstd, int64_t c
         rv_out[k] = (T)(momentum * (double)rv_in[k] + (1 - momentum) * (1.0 / (is * is) - eps));
     }
 }
+#endif /* K_LN16 */

@@ -17,7 +17,9 @@
  * exponentiate in the dtype (as torch does), sum in double, normalise.  The
  * backward computes the per-column dot product (softmax) or sum
  * (log-softmax) first and writes dx after, which is what lets dx alias dy.
- * Typed bodies are in reduce_impl.h.
+ * Typed bodies are in reduce_impl.h; k_reduce_sum_to_bf16 / _f16 (a bias
+ * gradient of 16-bit dY under --precision) are its sums with x's elements
+ * widened as they are loaded.
  */
 #include <math.h>
 #include <stdint.h>
@@ -121,3 +123,19 @@ void k_range_i64(int64_t *y, int64_t start, int64_t delta, int64_t n)
 #undef T
 #undef S
 #undef KM
+
+/* k_reduce_sum_to of 16-bit x (a bias gradient of a bfloat16 / float16 dY), float32 y */
+#define K_SUM16
+#define T float
+#define X uint16_t
+#define S bf16
+#define XW(v) k_bf16_to_f32(v)
+#include "reduce_impl.h"
+#undef S
+#define X uint16_t
+#define S f16
+#define XW(v) k_f16_to_f32(v)
+#include "reduce_impl.h"
+#undef T
+#undef S
+#undef K_SUM16

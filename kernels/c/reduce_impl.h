@@ -1,33 +1,44 @@
 /* reduce_impl.h — typed bodies of reduce.c, included once per dtype with
  * T (element type), S (name suffix) and KM(f) (libm name of f for T: expf or
- * exp) defined.  No include guard on purpose. */
+ * exp) defined.  With K_SUM16 defined (the 16-bit instances: T float, X
+ * uint16_t, XW(v) its bits widened to float) only k_reduce_sum_to, of x's X
+ * into y's T: each element widened as it is loaded, the folds those of T's
+ * (the same bits as a Cast to float32 and k_reduce_sum_to_f32).  No include
+ * guard on purpose. */
+#ifdef K_SUM16
+#define K_FILL k_fill_f32
+#else
+#define X T
+#define XW(v) (v)
+#define K_FILL KFN(k_fill)
+#endif
 
 /* ---- k_reduce, k_reduce_sum_to ------------------------------------------ */
 
 /* Four independent chains: one chain of double adds is bound by the add
  * latency, not by memory. */
-static double KFN(sum_row)(const T *x, int64_t n)
+static double KFN(sum_row)(const X *x, int64_t n)
 {
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        s0 += x[i];
-        s1 += x[i + 1];
-        s2 += x[i + 2];
-        s3 += x[i + 3];
+        s0 += XW(x[i]);
+        s1 += XW(x[i + 1]);
+        s2 += XW(x[i + 2]);
+        s3 += XW(x[i + 3]);
     }
     for (; i < n; i++)
-        s0 += x[i];
+        s0 += XW(x[i]);
     return (s0 + s1) + (s2 + s3);
 }
 
 /* Folds one contiguous run of n into acc. */
-static double KFN(fold_row)(int op, double acc, const T *x, int64_t n)
+static double KFN(fold_row)(int op, double acc, const X *x, int64_t n)
 {
     switch (op) {
-    case K_RMAX: for (int64_t i = 0; i < n; i++) acc = red_max(acc, x[i]); return acc;
-    case K_RMIN: for (int64_t i = 0; i < n; i++) acc = red_min(acc, x[i]); return acc;
-    case K_RPROD: for (int64_t i = 0; i < n; i++) acc *= x[i]; return acc;
+    case K_RMAX: for (int64_t i = 0; i < n; i++) acc = red_max(acc, XW(x[i])); return acc;
+    case K_RMIN: for (int64_t i = 0; i < n; i++) acc = red_min(acc, XW(x[i])); return acc;
+    case K_RPROD: for (int64_t i = 0; i < n; i++) acc *= XW(x[i]); return acc;
     default: return acc + KFN(sum_row)(x, n);
     }
 }
@@ -39,7 +50,7 @@ static double KFN(fold_row)(int op, double acc, const T *x, int64_t n)
 typedef struct {
     int op;
     T *y;
-    const T *x;
+    const X *x;
     Walk kept, red;
     int64_t n, tile, tiles;
     double scale;
@@ -63,13 +74,13 @@ static void KFN(reduce_inner)(void *ctx, int64_t lo, int64_t hi)
 }
 
 /* Folds the row xs[0..t) into acc[0..t) column by column. */
-static void KFN(fold_cols)(int op, double *acc, const T *xs, int64_t t)
+static void KFN(fold_cols)(int op, double *acc, const X *xs, int64_t t)
 {
     switch (op) {
-    case K_RMAX: for (int64_t c = 0; c < t; c++) acc[c] = red_max(acc[c], xs[c]); break;
-    case K_RMIN: for (int64_t c = 0; c < t; c++) acc[c] = red_min(acc[c], xs[c]); break;
-    case K_RPROD: for (int64_t c = 0; c < t; c++) acc[c] *= xs[c]; break;
-    default: for (int64_t c = 0; c < t; c++) acc[c] += xs[c];
+    case K_RMAX: for (int64_t c = 0; c < t; c++) acc[c] = red_max(acc[c], XW(xs[c])); break;
+    case K_RMIN: for (int64_t c = 0; c < t; c++) acc[c] = red_min(acc[c], XW(xs[c])); break;
+    case K_RPROD: for (int64_t c = 0; c < t; c++) acc[c] *= XW(xs[c]); break;
+    default: for (int64_t c = 0; c < t; c++) acc[c] += XW(xs[c]);
     }
 }
 
@@ -93,7 +104,10 @@ static void KFN(reduce_outer)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
+#ifdef K_SUM16
+static /* the 16-bit instance's only caller is its k_reduce_sum_to */
+#endif
+void KFN(k_reduce)(int op, T *y, const X *x, int rank, const int64_t *xshape,
                    const int64_t *yshape)
 {
     KFN(ReduceJob) j = {.op = op, .y = y, .x = x, .scale = 1};
@@ -101,7 +115,7 @@ void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
     if (op < K_RSUM || op > K_RPROD)
         die("k_reduce: unknown op");
     if (numel(rank, xshape) == 0) {  /* each group folds nothing */
-        KFN(k_fill)(y, op == K_RMEAN ? NAN : red_init(op), numel(rank, yshape));
+        K_FILL(y, op == K_RMEAN ? NAN : red_init(op), numel(rank, yshape));
         return;
     }
     int inner_kept = reduce_split(rank, xshape, yshape, &j.kept, &j.red, &j.n, &count);
@@ -127,11 +141,15 @@ void KFN(k_reduce)(int op, T *y, const T *x, int rank, const int64_t *xshape,
     par_range(KFN(reduce_outer), &j, rows * j.tiles, count * j.tile);
 }
 
-void KFN(k_reduce_sum_to)(T *y, const T *x, int rank, const int64_t *xshape,
+void KFN(k_reduce_sum_to)(T *y, const X *x, int rank, const int64_t *xshape,
                           const int64_t *yshape)
 {
     KFN(k_reduce)(K_RSUM, y, x, rank, xshape, yshape);
 }
+#undef X
+#undef XW
+#undef K_FILL
+#ifndef K_SUM16
 
 /* ---- k_reduce_max_grad -------------------------------------------------- */
 
@@ -352,3 +370,4 @@ void KFN(k_range)(T *y, double start, double delta, int64_t n)
     for (int64_t i = 0; i < n; i++)
         y[i] = (T)(start + (double)i * delta);
 }
+#endif /* K_SUM16 */

@@ -53,12 +53,13 @@
  * Sums accumulate in T (float for float32 and the low types).
  *
  * Types.  The f32 / f64 kernels are templates stamped by kernels.def.  The
- * low-precision instances (k_attention_bf16, _f16, ...) take q, kt, v as
- * bfloat16 / float16 bits and everything else in float32; they run the same
- * templates with AttnTy<KcBf16> / <KcF16>: q, kt, v are staged as they are
- * and every other GEMM operand rounded to the low type (P before P V, dY in
- * dP = dY V^T and dV += P^T dY, dS in dQ and dK); the softmax statistics, D
- * and the sums stay float32.  Their products run on the tensor cores
+ * low-precision instances (k_attention_bf16, _f16, ...) take q, kt, v, y,
+ * dy and write y, dq, dkt, dv as bfloat16 / float16 bits (each rounded once
+ * from the float32 result as it is stored), lse, the bias and dbias float32;
+ * they run the same templates with AttnTy<KcBf16> / <KcF16>: q, kt, v and dY
+ * are staged as they are and every other GEMM operand rounded to the low
+ * type (P before P V and dV += P^T dY, dS in dQ and dK); the softmax
+ * statistics, D and the sums stay float32.  Their products run on the tensor cores
  * (attn_mma_tc: nvcuda::wmma 16x16x16 fragments with float accumulators,
  * each warp taking the product's 16 x 16 tiles in turn, stored to a 64x68
  * float scratch from which each thread adds its entries to its registers, so
@@ -102,17 +103,19 @@
 struct KcBf16 {}; /* tags: q, kt and v hold bfloat16 / float16 bits */
 struct KcF16 {};
 
-/* E: the element of q, kt, v; T: of everything else and of the sums; S: of
- * the GEMM operands staged in shared memory, PAD their rows' padding, TC
- * whether attn_mma takes the tensor cores (W: wmma's element type).
- * in() widens an E to T, op() rounds a T as a GEMM operand; st() stages an
- * E and stt() a T as a GEMM operand (both exact but for the rounding). */
+/* E: the element of q, kt, v, y, dy and dq, dkt, dv; T: of lse, the bias,
+ * dbias and the sums; S: of the GEMM operands staged in shared memory, PAD
+ * their rows' padding, TC whether attn_mma takes the tensor cores (W: wmma's
+ * element type).  in() widens an E to T, out() rounds a T to an E, op()
+ * rounds a T as a GEMM operand; st() stages an E and stt() a T as a GEMM
+ * operand (both exact but for the rounding). */
 template <typename L> struct AttnTy {
     typedef L T;
     typedef L E;
     typedef L S;
     enum { PAD = 1, TC = 0 };
     KC_DEV T in(E x) { return x; }
+    KC_DEV E out(T x) { return x; }
     KC_DEV T op(T x) { return x; }
     KC_DEV S st(E x) { return x; }
     KC_DEV S stt(T x) { return x; }
@@ -136,6 +139,7 @@ template <typename L, typename W> struct AttnLow {
     typedef W Wmma;
     enum { PAD = 8, TC = 1 };
     KC_DEV float in(uint16_t x) { return AttnBits<L>::wide(x); }
+    KC_DEV uint16_t out(float x) { return AttnBits<L>::narrow(x); }
     KC_DEV float op(float x) { return AttnBits<L>::wide(AttnBits<L>::narrow(x)); }
     KC_DEV uint16_t st(uint16_t x) { return x; }
     KC_DEV uint16_t stt(float x) { return AttnBits<L>::narrow(x); }
@@ -150,6 +154,7 @@ template <typename L> struct AttnLow {
     typedef float S;
     enum { PAD = 1, TC = 0 };
     KC_DEV float in(uint16_t x) { return AttnBits<L>::wide(x); }
+    KC_DEV uint16_t out(float x) { return AttnBits<L>::narrow(x); }
     KC_DEV float op(float x) { return AttnBits<L>::wide(AttnBits<L>::narrow(x)); }
     KC_DEV float st(uint16_t x) { return AttnBits<L>::wide(x); }
     KC_DEV float stt(float x) { return op(x); }
@@ -157,12 +162,9 @@ template <typename L> struct AttnLow {
 template <> struct AttnTy<KcBf16> : AttnLow<KcBf16> {};
 template <> struct AttnTy<KcF16> : AttnLow<KcF16> {};
 #endif
-/* attn_stage's conversions: an E (q, kt, v), or a T as a GEMM operand (dy) */
+/* attn_stage's conversion: an E (q, kt, v, dy) */
 template <typename L> struct AttnSt {
     KC_DEV typename AttnTy<L>::S in(typename AttnTy<L>::E x) { return AttnTy<L>::st(x); }
-};
-template <typename L> struct AttnOp {
-    KC_DEV typename AttnTy<L>::S in(typename AttnTy<L>::T x) { return AttnTy<L>::stt(x); }
 };
 
 /* tile sizes: query rows per block (BM), keys per step (BN), the chunk of d
@@ -370,8 +372,9 @@ template <typename T> KC_DEV T attn_prob(T score, T lse, const KDims &p)
 
 /* D = dy_r . y_r for this thread's rows r = r0 + ty R + i (< rv): each lane
  * sums columns tx, tx + 8, ..., then the row's lanes */
-template <int R, typename T>
-KC_DEV void attn_rowdot(T (&dd)[R], const T *dy, const T *y, int64_t r0, int64_t rv, int64_t dv)
+template <typename L, int R, typename T>
+KC_DEV void attn_rowdot(T (&dd)[R], const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *y, int64_t r0,
+                        int64_t rv, int64_t dv)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
 #pragma unroll
@@ -379,7 +382,7 @@ KC_DEV void attn_rowdot(T (&dd)[R], const T *dy, const T *y, int64_t r0, int64_t
         T a = 0;
         if (ty * R + i < rv)
             for (int64_t c = tx; c < dv; c += 8)
-                a += dy[(r0 + ty * R + i) * dv + c] * y[(r0 + ty * R + i) * dv + c];
+                a += AttnTy<L>::in(dy[(r0 + ty * R + i) * dv + c]) * AttnTy<L>::in(y[(r0 + ty * R + i) * dv + c]);
         dd[i] = attn_row_reduce(a, KcSum());
     }
 }
@@ -418,8 +421,8 @@ KC_DEV void attn_online(T (&sc)[R][C], T (&m)[R], T (&l)[R], T (&o)[R][CD], S *p
 }
 
 /* y and lse of the block's rows (i0 + ty R + i < t), its columns c0 + tx + 8 c */
-template <int R, int CD, typename T>
-KC_DEV void attn_store(T *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const T (&l)[R], int64_t row0,
+template <typename L, int R, int CD, typename T>
+KC_DEV void attn_store(typename AttnTy<L>::E *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const T (&l)[R], int64_t row0,
                        int64_t rv, int64_t c0, const KDims &p)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
@@ -435,7 +438,7 @@ KC_DEV void attn_store(T *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const
 #pragma unroll
         for (int c = 0; c < CD; c++)
             if (c0 + tx + 8 * c < dv)
-                y[row * dv + c0 + tx + 8 * c] = s > 0 && !none ? o[i][c] / l[i] : yz;
+                y[row * dv + c0 + tx + 8 * c] = AttnTy<L>::out(s > 0 && !none ? o[i][c] / l[i] : yz);
         if (c0 == 0 && tx == 0)
             lse[row] = s == 0 || (none && zero) ? -kc_inf<T>()
                        : none                   ? kc_nan<T>()
@@ -444,7 +447,7 @@ KC_DEV void attn_store(T *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const
 }
 
 template <typename L>
-KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, const typename AttnTy<L>::E *q,
+KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, const typename AttnTy<L>::E *q,
                          const typename AttnTy<L>::E *kt, const typename AttnTy<L>::E *v,
                          const typename AttnTy<L>::T *bias, const KDims &p, double scale)
 {
@@ -503,7 +506,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::T *y, typename AttnTy<L>::T *lse, c
             __syncthreads();
             attn_mma<L, R, CD, BN, 1, BN + P, DK + P, 1>(o, ps, vs);
         }
-        attn_store(y, lse, o, m, l, b * t + i0, rv, c0, p);
+        attn_store<L>(y, lse, o, m, l, b * t + i0, rv, c0, p);
     }
 }
 
@@ -516,9 +519,9 @@ KC_DEV void k_attention(T *y, T *lse, const T *q, const T *kt, const T *v, const
 /* ---- backward: dq -------------------------------------------------------- */
 
 template <typename L>
-KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *dy, const typename AttnTy<L>::E *q,
+KC_DEV void attn_grad_q(typename AttnTy<L>::E *dq, const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *q,
                         const typename AttnTy<L>::E *kt, const typename AttnTy<L>::E *v,
-                        const typename AttnTy<L>::T *bias, const typename AttnTy<L>::T *y,
+                        const typename AttnTy<L>::T *bias, const typename AttnTy<L>::E *y,
                         const typename AttnTy<L>::T *lse, const KDims &p, double scale)
 {
     typedef AttnTy<L> Ty;
@@ -540,7 +543,7 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
         const typename Ty::E *qb = q + row0 * d, *kb = kt + g * d * s, *vb = v + g * s * dv;
         const T *bb = attn_bias_at(bias, b, i0, p);
         T dd[R], ls[R], acc[R][CD];
-        attn_rowdot(dd, dy, y, row0, rv, dv);
+        attn_rowdot<L>(dd, dy, y, row0, rv, dv);
         for (int i = 0; i < R; i++)
             ls[i] = ty * R + i < rv ? lse[row0 + ty * R + i] : (T)0;
         attn_zero(acc);
@@ -564,7 +567,7 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
             }
             for (int64_t vc = 0; vc < nvd; vc++) { /* dP = dY V^T */
                 __syncthreads();
-                attn_stage<AttnOp<L>, BM, DK>(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, rv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, rv, dv - vc * DK);
                 attn_stage<AttnSt<L>, BN, DK>(vt, 1, BN + P, vb + j0 * dv + vc * DK, dv, 1, jv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, as, vt);
@@ -585,7 +588,7 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::T *dq, const typename AttnTy<L>::T *
 #pragma unroll
             for (int c = 0; c < CD; c++)
                 if (ty * R + i < rv && qc * DK + tx + 8 * c < d)
-                    dq[(row0 + ty * R + i) * d + qc * DK + tx + 8 * c] = acc[i][c] * sc_;
+                    dq[(row0 + ty * R + i) * d + qc * DK + tx + 8 * c] = Ty::out(acc[i][c] * sc_);
     }
 }
 
@@ -599,15 +602,15 @@ KC_DEV void k_attention_grad_q(T *dq, const T *dy, const T *q, const T *kt, cons
 /* ---- backward: dk, dv ---------------------------------------------------- */
 
 /* the lse and D of queries i0 .. i0 + KBN - 1 into ls, dd (a row's 8 lanes per query) */
-template <typename T>
-KC_DEV void attn_query_stats(T *ls, T *dd, const T *dy, const T *y, const T *lse, int64_t row0, int64_t iv,
-                             int64_t dv)
+template <typename L, typename T>
+KC_DEV void attn_query_stats(T *ls, T *dd, const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *y,
+                             const T *lse, int64_t row0, int64_t iv, int64_t dv)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     T a = 0;
     if (ty < iv)
         for (int64_t c = tx; c < dv; c += 8)
-            a += dy[(row0 + ty) * dv + c] * y[(row0 + ty) * dv + c];
+            a += AttnTy<L>::in(dy[(row0 + ty) * dv + c]) * AttnTy<L>::in(y[(row0 + ty) * dv + c]);
     a = attn_row_reduce(a, KcSum());
     if (tx == 0) {
         dd[ty] = a;
@@ -616,10 +619,10 @@ KC_DEV void attn_query_stats(T *ls, T *dd, const T *dy, const T *y, const T *lse
 }
 
 template <typename L>
-KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval, const typename AttnTy<L>::T *dy,
+KC_DEV void attn_grad_kv(typename AttnTy<L>::E *dkt, typename AttnTy<L>::E *dval, const typename AttnTy<L>::E *dy,
                          const typename AttnTy<L>::E *q, const typename AttnTy<L>::E *kt,
                          const typename AttnTy<L>::E *v, const typename AttnTy<L>::T *bias,
-                         const typename AttnTy<L>::T *y, const typename AttnTy<L>::T *lse, const KDims &p,
+                         const typename AttnTy<L>::E *y, const typename AttnTy<L>::T *lse, const KDims &p,
                          double scale)
 {
     typedef AttnTy<L> Ty;
@@ -662,7 +665,7 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
             attn_zero(sa);
             attn_zero(dp);
             __syncthreads(); /* the previous tile's readers of pb, ls, dd, qt, dyt are done */
-            attn_query_stats(ls, dd, dy, y, lse, row0, iv, dv);
+            attn_query_stats<L>(ls, dd, dy, y, lse, row0, iv, dv);
             for (int64_t k = 0; k < nkd; k++) { /* S^T; ends with dk's chunk staged in qt */
                 const int64_t kc = (oc + 1 + k) % nkd;
                 if (k)
@@ -679,7 +682,7 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 __syncthreads();
                 if (nvd > 1)
                     attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb + vc * DK, dv, 1, jv, dv - vc * DK);
-                attn_stage<AttnOp<L>, BN, DK>(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, iv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BN, DK>(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, iv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, vt, dyt);
             }
@@ -714,9 +717,9 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::T *dkt, typename AttnTy<L>::T *dval
                 if (ty * R + i >= jv)
                     continue;
                 if (oc < nvd && col < dv)
-                    dval[(g * s + j) * dv + col] = dvv[i][c];
+                    dval[(g * s + j) * dv + col] = Ty::out(dvv[i][c]);
                 if (oc < nkd && col < d)
-                    dkt[g * d * s + (krow ? j * d + col : col * s + j)] = dk[i][c] * sc_;
+                    dkt[g * d * s + (krow ? j * d + col : col * s + j)] = Ty::out(dk[i][c] * sc_);
             }
     }
 }
@@ -745,10 +748,10 @@ KC_DEV typename AttnTy<L>::T attn_score(const typename AttnTy<L>::E *qi, const t
 }
 
 template <typename L>
-KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L>::T *dy,
+KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L>::E *dy,
                            const typename AttnTy<L>::E *q, const typename AttnTy<L>::E *kt,
                            const typename AttnTy<L>::E *v, const typename AttnTy<L>::T *bias,
-                           const typename AttnTy<L>::T *y, const typename AttnTy<L>::T *lse, const KDims &p,
+                           const typename AttnTy<L>::E *y, const typename AttnTy<L>::T *lse, const KDims &p,
                            double scale)
 {
     typedef typename AttnTy<L>::T T;
@@ -762,12 +765,12 @@ KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L
             for (int64_t m = 0; m < outer; m++)
                 for (int64_t r = 0; r < brep; r++) {
                     const int64_t b = (m * nbias + c) * brep + r, row = b * t + i;
-                    const T *dyi = dy + row * dv, *yi = y + row * dv;
+                    const typename AttnTy<L>::E *dyi = dy + row * dv, *yi = y + row * dv;
                     const typename AttnTy<L>::E *vj = v + (b / kvrep * s + j) * dv;
                     double dp = 0, dd = 0;
                     for (int64_t k = 0; k < dv; k++) {
-                        dp += (double)AttnTy<L>::op(dyi[k]) * (double)AttnTy<L>::in(vj[k]);
-                        dd += (double)dyi[k] * (double)yi[k];
+                        dp += (double)AttnTy<L>::in(dyi[k]) * (double)AttnTy<L>::in(vj[k]);
+                        dd += (double)AttnTy<L>::in(dyi[k]) * (double)AttnTy<L>::in(yi[k]);
                     }
                     const T sc = attn_score<L>(q + row * d, kt + b / kvrep * d * s, attn_bias_at(bias, b, i, p), j, p,
                                                scale);
@@ -788,25 +791,26 @@ KC_DEV void k_attention_grad_bias(T *dbias, const T *dy, const T *q, const T *kt
 /* ---- the bfloat16 and float16 instances (kernels.def's KC rows) ----------- */
 
 #define KC_ATTN_LOW(S, L)                                                                                      \
-    KC_GLOBAL void k_attention##S(float *y, float *lse, const uint16_t *q, const uint16_t *kt, const uint16_t *v,  \
+    KC_GLOBAL void k_attention##S(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, const uint16_t *v,  \
                                   const float *bias, KDims p, double scale)                                    \
     {                                                                                                          \
         attn_forward<L>(y, lse, q, kt, v, bias, p, scale);                                                     \
     }                                                                                                          \
-    KC_GLOBAL void k_attention_grad_q##S(float *dq, const float *dy, const uint16_t *q, const uint16_t *kt,      \
-                                         const uint16_t *v, const float *bias, const float *y, const float *lse, \
+    KC_GLOBAL void k_attention_grad_q##S(uint16_t *dq, const uint16_t *dy, const uint16_t *q, const uint16_t *kt, \
+                                         const uint16_t *v, const float *bias, const uint16_t *y, const float *lse, \
                                          KDims p, double scale)                                                \
     {                                                                                                          \
         attn_grad_q<L>(dq, dy, q, kt, v, bias, y, lse, p, scale);                                              \
     }                                                                                                          \
-    KC_GLOBAL void k_attention_grad_kv##S(float *dkt, float *dval, const float *dy, const uint16_t *q,           \
+    KC_GLOBAL void k_attention_grad_kv##S(uint16_t *dkt, uint16_t *dval, const uint16_t *dy, const uint16_t *q,  \
                                           const uint16_t *kt, const uint16_t *v, const float *bias,             \
-                                          const float *y, const float *lse, KDims p, double scale)              \
+                                          const uint16_t *y, const float *lse, KDims p, double scale)           \
     {                                                                                                          \
         attn_grad_kv<L>(dkt, dval, dy, q, kt, v, bias, y, lse, p, scale);                                      \
     }                                                                                                          \
-    KC_GLOBAL void k_attention_grad_bias##S(float *dbias, const float *dy, const uint16_t *q, const uint16_t *kt, \
-                                            const uint16_t *v, const float *bias, const float *y,              \
+    KC_GLOBAL void k_attention_grad_bias##S(float *dbias, const uint16_t *dy, const uint16_t *q,               \
+                                            const uint16_t *kt, const uint16_t *v, const float *bias,          \
+                                            const uint16_t *y,                                                 \
                                             const float *lse, KDims p, double scale)                           \
     {                                                                                                          \
         attn_grad_bias<L>(dbias, dy, q, kt, v, bias, y, lse, p, scale);                                        \

@@ -206,6 +206,26 @@ KC_DEV float kc_f16_to_f32(uint16_t h)
     return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f)); /* m 2^-24 */
 }
 
+/* An element type's storage E, widened (in: exact) and rounded back (out): X itself, or (the tags KcIoBf16 /
+ * KcIoF16: the 16-bit instances of the reduction and LayerNorm templates) bfloat16 / float16 bits */
+struct KcIoBf16 {};
+struct KcIoF16 {};
+template <typename X> struct KcIo {
+    typedef X E;
+    KC_DEV X in(X v) { return v; }
+    KC_DEV X out(X v) { return v; }
+};
+template <> struct KcIo<KcIoBf16> {
+    typedef uint16_t E;
+    KC_DEV float in(uint16_t v) { return kc_bf16_to_f32(v); }
+    KC_DEV uint16_t out(float v) { return kc_bf16_from_f32(v); }
+};
+template <> struct KcIo<KcIoF16> {
+    typedef uint16_t E;
+    KC_DEV float in(uint16_t v) { return kc_f16_to_f32(v); }
+    KC_DEV uint16_t out(float v) { return kc_f16_from_f32(v); }
+};
+
 /* ---- indices ------------------------------------------------------------- */
 
 /* first index of this thread and the grid-stride step */

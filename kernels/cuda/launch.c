@@ -488,12 +488,13 @@ static AttnGrid attn_grid(const KDims *p, int h)
     return g;
 }
 
-/* kc_attention##S and kc_attention_grad##S for q, kt, v of type E and the
- * rest of type T (h: AttnGrid's); the workspace kernels/c needs is not used.
+/* kc_attention##S and kc_attention_grad##S for q, kt, v, y, dy, dq, dkt, dval
+ * of type E and lse, the bias and dbias of type T (h: AttnGrid's); the
+ * workspace kernels/c needs is not used.
  * The backward: dq by the q kernel, dk and dv by the kv kernel, dbias (when
  * wanted) by a block per bias row. */
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
-    void kc_attention##S(T *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
+    void kc_attention##S(E *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
                          int64_t kvrep, double scale, T *ws)                                                   \
     {                                                                                                          \
@@ -502,8 +503,8 @@ static AttnGrid attn_grid(const KDims *p, int h)
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
     }                                                                                                          \
-    void kc_attention_grad##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const E *q, const E *kt,           \
-                              int flags, const E *v, const T *bias, const T *y, const T *lse, int64_t batch,   \
+    void kc_attention_grad##S(E *dq, E *dkt, E *dval, T *dbias, const E *dy, const E *q, const E *kt,           \
+                              int flags, const E *v, const T *bias, const E *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
                               int64_t kvrep, double scale, T *ws)                                              \
     {                                                                                                          \
@@ -565,6 +566,57 @@ KC_ATTN_LAUNCHERS(_f16, uint16_t, float, 1)
 KC_CE_LOW_LAUNCHERS(_bf16)
 KC_CE_LOW_LAUNCHERS(_f16)
 #undef KC_CE_LOW_LAUNCHERS
+
+/* ---- norm.c: LayerNorm of 16-bit x into 16-bit y ------------------------------------------ */
+
+#define KC_LN_LOW_LAUNCHERS(S)                                                                                 \
+    void kc_layernorm##S(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,       \
+                         const float *bias, int64_t outer, int64_t inner, double eps)                          \
+    {                                                                                                          \
+        const unsigned block = row_block(inner);                                                               \
+        if (inner > 0 && outer > 0)                                                                            \
+            launch_k_layernorm##S(row_grid(outer, block), block, y, mean, invstd, x, scale, bias, outer, inner, eps); \
+    }
+KC_LN_LOW_LAUNCHERS(_bf16)
+KC_LN_LOW_LAUNCHERS(_f16)
+#undef KC_LN_LOW_LAUNCHERS
+
+/* ---- reduce.c: the sums of 16-bit x into float32 y (a bias gradient of a 16-bit dY) ---- */
+
+/* kc_reduce_f32's K_RSUM with x's elements widened as they are loaded (reduce.cu's _bf16 / _f16 instances) */
+#define KC_SUM_LOW_LAUNCHERS(S)                                                                                \
+    void kc_reduce_sum_to##S(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape) \
+    {                                                                                                          \
+        KcWalk k, r;                                                                                           \
+        if (numel(rank, xshape) == 0) {                                                                        \
+            kc_fill_f32(y, 0.0, numel(rank, yshape));                                                          \
+            return;                                                                                            \
+        }                                                                                                      \
+        const int64_t group = reduce_split(rank, xshape, yshape, &k, &r);                                      \
+        if (k.rank == 0 && group >= 65536) {                                                                   \
+            launch_k_reduce_all##S(partial_grid(grid_for(group, KC_BLOCK)), KC_BLOCK, K_RSUM, y, x, group, 1.0); \
+            return;                                                                                            \
+        }                                                                                                      \
+        if (k.rank > 0 && k.st[0].d[k.rank - 1] == 1) {                                                        \
+            const int64_t nc = k.shape.d[k.rank - 1];                                                          \
+            walk_remove(&k, k.rank - 1);                                                                       \
+            const int64_t nko = numel(k.rank, k.shape.d), tiles = nko * ((nc + 31) / 32);                      \
+            const int64_t chunks = col_chunks(tiles, group, 1, nko * nc);                                      \
+            const unsigned block = col_block((group + chunks - 1) / chunks + 3);                               \
+            launch_k_reduce_cols##S(row_grid(tiles * chunks, block), block, K_RSUM, y, x, nko, nc, group, chunks, \
+                                    k.rank, k.shape, k.st[0], r.rank, r.shape, r.st[0], 1.0);                  \
+            if (chunks > 1)                                                                                    \
+                launch_k_cols_fold_f32(grid_for(nko * nc, KC_BLOCK), KC_BLOCK, K_RSUM, y, NULL, nko * nc, chunks, \
+                                       1.0);                                                                   \
+            return;                                                                                            \
+        }                                                                                                      \
+        const unsigned block = row_block(group);                                                               \
+        launch_k_reduce_rows##S(row_grid(k.n, block), block, K_RSUM, y, x, k.n, group, k.rank, k.shape, k.st[0], \
+                                r.rank, r.shape, r.st[0], 1.0);                                                \
+    }
+KC_SUM_LOW_LAUNCHERS(_bf16)
+KC_SUM_LOW_LAUNCHERS(_f16)
+#undef KC_SUM_LOW_LAUNCHERS
 
 /* ---- matmul.c: bfloat16 and float16 operands, float32 C ------------------------------- */
 

@@ -21,30 +21,32 @@
 /* ---- LayerNormalization -------------------------------------------------- */
 
 /* rows of inner elements: y = (x - mean) invstd scale + bias (scale, bias
- * NULL: 1, 0); mean, invstd (NULL to skip) saved in T */
-template <typename T> KC_DEV void k_layernorm(T *y, T *mean, T *invstd, const T *x,
-                                              const T *scale, const T *bias, int64_t outer, int64_t inner,
-                                              double eps)
+ * NULL: 1, 0); mean, invstd (NULL to skip) saved in T.  X: x's and y's
+ * element (KcIo: T, or the 16-bit instances' tags: x widened as loaded, y
+ * rounded from T as stored) */
+template <typename T, typename X = T>
+KC_DEV void k_layernorm(typename KcIo<X>::E *y, T *mean, T *invstd, const typename KcIo<X>::E *x, const T *scale,
+                        const T *bias, int64_t outer, int64_t inner, double eps)
 {
     for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
-        const T *xr = x + r * inner;
-        T *yr = y + r * inner;
+        const typename KcIo<X>::E *xr = x + r * inner;
+        typename KcIo<X>::E *yr = y + r * inner;
         double s = 0, q = 0;
         for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
-            s += xr[i];
+            s += KcIo<X>::in(xr[i]);
         const double mu = block_sum(s) / (double)inner;
         for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-            const double d = (double)xr[i] - mu;
+            const double d = (double)KcIo<X>::in(xr[i]) - mu;
             q += d * d;
         }
         const double is = 1 / sqrt(block_sum(q) / (double)inner + eps);
         for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-            double v = ((double)xr[i] - mu) * is;
+            double v = ((double)KcIo<X>::in(xr[i]) - mu) * is;
             if (scale)
                 v *= scale[i];
             if (bias)
                 v += bias[i];
-            yr[i] = (T)v;
+            yr[i] = KcIo<X>::out((T)v);
         }
         if (threadIdx.x == 0 && mean)
             mean[r] = (T)mu;
@@ -52,6 +54,17 @@ template <typename T> KC_DEV void k_layernorm(T *y, T *mean, T *invstd, const T 
             invstd[r] = (T)is;
     }
 }
+
+/* the 16-bit instances (kernels.def's KC rows): 16-bit x and y, float32 mean, invstd, scale, bias */
+#define KC_LAYERNORM_LOW(S, L)                                                                                 \
+    KC_GLOBAL void k_layernorm##S(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale, \
+                                  const float *bias, int64_t outer, int64_t inner, double eps)                 \
+    {                                                                                                          \
+        k_layernorm<float, L>(y, mean, invstd, x, scale, bias, outer, inner, eps);                             \
+    }
+KC_LAYERNORM_LOW(_bf16, KcIoBf16)
+KC_LAYERNORM_LOW(_f16, KcIoF16)
+#undef KC_LAYERNORM_LOW
 
 /* dx of each row from the saved mean / invstd (scale NULL: 1):
  * dx = invstd (g - mean(g) - xhat mean(g xhat)), g = dy scale */

@@ -16,7 +16,9 @@
  *   all   every dim reduced into one value: all blocks stride over x and
  *         grid_combine folds their partials (common.cuh).
  * Sums and products accumulate in double, as kernels/c does; max / min
- * propagate NaN.
+ * propagate NaN.  The _bf16 / _f16 instances of rows, cols and all read
+ * 16-bit x (a bias gradient of a 16-bit dY) and widen each element as they
+ * load it, float32 y.
  *
  * Softmax sees x as outer x axis x inner.  With inner == 1 each row is
  * contiguous and gets a block (max, then the sum of exp in double, then the
@@ -26,6 +28,7 @@
  */
 
 /* ---- k_reduce ------------------------------------------------------------ */
+/* (rows, cols and all take x's element as KcIo's X: T, or a 16-bit tag, common.cuh) */
 
 KC_DEV double red_identity(int op)
 {
@@ -52,15 +55,15 @@ KC_DEV double red_block(int op, double v)
 /* Innermost dim reduced: output o = kept position (krank dims, strides kst
  * in x), its group the rrank reduced dims (strides rst), group elements
  * each.  y = fold * scale (scale 1/count for MEAN, else 1). */
-template <typename T> KC_DEV void k_reduce_rows(int op, T *y, const T *x, int64_t nout, int64_t group,
-                                                int krank, KDims kshape, KDims kst, int rrank, KDims rshape,
-                                                KDims rst, double scale)
+template <typename T, typename X = T>
+KC_DEV void k_reduce_rows(int op, T *y, const typename KcIo<X>::E *x, int64_t nout, int64_t group, int krank,
+                          KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst, double scale)
 {
     for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
-        const T *xo = x + kc_offset1(o, krank, kshape, kst);
+        const typename KcIo<X>::E *xo = x + kc_offset1(o, krank, kshape, kst);
         double acc = red_identity(op);
         for (int64_t g = threadIdx.x; g < group; g += blockDim.x)
-            acc = red_fold(op, acc, xo[kc_offset1(g, rrank, rshape, rst)]);
+            acc = red_fold(op, acc, KcIo<X>::in(xo[kc_offset1(g, rrank, rshape, rst)]));
         acc = red_block(op, acc);
         if (threadIdx.x == 0)
             y[o] = (T)(acc * scale);
@@ -74,9 +77,10 @@ template <typename T> KC_DEV void k_reduce_rows(int op, T *y, const T *x, int64_
  * column, and warp 0 folds the warps in order.  One chunk: y = that times
  * scale; more: the chunk's partial goes to kc_colpart (common.cuh) and
  * k_cols_fold finishes. */
-template <typename T> KC_DEV void k_reduce_cols(int op, T *y, const T *x, int64_t nko, int64_t nc,
-                                                int64_t group, int64_t chunks, int krank, KDims kshape,
-                                                KDims kst, int rrank, KDims rshape, KDims rst, double scale)
+template <typename T, typename X = T>
+KC_DEV void k_reduce_cols(int op, T *y, const typename KcIo<X>::E *x, int64_t nko, int64_t nc, int64_t group,
+                          int64_t chunks, int krank, KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst,
+                          double scale)
 {
     __shared__ double part[32][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -86,9 +90,9 @@ template <typename T> KC_DEV void k_reduce_cols(int op, T *y, const T *x, int64_
         const int64_t g1 = group < (ch + 1) * rows ? group : (ch + 1) * rows;
         double acc = red_identity(op);
         if (c < nc) {
-            const T *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
+            const typename KcIo<X>::E *xc = x + kc_offset1(ko, krank, kshape, kst) + c;
             for (int64_t g = ch * rows + warp; g < g1; g += warps)
-                acc = red_fold(op, acc, xc[kc_offset1(g, rrank, rshape, rst)]);
+                acc = red_fold(op, acc, KcIo<X>::in(xc[kc_offset1(g, rrank, rshape, rst)]));
         }
         part[warp][lane] = acc;
         __syncthreads();
@@ -123,11 +127,12 @@ template <typename T> KC_DEV void k_cols_fold(int op, T *y0, T *y1, int64_t n, i
 }
 
 /* Everything reduced: x is n dense elements, y one value. */
-template <typename T> KC_DEV void k_reduce_all(int op, T *y, const T *x, int64_t n, double scale)
+template <typename T, typename X = T>
+KC_DEV void k_reduce_all(int op, T *y, const typename KcIo<X>::E *x, int64_t n, double scale)
 {
     double v[1] = {red_identity(op)};
     for (int64_t i = kc_first<int64_t>(); i < n; i += kc_stride<int64_t>())
-        v[0] = red_fold(op, v[0], x[i]);
+        v[0] = red_fold(op, v[0], KcIo<X>::in(x[i]));
     v[0] = red_block(op, v[0]);
     const bool last = op == K_RMAX   ? grid_combine(v, -KC_INF, KcMax())
                       : op == K_RMIN ? grid_combine(v, KC_INF, KcMin())
@@ -136,6 +141,28 @@ template <typename T> KC_DEV void k_reduce_all(int op, T *y, const T *x, int64_t
     if (last && threadIdx.x == 0)
         y[0] = (T)(v[0] * scale);
 }
+
+/* the sums of 16-bit x into float32 y (kc_reduce_sum_to_bf16 / _f16: kernels.def's KC rows) */
+#define KC_REDUCE_LOW(S, L)                                                                                    \
+    KC_GLOBAL void k_reduce_rows##S(int op, float *y, const uint16_t *x, int64_t nout, int64_t group, int krank, \
+                                    KDims kshape, KDims kst, int rrank, KDims rshape, KDims rst, double scale)  \
+    {                                                                                                          \
+        k_reduce_rows<float, L>(op, y, x, nout, group, krank, kshape, kst, rrank, rshape, rst, scale);         \
+    }                                                                                                          \
+    KC_GLOBAL void k_reduce_cols##S(int op, float *y, const uint16_t *x, int64_t nko, int64_t nc, int64_t group, \
+                                    int64_t chunks, int krank, KDims kshape, KDims kst, int rrank,             \
+                                    KDims rshape, KDims rst, double scale)                                     \
+    {                                                                                                          \
+        k_reduce_cols<float, L>(op, y, x, nko, nc, group, chunks, krank, kshape, kst, rrank, rshape, rst,      \
+                                scale);                                                                        \
+    }                                                                                                          \
+    KC_GLOBAL void k_reduce_all##S(int op, float *y, const uint16_t *x, int64_t n, double scale)               \
+    {                                                                                                          \
+        k_reduce_all<float, L>(op, y, x, n, scale);                                                            \
+    }
+KC_REDUCE_LOW(_bf16, KcIoBf16)
+KC_REDUCE_LOW(_f16, KcIoF16)
+#undef KC_REDUCE_LOW
 
 /* ReduceMax / Min backward, one block per output o (its group as in
  * k_reduce_rows): count the x equal to y[o], then dx = x == y ? dy / count

@@ -163,18 +163,22 @@ def check_grads(tag, got, ref_grads, f32_grads, tol, dtype):
 def check_fused(fsdpc, onnx_path, batch, precision, low):
     """--precision `precision` fuses every layer's attention (passes/attention.c): after the precision pass
     there are LAYERS FusedAttention and LAYERS FusedAttentionGrad nodes, each reading q, kt, v in the dtype
-    `low` (bf16, f16) and nothing else in it, and no Softmax is left"""
+    `low` (bf16, f16) (the gradient dy and y too) and nothing else in it, and writing y (dq, dkt, dv) in it,
+    and no Softmax is left"""
     out = run([fsdpc, onnx_path, "--dump-after", "precision", "--target", "cpu", "--loss",
                "cross_entropy:logits,labels", "--dim", "batch=%d" % batch, "--precision", precision]).stdout
     dtype = dict(re.findall(r"^  %(\d+) (\w+)\[", out, re.M))
-    for op, first in (("FusedAttention", 0), ("FusedAttentionGrad", 1)):
-        nodes = [re.findall(r"%(\d+)", args) for args in re.findall(r"= %s ([^#]*)#" % op, out)]
+    for op, nlow, nout in (("FusedAttention", 3, 1), ("FusedAttentionGrad", 5, 3)):
+        nodes = [(re.findall(r"%(\d+)", outs), re.findall(r"%(\d+)", args))
+                 for outs, args in re.findall(r"^  ([^=\n]*)= %s ([^#]*)#" % op, out, re.M)]
         check(len(nodes) == LAYERS, "%s: %d %s nodes after precision, expected %d (one per layer)"
               % (precision, len(nodes), op, LAYERS))
-        for ins in nodes:
+        for outs, ins in nodes:
             got = [dtype[v] for v in ins]
-            want = [low if first <= j < first + 3 else "f32" for j in range(len(ins))]
+            want = [low if j < nlow else "f32" for j in range(len(ins))]
             check(got == want, "%s: %s reads %s, expected %s" % (precision, op, got, want))
+            got = [dtype[v] for v in outs[:nout]]
+            check(got == [low] * nout, "%s: %s writes %s, expected %s" % (precision, op, got, [low] * nout))
     check(" Softmax " not in out, "%s: a Softmax is left after precision" % precision)
     # activations stored in 16 bits, as torch.autocast stores them: the GELU's values (its Gelu node's output),
     # the residual stream (the blocks' Add) and the logits
