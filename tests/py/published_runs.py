@@ -4,7 +4,7 @@ scripts/published_runs.json): a few runs, each planned with --report --hw from i
 usage: published_runs.py FSDPC WORKDIR
 
 Asserted for each kept run (what today's planner achieves; the whole table and its misses are in docs/planning.md):
-- the predicted tokens/s per GPU within BAND (0.85-1.15x) of the published figure (Llama 2 13B under HYBRID_SHARD
+- the predicted tokens/s per GPU within BAND (0.85-1.2x) of the published figure (Llama 2 13B under HYBRID_SHARD
   on 128 A100s at 400 Gb/s: 1.10x; about 1.26x when the replicas' all-reduces of one node were charged as if each
   had the node's network to itself);
 - fsdpc's model FLOPs per token within 2 % of 6N + 12 L T d (N the run's parameter count), and fsdpc's parameter
@@ -13,7 +13,7 @@ Asserted for each kept run (what today's planner achieves; the whole table and i
   GELU one node; 93.6 before) and at T 8192 with it fit the 80 GB they ran on; Llama 2 34B on
   128 A100s (--recompute units) plans below 95 GiB (89.0 GiB today; 136 GiB before a block's RMSNorm lead-in was
   recomputed with the block instead of saved beside its input).
-Not asserted, because today's planner misses it (docs/planning.md says why): the H100 runs are predicted 17-36 %
+Not asserted, because today's planner misses it (docs/planning.md says why): the H100 runs are predicted 32-45 %
 above the published figures (11-26 % before passes/gelu.c made MPT's GELU one node: mpt-1b h100 T2048, kept until
 then, 1.12 -> 1.17x, its planned peak 75.6 -> 54.6 GiB).  With the GELU one node all 20 runs of the table plan
 within their GPUs' memory (2026-11-28; 16 before).
@@ -27,7 +27,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import published_runs  # noqa: E402
 
-BAND = (0.85, 1.15)
+# the upper end 1.2 since 2026-11-28 (was 1.15): fsdpc's bf16 plans now run the GELU as one loop (passes/gelu.c)
+# and LayerNorm, the attention and the bias gradients without Casts, which the published PyTorch runs (eager
+# autocast) do not: the kept A100 MPT runs are predicted 1.14-1.17x (1.05-1.12x before).  The prediction is
+# fsdpc's step on the run's hardware, unmeasured on a GPU here; the band still catches a planner off by a
+# fifth either way (it predicted about 0.6x when the band was set)
+BAND = (0.85, 1.2)
 # run: the planned peak it must stay under, GiB (None: the GPU's memory; 0: not asserted)
 KEPT = {"mpt-7b a100 T2048": None, "mpt-7b a100 T8192 ckpt": None, "mpt-30b a100 T2048 ckpt": 0,
         "llama2-34b a100 x128 ckpt": 95, "llama2-13b a100 x128 hsdp": 0}
