@@ -31,6 +31,7 @@ static struct {
     pthread_cond_t cv;
     pthread_t thread;
     int on, done;
+    long rank;                   /* the launcher's, read at the start (no getenv on the guard's thread) */
     double timeout;
     _Atomic(const char *) phase; /* a static string */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -73,10 +74,9 @@ static void *guard(void *arg)
     if (!late)
         return NULL;
     rt_fatal_claim();
-    long r = launcher_rank();
     char who[32] = "?";
-    if (r >= 0)
-        snprintf(who, sizeof who, "%ld", r);
+    if (g.rank >= 0)
+        snprintf(who, sizeof who, "%ld", g.rank);
     fflush(stdout);
     fprintf(stderr, "%s: error: rank %s: start-up: %s made no progress for %g s (FSDPC_START_TIMEOUT): another "
             "rank did not arrive (stopped, killed, or never started): check that every rank started, or raise "
@@ -93,6 +93,7 @@ void rt_guard_start(const char *phase)
     if (rt_start_timeout(&g.timeout, err, sizeof err) != 0)
         g.timeout = 600; /* the bad value is the caller's to report (ctl_mpi.c does, once MPI is up) */
     atomic_store(&g.phase, phase);
+    g.rank = launcher_rank();
     g.done = 0;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
