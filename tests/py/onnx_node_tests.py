@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -35,7 +34,7 @@ import onnx
 import onnx.version_converter
 from onnx import numpy_helper
 
-from common import run
+from common import run, tidy
 
 ROOT = os.environ.get("FSDPC_ONNX_NODE_DATA", "/usr/share/libonnx-testdata/data/node")  # or scripts/onnx_cases.py's
 CONST_INPUTS = {"Reshape": [1], "Expand": [1], "Tile": [1], "Slice": [1, 2, 3, 4], "Unsqueeze": [1],
@@ -209,8 +208,8 @@ def main():
         elif k > len(cases) and counts["pass"]:
             break
         status, msg = run_case(fsdpc, work, case)
-        if status != "fail" and os.environ.get("FSDPC_KEEP_WORK", "") in ("", "0"):
-            shutil.rmtree(os.path.join(work, case), ignore_errors=True)  # a failed case's folder stays, to be read
+        if status != "fail":
+            tidy(os.path.join(work, case))  # a failed case's folder stays, to be read
         counts[status] += 1
         if status == "skip":
             m = re.search(r"unsupported ops? (\w+)", msg)

@@ -9,8 +9,9 @@ suite holds on disk at any moment is the files of the tests running, those that 
 """
 import os
 import runpy
-import shutil
 import sys
+
+from common import tidy
 
 
 def own_folders(args, work):
@@ -38,9 +39,8 @@ def main():
         if code is not None and code != 0:
             raise
     work = os.environ.get("FSDPC_TEST_WORK")
-    if work and os.environ.get("FSDPC_KEEP_WORK", "") in ("", "0"):
-        for d in own_folders(args, work):
-            shutil.rmtree(d, ignore_errors=True)
+    for d in own_folders(args, work) if work else []:
+        tidy(d)  # (kept under FSDPC_KEEP_WORK=1)
     sys.exit(0)
 
 
