@@ -99,7 +99,7 @@ def one_run(work, side, precision, config, busy, a, torch_py):
 
 def gemm_share(work, precision, a):
     """trace_shares of 5 traced 1-thread steps of fsdpc's model in work, and where perf is installed perf_shares of
-    12 steps"""
+    12 steps, and of the 10 steps alone (a run of 2 steps subtracted: its start-up and first steps)"""
     exe = os.path.join(work, exe_name(precision, 1))
     cmd = ["taskset", "-c", a.cores.split(",")[0], exe, "--data", "input_ids=" + os.path.join(work, "idx.npy"),
            "--data", "labels=" + os.path.join(work, "lab.npy"), "--quiet"]
@@ -108,33 +108,46 @@ def gemm_share(work, precision, a):
                    check=True, stdout=subprocess.DEVNULL)
     out = trace_shares(trace)
     if shutil.which("perf"):
-        out["perf"] = perf_shares(cmd + ["--steps", "12"], os.path.join(work, "perf_%s.data" % precision))
+        long = perf_samples(cmd + ["--steps", "12"], os.path.join(work, "perf_%s.data" % precision))
+        short = perf_samples(cmd + ["--steps", "2"], os.path.join(work, "perf2_%s.data" % precision))
+        if long:
+            out["perf"] = perf_shares(long, os.path.basename(exe))
+        if long and short:
+            steps = {k: n - short.get(k, 0) for k, n in long.items()}
+            out["perf_steps"] = perf_shares({k: n for k, n in steps.items() if n > 0}, os.path.basename(exe))
     return out
 
 
-def perf_shares(cmd, data):
-    """the shares of cmd's CPU samples (perf record, 999 Hz; start-up included, amortised over its steps) in GEMM
-    code (OpenBLAS, oneDNN's library and its JIT-generated kernels: perf's "[JIT]"), in the executable's own code,
-    in libm/libmvec and in the kernel, and the largest symbols; samples count CPU time, so the machine's load does
-    not shift them as it does the trace's wall-clock times.  None when perf cannot record here"""
+def perf_samples(cmd, data):
+    """{(dso, symbol): samples} of cmd's run (perf record, 999 Hz; CPU time, so the machine's load does not shift
+    the shares as it does the trace's wall-clock times); None when perf cannot record here"""
     p = subprocess.run(["perf", "record", "-q", "-F", "999", "-o", data, "--"] + cmd, env=gpt_work.thread_env(1),
                        capture_output=True)
     if p.returncode != 0:
         return None
-    rep = subprocess.run(["perf", "report", "-i", data, "--sort", "dso,sym", "--stdio"], capture_output=True,
+    rep = subprocess.run(["perf", "report", "-i", data, "-n", "--sort", "dso,sym", "--stdio"], capture_output=True,
                          text=True).stdout
-    rows = []
+    out = {}
     for line in rep.splitlines():
         f = line.split()
-        if len(f) >= 3 and f[0].endswith("%") and not line.startswith("#"):
-            dso = " ".join(f[1:3]) if f[1] == "[JIT]" else f[1]
-            rows.append((float(f[0][:-1]) / 100, dso, f[-1]))
+        if len(f) >= 4 and f[0].endswith("%") and f[1].isdigit() and not line.startswith("#"):
+            dso = " ".join(f[2:4]) if f[2] == "[JIT]" else f[2]
+            key = (dso, f[-1])
+            out[key] = out.get(key, 0) + int(f[1])
+    return out
+
+
+def perf_shares(samples, exe):
+    """the shares of the samples in GEMM code (OpenBLAS, oneDNN's library and its JIT-generated kernels: perf's
+    "[JIT]"), in the executable's own code (exe), in libm/libmvec and in the kernel, and the largest symbols"""
+    total = sum(samples.values())
+    rows = sorted(((n / total, dso, sym) for (dso, sym), n in samples.items()), reverse=True)
 
     def share(pred):
         return sum(x for x, dso, _ in rows if pred(dso))
 
     gemm = ("libopenblas", "[JIT]", "libdnnl", "libmkl")
-    return dict(gemm=share(lambda d: d.startswith(gemm)), own=share(lambda d: d == os.path.basename(cmd[3])),
+    return dict(gemm=share(lambda d: d.startswith(gemm)), own=share(lambda d: d == exe),
                 libm=share(lambda d: d.startswith(("libm.", "libmvec"))), kernel=share(lambda d: d.startswith("[k")),
                 top=[("%s %s" % (dso.split(".so")[0], sym), x) for x, dso, sym in rows[:6]])
 
@@ -328,10 +341,13 @@ def table(res):
                 "shortest time but the first step's: the GEMM nodes' (MatMul, MatMulAdd: a GEMM and its fused "
                 "epilogue) share of the nodes' time; target ≥ %.0f %%. The trace's times are wall-clock: where the "
                 "traced step is well above the CPU time per step, other users preempted its long nodes and the shares "
-                "are not its own; perf's samples are CPU time, the run's start-up included):" % (GEMM_TARGET * 100), "",
+                "are not its own; perf's samples are CPU time, of a 12-step run with its start-up, and of its last 10 "
+                "steps alone (a 2-step run's samples subtracted), where the attention's tile GEMMs count as GEMM):"
+                % (GEMM_TARGET * 100), "",
                 "| model | precision | traced step ms | 1-thread CPU ms per step | GEMM | fused attention | "
-                "the largest others | perf samples: GEMM / fsdpc's code / libm / kernel | perf's largest symbols |",
-                "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+                "the largest others | perf samples: GEMM / fsdpc's code / libm / kernel | the steps alone: GEMM / "
+                "fsdpc's code / libm / kernel | perf's largest symbols |",
+                "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"]
         for name, per in res["gemm_share"].items():
             for p, s in per.items():
                 others = ", ".join("%s %.1f %%" % (op, 100 * x) for op, x in s["by_op"]
@@ -339,10 +355,13 @@ def table(res):
                 pf = s.get("perf")
                 perf = "%.0f / %.0f / %.0f / %.0f %%" % tuple(100 * pf[k] for k in ("gemm", "own", "libm", "kernel")) \
                     if pf else "(no perf)"
+                ps = s.get("perf_steps")
+                steps = "%.1f / %.1f / %.1f / %.1f %%" % tuple(100 * ps[k] for k in ("gemm", "own", "libm", "kernel")) \
+                    if ps else "(no perf)"
                 top = ", ".join("%s %.1f %%" % (sym, 100 * x) for sym, x in pf["top"]) if pf else ""
-                out.append("| %s | %s | %.1f | %s | %.1f %% | %.1f %% | %s | %s | %s |" % (
+                out.append("| %s | %s | %.1f | %s | %.1f %% | %.1f %% | %s | %s | %s | %s |" % (
                     name, p, s["step_ms"], fmt(g(name, p, "1t", 0, "fsdpc", "cpu_ms")), 100 * s["gemm"],
-                    100 * s["attention"], others, perf, top))
+                    100 * s["attention"], others, perf, steps, top))
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out))  # one blank line between the sections present
 
 

@@ -9,8 +9,10 @@
  *
  * Checks, per function and input:
  * - accuracy: within 1 ulp of the double libm's value (faithful rounding;
- *   the ulp of a denormal result is 2^-149); where that value rounds to
- *   ±inf, ±0 or NaN, the same (the sign of a zero included);
+ *   the ulp of a denormal result is 2^-149) for exp, tanh and log; erf
+ *   (computed in float lanes, vmath.h's essay) within 1.1 ulp where built
+ *   with FMA, 2.1 ulp without; where that value rounds to ±inf, ±0 or NaN,
+ *   the same (the sign of a zero included);
  * - scalar and vector alike: the result of a call kept out of any loop (a
  *   noinline function) has the same bits as the same function in a loop
  *   over an array compiled to vectorise (-O3), for the baseline x86-64 and,
@@ -37,6 +39,12 @@
 
 enum { F_EXP, F_ERF, F_TANH, F_LOG, NF };
 static const char *const fname[NF] = {"exp", "erf", "tanh", "log"};
+/* the largest error allowed, in ulps (the measured largest over every float: vmath.h's essay) */
+#ifdef __FMA__
+static const double bound[NF] = {1, 1.1, 1, 1};
+#else
+static const double bound[NF] = {1, 2.1, 1, 1};
+#endif
 
 /* one call, out of any loop */
 static __attribute__((noinline)) float one(int f, float x)
@@ -134,7 +142,7 @@ int main(void)
         for (size_t i = 0; i < m; i++) {
             const float v = one(f, x[i]);
             const double e = ulps(v, ref(f, x[i]));
-            if (e < 0 || e > 1) {
+            if (e < 0 || e > bound[f]) {
                 if (bad++ < 5)
                     fprintf(stderr, "FAIL %s(%a) = %a, the double libm's %a (%g ulp)\n", fname[f], (double)x[i],
                         (double)v, ref(f, x[i]), e);
