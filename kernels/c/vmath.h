@@ -21,17 +21,17 @@
  * the polynomials' instructions (the demo GPT's erf loop, GELU's, was 6 % of
  * its 256/6/256/8 step on oneDNN).
  *
- * How.  exp and erf compute in float, a vector lane holding 16 of them on
- * AVX-512 (8 doubles before: the Gelu node's loops, forward and gradient,
- * went from 1.17 and 1.70 ns an element to 0.42 and 0.65, and 10 % of the
- * float32 GPT step to 4 %); tanh and log widen x to double, compute there
- * with a polynomial whose error is far below a float's ulp (about 1e-11
- * relative), and round to float once, which also removes the float-range
- * edge cases (denormals, overflow, underflow come out of the rounding).
- * Measured over every float (tests/kernels_vmath_test.c checks a sweep):
- * exp within 0.98 ulp of the exact value (faithful), with or without FMA;
- * erf within 1.09 ulp where the target has FMA (x86-64-v3 and up), 2.07 ulp
- * without; tanh and log faithful.
+ * How.  exp, erf and tanh compute in float, a vector register holding 16
+ * of them on AVX-512 (they widened to double before, 8 a register: the
+ * Gelu node's loops, forward and gradient, went from 1.17 and 1.70 ns an
+ * element to 0.42 and 0.65, its tanh form's forward from 0.91 to 0.45,
+ * SiLU's from 0.52 to 0.24); log widens x to double, computes there with a
+ * polynomial whose error is far below a float's ulp, and rounds to float
+ * once, which also removes the float-range edge cases (denormals, overflow,
+ * underflow come out of the rounding).  Measured over every float (the
+ * test checks a sweep): exp within 0.98 ulp of the exact value (faithful),
+ * with or without FMA; tanh within 1.04 ulp; erf within 1.09 ulp where the
+ * target has FMA (x86-64-v3 and up), 2.07 without; log within 0.5.
  *   exp(x)  = 2^k p(r), k = round(x / ln 2), r = x - k ln 2 (Cody and
  *             Waite's two-part ln 2), p = 1 + r + r^2 q(r), q of degree 5;
  *             2^k as the product of two powers of two, so that denormal
@@ -41,17 +41,17 @@
  *             1 - exp(S(a)) (S a fit of log(erfc(a)) on [0.921875, 4],
  *             weighted by erfc(a), whose absolute error is erf's);
  *             a clamped to 4, where erf rounds to 1.  The sign put back.
- *   tanh(x) = a + a^3 Q(a^2) (Taylor) for a < 1/16, else
- *             1 - 2 / (exp(2a) + 1); a clamped to 10, where tanh rounds to 1.
+ *   tanh(x) = a + a^3 Q(a^2) for a < 0.875, else 1 - 2 / (exp(2a) + 1);
+ *             a clamped to 10, where tanh rounds to 1.
  *   log(x)  = k ln 2 + 2 atanh(s), s = (m - 1) / (m + 1), x = m 2^k with m
  *             in [sqrt(1/2), sqrt(2)) (from the bits of x as a double, where
  *             a denormal float is normal), the atanh series to s^13.
  * Written for GCC's vectorizer: no libm call, no branch it cannot turn into
  * a select (kf_absmin_ and kf_pick_ say which forms it keeps as branches);
  * each function is forced inline.
- * The fits (q, P, S) are weighted least squares on Chebyshev nodes refined
+ * The fits (q, P, S, Q) are weighted least squares on Chebyshev nodes refined
  * to near minimax (Lawson's reweighting), each coefficient rounded to float
- * in turn and the rest refitted, against the double libm (erf, erfc, exp);
+ * in turn and the rest refitted, against the double libm (erf, erfc, exp, tanh);
  * tests/kernels_vmath_test.c checks every function against the double libm
  * over a sweep of the whole float range and
  * the edge cases (±0, denormals, ±inf, NaN, the overflow and underflow
@@ -108,43 +108,20 @@ KF_VINLINE double kf_bitsd_(uint64_t u)
     return x;
 }
 
-/* exp(x) in double for |x| <= 700 (callers clamp; NaN gives NaN), relative error below 1e-11 */
-KF_VINLINE double kf_exp_d_(double x)
-{
-    const double shift = 0x1.8p52; /* x / ln 2 + shift rounds to an integer k, k in its low bits */
-    double kd = x * 0x1.71547652b82fep0 + shift;
-    const uint64_t kb = kf_dbits_(kd);
-    kd -= shift;
-    /* ln 2 = 0x1.62e42feep-1 (its low bits zero: k times it is exact) + 0x1.a39ef35793c76p-33 */
-    const double r = (x - kd * 0x1.62e42feep-1) - kd * 0x1.a39ef35793c76p-33;
-    double p = KF_MAD_(r, 1.0 / 362880, 1.0 / 40320);
-    p = KF_MAD_(p, r, 1.0 / 5040);
-    p = KF_MAD_(p, r, 1.0 / 720);
-    p = KF_MAD_(p, r, 1.0 / 120);
-    p = KF_MAD_(p, r, 1.0 / 24);
-    p = KF_MAD_(p, r, 1.0 / 6);
-    p = KF_MAD_(p, r, 1.0 / 2);
-    p = KF_MAD_(p, r, 1);
-    p = KF_MAD_(p, r, 1);
-    /* 2^k: k into the exponent field (kb << 52 keeps k's low 12 bits, two's complement) */
-    return p * kf_bitsd_(0x3ff0000000000000u + (kb << 52));
-}
-
 /* |x| with its bits at most lim's, NaN a NaN.  Written as integer arithmetic, not as a select of a constant or a
  * final "x != x ? x : r": GCC would fold the rest of the function on the constant's path, or move r's computation
  * into the other branch, and the branch left stops the loop from vectorising. */
-KF_VINLINE double kf_absmin_(float x, uint32_t lim)
+KF_VINLINE float kf_absmin_(float x, uint32_t lim)
 {
     const uint32_t a = kf_fbits_(x) & 0x7fffffffu;
     return kf_bitsf_((a < lim ? a : lim) | (uint32_t)(a > 0x7f800000u) * 0x7fc00000u);
 }
 
-/* c ? p : q for finite p and q, as arithmetic (exact: 1 p + 0 q is p): a select would let GCC compute p and q
- * each in its branch, as kf_absmin_ says */
-KF_VINLINE double kf_pick_(int c, double p, double q)
+/* c ? p : q, with x's sign put on the result, as a mask of bits (for the same reason: GCC keeps it in the vector) */
+KF_VINLINE float kf_pick_(int c, float p, float q, float x)
 {
-    const double w = c;
-    return w * p + (1 - w) * q;
+    const uint32_t m = (uint32_t)0 - (uint32_t)c;
+    return kf_bitsf_((kf_fbits_(p) & m) | (kf_fbits_(q) & ~m) | (kf_fbits_(x) & 0x80000000u));
 }
 
 /* exp(x) = p 2^k for |x| <= 104 (callers clamp), in float: k = round(x / ln 2) by the shift trick (its bits,
@@ -170,9 +147,7 @@ KF_VINLINE float kf_expk_(float x, int32_t *k)
 KF_VINLINE float kf_expf(float x)
 {
     /* |x| at most 104 (its sign and NaN kept): exp(-104) < 2^-150 rounds to 0, exp(104) > FLT_MAX to inf */
-    const uint32_t a = kf_fbits_(x) & 0x7fffffffu;
-    const float c = kf_bitsf_((a < 0x42d00000u ? a : 0x42d00000u) | (uint32_t)(a > 0x7f800000u) * 0x7fc00000u |
-                              (kf_fbits_(x) & 0x80000000u));
+    const float c = kf_bitsf_(kf_fbits_(kf_absmin_(x, 0x42d00000u /* 104 */)) | (kf_fbits_(x) & 0x80000000u));
     int32_t k;
     const float p = kf_expk_(c, &k);
     /* 2^k as two normal powers of two (k in [-150, 150]): p 2^k1 is exact, the second product rounds once, to a
@@ -184,8 +159,7 @@ KF_VINLINE float kf_expf(float x)
 KF_VINLINE float kf_erff(float x)
 {
     /* a = |x| at most 4 (NaN kept): erf rounds to 1 from 3.92 */
-    const uint32_t ab = kf_fbits_(x) & 0x7fffffffu;
-    const float a = kf_bitsf_((ab < 0x40800000u ? ab : 0x40800000u) | (uint32_t)(ab > 0x7f800000u) * 0x7fc00000u);
+    const float a = kf_absmin_(x, 0x40800000u /* 4 */);
     /* a < 0.921875: erf(a) = a (c0 + z P(z)), z = a^2; c0 = 2 / sqrt(pi) as a float plus the float of its remainder
      * (which the fit's constant term carries), the last step a fused multiply-add */
     const float z = a * a;
@@ -208,21 +182,27 @@ KF_VINLINE float kf_erff(float x)
     int32_t k;
     const float p = kf_expk_(b, &k);
     const float big = 1.0f - p * kf_bitsf_((uint32_t)(k + 127) << 23);
-    /* the branch as a mask of bits (a select GCC keeps in the vector), the sign put back */
-    const uint32_t m = (uint32_t)0 - (uint32_t)(a < 0.921875f);
-    return kf_bitsf_((kf_fbits_(small) & m) | (kf_fbits_(big) & ~m) | (kf_fbits_(x) & 0x80000000u));
+    return kf_pick_(a < 0.921875f, small, big, x);
 }
 
 KF_VINLINE float kf_tanhf(float x)
 {
-    const double a = kf_absmin_(x, 0x41200000u /* 10: tanh rounds to 1 from 9.02 */);
-    const double z = a * a;
-    double q = KF_MAD_(z, 62.0 / 2835, -17.0 / 315);
-    q = KF_MAD_(q, z, 2.0 / 15);
-    q = KF_MAD_(q, z, -1.0 / 3);
-    const double small = KF_MAD_(a * z, q, a);
-    const double big = 1 - 2 / (kf_exp_d_(2 * a) + 1);
-    return kf_bitsf_(kf_fbits_((float)kf_pick_(a < 0.0625, small, big)) | (kf_fbits_(x) & 0x80000000u));
+    /* a = |x| at most 10 (NaN kept): tanh rounds to 1 from 9.02 */
+    const float a = kf_absmin_(x, 0x41200000u /* 10 */);
+    /* a < 0.875: tanh(a) = a + a z Q(z), z = a^2 (Q of degree 6, relative error 7e-10) */
+    const float z = a * a;
+    float q = KF_MADF_(z, -0x1.f9b7d6p-12f, 0x1.5b6d5ap-9f);
+    q = KF_MADF_(q, z, -0x1.110230p-7f);
+    q = KF_MADF_(q, z, 0x1.6376eep-6f);
+    q = KF_MADF_(q, z, -0x1.b9da52p-5f);
+    q = KF_MADF_(q, z, 0x1.110fa8p-3f);
+    q = KF_MADF_(q, z, -0x1.555550p-2f);
+    const float small = KF_MADF_(a * z, q, a);
+    /* else 1 - 2 / (exp(2a) + 1), 2/(exp(2a) + 1) at most 0.296 there; exp's k lies in [2, 29] */
+    int32_t k;
+    const float p = kf_expk_(2 * a, &k);
+    const float big = 1.0f - 2.0f / (p * kf_bitsf_((uint32_t)(k + 127) << 23) + 1.0f);
+    return kf_pick_(a < 0.875f, small, big, x);
 }
 
 KF_VINLINE float kf_logf(float x)
