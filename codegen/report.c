@@ -2,9 +2,10 @@
  *
  * The figures follow the runtime's start-up carving exactly (runtime/rt.h):
  * the fixed arena, nslot slots of W*ceil(n_u/W) elements for the largest unit
- * u that takes the slot (memplan.c's slot_unit; of each slot's element size: 2 bytes for bf16 gathers; with a shard group of one
- * rank, only the slots holding more than gathered parameters and flat
- * gradients that are their shards: memplan.c; at --accum 1), and per unit
+ * u that takes the slot (memplan.c's slot_unit), of each slot's element size
+ * (2 bytes for bf16 gathers; with a shard group of one rank, only the slots
+ * holding more than gathered parameters and flat gradients that are their
+ * shards: memplan.c; at --accum 1), and per unit
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
