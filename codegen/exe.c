@@ -383,6 +383,7 @@ static void emit_model(Cg *cg, Buf *b, const InitLayout *L, int nimage)
     cg_put(b, "    .ninput = %d, .input = inputs, .nconst = %d, .cnst = consts,\n", g->ninput, nconst);
     cg_put(b, "    .arena_bytes = %lld, .nslot = %d, .slot_esize = slot_esize, .slot_alias = slot_alias,\n",
         (long long)g->arena_bytes, g->nslot);
+    cg_put(b, "    .slot_unit = slot_unit,\n");
     int la = g->loss_avg;
     cg_put(b, "    .gnorm_off = %lld, .shard_group = %d,\n",
         g->grad_norm_sq >= 0 ? (long long)g->val[g->grad_norm_sq].loc.off : -1LL,
@@ -467,6 +468,10 @@ static Buf emit_source(Cg *cg, const InitLayout *L, const Buf *step, const Buf *
     cg_put(&b, "static const int slot_alias[] = {");
     for (int s = 0; s < g->nslot; s++)
         cg_put(&b, "%s%d", s ? ", " : "", g->slot_alias[s]);
+    cg_put(&b, "%s};\n", g->nslot ? "" : "0");
+    cg_put(&b, "static const int slot_unit[] = {");
+    for (int s = 0; s < g->nslot; s++)
+        cg_put(&b, "%s%d", s ? ", " : "", g->slot_unit[s]);
     cg_put(&b, "%s};\n", g->nslot ? "" : "0");
     if (!cg->cuda) { /* what -march lets the compiler use here: rt_dev_init checks this CPU has it */
         cg_put(&b, "static const char *const cpu_needs[] = {\n");

@@ -1,10 +1,11 @@
 /* report.c — fsdpc --report: units and the planned memory of one rank.
  *
  * The figures follow the runtime's start-up carving exactly (runtime/rt.h):
- * the fixed arena, nslot slots of max_u W*ceil(n_u/W) elements (of each
- * slot's element size: 2 bytes for bf16 gathers; with a shard group of one
- * rank, only the slots holding more than gathered parameters and flat
- * gradients that are their shards: memplan.c; at --accum 1), and per unit
+ * the fixed arena, nslot slots of W*ceil(n_u/W) elements for the largest unit
+ * u that takes the slot (memplan.c's slot_unit), of each slot's element size
+ * (2 bytes for bf16 gathers; with a shard group of one rank, only the slots
+ * holding more than gathered parameters and flat gradients that are their
+ * shards: memplan.c; at --accum 1), and per unit
  * (2 + optimizer states) shards of ceil(n_u/W) elements, each piece rounded
  * up to 64 bytes.  The executable prints the same numbers when it starts.
  */
@@ -28,7 +29,6 @@ int cg_group_size(const Graph *g, int world)
 void cg_plan(const Graph *g, int world, CgPlan *p)
 {
     int nstate = g->opt->optimizer == OPT_SGD ? 1 : 2, F = cg_group_size(g, world);
-    int64_t slot_elems = 0;
     memset(p, 0, sizeof *p);
     for (int u = 0; u < g->nunit; u++) {
         const Unit *un = &g->unit[u];
@@ -36,12 +36,11 @@ void cg_plan(const Graph *g, int world, CgPlan *p)
         p->params += un->numel;
         p->state += (2 + nstate) * al(len * es);
         p->model_state += (2 + nstate) * un->numel * es;
-        slot_elems = slot_elems > len * F ? slot_elems : len * F;
     }
     int alias = F == 1 ? SLOT_PARAM | SLOT_GRAD : 0; /* as the executable decides at --accum 1 (runtime/load.c) */
     for (int s = 0; s < g->nslot; s++)
         if (g->slot_alias[s] & ~alias) {
-            p->slots += al(slot_elems * (int64_t)g->slot_esize[s]);
+            p->slots += al((g->unit[g->slot_unit[s]].numel + F - 1) / F * F * (int64_t)g->slot_esize[s]);
             p->nslot++;
         }
     p->total = al(g->arena_bytes) + p->slots + p->state;
@@ -211,7 +210,7 @@ void cg_report(FILE *f, const Graph *g, int world, const CgHw *hw)
     fprintf(f, "memory per rank (world %d):\n", world);
     fprintf(f, "  shards (params, grads, optimizer)  %14lld B  (unsharded model state %lld B)\n",
             (long long)p.state, (long long)p.model_state);
-    fprintf(f, "  gathered slots (%d x unit)          %14lld B\n", p.nslot, (long long)p.slots);
+    fprintf(f, "  gathered slots (%d, unit-sized)     %14lld B\n", p.nslot, (long long)p.slots);
     fprintf(f, "  arena: constants                   %14lld B\n", (long long)g->const_bytes);
     fprintf(f, "  arena: activations (peak)          %14lld B\n", (long long)g->peak_act_bytes);
     fprintf(f, "  planned peak                       %14lld B\n", (long long)p.total);

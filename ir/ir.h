@@ -121,7 +121,7 @@ enum { SLOT_PARAM = 1, SLOT_GRAD = 2, SLOT_OTHER = 4 };
 typedef enum {
     LOC_NONE,   /* not yet planned */
     LOC_ARENA,  /* arena + off: fixed compile-time offset, independent of world size */
-    LOC_SLOT,   /* slot[slot] + off: one of the unit-sized slots (size depends on world size) */
+    LOC_SLOT,   /* slot[slot] + off: one of the slots, each its largest unit's size (depends on world size) */
     LOC_SHARD,  /* per-unit shard storage: (unit, state kind), length ceil(n/W) */
 } LocKind;
 
@@ -297,8 +297,10 @@ typedef struct {
     Unit *unit; int nunit;
     Fusion *fusion; int nfusion;/* fuse: the groups behind the Fused nodes */
     int ncoll;                  /* schedule: collectives (tags 0 .. ncoll-1) */
-    int nslot;                  /* memplan: number of unit-sized slots */
+    int nslot;                  /* memplan: number of slots (gathered parameters, flat gradients) */
     int *slot_esize;            /* memplan: bytes per element of each slot (bf16 gathers: 2) */
+    int *slot_unit;             /* memplan: the largest unit whose flat buffers take the slot: the slot holds
+                                 * its F*ceil(numel/F) elements (F known at start-up) */
     int *slot_alias;            /* memplan: per slot, what it holds: SLOT_PARAM | SLOT_GRAD | SLOT_OTHER */
     int64_t arena_bytes;        /* memplan: W-independent part of the arena */
     int64_t const_bytes;        /* memplan: bytes of constants inside the arena */

@@ -377,11 +377,13 @@ static void rd_slots(Rd *r)
         n++;
     g->slot_esize = ir_alloc(sizeof(int) * (size_t)(n + 1));
     g->slot_alias = ir_alloc(sizeof(int) * (size_t)(n + 1));
+    g->slot_unit = ir_alloc(sizeof(int) * (size_t)(n + 1));
     for (int s = 0; s < n; s++) {
         need_line(r, "slot");
         rd_int(r, "the slot number", s, s);
         expect(r, "esize"), g->slot_esize[s] = (int)rd_int(r, "esize", 1, 16);
         expect(r, "alias"), g->slot_alias[s] = (int)rd_int(r, "alias", 0, SLOT_PARAM | SLOT_GRAD | SLOT_OTHER);
+        expect(r, "unit"), g->slot_unit[s] = (int)rd_int(r, "the slot's unit", 0, g->nunit - 1);
         end_line(r);
     }
     g->nslot = n;

@@ -360,7 +360,7 @@ void ir_print(FILE *f, const Graph *g)
     for (int u = 0; u < g->nunit; u++)
         print_unit(f, g, u);
     for (int s = 0; s < g->nslot; s++)
-        fprintf(f, "slot %d esize %d alias %d\n", s, g->slot_esize[s], g->slot_alias[s]);
+        fprintf(f, "slot %d esize %d alias %d unit %d\n", s, g->slot_esize[s], g->slot_alias[s], g->slot_unit[s]);
     for (int k = 0; k < g->nfusion; k++) {
         fprintf(f, "fusion %d: %d members\n", k, g->fusion[k].n);
         for (int i = 0; i < g->fusion[k].n; i++)

@@ -7,10 +7,13 @@
  *     by liveness (greedy by size: biggest first, lowest free address that no
  *     value alive at the same time occupies);
  *   - gathered flat parameters and flat gradients: LOC_SLOT, colored by
- *     liveness into g->nslot slots whose size is the largest unit padded for
- *     the world size (known at start-up) times the slot's element size — the
- *     paper's "sum/F + the largest gathered units in flight".  Buffers of one
- *     element size share slots (bf16 gathers never take a float32 slot).
+ *     liveness into g->nslot slots; a slot's size is the largest unit that
+ *     takes it (g->slot_unit) padded for the world size (known at start-up)
+ *     times the slot's element size — the paper's "sum/F + the largest
+ *     gathered units in flight", where a slot only a small unit takes (a
+ *     GPT's root: the head and last blocks) stays that unit's size.  Buffers
+ *     of one element size share slots (bf16 gathers never take a float32
+ *     slot).
  *     With a shard group of one rank (world 1, NO_SHARD, hybrid:1) a gather
  *     of the same dtype would copy the whole shard into a slot, and the flat
  *     gradient be copied into the gradient shard after its reduction: such a
@@ -174,6 +177,7 @@ void pass_memplan(Graph *g)
     int64_t *slot_busy = ir_alloc(sizeof(int64_t) * (size_t)(nv + 1));
     g->slot_esize = ir_alloc(sizeof(int) * (size_t)(nv + 1));
     g->slot_alias = ir_alloc(sizeof(int) * (size_t)(nv + 1));
+    g->slot_unit = ir_alloc(sizeof(int) * (size_t)(nv + 1));
     g->nslot = 0;
     for (int v = 0; v < nv; v++) {
         Value *x = &g->val[v];
@@ -206,10 +210,14 @@ void pass_memplan(Graph *g)
             int s = 0, es = (int)dtype_size(g->val[acts[k].v].dtype);
             while (s < g->nslot && (slot_busy[s] >= acts[k].def || g->slot_esize[s] != es))
                 s++;
-            if (s == g->nslot)
-                g->slot_alias[g->nslot] = 0, g->slot_esize[g->nslot++] = es;
-            slot_busy[s] = acts[k].last;
             const Value *x = &g->val[acts[k].v];
+            if (x->unit < 0 || x->unit >= g->nunit)
+                die("flat buffer '%s' has no unit", x->name);
+            if (s == g->nslot)
+                g->slot_alias[s] = 0, g->slot_esize[s] = es, g->slot_unit[s] = x->unit, g->nslot++;
+            if (g->unit[x->unit].numel > g->unit[g->slot_unit[s]].numel)
+                g->slot_unit[s] = x->unit; /* F*ceil(n/F) grows with n: the largest unit's fits the others' */
+            slot_busy[s] = acts[k].last;
             int user = slot_user(g, acts[k].v, acts[k].last);
             g->slot_alias[s] |= user;
             g->val[acts[k].v].loc = (Loc){.kind = LOC_SLOT, .slot = s, .unit = x->unit,

@@ -335,21 +335,24 @@ static int slot_needed(const RtCtx *c, int s)
     return (c->m->slot_alias[s] & ~c->slot_alias) != 0;
 }
 
+/* elements of slot s: its largest unit's shard group's gather (c->shard_len set) */
+static int64_t slot_elems(const RtCtx *c, int s)
+{
+    return (int64_t)c->sf * c->shard_len[c->m->slot_unit[s]];
+}
+
 /* shard lengths into c, sizes into mem and the allocation's total into
  * mem->total; -1 on overflow */
 static int plan_sizes(RtCtx *c, RtMem *mem)
 {
     const RtModel *m = c->m;
     int W = c->sf;
-    int64_t slot_elems = 0;
     uint64_t shard_bytes = 0;
     for (int u = 0; u < m->nunit; u++) {
         const RtUnit *un = &m->unit[u];
         int64_t es = rt_elem_size(un->dtype);
         int64_t L = (un->numel + W - 1) / W; /* numel <= INT64_MAX/16: no overflow */
         c->shard_len[u] = L;
-        if ((int64_t)W * L > slot_elems)
-            slot_elems = (int64_t)W * L;
         uint64_t sb = (uint64_t)L * (uint64_t)es;
         mem->param += sb;
         mem->grad += sb;
@@ -361,12 +364,11 @@ static int plan_sizes(RtCtx *c, RtMem *mem)
         if (c->acc && acc_add(&mem->accum, round64(sb * (uint64_t)W)))
             return -1;
     }
-    c->slot_elems = slot_elems;
     for (int s = 0; s < m->nslot; s++) {
         uint64_t sb;
         if (!slot_needed(c, s))
             continue;
-        if (__builtin_mul_overflow((uint64_t)slot_elems, (uint64_t)m->slot_esize[s], &sb) ||
+        if (__builtin_mul_overflow((uint64_t)slot_elems(c, s), (uint64_t)m->slot_esize[s], &sb) ||
             acc_add(&mem->slots, round64(sb)))
             return -1;
     }
@@ -393,7 +395,7 @@ static void lay_out(RtCtx *c, char *base)
     for (int s = 0; s < m->nslot; s++) {
         c->slot[s] = p;
         if (slot_needed(c, s))
-            p += round64((uint64_t)c->slot_elems * (uint64_t)m->slot_esize[s]);
+            p += round64((uint64_t)slot_elems(c, s) * (uint64_t)m->slot_esize[s]);
     }
     for (int u = 0; u < m->nunit; u++) {
         uint64_t sb = round64((uint64_t)c->shard_len[u] * (uint64_t)rt_elem_size(m->unit[u].dtype));

@@ -10,7 +10,8 @@
  *
  * Memory: one allocation per rank, carved at start-up:
  *   [ arena_bytes: fixed compile-time offsets (constants, inputs, activations) ]
- *   [ nslot slots, each max_u F*ceil(numel_u/F) elements of slot_esize[s] bytes: gathered params, flat grads ]
+ *   [ nslot slots, each F*ceil(numel_u/F) elements (u = slot_unit[s]) of slot_esize[s] bytes: gathered params,
+ *     flat grads ]
  *   [ per unit: RT_NSTATE shards of ceil(numel_u/F) elements: param, grad, optimizer ]
  *   [ --accum-mode local: per unit F*ceil(numel_u/F) elements: the summed flat gradient ]
  * Only the last two depend on the world size: F is the shard group's size
@@ -119,6 +120,7 @@ typedef struct {
     int64_t arena_bytes;  /* fixed part */
     int nslot;
     const int *slot_esize; /* bytes per element of each slot */
+    const int *slot_unit;  /* the largest unit each slot holds: the slot is its F*ceil(numel/F) elements */
     const int *slot_alias; /* what each slot holds (RT_SLOT_* bits): a slot of only RT_SLOT_PARAM / _GRAD values
                             * is not allocated where the executable makes them their shards (RtCtx.slot_alias) */
     int64_t loss_off;     /* arena offset of the averaged loss scalar */
@@ -184,7 +186,6 @@ typedef struct RtCtx {
     char **slot;          /* nslot pointers */
     int slot_alias;       /* RT_SLOT_PARAM: gathered parameters are their shard (a shard group of one rank);
                            * | RT_SLOT_GRAD: flat gradients too (and --accum 1); see rt_slot_alias */
-    int64_t slot_elems;   /* elements per slot (max over units of sf * shard_len) */
     char **shard;         /* nunit * RT_NSTATE pointers (NULL where unused) */
     int64_t *shard_len;   /* per unit: ceil(numel / sf) */
     int64_t step;         /* 1-based, for bias correction */

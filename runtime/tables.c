@@ -51,11 +51,14 @@ static int check_train(const RtModel *m)
     if (m->nunit < 0 || m->nparam < 0 || m->ninput < 0 || m->nconst < 0 || m->nslot < 0 || m->arena_bytes < 0)
         BAD("negative count");
     if ((m->nunit && !m->unit) || (m->nparam && !m->param) || (m->ninput && !m->input) ||
-        (m->nconst && !m->cnst) || (m->nslot && (!m->slot_esize || !m->slot_alias)) || !m->step)
+        (m->nconst && !m->cnst) || (m->nslot && (!m->slot_esize || !m->slot_alias || !m->slot_unit)) || !m->step)
         BAD("missing table");
     for (int s = 0; s < m->nslot; s++)
         if (m->slot_esize[s] != 1 && m->slot_esize[s] != 2 && m->slot_esize[s] != 4 && m->slot_esize[s] != 8)
             BAD("slot %d element size %d", s, m->slot_esize[s]);
+    for (int s = 0; s < m->nslot; s++)
+        if (m->slot_unit[s] < 0 || m->slot_unit[s] >= m->nunit)
+            BAD("slot %d unit %d", s, m->slot_unit[s]);
     for (int s = 0; s < m->nslot; s++)
         if (m->slot_alias[s] < 1 || m->slot_alias[s] > (RT_SLOT_PARAM | RT_SLOT_GRAD | RT_SLOT_OTHER))
             BAD("slot %d users %d", s, m->slot_alias[s]);

@@ -373,8 +373,8 @@ static void setup(const char *ptx)
     g_m.name = "rt_dev_test";
     g_m.nunit = 1, g_m.unit = &g_unit;
     g_m.arena_bytes = ARENA;
-    static const int slot_esize[1] = {4};
-    g_m.nslot = 1, g_m.slot_esize = slot_esize;
+    static const int slot_esize[1] = {4}, slot_unit[1] = {0};
+    g_m.nslot = 1, g_m.slot_esize = slot_esize, g_m.slot_unit = slot_unit;
     g_m.loss_off = OFF_LOSS, g_m.loss_dtype = RT_F32;
     g_m.optimizer = RT_ADAMW;
     g_m.step = test_step;
@@ -400,7 +400,6 @@ static void setup(const char *ptx)
     g_c.m = &g_m;
     g_c.rank = g_rank, g_c.world = g_world, g_c.sf = g_world, g_c.srank = g_rank;
     g_c.arena = g_base, g_c.slot = g_slot, g_c.shard = g_shard, g_c.shard_len = g_shard_len;
-    g_c.slot_elems = (int64_t)g_world * SHARD;
 }
 
 static double now_s(void)

@@ -8,15 +8,18 @@ batch 8, without weights (--report and --dump-after read none).  For --target cp
     reading q, kt, v in the 16-bit dtype, and no value of B H T T elements (the scores, the probabilities or
     their gradients) anywhere in the plan; the step's FLOPs those of fp32 (codegen/report.c counts the fused
     attention's products whatever its dtype);
-  - the bf16 and fp16 peaks per rank at most 0.61x fp32's (the issue's bound is 0.6x: below).  Unfused (before 2026-11-26)
+  - the bf16 and fp16 peaks per rank at most 0.6x fp32's.  Unfused (before 2026-11-26)
     they planned 1.41x fp32's; fused, 0.88x (11.64 GB against 13.16 GB), while a MatMul wrote float32 and
     everything else computed in float32.  Since passes/precision.c stores activations as torch.autocast does
     (products and what is computed from 16-bit values alone in 16 bits; the logits 16-bit and their
     cross-entropy on them; fuse.c's large GEMMs rounding a block of rows at a time): 0.587x (7.73 GB).  Since
     passes/gelu.c makes the GELU one node (its intermediates no longer saved) both peaks fell, fp32's more
     (measured 2026-11-28 against main's build, every target and 16-bit precision alike: fp32 13.11 -> 10.69 GB,
-    bf16 7.67 -> 6.46 GB): 0.605x, so the bound is 0.61x until the 16-bit plans' remaining float32 activations
-    shrink; the issue's 0.6x is not met today.
+    bf16 7.67 -> 6.46 GB): 0.605x, and the bound was 0.61x for a day.  The 16-bit activations were then already
+    0.502x fp32's; what kept the ratio up was the part both plans share, the slots, each the largest unit's size.
+    Since memplan.c sizes a slot by the largest unit that takes it (the root unit's gather and flat gradient
+    slots are the root's size; the 16-bit plan has one more slot, its gathers being 16-bit): fp32 10.38 GB, bf16
+    6.00 GB, 0.578x.
 Prints the figures.
 """
 import json
@@ -77,7 +80,7 @@ def main():
             p16, f16 = plan(fsdpc, model, target, precision, work)
             check(f16 == f32, "%s %s: %g FLOPs per step, fp32 %g: the fused attention's count differs"
                   % (target, precision, f16, f32))
-            check(p16 <= 0.61 * p32, "%s %s: planned peak %d B, %.3fx fp32's %d B (at most 0.61x)"
+            check(p16 <= 0.6 * p32, "%s %s: planned peak %d B, %.3fx fp32's %d B (at most 0.6x)"
                   % (target, precision, p16, p16 / p32, p32))
             print("%s %s: planned peak %.2f GB, %.3fx fp32's %.2f GB; every layer's attention fused"
                   % (target, precision, p16 / 1e9, p16 / p32, p32 / 1e9))

@@ -9,8 +9,8 @@ Asserted for each kept run (what today's planner achieves; the whole table and i
   had the node's network to itself);
 - fsdpc's model FLOPs per token within 2 % of 6N + 12 L T d (N the run's parameter count), and fsdpc's parameter
   count equal to the run's (MPT: the source's NumParams; Llama 2: its shape's): the shaped model is the run's model;
-- the planned peak per rank: MPT-7B at T 2048 without activation checkpointing (69.6 GiB since passes/gelu.c made its
-  GELU one node; 93.6 before) and at T 8192 with it fit the 80 GB they ran on; Llama 2 34B on
+- the planned peak per rank: MPT-7B at T 2048 without activation checkpointing (69.5 GiB since memplan.c sizes each slot by its
+  largest unit, 69.6 since passes/gelu.c made its GELU one node; 93.6 before) and at T 8192 with it fit the 80 GB they ran on; Llama 2 34B on
   128 A100s (--recompute units) plans below 95 GiB (89.0 GiB today; 136 GiB before a block's RMSNorm lead-in was
   recomputed with the block instead of saved beside its input).
 Not asserted, because today's planner misses it (docs/planning.md says why): the H100 runs are predicted 32-45 %

@@ -54,7 +54,7 @@ GLOBAL_B, STEPS = 12, 6
 def report(fsdpc, model, flags):
     out = run([fsdpc, model, "--report", "--world", "2"] + flags).stdout
     act = int(re.search(r"arena: activations \(peak\)\s+(\d+) B", out).group(1))
-    slots = int(re.search(r"gathered slots \(\d+ x unit\)\s+(\d+) B", out).group(1))
+    slots = int(re.search(r"gathered slots \(\d+, unit-sized\)\s+(\d+) B", out).group(1))
     return act, slots, out
 
 

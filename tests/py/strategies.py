@@ -13,8 +13,9 @@ enough to clip every step: every loss, the reported
 gradient norm (the norm over shards, each counted once however many groups
 replicate it) and every exported weight equal world-1 FULL_SHARD's within
 1e-5.  Memory: the per-rank model state is 1/W of the whole for full and
-grad_op, 2/W for hybrid:2, the whole for none; grad_op keeps gathered
-buffers longer than full (more slot memory), none gathers nothing.  Errors:
+grad_op, 2/W for hybrid:2, the whole for none; the slots the executable
+carves are the bytes --report plans for that strategy and world (each slot
+its largest unit's size), none gathers nothing.  Errors:
 hybrid:2 on 3 ranks and --report --world 3 with hybrid:2 are one-line errors.
 With --precision bf16 (the GPT), grad_op, none and hybrid:2 at world 2-4
 follow bf16 FULL_SHARD at world 1 within 1e-4.  The wrap policies --wrap
@@ -119,9 +120,11 @@ def main():
                 check(0.99 <= share <= 1.0 + 0.02 * F, "%s: state %d B per rank, expected ~%d/%d of %d B"
                       % (tag, mem["state_bytes"], 1, F, whole))
                 ref_mem = metrics(J("%s_full_w%d%s.jsonl" % (name, world, "" if pf == "pre" else "_" + pf)))[0]
-                if strategy == "grad_op":
-                    check(mem["slot_bytes"] >= ref_mem["slot_bytes"], "%s: grad_op's slots (%d B) should not be "
-                          "below full's (%d B)" % (tag, mem["slot_bytes"], ref_mem["slot_bytes"]))
+                rep = run([fsdpc, model, "--target", "cpu", "--dim", "batch=%d" % (GLOBAL_B // world), "--shard",
+                           strategy, "--report", "--world", str(world)] + flags + pflags).stdout
+                planned = int(re.search(r"gathered slots \(\d+, unit-sized\)\s+(\d+) B", rep).group(1))
+                check(mem["slot_bytes"] == planned, "%s: the executable carved %d B of slots, --report plans %d B"
+                      % (tag, mem["slot_bytes"], planned))
                 if strategy == "none" and world > 1:
                     check(mem["slot_bytes"] < ref_mem["slot_bytes"], "%s: none gathers nothing, yet its slots "
                           "(%d B) are not below full's (%d B)" % (tag, mem["slot_bytes"], ref_mem["slot_bytes"]))
