@@ -29,6 +29,10 @@
  * start, runtime/rt.c).  k_gemm_bf16 is one such GEMM with leading dimensions,
  * for the fused attention's tiles (attn_bf16.c), which call it from every
  * thread of their team, each with its own widening scratch.
+ * k_matmul_add_rows_bf16 is a MatMulAdd stored in bfloat16 a block of its
+ * float32 scratch's rows at a time: natively a GEMM into the scratch and a
+ * k_cast per block; widened, matmul.c's k_matmul_add_rows_16 (one parallel
+ * region, each tile rounded into place by the thread that computed it).
  */
 #include <stdint.h>
 #include <stdio.h>
