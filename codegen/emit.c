@@ -345,7 +345,8 @@ static void gemm_desc(Buf *b, int64_t batch, int64_t sa, int64_t sb, int64_t m, 
 }
 
 /* A MatMulAdd with a 16-bit output and a float32 scratch (fuse.c's gemm_low_out): the output's rows in
- * blocks of the scratch's (the descriptor's m), each a GEMM into the scratch and a rounding into place */
+ * blocks of the scratch's (the descriptor's m), each a GEMM into the scratch and a rounding into place (cpu:
+ * k_matmul_add_rows_bf16 / _f16, which loop so themselves) */
 static void emit_matmul_rows(Cg *cg, Buf *b, const Node *n)
 {
     const Graph *g = cg->g;
@@ -356,6 +357,15 @@ static void emit_matmul_rows(Cg *cg, Buf *b, const Node *n)
     const Value *yv = &g->val[n->out[0]];
     const char *s = cg_gemm_sfx(g->val[n->in[0]].dtype, DT_F32), *w = cg_ptr(cg, n->out[1]);
     gemm_desc(b, 1, 0, 0, block, cols, k, 0, tb, ir_attr_f(n, "alpha", 1.0), 0);
+    DType dt = g->val[n->in[0]].dtype;
+    if (!cg->cuda && (dt == DT_BF16 || dt == DT_F16) && yv->dtype == dt && g->val[n->in[1]].dtype == dt) {
+        /* the loop below inside the kernel: one parallel region where it is widened */
+        cg_put(b, "      k_matmul_add_rows_%s(%s, %s, gm.m, %s, %s, %s, %s, gm.alpha, %lldLL, gm.n, gm.k, gm.trans_b); }\n",
+               s, cg_ptr(cg, n->out[0]), w, cg_ptr(cg, n->in[0]), cg_ptr(cg, n->in[1]),
+               n->in[2] >= 0 ? cg_ptr(cg, n->in[2]) : "NULL", n->in[3] >= 0 ? cg_ptr(cg, n->in[3]) : "NULL",
+               (long long)rows);
+        return;
+    }
     cg_put(b, "      for (int64_t r0 = 0; r0 < %lldLL; r0 += gm.m) {\n", (long long)rows);
     cg_put(b, "        RtGemm part = gm;\n        part.m = %lldLL - r0 < gm.m ? %lldLL - r0 : gm.m;\n",
            (long long)rows, (long long)rows);

@@ -62,6 +62,6 @@ void cg_notes(const Graph *g)
                 "executable that trains here\n", why, o->out);
     if (!strcmp(o->target, "cpu") && o->precision == PREC_BF16 && bf16_native_here() == 0)
         fprintf(stderr, "fsdpc: note: --precision bf16: no native bfloat16 GEMM on this CPU (AVX512-BF16): %s's "
-                "bf16 GEMMs run widened to float32 here, a step taking 1.0-1.2x the time of --precision fp32's\n",
+                "bf16 GEMMs run widened to float32 here, a step taking 0.9-1.0x the time of --precision fp32's\n",
                 o->out);
 }

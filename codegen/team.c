@@ -9,7 +9,8 @@
  * bits do not change), and so can the step's fused loops (emitted with `omp for nowait` for a team:
  * emit_fused.c), so a run of consecutive nodes whose code calls only them (a Split's three copies, the
  * attention's transposes, the views between, a bias gradient's sum after a LayerNorm's backward, the GELU's
- * Div and fused loop, a MatMulAdd's preset of C, which exe.c then ends the run with, its GEMM following alone)
+ * Div and fused loop, a MatMulAdd's preset of C, which exe.c then ends the run with, its GEMM following alone;
+ * --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward)
  * is one parallel region, with a barrier only where a node writes bytes that a node of the run read or wrote
  * since the last barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its
  * own).  A node calling anything else (a GEMM, a collective, the attention) ends the run.
@@ -29,7 +30,7 @@ static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
     "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_f32",
     "k_layernorm_grad_f64",
-    "k_matmul_epilogue_f32",
+    "k_matmul_epilogue_f32", "k_cast",
 };
 
 static int team_kernel(const char *name, size_t len)

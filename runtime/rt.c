@@ -778,7 +778,7 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
         if (g_rank == 0) {
             if (m->bf16_native && !m->bf16_native()) /* fsdpc said so too where it compiled (codegen/notes.c) */
                 rt_note0("no native bfloat16 GEMM on this CPU (AVX512-BF16): the bf16 GEMMs run widened to float32, a "
-                      "step taking 1.0-1.2x the time of --precision fp32's");
+                      "step taking 0.9-1.0x the time of --precision fp32's");
             if (line[0] && !o->quiet)
                 printf("%s\n", line);
             print_memory(&r->ctx, &r->mem, hosts, r->mf);

@@ -423,6 +423,75 @@ static void test_matmul_add(int dt)
         }
 }
 
+/* k_matmul_add_rows_bf16 / _f16 (f16), a MatMulAdd stored in 16 bits a block of wrows rows at a time: y equal
+ * bit for bit to k_matmul_add_X into the scratch and k_cast of it, block by block (what the step did before),
+ * on 1 thread and a team of 4, and within float32 rounding of a double reference before the output's rounding */
+static void matmul_add_rows_case(int f16, int64_t rows, int64_t n, int64_t k, int64_t wrows, int tb,
+                                 int with_bias, int with_add, double alpha)
+{
+    const int64_t nc = rows * n;
+    Buf a = buf_new(rows * k), b = buf_new(k * n), bias = buf_new(n), add = buf_new(nc), want = buf_new(nc),
+        got = buf_new(nc);
+    uint16_t *a16 = xalloc((size_t)(rows * k), 2), *b16 = xalloc((size_t)(k * n), 2), *y = xalloc((size_t)nc, 2),
+             *y4 = xalloc((size_t)nc, 2), *ywant = xalloc((size_t)nc, 2);
+    float *w = xalloc((size_t)(wrows * n), sizeof(float)), *fb = xalloc((size_t)n, sizeof(float)),
+          *fa = xalloc((size_t)nc, sizeof(float));
+    fill_rnd(&a, -1, 1), fill_rnd(&b, -1, 1), fill_rnd(&bias, -1, 1), fill_rnd(&add, -1, 1);
+    for (int64_t i = 0; i < rows * k; i++)
+        a.d[i] = f16 ? k_f16_to_f32(a16[i] = k_f16_from_f32((float)a.d[i]))
+                     : k_bf16_to_f32(a16[i] = k_bf16_from_f32((float)a.d[i]));
+    for (int64_t i = 0; i < k * n; i++)
+        b.d[i] = f16 ? k_f16_to_f32(b16[i] = k_f16_from_f32((float)b.d[i]))
+                     : k_bf16_to_f32(b16[i] = k_bf16_from_f32((float)b.d[i]));
+    for (int64_t i = 0; i < n; i++)
+        bias.d[i] = fb[i] = (float)bias.d[i];
+    for (int64_t i = 0; i < nc; i++)
+        add.d[i] = fa[i] = (float)add.d[i];
+    const float *pb = with_bias ? fb : NULL, *pa = with_add ? fa : NULL;
+    for (int64_t r0 = 0; r0 < rows; r0 += wrows) { /* the step's loop before k_matmul_add_rows */
+        const int64_t part = rows - r0 < wrows ? rows - r0 : wrows;
+        (f16 ? k_matmul_add_f16 : k_matmul_add_bf16)(w, a16 + r0 * k, b16, pb, pa ? pa + r0 * n : NULL, alpha, 1, 0,
+                                                     0, part, n, k, 0, tb);
+        k_cast(f16 ? K_DT_F16 : K_DT_BF16, ywant + r0 * n, K_DT_F32, w, part * n);
+    }
+    (f16 ? k_matmul_add_rows_f16 : k_matmul_add_rows_bf16)(y, w, wrows, a16, b16, pb, pa, alpha, rows, n, k, tb);
+    check_bytes(F32, y, ywant, (size_t)nc * 2);
+#ifdef _OPENMP
+    const int before = omp_get_max_threads();
+    ktest_team(before == 4 ? 1 : 4);
+    (f16 ? k_matmul_add_rows_f16 : k_matmul_add_rows_bf16)(y4, w, wrows, a16, b16, pb, pa, alpha, rows, n, k, tb);
+    ktest_team(before);
+    check_bytes(F32, y4, y, (size_t)nc * 2); /* 1 thread's bits = a team of 4's */
+#endif
+    Gemm g = {1, 0, 0, rows, n, k, 0, tb, 0.0};
+    ref_matmul(want.d, a.d, b.d, &g);
+    for (int64_t i = 0; i < nc; i++) {
+        want.d[i] = alpha * want.d[i] + (with_bias ? bias.d[i % n] : 0) + (with_add ? add.d[i] : 0);
+        got.d[i] = f16 ? k_f16_to_f32(y[i]) : k_bf16_to_f32(y[i]);
+    }
+    check(F32, got.d, want.d, nc, f16 ? 1e-3 : 8e-3); /* the output's rounding (2^-11, 2^-8) */
+    free(a16), free(b16), free(y), free(y4), free(ywant), free(w), free(fb), free(fa);
+    buf_free(&a), buf_free(&b), buf_free(&bias), buf_free(&add), buf_free(&want), buf_free(&got);
+}
+
+static void test_matmul_add_rows(int dt)
+{
+    /* rows x n x k, the scratch's rows: blocks past the tiles' 256 and the widening's depth block, a last block
+     * smaller, a scratch holding every row, k 0 */
+    static const int64_t sizes[][4] = {{600, 300, 260, 250}, {37, 9, 3, 16}, {64, 40, 20, 64}, {10, 7, 0, 4}};
+    if (dt != F32)
+        return;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int v = 0; v < 16; v++) { /* tb x bias x add x alpha */
+                CTX("k_matmul_add_rows_%s rows=%lld n=%lld k=%lld wrows=%lld tb=%d bias=%d add=%d alpha=%g",
+                    f16 ? "f16" : "bf16", (long long)sizes[s][0], (long long)sizes[s][1], (long long)sizes[s][2],
+                    (long long)sizes[s][3], v & 1, v >> 1 & 1, v >> 2 & 1, v & 8 ? 0.125 : 1.0);
+                matmul_add_rows_case(f16, sizes[s][0], sizes[s][1], sizes[s][2], sizes[s][3], v & 1, v >> 1 & 1,
+                                     v >> 2 & 1, v & 8 ? 0.125 : 1.0);
+            }
+}
+
 /* float16 operands: the same GEMM with float16 rounding (10 mantissa bits),
  * so the result must also be closer to the exact product of the unrounded
  * operands than bfloat16's would be */
@@ -1306,7 +1375,7 @@ int main(void)
     static void (*const tests[])(int) = {
         test_binary, test_scale_fill, test_matmul, test_matmul_bf16, test_transpose, test_reduce_sum_to,
         test_reduce, test_mse, test_cross_entropy, test_nll, test_adamw, test_sgd, test_clip,
-        test_matmul_f16, test_loss_scale, test_matmul_add, test_cross_entropy_16, test_gemm_libs,
+        test_matmul_f16, test_loss_scale, test_matmul_add, test_matmul_add_rows, test_cross_entropy_16, test_gemm_libs,
     };
     return ktest_main("kernels_test", tests, sizeof tests / sizeof tests[0]);
 }

@@ -233,38 +233,63 @@ static int overlaps(const void *y, const void *x, int64_t n, int ey, int ex)
     return (const char *)y < (const char *)x + n * ex && (const char *)x < (const char *)y + n * ey;
 }
 
-/* The common float pairs get plain loops; everything else goes element by
- * element through cast_one.  With y == x of equal size, element i is read
- * before it is written, so in place is safe. */
+/* One k_cast's elements [lo, hi): the common float pairs as plain loops (the bfloat16 ones vectorise),
+ * everything else element by element through cast_one; a cast to its own dtype copies bytes. */
+typedef struct {
+    int to, from;
+    void *y;
+    const void *x;
+    int64_t n;
+} CastJob;
+
+static void cast_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const CastJob *j = ctx;
+    const int to = j->to, from = j->from;
+    if (to == from)
+        memmove((char *)j->y + lo * dt_size(to), (const char *)j->x + lo * dt_size(to),
+                (size_t)(hi - lo) * (size_t)dt_size(to));
+    else if (from == K_DT_F32 && to == K_DT_F64)
+        for (int64_t i = lo; i < hi; i++) ((double *)j->y)[i] = ((const float *)j->x)[i];
+    else if (from == K_DT_F64 && to == K_DT_F32)
+        for (int64_t i = lo; i < hi; i++) ((float *)j->y)[i] = (float)((const double *)j->x)[i];
+    else if (from == K_DT_F32 && to == K_DT_BF16)
+        for (int64_t i = lo; i < hi; i++) ((uint16_t *)j->y)[i] = k_bf16_from_f32(((const float *)j->x)[i]);
+    else if (from == K_DT_BF16 && to == K_DT_F32)
+        for (int64_t i = lo; i < hi; i++) ((float *)j->y)[i] = k_bf16_to_f32(((const uint16_t *)j->x)[i]);
+    else if (from == K_DT_F32 && to == K_DT_F16)
+        for (int64_t i = lo; i < hi; i++) ((uint16_t *)j->y)[i] = k_f16_from_f32(((const float *)j->x)[i]);
+    else if (from == K_DT_F16 && to == K_DT_F32)
+        for (int64_t i = lo; i < hi; i++) ((float *)j->y)[i] = k_f16_to_f32(((const uint16_t *)j->x)[i]);
+    else
+        for (int64_t i = lo; i < hi; i++)
+            cast_one(to, j->y, from, j->x, i);
+}
+
+/* the whole cast on one thread (one unit of par_range's) */
+static void cast_all(void *ctx, int64_t lo, int64_t hi)
+{
+    (void)lo, (void)hi;
+    cast_range(ctx, 0, ((const CastJob *)ctx)->n);
+}
+
+/* Split by par_range, so that the generated step may cast inside a team that shares (codegen/team.c): each
+ * element is converted alike however the range is cut.  With y == x of equal size, element i is read before
+ * it is written, so in place is safe; y overlapping x otherwise (equal sizes) is done on one thread in
+ * order, as one memmove for a copy; different sizes overlapping are refused. */
 void k_cast(int to, void *y, int from, const void *x, int64_t n)
 {
-    if (to == from) {
-        if (y != x)
-            memmove(y, x, (size_t)n * (size_t)dt_size(to));
-    } else if (from == K_DT_F32 && to == K_DT_F64 && !overlaps(y, x, n, 8, 4)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((double *)y)[i] = ((const float *)x)[i];
-    } else if (from == K_DT_F64 && to == K_DT_F32 && !overlaps(y, x, n, 4, 8)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = (float)((const double *)x)[i];
-    } else if (from == K_DT_F32 && to == K_DT_BF16 && !overlaps(y, x, n, 2, 4)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_bf16_from_f32(((const float *)x)[i]);
-    } else if (from == K_DT_BF16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_bf16_to_f32(((const uint16_t *)x)[i]);
-    } else if (from == K_DT_F32 && to == K_DT_F16 && !overlaps(y, x, n, 2, 4)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = k_f16_from_f32(((const float *)x)[i]);
-    } else if (from == K_DT_F16 && to == K_DT_F32 && !overlaps(y, x, n, 4, 2)) {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) ((float *)y)[i] = k_f16_to_f32(((const uint16_t *)x)[i]);
-    } else {
-        if (dt_size(to) != dt_size(from) && overlaps(y, x, n, dt_size(to), dt_size(from)))
+    const CastJob j = {to, from, y, x, n};
+    if (n <= 0 || (to == from && y == x))
+        return;
+    const int sy = dt_size(to), sx = dt_size(from);
+    if (y != x && overlaps(y, x, n, sy, sx)) {
+        if (sy != sx)
             die("k_cast: y overlaps x with a different element size");
-        for (int64_t i = 0; i < n; i++)
-            cast_one(to, y, from, x, i);
+        par_range(cast_all, (void *)&j, 1, n);
+        return;
     }
+    par_range(cast_range, (void *)&j, n, 1);
 }
 
 /* ---- k_where ------------------------------------------------------------ */

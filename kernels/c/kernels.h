@@ -504,6 +504,28 @@ K_TWIN(matmul_add_bf16)
  * path, and k_matmul_bf16's where oneDNN has no native bf16 GEMM */
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                          int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16);
+/* k_matmul_add on 16-bit operands, widened as k_matmul_widened_16 (f16: float16, else bfloat16), C preset to
+ * bias + add tile by tile in the GEMM's own parallel region: k_matmul_add_f16's path, and k_matmul_add_bf16's
+ * where oneDNN has no native bf16 GEMM */
+void k_matmul_add_widened_16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                             double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
+                             int ta, int tb, int f16);
+/* A MatMulAdd whose result is stored in bfloat16 (passes/fuse.c's gemm_low_out): y (rows x n) = alpha A
+ * op(B) + bias (each row) + add, rounded once, computed wrows rows at a time in the float32 scratch w
+ * (wrows x n): A rows x k, B n x k (tb) or k x n; bias, add may be NULL.  The bits of k_matmul_add_bf16 into
+ * w and a k_cast of it, block by block (the native GEMM does just that; the widened one rounds each tile into
+ * y as it is done, one parallel region for the call: k_matmul_add_rows_16) */
+void k_matmul_add_rows_bf16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                            const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                            int tb);
+/* k_matmul_add_rows_bf16 of float16 operands and y (always widened) */
+void k_matmul_add_rows_f16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                           const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                           int tb);
+/* the widened path of both (f16: float16, else bfloat16) */
+void k_matmul_add_rows_16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                          const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                          int tb, int f16);
 /* The widening's blocks: op(A) in K_WIDE_BM x K_WIDE_BK, op(B) in K_WIDE_BK x
  * K_WIDE_BN; the floats an m x n x k GEMM widens into at once. */
 #define K_WIDE_BM 512

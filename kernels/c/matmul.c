@@ -213,9 +213,13 @@ static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const
  * against the GEMM's 2 m n k flops.  Every caller hands k_gemm_widened_16 a
  * scratch of its own (kernels never allocate).
  *
- * k_matmul_widened_16, the step's GEMM, splits its C into TILE x TILE tiles
- * (of every matrix of a batch), each tile's product one cblas_sgemm per BK
- * block of k on widened TILE x BK blocks, in k order.  The team (OpenBLAS
+ * k_matmul_widened_16, the step's GEMM, splits its C into tiles of at most
+ * TILE x TILE, of equal sizes (tiles(): from the shape alone, at least
+ * MIN_TILES where the sides allow, so that a 128 x 128 or 384 x 128 weight
+ * gradient is not one tile on one thread, or 256 + 128 rows on two), each
+ * tile's product one cblas_sgemm per BK block of k on widened blocks, in k
+ * order; a MatMulAdd's preset of C (bias + addend) is done tile by tile at
+ * its first block, in the GEMM's own region.  The team (OpenBLAS
  * runs single-threaded inside it) takes units: runs of tiles along a row of
  * C (or a column, whichever widens less), each unit on one thread in that
  * thread's slot of the fixed wide[] (at most SLOTS threads), k block by k
@@ -231,12 +235,17 @@ static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const
  * GEMMs and 0.96x on the 256/6/256/8 one's at 1 thread; each operand
  * widened whole once and one sgemm, 1.06-1.09x (bench/bf16_gemm.py's
  * `whole` side, 2026-11-28: a whole widened operand leaves L2 before the
- * sgemm packs it, a 256 x 256 block does not).
+ * sgemm packs it, a 256 x 256 block does not).  A MatMulAdd stored in 16
+ * bits (k_matmul_add_rows_16) rounds each tile into its 16-bit output as
+ * soon as the tile is done, the scratch's row blocks one after the other in
+ * one region: the widened bf16 GPT 128/4/128/8 step at 2 threads went from
+ * 320 parallel regions to 247, and to 177 with k_cast in the step's team
+ * runs (codegen/team.c; fp32's: 183).
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
 
-enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK, TILE = 256, SLOTS = 16 };
+enum { BM = K_WIDE_BM, BN = K_WIDE_BN, BK = K_WIDE_BK, TILE = 256, MIN_TILES = 2, MIN_SIDE = 64, SLOTS = 16 };
 #define SLOT_FLOATS (2 * TILE * BK) /* a run's shared block and a tile's own, TILE x BK each */
 static float wide[SLOTS][SLOT_FLOATS]; /* a slot per thread of the team (untouched pages cost nothing) */
 
@@ -313,8 +322,11 @@ void k_gemm_widened_16(float *c, int64_t ldc, const uint16_t *a, int64_t lda, co
 /* one k_matmul_widened_16: C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch (A_i at a + i sa, ...) */
 typedef struct {
     float *c;
+    uint16_t *y;              /* k_matmul_add_rows_16: C's tiles rounded into y (16 bits, ld n) as they are done */
+    const float *bias, *add;  /* C = bias (each row) + add before the product (k_matmul_add's), tile by tile */
     const uint16_t *a, *b;
     int64_t sa, sb, m, n, k, lda, ldb;
+    int64_t tr, tc; /* a tile's rows and columns (the last ones of C may be fewer) */
     int ta, tb, f16;
     double alpha, beta;
 } Wide;
@@ -340,9 +352,18 @@ static void widen_b(float *w, const Wide *g, int64_t i, int64_t j0, int64_t bn, 
 static void tile_block(const Wide *g, int64_t i, int64_t i0, int64_t j0, int64_t k0, const float *wa,
                        const float *wb)
 {
-    const int64_t bm = g->m - i0 < TILE ? g->m - i0 : TILE, bn = g->n - j0 < TILE ? g->n - j0 : TILE;
+    const int64_t bm = g->m - i0 < g->tr ? g->m - i0 : g->tr, bn = g->n - j0 < g->tc ? g->n - j0 : g->tc;
     const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
-    k_gemm_f32(g->c + i * g->m * g->n + i0 * g->n + j0, g->n, wa, g->ta ? bm : bk, wb, g->tb ? bk : bn, bm, bn, bk,
+    float *c = g->c + i * g->m * g->n + i0 * g->n + j0;
+    if (!k0 && (g->bias || g->add)) /* epilogue_c_f32's arithmetic, on this tile */
+        for (int64_t r = 0; r < bm; r++) {
+            const float *ad = g->add ? g->add + i * g->m * g->n + (i0 + r) * g->n + j0 : NULL;
+            for (int64_t j = 0; j < bn; j++) {
+                float v = ad ? ad[j] : 0.0f;
+                c[r * g->n + j] = g->bias ? v + g->bias[j0 + j] : v;
+            }
+        }
+    k_gemm_f32(c, g->n, wa, g->ta ? bm : bk, wb, g->tb ? bk : bn, bm, bn, bk,
                g->ta, g->tb, g->alpha, k0 ? 1.0 : g->beta);
 }
 
@@ -351,7 +372,8 @@ static void tile_block(const Wide *g, int64_t i, int64_t i0, int64_t j0, int64_t
 static void run_unit(const Wide *g, int rows, int64_t i, int64_t line, int64_t t0, int64_t t1, float *w)
 {
     float *shared = w, *own = w + TILE * BK;
-    const int64_t l0 = line * TILE, ln = (rows ? g->m : g->n) - l0 < TILE ? (rows ? g->m : g->n) - l0 : TILE;
+    const int64_t lt = rows ? g->tr : g->tc, xt = rows ? g->tc : g->tr; /* a line's width, a tile's along it */
+    const int64_t l0 = line * lt, ln = (rows ? g->m : g->n) - l0 < lt ? (rows ? g->m : g->n) - l0 : lt;
     for (int64_t k0 = 0; k0 < g->k; k0 += BK) {
         const int64_t bk = g->k - k0 < BK ? g->k - k0 : BK;
         if (rows)
@@ -359,7 +381,7 @@ static void run_unit(const Wide *g, int rows, int64_t i, int64_t line, int64_t t
         else
             widen_b(shared, g, i, l0, ln, k0, bk);
         for (int64_t t = t0; t < t1; t++) {
-            const int64_t x0 = t * TILE, xn = (rows ? g->n : g->m) - x0 < TILE ? (rows ? g->n : g->m) - x0 : TILE;
+            const int64_t x0 = t * xt, xn = (rows ? g->n : g->m) - x0 < xt ? (rows ? g->n : g->m) - x0 : xt;
             if (rows) {
                 widen_b(own, g, i, x0, xn, k0, bk);
                 tile_block(g, i, l0, x0, k0, shared, own);
@@ -369,6 +391,60 @@ static void run_unit(const Wide *g, int rows, int64_t i, int64_t line, int64_t t
             }
         }
     }
+    if (g->y) /* the run's tiles are done: rounded while in cache */
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t x0 = t * xt, xn = (rows ? g->n : g->m) - x0 < xt ? (rows ? g->n : g->m) - x0 : xt;
+            const int64_t r0 = rows ? l0 : x0, rn = rows ? ln : xn, c0 = rows ? x0 : l0, cn = rows ? xn : ln;
+            for (int64_t r = r0; r < r0 + rn; r++) {
+                const float *cr = g->c + i * g->m * g->n + r * g->n + c0;
+                uint16_t *yr = g->y + i * g->m * g->n + r * g->n + c0;
+                if (g->f16)
+                    for (int64_t j = 0; j < cn; j++)
+                        yr[j] = k_f16_from_f32(cr[j]);
+                else
+                    for (int64_t j = 0; j < cn; j++)
+                        yr[j] = k_bf16_from_f32(cr[j]);
+            }
+        }
+}
+
+/* C's tiling, from the shape alone (never the team, so that every team makes the same sgemm calls): tm x tn
+ * tiles of tr x tc, at most TILE x TILE, of equal sizes rounded up to 16 (the last row or column of tiles
+ * smaller), and where a batch's C has fewer than MIN_TILES tiles, more of them down to MIN_SIDE on a side
+ * (cutting the larger side first): a 128 x 128 weight gradient is 4 tiles, not 1 on one thread of the team. */
+static int64_t tile_side(int64_t len, int64_t count)
+{
+    return ((len + count - 1) / count + 15) / 16 * 16;
+}
+static void tiles(int64_t batch, int64_t m, int64_t n, int64_t *tm, int64_t *tn, int64_t *tr, int64_t *tc)
+{
+    int64_t cm = (m + TILE - 1) / TILE, cn = (n + TILE - 1) / TILE;
+    while (batch * cm * cn < MIN_TILES) {
+        const int64_t r = tile_side(m, cm), c = tile_side(n, cn);
+        if (r >= c && r >= 2 * MIN_SIDE)
+            cm++;
+        else if (c >= 2 * MIN_SIDE)
+            cn++;
+        else if (r >= 2 * MIN_SIDE)
+            cm++;
+        else
+            break;
+    }
+    *tr = tile_side(m, cm), *tc = tile_side(n, cn);
+    *tm = (m + *tr - 1) / *tr, *tn = (n + *tc - 1) / *tc;
+}
+
+/* the team for n units, each with a slot: never 1 where the kernels' team has 2 or more, even for one tile (the
+ * second thread idles), so that a lone tile's sgemm runs on one thread as every tile does inside a team, not on
+ * the library's threads, whose sums differ (walk.h's attn_threads) */
+static int wide_threads(int64_t n)
+{
+    int t = slot_threads(n, SLOTS);
+#ifdef _OPENMP
+    if (t < 2 && !omp_in_parallel() && omp_get_max_threads() > 1)
+        t = 2;
+#endif
+    return t;
 }
 
 /* runs a line of `along` tiles is cut into: 1, or more where `lines` lines are too few units for a team of nt
@@ -381,31 +457,119 @@ static int64_t runs_per_line(int64_t lines, int64_t along, int nt)
     return s;
 }
 
-void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
-                         int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
+/* how a Wide's units split C (`units` of them, unit u: matrix i, line, run): rows of tiles (op(A)'s blocks
+ * widened once a run, op(B)'s once a tile) or columns, whichever widens less; g's tiling set here */
+typedef struct {
+    int rows;
+    int64_t lines, along, runs, units;
+} Plan;
+
+static Plan plan(Wide *g, int64_t batch, int nt)
+{
+    int64_t tm, tn;
+    tiles(batch, g->m, g->n, &tm, &tn, &g->tr, &g->tc);
+    const int64_t m = g->m, n = g->n, k = g->k;
+    const int64_t sr = runs_per_line(batch * tm, tn, nt), sc = runs_per_line(batch * tn, tm, nt);
+    Plan p;
+    p.rows = m * k * sr + k * n * tm <= k * n * sc + m * k * tn;
+    p.lines = p.rows ? tm : tn, p.along = p.rows ? tn : tm, p.runs = p.rows ? sr : sc;
+    p.units = batch * p.lines * p.runs;
+    return p;
+}
+
+static void unit(const Wide *g, const Plan *p, int64_t u)
+{
+    const int64_t i = u / (p->lines * p->runs), line = u / p->runs % p->lines, r = u % p->runs;
+    run_unit(g, p->rows, i, line, r * p->along / p->runs, (r + 1) * p->along / p->runs, wide[slot_of_thread()]);
+}
+
+/* C_i = alpha op(A_i) op(B_i) + beta C_i, C preset to bias + add first where either is given (beta 1 then) */
+static void widened(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                    int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
+                    double alpha, double beta, int f16)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
     if (k <= 0) {
+        if (bias || add)
+            epilogue_c_f32(c, bias, add, batch * m, n);
         scale_c_f32(c, batch * m * n, beta);
         return;
     }
     check_dims(m, n, k);
     if (sb == 0 && !ta && sa == m * k && batch * m <= INT_MAX) /* shared B: one tall GEMM, as k_matmul_f32 */
         m *= batch, batch = 1;
-    const Wide g = {c, a, b, sa, sb, m, n, k, ta ? m : k, tb ? k : n, ta, tb, f16, alpha, beta};
-    const int64_t tm = (m + TILE - 1) / TILE, tn = (n + TILE - 1) / TILE;
-    const int nt = slot_threads(batch * tm * tn, SLOTS);
-    /* rows of tiles (op(A)'s blocks widened once a run, op(B)'s once a tile) or columns, whichever widens less */
-    const int64_t sr = runs_per_line(batch * tm, tn, nt), sc = runs_per_line(batch * tn, tm, nt);
-    const int rows = m * k * sr + k * n * tm <= k * n * sc + m * k * tn;
-    const int64_t lines = rows ? tm : tn, along = rows ? tn : tm, runs = rows ? sr : sc;
-    const int64_t units = batch * lines * runs;
+    Wide g = {.c = c, .bias = bias, .add = add, .a = a, .b = b, .sa = sa, .sb = sb, .m = m, .n = n, .k = k,
+              .lda = ta ? m : k, .ldb = tb ? k : n, .ta = ta, .tb = tb, .f16 = f16, .alpha = alpha, .beta = beta};
+    int64_t tm, tn, tr, tc;
+    tiles(batch, m, n, &tm, &tn, &tr, &tc);
+    const int nt = wide_threads(batch * tm * tn);
+    const Plan p = plan(&g, batch, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t u = 0; u < units; u++) {
-        const int64_t i = u / (lines * runs), line = u / runs % lines, r = u % runs;
-        run_unit(&g, rows, i, line, r * along / runs, (r + 1) * along / runs, wide[slot_of_thread()]);
+    for (int64_t u = 0; u < p.units; u++)
+        unit(&g, &p, u);
+}
+
+void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
+                         int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16)
+{
+    widened(c, a, b, NULL, NULL, batch, sa, sb, m, n, k, ta, tb, alpha, beta, f16);
+}
+
+void k_matmul_add_widened_16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
+                             double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
+                             int ta, int tb, int f16)
+{
+    widened(c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, f16);
+}
+
+/* k_matmul_add_rows_bf16's widened path: every block's tiles preset, computed and rounded into y in one
+ * parallel region (a barrier between blocks, which reuse w), where the step made a GEMM, a preset and a cast
+ * region a block.  Each element gets the arithmetic of the preset, the GEMM's tile and k_cast. */
+void k_matmul_add_rows_16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                          const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                          int tb, int f16)
+{
+    if (rows <= 0 || n <= 0)
+        return;
+    if (wrows <= 0) {
+        fprintf(stderr, "fsdpc kernels/c: k_matmul_add_rows_16 given a scratch of %lld rows\n", (long long)wrows);
+        abort();
     }
+    const double beta = bias || add ? 1.0 : 0.0;
+    if (k <= 0) { /* C = bias + add (or 0), rounded */
+        for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
+            const int64_t part = rows - r0 < wrows ? rows - r0 : wrows;
+            widened(w, a, b, bias, add ? add + r0 * n : NULL, 1, 0, 0, part, n, k, 0, tb, alpha, beta, f16);
+            k_cast(f16 ? K_DT_F16 : K_DT_BF16, y + r0 * n, K_DT_F32, w, part * n);
+        }
+        return;
+    }
+    check_dims(wrows, n, k);
+    int64_t tm, tn, tr, tc;
+    tiles(1, rows < wrows ? rows : wrows, n, &tm, &tn, &tr, &tc);
+    const int nt = wide_threads(tm * tn);
+#pragma omp parallel num_threads(nt)
+    for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
+        Wide g = {.c = w, .y = y + r0 * n, .bias = bias, .add = add ? add + r0 * n : NULL, .a = a + r0 * k, .b = b,
+                  .m = rows - r0 < wrows ? rows - r0 : wrows, .n = n, .k = k, .lda = k, .ldb = tb ? k : n,
+                  .tb = tb, .f16 = f16, .alpha = alpha, .beta = beta};
+#ifdef _OPENMP
+        const Plan p = plan(&g, 1, omp_get_num_threads());
+#else
+        const Plan p = plan(&g, 1, 1);
+#endif
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < p.units; u++)
+            unit(&g, &p, u);
+    }
+}
+
+void k_matmul_add_rows_f16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                           const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                           int tb)
+{
+    k_matmul_add_rows_16(y, w, wrows, a, b, bias, add, alpha, rows, n, k, tb, 1);
 }
 
 void k_matmul_epilogue_f32(float *c, const float *bias, const float *add, int64_t rows, int64_t n)
@@ -423,7 +587,5 @@ void k_matmul_add_f16(float *c, const uint16_t *a, const uint16_t *b, const floa
                       double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                       int tb)
 {
-    if (bias || add)
-        epilogue_c_f32(c, bias, add, batch * m, n);
-    k_matmul_widened_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, 1);
+    k_matmul_add_widened_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 1);
 }

@@ -29,6 +29,10 @@
  * start, runtime/rt.c).  k_gemm_bf16 is one such GEMM with leading dimensions,
  * for the fused attention's tiles (attn_bf16.c), which call it from every
  * thread of their team, each with its own widening scratch.
+ * k_matmul_add_rows_bf16 is a MatMulAdd stored in bfloat16 a block of its
+ * float32 scratch's rows at a time: natively a GEMM into the scratch and a
+ * k_cast per block; widened, matmul.c's k_matmul_add_rows_16 (one parallel
+ * region, each tile rounded into place by the thread that computed it).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -124,7 +128,26 @@ void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const flo
                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                        int tb)
 {
+    if (!bf16_native()) { /* the preset in the GEMM's region, tile by tile */
+        k_matmul_add_widened_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 0);
+        return;
+    }
     if (bias || add)
         k_matmul_epilogue_f32(c, bias, add, batch * m, n);
     matmul(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0);
+}
+
+void k_matmul_add_rows_bf16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
+                            const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
+                            int tb)
+{
+    if (!bf16_native() || wrows <= 0) {
+        k_matmul_add_rows_16(y, w, wrows, a, b, bias, add, alpha, rows, n, k, tb, 0);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
+        const int64_t part = rows - r0 < wrows ? rows - r0 : wrows;
+        k_matmul_add_bf16(w, a + r0 * k, b, bias, add ? add + r0 * n : NULL, alpha, 1, 0, 0, part, n, k, 0, tb);
+        k_cast(K_DT_BF16, y + r0 * n, K_DT_F32, w, part * n);
+    }
 }

@@ -22,9 +22,9 @@ from common import mpirun, run
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORCE = {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}
 COMPILER_NOTE = ("fsdpc: note: --precision bf16: no native bfloat16 GEMM on this CPU (AVX512-BF16): %s's bf16 GEMMs "
-                 "run widened to float32 here, a step taking 1.0-1.2x the time of --precision fp32's")
+                 "run widened to float32 here, a step taking 0.9-1.0x the time of --precision fp32's")
 RUN_NOTE = ("%s: note: no native bfloat16 GEMM on this CPU (AVX512-BF16): the bf16 GEMMs run widened to float32, a "
-            "step taking 1.0-1.2x the time of --precision fp32's")
+            "step taking 0.9-1.0x the time of --precision fp32's")
 
 
 def native_here():

@@ -10,6 +10,8 @@ work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
+- --precision bf16 with its GEMMs widened (DNNL_MAX_CPU_ISA=AVX512_CORE, as on a CPU without AVX512-BF16): 1 and 2
+  threads bit-identical (each widened tile's sgemm on one thread, whatever the team);
 - the generated step (--emit-c) splits its big fused loops (`omp parallel for`, or `omp for` in a team), runs
   the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
   transposes: at batch 16 they are large enough to split), the activation's fused loop and Mul in one, a LayerNorm's
@@ -207,12 +209,23 @@ def main():
     w2a = train("w2_t1", {"OMP_NUM_THREADS": "1"}, world=2)
     w2b = train("w2_t2", {"OMP_NUM_THREADS": "2"}, world=2)
     across("world 2, 2 threads per rank", w2b, w2a)
+    # --precision bf16 with the GEMMs widened (oneDNN held below AVX512-BF16, as on a CPU without it): every
+    # GEMM's tiles, a MatMulAdd's rows rounded to bf16 in its region (k_matmul_add_rows_bf16), the Casts in the
+    # step's teams: the same bits on 1 and 2 threads (each tile's sgemm on one thread, a lone tile's too)
+    exe = J("gpt_bf16")
+    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--precision", "bf16"] + build,
+        env={"DNNL_MAX_CPU_ISA": "AVX512_CORE"})
+    wide = {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}
+    b1 = train("bf16_t1", dict(wide, OMP_NUM_THREADS="1"))
+    check("bf16 GEMMs: widened to float32" in b1[0], "bf16, widened: the start-up line:\n" + b1[0][:1500])
+    same("bf16 widened, 2 threads against 1", train("bf16_t2", dict(wide, OMP_NUM_THREADS="2")), b1)
     exe = exe1
     print("threads: 1, 2 (three runs), default (%d cores)%s and world 2 x 2 threads: bit-identical; %d fused loops "
           "split; OpenBLAS's %s kernels, float32 GEMMs on %s (FSDPC_GEMM's each within 1e-5)%s"
           % (cores, ", taskset -c 0" if cores > 1 else "", n_par, blas.group(1), lib.group(1),
              ": GEMMs sum differently on 2 threads, so 1 against 2 threads within 1e-5, 2 against 2 bit for bit"
              if sums_differ else ""))
+    print("threads: --precision bf16 with its GEMMs widened: 1 and 2 threads bit-identical")
     cpu_levels(fsdpc, J, build, train, same, one, dflt, across)
 
 
