@@ -9,11 +9,19 @@
  *     gcc -O2 -fopenmp bench/gemmteam.c -o /tmp/gemmteam -I/usr/include/x86_64-linux-gnu/openblas-openmp \
  *         -L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas
  *     OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 taskset -c 0,1 /tmp/gemmteam [ROUNDS]
+ * With -DONEDNN (and -ldnnl) every GEMM is oneDNN's dnnl_sgemm instead ("openblas" in the output then names
+ * oneDNN's own team), the float32 GEMM the executables choose where it measures faster.
  *
  * Prints microseconds per GEMM (wall, and the process's CPU time).  With OPENBLAS_CORETYPE=Haswell (this
- * project's machines) the rows split gives other bits than either: the sums depend on the M partition. */
+ * project's machines) the rows split gives other bits than either: the sums depend on the M partition.
+ * oneDNN's rows split gave the bits of its own team and of one thread at all nine shapes (2026-11-28, quiet
+ * Zen 5, 2 threads): its wall time 0.97-1.03x oneDNN's own team's, 0.50x at 1024 x 384 x 128 (which oneDNN
+ * ran on one thread), CPU time about the same. */
 #include <cblas.h>
 #include <omp.h>
+#ifdef ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +37,15 @@ static double now(clockid_t c)
 /* C[lo..hi) rows = op(A)[lo..hi) B, op(A) m x k (stored k x m where ta), B k x n */
 static void rows(float *c, const float *a, const float *b, int m, int n, int k, int ta, int lo, int hi)
 {
-    if (lo < hi)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, hi - lo, n, k, 1, ta ? a + lo : a + (long)lo * k,
-                    ta ? m : k, b, n, 0, c + (long)lo * n, n);
+    if (lo >= hi)
+        return;
+#ifdef ONEDNN
+    dnnl_sgemm(ta ? 'T' : 'N', 'N', hi - lo, n, k, 1, ta ? a + lo : a + (long)lo * k, ta ? m : k, b, n, 0,
+               c + (long)lo * n, n);
+#else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, hi - lo, n, k, 1, ta ? a + lo : a + (long)lo * k,
+                ta ? m : k, b, n, 0, c + (long)lo * n, n);
+#endif
 }
 
 int main(int argc, char **argv)
