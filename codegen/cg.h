@@ -25,7 +25,6 @@ typedef struct {
     const Graph *g;
     int cuda;              /* the target being emitted (1: cuda) */
     int team;              /* cpu: the node's code is for a thread of a team that shares its work (team.c) */
-    int part;              /* cpu, a MatMulAdd that cg_matmul_preset splits: 1 its preset's code alone, 2 its GEMM's */
     int ncheck;            /* cuda: the checked calls' messages (cg_check_end), in call order */
     const char **checks;
     Buf jobs;              /* the collectives' job functions, before the step */
@@ -60,9 +59,6 @@ const char *cg_ints(const int64_t *v, int n); /* "{1, 2, 3}" (never empty) */
 Shape cg_attr_shape(const Node *n, const char *name); /* a shape attribute (ConvGrad's xshape, ...) */
 int cg_same_place(const Graph *g, int a, int b);
 void cg_emit_node(Cg *cg, Buf *b, const Node *n);
-/* is MatMulAdd n emitted as two calls, the preset of C (bias, addend: k_matmul_epilogue) and the GEMM adding to it,
- * so that the preset may join a run of one team (cpu, float32, alpha 1: the same arithmetic as k_matmul_add)? */
-int cg_matmul_preset(const Cg *cg, const Node *n);
 
 /* The target being emitted: Cg.cuda.  The step is the same text for both:
  * it uses the device pointers (c->dev_*, the host ones on cpu) and

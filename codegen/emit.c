@@ -380,32 +380,9 @@ static void emit_matmul_rows(Cg *cg, Buf *b, const Node *n)
            cg_ptr(cg, n->out[0]), cg_kdt(DT_F32), w);
 }
 
-int cg_matmul_preset(const Cg *cg, const Node *n)
-{
-    const Graph *g = cg->g;
-    if (cg->cuda || n->op != OP_MatMulAdd || (n->nout > 1 && n->out[1] >= 0) || ir_attr_f(n, "alpha", 1.0) != 1)
-        return 0;
-    if (strcmp(cg_gemm_sfx(g->val[n->in[0]].dtype, g->val[n->out[0]].dtype), "f32"))
-        return 0;
-    if (n->in[2] < 0 && n->in[3] < 0)
-        return 0;
-    const Shape *sa = &g->val[n->in[0]].shape, *sb = &g->val[n->in[1]].shape, *sy = &g->val[n->out[0]].shape;
-    return mat_batch(sa, sb, sy).p == 0; /* a loop over outer batch dims: one call a matrix */
-}
-
 static void emit_matmul(Cg *cg, Buf *b, const Node *n)
 {
     const Graph *g = cg->g;
-    const int split = cg_matmul_preset(cg, n);
-    if (split && cg->part != 2) { /* C = bias (each row) + addend, then the GEMM adds alpha op(A) op(B) to it */
-        const Shape *sy = &g->val[n->out[0]].shape;
-        int64_t cols = sy->dim[sy->rank - 1];
-        cg_put(b, "    k_matmul_epilogue_f32(%s, %s, %s, %lld, %lld);\n", cg_ptr(cg, n->out[0]),
-               n->in[2] >= 0 ? cg_ptr(cg, n->in[2]) : "NULL", n->in[3] >= 0 ? cg_ptr(cg, n->in[3]) : "NULL",
-               (long long)(value_numel(g, n->out[0]) / cols), (long long)cols);
-    }
-    if (split && cg->part == 1)
-        return;
     if (n->nout > 1 && n->out[1] >= 0) {
         emit_matmul_rows(cg, b, n);
         return;
@@ -437,9 +414,7 @@ static void emit_matmul(Cg *cg, Buf *b, const Node *n)
             add = ir_fmt("%s + %s", add, yo);
         ind = "        ";
     }
-    if (split) /* C preset above: beta 1 */
-        cg_put(b, "%sk_matmul_%s(%s, %s, %s, RT_GEMM(gm), 1.0);\n", ind, s, y, a, bb);
-    else if (n->op == OP_MatMulAdd) /* the epilogue's bias and addend, or NULL */
+    if (n->op == OP_MatMulAdd) /* the epilogue's bias and addend, or NULL */
         cg_put(b, "%sk_matmul_add_%s(%s, %s, %s, %s, %s, gm.alpha, RT_GEMM(gm));\n", ind, s, y, a, bb,
                n->in[2] >= 0 ? cg_ptr(cg, n->in[2]) : "NULL", add);
     else

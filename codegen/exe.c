@@ -268,8 +268,8 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
 {
     const Graph *g = cg->g;
     /* run, plain: the pending run's code for a team and alone; node: each node's, in turn (team: a fused loop's
-     * for a team; head: a MatMulAdd's preset, which may join the run that its GEMM ends) */
-    Buf body = {0}, run = {0}, plain = {0}, node = {0}, team = {0}, head = {0};
+     * for a team) */
+    Buf body = {0}, run = {0}, plain = {0}, node = {0}, team = {0};
     CgRanges rd = {0}, wr = {0};
     int first = lo, nrun = 0, calls = 0, big = 0;
     cg_fn_begin(cg, 0);
@@ -277,28 +277,16 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
     for (int i = lo; i < hi; i++) {
         const Node *n = &g->node[i];
         int skip = guard && need && !need[i];
-        node.len = team.len = head.len = 0;
+        node.len = team.len = 0;
         cg_emit_node(cg, &node, n);
         if (!cg->cuda && n->op == OP_Fused) {
             cg->team = 1;
             cg_emit_node(cg, &team, n);
             cg->team = 0;
         }
-        Node pre; /* a MatMulAdd's preset: reads its bias and addend, writes C */
-        int pin[2];
-        const Node *m = n;
-        const int preset = cg_matmul_preset(cg, n);
-        if (preset) {
-            cg->part = 1;
-            cg_emit_node(cg, &head, n);
-            cg->part = 0;
-            pre = *n, pin[0] = n->in[2], pin[1] = n->in[3];
-            pre.in = pin, pre.nin = 2, pre.nout = 1, m = &pre;
-        }
-        const Buf *mine = preset ? &head : team.len ? &team : &node; /* its code in a team */
+        const Buf *mine = team.len ? &team : &node; /* its code in a team */
         int k = 0, barrier = 0;
-        int joins = !cg->cuda && skip == open &&
-                    cg_team_node(g, m, preset ? head.buf : node.len ? node.buf : "", &k, &rd, &wr, &barrier);
+        int joins = !cg->cuda && skip == open && cg_team_node(g, n, node.len ? node.buf : "", &k, &rd, &wr, &barrier);
         if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
             cg_team_flush(&body, &run, &plain, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
@@ -317,20 +305,10 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 rd.n = wr.n = 0;
             }
             cg_put(&run, "%s", mine->len ? mine->buf : "");
-            cg_put(&plain, "%s", preset ? head.buf : node.len ? node.buf : "");
+            cg_put(&plain, "%s", node.len ? node.buf : "");
             if (k)
-                big += cg_team_take(g, m, &rd, &wr);
-            if (preset) { /* the run ends with the preset; the GEMM alone after it */
-                cg_team_flush(&body, &run, &plain, first, nrun, big);
-                node.len = 0;
-                cg->part = 2;
-                cg_emit_node(cg, &node, n);
-                cg->part = 0;
-                cg_put(&body, "%s    RT_TRACE(c, %d);\n", node.buf, i);
-                first = i + 1, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0;
-            } else {
-                nrun++, calls += k;
-            }
+                big += cg_team_take(g, n, &rd, &wr);
+            nrun++, calls += k;
         }
     }
     cg_team_flush(&body, &run, &plain, first, nrun, big);

@@ -5,15 +5,17 @@
  * the 128/4/128/8 GPT at 2 threads before runs existed), and at every join the team waits for its slowest
  * thread: on cores shared with other work, for the thread that is not running.  Some kernels can instead take
  * their thread's share inside a team the step already runs (team_kernels below: k_share, then walk.h's
- * par_range or an orphaned `omp for`; each output element is computed alike however the work is split, so the
- * bits do not change), and so can the step's fused loops (emitted with `omp for nowait` for a team:
- * emit_fused.c), so a run of consecutive nodes whose code calls only them (a Split's three copies, the
- * attention's transposes, the views between, a bias gradient's sum after a LayerNorm's backward, the GELU's
- * Div and fused loop, a MatMulAdd's preset of C, which exe.c then ends the run with, its GEMM following alone;
- * --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward)
- * is one parallel region, with a barrier only where a node writes bytes that a node of the run read or wrote
- * since the last barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its
- * own).  A node calling anything else (a GEMM, a collective, the attention) ends the run.
+ * par_range or team_share, or an orphaned `omp for`; each output element is computed alike however the work
+ * is split, so the bits do not change — the float32 GEMMs take rows of C, which on oneDNN keep the bits of one
+ * call and on OpenBLAS's Haswell kernels may not, as OpenBLAS's own team does not either), and so can the
+ * step's fused loops (emitted with `omp for nowait` for a team: emit_fused.c), so a run of consecutive nodes
+ * whose code calls only them (a LayerNorm and the GEMM after it, a Split's three copies, the attention's
+ * transposes, the views between, a bias gradient's sum after a LayerNorm's backward, the GELU's Div and fused
+ * loop, the float32 GEMMs of the backward one after the other; --precision bf16's Casts between float32 and
+ * bfloat16 around a LayerNorm or its backward) is one parallel region, with a barrier only where a node writes
+ * bytes that a node of the run read or wrote since the last barrier, or reads bytes one wrote (the arena's, a
+ * slot's or a shard's: each a space of its own).  A node calling anything else (a collective, the attention, a
+ * 16-bit GEMM) ends the run.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
  * --trace marks the run's nodes when the run ends. */
@@ -30,7 +32,7 @@ static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
     "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_f32",
     "k_layernorm_grad_f64",
-    "k_matmul_epilogue_f32", "k_cast",
+    "k_cast",           "k_matmul_f32",     "k_matmul_add_f32",
 };
 
 static int team_kernel(const char *name, size_t len)
@@ -165,7 +167,7 @@ int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr)
  * code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain code */
 void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big)
 {
-    if (!k && !plain->len) /* nothing pending (a MatMulAdd's preset may be a run alone: k 0) */
+    if (!k && !plain->len) /* nothing pending */
         return;
     if (big > 1)
         cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);

@@ -181,6 +181,27 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* set by k_share (copy.c): this thread is one of a team the generated step runs a run of nodes in */
 extern _Thread_local int k_sharing;
 
+/* Inside a team that shares (k_share): 1, and this thread's share [lo, hi) of total units (each unit_elems
+ * elements; all of them thread 0's where the total is under K_PAR_MIN), each share a multiple of align units
+ * but the last; elsewhere 0.  par_range's split, and a GEMM's rows (matmul_impl.h) */
+static inline int team_share(int64_t total, int64_t unit_elems, int64_t align, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    if (k_sharing && omp_in_parallel()) {
+        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        if (total * unit_elems < K_PAR_MIN)
+            nt = 1;
+        int64_t chunk = ((total + nt - 1) / nt + align - 1) / align * align;
+        *lo = min64(t * chunk, total), *hi = min64(*lo + chunk, total);
+        return 1;
+    }
+#else
+    (void)total, (void)unit_elems, (void)align;
+#endif
+    *lo = *hi = 0;
+    return 0;
+}
+
 /* Runs f(ctx, lo, hi) over work units [0, total), split across threads when
  * the elements touched (unit_elems per unit) make a thread team pay.  Inside
  * a team that shares (k_share), each thread runs its own share (thread 0 all
@@ -190,14 +211,10 @@ static inline void par_range(void (*f)(void *, int64_t, int64_t), void *ctx,
                              int64_t total, int64_t unit_elems)
 {
 #ifdef _OPENMP
-    if (k_sharing && omp_in_parallel()) {
-        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        if (total * unit_elems < K_PAR_MIN)
-            nt = 1;
-        int64_t chunk = (total + nt - 1) / nt;
-        int64_t lo = min64(t * chunk, total), hi = min64(lo + chunk, total);
-        if (lo < hi)
-            f(ctx, lo, hi);
+    int64_t mine_lo, mine_hi;
+    if (team_share(total, unit_elems, 1, &mine_lo, &mine_hi)) {
+        if (mine_lo < mine_hi)
+            f(ctx, mine_lo, mine_hi);
         return;
     }
     if (total * unit_elems >= K_PAR_MIN && total > 1 && omp_get_max_threads() > 1 &&

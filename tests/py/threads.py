@@ -15,8 +15,8 @@ work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
 - the generated step (--emit-c) splits its big fused loops (`omp parallel for`, or `omp for` in a team), runs
   the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
   transposes: at batch 16 they are large enough to split), the activation's fused loop and Mul in one, a LayerNorm's
-  backward and a bias gradient's sum in one, a LayerNorm and the next MatMulAdd's bias preset in one (the preset
-  last), and the executable links
+  backward and a bias gradient's sum in one, a LayerNorm and the next MatMulAdd in one (the float32 GEMMs join
+  the team: each thread its rows of C), and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -99,9 +99,10 @@ def main():
           "the step should run the activation's fused loop and Mul in one team (%d runs)" % len(runs))
     check(any("k_layernorm_grad_f32" in r and "k_reduce_sum_to_f32" in r for r in runs),
           "the step should run a LayerNorm's backward and a bias gradient's sum in one team (%d runs)" % len(runs))
-    # a MatMulAdd's bias preset ends the run before it (a LayerNorm's), its GEMM alone after the team
-    check(any(re.search(r"k_layernorm_f32\(.*k_matmul_epilogue_f32\([^;]*\);\s*$", r, re.S) for r in runs),
-          "the step should preset a MatMulAdd's bias at the end of the LayerNorm's team (%d runs)" % len(runs))
+    # the float32 GEMMs join the team (each thread its rows of C): a LayerNorm and the MatMulAdd after it, with a
+    # barrier between (the GEMM reads what the LayerNorm wrote)
+    check(any(re.search(r"k_layernorm_f32\(.*omp barrier.*k_matmul_add_f32\(", r, re.S) for r in runs),
+          "the step should run a LayerNorm and the MatMulAdd after it in one team (%d runs)" % len(runs))
     ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)
