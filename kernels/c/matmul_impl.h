@@ -49,7 +49,7 @@ static int KFN(matmul_share)(T *c, const T *a, const T *b, const T *bias, const 
                              int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
 {
     int64_t lo, hi;
-    const int tall = batch == 1 || (sb == 0 && !ta && sa == m * k);
+    const int tall = (batch == 1 || (sb == 0 && !ta && sa == m * k)) && batch * m <= INT_MAX; /* as below */
     if (!team_share(tall ? batch * m : batch, tall ? n * k : m * n * k, tall ? 16 : 1, &lo, &hi))
         return 0;
     if (lo >= hi)
