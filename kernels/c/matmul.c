@@ -434,19 +434,6 @@ static void tiles(int64_t batch, int64_t m, int64_t n, int64_t *tm, int64_t *tn,
     *tm = (m + *tr - 1) / *tr, *tn = (n + *tc - 1) / *tc;
 }
 
-/* the team for n units, each with a slot: never 1 where the kernels' team has 2 or more, even for one tile (the
- * second thread idles), so that a lone tile's sgemm runs on one thread as every tile does inside a team, not on
- * the library's threads, whose sums differ (walk.h's attn_threads) */
-static int wide_threads(int64_t n)
-{
-    int t = slot_threads(n, SLOTS);
-#ifdef _OPENMP
-    if (t < 2 && !omp_in_parallel() && omp_get_max_threads() > 1)
-        t = 2;
-#endif
-    return t;
-}
-
 /* runs a line of `along` tiles is cut into: 1, or more where `lines` lines are too few units for a team of nt
  * (4 a thread, for balance) */
 static int64_t runs_per_line(int64_t lines, int64_t along, int nt)
@@ -503,7 +490,7 @@ static void widened(float *c, const uint16_t *a, const uint16_t *b, const float 
               .lda = ta ? m : k, .ldb = tb ? k : n, .ta = ta, .tb = tb, .f16 = f16, .alpha = alpha, .beta = beta};
     int64_t tm, tn, tr, tc;
     tiles(batch, m, n, &tm, &tn, &tr, &tc);
-    const int nt = wide_threads(batch * tm * tn);
+    const int nt = unit_threads(batch * tm * tn, SLOTS);
     const Plan p = plan(&g, batch, nt);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t u = 0; u < p.units; u++)
@@ -548,7 +535,7 @@ void k_matmul_add_rows_16(uint16_t *y, float *w, int64_t wrows, const uint16_t *
     check_dims(wrows, n, k);
     int64_t tm, tn, tr, tc;
     tiles(1, rows < wrows ? rows : wrows, n, &tm, &tn, &tr, &tc);
-    const int nt = wide_threads(tm * tn);
+    const int nt = unit_threads(tm * tn, SLOTS);
 #pragma omp parallel num_threads(nt)
     for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
         Wide g = {.c = w, .y = y + r0 * n, .bias = bias, .add = add ? add + r0 * n : NULL, .a = a + r0 * k, .b = b,

@@ -258,21 +258,23 @@ static inline int slot_of_thread(void)
     return 0;
 #endif
 }
-/* The fused attention's team for n units (attn.c, attn_bf16.c): one workspace slot each.  Never 1 where the
+/* The team for n units of work with a slot each, at most slots threads (the fused attention: attn.c, attn_bf16.c,
+ * K_ATTN_SLOTS; the widened GEMMs' tiles: matmul.c).  Never 1 where the
  * kernels' team has 2 or more, even for one unit (the second thread idles): inside an active region OpenBLAS runs
  * each of the tiles' GEMMs on one thread, as on a team of one, so the bits do not depend on the team (OpenBLAS's
  * Haswell kernels, which OPENBLAS_CORETYPE=Haswell selects on some machines of this project's kind, sum
  * differently on several threads: a lone unit's GEMMs on OpenBLAS's threads gave other bits than on one).  A
  * thread without a unit touches no slot. */
-static inline int attn_threads(int64_t n)
+static inline int unit_threads(int64_t n, int slots)
 {
-    int t = slot_threads(n, K_ATTN_SLOTS);
+    int t = slot_threads(n, slots);
 #ifdef _OPENMP
     if (t < 2 && !omp_in_parallel() && omp_get_max_threads() > 1)
         t = 2;
 #endif
     return t;
 }
+static inline int attn_threads(int64_t n) { return unit_threads(n, K_ATTN_SLOTS); }
 
 /* Blocks of a deterministic sum. */
 #define K_SUM_BLOCKS 64
