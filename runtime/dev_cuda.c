@@ -694,8 +694,9 @@ const char *rt_dev_threads(void) { return ""; }
 
 void rt_dev_agree(RtCtx *c) { (void)c; }
 
-double rt_dev_peak_flops(double *share)
+double rt_dev_peak_flops(int bf16, double *share)
 {
+    (void)bf16;
     *share = -1;
     return 0; /* not measured on cuda: --peak-tflops gives it */
 }

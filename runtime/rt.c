@@ -791,14 +791,19 @@ static int train_main(const RtOpts *o, const char *argv0, const RtModel *m)
             if (!o->quiet)
                 printf("collectives: %s\n", overlap);
             /* measured (about 0.1 s) only where someone reads it */
+            /* a step of native bf16 GEMMs is measured against a bf16 GEMM, about twice float32's rate */
+            int bf16 = m->bf16_native && m->bf16_native();
             r->peak_share = -1;
             r->peak = o->peak_tflops > 0                          ? o->peak_tflops * 1e12
-                    : m->flops > 0 && (!o->quiet || r->mf) ? rt_dev_peak_flops(&r->peak_share) : 0;
+                    : m->flops > 0 && (!o->quiet || r->mf) ? rt_dev_peak_flops(bf16, &r->peak_share) : 0;
             if (!o->quiet && m->flops > 0)
                 printf("FLOPs per rank per step: %.4g (matmuls and convolutions); MFU against %s\n",
                        m->flops * (double)o->accum,
-                       r->peak > 0 ? (o->peak_tflops > 0 ? "--peak-tflops" : "the peak measured here (a float32 "
-                                      "GEMM on this rank's threads)") : "nothing (give --peak-tflops)");
+                       r->peak <= 0            ? "nothing (give --peak-tflops)"
+                       : o->peak_tflops > 0    ? "--peak-tflops"
+                       : bf16                  ? "the peak measured here (a bfloat16 GEMM on this rank's threads, "
+                                                 "as the step's native bf16 GEMMs)"
+                                               : "the peak measured here (a float32 GEMM on this rank's threads)");
             if (!o->quiet && r->peak > 0) {
                 printf("peak: %.4g TFLOPS per rank", r->peak * 1e-12);
                 if (!peak_trusted(r))

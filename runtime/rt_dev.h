@@ -64,10 +64,11 @@ const char *rt_dev_overlap(RtCtx *c);
 const char *rt_dev_threads(void);
 /* cpu only (dev_host.c): will the communication thread run at world (1), or the collectives inside the step (0)? */
 int rt_dev_comm_thread(int world);
-/* the float32 GEMM peak of this rank's device in FLOP/s, measured once (cpu: k_matmul_f32 on the BLAS
- * threads the run has, over the CPU time they got); *share: the fraction of its threads' time the probe
- * got (1: a quiet machine; -1: not measured); 0 where it is not measured (cuda: --peak-tflops gives it) */
-double rt_dev_peak_flops(double *share);
+/* the GEMM peak of this rank's device in FLOP/s, measured once (cpu: k_matmul_f32 on the BLAS threads the
+ * run has, over the CPU time they got; bf16: k_matmul_bf16 instead, for a step whose GEMMs run oneDNN's
+ * native bf16 GEMM, about twice float32's rate); *share: the fraction of its threads' time the probe got (1:
+ * a quiet machine; -1: not measured); 0 where it is not measured (cuda: --peak-tflops gives it) */
+double rt_dev_peak_flops(int bf16, double *share);
 /* release what rt_dev_init / rt_dev_attach made; called once at the end of
  * every run past its flags, whatever part of start-up it reached (also when
  * rt_dev_init failed or was never called) */

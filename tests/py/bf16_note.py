@@ -10,7 +10,9 @@ the test holds on CPUs with and without it:
     only), with --quiet too; an fp32 build and its run say nothing;
   - as this machine is: the notes appear exactly where /proc/cpuinfo lacks avx512_bf16 (or AVX-512's base);
   - either way, a bf16 executable's start-up (stdout) says which bf16 GEMM it runs ("bf16 GEMMs: native ..." or
-    "widened ..."); an fp32 one says nothing of it.
+    "widened ..."); an fp32 one says nothing of it;
+  - and which GEMM its MFU's peak was measured on: a bfloat16 one where the step's GEMMs are native bf16 (about
+    twice float32's rate: against float32's peak a bf16 GPT printed MFU 153 %), else a float32 one.
 """
 import os
 import sys
@@ -45,6 +47,15 @@ def expect(what, stderr, want):
     if got != want:
         raise SystemExit("FAILED: %s: expected %s, got:\n%s" % (what, want or "no note", stderr))
     print("ok %s: %s" % (what, "one note" if want else "no note"))
+
+
+def peak_of(stdout, what, bf16):
+    """the start-up's MFU line names the GEMM its peak was measured on: bfloat16 for native bf16 GEMMs"""
+    want = "MFU against the peak measured here (a %s GEMM on this rank's threads" % ("bfloat16" if bf16 else "float32")
+    line = [l for l in stdout.splitlines() if l.startswith("FLOPs per rank per step: ")]
+    if len(line) != 1 or want not in line[0]:
+        raise SystemExit("FAILED: %s: MFU line %r, expected one naming %r" % (what, line, want))
+    return "%s: %s" % (what, "bfloat16" if bf16 else "float32")
 
 
 def main():
@@ -84,13 +95,17 @@ def main():
     want = "bf16 GEMMs: " + ("native (oneDNN" if native else "widened to float32")
     if len(line) != 1 or not line[0].startswith(want):
         raise SystemExit("FAILED: start-up line %r, expected one starting %r" % (line, want))
+    peaks = [peak_of(p.stdout, "native" if native else "widened", native)]
     p = run([bf16] + data, env=FORCE)
     if "bf16 GEMMs: widened to float32" not in p.stdout:
         raise SystemExit("FAILED: forced widened: no start-up line:\n%s" % p.stdout)
+    peaks.append(peak_of(p.stdout, "forced widened", False))
     p = run([fp32] + data)
     if "bf16 GEMMs" in p.stdout:
         raise SystemExit("FAILED: an fp32 run names bf16 GEMMs:\n%s" % p.stdout)
+    peaks.append(peak_of(p.stdout, "fp32", False))
     print("ok the start-up line: %s; forced: widened; fp32: none" % line[0])
+    print("ok MFU's peak: %s" % "; ".join(peaks))
     print("OK bf16_note: the widened-bf16 note from fsdpc and the executable (rank 0), forced and as this CPU is")
 
 
