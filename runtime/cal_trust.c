@@ -43,5 +43,7 @@ int rt_cal_doubts(const RtCalFigures *f, char (*why)[RT_CAL_WHY], int max)
     }
     above_peak(why, &n, max, "peak_tflops_f32", f->f32, f->ncpu, 64);
     above_peak(why, &n, max, "peak_tflops_f64", f->f64, f->ncpu, 32);
+    above_peak(why, &n, max, "peak_tflops_bf16", f->bf16, f->ncpu, 128);
+    above_peak(why, &n, max, "peak_tflops_f16", f->f16, f->ncpu, 64);
     return n;
 }

@@ -9,8 +9,9 @@
  *   - the float64 GEMM rate is not below the float32 one (a float64 multiply-add does half the lanes' work on
  *     every x86 vector unit: one of the two runs was slowed);
  *   - a GEMM rate is above this machine's plausible peak: its online CPUs x RT_CAL_MAX_GHZ x the most
- *     multiply-adds a core can issue per cycle (two AVX-512 FMA pipes: 64 float32 FLOP, 32 float64) — a wrong
- *     timer or a GEMM that skipped its work.
+ *     multiply-adds a core can issue per cycle (two AVX-512 FMA pipes: 64 float32 FLOP, 32 float64; 128
+ *     bfloat16 by AVX512-BF16's pair dot products; float16 widened: float32's) — a wrong timer or a GEMM that
+ *     skipped its work.
  * The rule is a pure function of the measured numbers, so tests feed it crafted ones (tests/cal_trust_test.c).
  */
 #ifndef FSDPC_CAL_TRUST_H
@@ -24,6 +25,7 @@
 
 typedef struct {
     double f32, f64;        /* GEMM FLOP/s: float32 (the peak), float64 */
+    double bf16, f16;       /* bfloat16 and float16 GEMM FLOP/s (0: not measured) */
     int ncpu;               /* CPUs online (the bound of the plausible peak); <= 0: not checked */
     int n;                  /* the figures whose repeats are checked: */
     const char *key[RT_CAL_MAX];    /* its profile key */

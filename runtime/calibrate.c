@@ -7,7 +7,10 @@
  * measure at once, so that each sees what it gets beside the others:
  *   GEMMs          float32 at 2048^3 (the peak) and at a training shape
  *                  (m 2048, n k 768: gemm_efficiency is its share of the
- *                  peak); float64 at 1024^3
+ *                  peak); bfloat16 and float16 at 2048^3 (the step's own
+ *                  k_matmul_bf16 / _f16: oneDNN's native bf16 GEMM where the
+ *                  CPU has AVX512-BF16, else widened to float32), which a
+ *                  --precision bf16 / fp16 plan needs; float64 at 1024^3
  *   memory         a STREAM-style triad (a = b + s c, 3 x 64 MiB) for the
  *                  bandwidth; fsdpc's own non-GEMM kernels (softmax forward
  *                  and backward, LayerNorm, a Transpose, Add on 8 Mi floats) for
@@ -68,6 +71,7 @@ static void *zalloc(size_t n)
 typedef struct {
     float *a, *b, *c, *d, *e;
     double *da;
+    uint16_t *h;          /* 2048^2 x 2 bfloat16, then as many float16 */
     int64_t m, n, k;
     RtCtx *ctx;
     double spread;        /* best's: (slowest - best) / best of its timed runs */
@@ -94,6 +98,12 @@ static double best(void (*fn)(Bufs *), Bufs *x, int reps)
 }
 
 static void sgemm(Bufs *x) { k_matmul_f32(x->c, x->a, x->b, 1, 0, 0, x->m, x->n, x->k, 0, 0, 0.0); }
+static void bgemm(Bufs *x) { k_matmul_bf16(x->c, x->h, x->h + x->m * x->m, 1, 0, 0, x->m, x->m, x->m, 0, 0, 0.0); }
+static void hgemm(Bufs *x)
+{
+    const uint16_t *h = x->h + 2 * x->m * x->m;
+    k_matmul_f16(x->c, h, h + x->m * x->m, 1, 0, 0, x->m, x->m, x->m, 0, 0, 0.0);
+}
 static void dgemm(Bufs *x)
 {
     int64_t N = x->m;
@@ -213,14 +223,19 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
     x.c = zalloc(sizeof(float) * (size_t)n), x.d = zalloc(sizeof(float) * (size_t)n);
     x.e = zalloc(sizeof(float) * (size_t)n);
     x.da = zalloc(sizeof(double) * 3 * 1024 * 1024);
+    x.h = zalloc(sizeof(uint16_t) * 4 * (size_t)N * (size_t)N);
     for (int64_t i = 0; i < n; i++)
         x.a[i] = (float)(i % 13) * 0.0625f - 0.4f, x.b[i] = (float)(i % 7) * 0.125f, x.c[i] = 0.5f;
     for (int64_t i = 0; i < 3 * 1024 * 1024; i++)
         x.da[i] = (double)(i % 7) * 0.125;
+    for (int64_t i = 0; i < 2 * N * N; i++) /* exact in both */
+        x.h[i] = k_bf16_from_f32(x.b[i]), x.h[2 * N * N + i] = k_f16_from_f32(x.b[i]);
 
     RtCalFigures doubt = {.ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     x.m = x.n = x.k = N;
     double peak = worst(2.0 * N * N * N / timed(sgemm, &x, 3, &doubt, "peak_tflops_f32"), 1, world);
+    double peak16 = worst(2.0 * N * N * N / timed(bgemm, &x, 3, &doubt, "peak_tflops_bf16"), 1, world);
+    double peakh = worst(2.0 * N * N * N / timed(hgemm, &x, 3, &doubt, "peak_tflops_f16"), 1, world);
     x.m = 2048, x.n = x.k = 768;
     double shaped = worst(2.0 * 2048 * 768 * 768 / timed(sgemm, &x, 5, &doubt, "gemm_efficiency"), 1, world);
     x.m = 1024;
@@ -229,7 +244,7 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
     double bw = worst(12.0 * (double)n / timed(triad, &x, 5, &doubt, "mem_bw_gbs"), 1, world);
     x.n = 8 << 20;
     double kbw = worst(mix_bytes(x.n) / timed(kernels_mix, &x, 3, &doubt, "mem_efficiency"), 1, world);
-    doubt.f32 = peak, doubt.f64 = peak64;
+    doubt.f32 = peak, doubt.f64 = peak64, doubt.bf16 = peak16, doubt.f16 = peakh;
     double overhead = worst(best(small, &x, 5) / 1000, 0, world);
     double gbw = kbw, glat = 0, rbw = kbw, rlat = 0;
     if (world > 1) {
@@ -267,6 +282,9 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
                 host, world);
         fprintf(f, "peak_tflops_f32 %.6g          # float32 GEMM 2048^3\n", peak / 1e12);
         fprintf(f, "peak_tflops_f64 %.6g          # float64 GEMM 1024^3\n", peak64 / 1e12);
+        fprintf(f, "peak_tflops_bf16 %.6g         # bfloat16 GEMM 2048^3 (%s)\n", peak16 / 1e12,
+                k_bf16_gemm_native() ? "oneDNN's native bf16" : "widened to float32: no AVX512-BF16 here");
+        fprintf(f, "peak_tflops_f16 %.6g          # float16 GEMM 2048^3 (widened to float32)\n", peakh / 1e12);
         fprintf(f, "gemm_efficiency %.4f          # float32 GEMM 2048 x 768 x 768 over the peak\n",
                 shaped / peak < 1 ? shaped / peak : 1.0);
         fprintf(f, "mem_bw_gbs %.6g               # triad a = b + s c, 3 x 64 MiB\n", bw / 1e9);
@@ -290,15 +308,15 @@ int rt_calibrate(int argc, char **argv, const char *kernels)
                 "inter_latency_us %.4g\n", gbw / 1e9, glat * 1e6);
         if (rt_afile_commit(&af) != 0)
             rt_fatal(1, "calibrate: cannot write %s: %s", out, strerror(errno));
-        printf("calibrate: %s: float32 GEMM %.4g TFLOPS (%.0f %% at 2048x768x768), float64 %.4g; memory %.4g GB/s "
-               "(kernels %.4g); per kernel %.3g us", out, peak / 1e12, 100 * shaped / peak, peak64 / 1e12, bw / 1e9,
-               kbw / 1e9, overhead * 1e6);
+        printf("calibrate: %s: float32 GEMM %.4g TFLOPS (%.0f %% at 2048x768x768), bfloat16 %.4g, float16 %.4g, "
+               "float64 %.4g; memory %.4g GB/s (kernels %.4g); per kernel %.3g us", out, peak / 1e12,
+               100 * shaped / peak, peak16 / 1e12, peakh / 1e12, peak64 / 1e12, bw / 1e9, kbw / 1e9, overhead * 1e6);
         if (world > 1)
             printf("; %d ranks: all-gather %.4g GB/s + %.3g us per step, reduce-scatter %.4g GB/s + %.3g us", world,
                    gbw / 1e9, glat * 1e6, rbw / 1e9, rlat * 1e6);
         printf("\n");
     }
-    free(x.a), free(x.b), free(x.c), free(x.d), free(x.e), free(x.da);
+    free(x.a), free(x.b), free(x.c), free(x.d), free(x.e), free(x.da), free(x.h);
     rt_ctl_finalize();
     return 0;
 }

@@ -5,7 +5,7 @@
  * float64 faster than float32 (the busy-machine case seen: peak_tflops_f64 flagged, once); float64 equal to it
  * (flagged: not below); repeats 45 % apart on the float32 GEMM and 31 % on the triad (each flagged by its key,
  * 30 % itself is not); a float32 rate above 2 CPUs x 6 GHz x 64 FLOP (flagged) and the same rate on 16 CPUs (not);
- * a float64 rate above its 32-FLOP bound; no CPU count (the peak not checked); max smaller than the doubts
+ * a float64 rate above its 32-FLOP bound; bfloat16 under and over its 128-FLOP bound, float16 over float32's 64; no CPU count (the peak not checked); max smaller than the doubts
  * (truncated, never overrun).
  * Build: cc -std=c11 -Iruntime tests/cal_trust_test.c runtime/cal_trust.c.  Exit 0 on success, 1 on failure.
  */
@@ -71,6 +71,12 @@ int main(void)
            (const char *[]){"peak_tflops_f64 untrusted: "}, (const char *[]){"x 32 FLOP per cycle"});
     f.ncpu = 0;
     expect("no CPU count: the peak unchecked", &f, RT_CAL_MAX + 3, 0, NULL, NULL);
+    f = quiet(), f.bf16 = 1500e9, f.f16 = 500e9; /* bfloat16's bound: 2 x 6 GHz x 128 = 1536 GFLOP/s */
+    expect("bfloat16 at twice float32's bound, float16 at float32's", &f, RT_CAL_MAX + 3, 0, NULL, NULL);
+    f.bf16 = 1600e9, f.f16 = 800e9;
+    expect("bfloat16 and float16 above their plausible peaks", &f, RT_CAL_MAX + 3, 2,
+           (const char *[]){"peak_tflops_bf16 untrusted: ", "peak_tflops_f16 untrusted: "},
+           (const char *[]){"x 128 FLOP per cycle", "x 64 FLOP per cycle"});
 
     f = quiet(), f.f64 = 300e9, f.spread[0] = f.spread[1] = f.spread[2] = 0.9;
     expect("more doubts than room", &f, 2, 2,

@@ -26,7 +26,8 @@ codegen/cost.c can be counted by hand:
     missing key, a non-number, an efficiency above 1, a NUL byte, --hw without --report, --calibrate with a model;
   - identical constants stored once: two Constant nodes of the same values, one in the arena, an initializer
     equal to them still trained;
-  - fsdpc --calibrate on 2 ranks writes a profile with every key, --hw reads it; the figures it flags as untrusted
+  - fsdpc --calibrate on 2 ranks writes a profile with every key (bf16 and fp16 GEMM peaks too: bf16 and fp16
+    plans read them), --hw reads it; the figures it flags as untrusted
     (a comment line each) are those it warns of, one line each;
   - calibrated at world 1, the predicted step of a GPT of bench/'s smallest size (d 128, 4 layers, T 128, batch 8)
     is within 40 % of its measured step (the best of 3 medians of 12 steps; the test runs alone: RUN_SERIAL; the
@@ -288,7 +289,7 @@ p = run([fsdpc, "--calibrate", "--world", "2", "-o", cal],
 check(re.search(r"^calibrate: .*here\.hw: float32 GEMM .* TFLOPS.*2 ranks: all-gather", p.stdout, re.M),
       "the calibration's line: %r" % p.stdout)
 prof = dict(l.split("#")[0].split(None, 1) for l in open(cal) if l.split("#")[0].strip())
-for k in ("peak_tflops_f32", "peak_tflops_f64", "gemm_efficiency", "mem_bw_gbs", "mem_efficiency", "op_overhead_us",
+for k in ("peak_tflops_f32", "peak_tflops_f64", "peak_tflops_bf16", "peak_tflops_f16", "gemm_efficiency", "mem_bw_gbs", "mem_efficiency", "op_overhead_us",
           "intra_busbw_gbs", "intra_rs_busbw_gbs", "inter_busbw_gbs", "comm_overlap"):
     check(k in prof and float(prof[k]) >= 0, "calibrated %s: %s" % (k, prof.get(k)))
 check(prof["devices_per_node"].strip() == "2" and float(prof["peak_tflops_f32"]) > 0.001 and
@@ -304,6 +305,11 @@ check(flagged == warned and all(w.split()[0] in prof and w.split()[1] == "untrus
 print("plan: calibration at world 2: %d figure(s) untrusted%s" % (len(warned), "".join("\n  " + w for w in warned)))
 r, _ = report(GPT, 2, cal)
 check(r["hw"] == "here" and r["step_time_s"] > 0 and r["comm_s"] > 0, "a calibrated prediction: %s" % r)
+# the calibrated bf16 and fp16 GEMMs (oneDNN's native bf16 or widened, as the executable's) plan those precisions
+for prec, key in (("bf16", "peak_tflops_bf16"), ("fp16", "peak_tflops_f16")):
+    rp, _ = report(GPT + ["--precision", prec], 2, cal)
+    close(rp["peak_tflops"], float(prof[key]), 1e-5, "the calibrated %s plan's peak" % prec)
+    check(rp["step_time_s"] > 0, "a calibrated %s prediction: %s" % (prec, rp))
 check(not [f for f in os.listdir(work) if ".tmp." in f], "no temporary file left")
 
 # the calibrated prediction against the measured step: a GPT of bench/'s smallest size (d 128, 4 layers, T 128,
