@@ -7,7 +7,7 @@ Writes DIR/docs/ops.md (DIR: the repository, by default this script's parent).  
 exits 1 with one line when docs/ops.md is not what it would write (the ctest docs_ops runs it), so the page
 cannot drift from the op table.
 
-What it reads, all from ir/ops.def but the opset range (frontend/onnx.c's OPSET_MIN, OPSET_MAX):
+What it reads, all from ir/ops.def but the opset range (frontend/fe.h's OPSET_MIN, OPSET_MAX):
   - the rows: OP(name, since, types, inmin, inmax, outmin, outmax, diff, flags) and the EW1 / EW2 / EW2D rows,
     expanded through the default #define of each in ops.def's head (so a row's facts are read, never
     restated here); rows with since 0 (fsdpc's own ops) are left out;
@@ -186,10 +186,10 @@ def read_def(text):
 
 
 def opset_range(text):
-    """(OPSET_MIN, OPSET_MAX) of frontend/onnx.c"""
+    """(OPSET_MIN, OPSET_MAX) of frontend/fe.h"""
     lo, hi = (re.search(r"\b%s\s*=\s*(\d+)" % k, text) for k in ("OPSET_MIN", "OPSET_MAX"))
     if not lo or not hi:
-        fail("frontend/onnx.c defines no OPSET_MIN / OPSET_MAX")
+        fail("frontend/fe.h defines no OPSET_MIN / OPSET_MAX")
     return int(lo.group(1)), int(hi.group(1))
 
 
@@ -266,7 +266,7 @@ def main():
     ap.add_argument("--root", default=os.path.dirname(HERE), help="the repository (default: %(default)s)")
     a = ap.parse_args()
     read = lambda p: open(os.path.join(a.root, p), encoding="utf-8").read()
-    text = render(read_def(read("ir/ops.def")), *opset_range(read("frontend/onnx.c")))
+    text = render(read_def(read("ir/ops.def")), *opset_range(read("frontend/fe.h")))
     path = os.path.join(a.root, OUT)
     if a.check:
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
