@@ -1,6 +1,6 @@
 /* expand.c — fold's expansions of composite ops: opset 23's RMSNormalization,
- * RotaryEmbedding and Attention, the logical and NaN tests, ArgMax / ArgMin,
- * CumSum, TopK, GatherND / ScatterND / ScatterElements, Resize and Einsum, each
+ * RotaryEmbedding and Attention (those two in expand_attn.c), the logical and NaN tests, ArgMax / ArgMin,
+ * CumSum, TopK, GatherND / ScatterND / ScatterElements, Resize and Einsum (einsum.c), each
  * written with ops fsdpc computes (and differentiates), so no later pass
  * sees a composite.  Each expansion replaces node id by new nodes, named
  * NODE/suffix, which it visits (fold.c: shaped or folded) in order; the
@@ -19,7 +19,7 @@ static void visit(Sweep *s, int id) { fold_visit(s, id); }
 
 /* Node op(in[0..nin)) named NODE/suffix writing out (a new value if -1),
  * not yet visited: the caller adds attributes, then visits it. */
-static int expand_node_n(Sweep *s, int id, Op op, const int *in, int nin, const char *suffix, int out)
+int expand_node_n(Sweep *s, int id, Op op, const int *in, int nin, const char *suffix, int out)
 {
     Graph *g = s->g;
     const char *name = ir_fmt("%s/%s", g->node[id].name, suffix);
@@ -29,7 +29,7 @@ static int expand_node_n(Sweep *s, int id, Op op, const int *in, int nin, const 
 }
 
 /* As expand_node_n, of op(a[, b]) */
-static int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
+int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out)
 {
     int in[2] = {a, b};
     return expand_node_n(s, id, op, in, b < 0 ? 1 : 2, suffix, out);
@@ -49,7 +49,7 @@ int fold_expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int o
 }
 
 /* As expand, of op(a, b, c) */
-static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
+int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out)
 {
     int in[3] = {a, b, c}, k = expand_node_n(s, id, op, in, 3, suffix, out);
     visit(s, k);
@@ -57,14 +57,14 @@ static int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suf
 }
 
 /* A scalar constant v of dtype dt (float32/64, int32/64 or bool). */
-static int new_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
+int expand_scalar(Sweep *s, int id, DType dt, double v, const char *suffix)
 {
     Graph *g = s->g;
     return ir_scalar(g, ir_fmt("%s/%s.%d", g->node[id].name, suffix, s->nnew++), dt, v);
 }
 
 /* x reshaped to dims[0..n) (x itself when it has them); its output */
-static int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
+int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
 {
     Graph *g = s->g;
     const Shape *xs = &g->val[x].shape;
@@ -77,7 +77,7 @@ static int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n)
 }
 
 /* x transposed by perm (rank n) named NODE/suffix, visited; its output */
-static int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
+int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix)
 {
     int c = expand_node(s, id, OP_Transpose, x, -1, suffix, -1);
     ir_attr_ints_add(s->g, c, "perm", perm, n);
@@ -103,7 +103,7 @@ void expand_rmsnorm(Sweep *s, int id)
     ir_attr_add(g, c, "keepdims", A_INT)->i = 1;
     visit(s, c);
     int e = expand(s, id, OP_Add, g->node[c].out[0],
-                   new_scalar(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
+                   expand_scalar(s, id, x->dtype, ir_attr_f(&n, "epsilon", 1e-5f), "epsilon"), "add_eps", -1);
     int d = expand(s, id, OP_Sqrt, e, -1, "rms", -1);
     int y = expand(s, id, OP_Div, n.in[0], d, "normalized", -1);
     expand(s, id, OP_Mul, y, n.in[1], "scaled", n.out[0]);
@@ -129,16 +129,16 @@ void expand_logical(Sweep *s, int id)
         int pos = ir_attr_i(&n, "detect_positive", 1) != 0, neg = ir_attr_i(&n, "detect_negative", 1) != 0;
         if (pos && neg)
             expand(s, id, OP_Equal, expand(s, id, OP_Abs, a, -1, "abs", -1),
-                   new_scalar(s, id, t, INFINITY, "inf"), "equal_inf", y);
+                   expand_scalar(s, id, t, INFINITY, "inf"), "equal_inf", y);
         else if (pos || neg)
-            expand(s, id, OP_Equal, a, new_scalar(s, id, t, pos ? INFINITY : -INFINITY, "inf"), "equal_inf", y);
+            expand(s, id, OP_Equal, a, expand_scalar(s, id, t, pos ? INFINITY : -INFINITY, "inf"), "equal_inf", y);
         else /* nothing detected: false everywhere */
-            expand(s, id, OP_Less, a, new_scalar(s, id, t, -INFINITY, "inf"), "none", y);
+            expand(s, id, OP_Less, a, expand_scalar(s, id, t, -INFINITY, "inf"), "none", y);
         return;
     }
     default: { /* And: a ? b : false; Or: a ? true : b; Xor: a ? !b : b */
         int k = n.op == OP_Xor ? expand(s, id, OP_Not, b, -1, "not", -1)
-                               : new_scalar(s, id, DT_BOOL, n.op == OP_Or, n.op == OP_Or ? "true" : "false");
+                               : expand_scalar(s, id, DT_BOOL, n.op == OP_Or, n.op == OP_Or ? "true" : "false");
         expand3(s, id, OP_Where, a, n.op == OP_And ? b : k, n.op == OP_And ? k : b, "where", y);
     }
     }
@@ -146,7 +146,7 @@ void expand_logical(Sweep *s, int id)
 
 /* A reduction (ReduceMax, ReduceMin, ReduceProd) of x over axis (keepdims) named NODE/suffix, visited;
  * its output. */
-static int expand_reduce(Sweep *s, int id, Op op, int x, int axis, int keepdims, const char *suffix, int out)
+int expand_reduce(Sweep *s, int id, Op op, int x, int axis, int keepdims, const char *suffix, int out)
 {
     Graph *g = s->g;
     int m = expand_node(s, id, op, x, -1, suffix, out);
@@ -180,7 +180,7 @@ void expand_argmax(Sweep *s, int id)
     int m = expand_reduce(s, id, OP_ReduceMax, v, ax, 1, "max", -1);
     int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, v, v, "self_equal", -1), -1, "nan", -1);
     int hit = expand3(s, id, OP_Where, expand(s, id, OP_Equal, v, m, "equal_max", -1),
-                      new_scalar(s, id, DT_BOOL, 1, "true"), nan, "hit", -1);
+                      expand_scalar(s, id, DT_BOOL, 1, "true"), nan, "hit", -1);
     Shape ps = {.rank = r - ax}; /* the positions along the axis, broadcasting over the dims after it */
     ps.dim[0] = len;
     for (int i = 1; i < ps.rank; i++)
@@ -189,10 +189,10 @@ void expand_argmax(Sweep *s, int id)
     for (int64_t i = 0; i < len; i++)
         dtype_set_f(p, i, t, last ? (double)i : (double)(len - 1 - i));
     int pv = ir_const(g, ir_fmt("%s/positions.%d", n.name, s->nnew++), t, &ps, p);
-    int sel = expand3(s, id, OP_Where, hit, pv, new_scalar(s, id, t, -1, "none"), "select", -1);
+    int sel = expand3(s, id, OP_Where, hit, pv, expand_scalar(s, id, t, -1, "none"), "select", -1);
     int idx = expand_reduce(s, id, OP_ReduceMax, sel, ax, keep, "index", -1);
     if (!last)
-        idx = expand(s, id, OP_Sub, new_scalar(s, id, t, (double)(len - 1), "last"), idx, "first", -1);
+        idx = expand(s, id, OP_Sub, expand_scalar(s, id, t, (double)(len - 1), "last"), idx, "first", -1);
     int c = expand_node(s, id, OP_Cast, idx, -1, "int64", n.out[0]);
     ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(DT_I64);
     visit(s, c);
@@ -232,7 +232,7 @@ void expand_cumsum(Sweep *s, int id)
     int r = x->shape.rank, ax = tensor_axis(g, &n, ir_attr_i(&n, "axis", 0), r, "axis");
     int64_t len = x->shape.dim[ax];
     int sign = ir_attr_i(&n, "reverse", 0) ? -1 : 1, y = n.in[0];
-    int one = prod ? new_scalar(s, id, DT_F64, 1.0, "one") : -1; /* Pad casts its value to x's dtype */
+    int one = prod ? expand_scalar(s, id, DT_F64, 1.0, "one") : -1; /* Pad casts its value to x's dtype */
     if (ir_attr_i(&n, "exclusive", 0))
         y = expand_shift(s, id, y, ax, 1, sign, one, len > 1 ? -1 : n.out[0]);
     else if (len <= 1)
@@ -287,7 +287,7 @@ void expand_topk(Sweep *s, int id)
     }
     if (dtype_is_float(xt)) {
         int nan = expand(s, id, OP_Not, expand(s, id, OP_Equal, key, key, "self_equal", -1), -1, "nan", -1);
-        key = expand3(s, id, OP_Where, nan, new_scalar(s, id, t, INFINITY, "nan_key"), key, "key", -1);
+        key = expand3(s, id, OP_Where, nan, expand_scalar(s, id, t, INFINITY, "nan_key"), key, "key", -1);
     }
     int ki = expand_node(s, id, OP_Unsqueeze, key, -1, "key_i", -1); /* [.., i, 1, ..] */
     ir_attr_ints_add(g, ki, "axes", &a1, 1);
@@ -302,9 +302,9 @@ void expand_topk(Sweep *s, int id)
         ps.dim[i] = 1;
     int before = fold_const_fill(s, id, DT_BOOL, &ps, earlier, &len, "earlier");
     int tie = expand3(s, id, OP_Where, expand(s, id, OP_Equal, vj, vi, "tie", -1), before,
-                      new_scalar(s, id, DT_BOOL, 0, "false"), "tie_before", -1);
+                      expand_scalar(s, id, DT_BOOL, 0, "false"), "tie_before", -1);
     int beats = expand3(s, id, OP_Where, expand(s, id, largest ? OP_Greater : OP_Less, vj, vi, "beyond", -1),
-                        new_scalar(s, id, DT_BOOL, 1, "true"), tie, "beats", -1);
+                        expand_scalar(s, id, DT_BOOL, 1, "true"), tie, "beats", -1);
     int c = expand_node(s, id, OP_Cast, beats, -1, "count", -1);
     ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(t);
     visit(s, c);
@@ -320,7 +320,7 @@ void expand_topk(Sweep *s, int id)
         ps.dim[i] = 1;
     int pos = fold_const_fill(s, id, t, &ps, fold_index_of, NULL, "positions");
     int pick = expand3(s, id, OP_Where, expand(s, id, OP_Equal, rank, want, "ranked", -1), pos,
-                       new_scalar(s, id, t, 0, "zero"), "pick", -1); /* [.., len, k, ..] */
+                       expand_scalar(s, id, t, 0, "zero"), "pick", -1); /* [.., len, k, ..] */
     int idx = expand_reduce(s, id, OP_ReduceSum, pick, (int)a0, 0, "index", -1); /* [.., k, ..] */
     int out1 = n.nout > 1 && n.out[1] >= 0 ? n.out[1] : -1;
     c = expand_node(s, id, OP_Cast, idx, -1, "indices", out1);
@@ -437,7 +437,7 @@ static void scatter_table(Sweep *s, int id, int red, int pos, int ax)
     if (table > TABLE_MAX)
         node_fatal(g, &n, "reduction '%s' sets every update against every place it may land: %lld elements, fsdpc "
                    "allows 2^26", name[red], (long long)table);
-    int u = n.in[2], fill = new_scalar(s, id, dt, identity[red], "identity");
+    int u = n.in[2], fill = expand_scalar(s, id, dt, identity[red], "identity");
     int64_t *ramp = ir_alloc(sizeof(int64_t) * (size_t)(len + 1));
     for (int64_t i = 0; i < len; i++)
         ramp[i] = i;
@@ -537,13 +537,13 @@ void expand_scatter(Sweep *s, int id)
         return;
     }
     Shape os = nd ? g->val[pos].shape : want; /* ones where the updates are: rows (ND) or elements */
-    int e = expand_node(s, id, OP_Expand, new_scalar(s, id, dt, 1, "one"), -1, "ones", -1);
+    int e = expand_node(s, id, OP_Expand, expand_scalar(s, id, dt, 1, "one"), -1, "ones", -1);
     ir_attr_ints_add(g, e, "shape", os.dim, os.rank);
     visit(s, e);
     Shape ls = nd ? (Shape){.rank = 1, .dim = {flat.dim[0]}} : flat;
     int hits = expand_reshape(s, id, scatter_add(s, id, op, g->node[e].out[0], pos, ax, dt, &ls, "hits"), cnt.dim,
                               cnt.rank);
-    int landed = expand(s, id, OP_Greater, hits, new_scalar(s, id, dt, 0, "zero"), "landed", -1);
+    int landed = expand(s, id, OP_Greater, hits, expand_scalar(s, id, dt, 0, "zero"), "landed", -1);
     expand3(s, id, OP_Where, landed, sc, n.in[0], "where", n.out[0]);
 }
 
@@ -745,642 +745,3 @@ void expand_resize(Sweep *s, int id)
         cur = sum;
     }
 }
-
-/* ---- Einsum ------------------------------------------------------------------ */
-
-/* An operand of an Einsum: value v and the label of each of its n dims
- * (letters as themselves; the dims an ellipsis covers EIN_ELL + k, k counted
- * from the right, so ellipses broadcast right-aligned). */
-typedef struct {
-    int v, n, lab[MAX_RANK];
-} ETerm;
-
-#define EIN_ELL 200
-#define EIN_NLAB (EIN_ELL + MAX_RANK)
-
-static int ein_has(const ETerm *t, int l)
-{
-    for (int i = 0; i < t->n; i++)
-        if (t->lab[i] == l)
-            return 1;
-    return 0;
-}
-
-
-/* t's dims put in the order of labels want (a permutation of t's) */
-static void ein_transpose(Sweep *s, int id, ETerm *t, const int *want)
-{
-    int64_t perm[MAX_RANK];
-    int same = 1;
-    for (int i = 0; i < t->n; i++) {
-        for (int j = 0; j < t->n; j++)
-            if (t->lab[j] == want[i])
-                perm[i] = j;
-        same &= perm[i] == i;
-    }
-    if (same)
-        return;
-    t->v = expand_perm(s, id, t->v, perm, t->n, "transpose");
-    memcpy(t->lab, want, sizeof(int) * (size_t)t->n);
-}
-
-/* t summed over its labels that keep does not hold */
-static void ein_reduce(Sweep *s, int id, ETerm *t, const char *keep)
-{
-    int64_t ax[MAX_RANK];
-    int na = 0, nl = 0;
-    for (int i = 0; i < t->n; i++)
-        if (keep[t->lab[i]])
-            t->lab[nl++] = t->lab[i];
-        else
-            ax[na++] = i;
-    if (!na)
-        return;
-    int c = expand_node(s, id, OP_ReduceSum, t->v, -1, "sum", -1);
-    ir_attr_ints_add(s->g, c, "axes", ax, na);
-    ir_attr_add(s->g, c, "keepdims", A_INT)->i = 0;
-    visit(s, c);
-    t->v = s->g->node[c].out[0];
-    t->n = nl;
-}
-
-/* t expanded so that each of its labels has dim ldim[label] (a 1 broadcast) */
-static void ein_expand(Sweep *s, int id, ETerm *t, const int64_t *ldim)
-{
-    const Shape *xs = &s->g->val[t->v].shape;
-    int64_t want[MAX_RANK];
-    int same = 1;
-    for (int i = 0; i < t->n; i++) {
-        want[i] = ldim[t->lab[i]];
-        same &= xs->dim[i] == want[i];
-    }
-    if (same)
-        return;
-    int c = expand_node(s, id, OP_Expand, t->v, -1, "expand", -1);
-    ir_attr_ints_add(s->g, c, "shape", want, t->n);
-    visit(s, c);
-    t->v = s->g->node[c].out[0];
-}
-
-/* a times b summed over their shared labels that keep does not hold: a Mul
- * (broadcasting) when there are none, else a MatMul of [batch, a's own,
- * summed] by [batch, summed, b's own]; the result's labels batch, a's own,
- * b's own */
-static ETerm ein_pair(Sweep *s, int id, ETerm a, ETerm b, const char *keep, const int64_t *ldim)
-{
-    Graph *g = s->g;
-    const Node *n = &g->node[id];
-    int bat[MAX_RANK], ao[MAX_RANK], bo[MAX_RANK], con[MAX_RANK], nb = 0, na = 0, nbo = 0, nc = 0;
-    for (int i = 0; i < a.n; i++)
-        if (!ein_has(&b, a.lab[i]))
-            ao[na++] = a.lab[i];
-        else if (keep[a.lab[i]])
-            bat[nb++] = a.lab[i];
-        else
-            con[nc++] = a.lab[i];
-    for (int i = 0; i < b.n; i++)
-        if (!ein_has(&a, b.lab[i]))
-            bo[nbo++] = b.lab[i];
-    if (nb + na + nbo > MAX_RANK)
-        node_fatal(g, n, "a product of rank %d; fsdpc's tensors have rank up to %d", nb + na + nbo, MAX_RANK);
-    ETerm r = {.n = nb + na + nbo};
-    memcpy(r.lab, bat, sizeof(int) * (size_t)nb);
-    memcpy(r.lab + nb, ao, sizeof(int) * (size_t)na);
-    memcpy(r.lab + nb + na, bo, sizeof(int) * (size_t)nbo);
-    int64_t da[MAX_RANK], db[MAX_RANK], dr[MAX_RANK];
-    for (int i = 0; i < r.n; i++)
-        dr[i] = ldim[r.lab[i]];
-    if (!nc) { /* a as [batch, a's own, 1...], b as [batch, 1..., b's own] */
-        int wa[MAX_RANK], wb[MAX_RANK];
-        memcpy(wa, bat, sizeof(int) * (size_t)nb);
-        memcpy(wa + nb, ao, sizeof(int) * (size_t)na);
-        memcpy(wb, bat, sizeof(int) * (size_t)nb);
-        memcpy(wb + nb, bo, sizeof(int) * (size_t)nbo);
-        ein_transpose(s, id, &a, wa);
-        ein_transpose(s, id, &b, wb);
-        const Shape *sa = &g->val[a.v].shape, *sb = &g->val[b.v].shape;
-        for (int i = 0; i < r.n; i++) {
-            da[i] = i < nb + na ? sa->dim[i] : 1;
-            db[i] = i < nb ? sb->dim[i] : i < nb + na ? 1 : sb->dim[i - na];
-        }
-        r.v = expand(s, id, OP_Mul, expand_reshape(s, id, a.v, da, r.n), expand_reshape(s, id, b.v, db, r.n), "mul",
-                     -1);
-        return r;
-    }
-    ein_expand(s, id, &a, ldim);
-    ein_expand(s, id, &b, ldim);
-    int wa[MAX_RANK], wb[MAX_RANK];
-    int64_t bt = 1, m = 1, k = 1, nn = 1;
-    for (int i = 0; i < nb; i++)
-        bt *= ldim[bat[i]];
-    for (int i = 0; i < na; i++)
-        m *= ldim[ao[i]];
-    for (int i = 0; i < nc; i++)
-        k *= ldim[con[i]];
-    for (int i = 0; i < nbo; i++)
-        nn *= ldim[bo[i]];
-    memcpy(wa, bat, sizeof(int) * (size_t)nb);
-    memcpy(wa + nb, ao, sizeof(int) * (size_t)na);
-    memcpy(wa + nb + na, con, sizeof(int) * (size_t)nc);
-    memcpy(wb, bat, sizeof(int) * (size_t)nb);
-    memcpy(wb + nb, con, sizeof(int) * (size_t)nc);
-    memcpy(wb + nb + nc, bo, sizeof(int) * (size_t)nbo);
-    ein_transpose(s, id, &a, wa);
-    ein_transpose(s, id, &b, wb);
-    int64_t ma[3] = {bt, m, k}, mb[3] = {bt, k, nn};
-    int lo = nb ? 0 : 1; /* no batch: plain matrices */
-    int p = expand(s, id, OP_MatMul, expand_reshape(s, id, a.v, ma + lo, 3 - lo),
-                   expand_reshape(s, id, b.v, mb + lo, 3 - lo), "matmul", -1);
-    r.v = expand_reshape(s, id, p, dr, r.n);
-    return r;
-}
-
-/* Einsum of float operands as ReduceSum, Transpose, Reshape, Expand, Mul and
- * MatMul: each operand first sums the labels no other operand nor the
- * output has, then the operands are multiplied left to right (ein_pair),
- * summing each label once no later operand nor the output needs it, and
- * the result is transposed to the output's order.  Explicit (->) and
- * implicit output, ellipses broadcasting right-aligned, spaces ignored; a
- * label repeated within one operand (a diagonal) is refused. */
-void expand_einsum(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id];
-    const char *eq = ir_attr_s(&n, "equation", NULL);
-    if (!eq)
-        node_fatal(g, &n, "%s", "needs its equation attribute");
-    size_t len = strlen(eq);
-    if (len > 256)
-        node_fatal(g, &n, "%s", "equation longer than 256 characters");
-    char *e = ir_alloc(len + 1), *q = e;
-    for (const char *c = eq; *c; c++)
-        if (*c != ' ')
-            *q++ = *c;
-    *q = 0;
-    ETerm t[MAX_RANK];
-    int64_t ldim[EIN_NLAB];
-    int count[EIN_NLAB] = {0}, ell_max = 0, nt = 0;
-    for (int i = 0; i < EIN_NLAB; i++)
-        ldim[i] = -1;
-    const char *p = e;
-    for (;;) {
-        if (nt >= n.nin || n.in[nt] < 0)
-            node_fatal(g, &n, "equation '%s' names more operands than the node's %d inputs", ir_q(eq), n.nin);
-        if (nt >= MAX_RANK)
-            node_fatal(g, &n, "equation '%s': fsdpc takes up to %d operands", ir_q(eq), MAX_RANK);
-        const Value *x = &g->val[n.in[nt]];
-        if (!dtype_is_float(x->dtype))
-            node_fatal(g, &n, "input %d is %s: not supported (float32 or float64 only)", nt, dtype_name(x->dtype));
-        int r = x->shape.rank, labs[MAX_RANK], nl = 0, ell = -1;
-        while (*p && *p != ',' && *p != '-') {
-            if (!strncmp(p, "...", 3) && ell < 0) {
-                ell = nl;
-                p += 3;
-                continue;
-            }
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || nl >= MAX_RANK)
-                node_fatal(g, &n, "equation '%s': operand %d's subscripts must be up to %d letters and one '...'",
-                           ir_q(eq), nt, MAX_RANK);
-            labs[nl++] = *p++;
-        }
-        int ne = ell >= 0 ? r - nl : 0;
-        if (ne < 0 || (ell < 0 && nl != r))
-            node_fatal(g, &n, "equation '%s': operand %d has rank %d, its subscripts name %d dims%s", ir_q(eq), nt, r,
-                       nl, ell >= 0 ? " and an ellipsis" : "");
-        ETerm *tt = &t[nt];
-        tt->v = n.in[nt];
-        tt->n = 0;
-        for (int j = 0; j <= nl; j++) {
-            if (j == ell)
-                for (int k = 0; k < ne; k++)
-                    tt->lab[tt->n++] = EIN_ELL + ne - 1 - k;
-            if (j < nl)
-                tt->lab[tt->n++] = labs[j];
-        }
-        ell_max = ne > ell_max ? ne : ell_max;
-        for (int d = 0; d < r; d++) {
-            int l = tt->lab[d];
-            int64_t dim = x->shape.dim[d];
-            for (int j = 0; j < d; j++)
-                if (tt->lab[j] == l)
-                    node_fatal(g, &n, "equation '%s': operand %d repeats subscript '%c' (a diagonal): not supported",
-                               ir_q(eq), nt, l);
-            if (ldim[l] < 0 || ldim[l] == 1)
-                ldim[l] = dim;
-            else if (dim != 1 && dim != ldim[l])
-                node_fatal(g, &n, "equation '%s': %s%c has dims %lld and %lld", ir_q(eq), l >= EIN_ELL ? "an ellipsis dim" : "subscript ",
-                           l >= EIN_ELL ? ' ' : l, (long long)ldim[l], (long long)dim);
-            count[l]++;
-        }
-        nt++;
-        if (*p != ',')
-            break;
-        p++;
-    }
-    if (nt != n.nin)
-        node_fatal(g, &n, "equation '%s' names %d operands; the node has %d inputs", ir_q(eq), nt, n.nin);
-    int out[MAX_RANK], no = 0;
-    char keep[EIN_NLAB];
-    memset(keep, 0, sizeof keep);
-    if (*p == '-') {
-        if (p[1] != '>')
-            node_fatal(g, &n, "equation '%s': '-' must begin '->'", ir_q(eq));
-        int ell = 0;
-        for (p += 2; *p; ) {
-            if (!strncmp(p, "...", 3) && !ell) {
-                ell = 1;
-                p += 3;
-                for (int k = ell_max - 1; k >= 0 && no < MAX_RANK; k--)
-                    out[no++] = EIN_ELL + k;
-                continue;
-            }
-            int l = *p++;
-            if (!((l >= 'a' && l <= 'z') || (l >= 'A' && l <= 'Z')) || !count[l] || keep[l] || no >= MAX_RANK)
-                node_fatal(g, &n, "equation '%s': the output's subscripts must be up to %d distinct letters of the "
-                           "inputs and one '...'", ir_q(eq), MAX_RANK);
-            keep[l] = 1;
-            out[no++] = l;
-        }
-    } else { /* implicit: the ellipsis, then the letters that occur once, in order */
-        for (int k = ell_max - 1; k >= 0; k--)
-            out[no++] = EIN_ELL + k;
-        for (int l = 'A'; l <= 'z'; l++)
-            if (count[l] == 1 && no < MAX_RANK)
-                out[no++] = l;
-    }
-    for (int i = 0; i < nt; i++) { /* sum what only this operand has */
-        memset(keep, 0, sizeof keep);
-        for (int j = 0; j < no; j++)
-            keep[out[j]] = 1;
-        for (int j = 0; j < nt; j++)
-            for (int d = 0; j != i && d < t[j].n; d++)
-                keep[t[j].lab[d]] = 1;
-        ein_reduce(s, id, &t[i], keep);
-    }
-    ETerm acc = t[0];
-    for (int i = 1; i < nt; i++) {
-        memset(keep, 0, sizeof keep);
-        for (int j = 0; j < no; j++)
-            keep[out[j]] = 1;
-        for (int j = i + 1; j < nt; j++)
-            for (int d = 0; d < t[j].n; d++)
-                keep[t[j].lab[d]] = 1;
-        acc = ein_pair(s, id, acc, t[i], keep, ldim);
-    }
-    if (acc.n != no)
-        node_fatal(g, &n, "equation '%s': the output's subscripts are not those the inputs leave", ir_q(eq));
-    ein_transpose(s, id, &acc, out);
-    expand(s, id, OP_Identity, acc.v, -1, "out", n.out[0]);
-}
-
-/* ---- Attention (opsets 23-25) ------------------------------------------------ */
-
-/* x [B, S, H * Dh] as [B, H, S, Dh] */
-static int attn_heads(Sweep *s, int id, int x, int64_t h)
-{
-    Shape xs = s->g->val[x].shape;
-    int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
-    static const int64_t perm[4] = {0, 2, 1, 3};
-    return expand_perm(s, id, expand_reshape(s, id, x, d, 4), perm, 4, "heads");
-}
-
-/* x [B, Hkv, S, D] with each head repeated reps times in place: [B, Hkv * reps, S, D] */
-static int attn_repeat(Sweep *s, int id, int x, int64_t reps)
-{
-    Shape xs = s->g->val[x].shape;
-    int64_t d5[5] = {xs.dim[0], xs.dim[1], 1, xs.dim[2], xs.dim[3]};
-    int64_t e5[5] = {xs.dim[0], xs.dim[1], reps, xs.dim[2], xs.dim[3]};
-    int64_t d4[4] = {xs.dim[0], xs.dim[1] * reps, xs.dim[2], xs.dim[3]};
-    int c = expand_node(s, id, OP_Expand, expand_reshape(s, id, x, d5, 5), -1, "repeat", -1);
-    ir_attr_ints_add(s->g, c, "shape", e5, 5);
-    visit(s, c);
-    return expand_reshape(s, id, s->g->node[c].out[0], d4, 4);
-}
-
-/* 0 where bool ok holds, -inf elsewhere, of dtype t; its output */
-static int attn_allow(Sweep *s, int id, DType t, int ok)
-{
-    return expand3(s, id, OP_Where, ok, new_scalar(s, id, t, 0, "zero"), new_scalar(s, id, t, -INFINITY, "ninf"),
-                   "allowed", -1);
-}
-
-/* nonpad_kv_seqlen's bias (opset 24: an external cache of len[b] valid keys
- * per batch), built at run time from the int64 lengths: 0 where key j is
- * allowed, -inf elsewhere, [B, 1, sq, skv].  Key j is a key (j < len[b]) and,
- * with the query block at the end of the valid keys (offset len[b] - sq,
- * d = i + offset - j), causal keeps d >= 0 and the windows d <= left,
- * -d <= right.  Its output. */
-static int attn_nonpad(Sweep *s, int id, int len, DType t, int64_t b, int64_t sq, int64_t skv, int causal,
-                       int64_t lw, int64_t rw)
-{
-    Graph *g = s->g;
-    Node *n = &g->node[id];
-    Shape ls = g->val[len].shape;
-    if (ls.rank != 1 || ls.dim[0] != b || (g->val[len].dtype != DT_I64 && g->val[len].dtype != DT_I32))
-        node_fatal(g, n, "nonpad_kv_seqlen must be int64 or int32 of shape [%lld] (the batch), not %s %s",
-                   (long long)b, dtype_name(g->val[len].dtype), shape_str(&ls));
-    if (sq * skv > ((int64_t)1 << 24))
-        node_fatal(g, n, "a %lld x %lld nonpad_kv_seqlen mask is beyond 2^24 elements per batch", (long long)sq,
-                   (long long)skv);
-    if (g->val[len].dtype != DT_I64)
-        len = fold_cast(s, id, len, DT_I64, "nonpad_i64", -1);
-    int lb = expand_reshape(s, id, len, (int64_t[4]){b, 1, 1, 1}, 4);
-    int64_t *j = ir_alloc(sizeof(int64_t) * (size_t)skv);
-    for (int64_t k = 0; k < skv; k++)
-        j[k] = k;
-    Shape js = {.rank = 1, .dim = {skv}};
-    int keys = ir_const(g, ir_fmt("%s/key_index.%d", g->node[id].name, s->nnew++), DT_I64, &js, j);
-    int bias = attn_allow(s, id, t, expand(s, id, OP_Less, keys, lb, "is_key", -1));
-    if (causal || lw >= 0 || rw >= 0) {
-        int64_t *ij = ir_alloc(sizeof(int64_t) * (size_t)(sq * skv)); /* i - sq - j: d without len[b] */
-        for (int64_t i = 0; i < sq; i++)
-            for (int64_t k = 0; k < skv; k++)
-                ij[i * skv + k] = i - sq - k;
-        Shape ds = {.rank = 2, .dim = {sq, skv}};
-        int d = expand(s, id, OP_Add, ir_const(g, ir_fmt("%s/diag.%d", g->node[id].name, s->nnew++), DT_I64, &ds, ij),
-                       lb, "offset_diag", -1);
-        struct { int on; Op op; double at; } cond[3] = {
-            {causal, OP_GreaterOrEqual, 0}, {lw >= 0, OP_LessOrEqual, (double)lw}, {rw >= 0, OP_GreaterOrEqual, -(double)rw}};
-        for (int c = 0; c < 3; c++)
-            if (cond[c].on) {
-                int at = new_scalar(s, id, DT_I64, cond[c].at, "frontier");
-                int ok = attn_allow(s, id, t, expand(s, id, cond[c].op, d, at, "frontier_ok", -1));
-                bias = expand(s, id, OP_Add, bias, ok, "nonpad_bias", -1);
-            }
-    }
-    return bias;
-}
-
-/* Attention as the ops of its definition: 3-D Q, K, V split into heads;
- * past_key / past_value concatenated before K, V (present_key /
- * present_value); grouped heads of K, V repeated; scores Q * scale x K^T,
- * softcap; the bias: attn_mask (bool: 0 / -inf; float; a shorter last axis
- * padded with -inf) plus is_causal's j <= i + past and opset 25's windows,
- * computed at compile time; Softmax over the keys, a row whose bias is all
- * -inf giving zeros (its scores replaced before the Softmax, so no NaN
- * reaches the gradient); times V, merged back to 3-D.  qk_matmul_output
- * takes the scores of its mode.  nonpad_kv_seqlen (not with a past) masks
- * each batch's keys beyond its length and moves causal and window frontiers
- * to its end (attn_nonpad). */
-void expand_attention(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id];
-    int in[7];
-    for (int i = 0; i < 7; i++)
-        in[i] = i < n.nin ? n.in[i] : -1;
-    DType t = g->val[in[0]].dtype;
-    int r = g->val[in[0]].shape.rank;
-    for (int i = 0; i < 3; i++)
-        if (g->val[in[i]].dtype != t || !dtype_is_float(t) || g->val[in[i]].shape.rank != r || (r != 3 && r != 4))
-            node_fatal(g, &n, "Q, K and V must be float32 or float64 of one dtype and all of rank 3 or 4 (%c is %s, "
-                       "rank %d)", "QKV"[i], dtype_name(g->val[in[i]].dtype), g->val[in[i]].shape.rank);
-    if (in[6] >= 0 && in[4] >= 0)
-        node_fatal(g, &n, "%s", "nonpad_kv_seqlen cannot be combined with past_key and past_value (ONNX forbids it)");
-    if ((in[4] >= 0) != (in[5] >= 0))
-        node_fatal(g, &n, "%s", "past_key and past_value go together");
-    int64_t mode = ir_attr_i(&n, "qk_matmul_output_mode", 0), sp = ir_attr_i(&n, "softmax_precision", 0);
-    if (mode < 0 || mode > 3)
-        node_fatal(g, &n, "qk_matmul_output_mode %lld is not one of 0-3", (long long)mode);
-    if (sp && sp != tensor_to_onnx(DT_F32) && sp != tensor_to_onnx(DT_F64))
-        node_fatal(g, &n, "softmax_precision %lld is not supported (1: float, 11: double)", (long long)sp);
-    int Q = in[0], K = in[1], V = in[2];
-    if (r == 3) {
-        int64_t hq = ir_attr_i(&n, "q_num_heads", 0), hkv = ir_attr_i(&n, "kv_num_heads", 0);
-        if (hq < 1 || hkv < 1 || g->val[Q].shape.dim[2] % hq || g->val[K].shape.dim[2] % hkv ||
-            g->val[V].shape.dim[2] % hkv)
-            node_fatal(g, &n, "3-D Q, K and V need q_num_heads and kv_num_heads that divide their last dims "
-                       "(%lld, %lld, %lld)", (long long)g->val[Q].shape.dim[2], (long long)g->val[K].shape.dim[2],
-                       (long long)g->val[V].shape.dim[2]);
-        Q = attn_heads(s, id, Q, hq);
-        K = attn_heads(s, id, K, hkv);
-        V = attn_heads(s, id, V, hkv);
-    }
-    int64_t past = 0;
-    if (in[4] >= 0) {
-        past = g->val[in[4]].shape.rank == 4 ? g->val[in[4]].shape.dim[2] : 0;
-        for (int j = 0; j < 2; j++) {
-            int c = expand_node(s, id, OP_Concat, in[4 + j], j ? V : K, j ? "present_value" : "present_key", -1);
-            ir_attr_add(g, c, "axis", A_INT)->i = 2;
-            visit(s, c);
-            *(j ? &V : &K) = g->node[c].out[0];
-        }
-    }
-    Shape qs = g->val[Q].shape, ks = g->val[K].shape, vs = g->val[V].shape;
-    if (ks.dim[0] != qs.dim[0] || vs.dim[0] != qs.dim[0] || ks.dim[3] != qs.dim[3] || vs.dim[1] != ks.dim[1] ||
-        vs.dim[2] != ks.dim[2] || ks.dim[1] < 1 || qs.dim[1] % ks.dim[1])
-        node_fatal(g, &n, "Q %s, K %s and V %s (as batch, heads, sequence, head size) do not fit", shape_str(&qs),
-                   shape_str(&ks), shape_str(&vs));
-    for (int j = 1; j < 3; j++) /* present_key, present_value */
-        if (n.nout > j && n.out[j] >= 0 && ir_is_read(g, n.out[j]))
-            expand(s, id, OP_Identity, j == 1 ? K : V, -1, j == 1 ? "present_key_out" : "present_value_out", n.out[j]);
-    int64_t sq = qs.dim[2], skv = ks.dim[2];
-    if (qs.dim[1] != ks.dim[1]) {
-        K = attn_repeat(s, id, K, qs.dim[1] / ks.dim[1]);
-        V = attn_repeat(s, id, V, qs.dim[1] / ks.dim[1]);
-    }
-    double scale = ir_attr_f(&n, "scale", 1 / sqrt((double)qs.dim[3]));
-    if (scale != 1)
-        Q = expand(s, id, OP_Mul, Q, new_scalar(s, id, t, scale, "scale"), "scaled_q", -1);
-    int mm = expand_node(s, id, OP_MatMul, Q, K, "scores", -1);
-    ir_attr_add(g, mm, "transB", A_INT)->i = 1;
-    visit(s, mm);
-    int sc = g->node[mm].out[0], raw = sc;
-    double cap = ir_attr_f(&n, "softcap", 0);
-    if (cap > 0)
-        sc = expand(s, id, OP_Mul, expand(s, id, OP_Tanh, expand(s, id, OP_Mul, sc, new_scalar(s, id, t, 1 / cap, "cap"),
-                    "capped_in", -1), -1, "tanh", -1), new_scalar(s, id, t, cap, "cap"), "capped", -1);
-    int capped = sc;
-    /* the bias known at compile time: causal and windows; with
-     * nonpad_kv_seqlen, a run-time one (attn_nonpad) */
-    int causal = ir_attr_i(&n, "is_causal", 0) != 0, full = 0, bias = -1;
-    int64_t lw = ir_attr_i(&n, "left_window_size", -1), rw = ir_attr_i(&n, "right_window_size", -1);
-    if (in[6] >= 0) {
-        bias = attn_nonpad(s, id, in[6], t, qs.dim[0], sq, skv, causal, lw, rw);
-        full = 1; /* a short sequence masks whole rows */
-    } else if (causal || lw >= 0 || rw >= 0) {
-        if (sq * skv > ((int64_t)1 << 24)) /* the bias is a constant of the executable */
-            node_fatal(g, &n, "a %lld x %lld causal or window mask is beyond 2^24 elements (fsdpc builds it as a "
-                       "constant): give the mask as attn_mask instead", (long long)sq, (long long)skv);
-        void *m = ir_alloc(dtype_size(t) * (size_t)(sq * skv));
-        for (int64_t i = 0; i < sq; i++) {
-            int any = 0;
-            for (int64_t j = 0; j < skv; j++) {
-                int64_t dij = i + past - j;
-                int ok = (!causal || dij >= 0) && (lw < 0 || dij <= lw) && (rw < 0 || -dij <= rw);
-                any |= ok;
-                dtype_set_f(m, i * skv + j, t, ok ? 0.0 : -INFINITY);
-            }
-            full |= !any;
-        }
-        Shape bs = {.rank = 2, .dim = {sq, skv}};
-        bias = ir_const(g, ir_fmt("%s/causal.%d", n.name, s->nnew++), t, &bs, m);
-    }
-    if (in[3] >= 0) {
-        int mv = in[3];
-        Shape ms = g->val[mv].shape;
-        DType mt = g->val[mv].dtype;
-        if (mt == DT_BOOL)
-            mv = expand3(s, id, OP_Where, mv, new_scalar(s, id, t, 0, "zero"), new_scalar(s, id, t, -INFINITY, "ninf"),
-                         "mask_bias", -1);
-        else if (mt != t)
-            node_fatal(g, &n, "attn_mask is %s; it must be bool or Q's dtype %s", dtype_name(mt), dtype_name(t));
-        if (ms.rank < 1 || ms.dim[ms.rank - 1] > skv)
-            node_fatal(g, &n, "attn_mask %s: its last dim must be at most the %lld keys", shape_str(&ms), (long long)skv);
-        if (ms.dim[ms.rank - 1] < skv) { /* the missing keys are masked */
-            int c = expand_node(s, id, OP_Pad, mv, -1, "mask_pad", -1);
-            int64_t pads[2 * MAX_RANK] = {0};
-            pads[2 * ms.rank - 1] = skv - ms.dim[ms.rank - 1];
-            ir_attr_ints_add(g, c, "pads", pads, 2 * ms.rank);
-            ir_attr_add(g, c, "value", A_TENSOR)->t = new_scalar(s, id, t, -INFINITY, "ninf");
-            visit(s, c);
-            mv = g->node[c].out[0];
-        }
-        bias = bias < 0 ? mv : expand(s, id, OP_Add, mv, bias, "bias", -1);
-        full = 1; /* a run-time mask may mask whole rows */
-    }
-    if (bias >= 0)
-        sc = expand(s, id, OP_Add, sc, bias, "biased", -1);
-    int biased = sc, whole = -1;
-    if (full) {
-        int brank = g->val[bias].shape.rank;
-        int bm = expand_reduce(s, id, OP_ReduceMax, bias, brank - 1, 1, "bias_max", -1);
-        whole = expand(s, id, OP_Equal, bm, new_scalar(s, id, t, -INFINITY, "ninf"), "masked_row", -1);
-        sc = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), sc, "safe_scores", -1);
-    }
-    DType st = sp == tensor_to_onnx(DT_F64) ? DT_F64 : sp == tensor_to_onnx(DT_F32) ? DT_F32 : t;
-    if (st != t) {
-        int c = expand_node(s, id, OP_Cast, sc, -1, "softmax_cast", -1);
-        ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(st);
-        visit(s, c);
-        sc = g->node[c].out[0];
-    }
-    int sm = expand_node(s, id, OP_Softmax, sc, -1, "softmax", -1);
-    ir_attr_add(g, sm, "axis", A_INT)->i = -1;
-    visit(s, sm);
-    int p = g->node[sm].out[0];
-    if (st != t) {
-        int c = expand_node(s, id, OP_Cast, p, -1, "softmax_back", -1);
-        ir_attr_add(g, c, "to", A_INT)->i = tensor_to_onnx(t);
-        visit(s, c);
-        p = g->node[c].out[0];
-    }
-    if (full)
-        p = expand3(s, id, OP_Where, whole, new_scalar(s, id, t, 0, "zero"), p, "probs", -1);
-    if (n.nout > 3 && n.out[3] >= 0 && ir_is_read(g, n.out[3]))
-        expand(s, id, OP_Identity, mode == 0 ? raw : mode == 1 ? capped : mode == 2 ? biased : p, -1, "qk_out", n.out[3]);
-    int y = expand(s, id, OP_MatMul, p, V, "output", r == 4 ? n.out[0] : -1);
-    if (r == 3) {
-        static const int64_t perm[4] = {0, 2, 1, 3};
-        int64_t d[3] = {qs.dim[0], sq, qs.dim[1] * vs.dim[3]};
-        y = expand_perm(s, id, y, perm, 4, "merge");
-        Shape cs = {.rank = 1, .dim = {3}};
-        expand(s, id, OP_Reshape, y, ir_const(g, ir_fmt("%s/shape.%d", n.name, s->nnew++), DT_I64, &cs, d), "merged",
-               n.out[0]);
-    }
-}
-
-/* ---- RotaryEmbedding (opset 23) ---------------------------------------------- */
-
-/* x[..., lo:hi:step] on the last axis, visited; its output */
-static int expand_slice_last(Sweep *s, int id, int x, int64_t lo, int64_t hi, int64_t step, const char *suffix)
-{
-    Graph *g = s->g;
-    int c = expand_node(s, id, OP_Slice, x, -1, suffix, -1);
-    ir_attr_ints_add(g, c, "starts", &lo, 1);
-    ir_attr_ints_add(g, c, "ends", &hi, 1);
-    ir_attr_ints_add(g, c, "axes", &(int64_t){-1}, 1);
-    ir_attr_ints_add(g, c, "steps", &step, 1);
-    visit(s, c);
-    return g->node[c].out[0];
-}
-
-/* Concat of in[0..n) on axis, named NODE/suffix, writing out (new if -1); its output */
-static int expand_concat(Sweep *s, int id, const int *in, int n, int64_t axis, const char *suffix, int out)
-{
-    Graph *g = s->g;
-    int c = expand_node_n(s, id, OP_Concat, in, n, suffix, out);
-    ir_attr_add(g, c, "axis", A_INT)->i = axis;
-    visit(s, c);
-    return g->node[c].out[0];
-}
-
-/* RotaryEmbedding as its definition: X ([B, H, S, D], or [B, S, H * D] as
- * [B, S, H, D]), its first rotary_embedding_dim R of D rotated by the angles
- * of cos_cache / sin_cache ([B, S, R/2], or rows of them picked by
- * position_ids: a Gather), the pairs being the halves or (interleaved)
- * neighbours: real = cos x1 - sin x2, imag = sin x1 + cos x2. */
-void expand_rope(Sweep *s, int id)
-{
-    Graph *g = s->g;
-    Node n = g->node[id];
-    DType t = g->val[n.in[0]].dtype;
-    Shape xs = g->val[n.in[0]].shape;
-    int r = xs.rank, pos = n.nin > 3 ? n.in[3] : -1;
-    for (int i = 0; i < 3; i++)
-        if (g->val[n.in[i]].dtype != t || !dtype_is_float(t))
-            node_fatal(g, &n, "X, cos_cache and sin_cache must be float32 or float64 of one dtype (input %d is %s)", i,
-                       dtype_name(g->val[n.in[i]].dtype));
-    if (r != 3 && r != 4)
-        node_fatal(g, &n, "X has rank %d; it must be 3 or 4", r);
-    int x = n.in[0];
-    if (r == 3) {
-        int64_t h = ir_attr_i(&n, "num_heads", 0);
-        if (h < 1 || xs.dim[2] % h)
-            node_fatal(g, &n, "3-D X needs num_heads dividing its last dim %lld", (long long)xs.dim[2]);
-        int64_t d[4] = {xs.dim[0], xs.dim[1], h, xs.dim[2] / h};
-        x = expand_reshape(s, id, x, d, 4);
-    }
-    Shape s4 = g->val[x].shape; /* [B, H, S, D] or [B, S, H, D] */
-    int64_t hd = s4.dim[3], rd = ir_attr_i(&n, "rotary_embedding_dim", 0);
-    rd = rd ? rd : hd;
-    if (rd < 2 || rd > hd || rd % 2)
-        node_fatal(g, &n, "rotary_embedding_dim %lld must be even and at most the head size %lld", (long long)rd,
-                   (long long)hd);
-    int cs[2] = {n.in[1], n.in[2]};
-    for (int j = 0; j < 2; j++) {
-        if (pos >= 0) {
-            int c = expand_node(s, id, OP_Gather, cs[j], pos, j ? "sin_rows" : "cos_rows", -1);
-            ir_attr_add(g, c, "axis", A_INT)->i = 0;
-            visit(s, c);
-            cs[j] = g->node[c].out[0];
-        }
-        Shape c3 = g->val[cs[j]].shape; /* [B, S, R/2] */
-        if (c3.rank != 3 || (c3.dim[0] != xs.dim[0] && c3.dim[0] != 1) || c3.dim[1] != s4.dim[r == 4 ? 2 : 1] ||
-            c3.dim[2] != rd / 2)
-            node_fatal(g, &n, "%s %s must be [batch %lld, sequence %lld, %lld]%s", j ? "sin" : "cos", shape_str(&c3),
-                       (long long)xs.dim[0], (long long)s4.dim[r == 4 ? 2 : 1], (long long)(rd / 2),
-                       pos >= 0 ? " once position_ids pick its rows" : "");
-        int64_t d[4] = {c3.dim[0], 1, c3.dim[1], rd / 2}; /* broadcast over the heads */
-        if (r == 3)
-            d[1] = c3.dim[1], d[2] = 1;
-        cs[j] = expand_reshape(s, id, cs[j], d, 4);
-    }
-    int il = ir_attr_i(&n, "interleaved", 0) != 0;
-    int x1 = expand_slice_last(s, id, x, 0, il ? rd : rd / 2, il ? 2 : 1, "x1");
-    int x2 = expand_slice_last(s, id, x, il ? 1 : rd / 2, rd, il ? 2 : 1, "x2");
-    int re = expand(s, id, OP_Sub, expand(s, id, OP_Mul, cs[0], x1, "cos_x1", -1),
-                    expand(s, id, OP_Mul, cs[1], x2, "sin_x2", -1), "real", -1);
-    int im = expand(s, id, OP_Add, expand(s, id, OP_Mul, cs[1], x1, "sin_x1", -1),
-                    expand(s, id, OP_Mul, cs[0], x2, "cos_x2", -1), "imag", -1);
-    int parts[3], np = 0;
-    if (il) { /* [..., R/2, 2] -> [..., R] */
-        int ri[2] = {seq_part(s, id, OP_Unsqueeze, re, "real_pair", "axes", 4),
-                     seq_part(s, id, OP_Unsqueeze, im, "imag_pair", "axes", 4)};
-        int64_t d[4] = {s4.dim[0], s4.dim[1], s4.dim[2], rd};
-        parts[np++] = expand_reshape(s, id, expand_concat(s, id, ri, 2, -1, "pairs", -1), d, 4);
-    } else {
-        parts[np++] = re;
-        parts[np++] = im;
-    }
-    if (rd < hd)
-        parts[np++] = expand_slice_last(s, id, x, rd, hd, 1, "pass");
-    int y = np > 1 ? expand_concat(s, id, parts, np, -1, "rotated", r == 4 ? n.out[0] : -1) : parts[0];
-    if (r == 3) {
-        Shape os = {.rank = 1, .dim = {3}};
-        expand(s, id, OP_Reshape, y, ir_const(g, ir_fmt("%s/shape.%d", n.name, s->nnew++), DT_I64, &os, xs.dim),
-               "merged", n.out[0]);
-    } else if (np == 1)
-        expand(s, id, OP_Identity, y, -1, "out", n.out[0]);
-}
-

@@ -38,6 +38,18 @@ int seq_resolve(Sweep *s, int id);
 const Seq *seq_of(const Sweep *s, int v);
 /* op(a[, b]) named NODE/suffix writing out (-1: a new value), visited; its output (expand.c) */
 int fold_expand(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out);
+/* expand.c's builders for expand_attn.c and einsum.c: op(in[0..nin)) / op(a[, b]) named NODE/suffix writing out (-1: a new
+ * value), not yet visited (the caller adds attributes, then visits it): its node; op(a, b, c) visited: its
+ * output; a scalar constant v of dtype dt (float32/64, int32/64 or bool); x reshaped to dims[0..n) (x itself
+ * when it has them); x transposed by perm (rank n); a reduction op of x over axis (keepdims) — the last three
+ * visited, their output */
+int expand_node_n(Sweep *s, int id, Op op, const int *in, int nin, const char *suffix, int out);
+int expand_node(Sweep *s, int id, Op op, int a, int b, const char *suffix, int out);
+int expand3(Sweep *s, int id, Op op, int a, int b, int c, const char *suffix, int out);
+int expand_scalar(Sweep *s, int id, DType dt, double v, const char *suffix);
+int expand_reshape(Sweep *s, int id, int x, const int64_t *dims, int n);
+int expand_perm(Sweep *s, int id, int x, const int64_t *perm, int n, const char *suffix);
+int expand_reduce(Sweep *s, int id, Op op, int x, int axis, int keepdims, const char *suffix, int out);
 /* compose.c's builders for the expansions: Cast(x) to `to`; a scalar constant of a float dtype; a constant of
  * dtype t and shape sh whose element i is f(i, ctx) (float32, float64, int64, int32 or bool); f = i */
 int fold_cast(Sweep *s, int id, int x, DType to, const char *suffix, int out);
@@ -57,9 +69,9 @@ void expand_cumsum(Sweep *s, int id);
 void expand_gather_nd(Sweep *s, int id);
 void expand_scatter(Sweep *s, int id);    /* ScatterND, ScatterElements */
 void expand_resize(Sweep *s, int id);
-void expand_einsum(Sweep *s, int id);
-void expand_attention(Sweep *s, int id);
-void expand_rope(Sweep *s, int id);       /* RotaryEmbedding */
+void expand_einsum(Sweep *s, int id);     /* einsum.c */
+void expand_attention(Sweep *s, int id);  /* expand_attn.c */
+void expand_rope(Sweep *s, int id);       /* RotaryEmbedding (expand_attn.c) */
 
 /* integer arithmetic at run time (intarith.c) */
 int int_widen(Sweep *s, int id);          /* int32 arithmetic in int64: the int32 output to narrow into, or -1 */
