@@ -4,7 +4,10 @@
  * ensures:  each chain
  *             s = MatMul(q, kt)                    q [L.., t, d], kt [L.., d, s] (or with
  *                                                  transB, k [L.., s, d]: krow); q or
- *                                                  kt may be x * c (folded into scale)
+ *                                                  kt may be x * c (folded into scale);
+ *                                                  kt may be k through 3-D views that
+ *                                                  exchange its last two axes (krow:
+ *                                                  swapped_view)
  *             s = s * c  or  s / c                 (optional; c a scalar constant)
  *             s = Where(m, -inf, s) or Where(m, s, -inf)   (optional, m bool [.., t, s])
  *                 or s + bias                      (optional, bias float [.., t, s])
@@ -12,6 +15,8 @@
  *                                                  keepdims), -inf): ONNX Attention's guard
  *             p = Softmax(s, axis -1)               [Casts of p to its own dtype]
  *             [p = Where(e, 0, p)]                  (the guard's other half)
+ *             or [p = Where(IsNaN(p), 0, p)]       torch's dynamo export of
+ *                                                  scaled_dot_product_attention
  *             y = MatMul(p, v)                     v [L.., s, dv]
  *           whose intermediate values have no other reader becomes
  *             y, lse, scratch = FusedAttention(q, kt, v, bias)
@@ -35,7 +40,10 @@
  *           no tensor at all: the node gets attrs causal (and window) and no
  *           bias, the kernels compute the pattern (K_ATTN_CAUSAL), and the
  *           nodes that made the mask (nanoGPT's Slice, Equal, Cast of its
- *           buffer) are dropped when nothing else reads them.  Readable: a
+ *           buffer) are dropped when nothing else reads them.  A float bias
+ *           masks by -inf or by its dtype's lowest value (Hugging Face's
+ *           finfo.min), and may hold the band once per leading index (its
+ *           mask is one a batch row).  Readable: a
  *           bool constant, a float constant folding made, or Equal(buffer,
  *           c) of a float initializer that only Slices and Equals read (so
  *           autodiff cannot train it) through prefix Slices, its bytes in
@@ -84,6 +92,7 @@
 #include "kernels.h"
 #include "rules/tensor.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -149,6 +158,7 @@ typedef struct {
     int64_t nbias, brep;
     int64_t kvrep;     /* query problem b reads K/V problem b / kvrep */
     int rep[2][REP_NODES]; /* kt's and v's repeat_kv nodes, outermost first (-1 after the last) */
+    int view[3];       /* kt as k's last two axes exchanged through 3-D views (swapped_view), outermost first */
     int zero_rows;     /* the guard matched */
 } Chain;
 
@@ -163,6 +173,25 @@ static int guard_where(const Graph *g, int w, int x)
 {
     const Node *n = w >= 0 ? &g->node[w] : NULL;
     return n && n->op == OP_Where && n->in[2] == x && is_zero(g, n->in[1]) ? n->in[0] : -1;
+}
+
+/* torch's decomposition of scaled_dot_product_attention (its dynamo export): p = Where(IsNaN(p), 0, p), a row
+ * that attends nothing giving zeros (fold has made IsNaN Not(Equal(p, p))).  p read by those alone: the Where
+ * (the last of its readers), with the Equal and Not in c->guard[2..3]; else -1 */
+static int nan_guard(const Graph *g, const int *reader, int p, Chain *c)
+{
+    const int w = reader[p];
+    if (g->val[p].nuses != 3 || guard_where(g, w, p) < 0)
+        return -1;
+    const int e = g->node[w].in[0], no = g->val[e].producer;
+    if (no < 0 || g->node[no].op != OP_Not || only_reader(g, reader, e) != w)
+        return -1;
+    const int q = g->node[no].in[0], eq = g->val[q].producer;
+    if (eq < 0 || g->node[eq].op != OP_Equal || g->node[eq].in[0] != p || g->node[eq].in[1] != p ||
+        only_reader(g, reader, q) != no)
+        return -1;
+    c->guard[2] = eq, c->guard[3] = no;
+    return w;
 }
 
 /* is e Equal(ReduceMax(bias, the last axis, keepdims 1), -inf), read by the guard's two Wheres only?  Then
@@ -198,6 +227,7 @@ typedef struct {
     int64_t cols;
     int true_masks, eq;
     double z;
+    double lowest; /* a float bias's finite "masked": its dtype's lowest value (Hugging Face's finfo.min) */
 } Known;
 
 /* is element (i, j) masked (1), kept (0), or neither (-1: a bias of another value)? */
@@ -209,7 +239,7 @@ static int masked_at(const Known *m, int64_t i, int64_t j)
     const double f = tensor_const_f(m->x, k);
     if (m->eq)
         return (f == m->z) ? m->true_masks : !m->true_masks;
-    return f == 0 ? 0 : f == -INFINITY ? 1 : -1;
+    return f == 0 ? 0 : f == -INFINITY || f == m->lowest ? 1 : -1;
 }
 
 /* can the compiler read v's values: a constant whose bytes are in memory or in a data file that is there
@@ -260,7 +290,7 @@ static int known_of(const Graph *g, int v, int true_masks, Known *m)
         return 1;
     }
     if ((x->dtype == DT_F32 || x->dtype == DT_F64) && x->init_index < 0 && readable(g, v)) {
-        m->x = x;
+        m->x = x, m->lowest = x->dtype == DT_F32 ? -FLT_MAX : -DBL_MAX;
         return 1;
     }
     int p = x->producer;
@@ -290,25 +320,30 @@ static int known_of(const Graph *g, int v, int true_masks, Known *m)
     return 0;
 }
 
-/* Is mask or bias v, over [1.., t, s], the causal band: row i sees the keys j with j <= i + s - t (the last
- * query sees every key) and, with a sliding window of w keys, j > i + s - t - w?  Then 1 and *w (0: no
- * window). */
+/* Is mask or bias v, over [.., t, s], the causal band in every [t, s] of it (Hugging Face's mask is one a
+ * batch row): row i sees the keys j with j <= i + s - t (the last query sees every key) and, with a sliding
+ * window of w keys, j > i + s - t - w?  Then 1 and *w (0: no window).  A float bias masks by -inf or by its
+ * dtype's lowest value (Hugging Face's finfo.min): in a row that sees a key either gives a masked key the
+ * probability 0 exactly, as the kernel's band does. */
 static int band_of(const Graph *g, int v, int true_masks, int64_t t, int64_t s, int64_t *w)
 {
     const Value *x = &g->val[v];
     const int r = x->shape.rank;
     Known m;
     if (r < 2 || x->shape.dim[r - 2] != t || x->shape.dim[r - 1] != s || t < 1 || s < 1 ||
-        shape_numel(&x->shape) != t * s || !known_of(g, v, true_masks, &m))
+        !known_of(g, v, true_masks, &m))
+        return 0;
+    const int64_t n = shape_numel(&x->shape) / (t * s); /* the [t, s] in it */
+    if (m.eq && n != 1)
         return 0;
     int64_t win = 0; /* the last row's kept keys: s, or the window */
     for (int64_t j = 0; j < s; j++)
         win += masked_at(&m, t - 1, j) == 0;
     if (win == 0)
         return 0;
-    for (int64_t i = 0; i < t; i++)
+    for (int64_t i = 0; i < n * t; i++)
         for (int64_t j = 0; j < s; j++) {
-            const int64_t hi = i + s - t;
+            const int64_t hi = i % t + s - t;
             if (masked_at(&m, i, j) != (j > hi || j <= hi - win))
                 return 0;
         }
@@ -376,6 +411,36 @@ static int producer_through(const Graph *g, int v, Op op, Op alt, int *rn, int *
         return -1;
     rn[(*n)++] = p;
     return p;
+}
+
+/* Is x k with its last two axes exchanged through 3-D views, as torch's decomposition of
+ * scaled_dot_product_attention writes k^T (its dynamo export):
+ *   x = Reshape(Transpose(Reshape(k, [P, s, d]), perm (0, 2, 1)), [L.., d, s])    k [L.., s, d], P = L's product
+ * each node read by the next alone?  Then k, the nodes in view (x's Reshape first); else -1. */
+static int swapped_view(const Graph *g, const int *reader, int x, int view[3])
+{
+    const int p0 = g->val[x].producer, t = p0 >= 0 ? g->node[p0].in[0] : -1, p1 = t >= 0 ? g->val[t].producer : -1;
+    const int y = p1 >= 0 ? g->node[p1].in[0] : -1, p2 = y >= 0 ? g->val[y].producer : -1;
+    if (p2 < 0 || g->node[p0].op != OP_Reshape || g->node[p1].op != OP_Transpose || g->node[p2].op != OP_Reshape ||
+        only_reader(g, reader, t) != p0 || only_reader(g, reader, y) != p1)
+        return -1;
+    int na = 0;
+    const int64_t *perm = ir_attr_ints(&g->node[p1], "perm", &na);
+    const int k = g->node[p2].in[0];
+    const Shape *xs = &g->val[x].shape, *ys = &g->val[y].shape, *ks = &g->val[k].shape;
+    const int r = xs->rank;
+    if (na != 3 || perm[0] != 0 || perm[1] != 2 || perm[2] != 1 || ys->rank != 3 || ks->rank != r || r < 3 ||
+        g->val[k].dtype != g->val[x].dtype)
+        return -1;
+    const int64_t s = ks->dim[r - 2], d = ks->dim[r - 1];
+    if (ys->dim[0] != numel_of(ks, 0, r - 2) || ys->dim[1] != s || ys->dim[2] != d || xs->dim[r - 2] != d ||
+        xs->dim[r - 1] != s)
+        return -1;
+    for (int a = 0; a < r - 2; a++)
+        if (xs->dim[a] != ks->dim[a])
+            return -1;
+    view[0] = p0, view[1] = p1, view[2] = p2;
+    return k;
 }
 
 /* Is x (rank r) Hugging Face's repeat_kv of a k:
@@ -461,9 +526,9 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         pv = g->node[last].out[0];
         last = only_reader(g, reader, pv);
     }
-    int e = guard_where(g, last, pv); /* the guard after the Softmax */
-    if (e >= 0) {
-        c->guard[1] = last, pv = g->node[last].out[0];
+    int e = guard_where(g, last, pv), nan = last < 0 ? nan_guard(g, reader, pv, c) : -1; /* the guard after it */
+    if (e >= 0 || nan >= 0) {
+        c->guard[1] = e >= 0 ? last : nan, pv = g->node[c->guard[1]].out[0];
         last = only_reader(g, reader, pv);
     }
     if (last < 0 || g->node[last].op != OP_MatMul || g->node[last].in[0] != pv ||
@@ -517,7 +582,7 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         c->bshape = g->val[c->bias].shape;
     if (e >= 0 && (c->bias < 0 || !guard_of(g, reader, e, c->bias, c)))
         return 0;
-    c->zero_rows = e >= 0;
+    c->zero_rows = e >= 0 || nan >= 0;
     if (c->mask_node >= 0 && only_reader(g, reader, x) != (c->add2 >= 0 ? c->add2 : c->mask_node))
         return 0;
     p = g->val[x].producer;
@@ -539,6 +604,11 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         c->qscale = g->val[c->q].producer, c->q = sq;
     if (sk >= 0)
         c->kscale = g->val[c->kt].producer, c->kt = sk;
+    int kv = c->krow ? -1 : swapped_view(g, reader, c->kt, c->view);
+    if (kv >= 0 && only_reader(g, reader, c->kt) == (c->kscale >= 0 ? c->kscale : p))
+        c->kt = kv, c->krow = 1; /* read as k with transB */
+    else
+        c->view[0] = c->view[1] = c->view[2] = -1;
     /* shapes: q [L, t, d], kt [Lkv, d, s] (krow: k [Lkv, s, d]), v [Lkv, s, dv], one dtype; Lkv L's problems or
      * fewer read in place (kv_layout: repeat_kv's heads, or MatMul's broadcast over a head dim of 1) */
     const Shape *qs = &g->val[c->q].shape;
@@ -617,14 +687,14 @@ void pass_attention(Graph *g)
         int64_t window = 0;
         const int mv = c.mask >= 0 ? c.mask : c.add2 < 0 ? c.bias : -1, tm = c.mask >= 0 ? c.mask_true_masks : 1;
         int band = 0;
-        if (mv >= 0 && mv < nv && c.nbias == 1) {
+        if (mv >= 0 && mv < nv) {
             const int k = mv * 2 + tm;
             if (!seen[k])
                 seen[k] = band_of(g, mv, tm, t, s, &seen_w[k]) ? 1 : -1;
             band = seen[k] > 0, window = band ? seen_w[k] : 0;
         }
         if (band) { /* the kernel computes the pattern: no tensor */
-            bias = -1;
+            bias = -1, c.nbias = c.brep = 1;
         } else if (c.mask >= 0) { /* the mask as a bias of 0 and -inf */
             int ninf = ir_scalar(g, ir_fmt("%s.neg_inf", name), dt, -INFINITY);
             int zero = ir_scalar(g, ir_fmt("%s.zero", name), dt, 0);
@@ -675,6 +745,9 @@ void pass_attention(Graph *g)
         if (band)
             drop_unread(g, reader, drop, c.mask >= 0 ? c.mask : c.bias);
         drop[c.last] = 1; /* replaced: v's repeat below is unread then */
+        for (int j = 0; j < 3; j++) /* kt's views (each read by the next alone: swapped_view) */
+            if (c.view[j] >= 0)
+                drop[c.view[j]] = 1;
         for (int a = 0; a < 2; a++) /* repeat_kv's nodes, when only the chain read them */
             for (int j = 0; j < REP_NODES && c.rep[a][j] >= 0; j++) {
                 const int rd = only_reader(g, reader, g->node[c.rep[a][j]].out[0]);

@@ -13,13 +13,16 @@ a rotary embedding's inv_freq) and its header names those it left out; it holds 
 name the metadata records (GPT-2's lm_head.weight beside transformer.wte.weight).  Each model's package versions
 (ref.json's "versions") are printed.
 Each compile's attentions are fused as FUSED says (FusedAttention nodes after the attention pass, both exports; 0
-where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), BERT and both ViTs 2,
-T5 all 6 (their learned relative-position bias gets its gradient from the fused op), Falcon 2.  The grouped-query
-and multi-query ones (GQA: Llama's repeat_kv, Falcon's MatMuls broadcast over the heads) read their K/V heads in
-place: no Expand is left after fuse, in float32 and under --precision bf16 (compiled once more, not trained).
+where a model is not listed): nanoGPT, GPT-2, Llama, opset 23's Attention (llama_sdpa23), the Llama as Hugging
+Face builds it by default (llama_sdpa: torch's decomposition of scaled_dot_product_attention at the exporter's
+default opset, its causal mask of finfo.min one per batch row: fused with causal=1, no mask tensor), BERT and both
+ViTs 2, T5 all 6 (their learned relative-position bias gets its gradient from the fused op), Falcon 2.  The
+grouped-query and multi-query ones (GQA: Llama's repeat_kv, Falcon's MatMuls broadcast over the heads) read their
+K/V heads in place: no Expand is left after fuse, in float32 and under --precision bf16 (compiled once more, not
+trained).
 On the HF Llama and GPT-2 (where they compile) also --shard full, grad_op and hybrid:2 at world 4 (per-rank
 batch 2 over the 4-sample file: ranks 2-3 repeat ranks 0-1's samples, the same mean) and --wrap blocks at world 2.
-The decoders (nanoGPT, GPT-2, Llama, Llama with SDPA, Falcon) also train their dynamo export under --precision bf16
+The decoders (nanoGPT, GPT-2, Llama, Llama with SDPA at opset 23 and at the default opset, Falcon) also train their dynamo export under --precision bf16
 against PyTorch's torch.autocast(bfloat16) trajectory (ref.json's "bf16", generate.py --bf16): the losses and
 each parameter's update within the BF16_* tolerances below, the attentions fused as in float32.
 
@@ -58,16 +61,20 @@ KEY_BIAS = {"k_proj.bias": (0, 1), "in_proj_bias": (1, 3), "c_attn.bias": (1, 3)
 
 # model -> its FusedAttention nodes (passes/attention.c), either export
 FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 2, "bert": 2, "hf_vit": 2, "tv_vit": 2, "t5": 6,
-         "falcon": 2}
+         "falcon": 2, "llama_sdpa": 2}
+# model -> its FusedAttention nodes that compute the causal band themselves (causal=1: no mask tensor)
+CAUSAL = {"llama_sdpa": 2}
 # model -> its Gelu nodes, either export: the exporters' own (opset 20) and GPT-2's gelu_new, a tanh composition
 # passes/gelu.c rewrites (no Tanh left)
 GELU = {"nanogpt": 2, "gpt2": 2, "whisper_enc": 4, "bert": 3, "hf_vit": 2, "tv_vit": 2, "falcon": 2}
 # models whose attention has fewer K/V heads than query heads (FusedAttention's kvrep > 1, no Expand left)
-GQA = ("llama", "llama_sdpa23", "falcon")
+GQA = ("llama", "llama_sdpa23", "falcon", "llama_sdpa")
 
 # (model, exporter) -> the first line fsdpc prints when it refuses the export ("export: ..." when the exporter
 # itself failed in generate.py)
 BLOCKED = {("llama_sdpa23", "torchscript"):
+           "export: AssertionError: conversion of scaled_dot_product_attention not implemented if enable_gqa is True",
+           ("llama_sdpa", "torchscript"):
            "export: AssertionError: conversion of scaled_dot_product_attention not implemented if enable_gqa is True"}
 
 
@@ -166,6 +173,10 @@ def train(tag, ref, onnx_path, src, exe, world, extra=(), bf16=False):
         return first_error(p, os.path.dirname(onnx_path))
     fused, want = p.stdout.count("= FusedAttention "), FUSED.get(os.path.basename(os.path.dirname(onnx_path)), 0)
     check(fused == want, "%s: %d attentions fused, expected %d" % (tag, fused, want))
+    causal, want = (len(re.findall(r"= FusedAttention [^\n]* causal=1", p.stdout)),
+                    CAUSAL.get(os.path.basename(os.path.dirname(onnx_path)), -1))
+    check(want < 0 or causal == want, "%s: %d attentions with the causal band computed, expected %d"
+          % (tag, causal, want))
     gelus, want = p.stdout.count("= Gelu "), GELU.get(os.path.basename(os.path.dirname(onnx_path)), 0)
     check(gelus == want and (not want or "= Tanh " not in p.stdout), "%s: %d Gelu nodes, expected %d%s"
           % (tag, gelus, want, ", and a Tanh left" if "= Tanh " in p.stdout else ""))

@@ -92,6 +92,18 @@ def llama_sdpa23(rng):
     return LlamaForCausalLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
 
 
+def llama_sdpa(rng):
+    """the Llama above as Hugging Face builds it by default (attn_implementation "sdpa": torch's
+    scaled_dot_product_attention with enable_gqa), at the exporter's default opset: torch's decomposition of the
+    SDPA (q and k^T each scaled by the scale's square root, k^T through 3-D views, a per-batch causal mask of
+    finfo.min, Where(IsNaN(p), 0, p) after the Softmax)"""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg), {"input_ids": tokens(rng, GLOBAL_B, T)}, tokens(rng, GLOBAL_B, T)
+
+
 def falcon(rng):
     """multi-query attention: one key/value head shared by every query head, its MatMuls broadcast over the heads
     ([B,1,T,D] against [B,H,D,T]), as Falcon-7B's"""
@@ -257,7 +269,7 @@ def recurrent(rng):
 MODELS = {"mlp": mlp, "nanogpt": nanogpt, "gpt2": gpt2, "llama": llama, "falcon": falcon, "whisper_enc": whisper_enc, "bert": bert, "t5": t5,
           "hf_vit": hf_vit, "resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "tv_vit": tv_vit,
           "llama_sdpa23": llama_sdpa23, "indexing": indexing, "padding_idx": padding_idx, "recurrent": recurrent,
-          "upsampler": upsampler}
+          "upsampler": upsampler, "llama_sdpa": llama_sdpa}
 OPSET = {("llama_sdpa23", "dynamo"): 23}  # else the exporter's default
 FLOAT64 = {"resnet18", "mobilenet_v3_small", "whisper_enc"}
 
@@ -470,7 +482,7 @@ def generate_bf16(name):
 
 
 # the decoders whose ref.json also holds the autocast bf16 trajectory (generate.py --bf16)
-DECODERS = ("nanogpt", "gpt2", "llama", "llama_sdpa23", "falcon")
+DECODERS = ("nanogpt", "gpt2", "llama", "llama_sdpa23", "falcon", "llama_sdpa")
 
 
 def committed_seed(name, index):
