@@ -6,6 +6,11 @@ A model is named KIND:SHAPE:
   bert:d/L/T/B       a BERT-style encoder (below): bidirectional attention, post-LayerNorm, GELU MLP, an MLM head
                      (dense, GELU, LayerNorm, the decoder tied to the token embedding), vocab 256; every position is
                      a label (no masking: the step's arithmetic is a masked LM's at 100 % masking)
+  llama:d/L/T/B      Hugging Face's LlamaForCausalLM as it builds it by default (attn_implementation sdpa: torch's
+                     scaled_dot_product_attention), vocab 256, one query head per 64 channels and half as many
+                     key/value heads (grouped-query attention, as Llama 3), an MLP of 8d/3 rounded up to 64;
+                     exported by dynamo (torch >= 2.6, transformers) at torch's default opset, as users export
+                     it today (export: the TorchScript exporter cannot write its SDPA)
   resnet18:S/B       torchvision's resnet18(num_classes=10) on B images of S x S (training-mode BatchNorm)
   resnet50:S/B       torchvision's resnet50(num_classes=10)
 The token models read int64 input_ids [B, T] and labels [B, T]; the ResNets images x [B, 3, S, S] (float32) and
@@ -15,7 +20,7 @@ cross_entropy:logits,labels).
 import math
 
 VOCAB = 256
-KINDS = ("gpt", "bert", "resnet18", "resnet50")
+KINDS = ("gpt", "bert", "llama", "resnet18", "resnet50")
 
 
 def parse(name):
@@ -25,9 +30,10 @@ def parse(name):
         dims = tuple(int(v) for v in shape.split("/"))
     except ValueError:
         dims = ()
-    want = 4 if kind in ("gpt", "bert") else 2
+    want = 4 if kind in ("gpt", "bert", "llama") else 2
     if kind not in KINDS or len(dims) != want or min(dims) < 1:
-        raise SystemExit("bench: model %r: one of gpt:d/L/T/B, bert:d/L/T/B, resnet18:S/B, resnet50:S/B" % name)
+        raise SystemExit("bench: model %r: one of gpt:d/L/T/B, bert:d/L/T/B, llama:d/L/T/B, resnet18:S/B, "
+                         "resnet50:S/B" % name)
     return kind, dims
 
 
@@ -48,6 +54,8 @@ def build(name):
     if kind.startswith("resnet"):
         import torchvision
         return getattr(torchvision.models, kind)(num_classes=10)
+    if kind == "llama":
+        return _llama(*dims[:3])
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -123,13 +131,38 @@ def _bert(cfg):
     return Bert()
 
 
+def _llama(d, L, T):
+    """Hugging Face's Llama of d channels, L layers, T positions, its forward returning the logits"""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    h = max(1, d // 64)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=d, intermediate_size=(8 * d // 3 + 63) // 64 * 64,
+                      num_hidden_layers=L, num_attention_heads=h, num_key_value_heads=max(1, h // 2),
+                      max_position_embeddings=T)
+
+    class Llama(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = LlamaForCausalLM(cfg)
+
+        def forward(self, input_ids):
+            return self.lm(input_ids=input_ids).logits
+
+    return Llama()
+
+
 def export(model, name, path):
     """ONNX (opset 17, training mode, no constant folding) of model, the batch axis symbolic ("batch"), with the
-    TorchScript exporter on every torch (dynamo=True is torch 2.9's default and takes none of these options)"""
+    TorchScript exporter on every torch (dynamo=True is torch 2.9's default and takes none of these options); the
+    Llama by dynamo (optimize=False) at its default opset, the batch symbolic too"""
     import inspect
     import torch
     x, _ = batch_data(name)
     inp = input_name(name)
+    if parse(name)[0] == "llama":  # dynamo, its batch symbolic ("batch"), every parameter its own initializer
+        torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=True, optimize=False, input_names=[inp],
+                          output_names=["logits"], dynamic_shapes={inp: {0: torch.export.Dim("batch")}})
+        return
     kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, (torch.from_numpy(x),), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=[inp], output_names=["logits"],
