@@ -468,8 +468,10 @@ typedef struct {
     const char *name;  /* base name for the nodes a rule creates */
     const int *dys;    /* dys[k]: gradient of output k, -1 = none (zero) */
     const int *need;   /* need[i]: input i wants a gradient */
-    int *d;            /* out: d[i] = the contribution to input i's gradient */
+    int *d;            /* out: d[i] = the contribution to input i's gradient, or GRAD_IN_OTHER: input i
+                        * is the same value as an earlier input, whose d holds both contributions */
 } GradCtx;
+#define GRAD_IN_OTHER (-2)
 int ad_emit(Graph *g, Op op, const char *name, int a, int b);    /* op(a[, b]) */
 int ad_scale(Graph *g, const char *name, int x, double alpha);
 int ad_reshape(Graph *g, const char *name, int x, const Shape *to);

@@ -64,7 +64,7 @@ static void node_grad(Graph *g, int id, int *grad, const char *active)
     if (!grad_core(&cx) && !grad_tensor(&cx) && !grad_nn(&cx))
         die("no gradient rule for %s (node '%s')", op_info[n.op].name, n.name);
     for (int i = 0; i < n.nin && i < GRAD_MAX_IN; i++)
-        if (need[i]) {
+        if (need[i] && d[i] != GRAD_IN_OTHER) {
             if (d[i] < 0)
                 die("node '%s' (%s): no gradient made for input %d", n.name, op_info[n.op].name, i);
             accumulate(g, grad, n.in[i], d[i], nm);

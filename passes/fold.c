@@ -366,6 +366,19 @@ static void castlike(Graph *g, int id)
 }
 
 /* Rewrite node id into the form later passes expect, then visit it. */
+/* Pow(x, 2) of a float x becomes Mul(x, x): the same bits (x * x is the one rounding of x's square, as a
+ * correctly rounded pow's) and the same gradient, 2 x dy, without pow's cost per element (a Hugging Face
+ * Llama's RMSNorm squares its input: the Pow's gradient took 15 % of its bf16 step's traced time). */
+static void pow_square(Graph *g, int id)
+{
+    Node *n = &g->node[id];
+    const Value *x = &g->val[n->in[0]], *e = &g->val[n->in[1]];
+    if (n->nin != 2 || !dtype_is_float(x->dtype) || e->role != R_CONST || shape_numel(&e->shape) != 1 ||
+        e->shape.rank > x->shape.rank || !ir_data(g, n->in[1]) || tensor_const_f(e, 0) != 2)
+        return;
+    n->op = OP_Mul, n->in[1] = n->in[0];
+}
+
 static void canon_op(Sweep *s, int id)
 {
     Graph *g = s->g;
@@ -436,6 +449,7 @@ static void canon_op(Sweep *s, int id)
     case OP_Pow:
         if (int_pow(s, id))
             return;
+        pow_square(g, id);
         break;
     case OP_Clip: clip_attrs(g, id); break;
     case OP_Pad: pad_axes(g, id); break;

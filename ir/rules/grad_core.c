@@ -92,6 +92,12 @@ int grad_core(GradCtx *cx)
         }
         break;
     case OP_Mul:
+        if (a == b && need[0] && need[1]) { /* x * x (fold's Pow(x, 2)): d x = 2 (dy x), one contribution */
+            d[0] = ad_scale(g, ir_fmt("%s.sq", nm), ad_emit(g, OP_Mul, ir_fmt("%s.mula", nm), dy, a), 2.0);
+            d[0] = ad_sum_to(g, ir_fmt("%s.a", nm), d[0], a);
+            d[1] = GRAD_IN_OTHER;
+            break;
+        }
         if (need[0]) d[0] = ad_sum_to(g, ir_fmt("%s.a", nm), ad_emit(g, OP_Mul, ir_fmt("%s.mula", nm), dy, b), a);
         if (need[1]) d[1] = ad_sum_to(g, ir_fmt("%s.b", nm), ad_emit(g, OP_Mul, ir_fmt("%s.mulb", nm), dy, a), b);
         break;
