@@ -24,7 +24,8 @@
  * ONNX spec's running variance (biased) from the saved invstd.  Typed bodies
  * are in norm_impl.h; k_layernorm_bf16 / _f16 (--precision's LayerNorm of a
  * 16-bit residual feeding GEMMs only) are its forward with x widened as
- * loaded and y rounded as stored.
+ * loaded and y rounded as stored, k_layernorm_grad_bf16 / _f16 its backward
+ * with x widened as loaded (dy, dx float32).
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,7 +46,8 @@
 #undef T
 #undef S
 
-/* k_layernorm of 16-bit x into 16-bit y (--precision's LayerNorm between a 16-bit residual and a GEMM) */
+/* k_layernorm of 16-bit x into 16-bit y (--precision's LayerNorm between a 16-bit residual and a GEMM), and
+ * k_layernorm_grad of 16-bit x (that LayerNorm's backward) */
 #define K_LN16
 #define T float
 #define X uint16_t

@@ -2,9 +2,10 @@
  * T (element type) and S (name suffix) defined.  With K_LN16 defined (the
  * 16-bit instances: T float, X uint16_t, XW(v) its bits widened, XR(v) a float
  * rounded to them) only k_layernorm, reading x and writing y of X (mean,
- * invstd, scale, bias of T): x widened as loaded, y rounded once as stored,
- * the same arithmetic in T (the bits of Casts around k_layernorm_f32).  No
- * include guard on purpose. */
+ * invstd, scale, bias of T), and k_layernorm_grad, reading x of X (dy, dx and
+ * the rest of T): x widened as loaded, y rounded once as stored, the same
+ * arithmetic in T (the bits of Casts around k_layernorm_f32 and before
+ * k_layernorm_grad_f32).  No include guard on purpose. */
 #ifndef K_LN16
 #define X T
 #define XW(v) (v)
@@ -116,13 +117,9 @@ void KFN(k_layernorm)(X *y, T *mean, T *invstd, const X *x, const T *scale,
         return;
     par_range(KFN(layernorm_rows), &j, outer, inner);
 }
-#undef X
-#undef XW
-#undef XR
-#ifndef K_LN16
 
 /* dscale, dbias over columns [c0, c0 + t): sums down all rows. */
-static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *x,
+static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const X *x,
                                      const T *mean, const T *invstd, int64_t outer,
                                      int64_t inner, int64_t c0, int64_t t)
 {
@@ -130,10 +127,11 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
     for (int64_t c = 0; c < t; c++)
         ds[c] = db[c] = 0;
     for (int64_t r = 0; r < outer; r++) {
-        const T *dyr = dy + r * inner + c0, *xr = x + r * inner + c0;
+        const T *dyr = dy + r * inner + c0;
+        const X *xr = x + r * inner + c0;
         const double mu = mean[r], is = invstd[r];
         for (int64_t c = 0; c < t; c++) {
-            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            ds[c] += (double)dyr[c] * (((double)XW(xr[c]) - mu) * is);
             db[c] += dyr[c];
         }
     }
@@ -147,7 +145,7 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
 
 /* dx of one row of n: the row's two sums in K_LANES lanes of T (an omp simd
  * loop, as moments'; combined in double), then dx in T. */
-static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
+static void KFN(layernorm_grad_row)(T *dx, const T *dy, const X *x, double mu,
                                     double is, const T *scale, int64_t n)
 {
     const T m = (T)mu, a = (T)is;
@@ -158,7 +156,7 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
         for (int l = 0; l < K_LANES; l++) {
             const T g = scale ? dy[i + l] * scale[i + l] : dy[i + l];
             g1[l] += g;
-            gx[l] += g * ((x[i + l] - m) * a);
+            gx[l] += g * ((XW(x[i + l]) - m) * a);
         }
     double sg = 0, sgx = 0;
     for (int l = 0; l < K_LANES; l++)
@@ -166,11 +164,11 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
     for (; i < n; i++) {
         const double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
         sg += g;
-        sgx += g * (((double)x[i] - mu) * is);
+        sgx += g * (((double)XW(x[i]) - mu) * is);
     }
     const T mg = (T)(sg / (double)n), mgx = (T)(sgx / (double)n);
     for (i = 0; i < n; i++) {
-        const T g = scale ? dy[i] * scale[i] : dy[i], xh = (x[i] - m) * a;
+        const T g = scale ? dy[i] * scale[i] : dy[i], xh = (XW(x[i]) - m) * a;
         dx[i] = a * (g - mg - xh * mgx);
     }
 }
@@ -185,17 +183,18 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
  * the cache), the column sums on the stack.  The same sums in the same order
  * as the two sweeps of k_layernorm_grad, so the same bits.  Row r's dy is
  * read before its dx is written, so dx may alias dy here too. */
-static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const X *x, const T *mean,
                                       const T *invstd, const T *scale, int64_t outer, int64_t inner)
 {
     double ds[K_LN_SWEEP], db[K_LN_SWEEP];
     for (int64_t c = 0; c < inner; c++)
         ds[c] = db[c] = 0;
     for (int64_t r = 0; r < outer; r++) {
-        const T *dyr = dy + r * inner, *xr = x + r * inner;
+        const T *dyr = dy + r * inner;
+        const X *xr = x + r * inner;
         const double mu = mean[r], is = invstd[r];
         for (int64_t c = 0; c < inner; c++) {
-            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            ds[c] += (double)dyr[c] * (((double)XW(xr[c]) - mu) * is);
             db[c] += dyr[c];
         }
         KFN(layernorm_grad_row)(dx + r * inner, dyr, xr, mu, is, scale, inner);
@@ -211,7 +210,7 @@ static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, c
 /* the two loops of k_layernorm_grad, each an `omp for` of the calling team: the column tiles (each column sums
  * its rows in order) and dx's rows write apart and read only inputs, so a thread done with its tiles goes on to
  * its rows (nowait) */
-static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, const X *x, const T *mean,
                                      const T *invstd, const T *scale, int64_t outer, int64_t inner)
 {
     const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
@@ -226,7 +225,7 @@ static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, co
         KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r], invstd[r], scale, inner);
 }
 
-void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
+void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const X *x,
                            const T *mean, const T *invstd, const T *scale,
                            int64_t outer, int64_t inner)
 {
@@ -253,6 +252,11 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
 #pragma omp parallel if (outer * inner >= K_PAR_MIN)
     KFN(layernorm_grad_team)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
 }
+
+#undef X
+#undef XW
+#undef XR
+#ifndef K_LN16
 
 /* ---- BatchNormalization ------------------------------------------------- */
 
