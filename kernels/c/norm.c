@@ -5,7 +5,8 @@
  * BatchNorm by channel (x viewed as n x c x l, group = the n l elements of a
  * channel).  LayerNorm's statistics take one pass over the row: Welford's
  * running mean and sum of squared deviations in 16 lanes of the tensor's
- * type (a vector register of float), the lanes combined in double; BatchNorm's
+ * type (a vector register of float), the lanes combined in double, two rows'
+ * updates interleaved (each row's is a latency chain); BatchNorm's
  * take two passes in double (the mean, then the mean of squared deviations).
  * Neither forms E[x^2] - E[x]^2, which cancels for groups far from 0.  The
  * forward saves mean and invstd = 1/sqrt(var + eps) in the

@@ -22,21 +22,11 @@
  * elements added one by one.  Shifting by the row's first element keeps the
  * running means small, so a row far from 0 keeps T's precision; and no
  * E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
-static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, double *var)
+/* The lanes' combination and the tail of moments (row x, first element x0, blocks K_LANES-element blocks whose
+ * lanes hold means m and sums q) */
+static void KFN(moments_end)(const X *x, int64_t n, T x0, const T *m, const T *q, int64_t blocks, double *mean,
+                             double *shifted, double *var)
 {
-    const T x0 = XW(x[0]);
-    T m[K_LANES] = {0}, q[K_LANES] = {0};
-    const int64_t blocks = n / K_LANES;
-    for (int64_t k = 0; k < blocks; k++) {
-        const T r = (T)1 / (T)(k + 1);
-        const X *xb = x + k * K_LANES;
-#pragma omp simd
-        for (int l = 0; l < K_LANES; l++) {
-            const T v = XW(xb[l]) - x0, d = v - m[l];
-            m[l] += d * r;
-            q[l] += d * (v - m[l]);
-        }
-    }
     double cnt = 0, mu = 0, m2 = 0;
     if (blocks) { /* lane l: blocks elements, mean m[l], sum q[l] */
         for (int l = 0; l < K_LANES; l++)
@@ -59,6 +49,44 @@ static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, d
     *var = m2 / (double)n;
 }
 
+/* one Welford step of the lanes (m, q) of a row shifted by x0, for the block xb, r = 1 / (its number + 1) */
+#define K_WELFORD(xb, x0, m, q, r)                                  \
+    _Pragma("omp simd") for (int l = 0; l < K_LANES; l++)            \
+    {                                                                \
+        const T v_ = XW((xb)[l]) - (x0), d_ = v_ - (m)[l];           \
+        (m)[l] += d_ * (r);                                          \
+        (q)[l] += d_ * (v_ - (m)[l]);                                \
+    }
+
+/* moments of two rows of n, xa and xb, their block loops together (each row's chain of updates is a latency
+ * chain: two run at once in the core's pipelines); each row's arithmetic is moments', so the same bits */
+static void KFN(moments2)(const X *xa, const X *xb, int64_t n, double *mean, double *shifted, double *var)
+{
+    const T a0 = XW(xa[0]), b0 = XW(xb[0]);
+    T ma[K_LANES] = {0}, qa[K_LANES] = {0}, mb[K_LANES] = {0}, qb[K_LANES] = {0};
+    const int64_t blocks = n / K_LANES;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T r = (T)1 / (T)(k + 1);
+        K_WELFORD(xa + k * K_LANES, a0, ma, qa, r)
+        K_WELFORD(xb + k * K_LANES, b0, mb, qb, r)
+    }
+    KFN(moments_end)(xa, n, a0, ma, qa, blocks, mean, shifted, var);
+    KFN(moments_end)(xb, n, b0, mb, qb, blocks, mean + 1, shifted + 1, var + 1);
+}
+
+static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, double *var)
+{
+    const T x0 = XW(x[0]);
+    T m[K_LANES] = {0}, q[K_LANES] = {0};
+    const int64_t blocks = n / K_LANES;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T r = (T)1 / (T)(k + 1);
+        K_WELFORD(x + k * K_LANES, x0, m, q, r)
+    }
+    KFN(moments_end)(x, n, x0, m, q, blocks, mean, shifted, var);
+}
+#undef K_WELFORD
+
 /* ---- LayerNormalization ------------------------------------------------- */
 
 typedef struct {
@@ -74,11 +102,17 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
 {
     const KFN(LayerNormJob) *j = ctx;
     const int64_t n = j->inner;
+    double mus[2], shs[2], vars[2]; /* two rows' moments at a time (moments2), the second used next row */
     for (int64_t r = lo; r < hi; r++) {
         const X *x = j->x + r * n;
         X *y = j->y + r * n;
-        double mu, shifted, var;
-        KFN(moments)(x, n, &mu, &shifted, &var);
+        if ((r - lo) % 2 == 0) {
+            if (r + 1 < hi)
+                KFN(moments2)(x, x + n, n, mus, shs, vars);
+            else
+                KFN(moments)(x, n, mus, shs, vars);
+        }
+        const double mu = mus[(r - lo) % 2], shifted = shs[(r - lo) % 2], var = vars[(r - lo) % 2];
         const double is = 1 / sqrt(var + j->eps);
         /* (x - x0) - (mean - x0): exact where x is near x0, however far both are from 0 */
         const T x0 = XW(x[0]), m = (T)shifted, a = (T)is, *sc = j->scale, *b = j->bias;
