@@ -226,10 +226,11 @@ static void emit_layernorm_grad(Cg *cg, Buf *b, const Node *n)
     const Graph *g = cg->g;
     int64_t outer, inner;
     ln_dims(g, n, &g->val[n->in[0]].shape, &outer, &inner);
+    /* a 16-bit x on the cpu target under --precision (passes/precision.c): k_layernorm_grad_bf16 / _f16 */
     cg_put(b, "    k_layernorm_grad_%s(%s, %s, %s, %s, %s, %s, %s, %s, %lld, %lld);\n",
-           cg_sfx(g->val[n->in[0]].dtype), wanted(cg, n, 0), wanted(cg, n, 1), wanted(cg, n, 2), P(cg, n->in[0]),
-           P(cg, n->in[1]), P(cg, n->in[2]), P(cg, n->in[3]), opt(cg, input(n, 4)), (long long)outer,
-           (long long)inner);
+           cg_gemm_sfx(g->val[n->in[1]].dtype, g->val[n->in[0]].dtype), wanted(cg, n, 0), wanted(cg, n, 1),
+           wanted(cg, n, 2), P(cg, n->in[0]), P(cg, n->in[1]), P(cg, n->in[2]), P(cg, n->in[3]),
+           opt(cg, input(n, 4)), (long long)outer, (long long)inner);
 }
 
 /* ---- fused attention ------------------------------------------------------ */

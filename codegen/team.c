@@ -30,8 +30,7 @@
  * every dtype's; the others are exact (their other dtypes' kernels are written otherwise). */
 static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
-    "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_f32",
-    "k_layernorm_grad_f64",
+    "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_",
     "k_cast",           "k_matmul_f32",     "k_matmul_add_f32",
 };
 

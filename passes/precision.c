@@ -53,6 +53,10 @@
  *     pre-norm block's, between the residual stream and its projections)
  *     reads x and writes Y in bfloat16 (k_layernorm_bf16: float32 inside,
  *     Y rounded once); its statistics stay float32;
+ *   - on the cpu target, a LayerNormGrad reads a bfloat16 x as it is
+ *     (k_layernorm_grad_bf16: widened as loaded, the bits of a Cast), so the
+ *     backward makes no float32 copy of the residual stream (dy, dx and the
+ *     parameter gradients float32);
  *   - a ReduceSumTo (a bias gradient) sums a bfloat16 dY as it is
  *     (k_reduce_sum_to_bf16: each element widened as loaded, float32 y);
  *   - everything else reads float32: a bfloat16 input gets one Cast back per
@@ -91,19 +95,22 @@ static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
 
 static int is_conv(Op op) { return op == OP_Conv || op == OP_ConvGrad; }
 
-/* convolutions read the low dtype on the cpu target only (the cuda target's are float32 kernels) */
-static int conv_low(const Graph *g) { return !g->opt->target || !strcmp(g->opt->target, "cpu"); }
+/* ops that read the low dtype on the cpu target only (the cuda target's convolutions and LayerNorm backward are
+ * float32 kernels) */
+static int cpu_low(Op op) { return is_conv(op) || op == OP_LayerNormGrad; }
 
-/* may input j of n read the low dtype here (ir_reads_low's inputs, a convolution's where conv_low)? */
+static int on_cpu(const Graph *g) { return !g->opt->target || !strcmp(g->opt->target, "cpu"); }
+
+/* may input j of n read the low dtype here (ir_reads_low's inputs; cpu_low ops' on the cpu target)? */
 static int reads_low(const Graph *g, const Node *n, int j)
 {
-    return ir_reads_low(n, j) && (!is_conv(n->op) || conv_low(g));
+    return ir_reads_low(n, j) && (!cpu_low(n->op) || on_cpu(g));
 }
 
 /* ops whose operands (reads_low's inputs) a float32 result reads in the low dtype */
 static int is_gemm(const Graph *g, Op op)
 {
-    return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad || (is_conv(op) && conv_low(g));
+    return op == OP_MatMul || op == OP_FusedAttention || op == OP_FusedAttentionGrad || (is_conv(op) && on_cpu(g));
 }
 
 typedef struct {
@@ -260,9 +267,10 @@ static void readers_ahead(const Graph *g, char *low_reader, char *grad_bound, in
             reads[v]++;
             if (is_elementwise(n) && g->val[v].producer >= 0 && (g->val[v].producer >= g->nfwd) == (i >= g->nfwd))
                 ew_reader[v] = 1;
-            /* (a LayerNorm takes x low where it is low already: no reason to store it low) */
+            /* (a LayerNorm and its backward take x low where it is low already: no reason to store it low) */
             if ((reads_low(g, n, j) && n->op != OP_Free && n->op != OP_Wait && n->op != OP_Cast &&
-                 n->op != OP_Split && n->op != OP_Concat && n->op != OP_LayerNormalization) ||
+                 n->op != OP_Split && n->op != OP_Concat && n->op != OP_LayerNormalization &&
+                 n->op != OP_LayerNormGrad) ||
                 is_elementwise(n) || (moves(n, j) && out_low))
                 low_reader[v] = 1;
             if (!(is_gemm(g, n->op) && reads_low(g, n, j)) && n->op != OP_Free && n->op != OP_Wait &&

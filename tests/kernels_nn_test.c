@@ -198,14 +198,17 @@ static void layernorm_case(int dt, int64_t outer, int64_t inner, int affine, dou
 }
 
 /* k_layernorm_bf16 / _f16 (16-bit x and y) = k_layernorm_f32 on x widened, y rounded: bit for bit, y, mean and
- * invstd, on 1 thread and a team of 4 */
+ * invstd; and k_layernorm_grad_bf16 / _f16 (16-bit x) = k_layernorm_grad_f32 on x widened: dx, dscale, dbias bit
+ * for bit; on 1 thread and a team of 4 */
 static void layernorm_16_case(int f16, int64_t outer, int64_t inner, int affine, double offset)
 {
     const int64_t n = outer * inner;
     uint16_t *x16 = xalloc((size_t)n, 2), *y16 = xalloc((size_t)n, 2), *yw16 = xalloc((size_t)n, 2);
     float *xw = xalloc((size_t)n, 4), *yw = xalloc((size_t)n, 4), *s = xalloc((size_t)inner, 4);
-    float *b = xalloc((size_t)inner, 4), *st = xalloc(4 * (size_t)outer, 4);
+    float *b = xalloc((size_t)inner, 4), *st = xalloc(4 * (size_t)outer, 4), *dy = xalloc((size_t)n, 4);
+    float *g = xalloc((size_t)(n + 2 * inner), 4), *gw = xalloc((size_t)(n + 2 * inner), 4);
     for (int64_t i = 0; i < n; i++) {
+        dy[i] = (float)rnd(-1, 1);
         const float v = (float)(rnd(-2, 3) + offset);
         x16[i] = f16 ? k_f16_from_f32(v) : k_bf16_from_f32(v);
         xw[i] = f16 ? k_f16_to_f32(x16[i]) : k_bf16_to_f32(x16[i]);
@@ -220,6 +223,9 @@ static void layernorm_16_case(int f16, int64_t outer, int64_t inner, int affine,
                                                    outer, inner, 1e-5);
         k_layernorm_f32(yw, st + 2 * outer, st + 3 * outer, xw, affine ? s : NULL, affine ? b : NULL, outer, inner,
                         1e-5);
+        (f16 ? k_layernorm_grad_f16 : k_layernorm_grad_bf16)(g, g + n, g + n + inner, dy, x16, st, st + outer,
+                                                             affine ? s : NULL, outer, inner);
+        k_layernorm_grad_f32(gw, gw + n, gw + n + inner, dy, xw, st, st + outer, affine ? s : NULL, outer, inner);
 #ifdef _OPENMP
         ktest_team(before);
 #endif
@@ -229,8 +235,11 @@ static void layernorm_16_case(int f16, int64_t outer, int64_t inner, int affine,
             (long long)inner, affine, offset, team);
         check_bytes(F32, y16, yw16, 2 * (size_t)n);
         check_bytes(F32, st, st + 2 * outer, 8 * (size_t)outer); /* mean, invstd */
+        CTX("k_layernorm_grad_%s %lldx%lld affine %d offset %g on %d thread(s)", f16 ? "f16" : "bf16",
+            (long long)outer, (long long)inner, affine, offset, team);
+        check_bytes(F32, g, gw, 4 * (size_t)(n + 2 * inner)); /* dx, dscale, dbias */
     }
-    free(x16), free(y16), free(yw16), free(xw), free(yw), free(s), free(b), free(st);
+    free(x16), free(y16), free(yw16), free(xw), free(yw), free(s), free(b), free(st), free(dy), free(g), free(gw);
 }
 
 static void test_layernorm(int dt)

@@ -13,8 +13,9 @@
  * last finite bias entry of every row of the tile (the masked upper triangle
  * of a causal bias) are left out of both GEMMs; under K_ATTN_CAUSAL exp is
  * taken only up to each row's last visible key, rounded up to 16 (the rest
- * is P = 0 written: libmvec's vector expf is slow on lanes of -inf; the
- * rounding keeps the bias path's bits).  So no batch x t x s tensor
+ * is P = 0 written, and the masked lanes before it take exp(0), zeroed
+ * after: libmvec's vector expf is slow on lanes of -inf; the rounding keeps
+ * the bias path's bits).  So no batch x t x s tensor
  * exists: the forward saves only each row's log-sum-exp, lse = max +
  * log(sum), and the backward recomputes the tile's P = exp(S - lse) from it
  * and forms dV += P^T dY, dP = dY V^T, dS = P (dP - rowsum(dY Y)), dQ =

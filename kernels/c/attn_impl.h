@@ -104,6 +104,22 @@ static int64_t KFN(attn_exp_end)(int flags, int64_t q, int64_t n, int64_t t, int
     return e < n ? e : n;
 }
 
+/* The columns [*lo, *hi] of a row's first e (attn_exp_end's) that query q sees: under K_ATTN_CAUSAL its band
+ * (attn_scores wrote -inf around it), else all e.  The exp loops take exp(0) on the lanes outside it and write 0
+ * there after, exp(-inf - m)'s value for the row's finite statistic m (its max, or lse): libmvec's expf computes
+ * a lane of -inf on its slow path, one scalar expf call each (7.5 a row on average at the band's edge in the GPT
+ * 256/6/256/8: 0.7 M calls a step); each lane's result depends on that lane alone, so the bits are unchanged.  A
+ * row whose m is not finite (it sees no key, or only -inf scores) keeps all e: its NaN spreads as before. */
+static void KFN(attn_band)(int flags, int64_t q, int64_t e, int64_t t, int64_t s, T m, int64_t *lo, int64_t *hi)
+{
+    const int64_t h = q + s - t, w = flags >> K_ATTN_WINDOW_SHIFT;
+    *lo = 0, *hi = e - 1;
+    if (!(flags & K_ATTN_CAUSAL) || h < 0 || !isfinite(m))
+        return;
+    *hi = h < e - 1 ? h : e - 1;
+    *lo = w && h - w + 1 > 0 ? h - w + 1 : 0;
+}
+
 /* S (r x n) = scale Q K[:n]^T + bias: the scores of the tile of rows i0.. (K as kt, d x s, or krow: s x d);
  * under K_ATTN_CAUSAL -inf outside the band (kernels.h) */
 static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, int flags, const T *bias, int64_t i0,
@@ -170,10 +186,14 @@ void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O 
                 continue;
             }
             const int64_t e = KFN(attn_exp_end)(flags, i0 + i, n, t, s);
+            int64_t lo, hi;
+            KFN(attn_band)(flags, i0 + i, e, t, s, mx, &lo, &hi);
 #pragma omp simd
             for (int64_t j = 0; j < e; j++)
-                row[j] = KM(exp)(row[j] - mx);
-            for (int64_t j = e; j < n; j++)
+                row[j] = KM(exp)(j >= lo && j <= hi ? row[j] - mx : 0);
+            for (int64_t j = 0; j < lo; j++)
+                row[j] = 0;
+            for (int64_t j = hi + 1; j < n; j++)
                 row[j] = 0;
 #pragma omp simd reduction(+ : sum)
             for (int64_t j = 0; j < n; j++)
@@ -238,9 +258,13 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
                 memset(row, 0, sizeof(T) * (size_t)n);
             else {
                 const int64_t e = KFN(attn_exp_end)(flags, i0 + i, n, t, s);
+                int64_t lo, hi;
+                KFN(attn_band)(flags, i0 + i, e, t, s, l, &lo, &hi);
                 for (int64_t j = 0; j < e; j++)
-                    row[j] = KM(exp)(row[j] - l);
-                for (int64_t j = e; j < n; j++)
+                    row[j] = KM(exp)(j >= lo && j <= hi ? row[j] - l : 0);
+                for (int64_t j = 0; j < lo; j++)
+                    row[j] = 0;
+                for (int64_t j = hi + 1; j < n; j++)
                     row[j] = 0;
             }
         }

@@ -585,6 +585,14 @@ int k_bf16_gemm_native(void);
 void k_layernorm_bf16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
                       const float *bias, int64_t outer, int64_t inner, double eps);
 K_TWIN(layernorm_bf16)
+/* k_layernorm_grad_f32 of bfloat16 x (norm.c: --precision bf16's LayerNorm
+ * backward on the cpu target, where x is stored bfloat16: the residual),
+ * a bfloat16 x, dy, dx and the rest float32: x widened as loaded, so the bits
+ * of a Cast of x to float32 and k_layernorm_grad_f32, without the float32
+ * copy.  No cuda twin: the cuda target's LayerNorm backward reads float32 x
+ * (passes/precision.c) */
+void k_layernorm_grad_bf16(float *dx, float *dscale, float *dbias, const float *dy, const uint16_t *x,
+                           const float *mean, const float *invstd, const float *scale, int64_t outer, int64_t inner);
 /* k_reduce_sum_to_f32 of bfloat16 x (reduce.c: a bias gradient of a bfloat16 dY
  * under --precision bf16): each element widened as it is loaded, so the same
  * bits as a Cast to float32 and k_reduce_sum_to_f32 */
@@ -669,6 +677,9 @@ K_TWIN(matmul_add_f16)
 void k_layernorm_f16(uint16_t *y, float *mean, float *invstd, const uint16_t *x, const float *scale,
                      const float *bias, int64_t outer, int64_t inner, double eps);
 K_TWIN(layernorm_f16)
+/* k_layernorm_grad_bf16 of float16 x */
+void k_layernorm_grad_f16(float *dx, float *dscale, float *dbias, const float *dy, const uint16_t *x,
+                          const float *mean, const float *invstd, const float *scale, int64_t outer, int64_t inner);
 /* k_reduce_sum_to_bf16 of float16 x */
 void k_reduce_sum_to_f16(float *y, const uint16_t *x, int rank, const int64_t *xshape, const int64_t *yshape);
 K_TWIN(reduce_sum_to_f16)

@@ -5,7 +5,8 @@
  * BatchNorm by channel (x viewed as n x c x l, group = the n l elements of a
  * channel).  LayerNorm's statistics take one pass over the row: Welford's
  * running mean and sum of squared deviations in 16 lanes of the tensor's
- * type (a vector register of float), the lanes combined in double; BatchNorm's
+ * type (a vector register of float), the lanes combined in double, two rows'
+ * updates interleaved (each row's is a latency chain); BatchNorm's
  * take two passes in double (the mean, then the mean of squared deviations).
  * Neither forms E[x^2] - E[x]^2, which cancels for groups far from 0.  The
  * forward saves mean and invstd = 1/sqrt(var + eps) in the
@@ -24,7 +25,8 @@
  * ONNX spec's running variance (biased) from the saved invstd.  Typed bodies
  * are in norm_impl.h; k_layernorm_bf16 / _f16 (--precision's LayerNorm of a
  * 16-bit residual feeding GEMMs only) are its forward with x widened as
- * loaded and y rounded as stored.
+ * loaded and y rounded as stored, k_layernorm_grad_bf16 / _f16 its backward
+ * with x widened as loaded (dy, dx float32).
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,7 +47,8 @@
 #undef T
 #undef S
 
-/* k_layernorm of 16-bit x into 16-bit y (--precision's LayerNorm between a 16-bit residual and a GEMM) */
+/* k_layernorm of 16-bit x into 16-bit y (--precision's LayerNorm between a 16-bit residual and a GEMM), and
+ * k_layernorm_grad of 16-bit x (that LayerNorm's backward) */
 #define K_LN16
 #define T float
 #define X uint16_t

@@ -2,9 +2,10 @@
  * T (element type) and S (name suffix) defined.  With K_LN16 defined (the
  * 16-bit instances: T float, X uint16_t, XW(v) its bits widened, XR(v) a float
  * rounded to them) only k_layernorm, reading x and writing y of X (mean,
- * invstd, scale, bias of T): x widened as loaded, y rounded once as stored,
- * the same arithmetic in T (the bits of Casts around k_layernorm_f32).  No
- * include guard on purpose. */
+ * invstd, scale, bias of T), and k_layernorm_grad, reading x of X (dy, dx and
+ * the rest of T): x widened as loaded, y rounded once as stored, the same
+ * arithmetic in T (the bits of Casts around k_layernorm_f32 and before
+ * k_layernorm_grad_f32).  No include guard on purpose. */
 #ifndef K_LN16
 #define X T
 #define XW(v) (v)
@@ -21,21 +22,11 @@
  * elements added one by one.  Shifting by the row's first element keeps the
  * running means small, so a row far from 0 keeps T's precision; and no
  * E[x^2] - E[x]^2 is formed.  *shifted: mean - x[0]. */
-static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, double *var)
+/* The lanes' combination and the tail of moments (row x, first element x0, blocks K_LANES-element blocks whose
+ * lanes hold means m and sums q) */
+static void KFN(moments_end)(const X *x, int64_t n, T x0, const T *m, const T *q, int64_t blocks, double *mean,
+                             double *shifted, double *var)
 {
-    const T x0 = XW(x[0]);
-    T m[K_LANES] = {0}, q[K_LANES] = {0};
-    const int64_t blocks = n / K_LANES;
-    for (int64_t k = 0; k < blocks; k++) {
-        const T r = (T)1 / (T)(k + 1);
-        const X *xb = x + k * K_LANES;
-#pragma omp simd
-        for (int l = 0; l < K_LANES; l++) {
-            const T v = XW(xb[l]) - x0, d = v - m[l];
-            m[l] += d * r;
-            q[l] += d * (v - m[l]);
-        }
-    }
     double cnt = 0, mu = 0, m2 = 0;
     if (blocks) { /* lane l: blocks elements, mean m[l], sum q[l] */
         for (int l = 0; l < K_LANES; l++)
@@ -58,6 +49,44 @@ static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, d
     *var = m2 / (double)n;
 }
 
+/* one Welford step of the lanes (m, q) of a row shifted by x0, for the block xb, r = 1 / (its number + 1) */
+#define K_WELFORD(xb, x0, m, q, r)                                  \
+    _Pragma("omp simd") for (int l = 0; l < K_LANES; l++)            \
+    {                                                                \
+        const T v_ = XW((xb)[l]) - (x0), d_ = v_ - (m)[l];           \
+        (m)[l] += d_ * (r);                                          \
+        (q)[l] += d_ * (v_ - (m)[l]);                                \
+    }
+
+/* moments of two rows of n, xa and xb, their block loops together (each row's chain of updates is a latency
+ * chain: two run at once in the core's pipelines); each row's arithmetic is moments', so the same bits */
+static void KFN(moments2)(const X *xa, const X *xb, int64_t n, double *mean, double *shifted, double *var)
+{
+    const T a0 = XW(xa[0]), b0 = XW(xb[0]);
+    T ma[K_LANES] = {0}, qa[K_LANES] = {0}, mb[K_LANES] = {0}, qb[K_LANES] = {0};
+    const int64_t blocks = n / K_LANES;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T r = (T)1 / (T)(k + 1);
+        K_WELFORD(xa + k * K_LANES, a0, ma, qa, r)
+        K_WELFORD(xb + k * K_LANES, b0, mb, qb, r)
+    }
+    KFN(moments_end)(xa, n, a0, ma, qa, blocks, mean, shifted, var);
+    KFN(moments_end)(xb, n, b0, mb, qb, blocks, mean + 1, shifted + 1, var + 1);
+}
+
+static void KFN(moments)(const X *x, int64_t n, double *mean, double *shifted, double *var)
+{
+    const T x0 = XW(x[0]);
+    T m[K_LANES] = {0}, q[K_LANES] = {0};
+    const int64_t blocks = n / K_LANES;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T r = (T)1 / (T)(k + 1);
+        K_WELFORD(x + k * K_LANES, x0, m, q, r)
+    }
+    KFN(moments_end)(x, n, x0, m, q, blocks, mean, shifted, var);
+}
+#undef K_WELFORD
+
 /* ---- LayerNormalization ------------------------------------------------- */
 
 typedef struct {
@@ -73,11 +102,17 @@ static void KFN(layernorm_rows)(void *ctx, int64_t lo, int64_t hi)
 {
     const KFN(LayerNormJob) *j = ctx;
     const int64_t n = j->inner;
+    double mus[2], shs[2], vars[2]; /* two rows' moments at a time (moments2), the second used next row */
     for (int64_t r = lo; r < hi; r++) {
         const X *x = j->x + r * n;
         X *y = j->y + r * n;
-        double mu, shifted, var;
-        KFN(moments)(x, n, &mu, &shifted, &var);
+        if ((r - lo) % 2 == 0) {
+            if (r + 1 < hi)
+                KFN(moments2)(x, x + n, n, mus, shs, vars);
+            else
+                KFN(moments)(x, n, mus, shs, vars);
+        }
+        const double mu = mus[(r - lo) % 2], shifted = shs[(r - lo) % 2], var = vars[(r - lo) % 2];
         const double is = 1 / sqrt(var + j->eps);
         /* (x - x0) - (mean - x0): exact where x is near x0, however far both are from 0 */
         const T x0 = XW(x[0]), m = (T)shifted, a = (T)is, *sc = j->scale, *b = j->bias;
@@ -116,13 +151,9 @@ void KFN(k_layernorm)(X *y, T *mean, T *invstd, const X *x, const T *scale,
         return;
     par_range(KFN(layernorm_rows), &j, outer, inner);
 }
-#undef X
-#undef XW
-#undef XR
-#ifndef K_LN16
 
 /* dscale, dbias over columns [c0, c0 + t): sums down all rows. */
-static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *x,
+static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const X *x,
                                      const T *mean, const T *invstd, int64_t outer,
                                      int64_t inner, int64_t c0, int64_t t)
 {
@@ -130,10 +161,11 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
     for (int64_t c = 0; c < t; c++)
         ds[c] = db[c] = 0;
     for (int64_t r = 0; r < outer; r++) {
-        const T *dyr = dy + r * inner + c0, *xr = x + r * inner + c0;
+        const T *dyr = dy + r * inner + c0;
+        const X *xr = x + r * inner + c0;
         const double mu = mean[r], is = invstd[r];
         for (int64_t c = 0; c < t; c++) {
-            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            ds[c] += (double)dyr[c] * (((double)XW(xr[c]) - mu) * is);
             db[c] += dyr[c];
         }
     }
@@ -147,7 +179,7 @@ static void KFN(layernorm_grad_cols)(T *dscale, T *dbias, const T *dy, const T *
 
 /* dx of one row of n: the row's two sums in K_LANES lanes of T (an omp simd
  * loop, as moments'; combined in double), then dx in T. */
-static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
+static void KFN(layernorm_grad_row)(T *dx, const T *dy, const X *x, double mu,
                                     double is, const T *scale, int64_t n)
 {
     const T m = (T)mu, a = (T)is;
@@ -158,7 +190,7 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
         for (int l = 0; l < K_LANES; l++) {
             const T g = scale ? dy[i + l] * scale[i + l] : dy[i + l];
             g1[l] += g;
-            gx[l] += g * ((x[i + l] - m) * a);
+            gx[l] += g * ((XW(x[i + l]) - m) * a);
         }
     double sg = 0, sgx = 0;
     for (int l = 0; l < K_LANES; l++)
@@ -166,11 +198,11 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
     for (; i < n; i++) {
         const double g = scale ? (double)dy[i] * scale[i] : (double)dy[i];
         sg += g;
-        sgx += g * (((double)x[i] - mu) * is);
+        sgx += g * (((double)XW(x[i]) - mu) * is);
     }
     const T mg = (T)(sg / (double)n), mgx = (T)(sgx / (double)n);
     for (i = 0; i < n; i++) {
-        const T g = scale ? dy[i] * scale[i] : dy[i], xh = (x[i] - m) * a;
+        const T g = scale ? dy[i] * scale[i] : dy[i], xh = (XW(x[i]) - m) * a;
         dx[i] = a * (g - mg - xh * mgx);
     }
 }
@@ -185,17 +217,18 @@ static void KFN(layernorm_grad_row)(T *dx, const T *dy, const T *x, double mu,
  * the cache), the column sums on the stack.  The same sums in the same order
  * as the two sweeps of k_layernorm_grad, so the same bits.  Row r's dy is
  * read before its dx is written, so dx may alias dy here too. */
-static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, const X *x, const T *mean,
                                       const T *invstd, const T *scale, int64_t outer, int64_t inner)
 {
     double ds[K_LN_SWEEP], db[K_LN_SWEEP];
     for (int64_t c = 0; c < inner; c++)
         ds[c] = db[c] = 0;
     for (int64_t r = 0; r < outer; r++) {
-        const T *dyr = dy + r * inner, *xr = x + r * inner;
+        const T *dyr = dy + r * inner;
+        const X *xr = x + r * inner;
         const double mu = mean[r], is = invstd[r];
         for (int64_t c = 0; c < inner; c++) {
-            ds[c] += (double)dyr[c] * (((double)xr[c] - mu) * is);
+            ds[c] += (double)dyr[c] * (((double)XW(xr[c]) - mu) * is);
             db[c] += dyr[c];
         }
         KFN(layernorm_grad_row)(dx + r * inner, dyr, xr, mu, is, scale, inner);
@@ -211,7 +244,7 @@ static void KFN(layernorm_grad_sweep)(T *dx, T *dscale, T *dbias, const T *dy, c
 /* the two loops of k_layernorm_grad, each an `omp for` of the calling team: the column tiles (each column sums
  * its rows in order) and dx's rows write apart and read only inputs, so a thread done with its tiles goes on to
  * its rows (nowait) */
-static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, const T *x, const T *mean,
+static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, const X *x, const T *mean,
                                      const T *invstd, const T *scale, int64_t outer, int64_t inner)
 {
     const int64_t tile = min64(K_TILE, max64(64, (inner + 7) / 8));
@@ -226,7 +259,7 @@ static void KFN(layernorm_grad_team)(T *dx, T *dscale, T *dbias, const T *dy, co
         KFN(layernorm_grad_row)(dx + r * inner, dy + r * inner, x + r * inner, mean[r], invstd[r], scale, inner);
 }
 
-void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
+void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const X *x,
                            const T *mean, const T *invstd, const T *scale,
                            int64_t outer, int64_t inner)
 {
@@ -253,6 +286,11 @@ void KFN(k_layernorm_grad)(T *dx, T *dscale, T *dbias, const T *dy, const T *x,
 #pragma omp parallel if (outer * inner >= K_PAR_MIN)
     KFN(layernorm_grad_team)(dx, dscale, dbias, dy, x, mean, invstd, scale, outer, inner);
 }
+
+#undef X
+#undef XW
+#undef XR
+#ifndef K_LN16
 
 /* ---- BatchNormalization ------------------------------------------------- */
 

@@ -233,11 +233,15 @@ for t in ("cpu", "cuda"):
     for pf in ("backward_pre", "none"):
         lanes[t, pf], _ = report(GPT + ["--wrap", "blocks", "--precision", "bf16", "--prefetch", pf], 4, slowb,
                                  target=t)
+# (the same collectives on both targets; the cpu target computes a little less, its 16-bit LayerNorm backward
+# reading the residual without a Cast: passes/precision.c's cpu_low, so the lanes are compared by what they expose)
 for pf in ("backward_pre", "none"):
-    for k in ("comm_s", "compute_s"):
-        close(lanes["cuda", pf][k], lanes["cpu", pf][k], 1e-9, "%s: %s the same on both targets" % (pf, k))
-close(lanes["cuda", "backward_pre"]["step_time_s"], lanes["cpu", "backward_pre"]["step_time_s"], 1e-9,
-      "backward_pre: one lane or two, the same step")
+    close(lanes["cuda", pf]["comm_s"], lanes["cpu", pf]["comm_s"], 1e-9, "%s: comm_s the same on both targets" % pf)
+    c, g = lanes["cpu", pf]["compute_s"], lanes["cuda", pf]["compute_s"]
+    check(0.99 * g < c < g, "%s: the cpu target's compute a little less (no Casts before the LayerNorm backward): "
+          "%.9g vs %.9g s" % (pf, c, g))
+close(lanes["cuda", "backward_pre"]["exposed_comm_s"], lanes["cpu", "backward_pre"]["exposed_comm_s"], 1e-9,
+      "backward_pre: one lane or two, the same exposed communication")
 check(lanes["cuda", "none"]["exposed_comm_s"] < 0.95 * lanes["cpu", "none"]["exposed_comm_s"] and
       lanes["cuda", "none"]["step_time_s"] < lanes["cpu", "none"]["step_time_s"],
       "prefetch none: two lanes expose less than one: %.6g vs %.6g s" % (lanes["cuda", "none"]["exposed_comm_s"],
