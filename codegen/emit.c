@@ -663,7 +663,7 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
          * (k_team_share): the runs write apart, so no barrier between them; the update is elementwise, so the
          * same bits however it is split */
         int u = n->unit, adam = n->op == OP_AdamW;
-        if (!cg->cuda)
+        if (!cg->cuda && !cg->team) /* in a run's team (cg->team, codegen/team.c) the loop is the team's */
             cg_put(b, "    _Pragma(\"omp parallel if (c->shard_len[%d] >= K_PAR_MIN)\")\n", u);
         cg_put(b, "    for (int k = 0; k < c->opt_nrun[%d]; k++) {\n"
                   "        const RtOptRun *r = c->opt_run[%d] + k;\n"

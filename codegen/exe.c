@@ -279,15 +279,19 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         int skip = guard && need && !need[i];
         node.len = team.len = 0;
         cg_emit_node(cg, &node, n);
-        if (!cg->cuda && n->op == OP_Fused) {
+        if (!cg->cuda && (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd)) {
             cg->team = 1;
             cg_emit_node(cg, &team, n);
             cg->team = 0;
         }
         const Buf *mine = team.len ? &team : &node; /* its code in a team */
         int k = 0, barrier = 0;
-        int joins = !cg->cuda && skip == open && cg_team_node(g, n, node.len ? node.buf : "", &k, &rd, &wr, &barrier);
-        if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
+        int joins = !cg->cuda && cg_team_node(g, n, node.len ? node.buf : "", &k, &rd, &wr, &barrier);
+        if (joins && !k) /* no code (a view, a Free's comment): no guard of its own either */
+            skip = open;
+        /* ends the run: a node that does not join, a guard opening or closing, a barrier before the run's first
+         * call (a new run then) */
+        if (!joins || skip != open || (barrier && calls == 0)) {
             cg_team_flush(&body, &run, &plain, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
@@ -304,9 +308,19 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 cg_put(&run, CG_TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
-            cg_put(&run, "%s", mine->len ? mine->buf : "");
+            const int coll = cg_team_coll(n);
+            if (coll) /* the step's thread starts or waits, not sharing (a job that runs at once on it calls kernels
+                       * whole); after a Wait, every thread sees what it brought */
+                cg_put(&run, "    _Pragma(\"omp master\")\n    { k_share(0);\n%s      k_share(1); }\n%s", node.buf,
+                       coll == 2 ? CG_TEAM_BARRIER : "");
+            else
+                cg_put(&run, "%s", mine->len ? mine->buf : "");
             cg_put(&plain, "%s", node.len ? node.buf : "");
-            if (k)
+            if (coll == 2)
+                rd.n = wr.n = 0;
+            else if (coll)
+                cg_team_take(g, n, &rd, &wr);
+            else if (k)
                 big += cg_team_take(g, n, &rd, &wr);
             nrun++, calls += k;
         }
