@@ -279,7 +279,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         int skip = guard && need && !need[i];
         node.len = team.len = 0;
         cg_emit_node(cg, &node, n);
-        if (!cg->cuda && (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd)) {
+        if (!cg->cuda && (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd || cg_team_coll(n))) {
             cg->team = 1;
             cg_emit_node(cg, &team, n);
             cg->team = 0;
@@ -308,15 +308,14 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 cg_put(&run, CG_TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
-            const int coll = cg_team_coll(n);
-            if (coll) /* the step's thread starts or waits, not sharing (a job that runs at once on it calls kernels
-                       * whole); after a Wait, every thread sees what it brought */
-                cg_put(&run, "    _Pragma(\"omp master\")\n    { k_share(0);\n%s      k_share(1); }\n%s", node.buf,
-                       coll == 2 ? CG_TEAM_BARRIER : "");
-            else
-                cg_put(&run, "%s", mine->len ? mine->buf : "");
+            const int coll = cg_team_coll(n); /* its team text: emit.c's team_coll, a barrier after a Wait */
+            cg_put(&run, "%s", mine->len ? mine->buf : "");
             cg_put(&plain, "%s", node.len ? node.buf : "");
-            if (coll == 2)
+            if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) { /* a reduce-scatter's: then adds up the shard (its inputs), each thread
+                                            * its share */
+                rd.n = wr.n = 0;
+                cg_team_take(g, n, &wr, &wr);
+            } else if (coll == 2)
                 rd.n = wr.n = 0;
             else if (coll)
                 cg_team_take(g, n, &rd, &wr);

@@ -15,8 +15,10 @@
  * backward, the GELU node (k_unary) and its gradient, the float32 GEMMs of the backward one after the other;
  * --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward) is one parallel
  * region, with a barrier only where a node writes bytes that a node of the run read or wrote since the last
- * barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its own).  A node
- * calling anything else (a collective, a checked call such as a Gather's, a 16-bit GEMM) ends the run.
+ * barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its own).  The
+ * collectives' starts and waits join too, on the team's first thread (cg_team_coll), and the checked calls whose
+ * check every thread makes alike.  A node calling anything else (a 16-bit GEMM or attention) ends the run, and
+ * so does a validation pass's guard (`if (!c->validating)`) opening or closing.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
  * --trace marks the run's nodes when the run ends. */
@@ -124,14 +126,14 @@ static void ranges_add(CgRanges *r, int64_t space, int64_t lo, int64_t hi)
     r->hi[r->n++] = hi;
 }
 
-/* a collective's start (1) or a Wait (2) that may join a run: the team's first thread (the step's own thread)
- * starts or waits, the others go on; 0 for any other node.  A reduce-scatter's Wait, which adds the gradient
- * shard up after it (exe.c's grad accumulation), does not join */
+/* a collective's start (1) or a Wait (2), which join a run: the team's first thread (the step's own thread)
+ * starts or waits, the others go on (emit.c's team text); 0 for any other node.  A reduce-scatter's Wait then
+ * adds the gradient shard up (emit.c's grad accumulation), each thread its share */
 int cg_team_coll(const Node *n)
 {
     if (n->op == OP_AllGather || n->op == OP_ReduceScatter || n->op == OP_AllReduce)
         return 1;
-    return n->op == OP_Wait && ir_attr_i(n, "of", -1) != OP_ReduceScatter ? 2 : 0;
+    return n->op == OP_Wait ? 2 : 0;
 }
 
 /* may node n join a run (its code, text, calling only team kernels: *calls of them) whose reads and writes

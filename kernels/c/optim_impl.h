@@ -110,7 +110,5 @@ void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
 
 void KFN(k_grad_accum)(T *y, const T *x, int64_t n, int64_t micro)
 {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        y[i] = micro == 0 ? x[i] : y[i] + x[i];
+    K_PAR_FOR(n, y[i] = micro == 0 ? x[i] : y[i] + x[i]); /* walk.h: its thread's part inside a team */
 }
