@@ -151,8 +151,9 @@ int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, co
     if (n->nin > 32 || n->nout > 32)
         return 0;
     *barrier = 0;
-    if (!*calls)
-        return 1; /* a view or a comment: touches nothing */
+    if (!*calls || cg_team_coll(n) == 2)
+        return 1; /* a view or a comment touches nothing; a Wait, on the first thread, only waits (the barrier after
+                   * it orders what came before it and what follows) */
     if (*calls > 1 && n->op != OP_Split && n->op != OP_Concat && n->op != OP_GradNormSq)
         return 0; /* its calls might depend on each other; a Split's or a Concat's write apart, and the gradient
                    * norm's write its one value on the first thread alone (team_writer) */
