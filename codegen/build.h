@@ -88,7 +88,7 @@ int cg_team_coll(const Node *n);
 int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr);
 /* the run [first, first + k) into body (text: its code for a team with CG_TEAM_BARRIER where needed; plain:
  * its code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain
- * code; then --trace's marks */
-void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big);
+ * code; then --trace's marks (not a collective's: marked where it starts or waits) */
+void cg_team_flush(const Graph *g, Buf *body, Buf *text, Buf *plain, int first, int k, int big);
 
 #endif

@@ -451,14 +451,15 @@ static void emit_grad_accum(Cg *cg, Buf *b, int x, int y, int unit)
            cg->team ? " }" : "");
 }
 
-/* a collective's start or wait on the first thread of a run's team (cg->team, codegen/team.c), the step's own
- * thread, not sharing (a job that runs at once on it calls kernels whole), the other threads going on; after a
- * wait, a barrier, so that every thread sees what it brought */
-static void team_coll(Cg *cg, Buf *b, const char *call, int wait)
+/* a collective's start or wait (node n's) on the first thread of a run's team (cg->team, codegen/team.c), the
+ * step's own thread, not sharing (a job that runs at once on it calls kernels whole), the other threads going on,
+ * with --trace's mark of n at once (exe.c adds it after the plain text); after a wait, a barrier, so that every
+ * thread sees what it brought */
+static void team_coll(Cg *cg, Buf *b, const Node *n, const char *call, int wait)
 {
     if (cg->team)
-        cg_put(b, "    _Pragma(\"omp master\")\n    { k_share(0);\n    %s\n      k_share(1); }\n%s", call,
-               wait ? "    _Pragma(\"omp barrier\")\n" : "");
+        cg_put(b, "    _Pragma(\"omp master\")\n    { k_share(0);\n    %s\n      RT_TRACE(c, %d);\n      k_share(1); }\n%s",
+               call, (int)(n - cg->g->node), wait ? "    _Pragma(\"omp barrier\")\n" : "");
     else
         cg_put(b, "    %s\n", call);
 }
@@ -531,7 +532,7 @@ static void emit_collective(Cg *cg, Buf *b, const Node *n)
         cg_fn_decls(cg, &cg->jobs);
         cg_put(&cg->jobs, "%s}\n\n", body.buf);
     }
-    team_coll(cg, b, ir_fmt("rt_coll_start(c, %d, %d, %s, coll%d);", tag, (int)(n - g->node),
+    team_coll(cg, b, n, ir_fmt("rt_coll_start(c, %d, %d, %s, coll%d);", tag, (int)(n - g->node),
                             n->op == OP_AllGather ? "RT_LANE_GATHER" : "RT_LANE_REDUCE", tag), 0);
 }
 
@@ -655,7 +656,7 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
         emit_collective(cg, b, n);
         break;
     case OP_Wait:
-        team_coll(cg, b, ir_fmt("rt_coll_wait(c, %lld);", (long long)ir_attr_i(n, "tag", -1)), 1);
+        team_coll(cg, b, n, ir_fmt("rt_coll_wait(c, %lld);", (long long)ir_attr_i(n, "tag", -1)), 1);
         if (ir_attr_i(n, "of", -1) == OP_ReduceScatter) /* in: flat gradient, gradient shard[, bf16 copy] */
             emit_grad_accum(cg, b, n->in[0], n->in[1], n->unit);
         break;

@@ -292,7 +292,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         /* ends the run: a node that does not join, a guard opening or closing, a barrier before the run's first
          * call (a new run then) */
         if (!joins || skip != open || (barrier && calls == 0)) {
-            cg_team_flush(&body, &run, &plain, first, nrun, big);
+            cg_team_flush(g, &body, &run, &plain, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
@@ -311,6 +311,8 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             const int coll = cg_team_coll(n); /* its team text: emit.c's team_coll, a barrier after a Wait */
             cg_put(&run, "%s", mine->len ? mine->buf : "");
             cg_put(&plain, "%s", node.len ? node.buf : "");
+            if (coll) /* --trace: a collective's start or wait marked when it happens (the run's end marks the rest) */
+                cg_put(&plain, "    RT_TRACE(c, %d);\n", i);
             if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) { /* a reduce-scatter's: then adds up the shard (its inputs), each thread
                                             * its share */
                 rd.n = wr.n = 0;
@@ -324,7 +326,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             nrun++, calls += k;
         }
     }
-    cg_team_flush(&body, &run, &plain, first, nrun, big);
+    cg_team_flush(g, &body, &run, &plain, first, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);
