@@ -35,9 +35,10 @@ static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
     "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_f32",
     "k_layernorm_grad_f64",
-    "k_cast",           "k_matmul_f32",     "k_matmul_add_f32", "k_unary_f32",      "k_unary_f64",
-    "k_unary_grad_f32", "k_unary_grad_f64", "k_attention_f32",  "k_attention_f64",  "k_attention_grad_f32",
-    "k_attention_grad_f64", "k_fill_f32",       "k_fill_f64",       "k_scale_f32",      "k_scale_f64",
+    "k_cast",           "k_matmul_f32",     "k_matmul_add_f32",
+    /* the float32 fused attention (walk.h attn_share), the loops of K_PAR_FOR, par_range's and par_sum's */
+    "k_attention_f32", "k_attention_f64", "k_attention_grad_f32", "k_attention_grad_f64", "k_unary_f32",
+    "k_unary_f64", "k_unary_grad_f32", "k_unary_grad_f64", "k_fill_f32", "k_fill_f64", "k_scale_f32", "k_scale_f64",
     "k_cross_entropy_grad_f32", "k_cross_entropy_grad_f64", "k_gather_grad_f32", "k_gather_grad_f64",
     "k_sum_squares_f32", "k_sum_squares_f64", "k_nan_unless_finite",
     /* checked calls (`int64_t bad = k_...(...); if (bad >= 0) rt_step_fail(...)`) whose check every thread makes
