@@ -313,8 +313,8 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             cg_put(&plain, "%s", node.len ? node.buf : "");
             if (coll) /* --trace: a collective's start or wait marked when it happens (the run's end marks the rest) */
                 cg_put(&plain, "    RT_TRACE(c, %d);\n", i);
-            if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) { /* a reduce-scatter's: then adds up the shard (its inputs), each thread
-                                            * its share */
+            /* a reduce-scatter's Wait then adds up the shard (its inputs, taken as written), each thread its share */
+            if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) {
                 rd.n = wr.n = 0;
                 cg_team_take(g, n, &wr, &wr);
             } else if (coll == 2)

@@ -144,8 +144,8 @@ int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, co
 {
     int64_t space[2], lo, hi;
     int ns;
-    if (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd || cg_team_coll(n)) /* exe.c emits them for the
-                                                                                        * team (cg->team, cg_team_coll) */
+    /* exe.c emits these for the team (cg->team; emit.c's team_coll for a collective) */
+    if (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd || cg_team_coll(n))
         *calls = 1;
     else if (!team_text(text, calls))
         return 0;
