@@ -10,7 +10,9 @@
  * pop the innermost dim, run it with a tight loop specialised on its
  * strides, and advance the outer dims like an odometer (walk_next).  A Walk
  * can be started at any linear position (walk_seek), which is how kernels
- * split their output across OpenMP threads (par_range).
+ * split their output across OpenMP threads (par_range).  Inside the step's
+ * team that shares (k_share, codegen/team.c) par_range, team_share,
+ * K_PAR_FOR, attn_share and par_sum give each thread its share with no fork.
  *
  * Everything here is static inline so a source that does not use a helper
  * does not warn; KFN(name) pastes the dtype suffix S onto a name for the
