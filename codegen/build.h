@@ -70,7 +70,7 @@ uint64_t cg_fnv(uint64_t h, const void *p, size_t n);
  * Consecutive nodes of the step whose code calls only kernels that share a
  * team's work run in one OpenMP team, with a barrier where bytes conflict. */
 typedef struct {
-    int64_t space[32], lo[32], hi[32]; /* byte ranges [lo, hi) of a space (the arena, a slot, a shard) */
+    int64_t space[64], lo[64], hi[64]; /* byte ranges [lo, hi) of a space (the arena, a slot, a shard) */
     int n;
 } CgRanges;
 
@@ -81,11 +81,14 @@ typedef struct {
  * must wait for them first */
 int cg_team_node(const Graph *g, const Node *n, const char *text, int *calls, const CgRanges *rd,
                  const CgRanges *wr, int *barrier);
+/* 1: n starts a collective, 2: n waits for one, on the first thread of a run's team; 0: neither, or one that does
+ * not join */
+int cg_team_coll(const Node *n);
 /* node n joined (after its barrier, if any): its reads and writes added to rd, wr; 1 where it splits its work */
 int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr);
 /* the run [first, first + k) into body (text: its code for a team with CG_TEAM_BARRIER where needed; plain:
  * its code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain
- * code; then --trace's marks */
-void cg_team_flush(Buf *body, Buf *text, Buf *plain, int first, int k, int big);
+ * code; then --trace's marks (not a collective's: marked where it starts or waits) */
+void cg_team_flush(const Graph *g, Buf *body, Buf *text, Buf *plain, int first, int k, int big);
 
 #endif

@@ -445,8 +445,23 @@ static void emit_grad_accum(Cg *cg, Buf *b, int x, int y, int unit)
     const char *mine = ir_fmt("(int64_t)c->srank * c->shard_len[%d] * %d", unit, sz); /* the piece's offset */
     cg_put(b, "    {\n      if (!c->dev_acc)\n        k_grad_accum_%s(%s, (%s *)((char *)%s + %s), c->shard_len[%d], "
            "c->micro);\n", cg_sfx(dt), cg_ptr(cg, y), cg_ctype(dt), cg_ptr(cg, x), mine, unit);
-    cg_put(b, "      else if (c->micro + 1 == c->accum)\n        rt_memcpy(%s, c->dev_acc[%d] + %s, c->shard_len[%d] * "
-           "%d);\n    }\n", cg_ptr(cg, y), unit, mine, unit, sz);
+    /* in a team (cg->team) every thread adds its share (k_grad_accum shares), the first copies */
+    cg_put(b, "      else if (c->micro + 1 == c->accum)%s\n        rt_memcpy(%s, c->dev_acc[%d] + %s, c->shard_len[%d] * "
+           "%d);%s\n    }\n", cg->team ? " {\n        _Pragma(\"omp master\")" : "", cg_ptr(cg, y), unit, mine, unit, sz,
+           cg->team ? " }" : "");
+}
+
+/* a collective's start or wait (node n's) on the first thread of a run's team (cg->team, codegen/team.c), the
+ * step's own thread, not sharing (a job that runs at once on it calls kernels whole), the other threads going on,
+ * with --trace's mark of n at once (exe.c adds it after the plain text); after a wait, a barrier, so that every
+ * thread sees what it brought */
+static void team_coll(Cg *cg, Buf *b, const Node *n, const char *call, int wait)
+{
+    if (cg->team)
+        cg_put(b, "    _Pragma(\"omp master\")\n    { k_share(0);\n    %s\n      RT_TRACE(c, %d);\n      k_share(1); }\n%s",
+               call, (int)(n - cg->g->node), wait ? "    _Pragma(\"omp barrier\")\n" : "");
+    else
+        cg_put(b, "    %s\n", call);
 }
 
 /* the collective's own code: the calls its job runs */
@@ -509,14 +524,16 @@ static void emit_collective(Cg *cg, Buf *b, const Node *n)
     if (!ir_attr(n, "tag"))
         die("collective '%s' was not scheduled", n->name);
     int tag = (int)ir_attr_i(n, "tag", -1);
-    Buf body = {0};
-    cg_fn_begin(cg, 1);
-    emit_collective_body(cg, &body, n);
-    cg_put(&cg->jobs, "/* %s */\nstatic void coll%d(RtCtx *c)\n{\n", cg_comment(n->name), tag);
-    cg_fn_decls(cg, &cg->jobs);
-    cg_put(&cg->jobs, "%s}\n\n", body.buf);
-    cg_put(b, "    rt_coll_start(c, %d, %d, %s, coll%d);\n", tag, (int)(n - g->node),
-        n->op == OP_AllGather ? "RT_LANE_GATHER" : "RT_LANE_REDUCE", tag);
+    if (!cg->team) { /* (its text for a team follows its plain text: exe.c; the job written once) */
+        Buf body = {0};
+        cg_fn_begin(cg, 1);
+        emit_collective_body(cg, &body, n);
+        cg_put(&cg->jobs, "/* %s */\nstatic void coll%d(RtCtx *c)\n{\n", cg_comment(n->name), tag);
+        cg_fn_decls(cg, &cg->jobs);
+        cg_put(&cg->jobs, "%s}\n\n", body.buf);
+    }
+    team_coll(cg, b, n, ir_fmt("rt_coll_start(c, %d, %d, %s, coll%d);", tag, (int)(n - g->node),
+                            n->op == OP_AllGather ? "RT_LANE_GATHER" : "RT_LANE_REDUCE", tag), 0);
 }
 
 /* a double as C text (infinities spelled so the C compiler takes them) */
@@ -639,7 +656,7 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
         emit_collective(cg, b, n);
         break;
     case OP_Wait:
-        cg_put(b, "    rt_coll_wait(c, %lld);\n", (long long)ir_attr_i(n, "tag", -1));
+        team_coll(cg, b, n, ir_fmt("rt_coll_wait(c, %lld);", (long long)ir_attr_i(n, "tag", -1)), 1);
         if (ir_attr_i(n, "of", -1) == OP_ReduceScatter) /* in: flat gradient, gradient shard[, bf16 copy] */
             emit_grad_accum(cg, b, n->in[0], n->in[1], n->unit);
         break;
@@ -663,7 +680,7 @@ void cg_emit_node(Cg *cg, Buf *b, const Node *n)
          * (k_team_share): the runs write apart, so no barrier between them; the update is elementwise, so the
          * same bits however it is split */
         int u = n->unit, adam = n->op == OP_AdamW;
-        if (!cg->cuda)
+        if (!cg->cuda && !cg->team) /* in a run's team (cg->team, codegen/team.c) the loop is the team's */
             cg_put(b, "    _Pragma(\"omp parallel if (c->shard_len[%d] >= K_PAR_MIN)\")\n", u);
         cg_put(b, "    for (int k = 0; k < c->opt_nrun[%d]; k++) {\n"
                   "        const RtOptRun *r = c->opt_run[%d] + k;\n"

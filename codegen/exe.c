@@ -279,16 +279,20 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         int skip = guard && need && !need[i];
         node.len = team.len = 0;
         cg_emit_node(cg, &node, n);
-        if (!cg->cuda && n->op == OP_Fused) {
+        if (!cg->cuda && (n->op == OP_Fused || n->op == OP_AdamW || n->op == OP_Sgd || cg_team_coll(n))) {
             cg->team = 1;
             cg_emit_node(cg, &team, n);
             cg->team = 0;
         }
         const Buf *mine = team.len ? &team : &node; /* its code in a team */
         int k = 0, barrier = 0;
-        int joins = !cg->cuda && skip == open && cg_team_node(g, n, node.len ? node.buf : "", &k, &rd, &wr, &barrier);
-        if (!joins || (barrier && calls == 0)) { /* ends the run (a barrier before its first call: a new one) */
-            cg_team_flush(&body, &run, &plain, first, nrun, big);
+        int joins = !cg->cuda && cg_team_node(g, n, node.len ? node.buf : "", &k, &rd, &wr, &barrier);
+        if (joins && !k) /* no code (a view, a Free's comment): no guard of its own either */
+            skip = open;
+        /* ends the run: a node that does not join, a guard opening or closing, a barrier before the run's first
+         * call (a new run then) */
+        if (!joins || skip != open || (barrier && calls == 0)) {
+            cg_team_flush(g, &body, &run, &plain, first, nrun, big);
             first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
@@ -304,14 +308,25 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
                 cg_put(&run, CG_TEAM_BARRIER);
                 rd.n = wr.n = 0;
             }
+            const int coll = cg_team_coll(n); /* its team text: emit.c's team_coll, a barrier after a Wait */
             cg_put(&run, "%s", mine->len ? mine->buf : "");
             cg_put(&plain, "%s", node.len ? node.buf : "");
-            if (k)
+            if (coll) /* --trace: a collective's start or wait marked when it happens (the run's end marks the rest) */
+                cg_put(&plain, "    RT_TRACE(c, %d);\n", i);
+            /* a reduce-scatter's Wait then adds up the shard (its inputs, taken as written), each thread its share */
+            if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) {
+                rd.n = wr.n = 0;
+                cg_team_take(g, n, &wr, &wr);
+            } else if (coll == 2)
+                rd.n = wr.n = 0;
+            else if (coll)
+                cg_team_take(g, n, &rd, &wr);
+            else if (k)
                 big += cg_team_take(g, n, &rd, &wr);
             nrun++, calls += k;
         }
     }
-    cg_team_flush(&body, &run, &plain, first, nrun, big);
+    cg_team_flush(g, &body, &run, &plain, first, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);

@@ -23,7 +23,10 @@
  *
  * Threads.  The forward's (problem, tile) units and the backward's problems
  * are split across the OpenMP team, at most K_ATTN_SLOTS threads (one
- * workspace slot each); the GEMMs run inside the team on the calling thread.
+ * workspace slot each): the kernel's own region, or inside the step's team
+ * that shares (k_share, codegen/team.c) each thread's static share of the
+ * units without a fork (walk.h's attn_share); the GEMMs run inside the team
+ * on the calling thread.
  * A unit's arithmetic does not depend on which thread runs it, and the
  * backward accumulates dKt and dV of a problem tile after tile in order, so
  * results are the same for any thread count.  Grouped-query attention (kvrep

@@ -145,17 +145,14 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, i
     }
 }
 
-void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
-                      int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
-                      double scale, T *ws)
+/* the forward's units [u0, u1) (a unit: a problem's tile of R query rows) on the calling thread, in its slot */
+static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, const O *kt, int flags, const O *v,
+                            const T *bias, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
+                            int64_t kvrep, double scale, T *ws)
 {
     const int zero = flags & K_ATTN_ZERO;
-    if (batch <= 0 || t <= 0 || dv <= 0)
-        return;
-    const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R, units = batch * tiles;
-    const int nt = attn_threads(units);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t u = 0; u < units; u++) {
+    const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R;
+    for (int64_t u = u0; u < u1; u++) {
         const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         T *sc = sl.sc;
         const int64_t b = u / tiles, i0 = u % tiles * R;
@@ -214,6 +211,24 @@ void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O 
             for (int64_t c = 0; c < dv; c++)
                 yt[i * dv + c] = K_OUT(yo[i * dv + c] / sums[i]);
     }
+}
+
+void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
+                      int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
+                      double scale, T *ws)
+{
+    if (batch <= 0 || t <= 0 || dv <= 0)
+        return;
+    const int64_t R = k_attention_rows(t), units = batch * ((t + R - 1) / R);
+    int64_t lo, hi;
+    if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
+        KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, scale, ws);
+        return;
+    }
+    const int nt = attn_threads(units);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t u = 0; u < units; u++)
+        KFN(attn_units)(u, u + 1, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, scale, ws);
 }
 
 /* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
@@ -325,22 +340,14 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 #endif
 }
 
-/* The work is split by K/V problem, each running its kvrep query problems in increasing b (so dkt and dval sum
- * them in one order).  With dbias, by bias slice instead: slice c's problems (those with (b / brep) % nbias == c)
- * run in increasing b on one thread, each adding its dS to dbias[c] in that order; where a K/V group may span
- * bias slices (kvrep does not divide brep: a per-head learned bias with grouped kv heads, rare) one thread runs
- * every problem in order.  So dkt, dval and dbias are the same for any thread count. */
-void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
-                           const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
-                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws)
+/* the backward's units [u0, u1) (k_attention_grad's) on the calling thread, in its slot */
+static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q,
+                                 const O *kt, int flags, const O *v, const T *bias, const O *y, const T *lse,
+                                 int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
+                                 int64_t brep, int64_t kvrep, double scale, T *ws)
 {
-    if (batch <= 0)
-        return;
-    const int by_slice = dbias && brep % kvrep == 0, alone = dbias && !by_slice;
-    const int64_t units = by_slice ? nbias : alone ? 1 : batch / kvrep;
-    const int nt = attn_threads(units);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t u = 0; u < units; u++) {
+    const int alone = dbias && brep % kvrep != 0;
+    for (int64_t u = u0; u < u1; u++) {
         const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         if (!dbias) {
             for (int64_t b = u * kvrep; b < (u + 1) * kvrep; b++)
@@ -362,5 +369,31 @@ void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const 
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
                                        lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
     }
+}
+
+/* The work is split by K/V problem, each running its kvrep query problems in increasing b (so dkt and dval sum
+ * them in one order).  With dbias, by bias slice instead: slice c's problems (those with (b / brep) % nbias == c)
+ * run in increasing b on one thread, each adding its dS to dbias[c] in that order; where a K/V group may span
+ * bias slices (kvrep does not divide brep: a per-head learned bias with grouped kv heads, rare) one thread runs
+ * every problem in order.  So dkt, dval and dbias are the same for any thread count. */
+void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
+                           const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
+                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws)
+{
+    if (batch <= 0)
+        return;
+    const int by_slice = dbias && brep % kvrep == 0, alone = dbias && !by_slice;
+    const int64_t units = by_slice ? nbias : alone ? 1 : batch / kvrep;
+    int64_t lo, hi;
+    if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
+        KFN(attn_grad_units)(lo, hi, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
+                             nbias, brep, kvrep, scale, ws);
+        return;
+    }
+    const int nt = attn_threads(units);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t u = 0; u < units; u++)
+        KFN(attn_grad_units)(u, u + 1, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
+                             nbias, brep, kvrep, scale, ws);
 }
 #undef K_OUT

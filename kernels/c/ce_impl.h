@@ -51,11 +51,12 @@ int64_t KFN(k_cross_entropy)(T *loss, const X *x, const int64_t *labels,
         if (labels[r] < 0 || labels[r] >= classes)
             return r;
     const double s = par_sum(KFN(ce_sum), &(KFN(CeJob)){x, labels, classes}, rows, classes);
-    loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
+    if (team_writer())
+        loss[0] = rows > 0 ? (T)(s / (double)rows) : (T)NAN;
     return -1;
 }
 
-/* Row by row, scale = dloss/rows: dx = scale (e / sum - onehot) with
+/* Row by row (par_range: a team's share inside one), scale = dloss/rows: dx = scale (e / sum - onehot) with
  * e = exp(x - max) rounded to T.  Where X is T, dx holds e first (one
  * exponential per element); a 16-bit dx cannot, so e is kept in a T array
  * on the stack where the row fits (CE_ROW_KEEP classes: the language
@@ -64,15 +65,23 @@ int64_t KFN(k_cross_entropy)(T *loss, const X *x, const int64_t *labels,
 #ifndef CE_ROW_KEEP
 #define CE_ROW_KEEP 4096
 #endif
-void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
-                               const int64_t *labels, int64_t rows,
-                               int64_t classes)
+typedef struct {
+    X *dx;
+    const X *x;
+    const int64_t *labels;
+    int64_t classes;
+    double scale;
+} KFN(CeGradJob);
+
+/* rows [lo, hi) of dx: each row alike whichever thread takes it */
+static void KFN(ce_grad_rows)(void *ctx, int64_t lo, int64_t hi)
 {
-    if (rows <= 0 || classes <= 0)
-        return;
-    const double scale = (double)dloss[0] / (double)rows;
-#pragma omp parallel for schedule(static) if (rows * classes >= K_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
+    const KFN(CeGradJob) *jb = ctx;
+    X *const dx = jb->dx;
+    const X *const x = jb->x;
+    const int64_t *const labels = jb->labels, classes = jb->classes;
+    const double scale = jb->scale;
+    for (int64_t r = lo; r < hi; r++) {
         const X *xr = x + r * classes;
         X *dr = dx + r * classes;
         double mx = KFN(row_max)(xr, classes), sum = 0;
@@ -107,4 +116,14 @@ void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
         }
 #endif
     }
+}
+
+void KFN(k_cross_entropy_grad)(X *dx, const T *dloss, const X *x,
+                               const int64_t *labels, int64_t rows,
+                               int64_t classes)
+{
+    if (rows <= 0 || classes <= 0)
+        return;
+    KFN(CeGradJob) j = {dx, x, labels, classes, (double)dloss[0] / (double)rows};
+    par_range(KFN(ce_grad_rows), &j, rows, classes);
 }

@@ -74,10 +74,9 @@ void KFN(k_binary)(int op, T *y, const T *a, const T *b, int rank,
 
 /* one loop per op (fused.h's row), op a constant in each; GELU's row picks its form (erf or tanh) by p0, so it
  * has a loop per form with p0 a constant in each: with p0 read at run time GCC keeps the row's branch in the
- * loop and runs it scalar (11 ns an element, where the vectorised loop of one form takes about 1) */
-#define K_UNARY_LOOP(code, a, b)                                                           \
-    _Pragma("omp parallel for schedule(static) if (n >= K_PAR_MIN)")                       \
-    for (int64_t i = 0; i < n; i++) y[i] = KFN(kf_unary)(code, x[i], a, b)
+ * loop and runs it scalar (11 ns an element, where the vectorised loop of one form takes about 1); each loop
+ * K_PAR_FOR's (walk.h: its thread's part inside a team that shares) */
+#define K_UNARY_LOOP(code, a, b) K_PAR_FOR(n, y[i] = KFN(kf_unary)(code, x[i], a, b))
 #define K_UNARY_CASE(code, ...)                                                            \
     case K_##code:                                                                         \
         K_UNARY_LOOP(K_##code, a, b);                                                      \
@@ -108,14 +107,10 @@ void KFN(k_unary)(int op, T *y, const T *x, int64_t n, double p0, double p1)
     case K_##code: {                                                                       \
         const int rx = kf_unary_reads(K_##code) & KF_READS_X;                              \
         const int ry = kf_unary_reads(K_##code) & KF_READS_Y;                              \
-        _Pragma("omp parallel for schedule(static) if (n >= K_PAR_MIN)")                   \
-        for (int64_t i = 0; i < n; i++)                                                    \
-            dx[i] = KFN(kf_unary_grad)(K_##code, dy[i], rx ? x[i] : (T)0, ry ? y[i] : (T)0, a, b); \
+        K_PAR_FOR(n, dx[i] = KFN(kf_unary_grad)(K_##code, dy[i], rx ? x[i] : (T)0, ry ? y[i] : (T)0, a, b)); \
         break;                                                                             \
     }
-#define K_GELU_GRAD_LOOP(a, b)                                                             \
-    _Pragma("omp parallel for schedule(static) if (n >= K_PAR_MIN)")                       \
-    for (int64_t i = 0; i < n; i++) dx[i] = KFN(kf_unary_grad)(K_GELU, dy[i], x[i], (T)0, a, b)
+#define K_GELU_GRAD_LOOP(a, b) K_PAR_FOR(n, dx[i] = KFN(kf_unary_grad)(K_GELU, dy[i], x[i], (T)0, a, b))
 
 void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y,
                        int64_t n, double p0, double p1)
@@ -139,21 +134,17 @@ void KFN(k_unary_grad)(int op, T *dx, const T *dy, const T *x, const T *y,
 
 /* ---- k_scale, k_fill ---------------------------------------------------- */
 
-/* alpha is rounded to T first, as a float tensor times a Python scalar is. */
+/* alpha is rounded to T first, as a float tensor times a Python scalar is.  Both K_PAR_FOR's loops (walk.h). */
 void KFN(k_scale)(T *y, const T *x, double alpha, int64_t n)
 {
     const T s = (T)alpha;
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        y[i] = s * x[i];
+    K_PAR_FOR(n, y[i] = s * x[i]);
 }
 
 void KFN(k_fill)(T *y, double v, int64_t n)
 {
     const T t = (T)v;
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        y[i] = t;
+    K_PAR_FOR(n, y[i] = t);
 }
 
 /* ---- k_where_grad ------------------------------------------------------- */

@@ -710,9 +710,10 @@ void k_team_set(int omp, int blas);
  * calls of an elementwise kernel, each on its share, in one team); outside one, leaves it whole */
 void k_team_share(int64_t *lo, int64_t *hi);
 /* k_share(1) on every thread of a parallel region: the kernels called next that share (k_copy_strided,
- * k_transpose_*, k_binary, k_reduce_sum_to, k_layernorm, k_layernorm_grad: codegen/team.c's list) each do this
- * thread's share of their work, with no fork (the caller places the barriers the data needs: the step's runs of
- * nodes in one team, codegen/team.c); k_share(0) before the region ends */
+ * k_transpose_*, k_binary, k_reduce_sum_to, k_layernorm, k_layernorm_grad, the float32 GEMMs and fused attention,
+ * k_unary, k_cross_entropy, k_sum_squares, ...: codegen/team.c's list) each do this thread's share of their work,
+ * with no fork (the caller places the barriers the data needs: the step's runs of nodes in one team,
+ * codegen/team.c; a sum's one value is written by the first thread); k_share(0) before the region ends */
 void k_share(int on);
 /* the name of the kernels OpenBLAS runs on this CPU (openblas_get_corename: its own choice, or OPENBLAS_CORETYPE's;
  * its "Haswell" and "Zen" kernels sum differently on different thread counts) */

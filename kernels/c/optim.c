@@ -55,7 +55,7 @@ void k_unscale_sq_f32(float *y, double scale)
 void k_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
 {
     const double v = xdt == K_DT_F64 ? *(const double *)x : (double)*(const float *)x;
-    if (isfinite(v))
+    if (isfinite(v) || !team_writer()) /* inside a team that shares, its first thread writes */
         return;
     if (ydt == K_DT_F64)
         *(double *)y = NAN;

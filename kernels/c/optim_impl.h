@@ -104,12 +104,11 @@ static double KFN(sq_sum)(const void *ctx, int64_t lo, int64_t hi)
 void KFN(k_sum_squares)(T *y, const T *x, int64_t n, int accumulate)
 {
     const double s = par_sum(KFN(sq_sum), x, n, 1);
-    y[0] = (T)(accumulate ? (double)y[0] + s : s);
+    if (team_writer())
+        y[0] = (T)(accumulate ? (double)y[0] + s : s);
 }
 
 void KFN(k_grad_accum)(T *y, const T *x, int64_t n, int64_t micro)
 {
-#pragma omp parallel for schedule(static) if (n >= K_PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        y[i] = micro == 0 ? x[i] : y[i] + x[i];
+    K_PAR_FOR(n, y[i] = micro == 0 ? x[i] : y[i] + x[i]); /* walk.h: its thread's part inside a team */
 }

@@ -10,7 +10,9 @@
  * pop the innermost dim, run it with a tight loop specialised on its
  * strides, and advance the outer dims like an odometer (walk_next).  A Walk
  * can be started at any linear position (walk_seek), which is how kernels
- * split their output across OpenMP threads (par_range).
+ * split their output across OpenMP threads (par_range).  Inside the step's
+ * team that shares (k_share, codegen/team.c) par_range, team_share,
+ * K_PAR_FOR, attn_share and par_sum give each thread its share with no fork.
  *
  * Everything here is static inline so a source that does not use a helper
  * does not warn; KFN(name) pastes the dtype suffix S onto a name for the
@@ -202,6 +204,32 @@ static inline int team_share(int64_t total, int64_t unit_elems, int64_t align, i
     return 0;
 }
 
+/* A loop `for (int64_t i = 0; i < n; i++) body` of independent iterations: outside a team that shares, its own
+ * region where n is K_PAR_MIN or more (`omp parallel for schedule(static)`); inside one (k_share), an orphaned
+ * `omp for schedule(static) nowait` of the team, the same split as that region's on as many threads (so the
+ * same bits), or thread 0 alone where n is under K_PAR_MIN (as the region would not have split it).  No barrier
+ * at the end: the caller (the step's run, codegen/team.c) places them. */
+static inline int par_loop_split(int64_t n)
+{
+#ifdef _OPENMP
+    return k_sharing && omp_in_parallel() ? (n >= K_PAR_MIN ? 1 : omp_get_thread_num() == 0 ? 0 : -1) : 0;
+#else
+    (void)n;
+    return 0;
+#endif
+}
+#define K_PAR_FOR(n, body)                                                                 \
+    do {                                                                                   \
+        const int split_ = par_loop_split(n);                                              \
+        if (split_ > 0) {                                                                  \
+            _Pragma("omp for schedule(static) nowait")                                     \
+            for (int64_t i = 0; i < (n); i++) body;                                        \
+        } else if (split_ == 0) {                                                          \
+            _Pragma("omp parallel for schedule(static) if ((n) >= K_PAR_MIN)")             \
+            for (int64_t i = 0; i < (n); i++) body;                                        \
+        }                                                                                  \
+    } while (0)
+
 /* Runs f(ctx, lo, hi) over work units [0, total), split across threads when
  * the elements touched (unit_elems per unit) make a thread team pay.  Inside
  * a team that shares (k_share), each thread runs its own share (thread 0 all
@@ -275,18 +303,63 @@ static inline int unit_threads(int64_t n, int slots)
     return t;
 }
 static inline int attn_threads(int64_t n) { return unit_threads(n, K_ATTN_SLOTS); }
+/* Inside a team that shares (k_share): 1, and this thread's units [lo, hi) of n for the fused attention, split as
+ * `omp for schedule(static)` splits them over the team's first K_ATTN_SLOTS threads (a slot each; a thread
+ * without a unit touches none); elsewhere 0.  A unit's arithmetic does not depend on its thread, nor on the
+ * split (attn.c): the bits of the kernel's own region.  Its GEMMs run on the calling thread there as here. */
+static inline int attn_share(int64_t n, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    if (k_sharing && omp_in_parallel()) {
+        const int64_t nt = omp_get_num_threads() < K_ATTN_SLOTS ? omp_get_num_threads() : K_ATTN_SLOTS;
+        const int64_t t = omp_get_thread_num(), q = n / nt, r = n % nt;
+        *lo = t >= nt ? n : t < r ? t * (q + 1) : r + t * q;
+        *hi = t >= nt ? n : *lo + (t < r ? q + 1 : q);
+        return 1;
+    }
+#else
+    (void)n;
+#endif
+    *lo = *hi = 0;
+    return 0;
+}
+
+/* Where a kernel inside a team that shares writes a single value every thread computed alike (a sum's result,
+ * par_sum's): the first thread alone writes it; 1 outside such a team */
+static inline int team_writer(void)
+{
+#ifdef _OPENMP
+    return !(k_sharing && omp_in_parallel()) || omp_get_thread_num() == 0;
+#else
+    return 1;
+#endif
+}
 
 /* Blocks of a deterministic sum. */
 #define K_SUM_BLOCKS 64
 
 /* The sum over units [0, total) of f(ctx, lo, hi), each call a double sum over its units: K_SUM_BLOCKS
  * blocks whose bounds depend on total only, split across threads when the elements touched (unit_elems per
- * unit) make a team pay, then added in block order, so the result does not depend on the thread count. */
+ * unit) make a team pay, then added in block order, so the result does not depend on the thread count.  Inside
+ * a team that shares, its threads take the blocks (through a static array: two barriers) and each returns the
+ * sum. */
 static inline double par_sum(double (*f)(const void *, int64_t, int64_t), const void *ctx, int64_t total,
                              int64_t unit_elems)
 {
     double part[K_SUM_BLOCKS], s = 0;
     const int64_t block = (total + K_SUM_BLOCKS - 1) / K_SUM_BLOCKS;
+#ifdef _OPENMP
+    if (k_sharing && omp_in_parallel()) { /* inside a team that shares: its threads take the blocks */
+        static double team_part[K_SUM_BLOCKS]; /* one team at a time shares (the step's run) */
+#pragma omp for schedule(static)
+        for (int k = 0; k < K_SUM_BLOCKS; k++)
+            team_part[k] = f(ctx, min64(total, k * block), min64(total, (k + 1) * block));
+        for (int k = 0; k < K_SUM_BLOCKS; k++) /* every thread the same sum, in block order */
+            s += team_part[k];
+#pragma omp barrier
+        return s;
+    }
+#endif
 #pragma omp parallel for schedule(static) if (total * unit_elems >= K_PAR_MIN)
     for (int k = 0; k < K_SUM_BLOCKS; k++)
         part[k] = f(ctx, min64(total, k * block), min64(total, (k + 1) * block));

@@ -16,7 +16,10 @@ work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
   the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
   transposes: at batch 16 they are large enough to split), the activation's fused loop and Mul in one, a LayerNorm's
   backward and a bias gradient's sum in one, a LayerNorm and the next MatMulAdd in one (the float32 GEMMs join
-  the team: each thread its rows of C), and the executable links
+  the team: each thread its rows of C), the fused attention and its backward in one, a collective's Wait on the
+  team's first thread then a barrier, the forward one region (its units' gathers and the loss's all-reduce in it)
+  and the backward one (its units' gathers, reduce-scatters and their waits),
+  and the executable links
   the OpenMP build of OpenBLAS (ldd: .../openblas-openmp/libopenblas.so.0) and libgomp;
 - the start-up line says which library runs the float32 GEMMs and what start-up measured of each, kept per
   machine in the cache folder (a fresh folder keeps it, the next run reads it, a spoiled entry is measured again); FSDPC_GEMM=openblas
@@ -103,6 +106,19 @@ def main():
     # barrier between (the GEMM reads what the LayerNorm wrote)
     check(any(re.search(r"k_layernorm_f32\(.*omp barrier.*k_matmul_add_f32\(", r, re.S) for r in runs),
           "the step should run a LayerNorm and the MatMulAdd after it in one team (%d runs)" % len(runs))
+    # the fused attention and its backward join the team too (each thread its units), and the collectives' starts
+    # and waits (the step's thread starts or waits, not sharing; a barrier after a wait): the forward, its units'
+    # gathers and the loss's all-reduce among it, is one region, and so is the backward (its units' gathers and
+    # reduce-scatters, each reduce-scatter's wait and the gradient shard's sum after it)
+    check(any("k_attention_f32(" in r for r in runs) and any("k_attention_grad_f32(" in r for r in runs),
+          "the step should run the fused attention and its backward in a team (%d runs)" % len(runs))
+    check(any(re.search(r'omp master"\)\n    \{ k_share\(0\);\n.*?rt_coll_wait\(.*?k_share\(1\); \}\n    _Pragma\("omp '
+                        r'barrier"\)', r, re.S) for r in runs),
+          "the step should wait for a collective in a team, on its first thread, then a barrier (%d runs)" % len(runs))
+    for phase, end in (("forward", "backward"), ("backward", "optimizer")):
+        text = c[c.index("static void %s(" % phase):c.index("static void %s(" % end)]
+        check(text.count('_Pragma("omp parallel")') == 1 and "rt_coll_start" in text,
+              "the %s should be one region (%d):\n%s" % (phase, text.count('_Pragma("omp parallel")'), text[-3000:]))
     ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)
