@@ -75,6 +75,10 @@ typedef struct {
 } CgRanges;
 
 #define CG_TEAM_BARRIER "    _Pragma(\"omp barrier\")\n"
+/* --trace's mark of node %d in a team: every thread at a barrier (c->trace is the same on all of them), then the
+ * step's thread marks the node's end, so each node's time is its own (an untraced step takes no barrier) */
+#define CG_TEAM_TRACE                                                                                           \
+    "    if (c->trace) {\n        _Pragma(\"omp barrier\")\n        _Pragma(\"omp master\")\n        RT_TRACE(c, %d);\n    }\n"
 
 /* may node n join a run (its code, text, calling only the kernels that share: *calls of them; a fused loop
  * emitted for the team) whose reads and writes since the last barrier are rd and wr?  *barrier: 1 where it
@@ -87,8 +91,8 @@ int cg_team_coll(const Node *n);
 /* node n joined (after its barrier, if any): its reads and writes added to rd, wr; 1 where it splits its work */
 int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr);
 /* the run [first, first + k) into body (text: its code for a team with CG_TEAM_BARRIER where needed; plain:
- * its code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain
- * code; then --trace's marks (not a collective's: marked where it starts or waits) */
-void cg_team_flush(const Graph *g, Buf *body, Buf *text, Buf *plain, int first, int k, int big);
+ * its code alone; big: its nodes that split their work; both with --trace's mark after each node): one team
+ * where big is 2 or more, else the plain code */
+void cg_team_flush(Buf *body, Buf *text, Buf *plain, int k, int big);
 
 #endif

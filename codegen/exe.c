@@ -271,7 +271,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
      * for a team) */
     Buf body = {0}, run = {0}, plain = {0}, node = {0}, team = {0};
     CgRanges rd = {0}, wr = {0};
-    int first = lo, nrun = 0, calls = 0, big = 0;
+    int nrun = 0, calls = 0, big = 0;
     cg_fn_begin(cg, 0);
     int open = 0;
     for (int i = lo; i < hi; i++) {
@@ -292,8 +292,8 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
         /* ends the run: a node that does not join, a guard opening or closing, a barrier before the run's first
          * call (a new run then) */
         if (!joins || skip != open || (barrier && calls == 0)) {
-            cg_team_flush(g, &body, &run, &plain, first, nrun, big);
-            first = i, nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
+            cg_team_flush(&body, &run, &plain, nrun, big);
+            nrun = 0, calls = 0, big = 0, rd.n = wr.n = 0, barrier = 0;
         }
         if (skip != open)
             cg_put(&body, skip ? "    if (!c->validating) {\n" : "    }\n");
@@ -302,7 +302,6 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             cg_put(&body, "%s", node.len ? node.buf : "");
         } else if (!joins) { /* alone: its code, then --trace's mark */
             cg_put(&body, "%s    RT_TRACE(c, %d);\n", node.len ? node.buf : "", i);
-            first = i + 1;
         } else {
             if (barrier) {
                 cg_put(&run, CG_TEAM_BARRIER);
@@ -310,9 +309,9 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             }
             const int coll = cg_team_coll(n); /* its team text: emit.c's team_coll, a barrier after a Wait */
             cg_put(&run, "%s", mine->len ? mine->buf : "");
-            cg_put(&plain, "%s", node.len ? node.buf : "");
-            if (coll) /* --trace: a collective's start or wait marked when it happens (the run's end marks the rest) */
-                cg_put(&plain, "    RT_TRACE(c, %d);\n", i);
+            cg_put(&plain, "%s    RT_TRACE(c, %d);\n", node.len ? node.buf : "", i); /* --trace: node i ended */
+            if (!coll) /* (a collective's start or wait is marked where it happens, on the first thread) */
+                cg_put(&run, CG_TEAM_TRACE, i);
             /* a reduce-scatter's Wait then adds up the shard (its inputs, taken as written), each thread its share */
             if (coll == 2 && ir_attr_i(n, "of", -1) == OP_ReduceScatter) {
                 rd.n = wr.n = 0;
@@ -326,7 +325,7 @@ static void emit_phase_fn(Cg *cg, Buf *out, const char *name, int lo, int hi, co
             nrun++, calls += k;
         }
     }
-    cg_team_flush(g, &body, &run, &plain, first, nrun, big);
+    cg_team_flush(&body, &run, &plain, nrun, big);
     if (open)
         cg_put(&body, "    }\n");
     cg_put(out, "/* the step's %s: nodes %d to %d */\nstatic void %s(RtCtx *c)\n{\n", name, lo, hi - 1, name);

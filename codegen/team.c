@@ -21,7 +21,8 @@
  * so does a validation pass's guard (`if (!c->validating)`) opening or closing.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
- * --trace marks the run's nodes when the run ends, its collectives' starts and waits when they happen. */
+ * --trace marks each node where it ends: in a team, after a barrier taken only when tracing (CG_TEAM_TRACE), so
+ * a node's time is its own and not its run's; a collective's start or wait where it happens. */
 #include "build.h"
 #include "kernels.h" /* K_PAR_MIN */
 
@@ -199,7 +200,7 @@ int cg_team_take(const Graph *g, const Node *n, CgRanges *rd, CgRanges *wr)
 
 /* a run of nodes [first, first + k) (text: their code for a team, with a barrier where needed; plain: their
  * code alone; big: its nodes that split their work): one team where big is 2 or more, else the plain code */
-void cg_team_flush(const Graph *g, Buf *body, Buf *text, Buf *plain, int first, int k, int big)
+void cg_team_flush(Buf *body, Buf *text, Buf *plain, int k, int big)
 {
     if (!k && !plain->len) /* nothing pending */
         return;
@@ -207,8 +208,5 @@ void cg_team_flush(const Graph *g, Buf *body, Buf *text, Buf *plain, int first, 
         cg_put(body, "    _Pragma(\"omp parallel\")\n    { k_share(1);\n%s      k_share(0); }\n", text->buf);
     else
         cg_put(body, "%s", plain->len ? plain->buf : "");
-    for (int i = first; i < first + k; i++) /* --trace: node i ended (a collective's start or wait: marked at once) */
-        if (!cg_team_coll(&g->node[i]))
-            cg_put(body, "    RT_TRACE(c, %d);\n", i);
     text->len = plain->len = 0; /* the buffers kept for the next run */
 }

@@ -94,7 +94,7 @@ def gpt(fsdpc, work):
     bare = re.findall(r"k_matmul(?:_add)?_f32\([^;]*\b\d+, \d+, \d+\)", step_c)
     check(ncall >= 12 and ncall == ndesc and not bare,
           "%d GEMM calls, %d descriptors, %d with bare numbers" % (ncall, ndesc, len(bare)))
-    marks = len(re.findall(r"^    RT_TRACE\(c, -?\d+\);$", step_c, re.M))
+    marks = len(re.findall(r"^ +RT_TRACE\(c, -?\d+\);$", step_c, re.M))
     check(marks > 100 and "rt_trace(" not in step_c, "trace hooks: %d RT_TRACE lines" % marks)
     print("gpt: %d GEMM descriptors, %d RT_TRACE marks, phases %s; named %s and %s"
           % (ndesc, marks, calls, ident(ln.output[0]), ident("transformer.h.0.ln_1.weight")))

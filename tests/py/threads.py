@@ -123,6 +123,21 @@ def main():
     check(re.search(r"libopenblas\.so\.0 => \S*openblas-openmp/", ldd) and "libgomp" in ldd,
           "the executable should link the OpenMP OpenBLAS and libgomp:\n" + ldd)
     args = ["--tokens", J("tokens.bin"), "--steps", str(STEPS), "--lr", "1e-3", "--clip-grad-norm", "1e9"]
+    # --trace at 2 threads: a node of a team run is marked where it ends (a barrier taken only when tracing), so
+    # each GEMM node's time is its own: every one at least 1 us (the smallest, 16 x 64 rows by 64, is 8 MFLOP).
+    # Marked at the run's end instead, every node of a run but its first took about 0 us.
+    tr = J("trace.json")
+    e = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
+    p = subprocess.run([exe, "--tokens", J("tokens.bin"), "--steps", "2", "--trace", tr, "--quiet"],
+                       capture_output=True, text=True, env=e, timeout=300)
+    check(p.returncode == 0, "--trace at 2 threads: exit %d:\n%s" % (p.returncode, p.stderr[-2000:]))
+    gemms = [x for x in json.load(open(tr))["traceEvents"] if x["ph"] == "X" and x["tid"] == 0 and
+             x["args"]["step"] == 2 and re.search(r"\((MatMul|MatMulAdd)\)$", x["name"])]
+    check(len(gemms) >= 10 and min(x["dur"] for x in gemms) >= 1.0, "--trace at 2 threads: %d GEMM nodes, the "
+          "shortest %.3f us: %s" % (len(gemms), min((x["dur"] for x in gemms), default=0),
+                                    sorted((x["dur"], x["name"]) for x in gemms)[:4]))
+    print("ok --trace at 2 threads: %d GEMM nodes of a step, each its own time (the shortest %.1f us)"
+          % (len(gemms), min(x["dur"] for x in gemms)))
 
     def train(tag, env, argv=None, world=1):
         e = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
