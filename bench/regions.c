@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,8 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned nt, unsigned flags)
 __attribute__((destructor)) static void report(void)
 {
     const char *out = getenv("REGIONS_OUT");
-    FILE *f = out ? fopen(out, "w") : stderr;
+    int fd = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644) : -1; /* no planted link */
+    FILE *f = out ? (fd >= 0 ? fdopen(fd, "w") : NULL) : stderr;
     if (!f)
         return;
     for (int i = 0; i < NF && fns[i]; i++) {
