@@ -10,14 +10,14 @@
  * call and on OpenBLAS's Haswell kernels may not, as OpenBLAS's own team does not either), and so can the
  * step's fused loops (emitted with `omp for nowait` for a team: emit_fused.c), so a run of consecutive nodes
  * whose code calls only them (a LayerNorm and the GEMM after it, a Split's three copies, the attention's
- * transposes, the float32 fused attention and its backward (their units split over the team as their own
+ * transposes, the fused attention and its backward (every dtype: their units split over the team as their own
  * region splits them: walk.h's attn_share), the views between, a bias gradient's sum after a LayerNorm's
  * backward, the GELU node (k_unary) and its gradient, the float32 GEMMs of the backward one after the other;
  * --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward) is one parallel
  * region, with a barrier only where a node writes bytes that a node of the run read or wrote since the last
  * barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its own).  The
  * collectives' starts and waits join too, on the team's first thread (cg_team_coll), and the checked calls whose
- * check every thread makes alike.  A node calling anything else (a 16-bit GEMM or attention) ends the run, and
+ * check every thread makes alike.  A node calling anything else (a 16-bit GEMM) ends the run, and
  * so does a validation pass's guard (`if (!c->validating)`) opening or closing.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
@@ -36,8 +36,9 @@ static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
     "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_",
     "k_cast",           "k_matmul_f32",     "k_matmul_add_f32",
-    /* the float32 fused attention (walk.h attn_share), the loops of K_PAR_FOR, par_range's and par_sum's */
-    "k_attention_f32", "k_attention_f64", "k_attention_grad_f32", "k_attention_grad_f64", "k_unary_f32",
+    /* the fused attention of every dtype (walk.h attn_share), the loops of K_PAR_FOR, par_range's and par_sum's */
+    "k_attention_f32", "k_attention_f64", "k_attention_grad_f32", "k_attention_grad_f64", "k_attention_bf16",
+    "k_attention_f16", "k_attention_grad_bf16", "k_attention_grad_f16", "k_unary_f32",
     "k_unary_f64", "k_unary_grad_f32", "k_unary_grad_f64", "k_fill_f32", "k_fill_f64", "k_scale_f32", "k_scale_f64",
     "k_cross_entropy_grad_f32", "k_cross_entropy_grad_f64", "k_gather_grad_f32", "k_gather_grad_f64",
     "k_sum_squares_f32", "k_sum_squares_f64", "k_nan_unless_finite",
