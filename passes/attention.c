@@ -336,6 +336,9 @@ static int band_of(const Graph *g, int v, int true_masks, int64_t t, int64_t s, 
     const int64_t n = shape_numel(&x->shape) / (t * s); /* the [t, s] in it */
     if (m.eq && n != 1)
         return 0;
+    if (t > s) /* the first rows see no key: masked by -inf they give NaN (zero_rows: 0), by a finite lowest value
+                * the mean of v (the kernel's band computes neither): only -inf counts then */
+        m.lowest = -INFINITY;
     int64_t win = 0; /* the last row's kept keys: s, or the window */
     for (int64_t j = 0; j < s; j++)
         win += masked_at(&m, t - 1, j) == 0;
