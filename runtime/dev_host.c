@@ -632,16 +632,18 @@ double rt_dev_peak_flops(int bf16, double *share)
     enum { N = 1024 };
     const double flop = 2.0 * N * N * N, nt = g_gemm_threads > 0 ? g_gemm_threads : 1;
     *share = -1;
-    float *c = malloc(sizeof(float) * N * N);
-    float *a = malloc(sizeof(float) * N * N * 2);
-    uint16_t *h = malloc(sizeof(uint16_t) * N * N * 2);
-    if (!c || !a || !h) {
+    float *c = malloc(sizeof(float) * N * N), *a = bf16 ? NULL : malloc(sizeof(float) * N * N * 2);
+    uint16_t *h = bf16 ? malloc(sizeof(uint16_t) * N * N * 2) : NULL; /* the operands of the GEMM timed */
+    if (!c || (!a && !h)) {
         free(c), free(a), free(h);
         return 0;
     }
     for (int64_t i = 0; i < 2 * (int64_t)N * N; i++) {
-        a[i] = (float)(i % 7) * 0.125f; /* exact in bfloat16 */
-        h[i] = k_bf16_from_f32(a[i]);
+        const float v = (float)(i % 7) * 0.125f; /* exact in bfloat16 */
+        if (h)
+            h[i] = k_bf16_from_f32(v);
+        else
+            a[i] = v;
     }
     double best = 0;
     for (int r = 0; r < 5; r++) {
