@@ -453,9 +453,11 @@ void kc_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
 /* ---- attn.c: the problem's dims as attn.cu's kernels take them ---------------------- */
 
 static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                       int64_t kvrep, int flags)
+                       int64_t kvrep, int64_t heads, int flags)
 {
     KDims p;
+    if (heads) /* passes/attention.c keeps the dense layout under --target cuda */
+        die("k_attention", "the heads layout (q, k, v read in the projections' [B, T, H, dh]) is the cpu target's");
     if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1)
         die("k_attention", "negative dims, or a bias layout below 1");
     if (kvrep < 1 || kvrep > ((int64_t)1 << 30) || batch % kvrep)
@@ -489,16 +491,16 @@ static AttnGrid attn_grid(const KDims *p, int h)
 }
 
 /* kc_attention##S and kc_attention_grad##S for q, kt, v, y, dy, dq, dkt, dval
- * of type E and lse, the bias and dbias of type T (h: AttnGrid's); the
- * workspace kernels/c needs is not used.
+ * of type E and lse, the bias and dbias of type T (h: AttnGrid's), each
+ * problem's rows dense (heads 0); the workspace kernels/c needs is not used.
  * The backward: dq by the q kernel, dk and dv by the kv kernel, dbias (when
  * wanted) by a block per bias row. */
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
     void kc_attention##S(E *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
-                         int64_t kvrep, double scale, T *ws)                                                   \
+                         int64_t kvrep, int64_t heads, double scale, T *ws)                                    \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         (void)ws;                                                                                              \
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
@@ -506,9 +508,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
     void kc_attention_grad##S(E *dq, E *dkt, E *dval, T *dbias, const E *dy, const E *q, const E *kt,           \
                               int flags, const E *v, const T *bias, const E *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
-                              int64_t kvrep, double scale, T *ws)                                              \
+                              int64_t kvrep, int64_t heads, double scale, T *ws)                               \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         const AttnGrid g = attn_grid(&p, h);                                                                   \
         (void)ws;                                                                                              \
         if (batch * t > 0 && d > 0)                                                                            \
