@@ -456,14 +456,17 @@ static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t d
                        int64_t kvrep, int64_t heads, int flags)
 {
     KDims p;
-    if (heads) /* passes/attention.c keeps the dense layout under --target cuda */
-        die("k_attention", "the heads layout (q, k, v read in the projections' [B, T, H, dh]) is the cpu target's");
-    if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1)
-        die("k_attention", "negative dims, or a bias layout below 1");
+    if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1 || nbias >= ((int64_t)1 << 31) ||
+        brep >= ((int64_t)1 << 31))
+        die("k_attention", "negative dims, or a bias layout below 1 or past 2^31");
     if (kvrep < 1 || kvrep > ((int64_t)1 << 30) || batch % kvrep)
         die("k_attention", "kvrep below 1, or not dividing the problems");
+    if (heads < 0 || (heads && (!(flags & K_ATTN_KROW) || heads % kvrep || batch % heads)))
+        die("k_attention", "heads is not a layout of the problems (it needs the keys as rows, kvrep dividing heads, "
+                           "heads dividing batch)");
     memset(&p, 0, sizeof p);
-    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep;
+    /* attn.cu's KC_ATTN_*: nbias and brep share a slot, heads has the next */
+    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias | brep << 32, p.d[6] = heads;
     p.d[7] = (int64_t)(uint32_t)flags | (kvrep - 1) << KC_ATTN_KVREP_SHIFT; /* attn.cu's KC_ATTN_FLAGS */
     return p;
 }
@@ -491,8 +494,8 @@ static AttnGrid attn_grid(const KDims *p, int h)
 }
 
 /* kc_attention##S and kc_attention_grad##S for q, kt, v, y, dy, dq, dkt, dval
- * of type E and lse, the bias and dbias of type T (h: AttnGrid's), each
- * problem's rows dense (heads 0); the workspace kernels/c needs is not used.
+ * of type E and lse, the bias and dbias of type T (h: AttnGrid's); the
+ * workspace kernels/c needs is not used.
  * The backward: dq by the q kernel, dk and dv by the kv kernel, dbias (when
  * wanted) by a block per bias row. */
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
