@@ -219,6 +219,15 @@ static void body(Cg *cg, Buf *b, const Node *n, const char *ind, const char *con
             break;
         }
         case OP_Scale: e = ir_fmt("(%s)%.17g * %s", T, ir_attr_f(m, "alpha", 1), a); break;
+        case OP_ReduceGrad: { /* dy (an outside input: broadcast by its index), over n for a mean (k_scale's product) */
+            int64_t kept = 1;
+            const Attr *ys = ir_attr(m, "yshape");
+            for (int d = 0; ys && d < ys->n; d++)
+                kept *= ys->ints[d];
+            const int64_t cnt = value_numel(g, m->out[0]) / (kept ? kept : 1);
+            e = ir_attr_i(m, "of", -1) == OP_ReduceMean ? ir_fmt("(%s)%.17g * %s", T, 1.0 / (double)cnt, a) : a;
+            break;
+        }
         case OP_UnaryGrad: {
             Op of = (Op)ir_attr_i(m, "of", -1);
             const char *x = m->nin > 1 ? operand(f, k, n, m->in[1]) : NULL;

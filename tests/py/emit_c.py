@@ -254,8 +254,13 @@ def broadcast_nest(fsdpc, work):
         inner = body.split("for (long long j", 1)[1]
         check(not re.search(r"\[[^]]*[/%][^]]*\]", inner), "an index with / or %% inside a nest's inner loop:\n" + inner)
     check(out["fused"] == out["unfused"], "the fused loop nests train other weights than --no-fuse")
-    print("broadcast fused loops: %d nests (rows x %d), weights after 3 steps byte-identical to --no-fuse"
-          % (len(loops), D))
+    # the mean's gradient (ReduceGrad: dy [B,T,1] broadcast over D, over D) is a member of a fused loop, not a
+    # broadcast copy and a scaling of its own
+    dump = run([fsdpc, path, "--dump-after", "fuse"] + flags).stdout
+    check(re.search(r"^  member %\d+ = ReduceGrad ", dump, re.M) and not re.search(r"^  %\d+ = ReduceGrad ", dump, re.M),
+          "the mean's gradient is not fused:\n" + "\n".join(l for l in dump.splitlines() if "ReduceGrad" in l))
+    print("broadcast fused loops: %d nests (rows x %d), the mean's gradient a member, weights after 3 steps "
+          "byte-identical to --no-fuse" % (len(loops), D))
 
 
 def main():
