@@ -12,7 +12,9 @@
  *           point.  --no-fuse leaves the graph as it is.
  *
  * Fusable: Add Sub Mul Div Pow, the unary ops, UnaryGrad, Scale, on float32
- * or float64, every input of the node's dtype; and the Casts between float32
+ * or float64, every input of the node's dtype; a ReduceSum's or ReduceMean's
+ * gradient (ReduceGrad: its dy, of the kept shape, broadcast like an
+ * outside input; an RMSNorm's mean of squares); and the Casts between float32
  * and bfloat16 / float16 that passes/precision.c puts around such ops (so a
  * loop loads 16-bit values widened and stores its result rounded, and the
  * float32 copies between are never written).  A group grows from its root
@@ -57,8 +59,26 @@ static int is_low(DType t) { return t == DT_BF16 || t == DT_F16; }
  * the loop loads widened and stores rounded) */
 static DType compute_type(DType t) { return t == DT_F64 ? DT_F64 : DT_F32; }
 
+/* a ReduceSum's or ReduceMean's gradient whose dy has the kept shape (keepdims): dy broadcast into x's shape, as
+ * the loop broadcasts an outside input, times 1/n for a mean */
+static int reduce_grad_fusable(const Graph *g, const Node *n)
+{
+    Op of = (Op)ir_attr_i(n, "of", -1);
+    const Attr *ys = ir_attr(n, "yshape");
+    const Shape *dy = &g->val[n->in[0]].shape;
+    if ((of != OP_ReduceSum && of != OP_ReduceMean) || !ys || ys->n != dy->rank ||
+        g->val[n->in[0]].dtype != g->val[n->out[0]].dtype || !dtype_is_float(g->val[n->out[0]].dtype))
+        return 0;
+    for (int i = 0; i < dy->rank; i++)
+        if (ys->ints[i] != dy->dim[i])
+            return 0;
+    return 1;
+}
+
 static int fusable(const Graph *g, const Node *n)
 {
+    if (n->op == OP_ReduceGrad)
+        return reduce_grad_fusable(g, n);
     if (n->op == OP_Cast) { /* precision.c's casts between float32 and the low dtype */
         DType from = g->val[n->in[0]].dtype, to = g->val[n->out[0]].dtype;
         return (is_low(from) && to == DT_F32) || (from == DT_F32 && is_low(to));

@@ -25,8 +25,10 @@
  *       reduce-scatter starts; none: where shard put it;
  *     - no prefetch ever makes more than --max-inflight K (default 2)
  *       gathered buffers live at once: a start that would is delayed to the
- *       first point where one fewer is live (a strategy that keeps more
- *       buffers gathered, grad_op, keeps them: K bounds the prefetch only).
+ *       first point where one fewer is live.  A buffer gathered in the
+ *       forward and freed in the backward (grad_op's, the root's: shard.c)
+ *       is not counted: it stays whatever the prefetch does (PyTorch's
+ *       limit on all-gathers likewise waits only on frees).
  *   Waits: just before the first node that conflicts with the collective,
  *   and a reduce-scatter's before the next reduce-scatter starts (one in
  *   flight: its flat gradient's slot is released in order); the rest at the
@@ -61,6 +63,9 @@ static int conflicts(const Graph *g, const Node *c, const Node *n)
         return reads(g, n, ir_root(g, c->in[0]));
     return 0;
 }
+
+/* is gather i's buffer gathered in the forward and freed in the backward (fin: each gather's Free)? */
+static int kept(const Graph *g, int i, const int *fin) { return i < g->nfwd && fin[i] >= g->nfwd; }
 
 void pass_schedule(Graph *g)
 {
@@ -112,7 +117,7 @@ void pass_schedule(Graph *g)
         for (; t < i; t++) { /* the cap: gathered buffers live at t (before node t runs) */
             int live = 0;
             for (int q = 0; q < k; q++)
-                live += start[gathers[q]] <= t && fin[gathers[q]] >= t;
+                live += start[gathers[q]] <= t && fin[gathers[q]] >= t && !kept(g, gathers[q], fin);
             if (live < K)
                 break;
         }

@@ -23,7 +23,12 @@
  * fact, so shapes here are nominal ([numel]) and the runtime sizes them.
  * The strategies (--shard) change the gathers:
  *   full, hybrid  as above (hybrid: the runtime's collectives span a group,
- *                 and the gradient is all-reduced across the groups);
+ *                 and the gradient is all-reduced across the groups), but
+ *                 the root unit (the parameters outside every wrapped unit:
+ *                 units.c) is gathered once, as grad_op's: PyTorch's FSDP
+ *                 (FullyShardedDataParallel and fully_shard alike) never
+ *                 reshards its root after forward, whose backward would
+ *                 gather it again at once;
  *   grad_op       one gather per step: the forward's buffer stays gathered
  *                 until the last backward use (no reshard after forward);
  *   none          no gather at all: the parameters are views of the shard,
@@ -120,9 +125,10 @@ void pass_shard(Graph *g)
     /* parameters live in a gathered buffer; NO_SHARD too with --precision bf16, where the "gather" of one
      * rank is the bf16 copy of the shard (made once per step, kept until the last backward use) */
     int gather = mode != SHARD_NONE || g->opt->precision != PREC_FP32;
-    int reshard = mode == SHARD_FULL || mode == SHARD_HYBRID;  /* freed after forward, gathered again */
+    int full = mode == SHARD_FULL || mode == SHARD_HYBRID;
     for (int u = 0; u < g->nunit; u++) {
         Unit *un = &g->unit[u];
+        int reshard = gather && full && strcmp(un->name, "root"); /* freed after forward, gathered again */
         int flat = un->flat = gather ? flat_value(g, u, "flat", R_FLAT) : -1;
         int bflat = reshard ? flat_value(g, u, "flat.bwd", R_FLAT) : -1;
         un->flatgrad = flat_value(g, u, "flatgrad", R_FLATGRAD);
@@ -178,7 +184,7 @@ void pass_shard(Graph *g)
         }
         if (flast < 0)
             die("unit %s is never read by the forward pass", un->name);
-        if (reshard) {
+        if (bview[un->params[0]] >= 0) { /* resharded after forward (the views made above) */
             int bflat = g->val[bview[un->params[0]]].alias_of;
             push(&before[ffirst], mk(OP_AllGather, ir_fmt("%s.gather", un->name), 1, &un->shard, un->flat, u));
             push(&after[flast], mk(OP_Free, ir_fmt("%s.free", un->name), 1, &un->flat, -1, u));
@@ -186,7 +192,7 @@ void pass_shard(Graph *g)
                 push(&before[bfirst], mk(OP_AllGather, ir_fmt("%s.gather.bwd", un->name), 1, &un->shard, bflat, u));
                 push(&after[blast], mk(OP_Free, ir_fmt("%s.free.bwd", un->name), 1, &bflat, -1, u));
             }
-        } else if (gather) { /* grad_op: gathered from the first forward use to the last backward one */
+        } else if (gather) { /* grad_op, the root: gathered from the first forward use to the last backward one */
             push(&before[ffirst], mk(OP_AllGather, ir_fmt("%s.gather", un->name), 1, &un->shard, un->flat, u));
             push(&after[blast >= 0 ? blast : flast], mk(OP_Free, ir_fmt("%s.free", un->name), 1, &un->flat, -1, u));
         }

@@ -213,6 +213,56 @@ def hostile(fsdpc, work):
     print("hostile names: %d declarations, unique per function; the step compiles" % len(names))
 
 
+def broadcast_nest(fsdpc, work):
+    """(e) an RMSNorm-shaped block: y = MatMul(x, w) * rsqrt(mean(h^2) + eps) [B,T,1] * g [D] + b [D]"""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    B, T, D = 2, 3, 32
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32) * 0.2, "w"),
+             numpy_helper.from_array(1 + 0.1 * rng.standard_normal(D).astype(np.float32), "g"),
+             numpy_helper.from_array(0.1 * rng.standard_normal(D).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Mul", ["h", "h"], ["h2"]),
+             helper.make_node("ReduceMean", ["h2", "axes"], ["ms"], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Reciprocal", ["rms"], ["r"]), helper.make_node("Mul", ["h", "r"], ["hn"]),
+             helper.make_node("Mul", ["hn", "g"], ["hg"]), helper.make_node("Add", ["hg", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])], inits)
+    path = os.path.join(work, "rms.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    np.save(os.path.join(work, "rx.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    np.save(os.path.join(work, "rt.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    flags = ["--target", "cpu", "--loss", "mse:y,target"]
+    out = {}
+    for name, extra in (("fused", ["--emit-c"]), ("unfused", ["--no-fuse"])):
+        exe = os.path.join(work, "rms_" + name)
+        run([fsdpc, path, "-o", exe] + flags + extra)
+        st = exe + ".safetensors"
+        run([exe, "--data", "x=" + os.path.join(work, "rx.npy"), "--data", "target=" + os.path.join(work, "rt.npy"),
+             "--steps", "3", "--quiet", "--export-safetensors", st])
+        out[name] = open(st, "rb").read()
+    _, step_c = split(open(os.path.join(work, "rms_fused.c")).read())
+    # the forward's y = h * r * g + b: a nest whose inner loop reads h by j, r (per row) and g, b (per column) by
+    # nothing or j, with no division or remainder per element
+    loops = re.findall(r"for \(long long o = 0; o < (\d+)LL; o\+\+\) \{\n(.*?)\} \} \}", step_c, re.S)
+    check(any(o == str(B * T) and "for (long long j = 0; j < %dLL; j++)" % D in body for o, body in loops),
+          "no fused loop nest of %d rows x %d: %s" % (B * T, D, [o for o, _ in loops]))
+    for o, body in loops:
+        inner = body.split("for (long long j", 1)[1]
+        check(not re.search(r"\[[^]]*[/%][^]]*\]", inner), "an index with / or %% inside a nest's inner loop:\n" + inner)
+    check(out["fused"] == out["unfused"], "the fused loop nests train other weights than --no-fuse")
+    # the mean's gradient (ReduceGrad: dy [B,T,1] broadcast over D, over D) is a member of a fused loop, not a
+    # broadcast copy and a scaling of its own
+    dump = run([fsdpc, path, "--dump-after", "fuse"] + flags).stdout
+    check(re.search(r"^  member %\d+ = ReduceGrad ", dump, re.M) and not re.search(r"^  %\d+ = ReduceGrad ", dump, re.M),
+          "the mean's gradient is not fused:\n" + "\n".join(l for l in dump.splitlines() if "ReduceGrad" in l))
+    print("broadcast fused loops: %d nests (rows x %d), the mean's gradient a member, weights after 3 steps "
+          "byte-identical to --no-fuse" % (len(loops), D))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -221,6 +271,7 @@ def main():
     gpt_tables(fsdpc, work, "bf16")
     gpt_tables(fsdpc, work, "fp16")
     hostile(fsdpc, work)
+    broadcast_nest(fsdpc, work)
     print("OK")
 
 
