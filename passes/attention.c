@@ -65,10 +65,12 @@
  *
  * The heads where the projections put them: where q, k
  * (as rows) and v are Transpose(x, perm (0, 2, 1, 3)) of [B, t, H, d]
- * values (GPT-2's and Llama's Reshape of a projection's output: views) and
+ * values (GPT-2's and BERT's Reshape of a projection's output: views) and
  * y is read by one such Transpose alone (back to [B, t, H, dv], then
  * Reshaped for the output projection), each Transpose read by the chain
- * alone, the node reads x and writes the Transpose's output, attr heads H
+ * alone (through Identities: GPT-2's one-input Concat of its past keys,
+ * which fold makes one), the node reads x and writes the Transpose's
+ * output, attr heads H
  * (heads_views): the kernels index problem b as head b % H of row b / H with
  * rows H d apart (kernels.h k_attention_at; the same GEMMs on other leading
  * dimensions, so the same bits), and autodiff's FusedAttentionGrad reads dy
