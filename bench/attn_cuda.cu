@@ -169,7 +169,7 @@ static Data make(const Prob &P, int kind)
     CK(cudaMalloc(&D.dk_, 4 * nk));
     CK(cudaMalloc(&D.dv_, 4 * nv));
     memset(&D.p, 0, sizeof D.p);
-    const int64_t d[8] = {P.batch, P.t, P.s, P.d, P.dv, 1, 1, 0};
+    const int64_t d[8] = {P.batch, P.t, P.s, P.d, P.dv, 1 | (int64_t)1 << 32, 0, 0}; /* nbias | brep << 32, heads */
     memcpy(D.p.d, d, sizeof d);
     /* launch.c's attn_grid for float32 tiles */
     const int64_t tiles = (P.t + 63) / 64, nkd = (P.d + 63) / 64, nvd = (P.dv + 63) / 64;

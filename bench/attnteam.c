@@ -82,19 +82,20 @@ int main(int argc, char **argv)
             const double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
             if (w == 0)
                 for (int i = 0; i < rounds; i++) {
-                    k_attention_f32(y[0], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0.125, ws);
+                    k_attention_f32(y[0], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0, 0.125, ws);
                     k_attention_grad_f32(dq[0], dk, dv, NULL, dy, q, k, flags, v, NULL, y[0], lse, bh, t, t, d, d, 1, 1,
-                                         1, 0.125, ws);
+                                         1, 0, 0.125, ws);
                 }
             else {
 #pragma omp parallel
                 {
                     k_share(1);
                     for (int i = 0; i < rounds; i++) {
-                        k_attention_f32(y[1], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0.125, ws);
+                        k_attention_f32(y[1], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0, 0.125,
+                                        ws);
 #pragma omp barrier
                         k_attention_grad_f32(dq[1], dk, dv, NULL, dy, q, k, flags, v, NULL, y[1], lse, bh, t, t, d, d,
-                                             1, 1, 1, 0.125, ws);
+                                             1, 1, 1, 0, 0.125, ws);
 #pragma omp barrier
                     }
                     k_share(0);

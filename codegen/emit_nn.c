@@ -235,9 +235,9 @@ static void emit_layernorm_grad(Cg *cg, Buf *b, const Node *n)
 
 /* ---- fused attention ------------------------------------------------------ */
 
-/* FusedAttention and its gradient: the problems (q's leading dims; kt and v hold batch / kvrep) and t, s, d, dv
- * from the shapes; the kernel of q's dtype (bf16 / f16: 16-bit q, kt, v under --precision, everything else
- * float32) */
+/* FusedAttention and its gradient: the problems (q's leading dims, with heads its heads too: ir_attn_problems;
+ * kt and v hold batch / kvrep) and t, s, d, dv from the shapes; the kernel of q's dtype (bf16 / f16: 16-bit q, kt,
+ * v under --precision, everything else float32) */
 static void emit_attention(Cg *cg, Buf *b, const Node *n, int grad)
 {
     const Graph *g = cg->g;
@@ -248,14 +248,13 @@ static void emit_attention(Cg *cg, Buf *b, const Node *n, int grad)
                                     (ir_attr_i(n, "causal", 0) ? K_ATTN_CAUSAL : 0) |
                                     (int)ir_attr_i(n, "window", 0) << K_ATTN_WINDOW_SHIFT;
     const char *sfx = cg_gemm_sfx(g->val[q].dtype, g->val[n->out[0]].dtype);
-    int64_t batch = 1;
-    for (int d = 0; d < r - 2; d++)
-        batch *= qs->dim[d];
-    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s", (long long)batch,
-                              (long long)qs->dim[r - 2], (long long)vs->dim[r - 2], (long long)qs->dim[r - 1],
-                              (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
+    const int rows = ir_attn_rows_axis(n, qs);
+    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s",
+                              (long long)ir_attn_problems(n, qs), (long long)qs->dim[rows], (long long)vs->dim[rows],
+                              (long long)qs->dim[r - 1], (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
                               (long long)ir_attr_i(n, "brep", 1), (long long)ir_attr_i(n, "kvrep", 1),
-                              ir_attr_f(n, "scale", 1.0), P(cg, n->out[grad ? 3 : 2]));
+                              (long long)ir_attr_i(n, "heads", 0), ir_attr_f(n, "scale", 1.0),
+                              P(cg, n->out[grad ? 3 : 2]));
     if (!grad)
         cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(cg, n->out[0]),
                P(cg, n->out[1]), P(cg, q), P(cg, kt), flags, P(cg, v), opt(cg, bias), dims);

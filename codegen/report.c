@@ -99,10 +99,11 @@ double cg_node_flops(const Graph *g, const Node *n, int hardware)
         /* q kt and p v forward; dv, dp, dq, dkt backward */
         const int grad = n->op == OP_FusedAttentionGrad;
         const Shape *q = &g->val[n->in[grad]].shape, *v = &g->val[n->in[grad + 2]].shape;
-        const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[v->rank - 2];
+        const int rows = ir_attn_rows_axis(n, q); /* t and s: the same axis of q and v */
+        const double ts = (double)shape_numel(q) / (double)q->dim[q->rank - 1] * (double)v->dim[rows];
         const double dk = (double)q->dim[q->rank - 1], dv = (double)v->dim[v->rank - 1];
         const double f = (grad ? 2.0 : 1.0) * 2.0 * ts * (dk + dv) + (grad && hardware ? 2.0 * ts * dk : 0.0);
-        return hardware ? f * band_share(n, q->dim[q->rank - 2], v->dim[v->rank - 2]) : f;
+        return hardware ? f * band_share(n, q->dim[rows], v->dim[rows]) : f;
     }
     if (n->op == OP_Conv || n->op == OP_ConvGrad) {
         KConv2d p;

@@ -732,6 +732,17 @@ void ir_link(Graph *g)
 
 int ir_root(const Graph *g, int v) { return g->val[v].alias_of >= 0 ? g->val[v].alias_of : v; }
 
+int ir_attn_rows_axis(const Node *n, const Shape *x) { return x->rank - (ir_attr_i(n, "heads", 0) ? 3 : 2); }
+
+int64_t ir_attn_problems(const Node *n, const Shape *x)
+{
+    const int rows = ir_attn_rows_axis(n, x);
+    int64_t p = 1;
+    for (int d = 0; d < rows; d++) /* the dims before the rows, and heads' H after them */
+        p *= x->dim[d];
+    return rows == x->rank - 3 ? p * x->dim[x->rank - 2] : p;
+}
+
 int ir_writes(const Graph *g, const Node *n, int r)
 {
     for (int j = 0; j < n->nout; j++)

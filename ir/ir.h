@@ -400,6 +400,11 @@ const char *role_name(Role r);
 int64_t value_numel(const Graph *g, int v);
 void ir_link(Graph *g);                           /* recompute producer / nuses */
 int ir_root(const Graph *g, int v);               /* the value whose bytes v views (v itself if none) */
+/* FusedAttention's (and its gradient's) layout of an operand x (q, kt, v, y or a gradient) of rank r: the axis of
+ * its rows (t or s: r - 2, or with attr heads, [.., t, H, d], r - 3) and its problems (the leading dims' product,
+ * with heads times H) */
+int ir_attn_rows_axis(const Node *n, const Shape *x);
+int64_t ir_attn_problems(const Node *n, const Shape *x);
 /* does n write the bytes of root r: an output, or an input it updates in place (optimizer updates, Assign,
  * ReduceScatter's flat gradient)? */
 int ir_writes(const Graph *g, const Node *n, int r);

@@ -69,11 +69,14 @@ static void check_waits(const Graph *g, const char *after)
  * v, which hold the same number (grouped-query attention reads K/V problem b / kvrep in place) */
 static void check_attention_problems(const Graph *g, const Node *n, const int *qkv, const char *after)
 {
-    int64_t p[3] = {1, 1, 1};
-    for (int i = 0; i < 3; i++) /* the product of the leading dims (rank 3 or more: the pass's) */
-        for (int d = 0; d + 2 < g->val[qkv[i]].shape.rank; d++)
-            p[i] *= g->val[qkv[i]].shape.dim[d];
-    const int64_t kvrep = ir_attr_i(n, "kvrep", 1);
+    int64_t p[3];
+    for (int i = 0; i < 3; i++) /* the leading dims' product (rank 3 or more, 4 with heads: the pass's) */
+        p[i] = ir_attn_problems(n, &g->val[qkv[i]].shape);
+    const int64_t kvrep = ir_attr_i(n, "kvrep", 1), heads = ir_attr_i(n, "heads", 0);
+    if (heads && (g->val[qkv[0]].shape.rank < 4 || !ir_attr_i(n, "krow", 0) || heads % kvrep ||
+                  g->val[qkv[0]].shape.dim[g->val[qkv[0]].shape.rank - 2] != heads))
+        die("after %s: %s '%s' has heads %lld but not q [.., t, %lld, d] with krow and kvrep dividing it", after,
+            op_info[n->op].name, n->name, (long long)heads, (long long)heads);
     if (kvrep < 1 || p[1] != p[2] || p[1] * kvrep != p[0])
         die("after %s: %s '%s' has %lld query problems against %lld and %lld K/V ones (kvrep %lld)", after,
             op_info[n->op].name, n->name, (long long)p[0], (long long)p[1], (long long)p[2], (long long)kvrep);

@@ -63,6 +63,21 @@
  * gradients exist; the backward sums each K/V problem's gradient over its
  * kvrep query problems (kernels/c/attn_impl.h, kernels/cuda/attn.cu).
  *
+ * The heads where the projections put them: where q, k
+ * (as rows) and v are Transpose(x, perm (0, 2, 1, 3)) of [B, t, H, d]
+ * values (GPT-2's and BERT's Reshape of a projection's output: views) and
+ * y is read by one such Transpose alone (back to [B, t, H, dv], then
+ * Reshaped for the output projection), each Transpose read by the chain
+ * alone (through Identities: GPT-2's one-input Concat of its past keys,
+ * which fold makes one), the node reads x and writes the Transpose's
+ * output, attr heads H
+ * (heads_views): the kernels index problem b as head b % H of row b / H with
+ * rows H d apart (kernels.h k_attention_at; the same GEMMs on other leading
+ * dimensions, so the same bits), and autodiff's FusedAttentionGrad reads dy
+ * and writes dq, dk, dv in that layout too: none of the 4 forward and 4
+ * backward head copies is made, nor saved (both targets: kernels/cuda/attn.cu
+ * indexes the rows alike).
+ *
  * Conditions: float32 or float64 throughout; q's leading dims L (the
  * problems); kt's and v's (both alike) L, or L up to one dim that theirs
  * divides (a repeat_kv's heads, or 1), then 1s (no other broadcasting: the
@@ -508,6 +523,52 @@ static int64_t kv_of(const Graph *g, int kt, int v, const Shape *qs)
     return kv_layout(vs, qs, qs->rank - 2) == kvrep ? kvrep : 0;
 }
 
+/* is node p Transpose(x, perm (0, 2, 1, 3)): [B, t, H, d] and [B, H, t, d] either way? */
+static int heads_perm(const Graph *g, int p)
+{
+    int na = 0;
+    const int64_t *perm = p >= 0 && g->node[p].op == OP_Transpose ? ir_attr_ints(&g->node[p], "perm", &na) : NULL;
+    return perm && na == 4 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && perm[3] == 3;
+}
+
+/* is v such a Transpose's output read by node r alone, through up to 2 Identities (GPT-2's one-input Concat of
+ * its past keys: fold) each read by the next alone?  Then the Transpose's node id and the Identities' in id (-1
+ * after the last); else -1 */
+static int heads_transpose(const Graph *g, const int *reader, int v, int r, int id[2])
+{
+    id[0] = id[1] = -1;
+    for (int k = 0; r >= 0 && only_reader(g, reader, v) == r; k++) {
+        const int p = g->val[v].producer;
+        if (heads_perm(g, p))
+            return p;
+        if (k == 2 || p < 0 || g->node[p].op != OP_Identity)
+            return -1;
+        id[k] = r = p, v = g->node[p].in[0];
+    }
+    return -1;
+}
+
+/* The chain's q, k (krow), v and y in the projections' layout: q = Transpose(xq, perm (0, 2, 1, 3)), likewise k
+ * and v (through Identities: heads_transpose), and y read by one such Transpose alone, each Transpose read by the
+ * chain alone (a repeat_kv's keys stay as they are), k and v of q's batch with heads dividing q's.  Then 1, the
+ * four Transposes in tr (q, k, v, y) and the Identities in id (q's, k's, v's):
+ * the node reads xq, xk, xv and writes y's Transpose's output, attr heads (kernels.h k_attention_at), so that
+ * none of the four copies (nor, in the backward, their gradients') is made; else 0. */
+static int heads_views(const Graph *g, const int *reader, const Chain *c, int tr[4], int id[3][2])
+{
+    const Shape *qs = &g->val[c->q].shape, *ks = &g->val[c->kt].shape;
+    if (qs->rank != 4 || !c->krow || c->rep[0][0] >= 0 || c->rep[1][0] >= 0 || ks->dim[0] != qs->dim[0] ||
+        ks->dim[1] * c->kvrep != qs->dim[1])
+        return 0;
+    const int kr = c->view[2] >= 0 ? c->view[2] : c->kscale >= 0 ? c->kscale : c->first;
+    tr[0] = heads_transpose(g, reader, c->q, c->qscale >= 0 ? c->qscale : c->first, id[0]);
+    tr[1] = heads_transpose(g, reader, c->kt, kr, id[1]);
+    tr[2] = heads_transpose(g, reader, c->v, c->last, id[2]);
+    const int yr = only_reader(g, reader, g->node[c->last].out[0]);
+    tr[3] = heads_perm(g, yr) ? yr : -1;
+    return tr[0] >= 0 && tr[1] >= 0 && tr[2] >= 0 && tr[3] >= 0;
+}
+
 /* the chain around Softmax node i, or 0 */
 static int match(const Graph *g, const int *reader, int i, Chain *c)
 {
@@ -716,8 +777,21 @@ void pass_attention(Graph *g)
         ls.rank = r - 1;
         int out[3] = {y, ir_value(g, ir_fmt("%s.lse", name), dt, &ls, R_ACT),
                       ir_value(g, ir_fmt("%s.scratch", name), dt, &ws, R_ACT)};
-        int in[4] = {c.q, c.kt, c.v, bias};
+        int in[4] = {c.q, c.kt, c.v, bias}, tr[4], id[3][2];
+        /* the heads read and written where the projections put them */
+        const int heads = heads_views(g, reader, &c, tr, id);
+        for (int j = 0; j < 4 && heads; j++) {
+            drop[tr[j]] = 1;
+            for (int k = 0; j < 3 && k < 2 && id[j][k] >= 0; k++)
+                drop[id[j][k]] = 1;
+            if (j < 3)
+                in[j] = g->node[tr[j]].in[0];
+            else
+                out[0] = g->node[tr[j]].out[0];
+        }
         int k = ir_node(g, OP_FusedAttention, name, bias >= 0 ? 4 : 3, in, 3, out);
+        if (heads)
+            ir_attr_add(g, k, "heads", A_INT)->i = g->val[c.q].shape.dim[1];
         ir_attr_add(g, k, "scale", A_FLOAT)->f = c.scale;
         ir_attr_add(g, k, "nbias", A_INT)->i = c.nbias;
         ir_attr_add(g, k, "brep", A_INT)->i = c.brep;

@@ -19,7 +19,7 @@
  *           attributes (ir/rules/tensor.h); CastLike is a Cast; comparisons
  *           and Gather's / GatherElements' indices read float32, float64 or int64 (int32 and
  *           bool inputs get a Cast to int64); no Concat has more than
- *           GRAD_MAX_IN inputs (longer ones nest); composite ops are
+ *           GRAD_MAX_IN inputs (longer ones nest), nor one (an Identity); composite ops are
  *           expanded (RMSNormalization; IsNaN, IsInf, And, Or, Xor into
  *           comparisons, Not and Where); Min / Max take two inputs (longer
  *           ones chain, compose.c); Mod with fmod 1 is FMod; integer arithmetic
@@ -455,7 +455,12 @@ static void canon_op(Sweep *s, int id)
     case OP_Pad: pad_axes(g, id); break;
     case OP_CastLike: castlike(g, id); break;
     case OP_Gather: case OP_GatherElements: cast_input(s, id, 1); break;
-    case OP_Concat: nest_concat(s, id); break;
+    case OP_Concat: /* of one input (GPT-2's past keys and values, none in training): that input, a view */
+        if (g->node[id].nin == 1)
+            g->node[id].op = OP_Identity, g->node[id].nattr = 0;
+        else
+            nest_concat(s, id);
+        break;
     case OP_Equal: case OP_Less: case OP_Greater: case OP_LessOrEqual: case OP_GreaterOrEqual:
         cast_input(s, id, 0);
         cast_input(s, id, 1);

@@ -8,7 +8,9 @@
  * team; the causal band computed (K_ATTN_CAUSAL) bit for bit as the same
  * band given as a bias; grouped-query attention (kvrep: query problem b reading
  * K/V problem b / kvrep) in every precision, the K/V gradients summed over their
- * query problems in one order (1 thread = a team of 4, bit for bit).
+ * query problems in one order (1 thread = a team of 4, bit for bit); the heads
+ * layout (q, k, v, y and their gradients read and written in the projections'
+ * [B, t, H, d]) bit for bit as the dense one.
  */
 #include "ktest.h"
 
@@ -29,7 +31,7 @@ static void attn_fwd(void *ctx, double *const *in, double *y)
 {
     const AttnCtx *c = ctx;
     k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
-                    c->brep, c->kvrep, c->scale, c->ws);
+                    c->brep, c->kvrep, 0, c->scale, c->ws);
 }
 
 /* The outputs of k_attention and k_attention_grad (y, lse, dq, dkt, dval, dbias: already computed by the caller on
@@ -48,10 +50,10 @@ static void attn_threads_check(int dt, Buf *q, Buf *kt, Buf *v, Buf *bias, Buf *
     for (int run = 0; run < 2; run++) {
         const int before = ktest_team(run ? 1 : 4);
         KCALL(k_attention, vp(dt, y), vp(dt, lse), vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL,
-              batch, t, s, d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
+              batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, vp(dt, ws));
         KCALL(k_attention_grad, vp(dt, dq), vp(dt, dkt), vp(dt, dval), bias ? vp(dt, dbias) : NULL, vp(dt, dy),
               vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL, vp(dt, y), vp(dt, lse), batch, t, s,
-              d, dv, nbias, brep, kvrep, scale, vp(dt, ws));
+              d, dv, nbias, brep, kvrep, 0, scale, vp(dt, ws));
         ktest_team(before);
         for (int k = 0; k < 6; k++) {
             const size_t n = (size_t)(k == 5 && !bias ? 0 : out[k]->n) * es;
@@ -124,7 +126,7 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     const void *bp = kind ? V(bias) : NULL;
     CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d", (long long)batch,
         (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)kvrep, flags);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, scale,
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale,
           V(ws));
     GET(&y, &lse);
     check(dt, y.d, want.d, y.n, tol(dt));
@@ -139,10 +141,10 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     if (kind == 2 && !zero) /* the rest is finite differences around finite values */
         for (int64_t j = 0; j < s; j++)
             bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, scale,
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale,
           V(ws));
     KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
-          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, scale, V(ws));
+          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, V(ws));
     if (kvrep > 1)
         attn_threads_check(dt, &q, &kt, &v, kind ? &bias : NULL, &w, &y, &lse, &dq, &dkt, &dval, &dbias, batch, t, s,
                            d, dv, nbias, brep, kvrep, flags, &ws);
@@ -310,10 +312,10 @@ static Attn16Out attn16_run(const Attn16 *a, float *ws)
     for (int64_t i = 0; bias && i < ns; i++)
         bias[i] = (float)a->bias[i];
     (a->f16 ? k_attention_f16 : k_attention_bf16)(y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
-                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, ws);
     (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
         dq, dkt, dval, bias ? o.dbias : NULL, a->dy16, a->q16, a->kt16, a->flags, a->v16, bias, y, o.lse,
-        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, a->scale, ws);
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, ws);
     o.y = widen_16(a->f16, y, bt * a->dv), o.dq = widen_16(a->f16, dq, bt * a->d);
     o.dkt = widen_16(a->f16, dkt, nk), o.dval = widen_16(a->f16, dval, nv);
     free(bias);
@@ -418,12 +420,13 @@ typedef struct {
     size_t n[5]; /* their bytes */
 } BandOut;
 
-/* k_attention_K (K 0 f32, 1 f64, 2 bf16: q, kt, v, dy, y and the gradients bfloat16) with bias (NULL: none) and flags on the fixed inputs */
+/* k_attention_K (K 0 f32, 1 f64, 2 bf16: q, kt, v, dy, y and the gradients bfloat16) with bias (NULL: none), flags,
+ * kvrep and heads (the layout: kernels.h) on the fixed inputs */
 static BandOut band_run(int K, const double *q, const double *kt, const double *v, const double *dy, const double *bias,
-                        int flags, int64_t B, int64_t t, int64_t s, int64_t d, int64_t dv)
+                        int flags, int64_t B, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t kvrep, int64_t heads)
 {
     const size_t es = K == 1 ? 8 : 4, is = K == 2 ? 2 : es;
-    const int64_t nq = B * t * d, nk = B * d * s, nv = B * s * dv, ny = B * t * dv, ns = t * s;
+    const int64_t nq = B * t * d, nk = B / kvrep * d * s, nv = B / kvrep * s * dv, ny = B * t * dv, ns = t * s;
     const int64_t nws = K == 2 ? k_attention_workspace_16(B, t, s, d, dv) : k_attention_workspace(B, t, s);
     void *Q = xalloc((size_t)nq, is), *KT = xalloc((size_t)nk, is), *VV = xalloc((size_t)nv, is);
     void *DY = xalloc((size_t)ny, is), *BI = bias ? xalloc((size_t)ns, es) : NULL, *W = xalloc((size_t)nws + 1, es);
@@ -445,17 +448,17 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
     for (int a = 0; a < 5; a++) /* y, dq, dkt, dval of the bfloat16 kernels are bfloat16 */
         r.n[a] = (size_t)n[a] * (a == 1 ? es : is), r.o[a] = xalloc((size_t)n[a], a == 1 ? es : is);
     if (K == 0) {
-        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
         k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, 1, 0.25, W);
+                             1, 1, kvrep, heads, 0.25, W);
     } else if (K == 1) {
-        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
         k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, 1, 0.25, W);
+                             1, 1, kvrep, heads, 0.25, W);
     } else {
-        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, 1, 0.25, W);
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
         k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
-                              dv, 1, 1, 1, 0.25, W);
+                              dv, 1, 1, kvrep, heads, 0.25, W);
     }
     free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
     return r;
@@ -490,9 +493,9 @@ static void test_attention_band(int dt)
                     bias[i * s + j] = j > hi || (w && j <= hi - w) ? -INFINITY : 0;
                 }
             for (int K = 0; K < 3; K++) {
-                BandOut a = band_run(K, q, kt, v, dy, bias, base, B, t, s, d, dv);
+                BandOut a = band_run(K, q, kt, v, dy, bias, base, B, t, s, d, dv, 1, 0);
                 BandOut b = band_run(K, q, kt, v, dy, NULL, base | K_ATTN_CAUSAL | (int)w << K_ATTN_WINDOW_SHIFT,
-                                     B, t, s, d, dv);
+                                     B, t, s, d, dv, 1, 0);
                 for (int o = 0; o < 5; o++) {
                     checks++;
                     if (memcmp(a.o[o], b.o[o], a.n[o]))
@@ -506,10 +509,73 @@ static void test_attention_band(int dt)
         }
 }
 
+/* x (es-byte elements, problems of rows x w: [B H, rows, w]) in the heads layout [B, rows, H, w] (back: the other
+ * way), into a new buffer */
+static void *heads_copy(const void *x, size_t es, int64_t B, int64_t H, int64_t rows, int64_t w, int back)
+{
+    char *y = xalloc((size_t)(B * H * rows * w), es);
+    for (int64_t p = 0; p < B * H; p++)
+        for (int64_t i = 0; i < rows; i++) {
+            const int64_t dense = (p * rows + i) * w, heads = k_attention_at(p, rows, H, w) + i * H * w;
+            memcpy(y + (size_t)(back ? dense : heads) * es, (const char *)x + (size_t)(back ? heads : dense) * es,
+                   (size_t)w * es);
+        }
+    return y;
+}
+
+/* heads > 0 (q, k, v, y and the gradients in the projections' layout [B, t, H, d], rows H d apart) gives the bits
+ * the dense layout gives, forward and backward, in float32, float64 and bfloat16: the same GEMMs with other leading
+ * dimensions; with grouped kv heads (kvrep 2), d != dv, causal with a window or not, t < s */
+static void test_attention_heads(int dt)
+{
+    static const int64_t cases[][6] = {/* t, s, window, kvrep, d, dv */
+                                       {70, 70, 0, 1, 16, 16}, {40, 50, 0, 2, 8, 6}, {70, 70, 16, 2, 8, 12}};
+    if (dt != F32)
+        return;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int causal = 0; causal < 2; causal++) {
+            const int64_t Bt = 2, H = 4, t = cases[c][0], s = cases[c][1], w = cases[c][2], kvrep = cases[c][3];
+            const int64_t d = cases[c][4], dv = cases[c][5], B = Bt * H, Hk = H / kvrep;
+            const int flags = K_ATTN_KROW | (causal ? K_ATTN_CAUSAL | (int)w << K_ATTN_WINDOW_SHIFT : 0);
+            double *x[4];
+            const int64_t n[4] = {B * t * d, B / kvrep * s * d, B / kvrep * s * dv, B * t * dv}; /* q, k, v, dy */
+            for (int a = 0; a < 4; a++) {
+                x[a] = xalloc((size_t)n[a], 8);
+                for (int64_t i = 0; i < n[a]; i++)
+                    x[a][i] = rnd(a == 2 ? -1 : -2, a == 2 ? 1 : 2);
+            }
+            double *hq = heads_copy(x[0], 8, Bt, H, t, d, 0), *hk = heads_copy(x[1], 8, Bt, Hk, s, d, 0);
+            double *hv = heads_copy(x[2], 8, Bt, Hk, s, dv, 0), *hdy = heads_copy(x[3], 8, Bt, H, t, dv, 0);
+            for (int K = 0; K < 3; K++) {
+                const size_t is = K == 1 ? 8 : K == 2 ? 2 : 4;
+                BandOut a = band_run(K, x[0], x[1], x[2], x[3], NULL, flags, B, t, s, d, dv, kvrep, 0);
+                BandOut b = band_run(K, hq, hk, hv, hdy, NULL, flags, B, t, s, d, dv, kvrep, H);
+                /* y, lse (dense in both), dq, dk, dv: b's back in the dense layout */
+                const int64_t hs[5] = {H, 0, H, Hk, Hk}, rows[5] = {t, 0, t, s, s}, wd[5] = {dv, 0, d, d, dv};
+                for (int o = 0; o < 5; o++) {
+                    void *bo = o == 1 ? b.o[o] : heads_copy(b.o[o], is, Bt, hs[o], rows[o], wd[o], 1);
+                    checks++;
+                    if (memcmp(a.o[o], bo, a.n[o]))
+                        failures++, printf("FAIL k_attention%s heads %lld t %lld s %lld kvrep %lld flags %d: output "
+                                           "%d differs from the dense layout's\n", K == 0 ? "_f32" : K == 1 ?
+                                           "_f64" : "_bf16", (long long)H, (long long)t, (long long)s,
+                                           (long long)kvrep, flags, o);
+                    if (o != 1)
+                        free(bo);
+                    free(a.o[o]), free(b.o[o]);
+                }
+            }
+            for (int a = 0; a < 4; a++)
+                free(x[a]);
+            free(hq), free(hk), free(hv), free(hdy);
+        }
+}
+
 /* with the argument attention_16: that test alone (kernels_attn_widened runs it on the widened path) */
 int main(int argc, char **argv)
 {
-    static void (*const tests[])(int) = {test_attention, test_attention_16, test_attention_band};
+    static void (*const tests[])(int) = {test_attention, test_attention_16, test_attention_band,
+                                          test_attention_heads};
     static void (*const only16[])(int) = {test_attention_16};
     if (argc > 1 && !strcmp(argv[1], "attention_16"))
         return ktest_main("kernels_attn_test attention_16", only16, 1);

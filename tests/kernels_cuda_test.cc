@@ -808,9 +808,9 @@ template <typename T> static void test_attention()
             const T *bp = attn_reads_bias(c) ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, c.kvrep, scale, ws.data());
+                        c.nbias, c.brep, c.kvrep, 0, scale, ws.data());
             kc_attention(gy.data(), gl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                         c.nbias, c.brep, c.kvrep, scale, ws.data());
+                         c.nbias, c.brep, c.kvrep, 0, scale, ws.data());
             CTX("kc_attention batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
                 (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gy.data(), wy.data(), ny, tol<T>());
@@ -819,16 +819,16 @@ template <typename T> static void test_attention()
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, c.kvrep, scale, ws.data());
+                        c.nbias, c.brep, c.kvrep, 0, scale, ws.data());
             const int64_t nb = bp ? c.nbias * c.t * c.s : 0;
             V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
             V<T> wdb(nb + 1), gdb(nb + 1, NAN);
             k_attention_grad(wdq.data(), wdk.data(), wdv.data(), bp ? wdb.data() : nullptr, dy.data(), q.data(),
                              k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                             c.brep, c.kvrep, scale, ws.data());
+                             c.brep, c.kvrep, 0, scale, ws.data());
             kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q.data(),
                               k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv,
-                              c.nbias, c.brep, c.kvrep, scale, ws.data());
+                              c.nbias, c.brep, c.kvrep, 0, scale, ws.data());
             CTX("kc_attention_grad batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
                 (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gdq.data(), wdq.data(), nq, tol<T>());
@@ -954,7 +954,7 @@ static void test_attention_low(bool f16)
             F gl(nl + 1), gdb(nb + 1, NAN);
             (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
                                                          v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                                                         c.brep, c.kvrep, scale, nullptr);
+                                                         c.brep, c.kvrep, 0, scale, nullptr);
             CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
@@ -963,7 +963,7 @@ static void test_attention_low(bool f16)
             (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
                 gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
                 flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
-                c.kvrep, scale, nullptr);
+                c.kvrep, 0, scale, nullptr);
             CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
@@ -976,11 +976,11 @@ static void test_attention_low(bool f16)
             H cy(ny + 1, nan16), cdq(nq + 1, nan16), cdk(nk + 1, nan16), cdv(nv + 1, nan16);
             (f16 ? k_attention_f16 : k_attention_bf16)(cy.data(), cl.data(), q16.data(), k16.data(), flags,
                                                        v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                                                       c.brep, c.kvrep, scale, ws.data());
+                                                       c.brep, c.kvrep, 0, scale, ws.data());
             (f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
                 cdq.data(), cdk.data(), cdv.data(), bp ? cdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
                 flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
-                c.kvrep, scale, ws.data());
+                c.kvrep, 0, scale, ws.data());
             CTX("kc_attention_%s (and grad) = k_attention_%s, batch %lld t %lld s %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s,
                 c.kind, (long long)c.kvrep, flags);
@@ -994,6 +994,91 @@ static void test_attention_low(bool f16)
 }
 static void test_attention_bf16() { test_attention_low(false); }
 static void test_attention_f16() { test_attention_low(true); }
+
+/* x (problems of rows x w, dense) in the heads layout [B / H, rows, H, w] (back: the other way) */
+template <typename E> static V<E> heads_copy(const V<E> &x, int64_t B, int64_t H, int64_t rows, int64_t w, bool back)
+{
+    V<E> y(x.size());
+    for (int64_t p = 0; p < B; p++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t c = 0; c < w; c++) {
+                const int64_t dense = (p * rows + i) * w + c, heads = k_attention_at(p, rows, H, w) + i * H * w + c;
+                y[back ? dense : heads] = x[back ? heads : dense];
+            }
+    return y;
+}
+
+/* kc_attention_f32 / _bf16 and their gradients with heads (q, k, v, y, dy, dq, dk, dv in the projections' layout
+ * [B, t, H, d], rows H d apart) give the bits of the dense layout: only the addresses differ; grouped kv heads,
+ * d and dv past a chunk, causal with a window and without the band */
+static void test_attention_heads()
+{
+    struct Case {
+        int64_t t, s, kvrep, d, dv;
+        int band;
+    } cases[] = {{70, 70, 1, 8, 8, K_ATTN_CAUSAL}, {40, 100, 2, 70, 9, 0}, {33, 90, 2, 6, 5, K_ATTN_CAUSAL | 7 << 8}};
+    const int64_t Bt = 2, H = 4, B = Bt * H;
+    for (const Case &c : cases)
+        for (int low = 0; low < 2; low++) {
+            const int64_t hk = H / c.kvrep, nq = B * c.t * c.d, nk = B / c.kvrep * c.s * c.d;
+            const int64_t nv = B / c.kvrep * c.s * c.dv, ny = B * c.t * c.dv;
+            const int flags = K_ATTN_KROW | c.band;
+            V<float> in[4] = {rnd<float>(nq, -2, 2), rnd<float>(nk, -2, 2), rnd<float>(nv, -1, 1),
+                              rnd<float>(ny, -1, 1)}; /* q, k, v, dy */
+            V<uint16_t> in16[4];
+            for (int a = 0; a < 4; a++)
+                for (float x : in[a])
+                    in16[a].push_back(k_bf16_from_f32(x));
+            const int64_t rows[4] = {c.t, c.s, c.s, c.t}, w[4] = {c.d, c.d, c.dv, c.dv}, hs[4] = {H, hk, hk, H};
+            V<float> out[2][5], hin[4];
+            V<uint16_t> out16[2][5], hin16[4];
+            for (int a = 0; a < 4; a++) {
+                hin[a] = heads_copy(in[a], B / (a == 1 || a == 2 ? c.kvrep : 1), hs[a], rows[a], w[a], false);
+                hin16[a] = heads_copy(in16[a], B / (a == 1 || a == 2 ? c.kvrep : 1), hs[a], rows[a], w[a], false);
+            }
+            for (int h = 0; h < 2; h++) { /* dense, then heads */
+                const int64_t heads = h ? H : 0;
+                const int64_t n[5] = {ny, B * c.t, nq, nk, nv}; /* y, lse, dq, dk, dv */
+                for (int o = 0; o < 5; o++)
+                    out[h][o].assign(n[o], NAN), out16[h][o].assign(o == 1 ? 0 : n[o], 0);
+                if (!low) {
+                    const V<float> *x = h ? hin : in;
+                    kc_attention_f32(out[h][0].data(), out[h][1].data(), x[0].data(), x[1].data(), flags, x[2].data(),
+                                     nullptr, B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3, nullptr);
+                    kc_attention_grad_f32(out[h][2].data(), out[h][3].data(), out[h][4].data(), nullptr, x[3].data(),
+                                          x[0].data(), x[1].data(), flags, x[2].data(), nullptr, out[h][0].data(),
+                                          out[h][1].data(), B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3,
+                                          nullptr);
+                } else {
+                    const V<uint16_t> *x = h ? hin16 : in16;
+                    kc_attention_bf16(out16[h][0].data(), out[h][1].data(), x[0].data(), x[1].data(), flags,
+                                      x[2].data(), nullptr, B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3,
+                                      nullptr);
+                    kc_attention_grad_bf16(out16[h][2].data(), out16[h][3].data(), out16[h][4].data(), nullptr,
+                                           x[3].data(), x[0].data(), x[1].data(), flags, x[2].data(), nullptr,
+                                           out16[h][0].data(), out[h][1].data(), B, c.t, c.s, c.d, c.dv, 1, 1,
+                                           c.kvrep, heads, 0.3, nullptr);
+                }
+            }
+            const int64_t orows[5] = {c.t, 0, c.t, c.s, c.s}, ow[5] = {c.dv, 0, c.d, c.d, c.dv};
+            const int64_t oh[5] = {H, 0, H, hk, hk};
+            for (int o = 0; o < 5; o++) {
+                CTX("kc_attention%s heads %lld t %lld s %lld kvrep %lld d %lld dv %lld flags %d: output %d against "
+                    "the dense layout's", low ? "_bf16" : "_f32", (long long)H, (long long)c.t, (long long)c.s,
+                    (long long)c.kvrep, (long long)c.d, (long long)c.dv, flags, o);
+                const int64_t nb = B / (o >= 3 ? c.kvrep : 1);
+                if (o == 1)
+                    check_bytes(out[1][1].data(), out[0][1].data(), out[0][1].size() * sizeof(float));
+                else if (!low) {
+                    const V<float> back = heads_copy(out[1][o], nb, oh[o], orows[o], ow[o], true);
+                    check_bytes(back.data(), out[0][o].data(), back.size() * sizeof(float));
+                } else {
+                    const V<uint16_t> back = heads_copy(out16[1][o], nb, oh[o], orows[o], ow[o], true);
+                    check_bytes(back.data(), out16[0][o].data(), back.size() * sizeof(uint16_t));
+                }
+            }
+        }
+}
 
 /* kc_cross_entropy_bf16 / _f16 and their gradient against kernels/c's on the same 16-bit logits: the loss within
  * float32 rounding (the two sum the rows in different orders), every gradient element within one step of the
@@ -2063,7 +2148,7 @@ int main()
         BOTH(test_dropout), BOTH(test_mse_ce),        BOTH(test_nll),      BOTH(test_optim),
         BOTH(test_sum_squares), BOTH(test_grad_accum), test_cast_bf16,     test_matmul_bf16,
         test_cast_f16,      test_matmul_f16,          test_loss_scale,     test_matmul_add,
-        test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16,
+        test_matmul_add_f64, BOTH(test_attention), test_attention_bf16, test_attention_f16, test_attention_heads,
         test_cross_entropy_bf16, test_cross_entropy_f16, test_reduce_sum_to_low, test_layernorm_low};
 #undef BOTH
     for (auto t : tests)

@@ -120,14 +120,15 @@ static void KFN(attn_band)(int flags, int64_t q, int64_t e, int64_t t, int64_t s
     *lo = w && h - w + 1 > 0 ? h - w + 1 : 0;
 }
 
-/* S (r x n) = scale Q K[:n]^T + bias: the scores of the tile of rows i0.. (K as kt, d x s, or krow: s x d);
- * under K_ATTN_CAUSAL -inf outside the band (kernels.h) */
-static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, int flags, const T *bias, int64_t i0,
-                             int64_t r, int64_t n, int64_t t, int64_t s, int64_t d, double scale)
+/* S (r x n) = scale Q K[:n]^T + bias: the scores of the tile of rows i0.. (Q's rows ldq apart; K as kt, d x s, or
+ * krow: s x d, its rows ldk apart); under K_ATTN_CAUSAL -inf outside the band (kernels.h) */
+static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, int64_t ldq, const O *kt, int64_t ldk, int flags,
+                             const T *bias, int64_t i0, int64_t r, int64_t n, int64_t t, int64_t s, int64_t d,
+                             double scale)
 {
     T *sc = sl->sc;
-    KFN(attn_gemm)(0, flags & K_ATTN_KROW, r, n, d, scale, q, d, kt, flags & K_ATTN_KROW ? d : s, 0.0, sc, n, sl->w,
-                   sl->wn);
+    KFN(attn_gemm)(0, flags & K_ATTN_KROW, r, n, d, scale, q, ldq, kt, flags & K_ATTN_KROW ? ldk : s, 0.0, sc, n,
+                   sl->w, sl->wn);
     if (bias)
         for (int64_t i = 0; i < r; i++)
             for (int64_t j = 0; j < n; j++)
@@ -148,28 +149,32 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, const O *kt, i
 /* the forward's units [u0, u1) (a unit: a problem's tile of R query rows) on the calling thread, in its slot */
 static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, const O *kt, int flags, const O *v,
                             const T *bias, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                            int64_t kvrep, double scale, T *ws)
+                            int64_t kvrep, int64_t heads, double scale, T *ws)
 {
     const int zero = flags & K_ATTN_ZERO;
-    const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R;
+    const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R, hkv = heads / kvrep;
+    const int64_t ldq = k_attention_ld(heads, d), ldy = k_attention_ld(heads, dv);
+    const int64_t ldk = k_attention_ld(hkv, d), ldv = k_attention_ld(hkv, dv);
     for (int64_t u = u0; u < u1; u++) {
         const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         T *sc = sl.sc;
         const int64_t b = u / tiles, i0 = u % tiles * R;
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        O *yt = y + (b * t + i0) * dv;
+        O *yt = y + k_attention_at(b, t, heads, dv) + i0 * ldy;
         T *lt = lse + b * t + i0;
         if (s <= 0) { /* nothing to attend to: softmax of nothing */
-            for (int64_t i = 0; i < r * dv; i++)
-                yt[i] = K_OUT((T)NAN);
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t c = 0; c < dv; c++)
+                    yt[i * ldy + c] = K_OUT((T)NAN);
             for (int64_t i = 0; i < r; i++)
                 lt[i] = -(T)INFINITY;
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
         const int64_t kb = b / kvrep; /* the K/V problem */
-        KFN(attn_scores)(&sl, q + (b * t + i0) * d, kt + kb * d * s, flags, bb, i0, r, n, t, s, d, scale);
+        KFN(attn_scores)(&sl, q + k_attention_at(b, t, heads, d) + i0 * ldq, ldq,
+                         kt + k_attention_at(kb, s, hkv, d), ldk, flags, bb, i0, r, n, t, s, d, scale);
         T sums[K_ATTN_ROWS]; /* each row's softmax denominator, applied to y after P V */
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
@@ -202,33 +207,45 @@ static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, co
          * exp(s - max) rounded, the same operand on both targets */
 #ifdef K_ROUND
         T *yo = sl.yq; /* y's tile in T, rounded into y once divided */
+        const int64_t ldo = dv;
 #else
         T *yo = yt;
+        const int64_t ldo = ldy;
 #endif
-        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + kb * s * dv, dv, 0.0, yo, dv,
-                       sl.w, sl.wn);
+        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + k_attention_at(kb, s, hkv, dv),
+                       ldv, 0.0, yo, ldo, sl.w, sl.wn);
         for (int64_t i = 0; i < r; i++)
             for (int64_t c = 0; c < dv; c++)
-                yt[i * dv + c] = K_OUT(yo[i * dv + c] / sums[i]);
+                yt[i * ldy + c] = K_OUT(yo[i * ldo + c] / sums[i]);
     }
+}
+
+/* heads against the other dims: a layout the kernels can index (kernels.h), or abort */
+static void KFN(attn_check_heads)(int flags, int64_t batch, int64_t kvrep, int64_t heads)
+{
+    if (heads < 0 || (heads && (!(flags & K_ATTN_KROW) || kvrep < 1 || heads % kvrep || batch % heads)))
+        die("k_attention: heads is not a layout of the problems (it needs K_ATTN_KROW, kvrep dividing heads, heads "
+            "dividing batch)");
 }
 
 void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
-                      double scale, T *ws)
+                      int64_t heads, double scale, T *ws)
 {
+    KFN(attn_check_heads)(flags, batch, kvrep, heads);
     if (batch <= 0 || t <= 0 || dv <= 0)
         return;
     const int64_t R = k_attention_rows(t), units = batch * ((t + R - 1) / R);
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
-        KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, scale, ws);
+        KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale, ws);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
-        KFN(attn_units)(u, u + 1, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, scale, ws);
+        KFN(attn_units)(u, u + 1, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale,
+                        ws);
 }
 
 /* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
@@ -237,35 +254,45 @@ void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O 
  * slice (t x s) to add dS to, or NULL */
 static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, const O *dy, const O *q, const O *kt,
                                    int flags, const O *v, const T *bias, const O *y, const T *lse, int64_t t, int64_t s,
-                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale,
-                                   const KFN(AttnSlot) *sl)
+                                   int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
+                                   double scale, const KFN(AttnSlot) *sl)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
-    const int64_t R = k_attention_rows(t), kb = b / kvrep;
+    const int64_t R = k_attention_rows(t), kb = b / kvrep, hkv = heads / kvrep;
+    const int64_t ldq = k_attention_ld(heads, d), ldy = k_attention_ld(heads, dv);
+    const int64_t ldk = krow ? k_attention_ld(hkv, d) : s, ldv = k_attention_ld(hkv, dv);
+    const int64_t krows = krow ? s : d, kw = krow ? d : s; /* a K problem's rows and their width */
+    const int64_t koff = k_attention_at(kb, krows, hkv, kw), voff = k_attention_at(kb, s, hkv, dv);
 #ifdef K_ROUND
     T *sc = sl->sc, *dp = sl->dp, *dktb = sl->dk, *dvb = sl->dv;
+    const int64_t ldkb = kw, ldvb = dv, ldyw = dv, ldqo = d; /* the slot's, dense */
 #else
-    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + kb * d * s, *dvb = dval + kb * s * dv;
+    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + koff, *dvb = dval + voff;
+    const int64_t ldkb = ldk, ldvb = ldv, ldyw = ldy, ldqo = ldq;
 #endif
-    const O *ktb = kt + kb * d * s, *vb = v + kb * s * dv;
+    const O *ktb = kt + koff, *vb = v + voff;
     if (b % kvrep == 0) {
-        memset(dktb, 0, sizeof(T) * (size_t)(d * s));
-        memset(dvb, 0, sizeof(T) * (size_t)(s * dv));
+        for (int64_t j = 0; j < krows; j++)
+            memset(dktb + j * ldkb, 0, sizeof(T) * (size_t)kw);
+        for (int64_t j = 0; j < s; j++)
+            memset(dvb + j * ldvb, 0, sizeof(T) * (size_t)dv);
     }
     for (int64_t i0 = 0; i0 < t; i0 += R) {
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        const O *qt = q + (b * t + i0) * d;
-        const O *dyt = dy + (b * t + i0) * dv, *yt = y + (b * t + i0) * dv;
+        const O *qt = q + k_attention_at(b, t, heads, d) + i0 * ldq;
+        const int64_t yoff = k_attention_at(b, t, heads, dv) + i0 * ldy;
+        const O *dyt = dy + yoff, *yt = y + yoff;
         const T *lt = lse + b * t + i0;
-        O *dqt = dq + (b * t + i0) * d;
+        O *dqt = dq + k_attention_at(b, t, heads, d) + i0 * ldq;
         if (s <= 0 || d <= 0) {
-            for (int64_t i = 0; i < r * d; i++)
-                dqt[i] = K_OUT((T)0);
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t c = 0; c < d; c++)
+                    dqt[i * ldq + c] = K_OUT((T)0);
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
-        KFN(attn_scores)(sl, qt, ktb, flags, bb, i0, r, n, t, s, d, scale);
+        KFN(attn_scores)(sl, qt, ldq, ktb, ldk, flags, bb, i0, r, n, t, s, d, scale);
         for (int64_t i = 0; i < r; i++) { /* P from the saved row statistic (0 in a row that sees nothing) */
             T *row = sc + i * n;
             const T l = lt[i];
@@ -285,8 +312,8 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
         }
         if (dv > 0) {
             const O *po = KFN(attn_operand)(sc, r * n, sl->p);
-            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyt, dv, 1.0, dvb, dv, sl->w, sl->wn); /* dV += P^T dY */
-            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, dv, vb, dv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
+            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyt, ldy, 1.0, dvb, ldvb, sl->w, sl->wn); /* dV += P^T dY */
+            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, ldy, vb, ldv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
         } else {
             memset(dp, 0, sizeof(T) * (size_t)(r * n));
         }
@@ -294,8 +321,9 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
         /* dY and Y widened into the slot first: the row sums below then vectorise (and so sum) as float32
          * operands' do, the bits of float32 dY and Y */
         T *dyw = sl->wy, *yw = sl->wy + r * dv;
-        for (int64_t i = 0; i < r * dv; i++)
-            dyw[i] = K_WIDEN(dyt[i]), yw[i] = K_WIDEN(yt[i]);
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t c = 0; c < dv; c++)
+                dyw[i * dv + c] = K_WIDEN(dyt[i * ldy + c]), yw[i * dv + c] = K_WIDEN(yt[i * ldy + c]);
 #else
         const T *dyw = dyt, *yw = yt;
 #endif
@@ -303,7 +331,7 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
             T dd = 0;
 #pragma omp simd reduction(+ : dd)
             for (int64_t c = 0; c < dv; c++)
-                dd += dyw[i * dv + c] * yw[i * dv + c];
+                dd += dyw[i * ldyw + c] * yw[i * ldyw + c];
             for (int64_t j = 0; j < n; j++)
                 dp[i * n + j] = sc[i * n + j] * (dp[i * n + j] - dd);
         }
@@ -317,25 +345,28 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 #else
         T *dqo = dqt;
 #endif
-        if (krow) {
-            KFN(attn_gemm)(0, 0, r, d, n, scale, dso, n, ktb, d, 0.0, dqo, d, sl->w, sl->wn); /* dQ = scale dS K */
-            KFN(attn_gemm)(1, 0, n, d, r, scale, dso, n, qt, d, 1.0, dktb, d, sl->w, sl->wn); /* dK += scale dS^T Q */
-        } else {
-            KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqo, d, sl->w, sl->wn);  /* dQ = scale dS Kt^T */
-            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, d, dso, n, 1.0, dktb, s, sl->w, sl->wn); /* dKt += scale Q^T dS */
+        if (krow) { /* dQ = scale dS K, dK += scale dS^T Q */
+            KFN(attn_gemm)(0, 0, r, d, n, scale, dso, n, ktb, ldk, 0.0, dqo, ldqo, sl->w, sl->wn);
+            KFN(attn_gemm)(1, 0, n, d, r, scale, dso, n, qt, ldq, 1.0, dktb, ldkb, sl->w, sl->wn);
+        } else { /* dQ = scale dS Kt^T, dKt += scale Q^T dS */
+            KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqo, ldqo, sl->w, sl->wn);
+            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, ldq, dso, n, 1.0, dktb, s, sl->w, sl->wn);
         }
 #ifdef K_ROUND
-        for (int64_t i = 0; i < r * d; i++)
-            dqt[i] = K_ROUND(dqo[i]);
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t c = 0; c < d; c++)
+                dqt[i * ldq + c] = K_ROUND(dqo[i * d + c]);
 #endif
     }
 #ifdef K_ROUND
     if (b % kvrep == kvrep - 1) { /* the group's last problem: its sums rounded into dkt and dval */
-        O *dko = dkt + kb * d * s, *dvo = dval + kb * s * dv;
-        for (int64_t i = 0; i < d * s; i++)
-            dko[i] = K_ROUND(dktb[i]);
-        for (int64_t i = 0; i < s * dv; i++)
-            dvo[i] = K_ROUND(dvb[i]);
+        O *dko = dkt + koff, *dvo = dval + voff;
+        for (int64_t j = 0; j < krows; j++)
+            for (int64_t c = 0; c < kw; c++)
+                dko[j * ldk + c] = K_ROUND(dktb[j * kw + c]);
+        for (int64_t j = 0; j < s; j++)
+            for (int64_t c = 0; c < dv; c++)
+                dvo[j * ldv + c] = K_ROUND(dvb[j * dv + c]);
     }
 #endif
 }
@@ -344,7 +375,7 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q,
                                  const O *kt, int flags, const O *v, const T *bias, const O *y, const T *lse,
                                  int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                                 int64_t brep, int64_t kvrep, double scale, T *ws)
+                                 int64_t brep, int64_t kvrep, int64_t heads, double scale, T *ws)
 {
     const int alone = dbias && brep % kvrep != 0;
     for (int64_t u = u0; u < u1; u++) {
@@ -352,14 +383,14 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         if (!dbias) {
             for (int64_t b = u * kvrep; b < (u + 1) * kvrep; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
-                                       brep, kvrep, scale, &sl);
+                                       brep, kvrep, heads, scale, &sl);
             continue;
         }
         if (alone) {
             memset(dbias, 0, sizeof(T) * (size_t)(nbias * t * s));
             for (int64_t b = 0; b < batch; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, dbias + (b / brep % nbias) * t * s, dy, q, kt, flags, v,
-                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
+                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, &sl);
             continue;
         }
         T *dbt = dbias + u * t * s;
@@ -367,7 +398,7 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         for (int64_t m = 0; m < batch / (nbias * brep); m++)
             for (int64_t rp = 0; rp < brep; rp++)
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
-                                       lse, t, s, d, dv, nbias, brep, kvrep, scale, &sl);
+                                       lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, &sl);
     }
 }
 
@@ -378,8 +409,10 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
  * every problem in order.  So dkt, dval and dbias are the same for any thread count. */
 void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
                            const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
-                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws)
+                           int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
+                           double scale, T *ws)
 {
+    KFN(attn_check_heads)(flags, batch, kvrep, heads);
     if (batch <= 0)
         return;
     const int by_slice = dbias && brep % kvrep == 0, alone = dbias && !by_slice;
@@ -387,13 +420,13 @@ void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const 
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
         KFN(attn_grad_units)(lo, hi, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, scale, ws);
+                             nbias, brep, kvrep, heads, scale, ws);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
         KFN(attn_grad_units)(u, u + 1, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, scale, ws);
+                             nbias, brep, kvrep, heads, scale, ws);
 }
 #undef K_OUT

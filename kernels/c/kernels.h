@@ -369,23 +369,26 @@ K_TWIN_T(nll_loss_grad, S)                                                      
  * of -inf gives NaN, as softmax does, or with K_ATTN_ZERO in flags y 0 and lse -inf    \
  * (and no gradient: ONNX Attention's row that attends nothing).  flags: K_ATTN_KROW,   \
  * K_ATTN_ZERO, K_ATTN_CAUSAL (with no bias).  ws: k_attention_workspace(batch, t, s)   \
- * elements of T.  */                                                                   \
+ * elements of T.  heads 0: each problem's q, k (or kt), v, y dense ([batch, t, d] ..); \
+ * heads h > 0 (with K_ATTN_KROW; kvrep divides h): the projections' layout, q and y    \
+ * [batch / h, t, h, d], k and v [.., s, h / kvrep, d], problem b being head b % h of   \
+ * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]).  */  \
 void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
-                     int64_t dv,                                                         \
-                     int64_t nbias, int64_t brep, int64_t kvrep, double scale, T *ws);  \
+                     int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,             \
+                     int64_t heads, double scale, T *ws);                                \
 K_TWIN_T(attention, S)                                                                  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
  * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
  * problem sum its kvrep query problems' in increasing order; dbias (nbias x t x s,     \
  * NULL: not wanted) = the sum of dS over the problems reading each bias slice, in      \
- * increasing problem order */                                                          \
+ * increasing problem order; dy, dq, dkt, dval in y's, q's, kt's, v's layout (heads) */ \
 void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q,    \
                           const T *kt, int flags, const T *v, const T *bias, const T *y, \
                           const T *lse,                                                  \
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
-                          int64_t nbias, int64_t brep, int64_t kvrep, double scale,     \
-                          T *ws);                                                        \
+                          int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,    \
+                          double scale, T *ws);                                          \
 K_TWIN_T(attention_grad, S)                                                             \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
@@ -609,12 +612,13 @@ K_TWIN(reduce_sum_to_bf16)
  * ws: k_attention_workspace_16(batch, t, s, d, dv) floats. */
 void k_attention_bf16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                      int64_t brep, int64_t kvrep, double scale, float *ws);
+                      int64_t brep, int64_t kvrep, int64_t heads, double scale, float *ws);
 K_TWIN(attention_bf16)
 void k_attention_grad_bf16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                            const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                            const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                           int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
+                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
+                           float *ws);
 K_TWIN(attention_grad_bf16)
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
@@ -687,12 +691,13 @@ K_TWIN(reduce_sum_to_f16)
  * GEMMs widened: k_gemm_widened_16) */
 void k_attention_f16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                     int64_t brep, int64_t kvrep, double scale, float *ws);
+                     int64_t brep, int64_t kvrep, int64_t heads, double scale, float *ws);
 K_TWIN(attention_f16)
 void k_attention_grad_f16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                           const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                           const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
-                          int64_t nbias, int64_t brep, int64_t kvrep, double scale, float *ws);
+                          int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
+                          float *ws);
 K_TWIN(attention_grad_f16)
 
 /* ---- threads -------------------------------------------------------------
@@ -841,6 +846,13 @@ static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int6
 #define K_ATTN_WINDOW_SHIFT 8
 #define K_ATTN_WINDOW_MAX ((int64_t)1 << 22) /* windows the flags can carry */
 #define K_ATTN_SLOTS 16
+/* the first row of problem p in a tensor of problems of rows x w (heads 0: dense [P, rows, w]; heads h: [P / h,
+ * rows, h, w], problem p head p % h) and its rows' stride (k_attention's layouts) */
+static inline int64_t k_attention_at(int64_t p, int64_t rows, int64_t heads, int64_t w)
+{
+    return heads ? (p / heads * rows * heads + p % heads) * w : p * rows * w;
+}
+static inline int64_t k_attention_ld(int64_t heads, int64_t w) { return heads ? heads * w : w; }
 static inline int64_t k_attention_rows(int64_t t)
 {
     return t < K_ATTN_ROWS ? (t > 0 ? t : 1) : K_ATTN_ROWS;

@@ -2,9 +2,11 @@
  * twins of kernels/c/attn.c, tiled as FlashAttention-2 on the GPU's terms.
  *
  * Nothing of size t x s is stored.  The problem's dims travel as a KDims
- * (KC_ATTN_*: batch, t, s, d, dv, nbias, brep, flags with kvrep; see
- * kernels.h k_attention).  Query problem b reads K/V problem b / kvrep
- * (grouped-query attention's kv heads, read in place).  A score is scale (q_i . k_j) + bias_ij, the dot product
+ * (KC_ATTN_*: batch, t, s, d, dv, nbias with brep, heads, flags with kvrep;
+ * see kernels.h k_attention).  Query problem b reads K/V problem b / kvrep
+ * (grouped-query attention's kv heads, read in place).  With heads H, q, k,
+ * v, y and their gradients are in the projections' layout (problem b: head
+ * b % H of row b / H, rows H d apart: attn_row); else each problem dense.  A score is scale (q_i . k_j) + bias_ij, the dot product
  * summed in T.  Every kernel runs KC_ATTN_BLOCK = 128 threads as a 16 x 8
  * grid: thread (ty, tx) = (threadIdx / 8, threadIdx % 8) holds rows ty R ..
  * ty R + R-1 of a tile and its columns tx, tx + 8, ... (strided, so that a
@@ -74,8 +76,8 @@
 #define KC_ATTN_S 2
 #define KC_ATTN_D 3
 #define KC_ATTN_DV 4
-#define KC_ATTN_NBIAS 5
-#define KC_ATTN_BREP 6
+#define KC_ATTN_BIAS 5  /* nbias in the low 32 bits, brep above (launch.c attn_dims) */
+#define KC_ATTN_HEADS 6 /* 0: each problem's rows dense; H: [.., rows, H, d] (kernels.h k_attention's heads) */
 /* K_ATTN_KROW | K_ATTN_ZERO | K_ATTN_CAUSAL | window << K_ATTN_WINDOW_SHIFT (kernels.h) in the low 32 bits,
  * kvrep - 1 from KC_ATTN_KVREP_SHIFT (kc.h) on (KDims has no ninth slot; 0 there: each problem its own K, V) */
 #define KC_ATTN_FLAGS 7
@@ -310,15 +312,31 @@ template <typename T, typename F> KC_DEV T attn_row_reduce(T v, F op)
 /* whether any thread of the block passes true (every thread calls it) */
 KC_DEV bool attn_any(bool v) { return block_reduce((int)v, 0, KcMax()) != 0; }
 
+/* the bias layout: problem b reads slice (b / brep) % nbias */
+KC_DEV int64_t attn_nbias(const KDims &p) { return p.d[KC_ATTN_BIAS] & 0xffffffff; }
+KC_DEV int64_t attn_brep(const KDims &p) { return p.d[KC_ATTN_BIAS] >> 32; }
+
 /* problem b's bias slice from row i0 on, or NULL */
 template <typename T> KC_DEV const T *attn_bias_at(const T *bias, int64_t b, int64_t i0, const KDims &p)
 {
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S];
-    return bias ? bias + (b / p.d[KC_ATTN_BREP] % p.d[KC_ATTN_NBIAS]) * t * s + i0 * s : (const T *)0;
+    return bias ? bias + (b / attn_brep(p) % attn_nbias(p)) * t * s + i0 * s : (const T *)0;
 }
 
 /* the query problems that read one K/V problem (kvrep: grouped-query attention, K/V problem b / kvrep) */
 KC_DEV int64_t attn_kvrep(const KDims &p) { return (p.d[KC_ATTN_FLAGS] >> KC_ATTN_KVREP_SHIFT) + 1; }
+
+/* q's heads (0: dense problems) and k's and v's */
+KC_DEV int64_t attn_heads(const KDims &p) { return p.d[KC_ATTN_HEADS]; }
+KC_DEV int64_t attn_kvheads(const KDims &p) { return p.d[KC_ATTN_HEADS] / attn_kvrep(p); }
+
+/* row i of problem b in a tensor of problems of rows x w with heads h (kernels.h k_attention_at), and the rows'
+ * stride */
+KC_DEV int64_t attn_row(int64_t h, int64_t b, int64_t rows, int64_t w, int64_t i)
+{
+    return h ? ((b / h * rows + i) * h + b % h) * w : (b * rows + i) * w;
+}
+KC_DEV int64_t attn_ld(int64_t h, int64_t w) { return h ? h * w : w; }
 
 /* The causal band (K_ATTN_CAUSAL, passes/attention.c): query i sees key j
  * where j <= i + s - t and, with a window w, j > i + s - t - w; no tensor
@@ -370,10 +388,10 @@ template <typename T> KC_DEV T attn_prob(T score, T lse, const KDims &p)
     return (p.d[KC_ATTN_FLAGS] & KC_ATTN_ZERO_BIT) && lse == -kc_inf<T>() ? (T)0 : kc_exp(score - lse);
 }
 
-/* D = dy_r . y_r for this thread's rows r = r0 + ty R + i (< rv): each lane
+/* D = dy_r . y_r for this thread's rows r = ty R + i (< rv) of dy and y (rows ld apart): each lane
  * sums columns tx, tx + 8, ..., then the row's lanes */
 template <typename L, int R, typename T>
-KC_DEV void attn_rowdot(T (&dd)[R], const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *y, int64_t r0,
+KC_DEV void attn_rowdot(T (&dd)[R], const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *y, int64_t ld,
                         int64_t rv, int64_t dv)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
@@ -382,7 +400,7 @@ KC_DEV void attn_rowdot(T (&dd)[R], const typename AttnTy<L>::E *dy, const typen
         T a = 0;
         if (ty * R + i < rv)
             for (int64_t c = tx; c < dv; c += 8)
-                a += AttnTy<L>::in(dy[(r0 + ty * R + i) * dv + c]) * AttnTy<L>::in(y[(r0 + ty * R + i) * dv + c]);
+                a += AttnTy<L>::in(dy[(ty * R + i) * ld + c]) * AttnTy<L>::in(y[(ty * R + i) * ld + c]);
         dd[i] = attn_row_reduce(a, KcSum());
     }
 }
@@ -420,25 +438,25 @@ KC_DEV void attn_online(T (&sc)[R][C], T (&m)[R], T (&l)[R], T (&o)[R][CD], S *p
     }
 }
 
-/* y and lse of the block's rows (i0 + ty R + i < t), its columns c0 + tx + 8 c */
+/* y and lse of the block's rows (ty R + i < rv of y's rows, ld apart, and of lse's), its columns c0 + tx + 8 c */
 template <typename L, int R, int CD, typename T>
-KC_DEV void attn_store(typename AttnTy<L>::E *y, T *lse, const T (&o)[R][CD], const T (&m)[R], const T (&l)[R], int64_t row0,
-                       int64_t rv, int64_t c0, const KDims &p)
+KC_DEV void attn_store(typename AttnTy<L>::E *y, int64_t ld, T *lse, const T (&o)[R][CD], const T (&m)[R],
+                       const T (&l)[R], int64_t rv, int64_t c0, const KDims &p)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     const int64_t s = p.d[KC_ATTN_S], dv = p.d[KC_ATTN_DV];
     const bool zero = (p.d[KC_ATTN_FLAGS] & KC_ATTN_ZERO_BIT) != 0;
 #pragma unroll
     for (int i = 0; i < R; i++) {
-        const int64_t row = row0 + ty * R + i;
-        if (ty * R + i >= rv)
+        const int64_t row = ty * R + i;
+        if (row >= rv)
             continue;
         const bool none = m[i] == -kc_inf<T>(); /* no key at all, or all masked */
         const T yz = s > 0 && none && zero ? (T)0 : kc_nan<T>();
 #pragma unroll
         for (int c = 0; c < CD; c++)
             if (c0 + tx + 8 * c < dv)
-                y[row * dv + c0 + tx + 8 * c] = AttnTy<L>::out(s > 0 && !none ? o[i][c] / l[i] : yz);
+                y[row * ld + c0 + tx + 8 * c] = AttnTy<L>::out(s > 0 && !none ? o[i][c] / l[i] : yz);
         if (c0 == 0 && tx == 0)
             lse[row] = s == 0 || (none && zero) ? -kc_inf<T>()
                        : none                   ? kc_nan<T>()
@@ -460,6 +478,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, c
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
     const int64_t tiles = (t + BM - 1) / BM, nkd = (d + DK - 1) / DK, nvd = (dv + DK - 1) / DK;
+    const int64_t H = attn_heads(p), hk = attn_kvheads(p), ldq = attn_ld(H, d), ldk = attn_ld(hk, d);
+    const int64_t ldv = attn_ld(hk, dv);
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nvd; u += gridDim.x) {
         /* the last query tiles first: under a causal mask they see the most keys (the longest first) */
@@ -467,7 +487,8 @@ KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, c
         const int64_t c0 = u % nvd * DK;
         const int64_t rv = kc_min64(BM, t - i0), cv = kc_min64(DK, dv - c0);
         const int64_t g = b / attn_kvrep(p); /* the K/V problem */
-        const typename Ty::E *qb = q + (b * t + i0) * d, *kb = kt + g * d * s, *vb = v + g * s * dv;
+        const typename Ty::E *qb = q + attn_row(H, b, t, d, i0), *kb = kt + attn_row(hk, g, s, d, 0);
+        const typename Ty::E *vb = v + attn_row(hk, g, s, dv, 0);
         const T *bb = attn_bias_at(bias, b, i0, p);
         T m[R], l[R], o[R][CD];
         for (int i = 0; i < R; i++)
@@ -475,7 +496,7 @@ KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, c
         attn_zero(o);
         __syncthreads(); /* the previous unit's readers of qs are done */
         if (nkd == 1) /* Q^T staged once */
-            attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb, d, 1, rv, d);
+            attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb, ldq, 1, rv, d);
         for (int64_t j0 = 0; j0 < s; j0 += BN) {
             const int64_t jv = kc_min64(BN, s - j0);
             T sc[R][C];
@@ -488,9 +509,9 @@ KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, c
                 if (kc)
                     __syncthreads();
                 if (nkd > 1)
-                    attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb + kc * DK, d, 1, rv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BM, DK>(qs, 1, BM + P, qb + kc * DK, ldq, 1, rv, d - kc * DK);
                 if (krow) /* K rows j, columns k */
-                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * ldk + kc * DK, ldk, 1, jv, d - kc * DK);
                 else
                     attn_stage<AttnSt<L>, DK, BN>(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
                 __syncthreads();
@@ -502,11 +523,11 @@ KC_DEV void attn_forward(typename AttnTy<L>::E *y, typename AttnTy<L>::T *lse, c
                 for (int c = 0; c < C; c++)
                     sc[i][c] += acc[i][c] * sc_;
             attn_online<L>(sc, m, l, o, ps, BN + P);
-            attn_stage<AttnSt<L>, BN, DK>(vs, DK + P, 1, vb + j0 * dv + c0, dv, 1, jv, cv);
+            attn_stage<AttnSt<L>, BN, DK>(vs, DK + P, 1, vb + j0 * ldv + c0, ldv, 1, jv, cv);
             __syncthreads();
             attn_mma<L, R, CD, BN, 1, BN + P, DK + P, 1>(o, ps, vs);
         }
-        attn_store<L>(y, lse, o, m, l, b * t + i0, rv, c0, p);
+        attn_store<L>(y + attn_row(H, b, t, dv, i0), attn_ld(H, dv), lse + b * t + i0, o, m, l, rv, c0, p);
     }
 }
 
@@ -534,16 +555,19 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::E *dq, const typename AttnTy<L>::E *
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
     const int64_t tiles = (t + BM - 1) / BM, nkd = (d + DK - 1) / DK, nvd = (dv + DK - 1) / DK;
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+    const int64_t H = attn_heads(p), hk = attn_kvheads(p), ldq = attn_ld(H, d), ldk = attn_ld(hk, d);
+    const int64_t ldv = attn_ld(hk, dv), ldy = attn_ld(H, dv);
     const T sc_ = (T)scale;
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] * tiles * nkd; u += gridDim.x) {
         const int64_t nb = p.d[KC_ATTN_BATCH] * nkd, i0 = (tiles - 1 - u / nb) * BM, b = u % nb / nkd, qc = u % nkd;
         const int64_t row0 = b * t + i0; /* the last query tiles first, as the forward */
         const int64_t rv = kc_min64(BM, t - i0);
         const int64_t g = b / attn_kvrep(p); /* the K/V problem */
-        const typename Ty::E *qb = q + row0 * d, *kb = kt + g * d * s, *vb = v + g * s * dv;
+        const typename Ty::E *qb = q + attn_row(H, b, t, d, i0), *kb = kt + attn_row(hk, g, s, d, 0);
+        const typename Ty::E *vb = v + attn_row(hk, g, s, dv, 0), *dyb = dy + attn_row(H, b, t, dv, i0);
         const T *bb = attn_bias_at(bias, b, i0, p);
         T dd[R], ls[R], acc[R][CD];
-        attn_rowdot<L>(dd, dy, y, row0, rv, dv);
+        attn_rowdot<L>(dd, dyb, y + attn_row(H, b, t, dv, i0), ldy, rv, dv);
         for (int i = 0; i < R; i++)
             ls[i] = ty * R + i < rv ? lse[row0 + ty * R + i] : (T)0;
         attn_zero(acc);
@@ -557,9 +581,9 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::E *dq, const typename AttnTy<L>::E *
             for (int64_t k = 0; k < nkd; k++) { /* S; ends with dq's chunk qc staged in ks */
                 const int64_t kc = (qc + 1 + k) % nkd;
                 __syncthreads();
-                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, qb + kc * DK, d, 1, rv, d - kc * DK);
+                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, qb + kc * DK, ldq, 1, rv, d - kc * DK);
                 if (krow)
-                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK);
+                    attn_stage<AttnSt<L>, BN, DK>(ks, 1, BN + P, kb + j0 * ldk + kc * DK, ldk, 1, jv, d - kc * DK);
                 else
                     attn_stage<AttnSt<L>, DK, BN>(ks, BN + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
                 __syncthreads();
@@ -567,8 +591,8 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::E *dq, const typename AttnTy<L>::E *
             }
             for (int64_t vc = 0; vc < nvd; vc++) { /* dP = dY V^T */
                 __syncthreads();
-                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, dy + row0 * dv + vc * DK, dv, 1, rv, dv - vc * DK);
-                attn_stage<AttnSt<L>, BN, DK>(vt, 1, BN + P, vb + j0 * dv + vc * DK, dv, 1, jv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BM, DK>(as, 1, BM + P, dyb + vc * DK, ldy, 1, rv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BN, DK>(vt, 1, BN + P, vb + j0 * ldv + vc * DK, ldv, 1, jv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, as, vt);
             }
@@ -588,7 +612,8 @@ KC_DEV void attn_grad_q(typename AttnTy<L>::E *dq, const typename AttnTy<L>::E *
 #pragma unroll
             for (int c = 0; c < CD; c++)
                 if (ty * R + i < rv && qc * DK + tx + 8 * c < d)
-                    dq[(row0 + ty * R + i) * d + qc * DK + tx + 8 * c] = Ty::out(acc[i][c] * sc_);
+                    dq[attn_row(H, b, t, d, i0) + (ty * R + i) * ldq + qc * DK + tx + 8 * c] =
+                        Ty::out(acc[i][c] * sc_);
     }
 }
 
@@ -601,20 +626,20 @@ KC_DEV void k_attention_grad_q(T *dq, const T *dy, const T *q, const T *kt, cons
 
 /* ---- backward: dk, dv ---------------------------------------------------- */
 
-/* the lse and D of queries i0 .. i0 + KBN - 1 into ls, dd (a row's 8 lanes per query) */
+/* the lse and D of the iv queries of dy, y (rows ld apart) and lse into ls, dd (a row's 8 lanes per query) */
 template <typename L, typename T>
 KC_DEV void attn_query_stats(T *ls, T *dd, const typename AttnTy<L>::E *dy, const typename AttnTy<L>::E *y,
-                             const T *lse, int64_t row0, int64_t iv, int64_t dv)
+                             int64_t ld, const T *lse, int64_t iv, int64_t dv)
 {
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     T a = 0;
     if (ty < iv)
         for (int64_t c = tx; c < dv; c += 8)
-            a += AttnTy<L>::in(dy[(row0 + ty) * dv + c]) * AttnTy<L>::in(y[(row0 + ty) * dv + c]);
+            a += AttnTy<L>::in(dy[ty * ld + c]) * AttnTy<L>::in(y[ty * ld + c]);
     a = attn_row_reduce(a, KcSum());
     if (tx == 0) {
         dd[ty] = a;
-        ls[ty] = ty < iv ? lse[row0 + ty] : (T)0;
+        ls[ty] = ty < iv ? lse[ty] : (T)0;
     }
 }
 
@@ -641,23 +666,26 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::E *dkt, typename AttnTy<L>::E *dval
     const int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     const T sc_ = (T)scale;
     const int64_t kvrep = attn_kvrep(p), qtiles = (t + BN - 1) / BN;
+    const int64_t H = attn_heads(p), hk = attn_kvheads(p), ldq = attn_ld(H, d), ldk = attn_ld(hk, d);
+    const int64_t ldv = attn_ld(hk, dv), ldy = attn_ld(H, dv);
     for (int64_t u = blockIdx.x; u < p.d[KC_ATTN_BATCH] / kvrep * tiles * nout; u += gridDim.x) {
         /* the first key tiles first: under a causal mask they see the most queries; g: the K/V problem */
         const int64_t nb = p.d[KC_ATTN_BATCH] / kvrep * nout, j0 = u / nb * BM, g = u % nb / nout, oc = u % nout;
         const int64_t jv = kc_min64(BM, s - j0);
-        const typename Ty::E *kb = kt + g * d * s, *vb = v + (g * s + j0) * dv;
+        const typename Ty::E *kb = kt + attn_row(hk, g, s, d, 0), *vb = v + attn_row(hk, g, s, dv, j0);
         T dk[R][CD], dvv[R][CD];
         attn_zero(dk);
         attn_zero(dvv);
         __syncthreads(); /* the previous unit's readers of ks, vt are done */
         if (nkd == 1) /* K staged once: ks(k, j) */
-            krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * d, d, 1, jv, d)
+            krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * ldk, ldk, 1, jv, d)
                  : attn_stage<AttnSt<L>, DK, BM>(ks, BM + P, 1, kb + j0, s, 1, d, jv);
         if (nvd == 1) /* V^T staged once: vt(c, j) */
-            attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb, dv, 1, jv, dv);
+            attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb, ldv, 1, jv, dv);
         for (int64_t e = 0; e < kvrep * qtiles; e++) { /* the group's query problems b in order, their tiles i0 */
             const int64_t b = g * kvrep + e / qtiles, i0 = e % qtiles * BN;
-            const int64_t iv = kc_min64(BN, t - i0), row0 = b * t + i0;
+            const int64_t iv = kc_min64(BN, t - i0);
+            const typename Ty::E *qr = q + attn_row(H, b, t, d, i0), *dyr = dy + attn_row(H, b, t, dv, i0);
             const T *bb = attn_bias_at(bias, b, 0, p);
             T sc[R][C], sa[R][C], dp[R][C];
             if (!attn_bias_tile(sc, bb ? bb + i0 * s + j0 : bb, 1, s, jv, iv, attn_band(p, i0, j0, true)))
@@ -665,15 +693,16 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::E *dkt, typename AttnTy<L>::E *dval
             attn_zero(sa);
             attn_zero(dp);
             __syncthreads(); /* the previous tile's readers of pb, ls, dd, qt, dyt are done */
-            attn_query_stats<L>(ls, dd, dy, y, lse, row0, iv, dv);
+            attn_query_stats<L>(ls, dd, dyr, y + attn_row(H, b, t, dv, i0), ldy, lse + b * t + i0, iv, dv);
             for (int64_t k = 0; k < nkd; k++) { /* S^T; ends with dk's chunk staged in qt */
                 const int64_t kc = (oc + 1 + k) % nkd;
                 if (k)
                     __syncthreads();
                 if (nkd > 1)
-                    krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * d + kc * DK, d, 1, jv, d - kc * DK)
+                    krow ? attn_stage<AttnSt<L>, BM, DK>(ks, 1, BM + P, kb + j0 * ldk + kc * DK, ldk, 1, jv,
+                                                         d - kc * DK)
                          : attn_stage<AttnSt<L>, DK, BM>(ks, BM + P, 1, kb + kc * DK * s + j0, s, 1, d - kc * DK, jv);
-                attn_stage<AttnSt<L>, BN, DK>(qt, 1, BN + P, q + row0 * d + kc * DK, d, 1, iv, d - kc * DK);
+                attn_stage<AttnSt<L>, BN, DK>(qt, 1, BN + P, qr + kc * DK, ldq, 1, iv, d - kc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(sa, ks, qt);
             }
@@ -681,8 +710,8 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::E *dkt, typename AttnTy<L>::E *dval
                 const int64_t vc = (oc + 1 + k) % nvd;
                 __syncthreads();
                 if (nvd > 1)
-                    attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb + vc * DK, dv, 1, jv, dv - vc * DK);
-                attn_stage<AttnSt<L>, BN, DK>(dyt, 1, BN + P, dy + row0 * dv + vc * DK, dv, 1, iv, dv - vc * DK);
+                    attn_stage<AttnSt<L>, BM, DK>(vt, 1, BM + P, vb + vc * DK, ldv, 1, jv, dv - vc * DK);
+                attn_stage<AttnSt<L>, BN, DK>(dyt, 1, BN + P, dyr + vc * DK, ldy, 1, iv, dv - vc * DK);
                 __syncthreads();
                 attn_mma<L, R, C, DK, BM + P, 1, BN + P, 1>(dp, vt, dyt);
             }
@@ -717,9 +746,9 @@ KC_DEV void attn_grad_kv(typename AttnTy<L>::E *dkt, typename AttnTy<L>::E *dval
                 if (ty * R + i >= jv)
                     continue;
                 if (oc < nvd && col < dv)
-                    dval[(g * s + j) * dv + col] = Ty::out(dvv[i][c]);
+                    dval[attn_row(hk, g, s, dv, j) + col] = Ty::out(dvv[i][c]);
                 if (oc < nkd && col < d)
-                    dkt[g * d * s + (krow ? j * d + col : col * s + j)] = Ty::out(dk[i][c] * sc_);
+                    dkt[krow ? attn_row(hk, g, s, d, j) + col : g * d * s + col * s + j] = Ty::out(dk[i][c] * sc_);
             }
     }
 }
@@ -733,16 +762,16 @@ KC_DEV void k_attention_grad_kv(T *dkt, T *dval, const T *dy, const T *q, const 
 
 /* ---- backward: dbias ----------------------------------------------------- */
 
-/* score of query row qi (d) against key j of problem b's keys kb, plus the row's bias (NULL: none) */
+/* score of query row qi (d) against key j of problem b's keys kb (rows ld apart), plus the row's bias (NULL: none) */
 template <typename L>
 KC_DEV typename AttnTy<L>::T attn_score(const typename AttnTy<L>::E *qi, const typename AttnTy<L>::E *kb,
                                         const typename AttnTy<L>::T *brow, int64_t j, const KDims &p, double scale)
 {
-    const int64_t d = p.d[KC_ATTN_D], s = p.d[KC_ATTN_S];
+    const int64_t d = p.d[KC_ATTN_D], s = p.d[KC_ATTN_S], ldk = attn_ld(attn_kvheads(p), d);
     const bool krow = (p.d[KC_ATTN_FLAGS] & KC_ATTN_KROW_BIT) != 0;
     double a = 0;
     for (int64_t k = 0; k < d; k++)
-        a += (double)AttnTy<L>::in(qi[k]) * (double)AttnTy<L>::in(kb[krow ? j * d + k : k * s + j]);
+        a += (double)AttnTy<L>::in(qi[k]) * (double)AttnTy<L>::in(kb[krow ? j * ldk + k : k * s + j]);
     const typename AttnTy<L>::T v = (typename AttnTy<L>::T)(scale * a);
     return brow ? v + brow[j] : v;
 }
@@ -756,8 +785,8 @@ KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L
 {
     typedef typename AttnTy<L>::T T;
     const int64_t t = p.d[KC_ATTN_T], s = p.d[KC_ATTN_S], d = p.d[KC_ATTN_D], dv = p.d[KC_ATTN_DV];
-    const int64_t nbias = p.d[KC_ATTN_NBIAS], brep = p.d[KC_ATTN_BREP], outer = p.d[KC_ATTN_BATCH] / (nbias * brep);
-    const int64_t kvrep = attn_kvrep(p);
+    const int64_t nbias = attn_nbias(p), brep = attn_brep(p), outer = p.d[KC_ATTN_BATCH] / (nbias * brep);
+    const int64_t kvrep = attn_kvrep(p), H = attn_heads(p), hk = attn_kvheads(p);
     for (int64_t brow = blockIdx.x; brow < nbias * t; brow += gridDim.x) {
         const int64_t c = brow / t, i = brow % t;
         for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
@@ -765,15 +794,16 @@ KC_DEV void attn_grad_bias(typename AttnTy<L>::T *dbias, const typename AttnTy<L
             for (int64_t m = 0; m < outer; m++)
                 for (int64_t r = 0; r < brep; r++) {
                     const int64_t b = (m * nbias + c) * brep + r, row = b * t + i;
-                    const typename AttnTy<L>::E *dyi = dy + row * dv, *yi = y + row * dv;
-                    const typename AttnTy<L>::E *vj = v + (b / kvrep * s + j) * dv;
+                    const int64_t yr = attn_row(H, b, t, dv, i);
+                    const typename AttnTy<L>::E *dyi = dy + yr, *yi = y + yr;
+                    const typename AttnTy<L>::E *vj = v + attn_row(hk, b / kvrep, s, dv, j);
                     double dp = 0, dd = 0;
                     for (int64_t k = 0; k < dv; k++) {
                         dp += (double)AttnTy<L>::in(dyi[k]) * (double)AttnTy<L>::in(vj[k]);
                         dd += (double)AttnTy<L>::in(dyi[k]) * (double)AttnTy<L>::in(yi[k]);
                     }
-                    const T sc = attn_score<L>(q + row * d, kt + b / kvrep * d * s, attn_bias_at(bias, b, i, p), j, p,
-                                               scale);
+                    const T sc = attn_score<L>(q + attn_row(H, b, t, d, i), kt + attn_row(hk, b / kvrep, s, d, 0),
+                                               attn_bias_at(bias, b, i, p), j, p, scale);
                     a += (double)(attn_prob(sc, lse[row], p) * (T)(dp - dd));
                 }
             dbias[brow * s + j] = (T)a;

@@ -453,15 +453,20 @@ void kc_nan_unless_finite(int ydt, void *y, int xdt, const void *x)
 /* ---- attn.c: the problem's dims as attn.cu's kernels take them ---------------------- */
 
 static KDims attn_dims(int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                       int64_t kvrep, int flags)
+                       int64_t kvrep, int64_t heads, int flags)
 {
     KDims p;
-    if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1)
-        die("k_attention", "negative dims, or a bias layout below 1");
+    if (batch < 0 || t < 0 || s < 0 || d < 0 || dv < 0 || nbias < 1 || brep < 1 || nbias >= ((int64_t)1 << 31) ||
+        brep >= ((int64_t)1 << 31))
+        die("k_attention", "negative dims, or a bias layout below 1 or past 2^31");
     if (kvrep < 1 || kvrep > ((int64_t)1 << 30) || batch % kvrep)
         die("k_attention", "kvrep below 1, or not dividing the problems");
+    if (heads < 0 || (heads && (!(flags & K_ATTN_KROW) || heads % kvrep || batch % heads)))
+        die("k_attention", "heads is not a layout of the problems (it needs the keys as rows, kvrep dividing heads, "
+                           "heads dividing batch)");
     memset(&p, 0, sizeof p);
-    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias, p.d[6] = brep;
+    /* attn.cu's KC_ATTN_*: nbias and brep share a slot, heads has the next */
+    p.d[0] = batch, p.d[1] = t, p.d[2] = s, p.d[3] = d, p.d[4] = dv, p.d[5] = nbias | brep << 32, p.d[6] = heads;
     p.d[7] = (int64_t)(uint32_t)flags | (kvrep - 1) << KC_ATTN_KVREP_SHIFT; /* attn.cu's KC_ATTN_FLAGS */
     return p;
 }
@@ -496,9 +501,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
 #define KC_ATTN_LAUNCHERS(S, E, T, h)                                                                          \
     void kc_attention##S(E *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
-                         int64_t kvrep, double scale, T *ws)                                                   \
+                         int64_t kvrep, int64_t heads, double scale, T *ws)                                    \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         (void)ws;                                                                                              \
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
@@ -506,9 +511,9 @@ static AttnGrid attn_grid(const KDims *p, int h)
     void kc_attention_grad##S(E *dq, E *dkt, E *dval, T *dbias, const E *dy, const E *q, const E *kt,           \
                               int flags, const E *v, const T *bias, const E *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
-                              int64_t kvrep, double scale, T *ws)                                              \
+                              int64_t kvrep, int64_t heads, double scale, T *ws)                               \
     {                                                                                                          \
-        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, flags);                              \
+        const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         const AttnGrid g = attn_grid(&p, h);                                                                   \
         (void)ws;                                                                                              \
         if (batch * t > 0 && d > 0)                                                                            \

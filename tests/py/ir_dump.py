@@ -123,13 +123,15 @@ def main():
     # FusedAttention and one FusedAttentionGrad; the mask (nanoGPT's buffer, Sliced, == 0, Cast) is recognised as
     # the causal band: no bias input, attribute causal, and none of the nodes that made it left (no Where,
     # Equal or Slice); the keys as rows (krow: fold reads k^T through the scores GEMM's transB); no Softmax or
-    # score GEMM is left; --no-fuse keeps the chain
+    # score GEMM is left; q, k, v, y read and written in the projections' [B, T, H, dh] (heads 4): no head
+    # Transpose left, forward or backward; --no-fuse keeps the chain
     body = out.split("nodes:")[1]
-    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ scale=(\S+) nbias=1 brep=1 krow=1 causal=1 ", out)
+    att = re.findall(r"= FusedAttention %\d+, %\d+, %\d+ heads=4 scale=(\S+) nbias=1 brep=1 krow=1 causal=1 ", out)
     check(len(att) == 2 and all(s == "0.25" for s in att) and out.count("= FusedAttentionGrad ") == 2 and
-          "Softmax " not in body and not re.search(r"= (Where|Equal|Slice) ", body),
-          "attention: 2 FusedAttention (scale 0.25, causal, no bias, krow) and 2 FusedAttentionGrad, no mask nodes "
-          "expected: %s" % re.findall(r".*= (?:FusedAttention|Where|Equal|Slice) .*", body))
+          "Softmax " not in body and not re.search(r"= (Where|Equal|Slice|Transpose) ", body),
+          "attention: 2 FusedAttention (heads 4, scale 0.25, causal, no bias, krow) and 2 FusedAttentionGrad, no "
+          "mask nodes or head Transposes expected: %s"
+          % re.findall(r".*= (?:FusedAttention|Where|Equal|Slice|Transpose) .*", body))
     nofuse = run(gpt + ["--no-fuse"]).stdout
     check("FusedAttention" not in nofuse and nofuse.count("= Softmax ") == 2, "attention: --no-fuse fused attention")
     check("MatMulAdd" not in run(gpt + ["--no-fuse"]).stdout, "fuse: --no-fuse made a MatMulAdd")

@@ -64,6 +64,10 @@ FUSED = {"nanogpt": 2, "gpt2": 2, "llama": 2, "whisper_enc": 2, "llama_sdpa23": 
          "falcon": 2, "llama_sdpa": 2}
 # model -> its FusedAttention nodes that compute the causal band themselves (causal=1: no mask tensor)
 CAUSAL = {"llama_sdpa": 2}
+# model -> its FusedAttention nodes that read q, k, v and write y in the projections'
+# [B, T, H, dh] (heads: no head Transpose copies; passes/attention.c heads_views); 0 where not listed.  Not the
+# Llamas (rotary embeddings between the projections' Transposes and the products), Falcon, torchvision's ViT
+HEADS = {"nanogpt": 2, "gpt2": 2, "bert": 2, "hf_vit": 2, "t5": 6, "whisper_enc": 2}
 # model -> its Gelu nodes, either export: the exporters' own (opset 20) and GPT-2's gelu_new, a tanh composition
 # passes/gelu.c rewrites (no Tanh left)
 GELU = {"nanogpt": 2, "gpt2": 2, "whisper_enc": 4, "bert": 3, "hf_vit": 2, "tv_vit": 2, "falcon": 2}
@@ -177,6 +181,10 @@ def train(tag, ref, onnx_path, src, exe, world, extra=(), bf16=False):
                     CAUSAL.get(os.path.basename(os.path.dirname(onnx_path)), -1))
     check(want < 0 or causal == want, "%s: %d attentions with the causal band computed, expected %d"
           % (tag, causal, want))
+    model = os.path.basename(os.path.dirname(onnx_path))
+    heads, want = len(re.findall(r"= FusedAttention [^\n]* heads=\d+", p.stdout)), HEADS.get(model, 0)
+    check(heads == want, "%s: %d attentions read in the projections' layout (heads), expected %d"
+          % (tag, heads, want))
     gelus, want = p.stdout.count("= Gelu "), GELU.get(os.path.basename(os.path.dirname(onnx_path)), 0)
     check(gelus == want and (not want or "= Tanh " not in p.stdout), "%s: %d Gelu nodes, expected %d%s"
           % (tag, gelus, want, ", and a Tanh left" if "= Tanh " in p.stdout else ""))
