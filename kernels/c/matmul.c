@@ -240,7 +240,13 @@ static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const
  * soon as the tile is done, the scratch's row blocks one after the other in
  * one region: the widened bf16 GPT 128/4/128/8 step at 2 threads went from
  * 320 parallel regions to 247, and to 177 with k_cast in the step's team
- * runs (codegen/team.c; fp32's: 183).
+ * runs (codegen/team.c; fp32's: 183).  Inside a team the step runs (k_share)
+ * the units are split over its threads as the own region splits them (the
+ * first SLOTS threads, a slot of wide[] each: my_units), with no fork, and
+ * the rows variant's blocks need a barrier only where a block's tiling
+ * differs from the one before (a shorter last block): otherwise each thread
+ * presets, computes and rounds the same tiles of the scratch in every block
+ * (bf16 widened GPT 128/4/128/8 at 2 threads: 89 forks a step to 3).
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
