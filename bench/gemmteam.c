@@ -21,8 +21,11 @@
  * oneDNN's rows split gave the bits of its own team and of one thread at all nine shapes (2026-11-28, quiet
  * Zen 5, 2 threads): its wall time 0.97-1.03x oneDNN's own team's, 0.50x at 1024 x 384 x 128 (which oneDNN
  * ran on one thread), CPU time about the same.
- * -DBF16 (2026-11-28, bf16team, Zen 5 with AVX512-BF16, 2 threads, load about 2): the rows split gave the bits of
- * oneDNN's own team and of one thread at all nine shapes too (see the commit and DOC for the times). */
+ * -DBF16 (2026-11-28, Zen 5 with AVX512-BF16): the rows split gave the bits of oneDNN's own team and of one
+ * thread at all twelve shapes (the nine, and three with B transposed as the step reads a weight), at 2 and at 3
+ * threads; its CPU time 0.93-0.98x oneDNN's own team's at eleven (1.12x at 1024 x 128 x 128), its wall time
+ * 0.84-1.18x (2 threads, GOMP_SPINCOUNT=1000, load 3.5-4.7 on the 2 cores: thread0's wall was about the team's,
+ * so the wall figures say little). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdint.h>
