@@ -10,8 +10,8 @@ work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
-- --precision bf16: the forward and the backward one region each, every 16-bit GEMM call (k_matmul_bf16,
-  k_matmul_add_bf16, k_matmul_add_rows_bf16) and the loss in a team run; with its GEMMs widened
+- --precision bf16 and fp16: the forward and the backward one region each, every 16-bit GEMM call
+  (k_matmul_bf16, k_matmul_add_bf16, k_matmul_add_rows_bf16) and the loss in a team run; bf16 with its GEMMs widened
   (DNNL_MAX_CPU_ISA=AVX512_CORE, as on a CPU without AVX512-BF16) 1 and 2 threads bit-identical (each widened
   tile's sgemm on one thread, whatever the team), and with oneDNN's native bf16 GEMM (AVX512-BF16) too (a block
   of rows keeps the whole call's bits: bench/gemmteam.c -DBF16);
@@ -255,10 +255,13 @@ def main():
         check(any(kern in r for r in runs16) and kern not in re.sub(r'_Pragma\("omp parallel"\).*?k_share\(0\); \}',
                                                                       "", c16, flags=re.S),
               "bf16: every %s call should be in a team run (%d runs)" % (kern[:-1], len(runs16)))
-    for phase, end in (("forward", "backward"), ("backward", "optimizer")):
-        text = c16[c16.index("static void %s(" % phase):c16.index("static void %s(" % end)]
-        check(text.count('_Pragma("omp parallel")') == 1,
-              "bf16: the %s should be one region (%d)" % (phase, text.count('_Pragma("omp parallel")')))
+    # and --precision fp16's (its GEMMs always widened): the forward and the backward one region each
+    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_fp16"), "--dim", "batch=16", "--precision", "fp16", "--emit-c"] + build)
+    for prec, text16 in (("bf16", c16), ("fp16", open(J("gpt_fp16.c")).read())):
+        for phase, end in (("forward", "backward"), ("backward", "optimizer")):
+            text = text16[text16.index("static void %s(" % phase):text16.index("static void %s(" % end)]
+            check(text.count('_Pragma("omp parallel")') == 1,
+                  "%s: the %s should be one region (%d)" % (prec, phase, text.count('_Pragma("omp parallel")')))
     # With the GEMMs widened (oneDNN held below AVX512-BF16, as on a CPU without it): every GEMM's tiles, a
     # MatMulAdd's rows rounded to bf16 by the thread that computed them (k_matmul_add_rows_bf16), the Casts: the
     # same bits on 1 and 2 threads (each tile's sgemm on one thread, whichever; a lone tile's too)
@@ -279,7 +282,8 @@ def main():
           % (cores, ", taskset -c 0" if cores > 1 else "", n_par, blas.group(1), lib.group(1),
              ": GEMMs sum differently on 2 threads, so 1 against 2 threads within 1e-5, 2 against 2 bit for bit"
              if sums_differ else ""))
-    print("threads: --precision bf16: the forward and the backward one region each, its GEMMs in the teams; "
+    print("threads: --precision bf16 and fp16: the forward and the backward one region each, the GEMMs in the "
+          "teams; bf16 "
           "widened and %s GEMMs: 1 and 2 threads bit-identical" % ("oneDNN's native" if native else "(no native "
                                                                    "bf16 here) again widened"))
     cpu_levels(fsdpc, J, build, train, same, one, dflt, across)
