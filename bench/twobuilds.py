@@ -11,8 +11,9 @@ folder); each executable trains it (--data input_ids=..., labels=...).  A pair's
 (2 threads: cores 0,1; 1 thread: core 1).  CPU ms a step: the children's CPU time of 13 steps less 3's, over 10
 (start-up cancels); wall: the median time_ms of steps 4..13 in the metrics.  The table gives the medians over the
 repetitions and new/old ratios; say the load (`uptime`, printed before and after each repetition) beside them.
-2026-11-28 (the 16-bit GEMMs joining the step's team, GPT 128/4/128/8): CPU ms a step new/old 0.95-1.01 at 2 threads,
-1.00-1.01 at 1; the wall times at load 3-6 were bimodal for both sides.
+2026-11-28 (the 16-bit GEMMs joining the step's team, GPT 128/4/128/8, 2 threads, 8 repetitions, load 2.5-2.8): new/old
+CPU 0.97-1.00, quiet wall 0.99-1.01, busy 0.95-1.02 (bf16 native, widened, fp16); at load 3-6 the 2-thread wall
+times were bimodal for both sides (the quiet step as slow as the busy one).
 """
 import argparse
 import json
