@@ -52,20 +52,20 @@ static inline void philox_keep(uint8_t *keep, int64_t lo, int64_t hi, double rat
     const double thr = ratio * 4294967296.0;
     const uint64_t ct = (uint64_t)thr + ((double)(uint64_t)thr < thr);
     for (int64_t blk = lo / 4; blk * 4 < hi; blk += PHILOX_LANES) {
-        uint32_t w[4][PHILOX_LANES];
+        uint32_t w[PHILOX_LANES * 4]; /* element blk 4 + e's word at w[e] */
 #pragma omp simd
         for (int k = 0; k < PHILOX_LANES; k++) {
             const uint64_t bk = (uint64_t)(blk + k);
             uint32_t c0 = (uint32_t)bk, c1 = (uint32_t)(bk >> 32), c2 = step, c3 = stream, k0 = key0, k1 = key1;
             PHILOX_ROUNDS(c0, c1, c2, c3, k0, k1)
-            w[0][k] = c0, w[1][k] = c1, w[2][k] = c2, w[3][k] = c3;
+            w[4 * k] = c0, w[4 * k + 1] = c1, w[4 * k + 2] = c2, w[4 * k + 3] = c3;
         }
-        for (int k = 0; k < PHILOX_LANES; k++)
-            for (int q = 0; q < 4; q++) {
-                const int64_t i = (blk + k) * 4 + q;
-                if (i >= lo && i < hi)
-                    keep[i - lo] = w[q][k] >= ct;
-            }
+        const int64_t base = blk * 4, e0 = lo > base ? lo - base : 0;
+        const int64_t e1 = hi - base < PHILOX_LANES * 4 ? hi - base : PHILOX_LANES * 4;
+        uint8_t *out = keep + (base - lo);
+#pragma omp simd
+        for (int64_t e = e0; e < e1; e++)
+            out[e] = w[e] >= ct;
     }
 }
 
