@@ -373,29 +373,29 @@ K_TWIN_T(nll_loss_grad, S)                                                      
  * heads h > 0 (with K_ATTN_KROW; kvrep divides h): the projections' layout, q and y    \
  * [batch / h, t, h, d], k and v [.., s, h / kvrep, d], problem b being head b % h of   \
  * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]).       \
- * drop > 0: attention dropout, y = (P o keep / (1 - drop)) V with element (b, i, j)'s   \
+ * drop > 0: attention dropout, y = (P o keep / (1 - drop)) V with element (b, i, j)'s  \
  * keep flag k_dropout's for flat index (b t + i) s + j under (seed, stream, step)      \
  * (philox.h: the Dropout node passes/attention.c fused draws the same; lse is the      \
- * undropped softmax's); drop 0: none (then seed, stream, step are not read).  */      \
+ * undropped softmax's); drop 0: none (then seed, stream, step are not read).  */       \
 void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,             \
                      int64_t heads, double scale, double drop, uint64_t seed,           \
-                     uint32_t stream, uint32_t step, T *ws);                             \
+                     uint32_t stream, uint32_t step, T *ws);                            \
 K_TWIN_T(attention, S)                                                                  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
  * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
  * problem sum its kvrep query problems' in increasing order; dbias (nbias x t x s,     \
  * NULL: not wanted) = the sum of dS over the problems reading each bias slice, in      \
  * increasing problem order; dy, dq, dkt, dval in y's, q's, kt's, v's layout (heads);  \
- * drop, seed, stream, step: the forward's (the keep flags drawn again, not stored) */ \
+ * drop, seed, stream, step: the forward's (the keep flags drawn again, not stored) */  \
 void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q,    \
                           const T *kt, int flags, const T *v, const T *bias, const T *y, \
                           const T *lse,                                                  \
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,    \
-                          double scale, double drop, uint64_t seed, uint32_t stream,     \
-                          uint32_t step, T *ws);                                         \
+                          double scale, double drop, uint64_t seed, uint32_t stream,    \
+                          uint32_t step, T *ws);                                        \
 K_TWIN_T(attention_grad, S)                                                             \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
