@@ -12,7 +12,8 @@
  * regions cancel); name an offset with `nm -n` of the executable (the outlined functions are NAME._omp_fn.K: the
  * step's phases forward / backward / optimizer, or a kernel's own region), or by the object (libopenblas,
  * libdnnl: a GEMM's own team).  2026-11-28 (oneteam3): the 128/4/128/8 GPT's float32 step at 2 threads forks 3,
- * one a phase (39 on the commit before).
+ * one a phase (39 on the commit before); (bf16team) its --precision bf16 step 3 too, where it forked 142 (oneDNN's
+ * bf16 GEMMs), 89 (widened: DNNL_MAX_CPU_ISA=AVX512_CORE), and --precision fp16's 3 where 90.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -7,18 +7,20 @@
  * their thread's share inside a team the step already runs (team_kernels below: k_share, then walk.h's
  * par_range or team_share, or an orphaned `omp for`; each output element is computed alike however the work
  * is split, so the bits do not change — the float32 GEMMs take rows of C, which on oneDNN keep the bits of one
- * call and on OpenBLAS's Haswell kernels may not, as OpenBLAS's own team does not either), and so can the
+ * call and on OpenBLAS's Haswell kernels may not, as OpenBLAS's own team does not either; the 16-bit GEMMs
+ * rows of C on oneDNN's bf16 GEMM, which keep them, or the widened tiles, whose bits do not depend on the
+ * thread that computes them), and so can the
  * step's fused loops (emitted with `omp for nowait` for a team: emit_fused.c), so a run of consecutive nodes
  * whose code calls only them (a LayerNorm and the GEMM after it, a Split's three copies, the attention's
  * transposes, the fused attention and its backward (every dtype: their units split over the team as their own
  * region splits them: walk.h's attn_share), the views between, a bias gradient's sum after a LayerNorm's
- * backward, the GELU node (k_unary) and its gradient, the float32 GEMMs of the backward one after the other;
- * --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward) is one parallel
+ * backward, the GELU node (k_unary) and its gradient, the GEMMs of the backward one after the other, of every
+ * dtype; --precision bf16's Casts between float32 and bfloat16 around a LayerNorm or its backward) is one parallel
  * region, with a barrier only where a node writes bytes that a node of the run read or wrote since the last
  * barrier, or reads bytes one wrote (the arena's, a slot's or a shard's: each a space of its own).  The
  * collectives' starts and waits join too, on the team's first thread (cg_team_coll), and the checked calls whose
- * check every thread makes alike.  A node calling anything else (a 16-bit GEMM) ends the run, and
- * so does a validation pass's guard (`if (!c->validating)`) opening or closing.
+ * check every thread makes alike.  A node calling anything else (a GEMM with a partly broadcast batch, which
+ * loops) ends the run, and so does a validation pass's guard (`if (!c->validating)`) opening or closing.
  * A run becomes a team only where two of its nodes or more touch K_PAR_MIN elements or more (a smaller
  * kernel runs on the team's first thread): a run the kernels would not have split keeps its plain code.
  * --trace marks each node where it ends: in a team, after a barrier taken only when tracing (CG_TEAM_TRACE), so
@@ -36,15 +38,20 @@ static const char *const team_kernels[] = {
     "k_copy_strided", "k_transpose_",      "k_binary_f32",     "k_binary_f64",          "k_reduce_sum_to_",
     "k_layernorm_f32", "k_layernorm_f64", "k_layernorm_bf16", "k_layernorm_f16", "k_layernorm_grad_",
     "k_cast",           "k_matmul_f32",     "k_matmul_add_f32",
+    /* the 16-bit GEMMs (matmul_bf16.c: oneDNN's bf16 GEMM a share of rows or matrices; matmul.c: the widened
+     * tiles a share of units); a MatMulAdd stored in 16 bits writes its scratch (the node's second output) too */
+    "k_matmul_bf16", "k_matmul_add_bf16", "k_matmul_add_rows_bf16", "k_matmul_f16", "k_matmul_add_f16",
+    "k_matmul_add_rows_f16",
     /* the fused attention of every dtype (walk.h attn_share), the loops of K_PAR_FOR, par_range's and par_sum's */
     "k_attention_f32", "k_attention_f64", "k_attention_grad_f32", "k_attention_grad_f64", "k_attention_bf16",
     "k_attention_f16", "k_attention_grad_bf16", "k_attention_grad_f16", "k_unary_f32",
     "k_unary_f64", "k_unary_grad_f32", "k_unary_grad_f64", "k_fill_f32", "k_fill_f64", "k_scale_f32", "k_scale_f64",
     "k_cross_entropy_grad_f32", "k_cross_entropy_grad_f64", "k_gather_grad_f32", "k_gather_grad_f64",
-    "k_sum_squares_f32", "k_sum_squares_f64", "k_nan_unless_finite",
+    "k_sum_squares_f32", "k_sum_squares_f64", "k_nan_unless_finite", "k_cross_entropy_grad_bf16",
+    "k_cross_entropy_grad_f16", "k_unscale_sq_f32", /* --precision fp16's: its one value by the first thread */
     /* checked calls (`int64_t bad = k_...(...); if (bad >= 0) rt_step_fail(...)`) whose check every thread makes
      * alike over the whole input before its share of the work: each thread finds the same bad index */
-    "k_gather",         "k_cross_entropy_f32", "k_cross_entropy_f64",
+    "k_gather",         "k_cross_entropy_f32", "k_cross_entropy_f64", "k_cross_entropy_bf16", "k_cross_entropy_f16",
 };
 
 static int team_kernel(const char *name, size_t len)

@@ -286,9 +286,25 @@ static void test_gemm_libs(int dt)
                 }
 }
 
+#ifdef _OPENMP
+/* call on every thread of a team of 3 that shares (k_share), as the step runs a team kernel (codegen/team.c):
+ * each thread its share, the region's end the barrier */
+#define IN_TEAM(call)                                                                                          \
+    do {                                                                                                       \
+        _Pragma("omp parallel num_threads(3)")                                                                 \
+        {                                                                                                      \
+            k_share(1);                                                                                        \
+            call;                                                                                              \
+            k_share(0);                                                                                        \
+        }                                                                                                      \
+    } while (0)
+#endif
+
 /* k_matmul_bf16 / k_matmul_f16 (f16): 16-bit operands, float result; the
  * reference multiplies the rounded operands in double, so only float32
- * accumulation differs */
+ * accumulation differs.  In a team that shares, the bits of the call on its
+ * own: the widened tiles' arithmetic does not depend on the thread, and
+ * oneDNN's bf16 GEMM gives a block of rows the bits of the whole */
 static void matmul_16_case(const Gemm *g, int f16)
 {
     int64_t na = (g->batch - 1) * g->sa + g->m * g->k;
@@ -311,11 +327,15 @@ static void matmul_16_case(const Gemm *g, int f16)
     memcpy(want.d, c.d, (size_t)nc * sizeof(double));
     ref_matmul(want.d, a.d, b.d, g);
     put(F32, &c);
-    float *c0 = xalloc((size_t)nc + 1, sizeof(float));
+    float *c0 = xalloc((size_t)nc + 1, sizeof(float)), *ct = xalloc((size_t)nc + 1, sizeof(float));
     memcpy(c0, c.f, (size_t)nc * sizeof(float));
+    memcpy(ct, c.f, (size_t)nc * sizeof(float));
     (f16 ? k_matmul_f16 : k_matmul_bf16)(c.f, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb,
                                          g->beta);
 #ifdef _OPENMP
+    IN_TEAM((f16 ? k_matmul_f16 : k_matmul_bf16)(ct, a16, b16, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta,
+                                                 g->tb, g->beta));
+    check_bytes(F32, ct, c.f, (size_t)nc * sizeof(float)); /* a team's shares = the call's own bits */
     /* the widened path's tiles are the same at any thread count, and so are the bits: a team of 4 = 1 thread */
     const int before = omp_get_max_threads();
     ktest_team(before == 4 ? 1 : 4);
@@ -324,7 +344,7 @@ static void matmul_16_case(const Gemm *g, int f16)
     ktest_team(before);
     check_bytes(F32, c0, c.f, (size_t)nc * sizeof(float)); /* 1 thread's bits = a team of 4's */
 #endif
-    free(c0);
+    free(c0), free(ct);
     get(F32, &c);
     check(F32, c.d, want.d, nc, 10 * tol(F32));
     free(a16), free(b16);
@@ -388,6 +408,8 @@ static void matmul_add_case(int dt, int k16, const Gemm *g, double alpha, int wi
     const int f = dt == F32;
     void *pc = vp(dt, &c), *pb = with_bias ? vp(dt, &bias) : NULL;
     void *pd = add_mode == 2 ? pc : add_mode ? vp(dt, &add) : NULL;
+    float *ct = xalloc((size_t)nc + 1, sizeof(float)); /* C before the call, for the team's */
+    memcpy(ct, c.f, (size_t)nc * sizeof(float));
     if (k16)
         (k16 == 2 ? k_matmul_add_f16 : k_matmul_add_bf16)(c.f, a16, b16, pb, pd, alpha, g->batch, g->sa, g->sb,
                                                            g->m, g->n, g->k, g->ta, g->tb);
@@ -395,6 +417,15 @@ static void matmul_add_case(int dt, int k16, const Gemm *g, double alpha, int wi
         k_matmul_add_f32(pc, a.f, b.f, pb, pd, alpha, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb);
     else
         k_matmul_add_f64(pc, a.d, b.d, pb, pd, alpha, g->batch, g->sa, g->sb, g->m, g->n, g->k, g->ta, g->tb);
+#ifdef _OPENMP
+    if (k16) { /* in a team that shares: each thread its rows' preset and GEMM (or its tiles), the call's own bits */
+        const float *pt = add_mode == 2 ? ct : pd;
+        IN_TEAM((k16 == 2 ? k_matmul_add_f16 : k_matmul_add_bf16)(ct, a16, b16, pb, pt, alpha, g->batch, g->sa,
+                                                                   g->sb, g->m, g->n, g->k, g->ta, g->tb));
+        check_bytes(F32, ct, c.f, (size_t)nc * sizeof(float));
+    }
+#endif
+    free(ct);
     GET(&c);
     check(dt, c.d, want.d, nc, 10 * tol(dt));
     free(a16), free(b16);
@@ -463,6 +494,10 @@ static void matmul_add_rows_case(int f16, int64_t rows, int64_t n, int64_t k, in
     (f16 ? k_matmul_add_rows_f16 : k_matmul_add_rows_bf16)(y4, w, wrows, a16, b16, pb, pa, alpha, rows, n, k, tb);
     ktest_team(before);
     check_bytes(F32, y4, y, (size_t)nc * 2); /* 1 thread's bits = a team of 4's */
+    memset(y4, 0, (size_t)nc * 2);
+    IN_TEAM((f16 ? k_matmul_add_rows_f16 : k_matmul_add_rows_bf16)(y4, w, wrows, a16, b16, pb, pa, alpha, rows, n, k,
+                                                                    tb));
+    check_bytes(F32, y4, y, (size_t)nc * 2); /* a team's shares of each block = the call's own bits */
 #endif
     Gemm g = {1, 0, 0, rows, n, k, 0, tb, 0.0};
     ref_matmul(want.d, a.d, b.d, &g);

@@ -443,6 +443,18 @@ static void test_loss_scale(int dt)
     k_unscale_sq_f32(sq, 65536);
     CTX("k_unscale_sq_f32: S^2 3 -> 3");
     check_int(dt, sq[0] == 3.0f, 1);
+#ifdef _OPENMP
+    /* on every thread of a team of 3 that shares (the step's optimizer run, codegen/team.c): divided once */
+    sq[0] = 3.0f * 65536.0f * 65536.0f;
+#pragma omp parallel num_threads(3)
+    {
+        k_share(1);
+        k_unscale_sq_f32(sq, 65536);
+        k_share(0);
+    }
+    CTX("k_unscale_sq_f32 in a team of 3 that shares: S^2 3 -> 3 (its first thread alone writes)");
+    check_int(dt, sq[0] == 3.0f, 1);
+#endif
     sq[0] = INFINITY;
     k_unscale_sq_f32(sq, 1024);
     CTX("k_unscale_sq_f32: inf stays inf (an overflow)");

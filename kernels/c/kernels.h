@@ -515,8 +515,8 @@ K_TWIN(matmul_add_bf16)
 void k_matmul_widened_16(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                          int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta, int f16);
 /* k_matmul_add on 16-bit operands, widened as k_matmul_widened_16 (f16: float16, else bfloat16), C preset to
- * bias + add tile by tile in the GEMM's own parallel region: k_matmul_add_f16's path, and k_matmul_add_bf16's
- * where oneDNN has no native bf16 GEMM */
+ * bias + add tile by tile by the thread computing the tile (in the GEMM's own parallel region, or the step's team
+ * that shares): k_matmul_add_f16's path, and k_matmul_add_bf16's where oneDNN has no native bf16 GEMM */
 void k_matmul_add_widened_16(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                              double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k,
                              int ta, int tb, int f16);
@@ -524,7 +524,8 @@ void k_matmul_add_widened_16(float *c, const uint16_t *a, const uint16_t *b, con
  * op(B) + bias (each row) + add, rounded once, computed wrows rows at a time in the float32 scratch w
  * (wrows x n): A rows x k, B n x k (tb) or k x n; bias, add may be NULL.  The bits of k_matmul_add_bf16 into
  * w and a k_cast of it, block by block (the native GEMM does just that; the widened one rounds each tile into
- * y as it is done, one parallel region for the call: k_matmul_add_rows_16) */
+ * y as it is done, one parallel region for the call: k_matmul_add_rows_16; in a team that shares, k_share, each
+ * thread its rows of each block or its tiles) */
 void k_matmul_add_rows_bf16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
                             const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
                             int tb);

@@ -240,7 +240,13 @@ static void blas_f64(double *c, int64_t ldc, const double *a, int64_t lda, const
  * soon as the tile is done, the scratch's row blocks one after the other in
  * one region: the widened bf16 GPT 128/4/128/8 step at 2 threads went from
  * 320 parallel regions to 247, and to 177 with k_cast in the step's team
- * runs (codegen/team.c; fp32's: 183).
+ * runs (codegen/team.c; fp32's: 183).  Inside a team the step runs (k_share)
+ * the units are split over its threads as the own region splits them (the
+ * first SLOTS threads, a slot of wide[] each: my_units), with no fork, and
+ * the rows variant's blocks need a barrier only where a block's tiling
+ * differs from the one before (a shorter last block): otherwise each thread
+ * presets, computes and rounds the same tiles of the scratch in every block
+ * (bf16 widened GPT 128/4/128/8 at 2 threads: 89 forks a step to 3).
  * float16 operands take the same path with another widening: float16 ->
  * float is exact too, and a product of two float16 values (11-bit
  * significands) fits float's 24 bits. */
@@ -470,17 +476,47 @@ static void unit(const Wide *g, const Plan *p, int64_t u)
     run_unit(g, p->rows, i, line, r * p->along / p->runs, (r + 1) * p->along / p->runs, wide[slot_of_thread()]);
 }
 
-/* C_i = alpha op(A_i) op(B_i) + beta C_i, C preset to bias + add first where either is given (beta 1 then) */
+/* inside a team that shares (k_share, codegen/team.c): the threads that take units, its first SLOTS (a slot of
+ * wide[] each: my_units); 0 elsewhere */
+static int team_slots(void)
+{
+#ifdef _OPENMP
+    if (k_sharing && omp_in_parallel())
+        return omp_get_num_threads() < SLOTS ? omp_get_num_threads() : SLOTS;
+#endif
+    return 0;
+}
+
+/* this thread's units of p, split as `omp for schedule(static)` over the first SLOTS threads of the team it is in
+ * (the tiles' own region, or a team that shares) */
+static void my_units(const Wide *g, const Plan *p)
+{
+#ifdef _OPENMP
+    const int64_t nt = omp_get_num_threads() < SLOTS ? omp_get_num_threads() : SLOTS, t = omp_get_thread_num();
+#else
+    const int64_t nt = 1, t = 0;
+#endif
+    const int64_t q = p->units / nt, r = p->units % nt;
+    const int64_t lo = t >= nt ? p->units : t < r ? t * (q + 1) : r + t * q;
+    const int64_t hi = t >= nt ? p->units : lo + (t < r ? q + 1 : q);
+    for (int64_t u = lo; u < hi; u++)
+        unit(g, p, u);
+}
+
+/* C_i = alpha op(A_i) op(B_i) + beta C_i, C preset to bias + add first where either is given (beta 1 then).
+ * Inside a team that shares, each thread its units (no fork, no barrier: codegen/team.c places them); the
+ * tiling is the shape's, so the bits are those of the own region's. */
 static void widened(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add,
                     int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb,
                     double alpha, double beta, int f16)
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
-    if (k <= 0) {
+    if (k <= 0) { /* beta is 1 where there is a preset: C = bias + add exactly (one split, so no race in a team) */
         if (bias || add)
             epilogue_c_f32(c, bias, add, batch * m, n);
-        scale_c_f32(c, batch * m * n, beta);
+        else
+            scale_c_f32(c, batch * m * n, beta);
         return;
     }
     check_dims(m, n, k);
@@ -490,8 +526,12 @@ static void widened(float *c, const uint16_t *a, const uint16_t *b, const float 
               .lda = ta ? m : k, .ldb = tb ? k : n, .ta = ta, .tb = tb, .f16 = f16, .alpha = alpha, .beta = beta};
     int64_t tm, tn, tr, tc;
     tiles(batch, m, n, &tm, &tn, &tr, &tc);
-    const int nt = unit_threads(batch * tm * tn, SLOTS);
+    const int team = team_slots(), nt = team ? team : unit_threads(batch * tm * tn, SLOTS);
     const Plan p = plan(&g, batch, nt);
+    if (team) {
+        my_units(&g, &p);
+        return;
+    }
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t u = 0; u < p.units; u++)
         unit(&g, &p, u);
@@ -510,9 +550,42 @@ void k_matmul_add_widened_16(float *c, const uint16_t *a, const uint16_t *b, con
     widened(c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0, f16);
 }
 
+/* y = round16(bias + add), or 0, over rows [lo, hi): a MatMulAdd stored in 16 bits with k 0 (the preset, a GEMM
+ * that adds nothing and k_cast's rounding) */
+static void preset_16(void *ctx, int64_t lo, int64_t hi)
+{
+    const Wide *g = ctx;
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t j = 0; j < g->n; j++) {
+            float v = g->add ? g->add[r * g->n + j] : 0.0f;
+            v = g->bias ? v + g->bias[j] : v;
+            g->y[r * g->n + j] = g->f16 ? k_f16_from_f32(v) : k_bf16_from_f32(v);
+        }
+}
+
+/* the blocks of k_matmul_add_rows_16 on every thread of a team (the call's own region, or the step's that
+ * shares), each thread its units of each block (my_units).  A unit's tiles are preset, computed and rounded into
+ * y by the one thread, so blocks of one plan (all but a shorter last one) give each thread the same tiles of w
+ * and need no barrier between them; a block whose tiling differs waits for the one before it to be done */
+static void rows_blocks(const Wide *g0, int64_t wrows, int64_t rows, int nt)
+{
+    int64_t last = 0; /* the rows of the block before */
+    for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
+        Wide g = *g0;
+        g.y += r0 * g.n, g.a += r0 * g.k, g.add = g.add ? g.add + r0 * g.n : NULL;
+        g.m = rows - r0 < wrows ? rows - r0 : wrows;
+        const Plan p = plan(&g, 1, nt);
+        if (last && last != g.m) {
+#pragma omp barrier
+        }
+        last = g.m;
+        my_units(&g, &p);
+    }
+}
+
 /* k_matmul_add_rows_bf16's widened path: every block's tiles preset, computed and rounded into y in one
- * parallel region (a barrier between blocks, which reuse w), where the step made a GEMM, a preset and a cast
- * region a block.  Each element gets the arithmetic of the preset, the GEMM's tile and k_cast. */
+ * parallel region (or the step's team's share), where the step made a GEMM, a preset and a cast region a
+ * block.  Each element gets the arithmetic of the preset, the GEMM's tile and k_cast. */
 void k_matmul_add_rows_16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
                           const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
                           int tb, int f16)
@@ -523,32 +596,28 @@ void k_matmul_add_rows_16(uint16_t *y, float *w, int64_t wrows, const uint16_t *
         fprintf(stderr, "fsdpc kernels/c: k_matmul_add_rows_16 given a scratch of %lld rows\n", (long long)wrows);
         abort();
     }
-    const double beta = bias || add ? 1.0 : 0.0;
-    if (k <= 0) { /* C = bias + add (or 0), rounded */
-        for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
-            const int64_t part = rows - r0 < wrows ? rows - r0 : wrows;
-            widened(w, a, b, bias, add ? add + r0 * n : NULL, 1, 0, 0, part, n, k, 0, tb, alpha, beta, f16);
-            k_cast(f16 ? K_DT_F16 : K_DT_BF16, y + r0 * n, K_DT_F32, w, part * n);
-        }
+    Wide g = {.c = w, .y = y, .bias = bias, .add = add, .a = a, .b = b, .n = n, .k = k, .lda = k,
+              .ldb = tb ? k : n, .tb = tb, .f16 = f16, .alpha = alpha, .beta = bias || add ? 1.0 : 0.0};
+    if (k <= 0) { /* y = bias + add (or 0), rounded */
+        par_range(preset_16, &g, rows, n);
         return;
     }
     check_dims(wrows, n, k);
+    const int team = team_slots();
+    if (team) {
+        rows_blocks(&g, wrows, rows, team);
+        return;
+    }
     int64_t tm, tn, tr, tc;
     tiles(1, rows < wrows ? rows : wrows, n, &tm, &tn, &tr, &tc);
     const int nt = unit_threads(tm * tn, SLOTS);
 #pragma omp parallel num_threads(nt)
-    for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
-        Wide g = {.c = w, .y = y + r0 * n, .bias = bias, .add = add ? add + r0 * n : NULL, .a = a + r0 * k, .b = b,
-                  .m = rows - r0 < wrows ? rows - r0 : wrows, .n = n, .k = k, .lda = k, .ldb = tb ? k : n,
-                  .tb = tb, .f16 = f16, .alpha = alpha, .beta = beta};
+    {
 #ifdef _OPENMP
-        const Plan p = plan(&g, 1, omp_get_num_threads());
+        rows_blocks(&g, wrows, rows, omp_get_num_threads());
 #else
-        const Plan p = plan(&g, 1, 1);
+        rows_blocks(&g, wrows, rows, 1);
 #endif
-#pragma omp for schedule(static)
-        for (int64_t u = 0; u < p.units; u++)
-            unit(&g, &p, u);
     }
 }
 

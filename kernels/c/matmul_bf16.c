@@ -33,6 +33,9 @@
  * float32 scratch's rows at a time: natively a GEMM into the scratch and a
  * k_cast per block; widened, matmul.c's k_matmul_add_rows_16 (one parallel
  * region, each tile rounded into place by the thread that computed it).
+ * All three take their thread's share inside a team the step runs (k_share,
+ * codegen/team.c): rows of C (or of each block's), or whole matrices of a
+ * batch, natively; the widened path's tiles otherwise.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +45,7 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include "kernels.h"
+#include "walk.h"
 
 #if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP
 #error "fsdpc needs oneDNN's OpenMP build (Debian's libdnnl-dev): its GEMMs must run on the kernels' OpenMP team"
@@ -93,13 +97,62 @@ static void dense(float *c, const uint16_t *a, const uint16_t *b, int64_t m, int
     gemm(c, n, a, ta ? m : k, b, tb ? k : n, m, n, k, ta, tb, alpha, beta);
 }
 
+/* this thread alone, inside a team that shares or not: C = bias (each row) + add over rows x n (add may be C;
+ * k_matmul_epilogue_f32 with the kernels' own split off, k_share(0), as in the step's `omp master` sections) */
+static void preset(float *c, const float *bias, const float *add, int64_t rows, int64_t n)
+{
+    if (rows <= 0 || (!bias && !add))
+        return;
+    const int sharing = k_sharing;
+    k_share(0);
+    k_matmul_epilogue_f32(c, bias, add, rows, n);
+    k_share(sharing);
+}
+
+/* Inside a team that shares (k_share, codegen/team.c): this thread's part of the GEMM, with its preset of C
+ * (bias, add: k_matmul_add's) on the same rows first, so no barrier between them, as matmul_impl.h's
+ * matmul_share: rows of one tall GEMM (in multiples of 16), or whole matrices of a batch.  Returns 0 outside
+ * such a team.  oneDNN runs on the calling thread inside a parallel region, and its bf16 GEMM gives a block of
+ * rows the bits of the whole call on any team (bench/gemmteam.c -DBF16: every shape of the GPT step's, 2 and 3
+ * threads), so the team's share keeps the bits of the GEMM's own region. */
+static int share(float *c, const uint16_t *a, const uint16_t *b, const float *bias, const float *add, int64_t batch,
+                 int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
+{
+    int64_t lo, hi;
+    const int tall = batch == 1 || (sb == 0 && !ta && sa == m * k); /* as matmul's */
+    if (!team_share(tall ? batch * m : batch, tall ? n * k : m * n * k, tall ? 16 : 1, &lo, &hi))
+        return 0;
+    if (lo >= hi)
+        return 1;
+    if (tall) {
+        preset(c + lo * n, bias, add ? add + lo * n : NULL, hi - lo, n);
+        gemm(c + lo * n, n, ta ? a + lo : a + lo * k, ta ? batch * m : k, b, tb ? k : n, hi - lo, n, k, ta, tb,
+             alpha, beta);
+        return 1;
+    }
+    for (int64_t i = lo; i < hi; i++) {
+        preset(c + i * m * n, bias, add ? add + i * m * n : NULL, m, n);
+        dense(c + i * m * n, a + i * sa, b + i * sb, m, n, k, ta, tb, alpha, beta);
+    }
+    return 1;
+}
+
+/* a GEMM with no element to compute, or without a native bf16 GEMM: the widened path (k 0: C = beta C, never
+ * reading A, B) */
+static int widen(int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+    return batch <= 0 || m <= 0 || n <= 0 || k <= 0 || !bf16_native();
+}
+
 static void matmul(float *c, const uint16_t *a, const uint16_t *b, int64_t batch, int64_t sa, int64_t sb,
                    int64_t m, int64_t n, int64_t k, int ta, int tb, double alpha, double beta)
 {
-    if (batch <= 0 || m <= 0 || n <= 0 || k <= 0 || !bf16_native()) { /* k 0: C = beta C, never reading A, B */
+    if (widen(batch, m, n, k)) {
         k_matmul_widened_16(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, beta, 0);
         return;
     }
+    if (share(c, a, b, NULL, NULL, batch, sa, sb, m, n, k, ta, tb, alpha, beta))
+        return;
     if (batch == 1 || (sb == 0 && !ta && sa == m * k)) {
         dense(c, a, b, batch * m, n, k, ta, tb, alpha, beta);
         return;
@@ -128,26 +181,52 @@ void k_matmul_add_bf16(float *c, const uint16_t *a, const uint16_t *b, const flo
                        double alpha, int64_t batch, int64_t sa, int64_t sb, int64_t m, int64_t n, int64_t k, int ta,
                        int tb)
 {
-    if (!bf16_native()) { /* the preset in the GEMM's region, tile by tile */
+    if (widen(batch, m, n, k)) { /* the preset in the GEMM's region, tile by tile */
         k_matmul_add_widened_16(c, a, b, bias, add, alpha, batch, sa, sb, m, n, k, ta, tb, 0);
         return;
     }
+    if (share(c, a, b, bias, add, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0))
+        return;
     if (bias || add)
         k_matmul_epilogue_f32(c, bias, add, batch * m, n);
     matmul(c, a, b, batch, sa, sb, m, n, k, ta, tb, alpha, bias || add ? 1.0 : 0.0);
 }
 
+/* Natively, a block of rows at a time: the preset, the GEMM into w and the rounding into y.  Inside a team that
+ * shares, each thread its rows of every block (team_share: multiples of 16), preset, GEMM and rounding on the
+ * calling thread: blocks of the same rows split alike, so a thread reads and writes only its own rows of w and
+ * the blocks need no barrier between them; a shorter last block, split otherwise (all on one thread would leave
+ * the other idle), waits for the one before it.  The bits of the GEMM's own region (a block of rows keeps the
+ * bits of the whole call: share above). */
 void k_matmul_add_rows_bf16(uint16_t *y, float *w, int64_t wrows, const uint16_t *a, const uint16_t *b,
                             const float *bias, const float *add, double alpha, int64_t rows, int64_t n, int64_t k,
                             int tb)
 {
-    if (!bf16_native() || wrows <= 0) {
+    if (wrows <= 0 || widen(1, rows, n, k)) {
         k_matmul_add_rows_16(y, w, wrows, a, b, bias, add, alpha, rows, n, k, tb, 0);
         return;
     }
+    const int sharing = k_sharing;
+    int64_t last = 0; /* the rows of the block before */
     for (int64_t r0 = 0; r0 < rows; r0 += wrows) {
         const int64_t part = rows - r0 < wrows ? rows - r0 : wrows;
-        k_matmul_add_bf16(w, a + r0 * k, b, bias, add ? add + r0 * n : NULL, alpha, 1, 0, 0, part, n, k, 0, tb);
-        k_cast(K_DT_BF16, y + r0 * n, K_DT_F32, w, part * n);
+        int64_t lo, hi;
+        if (!team_share(part, n * k, 16, &lo, &hi)) {
+            k_matmul_add_bf16(w, a + r0 * k, b, bias, add ? add + r0 * n : NULL, alpha, 1, 0, 0, part, n, k, 0, tb);
+            k_cast(K_DT_BF16, y + r0 * n, K_DT_F32, w, part * n);
+            continue;
+        }
+        if (last && last != part) {
+#pragma omp barrier
+        }
+        last = part;
+        if (lo >= hi)
+            continue;
+        preset(w + lo * n, bias, add ? add + (r0 + lo) * n : NULL, hi - lo, n);
+        gemm(w + lo * n, n, a + (r0 + lo) * k, k, b, tb ? k : n, hi - lo, n, k, 0, tb, alpha,
+             bias || add ? 1.0 : 0.0);
+        k_share(0); /* this thread's rows alone */
+        k_cast(K_DT_BF16, y + (r0 + lo) * n, K_DT_F32, w + lo * n, (hi - lo) * n);
+        k_share(sharing);
     }
 }

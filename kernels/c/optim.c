@@ -47,7 +47,8 @@ void k_loss_seed_f32(float *y, int64_t n, double scale, int64_t accum)
 
 void k_unscale_sq_f32(float *y, double scale)
 {
-    y[0] = (float)((double)y[0] / (scale * scale));
+    if (team_writer()) /* inside a team that shares, its first thread (the barriers around it: codegen/team.c) */
+        y[0] = (float)((double)y[0] / (scale * scale));
 }
 
 /* ---- non-finite steps ---- */

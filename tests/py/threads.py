@@ -10,8 +10,11 @@ work is split: kernels.h's K_PAR_MIN) trains 4 AdamW steps:
   bit-identical (elementwise and row kernels give each element the same arithmetic however the range is
   split; OpenBLAS's threads split C, not the sum);
 - at world 2 under mpirun with 2 threads per rank = world 2 with 1 thread, bit for bit;
-- --precision bf16 with its GEMMs widened (DNNL_MAX_CPU_ISA=AVX512_CORE, as on a CPU without AVX512-BF16): 1 and 2
-  threads bit-identical (each widened tile's sgemm on one thread, whatever the team);
+- --precision bf16 and fp16: the forward and the backward one region each, every 16-bit GEMM call
+  (k_matmul_bf16, k_matmul_add_bf16, k_matmul_add_rows_bf16) and the loss in a team run; bf16 with its GEMMs widened
+  (DNNL_MAX_CPU_ISA=AVX512_CORE, as on a CPU without AVX512-BF16) 1 and 2 threads bit-identical (each widened
+  tile's sgemm on one thread, whatever the team), and with oneDNN's native bf16 GEMM (AVX512-BF16) too (a block
+  of rows keeps the whole call's bits: bench/gemmteam.c -DBF16);
 - the generated step (--emit-c) splits its big fused loops (`omp parallel for`, or `omp for` in a team), runs
   the attention's Split copies and transposes in one team (k_share, a barrier between the copies and the
   transposes: at batch 16 they are large enough to split), the activation's fused loop and Mul in one, a LayerNorm's
@@ -241,23 +244,48 @@ def main():
     w2a = train("w2_t1", {"OMP_NUM_THREADS": "1"}, world=2)
     w2b = train("w2_t2", {"OMP_NUM_THREADS": "2"}, world=2)
     across("world 2, 2 threads per rank", w2b, w2a)
-    # --precision bf16 with the GEMMs widened (oneDNN held below AVX512-BF16, as on a CPU without it): every
-    # GEMM's tiles, a MatMulAdd's rows rounded to bf16 in its region (k_matmul_add_rows_bf16), the Casts in the
-    # step's teams: the same bits on 1 and 2 threads (each tile's sgemm on one thread, a lone tile's too)
+    # --precision bf16: its GEMMs take their thread's share in the step's teams as the float32 ones do (oneDNN's
+    # bf16 GEMM rows of C or matrices of a batch, a MatMulAdd stored in bf16 each block's rows; widened, each
+    # thread its tiles), and so do the loss and its gradient: the forward and the backward one region each.
     exe = J("gpt_bf16")
-    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--precision", "bf16"] + build,
-        env={"DNNL_MAX_CPU_ISA": "AVX512_CORE"})
+    run([fsdpc, J("gpt.onnx"), "-o", exe, "--dim", "batch=16", "--precision", "bf16", "--emit-c"] + build)
+    c16 = open(exe + ".c").read()
+    runs16 = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c16, re.S)
+    for kern in ("k_matmul_bf16(", "k_matmul_add_bf16(", "k_matmul_add_rows_bf16(", "k_cross_entropy_bf16("):
+        check(any(kern in r for r in runs16) and kern not in re.sub(r'_Pragma\("omp parallel"\).*?k_share\(0\); \}',
+                                                                      "", c16, flags=re.S),
+              "bf16: every %s call should be in a team run (%d runs)" % (kern[:-1], len(runs16)))
+    # and --precision fp16's (its GEMMs always widened): the forward and the backward one region each
+    run([fsdpc, J("gpt.onnx"), "-o", J("gpt_fp16"), "--dim", "batch=16", "--precision", "fp16", "--emit-c"] + build)
+    for prec, text16 in (("bf16", c16), ("fp16", open(J("gpt_fp16.c")).read())):
+        for phase, end in (("forward", "backward"), ("backward", "optimizer")):
+            text = text16[text16.index("static void %s(" % phase):text16.index("static void %s(" % end)]
+            check(text.count('_Pragma("omp parallel")') == 1,
+                  "%s: the %s should be one region (%d)" % (prec, phase, text.count('_Pragma("omp parallel")')))
+    # With the GEMMs widened (oneDNN held below AVX512-BF16, as on a CPU without it): every GEMM's tiles, a
+    # MatMulAdd's rows rounded to bf16 by the thread that computed them (k_matmul_add_rows_bf16), the Casts: the
+    # same bits on 1 and 2 threads (each tile's sgemm on one thread, whichever; a lone tile's too)
     wide = {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}
     b1 = train("bf16_t1", dict(wide, OMP_NUM_THREADS="1"))
     check("bf16 GEMMs: widened to float32" in b1[0], "bf16, widened: the start-up line:\n" + b1[0][:1500])
     same("bf16 widened, 2 threads against 1", train("bf16_t2", dict(wide, OMP_NUM_THREADS="2")), b1)
+    # oneDNN's own bf16 GEMM where the CPU has AVX512-BF16 (else the widened path again): its GEMM gives a block of
+    # rows the bits of the whole call and of one thread (bench/gemmteam.c -DBF16, the GPT step's shapes), so the
+    # team's shares keep 1 thread's bits too
+    n1 = train("bf16n_t1", {"OMP_NUM_THREADS": "1"})
+    native = "bf16 GEMMs: native" in n1[0]
+    same("bf16%s, 2 threads against 1" % (" native" if native else " (widened here)"),
+         train("bf16n_t2", {"OMP_NUM_THREADS": "2"}), n1)
     exe = exe1
     print("threads: 1, 2 (three runs), default (%d cores)%s and world 2 x 2 threads: bit-identical; %d fused loops "
           "split; OpenBLAS's %s kernels, float32 GEMMs on %s (FSDPC_GEMM's each within 1e-5)%s"
           % (cores, ", taskset -c 0" if cores > 1 else "", n_par, blas.group(1), lib.group(1),
              ": GEMMs sum differently on 2 threads, so 1 against 2 threads within 1e-5, 2 against 2 bit for bit"
              if sums_differ else ""))
-    print("threads: --precision bf16 with its GEMMs widened: 1 and 2 threads bit-identical")
+    print("threads: --precision bf16 and fp16: the forward and the backward one region each, the GEMMs in the "
+          "teams; bf16 "
+          "widened and %s GEMMs: 1 and 2 threads bit-identical" % ("oneDNN's native" if native else "(no native "
+                                                                   "bf16 here) again widened"))
     cpu_levels(fsdpc, J, build, train, same, one, dflt, across)
 
 
