@@ -91,14 +91,14 @@ int main(int argc, char **argv)
             for (int i = 0; i < rounds; i++) {
                 if (low) {
                     k_attention_bf16(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                     0.125, ws);
+                                     0.125, 0.0, 0, 0, 0, ws);
                     k_attention_grad_bf16(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, ws);
+                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
                 } else {
                     k_attention_f32(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                    0.125, ws);
+                                    0.125, 0.0, 0, 0, 0, ws);
                     k_attention_grad_f32(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, ws);
+                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
                 }
             }
             t[h][r] = (cpu_s() - c0) / rounds * 1e3;

@@ -249,11 +249,16 @@ static void emit_attention(Cg *cg, Buf *b, const Node *n, int grad)
                                     (int)ir_attr_i(n, "window", 0) << K_ATTN_WINDOW_SHIFT;
     const char *sfx = cg_gemm_sfx(g->val[q].dtype, g->val[n->out[0]].dtype);
     const int rows = ir_attn_rows_axis(n, qs);
-    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s",
+    /* the attention dropout (passes/attention.c): drawn as emit_dropout's Dropout would, ratio 0 in validation */
+    const double drop = ir_attr_f(n, "dropout", 0);
+    const char *dr = drop > 0 ? ir_fmt("c->validating ? 0.0 : %.17g, c->seed, %#xu, (uint32_t)c->step", drop,
+                                       (unsigned)ir_attr_i(n, "stream", 0))
+                              : "0.0, 0, 0u, 0u";
+    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s, %s",
                               (long long)ir_attn_problems(n, qs), (long long)qs->dim[rows], (long long)vs->dim[rows],
                               (long long)qs->dim[r - 1], (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
                               (long long)ir_attr_i(n, "brep", 1), (long long)ir_attr_i(n, "kvrep", 1),
-                              (long long)ir_attr_i(n, "heads", 0), ir_attr_f(n, "scale", 1.0),
+                              (long long)ir_attr_i(n, "heads", 0), ir_attr_f(n, "scale", 1.0), dr,
                               P(cg, n->out[grad ? 3 : 2]));
     if (!grad)
         cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(cg, n->out[0]),

@@ -17,6 +17,8 @@
  *             [p = Where(e, 0, p)]                  (the guard's other half)
  *             or [p = Where(IsNaN(p), 0, p)]       torch's dynamo export of
  *                                                  scaled_dot_product_attention
+ *             [p = Dropout(p, ratio, training)]    its mask unread (GPT-2's attn_pdrop,
+ *                                                  BERT's, T5's); not on --target cuda
  *             y = MatMul(p, v)                     v [L.., s, dv]
  *           whose intermediate values have no other reader becomes
  *             y, lse, scratch = FusedAttention(q, kt, v, bias)
@@ -100,11 +102,21 @@
  * 1/sqrt(d) is for d 64 or 16).  The scratch is then sized for those kernels
  * (k_attention_workspace_16).
  *
+ * Attention dropout: a Dropout between the probabilities and P V (mask
+ * unread) is dropped, and a training one's ratio and Philox stream become
+ * attrs dropout and stream: the kernels draw each probability's keep flag
+ * as that Dropout would have (kernels/c/philox.h, from the same seed,
+ * stream, step and flat index (b t + i) s + j of its [L.., t, s] input),
+ * so the fused step computes what the unfused one did (to rounding) with
+ * no mask stored, the backward drawing the flags again.  On --target cuda
+ * such a chain stays unfused (attn.cu has no dropout yet).
+ *
  * Not applied (the chain stays unfused): with --no-fuse, and in --eval
  * builds (whose pipeline has no attention pass).
  */
 #include "ir.h"
 #include "kernels.h"
+#include "rules/nn.h"
 #include "rules/tensor.h"
 
 #include <float.h>
@@ -175,6 +187,8 @@ typedef struct {
     int rep[2][REP_NODES]; /* kt's and v's repeat_kv nodes, outermost first (-1 after the last) */
     int view[3];       /* kt as k's last two axes exchanged through 3-D views (swapped_view), outermost first */
     int zero_rows;     /* the guard matched */
+    int dropout;       /* the Dropout between the probabilities and P V (-1: none) */
+    double drop;       /* its ratio when it trains (0: the identity) */
 } Chain;
 
 static int is_zero(const Graph *g, int v)
@@ -569,6 +583,16 @@ static int heads_views(const Graph *g, const int *reader, const Chain *c, int tr
     return tr[0] >= 0 && tr[1] >= 0 && tr[2] >= 0 && tr[3] >= 0;
 }
 
+/* is n (a Dropout of x) one the kernel can draw: its mask unread, on the cpu target (kernels/cuda/attn.cu has no
+ * dropout yet)?  Then its ratio in *drop when it trains (0: it is the identity) */
+static int dropout_of(const Graph *g, const Node *n, int x, double *drop)
+{
+    if (n->in[0] != x || (n->nout > 1 && n->out[1] >= 0 && ir_is_read(g, n->out[1])) || !strcmp(g->opt->target, "cuda"))
+        return 0;
+    *drop = nn_dropout_training(g, n) ? nn_dropout_ratio(g, n) : 0;
+    return 1;
+}
+
 /* the chain around Softmax node i, or 0 */
 static int match(const Graph *g, const int *reader, int i, Chain *c)
 {
@@ -595,6 +619,11 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
         c->guard[1] = e >= 0 ? last : nan, pv = g->node[c->guard[1]].out[0];
         last = only_reader(g, reader, pv);
     }
+    c->drop = 0;
+    if (last >= 0 && g->node[last].op == OP_Dropout && !dropout_of(g, &g->node[last], pv, &c->drop))
+        return 0;
+    if (last >= 0 && g->node[last].op == OP_Dropout) /* the attention dropout (GPT-2's attn_pdrop, BERT's, T5's) */
+        c->dropout = last, pv = g->node[last].out[0], last = only_reader(g, reader, pv);
     if (last < 0 || g->node[last].op != OP_MatMul || g->node[last].in[0] != pv ||
         ir_attr_i(&g->node[last], "transA", 0) || ir_attr_i(&g->node[last], "transB", 0))
         return 0;
@@ -704,6 +733,8 @@ static int match(const Graph *g, const int *reader, int i, Chain *c)
     if (g->val[c->q].dtype != dt || g->val[c->kt].dtype != dt || g->val[c->v].dtype != dt)
         return 0;
     const int64_t t = qs->dim[r - 2], s = ks->dim[r - 1], batch = numel_of(qs, 0, r - 2);
+    if (c->dropout >= 0 && shape_numel(&g->val[g->node[c->dropout].in[0]].shape) != batch * t * s)
+        return 0; /* the kernel's flat index (b t + i) s + j must be the Dropout's */
     /* --precision bf16 / fp16 will give a float32 chain 16-bit operands (precision.c), and its kernels a
      * workspace of their own; dims are at most MAX_NUMEL, so neither size overflows */
     c->ws = g->opt->precision != PREC_FP32 && dt == DT_F32
@@ -804,6 +835,12 @@ void pass_attention(Graph *g)
             ir_attr_add(g, k, "causal", A_INT)->i = 1;
         if (window)
             ir_attr_add(g, k, "window", A_INT)->i = window;
+        if (c.drop > 0) { /* the Dropout's draw: its ratio and Philox stream (the kernels draw its flags) */
+            ir_attr_add(g, k, "dropout", A_FLOAT)->f = c.drop;
+            ir_attr_add(g, k, "stream", A_INT)->i = ir_attr_i(&g->node[c.dropout], "stream", 0);
+        }
+        if (c.dropout >= 0)
+            drop[c.dropout] = 1;
         repl[c.last] = k;
         drop[c.first] = drop[c.softmax] = 1;
         if (c.scale_node >= 0)

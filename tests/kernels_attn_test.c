@@ -31,7 +31,7 @@ static void attn_fwd(void *ctx, double *const *in, double *y)
 {
     const AttnCtx *c = ctx;
     k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
-                    c->brep, c->kvrep, 0, c->scale, c->ws);
+                    c->brep, c->kvrep, 0, c->scale, 0.0, 0, 0, 0, c->ws);
 }
 
 /* The outputs of k_attention and k_attention_grad (y, lse, dq, dkt, dval, dbias: already computed by the caller on
@@ -50,10 +50,10 @@ static void attn_threads_check(int dt, Buf *q, Buf *kt, Buf *v, Buf *bias, Buf *
     for (int run = 0; run < 2; run++) {
         const int before = ktest_team(run ? 1 : 4);
         KCALL(k_attention, vp(dt, y), vp(dt, lse), vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL,
-              batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, vp(dt, ws));
+              batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws));
         KCALL(k_attention_grad, vp(dt, dq), vp(dt, dkt), vp(dt, dval), bias ? vp(dt, dbias) : NULL, vp(dt, dy),
               vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL, vp(dt, y), vp(dt, lse), batch, t, s,
-              d, dv, nbias, brep, kvrep, 0, scale, vp(dt, ws));
+              d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws));
         ktest_team(before);
         for (int k = 0; k < 6; k++) {
             const size_t n = (size_t)(k == 5 && !bias ? 0 : out[k]->n) * es;
@@ -126,7 +126,7 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     const void *bp = kind ? V(bias) : NULL;
     CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d", (long long)batch,
         (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)kvrep, flags);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale,
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0,
           V(ws));
     GET(&y, &lse);
     check(dt, y.d, want.d, y.n, tol(dt));
@@ -141,10 +141,10 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     if (kind == 2 && !zero) /* the rest is finite differences around finite values */
         for (int64_t j = 0; j < s; j++)
             bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
-    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale,
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0,
           V(ws));
     KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
-          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, V(ws));
+          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, V(ws));
     if (kvrep > 1)
         attn_threads_check(dt, &q, &kt, &v, kind ? &bias : NULL, &w, &y, &lse, &dq, &dkt, &dval, &dbias, batch, t, s,
                            d, dv, nbias, brep, kvrep, flags, &ws);
@@ -312,10 +312,10 @@ static Attn16Out attn16_run(const Attn16 *a, float *ws)
     for (int64_t i = 0; bias && i < ns; i++)
         bias[i] = (float)a->bias[i];
     (a->f16 ? k_attention_f16 : k_attention_bf16)(y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
-                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, ws);
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws);
     (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
         dq, dkt, dval, bias ? o.dbias : NULL, a->dy16, a->q16, a->kt16, a->flags, a->v16, bias, y, o.lse,
-        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, ws);
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws);
     o.y = widen_16(a->f16, y, bt * a->dv), o.dq = widen_16(a->f16, dq, bt * a->d);
     o.dkt = widen_16(a->f16, dkt, nk), o.dval = widen_16(a->f16, dval, nv);
     free(bias);
@@ -412,7 +412,118 @@ static void test_attention_16(int dt)
         }
 }
 
+/* ---- attention dropout ------------------------------------------------------ */
+
+/* k_attention's dropout (drop 0.1) against the unfused composition it replaces: P = softmax (in double), the keep
+ * flags k_dropout_f64 draws on the [batch, t, s] P under the same seed, stream and step (so the same flags, not
+ * just the same rate), y = (P keep / 0.9) V; the backward by hand from the same flags: dV = Pd^T dY, dP = (dY V^T)
+ * keep / 0.9, dS = P (dP - rowsum(P dP)), dQ = scale dS Kt^T, dKt = scale Q^T dS.  float32 and float64 within
+ * their rounding; no bias or causal, one tile or two.  And a validation pass (drop 0) gives the undropped y. */
+static void attn_drop_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int flags)
+{
+    const double scale = 1 / sqrt((double)d), ratio = 0.1, inv = 1 / (1 - ratio);
+    const uint64_t seed = 0x1234567890abcdefu;
+    const uint32_t stream = 0xdeadbeefu, step = 7;
+    const int causal = flags & K_ATTN_CAUSAL;
+    Buf q = buf_new(batch * t * d), kt = buf_new(batch * d * s), v = buf_new(batch * s * dv);
+    Buf y = buf_new(batch * t * dv), lse = buf_new(batch * t), w = buf_new(batch * t * dv);
+    Buf dq = buf_new(batch * t * d), dkt = buf_new(batch * d * s), dval = buf_new(batch * s * dv);
+    Buf ws = buf_new(k_attention_workspace(batch, t, s));
+    double *p = xalloc((size_t)(batch * t * s), 8), *ones = xalloc((size_t)(batch * t * s), 8);
+    double *wy = xalloc((size_t)y.n, 8), *wdq = xalloc((size_t)dq.n, 8), *wdkt = xalloc((size_t)dkt.n, 8);
+    double *wdv = xalloc((size_t)dval.n, 8), *wundrop = xalloc((size_t)y.n, 8);
+    uint8_t *keep = xalloc((size_t)(batch * t * s), 1);
+    fill_rnd(&q, -2, 2), fill_rnd(&kt, -2, 2), fill_rnd(&v, -1, 1), fill_rnd(&w, -1, 1);
+    for (int64_t i = 0; i < batch * t * s; i++)
+        ones[i] = 1;
+    k_dropout_f64(ones, keep, ones, batch * t * s, ratio, seed, stream, step); /* the unfused Dropout's flags */
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < batch * t * s; i++)
+        dropped += !keep[i];
+    checks++;
+    if (dropped < batch * t * s / 20 || dropped > batch * t * s / 5)
+        failures++, printf("FAIL k_dropout_f64 dropped %lld of %lld at ratio 0.1\n", (long long)dropped,
+                           (long long)(batch * t * s));
+    memset(wdq, 0, sizeof(double) * (size_t)dq.n), memset(wdkt, 0, sizeof(double) * (size_t)dkt.n);
+    memset(wdv, 0, sizeof(double) * (size_t)dval.n);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < t; i++) {
+            double *pr = p + (b * t + i) * s, mx = -INFINITY, sum = 0, dd = 0, dp[512];
+            const uint8_t *kr = keep + (b * t + i) * s;
+            for (int64_t j = 0; j < s; j++) {
+                double a = 0;
+                for (int64_t k = 0; k < d; k++)
+                    a += q.d[(b * t + i) * d + k] * kt.d[b * d * s + k * s + j];
+                pr[j] = causal && j > i + s - t ? -INFINITY : scale * a;
+                mx = fmax(mx, pr[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += (pr[j] = exp(pr[j] - mx));
+            for (int64_t j = 0; j < s; j++)
+                pr[j] /= sum;
+            for (int64_t c = 0; c < dv; c++) {
+                double a = 0, u = 0;
+                for (int64_t j = 0; j < s; j++)
+                    a += pr[j] * (kr[j] ? inv : 0) * v.d[b * s * dv + j * dv + c], u += pr[j] * v.d[b * s * dv + j * dv + c];
+                wy[(b * t + i) * dv + c] = a, wundrop[(b * t + i) * dv + c] = u;
+            }
+            for (int64_t j = 0; j < s; j++) { /* dP, then dd = rowsum(P dP) */
+                double a = 0;
+                for (int64_t c = 0; c < dv; c++)
+                    a += w.d[(b * t + i) * dv + c] * v.d[b * s * dv + j * dv + c];
+                dp[j] = kr[j] ? a * inv : 0, dd += pr[j] * dp[j];
+            }
+            for (int64_t j = 0; j < s; j++) {
+                const double ds = pr[j] * (dp[j] - dd), pd = kr[j] ? pr[j] * inv : 0;
+                for (int64_t k = 0; k < d; k++) {
+                    wdq[(b * t + i) * d + k] += scale * ds * kt.d[b * d * s + k * s + j];
+                    wdkt[b * d * s + k * s + j] += scale * ds * q.d[(b * t + i) * d + k];
+                }
+                for (int64_t c = 0; c < dv; c++)
+                    wdv[b * s * dv + j * dv + c] += pd * w.d[(b * t + i) * dv + c];
+            }
+        }
+    PUT(&q, &kt, &v, &w);
+    CTX("k_attention dropout 0.1 y, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t, (long long)s,
+        flags);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), NULL, batch, t, s, d, dv, 1, 1, 1, 0, scale, ratio, seed,
+          stream, step, V(ws));
+    KCALL(k_attention_grad, V(dq), V(dkt), V(dval), NULL, V(w), V(q), V(kt), flags, V(v), NULL, V(y), V(lse), batch, t,
+          s, d, dv, 1, 1, 1, 0, scale, ratio, seed, stream, step, V(ws));
+    GET(&y, &dq, &dkt, &dval);
+    check(dt, y.d, wy, y.n, tol(dt));
+    CTX("k_attention_grad dropout 0.1 dq, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
+        (long long)s, flags);
+    check(dt, dq.d, wdq, dq.n, tol(dt));
+    CTX("k_attention_grad dropout 0.1 dkt, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
+        (long long)s, flags);
+    check(dt, dkt.d, wdkt, dkt.n, tol(dt));
+    CTX("k_attention_grad dropout 0.1 dv, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
+        (long long)s, flags);
+    check(dt, dval.d, wdv, dval.n, tol(dt));
+    CTX("k_attention dropout 0 (validation), batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
+        (long long)s, flags);
+    KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), NULL, batch, t, s, d, dv, 1, 1, 1, 0, scale, 0.0, seed,
+          stream, step, V(ws));
+    GET(&y);
+    check(dt, y.d, wundrop, y.n, tol(dt));
+    free(p), free(ones), free(wy), free(wdq), free(wdkt), free(wdv), free(wundrop), free(keep);
+    buf_free(&q), buf_free(&kt), buf_free(&v), buf_free(&y), buf_free(&lse), buf_free(&w), buf_free(&dq);
+    buf_free(&dkt), buf_free(&dval), buf_free(&ws);
+}
+
+static void test_attention_dropout(int dt)
+{
+    attn_drop_case(dt, 3, 5, 7, 4, 3, 0);
+    attn_drop_case(dt, 2, 70, 70, 8, 6, 0);             /* two tiles */
+    attn_drop_case(dt, 2, 70, 70, 8, 8, K_ATTN_CAUSAL); /* the band: P 0 past it, dropped or not */
+    attn_drop_case(dt, 2, 40, 300, 8, 8, K_ATTN_CAUSAL); /* rows past K_ATTN_DROP_CHUNK keys */
+}
+
 /* ---- the causal band computed (K_ATTN_CAUSAL) ------------------------------ */
+
+/* band_run's attention dropout (0: none): test_attention_drop_layouts runs the band and heads tests with 0.1 too */
+static double band_drop;
 
 /* One run of every attention kernel, forward and backward, on band problems: the outputs as bytes. */
 typedef struct {
@@ -448,17 +559,17 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
     for (int a = 0; a < 5; a++) /* y, dq, dkt, dval of the bfloat16 kernels are bfloat16 */
         r.n[a] = (size_t)n[a] * (a == 1 ? es : is), r.o[a] = xalloc((size_t)n[a], a == 1 ? es : is);
     if (K == 0) {
-        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
         k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, kvrep, heads, 0.25, W);
+                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
     } else if (K == 1) {
-        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
         k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, kvrep, heads, 0.25, W);
+                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
     } else {
-        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, W);
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
         k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
-                              dv, 1, 1, kvrep, heads, 0.25, W);
+                              dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
     }
     free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
     return r;
@@ -571,11 +682,23 @@ static void test_attention_heads(int dt)
         }
 }
 
+/* the band and heads layout tests with an attention dropout: the causal band computed draws the flags a bias's
+ * band draws, and the heads layout those of the dense [B H, t, s] (flat index (b t + i) s + j of problem b = row
+ * b / H's head b % H: the [B, H, t, s] tensor's), bit for bit */
+static void test_attention_drop_layouts(int dt)
+{
+    band_drop = 0.1;
+    test_attention_band(dt);
+    test_attention_heads(dt);
+    band_drop = 0;
+}
+
 /* with the argument attention_16: that test alone (kernels_attn_widened runs it on the widened path) */
 int main(int argc, char **argv)
 {
     static void (*const tests[])(int) = {test_attention, test_attention_16, test_attention_band,
-                                          test_attention_heads};
+                                          test_attention_heads, test_attention_dropout,
+                                          test_attention_drop_layouts};
     static void (*const only16[])(int) = {test_attention_16};
     if (argc > 1 && !strcmp(argv[1], "attention_16"))
         return ktest_main("kernels_attn_test attention_16", only16, 1);

@@ -21,6 +21,13 @@
  * and forms dV += P^T dY, dP = dY V^T, dS = P (dP - rowsum(dY Y)), dQ =
  * scale dS Kt^T and dKt += scale Q^T dS, tile after tile.
  *
+ * Attention dropout (drop > 0: the Dropout between Softmax and P V that
+ * passes/attention.c fused, as GPT-2, BERT and T5 train): each element of
+ * P is kept with the flag k_dropout would draw for it in the [batch, t, s]
+ * tensor (philox.h: a pure function of seed, stream, step and the flat
+ * index), so neither a mask nor P is stored; the backward draws the flags
+ * again.  y = (P keep / (1 - drop)) V with lse the undropped softmax's.
+ *
  * Threads.  The forward's (problem, tile) units and the backward's problems
  * are split across the OpenMP team, at most K_ATTN_SLOTS threads (one
  * workspace slot each): the kernel's own region, or inside the step's team
@@ -61,6 +68,7 @@
 #endif
 
 #include "kernels.h"
+#include "philox.h"
 #include "walk.h"
 
 /* the typed GEMMs of attn_impl.h: C (m x n, ldc) = alpha op(A) op(B) + beta C, row-major; w, wn: the widened

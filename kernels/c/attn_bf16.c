@@ -19,6 +19,7 @@
 #endif
 
 #include "kernels.h"
+#include "philox.h"
 #include "walk.h"
 
 static void attn_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const uint16_t *a,

@@ -18,7 +18,14 @@
  * problems) and rounded once as they are stored: the bits of the float32
  * results followed by a Cast.  The slot holds P or dS rounded, the GEMMs'
  * scratch and those T results after the scores and their gradient
- * (kernels.h: k_attention_slot_16).  No include guard on purpose. */
+ * (kernels.h: k_attention_slot_16).  With a dropout (drop > 0) the forward
+ * multiplies each row of P by its keep flags / (1 - drop) after its sum (so
+ * lse is the undropped softmax's), and the backward draws the same flags
+ * (philox.h) for dS = P (dP keep / (1 - drop) - rowsum(dY Y)) and the
+ * dropped P of dV += P^T dY.  No include guard on purpose. */
+#ifndef K_ATTN_DROP_CHUNK
+#define K_ATTN_DROP_CHUNK 256 /* keep flags drawn at a time, on the stack */
+#endif
 #ifdef K_ROUND
 #define K_OUT(x) K_ROUND(x)
 #else
@@ -120,6 +127,40 @@ static void KFN(attn_band)(int flags, int64_t q, int64_t e, int64_t t, int64_t s
     *lo = w && h - w + 1 > 0 ? h - w + 1 : 0;
 }
 
+/* the attention dropout on query row q of problem b (n columns of its P, from key 0): each element times its keep
+ * flag / (1 - ratio), the flag of flat index (b t + q) s + j that the fused Dropout node drew (philox.h) */
+static void KFN(attn_drop_row)(T *row, int64_t n, const KDrop *dr, int64_t b, int64_t q, int64_t t, int64_t s)
+{
+    const T sc = (T)1 / (T)(1 - dr->ratio);
+    const int64_t base = (b * t + q) * s;
+    uint8_t m[K_ATTN_DROP_CHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += K_ATTN_DROP_CHUNK) {
+        const int64_t w = n - j0 < K_ATTN_DROP_CHUNK ? n - j0 : K_ATTN_DROP_CHUNK;
+        philox_keep(m, base + j0, base + j0 + w, dr->ratio, dr->seed, dr->stream, dr->step);
+        for (int64_t j = 0; j < w; j++)
+            row[j0 + j] = m[j] ? row[j0 + j] * sc : (T)0;
+    }
+}
+
+/* the backward's dS of query row q of problem b with the dropout: dS = P (dP keep / (1 - ratio) - dd) into dp,
+ * and P into P keep / (1 - ratio) (the dropped P the forward multiplied V by, for dV) */
+static void KFN(attn_drop_grad_row)(T *p, T *dp, T dd, int64_t n, const KDrop *dr, int64_t b, int64_t q, int64_t t,
+                                    int64_t s)
+{
+    const T sc = (T)1 / (T)(1 - dr->ratio);
+    const int64_t base = (b * t + q) * s;
+    uint8_t m[K_ATTN_DROP_CHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += K_ATTN_DROP_CHUNK) {
+        const int64_t w = n - j0 < K_ATTN_DROP_CHUNK ? n - j0 : K_ATTN_DROP_CHUNK;
+        philox_keep(m, base + j0, base + j0 + w, dr->ratio, dr->seed, dr->stream, dr->step);
+        for (int64_t j = 0; j < w; j++) {
+            const T pj = p[j0 + j];
+            dp[j0 + j] = pj * ((m[j] ? dp[j0 + j] * sc : (T)0) - dd);
+            p[j0 + j] = m[j] ? pj * sc : (T)0;
+        }
+    }
+}
+
 /* S (r x n) = scale Q K[:n]^T + bias: the scores of the tile of rows i0.. (Q's rows ldq apart; K as kt, d x s, or
  * krow: s x d, its rows ldk apart); under K_ATTN_CAUSAL -inf outside the band (kernels.h) */
 static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, int64_t ldq, const O *kt, int64_t ldk, int flags,
@@ -149,7 +190,7 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, int64_t ldq, c
 /* the forward's units [u0, u1) (a unit: a problem's tile of R query rows) on the calling thread, in its slot */
 static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, const O *kt, int flags, const O *v,
                             const T *bias, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                            int64_t kvrep, int64_t heads, double scale, T *ws)
+                            int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws)
 {
     const int zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R, hkv = heads / kvrep;
@@ -202,6 +243,8 @@ static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, co
                 sum += row[j];
             sums[i] = sum;
             lt[i] = (T)((double)mx + log((double)sum));
+            if (dr->ratio > 0) /* after the sum: the softmax is the undropped one's */
+                KFN(attn_drop_row)(row, n, dr, b, i0 + i, t, s);
         }
         /* y = (P V) / sum with P unnormalised, as attn.cu (and FlashAttention) computes: a 16-bit P is
          * exp(s - max) rounded, the same operand on both targets */
@@ -230,22 +273,24 @@ static void KFN(attn_check_heads)(int flags, int64_t batch, int64_t kvrep, int64
 
 void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
-                      int64_t heads, double scale, T *ws)
+                      int64_t heads, double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws)
 {
+    const KDrop dr = {drop, seed, stream, step};
     KFN(attn_check_heads)(flags, batch, kvrep, heads);
     if (batch <= 0 || t <= 0 || dv <= 0)
         return;
     const int64_t R = k_attention_rows(t), units = batch * ((t + R - 1) / R);
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
-        KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale, ws);
+        KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale, &dr,
+                        ws);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
         KFN(attn_units)(u, u + 1, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale,
-                        ws);
+                        &dr, ws);
 }
 
 /* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
@@ -255,7 +300,7 @@ void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O 
 static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, const O *dy, const O *q, const O *kt,
                                    int flags, const O *v, const T *bias, const O *y, const T *lse, int64_t t, int64_t s,
                                    int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
-                                   double scale, const KFN(AttnSlot) *sl)
+                                   double scale, const KDrop *dr, const KFN(AttnSlot) *sl)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t), kb = b / kvrep, hkv = heads / kvrep;
@@ -310,13 +355,10 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
                     row[j] = 0;
             }
         }
-        if (dv > 0) {
-            const O *po = KFN(attn_operand)(sc, r * n, sl->p);
-            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, po, n, dyt, ldy, 1.0, dvb, ldvb, sl->w, sl->wn); /* dV += P^T dY */
-            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, ldy, vb, ldv, 0.0, dp, n, sl->w, sl->wn);  /* dP = dY V^T */
-        } else {
+        if (dv > 0) /* dP = dY V^T */
+            KFN(attn_gemm)(0, 1, r, n, dv, 1.0, dyt, ldy, vb, ldv, 0.0, dp, n, sl->w, sl->wn);
+        else
             memset(dp, 0, sizeof(T) * (size_t)(r * n));
-        }
 #ifdef K_ROUND
         /* dY and Y widened into the slot first: the row sums below then vectorise (and so sum) as float32
          * operands' do, the bits of float32 dY and Y */
@@ -327,14 +369,21 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 #else
         const T *dyw = dyt, *yw = yt;
 #endif
-        for (int64_t i = 0; i < r; i++) { /* dS = P (dP - rowsum(dY Y)) */
+        for (int64_t i = 0; i < r; i++) { /* dS = P (dP - rowsum(dY Y)); with the dropout dP keep / (1 - ratio) */
             T dd = 0;
 #pragma omp simd reduction(+ : dd)
             for (int64_t c = 0; c < dv; c++)
                 dd += dyw[i * ldyw + c] * yw[i * ldyw + c];
+            if (dr->ratio > 0) {
+                KFN(attn_drop_grad_row)(sc + i * n, dp + i * n, dd, n, dr, b, i0 + i, t, s);
+                continue;
+            }
             for (int64_t j = 0; j < n; j++)
                 dp[i * n + j] = sc[i * n + j] * (dp[i * n + j] - dd);
         }
+        if (dv > 0) /* dV += P^T dY (P the dropped one with the dropout) */
+            KFN(attn_gemm)(1, 0, n, dv, r, 1.0, KFN(attn_operand)(sc, r * n, sl->p), n, dyt, ldy, 1.0, dvb, ldvb,
+                           sl->w, sl->wn);
         if (dbt) /* dbias += dS: the bias is added after the scaling; columns past n have P = 0 */
             for (int64_t i = 0; i < r; i++)
                 for (int64_t j = 0; j < n; j++)
@@ -375,7 +424,7 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q,
                                  const O *kt, int flags, const O *v, const T *bias, const O *y, const T *lse,
                                  int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                                 int64_t brep, int64_t kvrep, int64_t heads, double scale, T *ws)
+                                 int64_t brep, int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws)
 {
     const int alone = dbias && brep % kvrep != 0;
     for (int64_t u = u0; u < u1; u++) {
@@ -383,14 +432,14 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         if (!dbias) {
             for (int64_t b = u * kvrep; b < (u + 1) * kvrep; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
-                                       brep, kvrep, heads, scale, &sl);
+                                       brep, kvrep, heads, scale, dr, &sl);
             continue;
         }
         if (alone) {
             memset(dbias, 0, sizeof(T) * (size_t)(nbias * t * s));
             for (int64_t b = 0; b < batch; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, dbias + (b / brep % nbias) * t * s, dy, q, kt, flags, v,
-                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, &sl);
+                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl);
             continue;
         }
         T *dbt = dbias + u * t * s;
@@ -398,7 +447,7 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         for (int64_t m = 0; m < batch / (nbias * brep); m++)
             for (int64_t rp = 0; rp < brep; rp++)
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
-                                       lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, &sl);
+                                       lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl);
     }
 }
 
@@ -410,8 +459,9 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
 void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
                            const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
                            int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
-                           double scale, T *ws)
+                           double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws)
 {
+    const KDrop dr = {drop, seed, stream, step};
     KFN(attn_check_heads)(flags, batch, kvrep, heads);
     if (batch <= 0)
         return;
@@ -420,13 +470,13 @@ void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const 
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
         KFN(attn_grad_units)(lo, hi, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, heads, scale, ws);
+                             nbias, brep, kvrep, heads, scale, &dr, ws);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
         KFN(attn_grad_units)(u, u + 1, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, heads, scale, ws);
+                             nbias, brep, kvrep, heads, scale, &dr, ws);
 }
 #undef K_OUT

@@ -372,23 +372,30 @@ K_TWIN_T(nll_loss_grad, S)                                                      
  * elements of T.  heads 0: each problem's q, k (or kt), v, y dense ([batch, t, d] ..); \
  * heads h > 0 (with K_ATTN_KROW; kvrep divides h): the projections' layout, q and y    \
  * [batch / h, t, h, d], k and v [.., s, h / kvrep, d], problem b being head b % h of   \
- * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]).  */  \
+ * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]).       \
+ * drop > 0: attention dropout, y = (P o keep / (1 - drop)) V with element (b, i, j)'s  \
+ * keep flag k_dropout's for flat index (b t + i) s + j under (seed, stream, step)      \
+ * (philox.h: the Dropout node passes/attention.c fused draws the same; lse is the      \
+ * undropped softmax's); drop 0: none (then seed, stream, step are not read).  */       \
 void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *v,     \
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,             \
-                     int64_t heads, double scale, T *ws);                                \
+                     int64_t heads, double scale, double drop, uint64_t seed,           \
+                     uint32_t stream, uint32_t step, T *ws);                            \
 K_TWIN_T(attention, S)                                                                  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
  * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
  * problem sum its kvrep query problems' in increasing order; dbias (nbias x t x s,     \
  * NULL: not wanted) = the sum of dS over the problems reading each bias slice, in      \
- * increasing problem order; dy, dq, dkt, dval in y's, q's, kt's, v's layout (heads) */ \
+ * increasing problem order; dy, dq, dkt, dval in y's, q's, kt's, v's layout (heads);  \
+ * drop, seed, stream, step: the forward's (the keep flags drawn again, not stored) */  \
 void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T *q,    \
                           const T *kt, int flags, const T *v, const T *bias, const T *y, \
                           const T *lse,                                                  \
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,    \
-                          double scale, T *ws);                                          \
+                          double scale, double drop, uint64_t seed, uint32_t stream,    \
+                          uint32_t step, T *ws);                                        \
 K_TWIN_T(attention_grad, S)                                                             \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
@@ -613,13 +620,14 @@ K_TWIN(reduce_sum_to_bf16)
  * ws: k_attention_workspace_16(batch, t, s, d, dv) floats. */
 void k_attention_bf16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                      int64_t brep, int64_t kvrep, int64_t heads, double scale, float *ws);
+                      int64_t brep, int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,
+                      uint32_t stream, uint32_t step, float *ws);
 K_TWIN(attention_bf16)
 void k_attention_grad_bf16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                            const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                            const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                            int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
-                           float *ws);
+                           double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws);
 K_TWIN(attention_grad_bf16)
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
@@ -692,13 +700,14 @@ K_TWIN(reduce_sum_to_f16)
  * GEMMs widened: k_gemm_widened_16) */
 void k_attention_f16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                     int64_t brep, int64_t kvrep, int64_t heads, double scale, float *ws);
+                     int64_t brep, int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,
+                     uint32_t stream, uint32_t step, float *ws);
 K_TWIN(attention_f16)
 void k_attention_grad_f16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                           const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                           const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
-                          float *ws);
+                          double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws);
 K_TWIN(attention_grad_f16)
 
 /* ---- threads -------------------------------------------------------------

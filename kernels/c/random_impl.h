@@ -19,7 +19,7 @@ static void KFN(dropout_chunks)(void *ctx, int64_t lo, int64_t hi)
     uint8_t m[K_CHUNK];
     for (int64_t c = lo; c < hi; c++) {
         const int64_t b = c * K_CHUNK, t = min64(K_CHUNK, j->n - b);
-        dropout_mask(m, b, b + t, j->ratio, j->seed, j->stream, j->step);
+        philox_keep(m, b, b + t, j->ratio, j->seed, j->stream, j->step);
         for (int64_t i = 0; i < t; i++)
             j->y[b + i] = m[i] ? j->x[b + i] * s : (T)0;
         if (j->mask)

@@ -2,13 +2,15 @@
 # make_cases.sh FSDPC — writes the golden cases of tests/passes that are dumps of tiny models: each
 # PASS/CASE.ir is the IR before PASS (--dump-after the pass before it) of examples/mlp.onnx or of
 # tiny_gpt.onnx (examples/gpt.py tiny_gpt.onnx --vocab 8 --layers 1 --heads 2 --embd 4 --block 4 --batch 1),
-# with the flags its name says.  Run it when the IR text itself changes; then `run.py FSDPC --update` writes
+# with the flags its name says; the gpt_dropout cases of tiny_gpt_drop.onnx (the same with --dropout 0.1: a training
+# Dropout on the attention probabilities).  Run it when the IR text itself changes; then `run.py FSDPC --update` writes
 # the expected outputs (review both diffs).  The other cases are written by hand and kept as they are.
 set -eu
 F=$(realpath "$1")
 cd "$(dirname "$0")"
 MLP="../../examples/mlp.onnx --loss mse:y,target --dim batch=2 --target cpu --wrap size:1000"
 GPT="tiny_gpt.onnx --loss cross_entropy:logits,labels --dim batch=1 --target cpu --wrap size:100"
+GPTD="tiny_gpt_drop.onnx --loss cross_entropy:logits,labels --dim batch=1 --target cpu --wrap size:100"
 PASSES="frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule memplan"
 
 # case PASS NAME MODEL-AND-FLAGS...: PASS/NAME.ir = the dump after the pass before PASS
@@ -36,6 +38,8 @@ case_ gelu gpt_nofuse $GPT --no-fuse
 case_ attention gpt $GPT
 case_ attention gpt_cuda_bf16 $GPT --target cuda --precision bf16
 case_ attention gpt_nofuse $GPT --no-fuse
+case_ attention gpt_dropout $GPTD
+case_ attention gpt_dropout_cuda $GPTD --target cuda
 case_ loss mlp_mse $MLP
 case_ loss mlp_huber $MLP --loss huber:y,target --huber-delta 0.5
 case_ loss mlp_l1 $MLP --loss l1:y,target
