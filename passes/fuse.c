@@ -27,6 +27,9 @@
  *     producer and the root (moving a read later never crosses the end of a
  *     gathered buffer or a write of state).
  * A group reads at most FUSE_MAX_IN outside values (kernel arguments).
+ * Then, on cpu, a bias gradient (ReduceSumTo over every dim but the last) of
+ * a Fused node's output or of a lone fusable node's becomes that loop's
+ * second output (column_sums).
  *
  * Before that, GEMM epilogues: an Add of a MatMul's output and
  *   - a bias, a vector over the output's last axis (every other dim 1), or
@@ -314,6 +317,118 @@ static void gemm_low_out(Graph *g)
         drop_nodes(g, dropped);
 }
 
+/* The Fused node of group f (number id): inputs the values its members read from outside (a Clip's bounds
+ * aside), output the last member's; 0 where it would read more than FUSE_MAX_IN. */
+static int fused_node(const Fusion *f, int id, Node *fz)
+{
+    int in[FUSE_MAX_IN], nin = 0;
+    for (int k = 0; k < f->n; k++) {
+        const Node *m = &f->member[k];
+        int ninput = m->op == OP_Clip ? 1 : m->nin;
+        for (int i = 0; i < ninput; i++) {
+            int v = m->in[i], inside = 0, seen = 0;
+            if (v < 0)
+                continue;
+            for (int j = 0; j < k; j++)
+                inside |= f->member[j].out[0] == v;
+            for (int j = 0; j < nin; j++)
+                seen |= in[j] == v;
+            if (inside || seen)
+                continue;
+            if (nin == FUSE_MAX_IN)
+                return 0;
+            in[nin++] = v;
+        }
+    }
+    const Node *root = &f->member[f->n - 1];
+    *fz = (Node){.op = OP_Fused, .name = ir_fmt("%s.fused", root->name), .nin = nin, .nout = 1, .unit = -1};
+    fz->in = ir_alloc(sizeof(int) * (size_t)nin);
+    memcpy(fz->in, in, sizeof(int) * (size_t)nin);
+    fz->out = ir_alloc(sizeof(int) * 2);
+    fz->out[0] = root->out[0];
+    fz->nattr = 2;
+    fz->attr = ir_alloc(sizeof(Attr) * 2);
+    fz->attr[0] = (Attr){.name = "group", .kind = A_INT, .i = id};
+    char *ops = ir_alloc((size_t)f->n * 24 + 1);
+    for (int k = 0; k < f->n; k++) {
+        strcat(ops, k ? "," : "");
+        strcat(ops, op_info[f->member[k].op].name);
+    }
+    fz->attr[1] = (Attr){.name = "ops", .kind = A_STRING, .s = ops};
+    return 1;
+}
+
+/* May a loop that writes x (elementwise) also write y = ReduceSumTo(x), x summed over every dim but its last (a
+ * bias gradient), as k_reduce_sum_to would: y of x's last dim (any leading dims 1), in float32 of a float32 or
+ * 16-bit x (k_reduce_sum_to_f32 / _bf16 / _f16), in float64 of a float64 one? */
+static int column_sum_of(const Graph *g, int x, int y)
+{
+    const Value *xv = &g->val[x], *yv = &g->val[y];
+    const Shape *xs = &xv->shape, *ys = &yv->shape;
+    if (xv->alias_of >= 0 || xs->rank < 1 || ys->rank < 1 || shape_numel(xs) <= 0 ||
+        yv->dtype != compute_type(xv->dtype) || !(dtype_is_float(xv->dtype) || is_low(xv->dtype)) ||
+        ys->dim[ys->rank - 1] != xs->dim[xs->rank - 1])
+        return 0;
+    for (int i = 0; i < ys->rank - 1; i++)
+        if (ys->dim[i] != 1)
+            return 0;
+    return 1;
+}
+
+static int on_cpu(const Graph *g) { return !g->opt->target || !strcmp(g->opt->target, "cpu"); }
+
+/* Column sums (cpu): a ReduceSumTo of a loop's result x over every dim but the last (column_sum_of) becomes the
+ * loop's second output, so x is summed as it is written instead of read again (a GPT's GELU gradient, the
+ * residual stream's gradient: a lone Add becomes a loop of one member).  The loop then splits over column tiles
+ * (codegen/emit_fused.c), each walking the rows in order with a double accumulator per column, which is
+ * k_reduce's order: the same bits.  Between the loop and the ReduceSumTo no barrier may stand (the sum is written
+ * earlier).  cuda keeps the separate reduction (its kernel sums a column's rows in another order). */
+static void column_sums(Graph *g)
+{
+    if (!on_cpu(g))
+        return;
+    ir_link(g);
+    int nn = g->nnode, merged = 0, nfu = g->nfusion;
+    char *dropped = ir_alloc((size_t)nn + 1);
+    int *barrier_before = ir_alloc(sizeof(int) * (size_t)(nn + 1));
+    for (int i = 0; i < nn; i++)
+        barrier_before[i + 1] = barrier_before[i] + is_barrier(&g->node[i]);
+    Fusion *fu = ir_alloc(sizeof(Fusion) * (size_t)(nfu + nn + 1));
+    if (nfu)
+        memcpy(fu, g->fusion, sizeof(Fusion) * (size_t)nfu);
+    for (int s = 0; s < nn; s++) {
+        const Node *rs = &g->node[s];
+        if (rs->op != OP_ReduceSumTo)
+            continue;
+        int x = rs->in[0], y = rs->out[0], p = g->val[x].producer;
+        if (p < 0 || p >= s || !column_sum_of(g, x, y) || (p >= g->nfwd) != (s >= g->nfwd) ||
+            barrier_before[s] != barrier_before[p + 1])
+            continue;
+        Node *pn = &g->node[p];
+        if (pn->op == OP_Fused ? pn->nout != 1 : !fusable(g, pn) || pn->out[0] != x)
+            continue;
+        if (pn->op != OP_Fused) { /* a loop of one member */
+            Fusion *f = &fu[nfu];
+            f->n = 1;
+            f->member = ir_alloc(sizeof(Node));
+            f->member[0] = *pn;
+            Node fz;
+            if (!fused_node(f, nfu, &fz))
+                continue;
+            *pn = fz;
+            nfu++;
+        }
+        pn->nout = 2;
+        pn->out[1] = y;
+        dropped[s] = 1;
+        merged++;
+    }
+    g->fusion = fu;
+    g->nfusion = nfu;
+    if (merged)
+        drop_nodes(g, dropped);
+}
+
 void pass_fuse(Graph *g)
 {
     if (g->opt->no_fuse)
@@ -369,67 +484,35 @@ void pass_fuse(Graph *g)
                 members[b] = members[b - 1];
                 members[b - 1] = t;
             }
-        int in[FUSE_MAX_IN], nin = 0, ok = 1;
-        for (int k = 0; k < nm && ok; k++) {
-            const Node *m = &g->node[members[k]];
-            int ninput = m->op == OP_Clip ? 1 : m->nin;
-            for (int i = 0; i < ninput && ok; i++) {
-                int v = m->in[i], inside = 0, seen = 0;
-                if (v < 0)
-                    continue;
-                for (int j = 0; j < k; j++)
-                    inside |= g->node[members[j]].out[0] == v;
-                for (int j = 0; j < nin; j++)
-                    seen |= in[j] == v;
-                if (inside || seen)
-                    continue;
-                if (nin == FUSE_MAX_IN)
-                    ok = 0;
-                else
-                    in[nin++] = v;
-            }
-        }
-        if (!ok)
-            continue;
         Fusion *f = &fu[nfu];
         f->n = nm;
         f->member = ir_alloc(sizeof(Node) * (size_t)nm);
-        for (int k = 0; k < nm; k++) {
+        for (int k = 0; k < nm; k++)
             f->member[k] = g->node[members[k]];
+        Node fz;
+        if (!fused_node(f, nfu, &fz))
+            continue;
+        for (int k = 0; k < nm; k++)
             group[members[k]] = nfu;
-        }
         /* the root becomes the Fused node; the others are dropped below */
-        Node fz = {.op = OP_Fused, .name = ir_fmt("%s.fused", root->name), .nin = nin, .nout = 1, .unit = -1};
-        fz.in = ir_alloc(sizeof(int) * (size_t)nin);
-        memcpy(fz.in, in, sizeof(int) * (size_t)nin);
-        fz.out = ir_alloc(sizeof(int));
-        fz.out[0] = root->out[0];
-        fz.nattr = 2;
-        fz.attr = ir_alloc(sizeof(Attr) * 2);
-        fz.attr[0] = (Attr){.name = "group", .kind = A_INT, .i = nfu};
-        char *ops = ir_alloc((size_t)nm * 24 + 1);
-        for (int k = 0; k < nm; k++) {
-            strcat(ops, k ? "," : "");
-            strcat(ops, op_info[f->member[k].op].name);
-        }
-        fz.attr[1] = (Attr){.name = "ops", .kind = A_STRING, .s = ops};
         g->node[r] = fz;
         nfu++;
     }
-    if (!nfu)
-        return;
-    Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
-    int n = 0;
-    for (int i = 0; i < nn; i++)
-        if (group[i] < 0 || g->node[i].op == OP_Fused)
-            keep[n++] = g->node[i];
-    /* nfwd: the forward pass shrank by its fused members */
-    int nfwd = 0;
-    for (int i = 0; i < g->nfwd && i < nn; i++)
-        nfwd += group[i] < 0 || g->node[i].op == OP_Fused;
-    g->nfwd = nfwd;
-    g->fusion = fu;
-    g->nfusion = nfu;
-    ir_set_nodes(g, keep, n);
+    if (nfu) {
+        Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
+        int n = 0;
+        for (int i = 0; i < nn; i++)
+            if (group[i] < 0 || g->node[i].op == OP_Fused)
+                keep[n++] = g->node[i];
+        /* nfwd: the forward pass shrank by its fused members */
+        int nfwd = 0;
+        for (int i = 0; i < g->nfwd && i < nn; i++)
+            nfwd += group[i] < 0 || g->node[i].op == OP_Fused;
+        g->nfwd = nfwd;
+        g->fusion = fu;
+        g->nfusion = nfu;
+        ir_set_nodes(g, keep, n);
+    }
+    column_sums(g);
     ir_link(g);
 }

@@ -42,6 +42,15 @@
 #define K_PAR_MIN ((int64_t)1 << 16)
 #endif
 
+/* The threads of the team running the caller: 1 outside a parallel region (or built without OpenMP).  The
+ * generated step's loops with column sums split into as many column tiles (codegen/emit_fused.c). */
+#ifdef _OPENMP
+#include <omp.h>
+static inline int64_t k_team_threads(void) { return omp_get_num_threads(); }
+#else
+static inline int64_t k_team_threads(void) { return 1; }
+#endif
+
 /* k_binary ops (K_ADD, ..., K_POW, K_POW_DA, K_POW_DB) and k_unary /
  * k_unary_grad ops (K_RELU, ..., K_SOFTPLUS; p0, p1 are the op's parameters,
  * unused: 0): the rows of fused.h's KF_BINARY and KF_UNARY, where each op's

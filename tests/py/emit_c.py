@@ -18,6 +18,11 @@ usage: emit_c.py FSDPC WORKDIR
 (c) examples/mlp.onnx with hostile value names ('*/' and a newline, a backslash, a quote, a leading digit, C
     keywords, the step's own locals `A` and `c`, two names equal once sanitised): fsdpc builds it (the C
     compiles), the names are unique identifiers, and no name's bytes leave its comment.
+(e) an RMSNorm-shaped block: its broadcasting fused loops are nests (no / or % per element), its mean's gradient a
+    member, and it trains as --no-fuse byte for byte.
+(f) a two-layer MLP with a ReLU, in fp32 and bf16: the first bias's gradient is the column sums of the ReLU
+    gradient's fused loop (no ReduceSumTo of its own), and 3 steps at 1 and 2 threads train the same weights byte
+    for byte as --no-fuse (k_reduce_sum_to): the loop sums a column's rows in k_reduce's order.
 """
 import os
 import re
@@ -263,6 +268,52 @@ def broadcast_nest(fsdpc, work):
           "byte-identical to --no-fuse" % (len(loops), D))
 
 
+def column_sums(fsdpc, work):
+    """(f) bias gradients summed in the loop that writes dY: y = Relu(x W1 + b1) W2 + b2, MSE"""
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    B, T, D, H = 2, 5, 24, 40  # 10 rows; b1's 40 columns: tiles of 16, 16 and 8 (emit_fused.c)
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(rng.standard_normal((D, H)).astype(np.float32) * 0.3, "w1"),
+             numpy_helper.from_array(0.1 * rng.standard_normal(H).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.standard_normal((H, D)).astype(np.float32) * 0.3, "w2"),
+             numpy_helper.from_array(0.1 * rng.standard_normal(D).astype(np.float32), "b2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])], inits)
+    path = os.path.join(work, "cs.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    np.save(os.path.join(work, "cx.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    np.save(os.path.join(work, "ct.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    for prec in ("fp32", "bf16"):
+        flags = ["--target", "cpu", "--loss", "mse:y,target", "--precision", prec]
+        dump = run([fsdpc, path, "--dump-after", "fuse"] + flags).stdout
+        fused = re.findall(r"^  %\d+, (%\d+) = Fused .*ops=\"([^\"]*)\"", dump, re.M)
+        grad = re.search(r"^  (%%\d+) f32\[%d\] grad \"Add_1\.bwd\.b\.out\"" % H, dump, re.M)
+        check(grad and grad.group(1) in [v for v, _ in fused] and not re.search(
+            r"^  %s = ReduceSumTo" % grad.group(1), dump, re.M),
+              "%s: b1's gradient is not a fused loop's column sums:\n%s" % (prec, "\n".join(
+                  l for l in dump.splitlines() if "Fused" in l or "ReduceSumTo" in l or "Add_1.bwd" in l)))
+        out = {}
+        for name, extra in (("fused", ["--emit-c"]), ("unfused", ["--no-fuse"])):
+            exe = os.path.join(work, "cs_%s_%s" % (prec, name))
+            run([fsdpc, path, "-o", exe] + flags + extra)
+            for threads in ("1", "2"):
+                st = "%s.%s.safetensors" % (exe, threads)
+                run([exe, "--data", "x=" + os.path.join(work, "cx.npy"), "--data",
+                     "target=" + os.path.join(work, "ct.npy"), "--steps", "3", "--quiet", "--export-safetensors", st],
+                    env=dict(os.environ, OMP_NUM_THREADS=threads))
+                out[name, threads] = open(st, "rb").read()
+        step_c = split(open(os.path.join(work, "cs_%s_fused.c" % prec)).read())[1]
+        check(re.search(r"cs\[c0 \+ j\] = \(float\)acc\[j\];", step_c), "%s: no column sums in the step" % prec)
+        check(len(set(out.values())) == 1,
+              "%s: the column sums train other weights than --no-fuse's k_reduce_sum_to (or 2 threads than 1)" % prec)
+        print("column sums (%s): loops %s, weights after 3 steps byte-identical to --no-fuse at 1 and 2 threads"
+              % (prec, [ops for _, ops in fused]))
+
+
 def main():
     fsdpc, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -272,6 +323,7 @@ def main():
     gpt_tables(fsdpc, work, "fp16")
     hostile(fsdpc, work)
     broadcast_nest(fsdpc, work)
+    column_sums(fsdpc, work)
     print("OK")
 
 
