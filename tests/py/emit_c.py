@@ -272,7 +272,7 @@ def column_sums(fsdpc, work):
     """(f) bias gradients summed in the loop that writes dY: y = Relu(x W1 + b1) W2 + b2, MSE"""
     from onnx import TensorProto, helper, numpy_helper
     import numpy as np
-    B, T, D, H = 2, 5, 24, 40  # 10 rows; b1's 40 columns: tiles of 16, 16 and 8 (emit_fused.c)
+    B, T, D, H = 2, 5, 24, 40  # 10 rows; b1's 40 columns: at 2 threads tiles of 32 and 8 (emit_fused.c)
     rng = np.random.default_rng(11)
     inits = [numpy_helper.from_array(rng.standard_normal((D, H)).astype(np.float32) * 0.3, "w1"),
              numpy_helper.from_array(0.1 * rng.standard_normal(H).astype(np.float32), "b1"),
