@@ -48,7 +48,7 @@ static void *to_heads(const void *x, size_t es, int64_t B, int64_t H, int64_t T,
     char *y = xalloc(B * H * T * D, es);
     for (int64_t p = 0; p < B * H; p++)
         for (int64_t i = 0; i < T; i++)
-            memcpy(y + (size_t)(k_attention_at(p, T, H, D) + i * H * D) * es,
+            memcpy(y + (size_t)(k_attention_at(p, T, H, D, H * D) + i * H * D) * es,
                    (const char *)x + (size_t)((p * T + i) * D) * es, (size_t)D * es);
     return y;
 }
@@ -91,14 +91,14 @@ int main(int argc, char **argv)
             for (int i = 0; i < rounds; i++) {
                 if (low) {
                     k_attention_bf16(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                     0.125, 0.0, 0, 0, 0, ws);
+                                     0.125, 0.0, 0, 0, 0, ws, NULL);
                     k_attention_grad_bf16(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
+                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws, NULL);
                 } else {
                     k_attention_f32(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                    0.125, 0.0, 0, 0, 0, ws);
+                                    0.125, 0.0, 0, 0, 0, ws, NULL);
                     k_attention_grad_f32(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
+                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws, NULL);
                 }
             }
             t[h][r] = (cpu_s() - c0) / rounds * 1e3;
