@@ -92,7 +92,8 @@ static void view_into(Graph *g, int v, int x, int64_t off)
     g->val[v].alias_ld = g->val[x].shape.dim[2];
 }
 
-/* is x [B, t, n] an activation a pack can be a view of (on the last axis, its own bytes)? */
+/* is x [B, t, n] an activation a pack can be a view of (on the last axis, not a view yet; where memplan then
+ * makes it a Reshape's view, it rebases the pack's views onto the root) */
 static int packable(const Graph *g, const Node *n, int x)
 {
     const Value *v = &g->val[x];
