@@ -80,7 +80,7 @@ static const char *usage =
     "                          except that GEMM, convolution and attention outputs stay saved, so only\n"
     "                          the cheap ops (elementwise, norms, softmax, casts) run again (default none)\n"
     "  --dump-after PASS       print the IR after PASS (frontend fold shape gelu attention loss autodiff optim\n"
-    "                          units shard precision recompute fuse schedule memplan), as text --run-pass reads\n"
+    "                          units shard precision recompute fuse schedule pack memplan), as text --run-pass reads\n"
     "  --dump-data             --dump-after / --run-pass write every constant's and parameter's bytes (default:\n"
     "                          float tensors of more than 256 elements as a digest, which --run-pass refuses\n"
     "                          to read values from)\n"
@@ -119,8 +119,8 @@ static const struct {
 } passes[] = {{"frontend", NULL}, {"fold", pass_fold}, {"shape", pass_shape}, {"gelu", pass_gelu},
               {"attention", pass_attention}, {"loss", pass_loss}, {"autodiff", pass_autodiff}, {"optim", pass_optim},
               {"units", pass_units}, {"shard", pass_shard}, {"precision", pass_precision}, {"recompute", pass_recompute},
-              {"fuse", pass_fuse}, {"schedule", pass_schedule}, {"memplan", pass_memplan}, {NULL, NULL}};
-#define PASS_NAMES "frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule memplan"
+              {"fuse", pass_fuse}, {"schedule", pass_schedule}, {"pack", pass_pack}, {"memplan", pass_memplan}, {NULL, NULL}};
+#define PASS_NAMES "frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule pack memplan"
 
 /* the index of pass `name` in passes[], or a one-line error for flag */
 static int find_pass(const char *flag, const char *name)
@@ -499,6 +499,7 @@ static Graph *compile(const Options *o)
     RUN(recompute);
     RUN(fuse);
     RUN(schedule);
+    RUN(pack);
     RUN(memplan);
     return g;
 }

@@ -70,19 +70,19 @@ static double run(Bench *b, int s, int grad)
     const double t0 = cpu_s();
     if (s == F32 && !grad)
         k_attention_f32(b->y, b->lse, b->q, b->kt, 0, b->v, b->bias, b->batch, t, t, d, d, 1, b->batch, 1, 0, scale,
-                        0.0, 0, 0, 0, b->ws);
+                        0.0, 0, 0, 0, b->ws, NULL);
     else if (s == F32)
         k_attention_grad_f32(b->dq, b->dkt, b->dv, NULL, b->dy, b->q, b->kt, 0, b->v, b->bias, b->y, b->lse, b->batch,
-                             t, t, d, d, 1, b->batch, 1, 0, scale, 0.0, 0, 0, 0, b->ws);
+                             t, t, d, d, 1, b->batch, 1, 0, scale, 0.0, 0, 0, 0, b->ws, NULL);
     else if (!grad)
         (s == BF16 ? k_attention_bf16 : k_attention_f16)(b->y16, b->lse, b->q16[s - 1], b->kt16[s - 1], 0,
                                                          b->v16[s - 1], b->bias, b->batch, t, t, d, d, 1, b->batch, 1,
-                                                         0, scale, 0.0, 0, 0, 0, b->ws);
+                                                         0, scale, 0.0, 0, 0, 0, b->ws, NULL);
     else
         (s == BF16 ? k_attention_grad_bf16 : k_attention_grad_f16)(
             b->dq16, b->dkt16, b->dv16, NULL, b->dy16[s - 1], b->q16[s - 1], b->kt16[s - 1], 0, b->v16[s - 1], b->bias,
             b->y16, b->lse,
-            b->batch, t, t, d, d, 1, b->batch, 1, 0, scale, 0.0, 0, 0, 0, b->ws);
+            b->batch, t, t, d, d, 1, b->batch, 1, 0, scale, 0.0, 0, 0, 0, b->ws, NULL);
     return cpu_s() - t0;
 }
 

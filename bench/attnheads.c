@@ -1,8 +1,10 @@
-/* attnheads.c — the fused attention's two layouts (issue 32 item 3: does reading q, k, v and writing y, dq, dk, dv
+/* attnheads.c — the fused attention's layouts (issue 32 item 3: does reading q, k, v and writing y, dq, dk, dv
  * in the projections' [B, T, H, d], rows H d apart, cost the kernels anything against the dense [B H, T, d] the
- * head Transposes made?).  Times k_attention_S then k_attention_grad_S (S f32 or bf16) on a causal GPT attention
- * (flags 5: keys as rows, the causal band, as the step calls them), heads 0 and heads H on the same values, the
- * rounds of each alternating, and checks that both give the same bits (y and dq compared back in one layout).
+ * head Transposes made?  And, passes/pack.c: q, k, v read out of c_attn's packed [B, T, 3 H d] and dq, dk, dv
+ * written into one, rows 3 H d apart: KAttnLd).  Times k_attention_S then k_attention_grad_S (S f32 or bf16) on a
+ * causal GPT attention (flags 5: keys as rows, the causal band, as the step calls them), heads 0, heads H and
+ * packed on the same values, the rounds of each alternating, and checks that all give the same bits (outputs
+ * compared back in one layout).
  *
  *   cc -O2 -fopenmp -Ikernels/c bench/attnheads.c build/libfsdpc_kernels_v3.a \
  *      -L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp \
@@ -48,7 +50,7 @@ static void *to_heads(const void *x, size_t es, int64_t B, int64_t H, int64_t T,
     char *y = xalloc(B * H * T * D, es);
     for (int64_t p = 0; p < B * H; p++)
         for (int64_t i = 0; i < T; i++)
-            memcpy(y + (size_t)(k_attention_at(p, T, H, D) + i * H * D) * es,
+            memcpy(y + (size_t)(k_attention_at(p, T, H, D, H * D) + i * H * D) * es,
                    (const char *)x + (size_t)((p * T + i) * D) * es, (size_t)D * es);
     return y;
 }
@@ -64,8 +66,12 @@ int main(int argc, char **argv)
     const int rounds = argc > 6 ? atoi(argv[6]) : 3, reps = argc > 7 ? atoi(argv[7]) : 9, flags = 5;
     const size_t es = low ? 2 : 4;
     const int64_t n = P * T * D, nws = low ? k_attention_workspace_16(P, T, T, D, D) : k_attention_workspace(P, T, T);
-    void *in[4], *hin[4], *out[2][4];
-    float *lse[2] = {xalloc(P * T, 4), xalloc(P * T, 4)}, *ws = xalloc(nws, 4);
+    void *in[4], *hin[4], *out[3][4];
+    float *lse[3] = {xalloc(P * T, 4), xalloc(P * T, 4), xalloc(P * T, 4)}, *ws = xalloc(nws, 4);
+    /* packed: q, k, v of each row side by side in pk (rows W = 3 H D apart), dq, dk, dv so in pg */
+    const int64_t W = 3 * H * D, rowsz = H * D;
+    char *pk = xalloc(B * T * W, es), *pg = xalloc(B * T * W, es);
+    const KAttnLd ld = {W, W, W, 0, W, W, W};
     unsigned seed = 1;
     for (int a = 0; a < 4; a++) { /* q, k, v, dy */
         in[a] = xalloc(n, es);
@@ -78,27 +84,32 @@ int main(int argc, char **argv)
                 ((float *)in[a])[i] = f;
         }
         hin[a] = to_heads(in[a], es, B, H, T, D);
+        for (int64_t r = 0; a < 3 && r < B * T; r++)
+            memcpy(pk + (size_t)(r * W + a * rowsz) * es, (char *)hin[a] + (size_t)(r * rowsz) * es, (size_t)rowsz * es);
     }
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 3; h++)
         for (int o = 0; o < 4; o++) /* y, dq, dk, dv */
             out[h][o] = xalloc(n, es);
-    double *t[2] = {xalloc(reps, 8), xalloc(reps, 8)};
+    double *t[3] = {xalloc(reps, 8), xalloc(reps, 8), xalloc(reps, 8)};
     for (int r = 0; r < reps; r++)
-        for (int h = 0; h < 2; h++) {
-            void **x = h ? hin : in, **y = out[h];
+        for (int h = 0; h < 3; h++) {
+            void *px[4] = {pk, pk + (size_t)rowsz * es, pk + (size_t)(2 * rowsz) * es, hin[3]};
+            void *py[4] = {out[2][0], pg, pg + (size_t)rowsz * es, pg + (size_t)(2 * rowsz) * es};
+            void **x = h == 2 ? px : h ? hin : in, **y = h == 2 ? py : out[h];
+            const KAttnLd *l = h == 2 ? &ld : NULL;
             const int64_t heads = h ? H : 0;
             const double c0 = cpu_s();
             for (int i = 0; i < rounds; i++) {
                 if (low) {
                     k_attention_bf16(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                     0.125, 0.0, 0, 0, 0, ws);
+                                     0.125, 0.0, 0, 0, 0, ws, l);
                     k_attention_grad_bf16(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
+                                          P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws, l);
                 } else {
                     k_attention_f32(y[0], lse[h], x[0], x[1], flags, x[2], NULL, P, T, T, D, D, 1, 1, 1, heads,
-                                    0.125, 0.0, 0, 0, 0, ws);
+                                    0.125, 0.0, 0, 0, 0, ws, l);
                     k_attention_grad_f32(y[1], y[2], y[3], NULL, x[3], x[0], x[1], flags, x[2], NULL, y[0], lse[h],
-                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws);
+                                         P, T, T, D, D, 1, 1, 1, heads, 0.125, 0.0, 0, 0, 0, ws, l);
                 }
             }
             t[h][r] = (cpu_s() - c0) / rounds * 1e3;
@@ -111,14 +122,22 @@ int main(int argc, char **argv)
         }
         free(back);
     }
-    if (memcmp(lse[0], lse[1], sizeof(float) * (size_t)(P * T))) {
-        fprintf(stderr, "attnheads: lse differs between the layouts\n");
+    int packed_bad = memcmp(out[1][0], out[2][0], (size_t)n * es) != 0;
+    for (int o = 1; o < 4; o++) /* dq, dk, dv: packed rows against the heads layout's */
+        for (int64_t r = 0; r < B * T; r++)
+            packed_bad |= memcmp(pg + (size_t)(r * W + (o - 1) * rowsz) * es,
+                                 (char *)out[1][o] + (size_t)(r * rowsz) * es, (size_t)rowsz * es) != 0;
+    if (packed_bad || memcmp(lse[0], lse[1], sizeof(float) * (size_t)(P * T)) ||
+        memcmp(lse[0], lse[2], sizeof(float) * (size_t)(P * T))) {
+        fprintf(stderr, "attnheads: lse or the packed outputs differ between the layouts\n");
         return 1;
     }
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 3; h++)
         qsort(t[h], (size_t)reps, sizeof(double), cmp);
     printf("%s B %lld H %lld T %lld D %lld, forward + backward, CPU ms: dense median %.3f best %.3f; heads median "
-           "%.3f best %.3f; heads / dense %.3f (same bits)\n", low ? "bf16" : "f32", (long long)B, (long long)H,
-           (long long)T, (long long)D, t[0][reps / 2], t[0][0], t[1][reps / 2], t[1][0], t[1][reps / 2] / t[0][reps / 2]);
+           "%.3f best %.3f; packed median %.3f best %.3f; heads / dense %.3f, packed / heads %.3f (median), %.3f "
+           "(best) (same bits)\n", low ? "bf16" : "f32", (long long)B, (long long)H, (long long)T, (long long)D,
+           t[0][reps / 2], t[0][0], t[1][reps / 2], t[1][0], t[2][reps / 2], t[2][0], t[1][reps / 2] / t[0][reps / 2],
+           t[2][reps / 2] / t[1][reps / 2], t[2][0] / t[1][0]);
     return 0;
 }

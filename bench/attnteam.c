@@ -82,9 +82,9 @@ int main(int argc, char **argv)
             const double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
             if (w == 0)
                 for (int i = 0; i < rounds; i++) {
-                    k_attention_f32(y[0], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0, 0.125, 0.0, 0, 0, 0, ws);
+                    k_attention_f32(y[0], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0, 0.125, 0.0, 0, 0, 0, ws, NULL);
                     k_attention_grad_f32(dq[0], dk, dv, NULL, dy, q, k, flags, v, NULL, y[0], lse, bh, t, t, d, d, 1, 1,
-                                         1, 0, 0.125, 0.0, 0, 0, 0, ws);
+                                         1, 0, 0.125, 0.0, 0, 0, 0, ws, NULL);
                 }
             else {
 #pragma omp parallel
@@ -92,10 +92,10 @@ int main(int argc, char **argv)
                     k_share(1);
                     for (int i = 0; i < rounds; i++) {
                         k_attention_f32(y[1], lse, q, k, flags, v, NULL, bh, t, t, d, d, 1, 1, 1, 0, 0.125,
-                                        0.0, 0, 0, 0, ws);
+                                        0.0, 0, 0, 0, ws, NULL);
 #pragma omp barrier
                         k_attention_grad_f32(dq[1], dk, dv, NULL, dy, q, k, flags, v, NULL, y[1], lse, bh, t, t, d, d,
-                                             1, 1, 1, 0, 0.125, 0.0, 0, 0, 0, ws);
+                                             1, 1, 1, 0, 0.125, 0.0, 0, 0, 0, ws, NULL);
 #pragma omp barrier
                     }
                     k_share(0);

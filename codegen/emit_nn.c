@@ -235,6 +235,20 @@ static void emit_layernorm_grad(Cg *cg, Buf *b, const Node *n)
 
 /* ---- fused attention ------------------------------------------------------ */
 
+/* the attention's row strides: attrs ldq .. lddv (passes/pack.c: q, k, v read out of their packed projection,
+ * dq, dk, dv written into its packed gradient) as a KAttnLd, or NULL where it has none (the heads layout's) */
+static const char *attention_ld(const Node *n)
+{
+    static const char *const attr[7] = {"ldq", "ldk", "ldv", "ldy", "lddq", "lddk", "lddv"};
+    int64_t ld[7], any = 0;
+    for (int k = 0; k < 7; k++)
+        any |= ld[k] = ir_attr_i(n, attr[k], 0);
+    if (!any)
+        return "NULL";
+    return ir_fmt("&(const KAttnLd){%lld, %lld, %lld, %lld, %lld, %lld, %lld}", (long long)ld[0], (long long)ld[1],
+                  (long long)ld[2], (long long)ld[3], (long long)ld[4], (long long)ld[5], (long long)ld[6]);
+}
+
 /* FusedAttention and its gradient: the problems (q's leading dims, with heads its heads too: ir_attn_problems;
  * kt and v hold batch / kvrep) and t, s, d, dv from the shapes; the kernel of q's dtype (bf16 / f16: 16-bit q, kt,
  * v under --precision, everything else float32) */
@@ -254,12 +268,12 @@ static void emit_attention(Cg *cg, Buf *b, const Node *n, int grad)
     const char *dr = drop > 0 ? ir_fmt("c->validating ? 0.0 : %.17g, c->seed, %#xu, (uint32_t)c->step", drop,
                                        (unsigned)ir_attr_i(n, "stream", 0))
                               : "0.0, 0, 0u, 0u";
-    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s, %s",
+    const char *dims = ir_fmt("%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %.17g, %s, %s, %s",
                               (long long)ir_attn_problems(n, qs), (long long)qs->dim[rows], (long long)vs->dim[rows],
                               (long long)qs->dim[r - 1], (long long)vs->dim[r - 1], (long long)ir_attr_i(n, "nbias", 1),
                               (long long)ir_attr_i(n, "brep", 1), (long long)ir_attr_i(n, "kvrep", 1),
                               (long long)ir_attr_i(n, "heads", 0), ir_attr_f(n, "scale", 1.0), dr,
-                              P(cg, n->out[grad ? 3 : 2]));
+                              P(cg, n->out[grad ? 3 : 2]), attention_ld(n));
     if (!grad)
         cg_put(b, "    k_attention_%s(%s, %s, %s, %s, %d, %s, %s, %s);\n", sfx, P(cg, n->out[0]),
                P(cg, n->out[1]), P(cg, q), P(cg, kt), flags, P(cg, v), opt(cg, bias), dims);

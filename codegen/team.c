@@ -115,8 +115,14 @@ static int value_range(const Graph *g, int v, int64_t space[2], int64_t *lo, int
             space[(*n)++] = 1 + (int64_t)l->slot;
     } else
         return 0;
+    const Value *x = &g->val[v];
+    const int64_t es = (int64_t)dtype_size(x->dtype), ne = value_numel(g, v);
     *lo = l->off;
-    *hi = *lo + value_numel(g, v) * (int64_t)dtype_size(g->val[v].dtype);
+    *hi = *lo + ne * es;
+    if (x->alias_ld && ne > 0) { /* a strided view (passes/pack.c): its rows of w elements alias_ld apart */
+        const int64_t rows = x->shape.rank >= 2 ? x->shape.dim[0] * x->shape.dim[1] : 1, w = ne / rows;
+        *hi = *lo + ((rows - 1) * x->alias_ld + w) * es;
+    }
     return 1;
 }
 

@@ -153,6 +153,9 @@ typedef struct {
     int state;       /* R_STATESHARD: which state (2 = m / momentum, 3 = v) */
     int alias_of;    /* -1, or the value this one is a view of (shares its bytes) */
     int64_t alias_off; /* bytes into alias_of */
+    int64_t alias_ld; /* 0: a view's bytes are dense; else its rows (of the dims after its first two) lie alias_ld
+                       * elements apart in alias_of, as q, k and v in a packed projection (passes/pack.c): only
+                       * the nodes that pass lets read or write it index it so */
     int persistent;  /* lives across steps (consts, shards) */
     const char *digest; /* read from IR text (ir/parse.c) whose data was not inline: "elided:HEX" (the FNV-1a 64
                       * of the bytes) or "external"; data is NULL and ir_data refuses it */
@@ -460,6 +463,7 @@ DType precision_low(Precision p);               /* the 16-bit dtype of --precisi
 void pass_recompute(Graph *g);
 void pass_fuse(Graph *g);
 void pass_schedule(Graph *g);
+void pass_pack(Graph *g); /* passes/pack.c: q, k, v read out of their packed projection, dq, dk, dv written in */
 void pass_memplan(Graph *g);
 
 /* ir/build.c: what the rules and the passes build with.  shape_node types one

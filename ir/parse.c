@@ -663,6 +663,8 @@ static void rd_value(Rd *r, int i)
             v->unit = (int)rd_int(r, "the unit", 0, g->nunit - 1);
         else if (!strcmp(w, "view"))
             v->alias_of = rd_id(r, "view", 0), expect(r, "+"), v->alias_off = rd_int(r, "view offset", 0, INT64_MAX);
+        else if (!strcmp(w, "ld"))
+            v->alias_ld = rd_int(r, "a view's row stride", 1, INT64_MAX);
         else if (!strcmp(w, "grad"))
             v->grad = rd_id(r, "grad", 0);
         else if (!strcmp(w, "init"))

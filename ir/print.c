@@ -172,6 +172,8 @@ static void print_value(FILE *f, const Graph *g, int i)
         fprintf(f, " unit %d", v->unit);
     if (v->alias_of >= 0)
         fprintf(f, " view %%%d+%lld", v->alias_of, (long long)v->alias_off);
+    if (v->alias_ld)
+        fprintf(f, " ld %lld", (long long)v->alias_ld);
     if (v->grad >= 0)
         fprintf(f, " grad %%%d", v->grad);
     print_loc(f, v);

@@ -55,6 +55,13 @@ static void make_views(Graph *g)
         o->alias_of = ir_root(g, x);
         o->alias_off = g->val[x].alias_of >= 0 ? g->val[x].alias_off : 0;
     }
+    /* passes/pack.c's views of a value that has just become a view itself (GPT-2's c_attn output as a Reshape
+     * of its 2-D addmm): onto that root, at their offset plus its */
+    for (int v = 0; v < g->nval; v++) {
+        Value *o = &g->val[v];
+        if (o->alias_of >= 0 && g->val[o->alias_of].alias_of >= 0)
+            o->alias_off += g->val[o->alias_of].alias_off, o->alias_of = g->val[o->alias_of].alias_of;
+    }
 }
 
 static int read_at_run_time(const Node *n, int j) { return !(n->op == OP_Reshape && j == 1); }

@@ -10,7 +10,9 @@
  * K/V problem b / kvrep) in every precision, the K/V gradients summed over their
  * query problems in one order (1 thread = a team of 4, bit for bit); the heads
  * layout (q, k, v, y and their gradients read and written in the projections'
- * [B, t, H, d]) bit for bit as the dense one.
+ * [B, t, H, d]) bit for bit as the dense one, and q, k, v read out of one packed
+ * tensor and dq, dk, dv written into one (KAttnLd's row strides) bit for bit as
+ * the heads layout's separate tensors.
  */
 #include "ktest.h"
 
@@ -31,7 +33,7 @@ static void attn_fwd(void *ctx, double *const *in, double *y)
 {
     const AttnCtx *c = ctx;
     k_attention_f64(y, c->lse, in[0], in[1], c->flags, in[2], in[3], c->batch, c->t, c->s, c->d, c->dv, c->nbias,
-                    c->brep, c->kvrep, 0, c->scale, 0.0, 0, 0, 0, c->ws);
+                    c->brep, c->kvrep, 0, c->scale, 0.0, 0, 0, 0, c->ws, NULL);
 }
 
 /* The outputs of k_attention and k_attention_grad (y, lse, dq, dkt, dval, dbias: already computed by the caller on
@@ -50,10 +52,10 @@ static void attn_threads_check(int dt, Buf *q, Buf *kt, Buf *v, Buf *bias, Buf *
     for (int run = 0; run < 2; run++) {
         const int before = ktest_team(run ? 1 : 4);
         KCALL(k_attention, vp(dt, y), vp(dt, lse), vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL,
-              batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws));
+              batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws), NULL);
         KCALL(k_attention_grad, vp(dt, dq), vp(dt, dkt), vp(dt, dval), bias ? vp(dt, dbias) : NULL, vp(dt, dy),
               vp(dt, q), vp(dt, kt), flags, vp(dt, v), bias ? vp(dt, bias) : NULL, vp(dt, y), vp(dt, lse), batch, t, s,
-              d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws));
+              d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, vp(dt, ws), NULL);
         ktest_team(before);
         for (int k = 0; k < 6; k++) {
             const size_t n = (size_t)(k == 5 && !bias ? 0 : out[k]->n) * es;
@@ -127,7 +129,7 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
     CTX("k_attention batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d", (long long)batch,
         (long long)t, (long long)s, (long long)d, (long long)dv, kind, (long long)kvrep, flags);
     KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0,
-          V(ws));
+          V(ws), NULL);
     GET(&y, &lse);
     check(dt, y.d, want.d, y.n, tol(dt));
     for (int64_t i = 0; i < lse.n; i++) /* an all -inf row: NaN, as its softmax (or -inf, exactly) */
@@ -142,9 +144,9 @@ static void attn_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t d, in
         for (int64_t j = 0; j < s; j++)
             bias.d[(t / 2) * s + j] = 0, put(dt, &bias);
     KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), bp, batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0,
-          V(ws));
+          V(ws), NULL);
     KCALL(k_attention_grad, V(dq), V(dkt), V(dval), kind ? V(dbias) : NULL, V(w), V(q), V(kt), flags, V(v), bp, V(y),
-          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, V(ws));
+          V(lse), batch, t, s, d, dv, nbias, brep, kvrep, 0, scale, 0.0, 0, 0, 0, V(ws), NULL);
     if (kvrep > 1)
         attn_threads_check(dt, &q, &kt, &v, kind ? &bias : NULL, &w, &y, &lse, &dq, &dkt, &dval, &dbias, batch, t, s,
                            d, dv, nbias, brep, kvrep, flags, &ws);
@@ -312,10 +314,11 @@ static Attn16Out attn16_run(const Attn16 *a, float *ws)
     for (int64_t i = 0; bias && i < ns; i++)
         bias[i] = (float)a->bias[i];
     (a->f16 ? k_attention_f16 : k_attention_bf16)(y, o.lse, a->q16, a->kt16, a->flags, a->v16, bias, a->batch,
-                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws);
+                                                  a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws,
+                                                  NULL);
     (a->f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
         dq, dkt, dval, bias ? o.dbias : NULL, a->dy16, a->q16, a->kt16, a->flags, a->v16, bias, y, o.lse,
-        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws);
+        a->batch, a->t, a->s, a->d, a->dv, a->nbias, a->brep, a->kvrep, 0, a->scale, 0.0, 0, 0, 0, ws, NULL);
     o.y = widen_16(a->f16, y, bt * a->dv), o.dq = widen_16(a->f16, dq, bt * a->d);
     o.dkt = widen_16(a->f16, dkt, nk), o.dval = widen_16(a->f16, dval, nv);
     free(bias);
@@ -487,9 +490,9 @@ static void attn_drop_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t 
     CTX("k_attention dropout 0.1 y, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t, (long long)s,
         flags);
     KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), NULL, batch, t, s, d, dv, 1, 1, 1, 0, scale, ratio, seed,
-          stream, step, V(ws));
+          stream, step, V(ws), NULL);
     KCALL(k_attention_grad, V(dq), V(dkt), V(dval), NULL, V(w), V(q), V(kt), flags, V(v), NULL, V(y), V(lse), batch, t,
-          s, d, dv, 1, 1, 1, 0, scale, ratio, seed, stream, step, V(ws));
+          s, d, dv, 1, 1, 1, 0, scale, ratio, seed, stream, step, V(ws), NULL);
     GET(&y, &dq, &dkt, &dval);
     check(dt, y.d, wy, y.n, tol(dt));
     CTX("k_attention_grad dropout 0.1 dq, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
@@ -504,7 +507,7 @@ static void attn_drop_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t 
     CTX("k_attention dropout 0 (validation), batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
         (long long)s, flags);
     KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), NULL, batch, t, s, d, dv, 1, 1, 1, 0, scale, 0.0, seed,
-          stream, step, V(ws));
+          stream, step, V(ws), NULL);
     GET(&y);
     check(dt, y.d, wundrop, y.n, tol(dt));
     free(p), free(ones), free(wy), free(wdq), free(wdkt), free(wdv), free(wundrop), free(keep);
@@ -559,17 +562,20 @@ static BandOut band_run(int K, const double *q, const double *kt, const double *
     for (int a = 0; a < 5; a++) /* y, dq, dkt, dval of the bfloat16 kernels are bfloat16 */
         r.n[a] = (size_t)n[a] * (a == 1 ? es : is), r.o[a] = xalloc((size_t)n[a], a == 1 ? es : is);
     if (K == 0) {
-        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+        k_attention_f32(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99,
+                        5, 3, W, NULL);
         k_attention_grad_f32(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W, NULL);
     } else if (K == 1) {
-        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+        k_attention_f64(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99,
+                        5, 3, W, NULL);
         k_attention_grad_f64(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d, dv,
-                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+                             1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W, NULL);
     } else {
-        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+        k_attention_bf16(r.o[0], r.o[1], Q, KT, flags, VV, BI, B, t, s, d, dv, 1, 1, kvrep, heads, 0.25, band_drop, 99,
+                        5, 3, W, NULL);
         k_attention_grad_bf16(r.o[2], r.o[3], r.o[4], NULL, DY, Q, KT, flags, VV, BI, r.o[0], r.o[1], B, t, s, d,
-                              dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W);
+                              dv, 1, 1, kvrep, heads, 0.25, band_drop, 99, 5, 3, W, NULL);
     }
     free(Q), free(KT), free(VV), free(DY), free(BI), free(W);
     return r;
@@ -627,7 +633,7 @@ static void *heads_copy(const void *x, size_t es, int64_t B, int64_t H, int64_t 
     char *y = xalloc((size_t)(B * H * rows * w), es);
     for (int64_t p = 0; p < B * H; p++)
         for (int64_t i = 0; i < rows; i++) {
-            const int64_t dense = (p * rows + i) * w, heads = k_attention_at(p, rows, H, w) + i * H * w;
+            const int64_t dense = (p * rows + i) * w, heads = k_attention_at(p, rows, H, w, H * w) + i * H * w;
             memcpy(y + (size_t)(back ? dense : heads) * es, (const char *)x + (size_t)(back ? heads : dense) * es,
                    (size_t)w * es);
         }
@@ -682,6 +688,91 @@ static void test_attention_heads(int dt)
         }
 }
 
+/* q, k, v read out of one packed [Bt, t, W] tensor (GPT-2's c_attn output: q at column 0, k at H d, v at (H + Hk) d,
+ * each row W apart, W leaving 3 columns of padding) and dq, dk, dv written into one such tensor (passes/pack.c's
+ * KAttnLd) give the bits of the heads layout's separate tensors, in float32, float64 and bfloat16, and leave the
+ * padding as it was: self-attention (t = s), with grouped kv heads or not, causal or not */
+static void test_attention_packed(int dt)
+{
+    static const int64_t cases[][3] = {/* t, kvrep, d */ {70, 1, 16}, {40, 2, 8}};
+    if (dt != F32)
+        return;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int causal = 0; causal < 2; causal++) {
+            const int64_t Bt = 2, H = 4, t = cases[c][0], kvrep = cases[c][1], d = cases[c][2], Hk = H / kvrep;
+            const int64_t B = Bt * H, W = (H + 2 * Hk) * d + 3, at[3] = {0, H * d, (H + Hk) * d}, w[3] = {H * d, Hk * d, Hk * d};
+            const int flags = K_ATTN_KROW | (causal ? K_ATTN_CAUSAL : 0);
+            double *x[4];
+            const int64_t n[4] = {Bt * t * w[0], Bt * t * w[1], Bt * t * w[2], Bt * t * H * d}; /* q, k, v, dy */
+            for (int a = 0; a < 4; a++) {
+                x[a] = xalloc((size_t)n[a], 8);
+                for (int64_t i = 0; i < n[a]; i++)
+                    x[a][i] = rnd(a == 2 ? -1 : -2, a == 2 ? 1 : 2);
+            }
+            for (int K = 0; K < 3; K++) {
+                const size_t is = K == 1 ? 8 : K == 2 ? 2 : 4, es = K == 1 ? 8 : 4;
+                BandOut a = band_run(K, x[0], x[1], x[2], x[3], NULL, flags, B, t, t, d, d, kvrep, H);
+                /* the packed inputs and gradients: rows of q, k, v side by side, the padding 0x5a bytes */
+                char *pk = xalloc((size_t)(Bt * t * W), is), *pg = xalloc((size_t)(Bt * t * W), is);
+                char *dy = xalloc((size_t)n[3], is), *y = xalloc((size_t)n[3], is), *lse = xalloc((size_t)(B * t), es);
+                memset(pk, 0x5a, (size_t)(Bt * t * W) * is), memset(pg, 0x5a, (size_t)(Bt * t * W) * is);
+                for (int a = 0; a < 4; a++)
+                    for (int64_t r = 0; r < Bt * t; r++)
+                        for (int64_t j = 0; j < (a < 3 ? w[a] : H * d); j++) {
+                            const double v = x[a][r * (a < 3 ? w[a] : H * d) + j];
+                            char *e = a < 3 ? pk + (size_t)(r * W + at[a] + j) * is : dy + (size_t)(r * H * d + j) * is;
+                            if (K == 2) {
+                                const uint16_t h = k_bf16_from_f32((float)v);
+                                memcpy(e, &h, 2);
+                            } else if (K == 1)
+                                memcpy(e, &v, 8);
+                            else {
+                                const float f = (float)v;
+                                memcpy(e, &f, 4);
+                            }
+                        }
+                const int64_t nws = K == 2 ? k_attention_workspace_16(B, t, t, d, d) : k_attention_workspace(B, t, t);
+                void *ws = xalloc((size_t)nws + 1, es);
+                const KAttnLd ld = {W, W, W, 0, W, W, W};
+                char *q = pk + at[0] * (int64_t)is, *k = pk + at[1] * (int64_t)is, *v = pk + at[2] * (int64_t)is;
+                char *dq = pg + at[0] * (int64_t)is, *dk = pg + at[1] * (int64_t)is, *dv = pg + at[2] * (int64_t)is;
+#define PACKED_RUN(S, O, TT)                                                                                          \
+    do {                                                                                                           \
+        k_attention_##S((O *)y, (TT *)lse, (O *)q, (O *)k, flags, (O *)v, NULL, B, t, t, d, d, 1, 1, kvrep, H, 0.25,  \
+                        band_drop, 99, 5, 3, (TT *)ws, &ld);                                                       \
+        k_attention_grad_##S((O *)dq, (O *)dk, (O *)dv, NULL, (O *)dy, (O *)q, (O *)k, flags, (O *)v, NULL, (O *)y, \
+                             (TT *)lse, B, t, t, d, d, 1, 1, kvrep, H, 0.25, band_drop, 99, 5, 3, (TT *)ws, &ld);  \
+    } while (0)
+                if (K == 0)
+                    PACKED_RUN(f32, float, float);
+                else if (K == 1)
+                    PACKED_RUN(f64, double, double);
+                else
+                    PACKED_RUN(bf16, uint16_t, float);
+#undef PACKED_RUN
+                int bad = memcmp(a.o[0], y, a.n[0]) || memcmp(a.o[1], lse, a.n[1]);
+                for (int o = 0; o < 3; o++) /* dq, dk, dv against the heads layout's, row by row */
+                    for (int64_t r = 0; r < Bt * t; r++)
+                        bad |= memcmp((char *)a.o[2 + o] + (size_t)(r * w[o]) * is, pg + (size_t)(r * W + at[o]) * is,
+                                      (size_t)w[o] * is) != 0;
+                for (int64_t r = 0; r < Bt * t; r++) /* the padding untouched, in both */
+                    for (int64_t j = (H + 2 * Hk) * d; j < W; j++)
+                        for (size_t b = 0; b < is; b++)
+                            bad |= pk[(size_t)(r * W + j) * is + b] != 0x5a || pg[(size_t)(r * W + j) * is + b] != 0x5a;
+                checks++;
+                if (bad)
+                    failures++, printf("FAIL k_attention%s packed q, k, v (KAttnLd) t %lld kvrep %lld flags %d: not "
+                                       "the heads layout's bits, or the padding written\n", K == 0 ? "_f32" : K == 1 ?
+                                       "_f64" : "_bf16", (long long)t, (long long)kvrep, flags);
+                for (int o = 0; o < 5; o++)
+                    free(a.o[o]);
+                free(pk), free(pg), free(dy), free(y), free(lse), free(ws);
+            }
+            for (int a = 0; a < 4; a++)
+                free(x[a]);
+        }
+}
+
 /* the band and heads layout tests with an attention dropout: the causal band computed draws the flags a bias's
  * band draws, and the heads layout those of the dense [B H, t, s] (flat index (b t + i) s + j of problem b = row
  * b / H's head b % H: the [B, H, t, s] tensor's), bit for bit */
@@ -690,6 +781,7 @@ static void test_attention_drop_layouts(int dt)
     band_drop = 0.1;
     test_attention_band(dt);
     test_attention_heads(dt);
+    test_attention_packed(dt);
     band_drop = 0;
 }
 
@@ -697,7 +789,7 @@ static void test_attention_drop_layouts(int dt)
 int main(int argc, char **argv)
 {
     static void (*const tests[])(int) = {test_attention, test_attention_16, test_attention_band,
-                                          test_attention_heads, test_attention_dropout,
+                                          test_attention_heads, test_attention_packed, test_attention_dropout,
                                           test_attention_drop_layouts};
     static void (*const only16[])(int) = {test_attention_16};
     if (argc > 1 && !strcmp(argv[1], "attention_16"))

@@ -808,9 +808,9 @@ template <typename T> static void test_attention()
             const T *bp = attn_reads_bias(c) ? bias.data() : nullptr;
             V<T> wy(ny + 1), gy(ny + 1), wl(nl + 1), gl(nl + 1), ws(k_attention_workspace(c.batch, c.t, c.s) + 1);
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                        c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             kc_attention(gy.data(), gl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                         c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                         c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             CTX("kc_attention batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
                 (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gy.data(), wy.data(), ny, tol<T>());
@@ -819,16 +819,16 @@ template <typename T> static void test_attention()
                 for (int64_t j = 0; j < c.s; j++)
                     bias[(c.t / 2) * c.s + j] = 0;
             k_attention(wy.data(), wl.data(), q.data(), k.data(), flags, v.data(), bp, c.batch, c.t, c.s, c.d, c.dv,
-                        c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                        c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             const int64_t nb = bp ? c.nbias * c.t * c.s : 0;
             V<T> wdq(nq + 1), gdq(nq + 1, NAN), wdk(nk + 1), gdk(nk + 1, NAN), wdv(nv + 1), gdv(nv + 1, NAN);
             V<T> wdb(nb + 1), gdb(nb + 1, NAN);
             k_attention_grad(wdq.data(), wdk.data(), wdv.data(), bp ? wdb.data() : nullptr, dy.data(), q.data(),
                              k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                             c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                             c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             kc_attention_grad(gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy.data(), q.data(),
                               k.data(), flags, v.data(), bp, wy.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv,
-                              c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                              c.nbias, c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             CTX("kc_attention_grad batch %lld t %lld s %lld bias %d kvrep %lld flags %d", (long long)c.batch,
                 (long long)c.t, (long long)c.s, c.kind, (long long)c.kvrep, flags);
             check_f(gdq.data(), wdq.data(), nq, tol<T>());
@@ -954,7 +954,7 @@ static void test_attention_low(bool f16)
             F gl(nl + 1), gdb(nb + 1, NAN);
             (f16 ? kc_attention_f16 : kc_attention_bf16)(gy.data(), gl.data(), q16.data(), k16.data(), flags,
                                                          v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                                                         c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, nullptr);
+                                                         c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, nullptr, nullptr);
             CTX("kc_attention_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
@@ -963,7 +963,7 @@ static void test_attention_low(bool f16)
             (f16 ? kc_attention_grad_f16 : kc_attention_grad_bf16)(
                 gdq.data(), gdk.data(), gdv.data(), bp ? gdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
                 flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
-                c.kvrep, 0, scale, 0.0, 0, 0, 0, nullptr);
+                c.kvrep, 0, scale, 0.0, 0, 0, 0, nullptr, nullptr);
             CTX("kc_attention_grad_%s batch %lld t %lld s %lld d %lld dv %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s, (long long)c.d,
                 (long long)c.dv, c.kind, (long long)c.kvrep, flags);
@@ -976,11 +976,11 @@ static void test_attention_low(bool f16)
             H cy(ny + 1, nan16), cdq(nq + 1, nan16), cdk(nk + 1, nan16), cdv(nv + 1, nan16);
             (f16 ? k_attention_f16 : k_attention_bf16)(cy.data(), cl.data(), q16.data(), k16.data(), flags,
                                                        v16.data(), bp, c.batch, c.t, c.s, c.d, c.dv, c.nbias,
-                                                       c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                                                       c.brep, c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             (f16 ? k_attention_grad_f16 : k_attention_grad_bf16)(
                 cdq.data(), cdk.data(), cdv.data(), bp ? cdb.data() : nullptr, dy16.data(), q16.data(), k16.data(),
                 flags, v16.data(), bp, wy16.data(), wl.data(), c.batch, c.t, c.s, c.d, c.dv, c.nbias, c.brep,
-                c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data());
+                c.kvrep, 0, scale, 0.0, 0, 0, 0, ws.data(), nullptr);
             CTX("kc_attention_%s (and grad) = k_attention_%s, batch %lld t %lld s %lld bias %d kvrep %lld flags %d",
                 f16 ? "f16" : "bf16", f16 ? "f16" : "bf16", (long long)c.batch, (long long)c.t, (long long)c.s,
                 c.kind, (long long)c.kvrep, flags);
@@ -1002,7 +1002,7 @@ template <typename E> static V<E> heads_copy(const V<E> &x, int64_t B, int64_t H
     for (int64_t p = 0; p < B; p++)
         for (int64_t i = 0; i < rows; i++)
             for (int64_t c = 0; c < w; c++) {
-                const int64_t dense = (p * rows + i) * w + c, heads = k_attention_at(p, rows, H, w) + i * H * w + c;
+                const int64_t dense = (p * rows + i) * w + c, heads = k_attention_at(p, rows, H, w, H * w) + i * H * w + c;
                 y[back ? dense : heads] = x[back ? heads : dense];
             }
     return y;
@@ -1044,20 +1044,20 @@ static void test_attention_heads()
                 if (!low) {
                     const V<float> *x = h ? hin : in;
                     kc_attention_f32(out[h][0].data(), out[h][1].data(), x[0].data(), x[1].data(), flags, x[2].data(),
-                                     nullptr, B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3, 0.0, 0, 0, 0, nullptr);
+                                     nullptr, B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3, 0.0, 0, 0, 0, nullptr, nullptr);
                     kc_attention_grad_f32(out[h][2].data(), out[h][3].data(), out[h][4].data(), nullptr, x[3].data(),
                                           x[0].data(), x[1].data(), flags, x[2].data(), nullptr, out[h][0].data(),
                                           out[h][1].data(), B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3, 0.0, 0, 0, 0,
-                                          nullptr);
+                                          nullptr, nullptr);
                 } else {
                     const V<uint16_t> *x = h ? hin16 : in16;
                     kc_attention_bf16(out16[h][0].data(), out[h][1].data(), x[0].data(), x[1].data(), flags,
                                       x[2].data(), nullptr, B, c.t, c.s, c.d, c.dv, 1, 1, c.kvrep, heads, 0.3, 0.0, 0, 0, 0,
-                                      nullptr);
+                                      nullptr, nullptr);
                     kc_attention_grad_bf16(out16[h][2].data(), out16[h][3].data(), out16[h][4].data(), nullptr,
                                            x[3].data(), x[0].data(), x[1].data(), flags, x[2].data(), nullptr,
                                            out16[h][0].data(), out[h][1].data(), B, c.t, c.s, c.d, c.dv, 1, 1,
-                                           c.kvrep, heads, 0.3, 0.0, 0, 0, 0, nullptr);
+                                           c.kvrep, heads, 0.3, 0.0, 0, 0, 0, nullptr, nullptr);
                 }
             }
             const int64_t orows[5] = {c.t, 0, c.t, c.s, c.s}, ow[5] = {c.dv, 0, c.d, c.d, c.dv};

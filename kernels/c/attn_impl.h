@@ -190,19 +190,18 @@ static void KFN(attn_scores)(const KFN(AttnSlot) *sl, const O *q, int64_t ldq, c
 /* the forward's units [u0, u1) (a unit: a problem's tile of R query rows) on the calling thread, in its slot */
 static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, const O *kt, int flags, const O *v,
                             const T *bias, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,
-                            int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws)
+                            int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws, const KAttnLd *L)
 {
     const int zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t), tiles = (t + R - 1) / R, hkv = heads / kvrep;
-    const int64_t ldq = k_attention_ld(heads, d), ldy = k_attention_ld(heads, dv);
-    const int64_t ldk = k_attention_ld(hkv, d), ldv = k_attention_ld(hkv, dv);
+    const int64_t ldq = L->q, ldy = L->y, ldk = L->k, ldv = L->v;
     for (int64_t u = u0; u < u1; u++) {
         const KFN(AttnSlot) sl = KFN(attn_slot)(ws, t, s, d, dv);
         T *sc = sl.sc;
         const int64_t b = u / tiles, i0 = u % tiles * R;
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        O *yt = y + k_attention_at(b, t, heads, dv) + i0 * ldy;
+        O *yt = y + k_attention_at(b, t, heads, dv, ldy) + i0 * ldy;
         T *lt = lse + b * t + i0;
         if (s <= 0) { /* nothing to attend to: softmax of nothing */
             for (int64_t i = 0; i < r; i++)
@@ -214,8 +213,8 @@ static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, co
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
         const int64_t kb = b / kvrep; /* the K/V problem */
-        KFN(attn_scores)(&sl, q + k_attention_at(b, t, heads, d) + i0 * ldq, ldq,
-                         kt + k_attention_at(kb, s, hkv, d), ldk, flags, bb, i0, r, n, t, s, d, scale);
+        KFN(attn_scores)(&sl, q + k_attention_at(b, t, heads, d, ldq) + i0 * ldq, ldq,
+                         kt + k_attention_at(kb, s, hkv, d, ldk), ldk, flags, bb, i0, r, n, t, s, d, scale);
         T sums[K_ATTN_ROWS]; /* each row's softmax denominator, applied to y after P V */
         for (int64_t i = 0; i < r; i++) { /* each loop vectorised (omp simd: the sums in lanes of T) */
             T *row = sc + i * n, mx = -(T)INFINITY, sum = 0;
@@ -255,42 +254,54 @@ static void KFN(attn_units)(int64_t u0, int64_t u1, O *y, T *lse, const O *q, co
         T *yo = yt;
         const int64_t ldo = ldy;
 #endif
-        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n, v + k_attention_at(kb, s, hkv, dv),
-                       ldv, 0.0, yo, ldo, sl.w, sl.wn);
+        KFN(attn_gemm)(0, 0, r, dv, n, 1.0, KFN(attn_operand)(sc, r * n, sl.p), n,
+                       v + k_attention_at(kb, s, hkv, dv, ldv), ldv, 0.0, yo, ldo, sl.w, sl.wn);
         for (int64_t i = 0; i < r; i++)
             for (int64_t c = 0; c < dv; c++)
                 yt[i * ldy + c] = K_OUT(yo[i * ldo + c] / sums[i]);
     }
 }
 
-/* heads against the other dims: a layout the kernels can index (kernels.h), or abort */
-static void KFN(attn_check_heads)(int flags, int64_t batch, int64_t kvrep, int64_t heads)
+/* heads against the other dims: a layout the kernels can index (kernels.h), or abort; then the operands' row
+ * strides (ld's, each 0 taking the dense layout's; without K_ATTN_KROW kt's rows are s wide) */
+static KAttnLd KFN(attn_layout)(int flags, int64_t batch, int64_t s, int64_t d, int64_t dv, int64_t kvrep,
+                                     int64_t heads, const KAttnLd *ld)
 {
     if (heads < 0 || (heads && (!(flags & K_ATTN_KROW) || kvrep < 1 || heads % kvrep || batch % heads)))
         die("k_attention: heads is not a layout of the problems (it needs K_ATTN_KROW, kvrep dividing heads, heads "
             "dividing batch)");
+    const int64_t hkv = heads ? heads / kvrep : 0, wq = k_attention_ld(heads, d), wy = k_attention_ld(heads, dv);
+    const int64_t wk = flags & K_ATTN_KROW ? k_attention_ld(hkv, d) : s, wv = k_attention_ld(hkv, dv);
+    const KAttnLd z = {0}, *l = ld ? ld : &z;
+    const KAttnLd r = {l->q ? l->q : wq, l->k ? l->k : wk, l->v ? l->v : wv, l->y ? l->y : wy,
+                       l->dq ? l->dq : wq, l->dk ? l->dk : wk, l->dv ? l->dv : wv};
+    if ((!heads && memcmp(l, &z, sizeof z)) || r.q < wq || r.k < wk || r.v < wv || r.y < wy || r.dq < wq ||
+        r.dk < wk || r.dv < wv)
+        die("k_attention: row strides (KAttnLd) need heads and at least the rows' widths");
+    return r;
 }
 
 void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O *v, const T *bias, int64_t batch,
                       int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,
-                      int64_t heads, double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws)
+                      int64_t heads, double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws,
+                      const KAttnLd *ld)
 {
     const KDrop dr = {drop, seed, stream, step};
-    KFN(attn_check_heads)(flags, batch, kvrep, heads);
+    const KAttnLd L = KFN(attn_layout)(flags, batch, s, d, dv, kvrep, heads, ld);
     if (batch <= 0 || t <= 0 || dv <= 0)
         return;
     const int64_t R = k_attention_rows(t), units = batch * ((t + R - 1) / R);
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
         KFN(attn_units)(lo, hi, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale, &dr,
-                        ws);
+                        ws, &L);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
         KFN(attn_units)(u, u + 1, y, lse, q, kt, flags, v, bias, t, s, d, dv, nbias, brep, kvrep, heads, scale,
-                        &dr, ws);
+                        &dr, ws, &L);
 }
 
 /* problem b's gradients in the slot sl: dq of b written, dS^T Q and P^T dY added to dkt and dval of its K/V problem
@@ -300,20 +311,20 @@ void KFN(k_attention)(O *y, T *lse, const O *q, const O *kt, int flags, const O 
 static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, const O *dy, const O *q, const O *kt,
                                    int flags, const O *v, const T *bias, const O *y, const T *lse, int64_t t, int64_t s,
                                    int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
-                                   double scale, const KDrop *dr, const KFN(AttnSlot) *sl)
+                                   double scale, const KDrop *dr, const KFN(AttnSlot) *sl, const KAttnLd *L)
 {
     const int krow = flags & K_ATTN_KROW, zero = flags & K_ATTN_ZERO;
     const int64_t R = k_attention_rows(t), kb = b / kvrep, hkv = heads / kvrep;
-    const int64_t ldq = k_attention_ld(heads, d), ldy = k_attention_ld(heads, dv);
-    const int64_t ldk = krow ? k_attention_ld(hkv, d) : s, ldv = k_attention_ld(hkv, dv);
+    const int64_t ldq = L->q, ldy = L->y, ldk = L->k, ldv = L->v, lddq = L->dq, lddk = L->dk, lddv = L->dv;
     const int64_t krows = krow ? s : d, kw = krow ? d : s; /* a K problem's rows and their width */
-    const int64_t koff = k_attention_at(kb, krows, hkv, kw), voff = k_attention_at(kb, s, hkv, dv);
+    const int64_t koff = k_attention_at(kb, krows, hkv, kw, ldk), voff = k_attention_at(kb, s, hkv, dv, ldv);
+    const int64_t dkoff = k_attention_at(kb, krows, hkv, kw, lddk), dvoff = k_attention_at(kb, s, hkv, dv, lddv);
 #ifdef K_ROUND
     T *sc = sl->sc, *dp = sl->dp, *dktb = sl->dk, *dvb = sl->dv;
     const int64_t ldkb = kw, ldvb = dv, ldyw = dv, ldqo = d; /* the slot's, dense */
 #else
-    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + koff, *dvb = dval + voff;
-    const int64_t ldkb = ldk, ldvb = ldv, ldyw = ldy, ldqo = ldq;
+    T *sc = sl->sc, *dp = sl->dp, *dktb = dkt + dkoff, *dvb = dval + dvoff;
+    const int64_t ldkb = lddk, ldvb = lddv, ldyw = ldy, ldqo = lddq;
 #endif
     const O *ktb = kt + koff, *vb = v + voff;
     if (b % kvrep == 0) {
@@ -325,15 +336,15 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
     for (int64_t i0 = 0; i0 < t; i0 += R) {
         const int64_t r = t - i0 < R ? t - i0 : R;
         const T *bb = bias ? bias + (b / brep % nbias) * t * s + i0 * s : NULL;
-        const O *qt = q + k_attention_at(b, t, heads, d) + i0 * ldq;
-        const int64_t yoff = k_attention_at(b, t, heads, dv) + i0 * ldy;
+        const O *qt = q + k_attention_at(b, t, heads, d, ldq) + i0 * ldq;
+        const int64_t yoff = k_attention_at(b, t, heads, dv, ldy) + i0 * ldy;
         const O *dyt = dy + yoff, *yt = y + yoff;
         const T *lt = lse + b * t + i0;
-        O *dqt = dq + k_attention_at(b, t, heads, d) + i0 * ldq;
+        O *dqt = dq + k_attention_at(b, t, heads, d, lddq) + i0 * lddq;
         if (s <= 0 || d <= 0) {
             for (int64_t i = 0; i < r; i++)
                 for (int64_t c = 0; c < d; c++)
-                    dqt[i * ldq + c] = K_OUT((T)0);
+                    dqt[i * lddq + c] = K_OUT((T)0);
             continue;
         }
         const int64_t n = KFN(attn_cols)(bb, flags, i0, r, t, s);
@@ -399,23 +410,23 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
             KFN(attn_gemm)(1, 0, n, d, r, scale, dso, n, qt, ldq, 1.0, dktb, ldkb, sl->w, sl->wn);
         } else { /* dQ = scale dS Kt^T, dKt += scale Q^T dS */
             KFN(attn_gemm)(0, 1, r, d, n, scale, dso, n, ktb, s, 0.0, dqo, ldqo, sl->w, sl->wn);
-            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, ldq, dso, n, 1.0, dktb, s, sl->w, sl->wn);
+            KFN(attn_gemm)(1, 0, d, n, r, scale, qt, ldq, dso, n, 1.0, dktb, ldkb, sl->w, sl->wn);
         }
 #ifdef K_ROUND
         for (int64_t i = 0; i < r; i++)
             for (int64_t c = 0; c < d; c++)
-                dqt[i * ldq + c] = K_ROUND(dqo[i * d + c]);
+                dqt[i * lddq + c] = K_ROUND(dqo[i * d + c]);
 #endif
     }
 #ifdef K_ROUND
     if (b % kvrep == kvrep - 1) { /* the group's last problem: its sums rounded into dkt and dval */
-        O *dko = dkt + koff, *dvo = dval + voff;
+        O *dko = dkt + dkoff, *dvo = dval + dvoff;
         for (int64_t j = 0; j < krows; j++)
             for (int64_t c = 0; c < kw; c++)
-                dko[j * ldk + c] = K_ROUND(dktb[j * kw + c]);
+                dko[j * lddk + c] = K_ROUND(dktb[j * kw + c]);
         for (int64_t j = 0; j < s; j++)
             for (int64_t c = 0; c < dv; c++)
-                dvo[j * ldv + c] = K_ROUND(dvb[j * dv + c]);
+                dvo[j * lddv + c] = K_ROUND(dvb[j * dv + c]);
     }
 #endif
 }
@@ -424,7 +435,8 @@ static void KFN(attn_grad_problem)(int64_t b, O *dq, O *dkt, O *dval, T *dbt, co
 static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q,
                                  const O *kt, int flags, const O *v, const T *bias, const O *y, const T *lse,
                                  int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
-                                 int64_t brep, int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws)
+                                 int64_t brep, int64_t kvrep, int64_t heads, double scale, const KDrop *dr, T *ws,
+                                 const KAttnLd *L)
 {
     const int alone = dbias && brep % kvrep != 0;
     for (int64_t u = u0; u < u1; u++) {
@@ -432,14 +444,14 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         if (!dbias) {
             for (int64_t b = u * kvrep; b < (u + 1) * kvrep; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, NULL, dy, q, kt, flags, v, bias, y, lse, t, s, d, dv, nbias,
-                                       brep, kvrep, heads, scale, dr, &sl);
+                                       brep, kvrep, heads, scale, dr, &sl, L);
             continue;
         }
         if (alone) {
             memset(dbias, 0, sizeof(T) * (size_t)(nbias * t * s));
             for (int64_t b = 0; b < batch; b++)
                 KFN(attn_grad_problem)(b, dq, dkt, dval, dbias + (b / brep % nbias) * t * s, dy, q, kt, flags, v,
-                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl);
+                                       bias, y, lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl, L);
             continue;
         }
         T *dbt = dbias + u * t * s;
@@ -447,7 +459,7 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
         for (int64_t m = 0; m < batch / (nbias * brep); m++)
             for (int64_t rp = 0; rp < brep; rp++)
                 KFN(attn_grad_problem)((m * nbias + u) * brep + rp, dq, dkt, dval, dbt, dy, q, kt, flags, v, bias, y,
-                                       lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl);
+                                       lse, t, s, d, dv, nbias, brep, kvrep, heads, scale, dr, &sl, L);
     }
 }
 
@@ -459,10 +471,11 @@ static void KFN(attn_grad_units)(int64_t u0, int64_t u1, O *dq, O *dkt, O *dval,
 void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const O *q, const O *kt, int flags,
                            const O *v, const T *bias, const O *y, const T *lse, int64_t batch, int64_t t, int64_t s,
                            int64_t d, int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,
-                           double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws)
+                           double scale, double drop, uint64_t seed, uint32_t stream, uint32_t step, T *ws,
+                           const KAttnLd *ld)
 {
     const KDrop dr = {drop, seed, stream, step};
-    KFN(attn_check_heads)(flags, batch, kvrep, heads);
+    const KAttnLd L = KFN(attn_layout)(flags, batch, s, d, dv, kvrep, heads, ld);
     if (batch <= 0)
         return;
     const int by_slice = dbias && brep % kvrep == 0, alone = dbias && !by_slice;
@@ -470,13 +483,13 @@ void KFN(k_attention_grad)(O *dq, O *dkt, O *dval, T *dbias, const O *dy, const 
     int64_t lo, hi;
     if (attn_share(units, &lo, &hi)) { /* inside a team that shares: this thread's units */
         KFN(attn_grad_units)(lo, hi, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, heads, scale, &dr, ws);
+                             nbias, brep, kvrep, heads, scale, &dr, ws, &L);
         return;
     }
     const int nt = attn_threads(units);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; u++)
         KFN(attn_grad_units)(u, u + 1, dq, dkt, dval, dbias, dy, q, kt, flags, v, bias, y, lse, batch, t, s, d, dv,
-                             nbias, brep, kvrep, heads, scale, &dr, ws);
+                             nbias, brep, kvrep, heads, scale, &dr, ws, &L);
 }
 #undef K_OUT

@@ -107,6 +107,14 @@ typedef struct {
     int count_include_pad;    /* AveragePool: divisor counts padding taps */
 } KPool2d;
 
+/* k_attention's row strides, in elements, of q, k, v, y (dy shares y's) and of the gradients dq, dk, dv, for the
+ * heads layout (heads > 0): 0 takes the dense heads layout's, heads w (k_attention_ld); another is a tensor whose
+ * rows hold more than this operand, as GPT-2's c_attn output [B, t, 3 C] holds q, k and v side by side at
+ * offsets 0, C, 2 C (passes/pack.c), so that no copy splits them or concatenates their gradients.  NULL: all 0 */
+typedef struct {
+    int64_t q, k, v, y, dq, dk, dv;
+} KAttnLd;
+
 #ifndef K_TWIN
 #define K_TWIN(f)
 #endif
@@ -381,7 +389,8 @@ K_TWIN_T(nll_loss_grad, S)                                                      
  * elements of T.  heads 0: each problem's q, k (or kt), v, y dense ([batch, t, d] ..); \
  * heads h > 0 (with K_ATTN_KROW; kvrep divides h): the projections' layout, q and y    \
  * [batch / h, t, h, d], k and v [.., s, h / kvrep, d], problem b being head b % h of   \
- * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]).       \
+ * row b / h (k_attention_at: no copy to or from the heads; lse stays [batch, t]); ld:   \
+ * the rows' strides there (KAttnLd; NULL: the dense heads layout's).                    \
  * drop > 0: attention dropout, y = (P o keep / (1 - drop)) V with element (b, i, j)'s  \
  * keep flag k_dropout's for flat index (b t + i) s + j under (seed, stream, step)      \
  * (philox.h: the Dropout node passes/attention.c fused draws the same; lse is the      \
@@ -390,7 +399,7 @@ void k_attention_##S(T *y, T *lse, const T *q, const T *kt, int flags, const T *
                      const T *bias, int64_t batch, int64_t t, int64_t s, int64_t d,      \
                      int64_t dv, int64_t nbias, int64_t brep, int64_t kvrep,             \
                      int64_t heads, double scale, double drop, uint64_t seed,           \
-                     uint32_t stream, uint32_t step, T *ws);                            \
+                     uint32_t stream, uint32_t step, T *ws, const KAttnLd *ld);         \
 K_TWIN_T(attention, S)                                                                  \
 /* its backward from the saved y and lse: dq, dkt (kt's layout), dval (V's gradient;    \
  * all written), P recomputed tile by tile as exp(S - lse); dkt and dval of a K/V       \
@@ -404,7 +413,7 @@ void k_attention_grad_##S(T *dq, T *dkt, T *dval, T *dbias, const T *dy, const T
                           int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,    \
                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads,    \
                           double scale, double drop, uint64_t seed, uint32_t stream,    \
-                          uint32_t step, T *ws);                                        \
+                          uint32_t step, T *ws, const KAttnLd *ld);                     \
 K_TWIN_T(attention_grad, S)                                                             \
 /* ---- optim.c ------------------------------------------------------------ */         \
 /* Both updates run only at the last micro-step of a step (micro == accum - 1; --accum; \
@@ -630,13 +639,14 @@ K_TWIN(reduce_sum_to_bf16)
 void k_attention_bf16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                       const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                       int64_t brep, int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,
-                      uint32_t stream, uint32_t step, float *ws);
+                      uint32_t stream, uint32_t step, float *ws, const KAttnLd *ld);
 K_TWIN(attention_bf16)
 void k_attention_grad_bf16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                            const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                            const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                            int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
-                           double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws);
+                           double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws,
+                          const KAttnLd *ld);
 K_TWIN(attention_grad_bf16)
 /* C = bias (each row) + add over rows x n: the C a MatMulAdd's beta-1 GEMM
  * adds into (add may be c itself) */
@@ -710,13 +720,14 @@ K_TWIN(reduce_sum_to_f16)
 void k_attention_f16(uint16_t *y, float *lse, const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v,
                      const float *bias, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias,
                      int64_t brep, int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,
-                     uint32_t stream, uint32_t step, float *ws);
+                     uint32_t stream, uint32_t step, float *ws, const KAttnLd *ld);
 K_TWIN(attention_f16)
 void k_attention_grad_f16(uint16_t *dq, uint16_t *dkt, uint16_t *dval, float *dbias, const uint16_t *dy,
                           const uint16_t *q, const uint16_t *kt, int flags, const uint16_t *v, const float *bias,
                           const uint16_t *y, const float *lse, int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv,
                           int64_t nbias, int64_t brep, int64_t kvrep, int64_t heads, double scale,
-                          double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws);
+                          double drop, uint64_t seed, uint32_t stream, uint32_t step, float *ws,
+                          const KAttnLd *ld);
 K_TWIN(attention_grad_f16)
 
 /* ---- threads -------------------------------------------------------------
@@ -866,10 +877,11 @@ static inline int64_t k_pool_out_dim(int64_t in, int64_t k, int64_t stride, int6
 #define K_ATTN_WINDOW_MAX ((int64_t)1 << 22) /* windows the flags can carry */
 #define K_ATTN_SLOTS 16
 /* the first row of problem p in a tensor of problems of rows x w (heads 0: dense [P, rows, w]; heads h: [P / h,
- * rows, h, w], problem p head p % h) and its rows' stride (k_attention's layouts) */
-static inline int64_t k_attention_at(int64_t p, int64_t rows, int64_t heads, int64_t w)
+ * rows, h, w], problem p head p % h, the rows ld apart: h w, or more where they hold other operands too: KAttnLd)
+ * and the dense heads layout's stride (k_attention's layouts) */
+static inline int64_t k_attention_at(int64_t p, int64_t rows, int64_t heads, int64_t w, int64_t ld)
 {
-    return heads ? (p / heads * rows * heads + p % heads) * w : p * rows * w;
+    return heads ? p / heads * rows * ld + p % heads * w : p * rows * w;
 }
 static inline int64_t k_attention_ld(int64_t heads, int64_t w) { return heads ? heads * w : w; }
 static inline int64_t k_attention_rows(int64_t t)

@@ -493,11 +493,14 @@ static AttnGrid attn_grid(const KDims *p, int h)
     return g;
 }
 
-/* attn.cu has no attention dropout yet: passes/attention.c leaves the Dropout unfused on --target cuda */
-static void attn_no_dropout(double drop)
+/* attn.cu has no attention dropout yet: passes/attention.c leaves the Dropout unfused on --target cuda; nor row
+ * strides other than the heads layout's (passes/pack.c packs q, k, v on --target cpu only) */
+static void attn_no_dropout(double drop, const KAttnLd *ld)
 {
     if (drop > 0)
         die("k_attention", "attention dropout is not on --target cuda (passes/attention.c keeps such a chain unfused)");
+    if (ld && (ld->q || ld->k || ld->v || ld->y || ld->dq || ld->dk || ld->dv))
+        die("k_attention", "row strides (KAttnLd) are not on --target cuda (passes/pack.c packs on --target cpu only)");
 }
 
 /* kc_attention##S and kc_attention_grad##S for q, kt, v, y, dy, dq, dkt, dval
@@ -509,11 +512,11 @@ static void attn_no_dropout(double drop)
     void kc_attention##S(E *y, T *lse, const E *q, const E *kt, int flags, const E *v, const T *bias,            \
                          int64_t batch, int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep, \
                          int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,              \
-                         uint32_t stream, uint32_t step, T *ws)                                                \
+                         uint32_t stream, uint32_t step, T *ws, const KAttnLd *ld)                             \
     {                                                                                                          \
         const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         (void)ws, (void)seed, (void)stream, (void)step;                                                        \
-        attn_no_dropout(drop);                                                                                 \
+        attn_no_dropout(drop, ld);                                                                             \
         if (batch * t > 0 && dv > 0)                                                                           \
             launch_k_attention##S(attn_grid(&p, h).fwd, KC_ATTN_BLOCK, y, lse, q, kt, v, bias, p, scale);      \
     }                                                                                                          \
@@ -521,12 +524,12 @@ static void attn_no_dropout(double drop)
                               int flags, const E *v, const T *bias, const E *y, const T *lse, int64_t batch,   \
                               int64_t t, int64_t s, int64_t d, int64_t dv, int64_t nbias, int64_t brep,        \
                               int64_t kvrep, int64_t heads, double scale, double drop, uint64_t seed,         \
-                              uint32_t stream, uint32_t step, T *ws)                                           \
+                              uint32_t stream, uint32_t step, T *ws, const KAttnLd *ld)                        \
     {                                                                                                          \
         const KDims p = attn_dims(batch, t, s, d, dv, nbias, brep, kvrep, heads, flags);                       \
         const AttnGrid g = attn_grid(&p, h);                                                                   \
         (void)ws, (void)seed, (void)stream, (void)step;                                                        \
-        attn_no_dropout(drop);                                                                                 \
+        attn_no_dropout(drop, ld);                                                                             \
         if (batch * t > 0 && d > 0)                                                                            \
             launch_k_attention_grad_q##S(g.q, KC_ATTN_BLOCK, dq, dy, q, kt, v, bias, y, lse, p, scale);        \
         if (batch * s > 0 && d + dv > 0)                                                                       \

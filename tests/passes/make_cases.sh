@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 MLP="../../examples/mlp.onnx --loss mse:y,target --dim batch=2 --target cpu --wrap size:1000"
 GPT="tiny_gpt.onnx --loss cross_entropy:logits,labels --dim batch=1 --target cpu --wrap size:100"
 GPTD="tiny_gpt_drop.onnx --loss cross_entropy:logits,labels --dim batch=1 --target cpu --wrap size:100"
-PASSES="frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule memplan"
+PASSES="frontend fold shape gelu attention loss autodiff optim units shard precision recompute fuse schedule pack memplan"
 
 # case PASS NAME MODEL-AND-FLAGS...: PASS/NAME.ir = the dump after the pass before PASS
 case_() {
@@ -72,6 +72,9 @@ case_ fuse gpt_nofuse $GPT --no-fuse
 case_ schedule mlp_pre $MLP
 case_ schedule mlp_post_forward $MLP --prefetch backward_post --forward-prefetch
 case_ schedule mlp_none_k1 $MLP --prefetch none --max-inflight 1
+case_ pack gpt $GPT
+case_ pack gpt_bf16 $GPT --precision bf16 --recompute units
+case_ pack gpt_cuda $GPT --target cuda
 case_ memplan mlp $MLP
 case_ memplan mlp_none $MLP --shard none
 case_ memplan gpt_bf16 $GPT --precision bf16 --recompute units

@@ -7,7 +7,8 @@ batch 8, without weights (--report and --dump-after read none).  For --target cp
   - --dump-after memplan under bf16 and fp16: one FusedAttention and one FusedAttentionGrad per layer, each
     reading q, kt, v in the 16-bit dtype, and no value of B H T T elements (the scores, the probabilities or
     their gradients) anywhere in the plan; the step's FLOPs those of fp32 (codegen/report.c counts the fused
-    attention's products whatever its dtype);
+    attention's products whatever its dtype); on cpu no Split of c_attn's output nor Concat of its gradient, the
+    attentions reading and writing them in place, rows 3 C apart (passes/pack.c); on cuda both still there;
   - the bf16 and fp16 peaks per rank at most 0.6x fp32's.  Unfused (before 2026-11-26)
     they planned 1.41x fp32's; fused, 0.88x (11.64 GB against 13.16 GB), while a MatMul wrote float32 and
     everything else computed in float32.  Since passes/precision.c stores activations as torch.autocast does
@@ -58,6 +59,13 @@ def check_fused(fsdpc, model, target, precision, low):
         check(len(nodes) == LAYERS, "%s: %d %s nodes, expected %d" % (tag, len(nodes), op, LAYERS))
         check(all(dtype[v] == low for ins in nodes for v in ins[first:first + 3]),
               "%s: a %s whose q, kt, v are not %s" % (tag, op, low))
+    # passes/pack.c (cpu only): q, k, v read out of c_attn's packed output, dq, dk, dv written into its gradient
+    packs = len(re.findall(r"= (?:Split|Concat) ", out))
+    lds = len(re.findall(r"= FusedAttention .*ldq=2304 ldk=2304 ldv=2304", out)) + \
+        len(re.findall(r"= FusedAttentionGrad .*ldq=2304 ldk=2304 ldv=2304 lddq=2304 lddk=2304 lddv=2304", out))
+    want = (0, 2 * LAYERS) if target == "cpu" else (2 * LAYERS, 0)
+    check((packs, lds) == want, "%s: %d Split / Concat nodes and %d attentions reading rows 3 C apart, expected %s"
+          % (tag, packs, lds, want))
     scores = BATCH * HEADS * T * T
     planned = re.findall(r"^  %\d+ \w+\[([\d,]*)\].* @(?:arena|slot)", out, re.M)  # (the dropped chain's are not)
     dims = [[int(x) for x in d.split(",") if x] for d in planned]

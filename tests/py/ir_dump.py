@@ -11,7 +11,7 @@ import tempfile
 
 from common import check, mpirun, run
 
-PASSES = "frontend fold shape loss autodiff optim units shard precision recompute fuse schedule memplan".split()
+PASSES = "frontend fold shape loss autodiff optim units shard precision recompute fuse schedule pack memplan".split()
 
 
 def schedule_order(cmd):

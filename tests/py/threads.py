@@ -93,14 +93,17 @@ def main():
     n_par = len(re.findall(r'_Pragma\("omp (parallel for|for schedule\(static\) nowait)', c))
     check(n_par >= 4, "the step splits %d fused loops across threads, expected the GPT's big ones (>= 4)" % n_par)
     # runs of nodes in one team (codegen/team.c), each kernel its thread's share (k_share), a barrier where one
-    # reads what another wrote; the bit-identical runs below check that the shares add up: the attention's Split
-    # copies and the fused attention reading them in place (a barrier between), the activation's
+    # reads what another wrote; the bit-identical runs below check that the shares add up: the c_attn GEMM and
+    # the fused attention reading q, k, v in place out of its output (passes/pack.c: no Split copies; a barrier
+    # between, team.c taking the strided views' whole rows), the activation's
     # fused loop and Mul (`omp for nowait` in the team), a LayerNorm's backward and its bias gradient's sum
     runs = re.findall(r'_Pragma\("omp parallel"\)\n    \{ k_share\(1\);\n(.*?)k_share\(0\); \}', c, re.S)
-    copies = [r for r in runs if "k_copy_strided" in r]
-    check(any(re.search(r"k_copy_strided\(.*omp barrier.*k_attention_f32\(", r, re.S) for r in copies),
-          "the step should run the attention's copies in one team with a barrier (%d runs):\n%s" % (len(runs),
-                                                                                          "\n".join(runs)[:1500]))
+    check("k_copy_strided" not in c and "&(const KAttnLd){" in c,
+          "the step should read q, k, v out of c_attn's output (KAttnLd), with no copies (k_copy_strided)")
+    check(any(re.search(r"k_matmul_add_f32\(t_h_\d+_attn_c_attn_Add_output_0.*?omp barrier.*?k_attention_f32\(", r, re.S)
+              for r in runs),
+          "the step should run the c_attn GEMM and the attention reading its output in one team with a barrier "
+          "(%d runs):\n%s" % (len(runs), "\n".join(runs)[:1500]))
     check(any("k_binary_f32" in r and "omp for schedule(static) nowait" in r and "omp barrier" in r for r in runs),
           "the step should run the activation's fused loop and Mul in one team (%d runs)" % len(runs))
     check(any("k_layernorm_grad_f32" in r and "k_reduce_sum_to_f32" in r for r in runs),
