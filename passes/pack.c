@@ -181,10 +181,13 @@ void pass_pack(Graph *g)
     if (!packed)
         return;
     Node *keep = ir_alloc(sizeof(Node) * (size_t)nn);
-    int n = 0;
+    int n = 0, nfwd = 0;
     for (int i = 0; i < nn; i++)
-        if (!drop[i])
+        if (!drop[i]) {
             keep[n++] = g->node[i];
+            nfwd += i < g->nfwd; /* the forward shrinks by its dropped Splits */
+        }
+    g->nfwd = nfwd;
     ir_set_nodes(g, keep, n);
     ir_link(g);
 }
