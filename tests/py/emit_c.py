@@ -218,9 +218,30 @@ def hostile(fsdpc, work):
     print("hostile names: %d declarations, unique per function; the step compiles" % len(names))
 
 
+def mse_model(work, stem, nodes, inits, shape, rng):
+    """stem.onnx: nodes from float x to float y of shape (opset 18), and its data stem_x.npy, stem_t.npy (random)"""
+    from onnx import TensorProto, helper
+    import numpy as np
+    graph = helper.make_graph(nodes, stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    path = os.path.join(work, stem + ".onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    for k in "xt":
+        np.save(os.path.join(work, "%s_%s.npy" % (stem, k)), rng.standard_normal(shape).astype(np.float32))
+    return path
+
+
+def train_3(exe, work, stem, st, env=None):
+    """3 AdamW steps of exe on stem's data (mse_model), the weights exported to st; its bytes"""
+    data = [os.path.join(work, "%s_%s.npy" % (stem, k)) for k in "xt"]
+    run([exe, "--data", "x=" + data[0], "--data", "target=" + data[1], "--steps", "3", "--quiet",
+         "--export-safetensors", st], env=env)
+    return open(st, "rb").read()
+
+
 def broadcast_nest(fsdpc, work):
     """(e) an RMSNorm-shaped block: y = MatMul(x, w) * rsqrt(mean(h^2) + eps) [B,T,1] * g [D] + b [D]"""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     import numpy as np
     B, T, D = 2, 3, 32
     rng = np.random.default_rng(7)
@@ -234,21 +255,13 @@ def broadcast_nest(fsdpc, work):
              helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
              helper.make_node("Reciprocal", ["rms"], ["r"]), helper.make_node("Mul", ["h", "r"], ["hn"]),
              helper.make_node("Mul", ["hn", "g"], ["hg"]), helper.make_node("Add", ["hg", "b"], ["y"])]
-    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])], inits)
-    path = os.path.join(work, "rms.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    np.save(os.path.join(work, "rx.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
-    np.save(os.path.join(work, "rt.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    path = mse_model(work, "rms", nodes, inits, (B, T, D), rng)
     flags = ["--target", "cpu", "--loss", "mse:y,target"]
     out = {}
     for name, extra in (("fused", ["--emit-c"]), ("unfused", ["--no-fuse"])):
         exe = os.path.join(work, "rms_" + name)
         run([fsdpc, path, "-o", exe] + flags + extra)
-        st = exe + ".safetensors"
-        run([exe, "--data", "x=" + os.path.join(work, "rx.npy"), "--data", "target=" + os.path.join(work, "rt.npy"),
-             "--steps", "3", "--quiet", "--export-safetensors", st])
-        out[name] = open(st, "rb").read()
+        out[name] = train_3(exe, work, "rms", exe + ".safetensors")
     _, step_c = split(open(os.path.join(work, "rms_fused.c")).read())
     # the forward's y = h * r * g + b: a nest whose inner loop reads h by j, r (per row) and g, b (per column) by
     # nothing or j, with no division or remainder per element
@@ -270,7 +283,7 @@ def broadcast_nest(fsdpc, work):
 
 def column_sums(fsdpc, work):
     """(f) bias gradients summed in the loop that writes dY: y = Relu(x W1 + b1) W2 + b2, MSE"""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     import numpy as np
     B, T, D, H = 2, 5, 24, 40  # 10 rows; b1's 40 columns: at 2 threads tiles of 32 and 8 (emit_fused.c)
     rng = np.random.default_rng(11)
@@ -281,12 +294,7 @@ def column_sums(fsdpc, work):
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
              helper.make_node("Relu", ["hb"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["o"]),
              helper.make_node("Add", ["o", "b2"], ["y"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])], inits)
-    path = os.path.join(work, "cs.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
-    np.save(os.path.join(work, "cx.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
-    np.save(os.path.join(work, "ct.npy"), rng.standard_normal((B, T, D)).astype(np.float32))
+    path = mse_model(work, "cs", nodes, inits, (B, T, D), rng)
     for prec in ("fp32", "bf16"):
         flags = ["--target", "cpu", "--loss", "mse:y,target", "--precision", prec]
         dump = run([fsdpc, path, "--dump-after", "fuse"] + flags).stdout
@@ -301,11 +309,8 @@ def column_sums(fsdpc, work):
             exe = os.path.join(work, "cs_%s_%s" % (prec, name))
             run([fsdpc, path, "-o", exe] + flags + extra)
             for threads in ("1", "2"):
-                st = "%s.%s.safetensors" % (exe, threads)
-                run([exe, "--data", "x=" + os.path.join(work, "cx.npy"), "--data",
-                     "target=" + os.path.join(work, "ct.npy"), "--steps", "3", "--quiet", "--export-safetensors", st],
-                    env=dict(os.environ, OMP_NUM_THREADS=threads))
-                out[name, threads] = open(st, "rb").read()
+                out[name, threads] = train_3(exe, work, "cs", "%s.%s.safetensors" % (exe, threads),
+                                             env=dict(os.environ, OMP_NUM_THREADS=threads))
         step_c = split(open(os.path.join(work, "cs_%s_fused.c" % prec)).read())[1]
         check(re.search(r"cs\[c0 \+ j\] = \(float\)acc\[j\];", step_c), "%s: no column sums in the step" % prec)
         check(len(set(out.values())) == 1,
