@@ -495,15 +495,13 @@ static void attn_drop_case(int dt, int64_t batch, int64_t t, int64_t s, int64_t 
           s, d, dv, 1, 1, 1, 0, scale, ratio, seed, stream, step, V(ws), NULL);
     GET(&y, &dq, &dkt, &dval);
     check(dt, y.d, wy, y.n, tol(dt));
-    CTX("k_attention_grad dropout 0.1 dq, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
-        (long long)s, flags);
-    check(dt, dq.d, wdq, dq.n, tol(dt));
-    CTX("k_attention_grad dropout 0.1 dkt, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
-        (long long)s, flags);
-    check(dt, dkt.d, wdkt, dkt.n, tol(dt));
-    CTX("k_attention_grad dropout 0.1 dv, batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
-        (long long)s, flags);
-    check(dt, dval.d, wdv, dval.n, tol(dt));
+    const struct { const char *name; const double *got, *want; int64_t n; } grads[] = {
+        {"dq", dq.d, wdq, dq.n}, {"dkt", dkt.d, wdkt, dkt.n}, {"dv", dval.d, wdv, dval.n}};
+    for (int i = 0; i < 3; i++) {
+        CTX("k_attention_grad dropout 0.1 %s, batch %lld t %lld s %lld flags %d", grads[i].name, (long long)batch,
+            (long long)t, (long long)s, flags);
+        check(dt, grads[i].got, grads[i].want, grads[i].n, tol(dt));
+    }
     CTX("k_attention dropout 0 (validation), batch %lld t %lld s %lld flags %d", (long long)batch, (long long)t,
         (long long)s, flags);
     KCALL(k_attention, V(y), V(lse), V(q), V(kt), flags, V(v), NULL, batch, t, s, d, dv, 1, 1, 1, 0, scale, 0.0, seed,
